@@ -1,0 +1,37 @@
+//! reach's pure domain logic: the policy model, its validation, check
+//! planning, application status, request matching, connector selection and
+//! on-access window bookkeeping.
+//!
+//! **Invariant:** this crate does no I/O and depends on neither tokio nor
+//! tonic. It never reads a clock (time comes in as an argument) and draws
+//! randomness only from an `Rng` its caller passes in, so every rule here is
+//! unit-testable and deterministic.
+
+#![forbid(unsafe_code)]
+
+pub mod matching;
+pub mod model;
+pub mod plan;
+pub mod select;
+pub mod status;
+pub mod validate;
+pub mod window;
+
+pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
+pub use model::{
+    AppEntry, AppKey, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
+};
+pub use plan::{
+    BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
+};
+pub use select::{
+    Candidate, CandidateNote, Decision, Explanation, RefusalReason, Strategy, explain, select,
+};
+pub use status::{
+    AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,
+};
+pub use validate::{
+    GroupSpec, Limits, PolicySpec, PortSpec, SegmentSpec, Subject, ValidationError,
+    ValidationErrors, parse_entry, validate, validate_segment, validate_with,
+};
+pub use window::{AccessWindows, Coalescer, Renewal};

@@ -1,0 +1,338 @@
+//! The validated policy model: connector groups, application segments, their
+//! application entries and ports. Values of these types are always valid;
+//! `validate` is the only way to build them from operator input.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Transport protocol of an application port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// Checked with a TCP three-way handshake.
+    Tcp,
+    /// Checked with an ICMP echo, then a TCP fallback.
+    Udp,
+}
+
+impl Protocol {
+    /// The lower-case name used in config, JSON and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Protocol::Tcp),
+            "udp" => Ok(Protocol::Udp),
+            other => Err(format!(
+                "unknown protocol {other:?} (expected \"tcp\" or \"udp\")"
+            )),
+        }
+    }
+}
+
+/// An inclusive port range; a single port has `start == end`.
+/// Invariant: `1 <= start <= end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortRange {
+    start: u16,
+    end: u16,
+}
+
+impl PortRange {
+    /// A range, or `None` when it would be empty, inverted or include port 0.
+    pub fn new(start: u16, end: u16) -> Option<Self> {
+        (start >= 1 && start <= end).then_some(PortRange { start, end })
+    }
+
+    /// A single port (`None` for port 0).
+    pub fn single(port: u16) -> Option<Self> {
+        Self::new(port, port)
+    }
+
+    /// First port.
+    pub fn start(&self) -> u16 {
+        self.start
+    }
+
+    /// Last port (inclusive).
+    pub fn end(&self) -> u16 {
+        self.end
+    }
+
+    /// Number of ports in the range.
+    pub fn len(&self) -> u32 {
+        u32::from(self.end - self.start) + 1
+    }
+
+    /// Never empty; present for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Whether `port` lies in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        self.start <= port && port <= self.end
+    }
+
+    /// Whether two ranges share a port.
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// Every port of the range.
+    pub fn ports(&self) -> std::ops::RangeInclusive<u16> {
+        self.start..=self.end
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.start == self.end {
+            write!(f, "{}", self.start)
+        } else {
+            write!(f, "{}-{}", self.start, self.end)
+        }
+    }
+}
+
+/// One application entry of a segment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AppEntry {
+    /// A fully qualified domain name, lower-case, without trailing dot.
+    Fqdn(String),
+    /// An IP address.
+    Ip(IpAddr),
+    /// `*.suffix`: matches every name below `suffix` (stored lower-case,
+    /// without the `*.`). Makes the segment an application discovery segment.
+    Wildcard(String),
+    /// An IP subnet (host bits zero). Makes the segment an application
+    /// discovery segment.
+    Subnet(IpNet),
+}
+
+impl AppEntry {
+    /// Whether this entry makes its segment an application discovery segment.
+    pub fn is_discovery(&self) -> bool {
+        matches!(self, AppEntry::Wildcard(_) | AppEntry::Subnet(_))
+    }
+
+    /// The host that health checks and the dashboard name (FQDN or IP
+    /// literal); `None` for discovery entries, which name no single host.
+    pub fn host(&self) -> Option<String> {
+        match self {
+            AppEntry::Fqdn(name) => Some(name.clone()),
+            AppEntry::Ip(ip) => Some(ip.to_string()),
+            AppEntry::Wildcard(_) | AppEntry::Subnet(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for AppEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AppEntry::Fqdn(name) => f.write_str(name),
+            AppEntry::Ip(ip) => write!(f, "{ip}"),
+            AppEntry::Wildcard(suffix) => write!(f, "*.{suffix}"),
+            AppEntry::Subnet(net) => write!(f, "{net}"),
+        }
+    }
+}
+
+/// How a segment's applications are health checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthReporting {
+    /// Connectors keep checking every target and report every interval.
+    Continuous,
+    /// Checks start on a user's access and last for the on-access window.
+    OnAccess,
+    /// No checks; every connected connector counts as reaching it.
+    None,
+}
+
+impl HealthReporting {
+    /// The name used in config and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthReporting::Continuous => "continuous",
+            HealthReporting::OnAccess => "on_access",
+            HealthReporting::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for HealthReporting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for HealthReporting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "continuous" => Ok(HealthReporting::Continuous),
+            "on_access" => Ok(HealthReporting::OnAccess),
+            "none" => Ok(HealthReporting::None),
+            other => Err(format!(
+                "unknown value {other:?} (expected \"continuous\", \"on_access\" or \"none\")"
+            )),
+        }
+    }
+}
+
+/// A validated application segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Unique name.
+    pub name: String,
+    /// Application entries, in configuration order, without duplicates.
+    pub applications: Vec<AppEntry>,
+    /// TCP ports, sorted, non-overlapping.
+    pub tcp_ports: Vec<PortRange>,
+    /// UDP ports, sorted, non-overlapping.
+    pub udp_ports: Vec<PortRange>,
+    /// Health reporting mode.
+    pub health_reporting: HealthReporting,
+    /// How often connectors report (and re-check) this segment's applications.
+    pub report_interval: Duration,
+    /// Inclusive (multimatch) matching.
+    pub multimatch: bool,
+    /// Hidden from the Health dashboard and API.
+    pub client_hostname_validation: bool,
+    /// Connector groups serving this segment (all exist in the policy).
+    pub connector_groups: Vec<String>,
+}
+
+impl Segment {
+    /// The ranges of one protocol.
+    pub fn ports(&self, protocol: Protocol) -> &[PortRange] {
+        match protocol {
+            Protocol::Tcp => &self.tcp_ports,
+            Protocol::Udp => &self.udp_ports,
+        }
+    }
+
+    /// Ports counted port by port across TCP and UDP.
+    pub fn port_count(&self) -> u32 {
+        self.tcp_ports
+            .iter()
+            .chain(&self.udp_ports)
+            .map(PortRange::len)
+            .sum()
+    }
+
+    /// Whether the segment includes `port` on `protocol`.
+    pub fn includes(&self, protocol: Protocol, port: u16) -> bool {
+        self.ports(protocol).iter().any(|r| r.contains(port))
+    }
+
+    /// Whether the segment has a wildcard or subnet entry.
+    pub fn is_discovery(&self) -> bool {
+        self.applications.iter().any(AppEntry::is_discovery)
+    }
+
+    /// Whether `group` serves this segment.
+    pub fn served_by(&self, group: &str) -> bool {
+        self.connector_groups.iter().any(|g| g == group)
+    }
+
+    /// Every application (host × protocol × port) a continuous segment
+    /// reports: FQDN and IP entries crossed with every port, ranges expanded.
+    /// Discovery entries name no host and yield nothing.
+    pub fn applications(&self) -> Vec<AppKey> {
+        let mut out = Vec::new();
+        for protocol in [Protocol::Tcp, Protocol::Udp] {
+            for range in self.ports(protocol) {
+                for port in range.ports() {
+                    for entry in &self.applications {
+                        if let Some(host) = entry.host() {
+                            out.push(AppKey {
+                                segment: self.name.clone(),
+                                host,
+                                protocol,
+                                port,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A connector group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectorGroup {
+    /// Unique name.
+    pub name: String,
+}
+
+/// A validated policy: every segment's groups exist and names are unique.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Connector groups, in configuration order.
+    pub connector_groups: Vec<ConnectorGroup>,
+    /// Segments, in configuration order.
+    pub segments: Vec<Segment>,
+}
+
+impl Policy {
+    /// The segment named `name`.
+    pub fn segment(&self, name: &str) -> Option<&Segment> {
+        self.segments.iter().find(|s| s.name == name)
+    }
+
+    /// Whether a group named `name` exists.
+    pub fn has_group(&self, name: &str) -> bool {
+        self.connector_groups.iter().any(|g| g.name == name)
+    }
+
+    /// The segments `group` serves.
+    pub fn segments_for_group<'a>(&'a self, group: &'a str) -> impl Iterator<Item = &'a Segment> {
+        self.segments.iter().filter(move |s| s.served_by(group))
+    }
+}
+
+/// Identifies one application: a host of a segment on one protocol and port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AppKey {
+    /// Segment name.
+    pub segment: String,
+    /// FQDN or IP literal (lower-case).
+    pub host: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port.
+    pub port: u16,
+}
+
+impl fmt::Display for AppKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}/{} (segment {:?})",
+            self.host, self.port, self.protocol, self.segment
+        )
+    }
+}

@@ -1,0 +1,200 @@
+//! Application status: per-address check results and the status of an
+//! application (Up / Unhealthy / Down / Unknown) that they add up to.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Status of an application as one connector (or the CA) sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Every address reachable.
+    Up,
+    /// Some addresses reachable, some not; users can still reach it.
+    Unhealthy,
+    /// No address reachable, or DNS failed.
+    Down,
+    /// No current result.
+    Unknown,
+}
+
+impl Status {
+    /// Up and Unhealthy count as reachable for selection.
+    pub fn is_reachable(self) -> bool {
+        matches!(self, Status::Up | Status::Unhealthy)
+    }
+
+    /// The lower-case name used in JSON and on the dashboard.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Up => "up",
+            Status::Unhealthy => "unhealthy",
+            Status::Down => "down",
+            Status::Unknown => "unknown",
+        }
+    }
+
+    /// Rank for "best of": Up > Unhealthy > Down > Unknown.
+    fn rank(self) -> u8 {
+        match self {
+            Status::Up => 3,
+            Status::Unhealthy => 2,
+            Status::Down => 1,
+            Status::Unknown => 0,
+        }
+    }
+
+    /// The overall status of an application over its connectors: the best
+    /// any connector reports (users are routed to that one), Unknown when
+    /// there are none.
+    pub fn best(statuses: impl IntoIterator<Item = Status>) -> Status {
+        statuses
+            .into_iter()
+            .max_by_key(|s| s.rank())
+            .unwrap_or(Status::Unknown)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "up" => Ok(Status::Up),
+            "unhealthy" => Ok(Status::Unhealthy),
+            "down" => Ok(Status::Down),
+            "unknown" => Ok(Status::Unknown),
+            other => Err(format!("unknown status {other:?}")),
+        }
+    }
+}
+
+/// How an address was checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// TCP handshake to a TCP port.
+    Tcp,
+    /// ICMP echo (UDP port).
+    Icmp,
+    /// TCP attempt after ICMP failed (UDP port).
+    TcpFallback,
+}
+
+impl Method {
+    /// The name used in JSON (`tcp`, `icmp`, `tcp_fallback`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Tcp => "tcp",
+            Method::Icmp => "icmp",
+            Method::TcpFallback => "tcp_fallback",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// No answer within the timeout.
+    Timeout,
+    /// Connection refused (TCP reset).
+    Refused,
+    /// Network or host unreachable.
+    Unreachable,
+    /// DNS resolution failed.
+    Dns,
+    /// Any other local error.
+    Other,
+}
+
+impl FailureKind {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Timeout => "timeout",
+            FailureKind::Refused => "refused",
+            FailureKind::Unreachable => "unreachable",
+            FailureKind::Dns => "dns",
+            FailureKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure with its detail (OS error text, resolver reason).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// Human-readable detail.
+    pub detail: String,
+}
+
+/// The result of checking one address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AddressResult {
+    /// The address checked.
+    pub address: IpAddr,
+    /// Whether it was reachable.
+    pub reachable: bool,
+    /// How it was checked (the last method tried).
+    pub method: Method,
+    /// Round-trip time of the successful probe (zero when it failed).
+    pub rtt: Duration,
+    /// Why it failed, when it did.
+    pub failure: Option<Failure>,
+}
+
+/// The status of an application from its per-address results: Down when DNS
+/// failed or no address is reachable, Up when every address is, Unhealthy
+/// when some are, Unknown when there is no result yet.
+pub fn application_status(results: &[AddressResult], dns_failed: bool) -> Status {
+    if dns_failed {
+        return Status::Down;
+    }
+    let reachable = results.iter().filter(|r| r.reachable).count();
+    match (reachable, results.len()) {
+        (_, 0) => Status::Unknown,
+        (0, _) => Status::Down,
+        (r, n) if r == n => Status::Up,
+        _ => Status::Unhealthy,
+    }
+}
+
+/// The status the CA acts on: a report older than `stale_after_intervals`
+/// report intervals plus the connector's cycle time is Unknown.
+pub fn effective_status(
+    reported: Status,
+    age: Duration,
+    report_interval: Duration,
+    stale_after_intervals: u32,
+    cycle: Duration,
+) -> Status {
+    let limit = report_interval.saturating_mul(stale_after_intervals) + cycle;
+    if age > limit {
+        Status::Unknown
+    } else {
+        reported
+    }
+}
