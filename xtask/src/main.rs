@@ -1,1 +1,138 @@
-fn main() {}
+//! `cargo xtask`: the project's automation, in Rust (the cargo-xtask
+//! convention). `ci` is what `.ci/run` and the README's test command run;
+//! `e2e` runs the end-to-end scenarios against release binaries; `demo` runs
+//! the system on the built-in example.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  ci      fmt check, clippy -D warnings, all unit/integration tests, then e2e
+  test    all unit and integration tests (no e2e)
+  e2e     build release binaries and run every end-to-end scenario
+  demo    run a CA, a connector and sample applications on loopback
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("test") => test(),
+        Some("e2e") => e2e(&args[1..]),
+        Some("demo") => demo(&args[1..]),
+        Some("-h" | "--help" | "help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(anyhow::anyhow!("unknown task {other:?}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn run(mut cmd: Command, what: &str) -> Result<()> {
+    eprintln!("xtask: {what}: {cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: could not start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn ci() -> Result<()> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    run(fmt, "format check")?;
+
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(clippy, "clippy")?;
+
+    test()?;
+    e2e(&[])
+}
+
+fn test() -> Result<()> {
+    let mut test = cargo();
+    test.args(["test", "--workspace", "--locked"]);
+    run(test, "tests")
+}
+
+/// Builds the release binaries the scenarios start.
+fn build_release() -> Result<PathBuf> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "central-authority",
+        "-p",
+        "connector-agent",
+        "-p",
+        "e2e",
+        "--bins",
+    ]);
+    run(build, "release build")?;
+    Ok(target_dir().join("release"))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+fn e2e(extra: &[String]) -> Result<()> {
+    let bin_dir = build_release()?;
+    let out = target_dir().join("e2e");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let mut test = cargo();
+    test.args(["test", "--release", "--locked", "-p", "e2e", "--", "--ignored"])
+        .args(extra)
+        .env("REACH_BIN_DIR", &bin_dir)
+        .env("REACH_E2E_OUT", &out);
+    run(test, "end-to-end scenarios")
+}
+
+fn demo(extra: &[String]) -> Result<()> {
+    let bin_dir = build_release()?;
+    let mut testbed = Command::new(bin_dir.join("reach-demo"));
+    testbed
+        .current_dir(root())
+        .env("REACH_BIN_DIR", &bin_dir)
+        .args(extra);
+    run(testbed, "demo")
+}

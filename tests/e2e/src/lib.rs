@@ -1,1 +1,402 @@
-//! End-to-end harness (being written).
+//! The end-to-end harness: a real DNS server, real applications on loopback,
+//! and the real `central-authority` and `connector-agent` binaries as
+//! separate processes, driven only through their public interfaces (HTTP
+//! API, config files, signals).
+//!
+//! Every scenario gets its own `127.N.0.0/16` block (so scenarios can run in
+//! parallel without port clashes), its own directory under `target/e2e/`
+//! for configs and logs, fresh processes, shortened intervals, and a hard
+//! timeout; on failure the processes' logs are printed.
+
+pub mod apps;
+pub mod dns;
+pub mod procs;
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+pub use apps::{TcpApp, UdpApp, max_in_window};
+pub use dns::DnsServer;
+pub use procs::{Proc, bin_dir, out_dir};
+
+/// The API token every scenario's CA accepts (scopes access, read, admin).
+pub const TOKEN: &str = "e2e-token-0123456789";
+
+/// One scenario's address block and directory.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Scenario name (directory and log prefix).
+    pub name: String,
+    /// Second octet of the scenario's `127.N.0.0/16` block.
+    pub block: u8,
+    /// Where configs and logs go.
+    pub dir: PathBuf,
+}
+
+impl Scenario {
+    /// A scenario in block `127.block.0.0/16`.
+    pub fn new(name: &str, block: u8) -> Result<Self> {
+        let dir = out_dir().join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("cleaning {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(Scenario {
+            name: name.to_owned(),
+            block,
+            dir,
+        })
+    }
+
+    /// `127.block.c.d`.
+    pub fn ip(&self, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, self.block, c, d))
+    }
+
+    /// `127.block.c.d:port`.
+    pub fn addr(&self, c: u8, d: u8, port: u16) -> SocketAddr {
+        SocketAddr::new(self.ip(c, d), port)
+    }
+
+    /// The CA's gRPC address.
+    pub fn ca_grpc(&self) -> SocketAddr {
+        self.addr(0, 1, 7443)
+    }
+
+    /// The CA's HTTP address.
+    pub fn ca_http(&self) -> SocketAddr {
+        self.addr(0, 1, 7480)
+    }
+
+    /// The scenario's DNS server address.
+    pub fn dns(&self) -> SocketAddr {
+        self.addr(0, 53, 5353)
+    }
+
+    /// Runs `body` with a hard timeout; on failure prints every log in the
+    /// scenario's directory.
+    pub async fn run<F, Fut>(&self, limit: Duration, body: F) -> Result<()>
+    where
+        F: FnOnce(Scenario) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let result = match tokio::time::timeout(limit, body(self.clone())).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!("scenario timed out after {limit:?}")),
+        };
+        if let Err(e) = &result {
+            eprintln!("==== scenario {} failed: {e:#}", self.name);
+            self.print_logs();
+        }
+        result
+    }
+
+    /// Prints every `*.log` file of the scenario.
+    pub fn print_logs(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(200)..];
+                eprintln!("---- {} (last {} lines)", path.display(), tail.len());
+                for line in tail {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// A running central authority.
+#[derive(Debug)]
+pub struct Ca {
+    /// The process.
+    pub proc: Proc,
+    /// Its config file (rewrite + `reload()` to change policy).
+    pub config: PathBuf,
+    /// HTTP address.
+    pub http: SocketAddr,
+    /// gRPC address.
+    pub grpc: SocketAddr,
+    client: reqwest::Client,
+}
+
+/// The `[server]`, `[selection]`, `[health]`, token and group sections of a
+/// scenario CA config; append `[[segments]]` to it.
+pub fn ca_config_head(sc: &Scenario, groups: &[&str], extra_health: &str, strategy: &str) -> String {
+    let mut s = format!(
+        r#"[server]
+grpc_listen = "{grpc}"
+http_listen = "{http}"
+anonymous_read = false
+
+[selection]
+strategy = "{strategy}"
+discovery_timeout_ms = 3000
+
+[health]
+on_access_window_s = 1800
+stale_after_intervals = 3
+check_budget = 6000
+heartbeat_interval_ms = 1000
+{extra_health}
+
+[[api_tokens]]
+name = "e2e"
+token = "{TOKEN}"
+scopes = ["access", "read", "admin"]
+"#,
+        grpc = sc.ca_grpc(),
+        http = sc.ca_http(),
+    );
+    for g in groups {
+        s.push_str(&format!(
+            "\n[[connector_groups]]\nname = \"{g}\"\nprovisioning_key = \"{}\"\n",
+            group_key(g)
+        ));
+    }
+    s
+}
+
+/// The provisioning key scenarios use for group `g`.
+pub fn group_key(g: &str) -> String {
+    format!("key-for-{g}-0123456789abcdef")
+}
+
+impl Ca {
+    /// Writes `config` and starts the CA; waits until `/healthz` answers.
+    pub async fn start(sc: &Scenario, config: &str) -> Result<Self> {
+        let path = sc.dir.join("ca.toml");
+        std::fs::write(&path, config)?;
+        let proc = Proc::spawn(
+            "ca",
+            "central-authority",
+            &["--config".into(), path.display().to_string()],
+            &[],
+            &sc.dir,
+        )?;
+        let ca = Ca {
+            proc,
+            config: path,
+            http: sc.ca_http(),
+            grpc: sc.ca_grpc(),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+        };
+        ca.wait_ready().await?;
+        Ok(ca)
+    }
+
+    /// Waits for `/healthz`.
+    pub async fn wait_ready(&self) -> Result<()> {
+        eventually(Duration::from_secs(15), || async {
+            let r = self
+                .client
+                .get(format!("http://{}/healthz", self.http))
+                .send()
+                .await?;
+            if r.status().is_success() {
+                Ok(())
+            } else {
+                bail!("healthz: {}", r.status())
+            }
+        })
+        .await
+        .context("CA did not become ready")
+    }
+
+    /// The gRPC URL connectors dial.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// `GET path` with the token; returns the JSON body.
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        let r = self
+            .client
+            .get(format!("http://{}{path}", self.http))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await.with_context(|| format!("GET {path}: body"))?;
+        if !status.is_success() {
+            bail!("GET {path}: {status} {body}");
+        }
+        Ok(body)
+    }
+
+    /// `GET /` (the dashboard) as text.
+    pub async fn dashboard(&self) -> Result<String> {
+        Ok(self
+            .client
+            .get(format!("http://{}/", self.http))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?
+            .text()
+            .await?)
+    }
+
+    /// `POST /api/v1/access`; returns the HTTP status and the JSON body.
+    pub async fn access(&self, host: &str, protocol: &str, port: u16) -> Result<(u16, Value)> {
+        let r = self
+            .client
+            .post(format!("http://{}/api/v1/access", self.http))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({"host": host, "protocol": protocol, "port": port}))
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.context("access: body")?;
+        Ok((status, body))
+    }
+
+    /// The status string (`up|unhealthy|down|unknown`) of an application as
+    /// seen by one connector, or `None` when the table has no such row.
+    pub async fn status(&self, app: &App, connector: &str) -> Result<Option<String>> {
+        let health = self.get("/api/v1/health").await?;
+        Ok(find_app(&health, app).and_then(|a| {
+            a["connectors"]
+                .as_array()?
+                .iter()
+                .find(|c| c["connector"] == connector)
+                .and_then(|c| c["status"].as_str().map(str::to_owned))
+        }))
+    }
+
+    /// Replaces the config file and sends SIGHUP.
+    pub fn reload(&self, config: &str) -> Result<()> {
+        std::fs::write(&self.config, config)?;
+        self.proc.signal("HUP")
+    }
+}
+
+/// An application key as the scenarios name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    /// Segment name.
+    pub segment: String,
+    /// Host (FQDN or IP literal).
+    pub host: String,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl App {
+    /// Shorthand constructor.
+    pub fn new(segment: &str, host: &str, protocol: &str, port: u16) -> Self {
+        App {
+            segment: segment.into(),
+            host: host.into(),
+            protocol: protocol.into(),
+            port,
+        }
+    }
+}
+
+/// The row of `app` in a `/api/v1/health` body.
+pub fn find_app<'a>(health: &'a Value, app: &App) -> Option<&'a Value> {
+    health["applications"].as_array()?.iter().find(|a| {
+        a["segment"] == app.segment.as_str()
+            && a["host"] == app.host.as_str()
+            && a["protocol"] == app.protocol.as_str()
+            && a["port"] == app.port
+    })
+}
+
+/// A running connector.
+#[derive(Debug)]
+pub struct Connector {
+    /// The process.
+    pub proc: Proc,
+    /// Its name.
+    pub name: String,
+}
+
+impl Connector {
+    /// Starts a connector of `group` against `ca`, resolving through the
+    /// scenario's DNS server. `extra` flags are appended.
+    pub fn start(sc: &Scenario, ca: &Ca, name: &str, group: &str, extra: &[&str]) -> Result<Self> {
+        let mut args = vec![
+            "--ca".to_owned(),
+            ca.url(),
+            "--name".into(),
+            name.into(),
+            "--group".into(),
+            group.into(),
+            "--dns-server".into(),
+            sc.dns().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let proc = Proc::spawn(
+            name,
+            "connector-agent",
+            &args,
+            &[("REACH_PROVISIONING_KEY", group_key(group))],
+            &sc.dir,
+        )?;
+        Ok(Connector {
+            proc,
+            name: name.into(),
+        })
+    }
+}
+
+/// Retries `f` every 100 ms until it succeeds or `limit` passes; the error
+/// is the last one `f` returned.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let start = Instant::now();
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if start.elapsed() >= limit => {
+                return Err(e.context(format!("still failing after {limit:?}")));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Waits until `connector`'s status for `app` is `want`; returns how long
+/// it took.
+pub async fn wait_status(
+    ca: &Ca,
+    app: &App,
+    connector: &str,
+    want: &str,
+    limit: Duration,
+) -> Result<Duration> {
+    let start = Instant::now();
+    eventually(limit, || async {
+        let got = ca.status(app, connector).await?;
+        if got.as_deref() == Some(want) {
+            Ok(start.elapsed())
+        } else {
+            bail!("{connector}: {app:?} is {got:?}, want {want:?}")
+        }
+    })
+    .await
+}
+
+/// Whether a path exists and is executable (for optional tools).
+pub fn have_tool(path: &Path) -> bool {
+    path.exists()
+}

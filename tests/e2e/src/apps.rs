@@ -1,0 +1,167 @@
+//! Application servers on loopback that count every connection attempt, so
+//! scenarios can assert what the connectors' checks did (and did not do).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::net::{TcpListener, UdpSocket};
+
+/// A TCP application: accepts and closes connections, recording when each
+/// arrived. Stopping it closes the listener, so checks get refused.
+#[derive(Debug)]
+pub struct TcpApp {
+    addr: SocketAddr,
+    accepted: Arc<Mutex<Vec<Instant>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TcpApp {
+    /// Listens on `addr` (a loopback address).
+    pub async fn start(addr: SocketAddr) -> Result<Self> {
+        let mut app = TcpApp {
+            addr,
+            accepted: Arc::default(),
+            task: None,
+        };
+        app.resume().await?;
+        Ok(app)
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether it is listening.
+    pub fn is_running(&self) -> bool {
+        self.task.is_some()
+    }
+
+    /// Closes the listener; connection attempts are refused from now on.
+    pub fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Listens again on the same address.
+    pub async fn resume(&mut self) -> Result<()> {
+        if self.task.is_some() {
+            return Ok(());
+        }
+        // The aborted accept loop releases its socket asynchronously; retry
+        // the bind briefly.
+        let mut last_err = None;
+        for _ in 0..50 {
+            match bind_reuse(self.addr) {
+                Ok(listener) => {
+                    let accepted = self.accepted.clone();
+                    self.task = Some(tokio::spawn(async move {
+                        loop {
+                            if let Ok((stream, _)) = listener.accept().await {
+                                if let Ok(mut log) = accepted.lock() {
+                                    log.push(Instant::now());
+                                }
+                                drop(stream);
+                            }
+                        }
+                    }));
+                    return Ok(());
+                }
+                Err(e) => {
+                    last_err = Some(e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        Err(last_err.map_or_else(|| anyhow::anyhow!("bind failed"), |e| e))
+            .with_context(|| format!("binding TCP app on {}", self.addr))
+    }
+
+    /// Every accepted connection's arrival time.
+    pub fn arrivals(&self) -> Vec<Instant> {
+        self.accepted.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Connections accepted so far.
+    pub fn count(&self) -> usize {
+        self.accepted.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Connections accepted at or after `since`.
+    pub fn count_since(&self, since: Instant) -> usize {
+        self.arrivals().iter().filter(|t| **t >= since).count()
+    }
+}
+
+impl Drop for TcpApp {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn bind_reuse(addr: SocketAddr) -> Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket.listen(1024)?)
+}
+
+/// A UDP application: a bound socket that echoes datagrams. (UDP checks
+/// reach the host by ICMP echo or TCP fallback, so it mostly exists to make
+/// the example realistic.)
+#[derive(Debug)]
+pub struct UdpApp {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl UdpApp {
+    /// Binds `addr`.
+    pub async fn start(addr: SocketAddr) -> Result<Self> {
+        let socket = UdpSocket::bind(addr)
+            .await
+            .with_context(|| format!("binding UDP app on {addr}"))?;
+        let addr = socket.local_addr()?;
+        let task = tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, peer)) = socket.recv_from(&mut buf).await {
+                let _ = socket.send_to(&buf[..n], peer).await;
+            }
+        });
+        Ok(UdpApp { addr, task })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for UdpApp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The largest number of instants that fall in any window of `window`
+/// (a sliding window, not fixed buckets, so no burst hides across a
+/// boundary).
+pub fn max_in_window(times: &[Instant], window: Duration) -> usize {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let mut best = 0;
+    let mut start = 0;
+    for end in 0..sorted.len() {
+        while sorted[end].duration_since(sorted[start]) >= window {
+            start += 1;
+        }
+        best = best.max(end - start + 1);
+    }
+    best
+}
