@@ -207,3 +207,332 @@ impl SegmentIndex {
         MatchOutcome::PortNotInSegment(to_match(&top[0]))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::{SegmentSpec, validate_segment};
+
+    /// An on-access segment (so multimatch and discovery entries are allowed).
+    fn seg(name: &str, apps: &[&str], tcp: &[&str], udp: &[&str], multimatch: bool) -> Segment {
+        validate_segment(&SegmentSpec {
+            name: name.into(),
+            applications: apps.iter().map(|&a| a.into()).collect(),
+            tcp_ports: tcp.iter().map(|&p| p.into()).collect(),
+            udp_ports: udp.iter().map(|&p| p.into()).collect(),
+            health_reporting: Some("on_access".into()),
+            multimatch,
+            connector_groups: vec!["dc-east".into()],
+            ..SegmentSpec::default()
+        })
+        .expect("valid segment")
+    }
+
+    fn tcp(host: &str, port: u16) -> Request {
+        Request {
+            host: host.into(),
+            protocol: Protocol::Tcp,
+            port,
+        }
+    }
+
+    fn udp(host: &str, port: u16) -> Request {
+        Request {
+            protocol: Protocol::Udp,
+            ..tcp(host, port)
+        }
+    }
+
+    /// The name of the segment a request matched, or the outcome otherwise.
+    fn decide(segments: &[Segment], request: &Request) -> Result<String, MatchOutcome> {
+        match SegmentIndex::new(segments).match_request(request) {
+            MatchOutcome::Matched(m) => Ok(segments[m.segment].name.clone()),
+            other => Err(other),
+        }
+    }
+
+    fn matched(segments: &[Segment], request: &Request) -> String {
+        decide(segments, request).unwrap_or_else(|o| panic!("{request:?} did not match: {o:?}"))
+    }
+
+    /// The deciding segment's name for a `PortNotInSegment` refusal.
+    fn port_refused(segments: &[Segment], request: &Request) -> String {
+        match decide(segments, request) {
+            Err(MatchOutcome::PortNotInSegment(m)) => segments[m.segment].name.clone(),
+            other => panic!("{request:?}: expected PortNotInSegment, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_exact_name_beats_a_wildcard() {
+        for segments in [
+            vec![
+                seg("wild", &["*.lanukcorp.com"], &["80", "443"], &[], false),
+                seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
+            ],
+            vec![
+                seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
+                seg("wild", &["*.lanukcorp.com"], &["80", "443"], &[], false),
+            ],
+        ] {
+            assert_eq!(matched(&segments, &tcp("jira.lanukcorp.com", 80)), "jira");
+            assert_eq!(matched(&segments, &tcp("wiki.lanukcorp.com", 80)), "wild");
+        }
+    }
+
+    #[test]
+    fn the_longest_wildcard_suffix_wins() {
+        for segments in [
+            vec![
+                seg("corp", &["*.lanukcorp.com"], &["80"], &[], false),
+                seg("dev", &["*.dev.lanukcorp.com"], &["80"], &[], false),
+            ],
+            vec![
+                seg("dev", &["*.dev.lanukcorp.com"], &["80"], &[], false),
+                seg("corp", &["*.lanukcorp.com"], &["80"], &[], false),
+            ],
+        ] {
+            assert_eq!(matched(&segments, &tcp("x.dev.lanukcorp.com", 80)), "dev");
+            assert_eq!(matched(&segments, &tcp("a.b.dev.lanukcorp.com", 80)), "dev");
+            assert_eq!(matched(&segments, &tcp("x.lanukcorp.com", 80)), "corp");
+            // `dev.lanukcorp.com` itself is below `*.lanukcorp.com` only.
+            assert_eq!(matched(&segments, &tcp("dev.lanukcorp.com", 80)), "corp");
+            // A wildcard does not match its own apex.
+            assert_eq!(
+                decide(&segments, &tcp("lanukcorp.com", 80)),
+                Err(MatchOutcome::NoSegment)
+            );
+            // A suffix must end on a label boundary.
+            assert_eq!(
+                decide(&segments, &tcp("xlanukcorp.com", 80)),
+                Err(MatchOutcome::NoSegment)
+            );
+        }
+    }
+
+    #[test]
+    fn an_exact_ip_beats_the_longest_prefix_v4() {
+        let segments = [
+            seg("slash8", &["10.0.0.0/8"], &["80"], &[], false),
+            seg("slash24", &["10.1.1.0/24"], &["80"], &[], false),
+            seg("exact", &["10.1.1.1"], &["80"], &[], false),
+            seg("slash16", &["10.1.0.0/16"], &["80"], &[], false),
+            seg("all", &["0.0.0.0/0"], &["80"], &[], false),
+        ];
+        assert_eq!(matched(&segments, &tcp("10.1.1.1", 80)), "exact");
+        assert_eq!(matched(&segments, &tcp("10.1.1.2", 80)), "slash24");
+        assert_eq!(matched(&segments, &tcp("10.1.2.1", 80)), "slash16");
+        assert_eq!(matched(&segments, &tcp("10.2.0.1", 80)), "slash8");
+        assert_eq!(matched(&segments, &tcp("192.0.2.1", 80)), "all");
+        // An IPv4 catch-all does not match IPv6.
+        assert_eq!(
+            decide(&segments, &tcp("2001:db8::1", 80)),
+            Err(MatchOutcome::NoSegment)
+        );
+    }
+
+    #[test]
+    fn an_exact_ip_beats_the_longest_prefix_v6() {
+        let segments = [
+            seg("slash16", &["fd00::/16"], &["80"], &[], false),
+            seg("exact", &["fd00::1"], &["80"], &[], false),
+            seg("slash64", &["fd00::/64"], &["80"], &[], false),
+            seg("v4", &["10.0.0.0/8"], &["80"], &[], false),
+        ];
+        assert_eq!(matched(&segments, &tcp("fd00::1", 80)), "exact");
+        assert_eq!(matched(&segments, &tcp("FD00::1", 80)), "exact");
+        assert_eq!(matched(&segments, &tcp("fd00::2", 80)), "slash64");
+        assert_eq!(matched(&segments, &tcp("fd00:0:0:1::1", 80)), "slash16");
+        assert_eq!(
+            decide(&segments, &tcp("fe80::1", 80)),
+            Err(MatchOutcome::NoSegment)
+        );
+    }
+
+    #[test]
+    fn exclusive_refuses_when_the_most_specific_segment_lacks_the_port() {
+        let segments = [
+            seg(
+                "broad",
+                &["*.lanukcorp.com", "10.1.0.0/16"],
+                &["80", "443"],
+                &["53"],
+                false,
+            ),
+            seg(
+                "jira",
+                &["jira.lanukcorp.com", "10.1.1.1"],
+                &["80"],
+                &[],
+                false,
+            ),
+        ];
+        assert_eq!(matched(&segments, &tcp("jira.lanukcorp.com", 80)), "jira");
+        // `broad` has 443, but `jira` is more specific and decides.
+        assert_eq!(
+            port_refused(&segments, &tcp("jira.lanukcorp.com", 443)),
+            "jira"
+        );
+        assert_eq!(port_refused(&segments, &tcp("10.1.1.1", 443)), "jira");
+        // The protocol matters too.
+        assert_eq!(
+            port_refused(&segments, &udp("jira.lanukcorp.com", 80)),
+            "jira"
+        );
+        assert_eq!(port_refused(&segments, &udp("10.1.1.1", 53)), "jira");
+        // Less specific requests still reach `broad`.
+        assert_eq!(matched(&segments, &tcp("wiki.lanukcorp.com", 443)), "broad");
+        assert_eq!(matched(&segments, &udp("10.1.9.9", 53)), "broad");
+        assert_eq!(port_refused(&segments, &tcp("10.1.9.9", 22)), "broad");
+    }
+
+    #[test]
+    fn the_refusal_names_the_entry_that_matched() {
+        let segments = [seg(
+            "jira",
+            &["wiki.lanukcorp.com", "jira.lanukcorp.com"],
+            &["80"],
+            &[],
+            false,
+        )];
+        let index = SegmentIndex::new(&segments);
+        assert_eq!(
+            index.match_request(&tcp("jira.lanukcorp.com", 80)),
+            MatchOutcome::Matched(Match {
+                segment: 0,
+                entry: 1
+            })
+        );
+        assert_eq!(
+            index.match_request(&tcp("jira.lanukcorp.com", 81)),
+            MatchOutcome::PortNotInSegment(Match {
+                segment: 0,
+                entry: 1
+            })
+        );
+    }
+
+    #[test]
+    fn multimatch_picks_the_most_specific_segment_with_the_port() {
+        let segments = [
+            seg("example", &["*.example.com"], &["443", "22"], &[], true),
+            seg("corp", &["*.corp.example.com"], &["443", "8080"], &[], true),
+            seg("jira", &["jira.corp.example.com"], &["80"], &[], true),
+        ];
+        let host = "jira.corp.example.com";
+        assert_eq!(matched(&segments, &tcp(host, 80)), "jira");
+        assert_eq!(matched(&segments, &tcp(host, 443)), "corp");
+        assert_eq!(matched(&segments, &tcp(host, 8080)), "corp");
+        assert_eq!(matched(&segments, &tcp(host, 22)), "example");
+        assert_eq!(port_refused(&segments, &tcp(host, 25)), "jira");
+        assert_eq!(matched(&segments, &tcp("x.example.com", 443)), "example");
+        assert_eq!(
+            port_refused(&segments, &tcp("x.example.com", 8080)),
+            "example"
+        );
+    }
+
+    #[test]
+    fn multimatch_works_for_addresses_too() {
+        let segments = [
+            seg("net16", &["10.1.0.0/16"], &["22"], &[], true),
+            seg("net24", &["10.1.1.0/24"], &["443"], &[], true),
+            seg("host", &["10.1.1.1"], &["80"], &[], true),
+        ];
+        assert_eq!(matched(&segments, &tcp("10.1.1.1", 80)), "host");
+        assert_eq!(matched(&segments, &tcp("10.1.1.1", 443)), "net24");
+        assert_eq!(matched(&segments, &tcp("10.1.1.1", 22)), "net16");
+        assert_eq!(port_refused(&segments, &tcp("10.1.1.1", 25)), "host");
+    }
+
+    #[test]
+    fn an_exclusive_segment_in_the_top_tier_decides_alone() {
+        let segments = [
+            seg("wide", &["*.example.com"], &["443"], &[], true),
+            seg("jira", &["jira.example.com"], &["80"], &[], false),
+        ];
+        assert_eq!(matched(&segments, &tcp("jira.example.com", 80)), "jira");
+        assert_eq!(
+            port_refused(&segments, &tcp("jira.example.com", 443)),
+            "jira"
+        );
+    }
+
+    #[test]
+    fn inclusive_matching_skips_less_specific_exclusive_segments() {
+        let segments = [
+            seg("wide", &["*.example.com"], &["443"], &[], false),
+            seg("jira", &["jira.example.com"], &["80"], &[], true),
+        ];
+        assert_eq!(matched(&segments, &tcp("jira.example.com", 80)), "jira");
+        // `wide` is not multimatch, so it is not among the inclusive choices.
+        assert_eq!(
+            port_refused(&segments, &tcp("jira.example.com", 443)),
+            "jira"
+        );
+    }
+
+    #[test]
+    fn ties_go_to_a_segment_with_the_port_then_to_the_first_listed() {
+        let segments = [
+            seg("first", &["jira.example.com"], &["80"], &[], false),
+            seg("second", &["jira.example.com"], &["80", "443"], &[], false),
+        ];
+        assert_eq!(matched(&segments, &tcp("jira.example.com", 80)), "first");
+        assert_eq!(matched(&segments, &tcp("jira.example.com", 443)), "second");
+        assert_eq!(
+            port_refused(&segments, &tcp("jira.example.com", 22)),
+            "first"
+        );
+    }
+
+    #[test]
+    fn host_names_are_case_insensitive_and_ignore_a_trailing_dot() {
+        let segments = [
+            seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
+            seg("dev", &["*.dev.lanukcorp.com"], &["80"], &[], false),
+            seg("ip", &["10.1.1.1"], &["80"], &[], false),
+        ];
+        for host in [
+            "JIRA.LanukCorp.COM",
+            "jira.lanukcorp.com.",
+            "Jira.LANUKCORP.com.",
+        ] {
+            assert_eq!(matched(&segments, &tcp(host, 80)), "jira", "{host}");
+        }
+        for host in [
+            "X.DEV.lanukcorp.com",
+            "x.dev.lanukcorp.com.",
+            "A.B.Dev.LanukCorp.Com.",
+        ] {
+            assert_eq!(matched(&segments, &tcp(host, 80)), "dev", "{host}");
+        }
+        assert_eq!(matched(&segments, &tcp("10.1.1.1.", 80)), "ip");
+    }
+
+    #[test]
+    fn unmatched_hosts_have_no_segment() {
+        let segments = [
+            seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
+            seg("net", &["10.1.0.0/16"], &["80"], &[], false),
+        ];
+        for host in [
+            "wiki.lanukcorp.com",
+            "lanukcorp.com",
+            "10.2.0.1",
+            "",
+            ".",
+            "::1",
+        ] {
+            assert_eq!(
+                decide(&segments, &tcp(host, 80)),
+                Err(MatchOutcome::NoSegment),
+                "{host:?}"
+            );
+        }
+        assert_eq!(
+            SegmentIndex::new(&[]).match_request(&tcp("jira.lanukcorp.com", 80)),
+            MatchOutcome::NoSegment
+        );
+    }
+}

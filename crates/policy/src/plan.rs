@@ -109,3 +109,148 @@ pub fn estimated_checks(segment: &Segment, addresses_per_fqdn: u64) -> u64 {
         .sum();
     addresses * u64::from(segment.port_count())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::{SegmentSpec, validate_segment};
+
+    fn segment(apps: &[&str], tcp: &[&str], udp: &[&str]) -> Segment {
+        validate_segment(&SegmentSpec {
+            name: "jira".into(),
+            applications: apps.iter().map(|&a| a.into()).collect(),
+            tcp_ports: tcp.iter().map(|&p| p.into()).collect(),
+            udp_ports: udp.iter().map(|&p| p.into()).collect(),
+            health_reporting: Some("on_access".into()),
+            connector_groups: vec!["dc-east".into()],
+            ..SegmentSpec::default()
+        })
+        .expect("valid segment")
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn target(address: &str, protocol: Protocol, port: u16) -> CheckTarget {
+        CheckTarget {
+            address: ip(address),
+            protocol,
+            port,
+        }
+    }
+
+    fn resolved(entries: &[(&str, &[&str])]) -> BTreeMap<String, Vec<IpAddr>> {
+        entries
+            .iter()
+            .map(|(name, ips)| ((*name).to_owned(), ips.iter().map(|s| ip(s)).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn the_seeds_example_gives_exactly_six_checks() {
+        let s = segment(&["jira.lanukcorp.com", "10.1.1.1"], &["80"], &["3389"]);
+        let dns = resolved(&[("jira.lanukcorp.com", &["10.1.2.1", "10.1.2.2"])]);
+        assert_eq!(
+            plan_checks(&s, &dns),
+            vec![
+                target("10.1.2.1", Protocol::Tcp, 80),
+                target("10.1.2.2", Protocol::Tcp, 80),
+                target("10.1.1.1", Protocol::Tcp, 80),
+                target("10.1.2.1", Protocol::Udp, 3389),
+                target("10.1.2.2", Protocol::Udp, 3389),
+                target("10.1.1.1", Protocol::Udp, 3389),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_fqdn_resolving_to_an_explicit_ip_is_checked_once() {
+        let s = segment(
+            &["jira.lanukcorp.com", "10.1.1.1", "wiki.lanukcorp.com"],
+            &["80"],
+            &[],
+        );
+        let dns = resolved(&[
+            ("jira.lanukcorp.com", &["10.1.1.1", "10.1.2.2", "10.1.2.2"]),
+            ("wiki.lanukcorp.com", &["10.1.2.2", "10.1.1.1"]),
+        ]);
+        assert_eq!(
+            plan_checks(&s, &dns),
+            vec![
+                target("10.1.1.1", Protocol::Tcp, 80),
+                target("10.1.2.2", Protocol::Tcp, 80),
+            ]
+        );
+    }
+
+    #[test]
+    fn ranges_expand_and_the_same_port_on_both_protocols_is_two_checks() {
+        let s = segment(&["10.1.1.1", "::1"], &["8000-8002"], &["8000"]);
+        let plan = plan_checks(&s, &BTreeMap::new());
+        assert_eq!(plan.len(), 2 * 4);
+        assert_eq!(plan[0], target("10.1.1.1", Protocol::Tcp, 8000));
+        assert_eq!(plan[1], target("::1", Protocol::Tcp, 8000));
+        assert_eq!(plan[5], target("::1", Protocol::Tcp, 8002));
+        assert_eq!(plan[7], target("::1", Protocol::Udp, 8000));
+    }
+
+    #[test]
+    fn unresolved_names_and_discovery_entries_give_no_checks() {
+        let s = segment(
+            &["jira.lanukcorp.com", "*.safemarch.com", "10.122.0.0/16"],
+            &["80"],
+            &[],
+        );
+        assert!(plan_checks(&s, &BTreeMap::new()).is_empty());
+        // A resolution for an unrelated name does not leak in.
+        let dns = resolved(&[("wiki.lanukcorp.com", &["10.9.9.9"])]);
+        assert!(plan_checks(&s, &dns).is_empty());
+    }
+
+    #[test]
+    fn cycle_time_at_the_rate_limit() {
+        assert_eq!(cycle_time(6000, 20), Duration::from_secs(300));
+        assert_eq!(cycle_time(20, 20), Duration::from_secs(1));
+        assert_eq!(cycle_time(1, 20), Duration::from_millis(50));
+        assert_eq!(cycle_time(30, 20), Duration::from_millis(1500));
+        assert_eq!(cycle_time(0, 20), Duration::ZERO);
+        assert_eq!(cycle_time(1, 3), Duration::from_nanos(333_333_333));
+        // A rate of zero is treated as one, not a division by zero.
+        assert_eq!(cycle_time(5, 0), Duration::from_secs(5));
+        // No overflow at the extremes.
+        assert_eq!(
+            cycle_time(u64::MAX, u32::MAX),
+            Duration::from_secs(u64::MAX / u64::from(u32::MAX))
+                + Duration::from_nanos(
+                    (u64::MAX % u64::from(u32::MAX)) * 1_000_000_000 / u64::from(u32::MAX)
+                )
+        );
+    }
+
+    #[test]
+    fn the_budget_warns_above_not_at_its_limit() {
+        let at = estimate_budget(6000, 20, 6000);
+        assert!(!at.over_budget);
+        assert_eq!(at.cycle, Duration::from_secs(300));
+        assert_eq!(at.checks_per_cycle, 6000);
+        let over = estimate_budget(6001, 20, 6000);
+        assert!(over.over_budget);
+        assert_eq!(over.cycle, Duration::from_millis(300_050));
+        // The budget is configurable.
+        assert!(estimate_budget(101, 20, 100).over_budget);
+        assert!(!estimate_budget(100, 20, 100).over_budget);
+    }
+
+    #[test]
+    fn estimated_checks_counts_addresses_times_ports() {
+        let s = segment(
+            &["jira.lanukcorp.com", "10.1.1.1", "*.safemarch.com"],
+            &["80", "8000-8001"],
+            &["3389"],
+        );
+        // (2 per FQDN + 1 IP + 0 wildcard) x 4 ports.
+        assert_eq!(estimated_checks(&s, 2), 12);
+        assert_eq!(estimated_checks(&s, 0), 4);
+    }
+}

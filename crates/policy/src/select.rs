@@ -307,3 +307,279 @@ pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strate
         eligible_groups: groups,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    use super::*;
+    use HealthReporting::{Continuous, None as NoChecks, OnAccess};
+    use Status::{Down, Unhealthy, Unknown, Up};
+
+    fn c(connector: &str, group: &str, connected: bool, status: Status) -> Candidate {
+        Candidate {
+            connector: connector.into(),
+            group: group.into(),
+            connected,
+            status,
+        }
+    }
+
+    /// The set of connectors `select` chooses over many draws; panics on a
+    /// refusal.
+    fn chosen(
+        candidates: &[Candidate],
+        mode: HealthReporting,
+        strategy: Strategy,
+    ) -> BTreeSet<String> {
+        let mut rng = SmallRng::seed_from_u64(7);
+        (0..2000)
+            .map(|_| match select(candidates, mode, strategy, &mut rng) {
+                Decision::Selected { index } => candidates[index].connector.clone(),
+                Decision::Refused(r) => panic!("refused: {r}"),
+            })
+            .collect()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|&n| n.to_owned()).collect()
+    }
+
+    fn refusal_of(
+        candidates: &[Candidate],
+        mode: HealthReporting,
+        strategy: Strategy,
+    ) -> RefusalReason {
+        let mut rng = SmallRng::seed_from_u64(7);
+        match select(candidates, mode, strategy, &mut rng) {
+            Decision::Refused(r) => r,
+            Decision::Selected { index } => panic!("selected {:?}", candidates[index]),
+        }
+    }
+
+    #[test]
+    fn healthy_picks_only_connected_reachable_candidates() {
+        let candidates = [
+            c("up", "g1", true, Up),
+            c("up-gone", "g1", false, Up),
+            c("down", "g1", true, Down),
+            c("unknown", "g2", true, Unknown),
+            c("unhealthy", "g2", true, Unhealthy),
+            c("unhealthy-gone", "g2", false, Unhealthy),
+        ];
+        for mode in [Continuous, OnAccess] {
+            assert_eq!(
+                chosen(&candidates, mode, Strategy::Healthy),
+                set(&["up", "unhealthy"])
+            );
+        }
+    }
+
+    #[test]
+    fn a_single_reachable_candidate_is_always_chosen() {
+        let candidates = [c("a", "g", true, Down), c("b", "g", true, Unhealthy)];
+        let mut rng = SmallRng::seed_from_u64(1);
+        for _ in 0..100 {
+            assert_eq!(
+                select(&candidates, Continuous, Strategy::Healthy, &mut rng),
+                Decision::Selected { index: 1 }
+            );
+        }
+    }
+
+    #[test]
+    fn none_mode_treats_every_connected_candidate_as_up() {
+        let candidates = [
+            c("down", "g1", true, Down),
+            c("unknown", "g1", true, Unknown),
+            c("gone", "g2", false, Up),
+            c("up", "g2", true, Up),
+        ];
+        for strategy in [Strategy::Healthy, Strategy::Group] {
+            assert_eq!(
+                chosen(&candidates, NoChecks, strategy),
+                set(&["down", "unknown", "up"]),
+                "{strategy}"
+            );
+        }
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        for strategy in [Strategy::Healthy, Strategy::Group] {
+            for mode in [Continuous, OnAccess, NoChecks] {
+                assert_eq!(refusal_of(&[], mode, strategy), RefusalReason::NoConnector);
+                let gone = [c("a", "g", false, Up), c("b", "g", false, Unhealthy)];
+                assert_eq!(
+                    refusal_of(&gone, mode, strategy),
+                    RefusalReason::NoConnector
+                );
+            }
+            for mode in [Continuous, OnAccess] {
+                // A disconnected connector's old Up does not count.
+                let down = [c("a", "g", true, Down), c("b", "h", false, Up)];
+                assert_eq!(refusal_of(&down, mode, strategy), RefusalReason::AllDown);
+                let unknown = [c("a", "g", true, Unknown), c("b", "g", true, Unknown)];
+                assert_eq!(
+                    refusal_of(&unknown, mode, strategy),
+                    RefusalReason::NoHealthReport
+                );
+                let mixed = [c("a", "g", true, Down), c("b", "g", true, Unknown)];
+                assert_eq!(
+                    refusal_of(&mixed, mode, strategy),
+                    RefusalReason::NoHealthReport
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn group_strategy_follows_the_seeds_literal_rule() {
+        let candidates = [
+            // g1 is eligible (a3 reports Up); a1 reported Down.
+            c("a1", "g1", true, Down),
+            c("a2", "g1", true, Unknown),
+            c("a3", "g1", true, Up),
+            c("a4", "g1", false, Unknown),
+            // g2 has nobody reporting reachable.
+            c("b1", "g2", true, Unknown),
+            c("b2", "g2", true, Down),
+            // g3's only reachable report comes from a disconnected connector.
+            c("c1", "g3", false, Up),
+            c("c2", "g3", true, Unknown),
+        ];
+        assert_eq!(
+            chosen(&candidates, Continuous, Strategy::Group),
+            set(&["a2", "a3"])
+        );
+        // Healthy would only take a3.
+        assert_eq!(
+            chosen(&candidates, Continuous, Strategy::Healthy),
+            set(&["a3"])
+        );
+    }
+
+    #[test]
+    fn group_strategy_picks_among_every_eligible_group() {
+        let candidates = [
+            c("a1", "g1", true, Unhealthy),
+            c("b1", "g2", true, Up),
+            c("b2", "g2", true, Unknown),
+            c("x1", "g3", true, Down),
+        ];
+        assert_eq!(
+            chosen(&candidates, OnAccess, Strategy::Group),
+            set(&["a1", "b1", "b2"])
+        );
+    }
+
+    #[test]
+    fn explain_notes_every_candidate_healthy() {
+        let candidates = [
+            c("up", "g1", true, Up),
+            c("gone", "g1", false, Up),
+            c("down", "g2", true, Down),
+            c("unknown", "g2", true, Unknown),
+            c("unhealthy", "g2", true, Unhealthy),
+        ];
+        let e = explain(&candidates, Continuous, Strategy::Healthy);
+        assert_eq!(e.strategy, Strategy::Healthy);
+        assert_eq!(e.mode, Continuous);
+        assert!(e.eligible_groups.is_empty());
+        let notes: Vec<(&str, bool, &str)> = e
+            .candidates
+            .iter()
+            .map(|n| (n.connector.as_str(), n.eligible, n.reason.as_str()))
+            .collect();
+        assert_eq!(
+            notes,
+            vec![
+                ("up", true, "reports the application up"),
+                ("gone", false, "not connected"),
+                ("down", false, "reports the application down"),
+                ("unknown", false, "reports the application unknown"),
+                ("unhealthy", true, "reports the application unhealthy"),
+            ]
+        );
+        // Eligibility in the explanation agrees with what select chooses.
+        let eligible: BTreeSet<String> = e
+            .candidates
+            .iter()
+            .filter(|n| n.eligible)
+            .map(|n| n.connector.clone())
+            .collect();
+        assert_eq!(eligible, chosen(&candidates, Continuous, Strategy::Healthy));
+    }
+
+    #[test]
+    fn explain_notes_every_candidate_group() {
+        let candidates = [
+            c("a1", "g1", true, Down),
+            c("a2", "g1", true, Unknown),
+            c("a3", "g1", true, Up),
+            c("b1", "g2", true, Unknown),
+            c("c1", "g3", false, Up),
+        ];
+        let e = explain(&candidates, OnAccess, Strategy::Group);
+        assert_eq!(e.eligible_groups, vec!["g1".to_owned()]);
+        let notes: Vec<(&str, bool)> = e
+            .candidates
+            .iter()
+            .map(|n| (n.connector.as_str(), n.eligible))
+            .collect();
+        assert_eq!(
+            notes,
+            vec![
+                ("a1", false),
+                ("a2", true),
+                ("a3", true),
+                ("b1", false),
+                ("c1", false)
+            ]
+        );
+        assert_eq!(e.candidates[0].reason, "reports the application down");
+        assert!(
+            e.candidates[3]
+                .reason
+                .contains(r#"group "g2" has no connector"#)
+        );
+        assert_eq!(e.candidates[4].reason, "not connected");
+        let eligible: BTreeSet<String> = e
+            .candidates
+            .iter()
+            .filter(|n| n.eligible)
+            .map(|n| n.connector.clone())
+            .collect();
+        assert_eq!(eligible, chosen(&candidates, OnAccess, Strategy::Group));
+    }
+
+    #[test]
+    fn explain_shows_none_segments_as_up() {
+        let candidates = [c("a", "g", true, Unknown), c("b", "g", false, Unknown)];
+        let e = explain(&candidates, NoChecks, Strategy::Healthy);
+        assert_eq!(e.candidates[0].status, Up);
+        assert!(e.candidates[0].eligible);
+        assert!(e.candidates[0].reason.contains("assumed reachable"));
+        assert_eq!(e.candidates[1].status, Unknown);
+        assert!(!e.candidates[1].eligible);
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        assert_eq!("healthy".parse::<Strategy>(), Ok(Strategy::Healthy));
+        assert_eq!("group".parse::<Strategy>(), Ok(Strategy::Group));
+        assert!("random".parse::<Strategy>().is_err());
+        assert_eq!(Strategy::default(), Strategy::Healthy);
+        assert_eq!(
+            RefusalReason::PortNotInSegment.to_string(),
+            "port_not_in_segment"
+        );
+        assert_eq!(
+            RefusalReason::DiscoveryTimeout.as_str(),
+            "discovery_timeout"
+        );
+    }
+}

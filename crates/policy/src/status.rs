@@ -183,7 +183,9 @@ pub fn application_status(results: &[AddressResult], dns_failed: bool) -> Status
 }
 
 /// The status the CA acts on: a report older than `stale_after_intervals`
-/// report intervals plus the connector's cycle time is Unknown.
+/// report intervals plus the connector's cycle time is Unknown. A report
+/// exactly at that age is still current. The limit saturates instead of
+/// overflowing, so absurd intervals mean "never stale", not a panic.
 pub fn effective_status(
     reported: Status,
     age: Duration,
@@ -191,10 +193,139 @@ pub fn effective_status(
     stale_after_intervals: u32,
     cycle: Duration,
 ) -> Status {
-    let limit = report_interval.saturating_mul(stale_after_intervals) + cycle;
+    let limit = report_interval
+        .saturating_mul(stale_after_intervals)
+        .saturating_add(cycle);
     if age > limit {
         Status::Unknown
     } else {
         reported
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(address: &str, reachable: bool) -> AddressResult {
+        AddressResult {
+            address: address.parse().unwrap(),
+            reachable,
+            method: Method::Tcp,
+            rtt: if reachable {
+                Duration::from_millis(3)
+            } else {
+                Duration::ZERO
+            },
+            failure: (!reachable).then(|| Failure {
+                kind: FailureKind::Refused,
+                detail: "connection refused".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn every_address_reachable_is_up() {
+        let r = [result("10.1.2.1", true), result("10.1.2.2", true)];
+        assert_eq!(application_status(&r, false), Status::Up);
+        assert_eq!(application_status(&r[..1], false), Status::Up);
+    }
+
+    #[test]
+    fn some_addresses_reachable_is_unhealthy() {
+        let r = [
+            result("10.1.2.1", true),
+            result("10.1.2.2", false),
+            result("10.1.2.3", false),
+        ];
+        assert_eq!(application_status(&r, false), Status::Unhealthy);
+        let r = [result("10.1.2.1", false), result("10.1.2.2", true)];
+        assert_eq!(application_status(&r, false), Status::Unhealthy);
+    }
+
+    #[test]
+    fn no_address_reachable_is_down() {
+        let r = [result("10.1.2.1", false), result("10.1.2.2", false)];
+        assert_eq!(application_status(&r, false), Status::Down);
+    }
+
+    #[test]
+    fn no_result_is_unknown() {
+        assert_eq!(application_status(&[], false), Status::Unknown);
+    }
+
+    #[test]
+    fn a_dns_failure_is_down_whatever_the_stale_results_say() {
+        assert_eq!(application_status(&[], true), Status::Down);
+        let r = [result("10.1.2.1", true)];
+        assert_eq!(application_status(&r, true), Status::Down);
+    }
+
+    #[test]
+    fn up_and_unhealthy_count_as_reachable() {
+        assert!(Status::Up.is_reachable());
+        assert!(Status::Unhealthy.is_reachable());
+        assert!(!Status::Down.is_reachable());
+        assert!(!Status::Unknown.is_reachable());
+    }
+
+    #[test]
+    fn a_report_goes_stale_after_three_intervals_plus_the_cycle() {
+        let interval = Duration::from_secs(60);
+        let cycle = Duration::from_secs(300);
+        let limit = Duration::from_secs(3 * 60 + 300);
+        let at = |age| effective_status(Status::Up, age, interval, 3, cycle);
+        assert_eq!(at(Duration::ZERO), Status::Up);
+        assert_eq!(at(limit - Duration::from_nanos(1)), Status::Up);
+        assert_eq!(at(limit), Status::Up, "exactly at the limit is current");
+        assert_eq!(at(limit + Duration::from_nanos(1)), Status::Unknown);
+        // Without a cycle the limit is the intervals alone.
+        let bare = |age| effective_status(Status::Down, age, interval, 3, Duration::ZERO);
+        assert_eq!(bare(Duration::from_secs(180)), Status::Down);
+        assert_eq!(bare(Duration::from_secs(181)), Status::Unknown);
+        // The number of intervals is configurable.
+        assert_eq!(
+            effective_status(
+                Status::Up,
+                Duration::from_secs(61),
+                interval,
+                1,
+                Duration::ZERO
+            ),
+            Status::Unknown
+        );
+    }
+
+    #[test]
+    fn staleness_arithmetic_saturates_instead_of_panicking() {
+        let s = effective_status(
+            Status::Unhealthy,
+            Duration::MAX,
+            Duration::MAX,
+            u32::MAX,
+            Duration::MAX,
+        );
+        assert_eq!(s, Status::Unhealthy);
+    }
+
+    #[test]
+    fn best_prefers_up_then_unhealthy_then_down_then_unknown() {
+        use Status::*;
+        assert_eq!(Status::best([]), Unknown);
+        assert_eq!(Status::best([Unknown]), Unknown);
+        assert_eq!(Status::best([Unknown, Down]), Down);
+        assert_eq!(Status::best([Down, Unhealthy, Unknown]), Unhealthy);
+        assert_eq!(Status::best([Unhealthy, Up, Down]), Up);
+        assert_eq!(Status::best([Up, Unknown]), Up);
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for s in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+            assert_eq!(s.as_str().parse::<Status>(), Ok(s));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert!("UP".parse::<Status>().is_err());
+        assert_eq!(Method::TcpFallback.as_str(), "tcp_fallback");
     }
 }

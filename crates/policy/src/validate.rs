@@ -161,6 +161,12 @@ impl fmt::Display for ValidationErrors {
 /// Default report interval when a segment does not set one.
 pub const DEFAULT_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Longest report interval a segment may set: one day. Health that is
+/// reported less often than daily is no health reporting, and the bound keeps
+/// the interval representable on the wire (`uint32` seconds and
+/// milliseconds) and in staleness arithmetic.
+pub const MAX_REPORT_INTERVAL: Duration = Duration::from_secs(86_400);
+
 /// Validates a whole policy with the default limits.
 pub fn validate(spec: &PolicySpec) -> Result<Policy, ValidationErrors> {
     validate_with(spec, Limits::default())
@@ -340,11 +346,31 @@ fn validate_segment_with(
             );
             None
         }
+        (Some(ms), _) if Duration::from_millis(ms) > MAX_REPORT_INTERVAL => {
+            err(
+                "report_interval_ms",
+                format!(
+                    "report_interval_ms = {ms} is too long (max {})",
+                    MAX_REPORT_INTERVAL.as_millis()
+                ),
+            );
+            None
+        }
         (Some(ms), _) => Some(Duration::from_millis(ms)),
         (None, Some(0)) => {
             err(
                 "report_interval_s",
                 "report_interval_s = 0 is not allowed (must be at least 1)".into(),
+            );
+            None
+        }
+        (None, Some(s)) if Duration::from_secs(s) > MAX_REPORT_INTERVAL => {
+            err(
+                "report_interval_s",
+                format!(
+                    "report_interval_s = {s} is too long (max {})",
+                    MAX_REPORT_INTERVAL.as_secs()
+                ),
             );
             None
         }
@@ -565,4 +591,654 @@ fn check_domain(name: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A valid continuous segment served by `dc-east`; tests break one field.
+    fn seg(name: &str) -> SegmentSpec {
+        SegmentSpec {
+            name: name.into(),
+            applications: vec!["jira.lanukcorp.com".into(), "10.1.1.1".into()],
+            tcp_ports: vec!["80".into()],
+            udp_ports: vec!["3389".into()],
+            health_reporting: Some("continuous".into()),
+            report_interval_s: Some(60),
+            connector_groups: vec!["dc-east".into()],
+            ..SegmentSpec::default()
+        }
+    }
+
+    fn policy(segments: Vec<SegmentSpec>) -> PolicySpec {
+        PolicySpec {
+            connector_groups: vec![GroupSpec {
+                name: "dc-east".into(),
+            }],
+            segments,
+        }
+    }
+
+    fn ports(specs: &[&str]) -> Vec<PortSpec> {
+        specs.iter().map(|&p| p.into()).collect()
+    }
+
+    /// The displayed errors of an invalid policy.
+    fn errors(spec: &PolicySpec) -> Vec<String> {
+        match validate(spec) {
+            Ok(p) => panic!("expected errors, got a valid policy: {p:?}"),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// The errors of one invalid segment, as (field, displayed error).
+    fn seg_errors(spec: &SegmentSpec) -> Vec<(&'static str, String)> {
+        match validate_segment(spec) {
+            Ok(s) => panic!("expected errors, got a valid segment: {s:?}"),
+            Err(e) => e.iter().map(|e| (e.field, e.to_string())).collect(),
+        }
+    }
+
+    /// Asserts exactly one error, on `field`, whose display contains `needle`.
+    fn assert_one_error(spec: &SegmentSpec, field: &str, needle: &str) {
+        let errs = seg_errors(spec);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert_eq!(errs[0].0, field, "{errs:#?}");
+        assert!(
+            errs[0].1.contains(needle),
+            "{:?} lacks {needle:?}",
+            errs[0].1
+        );
+    }
+
+    #[test]
+    fn a_valid_segment_is_normalised() {
+        let mut spec = seg("jira");
+        spec.applications = vec![
+            "JIRA.LanukCorp.com.".into(),
+            "10.1.1.1".into(),
+            "*.SafeMarch.com".into(),
+            "10.122.0.0/16".into(),
+            "fd00::1".into(),
+            "fd00::/8".into(),
+        ];
+        spec.tcp_ports = ports(&["8000-8100", "80"]);
+        spec.health_reporting = Some("on_access".into());
+        spec.report_interval_s = None;
+        let s = validate_segment(&spec).expect("valid");
+        assert_eq!(
+            s.applications,
+            vec![
+                AppEntry::Fqdn("jira.lanukcorp.com".into()),
+                AppEntry::Ip("10.1.1.1".parse().unwrap()),
+                AppEntry::Wildcard("safemarch.com".into()),
+                AppEntry::Subnet("10.122.0.0/16".parse().unwrap()),
+                AppEntry::Ip("fd00::1".parse().unwrap()),
+                AppEntry::Subnet("fd00::/8".parse().unwrap()),
+            ]
+        );
+        // Sorted, whatever the configuration order.
+        assert_eq!(
+            s.tcp_ports,
+            vec![
+                PortRange::single(80).unwrap(),
+                PortRange::new(8000, 8100).unwrap()
+            ]
+        );
+        assert_eq!(s.udp_ports, vec![PortRange::single(3389).unwrap()]);
+        assert_eq!(s.report_interval, DEFAULT_REPORT_INTERVAL);
+        assert_eq!(s.port_count(), 103);
+        assert!(s.is_discovery());
+    }
+
+    #[test]
+    fn health_reporting_defaults_to_continuous() {
+        let mut spec = seg("jira");
+        spec.health_reporting = None;
+        assert_eq!(
+            validate_segment(&spec).unwrap().health_reporting,
+            HealthReporting::Continuous
+        );
+    }
+
+    // ---- continuous: at most 10 ports, TCP and UDP together, port by port ----
+
+    #[test]
+    fn continuous_allows_exactly_ten_ports_across_tcp_and_udp() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = ports(&["80", "8000-8004"]); // 6
+        spec.udp_ports = ports(&["53", "3389-3391"]); // 4
+        let s = validate_segment(&spec).expect("10 ports is allowed");
+        assert_eq!(s.port_count(), 10);
+    }
+
+    #[test]
+    fn continuous_rejects_eleven_ports_across_tcp_and_udp() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = ports(&["80", "8000-8004"]); // 6
+        spec.udp_ports = ports(&["53", "3389-3392"]); // 5
+        assert_eq!(
+            seg_errors(&spec),
+            vec![(
+                "health_reporting",
+                r#"segment "jira": health_reporting = "continuous" is not allowed with 11 ports (max 10)"#
+                    .to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn continuous_port_limit_message_is_exactly_the_contracts() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = ports(&["1-12"]);
+        spec.udp_ports = vec![];
+        assert_eq!(
+            errors(&policy(vec![spec])),
+            vec![
+                r#"segment "jira": health_reporting = "continuous" is not allowed with 12 ports (max 10)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_range_counts_each_of_its_ports() {
+        let mut spec = seg("jira");
+        spec.udp_ports = vec![];
+        spec.tcp_ports = ports(&["1-10"]);
+        assert!(validate_segment(&spec).is_ok());
+        spec.tcp_ports = ports(&["1-11"]);
+        assert_one_error(&spec, "health_reporting", "with 11 ports (max 10)");
+        spec.tcp_ports = ports(&["1-65535"]);
+        assert_one_error(&spec, "health_reporting", "with 65535 ports (max 10)");
+    }
+
+    #[test]
+    fn the_port_limit_only_applies_to_continuous() {
+        for mode in ["on_access", "none"] {
+            let mut spec = seg("jira");
+            spec.health_reporting = Some(mode.into());
+            spec.tcp_ports = ports(&["1-1000"]);
+            assert!(validate_segment(&spec).is_ok(), "{mode}");
+        }
+    }
+
+    #[test]
+    fn the_port_limit_is_configurable() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = ports(&["1-12"]);
+        let limits = Limits {
+            max_continuous_ports: 13,
+        };
+        assert!(validate_with(&policy(vec![spec.clone()]), limits).is_ok());
+        let limits = Limits {
+            max_continuous_ports: 12,
+        };
+        let e = validate_with(&policy(vec![spec]), limits).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"segment "jira": health_reporting = "continuous" is not allowed with 13 ports (max 12)"#
+        );
+    }
+
+    #[test]
+    fn continuous_is_rejected_for_discovery_segments() {
+        for (entry, kind) in [("*.safemarch.com", "wildcard"), ("10.122.0.0/16", "subnet")] {
+            let mut spec = seg("disc");
+            spec.applications = vec!["jira.lanukcorp.com".into(), entry.into()];
+            assert_one_error(
+                &spec,
+                "health_reporting",
+                &format!(
+                    r#"health_reporting = "continuous" is not allowed for an application discovery segment ({kind} "{entry}")"#
+                ),
+            );
+            spec.health_reporting = Some("on_access".into());
+            assert!(validate_segment(&spec).is_ok(), "{entry} on_access");
+            spec.health_reporting = Some("none".into());
+            assert!(validate_segment(&spec).is_ok(), "{entry} none");
+        }
+    }
+
+    #[test]
+    fn multimatch_requires_on_access_or_none() {
+        let mut spec = seg("mm");
+        spec.multimatch = true;
+        assert_one_error(&spec, "multimatch", "multimatch = true requires");
+        spec.health_reporting = None; // the default is continuous
+        assert_one_error(&spec, "multimatch", "multimatch = true requires");
+        for mode in ["on_access", "none"] {
+            spec.health_reporting = Some(mode.into());
+            assert!(validate_segment(&spec).unwrap().multimatch, "{mode}");
+        }
+    }
+
+    // ---- ports ----
+
+    #[test]
+    fn bad_ports_are_rejected_with_the_field_and_the_entry() {
+        let cases: &[(PortSpec, &str)] = &[
+            (PortSpec::Number(0), "entry 0 is port 0"),
+            ("0".into(), r#"entry "0" is port 0"#),
+            (PortSpec::Number(65536), "is out of range: 65536"),
+            (PortSpec::Number(-1), "is out of range: -1"),
+            ("70000".into(), "is out of range: 70000"),
+            (
+                "99999999999999999999999".into(),
+                "is out of range: 99999999999999999999999",
+            ),
+            ("8100-8000".into(), "is an inverted range (8100 > 8000)"),
+            ("0-10".into(), "is port 0"),
+            ("10-65536".into(), "is out of range: 65536"),
+            ("http".into(), "is not a port number or range"),
+            ("".into(), "is not a port number or range"),
+            ("80-".into(), "is not a port number or range"),
+            ("-80".into(), "is not a port number or range"),
+            ("1-2-3".into(), "is not a port number or range"),
+            ("+80".into(), "is not a port number or range"),
+        ];
+        for (port, needle) in cases {
+            let mut spec = seg("jira");
+            spec.tcp_ports = vec![port.clone()];
+            assert_one_error(&spec, "tcp_ports", needle);
+            // The same rule holds for UDP, under its own field name.
+            let mut spec = seg("jira");
+            spec.udp_ports = vec![port.clone()];
+            assert_one_error(&spec, "udp_ports", needle);
+        }
+    }
+
+    #[test]
+    fn the_largest_port_is_allowed() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = vec![PortSpec::Number(65535)];
+        spec.udp_ports = ports(&["65530-65535"]);
+        assert!(validate_segment(&spec).is_ok());
+    }
+
+    #[test]
+    fn overlapping_ranges_are_rejected() {
+        for list in [
+            &["8000-8100", "8050"][..],
+            &["8050", "8000-8100"],
+            &["80", "80"],
+            &["1-5", "5-9"],
+            &["10-20", "1-30"],
+        ] {
+            let mut spec = seg("jira");
+            spec.health_reporting = Some("on_access".into());
+            spec.tcp_ports = ports(list);
+            assert_one_error(&spec, "tcp_ports", "overlaps");
+        }
+    }
+
+    #[test]
+    fn the_same_port_on_tcp_and_udp_does_not_overlap() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = ports(&["53"]);
+        spec.udp_ports = ports(&["53"]);
+        assert_eq!(validate_segment(&spec).unwrap().port_count(), 2);
+    }
+
+    #[test]
+    fn a_segment_needs_a_port() {
+        let mut spec = seg("jira");
+        spec.tcp_ports = vec![];
+        spec.udp_ports = vec![];
+        assert_one_error(&spec, "tcp_ports", "tcp_ports and udp_ports are both empty");
+        // UDP alone is enough.
+        spec.udp_ports = ports(&["3389"]);
+        assert!(validate_segment(&spec).is_ok());
+    }
+
+    // ---- applications ----
+
+    #[test]
+    fn a_segment_needs_an_application() {
+        let mut spec = seg("jira");
+        spec.applications = vec![];
+        assert_one_error(&spec, "applications", "applications is empty");
+    }
+
+    #[test]
+    fn malformed_application_entries_are_rejected() {
+        let cases = [
+            ("", "is empty"),
+            ("   ", "is empty"),
+            ("a.*.com", "wildcard that is not the whole left-most label"),
+            ("*foo.com", "wildcard that is not the whole left-most label"),
+            ("foo*.com", "wildcard that is not the whole left-most label"),
+            ("*.*.com", "wildcard outside the left-most label"),
+            ("*.com", "too broad"),
+            ("*.", "wildcard that is not the whole left-most label"),
+            ("exa mple.com", "contains ' '"),
+            ("a..b.com", "empty label"),
+            ("-a.com", "starts or ends with '-'"),
+            ("a-.com", "starts or ends with '-'"),
+            ("jira.lanukcorp.com:80", "contains ':'"),
+            ("http://jira", "is not a valid subnet"),
+            ("10.1.1", "is not a valid IP address"),
+            ("10.1.1.256", "is not a valid IP address"),
+            ("10.0.0.0/33", "is not a valid subnet"),
+            (
+                "10.0.0.1/8",
+                "has host bits set (did you mean \"10.0.0.0/8\"?)",
+            ),
+            ("fd00::1/8", "has host bits set"),
+            ("::1::2", "contains ':'"),
+            ("ünïcode.com", "contains 'ü'"),
+        ];
+        for (entry, needle) in cases {
+            let mut spec = seg("jira");
+            spec.applications = vec![entry.into()];
+            assert_one_error(&spec, "applications", needle);
+            // The message names the entry as written.
+            let errs = seg_errors(&spec);
+            assert!(
+                errs[0].1.contains(&format!("applications entry {entry:?}")),
+                "{errs:?}"
+            );
+        }
+        let long_label = format!("{}.com", "a".repeat(64));
+        assert!(
+            parse_entry(&long_label)
+                .unwrap_err()
+                .contains("longer than 63")
+        );
+        let long_name = format!("{}com", "abcdefghi.".repeat(26));
+        assert!(parse_entry(&long_name).unwrap_err().contains("max 253"));
+    }
+
+    #[test]
+    fn duplicate_application_entries_are_rejected_after_normalising() {
+        let mut spec = seg("jira");
+        spec.applications = vec!["jira.lanukcorp.com".into(), "JIRA.lanukcorp.com.".into()];
+        assert_one_error(&spec, "applications", "more than once");
+    }
+
+    // ---- names, groups, intervals, modes ----
+
+    #[test]
+    fn malformed_segment_names_are_rejected() {
+        for (name, needle) in [
+            ("", "name is empty"),
+            ("bad name", "contains ' '"),
+            ("-jira", "must not start"),
+            (".jira", "must not start"),
+            ("jira/x", "contains '/'"),
+        ] {
+            assert_one_error(&seg(name), "name", needle);
+        }
+        assert_one_error(&seg(&"a".repeat(129)), "name", "(max 128)");
+        assert!(validate_segment(&seg(&"a".repeat(128))).is_ok());
+        assert!(validate_segment(&seg("Jira_2.prod-east")).is_ok());
+    }
+
+    #[test]
+    fn an_unnamed_segment_is_named_by_position() {
+        let spec = policy(vec![seg("ok"), seg("")]);
+        assert_eq!(errors(&spec), vec![r##"segment "#2": name is empty"##]);
+    }
+
+    #[test]
+    fn malformed_and_duplicate_group_names_are_rejected() {
+        let mut spec = policy(vec![seg("jira")]);
+        spec.connector_groups.push(GroupSpec {
+            name: "dc-east".into(),
+        });
+        spec.connector_groups.push(GroupSpec {
+            name: "bad group".into(),
+        });
+        let errs = errors(&spec);
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        assert_eq!(
+            errs[0],
+            r#"connector group "dc-east": name is used by another connector group"#
+        );
+        assert!(
+            errs[1].starts_with(r#"connector group "bad group": name "bad group" contains ' '"#)
+        );
+    }
+
+    #[test]
+    fn duplicate_segment_names_are_rejected() {
+        let errs = errors(&policy(vec![seg("jira"), seg("wiki"), seg("jira")]));
+        assert_eq!(
+            errs,
+            vec![r#"segment "jira": name is used by another segment"#]
+        );
+    }
+
+    #[test]
+    fn unknown_connector_groups_are_rejected() {
+        let mut s = seg("jira");
+        s.connector_groups = vec!["dc-east".into(), "dc-west".into()];
+        assert_eq!(
+            errors(&policy(vec![s])),
+            vec![r#"segment "jira": connector_groups names unknown connector group "dc-west""#]
+        );
+    }
+
+    #[test]
+    fn connector_groups_must_be_present_and_distinct() {
+        let mut s = seg("jira");
+        s.connector_groups = vec![];
+        assert_one_error(&s, "connector_groups", "connector_groups is empty");
+        s.connector_groups = vec!["dc-east".into(), "dc-east".into()];
+        assert_one_error(&s, "connector_groups", "more than once");
+        s.connector_groups = vec![String::new()];
+        assert_one_error(&s, "connector_groups", "empty name");
+    }
+
+    #[test]
+    fn a_zero_report_interval_is_rejected() {
+        let mut s = seg("jira");
+        s.report_interval_s = Some(0);
+        assert_one_error(
+            &s,
+            "report_interval_s",
+            "report_interval_s = 0 is not allowed",
+        );
+        s.report_interval_s = Some(60);
+        s.report_interval_ms = Some(0);
+        assert_one_error(
+            &s,
+            "report_interval_ms",
+            "report_interval_ms = 0 is not allowed",
+        );
+    }
+
+    #[test]
+    fn report_interval_ms_overrides_seconds() {
+        let mut s = seg("jira");
+        s.report_interval_s = Some(0);
+        s.report_interval_ms = Some(250);
+        assert_eq!(
+            validate_segment(&s).unwrap().report_interval,
+            Duration::from_millis(250)
+        );
+    }
+
+    #[test]
+    fn an_absurd_report_interval_is_rejected() {
+        let mut s = seg("jira");
+        s.report_interval_s = Some(86_400);
+        assert!(validate_segment(&s).is_ok());
+        s.report_interval_s = Some(86_401);
+        assert_one_error(&s, "report_interval_s", "is too long (max 86400)");
+        s.report_interval_s = Some(u64::MAX);
+        assert_one_error(&s, "report_interval_s", "is too long");
+        s.report_interval_s = None;
+        s.report_interval_ms = Some(u64::MAX);
+        assert_one_error(&s, "report_interval_ms", "is too long (max 86400000)");
+    }
+
+    #[test]
+    fn an_unknown_health_reporting_value_is_rejected() {
+        for value in ["sometimes", "", "Continuous", "on-access"] {
+            let mut s = seg("jira");
+            s.health_reporting = Some(value.into());
+            assert_one_error(
+                &s,
+                "health_reporting",
+                &format!("health_reporting has unknown value {value:?}"),
+            );
+        }
+    }
+
+    // ---- every error is collected ----
+
+    #[test]
+    fn every_error_of_every_segment_is_listed() {
+        let mut too_many_ports = seg("jira");
+        too_many_ports.tcp_ports = ports(&["1-12"]);
+        let mut bad_everything = seg("wiki");
+        bad_everything.applications = vec!["a.*.com".into(), "10.1.1".into()];
+        bad_everything.tcp_ports = ports(&["0", "8100-8000"]);
+        bad_everything.udp_ports = ports(&["70000"]);
+        bad_everything.report_interval_s = Some(0);
+        bad_everything.connector_groups = vec!["nowhere".into()];
+        let mut bad_mode = seg("chat");
+        bad_mode.health_reporting = Some("sometimes".into());
+        let mut multi = seg("mm");
+        multi.multimatch = true;
+        multi.applications = vec!["*.safemarch.com".into()];
+        let spec = PolicySpec {
+            connector_groups: vec![
+                GroupSpec {
+                    name: "dc-east".into(),
+                },
+                GroupSpec {
+                    name: "dc east".into(),
+                },
+            ],
+            segments: vec![seg("fine"), too_many_ports, bad_everything, bad_mode, multi],
+        };
+        let errs = validate(&spec).unwrap_err().0;
+        let listed: Vec<(String, &str)> = errs
+            .iter()
+            .map(|e| {
+                let who = match &e.subject {
+                    Subject::Segment(n) | Subject::ConnectorGroup(n) => n.clone(),
+                };
+                (who, e.field)
+            })
+            .collect();
+        let expected: Vec<(String, &str)> = [
+            ("dc east", "name"),
+            ("jira", "health_reporting"),
+            ("wiki", "connector_groups"),
+            ("wiki", "applications"),
+            ("wiki", "applications"),
+            ("wiki", "tcp_ports"),
+            ("wiki", "tcp_ports"),
+            ("wiki", "udp_ports"),
+            ("wiki", "report_interval_s"),
+            ("chat", "health_reporting"),
+            ("mm", "health_reporting"),
+            ("mm", "multimatch"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), b))
+        .collect();
+        assert_eq!(listed, expected, "{errs:#?}");
+        // The combined display lists one error per line.
+        let text = ValidationErrors(errs).to_string();
+        assert_eq!(text.lines().count(), expected.len());
+    }
+
+    // ---- TOML ----
+
+    #[test]
+    fn toml_ports_may_be_strings_numbers_or_both() {
+        let text = r#"
+            [[connector_groups]]
+            name = "dc-east"
+
+            [[segments]]
+            name = "jira"
+            applications = ["jira.lanukcorp.com", "10.1.1.1"]
+            tcp_ports = ["80", "8000-8100"]
+            udp_ports = [3389]
+            health_reporting = "on_access"
+            report_interval_s = 30
+            multimatch = true
+            client_hostname_validation = true
+            connector_groups = ["dc-east"]
+
+            [[segments]]
+            name = "wiki"
+            applications = ["wiki.lanukcorp.com"]
+            tcp_ports = [80]
+            connector_groups = ["dc-east"]
+
+            [[segments]]
+            name = "mixed"
+            applications = ["10.9.9.9"]
+            tcp_ports = [443, "8443-8444"]
+            connector_groups = ["dc-east"]
+        "#;
+        let spec: PolicySpec = toml::from_str(text).expect("parses");
+        assert_eq!(
+            spec.segments[0].tcp_ports,
+            vec![
+                PortSpec::Text("80".into()),
+                PortSpec::Text("8000-8100".into())
+            ]
+        );
+        assert_eq!(spec.segments[0].udp_ports, vec![PortSpec::Number(3389)]);
+        assert_eq!(spec.segments[1].tcp_ports, vec![PortSpec::Number(80)]);
+        let p = validate(&spec).expect("valid");
+        let jira = p.segment("jira").unwrap();
+        assert_eq!(
+            jira.tcp_ports,
+            vec![
+                PortRange::single(80).unwrap(),
+                PortRange::new(8000, 8100).unwrap()
+            ]
+        );
+        assert_eq!(jira.udp_ports, vec![PortRange::single(3389).unwrap()]);
+        assert_eq!(jira.health_reporting, HealthReporting::OnAccess);
+        assert_eq!(jira.report_interval, Duration::from_secs(30));
+        assert!(jira.multimatch && jira.client_hostname_validation);
+        let wiki = p.segment("wiki").unwrap();
+        assert_eq!(wiki.tcp_ports, vec![PortRange::single(80).unwrap()]);
+        assert_eq!(wiki.health_reporting, HealthReporting::Continuous);
+        assert_eq!(wiki.report_interval, DEFAULT_REPORT_INTERVAL);
+        assert_eq!(p.segment("mixed").unwrap().port_count(), 3);
+        assert_eq!(p.segments_for_group("dc-east").count(), 3);
+    }
+
+    #[test]
+    fn toml_rejects_unknown_segment_fields() {
+        let text = r#"
+            [[segments]]
+            name = "jira"
+            tcp_port = ["80"]
+        "#;
+        let e = toml::from_str::<PolicySpec>(text).unwrap_err();
+        assert!(e.to_string().contains("tcp_port"), "{e}");
+    }
+
+    #[test]
+    fn toml_port_errors_surface_in_validation() {
+        let text = r#"
+            [[connector_groups]]
+            name = "dc-east"
+            [[segments]]
+            name = "jira"
+            applications = ["jira.lanukcorp.com"]
+            tcp_ports = [0, "70000", "9-1"]
+            connector_groups = ["dc-east"]
+        "#;
+        let spec: PolicySpec = toml::from_str(text).expect("parses");
+        assert_eq!(
+            errors(&spec),
+            vec![
+                r#"segment "jira": tcp_ports entry 0 is port 0, which is not allowed (ports are 1-65535)"#,
+                r#"segment "jira": tcp_ports entry "70000" is out of range: 70000 (ports are 1-65535)"#,
+                r#"segment "jira": tcp_ports entry "9-1" is an inverted range (9 > 1)"#,
+            ]
+        );
+    }
 }

@@ -6,6 +6,19 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
+/// `last + span`, or `None` when that lies beyond what `Instant` can hold:
+/// a window or gap that long never ends. (`Instant + Duration` would panic,
+/// and the lengths come from operator configuration.)
+fn end_of(last: Instant, span: Duration) -> Option<Instant> {
+    last.checked_add(span)
+}
+
+/// Whether the span that started at `last` has ended at `now` (half-open:
+/// at exactly `last + span` it has ended).
+fn has_ended(last: Instant, span: Duration, now: Instant) -> bool {
+    end_of(last, span).is_some_and(|end| now >= end)
+}
+
 /// What an access did to a key's window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
@@ -62,12 +75,15 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
     pub fn is_live(&self, key: &K, now: Instant) -> bool {
         self.last_access
             .get(key)
-            .is_some_and(|&last| now < last + self.window)
+            .is_some_and(|&last| !has_ended(last, self.window, now))
     }
 
-    /// When `key`'s window ends, if it has one.
+    /// When `key`'s window ends, if it has one (`None` also when the window
+    /// is too long to ever end).
     pub fn expires_at(&self, key: &K) -> Option<Instant> {
-        self.last_access.get(key).map(|&last| last + self.window)
+        self.last_access
+            .get(key)
+            .and_then(|&last| end_of(last, self.window))
     }
 
     /// Removes and returns every key whose window has ended at `now`.
@@ -76,7 +92,7 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
         let expired: Vec<K> = self
             .last_access
             .iter()
-            .filter(|(_, last)| now >= **last + window)
+            .filter(|&(_, &last)| has_ended(last, window, now))
             .map(|(k, _)| k.clone())
             .collect();
         for k in &expired {
@@ -95,12 +111,13 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
         self.last_access.retain(|k, _| keep(k));
     }
 
-    /// The earliest end of any window.
+    /// The earliest end of any window (`None` when there is none, or the
+    /// windows are too long to ever end).
     pub fn next_expiry(&self) -> Option<Instant> {
         self.last_access
             .values()
             .min()
-            .map(|&last| last + self.window)
+            .and_then(|&last| end_of(last, self.window))
     }
 
     /// Keys with a window (live or not yet expired by `expire`).
@@ -140,7 +157,7 @@ impl<K: Eq + Hash + Clone> Coalescer<K> {
     /// when so.
     pub fn should_forward(&mut self, key: &K, now: Instant) -> bool {
         match self.last_forwarded.get_mut(key) {
-            Some(last) if now < *last + self.min_gap => false,
+            Some(last) if !has_ended(*last, self.min_gap, now) => false,
             Some(last) => {
                 *last = now;
                 true
@@ -166,6 +183,190 @@ impl<K: Eq + Hash + Clone> Coalescer<K> {
     /// Drops entries older than `min_gap`, bounding memory.
     pub fn prune(&mut self, now: Instant) {
         let gap = self.min_gap;
-        self.last_forwarded.retain(|_, &mut last| now < last + gap);
+        self.last_forwarded
+            .retain(|_, &mut last| !has_ended(last, gap, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(30 * 60);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn an_access_starts_a_window_and_later_accesses_renew_it() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        assert!(w.is_empty());
+        assert!(!w.is_live(&"jira", t0));
+        assert_eq!(w.record("jira", t0), Renewal::Started);
+        assert!(w.is_live(&"jira", t0));
+        assert_eq!(w.expires_at(&"jira"), Some(t0 + WINDOW));
+        assert_eq!(w.record("jira", t0 + secs(600)), Renewal::Renewed);
+        assert_eq!(w.expires_at(&"jira"), Some(t0 + secs(600) + WINDOW));
+        // The old end has passed, the renewed one has not.
+        assert!(w.is_live(&"jira", t0 + WINDOW));
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn a_window_ends_at_exactly_last_access_plus_window() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("jira", t0);
+        let end = t0 + WINDOW;
+        let just_before = end - Duration::from_nanos(1);
+        assert!(w.is_live(&"jira", just_before));
+        assert!(w.expire(just_before).is_empty());
+        assert!(!w.is_live(&"jira", end));
+        assert_eq!(w.expire(end), vec!["jira"]);
+        assert!(w.is_empty());
+        assert_eq!(w.expires_at(&"jira"), None);
+        // Expiry is reported once.
+        assert!(w.expire(end + secs(1)).is_empty());
+    }
+
+    #[test]
+    fn an_access_after_the_window_ended_starts_a_new_one() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("jira", t0);
+        // Not yet swept by `expire`, but over: this is a new start.
+        assert_eq!(w.record("jira", t0 + WINDOW), Renewal::Started);
+        assert_eq!(w.expires_at(&"jira"), Some(t0 + WINDOW + WINDOW));
+    }
+
+    #[test]
+    fn an_out_of_order_access_does_not_shorten_a_window() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("jira", t0 + secs(100));
+        assert_eq!(w.record("jira", t0 + secs(50)), Renewal::Renewed);
+        assert_eq!(w.expires_at(&"jira"), Some(t0 + secs(100) + WINDOW));
+    }
+
+    #[test]
+    fn expire_removes_only_ended_windows() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("a", t0);
+        w.record("b", t0 + secs(10));
+        w.record("c", t0 + secs(20));
+        assert_eq!(w.next_expiry(), Some(t0 + WINDOW));
+        let mut gone = w.expire(t0 + secs(10) + WINDOW);
+        gone.sort_unstable();
+        assert_eq!(gone, vec!["a", "b"]);
+        assert_eq!(w.keys().copied().collect::<Vec<_>>(), vec!["c"]);
+        assert_eq!(w.next_expiry(), Some(t0 + secs(20) + WINDOW));
+        assert_eq!(w.expire(t0 + secs(20) + WINDOW), vec!["c"]);
+        assert_eq!(w.next_expiry(), None);
+    }
+
+    #[test]
+    fn set_window_applies_to_live_windows() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("jira", t0);
+        w.set_window(secs(60));
+        assert_eq!(w.window(), secs(60));
+        assert_eq!(w.expires_at(&"jira"), Some(t0 + secs(60)));
+        assert_eq!(w.next_expiry(), Some(t0 + secs(60)));
+        assert!(!w.is_live(&"jira", t0 + secs(60)));
+        assert_eq!(w.expire(t0 + secs(60)), vec!["jira"]);
+        // Lengthening works the same way.
+        w.record("wiki", t0);
+        w.set_window(secs(7200));
+        assert!(w.is_live(&"wiki", t0 + secs(3600)));
+    }
+
+    #[test]
+    fn remove_and_retain_forget_keys() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(WINDOW);
+        w.record("a", t0);
+        w.record("b", t0);
+        w.record("c", t0);
+        assert!(w.remove(&"a"));
+        assert!(!w.remove(&"a"));
+        w.retain(|k| *k != "b");
+        assert_eq!(w.keys().copied().collect::<Vec<_>>(), vec!["c"]);
+    }
+
+    #[test]
+    fn a_zero_window_is_never_live() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(Duration::ZERO);
+        assert_eq!(w.record("jira", t0), Renewal::Started);
+        assert!(!w.is_live(&"jira", t0));
+        assert_eq!(w.record("jira", t0), Renewal::Started);
+        assert_eq!(w.expire(t0), vec!["jira"]);
+    }
+
+    #[test]
+    fn an_endless_window_neither_panics_nor_expires() {
+        let t0 = Instant::now();
+        let mut w = AccessWindows::new(Duration::MAX);
+        assert_eq!(w.record("jira", t0), Renewal::Started);
+        assert!(w.is_live(&"jira", t0 + secs(1_000_000_000)));
+        assert_eq!(w.record("jira", t0 + secs(1)), Renewal::Renewed);
+        assert_eq!(w.expires_at(&"jira"), None);
+        assert_eq!(w.next_expiry(), None);
+        assert!(w.expire(t0 + secs(1_000_000_000)).is_empty());
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn the_coalescer_forwards_once_per_gap() {
+        let t0 = Instant::now();
+        let gap = secs(60);
+        let mut c = Coalescer::new(gap);
+        assert!(c.should_forward(&"jira", t0));
+        assert!(!c.should_forward(&"jira", t0));
+        assert!(!c.should_forward(&"jira", t0 + gap - Duration::from_nanos(1)));
+        // Other keys are independent.
+        assert!(c.should_forward(&"wiki", t0 + secs(1)));
+        // At exactly the gap the next event goes through, and restarts it.
+        assert!(c.should_forward(&"jira", t0 + gap));
+        assert!(!c.should_forward(&"jira", t0 + gap + secs(59)));
+        assert!(c.should_forward(&"jira", t0 + gap + secs(60)));
+    }
+
+    #[test]
+    fn a_forgotten_key_is_forwarded_at_once() {
+        let t0 = Instant::now();
+        let mut c = Coalescer::new(secs(60));
+        assert!(c.should_forward(&"jira", t0));
+        c.forget(&"jira");
+        assert!(c.should_forward(&"jira", t0 + secs(1)));
+        c.retain(|k| *k != "jira");
+        assert!(c.should_forward(&"jira", t0 + secs(2)));
+    }
+
+    #[test]
+    fn prune_drops_only_entries_older_than_the_gap() {
+        let t0 = Instant::now();
+        let mut c = Coalescer::new(secs(60));
+        c.should_forward(&"old", t0);
+        c.should_forward(&"new", t0 + secs(30));
+        c.prune(t0 + secs(60));
+        // "old" was pruned, so it forwards; "new" is still suppressed.
+        assert!(!c.should_forward(&"new", t0 + secs(61)));
+        assert_eq!(c.last_forwarded.len(), 1);
+        assert!(c.should_forward(&"old", t0 + secs(61)));
+    }
+
+    #[test]
+    fn an_endless_gap_forwards_once_without_panicking() {
+        let t0 = Instant::now();
+        let mut c = Coalescer::new(Duration::MAX);
+        assert!(c.should_forward(&"jira", t0));
+        assert!(!c.should_forward(&"jira", t0 + secs(1_000_000_000)));
+        c.prune(t0 + secs(1_000_000_000));
+        assert!(!c.should_forward(&"jira", t0 + secs(1_000_000_001)));
     }
 }

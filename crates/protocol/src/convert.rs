@@ -362,22 +362,28 @@ impl TryFrom<v1::Segment> for Segment {
     /// its own).
     fn try_from(s: v1::Segment) -> Result<Self, WireError> {
         let mode = mode_from_wire("segment.health_reporting", s.health_reporting)?;
-        let ranges = |rs: Vec<v1::PortRange>| -> Vec<PortSpec> {
-            rs.into_iter()
-                .map(|r| {
-                    if r.start == r.end {
-                        PortSpec::Number(i64::from(r.start))
-                    } else {
-                        PortSpec::Text(format!("{}-{}", r.start, r.end))
-                    }
-                })
-                .collect()
-        };
+        // A wire port that does not fit a port number is malformed input,
+        // rejected here; empty, inverted and overlapping ranges are rules
+        // that validation reports.
+        let ranges =
+            |field: &'static str, rs: Vec<v1::PortRange>| -> Result<Vec<PortSpec>, WireError> {
+                rs.into_iter()
+                    .map(|r| {
+                        let start = port(field, r.start)?;
+                        let end = port(field, r.end)?;
+                        Ok(if start == end {
+                            PortSpec::Number(i64::from(start))
+                        } else {
+                            PortSpec::Text(format!("{start}-{end}"))
+                        })
+                    })
+                    .collect()
+            };
         let spec = SegmentSpec {
             name: s.name.clone(),
             applications: s.applications,
-            tcp_ports: ranges(s.tcp_ports),
-            udp_ports: ranges(s.udp_ports),
+            tcp_ports: ranges("segment.tcp_ports", s.tcp_ports)?,
+            udp_ports: ranges("segment.udp_ports", s.udp_ports)?,
             health_reporting: Some(mode.as_str().to_owned()),
             report_interval_s: Some(u64::from(s.report_interval_s)),
             report_interval_ms: (s.report_interval_ms != 0)
