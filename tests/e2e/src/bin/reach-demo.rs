@@ -1,0 +1,99 @@
+//! `cargo xtask demo`: the whole system on the built-in example, nothing to
+//! set up. Starts a DNS server for the `demo.test` zone and sample
+//! applications on loopback (in this process), then the real
+//! `central-authority` on `deploy/examples/demo.toml` and one
+//! `connector-agent`, prints the dashboard URL and runs until Ctrl-C.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use e2e::{DnsServer, Proc, TcpApp, UdpApp};
+
+const DNS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 5354);
+
+fn ip(c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, c, d))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let config = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "deploy/examples/demo.toml".into()),
+    );
+    let dir = PathBuf::from("target/demo");
+    std::fs::create_dir_all(&dir)?;
+
+    // intranet: both addresses listen → Up. wiki: one of two listens →
+    // Unhealthy. erp: nothing listens → Down. tools: on access.
+    let _dns = DnsServer::start(
+        DNS,
+        "demo.test",
+        &[
+            ("intranet.demo.test", ip(10, 1)),
+            ("intranet.demo.test", ip(10, 2)),
+            ("wiki.demo.test", ip(11, 1)),
+            ("wiki.demo.test", ip(11, 2)),
+            ("erp.demo.test", ip(12, 1)),
+            ("git.tools.demo.test", ip(13, 1)),
+            ("payroll.demo.test", ip(14, 1)),
+        ],
+    )
+    .await
+    .context("starting the demo DNS server")?;
+    let mut keep = Vec::new();
+    for (c, d, port) in [(10, 1, 8080), (10, 2, 8080), (11, 1, 8080), (13, 1, 443), (14, 1, 443), (15, 1, 9100)] {
+        keep.push(TcpApp::start(SocketAddr::new(ip(c, d), port)).await?);
+    }
+    let _udp = UdpApp::start(SocketAddr::new(ip(10, 3), 5353)).await?;
+
+    let mut ca = Proc::spawn(
+        "central-authority",
+        "central-authority",
+        &["--config".into(), config.display().to_string()],
+        &[],
+        &dir,
+    )?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut connector = Proc::spawn(
+        "connector-agent",
+        "connector-agent",
+        &[
+            "--ca".into(),
+            "http://127.0.0.1:7443".into(),
+            "--name".into(),
+            "demo-connector-1".into(),
+            "--group".into(),
+            "demo".into(),
+            "--dns-server".into(),
+            DNS.to_string(),
+        ],
+        &[("REACH_PROVISIONING_KEY", "demo-provisioning-key-change-me".into())],
+        &dir,
+    )?;
+    println!();
+    println!("reach demo is running:");
+    println!("  dashboard:  http://127.0.0.1:7480/");
+    println!("  health API: curl http://127.0.0.1:7480/api/v1/health");
+    println!("  access:     curl -H 'Authorization: Bearer demo-token' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' http://127.0.0.1:7480/api/v1/access");
+    println!("  logs:       {}/", dir.display());
+    println!("Ctrl-C stops everything.");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if !ca.is_running() {
+                    eprintln!("central-authority exited; see {}", ca.log_path().display());
+                    break;
+                }
+            }
+        } => {}
+    }
+    connector.stop().await;
+    ca.stop().await;
+    Ok(())
+}

@@ -1,0 +1,745 @@
+//! The end-to-end scenarios of issue 5, one test each. They start the real
+//! release binaries, so they are `#[ignore]`d in a plain `cargo test` and run
+//! by `cargo xtask e2e` (which builds the binaries and passes `--ignored`).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::{
+    App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, eventually,
+    find_app, max_in_window, wait_status,
+};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn segment(
+    name: &str,
+    apps: &[&str],
+    tcp: &[&str],
+    udp: &[&str],
+    mode: &str,
+    interval_ms: u64,
+    groups: &[&str],
+    extra: &str,
+) -> String {
+    let list = |v: &[&str]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        r#"
+[[segments]]
+name = "{name}"
+applications = [{apps}]
+tcp_ports = [{tcp}]
+udp_ports = [{udp}]
+health_reporting = "{mode}"
+report_interval_ms = {interval_ms}
+connector_groups = [{groups}]
+{extra}
+"#,
+        apps = list(apps),
+        tcp = list(tcp),
+        udp = list(udp),
+        groups = list(groups),
+    )
+}
+
+/// Counts how often each connector was chosen over `n` requests.
+async fn choose_many(ca: &Ca, host: &str, proto: &str, port: u16, n: usize) -> Result<HashMap<String, usize>> {
+    let mut counts = HashMap::new();
+    for _ in 0..n {
+        let (status, body) = ca.access(host, proto, port).await?;
+        ensure!(status == 200, "access refused: {status} {body}");
+        let c = body["connector"].as_str().context("no connector field")?.to_owned();
+        *counts.entry(c).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+/// Pearson's chi-square statistic of `observed` against expected shares.
+fn chi_square(observed: &HashMap<String, usize>, expected: &[(&str, f64)], n: usize) -> f64 {
+    expected
+        .iter()
+        .map(|(name, share)| {
+            let e = share * n as f64;
+            let o = *observed.get(*name).unwrap_or(&0) as f64;
+            (o - e).powi(2) / e
+        })
+        .sum()
+}
+
+/// Chi-square critical values at p = 0.001 by degrees of freedom.
+fn chi_critical(df: usize) -> f64 {
+    match df {
+        1 => 10.828,
+        2 => 13.816,
+        3 => 16.266,
+        _ => 18.467,
+    }
+}
+
+/// 1. The seed's example on loopback: exactly six checks, all Up.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s01_seed_example() -> Result<()> {
+    let sc = Scenario::new("s01_seed_example", 21)?;
+    sc.run(LIMIT, |sc| async move {
+        let (a1, a2, a3) = (sc.ip(1, 1), sc.ip(1, 2), sc.ip(1, 3));
+        let _dns = DnsServer::start(sc.dns(), "lanukcorp.test", &[("jira.lanukcorp.test", a1), ("jira.lanukcorp.test", a2)]).await?;
+        let mut apps = Vec::new();
+        let mut udps = Vec::new();
+        for ip in [a1, a2, a3] {
+            apps.push(TcpApp::start((ip, 8080).into()).await?);
+            udps.push(UdpApp::start((ip, 3389).into()).await?);
+        }
+        let mut cfg = ca_config_head(&sc, &["dc-east"], "", "healthy");
+        cfg += &segment("jira", &["jira.lanukcorp.test", &a3.to_string()], &["8080"], &["3389"], "continuous", 1000, &["dc-east"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "dc-east", &[])?;
+
+        let results = eventually(Duration::from_secs(15), || async {
+            let health = ca.get("/api/v1/health").await?;
+            let mut checks = Vec::new();
+            for app in health["applications"].as_array().context("applications")? {
+                if app["segment"] != "jira" {
+                    continue;
+                }
+                for c in app["connectors"].as_array().context("connectors")? {
+                    if c["connector"] != "c1" {
+                        continue;
+                    }
+                    for a in c["addresses"].as_array().context("addresses")? {
+                        checks.push((
+                            a["address"].as_str().unwrap_or("").to_owned(),
+                            app["protocol"].as_str().unwrap_or("").to_owned(),
+                            app["port"].as_u64().unwrap_or(0),
+                            a["status"].as_str().unwrap_or("").to_owned(),
+                            a["method"].as_str().unwrap_or("").to_owned(),
+                        ));
+                    }
+                }
+            }
+            ensure!(checks.len() == 6 && checks.iter().all(|c| c.3 == "up"), "checks so far: {checks:?}");
+            Ok(checks)
+        })
+        .await?;
+        let mut got: Vec<String> = results.iter().map(|c| format!("{}:{}/{}", c.0, c.2, c.1)).collect();
+        got.sort();
+        let mut want: Vec<String> = [a1, a2, a3]
+            .iter()
+            .flat_map(|ip| [format!("{ip}:8080/tcp"), format!("{ip}:3389/udp")])
+            .collect();
+        want.sort();
+        ensure!(got == want, "checks {got:?}, want exactly {want:?}");
+        for c in &results {
+            let want_method = if c.1 == "tcp" { "tcp" } else { "icmp" };
+            ensure!(c.4 == want_method || (c.1 == "udp" && c.4 == "tcp_fallback"), "method of {c:?}");
+        }
+        // Every application row is Up for c1.
+        for host in ["jira.lanukcorp.test".to_owned(), a3.to_string()] {
+            for (proto, port) in [("tcp", 8080), ("udp", 3389)] {
+                let s = ca.status(&App::new("jira", &host, proto, port), "c1").await?;
+                ensure!(s.as_deref() == Some("up"), "{host}:{port}/{proto} is {s:?}");
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// 2. Continuous: one of two servers stopped → Unhealthy; both → Down; back → Up.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s02_continuous_transitions() -> Result<()> {
+    let sc = Scenario::new("s02_continuous", 22)?;
+    sc.run(LIMIT, |sc| async move {
+        let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1), ("app.reach.test", a2)]).await?;
+        let mut s1 = TcpApp::start((a1, 8080).into()).await?;
+        let mut s2 = TcpApp::start((a2, 8080).into()).await?;
+        let interval = Duration::from_millis(1500);
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", interval.as_millis() as u64, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let app = App::new("app", "app.reach.test", "tcp", 8080);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+
+        s1.stop();
+        let t = wait_status(&ca, &app, "c1", "unhealthy", 2 * interval).await?;
+        eprintln!("unhealthy after {t:?}");
+        s2.stop();
+        let t = wait_status(&ca, &app, "c1", "down", 2 * interval).await?;
+        eprintln!("down after {t:?}");
+        s1.resume().await?;
+        s2.resume().await?;
+        let t = wait_status(&ca, &app, "c1", "up", 2 * interval).await?;
+        eprintln!("up again after {t:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// 3. On access: no checks before the first access; decided within the
+/// discovery timeout; checks while accessed; Unknown and silent after the window.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s03_on_access() -> Result<()> {
+    let sc = Scenario::new("s03_on_access", 23)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("portal.reach.test", a1)]).await?;
+        let server = TcpApp::start((a1, 8080).into()).await?;
+        let window = Duration::from_secs(4);
+        let extra = format!("on_access_window_ms = {}\naccess_forward_interval_ms = 500", window.as_millis());
+        let mut cfg = ca_config_head(&sc, &["g"], &extra, "healthy");
+        cfg += &segment("portal", &["portal.reach.test"], &["8080"], &[], "on_access", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        // Connected, but no access yet: nothing may touch the server.
+        eventually(Duration::from_secs(10), || async {
+            let v = ca.get("/api/v1/connectors").await?;
+            ensure!(v["connectors"].as_array().is_some_and(|c| c.iter().any(|c| c["name"] == "c1" && c["connected"] == true)), "c1 not connected: {v}");
+            Ok(())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensure!(server.count() == 0, "{} checks reached the server before any access", server.count());
+
+        let start = Instant::now();
+        let (status, body) = ca.access("portal.reach.test", "tcp", 8080).await?;
+        let took = start.elapsed();
+        ensure!(status == 200, "first access refused: {status} {body}");
+        ensure!(body["connector"] == "c1", "chose {body}");
+        ensure!(took < Duration::from_secs(3), "first decision took {took:?} (discovery timeout 3 s)");
+        eprintln!("cold on-access decision in {took:?}");
+        let app = App::new("portal", "portal.reach.test", "tcp", 8080);
+        ensure!(ca.status(&app, "c1").await?.as_deref() == Some("up"), "chosen connector does not report up");
+
+        // Keep accessing for longer than the window: checks go on.
+        let during = Instant::now();
+        for _ in 0..6 {
+            let (status, body) = ca.access("portal.reach.test", "tcp", 8080).await?;
+            ensure!(status == 200, "access refused while active: {status} {body}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let checks_during = server.count_since(during);
+        ensure!(checks_during >= 4, "only {checks_during} checks in 6 s of accesses at a 1 s interval");
+        ensure!(ca.status(&app, "c1").await?.as_deref() == Some("up"), "not up while accessed");
+
+        // Stop accessing: after the window the status is Unknown, and then
+        // the server sees no further checks.
+        wait_status(&ca, &app, "c1", "unknown", window + Duration::from_secs(4)).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let after = Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        ensure!(server.count_since(after) == 0, "{} checks after the window ended", server.count_since(after));
+        Ok(())
+    })
+    .await
+}
+
+/// 4. None: requests are routed and no check ever reaches the server.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s04_none() -> Result<()> {
+    let sc = Scenario::new("s04_none", 24)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let server = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("legacy", &[&a1.to_string()], &["8080"], &[], "none", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        eventually(Duration::from_secs(10), || async {
+            let v = ca.get("/api/v1/connectors").await?;
+            let n = v["connectors"].as_array().map_or(0, |c| c.iter().filter(|c| c["connected"] == true).count());
+            ensure!(n == 2, "{n} connected");
+            Ok(())
+        })
+        .await?;
+        let counts = choose_many(&ca, &a1.to_string(), "tcp", 8080, 200).await?;
+        ensure!(counts.keys().all(|c| c == "c1" || c == "c2"), "chose {counts:?}");
+        ensure!(counts.len() == 2, "both connectors should be chosen over 200 requests: {counts:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensure!(server.count() == 0, "{} checks reached a none-mode server", server.count());
+        Ok(())
+    })
+    .await
+}
+
+/// 5. Selection: only reachable connectors, uniformly; the group strategy's literal rule.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s05_selection() -> Result<()> {
+    let sc = Scenario::new("s05_selection", 25)?;
+    sc.run(Duration::from_secs(180), |sc| async move {
+        // Two "networks": connectors resolving through dns-a see the app at a
+        // listening address, those through dns-b at a closed one (Down).
+        let (up, closed) = (sc.ip(1, 1), sc.ip(1, 2));
+        let dns_a = DnsServer::start(sc.addr(0, 53, 5353), "reach.test", &[("svc.reach.test", up)]).await?;
+        let dns_b = DnsServer::start(sc.addr(0, 54, 5353), "reach.test", &[("svc.reach.test", closed)]).await?;
+        let _server = TcpApp::start((up, 8080).into()).await?;
+        let app = App::new("svc", "svc.reach.test", "tcp", 8080);
+        let seg = segment("svc", &["svc.reach.test"], &["8080"], &[], "continuous", 1000, &["ga", "gb"], "");
+        let start_all = |ca: &Ca| -> Result<Vec<Connector>> {
+            let b = dns_b.addr().to_string();
+            Ok(vec![
+                Connector::start(&sc, ca, "c1", "ga", &[])?,
+                Connector::start(&sc, ca, "c2", "ga", &["--dns-server", &b])?,
+                Connector::start(&sc, ca, "c3", "gb", &[])?,
+                Connector::start(&sc, ca, "c4", "gb", &[])?,
+            ])
+        };
+        let _ = &dns_a;
+
+        // Healthy strategy: c1, c3, c4 report Up, c2 Down.
+        let cfg = ca_config_head(&sc, &["ga", "gb"], "", "healthy") + &seg;
+        let mut ca = Ca::start(&sc, &cfg).await?;
+        let conns = start_all(&ca)?;
+        for c in ["c1", "c3", "c4"] {
+            wait_status(&ca, &app, c, "up", Duration::from_secs(15)).await?;
+        }
+        wait_status(&ca, &app, "c2", "down", Duration::from_secs(15)).await?;
+        let n = 1200;
+        let counts = choose_many(&ca, "svc.reach.test", "tcp", 8080, n).await?;
+        eprintln!("healthy strategy: {counts:?}");
+        ensure!(!counts.contains_key("c2"), "c2 reports Down but was chosen: {counts:?}");
+        let third = 1.0 / 3.0;
+        let chi = chi_square(&counts, &[("c1", third), ("c3", third), ("c4", third)], n);
+        ensure!(chi < chi_critical(2), "healthy choices not uniform: chi2 = {chi:.2}, {counts:?}");
+
+        // Group strategy: group ga is eligible through c1 and picks only c1
+        // (c2 reports Down); gb picks c3 or c4: shares 1/2, 1/4, 1/4.
+        drop(conns);
+        ca.proc.stop().await;
+        let cfg = ca_config_head(&sc, &["ga", "gb"], "", "group") + &seg;
+        ca = Ca::start(&sc, &cfg).await?;
+        let _conns = start_all(&ca)?;
+        for c in ["c1", "c3", "c4"] {
+            wait_status(&ca, &app, c, "up", Duration::from_secs(15)).await?;
+        }
+        wait_status(&ca, &app, "c2", "down", Duration::from_secs(15)).await?;
+        let counts = choose_many(&ca, "svc.reach.test", "tcp", 8080, n).await?;
+        eprintln!("group strategy: {counts:?}");
+        ensure!(!counts.contains_key("c2"), "c2 reports Down but was chosen: {counts:?}");
+        let chi = chi_square(&counts, &[("c1", 0.5), ("c3", 0.25), ("c4", 0.25)], n);
+        ensure!(chi < chi_critical(2), "group choices do not follow the seed's rule: chi2 = {chi:.2}, {counts:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// 6. Exclusive and multimatch matching, with a refusal for a missing port.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s06_matching() -> Result<()> {
+    let sc = Scenario::new("s06_matching", 26)?;
+    sc.run(LIMIT, |sc| async move {
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("corp-wild", &["*.corp.test"], &["80", "443"], &[], "none", 1000, &["g"], "");
+        cfg += &segment("corp-app", &["app.corp.test"], &["443"], &[], "none", 1000, &["g"], "");
+        cfg += &segment("mm-wide", &["*.mm.test"], &["80"], &[], "none", 1000, &["g"], "multimatch = true");
+        cfg += &segment("mm-api", &["api.mm.test"], &["443"], &[], "none", 1000, &["g"], "multimatch = true");
+        cfg += &segment("net", &["10.99.0.0/16"], &["22"], &[], "none", 1000, &["g"], "");
+        cfg += &segment("net-host", &["10.99.1.1"], &["3389"], &[], "none", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        eventually(Duration::from_secs(10), || async {
+            let (s, b) = ca.access("x.corp.test", "tcp", 80).await?;
+            ensure!(s == 200, "{s} {b}");
+            Ok(())
+        })
+        .await?;
+        let cases: &[(&str, u16, Result<&str, &str>)] = &[
+            ("x.corp.test", 80, Ok("corp-wild")),
+            ("deep.x.corp.test", 443, Ok("corp-wild")),
+            ("app.corp.test", 443, Ok("corp-app")),
+            // Exclusive: the exact name decides and lacks port 80, although
+            // the wildcard has it.
+            ("app.corp.test", 80, Err("port_not_in_segment")),
+            ("APP.Corp.Test.", 443, Ok("corp-app")),
+            // Inclusive: the most specific multimatch segment with the port.
+            ("api.mm.test", 80, Ok("mm-wide")),
+            ("api.mm.test", 443, Ok("mm-api")),
+            ("web.mm.test", 443, Err("port_not_in_segment")),
+            ("10.99.7.7", 22, Ok("net")),
+            ("10.99.1.1", 3389, Ok("net-host")),
+            ("10.99.1.1", 22, Err("port_not_in_segment")),
+            ("nothing.example.test", 80, Err("no_segment")),
+        ];
+        for (host, port, want) in cases {
+            let (status, body) = ca.access(host, "tcp", *port).await?;
+            match want {
+                Ok(seg) => ensure!(status == 200 && body["segment"] == *seg, "{host}:{port}: want segment {seg}, got {status} {body}"),
+                Err(reason) => ensure!(status >= 400 && body["error"]["reason"] == *reason, "{host}:{port}: want refusal {reason}, got {status} {body}"),
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// 7. A killed connector: Unknown at once, never selected; restarted: back in rotation.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s07_connector_killed() -> Result<()> {
+    let sc = Scenario::new("s07_connector_killed", 27)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
+        let _server = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        let app = App::new("app", "app.reach.test", "tcp", 8080);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        wait_status(&ca, &app, "c2", "up", Duration::from_secs(15)).await?;
+
+        c1.proc.kill().await;
+        let t = wait_status(&ca, &app, "c1", "unknown", Duration::from_secs(2)).await?;
+        eprintln!("c1 unknown {t:?} after the kill");
+        let counts = choose_many(&ca, "app.reach.test", "tcp", 8080, 100).await?;
+        ensure!(counts.keys().all(|c| c == "c2"), "a killed connector was chosen: {counts:?}");
+
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        let counts = choose_many(&ca, "app.reach.test", "tcp", 8080, 200).await?;
+        ensure!(counts.get("c1").copied().unwrap_or(0) > 0, "restarted c1 never chosen: {counts:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// 8. CA restart: connectors reconnect, the table is complete within two
+/// report intervals, and no decision uses stale health meanwhile.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s08_ca_restart() -> Result<()> {
+    let sc = Scenario::new("s08_ca_restart", 28)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
+        let _server = TcpApp::start((a1, 8080).into()).await?;
+        let interval = Duration::from_secs(3);
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", interval.as_millis() as u64, &["g"], "");
+        let mut ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        let app = App::new("app", "app.reach.test", "tcp", 8080);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        wait_status(&ca, &app, "c2", "up", Duration::from_secs(15)).await?;
+
+        ca.proc.stop().await;
+        ca = Ca::start(&sc, &cfg).await?;
+        let ready = Instant::now();
+        // Until a connector has reported to this CA, no decision may pick it.
+        let mut decisions = 0;
+        loop {
+            let (status, body) = ca.access("app.reach.test", "tcp", 8080).await?;
+            let health = ca.get("/api/v1/health").await?;
+            if status == 200 {
+                let chosen = body["connector"].as_str().unwrap_or("");
+                let row = find_app(&health, &app).context("chosen but no health row")?;
+                let reported = row["connectors"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| c["connector"] == chosen && c["status"] == "up")
+                });
+                ensure!(reported, "chose {chosen} before it reported to the new CA: {health}");
+                decisions += 1;
+            }
+            let complete = ["c1", "c2"].iter().all(|c| {
+                find_app(&health, &app).is_some_and(|row| {
+                    row["connectors"].as_array().is_some_and(|cs| cs.iter().any(|x| x["connector"] == *c && x["status"] == "up"))
+                })
+            });
+            if complete {
+                break;
+            }
+            ensure!(ready.elapsed() < 2 * interval, "health table incomplete {:?} after the restart: {health}", ready.elapsed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("table complete {:?} after CA restart ({decisions} decisions meanwhile)", ready.elapsed());
+        Ok(())
+    })
+    .await
+}
+
+/// 9. Policy reload: a valid change reaches connectors; an invalid one is refused.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s09_policy_reload() -> Result<()> {
+    let sc = Scenario::new("s09_policy_reload", 29)?;
+    sc.run(LIMIT, |sc| async move {
+        let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let old = TcpApp::start((a1, 8080).into()).await?;
+        let new = TcpApp::start((a2, 8080).into()).await?;
+        let head = ca_config_head(&sc, &["g"], "", "healthy");
+        let v1 = head.clone() + &segment("old", &[&a1.to_string()], &["8080"], &[], "continuous", 500, &["g"], "");
+        let ca = Ca::start(&sc, &v1).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        wait_status(&ca, &App::new("old", &a1.to_string(), "tcp", 8080), "c1", "up", Duration::from_secs(15)).await?;
+        ensure!(new.count() == 0, "the new target was checked before it was configured");
+
+        let v2 = head.clone() + &segment("new", &[&a2.to_string()], &["8080"], &[], "continuous", 500, &["g"], "");
+        ca.reload(&v2)?;
+        let new_app = App::new("new", &a2.to_string(), "tcp", 8080);
+        wait_status(&ca, &new_app, "c1", "up", Duration::from_secs(10)).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let since = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensure!(old.count_since(since) == 0, "removed target still checked: {} times", old.count_since(since));
+        ensure!(new.count_since(since) >= 2, "new target not checked regularly");
+
+        // Invalid: continuous with 12 ports. Refused, old policy keeps working.
+        let ports: Vec<String> = (8001..=8012).map(|p| p.to_string()).collect();
+        let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
+        let bad = head + &segment("new", &[&a2.to_string()], &ports, &[], "continuous", 500, &["g"], "");
+        ca.reload(&bad)?;
+        eventually(Duration::from_secs(5), || async {
+            ensure!(ca.proc.log().contains("is not allowed with 12 ports (max 10)"), "no refusal in the CA log yet");
+            Ok(())
+        })
+        .await?;
+        let (status, body) = ca.access(&a2.to_string(), "tcp", 8080).await?;
+        ensure!(status == 200 && body["segment"] == "new", "old policy not kept: {status} {body}");
+        let since = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensure!(new.count_since(since) >= 2, "checks stopped after an invalid reload");
+        Ok(())
+    })
+    .await
+}
+
+/// 10. Validation: configs breaking each rule are refused with their messages.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s10_validation() -> Result<()> {
+    let sc = Scenario::new("s10_validation", 30)?;
+    sc.run(LIMIT, |sc| async move {
+        let head = ca_config_head(&sc, &["g"], "", "healthy");
+        let twelve: Vec<String> = (8001..=8012).map(|p| p.to_string()).collect();
+        let twelve: Vec<&str> = twelve.iter().map(String::as_str).collect();
+        let cases: Vec<(&str, String, &str)> = vec![
+            ("ports", segment("jira", &["jira.example.test"], &twelve, &[], "continuous", 1000, &["g"], ""),
+             r#"segment "jira": health_reporting = "continuous" is not allowed with 12 ports (max 10)"#),
+            ("range-ports", segment("rng", &["a.example.test"], &["8000-8010"], &[], "continuous", 1000, &["g"], ""),
+             r#"segment "rng": health_reporting = "continuous" is not allowed with 11 ports (max 10)"#),
+            ("wildcard", segment("wild", &["*.safemarch.test"], &["80"], &[], "continuous", 1000, &["g"], ""),
+             r#"segment "wild": health_reporting = "continuous" is not allowed for an application discovery segment"#),
+            ("subnet", segment("net", &["10.122.0.0/16"], &["80"], &[], "continuous", 1000, &["g"], ""),
+             r#"segment "net": health_reporting = "continuous" is not allowed for an application discovery segment"#),
+            ("multimatch", segment("mm", &["a.example.test"], &["80"], &[], "continuous", 1000, &["g"], "multimatch = true"),
+             r#"segment "mm": multimatch = true requires health_reporting = "on_access" or "none""#),
+            ("port0", segment("p0", &["a.example.test"], &["0"], &[], "none", 1000, &["g"], ""),
+             r#"segment "p0": tcp_ports entry "0" is port 0"#),
+            ("inverted", segment("inv", &["a.example.test"], &["90-80"], &[], "none", 1000, &["g"], ""),
+             r#"segment "inv": tcp_ports entry "90-80" is an inverted range"#),
+            ("group", segment("grp", &["a.example.test"], &["80"], &[], "none", 1000, &["nope"], ""),
+             r#"segment "grp": connector_groups names unknown connector group "nope""#),
+            ("wild-middle", segment("wm", &["a.*.example.test"], &["80"], &[], "none", 1000, &["g"], ""),
+             r#"segment "wm": applications entry "a.*.example.test""#),
+        ];
+        let bin = e2e::bin_dir()?.join("central-authority");
+        let mut all = head.clone();
+        for (name, seg, message) in &cases {
+            let path = sc.dir.join(format!("bad-{name}.toml"));
+            std::fs::write(&path, head.clone() + seg)?;
+            all += seg;
+            let out = std::process::Command::new(&bin).arg("check-config").arg(&path).output()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            ensure!(!out.status.success(), "check-config accepted {name}: {text}");
+            ensure!(text.contains(message), "check-config {name}: want {message:?} in:\n{text}");
+            let out = std::process::Command::new(&bin).arg("--config").arg(&path).output()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            ensure!(!out.status.success(), "central-authority started with {name}");
+            ensure!(text.contains(message), "start with {name}: want {message:?} in:\n{text}");
+        }
+        // Every error is listed at once.
+        let path = sc.dir.join("bad-all.toml");
+        std::fs::write(&path, &all)?;
+        let out = std::process::Command::new(&bin).arg("check-config").arg(&path).output()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        for (name, _, message) in &cases {
+            ensure!(text.contains(message), "combined config: {name}'s error missing:\n{text}");
+        }
+        // And a valid config passes.
+        let path = sc.dir.join("good.toml");
+        std::fs::write(&path, head + &segment("ok", &["a.example.test"], &["80"], &["53"], "continuous", 1000, &["g"], ""))?;
+        let out = std::process::Command::new(&bin).arg("check-config").arg(&path).output()?;
+        ensure!(out.status.success(), "valid config refused: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    })
+    .await
+}
+
+/// 11. Rate: 120 targets at 20 checks/s: no one-second window above 20 at the
+/// servers, and a cycle takes 120 / 20 = 6 s.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s11_rate() -> Result<()> {
+    let sc = Scenario::new("s11_rate", 31)?;
+    sc.run(LIMIT, |sc| async move {
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let mut servers = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 1..=120u8 {
+            servers.push(TcpApp::start((sc.ip(1, i), 8080).into()).await?);
+            hosts.push(sc.ip(1, i).to_string());
+        }
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("many", &hosts, &["8080"], &[], "continuous", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--checks-per-second", "20"])?;
+        // Let it reach steady state, then measure 12 s (two cycles).
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let from = Instant::now();
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let to = Instant::now();
+        let arrivals: Vec<Instant> = servers.iter().flat_map(|s| s.arrivals()).filter(|t| *t >= from && *t < to).collect();
+        // A sliding window, 10 ms short of a second to allow for the
+        // scheduling jitter of the accept timestamps themselves.
+        let peak = max_in_window(&arrivals, Duration::from_millis(990));
+        let rate = arrivals.len() as f64 / to.duration_since(from).as_secs_f64();
+        eprintln!("{} checks in {:?}: {rate:.2}/s, peak {peak} in any 0.99 s window", arrivals.len(), to.duration_since(from));
+        ensure!(peak <= 20, "{peak} checks within one second (limit 20)");
+        ensure!((19.0..=20.5).contains(&rate), "rate {rate:.2}/s, want 20/s");
+        // Cycle time: each target is checked about every 6 s.
+        let mut gaps = Vec::new();
+        for s in &servers {
+            let times: Vec<Instant> = s.arrivals().into_iter().filter(|t| *t >= from && *t < to).collect();
+            for w in times.windows(2) {
+                gaps.push(w[1].duration_since(w[0]).as_secs_f64());
+            }
+        }
+        ensure!(!gaps.is_empty(), "no target was checked twice in 12 s");
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        eprintln!("mean cycle {mean:.2} s over {} gaps", gaps.len());
+        ensure!((5.5..=6.6).contains(&mean), "cycle {mean:.2} s, want 6 s (120 checks at 20/s)");
+        let v = ca.get("/api/v1/connectors").await?;
+        let c = v["connectors"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "c1")).context("c1 missing")?;
+        ensure!(c["checks_per_cycle"] == 120, "checks_per_cycle: {c}");
+        Ok(())
+    })
+    .await
+}
+
+/// Runs `ip` with arguments; errors carry its stderr.
+fn ip(args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new("ip").args(args).output().context("running ip")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// A test host in a network namespace this test creates; removed on drop.
+struct NetnsHost {
+    ns: String,
+    host_if: String,
+}
+
+impl NetnsHost {
+    fn create(tag: &str) -> Result<Self> {
+        let ns = format!("reach-e2e-{tag}");
+        let host_if = format!("rh{tag}");
+        let peer_if = format!("rn{tag}");
+        let _ = ip(&["netns", "del", &ns]);
+        let _ = ip(&["link", "del", &host_if]);
+        ip(&["netns", "add", &ns])?;
+        let me = NetnsHost { ns: ns.clone(), host_if: host_if.clone() };
+        ip(&["link", "add", &host_if, "type", "veth", "peer", "name", &peer_if])?;
+        ip(&["link", "set", &peer_if, "netns", &ns])?;
+        ip(&["addr", "add", "198.18.7.1/30", "dev", &host_if])?;
+        ip(&["link", "set", &host_if, "up"])?;
+        ip(&["netns", "exec", &ns, "ip", "addr", "add", "198.18.7.2/30", "dev", &peer_if])?;
+        ip(&["netns", "exec", &ns, "ip", "link", "set", &peer_if, "up"])?;
+        ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"])?;
+        // The test host ignores ICMP echo.
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "sysctl", "-qw", "net.ipv4.icmp_echo_ignore_all=1"])
+            .output()?;
+        ensure!(out.status.success(), "sysctl in netns: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(me)
+    }
+
+    fn exec(&self, args: &[&str]) -> Result<()> {
+        let mut full = vec!["netns", "exec", &self.ns];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+}
+
+impl Drop for NetnsHost {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+/// 12. A test host in a network namespace that ignores ICMP echo: the UDP
+/// check passes by TCP fallback; the host taken down: Down by timeout.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s12_netns_fallback_and_timeout() -> Result<()> {
+    let sc = Scenario::new("s12_netns", 32)?;
+    let tag = format!("{}", std::process::id() % 100_000);
+    let host = match NetnsHost::create(&tag) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("SKIPPED s12_netns_fallback_and_timeout: cannot create a network namespace here ({e:#}); needs root and iproute2");
+            return Ok(());
+        }
+    };
+    sc.run(LIMIT, |sc| async move {
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        // A TCP service inside the namespace.
+        let bin = e2e::bin_dir()?.join("reach-testhost");
+        let mut service = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &host.ns])
+            .arg(&bin)
+            .args(["--tcp", "198.18.7.2:8080"])
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the test host's service")?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &segment("ns", &["198.18.7.2"], &["8080"], &["5353"], "continuous", 1000, &["g"], "");
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--check-timeout-ms", "800"])?;
+        let tcp = App::new("ns", "198.18.7.2", "tcp", 8080);
+        let udp = App::new("ns", "198.18.7.2", "udp", 5353);
+        wait_status(&ca, &tcp, "c1", "up", Duration::from_secs(15)).await?;
+        wait_status(&ca, &udp, "c1", "up", Duration::from_secs(15)).await?;
+        let health = ca.get("/api/v1/health").await?;
+        let method = find_app(&health, &udp)
+            .and_then(|a| a["connectors"][0]["addresses"][0]["method"].as_str().map(str::to_owned));
+        ensure!(method.as_deref() == Some("tcp_fallback"), "UDP check method {method:?}, want tcp_fallback (ICMP is ignored)");
+
+        // Take the host down: it silently drops everything it would send.
+        host.exec(&["ip", "route", "add", "blackhole", "198.18.7.1/32"])?;
+        wait_status(&ca, &tcp, "c1", "down", Duration::from_secs(10)).await?;
+        wait_status(&ca, &udp, "c1", "down", Duration::from_secs(10)).await?;
+        let health = ca.get("/api/v1/health").await?;
+        let err = find_app(&health, &tcp)
+            .and_then(|a| a["connectors"][0]["addresses"][0]["error"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        ensure!(err.contains("timeout"), "TCP failure {err:?}, want a timeout");
+        let _ = service.kill().await;
+        Ok(())
+    })
+    .await
+}
+
+fn _unused(_: Value) {}
