@@ -1,1 +1,207 @@
-//! placeholder
+//! reach's connector agent: it runs inside a private network, dials out to
+//! the central authority (CA), learns which application segments its
+//! connector group serves, checks whether their applications are reachable
+//! from where it stands, and reports Up / Unhealthy / Down / Unknown.
+//!
+//! # How it works
+//!
+//! - [`session`]: one gRPC `ConnectorSession.Connect` stream to the CA,
+//!   authenticated by metadata (`x-reach-connector`, `x-reach-group`,
+//!   `x-reach-provisioning-key`). `Hello` first; the CA's `Welcome` and
+//!   later `PolicyUpdate`s replace the assignment; `AccessEvent`s start
+//!   on-access checks; `Ping`s are answered; `HealthReport`s (the first after
+//!   every (re)connect with `full_state = true`) and `Heartbeat`s with the
+//!   check load go back. A lost session is re-established with exponential
+//!   backoff (0.5 s doubling to 30 s, full jitter) while checks go on.
+//! - [`schedule`] (pure, time passed in) and [`scheduler`] (its task): per
+//!   segment mode — `continuous` applications are checked every report
+//!   interval and reported then and at once on a status change;
+//!   `on_access` applications from an access until the on-access window
+//!   (`ConnectorSettings.on_access_window_ms`, default 30 min) passes without
+//!   a new access, then reported once as Unknown with `expired = true`;
+//!   `none` segments are never checked.
+//! - [`resolver`]: hickory-resolver, system configuration or `--dns-server`;
+//!   every A/AAAA address is a target; answers kept for their TTL clamped to
+//!   5 s..1 h; failures become Down with the resolver's reason.
+//! - [`pacer`]: every check starts here — governor-paced at
+//!   `--checks-per-second` on an ideal timeline (so 6,000 checks take 300 s,
+//!   not 301.5 s), `--max-in-flight` concurrent, on-access first, one probe
+//!   per (address, protocol, port) however many segments share it.
+//! - [`probe`]: TCP handshake; ICMP echo via one surge-ping client per
+//!   address family (raw socket, else unprivileged, else none with one
+//!   warning); UDP ports = ICMP, then a TCP fallback that counts a
+//!   handshake or a reset as reachable.
+//! - [`metrics`]: Prometheus metrics at `--metrics-listen` `/metrics`.
+//!
+//! The binary (`main.rs`) parses [`Config`] and calls [`run`].
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod metrics;
+pub mod pacer;
+pub mod probe;
+pub mod resolver;
+pub mod schedule;
+pub mod scheduler;
+pub mod session;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::{Config, IcmpPreference, LogFormat};
+use tokio::sync::{mpsc, watch};
+
+/// Why the connector could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Neither a key file nor `REACH_PROVISIONING_KEY` was given.
+    #[error("no provisioning key: use --provisioning-key-file or REACH_PROVISIONING_KEY")]
+    MissingProvisioningKey,
+    /// The key file could not be read.
+    #[error("cannot read the provisioning key file {path}: {source}")]
+    ReadKey {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A value cannot travel in gRPC metadata (non-ASCII or control
+    /// characters) or is empty.
+    #[error("{0} must be non-empty printable ASCII")]
+    InvalidIdentity(&'static str),
+    /// The CA URL is not a valid URI.
+    #[error("invalid --ca URL {url:?}: {reason}")]
+    InvalidCa {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The resolver could not be set up.
+    #[error(transparent)]
+    Resolver(#[from] resolver::ResolverError),
+    /// The metrics listener could not be bound.
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn provisioning_key(config: &Config) -> Result<String, AgentError> {
+    let key = match (&config.provisioning_key_file, &config.provisioning_key) {
+        (Some(path), _) => std::fs::read_to_string(path)
+            .map_err(|source| AgentError::ReadKey {
+                path: path.clone(),
+                source,
+            })?
+            .trim()
+            .to_owned(),
+        (None, Some(key)) => key.trim().to_owned(),
+        (None, None) => return Err(AgentError::MissingProvisioningKey),
+    };
+    if key.is_empty() {
+        return Err(AgentError::MissingProvisioningKey);
+    }
+    Ok(key)
+}
+
+fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
+    if value.is_empty() || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(AgentError::InvalidIdentity(what));
+    }
+    Ok(())
+}
+
+/// Runs the connector until `shutdown` completes. Errors only when it
+/// cannot start; everything after that (CA gone, DNS failing, applications
+/// hanging) is logged, reported and retried.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let key = provisioning_key(&config)?;
+    printable(&config.name, "--name")?;
+    printable(&config.group, "--group")?;
+    printable(&key, "the provisioning key")?;
+    tonic::transport::Endpoint::from_shared(config.ca.clone()).map_err(|e| {
+        AgentError::InvalidCa {
+            url: config.ca.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+
+    let metrics = metrics::Metrics::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    if let Some(addr) = config.metrics_listen {
+        let listener = metrics::bind(addr)
+            .await
+            .map_err(|source| AgentError::Metrics { addr, source })?;
+        tracing::info!(%addr, "serving metrics at /metrics");
+        let mut stop = stop_rx.clone();
+        let m = metrics.clone();
+        tasks.push(tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = metrics::serve(listener, m, stopped).await {
+                tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        }));
+    }
+
+    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
+    let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
+    let (pacer, pacer_task) = pacer::Pacer::spawn(
+        prober.clone(),
+        config.checks_per_second,
+        config.max_in_flight,
+        metrics.clone(),
+    );
+    let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+    let (scheduler, scheduler_task) =
+        scheduler::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
+    let identity = session::Identity {
+        name: config.name.clone(),
+        group: config.group.clone(),
+        provisioning_key: Arc::from(key),
+        checks_per_second: config.checks_per_second,
+        check_timeout: config.check_timeout(),
+    };
+    let parts = session::Parts {
+        scheduler,
+        pacer,
+        prober,
+        metrics,
+    };
+    tracing::info!(ca = %config.ca, name = %config.name, group = %config.group, "connector starting");
+    let mut session = tokio::spawn(session::run(
+        config.ca.clone(),
+        identity,
+        parts,
+        reports_rx,
+        stop_rx,
+    ));
+
+    tokio::select! {
+        () = shutdown => tracing::info!("shutting down"),
+        _ = &mut session => tracing::warn!("session task ended"),
+    }
+    let _ = stop_tx.send(true);
+    // Give the session a moment to close its stream cleanly.
+    if tokio::time::timeout(Duration::from_secs(2), &mut session)
+        .await
+        .is_err()
+    {
+        session.abort();
+    }
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    scheduler_task.abort();
+    pacer_task.abort();
+    Ok(())
+}

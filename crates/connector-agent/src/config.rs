@@ -1,0 +1,126 @@
+//! The connector's command-line flags and environment variables (clap), and
+//! the settings derived from them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// How the connector opens its ICMP socket for UDP-port checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IcmpPreference {
+    /// A raw socket when permitted (CAP_NET_RAW), else an unprivileged
+    /// datagram ICMP socket, else no ICMP (TCP fallback alone).
+    Auto,
+    /// Prefer a raw ICMP socket.
+    Raw,
+    /// Prefer an unprivileged (datagram) ICMP socket.
+    Dgram,
+    /// Never send ICMP: UDP ports are checked by the TCP fallback alone.
+    Off,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// reach connector: dials out to the central authority (CA), checks the
+/// reachability of the applications of its connector group's segments from
+/// where it runs, and reports Up / Unhealthy / Down / Unknown.
+///
+/// Every flag can also be set through the environment variable shown with
+/// it. `RUST_LOG` filters the logs (default `info`).
+#[derive(Clone, Debug, Parser)]
+#[command(name = "connector-agent", version, about, long_about)]
+pub struct Config {
+    /// URL of the CA's gRPC endpoint, e.g. `http://ca.example:7443`.
+    #[arg(long, env = "REACH_CA")]
+    pub ca: String,
+
+    /// This connector's name, unique in the deployment.
+    #[arg(long, env = "REACH_NAME")]
+    pub name: String,
+
+    /// The connector group this connector belongs to.
+    #[arg(long, env = "REACH_GROUP")]
+    pub group: String,
+
+    /// File holding the group's provisioning key (surrounding whitespace is
+    /// ignored). Alternatively set `REACH_PROVISIONING_KEY`.
+    #[arg(long, env = "REACH_PROVISIONING_KEY_FILE")]
+    pub provisioning_key_file: Option<PathBuf>,
+
+    /// The group's provisioning key itself. Prefer the environment variable
+    /// or `--provisioning-key-file`: command lines are visible to every user
+    /// of the host.
+    #[arg(long, env = "REACH_PROVISIONING_KEY", hide_env_values = true)]
+    pub provisioning_key: Option<String>,
+
+    /// DNS server (`ADDR:PORT`) to resolve application names with, instead
+    /// of the system configuration (/etc/resolv.conf).
+    #[arg(long, env = "REACH_DNS_SERVER")]
+    pub dns_server: Option<SocketAddr>,
+
+    /// Most checks started per second, over all segments (smoothly paced).
+    /// The CA may override it.
+    #[arg(long, env = "REACH_CHECKS_PER_SECOND", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub checks_per_second: u32,
+
+    /// Timeout of one probe (TCP handshake or ICMP echo), in milliseconds.
+    /// The CA may override it.
+    #[arg(long, env = "REACH_CHECK_TIMEOUT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=600_000))]
+    pub check_timeout_ms: u32,
+
+    /// Most checks in flight at once (bounds sockets and memory; slow
+    /// timeouts never stall the pace below this).
+    #[arg(long, env = "REACH_MAX_IN_FLIGHT", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub max_in_flight: u32,
+
+    /// ICMP socket for UDP-port checks.
+    #[arg(long, env = "REACH_ICMP", value_enum, default_value_t = IcmpPreference::Auto)]
+    pub icmp: IcmpPreference,
+
+    /// Address to serve Prometheus metrics on (`/metrics`), e.g.
+    /// `127.0.0.1:9464`. No metrics endpoint when absent.
+    #[arg(long, env = "REACH_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Log format.
+    #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// A configuration with defaults for everything but the identity; used
+    /// by tests and embedders.
+    pub fn new(ca: impl Into<String>, name: impl Into<String>, group: impl Into<String>) -> Self {
+        Config {
+            ca: ca.into(),
+            name: name.into(),
+            group: group.into(),
+            provisioning_key_file: None,
+            provisioning_key: None,
+            dns_server: None,
+            checks_per_second: 20,
+            check_timeout_ms: 1000,
+            max_in_flight: 256,
+            icmp: IcmpPreference::Auto,
+            metrics_listen: None,
+            log_format: LogFormat::Text,
+        }
+    }
+
+    /// The probe timeout.
+    pub fn check_timeout(&self) -> Duration {
+        Duration::from_millis(u64::from(self.check_timeout_ms))
+    }
+}

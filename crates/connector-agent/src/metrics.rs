@@ -1,0 +1,205 @@
+//! Prometheus metrics (prometheus-client) and the `/metrics` HTTP endpoint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use policy::AddressResult;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of `reach_agent_checks`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    /// tcp, icmp or tcp_fallback.
+    pub method: String,
+    /// up, or the failure kind (timeout, refused, unreachable, other).
+    pub result: String,
+}
+
+/// Labels of `reach_agent_session_state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// connecting, connected or backoff.
+    pub state: String,
+}
+
+/// Labels of `reach_agent_dns_lookups`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DnsLabels {
+    /// ok or error.
+    pub result: String,
+}
+
+/// Every metric the connector exports. Cloning is shallow.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Checks finished, by method and result.
+    pub checks: Family<CheckLabels, Counter>,
+    /// Duration of checks (probe time, including timeouts).
+    pub check_duration: Histogram,
+    /// Time checks waited for the rate limiter and a concurrency slot.
+    pub limiter_wait: Histogram,
+    /// Checks in flight.
+    pub in_flight: Gauge,
+    /// Checks waiting to start.
+    pub queue_depth: Gauge,
+    /// Distinct (address, protocol, port) targets scheduled.
+    pub targets: Gauge,
+    /// Session state (1 for the current state).
+    pub session_state: Family<StateLabels, Gauge>,
+    /// Sessions established with the CA.
+    pub sessions: Counter,
+    /// DNS lookups by result.
+    pub dns_lookups: Family<DnsLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `reach_agent` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("reach_agent");
+        let checks = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "checks",
+            "Checks finished, by method and result",
+            checks.clone(),
+        );
+        let check_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "check_duration_seconds",
+            "Duration of checks, timeouts included",
+            check_duration.clone(),
+        );
+        let limiter_wait = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "rate_limiter_wait_seconds",
+            "Time a check waited for the rate limiter and a concurrency slot",
+            limiter_wait.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register("checks_in_flight", "Checks in flight", in_flight.clone());
+        let queue_depth = Gauge::default();
+        registry.register(
+            "check_queue_depth",
+            "Checks waiting for the rate limiter",
+            queue_depth.clone(),
+        );
+        let targets = Gauge::default();
+        registry.register(
+            "targets",
+            "Distinct (address, protocol, port) targets scheduled",
+            targets.clone(),
+        );
+        let session_state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "session_state",
+            "Session with the CA: 1 for the current state (connecting, connected, backoff)",
+            session_state.clone(),
+        );
+        let sessions = Counter::default();
+        registry.register(
+            "sessions",
+            "Sessions established with the CA",
+            sessions.clone(),
+        );
+        let dns_lookups = Family::<DnsLabels, Counter>::default();
+        registry.register(
+            "dns_lookups",
+            "DNS resolutions by result",
+            dns_lookups.clone(),
+        );
+        Metrics {
+            registry: Arc::new(registry),
+            checks,
+            check_duration,
+            limiter_wait,
+            in_flight,
+            queue_depth,
+            targets,
+            session_state,
+            sessions,
+            dns_lookups,
+        }
+    }
+
+    /// Counts a finished check.
+    pub fn observe_check(&self, result: &AddressResult) {
+        let outcome = match &result.failure {
+            None => "up",
+            Some(f) => f.kind.as_str(),
+        };
+        self.checks
+            .get_or_create(&CheckLabels {
+                method: result.method.as_str().to_owned(),
+                result: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets the current session state.
+    pub fn set_session_state(&self, state: &str) {
+        for s in ["connecting", "connected", "backoff"] {
+            self.session_state
+                .get_or_create(&StateLabels {
+                    state: s.to_owned(),
+                })
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+async fn metrics_handler(State(metrics): State<Metrics>) -> impl IntoResponse {
+    match metrics.encode() {
+        Ok(body) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .with_state(metrics);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds the metrics listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}

@@ -1,0 +1,431 @@
+//! The session with the CA: one `Connect` stream at a time, authenticated
+//! by gRPC metadata; Hello first, Welcome/PolicyUpdate applied, access
+//! events and pings answered, health reports and heartbeats sent, and on any
+//! disconnect a reconnect with exponential backoff and full jitter while
+//! checks go on.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use policy::{AppKey, Segment};
+use protocol::v1::authority_message::Kind as FromCa;
+use protocol::v1::connector_message::Kind as ToCa;
+use protocol::v1::connector_session_client::ConnectorSessionClient;
+use protocol::v1::{self, AuthorityMessage, ConnectorMessage};
+use rand::RngExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Endpoint;
+
+use crate::metrics::Metrics;
+use crate::pacer::Pacer;
+use crate::probe::Prober;
+use crate::schedule::{AppReport, DEFAULT_WINDOW};
+use crate::scheduler::Scheduler;
+
+/// First reconnect delay (before jitter).
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest reconnect delay (before jitter).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Default heartbeat interval when the CA sends none.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+/// How long the CA has to send its Welcome.
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The CA could not be reached.
+    #[error("cannot connect to the CA: {0}")]
+    Connect(#[from] tonic::transport::Error),
+    /// The CA refused or ended the stream with an error.
+    #[error("the CA ended the session: {0}")]
+    Rpc(#[from] tonic::Status),
+    /// The CA broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The CA closed the stream.
+    #[error("the CA closed the stream")]
+    Closed,
+    /// The CA asked the connector to leave.
+    #[error("the CA asked to end the session: {reason}")]
+    Shutdown {
+        /// The CA's reason.
+        reason: String,
+        /// Wait at least this long.
+        retry_after: Duration,
+        /// Another CA address, if any.
+        reconnect_to: Option<String>,
+    },
+}
+
+/// The backoff before reconnect attempt `attempt` (0-based), before jitter:
+/// 0.5 s doubling to 30 s.
+pub fn backoff_cap(attempt: u32) -> Duration {
+    BACKOFF_MIN
+        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+        .min(BACKOFF_MAX)
+}
+
+/// Full jitter: a uniformly random delay up to the cap.
+pub fn backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
+    let cap = u64::try_from(backoff_cap(attempt).as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rng.random_range(0..=cap))
+}
+
+/// Who the connector is and what it can do.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// Connector name.
+    pub name: String,
+    /// Connector group.
+    pub group: String,
+    /// The group's provisioning key (never logged).
+    pub provisioning_key: Arc<str>,
+    /// The connector's own rate limit.
+    pub checks_per_second: u32,
+    /// The connector's own probe timeout.
+    pub check_timeout: Duration,
+}
+
+/// Everything the sessions drive.
+#[derive(Clone, Debug)]
+pub struct Parts {
+    /// The scheduler.
+    pub scheduler: Scheduler,
+    /// The pacer (rate overrides, load).
+    pub pacer: Pacer,
+    /// The prober (timeout overrides, ICMP capability).
+    pub prober: Arc<Prober>,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+/// Keeps a session with the CA at `ca` until `shutdown` turns true.
+pub async fn run(
+    ca: String,
+    identity: Identity,
+    parts: Parts,
+    mut reports: mpsc::UnboundedReceiver<Vec<AppReport>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut url = ca;
+    let mut attempt = 0u32;
+    loop {
+        parts.metrics.set_session_state("connecting");
+        let mut stop = shutdown.clone();
+        let ended = tokio::select! {
+            ended = session(&url, &identity, &parts, &mut reports, &mut attempt, &mut stop) => ended,
+            () = stopped(&mut shutdown) => return,
+        };
+        let mut delay = backoff(attempt, &mut rand::rng());
+        attempt = attempt.saturating_add(1);
+        match ended {
+            Ok(()) => return,
+            Err(SessionError::Shutdown {
+                reason,
+                retry_after,
+                reconnect_to,
+            }) => {
+                tracing::info!(%reason, retry_after_ms = retry_after.as_millis(), "the CA ended the session");
+                if let Some(to) = reconnect_to {
+                    url = to;
+                }
+                delay = delay.max(retry_after);
+            }
+            Err(e) => tracing::warn!(error = %e, "session lost"),
+        }
+        parts.metrics.set_session_state("backoff");
+        tracing::info!(delay_ms = delay.as_millis(), ca = %url, "reconnecting");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// Completes when the stop flag turns true (or its sender is gone).
+pub async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The wire form of one application's report.
+pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
+    let (addresses, dns_error, at) = match &report.round {
+        Some(round) => (
+            round
+                .addresses
+                .iter()
+                .map(v1::AddressResult::from)
+                .collect(),
+            round.dns_error.clone().unwrap_or_default(),
+            round.finished_at,
+        ),
+        None => (Vec::new(), String::new(), SystemTime::now()),
+    };
+    v1::ApplicationHealth {
+        app: Some(v1::ApplicationKey::from(&report.key)),
+        status: v1::HealthStatus::from(report.status) as i32,
+        addresses,
+        checked_at_unix_ms: if report.round.is_some() {
+            unix_ms(at)
+        } else {
+            unix_ms(SystemTime::now())
+        },
+        dns_error,
+        expired: report.expired,
+    }
+}
+
+fn report_message(apps: &[AppReport], full_state: bool) -> ConnectorMessage {
+    ConnectorMessage {
+        kind: Some(ToCa::Report(v1::HealthReport {
+            applications: apps.iter().map(to_wire).collect(),
+            full_state,
+        })),
+    }
+}
+
+fn metadata(
+    value: &str,
+    field: &str,
+) -> Result<MetadataValue<tonic::metadata::Ascii>, SessionError> {
+    MetadataValue::try_from(value)
+        .map_err(|_| SessionError::Protocol(format!("{field} is not valid in gRPC metadata")))
+}
+
+/// Segments from the wire; an invalid one is logged and skipped, never
+/// fatal.
+fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
+    wire.into_iter()
+        .filter_map(|s| match Segment::try_from(s) {
+            Ok(segment) => Some(segment),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring an invalid segment from the CA");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Applies `ConnectorSettings`; returns the on-access window and the
+/// heartbeat interval.
+fn apply_settings(
+    settings: Option<&v1::ConnectorSettings>,
+    identity: &Identity,
+    parts: &Parts,
+) -> (Duration, Duration) {
+    let s = settings.cloned().unwrap_or_default();
+    let window = match s.on_access_window_ms {
+        0 => DEFAULT_WINDOW,
+        ms => Duration::from_millis(ms),
+    };
+    let heartbeat = match s.heartbeat_interval_ms {
+        0 => DEFAULT_HEARTBEAT,
+        ms => Duration::from_millis(ms.max(100)),
+    };
+    parts.pacer.set_rate(match s.checks_per_second {
+        0 => identity.checks_per_second,
+        n => n,
+    });
+    parts.prober.set_timeout(match s.check_timeout_ms {
+        0 => identity.check_timeout,
+        ms => Duration::from_millis(u64::from(ms)),
+    });
+    (window, heartbeat)
+}
+
+async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), SessionError> {
+    out.send(ConnectorMessage { kind: Some(kind) })
+        .await
+        .map_err(|_| SessionError::Closed)
+}
+
+/// One session: connect, Hello, Welcome, full state, then the message loop.
+/// `Ok(())` only when `shutdown` asked to stop.
+async fn session(
+    url: &str,
+    identity: &Identity,
+    parts: &Parts,
+    reports: &mut mpsc::UnboundedReceiver<Vec<AppReport>>,
+    attempt: &mut u32,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), SessionError> {
+    let channel = Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    let mut client = ConnectorSessionClient::new(channel)
+        .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
+    let (out, rx) = mpsc::channel::<ConnectorMessage>(64);
+    let icmp = parts.prober.icmp_mode();
+    send(
+        &out,
+        ToCa::Hello(v1::Hello {
+            name: identity.name.clone(),
+            group: identity.group.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            capabilities: Some(v1::Capabilities {
+                icmp: icmp != crate::probe::IcmpMode::None,
+                icmp_mode: icmp.as_str().to_owned(),
+                checks_per_second: identity.checks_per_second,
+            }),
+        }),
+    )
+    .await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let md = request.metadata_mut();
+    md.insert(
+        protocol::metadata::CONNECTOR,
+        metadata(&identity.name, "the name")?,
+    );
+    md.insert(
+        protocol::metadata::GROUP,
+        metadata(&identity.group, "the group")?,
+    );
+    md.insert(
+        protocol::metadata::PROVISIONING_KEY,
+        metadata(&identity.provisioning_key, "the provisioning key")?,
+    );
+    let mut inbound = client.connect(request).await?.into_inner();
+
+    let first = tokio::time::timeout(WELCOME_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| SessionError::Protocol("no Welcome within 10 s".into()))??;
+    let welcome = match first {
+        Some(AuthorityMessage {
+            kind: Some(FromCa::Welcome(w)),
+        }) => w,
+        Some(_) => {
+            return Err(SessionError::Protocol(
+                "first message is not a Welcome".into(),
+            ));
+        }
+        None => return Err(SessionError::Closed),
+    };
+    *attempt = 0;
+    parts.metrics.sessions.inc();
+    parts.metrics.set_session_state("connected");
+    tracing::info!(session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
+    let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), identity, parts);
+    parts
+        .scheduler
+        .apply(segments(welcome.segments), window)
+        .await;
+
+    // The full state supersedes whatever was produced while disconnected.
+    while reports.try_recv().is_ok() {}
+    let state = parts.scheduler.full_state().await;
+    out.send(report_message(&state, true))
+        .await
+        .map_err(|_| SessionError::Closed)?;
+
+    let mut ticker = tokio::time::interval(heartbeat);
+    let mut last_beat = (Instant::now(), parts.pacer.stats().started);
+    loop {
+        tokio::select! {
+            message = inbound.message() => {
+                let Some(message) = message? else {
+                    return Err(SessionError::Closed);
+                };
+                match message.kind {
+                    Some(FromCa::PolicyUpdate(update)) => {
+                        let (window, beat) = apply_settings(update.settings.as_ref(), identity, parts);
+                        parts.scheduler.apply(segments(update.segments), window).await;
+                        if beat != heartbeat {
+                            heartbeat = beat;
+                            ticker = tokio::time::interval(heartbeat);
+                        }
+                        tracing::info!("policy updated");
+                    }
+                    Some(FromCa::Access(event)) => match event.app.map(AppKey::try_from) {
+                        Some(Ok(key)) => parts.scheduler.access(key),
+                        Some(Err(e)) => tracing::warn!(error = %e, "ignoring an invalid access event"),
+                        None => tracing::warn!("ignoring an access event without application"),
+                    },
+                    Some(FromCa::Ping(ping)) => {
+                        send(&out, ToCa::Pong(v1::Pong { nonce: ping.nonce })).await?;
+                    }
+                    Some(FromCa::Shutdown(s)) => {
+                        return Err(SessionError::Shutdown {
+                            reason: s.reason,
+                            retry_after: Duration::from_millis(s.retry_after_ms),
+                            reconnect_to: (!s.reconnect_to.is_empty()).then_some(s.reconnect_to),
+                        });
+                    }
+                    Some(FromCa::Welcome(_)) => tracing::warn!("ignoring a second Welcome"),
+                    None => tracing::warn!("ignoring an empty message from the CA"),
+                }
+            }
+            batch = reports.recv() => {
+                let Some(batch) = batch else { return Ok(()) };
+                out.send(report_message(&batch, false)).await.map_err(|_| SessionError::Closed)?;
+            }
+            _ = ticker.tick() => {
+                let stats = parts.pacer.stats();
+                let load = parts.scheduler.load();
+                let elapsed = last_beat.0.elapsed().as_secs_f64();
+                let per_second = if elapsed > 0.0 {
+                    (stats.started - last_beat.1) as f64 / elapsed
+                } else {
+                    0.0
+                };
+                last_beat = (Instant::now(), stats.started);
+                send(&out, ToCa::Heartbeat(v1::Heartbeat {
+                    load: Some(v1::CheckLoad {
+                        targets: load.targets,
+                        checks_per_cycle: load.checks_per_cycle,
+                        cycle_seconds: load.cycle.as_secs_f64(),
+                        queue_depth: stats.queue_depth,
+                        checks_per_second: per_second,
+                        in_flight: stats.in_flight,
+                        rate_limit: stats.rate,
+                    }),
+                })).await?;
+            }
+            () = stopped(shutdown) => {
+                // Ending the outbound stream closes the session cleanly.
+                drop(out);
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_to_thirty() {
+        let caps: Vec<u64> = (0..10).map(|a| backoff_cap(a).as_millis() as u64).collect();
+        assert_eq!(
+            caps,
+            [
+                500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000
+            ]
+        );
+        assert_eq!(backoff_cap(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn jitter_stays_within_the_cap() {
+        let mut rng = rand::rng();
+        for attempt in 0..8 {
+            for _ in 0..100 {
+                assert!(backoff(attempt, &mut rng) <= backoff_cap(attempt));
+            }
+        }
+    }
+}
