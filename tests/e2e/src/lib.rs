@@ -9,6 +9,7 @@
 //! timeout; on failure the processes' logs are printed.
 
 pub mod apps;
+pub mod browser;
 pub mod dns;
 pub mod procs;
 
@@ -133,7 +134,12 @@ pub struct Ca {
 
 /// The `[server]`, `[selection]`, `[health]`, token and group sections of a
 /// scenario CA config; append `[[segments]]` to it.
-pub fn ca_config_head(sc: &Scenario, groups: &[&str], extra_health: &str, strategy: &str) -> String {
+pub fn ca_config_head(
+    sc: &Scenario,
+    groups: &[&str],
+    extra_health: &str,
+    strategy: &str,
+) -> String {
     let mut s = format!(
         r#"[server]
 grpc_listen = "{grpc}"
@@ -230,7 +236,10 @@ impl Ca {
             .send()
             .await?;
         let status = r.status();
-        let body: Value = r.json().await.with_context(|| format!("GET {path}: body"))?;
+        let body: Value = r
+            .json()
+            .await
+            .with_context(|| format!("GET {path}: body"))?;
         if !status.is_success() {
             bail!("GET {path}: {status} {body}");
         }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::{
-    App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, eventually,
-    find_app, max_in_window, wait_status,
+    App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, eventually, find_app,
+    max_in_window, wait_status,
 };
 use serde_json::Value;
 
@@ -50,12 +50,21 @@ connector_groups = [{groups}]
 }
 
 /// Counts how often each connector was chosen over `n` requests.
-async fn choose_many(ca: &Ca, host: &str, proto: &str, port: u16, n: usize) -> Result<HashMap<String, usize>> {
+async fn choose_many(
+    ca: &Ca,
+    host: &str,
+    proto: &str,
+    port: u16,
+    n: usize,
+) -> Result<HashMap<String, usize>> {
     let mut counts = HashMap::new();
     for _ in 0..n {
         let (status, body) = ca.access(host, proto, port).await?;
         ensure!(status == 200, "access refused: {status} {body}");
-        let c = body["connector"].as_str().context("no connector field")?.to_owned();
+        let c = body["connector"]
+            .as_str()
+            .context("no connector field")?
+            .to_owned();
         *counts.entry(c).or_insert(0) += 1;
     }
     Ok(counts)
@@ -90,7 +99,12 @@ async fn s01_seed_example() -> Result<()> {
     let sc = Scenario::new("s01_seed_example", 21)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2, a3) = (sc.ip(1, 1), sc.ip(1, 2), sc.ip(1, 3));
-        let _dns = DnsServer::start(sc.dns(), "lanukcorp.test", &[("jira.lanukcorp.test", a1), ("jira.lanukcorp.test", a2)]).await?;
+        let _dns = DnsServer::start(
+            sc.dns(),
+            "lanukcorp.test",
+            &[("jira.lanukcorp.test", a1), ("jira.lanukcorp.test", a2)],
+        )
+        .await?;
         let mut apps = Vec::new();
         let mut udps = Vec::new();
         for ip in [a1, a2, a3] {
@@ -98,7 +112,16 @@ async fn s01_seed_example() -> Result<()> {
             udps.push(UdpApp::start((ip, 3389).into()).await?);
         }
         let mut cfg = ca_config_head(&sc, &["dc-east"], "", "healthy");
-        cfg += &segment("jira", &["jira.lanukcorp.test", &a3.to_string()], &["8080"], &["3389"], "continuous", 1000, &["dc-east"], "");
+        cfg += &segment(
+            "jira",
+            &["jira.lanukcorp.test", &a3.to_string()],
+            &["8080"],
+            &["3389"],
+            "continuous",
+            1000,
+            &["dc-east"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "dc-east", &[])?;
 
@@ -124,11 +147,17 @@ async fn s01_seed_example() -> Result<()> {
                     }
                 }
             }
-            ensure!(checks.len() == 6 && checks.iter().all(|c| c.3 == "up"), "checks so far: {checks:?}");
+            ensure!(
+                checks.len() == 6 && checks.iter().all(|c| c.3 == "up"),
+                "checks so far: {checks:?}"
+            );
             Ok(checks)
         })
         .await?;
-        let mut got: Vec<String> = results.iter().map(|c| format!("{}:{}/{}", c.0, c.2, c.1)).collect();
+        let mut got: Vec<String> = results
+            .iter()
+            .map(|c| format!("{}:{}/{}", c.0, c.2, c.1))
+            .collect();
         got.sort();
         let mut want: Vec<String> = [a1, a2, a3]
             .iter()
@@ -138,12 +167,17 @@ async fn s01_seed_example() -> Result<()> {
         ensure!(got == want, "checks {got:?}, want exactly {want:?}");
         for c in &results {
             let want_method = if c.1 == "tcp" { "tcp" } else { "icmp" };
-            ensure!(c.4 == want_method || (c.1 == "udp" && c.4 == "tcp_fallback"), "method of {c:?}");
+            ensure!(
+                c.4 == want_method || (c.1 == "udp" && c.4 == "tcp_fallback"),
+                "method of {c:?}"
+            );
         }
         // Every application row is Up for c1.
         for host in ["jira.lanukcorp.test".to_owned(), a3.to_string()] {
             for (proto, port) in [("tcp", 8080), ("udp", 3389)] {
-                let s = ca.status(&App::new("jira", &host, proto, port), "c1").await?;
+                let s = ca
+                    .status(&App::new("jira", &host, proto, port), "c1")
+                    .await?;
                 ensure!(s.as_deref() == Some("up"), "{host}:{port}/{proto} is {s:?}");
             }
         }
@@ -159,12 +193,26 @@ async fn s02_continuous_transitions() -> Result<()> {
     let sc = Scenario::new("s02_continuous", 22)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
-        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1), ("app.reach.test", a2)]).await?;
+        let _dns = DnsServer::start(
+            sc.dns(),
+            "reach.test",
+            &[("app.reach.test", a1), ("app.reach.test", a2)],
+        )
+        .await?;
         let mut s1 = TcpApp::start((a1, 8080).into()).await?;
         let mut s2 = TcpApp::start((a2, 8080).into()).await?;
         let interval = Duration::from_millis(1500);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", interval.as_millis() as u64, &["g"], "");
+        cfg += &segment(
+            "app",
+            &["app.reach.test"],
+            &["8080"],
+            &[],
+            "continuous",
+            interval.as_millis() as u64,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let app = App::new("app", "app.reach.test", "tcp", 8080);
@@ -196,41 +244,77 @@ async fn s03_on_access() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[("portal.reach.test", a1)]).await?;
         let server = TcpApp::start((a1, 8080).into()).await?;
         let window = Duration::from_secs(4);
-        let extra = format!("on_access_window_ms = {}\naccess_forward_interval_ms = 500", window.as_millis());
+        let extra = format!(
+            "on_access_window_ms = {}\naccess_forward_interval_ms = 500",
+            window.as_millis()
+        );
         let mut cfg = ca_config_head(&sc, &["g"], &extra, "healthy");
-        cfg += &segment("portal", &["portal.reach.test"], &["8080"], &[], "on_access", 1000, &["g"], "");
+        cfg += &segment(
+            "portal",
+            &["portal.reach.test"],
+            &["8080"],
+            &[],
+            "on_access",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         // Connected, but no access yet: nothing may touch the server.
         eventually(Duration::from_secs(10), || async {
             let v = ca.get("/api/v1/connectors").await?;
-            ensure!(v["connectors"].as_array().is_some_and(|c| c.iter().any(|c| c["name"] == "c1" && c["connected"] == true)), "c1 not connected: {v}");
+            ensure!(
+                v["connectors"].as_array().is_some_and(|c| c
+                    .iter()
+                    .any(|c| c["name"] == "c1" && c["connected"] == true)),
+                "c1 not connected: {v}"
+            );
             Ok(())
         })
         .await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ensure!(server.count() == 0, "{} checks reached the server before any access", server.count());
+        ensure!(
+            server.count() == 0,
+            "{} checks reached the server before any access",
+            server.count()
+        );
 
         let start = Instant::now();
         let (status, body) = ca.access("portal.reach.test", "tcp", 8080).await?;
         let took = start.elapsed();
         ensure!(status == 200, "first access refused: {status} {body}");
         ensure!(body["connector"] == "c1", "chose {body}");
-        ensure!(took < Duration::from_secs(3), "first decision took {took:?} (discovery timeout 3 s)");
+        ensure!(
+            took < Duration::from_secs(3),
+            "first decision took {took:?} (discovery timeout 3 s)"
+        );
         eprintln!("cold on-access decision in {took:?}");
         let app = App::new("portal", "portal.reach.test", "tcp", 8080);
-        ensure!(ca.status(&app, "c1").await?.as_deref() == Some("up"), "chosen connector does not report up");
+        ensure!(
+            ca.status(&app, "c1").await?.as_deref() == Some("up"),
+            "chosen connector does not report up"
+        );
 
         // Keep accessing for longer than the window: checks go on.
         let during = Instant::now();
         for _ in 0..6 {
             let (status, body) = ca.access("portal.reach.test", "tcp", 8080).await?;
-            ensure!(status == 200, "access refused while active: {status} {body}");
+            ensure!(
+                status == 200,
+                "access refused while active: {status} {body}"
+            );
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let checks_during = server.count_since(during);
-        ensure!(checks_during >= 4, "only {checks_during} checks in 6 s of accesses at a 1 s interval");
-        ensure!(ca.status(&app, "c1").await?.as_deref() == Some("up"), "not up while accessed");
+        ensure!(
+            checks_during >= 4,
+            "only {checks_during} checks in 6 s of accesses at a 1 s interval"
+        );
+        ensure!(
+            ca.status(&app, "c1").await?.as_deref() == Some("up"),
+            "not up while accessed"
+        );
 
         // Stop accessing: after the window the status is Unknown, and then
         // the server sees no further checks.
@@ -238,7 +322,11 @@ async fn s03_on_access() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let after = Instant::now();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        ensure!(server.count_since(after) == 0, "{} checks after the window ended", server.count_since(after));
+        ensure!(
+            server.count_since(after) == 0,
+            "{} checks after the window ended",
+            server.count_since(after)
+        );
         Ok(())
     })
     .await
@@ -254,22 +342,43 @@ async fn s04_none() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("legacy", &[&a1.to_string()], &["8080"], &[], "none", 1000, &["g"], "");
+        cfg += &segment(
+            "legacy",
+            &[&a1.to_string()],
+            &["8080"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
         eventually(Duration::from_secs(10), || async {
             let v = ca.get("/api/v1/connectors").await?;
-            let n = v["connectors"].as_array().map_or(0, |c| c.iter().filter(|c| c["connected"] == true).count());
+            let n = v["connectors"]
+                .as_array()
+                .map_or(0, |c| c.iter().filter(|c| c["connected"] == true).count());
             ensure!(n == 2, "{n} connected");
             Ok(())
         })
         .await?;
         let counts = choose_many(&ca, &a1.to_string(), "tcp", 8080, 200).await?;
-        ensure!(counts.keys().all(|c| c == "c1" || c == "c2"), "chose {counts:?}");
-        ensure!(counts.len() == 2, "both connectors should be chosen over 200 requests: {counts:?}");
+        ensure!(
+            counts.keys().all(|c| c == "c1" || c == "c2"),
+            "chose {counts:?}"
+        );
+        ensure!(
+            counts.len() == 2,
+            "both connectors should be chosen over 200 requests: {counts:?}"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ensure!(server.count() == 0, "{} checks reached a none-mode server", server.count());
+        ensure!(
+            server.count() == 0,
+            "{} checks reached a none-mode server",
+            server.count()
+        );
         Ok(())
     })
     .await
@@ -284,11 +393,30 @@ async fn s05_selection() -> Result<()> {
         // Two "networks": connectors resolving through dns-a see the app at a
         // listening address, those through dns-b at a closed one (Down).
         let (up, closed) = (sc.ip(1, 1), sc.ip(1, 2));
-        let dns_a = DnsServer::start(sc.addr(0, 53, 5353), "reach.test", &[("svc.reach.test", up)]).await?;
-        let dns_b = DnsServer::start(sc.addr(0, 54, 5353), "reach.test", &[("svc.reach.test", closed)]).await?;
+        let dns_a = DnsServer::start(
+            sc.addr(0, 53, 5353),
+            "reach.test",
+            &[("svc.reach.test", up)],
+        )
+        .await?;
+        let dns_b = DnsServer::start(
+            sc.addr(0, 54, 5353),
+            "reach.test",
+            &[("svc.reach.test", closed)],
+        )
+        .await?;
         let _server = TcpApp::start((up, 8080).into()).await?;
         let app = App::new("svc", "svc.reach.test", "tcp", 8080);
-        let seg = segment("svc", &["svc.reach.test"], &["8080"], &[], "continuous", 1000, &["ga", "gb"], "");
+        let seg = segment(
+            "svc",
+            &["svc.reach.test"],
+            &["8080"],
+            &[],
+            "continuous",
+            1000,
+            &["ga", "gb"],
+            "",
+        );
         let start_all = |ca: &Ca| -> Result<Vec<Connector>> {
             let b = dns_b.addr().to_string();
             Ok(vec![
@@ -311,10 +439,16 @@ async fn s05_selection() -> Result<()> {
         let n = 1200;
         let counts = choose_many(&ca, "svc.reach.test", "tcp", 8080, n).await?;
         eprintln!("healthy strategy: {counts:?}");
-        ensure!(!counts.contains_key("c2"), "c2 reports Down but was chosen: {counts:?}");
+        ensure!(
+            !counts.contains_key("c2"),
+            "c2 reports Down but was chosen: {counts:?}"
+        );
         let third = 1.0 / 3.0;
         let chi = chi_square(&counts, &[("c1", third), ("c3", third), ("c4", third)], n);
-        ensure!(chi < chi_critical(2), "healthy choices not uniform: chi2 = {chi:.2}, {counts:?}");
+        ensure!(
+            chi < chi_critical(2),
+            "healthy choices not uniform: chi2 = {chi:.2}, {counts:?}"
+        );
 
         // Group strategy: group ga is eligible through c1 and picks only c1
         // (c2 reports Down); gb picks c3 or c4: shares 1/2, 1/4, 1/4.
@@ -329,9 +463,15 @@ async fn s05_selection() -> Result<()> {
         wait_status(&ca, &app, "c2", "down", Duration::from_secs(15)).await?;
         let counts = choose_many(&ca, "svc.reach.test", "tcp", 8080, n).await?;
         eprintln!("group strategy: {counts:?}");
-        ensure!(!counts.contains_key("c2"), "c2 reports Down but was chosen: {counts:?}");
+        ensure!(
+            !counts.contains_key("c2"),
+            "c2 reports Down but was chosen: {counts:?}"
+        );
         let chi = chi_square(&counts, &[("c1", 0.5), ("c3", 0.25), ("c4", 0.25)], n);
-        ensure!(chi < chi_critical(2), "group choices do not follow the seed's rule: chi2 = {chi:.2}, {counts:?}");
+        ensure!(
+            chi < chi_critical(2),
+            "group choices do not follow the seed's rule: chi2 = {chi:.2}, {counts:?}"
+        );
         Ok(())
     })
     .await
@@ -345,12 +485,66 @@ async fn s06_matching() -> Result<()> {
     sc.run(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("corp-wild", &["*.corp.test"], &["80", "443"], &[], "none", 1000, &["g"], "");
-        cfg += &segment("corp-app", &["app.corp.test"], &["443"], &[], "none", 1000, &["g"], "");
-        cfg += &segment("mm-wide", &["*.mm.test"], &["80"], &[], "none", 1000, &["g"], "multimatch = true");
-        cfg += &segment("mm-api", &["api.mm.test"], &["443"], &[], "none", 1000, &["g"], "multimatch = true");
-        cfg += &segment("net", &["10.99.0.0/16"], &["22"], &[], "none", 1000, &["g"], "");
-        cfg += &segment("net-host", &["10.99.1.1"], &["3389"], &[], "none", 1000, &["g"], "");
+        cfg += &segment(
+            "corp-wild",
+            &["*.corp.test"],
+            &["80", "443"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "",
+        );
+        cfg += &segment(
+            "corp-app",
+            &["app.corp.test"],
+            &["443"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "",
+        );
+        cfg += &segment(
+            "mm-wide",
+            &["*.mm.test"],
+            &["80"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "multimatch = true",
+        );
+        cfg += &segment(
+            "mm-api",
+            &["api.mm.test"],
+            &["443"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "multimatch = true",
+        );
+        cfg += &segment(
+            "net",
+            &["10.99.0.0/16"],
+            &["22"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "",
+        );
+        cfg += &segment(
+            "net-host",
+            &["10.99.1.1"],
+            &["3389"],
+            &[],
+            "none",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         eventually(Duration::from_secs(10), || async {
@@ -379,8 +573,14 @@ async fn s06_matching() -> Result<()> {
         for (host, port, want) in cases {
             let (status, body) = ca.access(host, "tcp", *port).await?;
             match want {
-                Ok(seg) => ensure!(status == 200 && body["segment"] == *seg, "{host}:{port}: want segment {seg}, got {status} {body}"),
-                Err(reason) => ensure!(status >= 400 && body["error"]["reason"] == *reason, "{host}:{port}: want refusal {reason}, got {status} {body}"),
+                Ok(seg) => ensure!(
+                    status == 200 && body["segment"] == *seg,
+                    "{host}:{port}: want segment {seg}, got {status} {body}"
+                ),
+                Err(reason) => ensure!(
+                    status >= 400 && body["error"]["reason"] == *reason,
+                    "{host}:{port}: want refusal {reason}, got {status} {body}"
+                ),
             }
         }
         Ok(())
@@ -398,7 +598,16 @@ async fn s07_connector_killed() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
         let _server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", 1000, &["g"], "");
+        cfg += &segment(
+            "app",
+            &["app.reach.test"],
+            &["8080"],
+            &[],
+            "continuous",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
@@ -410,12 +619,18 @@ async fn s07_connector_killed() -> Result<()> {
         let t = wait_status(&ca, &app, "c1", "unknown", Duration::from_secs(2)).await?;
         eprintln!("c1 unknown {t:?} after the kill");
         let counts = choose_many(&ca, "app.reach.test", "tcp", 8080, 100).await?;
-        ensure!(counts.keys().all(|c| c == "c2"), "a killed connector was chosen: {counts:?}");
+        ensure!(
+            counts.keys().all(|c| c == "c2"),
+            "a killed connector was chosen: {counts:?}"
+        );
 
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
         let counts = choose_many(&ca, "app.reach.test", "tcp", 8080, 200).await?;
-        ensure!(counts.get("c1").copied().unwrap_or(0) > 0, "restarted c1 never chosen: {counts:?}");
+        ensure!(
+            counts.get("c1").copied().unwrap_or(0) > 0,
+            "restarted c1 never chosen: {counts:?}"
+        );
         Ok(())
     })
     .await
@@ -433,7 +648,16 @@ async fn s08_ca_restart() -> Result<()> {
         let _server = TcpApp::start((a1, 8080).into()).await?;
         let interval = Duration::from_secs(3);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("app", &["app.reach.test"], &["8080"], &[], "continuous", interval.as_millis() as u64, &["g"], "");
+        cfg += &segment(
+            "app",
+            &["app.reach.test"],
+            &["8080"],
+            &[],
+            "continuous",
+            interval.as_millis() as u64,
+            &["g"],
+            "",
+        );
         let mut ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
@@ -453,23 +677,37 @@ async fn s08_ca_restart() -> Result<()> {
                 let chosen = body["connector"].as_str().unwrap_or("");
                 let row = find_app(&health, &app).context("chosen but no health row")?;
                 let reported = row["connectors"].as_array().is_some_and(|cs| {
-                    cs.iter().any(|c| c["connector"] == chosen && c["status"] == "up")
+                    cs.iter()
+                        .any(|c| c["connector"] == chosen && c["status"] == "up")
                 });
-                ensure!(reported, "chose {chosen} before it reported to the new CA: {health}");
+                ensure!(
+                    reported,
+                    "chose {chosen} before it reported to the new CA: {health}"
+                );
                 decisions += 1;
             }
             let complete = ["c1", "c2"].iter().all(|c| {
                 find_app(&health, &app).is_some_and(|row| {
-                    row["connectors"].as_array().is_some_and(|cs| cs.iter().any(|x| x["connector"] == *c && x["status"] == "up"))
+                    row["connectors"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|x| x["connector"] == *c && x["status"] == "up")
+                    })
                 })
             });
             if complete {
                 break;
             }
-            ensure!(ready.elapsed() < 2 * interval, "health table incomplete {:?} after the restart: {health}", ready.elapsed());
+            ensure!(
+                ready.elapsed() < 2 * interval,
+                "health table incomplete {:?} after the restart: {health}",
+                ready.elapsed()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!("table complete {:?} after CA restart ({decisions} decisions meanwhile)", ready.elapsed());
+        eprintln!(
+            "table complete {:?} after CA restart ({decisions} decisions meanwhile)",
+            ready.elapsed()
+        );
         Ok(())
     })
     .await
@@ -486,37 +724,95 @@ async fn s09_policy_reload() -> Result<()> {
         let old = TcpApp::start((a1, 8080).into()).await?;
         let new = TcpApp::start((a2, 8080).into()).await?;
         let head = ca_config_head(&sc, &["g"], "", "healthy");
-        let v1 = head.clone() + &segment("old", &[&a1.to_string()], &["8080"], &[], "continuous", 500, &["g"], "");
+        let v1 = head.clone()
+            + &segment(
+                "old",
+                &[&a1.to_string()],
+                &["8080"],
+                &[],
+                "continuous",
+                500,
+                &["g"],
+                "",
+            );
         let ca = Ca::start(&sc, &v1).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
-        wait_status(&ca, &App::new("old", &a1.to_string(), "tcp", 8080), "c1", "up", Duration::from_secs(15)).await?;
-        ensure!(new.count() == 0, "the new target was checked before it was configured");
+        wait_status(
+            &ca,
+            &App::new("old", &a1.to_string(), "tcp", 8080),
+            "c1",
+            "up",
+            Duration::from_secs(15),
+        )
+        .await?;
+        ensure!(
+            new.count() == 0,
+            "the new target was checked before it was configured"
+        );
 
-        let v2 = head.clone() + &segment("new", &[&a2.to_string()], &["8080"], &[], "continuous", 500, &["g"], "");
+        let v2 = head.clone()
+            + &segment(
+                "new",
+                &[&a2.to_string()],
+                &["8080"],
+                &[],
+                "continuous",
+                500,
+                &["g"],
+                "",
+            );
         ca.reload(&v2)?;
         let new_app = App::new("new", &a2.to_string(), "tcp", 8080);
         wait_status(&ca, &new_app, "c1", "up", Duration::from_secs(10)).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let since = Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ensure!(old.count_since(since) == 0, "removed target still checked: {} times", old.count_since(since));
-        ensure!(new.count_since(since) >= 2, "new target not checked regularly");
+        ensure!(
+            old.count_since(since) == 0,
+            "removed target still checked: {} times",
+            old.count_since(since)
+        );
+        ensure!(
+            new.count_since(since) >= 2,
+            "new target not checked regularly"
+        );
 
         // Invalid: continuous with 12 ports. Refused, old policy keeps working.
         let ports: Vec<String> = (8001..=8012).map(|p| p.to_string()).collect();
         let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
-        let bad = head + &segment("new", &[&a2.to_string()], &ports, &[], "continuous", 500, &["g"], "");
+        let bad = head
+            + &segment(
+                "new",
+                &[&a2.to_string()],
+                &ports,
+                &[],
+                "continuous",
+                500,
+                &["g"],
+                "",
+            );
         ca.reload(&bad)?;
         eventually(Duration::from_secs(5), || async {
-            ensure!(ca.proc.log().contains("is not allowed with 12 ports (max 10)"), "no refusal in the CA log yet");
+            ensure!(
+                ca.proc
+                    .log()
+                    .contains("is not allowed with 12 ports (max 10)"),
+                "no refusal in the CA log yet"
+            );
             Ok(())
         })
         .await?;
         let (status, body) = ca.access(&a2.to_string(), "tcp", 8080).await?;
-        ensure!(status == 200 && body["segment"] == "new", "old policy not kept: {status} {body}");
+        ensure!(
+            status == 200 && body["segment"] == "new",
+            "old policy not kept: {status} {body}"
+        );
         let since = Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        ensure!(new.count_since(since) >= 2, "checks stopped after an invalid reload");
+        ensure!(
+            new.count_since(since) >= 2,
+            "checks stopped after an invalid reload"
+        );
         Ok(())
     })
     .await
@@ -600,7 +896,16 @@ async fn s11_rate() -> Result<()> {
         }
         let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("many", &hosts, &["8080"], &[], "continuous", 1000, &["g"], "");
+        cfg += &segment(
+            "many",
+            &hosts,
+            &["8080"],
+            &[],
+            "continuous",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--checks-per-second", "20"])?;
         // Let it reach steady state, then measure 12 s (two cycles).
@@ -608,18 +913,30 @@ async fn s11_rate() -> Result<()> {
         let from = Instant::now();
         tokio::time::sleep(Duration::from_secs(12)).await;
         let to = Instant::now();
-        let arrivals: Vec<Instant> = servers.iter().flat_map(|s| s.arrivals()).filter(|t| *t >= from && *t < to).collect();
+        let arrivals: Vec<Instant> = servers
+            .iter()
+            .flat_map(|s| s.arrivals())
+            .filter(|t| *t >= from && *t < to)
+            .collect();
         // A sliding window, 10 ms short of a second to allow for the
         // scheduling jitter of the accept timestamps themselves.
         let peak = max_in_window(&arrivals, Duration::from_millis(990));
         let rate = arrivals.len() as f64 / to.duration_since(from).as_secs_f64();
-        eprintln!("{} checks in {:?}: {rate:.2}/s, peak {peak} in any 0.99 s window", arrivals.len(), to.duration_since(from));
+        eprintln!(
+            "{} checks in {:?}: {rate:.2}/s, peak {peak} in any 0.99 s window",
+            arrivals.len(),
+            to.duration_since(from)
+        );
         ensure!(peak <= 20, "{peak} checks within one second (limit 20)");
         ensure!((19.0..=20.5).contains(&rate), "rate {rate:.2}/s, want 20/s");
         // Cycle time: each target is checked about every 6 s.
         let mut gaps = Vec::new();
         for s in &servers {
-            let times: Vec<Instant> = s.arrivals().into_iter().filter(|t| *t >= from && *t < to).collect();
+            let times: Vec<Instant> = s
+                .arrivals()
+                .into_iter()
+                .filter(|t| *t >= from && *t < to)
+                .collect();
             for w in times.windows(2) {
                 gaps.push(w[1].duration_since(w[0]).as_secs_f64());
             }
@@ -627,9 +944,15 @@ async fn s11_rate() -> Result<()> {
         ensure!(!gaps.is_empty(), "no target was checked twice in 12 s");
         let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
         eprintln!("mean cycle {mean:.2} s over {} gaps", gaps.len());
-        ensure!((5.5..=6.6).contains(&mean), "cycle {mean:.2} s, want 6 s (120 checks at 20/s)");
+        ensure!(
+            (5.5..=6.6).contains(&mean),
+            "cycle {mean:.2} s, want 6 s (120 checks at 20/s)"
+        );
         let v = ca.get("/api/v1/connectors").await?;
-        let c = v["connectors"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "c1")).context("c1 missing")?;
+        let c = v["connectors"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "c1"))
+            .context("c1 missing")?;
         ensure!(c["checks_per_cycle"] == 120, "checks_per_cycle: {c}");
         Ok(())
     })
@@ -638,9 +961,16 @@ async fn s11_rate() -> Result<()> {
 
 /// Runs `ip` with arguments; errors carry its stderr.
 fn ip(args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("ip").args(args).output().context("running ip")?;
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip")?;
     if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(())
 }
@@ -659,19 +989,45 @@ impl NetnsHost {
         let _ = ip(&["netns", "del", &ns]);
         let _ = ip(&["link", "del", &host_if]);
         ip(&["netns", "add", &ns])?;
-        let me = NetnsHost { ns: ns.clone(), host_if: host_if.clone() };
-        ip(&["link", "add", &host_if, "type", "veth", "peer", "name", &peer_if])?;
+        let me = NetnsHost {
+            ns: ns.clone(),
+            host_if: host_if.clone(),
+        };
+        ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", &peer_if,
+        ])?;
         ip(&["link", "set", &peer_if, "netns", &ns])?;
         ip(&["addr", "add", "198.18.7.1/30", "dev", &host_if])?;
         ip(&["link", "set", &host_if, "up"])?;
-        ip(&["netns", "exec", &ns, "ip", "addr", "add", "198.18.7.2/30", "dev", &peer_if])?;
+        ip(&[
+            "netns",
+            "exec",
+            &ns,
+            "ip",
+            "addr",
+            "add",
+            "198.18.7.2/30",
+            "dev",
+            &peer_if,
+        ])?;
         ip(&["netns", "exec", &ns, "ip", "link", "set", &peer_if, "up"])?;
         ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"])?;
         // The test host ignores ICMP echo.
         let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "sysctl", "-qw", "net.ipv4.icmp_echo_ignore_all=1"])
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.icmp_echo_ignore_all=1",
+            ])
             .output()?;
-        ensure!(out.status.success(), "sysctl in netns: {}", String::from_utf8_lossy(&out.stderr));
+        ensure!(
+            out.status.success(),
+            "sysctl in netns: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(me)
     }
 
@@ -699,7 +1055,9 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
     let host = match NetnsHost::create(&tag) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("SKIPPED s12_netns_fallback_and_timeout: cannot create a network namespace here ({e:#}); needs root and iproute2");
+            eprintln!(
+                "SKIPPED s12_netns_fallback_and_timeout: cannot create a network namespace here ({e:#}); needs root and iproute2"
+            );
             return Ok(());
         }
     };
@@ -715,7 +1073,16 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
             .spawn()
             .context("starting the test host's service")?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment("ns", &["198.18.7.2"], &["8080"], &["5353"], "continuous", 1000, &["g"], "");
+        cfg += &segment(
+            "ns",
+            &["198.18.7.2"],
+            &["8080"],
+            &["5353"],
+            "continuous",
+            1000,
+            &["g"],
+            "",
+        );
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--check-timeout-ms", "800"])?;
         let tcp = App::new("ns", "198.18.7.2", "tcp", 8080);
@@ -723,9 +1090,15 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
         wait_status(&ca, &tcp, "c1", "up", Duration::from_secs(15)).await?;
         wait_status(&ca, &udp, "c1", "up", Duration::from_secs(15)).await?;
         let health = ca.get("/api/v1/health").await?;
-        let method = find_app(&health, &udp)
-            .and_then(|a| a["connectors"][0]["addresses"][0]["method"].as_str().map(str::to_owned));
-        ensure!(method.as_deref() == Some("tcp_fallback"), "UDP check method {method:?}, want tcp_fallback (ICMP is ignored)");
+        let method = find_app(&health, &udp).and_then(|a| {
+            a["connectors"][0]["addresses"][0]["method"]
+                .as_str()
+                .map(str::to_owned)
+        });
+        ensure!(
+            method.as_deref() == Some("tcp_fallback"),
+            "UDP check method {method:?}, want tcp_fallback (ICMP is ignored)"
+        );
 
         // Take the host down: it silently drops everything it would send.
         host.exec(&["ip", "route", "add", "blackhole", "198.18.7.1/32"])?;
@@ -733,13 +1106,204 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
         wait_status(&ca, &udp, "c1", "down", Duration::from_secs(10)).await?;
         let health = ca.get("/api/v1/health").await?;
         let err = find_app(&health, &tcp)
-            .and_then(|a| a["connectors"][0]["addresses"][0]["error"].as_str().map(str::to_owned))
+            .and_then(|a| {
+                a["connectors"][0]["addresses"][0]["error"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
             .unwrap_or_default();
-        ensure!(err.contains("timeout"), "TCP failure {err:?}, want a timeout");
+        ensure!(
+            err.contains("timeout"),
+            "TCP failure {err:?}, want a timeout"
+        );
         let _ = service.kill().await;
         Ok(())
     })
     .await
 }
 
-fn _unused(_: Value) {}
+/// Statuses shown in the dashboard row of `host`: every `data-status`
+/// attribute inside the element(s) that mention the host, plus whether a
+/// question-mark icon is shown for Unknown.
+const ROW_SCRIPT: &str = r#"
+const host = arguments[0];
+const rows = Array.from(document.querySelectorAll('[data-app], tr'))
+  .filter(r => r.textContent.includes(host));
+const statuses = [];
+let questionMark = false;
+for (const r of rows) {
+  for (const e of r.querySelectorAll('[data-status]')) {
+    statuses.push(e.getAttribute('data-status'));
+    if (e.getAttribute('data-status') === 'unknown' && e.textContent.includes('?')) questionMark = true;
+  }
+}
+return {found: rows.length > 0, statuses, questionMark, body: document.body ? document.body.innerText.length : 0};
+"#;
+
+/// 13. The dashboard in a real browser: every state as designed, hidden
+/// applications absent, and the page updates itself.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s13_dashboard_in_browser() -> Result<()> {
+    let sc = Scenario::new("s13_dashboard", 33)?;
+    sc.run(LIMIT, |sc| async move {
+        let ip = |d| sc.ip(1, d);
+        let _dns = DnsServer::start(
+            sc.dns(),
+            "reach.test",
+            &[
+                ("up.reach.test", ip(1)),
+                ("half.reach.test", ip(2)),
+                ("half.reach.test", ip(3)),
+                ("down.reach.test", ip(4)),
+                ("secret.reach.test", ip(5)),
+            ],
+        )
+        .await?;
+        let mut up = TcpApp::start((ip(1), 8080).into()).await?;
+        let _half = TcpApp::start((ip(2), 8080).into()).await?;
+        let _secret = TcpApp::start((ip(5), 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy")
+            .replace("anonymous_read = false", "anonymous_read = true");
+        for (name, host) in [
+            ("upapp", "up.reach.test"),
+            ("halfapp", "half.reach.test"),
+            ("downapp", "down.reach.test"),
+        ] {
+            cfg += &segment(
+                name,
+                &[host],
+                &["8080"],
+                &[],
+                "continuous",
+                1000,
+                &["g"],
+                "",
+            );
+        }
+        cfg += &segment(
+            "secret",
+            &["secret.reach.test"],
+            &["8080"],
+            &[],
+            "continuous",
+            1000,
+            &["g"],
+            "client_hostname_validation = true",
+        );
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let mut c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        wait_status(
+            &ca,
+            &App::new("upapp", "up.reach.test", "tcp", 8080),
+            "c2",
+            "up",
+            Duration::from_secs(15),
+        )
+        .await?;
+        wait_status(
+            &ca,
+            &App::new("halfapp", "half.reach.test", "tcp", 8080),
+            "c1",
+            "unhealthy",
+            Duration::from_secs(15),
+        )
+        .await?;
+        wait_status(
+            &ca,
+            &App::new("downapp", "down.reach.test", "tcp", 8080),
+            "c1",
+            "down",
+            Duration::from_secs(15),
+        )
+        .await?;
+        // c2 disappears: its column turns Unknown.
+        c2.proc.kill().await;
+        wait_status(
+            &ca,
+            &App::new("upapp", "up.reach.test", "tcp", 8080),
+            "c2",
+            "unknown",
+            Duration::from_secs(5),
+        )
+        .await?;
+
+        let browser = e2e::browser::Browser::start(&sc.dir.join("chromium-profile")).await?;
+        let result: Result<()> = async {
+            browser.goto(&format!("http://{}/", ca.http)).await?;
+            let row = |host: &'static str| {
+                let b = &browser;
+                async move { b.eval(ROW_SCRIPT, serde_json::json!([host])).await }
+            };
+            for (host, want) in [
+                ("up.reach.test", "up"),
+                ("half.reach.test", "unhealthy"),
+                ("down.reach.test", "down"),
+            ] {
+                let v = eventually(Duration::from_secs(10), || async {
+                    let v = row(host).await?;
+                    let has = v["statuses"]
+                        .as_array()
+                        .is_some_and(|s| s.iter().any(|x| x == want));
+                    ensure!(has, "{host}: want {want} shown, got {v}");
+                    Ok(v)
+                })
+                .await?;
+                eprintln!("{host}: {v}");
+            }
+            let v = row("up.reach.test").await?;
+            ensure!(
+                v["statuses"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|x| x == "unknown")),
+                "c2's Unknown not shown: {v}"
+            );
+            ensure!(
+                v["questionMark"] == true,
+                "Unknown shown without its question-mark icon: {v}"
+            );
+            let hidden = row("secret.reach.test").await?;
+            ensure!(
+                hidden["found"] == false,
+                "a client-hostname-validation application is listed: {hidden}"
+            );
+            let text = browser
+                .eval("return document.body.innerText", serde_json::json!([]))
+                .await?;
+            ensure!(
+                !text.as_str().unwrap_or("").contains("secret.reach.test"),
+                "hidden application's host appears in the page"
+            );
+            browser.screenshot(&sc.dir.join("dashboard.png")).await?;
+
+            // The page updates itself: stop the server behind upapp and watch
+            // the same page (no navigation by the test) show c1 Down.
+            up.stop();
+            eventually(Duration::from_secs(15), || async {
+                let v = row("up.reach.test").await?;
+                ensure!(
+                    v["statuses"]
+                        .as_array()
+                        .is_some_and(|s| s.iter().any(|x| x == "down")),
+                    "page still shows {v}"
+                );
+                Ok(())
+            })
+            .await?;
+            browser
+                .screenshot(&sc.dir.join("dashboard-after-change.png"))
+                .await?;
+            let artifacts = e2e::out_dir();
+            let _ = std::fs::copy(
+                sc.dir.join("dashboard.png"),
+                artifacts.join("dashboard.png"),
+            );
+            Ok(())
+        }
+        .await;
+        browser.close().await;
+        result
+    })
+    .await
+}

@@ -45,7 +45,14 @@ async fn main() -> Result<()> {
     .await
     .context("starting the demo DNS server")?;
     let mut keep = Vec::new();
-    for (c, d, port) in [(10, 1, 8080), (10, 2, 8080), (11, 1, 8080), (13, 1, 443), (14, 1, 443), (15, 1, 9100)] {
+    for (c, d, port) in [
+        (10, 1, 8080),
+        (10, 2, 8080),
+        (11, 1, 8080),
+        (13, 1, 443),
+        (14, 1, 443),
+        (15, 1, 9100),
+    ] {
         keep.push(TcpApp::start(SocketAddr::new(ip(c, d), port)).await?);
     }
     let _udp = UdpApp::start(SocketAddr::new(ip(10, 3), 5353)).await?;
@@ -71,14 +78,19 @@ async fn main() -> Result<()> {
             "--dns-server".into(),
             DNS.to_string(),
         ],
-        &[("REACH_PROVISIONING_KEY", "demo-provisioning-key-change-me".into())],
+        &[(
+            "REACH_PROVISIONING_KEY",
+            "demo-provisioning-key-change-me".into(),
+        )],
         &dir,
     )?;
     println!();
     println!("reach demo is running:");
     println!("  dashboard:  http://127.0.0.1:7480/");
     println!("  health API: curl http://127.0.0.1:7480/api/v1/health");
-    println!("  access:     curl -H 'Authorization: Bearer demo-token' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' http://127.0.0.1:7480/api/v1/access");
+    println!(
+        "  access:     curl -H 'Authorization: Bearer demo-token' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' http://127.0.0.1:7480/api/v1/access"
+    );
     println!("  logs:       {}/", dir.display());
     println!("Ctrl-C stops everything.");
     tokio::select! {

@@ -1,0 +1,152 @@
+//! A real browser for dashboard tests: Debian's headless Chromium driven
+//! through ChromeDriver's W3C WebDriver HTTP API (plain JSON over HTTP, so no
+//! extra client library).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// Where Debian installs them (`.ci/run` installs both).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+/// ChromeDriver from Debian's `chromium-driver`.
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A ChromeDriver process with one headless Chromium session.
+#[derive(Debug)]
+pub struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+}
+
+impl Browser {
+    /// Starts ChromeDriver and a headless Chromium with a fresh profile in
+    /// `profile_dir`.
+    pub async fn start(profile_dir: &Path) -> Result<Self> {
+        for tool in [CHROMIUM, CHROMEDRIVER] {
+            if !Path::new(tool).exists() {
+                bail!(
+                    "{tool} is missing: install Debian's chromium and chromium-driver (.ci/run does)"
+                );
+            }
+        }
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            l.local_addr()?.port()
+        };
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting chromedriver")?;
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        crate::eventually(Duration::from_secs(15), || async {
+            let v: Value = http
+                .get(format!("{base}/status"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            if v["value"]["ready"] == true {
+                Ok(())
+            } else {
+                bail!("chromedriver not ready: {v}")
+            }
+        })
+        .await?;
+        let profile: PathBuf = profile_dir.to_path_buf();
+        std::fs::create_dir_all(&profile)?;
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                    "--window-size=1400,1000",
+                    format!("--user-data-dir={}", profile.display()),
+                ]
+            }
+        }}});
+        let v: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let session = v["value"]["sessionId"]
+            .as_str()
+            .with_context(|| format!("no WebDriver session: {v}"))?
+            .to_owned();
+        Ok(Browser {
+            driver,
+            base,
+            session,
+            http,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req.send().await?.json().await?;
+        if v["value"].get("error").is_some() {
+            bail!("WebDriver {path}: {}", v["value"]);
+        }
+        Ok(v["value"].clone())
+    }
+
+    /// Loads `url`.
+    pub async fn goto(&self, url: &str) -> Result<()> {
+        self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs `script` (a function body; `arguments[i]` are `args`) in the page.
+    pub async fn eval(&self, script: &str, args: Value) -> Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
+    }
+
+    /// Saves a PNG screenshot of the viewport.
+    pub async fn screenshot(&self, path: &Path) -> Result<()> {
+        let v = self.call(reqwest::Method::GET, "/screenshot", None).await?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().context("screenshot is not a string")?)?;
+        std::fs::write(path, png)?;
+        Ok(())
+    }
+
+    /// Ends the session and ChromeDriver.
+    pub async fn close(mut self) {
+        let _ = self.call(reqwest::Method::DELETE, "", None).await;
+        let _ = self.driver.kill().await;
+    }
+}
