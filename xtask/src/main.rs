@@ -120,10 +120,18 @@ fn e2e(extra: &[String]) -> Result<()> {
     let out = target_dir().join("e2e");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut test = cargo();
-    test.args(["test", "--release", "--locked", "-p", "e2e", "--", "--ignored"])
-        .args(extra)
-        .env("REACH_BIN_DIR", &bin_dir)
-        .env("REACH_E2E_OUT", &out);
+    test.args([
+        "test",
+        "--release",
+        "--locked",
+        "-p",
+        "e2e",
+        "--",
+        "--ignored",
+    ])
+    .args(extra)
+    .env("REACH_BIN_DIR", &bin_dir)
+    .env("REACH_E2E_OUT", &out);
     run(test, "end-to-end scenarios")
 }
 

@@ -76,7 +76,7 @@ impl TcpApp {
                 }
             }
         }
-        Err(last_err.map_or_else(|| anyhow::anyhow!("bind failed"), |e| e))
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("bind failed")))
             .with_context(|| format!("binding TCP app on {}", self.addr))
     }
 

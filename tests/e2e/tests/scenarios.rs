@@ -10,10 +10,10 @@ use e2e::{
     App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, eventually, find_app,
     max_in_window, wait_status,
 };
-use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+#[allow(clippy::too_many_arguments)] // one argument per config field reads best at call sites
 fn segment(
     name: &str,
     apps: &[&str],
