@@ -398,3 +398,673 @@ impl TryFrom<v1::Segment> for Segment {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use policy::validate::validate_segment;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn segment_spec() -> SegmentSpec {
+        SegmentSpec {
+            name: "jira".into(),
+            applications: vec!["jira.lanukcorp.com".into(), "10.1.1.1".into()],
+            tcp_ports: vec!["80".into()],
+            udp_ports: vec!["3389".into()],
+            health_reporting: Some("continuous".into()),
+            report_interval_s: Some(60),
+            connector_groups: vec!["dc-east".into()],
+            ..SegmentSpec::default()
+        }
+    }
+
+    fn wire_segment() -> v1::Segment {
+        v1::Segment::from(&validate_segment(&segment_spec()).unwrap())
+    }
+
+    fn wire_key() -> v1::ApplicationKey {
+        v1::ApplicationKey {
+            segment: "jira".into(),
+            host: "jira.lanukcorp.com".into(),
+            protocol: v1::Protocol::Tcp as i32,
+            port: 80,
+        }
+    }
+
+    fn wire_result() -> v1::AddressResult {
+        v1::AddressResult {
+            address: "10.1.2.1".into(),
+            status: v1::HealthStatus::Up as i32,
+            method: v1::CheckMethod::Tcp as i32,
+            rtt_us: 1500,
+            failure: v1::FailureKind::Unspecified as i32,
+            detail: String::new(),
+        }
+    }
+
+    // ---- round trips: policy -> wire -> policy ----
+
+    #[test]
+    fn app_keys_round_trip() {
+        for (host, protocol, port) in [
+            ("jira.lanukcorp.com", Protocol::Tcp, 80),
+            ("10.1.1.1", Protocol::Udp, 3389),
+            ("fd00::1", Protocol::Tcp, 65535),
+            ("x.safemarch.com", Protocol::Udp, 1),
+        ] {
+            let key = AppKey {
+                segment: "jira".into(),
+                host: host.into(),
+                protocol,
+                port,
+            };
+            let wire = v1::ApplicationKey::from(&key);
+            assert_eq!(AppKey::try_from(wire), Ok(key));
+        }
+    }
+
+    #[test]
+    fn address_results_round_trip() {
+        let up = AddressResult {
+            address: "10.1.2.1".parse().unwrap(),
+            reachable: true,
+            method: Method::Icmp,
+            rtt: Duration::from_micros(1234),
+            failure: None,
+        };
+        let mut cases = vec![up.clone()];
+        for method in [Method::Tcp, Method::Icmp, Method::TcpFallback] {
+            for kind in [
+                FailureKind::Timeout,
+                FailureKind::Refused,
+                FailureKind::Unreachable,
+                FailureKind::Dns,
+                FailureKind::Other,
+            ] {
+                cases.push(AddressResult {
+                    address: "fd00::2".parse().unwrap(),
+                    reachable: false,
+                    method,
+                    rtt: Duration::ZERO,
+                    failure: Some(Failure {
+                        kind,
+                        detail: format!("{kind} via {method}"),
+                    }),
+                });
+            }
+        }
+        for r in cases {
+            let wire = v1::AddressResult::from(&r);
+            assert_eq!(AddressResult::try_from(wire), Ok(r));
+        }
+    }
+
+    #[test]
+    fn segments_round_trip() {
+        let mut specs = vec![segment_spec()];
+        let mut discovery = segment_spec();
+        discovery.name = "discovery".into();
+        discovery.applications = vec![
+            "*.safemarch.com".into(),
+            "10.122.0.0/16".into(),
+            "fd00::/8".into(),
+            "fd00::1".into(),
+            "JIRA.example.com.".into(),
+        ];
+        discovery.tcp_ports = vec!["80".into(), "8000-8100".into(), "65535".into()];
+        discovery.udp_ports = vec![];
+        discovery.health_reporting = Some("on_access".into());
+        discovery.multimatch = true;
+        discovery.client_hostname_validation = true;
+        discovery.connector_groups = vec!["dc-east".into(), "dc-west".into()];
+        specs.push(discovery);
+        for (mode, s, ms) in [
+            ("none", None, Some(250)),
+            ("on_access", None, Some(1500)),
+            ("continuous", Some(86_400), None),
+            ("continuous", None, Some(2000)),
+            ("continuous", None, None),
+        ] {
+            let mut spec = segment_spec();
+            spec.health_reporting = Some(mode.into());
+            spec.report_interval_s = s;
+            spec.report_interval_ms = ms;
+            specs.push(spec);
+        }
+        for spec in specs {
+            let segment = validate_segment(&spec).unwrap();
+            let wire = v1::Segment::from(&segment);
+            assert_eq!(Segment::try_from(wire), Ok(segment));
+        }
+    }
+
+    #[test]
+    fn enums_round_trip() {
+        for p in [Protocol::Tcp, Protocol::Udp] {
+            assert_eq!(protocol_from_wire("f", v1::Protocol::from(p) as i32), Ok(p));
+        }
+        for s in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+            assert_eq!(
+                status_from_wire("f", v1::HealthStatus::from(s) as i32),
+                Ok(s)
+            );
+        }
+        for m in [Method::Tcp, Method::Icmp, Method::TcpFallback] {
+            assert_eq!(
+                method_from_wire("f", v1::CheckMethod::from(m) as i32),
+                Ok(m)
+            );
+        }
+        for k in [
+            FailureKind::Timeout,
+            FailureKind::Refused,
+            FailureKind::Unreachable,
+            FailureKind::Dns,
+            FailureKind::Other,
+        ] {
+            assert_eq!(
+                failure_kind_from_wire("f", v1::FailureKind::from(k) as i32),
+                Ok(Some(k))
+            );
+        }
+        assert_eq!(failure_kind_from_wire("f", 0), Ok(None));
+        for h in [
+            HealthReporting::Continuous,
+            HealthReporting::OnAccess,
+            HealthReporting::None,
+        ] {
+            assert_eq!(
+                mode_from_wire("f", v1::HealthReporting::from(h) as i32),
+                Ok(h)
+            );
+        }
+        for r in [
+            RefusalReason::NoSegment,
+            RefusalReason::PortNotInSegment,
+            RefusalReason::NoConnector,
+            RefusalReason::AllDown,
+            RefusalReason::NoHealthReport,
+            RefusalReason::DiscoveryTimeout,
+        ] {
+            assert_eq!(
+                refusal_from_wire("f", v1::RefusalReason::from(r) as i32),
+                Ok(r)
+            );
+        }
+    }
+
+    #[test]
+    fn unspecified_and_unknown_enum_values_are_rejected() {
+        for value in [0, 99, -1, i32::MIN, i32::MAX] {
+            let bad = |field| WireError::InvalidEnum { field, value };
+            assert_eq!(protocol_from_wire("p", value), Err(bad("p")));
+            assert_eq!(status_from_wire("s", value), Err(bad("s")));
+            assert_eq!(method_from_wire("m", value), Err(bad("m")));
+            assert_eq!(mode_from_wire("h", value), Err(bad("h")));
+            assert_eq!(refusal_from_wire("r", value), Err(bad("r")));
+            if value != 0 {
+                assert_eq!(
+                    failure_kind_from_wire("f", value),
+                    Err(WireError::InvalidEnum { field: "f", value })
+                );
+            }
+        }
+    }
+
+    // ---- malformed application keys ----
+
+    #[test]
+    fn app_key_hosts_are_lower_cased() {
+        let mut k = wire_key();
+        k.host = "JIRA.LanukCorp.com".into();
+        assert_eq!(AppKey::try_from(k).unwrap().host, "jira.lanukcorp.com");
+    }
+
+    #[test]
+    fn malformed_app_keys_are_rejected() {
+        let cases: Vec<(v1::ApplicationKey, WireError)> = vec![
+            (
+                v1::ApplicationKey {
+                    port: 0,
+                    ..wire_key()
+                },
+                WireError::InvalidPort {
+                    field: "app.port",
+                    value: 0,
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    port: 70000,
+                    ..wire_key()
+                },
+                WireError::InvalidPort {
+                    field: "app.port",
+                    value: 70000,
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    port: u32::MAX,
+                    ..wire_key()
+                },
+                WireError::InvalidPort {
+                    field: "app.port",
+                    value: u64::from(u32::MAX),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    protocol: 0,
+                    ..wire_key()
+                },
+                WireError::InvalidEnum {
+                    field: "app.protocol",
+                    value: 0,
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    protocol: 7,
+                    ..wire_key()
+                },
+                WireError::InvalidEnum {
+                    field: "app.protocol",
+                    value: 7,
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    host: String::new(),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.host",
+                    problem: "is empty".into(),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    segment: String::new(),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.segment",
+                    problem: "is empty".into(),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    host: "a".repeat(254),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.host",
+                    problem: "is 254 bytes long (max 253)".into(),
+                },
+            ),
+        ];
+        for (wire, expected) in cases {
+            assert_eq!(AppKey::try_from(wire.clone()), Err(expected), "{wire:?}");
+        }
+        // The longest allowed host passes.
+        let ok = v1::ApplicationKey {
+            host: "a".repeat(253),
+            ..wire_key()
+        };
+        assert!(AppKey::try_from(ok).is_ok());
+    }
+
+    // ---- malformed address results ----
+
+    #[test]
+    fn malformed_address_results_are_rejected() {
+        for address in [
+            "",
+            "10.1.1",
+            "10.1.1.256",
+            "jira.lanukcorp.com",
+            "10.1.1.1:80",
+            " 10.1.1.1",
+        ] {
+            let wire = v1::AddressResult {
+                address: address.into(),
+                ..wire_result()
+            };
+            assert_eq!(
+                AddressResult::try_from(wire),
+                Err(WireError::InvalidAddress {
+                    field: "address",
+                    value: address.into()
+                })
+            );
+        }
+        // A hostile address is echoed back truncated, not whole.
+        let long = "x".repeat(10_000);
+        match AddressResult::try_from(v1::AddressResult {
+            address: long,
+            ..wire_result()
+        }) {
+            Err(WireError::InvalidAddress { value, .. }) => assert_eq!(value.len(), 64),
+            other => panic!("{other:?}"),
+        }
+        // An address is Up or Down; anything else is an invalid status.
+        for status in [
+            v1::HealthStatus::Unspecified as i32,
+            v1::HealthStatus::Unhealthy as i32,
+            v1::HealthStatus::Unknown as i32,
+            42,
+        ] {
+            let wire = v1::AddressResult {
+                status,
+                ..wire_result()
+            };
+            assert_eq!(
+                AddressResult::try_from(wire),
+                Err(WireError::InvalidEnum {
+                    field: "address.status",
+                    value: status
+                })
+            );
+        }
+        for method in [v1::CheckMethod::Unspecified as i32, 9] {
+            let wire = v1::AddressResult {
+                method,
+                ..wire_result()
+            };
+            assert_eq!(
+                AddressResult::try_from(wire),
+                Err(WireError::InvalidEnum {
+                    field: "address.method",
+                    value: method
+                })
+            );
+        }
+        let wire = v1::AddressResult {
+            failure: 77,
+            ..wire_result()
+        };
+        assert_eq!(
+            AddressResult::try_from(wire),
+            Err(WireError::InvalidEnum {
+                field: "address.failure",
+                value: 77
+            })
+        );
+    }
+
+    #[test]
+    fn failure_detail_is_bounded() {
+        let wire = v1::AddressResult {
+            status: v1::HealthStatus::Down as i32,
+            failure: v1::FailureKind::Other as i32,
+            detail: "é".repeat(5000),
+            ..wire_result()
+        };
+        let r = AddressResult::try_from(wire).unwrap();
+        assert_eq!(r.failure.unwrap().detail.chars().count(), 512);
+    }
+
+    // ---- malformed segments ----
+
+    fn segment_error(wire: v1::Segment) -> WireError {
+        match Segment::try_from(wire) {
+            Ok(s) => panic!("accepted {s:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn out_of_range_segment_ports_are_invalid_ports() {
+        let range = |start, end| vec![v1::PortRange { start, end }];
+        let cases = [
+            (range(0, 0), "segment.tcp_ports", true, 0),
+            (range(70000, 70000), "segment.tcp_ports", true, 70000),
+            (range(0, 80), "segment.udp_ports", false, 0),
+            (range(80, 70000), "segment.udp_ports", false, 70000),
+            (range(1, u32::MAX), "segment.tcp_ports", true, u32::MAX),
+        ];
+        for (ranges, field, tcp, value) in cases {
+            let mut wire = wire_segment();
+            if tcp {
+                wire.tcp_ports = ranges;
+            } else {
+                wire.udp_ports = ranges;
+            }
+            assert_eq!(
+                segment_error(wire),
+                WireError::InvalidPort {
+                    field,
+                    value: u64::from(value)
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_unspecified_mode_is_rejected() {
+        for value in [0, 17] {
+            let wire = v1::Segment {
+                health_reporting: value,
+                ..wire_segment()
+            };
+            assert_eq!(
+                segment_error(wire),
+                WireError::InvalidEnum {
+                    field: "segment.health_reporting",
+                    value
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn segments_that_break_validation_are_invalid_segments() {
+        let fields = |e: WireError| match e {
+            WireError::InvalidSegment { errors, .. } => {
+                errors.iter().map(|e| e.field).collect::<Vec<_>>()
+            }
+            other => panic!("expected InvalidSegment, got {other:?}"),
+        };
+        let mut inverted = wire_segment();
+        inverted.tcp_ports = vec![v1::PortRange {
+            start: 8100,
+            end: 8000,
+        }];
+        assert_eq!(fields(segment_error(inverted)), vec!["tcp_ports"]);
+
+        let mut empty = wire_segment();
+        empty.applications.clear();
+        empty.tcp_ports.clear();
+        empty.udp_ports.clear();
+        assert_eq!(
+            fields(segment_error(empty)),
+            vec!["applications", "tcp_ports"]
+        );
+
+        let mut bad_name = wire_segment();
+        bad_name.name = "no spaces please".into();
+        assert_eq!(fields(segment_error(bad_name)), vec!["name"]);
+
+        let mut no_interval = wire_segment();
+        no_interval.report_interval_s = 0;
+        no_interval.report_interval_ms = 0;
+        assert_eq!(
+            fields(segment_error(no_interval)),
+            vec!["report_interval_s"]
+        );
+
+        let mut bad_app = wire_segment();
+        bad_app.applications = vec!["a.*.com".into()];
+        assert_eq!(fields(segment_error(bad_app)), vec!["applications"]);
+
+        let mut too_many = wire_segment();
+        too_many.tcp_ports = vec![v1::PortRange { start: 1, end: 11 }];
+        let e = segment_error(too_many);
+        assert_eq!(
+            e.to_string(),
+            r#"invalid segment "jira": segment "jira": health_reporting = "continuous" is not allowed with 12 ports (max 10)"#
+        );
+    }
+
+    #[test]
+    fn wire_errors_become_invalid_argument() {
+        let status = tonic::Status::from(WireError::MissingField("app"));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), "missing field `app`");
+    }
+
+    // ---- arbitrary wire input never panics ----
+
+    fn any_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,40}",
+            "[0-9.:/a-f]{0,20}",
+            Just("10.1.1.1".to_owned()),
+            Just("fd00::1".to_owned()),
+            Just("jira.lanukcorp.com".to_owned()),
+            Just("*.safemarch.com".to_owned()),
+            Just("10.0.0.0/8".to_owned()),
+        ]
+    }
+
+    fn any_enum() -> impl Strategy<Value = i32> {
+        prop_oneof![0i32..8, any::<i32>()]
+    }
+
+    fn any_port() -> impl Strategy<Value = u32> {
+        prop_oneof![0u32..70_000, any::<u32>()]
+    }
+
+    fn any_ranges() -> impl Strategy<Value = Vec<v1::PortRange>> {
+        prop::collection::vec(
+            (any_port(), any_port()).prop_map(|(start, end)| v1::PortRange { start, end }),
+            0..5,
+        )
+    }
+
+    /// Valid segments of every shape: entries of every kind, ranges, every
+    /// mode and report intervals in seconds or milliseconds.
+    fn valid_segment() -> impl Strategy<Value = Segment> {
+        let entries = prop::collection::btree_set(
+            prop_oneof![
+                "[a-z][a-z0-9-]{0,8}[a-z0-9]\\.(com|net|example\\.org)",
+                "\\*\\.[a-z][a-z0-9]{0,8}\\.(com|io)",
+                any::<std::net::Ipv4Addr>().prop_map(|ip| ip.to_string()),
+                any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+                (any::<u32>(), 0u32..=32).prop_map(|(ip, len)| {
+                    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+                    format!("{}/{len}", std::net::Ipv4Addr::from(ip & mask))
+                }),
+            ],
+            1..5,
+        );
+        let ports = prop::collection::btree_set(1u16..=65535, 0..4).prop_map(|ps| {
+            ps.into_iter()
+                .map(|p| PortSpec::Number(i64::from(p)))
+                .collect::<Vec<_>>()
+        });
+        let interval = prop_oneof![
+            (1u64..=86_400).prop_map(|s| (Some(s), None)),
+            (1u64..=86_400_000).prop_map(|ms| (None, Some(ms))),
+        ];
+        (
+            entries,
+            ports.clone(),
+            ports,
+            prop_oneof![Just("on_access"), Just("none")],
+            interval,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_filter_map(
+                "a segment needs a port",
+                |(apps, tcp, udp, mode, (s, ms), multimatch, chv)| {
+                    validate_segment(&SegmentSpec {
+                        name: "seg".into(),
+                        applications: apps.into_iter().collect(),
+                        tcp_ports: tcp,
+                        udp_ports: udp,
+                        health_reporting: Some(mode.into()),
+                        report_interval_s: s,
+                        report_interval_ms: ms,
+                        multimatch,
+                        client_hostname_validation: chv,
+                        connector_groups: vec!["dc-east".into()],
+                    })
+                    .ok()
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn valid_segments_round_trip(segment in valid_segment()) {
+            let wire = v1::Segment::from(&segment);
+            prop_assert_eq!(Segment::try_from(wire), Ok(segment));
+        }
+
+        #[test]
+        fn arbitrary_address_results_never_panic(
+            address in any_text(),
+            status in any_enum(),
+            method in any_enum(),
+            rtt_us in any::<u64>(),
+            failure in any_enum(),
+            detail in ".{0,600}",
+        ) {
+            let wire = v1::AddressResult { address, status, method, rtt_us, failure, detail };
+            if let Ok(r) = AddressResult::try_from(wire) {
+                // What was accepted survives another trip unchanged.
+                prop_assert_eq!(AddressResult::try_from(v1::AddressResult::from(&r)), Ok(r));
+            }
+        }
+
+        #[test]
+        fn arbitrary_app_keys_never_panic(
+            segment in any_text(),
+            host in any_text(),
+            protocol in any_enum(),
+            port in any_port(),
+        ) {
+            let wire = v1::ApplicationKey { segment, host, protocol, port };
+            if let Ok(k) = AppKey::try_from(wire) {
+                prop_assert!(k.port >= 1);
+                prop_assert_eq!(AppKey::try_from(v1::ApplicationKey::from(&k)), Ok(k));
+            }
+        }
+
+        #[test]
+        fn arbitrary_segments_never_panic(
+            name in prop_oneof![Just("jira".to_owned()), any_text()],
+            applications in prop::collection::vec(any_text(), 0..4),
+            tcp_ports in any_ranges(),
+            udp_ports in any_ranges(),
+            health_reporting in any_enum(),
+            report_interval_s in any::<u32>(),
+            report_interval_ms in prop_oneof![Just(0u32), any::<u32>()],
+            multimatch in any::<bool>(),
+            client_hostname_validation in any::<bool>(),
+            connector_groups in prop::collection::vec(any_text(), 0..3),
+        ) {
+            let wire = v1::Segment {
+                name,
+                applications,
+                tcp_ports,
+                udp_ports,
+                health_reporting,
+                report_interval_s,
+                multimatch,
+                client_hostname_validation,
+                connector_groups,
+                report_interval_ms,
+            };
+            if let Ok(s) = Segment::try_from(wire) {
+                prop_assert_eq!(Segment::try_from(v1::Segment::from(&s)), Ok(s));
+            }
+        }
+    }
+}
