@@ -93,9 +93,33 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
             field,
             problem: format!("is {} bytes long (max {MAX_NAME})", s.len()),
         })
+    } else if s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        // Names and hosts end up in logs, metrics labels and the dashboard.
+        Err(WireError::InvalidText {
+            field,
+            problem: "contains whitespace or a control character".into(),
+        })
     } else {
         Ok(s)
     }
+}
+
+/// A host as the policy spells it: lower-case, without a trailing dot, and
+/// an IP literal in its canonical form (`::0001` is `::1`), so that one
+/// application has one key however a peer wrote it.
+fn host(field: &'static str, s: String) -> Result<String, WireError> {
+    let s = text(field, s)?;
+    let trimmed = s.trim_end_matches('.');
+    if trimmed.is_empty() {
+        return Err(WireError::InvalidText {
+            field,
+            problem: "is only dots".into(),
+        });
+    }
+    Ok(match trimmed.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => trimmed.to_ascii_lowercase(),
+    })
 }
 
 fn port(field: &'static str, value: u32) -> Result<u16, WireError> {
@@ -262,7 +286,7 @@ impl TryFrom<v1::ApplicationKey> for AppKey {
     fn try_from(k: v1::ApplicationKey) -> Result<Self, WireError> {
         Ok(AppKey {
             segment: text("app.segment", k.segment)?,
-            host: text("app.host", k.host)?.to_ascii_lowercase(),
+            host: host("app.host", k.host)?,
             protocol: protocol_from_wire("app.protocol", k.protocol)?,
             port: port("app.port", k.port)?,
         })
@@ -615,10 +639,20 @@ mod tests {
     // ---- malformed application keys ----
 
     #[test]
-    fn app_key_hosts_are_lower_cased() {
-        let mut k = wire_key();
-        k.host = "JIRA.LanukCorp.com".into();
-        assert_eq!(AppKey::try_from(k).unwrap().host, "jira.lanukcorp.com");
+    fn app_key_hosts_are_normalised() {
+        for (wire, policy) in [
+            ("JIRA.LanukCorp.com", "jira.lanukcorp.com"),
+            ("jira.lanukcorp.com.", "jira.lanukcorp.com"),
+            ("::0001", "::1"),
+            ("FD00:0::1", "fd00::1"),
+            ("10.1.1.1.", "10.1.1.1"),
+        ] {
+            let k = v1::ApplicationKey {
+                host: wire.into(),
+                ..wire_key()
+            };
+            assert_eq!(AppKey::try_from(k).unwrap().host, policy, "{wire}");
+        }
     }
 
     #[test]
@@ -692,6 +726,36 @@ mod tests {
                 WireError::InvalidText {
                     field: "app.segment",
                     problem: "is empty".into(),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    host: "..".into(),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.host",
+                    problem: "is only dots".into(),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    host: "jira\n.com".into(),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.host",
+                    problem: "contains whitespace or a control character".into(),
+                },
+            ),
+            (
+                v1::ApplicationKey {
+                    segment: "ji ra".into(),
+                    ..wire_key()
+                },
+                WireError::InvalidText {
+                    field: "app.segment",
+                    problem: "contains whitespace or a control character".into(),
                 },
             ),
             (
