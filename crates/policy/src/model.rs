@@ -336,3 +336,84 @@ impl fmt::Display for AppKey {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::{SegmentSpec, validate_segment};
+
+    #[test]
+    fn port_ranges_are_never_empty_inverted_or_zero() {
+        assert_eq!(PortRange::new(0, 10), None);
+        assert_eq!(PortRange::single(0), None);
+        assert_eq!(PortRange::new(10, 9), None);
+        let r = PortRange::new(8000, 8100).unwrap();
+        assert_eq!((r.start(), r.end(), r.len()), (8000, 8100, 101));
+        assert_eq!(PortRange::new(1, 65535).unwrap().len(), 65535);
+        assert!(r.contains(8000) && r.contains(8100) && !r.contains(8101));
+        assert!(r.overlaps(&PortRange::single(8100).unwrap()));
+        assert!(!r.overlaps(&PortRange::new(8101, 9000).unwrap()));
+        assert_eq!(r.to_string(), "8000-8100");
+        assert_eq!(PortRange::single(80).unwrap().to_string(), "80");
+    }
+
+    #[test]
+    fn a_segment_lists_one_application_per_host_protocol_and_port() {
+        let s = validate_segment(&SegmentSpec {
+            name: "jira".into(),
+            applications: vec![
+                "jira.lanukcorp.com".into(),
+                "10.1.1.1".into(),
+                "*.safemarch.com".into(),
+            ],
+            tcp_ports: vec!["80-81".into()],
+            udp_ports: vec!["3389".into()],
+            health_reporting: Some("on_access".into()),
+            connector_groups: vec!["dc-east".into()],
+            ..SegmentSpec::default()
+        })
+        .unwrap();
+        let keys: Vec<String> = s
+            .applications()
+            .iter()
+            .map(|k| format!("{}:{}/{}", k.host, k.port, k.protocol))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                "jira.lanukcorp.com:80/tcp",
+                "10.1.1.1:80/tcp",
+                "jira.lanukcorp.com:81/tcp",
+                "10.1.1.1:81/tcp",
+                "jira.lanukcorp.com:3389/udp",
+                "10.1.1.1:3389/udp",
+            ]
+        );
+        assert!(s.applications().iter().all(|k| k.segment == "jira"));
+        assert!(s.includes(Protocol::Tcp, 81) && !s.includes(Protocol::Udp, 81));
+        assert!(s.served_by("dc-east") && !s.served_by("dc-west"));
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        assert_eq!("TCP".parse::<Protocol>(), Ok(Protocol::Tcp));
+        assert_eq!("udp".parse::<Protocol>(), Ok(Protocol::Udp));
+        assert!("icmp".parse::<Protocol>().is_err());
+        for m in [
+            HealthReporting::Continuous,
+            HealthReporting::OnAccess,
+            HealthReporting::None,
+        ] {
+            assert_eq!(m.as_str().parse::<HealthReporting>(), Ok(m));
+        }
+        assert_eq!(
+            AppEntry::Wildcard("safemarch.com".into()).to_string(),
+            "*.safemarch.com"
+        );
+        assert_eq!(AppEntry::Wildcard("safemarch.com".into()).host(), None);
+        assert_eq!(
+            AppEntry::Ip("fd00::1".parse().unwrap()).host().as_deref(),
+            Some("fd00::1")
+        );
+    }
+}
