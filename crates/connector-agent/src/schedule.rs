@@ -423,3 +423,306 @@ impl Schedule {
         targets
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy::validate::{PortSpec, SegmentSpec};
+    use policy::{Method, Protocol};
+
+    fn segment(name: &str, apps: &[&str], tcp: &[u16], mode: &str, interval_s: u64) -> Segment {
+        policy::validate_segment(&SegmentSpec {
+            name: name.into(),
+            applications: apps.iter().map(|s| s.to_string()).collect(),
+            tcp_ports: tcp
+                .iter()
+                .map(|p| PortSpec::Number(i64::from(*p)))
+                .collect(),
+            health_reporting: Some(mode.into()),
+            report_interval_s: Some(interval_s),
+            connector_groups: vec!["g".into()],
+            ..SegmentSpec::default()
+        })
+        .expect("valid segment")
+    }
+
+    fn key(segment: &str, host: &str, port: u16) -> AppKey {
+        AppKey {
+            segment: segment.into(),
+            host: host.into(),
+            protocol: Protocol::Tcp,
+            port,
+        }
+    }
+
+    fn up_round(ip: &str) -> Round {
+        Round {
+            addresses: vec![AddressResult {
+                address: ip.parse().expect("ip"),
+                reachable: true,
+                method: Method::Tcp,
+                rtt: Duration::from_millis(1),
+                failure: None,
+            }],
+            dns_error: None,
+            finished_at: SystemTime::now(),
+        }
+    }
+
+    fn down_round(ip: &str) -> Round {
+        let mut r = up_round(ip);
+        r.addresses[0].reachable = false;
+        r.addresses[0].failure = Some(policy::Failure {
+            kind: policy::FailureKind::Refused,
+            detail: "refused".into(),
+        });
+        r
+    }
+
+    fn checks(actions: &[Action]) -> Vec<(AppKey, u64)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check {
+                    key, generation, ..
+                } => Some((key.clone(), *generation)),
+                Action::Report(_) => None,
+            })
+            .collect()
+    }
+
+    fn reports(actions: &[Action]) -> Vec<AppReport> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Report(r) => Some(r.clone()),
+                Action::Check { .. } => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn continuous_applications_are_checked_every_interval_and_reported() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let actions = s.apply(
+            vec![segment("web", &["10.0.0.1"], &[80], "continuous", 60)],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        let started = checks(&actions);
+        assert_eq!(started.len(), 1);
+        let (k, generation) = started[0].clone();
+        assert_eq!(k, key("web", "10.0.0.1", 80));
+        // Nothing due while the round runs.
+        assert!(checks(&s.poll(t0 + Duration::from_secs(30))).is_empty());
+        let done = s.round_done(
+            &k,
+            generation,
+            up_round("10.0.0.1"),
+            t0 + Duration::from_secs(1),
+        );
+        let r = reports(&done);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].status, Status::Up);
+        assert_eq!(s.next_wakeup(), Some(t0 + MIN));
+        assert!(checks(&s.poll(t0 + MIN - Duration::from_millis(1))).is_empty());
+        let next = checks(&s.poll(t0 + MIN));
+        assert_eq!(next.len(), 1);
+        // A stale generation is ignored.
+        assert!(
+            reports(&s.round_done(&k, generation, down_round("10.0.0.1"), t0 + MIN)).is_empty()
+        );
+        let done = s.round_done(&k, next[0].1, down_round("10.0.0.1"), t0 + MIN);
+        assert_eq!(reports(&done)[0].status, Status::Down);
+    }
+
+    #[test]
+    fn a_round_longer_than_the_interval_is_followed_at_once() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![segment("web", &["10.0.0.1"], &[80], "continuous", 60)],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        let (k, g) = checks(&a)[0].clone();
+        let late = t0 + Duration::from_secs(90);
+        let done = s.round_done(&k, g, up_round("10.0.0.1"), late);
+        assert_eq!(checks(&done).len(), 1, "next round starts at once");
+    }
+
+    #[test]
+    fn on_access_checks_until_the_window_passes_then_reports_unknown_once() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(1800);
+        let mut s = Schedule::new();
+        let seg = segment("jira", &["*.corp.test"], &[443], "on_access", 60);
+        assert!(
+            s.apply(vec![seg], window, t0).is_empty(),
+            "on-access: nothing until accessed"
+        );
+        let k = key("jira", "wiki.corp.test", 443);
+        let a = s.access(k.clone(), t0).expect("accepted");
+        let (_, g) = checks(&a)[0].clone();
+        let done = s.round_done(&k, g, up_round("10.0.0.9"), t0 + Duration::from_millis(5));
+        assert_eq!(reports(&done)[0].status, Status::Up, "reported at once");
+        // Re-checked every interval while the window lasts.
+        let mut now = t0;
+        let mut rounds = 1;
+        let t_access2 = t0 + Duration::from_secs(630);
+        let mut accessed_again = false;
+        loop {
+            let Some(wake) = s.next_wakeup() else { break };
+            now = wake;
+            if !accessed_again && now >= t_access2 {
+                accessed_again = true;
+                assert!(checks(&s.access(k.clone(), t_access2).expect("ok")).is_empty());
+            }
+            let actions = s.poll(now);
+            for (ck, g) in checks(&actions) {
+                rounds += 1;
+                s.round_done(&ck, g, up_round("10.0.0.9"), now);
+            }
+            let r = reports(&actions);
+            if r.iter().any(|r| r.expired) {
+                assert_eq!(r.len(), 1);
+                assert_eq!(r[0].status, Status::Unknown);
+                assert!(r[0].round.is_none());
+                break;
+            }
+        }
+        // The second access at 630 s renewed the window to 2430 s.
+        assert_eq!(now, t_access2 + window);
+        assert_eq!(rounds, 41, "one round per minute from 0 s to 2400 s");
+        assert!(!s.is_scheduled(&k));
+        assert_eq!(s.next_wakeup(), None, "stops touching it");
+        assert!(s.full_state().is_empty());
+    }
+
+    #[test]
+    fn access_events_outside_on_access_segments_are_rejected() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        s.apply(
+            vec![
+                segment("jira", &["*.corp.test"], &[443], "on_access", 60),
+                segment("web", &["10.0.0.1"], &[80], "continuous", 60),
+            ],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        assert!(matches!(
+            s.access(key("nope", "a.corp.test", 443), t0),
+            Err(AccessRejected::UnknownSegment(_))
+        ));
+        assert!(matches!(
+            s.access(key("web", "10.0.0.1", 80), t0),
+            Err(AccessRejected::NotOnAccess { .. })
+        ));
+        assert!(matches!(
+            s.access(key("jira", "a.corp.test", 80), t0),
+            Err(AccessRejected::NotInSegment(_))
+        ));
+        assert!(matches!(
+            s.access(key("jira", "a.other.test", 443), t0),
+            Err(AccessRejected::NotInSegment(_))
+        ));
+    }
+
+    #[test]
+    fn none_segments_are_never_checked() {
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![segment("n", &["10.0.0.1"], &[80], "none", 60)],
+            DEFAULT_WINDOW,
+            Instant::now(),
+        );
+        assert!(a.is_empty());
+        assert_eq!(s.next_wakeup(), None);
+    }
+
+    #[test]
+    fn policy_update_keeps_unchanged_applications_and_drops_removed_ones() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![segment(
+                "web",
+                &["10.0.0.1", "10.0.0.2"],
+                &[80],
+                "continuous",
+                60,
+            )],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        for (k, g) in checks(&a) {
+            s.round_done(&k, g, up_round(&k.host), t0);
+        }
+        let t1 = t0 + Duration::from_secs(10);
+        // 10.0.0.2 goes, 10.0.0.3 comes, 10.0.0.1 stays untouched.
+        let a = s.apply(
+            vec![segment(
+                "web",
+                &["10.0.0.1", "10.0.0.3"],
+                &[80],
+                "continuous",
+                60,
+            )],
+            DEFAULT_WINDOW,
+            t1,
+        );
+        let started: Vec<AppKey> = checks(&a).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(started, vec![key("web", "10.0.0.3", 80)]);
+        assert!(s.is_scheduled(&key("web", "10.0.0.1", 80)));
+        assert!(!s.is_scheduled(&key("web", "10.0.0.2", 80)));
+        let state = s.full_state();
+        assert_eq!(state.len(), 1, "only 10.0.0.1 has a result");
+        // A shorter interval applies to the kept application.
+        s.apply(
+            vec![segment(
+                "web",
+                &["10.0.0.1", "10.0.0.3"],
+                &[80],
+                "continuous",
+                20,
+            )],
+            DEFAULT_WINDOW,
+            t1,
+        );
+        assert_eq!(s.next_wakeup(), Some(t0 + Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn reports_repeat_when_rounds_fall_behind() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![segment("web", &["10.0.0.1"], &[80], "continuous", 60)],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        let (k, g) = checks(&a)[0].clone();
+        s.round_done(&k, g, up_round("10.0.0.1"), t0);
+        let a = s.poll(t0 + MIN);
+        assert_eq!(checks(&a).len(), 1);
+        // That round hangs (a slow cycle); the last result is re-sent.
+        let r = reports(&s.poll(t0 + MIN + MIN / 2));
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].status, Status::Up);
+    }
+
+    #[test]
+    fn dns_failure_is_down_with_the_reason() {
+        let round = Round {
+            addresses: Vec::new(),
+            dns_error: Some("NXDomain".into()),
+            finished_at: SystemTime::now(),
+        };
+        assert_eq!(round.status(), Status::Down);
+    }
+}

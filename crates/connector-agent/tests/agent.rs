@@ -1,0 +1,453 @@
+//! The agent end to end on loopback: a real DNS zone (hickory-server), real
+//! TCP listeners and ICMP, and a test CA speaking the generated
+//! `ConnectorSession` service.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use common::{
+    Assignment, Authority, Dns, Seen, agent_config, closed_port, listeners, segment, start_agent,
+};
+use protocol::v1::authority_message::Kind as FromCa;
+use protocol::v1::connector_message::Kind as ToCa;
+use protocol::v1::{self, CheckMethod, FailureKind, HealthReporting, HealthStatus, Protocol};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn ips(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+type Latest = BTreeMap<(String, String, i32, u32), v1::ApplicationHealth>;
+
+fn key_of(app: &v1::ApplicationHealth) -> (String, String, i32, u32) {
+    let k = app.app.clone().expect("app key");
+    (k.segment, k.host, k.protocol, k.port)
+}
+
+/// Collects reports until `done` holds for the latest state.
+async fn until(ca: &mut Authority, latest: &mut Latest, done: impl Fn(&Latest) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done(latest) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "condition not reached; latest: {latest:#?}"
+        );
+        let report = ca.next_report(left).await;
+        for app in report.applications {
+            latest.insert(key_of(&app), app);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_example_on_loopback_reports_six_up_addresses() {
+    let dns = Dns::start(
+        "lanukcorp.test",
+        &[
+            ("jira", "127.0.1.1".parse().expect("ip")),
+            ("jira", "127.0.1.2".parse().expect("ip")),
+        ],
+        300,
+    )
+    .await;
+    let (p, _) = listeners(&ips(&["127.0.1.1", "127.0.1.2", "127.0.1.3"])).await;
+    // A UDP service on the same addresses (ICMP answers for the host).
+    let udp = tokio::net::UdpSocket::bind("127.0.1.1:0")
+        .await
+        .expect("udp");
+    let q = udp.local_addr().expect("addr").port();
+    let mut ca = Authority::start(Assignment {
+        segments: vec![segment(
+            "jira",
+            &["jira.lanukcorp.test", "127.0.1.3"],
+            &[p],
+            &[q],
+            HealthReporting::Continuous,
+            500,
+        )],
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr)));
+
+    match ca.next(WAIT).await {
+        Seen::Connected(name, group, key) => {
+            assert_eq!(
+                (name.as_str(), group.as_str(), key.as_str()),
+                ("c1", "dc-east", "secret")
+            );
+        }
+        other => panic!("expected a connection, saw {other:?}"),
+    }
+    match ca.next(WAIT).await {
+        Seen::Message(ToCa::Hello(h)) => {
+            assert_eq!(h.name, "c1");
+            assert_eq!(h.group, "dc-east");
+            assert!(!h.version.is_empty());
+            let caps = h.capabilities.expect("capabilities");
+            assert!(["raw", "dgram", "none"].contains(&caps.icmp_mode.as_str()));
+        }
+        other => panic!("expected Hello, saw {other:?}"),
+    }
+    let first = ca.next_report(WAIT).await;
+    assert!(
+        first.full_state,
+        "first report after connecting is full state"
+    );
+
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| l.len() == 4).await;
+    let mut addresses = Vec::new();
+    for ((_, host, protocol, port), app) in &latest {
+        assert_eq!(
+            app.status,
+            HealthStatus::Up as i32,
+            "{host}:{port}: {app:?}"
+        );
+        for a in &app.addresses {
+            assert_eq!(a.status, HealthStatus::Up as i32);
+            addresses.push(format!(
+                "{}:{}/{}",
+                a.address,
+                port,
+                if *protocol == Protocol::Tcp as i32 {
+                    "tcp"
+                } else {
+                    "udp"
+                }
+            ));
+        }
+    }
+    addresses.sort();
+    let mut expected = vec![
+        format!("127.0.1.1:{p}/tcp"),
+        format!("127.0.1.2:{p}/tcp"),
+        format!("127.0.1.3:{p}/tcp"),
+        format!("127.0.1.1:{q}/udp"),
+        format!("127.0.1.2:{q}/udp"),
+        format!("127.0.1.3:{q}/udp"),
+    ];
+    expected.sort();
+    assert_eq!(
+        addresses, expected,
+        "exactly the six checks of the seed's example"
+    );
+    // A heartbeat with the load follows.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Seen::Message(ToCa::Heartbeat(hb)) =
+            ca.next(deadline - tokio::time::Instant::now()).await
+        {
+            let load = hb.load.expect("load");
+            if load.targets == 6 {
+                assert_eq!(load.checks_per_cycle, 6);
+                assert_eq!(load.rate_limit, 200);
+                break;
+            }
+        }
+    }
+    let _ = stop.send(());
+    agent.await.expect("agent stopped cleanly");
+    dns.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_unhealthy_and_dns_failure() {
+    let dns = Dns::start(
+        "lanukcorp.test",
+        &[
+            ("half", "127.0.2.2".parse().expect("ip")),
+            ("half", "127.0.2.3".parse().expect("ip")),
+        ],
+        300,
+    )
+    .await;
+    let (p, _) = listeners(&ips(&["127.0.2.2"])).await;
+    let closed = closed_port("127.0.2.1");
+    let mut ca = Authority::start(Assignment {
+        segments: vec![
+            segment(
+                "half",
+                &["half.lanukcorp.test"],
+                &[p],
+                &[],
+                HealthReporting::Continuous,
+                500,
+            ),
+            segment(
+                "closed",
+                &["127.0.2.1"],
+                &[closed],
+                &[],
+                HealthReporting::Continuous,
+                500,
+            ),
+            segment(
+                "nx",
+                &["missing.lanukcorp.test"],
+                &[80],
+                &[],
+                HealthReporting::Continuous,
+                500,
+            ),
+            segment(
+                "off",
+                &["127.0.2.9"],
+                &[80],
+                &[],
+                HealthReporting::None,
+                500,
+            ),
+        ],
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr)));
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| l.len() >= 3).await;
+    let by_segment = |name: &str| {
+        latest
+            .iter()
+            .find(|(k, _)| k.0 == name)
+            .map(|(_, v)| v.clone())
+            .expect("segment reported")
+    };
+    let half = by_segment("half");
+    assert_eq!(half.status, HealthStatus::Unhealthy as i32, "{half:?}");
+    let down: Vec<_> = half
+        .addresses
+        .iter()
+        .filter(|a| a.status == HealthStatus::Down as i32)
+        .collect();
+    assert_eq!(down.len(), 1);
+    assert_eq!(down[0].address, "127.0.2.3");
+    assert_eq!(down[0].failure, FailureKind::Refused as i32);
+
+    let closed_app = by_segment("closed");
+    assert_eq!(closed_app.status, HealthStatus::Down as i32);
+    assert_eq!(closed_app.addresses[0].failure, FailureKind::Refused as i32);
+    assert_eq!(closed_app.addresses[0].method, CheckMethod::Tcp as i32);
+    assert!(!closed_app.addresses[0].detail.is_empty());
+
+    let nx = by_segment("nx");
+    assert_eq!(nx.status, HealthStatus::Down as i32);
+    assert!(nx.addresses.is_empty());
+    assert!(
+        nx.dns_error.to_lowercase().contains("nxdomain") || nx.dns_error.contains("no record"),
+        "resolver's reason: {}",
+        nx.dns_error
+    );
+    assert!(
+        !latest.keys().any(|k| k.0 == "off"),
+        "none segments are not checked"
+    );
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+    dns.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_access_checks_report_and_expire() {
+    let (p, _) = listeners(&ips(&["127.0.4.1"])).await;
+    let mut ca = Authority::start(Assignment {
+        segments: vec![segment(
+            "wiki",
+            &["127.0.4.0/24"],
+            &[p],
+            &[],
+            HealthReporting::OnAccess,
+            200,
+        )],
+        settings: v1::ConnectorSettings {
+            on_access_window_ms: 700,
+            ..Default::default()
+        },
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), None));
+    let first = ca.next_report(WAIT).await;
+    assert!(
+        first.full_state && first.applications.is_empty(),
+        "nothing checked before an access"
+    );
+    let app = v1::ApplicationKey {
+        segment: "wiki".into(),
+        host: "127.0.4.1".into(),
+        protocol: Protocol::Tcp as i32,
+        port: u32::from(p),
+    };
+    let accessed = tokio::time::Instant::now();
+    ca.send(FromCa::Access(v1::AccessEvent {
+        app: Some(app.clone()),
+    }))
+    .await;
+    let report = ca.next_report(WAIT).await;
+    assert_eq!(report.applications.len(), 1);
+    assert_eq!(report.applications[0].status, HealthStatus::Up as i32);
+    assert!(
+        accessed.elapsed() < Duration::from_millis(500),
+        "checked at once"
+    );
+    // Re-checked every interval, then expired once.
+    let mut rounds = 1;
+    let expired = loop {
+        let r = ca.next_report(WAIT).await;
+        let a = &r.applications[0];
+        if a.expired {
+            break a.clone();
+        }
+        assert_eq!(a.status, HealthStatus::Up as i32);
+        rounds += 1;
+    };
+    assert_eq!(expired.status, HealthStatus::Unknown as i32);
+    assert!(
+        rounds >= 3,
+        "kept checking during the window ({rounds} rounds)"
+    );
+    let elapsed = accessed.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(700) && elapsed < Duration::from_millis(1500),
+        "{elapsed:?}"
+    );
+    // And then it stops touching it.
+    let quiet = tokio::time::timeout(Duration::from_millis(600), ca.next_report(WAIT)).await;
+    assert!(quiet.is_err(), "no report after expiry: {quiet:?}");
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_after_the_ca_goes_away_and_resends_full_state() {
+    let (p, _) = listeners(&ips(&["127.0.6.1"])).await;
+    let assignment = Assignment {
+        segments: vec![segment(
+            "app",
+            &["127.0.6.1"],
+            &[p],
+            &[],
+            HealthReporting::Continuous,
+            300,
+        )],
+        settings: v1::ConnectorSettings {
+            heartbeat_interval_ms: 200,
+            ..Default::default()
+        },
+    };
+    let mut ca = Authority::start(assignment.clone()).await;
+    let addr = ca.addr;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), None));
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| !l.is_empty()).await;
+    ca.stop().await;
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ca = Authority::start_on(addr, assignment).await;
+    // Backoff is at most 0.5 s then 1 s, 2 s (full jitter).
+    match ca.next(Duration::from_secs(8)).await {
+        Seen::Connected(..) => {}
+        other => panic!("expected a reconnection, saw {other:?}"),
+    }
+    assert!(matches!(ca.next(WAIT).await, Seen::Message(ToCa::Hello(_))));
+    let report = ca.next_report(WAIT).await;
+    assert!(
+        report.full_state,
+        "first report after reconnecting is full state"
+    );
+    assert_eq!(
+        report.applications.len(),
+        1,
+        "state kept while disconnected"
+    );
+    assert_eq!(report.applications[0].status, HealthStatus::Up as i32);
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+    ca.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_from_the_ca_is_honoured_and_pings_answered() {
+    let mut ca = Authority::start(Assignment::default()).await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), None));
+    let _ = ca.next_report(WAIT).await;
+    ca.send(FromCa::Ping(v1::Ping { nonce: 42 })).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Seen::Message(ToCa::Pong(p)) = ca.next(deadline - tokio::time::Instant::now()).await
+        {
+            assert_eq!(p.nonce, 42);
+            break;
+        }
+    }
+    let asked = tokio::time::Instant::now();
+    ca.send(FromCa::Shutdown(v1::Shutdown {
+        reason: "maintenance".into(),
+        reconnect_to: String::new(),
+        retry_after_ms: 1500,
+    }))
+    .await;
+    loop {
+        if let Seen::Connected(..) = ca.next(WAIT).await {
+            break;
+        }
+    }
+    assert!(
+        asked.elapsed() >= Duration::from_millis(1500),
+        "waited retry_after_ms"
+    );
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
+    let addrs: Vec<String> = (1..=40).map(|i| format!("127.0.5.{i}")).collect();
+    let (p, accepted) = listeners(&addrs).await;
+    let apps: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let mut ca = Authority::start(Assignment {
+        segments: vec![segment(
+            "many",
+            &apps,
+            &[p],
+            &[],
+            HealthReporting::Continuous,
+            60_000,
+        )],
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let mut config = agent_config(&ca.url(), None);
+    config.checks_per_second = 20;
+    let (stop, agent) = start_agent(config);
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| l.len() == 40).await;
+    let mut times = accepted.lock().expect("lock").clone();
+    times.sort();
+    assert_eq!(times.len(), 40, "each target probed once");
+    let span = times[39] - times[0];
+    // 39 periods of 50 ms.
+    assert!(
+        span >= Duration::from_millis(1940) && span <= Duration::from_millis(2100),
+        "{span:?}"
+    );
+    // No one-second window holds more than 20 connections. Accept instants
+    // carry the timer's and scheduler's jitter (well under 5 ms), which is
+    // discounted from the window.
+    let window = Duration::from_millis(995);
+    let mut max = 0;
+    for (i, t) in times.iter().enumerate() {
+        let n = times[i..].iter().take_while(|u| **u - *t < window).count();
+        max = max.max(n);
+    }
+    assert!(max <= 20, "{max} connections within one second");
+    println!("40 checks at 20/s: span {span:?}, at most {max} per second");
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+}
+
+#[allow(dead_code)]
+fn _unused(_: IpAddr) {}
