@@ -1,1 +1,125 @@
-//! placeholder
+//! reach's central authority (CA): configuration and reload, connector
+//! sessions, the health table, access resolution with on-access discovery,
+//! and the HTTP (dashboard, JSON API, metrics) and gRPC surfaces.
+//!
+//! `run` takes already-bound listeners and a shutdown future, so tests serve
+//! on `127.0.0.1:0` and the binary stays a thin flag parser.
+
+#![forbid(unsafe_code)]
+
+pub mod access;
+pub mod auth;
+pub mod config;
+pub mod dashboard;
+pub mod error;
+pub mod grpc;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod reload;
+pub mod session;
+pub mod state;
+pub mod views;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::{Config, ConfigError, Settings};
+pub use state::Authority;
+
+/// How often housekeeping (window expiry, staleness, load estimates) runs.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
+
+/// Why the CA stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(#[source] std::io::Error),
+    /// The reflection service could not be built.
+    #[error("gRPC reflection: {0}")]
+    Reflection(String),
+}
+
+/// Runs the CA until `shutdown` resolves: gRPC on `grpc`, HTTP on `http`,
+/// housekeeping, and (when the config came from a file) reload on SIGHUP
+/// and file change. Connector sessions get a `Shutdown` when it ends.
+pub async fn run(
+    config: Config,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let authority = Arc::new(Authority::new(config));
+    run_with(authority, grpc, http, shutdown).await
+}
+
+/// Like `run`, over state the caller keeps a handle to (tests inspect it).
+pub async fn run_with(
+    authority: Arc<Authority>,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let state = authority.snapshot();
+    tracing::info!(
+        grpc = %grpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        segments = state.policy().segments.len(),
+        groups = state.policy().connector_groups.len(),
+        strategy = %state.settings().strategy,
+        "central authority listening"
+    );
+    if let Some(path) = state.config.path.clone() {
+        tokio::spawn(reload::watch_config(
+            authority.clone(),
+            path,
+            stop_rx.clone(),
+        ));
+    }
+    drop(state);
+
+    let hk = authority.clone();
+    let hk_stop = stopped(stop_rx.clone());
+    tokio::spawn(async move {
+        let mut hk_stop = std::pin::pin!(hk_stop);
+        let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
+        loop {
+            tokio::select! {
+                _ = &mut hk_stop => return,
+                _ = tick.tick() => hk.housekeeping(Instant::now()),
+            }
+        }
+    });
+
+    // Long-lived session streams would hold a graceful gRPC shutdown open
+    // forever: close them first, telling each connector why.
+    let closer = authority.clone();
+    let grpc_stop = {
+        let rx = stop_rx.clone();
+        async move {
+            stopped(rx).await;
+            closer.close_all_sessions("central authority is shutting down");
+        }
+    };
+    let grpc = grpc::serve(authority.clone(), grpc, grpc_stop);
+    let http = http::serve(authority.clone(), http, stopped(stop_rx));
+    tokio::try_join!(grpc, http)?;
+    tracing::info!("central authority stopped");
+    Ok(())
+}

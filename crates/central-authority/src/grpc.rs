@@ -1,0 +1,149 @@
+//! The gRPC surface: the access and health query services (the connector
+//! session lives in `session`), plus the standard health and reflection
+//! services, all on one tonic server.
+
+use std::sync::Arc;
+
+use protocol::v1;
+use protocol::v1::access_server::{Access, AccessServer};
+use protocol::v1::connector_session_server::ConnectorSessionServer;
+use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use crate::access::AccessRequest;
+use crate::auth::{Scope, authorize};
+use crate::error::ApiError;
+use crate::session::SessionService;
+use crate::state::Authority;
+
+/// Checks the `authorization` metadata for `scope`.
+fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
+    let state = authority.snapshot();
+    if scope == Scope::Read && state.settings().anonymous_read {
+        return Ok(());
+    }
+    let header = request
+        .metadata()
+        .get(protocol::metadata::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    authorize(&state.config.tokens, header, scope)
+        .map(|_| ())
+        .map_err(|e| ApiError::from(e).into())
+}
+
+/// The `Access` service.
+#[derive(Clone, Debug)]
+pub struct AccessService {
+    authority: Arc<Authority>,
+}
+
+#[tonic::async_trait]
+impl Access for AccessService {
+    async fn resolve(
+        &self,
+        request: Request<v1::AccessRequest>,
+    ) -> Result<Response<v1::AccessDecision>, Status> {
+        check(&self.authority, &request, Scope::Access)?;
+        let r = request.into_inner();
+        let protocol = protocol::convert::protocol_from_wire("protocol", r.protocol)
+            .map_err(ApiError::from)?;
+        let outcome = self
+            .authority
+            .resolve(AccessRequest {
+                host: r.host,
+                protocol,
+                port: r.port,
+            })
+            .await?;
+        Ok(Response::new(outcome.to_wire()))
+    }
+}
+
+/// The `HealthQuery` service.
+#[derive(Clone, Debug)]
+pub struct HealthQueryService {
+    authority: Arc<Authority>,
+}
+
+#[tonic::async_trait]
+impl HealthQuery for HealthQueryService {
+    async fn list_applications(
+        &self,
+        request: Request<v1::ListApplicationsRequest>,
+    ) -> Result<Response<v1::ListApplicationsResponse>, Status> {
+        check(&self.authority, &request, Scope::Read)?;
+        let filter = request.into_inner().segment;
+        let apps = self
+            .authority
+            .applications((!filter.is_empty()).then_some(filter.as_str()));
+        Ok(Response::new(v1::ListApplicationsResponse {
+            applications: apps.iter().map(|a| a.to_wire()).collect(),
+        }))
+    }
+
+    async fn list_connectors(
+        &self,
+        request: Request<v1::ListConnectorsRequest>,
+    ) -> Result<Response<v1::ListConnectorsResponse>, Status> {
+        check(&self.authority, &request, Scope::Read)?;
+        Ok(Response::new(v1::ListConnectorsResponse {
+            connectors: self
+                .authority
+                .connectors()
+                .iter()
+                .map(|c| c.to_wire())
+                .collect(),
+        }))
+    }
+}
+
+/// Serves every gRPC service on `listener` until `shutdown` resolves.
+pub async fn serve(
+    authority: Arc<Authority>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), crate::RunError> {
+    let max = protocol::MAX_MESSAGE_BYTES;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in [
+        "reach.v1.ConnectorSession",
+        "reach.v1.Access",
+        "reach.v1.HealthQuery",
+    ] {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        // Dead peers are noticed even when a connector sends nothing.
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(
+            ConnectorSessionServer::new(SessionService::new(authority.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            AccessServer::new(AccessService {
+                authority: authority.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            HealthQueryServer::new(HealthQueryService {
+                authority: authority.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}

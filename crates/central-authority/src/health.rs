@@ -1,0 +1,282 @@
+//! The health table: the latest report per (application, connector), with
+//! its per-address detail, and the last status transitions per application.
+//!
+//! **Invariant:** every method takes the table's lock for one short, purely
+//! synchronous critical section; nothing here awaits, so the access path can
+//! never queue behind a lock held across an `.await`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::RwLock;
+use std::time::{Instant, SystemTime};
+
+use policy::{AddressResult, AppKey, Status};
+use serde::Serialize;
+
+use crate::state::{read, write};
+
+/// Why a connector's status for an application is Unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownCause {
+    /// The connector's session ended.
+    Disconnected,
+    /// The on-access window ended (reported by the connector or noticed by
+    /// the CA).
+    WindowExpired,
+    /// No report for longer than the staleness limit.
+    Stale,
+    /// A full-state report of the connector left the application out.
+    NotInFullState,
+    /// The connector itself reported Unknown.
+    Reported,
+}
+
+impl UnknownCause {
+    /// The snake_case name used in JSON and on the dashboard.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownCause::Disconnected => "disconnected",
+            UnknownCause::WindowExpired => "window_expired",
+            UnknownCause::Stale => "stale",
+            UnknownCause::NotInFullState => "not_in_full_state",
+            UnknownCause::Reported => "reported",
+        }
+    }
+}
+
+/// One connector's latest report for one application.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The connector's group.
+    pub group: String,
+    /// The status as last reported (or set Unknown by the CA).
+    pub status: Status,
+    /// Per-address results (empty once the status is set Unknown).
+    pub addresses: Vec<AddressResult>,
+    /// The resolver's reason when DNS failed.
+    pub dns_error: Option<String>,
+    /// When the CA received it (for staleness).
+    pub received_at: Instant,
+    /// When the CA received it (for display).
+    pub received_wall: SystemTime,
+    /// When the connector finished the check round (its clock), Unix ms.
+    pub checked_at_unix_ms: i64,
+    /// Why the status is Unknown, when it is.
+    pub unknown_cause: Option<UnknownCause>,
+}
+
+/// A status change of one connector for one application.
+#[derive(Clone, Debug)]
+pub struct Transition {
+    /// When the CA saw it.
+    pub at: SystemTime,
+    /// Which connector.
+    pub connector: String,
+    /// Status before.
+    pub from: Status,
+    /// Status after.
+    pub to: Status,
+    /// Why (`report`, or an `UnknownCause` name).
+    pub cause: &'static str,
+}
+
+#[derive(Debug, Default)]
+struct AppRecord {
+    reports: BTreeMap<String, Report>,
+    transitions: VecDeque<Transition>,
+}
+
+impl AppRecord {
+    fn push(&mut self, t: Transition, keep: usize) {
+        self.transitions.push_back(t);
+        while self.transitions.len() > keep {
+            self.transitions.pop_front();
+        }
+    }
+}
+
+/// The table. Cloning the data out is the only way to read it.
+#[derive(Debug, Default)]
+pub struct HealthTable {
+    apps: RwLock<HashMap<AppKey, AppRecord>>,
+}
+
+impl HealthTable {
+    /// Stores `report` as `connector`'s latest for `key`; returns the
+    /// previous status (Unknown when there was none).
+    pub fn record(&self, key: AppKey, connector: &str, report: Report, keep: usize) -> Status {
+        let mut apps = write(&self.apps);
+        let record = apps.entry(key).or_default();
+        let previous = record
+            .reports
+            .get(connector)
+            .map_or(Status::Unknown, |r| r.status);
+        if previous != report.status {
+            let cause = report.unknown_cause.map_or("report", UnknownCause::as_str);
+            record.push(
+                Transition {
+                    at: report.received_wall,
+                    connector: connector.to_owned(),
+                    from: previous,
+                    to: report.status,
+                    cause,
+                },
+                keep,
+            );
+        }
+        record.reports.insert(connector.to_owned(), report);
+        previous
+    }
+
+    /// Sets every entry for which `decide` names a cause to Unknown (entries
+    /// already Unknown are left alone); returns how many changed.
+    pub fn mark_unknown(
+        &self,
+        wall: SystemTime,
+        keep: usize,
+        mut decide: impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
+    ) -> usize {
+        let mut changed = 0;
+        let mut apps = write(&self.apps);
+        for (key, record) in apps.iter_mut() {
+            let mut transitions = Vec::new();
+            for (connector, report) in record.reports.iter_mut() {
+                if report.status == Status::Unknown {
+                    continue;
+                }
+                if let Some(cause) = decide(key, connector, report) {
+                    transitions.push(Transition {
+                        at: wall,
+                        connector: connector.clone(),
+                        from: report.status,
+                        to: Status::Unknown,
+                        cause: cause.as_str(),
+                    });
+                    report.status = Status::Unknown;
+                    report.addresses.clear();
+                    report.dns_error = None;
+                    report.unknown_cause = Some(cause);
+                    changed += 1;
+                }
+            }
+            for t in transitions {
+                record.push(t, keep);
+            }
+        }
+        changed
+    }
+
+    /// Every connector's stored status and receive time for `key`.
+    pub fn statuses(&self, key: &AppKey) -> Vec<(String, Status, Instant)> {
+        read(&self.apps)
+            .get(key)
+            .map(|r| {
+                r.reports
+                    .iter()
+                    .map(|(c, rep)| (c.clone(), rep.status, rep.received_at))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A copy of everything known about `key`.
+    pub fn app(&self, key: &AppKey) -> Option<(BTreeMap<String, Report>, Vec<Transition>)> {
+        read(&self.apps)
+            .get(key)
+            .map(|r| (r.reports.clone(), r.transitions.iter().cloned().collect()))
+    }
+
+    /// Every application with at least one report.
+    pub fn keys(&self) -> Vec<AppKey> {
+        read(&self.apps).keys().cloned().collect()
+    }
+
+    /// Drops every report for which `keep` is false, and applications left
+    /// without reports (after a policy change removed them).
+    pub fn retain(&self, mut keep: impl FnMut(&AppKey, &str, &Report) -> bool) {
+        let mut apps = write(&self.apps);
+        for (key, record) in apps.iter_mut() {
+            record.reports.retain(|c, r| keep(key, c, r));
+        }
+        apps.retain(|_, r| !r.reports.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy::Protocol;
+    use std::time::Duration;
+
+    fn key() -> AppKey {
+        AppKey {
+            segment: "s".into(),
+            host: "h.example.test".into(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        }
+    }
+
+    fn report(status: Status, at: Instant) -> Report {
+        Report {
+            group: "g".into(),
+            status,
+            addresses: Vec::new(),
+            dns_error: None,
+            received_at: at,
+            received_wall: SystemTime::now(),
+            checked_at_unix_ms: 0,
+            unknown_cause: None,
+        }
+    }
+
+    #[test]
+    fn transitions_are_kept_and_bounded() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        assert_eq!(
+            t.record(key(), "c1", report(Status::Up, now), 2),
+            Status::Unknown
+        );
+        assert_eq!(
+            t.record(key(), "c1", report(Status::Up, now), 2),
+            Status::Up
+        );
+        t.record(key(), "c1", report(Status::Down, now), 2);
+        t.record(key(), "c1", report(Status::Up, now), 2);
+        let (_, transitions) = t.app(&key()).expect("app");
+        assert_eq!(transitions.len(), 2);
+        assert_eq!(
+            (transitions[0].from, transitions[0].to),
+            (Status::Up, Status::Down)
+        );
+    }
+
+    #[test]
+    fn staleness_with_an_injected_clock() {
+        // The sweep decides with a caller-supplied `now`: no sleeping.
+        let t = HealthTable::default();
+        let start = Instant::now();
+        t.record(key(), "c1", report(Status::Up, start), 10);
+        let interval = Duration::from_secs(60);
+        let sweep = |now: Instant| {
+            t.mark_unknown(SystemTime::now(), 10, |_, _, r| {
+                let s = policy::effective_status(
+                    r.status,
+                    now.saturating_duration_since(r.received_at),
+                    interval,
+                    3,
+                    Duration::from_secs(30),
+                );
+                (s == Status::Unknown).then_some(UnknownCause::Stale)
+            })
+        };
+        assert_eq!(sweep(start + Duration::from_secs(209)), 0);
+        assert_eq!(t.statuses(&key())[0].1, Status::Up);
+        assert_eq!(sweep(start + Duration::from_secs(211)), 1);
+        assert_eq!(t.statuses(&key())[0].1, Status::Unknown);
+        let (reports, transitions) = t.app(&key()).expect("app");
+        assert_eq!(reports["c1"].unknown_cause, Some(UnknownCause::Stale));
+        assert_eq!(transitions.last().map(|t| t.cause), Some("stale"));
+    }
+}

@@ -1,0 +1,380 @@
+//! Connector sessions: the `ConnectorSession.Connect` service. Authenticates
+//! the group's provisioning key before reading anything, expects `Hello`,
+//! answers `Welcome`, then takes reports and heartbeats until the stream
+//! ends, the connector goes quiet, or a newer session replaces this one.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use policy::{AddressResult, AppKey, HealthReporting, Status};
+use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
+use protocol::v1::connector_message::Kind as In;
+use protocol::v1::connector_session_server::ConnectorSession;
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status as GrpcStatus, Streaming};
+
+use crate::auth::{AuthError, check_connector_name};
+use crate::error::{ReportError, SessionError};
+use crate::health::{Report, UnknownCause};
+use crate::state::{Authority, ConnectorEntry, LiveSession, Outbound, app_allowed, lock};
+
+/// How long a connector has to send `Hello` after opening the stream.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages queued toward one connector before it counts as not reading.
+const OUTBOUND_CAPACITY: usize = 1024;
+
+/// Who a session belongs to, from its (authenticated) metadata.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// Connector name.
+    pub name: String,
+    /// Connector group.
+    pub group: String,
+}
+
+/// The `ConnectorSession` gRPC service.
+#[derive(Clone, Debug)]
+pub struct SessionService {
+    authority: Arc<Authority>,
+}
+
+impl SessionService {
+    /// The service over shared state.
+    pub fn new(authority: Arc<Authority>) -> Self {
+        SessionService { authority }
+    }
+}
+
+#[tonic::async_trait]
+impl ConnectorSession for SessionService {
+    type ConnectStream = ReceiverStream<Result<v1::AuthorityMessage, GrpcStatus>>;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<v1::ConnectorMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, GrpcStatus> {
+        let identity = match self.authority.authenticate(request.metadata()) {
+            Ok(identity) => identity,
+            Err(e) => {
+                // The reason is logged without the key.
+                tracing::warn!(error = %e, "connector authentication failed");
+                return Err(e.into());
+            }
+        };
+        let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
+        let authority = self.authority.clone();
+        let inbound = request.into_inner();
+        tokio::spawn(async move {
+            let name = identity.name.clone();
+            if let Err(e) = run_session(&authority, identity, inbound, tx.clone()).await {
+                tracing::warn!(connector = %name, error = %e, "session ended with an error");
+                let _ = tx.send(Err(e.into())).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Drives one session from `Hello` to its end.
+async fn run_session(
+    authority: &Arc<Authority>,
+    identity: Identity,
+    mut inbound: Streaming<v1::ConnectorMessage>,
+    tx: Outbound,
+) -> Result<(), SessionError> {
+    let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+        Err(_) => return Err(SessionError::HelloTimeout(HELLO_TIMEOUT)),
+        Ok(Err(status)) => return Err(status.into()),
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(m))) => m,
+    };
+    let Some(In::Hello(hello)) = first.kind else {
+        return Err(SessionError::ExpectedHello);
+    };
+    if hello.name != identity.name || hello.group != identity.group {
+        return Err(SessionError::HelloMismatch {
+            name: hello.name.chars().take(128).collect(),
+            group: hello.group.chars().take(128).collect(),
+            meta_name: identity.name,
+            meta_group: identity.group,
+        });
+    }
+    let (id, kill) = authority.register(&identity, &hello, tx);
+    let result = loop {
+        let idle = authority.snapshot().settings().idle_timeout();
+        tokio::select! {
+            _ = kill.notified() => break Ok(()),
+            next = tokio::time::timeout(idle, inbound.message()) => match next {
+                Err(_) => break Err(SessionError::Idle(idle)),
+                Ok(Err(status)) => break Err(status.into()),
+                Ok(Ok(None)) => break Ok(()),
+                Ok(Ok(Some(message))) => authority.handle(&identity, message),
+            }
+        }
+    };
+    authority.end_session(&identity.name, id);
+    result
+}
+
+impl Authority {
+    /// Authenticates a connector from its metadata: a known group and that
+    /// group's provisioning key (compared in constant time).
+    pub fn authenticate(&self, metadata: &MetadataMap) -> Result<Identity, AuthError> {
+        use protocol::metadata as md;
+        let get = |key: &'static str| {
+            metadata
+                .get(key)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .ok_or(AuthError::MissingMetadata(key))
+        };
+        let name = get(md::CONNECTOR)?;
+        let group = get(md::GROUP)?;
+        let key = get(md::PROVISIONING_KEY)?;
+        check_connector_name(name)?;
+        let state = self.snapshot();
+        let expected = state
+            .config
+            .group_keys
+            .get(group)
+            .ok_or_else(|| AuthError::UnknownGroup(group.chars().take(128).collect()))?;
+        if !expected.matches(key.as_bytes()) {
+            return Err(AuthError::WrongKey(group.to_owned()));
+        }
+        Ok(Identity {
+            name: name.to_owned(),
+            group: group.to_owned(),
+        })
+    }
+
+    /// Registers a session after `Hello`: queues `Welcome` first, replaces
+    /// (and closes) an older session of the same connector, and returns the
+    /// session's id and kill switch.
+    fn register(&self, identity: &Identity, hello: &v1::Hello, tx: Outbound) -> (u64, Arc<Notify>) {
+        let id = self.next_session_id();
+        let label = format!("{}-{:08x}", id, rand::random::<u32>());
+        let kill = Arc::new(Notify::new());
+        let old = {
+            let mut conns = lock(&self.connectors);
+            // The Welcome is built and queued under the registry lock, so a
+            // concurrent reload either is reflected in it or sees this
+            // session and sends a PolicyUpdate after it.
+            let (segments, settings) = self.snapshot().assignment(&identity.group);
+            let count = segments.len();
+            let welcome = v1::AuthorityMessage {
+                kind: Some(Out::Welcome(v1::Welcome {
+                    session_id: label.clone(),
+                    segments,
+                    settings: Some(settings),
+                })),
+            };
+            // The channel is new and empty, so this cannot fail for space.
+            let _ = tx.try_send(Ok(welcome));
+            let entry = conns
+                .entry(identity.name.clone())
+                .or_insert_with(|| ConnectorEntry {
+                    group: identity.group.clone(),
+                    version: String::new(),
+                    session: None,
+                    load: None,
+                    stated_rate: 0,
+                    connected_since: None,
+                    last_seen: None,
+                    estimate: policy::estimate_budget(0, 20, u64::MAX),
+                });
+            entry.group = identity.group.clone();
+            entry.version = hello.version.chars().take(64).collect();
+            entry.stated_rate = hello
+                .capabilities
+                .as_ref()
+                .map_or(0, |c| c.checks_per_second);
+            entry.load = None;
+            entry.connected_since = Some(SystemTime::now());
+            entry.last_seen = Some(SystemTime::now());
+            tracing::info!(
+                connector = %identity.name,
+                group = %identity.group,
+                session = %label,
+                version = %entry.version,
+                segments = count,
+                "connector connected"
+            );
+            entry.session.replace(LiveSession {
+                id,
+                label,
+                tx,
+                kill: kill.clone(),
+            })
+        };
+        self.metrics.connectors_connected.inc();
+        if let Some(old) = old {
+            self.close_session(
+                &identity.name,
+                old,
+                "replaced by a newer session of this connector",
+            );
+        }
+        self.recompute_budgets();
+        self.bump();
+        (id, kill)
+    }
+
+    /// Handles one message of a live session.
+    fn handle(&self, identity: &Identity, message: v1::ConnectorMessage) {
+        if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
+            e.last_seen = Some(SystemTime::now());
+        }
+        match message.kind {
+            Some(In::Report(report)) => self.intake(identity, report),
+            Some(In::Heartbeat(hb)) => {
+                if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
+                    e.load = hb.load;
+                }
+                self.recompute_budgets();
+            }
+            Some(In::Pong(_)) => {}
+            Some(In::Hello(_)) => {
+                tracing::warn!(connector = %identity.name, "ignoring a second Hello");
+            }
+            None => tracing::debug!(connector = %identity.name, "ignoring an empty message"),
+        }
+    }
+
+    /// Takes a health report: each entry is checked on its own; entries for
+    /// applications the connector's group does not serve are rejected and
+    /// logged, the rest are stored.
+    pub(crate) fn intake(&self, identity: &Identity, report: v1::HealthReport) {
+        let state = self.snapshot();
+        let keep = state.settings().transitions_kept;
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut seen = HashSet::new();
+        let mut accepted = 0u64;
+        for app in report.applications {
+            match parse_entry(&state, &identity.group, app) {
+                Ok((key, status, expired, addresses, dns_error, checked_at)) => {
+                    let on_access = state
+                        .policy()
+                        .segment(&key.segment)
+                        .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess);
+                    let wk = (key.clone(), identity.name.clone());
+                    if on_access {
+                        if expired {
+                            // The connector stopped checking: the next access
+                            // must reach it again, not be coalesced away.
+                            lock(&self.windows).remove(&wk);
+                            lock(&self.coalescer).forget(&wk);
+                        } else if status != Status::Unknown {
+                            // Adopt windows the CA did not start (e.g. after a
+                            // CA restart the connector still checks).
+                            let mut windows = lock(&self.windows);
+                            if !windows.is_live(&wk, now) {
+                                windows.record(wk, now);
+                            }
+                        }
+                    }
+                    let unknown_cause = match (status, expired) {
+                        (_, true) => Some(UnknownCause::WindowExpired),
+                        (Status::Unknown, false) => Some(UnknownCause::Reported),
+                        _ => None,
+                    };
+                    seen.insert(key.clone());
+                    self.health.record(
+                        key,
+                        &identity.name,
+                        Report {
+                            group: identity.group.clone(),
+                            status: if expired { Status::Unknown } else { status },
+                            addresses,
+                            dns_error,
+                            received_at: now,
+                            received_wall: wall,
+                            checked_at_unix_ms: checked_at,
+                            unknown_cause,
+                        },
+                        keep,
+                    );
+                    accepted += 1;
+                }
+                Err(e) => {
+                    self.metrics.reports_rejected.inc();
+                    tracing::warn!(
+                        connector = %identity.name,
+                        group = %identity.group,
+                        error = %e,
+                        "rejected a health report entry"
+                    );
+                }
+            }
+        }
+        if report.full_state {
+            let name = identity.name.as_str();
+            self.health.mark_unknown(wall, keep, |key, c, _| {
+                (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
+            });
+        }
+        self.metrics.reports_received.inc_by(accepted);
+        self.bump();
+    }
+
+    /// Ends session `id` of `name` if it is still the live one (a replaced
+    /// session was already closed by its replacement).
+    fn end_session(&self, name: &str, id: u64) {
+        let session = {
+            let mut conns = lock(&self.connectors);
+            match conns.get_mut(name) {
+                Some(e) if e.session.as_ref().is_some_and(|s| s.id == id) => {
+                    e.connected_since = None;
+                    e.session.take()
+                }
+                _ => None,
+            }
+        };
+        if let Some(session) = session {
+            self.close_session(name, session, "session ended");
+        }
+    }
+}
+
+type Parsed = (
+    AppKey,
+    Status,
+    bool,
+    Vec<AddressResult>,
+    Option<String>,
+    i64,
+);
+
+/// Checks one report entry: well-formed and for an application the group
+/// serves.
+fn parse_entry(
+    state: &crate::state::PolicyState,
+    group: &str,
+    app: v1::ApplicationHealth,
+) -> Result<Parsed, ReportError> {
+    let mut key = AppKey::try_from(app.app.ok_or(protocol::WireError::MissingField("app"))?)?;
+    // One spelling per IP address, so "::0001" and "::1" are one application.
+    if let Ok(ip) = key.host.parse::<std::net::IpAddr>() {
+        key.host = ip.to_string();
+    }
+    app_allowed(state.policy(), group, &key)?;
+    let status = protocol::convert::status_from_wire("status", app.status)?;
+    let addresses = app
+        .addresses
+        .into_iter()
+        .map(AddressResult::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let dns_error = (!app.dns_error.is_empty()).then(|| app.dns_error.chars().take(512).collect());
+    Ok((
+        key,
+        status,
+        app.expired,
+        addresses,
+        dns_error,
+        app.checked_at_unix_ms,
+    ))
+}

@@ -1,0 +1,526 @@
+//! The CA's shared state (`Authority`): the policy in force, the connector
+//! registry with each live session's outbound channel, the health table,
+//! on-access windows and access coalescing, and the operations that change
+//! more than one of them (reload, disconnect, housekeeping).
+//!
+//! **Invariant:** locks here are `std` locks taken for short synchronous
+//! sections, one at a time, and never held across an `.await`. Messages to
+//! connectors are queued with `try_send` so no lock waits on a slow peer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use policy::{
+    AccessWindows, AppEntry, AppKey, BudgetEstimate, Coalescer, HealthReporting, Policy, Segment,
+    SegmentIndex, Status,
+};
+use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::config::{Config, Settings};
+use crate::health::{HealthTable, UnknownCause};
+use crate::metrics::Metrics;
+
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The sending half of a session's outbound stream.
+pub(crate) type Outbound = mpsc::Sender<Result<v1::AuthorityMessage, tonic::Status>>;
+
+/// An on-access window or coalescing key: (application, connector).
+pub(crate) type WindowKey = (AppKey, String);
+
+/// The policy and settings in force; replaced whole on reload, so readers
+/// see one consistent version by cloning the `Arc`.
+#[derive(Debug)]
+pub struct PolicyState {
+    /// The configuration.
+    pub config: Config,
+    /// Matching index over `config.policy.segments`.
+    pub index: SegmentIndex,
+}
+
+impl PolicyState {
+    /// Builds the matching index for a configuration.
+    pub fn new(config: Config) -> Self {
+        let index = SegmentIndex::new(&config.policy.segments);
+        PolicyState { config, index }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.config.settings
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.config.policy
+    }
+
+    /// What a connector of `group` is told: its segments and settings.
+    pub fn assignment(&self, group: &str) -> (Vec<v1::Segment>, v1::ConnectorSettings) {
+        let s = self.settings();
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        (
+            self.policy()
+                .segments_for_group(group)
+                .map(v1::Segment::from)
+                .collect(),
+            v1::ConnectorSettings {
+                on_access_window_ms: millis(s.on_access_window),
+                heartbeat_interval_ms: millis(s.heartbeat_interval),
+                checks_per_second: s.connector_checks_per_second,
+                check_timeout_ms: s.connector_check_timeout_ms,
+            },
+        )
+    }
+}
+
+/// A live session of a connector.
+#[derive(Debug)]
+pub(crate) struct LiveSession {
+    pub id: u64,
+    pub label: String,
+    pub tx: Outbound,
+    pub kill: Arc<Notify>,
+}
+
+/// Everything the CA knows about one connector (kept after it disconnects,
+/// so the API can list it as disconnected).
+#[derive(Debug)]
+pub(crate) struct ConnectorEntry {
+    pub group: String,
+    pub version: String,
+    pub session: Option<LiveSession>,
+    pub load: Option<v1::CheckLoad>,
+    /// Checks per second from the connector's Hello (0 = not stated).
+    pub stated_rate: u32,
+    pub connected_since: Option<SystemTime>,
+    pub last_seen: Option<SystemTime>,
+    pub estimate: BudgetEstimate,
+}
+
+impl ConnectorEntry {
+    /// The cycle time used for staleness: the connector's own measurement
+    /// when it sent one, else the CA's estimate.
+    pub fn cycle(&self) -> Duration {
+        match &self.load {
+            Some(l) if l.cycle_seconds.is_finite() && l.cycle_seconds >= 0.0 => {
+                Duration::from_secs_f64(l.cycle_seconds.min(86_400.0))
+            }
+            _ => self.estimate.cycle,
+        }
+    }
+}
+
+/// A cheap copy of one connector's state for the access path.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnSnap {
+    pub group: String,
+    pub connected: bool,
+    pub cycle: Duration,
+}
+
+/// The CA's shared state. One per `run`; handed around as `Arc<Authority>`.
+#[derive(Debug)]
+pub struct Authority {
+    pub(crate) policy: RwLock<Arc<PolicyState>>,
+    pub(crate) connectors: Mutex<HashMap<String, ConnectorEntry>>,
+    pub(crate) health: HealthTable,
+    pub(crate) windows: Mutex<AccessWindows<WindowKey>>,
+    pub(crate) coalescer: Mutex<Coalescer<WindowKey>>,
+    /// Bumped whenever the health table or the connector set changes; access
+    /// requests waiting for on-access discovery watch it.
+    pub(crate) changes: watch::Sender<u64>,
+    pub(crate) metrics: Metrics,
+    pub(crate) next_session: AtomicU64,
+}
+
+impl Authority {
+    /// State for a validated configuration.
+    pub fn new(config: Config) -> Self {
+        let window = config.settings.on_access_window;
+        let gap = config.settings.access_forward_interval;
+        Authority {
+            policy: RwLock::new(Arc::new(PolicyState::new(config))),
+            connectors: Mutex::new(HashMap::new()),
+            health: HealthTable::default(),
+            windows: Mutex::new(AccessWindows::new(window)),
+            coalescer: Mutex::new(Coalescer::new(gap)),
+            changes: watch::channel(0).0,
+            metrics: Metrics::default(),
+            next_session: AtomicU64::new(1),
+        }
+    }
+
+    /// The policy in force.
+    pub fn snapshot(&self) -> Arc<PolicyState> {
+        read(&self.policy).clone()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Wakes discovery waiters.
+    pub(crate) fn bump(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub(crate) fn conn_snapshot(&self) -> HashMap<String, ConnSnap> {
+        lock(&self.connectors)
+            .iter()
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    ConnSnap {
+                        group: e.group.clone(),
+                        connected: e.session.is_some(),
+                        cycle: e.cycle(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The status the CA acts on for one stored report: Unknown when the
+    /// connector is not connected, the report is stale, or (on-access) the
+    /// window has ended.
+    pub(crate) fn effective(
+        state: &PolicyState,
+        segment: &Segment,
+        stored: Status,
+        age: Duration,
+        conn: Option<&ConnSnap>,
+        window_live: bool,
+    ) -> (Status, Option<UnknownCause>) {
+        let Some(conn) = conn.filter(|c| c.connected) else {
+            return (Status::Unknown, Some(UnknownCause::Disconnected));
+        };
+        if stored == Status::Unknown {
+            return (Status::Unknown, None);
+        }
+        if segment.health_reporting == HealthReporting::OnAccess && !window_live {
+            return (Status::Unknown, Some(UnknownCause::WindowExpired));
+        }
+        let s = policy::effective_status(
+            stored,
+            age,
+            segment.report_interval,
+            state.settings().stale_after_intervals,
+            conn.cycle,
+        );
+        if s == Status::Unknown {
+            (Status::Unknown, Some(UnknownCause::Stale))
+        } else {
+            (s, None)
+        }
+    }
+
+    /// Whether `key`'s on-access window for `connector` is live.
+    pub(crate) fn window_live(&self, key: &AppKey, connector: &str, now: Instant) -> bool {
+        lock(&self.windows).is_live(&(key.clone(), connector.to_owned()), now)
+    }
+
+    /// Marks all of a connector's applications Unknown and forgets its
+    /// windows and coalescing state (it must be told about accesses again).
+    pub(crate) fn forget_connector(&self, name: &str, cause: UnknownCause) {
+        let keep = self.snapshot().settings().transitions_kept;
+        let changed = self
+            .health
+            .mark_unknown(SystemTime::now(), keep, |_, c, _| {
+                (c == name).then_some(cause)
+            });
+        lock(&self.windows).retain(|(_, c)| c != name);
+        lock(&self.coalescer).retain(|(_, c)| c != name);
+        tracing::debug!(
+            connector = name,
+            changed,
+            cause = cause.as_str(),
+            "applications marked unknown"
+        );
+        self.bump();
+    }
+
+    /// Ends a live session: tells the connector why, closes the stream and
+    /// marks its applications Unknown.
+    pub(crate) fn close_session(&self, name: &str, session: LiveSession, reason: &str) {
+        let shutdown = v1::AuthorityMessage {
+            kind: Some(Out::Shutdown(v1::Shutdown {
+                reason: reason.to_owned(),
+                reconnect_to: String::new(),
+                retry_after_ms: 0,
+            })),
+        };
+        // A full queue means the peer is not reading; it is cut off anyway.
+        let _ = session.tx.try_send(Ok(shutdown));
+        session.kill.notify_one();
+        self.metrics.connectors_connected.dec();
+        tracing::info!(connector = name, session = %session.label, reason, "session closed");
+        self.forget_connector(name, UnknownCause::Disconnected);
+    }
+
+    /// Closes every session (at shutdown).
+    pub fn close_all_sessions(&self, reason: &str) {
+        let sessions: Vec<(String, LiveSession)> = lock(&self.connectors)
+            .iter_mut()
+            .filter_map(|(n, e)| {
+                e.connected_since = None;
+                e.session.take().map(|s| (n.clone(), s))
+            })
+            .collect();
+        for (name, session) in sessions {
+            self.close_session(&name, session, reason);
+        }
+    }
+
+    /// Applies a new, valid configuration: swaps the policy, prunes the
+    /// health table, pushes `PolicyUpdate` to every connector whose
+    /// assignment changed, and closes sessions whose group was removed or
+    /// whose provisioning key changed.
+    pub fn apply(&self, config: Config) {
+        let new = Arc::new(PolicyState::new(config));
+        let old = std::mem::replace(&mut *write(&self.policy), new.clone());
+        let settings = new.settings();
+        if old.settings().grpc_listen != settings.grpc_listen
+            || old.settings().http_listen != settings.http_listen
+        {
+            tracing::warn!("listen addresses changed; they take effect only after a restart");
+        }
+        lock(&self.windows).set_window(settings.on_access_window);
+        if old.settings().access_forward_interval != settings.access_forward_interval {
+            *lock(&self.coalescer) = Coalescer::new(settings.access_forward_interval);
+        }
+        let policy = new.policy();
+        self.health
+            .retain(|key, _, report| app_allowed(policy, &report.group, key).is_ok());
+        lock(&self.windows).retain(|(key, _)| {
+            policy
+                .segment(&key.segment)
+                .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess)
+        });
+
+        let mut updates = Vec::new();
+        let mut closed = Vec::new();
+        {
+            let mut conns = lock(&self.connectors);
+            for (name, entry) in conns.iter_mut() {
+                let Some(session) = &entry.session else {
+                    continue;
+                };
+                let reason = if !policy.has_group(&entry.group) {
+                    Some("connector group removed from the policy")
+                } else {
+                    match (
+                        old.config.group_keys.get(&entry.group),
+                        new.config.group_keys.get(&entry.group),
+                    ) {
+                        (Some(a), Some(b)) if a.same_as(b) => None,
+                        _ => Some("provisioning key of the connector group changed"),
+                    }
+                };
+                if let Some(reason) = reason {
+                    if let Some(s) = entry.session.take() {
+                        entry.connected_since = None;
+                        closed.push((name.clone(), s, reason));
+                    }
+                    continue;
+                }
+                let after = new.assignment(&entry.group);
+                if old.assignment(&entry.group) != after {
+                    updates.push((name.clone(), session.tx.clone(), after));
+                }
+            }
+        }
+        for (name, tx, (segments, settings)) in updates {
+            let count = segments.len();
+            let msg = v1::AuthorityMessage {
+                kind: Some(Out::PolicyUpdate(v1::PolicyUpdate {
+                    segments,
+                    settings: Some(settings),
+                })),
+            };
+            if tx.try_send(Ok(msg)).is_ok() {
+                tracing::info!(connector = %name, segments = count, "policy update pushed");
+            } else {
+                // A connector that cannot take its update would run on a
+                // stale assignment; closing makes it reconnect and get a
+                // fresh Welcome.
+                let session = lock(&self.connectors)
+                    .get_mut(&name)
+                    .and_then(|e| e.session.take());
+                if let Some(s) = session {
+                    self.close_session(&name, s, "outbound queue full during policy update");
+                }
+            }
+        }
+        for (name, session, reason) in closed {
+            self.close_session(&name, session, reason);
+        }
+        self.recompute_budgets();
+        self.bump();
+    }
+
+    /// Recomputes every connector's check-load estimate (continuous targets
+    /// of its group plus its live on-access windows) and warns when one
+    /// crosses the budget.
+    pub(crate) fn recompute_budgets(&self) {
+        let state = self.snapshot();
+        let s = state.settings();
+        let mut live: HashMap<String, u64> = HashMap::new();
+        for (_, c) in lock(&self.windows).keys() {
+            *live.entry(c.clone()).or_default() += 1;
+        }
+        let mut per_group: HashMap<&str, u64> = HashMap::new();
+        for g in &state.policy().connector_groups {
+            let checks = state
+                .policy()
+                .segments_for_group(&g.name)
+                .filter(|seg| seg.health_reporting == HealthReporting::Continuous)
+                .map(|seg| policy::estimated_checks(seg, 1))
+                .sum();
+            per_group.insert(&g.name, checks);
+        }
+        let mut conns = lock(&self.connectors);
+        for (name, e) in conns.iter_mut() {
+            let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
+                + live.get(name).copied().unwrap_or(0);
+            let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
+            let rate = [
+                s.connector_checks_per_second,
+                e.load.as_ref().map_or(0, |l| l.rate_limit),
+                e.stated_rate,
+                s.assumed_checks_per_second,
+            ]
+            .into_iter()
+            .find(|r| *r > 0)
+            .unwrap_or(20);
+            let was = e.estimate.over_budget;
+            e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
+            if e.estimate.over_budget && !was {
+                tracing::warn!(
+                    connector = %name,
+                    checks_per_cycle = e.estimate.checks_per_cycle,
+                    cycle_seconds = e.estimate.cycle.as_secs_f64(),
+                    budget = s.check_budget,
+                    "connector is over its check budget: reports will be slow to reflect changes"
+                );
+            }
+        }
+    }
+
+    /// Periodic upkeep: ends on-access windows the CA tracks, turns stale
+    /// reports Unknown (recording the transition for the dashboard), prunes
+    /// coalescing state and refreshes load estimates. The access path does
+    /// not depend on it: effective statuses are computed when read.
+    pub fn housekeeping(&self, now: Instant) {
+        let state = self.snapshot();
+        let keep = state.settings().transitions_kept;
+        let expired = lock(&self.windows).expire(now);
+        let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();
+        {
+            let mut coalescer = lock(&self.coalescer);
+            for k in expired {
+                coalescer.forget(&k);
+                ended.entry(k.0).or_default().insert(k.1);
+            }
+            coalescer.prune(now);
+        }
+        let conns = self.conn_snapshot();
+        let changed = self
+            .health
+            .mark_unknown(SystemTime::now(), keep, |key, c, report| {
+                if ended.get(key).is_some_and(|s| s.contains(c)) {
+                    return Some(UnknownCause::WindowExpired);
+                }
+                let segment = state.policy().segment(&key.segment)?;
+                // Windows are checked through `ended` above; pass `true` here.
+                Self::effective(
+                    &state,
+                    segment,
+                    report.status,
+                    now.saturating_duration_since(report.received_at),
+                    conns.get(c),
+                    true,
+                )
+                .1
+            });
+        self.recompute_budgets();
+        if changed > 0 {
+            self.bump();
+        }
+    }
+
+    /// A fresh session number.
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Whether a connector of `group` may report `key`: the segment exists, the
+/// group serves it, the port is in it, and the host is one of its entries
+/// (for on-access segments also a name under a wildcard or an IP inside a
+/// subnet, since users may access those).
+pub(crate) fn app_allowed(
+    policy: &Policy,
+    group: &str,
+    key: &AppKey,
+) -> Result<(), crate::error::ReportError> {
+    use crate::error::ReportError;
+    let segment = policy
+        .segment(&key.segment)
+        .ok_or_else(|| ReportError::UnknownSegment(key.segment.clone()))?;
+    if !segment.served_by(group) {
+        return Err(ReportError::NotServed {
+            group: group.to_owned(),
+            segment: key.segment.clone(),
+        });
+    }
+    if segment.health_reporting == HealthReporting::None {
+        return Err(ReportError::NotInSegment(format!(
+            "segment {:?} has health_reporting = \"none\" and takes no reports",
+            segment.name
+        )));
+    }
+    if !segment.includes(key.protocol, key.port) {
+        return Err(ReportError::NotInSegment(format!(
+            "segment {:?} does not include {}/{}",
+            segment.name, key.protocol, key.port
+        )));
+    }
+    if !host_in_segment(segment, &key.host) {
+        return Err(ReportError::NotInSegment(format!(
+            "host {:?} is not an application of segment {:?}",
+            key.host, segment.name
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `host` (lower-case name or canonical IP text) is an application
+/// of `segment`.
+pub(crate) fn host_in_segment(segment: &Segment, host: &str) -> bool {
+    let ip = host.parse::<std::net::IpAddr>().ok();
+    segment.applications.iter().any(|entry| match (entry, ip) {
+        (AppEntry::Fqdn(name), None) => name == host,
+        (AppEntry::Wildcard(suffix), None) => host
+            .strip_suffix(suffix.as_str())
+            .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+        (AppEntry::Ip(a), Some(b)) => *a == b,
+        (AppEntry::Subnet(net), Some(b)) => net.contains(&b),
+        _ => false,
+    })
+}

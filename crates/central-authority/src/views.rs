@@ -1,0 +1,392 @@
+//! Read models of the health table and the connector registry, shared by
+//! the JSON API, the gRPC `HealthQuery` service and the dashboard.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use policy::{AddressResult, AppKey, HealthReporting, Method, Protocol, Status};
+use protocol::v1;
+use serde::Serialize;
+
+use crate::health::Transition;
+use crate::state::{Authority, lock};
+
+/// One connector's view of one application.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnectorHealthView {
+    /// Connector name.
+    pub connector: String,
+    /// Its group.
+    pub group: String,
+    /// Effective status.
+    pub status: Status,
+    /// Why it is Unknown, when it is (`disconnected`, `stale`,
+    /// `window_expired`, `not_in_full_state`, `reported`, `no_report`).
+    pub unknown_cause: Option<&'static str>,
+    /// When the CA received the latest report, Unix milliseconds.
+    pub reported_at: Option<u64>,
+    /// Age of that report in milliseconds.
+    pub report_age_ms: Option<u64>,
+    /// When the connector finished the check round (its clock), Unix ms.
+    pub checked_at: Option<i64>,
+    /// Per-address results.
+    pub addresses: Vec<AddressView>,
+    /// The resolver's reason when DNS failed.
+    pub dns_error: Option<String>,
+}
+
+/// One address's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct AddressView {
+    /// The address.
+    pub address: String,
+    /// `up` or `down`.
+    pub status: Status,
+    /// `tcp`, `icmp` or `tcp_fallback`.
+    pub method: Method,
+    /// Round-trip time in milliseconds (`null` when the check failed).
+    pub rtt_ms: Option<f64>,
+    /// Why it failed (`"refused: connection refused"`), `null` when it did not.
+    pub error: Option<String>,
+    /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
+    pub failure: Option<policy::FailureKind>,
+}
+
+impl From<&AddressResult> for AddressView {
+    fn from(r: &AddressResult) -> Self {
+        AddressView {
+            address: r.address.to_string(),
+            status: if r.reachable {
+                Status::Up
+            } else {
+                Status::Down
+            },
+            method: r.method,
+            rtt_ms: r.reachable.then(|| r.rtt.as_secs_f64() * 1000.0),
+            error: r.failure.as_ref().map(|f| {
+                if f.detail.is_empty() {
+                    f.kind.to_string()
+                } else {
+                    format!("{}: {}", f.kind, f.detail)
+                }
+            }),
+            failure: r.failure.as_ref().map(|f| f.kind),
+        }
+    }
+}
+
+/// A status transition for the dashboard.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransitionView {
+    /// Unix milliseconds.
+    pub at: u64,
+    /// Connector.
+    pub connector: String,
+    /// Before.
+    pub from: Status,
+    /// After.
+    pub to: Status,
+    /// Why.
+    pub cause: &'static str,
+}
+
+/// One application with its status per connector.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApplicationView {
+    /// Segment.
+    pub segment: String,
+    /// Host (FQDN or IP).
+    pub host: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port.
+    pub port: u16,
+    /// Health reporting mode of the segment.
+    pub health_reporting: HealthReporting,
+    /// Overall status: the best over its connectors.
+    pub status: Status,
+    /// Per connector of the segment's groups.
+    pub connectors: Vec<ConnectorHealthView>,
+    /// Latest status transitions, oldest first.
+    pub transitions: Vec<TransitionView>,
+}
+
+/// A connector as the CA sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConnectorView {
+    /// Name.
+    pub name: String,
+    /// Group.
+    pub group: String,
+    /// Whether it has a live session.
+    pub connected: bool,
+    /// Session id of the live session.
+    pub session_id: Option<String>,
+    /// Software version from its Hello.
+    pub version: String,
+    /// The CA's estimate of checks per cycle (continuous targets plus live
+    /// on-access applications, or the connector's own count when larger).
+    pub checks_per_cycle: u64,
+    /// Cycle time at its rate limit, seconds.
+    pub cycle_seconds: f64,
+    /// Whether `checks_per_cycle` exceeds the budget.
+    pub over_budget: bool,
+    /// The configured budget.
+    pub check_budget: u64,
+    /// The connector's own latest load report.
+    pub load: Option<LoadView>,
+    /// When the live session started, Unix ms.
+    pub connected_since: Option<u64>,
+    /// When the CA last heard from it, Unix ms.
+    pub last_seen: Option<u64>,
+}
+
+/// A connector's self-reported load.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadView {
+    /// Distinct targets scheduled.
+    pub targets: u32,
+    /// Checks per full cycle.
+    pub checks_per_cycle: u32,
+    /// Cycle time, seconds.
+    pub cycle_seconds: f64,
+    /// Checks waiting for the rate limiter.
+    pub queue_depth: u32,
+    /// Checks started per second recently.
+    pub checks_per_second: f64,
+    /// Checks in flight.
+    pub in_flight: u32,
+    /// The connector's rate limit.
+    pub rate_limit: u32,
+}
+
+impl From<&v1::CheckLoad> for LoadView {
+    fn from(l: &v1::CheckLoad) -> Self {
+        LoadView {
+            targets: l.targets,
+            checks_per_cycle: l.checks_per_cycle,
+            cycle_seconds: l.cycle_seconds,
+            queue_depth: l.queue_depth,
+            checks_per_second: l.checks_per_second,
+            in_flight: l.in_flight,
+            rate_limit: l.rate_limit,
+        }
+    }
+}
+
+/// Unix milliseconds.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Authority {
+    /// Every visible application (segments with client hostname validation
+    /// are hidden), optionally of one segment: every FQDN/IP × port of
+    /// continuous segments, plus every application any connector reported
+    /// (on-access). Sorted by segment, host, protocol, port.
+    pub fn applications(&self, segment_filter: Option<&str>) -> Vec<ApplicationView> {
+        let state = self.snapshot();
+        let policy = state.policy();
+        let visible = |name: &str| {
+            segment_filter.is_none_or(|f| f == name)
+                && policy
+                    .segment(name)
+                    .is_some_and(|s| !s.client_hostname_validation)
+        };
+        let mut keys: BTreeSet<AppKey> = BTreeSet::new();
+        for s in &policy.segments {
+            if visible(&s.name) && s.health_reporting == HealthReporting::Continuous {
+                keys.extend(s.applications());
+            }
+        }
+        keys.extend(
+            self.health
+                .keys()
+                .into_iter()
+                .filter(|k| visible(&k.segment)),
+        );
+
+        let conns = self.conn_snapshot();
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(segment) = policy.segment(&key.segment) else {
+                continue;
+            };
+            let (reports, transitions) = self.health.app(&key).unwrap_or_default();
+            // Every known connector of the segment's groups, plus any that
+            // reported (it may have changed group since).
+            let mut names: BTreeMap<&str, &str> = conns
+                .iter()
+                .filter(|(_, c)| segment.served_by(&c.group))
+                .map(|(n, c)| (n.as_str(), c.group.as_str()))
+                .collect();
+            for (n, r) in &reports {
+                names.entry(n.as_str()).or_insert(r.group.as_str());
+            }
+            let mut connectors = Vec::new();
+            for (name, group) in names {
+                let view = match reports.get(name) {
+                    Some(r) => {
+                        let live = segment.health_reporting != HealthReporting::OnAccess
+                            || self.window_live(&key, name, now);
+                        let age = now.saturating_duration_since(r.received_at);
+                        let (status, cause) =
+                            Self::effective(&state, segment, r.status, age, conns.get(name), live);
+                        let cause = cause.or(r.unknown_cause);
+                        ConnectorHealthView {
+                            connector: name.to_owned(),
+                            group: group.to_owned(),
+                            status,
+                            unknown_cause: (status == Status::Unknown)
+                                .then(|| cause.map_or("no_report", |c| c.as_str())),
+                            reported_at: Some(unix_ms(r.received_wall)),
+                            report_age_ms: Some(ms(age)),
+                            checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
+                            addresses: if status == Status::Unknown {
+                                Vec::new()
+                            } else {
+                                r.addresses.iter().map(AddressView::from).collect()
+                            },
+                            dns_error: r.dns_error.clone(),
+                        }
+                    }
+                    None => ConnectorHealthView {
+                        connector: name.to_owned(),
+                        group: group.to_owned(),
+                        status: Status::Unknown,
+                        unknown_cause: Some(if conns.get(name).is_some_and(|c| c.connected) {
+                            "no_report"
+                        } else {
+                            "disconnected"
+                        }),
+                        reported_at: None,
+                        report_age_ms: None,
+                        checked_at: None,
+                        addresses: Vec::new(),
+                        dns_error: None,
+                    },
+                };
+                connectors.push(view);
+            }
+            out.push(ApplicationView {
+                status: Status::best(connectors.iter().map(|c| c.status)),
+                segment: key.segment,
+                host: key.host,
+                protocol: key.protocol,
+                port: key.port,
+                health_reporting: segment.health_reporting,
+                connectors,
+                transitions: transitions.iter().map(transition_view).collect(),
+            });
+        }
+        out
+    }
+
+    /// Every known connector, sorted by name.
+    pub fn connectors(&self) -> Vec<ConnectorView> {
+        let budget = self.snapshot().settings().check_budget;
+        let conns = lock(&self.connectors);
+        let mut out: Vec<ConnectorView> = conns
+            .iter()
+            .map(|(name, e)| ConnectorView {
+                name: name.clone(),
+                group: e.group.clone(),
+                connected: e.session.is_some(),
+                session_id: e.session.as_ref().map(|s| s.label.clone()),
+                version: e.version.clone(),
+                checks_per_cycle: e.estimate.checks_per_cycle,
+                cycle_seconds: e.estimate.cycle.as_secs_f64(),
+                over_budget: e.estimate.over_budget,
+                check_budget: budget,
+                load: e.load.as_ref().map(LoadView::from),
+                connected_since: e.connected_since.map(unix_ms),
+                last_seen: e.last_seen.map(unix_ms),
+            })
+            .collect();
+        drop(conns);
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+fn transition_view(t: &Transition) -> TransitionView {
+    TransitionView {
+        at: unix_ms(t.at),
+        connector: t.connector.clone(),
+        from: t.from,
+        to: t.to,
+        cause: t.cause,
+    }
+}
+
+impl ApplicationView {
+    /// The wire form.
+    pub fn to_wire(&self) -> v1::ApplicationView {
+        v1::ApplicationView {
+            app: Some(v1::ApplicationKey {
+                segment: self.segment.clone(),
+                host: self.host.clone(),
+                protocol: v1::Protocol::from(self.protocol) as i32,
+                port: u32::from(self.port),
+            }),
+            status: v1::HealthStatus::from(self.status) as i32,
+            connectors: self
+                .connectors
+                .iter()
+                .map(|c| v1::ConnectorHealth {
+                    connector: c.connector.clone(),
+                    group: c.group.clone(),
+                    status: v1::HealthStatus::from(c.status) as i32,
+                    reported_at_unix_ms: c
+                        .reported_at
+                        .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
+                    addresses: c
+                        .addresses
+                        .iter()
+                        .map(|a| v1::AddressResult {
+                            address: a.address.clone(),
+                            status: v1::HealthStatus::from(a.status) as i32,
+                            method: v1::CheckMethod::from(a.method) as i32,
+                            rtt_us: a.rtt_ms.map_or(0, |m| (m * 1000.0) as u64),
+                            failure: a
+                                .failure
+                                .map_or(v1::FailureKind::Unspecified, v1::FailureKind::from)
+                                as i32,
+                            detail: a.error.clone().unwrap_or_default(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl ConnectorView {
+    /// The wire form.
+    pub fn to_wire(&self) -> v1::ConnectorView {
+        v1::ConnectorView {
+            name: self.name.clone(),
+            group: self.group.clone(),
+            connected: self.connected,
+            load: self.load.as_ref().map(|l| v1::CheckLoad {
+                targets: l.targets,
+                checks_per_cycle: l.checks_per_cycle,
+                cycle_seconds: l.cycle_seconds,
+                queue_depth: l.queue_depth,
+                checks_per_second: l.checks_per_second,
+                in_flight: l.in_flight,
+                rate_limit: l.rate_limit,
+            }),
+            checks_per_cycle: u32::try_from(self.checks_per_cycle).unwrap_or(u32::MAX),
+            cycle_seconds: self.cycle_seconds,
+            over_budget: self.over_budget,
+            version: self.version.clone(),
+        }
+    }
+}
