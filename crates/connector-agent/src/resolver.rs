@@ -13,6 +13,8 @@ use hickory_resolver::config::{
     LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts,
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::{DnsError, NetError};
+use hickory_resolver::proto::op::ResponseCode;
 use tokio::time::Instant;
 
 /// Shortest time an answer (or a failure) is kept before the name is
@@ -179,11 +181,33 @@ impl Resolver {
                 tracing::debug!(name, error = %e, "resolution failed");
                 (
                     Err(DnsFailure {
-                        reason: e.to_string(),
+                        reason: reason(name, &e),
                     }),
                     self.ttl.min,
                 )
             }
         }
+    }
+}
+
+/// The resolver's reason, in the words an operator searches for.
+fn reason(name: &str, e: &NetError) -> String {
+    match e {
+        NetError::Dns(DnsError::NoRecordsFound(nr))
+            if nr.response_code == ResponseCode::NXDomain =>
+        {
+            format!("NXDOMAIN: {name} does not exist")
+        }
+        NetError::Dns(DnsError::NoRecordsFound(nr)) => {
+            format!("no A/AAAA records for {name} ({})", nr.response_code)
+        }
+        NetError::Dns(DnsError::ResponseCode(code)) if *code == ResponseCode::ServFail => {
+            format!("SERVFAIL: the DNS server failed to resolve {name}")
+        }
+        NetError::Dns(DnsError::ResponseCode(code)) => {
+            format!("DNS server answered {code} for {name}")
+        }
+        NetError::Timeout => format!("DNS request for {name} timed out"),
+        other => format!("resolving {name}: {other}"),
     }
 }

@@ -25,6 +25,9 @@ use tonic::{Request, Response, Status, Streaming};
 pub struct Dns {
     pub addr: SocketAddr,
     server: Server<Catalog>,
+    zone: Arc<InMemoryZoneHandler<TokioRuntimeProvider>>,
+    origin: String,
+    ttl: u32,
 }
 
 impl Dns {
@@ -55,15 +58,34 @@ impl Dns {
             };
             handler.upsert_mut(Record::from_rdata(name, ttl, rdata), 1);
         }
+        let zone_handler = Arc::new(handler);
         let mut catalog = Catalog::new();
-        catalog.upsert(LowerName::new(&origin), vec![Arc::new(handler)]);
+        catalog.upsert(LowerName::new(&origin), vec![zone_handler.clone()]);
         let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
             .await
             .expect("bind DNS");
         let addr = socket.local_addr().expect("addr");
         let mut server = Server::new(catalog);
         server.register_socket(socket);
-        Dns { addr, server }
+        Dns {
+            addr,
+            server,
+            zone: zone_handler,
+            origin: zone.to_owned(),
+            ttl,
+        }
+    }
+
+    /// Adds an address record while the server runs.
+    pub async fn add(&self, name: &str, ip: IpAddr) {
+        let name = Name::from_str(&format!("{name}.{}.", self.origin)).expect("name");
+        let rdata = match ip {
+            IpAddr::V4(v4) => RData::A(A(v4)),
+            IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+        };
+        self.zone
+            .upsert(Record::from_rdata(name, self.ttl, rdata), 2)
+            .await;
     }
 
     pub async fn stop(mut self) {
