@@ -575,8 +575,7 @@ mod tests {
         let mut rounds = 1;
         let t_access2 = t0 + Duration::from_secs(630);
         let mut accessed_again = false;
-        loop {
-            let Some(wake) = s.next_wakeup() else { break };
+        while let Some(wake) = s.next_wakeup() {
             now = wake;
             if !accessed_again && now >= t_access2 {
                 accessed_again = true;

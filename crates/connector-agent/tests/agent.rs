@@ -5,7 +5,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use common::{
@@ -70,11 +69,18 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
             HealthReporting::Continuous,
             500,
         )],
-        settings: v1::ConnectorSettings::default(),
+        settings: v1::ConnectorSettings {
+            heartbeat_interval_ms: 200,
+            ..Default::default()
+        },
     })
     .await;
-    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr)));
+    let mut config = agent_config(&ca.url(), Some(dns.addr));
+    let metrics_port = common::closed_port("127.0.0.1");
+    config.metrics_listen = Some(([127, 0, 0, 1], metrics_port).into());
+    let (stop, agent) = start_agent(config);
 
+    let icmp_mode: String;
     match ca.next(WAIT).await {
         Seen::Connected(name, group, key) => {
             assert_eq!(
@@ -91,6 +97,7 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
             assert!(!h.version.is_empty());
             let caps = h.capabilities.expect("capabilities");
             assert!(["raw", "dgram", "none"].contains(&caps.icmp_mode.as_str()));
+            icmp_mode = caps.icmp_mode;
         }
         other => panic!("expected Hello, saw {other:?}"),
     }
@@ -111,6 +118,14 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
         );
         for a in &app.addresses {
             assert_eq!(a.status, HealthStatus::Up as i32);
+            let method = if *protocol == Protocol::Tcp as i32 {
+                CheckMethod::Tcp
+            } else if icmp_mode == "none" {
+                CheckMethod::TcpFallback
+            } else {
+                CheckMethod::Icmp
+            };
+            assert_eq!(a.method, method as i32, "{a:?}");
             addresses.push(format!(
                 "{}:{}/{}",
                 a.address,
@@ -150,6 +165,17 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
                 break;
             }
         }
+    }
+    let metrics = common::http_get(([127, 0, 0, 1], metrics_port).into(), "/metrics").await;
+    for name in [
+        "reach_agent_checks_total{",
+        "reach_agent_check_duration_seconds_bucket",
+        "reach_agent_rate_limiter_wait_seconds_bucket",
+        "reach_agent_checks_in_flight",
+        "reach_agent_targets 6",
+        "reach_agent_session_state{state=\"connected\"} 1",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
     }
     let _ = stop.send(());
     agent.await.expect("agent stopped cleanly");
@@ -448,6 +474,3 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     let _ = stop.send(());
     agent.await.expect("agent stopped");
 }
-
-#[allow(dead_code)]
-fn _unused(_: IpAddr) {}

@@ -93,6 +93,9 @@ impl Dns {
     }
 }
 
+/// The sender of the current session's messages to the connector.
+type Current = Arc<Mutex<Option<mpsc::Sender<Result<AuthorityMessage, Status>>>>>;
+
 /// What the test CA saw.
 #[derive(Debug)]
 pub enum Seen {
@@ -115,7 +118,7 @@ pub struct Assignment {
 struct Service {
     seen: mpsc::UnboundedSender<Seen>,
     assignment: Arc<Mutex<Assignment>>,
-    current: Arc<Mutex<Option<mpsc::Sender<Result<AuthorityMessage, Status>>>>>,
+    current: Current,
     key: String,
 }
 
@@ -178,7 +181,7 @@ impl ConnectorSession for Service {
 pub struct Authority {
     pub addr: SocketAddr,
     pub seen: mpsc::UnboundedReceiver<Seen>,
-    current: Arc<Mutex<Option<mpsc::Sender<Result<AuthorityMessage, Status>>>>>,
+    current: Current,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -356,4 +359,16 @@ pub fn closed_port(ip: &str) -> u16 {
     let port = l.local_addr().expect("addr").port();
     drop(l);
     port
+}
+
+/// A plain HTTP/1.1 GET; returns the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
 }
