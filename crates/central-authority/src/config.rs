@@ -187,6 +187,17 @@ pub struct Config {
     pub tokens: Vec<ApiToken>,
     /// Provisioning key per connector group.
     pub group_keys: HashMap<String, Secret>,
+    /// `content_hash` of the text it was loaded from: the reload watcher's
+    /// baseline, so a change made right after loading is not missed.
+    pub content_hash: u64,
+}
+
+/// A hash of a config file's bytes, to notice changes.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// One problem in a configuration.
@@ -309,6 +320,7 @@ impl Config {
                 policy,
                 tokens,
                 group_keys,
+                content_hash: content_hash(text.as_bytes()),
             }),
             _ => Err(ConfigError::Invalid(problems)),
         }

@@ -3,10 +3,8 @@
 //! applied at once; an invalid one is refused with every error logged and
 //! the running policy stays.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use tokio::sync::watch;
 
@@ -14,25 +12,12 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::state::Authority;
 
-/// What identifies a version of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Fingerprint {
-    modified: Option<SystemTime>,
-    hash: u64,
-}
-
-async fn fingerprint(path: &Path) -> Option<Fingerprint> {
-    let modified = tokio::fs::metadata(path)
+/// The hash of the file's current content, if it can be read.
+async fn current_hash(path: &Path) -> Option<u64> {
+    tokio::fs::read(path)
         .await
         .ok()
-        .and_then(|m| m.modified().ok());
-    let bytes = tokio::fs::read(path).await.ok()?;
-    let mut h = DefaultHasher::new();
-    bytes.hash(&mut h);
-    Some(Fingerprint {
-        modified,
-        hash: h.finish(),
-    })
+        .map(|b| crate::config::content_hash(&b))
 }
 
 /// Reloads `path` now; returns whether the new config was applied.
@@ -59,7 +44,10 @@ pub fn reload(authority: &Authority, path: &Path, trigger: &str) -> bool {
     }
 }
 
-/// Watches for SIGHUP and file changes until `stop` turns true.
+/// Watches for SIGHUP and file changes until `stop` turns true. The file's
+/// content hash is compared every `reload_poll_ms` (reading a config file
+/// once a second is cheaper than trusting coarse mtimes), starting from the
+/// hash of the text the running config was loaded from.
 pub async fn watch_config(
     authority: Arc<Authority>,
     path: PathBuf,
@@ -69,7 +57,7 @@ pub async fn watch_config(
         let _ = stop.wait_for(|s| *s).await;
     });
     let poll = authority.snapshot().settings().reload_poll;
-    let mut last = fingerprint(&path).await;
+    let mut last = Some(authority.snapshot().config.content_hash);
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     #[cfg(unix)]
@@ -93,11 +81,11 @@ pub async fn watch_config(
         tokio::select! {
             _ = &mut stopped => return,
             _ = hup => {
-                last = fingerprint(&path).await;
+                last = current_hash(&path).await;
                 reload(&authority, &path, "SIGHUP");
             }
             _ = tick.tick() => {
-                let now = fingerprint(&path).await;
+                let now = current_hash(&path).await;
                 if now.is_some() && now != last {
                     last = now;
                     reload(&authority, &path, "file change");

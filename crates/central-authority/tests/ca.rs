@@ -1,0 +1,876 @@
+//! In-process tests of the CA over loopback: real tonic clients act as
+//! connectors, a hyper client uses the JSON API.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
+
+#[tokio::test]
+async fn authentication_rejects_unknown_group_wrong_key_and_missing_metadata() {
+    let ca = Ca::start(&default_config()).await;
+    let err = open(ca.grpc, "c1", "dc-nowhere", KEY_EAST)
+        .await
+        .err()
+        .expect("rejected");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("unknown connector group"), "{err:?}");
+
+    let err = open(ca.grpc, "c1", "dc-east", KEY_WEST)
+        .await
+        .err()
+        .expect("rejected");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    assert!(err.message().contains("wrong provisioning key"), "{err:?}");
+    assert!(
+        !err.message().contains(KEY_WEST),
+        "the key must not be echoed"
+    );
+
+    let err = open(ca.grpc, "bad name", "dc-east", KEY_EAST)
+        .await
+        .err()
+        .expect("rejected");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+
+    let http = Http::new(ca.http);
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(v["connectors"].as_array().map(Vec::len), Some(0));
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn welcome_carries_the_groups_segments_and_settings() {
+    let ca = Ca::start(&config_text(
+        "heartbeat_interval_ms = 1234\non_access_window_ms = 60000\naccess_forward_interval_ms = 1000",
+        "",
+        "",
+    ))
+    .await;
+    let (_c, w) = connect(&ca, "east-1", "dc-east").await;
+    let mut names: Vec<_> = w.segments.iter().map(|s| s.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["jira", "lab", "payroll"]);
+    let s = w.settings.expect("settings");
+    assert_eq!(s.heartbeat_interval_ms, 1234);
+    assert_eq!(s.on_access_window_ms, 60_000);
+    assert!(!w.session_id.is_empty());
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn hello_must_match_the_metadata() {
+    let ca = Ca::start(&default_config()).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(hello("someone-else", "dc-east"))
+        .await
+        .expect("queue");
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let md = request.metadata_mut();
+    md.insert(protocol::metadata::CONNECTOR, "c1".parse().expect("ascii"));
+    md.insert(protocol::metadata::GROUP, "dc-east".parse().expect("ascii"));
+    md.insert(
+        protocol::metadata::PROVISIONING_KEY,
+        KEY_EAST.parse().expect("ascii"),
+    );
+    let mut stream = v1::connector_session_client::ConnectorSessionClient::new(ca.channel().await)
+        .connect(request)
+        .await
+        .expect("authenticated")
+        .into_inner();
+    let err = stream.message().await.err().expect("session refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn reports_are_accepted_only_for_the_groups_applications() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (west, _) = connect(&ca, "west-1", "dc-west").await;
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    // dc-west does not serve "jira": rejected. A host outside the segment
+    // and a port outside it are rejected too.
+    west.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    east.report(
+        vec![
+            app("jira", "other.test.reach", 80, &["127.0.0.21"], &[]),
+            app("jira", "jira.test.reach", 81, &["127.0.0.21"], &[]),
+            app(
+                "jira",
+                "jira.test.reach",
+                80,
+                &["127.0.0.21"],
+                &["127.0.0.22"],
+            ),
+        ],
+        true,
+    )
+    .await;
+    eventually("east's report lands", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "unhealthy")
+    })
+    .await;
+    let a = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
+    let conns = a["connectors"].as_array().expect("connectors");
+    assert_eq!(conns.len(), 1, "only dc-east's connector is listed: {a}");
+    assert_eq!(conns[0]["connector"], "east-1");
+    assert!(http.app("jira", "other.test.reach", 80).await.is_none());
+    assert!(http.app("jira", "jira.test.reach", 81).await.is_none());
+    let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
+    assert!(
+        metrics.contains("reach_ca_reports_rejected_total 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("reach_ca_reports_received_total 1"),
+        "{metrics}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_reconnecting_connector_replaces_its_old_session() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (mut old, w1) = connect(&ca, "east-1", "dc-east").await;
+    old.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    eventually("report lands", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (_new, w2) = connect(&ca, "east-1", "dc-east").await;
+    assert_ne!(w1.session_id, w2.session_id);
+    match old.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("replaced"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    assert!(old.next().await.is_none(), "old stream is closed");
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    let conns = v["connectors"].as_array().expect("connectors");
+    assert_eq!(conns.len(), 1);
+    assert_eq!(conns[0]["connected"], true);
+    assert_eq!(conns[0]["session_id"], w2.session_id.as_str());
+    // The new session starts from Unknown until it reports.
+    let a = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
+    assert_eq!(a["connectors"][0]["status"], "unknown");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn disconnect_turns_the_connectors_applications_unknown() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (c, _) = connect(&ca, "east-1", "dc-east").await;
+    c.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    eventually("up", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    drop(c);
+    eventually("unknown after disconnect", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| {
+                a["status"] == "unknown" && a["connectors"][0]["unknown_cause"] == "disconnected"
+            })
+    })
+    .await;
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(v["connectors"][0]["connected"], false);
+    let (s, v) = http.access("jira.test.reach", "tcp", 80).await;
+    assert_eq!((s, &v["error"]["reason"]), (503, &"no_connector".into()));
+    let a = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
+    let causes: Vec<_> = a["transitions"]
+        .as_array()
+        .expect("t")
+        .iter()
+        .map(|t| t["cause"].clone())
+        .collect();
+    assert!(causes.contains(&"disconnected".into()), "{a}");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn stale_reports_turn_unknown() {
+    let extra = r#"
+[[segments]]
+name = "fast"
+applications = ["127.0.0.31"]
+tcp_ports = ["80"]
+health_reporting = "continuous"
+report_interval_ms = 100
+connector_groups = ["dc-east"]
+"#;
+    let ca = Ca::start(&config_text("stale_after_intervals = 2", "", extra)).await;
+    let http = Http::new(ca.http);
+    let (c, _) = connect(&ca, "east-1", "dc-east").await;
+    c.heartbeat(v1::CheckLoad {
+        cycle_seconds: 0.0,
+        rate_limit: 20,
+        ..Default::default()
+    })
+    .await;
+    c.report(
+        vec![app("fast", "127.0.0.31", 80, &["127.0.0.31"], &[])],
+        false,
+    )
+    .await;
+    eventually("up", || async {
+        http.app("fast", "127.0.0.31", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    // 2 intervals of 100 ms plus a zero cycle: unknown after 200 ms.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = http.app("fast", "127.0.0.31", 80).await.expect("listed");
+    assert_eq!(a["status"], "unknown", "{a}");
+    assert_eq!(a["connectors"][0]["unknown_cause"], "stale");
+    let (s, v) = http.access("127.0.0.31", "tcp", 80).await;
+    assert_eq!(
+        (s, &v["error"]["reason"]),
+        (503, &"no_health_report".into()),
+        "{v}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn every_refusal_reason_is_reachable() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let reason = |v: &serde_json::Value| v["error"]["reason"].as_str().unwrap_or("").to_owned();
+
+    let (s, v) = http.access("nothing.test.reach", "tcp", 80).await;
+    assert_eq!((s, reason(&v).as_str()), (404, "no_segment"), "{v}");
+    let (s, v) = http.access("jira.test.reach", "tcp", 8080).await;
+    assert_eq!(
+        (s, reason(&v).as_str()),
+        (403, "port_not_in_segment"),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("jira")
+    );
+    let (s, v) = http.access("jira.test.reach", "tcp", 80).await;
+    assert_eq!((s, reason(&v).as_str()), (503, "no_connector"), "{v}");
+    let (s, v) = http.access("jira.test.reach", "tcp", 0).await;
+    assert_eq!((s, reason(&v).as_str()), (400, "invalid_request"), "{v}");
+    let (s, v) = http.access("jira.test.reach", "sctp", 80).await;
+    assert_eq!((s, reason(&v).as_str()), (400, "invalid_request"), "{v}");
+    let (s, body) = http
+        .send(
+            "POST",
+            "/api/v1/access",
+            Some(ACCESS_TOKEN),
+            Some(serde_json::json!({"host": 5})),
+        )
+        .await;
+    assert_eq!(s, 400, "{body}");
+
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let (s, v) = http.access("jira.test.reach", "tcp", 80).await;
+    assert_eq!((s, reason(&v).as_str()), (503, "no_health_report"), "{v}");
+    east.report(
+        vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.21"])],
+        true,
+    )
+    .await;
+    eventually("down", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "down")
+    })
+    .await;
+    let (s, v) = http.access("jira.test.reach", "tcp", 80).await;
+    assert_eq!((s, reason(&v).as_str()), (503, "all_down"), "{v}");
+    assert_eq!(v["explanation"]["candidates"][0]["connector"], "east-1");
+
+    // On-access with a connector that never answers: discovery times out
+    // (discovery_timeout_ms = 400 in the default test config).
+    let started = std::time::Instant::now();
+    let (s, v) = http.access("box.lab.test.reach", "tcp", 8001).await;
+    assert_eq!((s, reason(&v).as_str()), (503, "discovery_timeout"), "{v}");
+    assert!(started.elapsed() >= Duration::from_millis(380));
+    assert_eq!(v["explanation"]["discovery_waited"], true);
+
+    // The same through gRPC: a refusal is an answer, not an error.
+    let mut client = v1::access_client::AccessClient::new(ca.channel().await);
+    let mut req = tonic::Request::new(v1::AccessRequest {
+        host: "nothing.test.reach".into(),
+        protocol: v1::Protocol::Tcp as i32,
+        port: 80,
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
+    );
+    let d = client.resolve(req).await.expect("answered").into_inner();
+    match d.outcome {
+        Some(v1::access_decision::Outcome::Refusal(r)) => {
+            assert_eq!(r.reason, v1::RefusalReason::NoSegment as i32)
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let mut req = tonic::Request::new(v1::AccessRequest {
+        host: "x".into(),
+        protocol: 0,
+        port: 80,
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
+    );
+    let err = client.resolve(req).await.err().expect("invalid");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
+    for outcome in [
+        "no_segment",
+        "port_not_in_segment",
+        "no_connector",
+        "all_down",
+        "no_health_report",
+        "discovery_timeout",
+    ] {
+        assert!(
+            metrics.contains(&format!("outcome=\"{outcome}\"")),
+            "{outcome} missing in {metrics}"
+        );
+    }
+    assert!(metrics.contains("reach_ca_decision_duration_seconds_bucket"));
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn on_access_discovery_waits_for_the_first_reachable_report() {
+    let ca = Ca::start(&config_text("", "discovery_timeout_ms = 3000", "")).await;
+    let http = Http::new(ca.http);
+    let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
+    let (mut east, _) = connect(&ca, "east-1", "dc-east").await;
+    let h = Http::new(ca.http);
+    let request = tokio::spawn(async move { h.access("Box.Lab.Test.Reach", "tcp", 8001).await });
+    // Both candidates get the access event for the host the user asked for.
+    for c in [&mut west, &mut east] {
+        match c.next().await {
+            Some(Out::Access(e)) => {
+                let k = e.app.expect("app");
+                assert_eq!(
+                    (k.segment.as_str(), k.host.as_str(), k.port),
+                    ("lab", "box.lab.test.reach", 8001)
+                );
+            }
+            other => panic!("expected AccessEvent, got {other:?}"),
+        }
+    }
+    east.report(
+        vec![app("lab", "box.lab.test.reach", 8001, &[], &["127.0.1.5"])],
+        false,
+    )
+    .await;
+    west.report(
+        vec![app("lab", "box.lab.test.reach", 8001, &["127.0.1.5"], &[])],
+        false,
+    )
+    .await;
+    let (s, v) = request.await.expect("join");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["connector"], "west-1");
+    assert_eq!(v["group"], "dc-west");
+    assert_eq!(v["segment"], "lab");
+    assert_eq!(v["explanation"]["discovery_waited"], true);
+    assert_eq!(v["explanation"]["matched_entry"], "*.lab.test.reach");
+    assert!(v["explanation"]["discovery_ms"].as_u64().expect("ms") < 3000);
+
+    // A second access soon after selects at once and is coalesced: nothing
+    // is forwarded again within access_forward_interval.
+    let (s, v) = http.access("box.lab.test.reach", "tcp", 8001).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["explanation"]["discovery_waited"], false);
+    assert_eq!(
+        v["explanation"]["forwarded_to"].as_array().map(Vec::len),
+        Some(0),
+        "{v}"
+    );
+    assert!(west.next_within(Duration::from_millis(100)).await.is_none());
+
+    // The application is listed (on-access applications appear once reported).
+    let a = http
+        .app("lab", "box.lab.test.reach", 8001)
+        .await
+        .expect("listed");
+    assert_eq!(a["status"], "up");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
+    let ca = Ca::start(&config_text(
+        "on_access_window_ms = 400\naccess_forward_interval_ms = 100",
+        "discovery_timeout_ms = 2000",
+        "",
+    ))
+    .await;
+    let http = Http::new(ca.http);
+    let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
+    let h = Http::new(ca.http);
+    let request = tokio::spawn(async move { h.access("a.lab.test.reach", "tcp", 8000).await });
+    assert!(matches!(west.next().await, Some(Out::Access(_))));
+    west.report(
+        vec![app("lab", "a.lab.test.reach", 8000, &["127.0.1.1"], &[])],
+        false,
+    )
+    .await;
+    assert_eq!(request.await.expect("join").0, 200);
+
+    // The connector says the window ended: Unknown at once, and the next
+    // access is forwarded again (not coalesced away).
+    let mut expired = app("lab", "a.lab.test.reach", 8000, &[], &[]);
+    expired.status = v1::HealthStatus::Unknown as i32;
+    expired.expired = true;
+    west.report(vec![expired], false).await;
+    eventually("expired → unknown", || async {
+        http.app("lab", "a.lab.test.reach", 8000)
+            .await
+            .is_some_and(|a| {
+                a["status"] == "unknown" && a["connectors"][0]["unknown_cause"] == "window_expired"
+            })
+    })
+    .await;
+    let h = Http::new(ca.http);
+    let request = tokio::spawn(async move { h.access("a.lab.test.reach", "tcp", 8000).await });
+    assert!(
+        matches!(west.next().await, Some(Out::Access(_))),
+        "re-forwarded after expiry"
+    );
+    west.report(
+        vec![app("lab", "a.lab.test.reach", 8000, &["127.0.1.1"], &[])],
+        false,
+    )
+    .await;
+    assert_eq!(request.await.expect("join").0, 200);
+
+    // Without further accesses the CA's own window (400 ms) ends, even if
+    // the connector never says so.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let a = http
+        .app("lab", "a.lab.test.reach", 8000)
+        .await
+        .expect("listed");
+    assert_eq!(a["status"], "unknown", "{a}");
+    assert_eq!(a["connectors"][0]["unknown_cause"], "window_expired");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn none_segments_select_any_connected_connector_and_group_strategy_works() {
+    let extra = r#"
+[[segments]]
+name = "shared"
+applications = ["shared.test.reach"]
+tcp_ports = ["80"]
+report_interval_s = 60
+connector_groups = ["dc-east", "dc-west"]
+"#;
+    let ca = Ca::start(&config_text("", "strategy = \"group\"", extra)).await;
+    let http = Http::new(ca.http);
+    let (_w, _) = connect(&ca, "west-1", "dc-west").await;
+    let (s, v) = http.access("legacy.test.reach", "tcp", 9000).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["connector"], "west-1");
+
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let (_east2, _) = connect(&ca, "east-2", "dc-east").await;
+    east.report(
+        vec![app("shared", "shared.test.reach", 80, &["127.0.0.41"], &[])],
+        false,
+    )
+    .await;
+    eventually("up", || async {
+        http.app("shared", "shared.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    // Group strategy: dc-east is the only eligible group; east-2 has not
+    // reported Down, so either east connector may be chosen, never west-1.
+    for _ in 0..10 {
+        let (s, v) = http.access("shared.test.reach", "tcp", 80).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["group"], "dc-east");
+        assert_eq!(v["explanation"]["chosen_group"], "dc-east");
+        assert_eq!(v["explanation"]["strategy"], "group");
+    }
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn reload_pushes_valid_policy_and_refuses_invalid() {
+    let _ = tracing_subscriber::fmt().with_env_filter("info").try_init();
+    let dir = scratch_dir("reload");
+    let path = dir.join("ca.toml");
+    std::fs::write(&path, default_config()).expect("write");
+    let ca = Ca::start_file(&path).await;
+    let http = Http::new(ca.http);
+    let (mut east, w) = connect(&ca, "east-1", "dc-east").await;
+    let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
+    assert_eq!(w.segments.len(), 3);
+
+    let added = r#"
+[[segments]]
+name = "new"
+applications = ["new.test.reach"]
+tcp_ports = ["80"]
+health_reporting = "none"
+connector_groups = ["dc-east"]
+"#;
+    std::fs::write(&path, config_text("", "discovery_timeout_ms = 400", added)).expect("write");
+    match east.next().await {
+        Some(Out::PolicyUpdate(u)) => {
+            assert!(u.segments.iter().any(|s| s.name == "new"), "{u:?}");
+            assert_eq!(u.segments.len(), 4);
+        }
+        other => panic!("expected PolicyUpdate, got {other:?}"),
+    }
+    // dc-west's assignment did not change: no update.
+    assert!(west.next_within(Duration::from_millis(200)).await.is_none());
+    let (s, v) = http.access("new.test.reach", "tcp", 80).await;
+    assert_eq!(s, 200, "{v}");
+
+    // Invalid: refused, the running policy stays, nothing is pushed.
+    let broken = config_text(
+        "",
+        "discovery_timeout_ms = 400",
+        &added.replace("\"none\"", "\"sometimes\""),
+    );
+    std::fs::write(&path, broken).expect("write");
+    let metrics = || async { http.send("GET", "/metrics", Some(READ_TOKEN), None).await.1 };
+    eventually("reload rejected", || async {
+        metrics()
+            .await
+            .contains("reach_ca_config_reloads_total{outcome=\"rejected\"} 1")
+    })
+    .await;
+    assert!(east.next_within(Duration::from_millis(200)).await.is_none());
+    let (s, _) = http.access("new.test.reach", "tcp", 80).await;
+    assert_eq!(s, 200, "the running policy stays");
+
+    // Removing a group closes its connectors' sessions with a Shutdown.
+    let without_west = default_config()
+        .replace(
+            &format!("[[connector_groups]]\nname = \"dc-west\"\nprovisioning_key = \"{KEY_WEST}\""),
+            "",
+        )
+        .replace(
+            "connector_groups = [\"dc-east\", \"dc-west\"]",
+            "connector_groups = [\"dc-east\"]",
+        )
+        .replace(
+            "connector_groups = [\"dc-west\"]",
+            "connector_groups = [\"dc-east\"]",
+        );
+    std::fs::write(&path, without_west).expect("write");
+    match west.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("removed"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    ca.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn dashboard_and_health_api_hide_client_hostname_validation_apps() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    east.report(
+        vec![
+            app("payroll", "payroll.test.reach", 443, &["127.0.0.51"], &[]),
+            app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]),
+        ],
+        true,
+    )
+    .await;
+    eventually("jira up", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (_, v) = http.get_json("/api/v1/health", Some(READ_TOKEN)).await;
+    assert!(!v.to_string().contains("payroll"), "{v}");
+
+    let (s, html) = http.send("GET", "/", Some(READ_TOKEN), None).await;
+    assert_eq!(s, 200);
+    assert!(!html.contains("payroll"), "hidden application shown");
+    assert!(html.contains(r#"http-equiv="refresh""#));
+    // jira's IP entry has no report yet: Unknown with the question-mark icon.
+    assert!(
+        html.contains(
+            r#"data-host="127.0.0.21" data-protocol="tcp" data-port="80" data-status="unknown""#
+        ),
+        "{html}"
+    );
+    assert!(html.contains(r#"<span class="icon icon-unknown" aria-hidden="true">?</span>"#));
+    assert!(html.contains(
+        r#"data-host="jira.test.reach" data-protocol="tcp" data-port="80" data-status="up""#
+    ));
+    assert!(html.contains(
+        r#"class="address" data-address="127.0.0.21" data-status="up" data-method="tcp""#
+    ));
+    assert!(html.contains(r#"data-connector="east-1""#));
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn json_shapes_match_the_design() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    east.heartbeat(v1::CheckLoad {
+        targets: 2,
+        checks_per_cycle: 2,
+        cycle_seconds: 0.1,
+        rate_limit: 20,
+        ..Default::default()
+    })
+    .await;
+    east.report(
+        vec![app(
+            "jira",
+            "jira.test.reach",
+            80,
+            &["127.0.0.21"],
+            &["127.0.0.22"],
+        )],
+        true,
+    )
+    .await;
+    eventually("unhealthy", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "unhealthy")
+    })
+    .await;
+    let a = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
+    for f in [
+        "segment",
+        "host",
+        "protocol",
+        "port",
+        "status",
+        "connectors",
+    ] {
+        assert!(a.get(f).is_some(), "{f} missing: {a}");
+    }
+    assert_eq!(a["protocol"], "tcp");
+    let c = &a["connectors"][0];
+    for f in ["connector", "group", "status", "reported_at", "addresses"] {
+        assert!(c.get(f).is_some(), "{f} missing: {c}");
+    }
+    assert!(c["reported_at"].as_u64().is_some());
+    let up = &c["addresses"][0];
+    assert_eq!(up["address"], "127.0.0.21");
+    assert_eq!(up["status"], "up");
+    assert_eq!(up["method"], "tcp");
+    assert_eq!(up["rtt_ms"].as_f64(), Some(1.5));
+    assert!(up["error"].is_null());
+    let down = &c["addresses"][1];
+    assert_eq!(down["status"], "down");
+    assert_eq!(down["error"], "refused: connection refused");
+
+    let (s, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(s, 200);
+    let c = &v["connectors"][0];
+    for f in [
+        "name",
+        "group",
+        "connected",
+        "checks_per_cycle",
+        "cycle_seconds",
+        "over_budget",
+    ] {
+        assert!(c.get(f).is_some(), "{f} missing: {c}");
+    }
+    assert_eq!(c["name"], "east-1");
+    assert_eq!(c["connected"], true);
+    assert_eq!(c["over_budget"], false);
+
+    east.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        false,
+    )
+    .await;
+    eventually("up", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (s, v) = http.access("JIRA.test.reach.", "tcp", 80).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (
+            v["connector"].as_str(),
+            v["group"].as_str(),
+            v["segment"].as_str()
+        ),
+        (Some("east-1"), Some("dc-east"), Some("jira"))
+    );
+    let e = &v["explanation"];
+    assert_eq!(e["strategy"], "healthy");
+    assert_eq!(e["candidates"][0]["eligible"], true);
+    assert_eq!(e["candidates"][0]["status"], "up");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn tokens_and_scopes_guard_the_apis() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (s, v) = http.get_json("/api/v1/health", None).await;
+    assert_eq!(
+        (s, v["error"]["reason"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (s, _) = http.get_json("/api/v1/health", Some("not-a-token")).await;
+    assert_eq!(s, 401);
+    let (s, v) = http.get_json("/api/v1/health", Some(ACCESS_TOKEN)).await;
+    assert_eq!((s, v["error"]["reason"].as_str()), (403, Some("forbidden")));
+    let (s, _) = http.send("GET", "/", None, None).await;
+    assert_eq!(s, 401);
+    let (s, _) = http
+        .send(
+            "POST",
+            "/api/v1/access",
+            Some(READ_TOKEN),
+            Some(serde_json::json!({"host":"jira.test.reach","protocol":"tcp","port":80})),
+        )
+        .await;
+    assert_eq!(s, 403);
+    let (s, _) = http
+        .send("POST", "/api/v1/access", None, Some(serde_json::json!({})))
+        .await;
+    assert_eq!(s, 401);
+    let (s, body) = http.send("GET", "/healthz", None, None).await;
+    assert_eq!((s, body.trim()), (200, "ok"));
+
+    let mut client = v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let err = client
+        .list_applications(v1::ListApplicationsRequest::default())
+        .await
+        .err()
+        .expect("needs a token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let mut req = tonic::Request::new(v1::ListApplicationsRequest::default());
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("ascii"),
+    );
+    let apps = client
+        .list_applications(req)
+        .await
+        .expect("listed")
+        .into_inner();
+    assert!(
+        apps.applications
+            .iter()
+            .all(|a| a.app.as_ref().is_some_and(|k| k.segment != "payroll"))
+    );
+    assert!(!apps.applications.is_empty());
+    ca.stop().await;
+
+    let ca =
+        Ca::start(&default_config().replace("[server]", "[server]\nanonymous_read = true")).await;
+    let http = Http::new(ca.http);
+    assert_eq!(http.get_json("/api/v1/health", None).await.0, 200);
+    assert_eq!(http.send("GET", "/", None, None).await.0, 200);
+    let (s, _) = http.access_anonymous().await;
+    assert_eq!(s, 401, "anonymous_read does not open access");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn over_budget_connectors_are_flagged() {
+    let ca = Ca::start(&config_text("check_budget = 1", "", "")).await;
+    let http = Http::new(ca.http);
+    let (_east, _) = connect(&ca, "east-1", "dc-east").await;
+    // jira has 2 applications × 1 port (payroll 1 more): over a budget of 1.
+    eventually("over budget", || async {
+        let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+        v["connectors"][0]["over_budget"] == true
+    })
+    .await;
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(v["connectors"][0]["checks_per_cycle"], 3);
+    let (_, html) = http.send("GET", "/", Some(READ_TOKEN), None).await;
+    assert!(html.contains(r#"data-over-budget="true""#));
+    assert!(html.contains("over-budget-warning"));
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_health_and_reflection_are_served() {
+    let ca = Ca::start(&default_config()).await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(ca.channel().await);
+    let r = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "reach.v1.Access".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(
+        r.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_tells_connectors_why() {
+    let ca = Ca::start(&default_config()).await;
+    let (mut east, _) = connect(&ca, "east-1", "dc-east").await;
+    ca.stop().await;
+    match east.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("shutting down"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+}
