@@ -1,0 +1,129 @@
+//! Criterion benchmarks of `policy`'s access-path hot spots: connector
+//! selection with 10, 100 and 1,000 candidates, and request matching against
+//! 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use policy::{
+    AppEntry, Candidate, HealthReporting, PortRange, Protocol, Request, Segment, SegmentIndex,
+    Status, Strategy, select,
+};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+/// `n` connected candidates in four groups; three in four report Up, the
+/// rest Down, so selection has to filter.
+fn candidates(n: usize) -> Vec<Candidate> {
+    (0..n)
+        .map(|i| Candidate {
+            connector: format!("connector-{i:05}"),
+            group: format!("group-{}", i % 4),
+            connected: true,
+            status: if i % 4 == 3 { Status::Down } else { Status::Up },
+        })
+        .collect()
+}
+
+fn bench_select(c: &mut Criterion) {
+    let mut group = c.benchmark_group("select");
+    let mut rng = SmallRng::seed_from_u64(7);
+    for n in [10usize, 100, 1000] {
+        let cands = candidates(n);
+        group.bench_with_input(BenchmarkId::new("healthy", n), &cands, |b, cands| {
+            b.iter(|| {
+                select(
+                    black_box(cands),
+                    HealthReporting::Continuous,
+                    Strategy::Healthy,
+                    &mut rng,
+                )
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("group", n), &cands, |b, cands| {
+            b.iter(|| {
+                select(
+                    black_box(cands),
+                    HealthReporting::Continuous,
+                    Strategy::Group,
+                    &mut rng,
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
+/// `n` segments: every fourth holds a wildcard, the rest two FQDNs and an IP
+/// each, so the index has every kind of entry.
+fn segments(n: usize) -> Vec<Segment> {
+    (0..n)
+        .map(|i| {
+            let applications = if i % 4 == 0 {
+                vec![AppEntry::Wildcard(format!("zone{i}.corp.example"))]
+            } else {
+                vec![
+                    AppEntry::Fqdn(format!("app{i}.corp.example")),
+                    AppEntry::Fqdn(format!("www.app{i}.corp.example")),
+                    AppEntry::Ip(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                        10,
+                        (i >> 16) as u8,
+                        (i >> 8) as u8,
+                        i as u8,
+                    ))),
+                ]
+            };
+            Segment {
+                name: format!("segment-{i}"),
+                applications,
+                tcp_ports: PortRange::new(8000, 8100).into_iter().collect(),
+                udp_ports: PortRange::single(3389).into_iter().collect(),
+                health_reporting: HealthReporting::OnAccess,
+                report_interval: Duration::from_secs(60),
+                multimatch: false,
+                client_hostname_validation: false,
+                connector_groups: vec!["group-0".to_owned()],
+            }
+        })
+        .collect()
+}
+
+/// A mix of requests: exact names, names under wildcards, IPs, misses.
+fn requests(n: usize) -> Vec<Request> {
+    let mut out = Vec::new();
+    for k in 0..64usize {
+        let i = (k * 7919) % n;
+        let host = match k % 4 {
+            0 => format!("host{k}.zone{}.corp.example", i - i % 4),
+            1 => format!("app{}.corp.example", i | 1),
+            2 => format!("10.0.{}.{}", ((i | 1) >> 8) as u8, (i | 1) as u8),
+            _ => format!("unknown{k}.elsewhere.example"),
+        };
+        out.push(Request {
+            host,
+            protocol: Protocol::Tcp,
+            port: 8080,
+        });
+    }
+    out
+}
+
+fn bench_matching(c: &mut Criterion) {
+    let mut group = c.benchmark_group("match");
+    for n in [10usize, 10_000] {
+        let index = SegmentIndex::new(&segments(n));
+        let reqs = requests(n);
+        let mut k = 0usize;
+        group.bench_function(BenchmarkId::new("segments", n), |b| {
+            b.iter(|| {
+                k = (k + 1) % reqs.len();
+                index.match_request(black_box(&reqs[k]))
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_select, bench_matching);
+criterion_main!(benches);
