@@ -79,6 +79,13 @@ async fn main() -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding HTTP on {}", s.http_listen))?;
     let shutdown = async {
+        #[cfg(unix)]
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     };
     central_authority::run(config, grpc, http, shutdown).await?;

@@ -62,7 +62,7 @@ impl From<&AddressResult> for AddressView {
                 Status::Down
             },
             method: r.method,
-            rtt_ms: r.reachable.then(|| r.rtt.as_secs_f64() * 1000.0),
+            rtt_ms: r.reachable.then_some(r.rtt.as_secs_f64() * 1000.0),
             error: r.failure.as_ref().map(|f| {
                 if f.detail.is_empty() {
                     f.kind.to_string()

@@ -81,7 +81,7 @@ async fn hello_must_match_the_metadata() {
         .await
         .expect("authenticated")
         .into_inner();
-    let err = stream.message().await.err().expect("session refused");
+    let err = stream.message().await.expect_err("session refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     ca.stop().await;
 }
@@ -355,7 +355,7 @@ async fn every_refusal_reason_is_reachable() {
         "authorization",
         format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
     );
-    let err = client.resolve(req).await.err().expect("invalid");
+    let err = client.resolve(req).await.expect_err("invalid");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 
     let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
@@ -540,7 +540,10 @@ connector_groups = ["dc-east", "dc-west"]
 
 #[tokio::test]
 async fn reload_pushes_valid_policy_and_refuses_invalid() {
-    let _ = tracing_subscriber::fmt().with_env_filter("info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_test_writer()
+        .try_init();
     let dir = scratch_dir("reload");
     let path = dir.join("ca.toml");
     std::fs::write(&path, default_config()).expect("write");
@@ -796,8 +799,7 @@ async fn tokens_and_scopes_guard_the_apis() {
     let err = client
         .list_applications(v1::ListApplicationsRequest::default())
         .await
-        .err()
-        .expect("needs a token");
+        .expect_err("needs a token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let mut req = tonic::Request::new(v1::ListApplicationsRequest::default());
     req.metadata_mut().insert(

@@ -1,0 +1,192 @@
+//! The real `central-authority` binary in its own process, over loopback:
+//! `check-config`, start-up failures, SIGHUP reload and graceful shutdown.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use protocol::v1::authority_message::Kind as Out;
+
+const BIN: &str = env!("CARGO_BIN_EXE_central-authority");
+
+/// Kills the child if the test fails before it exits.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+#[test]
+fn check_config_lists_every_error_and_exits_non_zero() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/examples/ca.toml");
+    let ok = Command::new(BIN)
+        .args(["check-config", example])
+        .output()
+        .expect("run");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("OK"));
+
+    let dir = scratch_dir("check");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        r#"
+[server]
+http_listen = "localhost"
+[selection]
+strategy = "fastest"
+[[connector_groups]]
+name = "g"
+provisioning_key_file = "missing.key"
+[[segments]]
+name = "big"
+applications = ["*.example.test"]
+tcp_ports = ["1-11"]
+connector_groups = ["g"]
+"#,
+    )
+    .expect("write");
+    let out = Command::new(BIN)
+        .args(["check-config"])
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "server.http_listen",
+        "selection.strategy",
+        "provisioning_key_file: cannot read",
+        "is not allowed with 11 ports (max 10)",
+        "application discovery segment",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} missing in:\n{stderr}");
+    }
+    // Starting with it fails the same way, before binding anything.
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("selection.strategy"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
+    let dir = scratch_dir("proc");
+    let path = dir.join("ca.toml");
+    let (grpc, http) = (free_port(), free_port());
+    let config = |extra: &str| {
+        config_text("", "discovery_timeout_ms = 400", extra)
+            .replace(
+                "grpc_listen = \"127.0.0.1:0\"",
+                &format!("grpc_listen = \"127.0.0.1:{grpc}\""),
+            )
+            .replace(
+                "http_listen = \"127.0.0.1:1\"",
+                &format!("http_listen = \"127.0.0.1:{http}\""),
+            )
+            // Only SIGHUP triggers a reload in this test.
+            .replace("reload_poll_ms = 50", "reload_poll_ms = 600000")
+    };
+    std::fs::write(&path, config("")).expect("write");
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .args(["--log-format", "json"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let pid = child.0.id().to_string();
+
+    let web = Http::new(format!("127.0.0.1:{http}").parse().expect("addr"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", http))
+            .await
+            .is_ok()
+            && tokio::net::TcpStream::connect(("127.0.0.1", grpc))
+                .await
+                .is_ok()
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "CA did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(web.send("GET", "/healthz", None, None).await.0, 200);
+
+    let addr = format!("127.0.0.1:{grpc}").parse().expect("addr");
+    let mut east = open(addr, "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("authenticated");
+    assert!(matches!(east.next().await, Some(Out::Welcome(_))));
+
+    std::fs::write(
+        &path,
+        config("[[segments]]\nname = \"added\"\napplications = [\"added.test.reach\"]\ntcp_ports = [\"80\"]\nhealth_reporting = \"none\"\nconnector_groups = [\"dc-east\"]\n"),
+    )
+    .expect("write");
+    let status = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    match east.next().await {
+        Some(Out::PolicyUpdate(u)) => assert!(u.segments.iter().any(|s| s.name == "added")),
+        other => panic!("expected PolicyUpdate, got {other:?}"),
+    }
+    let (s, v) = web.access("added.test.reach", "tcp", 80).await;
+    assert_eq!((s, v["connector"].as_str()), (200, Some("east-1")), "{v}");
+
+    // SIGTERM: connectors are told, and the process exits 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    match east.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("shutting down")),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = child.0.try_wait().expect("wait") {
+            break exit;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "CA did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    let mut logs = String::new();
+    if let Some(mut err) = child.0.stderr.take() {
+        use std::io::Read;
+        let _ = err.read_to_string(&mut logs);
+    }
+    assert!(logs.contains("configuration reloaded"), "{logs}");
+    assert!(logs.contains("\"trigger\":\"SIGHUP\""), "{logs}");
+    assert!(!logs.contains(KEY_EAST), "a provisioning key was logged");
+    let _ = std::fs::remove_dir_all(dir);
+}
