@@ -281,6 +281,16 @@ impl Config {
         Ok(config)
     }
 
+    /// One line for logs and `check-config`: what the config holds.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} connector groups, {} segments, {} API tokens",
+            self.policy.connector_groups.len(),
+            self.policy.segments.len(),
+            self.tokens.len()
+        )
+    }
+
     /// Validates config text; relative `*_file` paths are resolved against
     /// `base_dir`. The result has no `path`, so it is never reloaded.
     pub fn from_toml(text: &str, base_dir: &Path) -> Result<Config, ConfigError> {

@@ -31,7 +31,7 @@ pub use config::{Config, ConfigError, Settings};
 pub use state::Authority;
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
-const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);
 
 /// Why the CA stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,36 @@ pub enum RunError {
     /// The reflection service could not be built.
     #[error("gRPC reflection: {0}")]
     Reflection(String),
+}
+
+/// Sets up `tracing` for the binary: `RUST_LOG` filters (default `info`),
+/// text (coloured only on a terminal) or JSON lines on stderr.
+pub fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (the binary's shutdown signal).
+pub async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        return;
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Runs the CA until `shutdown` resolves: gRPC on `grpc`, HTTP on `http`,

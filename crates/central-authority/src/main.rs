@@ -1,7 +1,7 @@
 //! The `central-authority` binary: parses flags, sets up logging, binds the
 //! listeners and hands off to `central_authority::run`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -27,7 +27,7 @@ enum Command {
     CheckConfig { file: PathBuf },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -36,70 +36,32 @@ enum LogFormat {
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
-    let path = match cli.command {
-        Some(Command::CheckConfig { file }) => {
-            return Ok(match load(&file) {
-                Some(c) => {
-                    let p = &c.policy;
-                    println!(
-                        "{}: OK ({} connector groups, {} segments, {} API tokens)",
-                        file.display(),
-                        p.connector_groups.len(),
-                        p.segments.len(),
-                        c.tokens.len()
-                    );
-                    ExitCode::SUCCESS
-                }
-                None => ExitCode::FAILURE,
-            });
-        }
+    central_authority::init_logging(cli.log_format == LogFormat::Json);
+    let path = match &cli.command {
+        Some(Command::CheckConfig { file }) => file.clone(),
         None => cli
             .config
             .context("--config FILE is required (or REACH_CONFIG)")?,
     };
-    let Some(config) = load(&path) else {
-        return Ok(ExitCode::FAILURE);
-    };
-    let s = &config.settings;
-    let grpc = tokio::net::TcpListener::bind(s.grpc_listen)
-        .await
-        .with_context(|| format!("binding gRPC on {}", s.grpc_listen))?;
-    let http = tokio::net::TcpListener::bind(s.http_listen)
-        .await
-        .with_context(|| format!("binding HTTP on {}", s.http_listen))?;
-    let shutdown = async {
-        #[cfg(unix)]
-        if let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
-            return;
+    let config = match Config::load(&path) {
+        Ok(config) => config,
+        Err(e) => {
+            e.messages().iter().for_each(|m| eprintln!("error: {m}"));
+            eprintln!("{}: configuration is invalid", path.display());
+            return Ok(ExitCode::FAILURE);
         }
-        let _ = tokio::signal::ctrl_c().await;
     };
-    central_authority::run(config, grpc, http, shutdown).await?;
+    if cli.command.is_some() {
+        println!("{}: OK ({})", path.display(), config.summary());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (grpc, http) = (config.settings.grpc_listen, config.settings.http_listen);
+    let grpc = tokio::net::TcpListener::bind(grpc)
+        .await
+        .with_context(|| format!("binding gRPC on {grpc}"))?;
+    let http = tokio::net::TcpListener::bind(http)
+        .await
+        .with_context(|| format!("binding HTTP on {http}"))?;
+    central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Loads a config, printing every error to stderr when it is invalid.
-fn load(file: &Path) -> Option<Config> {
-    Config::load(file)
-        .map_err(|e| {
-            for m in e.messages() {
-                eprintln!("error: {m}");
-            }
-            eprintln!("{}: configuration is invalid", file.display());
-        })
-        .ok()
 }

@@ -24,6 +24,8 @@ use crate::state::{Authority, ConnectorEntry, LiveSession, Outbound, app_allowed
 
 /// How long a connector has to send `Hello` after opening the stream.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Rejected report entries logged one by one per report.
+const LOGGED_REJECTIONS: u64 = 3;
 /// Messages queued toward one connector before it counts as not reading.
 const OUTBOUND_CAPACITY: usize = 1024;
 
@@ -254,6 +256,7 @@ impl Authority {
         let wall = SystemTime::now();
         let mut seen = HashSet::new();
         let mut accepted = 0u64;
+        let mut rejected = 0u64;
         for app in report.applications {
             match parse_entry(&state, &identity.group, app) {
                 Ok((key, status, expired, addresses, dns_error, checked_at)) => {
@@ -302,6 +305,12 @@ impl Authority {
                 }
                 Err(e) => {
                     self.metrics.reports_rejected.inc();
+                    rejected += 1;
+                    // A broken or hostile connector must not flood the log:
+                    // a few entries in detail, then a count.
+                    if rejected > LOGGED_REJECTIONS {
+                        continue;
+                    }
                     tracing::warn!(
                         connector = %identity.name,
                         group = %identity.group,
@@ -310,6 +319,13 @@ impl Authority {
                     );
                 }
             }
+        }
+        if rejected > LOGGED_REJECTIONS {
+            tracing::warn!(
+                connector = %identity.name,
+                rejected,
+                "rejected health report entries (only the first {LOGGED_REJECTIONS} logged)"
+            );
         }
         if report.full_state {
             let name = identity.name.as_str();
