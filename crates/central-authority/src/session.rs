@@ -74,7 +74,8 @@ impl ConnectorSession for SessionService {
             let name = identity.name.clone();
             if let Err(e) = run_session(&authority, identity, inbound, tx.clone()).await {
                 tracing::warn!(connector = %name, error = %e, "session ended with an error");
-                let _ = tx.send(Err(e.into())).await;
+                // Never wait on a peer that does not read.
+                let _ = tx.try_send(Err(e.into()));
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))

@@ -863,6 +863,39 @@ async fn grpc_health_and_reflection_are_served() {
         r.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
+
+    use tonic_reflection::pb::v1 as refl;
+    let mut client =
+        refl::server_reflection_client::ServerReflectionClient::new(ca.channel().await);
+    let request = refl::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            refl::server_reflection_request::MessageRequest::ListServices(String::new()),
+        ),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let response = responses
+        .message()
+        .await
+        .expect("stream")
+        .expect("a response");
+    let Some(refl::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        response.message_response
+    else {
+        panic!("unexpected reflection response");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for service in [
+        "reach.v1.ConnectorSession",
+        "reach.v1.Access",
+        "reach.v1.HealthQuery",
+    ] {
+        assert!(names.contains(&service), "{service} not in {names:?}");
+    }
     ca.stop().await;
 }
 
