@@ -119,7 +119,11 @@ async fn run_session(
             }
         }
     };
-    authority.end_session(&identity.name, id);
+    let reason = match &result {
+        Ok(()) => "session ended".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    authority.end_session(&identity.name, id, &reason);
     result
 }
 
@@ -340,7 +344,7 @@ impl Authority {
 
     /// Ends session `id` of `name` if it is still the live one (a replaced
     /// session was already closed by its replacement).
-    fn end_session(&self, name: &str, id: u64) {
+    fn end_session(&self, name: &str, id: u64, reason: &str) {
         let session = {
             let mut conns = lock(&self.connectors);
             match conns.get_mut(name) {
@@ -352,7 +356,7 @@ impl Authority {
             }
         };
         if let Some(session) = session {
-            self.close_session(name, session, "session ended");
+            self.close_session(name, session, reason);
         }
     }
 }

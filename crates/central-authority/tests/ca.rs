@@ -909,3 +909,70 @@ async fn shutdown_tells_connectors_why() {
         other => panic!("expected Shutdown, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn malformed_reports_are_rejected_and_the_session_goes_on() {
+    let ca = Ca::start(&default_config()).await;
+    let http = Http::new(ca.http);
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let mut no_protocol = app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
+    if let Some(k) = no_protocol.app.as_mut() {
+        k.protocol = 0;
+    }
+    let mut bad_address = app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
+    bad_address.addresses[0].address = "x".repeat(10_000);
+    let mut bad_status = app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
+    bad_status.status = 99;
+    let mut no_key = app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
+    no_key.app = None;
+    east.report(vec![no_protocol, bad_address, bad_status, no_key], false)
+        .await;
+    // Empty messages and a second Hello are ignored too.
+    east.tx
+        .send(v1::ConnectorMessage { kind: None })
+        .await
+        .expect("send");
+    east.tx
+        .send(hello("east-1", "dc-east"))
+        .await
+        .expect("send");
+    east.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        false,
+    )
+    .await;
+    eventually("the good report lands", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
+    assert!(
+        metrics.contains("reach_ca_reports_rejected_total 4"),
+        "{metrics}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_connector_is_disconnected_after_three_heartbeat_intervals() {
+    // Three intervals of 100 ms, but never less than 1 s.
+    let ca = Ca::start(&config_text("heartbeat_interval_ms = 100", "", "")).await;
+    let (mut east, _) = connect(&ca, "east-1", "dc-east").await;
+    let started = std::time::Instant::now();
+    match east.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("no message"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    let err = tokio::time::timeout(Duration::from_secs(5), east.rx.message())
+        .await
+        .expect("ended in time")
+        .expect_err("ended with a status");
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let http = Http::new(ca.http);
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(v["connectors"][0]["connected"], false);
+    ca.stop().await;
+}
