@@ -229,7 +229,7 @@ name = "fast"
 applications = ["127.0.0.31"]
 tcp_ports = ["80"]
 health_reporting = "continuous"
-report_interval_ms = 100
+report_interval_ms = 200
 connector_groups = ["dc-east"]
 "#;
     let ca = Ca::start(&config_text("stale_after_intervals = 2", "", extra)).await;
@@ -252,8 +252,8 @@ connector_groups = ["dc-east"]
             .is_some_and(|a| a["status"] == "up")
     })
     .await;
-    // 2 intervals of 100 ms plus a zero cycle: unknown after 200 ms.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 2 intervals of 200 ms plus a zero cycle: unknown after 400 ms.
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let a = http.app("fast", "127.0.0.31", 80).await.expect("listed");
     assert_eq!(a["status"], "unknown", "{a}");
     assert_eq!(a["connectors"][0]["unknown_cause"], "stale");
@@ -440,7 +440,7 @@ async fn on_access_discovery_waits_for_the_first_reachable_report() {
 #[tokio::test]
 async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
     let ca = Ca::start(&config_text(
-        "on_access_window_ms = 400\naccess_forward_interval_ms = 100",
+        "on_access_window_ms = 800\naccess_forward_interval_ms = 100",
         "discovery_timeout_ms = 2000",
         "",
     ))
@@ -484,9 +484,9 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
     .await;
     assert_eq!(request.await.expect("join").0, 200);
 
-    // Without further accesses the CA's own window (400 ms) ends, even if
+    // Without further accesses the CA's own window (800 ms) ends, even if
     // the connector never says so.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let a = http
         .app("lab", "a.lab.test.reach", 8000)
         .await
