@@ -116,6 +116,12 @@ fn target_dir() -> PathBuf {
 }
 
 fn e2e(extra: &[String]) -> Result<()> {
+    // `cargo xtask e2e -- --test-threads 1 s03`: everything after `--` goes
+    // to the test harness.
+    let extra = match extra.first().map(String::as_str) {
+        Some("--") => &extra[1..],
+        _ => extra,
+    };
     let bin_dir = build_release()?;
     let out = target_dir().join("e2e");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

@@ -347,9 +347,10 @@ impl Connector {
             name.into(),
             "--group".into(),
             group.into(),
-            "--dns-server".into(),
-            sc.dns().to_string(),
         ];
+        if !extra.contains(&"--dns-server") {
+            args.extend(["--dns-server".to_owned(), sc.dns().to_string()]);
+        }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let proc = Proc::spawn(
             name,
