@@ -376,12 +376,17 @@ async fn session(
                 let stats = parts.pacer.stats();
                 let load = parts.scheduler.load();
                 let elapsed = last_beat.0.elapsed().as_secs_f64();
-                let per_second = if elapsed > 0.0 {
-                    (stats.started - last_beat.1) as f64 / elapsed
+                // The interval's first tick fires at once: a rate measured
+                // over a few milliseconds would be noise (one start in 1 ms
+                // reads as 1,000/s), so measure over at least half a second
+                // and keep the window open until then.
+                let per_second = if elapsed >= 0.5 {
+                    let rate = stats.started.saturating_sub(last_beat.1) as f64 / elapsed;
+                    last_beat = (Instant::now(), stats.started);
+                    rate
                 } else {
                     0.0
                 };
-                last_beat = (Instant::now(), stats.started);
                 send(&out, ToCa::Heartbeat(v1::Heartbeat {
                     load: Some(v1::CheckLoad {
                         targets: load.targets,
