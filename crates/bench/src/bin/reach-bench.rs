@@ -1,0 +1,144 @@
+//! `reach-bench`: the load driver behind `cargo xtask bench`. `run` measures
+//! every figure against its bare baseline and writes `results.json`; the
+//! other subcommands are the child processes it measures.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bench::Mode;
+use bench::figures::{self, GROUPS};
+use bench::report::{Results, table};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "reach-bench", about = "reach's benchmark load driver")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Measures the figures, prints the table, writes the JSON.
+    Run {
+        /// Smoke mode: seconds, small sizes; checks that everything runs.
+        #[arg(long)]
+        quick: bool,
+        /// Only these groups (comma-separated): policy, tcp, icmp, dns,
+        /// pacing, memory, ingest, access, cold, scale.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
+        #[arg(long)]
+        criterion: Option<PathBuf>,
+        /// Where to write results.json.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// (child) The CA on loopback with this configuration file.
+    ServeCa { config: PathBuf },
+    /// (child) The bare tonic and axum baselines.
+    ServeBare {
+        decision: Option<PathBuf>,
+        json: Option<PathBuf>,
+    },
+    /// (child) A connector assigned this many targets; prints its RSS.
+    ConnectorMem { targets: usize },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("building the tokio runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Cmd::Run {
+                quick,
+                only,
+                criterion,
+                out,
+            } => run(quick, &only, criterion, out).await,
+            Cmd::ServeCa { config } => bench::servers::serve_ca(&config).await,
+            Cmd::ServeBare { decision, json } => {
+                bench::servers::serve_bare(decision.as_deref(), json.as_deref()).await
+            }
+            Cmd::ConnectorMem { targets } => figures::memory::child(targets).await,
+        }
+    })
+}
+
+async fn run(
+    quick: bool,
+    only: &[String],
+    criterion: Option<PathBuf>,
+    out: Option<PathBuf>,
+) -> Result<()> {
+    let mode = if quick { Mode::Quick } else { Mode::Full };
+    let mut all = Vec::new();
+    for &group in GROUPS {
+        if !only.is_empty() && !only.iter().any(|o| o == group) {
+            continue;
+        }
+        let t = Instant::now();
+        eprintln!("reach-bench: {group} …");
+        let result = match group {
+            "policy" => Ok(match &criterion {
+                Some(dir) => figures::criterion::read(dir),
+                None => figures::failed(
+                    group,
+                    &anyhow::anyhow!("criterion was not run (pass --criterion DIR)"),
+                ),
+            }),
+            "tcp" => figures::tcp::run(mode).await,
+            "icmp" => figures::icmp::run(mode).await,
+            "dns" => figures::dns::run(mode).await,
+            "pacing" => figures::pacing::run(mode).await,
+            "memory" => figures::memory::run(mode).await,
+            "ingest" => figures::ingest::run(mode).await,
+            "access" => figures::access::run(mode).await,
+            "cold" => figures::cold::run(mode).await,
+            "scale" => figures::scale::run(mode).await,
+            _ => Ok(Vec::new()),
+        };
+        let figures = match result {
+            Ok(f) => figures::complete(group, f),
+            Err(e) => {
+                eprintln!("reach-bench: {group} failed: {e:#}");
+                figures::failed(group, &e)
+            }
+        };
+        eprintln!(
+            "reach-bench: {group} done in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        all.extend(figures);
+    }
+    let results = Results {
+        machine: bench::sys::machine(),
+        mode: mode.as_str().to_owned(),
+        finished_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        figures: all,
+    };
+    if let Some(path) = out {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("reach-bench: wrote {}", path.display());
+    }
+    print!("{}", table(&results));
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Access decisions: `reach.v1.Access/Resolve` and `POST /api/v1/access` on
+//! the CA (100+ segments, four connectors reporting the application Up),
+//! next to a bare tonic `Access` and a bare axum handler that return the
+//! CA's own answer (same bytes) without deciding anything. Closed loop at
+//! the same concurrency over several HTTP/2 connections for throughput;
+//! then an open loop at half the CA's throughput for latency (measured from
+//! each request's scheduled time, so queueing is not hidden).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use prost::Message;
+use protocol::v1::access_client::AccessClient;
+use tonic::transport::Channel;
+
+use super::Spec;
+use super::ca::{self, CaSetup};
+use crate::Mode;
+use crate::report::{Figure, Goal};
+use crate::servers::Server;
+use crate::sim::{self, Identity};
+use crate::stats::{ms, quantile};
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "access_grpc_decisions_per_s",
+        unit: "decisions/s",
+        goal: Goal::RatioAtLeast { ratio: 0.8 },
+    },
+    Spec {
+        name: "access_grpc_p99_half_load_ms",
+        unit: "ms",
+        goal: Goal::AtMost { limit: 1.0 },
+    },
+    Spec {
+        name: "access_grpc_p50_half_load_ms",
+        unit: "ms",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "access_http_decisions_per_s",
+        unit: "decisions/s",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "access_http_p99_ms",
+        unit: "ms",
+        goal: Goal::Info,
+    },
+];
+
+const CHANNELS: usize = 4;
+const CONCURRENCY: usize = 64;
+const CONNECTORS: usize = 4;
+
+/// Closed loop: `CONCURRENCY` tasks over `channels` for `run`; returns
+/// decisions/s and sorted latencies.
+async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Duration>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CONCURRENCY {
+        let mut client = AccessClient::new(channels[i % channels.len()].clone());
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = client
+                    .resolve(ca::authorized(ca::access_request(ca::APP_HOST, ca::APP_PORT))?)
+                    .await?;
+                std::hint::black_box(r);
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = t0.elapsed();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    all.sort();
+    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+}
+
+/// Open loop at `rate`/s for `run`; returns sorted latencies from each
+/// request's scheduled time.
+async fn grpc_open(channels: &[Channel], rate: f64, run: Duration) -> Result<Vec<Duration>> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let t0 = tokio::time::Instant::now();
+    let total = (rate * run.as_secs_f64()) as u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut sent = 0u64;
+    while sent < total {
+        tick.tick().await;
+        let due = ((t0.elapsed().as_secs_f64() * rate) as u64).min(total);
+        while sent < due {
+            let scheduled = t0 + Duration::from_secs_f64(sent as f64 / rate);
+            let mut client = AccessClient::new(channels[sent as usize % channels.len()].clone());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let request = ca::authorized(ca::access_request(ca::APP_HOST, ca::APP_PORT));
+                if let Ok(request) = request
+                    && client.resolve(request).await.is_ok()
+                {
+                    let _ = tx.send(scheduled.elapsed());
+                }
+            });
+            sent += 1;
+        }
+    }
+    drop(tx);
+    let mut lat = Vec::with_capacity(total as usize);
+    while let Some(l) = rx.recv().await {
+        lat.push(l);
+    }
+    if (lat.len() as u64) < total {
+        bail!("{} of {total} requests failed", total - lat.len() as u64);
+    }
+    lat.sort();
+    Ok(lat)
+}
+
+/// Closed loop over HTTP/1.1 keep-alive connections (one per concurrent
+/// request); returns decisions/s and sorted latencies.
+async fn http_closed(base: &str, run: Duration) -> Result<(f64, Vec<Duration>)> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(CONCURRENCY)
+        .build()?;
+    let url = format!("{base}/api/v1/access");
+    let body = serde_json::json!({"host": ca::APP_HOST, "protocol": "tcp", "port": ca::APP_PORT})
+        .to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CONCURRENCY {
+        let (client, url, body, stop) = (client.clone(), url.clone(), body.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = client
+                    .post(&url)
+                    .bearer_auth(ca::TOKEN)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .bytes()
+                    .await?;
+                std::hint::black_box(r);
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = t0.elapsed();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    all.sort();
+    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+}
+
+/// Connects `CONNECTORS` simulated connectors that report the application
+/// Up and keep their sessions alive; returns their tasks.
+async fn connectors(server: &Server) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut tasks = Vec::new();
+    for (i, ch) in sim::channels(&server.grpc_url(), CONNECTORS)
+        .await?
+        .into_iter()
+        .enumerate()
+    {
+        let id = Identity {
+            name: format!("access-{i}"),
+            group: ca::GROUP.to_owned(),
+            key: ca::KEY.to_owned(),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let inbound = sim::connect(ch, &id, tokio_stream::wrappers::ReceiverStream::new(rx)).await?;
+        tasks.push(sim::drain(inbound));
+        tasks.push(tokio::spawn(async move {
+            let mut k = 0u32;
+            loop {
+                let report = sim::report("web", ca::APP_HOST, ca::APP_PORT, true, 500);
+                if tx.send(report).await.is_err() || tx.send(sim::heartbeat(k)).await.is_err() {
+                    return;
+                }
+                k += 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }));
+    }
+    Ok(tasks)
+}
+
+/// Measures all.
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(6));
+    let dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+
+    let ca_server = ca::start(&CaSetup::default()).await?;
+    let sims = connectors(&ca_server).await?;
+    let channels = sim::channels(&ca_server.grpc_url(), CHANNELS).await?;
+    ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
+        let ch = channels[0].clone();
+        async move { Ok(ca::selected(&ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?)) }
+    })
+    .await?;
+    // The CA's real answers, for the bare servers to send back.
+    let decision = ca::resolve(channels[0].clone(), ca::APP_HOST, ca::APP_PORT).await?;
+    let decision_path = dir.join("decision.pb");
+    std::fs::write(&decision_path, decision.encode_to_vec())?;
+    let base = format!("http://{}", ca_server.http);
+    let json = reqwest::Client::new()
+        .post(format!("{base}/api/v1/access"))
+        .bearer_auth(ca::TOKEN)
+        .json(&serde_json::json!({"host": ca::APP_HOST, "protocol": "tcp", "port": ca::APP_PORT}))
+        .send()
+        .await?
+        .error_for_status()
+        .context("the CA refused the HTTP access")?
+        .bytes()
+        .await?;
+    let json_path = dir.join("decision.json");
+    std::fs::write(&json_path, &json)?;
+
+    grpc_closed(&channels, Duration::from_millis(200)).await?;
+    let (reach_rate, _) = grpc_closed(&channels, duration).await?;
+    let half = reach_rate / 2.0;
+    let reach_half = grpc_open(&channels, half, duration).await?;
+    http_closed(&base, Duration::from_millis(200)).await?;
+    let (reach_http, reach_http_lat) = http_closed(&base, duration).await?;
+    for t in sims {
+        t.abort();
+    }
+    drop(channels);
+    drop(ca_server);
+
+    let (Some(d), Some(j)) = (decision_path.to_str(), json_path.to_str()) else {
+        bail!("temporary paths are not UTF-8");
+    };
+    let bare = Server::spawn(&["serve-bare", d, j]).await?;
+    let channels = sim::channels(&bare.grpc_url(), CHANNELS).await?;
+    grpc_closed(&channels, Duration::from_millis(200)).await?;
+    let (bare_rate, _) = grpc_closed(&channels, duration).await?;
+    let bare_half = grpc_open(&channels, half, duration).await?;
+    let bare_base = format!("http://{}", bare.http);
+    http_closed(&bare_base, Duration::from_millis(200)).await?;
+    let (bare_http, bare_http_lat) = http_closed(&bare_base, duration).await?;
+    drop(bare);
+
+    let p = |l: &[Duration], q| ms(quantile(l, q));
+    Ok(vec![
+        SPECS[0].figure(
+            reach_rate,
+            Some(bare_rate),
+            format!(
+                "Access/Resolve, {CONCURRENCY} concurrent over {CHANNELS} channels, closed loop; \
+                 answer {} B; bare = tonic Access returning the CA's answer",
+                decision.encoded_len()
+            ),
+        ),
+        SPECS[1].figure(
+            p(&reach_half, 0.99),
+            Some(p(&bare_half, 0.99)),
+            format!("open loop at {half:.0}/s (half the CA's closed-loop rate), latency from the scheduled send time; baseline = bare echo at the same rate"),
+        ),
+        SPECS[2].figure(
+            p(&reach_half, 0.5),
+            Some(p(&bare_half, 0.5)),
+            format!("as above, median; max {:.2} ms", p(&reach_half, 1.0)),
+        ),
+        SPECS[3].figure(
+            reach_http,
+            Some(bare_http),
+            format!(
+                "POST /api/v1/access, {CONCURRENCY} concurrent HTTP/1.1 keep-alive connections \
+                 (reqwest), closed loop; answer {} B; bare = axum handler returning the CA's JSON",
+                json.len()
+            ),
+        ),
+        SPECS[4].figure(
+            p(&reach_http_lat, 0.99),
+            Some(p(&bare_http_lat, 0.99)),
+            format!(
+                "closed loop at full load (p50 {:.2} ms vs {:.2} ms bare)",
+                p(&reach_http_lat, 0.5),
+                p(&bare_http_lat, 0.5)
+            ),
+        ),
+    ])
+}

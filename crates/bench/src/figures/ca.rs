@@ -1,0 +1,230 @@
+//! The CA under test: its configuration, starting it as a child process,
+//! and small clients (access over gRPC and HTTP, metrics, connector list).
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use protocol::v1;
+use protocol::v1::access_client::AccessClient;
+use protocol::v1::health_query_client::HealthQueryClient;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+use crate::servers::Server;
+
+/// API token of the benchmark configuration (all scopes).
+pub const TOKEN: &str = "bench-token";
+/// The one connector group.
+pub const GROUP: &str = "bench";
+/// Its provisioning key.
+pub const KEY: &str = "bench-provisioning-key";
+/// The application access benchmarks ask for.
+pub const APP_HOST: &str = "app.bench.test";
+/// Its port.
+pub const APP_PORT: u16 = 443;
+
+/// What the CA is configured with.
+#[derive(Clone, Debug)]
+pub struct CaSetup {
+    /// Heartbeat interval imposed on connectors.
+    pub heartbeat_ms: u64,
+    /// Extra continuous segments (one FQDN each), so matching has a policy
+    /// of realistic size.
+    pub filler_segments: usize,
+    /// IP applications of the `ingest` segment.
+    pub ingest_apps: usize,
+}
+
+impl Default for CaSetup {
+    fn default() -> Self {
+        CaSetup {
+            heartbeat_ms: 5000,
+            filler_segments: 100,
+            ingest_apps: 1000,
+        }
+    }
+}
+
+/// The `ingest` segment's `i`-th application (127.20.x.y).
+pub fn ingest_host(i: usize) -> String {
+    format!("127.20.{}.{}", (i / 250) % 256, i % 250 + 1)
+}
+
+/// The configuration text.
+pub fn config_text(setup: &CaSetup) -> String {
+    let mut s = format!(
+        r#"[server]
+grpc_listen = "127.0.0.1:1"
+http_listen = "127.0.0.1:2"
+anonymous_read = false
+
+[selection]
+strategy = "healthy"
+discovery_timeout_ms = 3000
+
+[health]
+heartbeat_interval_ms = {hb}
+
+[[api_tokens]]
+name = "bench"
+token = "{TOKEN}"
+scopes = ["access", "read", "admin"]
+
+[[connector_groups]]
+name = "{GROUP}"
+provisioning_key = "{KEY}"
+
+[[segments]]
+name = "web"
+applications = ["{APP_HOST}"]
+tcp_ports = ["{APP_PORT}"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["{GROUP}"]
+
+[[segments]]
+name = "cold"
+applications = ["127.78.0.0/16"]
+tcp_ports = ["1-65535"]
+health_reporting = "on_access"
+report_interval_s = 60
+connector_groups = ["{GROUP}"]
+"#,
+        hb = setup.heartbeat_ms
+    );
+    if setup.ingest_apps > 0 {
+        let apps: Vec<String> = (0..setup.ingest_apps)
+            .map(|i| format!("\"{}\"", ingest_host(i)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"
+[[segments]]
+name = "ingest"
+applications = [{}]
+tcp_ports = ["{APP_PORT}"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["{GROUP}"]
+"#,
+            apps.join(", ")
+        );
+    }
+    for i in 0..setup.filler_segments {
+        let _ = write!(
+            s,
+            r#"
+[[segments]]
+name = "filler-{i}"
+applications = ["app{i}.filler.bench.test", "127.21.{}.{}"]
+tcp_ports = ["80", "443"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["{GROUP}"]
+"#,
+            i / 250,
+            i % 250 + 1
+        );
+    }
+    s
+}
+
+/// Starts the CA in a child process on `setup`.
+pub async fn start(setup: &CaSetup) -> Result<Server> {
+    let dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!(
+        "ca-{}.toml",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::write(&path, config_text(setup))?;
+    let path_str = path
+        .to_str()
+        .ok_or_else(|| anyhow!("temporary path is not UTF-8"))?;
+    Server::spawn(&["serve-ca", path_str]).await
+}
+
+/// Adds the bearer token to a request.
+pub fn authorized<T>(message: T) -> Result<tonic::Request<T>> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut().insert(
+        protocol::metadata::AUTHORIZATION,
+        MetadataValue::try_from(format!("Bearer {TOKEN}"))?,
+    );
+    Ok(r)
+}
+
+/// The access request for `host:port` over TCP.
+pub fn access_request(host: &str, port: u16) -> v1::AccessRequest {
+    v1::AccessRequest {
+        host: host.to_owned(),
+        protocol: v1::Protocol::Tcp as i32,
+        port: u32::from(port),
+    }
+}
+
+/// One access over gRPC.
+pub async fn resolve(
+    channel: Channel,
+    host: &str,
+    port: u16,
+) -> Result<v1::AccessDecision> {
+    let mut client = AccessClient::new(channel);
+    Ok(client
+        .resolve(authorized(access_request(host, port))?)
+        .await?
+        .into_inner())
+}
+
+/// Whether a decision selected a connector.
+pub fn selected(d: &v1::AccessDecision) -> bool {
+    matches!(d.outcome, Some(v1::access_decision::Outcome::Selected(_)))
+}
+
+/// Every connector the CA knows.
+pub async fn connectors(channel: Channel) -> Result<Vec<v1::ConnectorView>> {
+    let mut client = HealthQueryClient::new(channel).max_decoding_message_size(256 << 20);
+    Ok(client
+        .list_connectors(authorized(v1::ListConnectorsRequest::default())?)
+        .await?
+        .into_inner()
+        .connectors)
+}
+
+/// The CA's `reach_ca_reports_received` counter, from `/metrics`.
+pub async fn reports_received(http: &reqwest::Client, base: &str) -> Result<u64> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("reach_ca_reports_received_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .ok_or_else(|| anyhow!("no reach_ca_reports_received_total in /metrics"))
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` passes.
+pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut cond: F) -> Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if cond().await.with_context(|| format!("waiting for {what}"))? {
+            return Ok(t0.elapsed());
+        }
+        if t0.elapsed() > limit {
+            bail!("{what}: not reached within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,76 @@
+//! The in-process figures, measured by criterion (`crates/policy/benches`)
+//! and read back from its `estimates.json` files: `policy::select` with 10,
+//! 100 and 1,000 candidates, and matching against 10,000 segments next to
+//! 10.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::Spec;
+use crate::report::{Figure, Goal};
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "policy_select_ns_10",
+        unit: "ns/decision",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "policy_select_ns_100",
+        unit: "ns/decision",
+        goal: Goal::AtMost { limit: 1000.0 },
+    },
+    Spec {
+        name: "policy_select_ns_1000",
+        unit: "ns/decision",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "policy_match_ns_10000_segments",
+        unit: "ns/request",
+        goal: Goal::Info,
+    },
+];
+
+/// The mean of one benchmark, in ns.
+fn mean_ns(dir: &Path, id: &str) -> Result<f64> {
+    let path = dir.join(id).join("new").join("estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (did `cargo bench -p policy` run?)", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    v["mean"]["point_estimate"]
+        .as_f64()
+        .with_context(|| format!("no mean in {}", path.display()))
+}
+
+/// Reads the figures from criterion's output directory.
+pub fn read(dir: &Path) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for (spec, n) in SPECS.iter().zip([10, 100, 1000]) {
+        let figure = mean_ns(dir, &format!("select/healthy/{n}")).map(|healthy| {
+            let group = mean_ns(dir, &format!("select/group/{n}"))
+                .map_or_else(|_| "n/a".to_owned(), |g| format!("{g:.0} ns"));
+            spec.figure(
+                healthy,
+                None,
+                format!(
+                    "criterion mean, healthy strategy, {n} connected candidates (¼ Down); \
+                     group strategy: {group}"
+                ),
+            )
+        });
+        out.push(figure.unwrap_or_else(|e| spec.missing(format!("{e:#}"))));
+    }
+    let matching = mean_ns(dir, "match/segments/10000").and_then(|big| {
+        Ok(SPECS[3].figure(
+            big,
+            Some(mean_ns(dir, "match/segments/10")?),
+            "criterion mean over a mix of exact, wildcard, IP and unmatched requests; \
+             baseline = the same requests against 10 segments",
+        ))
+    });
+    out.push(matching.unwrap_or_else(|e| SPECS[3].missing(format!("{e:#}"))));
+    out
+}

@@ -1,0 +1,176 @@
+//! TCP checks with the rate limit lifted: the connector's check engine
+//! (pacer + prober, as the agent builds them) against loopback listeners,
+//! next to a bare tokio connect loop at the same concurrency.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use connector_agent::IcmpPreference;
+use connector_agent::metrics::Metrics;
+use connector_agent::pacer::{Pacer, Priority};
+use connector_agent::probe::Prober;
+use policy::{CheckTarget, Protocol};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use super::Spec;
+use crate::Mode;
+use crate::report::{Figure, Goal};
+use crate::sys::cpu_time;
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "tcp_checks_per_s",
+        unit: "checks/s",
+        goal: Goal::RatioAtLeast { ratio: 0.8 },
+    },
+    Spec {
+        name: "tcp_cpu_us_per_check",
+        unit: "µs CPU",
+        goal: Goal::Info,
+    },
+];
+
+/// Concurrency of both loops (the agent's `--max-in-flight`).
+pub const CONCURRENCY: usize = 64;
+
+/// A rate far above anything loopback can do: the limit is lifted.
+pub const LIFTED_RATE: u32 = 10_000_000;
+
+/// Listeners on `n` loopback addresses (127.0.1.1, 127.0.1.2, …), each
+/// accepting and closing at once; returns their addresses.
+pub async fn listeners(n: usize, third_octet: u8) -> Result<(Vec<SocketAddr>, Vec<tokio::task::JoinHandle<()>>)> {
+    let mut addrs = Vec::with_capacity(n);
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let ip = Ipv4Addr::new(127, 0, third_octet, (i % 250) as u8 + 1);
+        let socket = TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(SocketAddr::new(IpAddr::V4(ip), 0))?;
+        let listener: TcpListener = socket.listen(4096)?;
+        addrs.push(listener.local_addr()?);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                if let Ok((stream, _)) = listener.accept().await {
+                    drop(stream);
+                }
+            }
+        }));
+    }
+    Ok((addrs, tasks))
+}
+
+/// Runs `n` copies of `body(i)` until `run` elapses; returns completed
+/// iterations, elapsed time and the CPU time the process used.
+pub async fn closed_loop<F, Fut>(n: usize, run: Duration, body: F) -> (u64, Duration, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let body = Arc::new(body);
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu0 = cpu_time(None);
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let (body, done, stop) = (body.clone(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if body(i).await {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(run).await;
+    let count = done.load(Ordering::Relaxed);
+    let elapsed = t0.elapsed();
+    let cpu = cpu_time(None).saturating_sub(cpu0);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    (count, elapsed, cpu)
+}
+
+/// Measures both loops.
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(8));
+    let (addrs, servers) = listeners(CONCURRENCY, 1).await?;
+    let addrs = Arc::new(addrs);
+
+    // Warm-up: page in both code paths and the listeners.
+    let a = addrs.clone();
+    closed_loop(CONCURRENCY, Duration::from_millis(200), move |i| {
+        let addr = a[i];
+        async move { TcpStream::connect(addr).await.is_ok() }
+    })
+    .await;
+
+    let a = addrs.clone();
+    let (bare_n, bare_t, bare_cpu) = closed_loop(CONCURRENCY, duration, move |i| {
+        let addr = a[i];
+        async move { TcpStream::connect(addr).await.is_ok() }
+    })
+    .await;
+
+    // Let TIME_WAIT sockets of the bare loop not favour either side.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_secs(1)));
+    let (pacer, pacer_task) = Pacer::spawn(
+        prober,
+        LIFTED_RATE,
+        CONCURRENCY as u32,
+        Metrics::new(),
+    );
+    let targets: Arc<Vec<CheckTarget>> = Arc::new(
+        addrs
+            .iter()
+            .map(|a| CheckTarget {
+                address: a.ip(),
+                protocol: Protocol::Tcp,
+                port: a.port(),
+            })
+            .collect(),
+    );
+    let (p, t) = (pacer.clone(), targets.clone());
+    let (reach_n, reach_t, reach_cpu) = closed_loop(CONCURRENCY, duration, move |i| {
+        let (p, target) = (p.clone(), t[i]);
+        async move {
+            p.check(target, Priority::Continuous, Duration::ZERO)
+                .await
+                .reachable
+        }
+    })
+    .await;
+    pacer_task.abort();
+    for s in servers {
+        s.abort();
+    }
+
+    let bare_rate = bare_n as f64 / bare_t.as_secs_f64();
+    let reach_rate = reach_n as f64 / reach_t.as_secs_f64();
+    let per = |cpu: Duration, n: u64| cpu.as_secs_f64() * 1e6 / n.max(1) as f64;
+    Ok(vec![
+        SPECS[0].figure(
+            reach_rate,
+            Some(bare_rate),
+            format!(
+                "{reach_n} checks in {:.1} s through Pacer+Prober (rate {LIFTED_RATE}/s, \
+                 {CONCURRENCY} in flight) vs {bare_n} bare TcpStream::connect; \
+                 {CONCURRENCY} loopback listeners in the same process",
+                reach_t.as_secs_f64()
+            ),
+        ),
+        SPECS[1].figure(
+            per(reach_cpu, reach_n),
+            Some(per(bare_cpu, bare_n)),
+            "process CPU (user+sys, client and listeners) / completed checks",
+        ),
+    ])
+}

@@ -1,0 +1,54 @@
+//! Small statistics: percentiles of latencies, the busiest one-second
+//! window of a series of start times.
+
+use std::time::Duration;
+
+/// The `q`-quantile (0..=1) of `sorted` (nearest rank), or zero when empty.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Milliseconds as a float.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The largest number of `times` (sorted, seconds) inside any half-open
+/// window `[t, t + width)`.
+pub fn max_in_window(times: &[f64], width: f64) -> usize {
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..times.len() {
+        while times[hi] - times[lo] >= width {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(quantile(&v, 0.5), Duration::from_millis(50));
+        assert_eq!(quantile(&v, 0.99), Duration::from_millis(99));
+        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn windows() {
+        let t: Vec<f64> = (0..100).map(|k| k as f64 * 0.05).collect();
+        assert_eq!(max_in_window(&t, 1.0), 20);
+        let mut t2 = t.clone();
+        t2[20] = 0.9995;
+        assert_eq!(max_in_window(&t2, 1.0), 21);
+    }
+}
