@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's automation, in Rust (the cargo-xtask
 //! convention). `ci` is what `.ci/run` and the README's test command run;
-//! `e2e` runs the end-to-end scenarios against release binaries; `demo` runs
-//! the system on the built-in example.
+//! `e2e` runs the end-to-end scenarios against release binaries; `bench`
+//! measures every hot path against its bare baseline (BENCHMARKS.md); `demo`
+//! runs the system on the built-in example.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -15,6 +16,8 @@ tasks:
   ci      fmt check, clippy -D warnings, all unit/integration tests, then e2e
   test    all unit and integration tests (no e2e)
   e2e     build release binaries and run every end-to-end scenario
+  bench   criterion + load driver: table and target/bench/results.json
+          (--quick: smoke mode, seconds; --only tcp,access,…: some groups)
   demo    run a CA, a connector and sample applications on loopback
 ";
 
@@ -24,6 +27,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("test") => test(),
         Some("e2e") => e2e(&args[1..]),
+        Some("bench") => bench(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
@@ -149,4 +153,60 @@ fn demo(extra: &[String]) -> Result<()> {
         .env("REACH_BIN_DIR", &bin_dir)
         .args(extra);
     run(testbed, "demo")
+}
+
+/// `cargo xtask bench [--quick] [--only GROUPS]`: criterion for the
+/// in-process figures, then the load driver (`crates/bench`) for the rest;
+/// the driver reads criterion's estimates, prints the table and writes
+/// `target/bench/results.json`. See BENCHMARKS.md.
+fn bench(extra: &[String]) -> Result<()> {
+    let quick = extra.iter().any(|a| a == "--quick");
+    let only = extra
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| extra.get(i + 1));
+    if only.is_none_or(|o| o.split(',').any(|g| g == "policy")) {
+        let mut criterion = cargo();
+        criterion.args([
+            "bench", "--locked", "-p", "policy", "--bench", "policy", "--", "--noplot",
+        ]);
+        if quick {
+            criterion.args([
+                "--warm-up-time",
+                "0.05",
+                "--measurement-time",
+                "0.1",
+                "--sample-size",
+                "10",
+            ]);
+        }
+        run(criterion, "criterion benches")?;
+    }
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "bench",
+        "--bin",
+        "reach-bench",
+    ]);
+    run(build, "load driver build")?;
+    let target = target_dir();
+    let mut driver = Command::new(target.join("release").join("reach-bench"));
+    driver
+        .current_dir(root())
+        .arg("run")
+        .arg("--criterion")
+        .arg(target.join("criterion"))
+        .arg("--out")
+        .arg(target.join("bench").join("results.json"));
+    if quick {
+        driver.arg("--quick");
+    }
+    if let Some(only) = only {
+        driver.args(["--only", only]);
+    }
+    run(driver, "load driver")
 }
