@@ -4,8 +4,10 @@
 //! measures every hot path against its bare baseline (BENCHMARKS.md); `demo`
 //! runs the system on the built-in example.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
@@ -25,8 +27,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("test") => test(),
-        Some("e2e") => e2e(&args[1..]),
+        Some("test") => test().map(|()| summary()),
+        Some("e2e") => e2e(&args[1..]).map(|()| summary()),
         Some("bench") => bench(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
@@ -67,6 +69,58 @@ fn run(mut cmd: Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Tests counted over every `cargo test` run of this xtask invocation, for
+/// the closing summary line.
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// Runs a `cargo test` command, echoing its output while adding up the
+/// `test result:` lines, so the run can close with one total.
+fn run_tests(mut cmd: Command, what: &str) -> Result<()> {
+    eprintln!("xtask: {what}: {cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("{what}: could not start {cmd:?}"))?;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line?;
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                for part in rest.split([';', '.']) {
+                    let mut words = part.split_whitespace();
+                    if let (Some(n), Some(kind)) = (words.next(), words.next())
+                        && let Ok(n) = n.parse::<u64>()
+                    {
+                        match kind {
+                            "passed" => PASSED.fetch_add(n, Ordering::Relaxed),
+                            "failed" => FAILED.fetch_add(n, Ordering::Relaxed),
+                            _ => 0,
+                        };
+                    }
+                }
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        summary();
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The closing line: every test of this run, in the plain
+/// `N passed, N failed` form CI reads. (Tests `#[ignore]`d in the debug run
+/// are the e2e scenarios, counted when `e2e` runs them.)
+fn summary() {
+    println!(
+        "xtask: {} passed, {} failed",
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
+}
+
 fn ci() -> Result<()> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
@@ -85,13 +139,15 @@ fn ci() -> Result<()> {
     run(clippy, "clippy")?;
 
     test()?;
-    e2e(&[])
+    e2e(&[])?;
+    summary();
+    Ok(())
 }
 
 fn test() -> Result<()> {
     let mut test = cargo();
     test.args(["test", "--workspace", "--locked"]);
-    run(test, "tests")
+    run_tests(test, "tests")
 }
 
 /// Builds the release binaries the scenarios start.
@@ -142,7 +198,7 @@ fn e2e(extra: &[String]) -> Result<()> {
     .args(extra)
     .env("REACH_BIN_DIR", &bin_dir)
     .env("REACH_E2E_OUT", &out);
-    run(test, "end-to-end scenarios")
+    run_tests(test, "end-to-end scenarios")
 }
 
 fn demo(extra: &[String]) -> Result<()> {
