@@ -132,7 +132,7 @@ pub struct Results {
 pub fn fmt_num(x: Option<f64>) -> String {
     match x {
         None => "—".to_owned(),
-        Some(x) if x == 0.0 => "0".to_owned(),
+        Some(0.0) => "0".to_owned(),
         Some(x) => {
             let a = x.abs();
             if a >= 1000.0 {

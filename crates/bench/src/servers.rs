@@ -111,8 +111,8 @@ async fn bind_pair() -> Result<(TcpListener, TcpListener)> {
 
 /// `reach-bench serve-ca CONFIG`: the real CA on loopback.
 pub async fn serve_ca(config: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(config)
-        .with_context(|| format!("reading {}", config.display()))?;
+    let text =
+        std::fs::read_to_string(config).with_context(|| format!("reading {}", config.display()))?;
     let base = config.parent().unwrap_or_else(|| Path::new("."));
     let config = central_authority::Config::from_toml(&text, base)
         .map_err(|e| anyhow!("invalid CA config: {}", e.messages().join("; ")))?;

@@ -123,14 +123,20 @@ pub async fn connect(
     let outbound = futures::stream::once(futures::future::ready(hello(id))).chain(rest);
     let mut request = tonic::Request::new(outbound);
     let md = request.metadata_mut();
-    md.insert(protocol::metadata::CONNECTOR, MetadataValue::try_from(&id.name)?);
-    md.insert(protocol::metadata::GROUP, MetadataValue::try_from(&id.group)?);
+    md.insert(
+        protocol::metadata::CONNECTOR,
+        MetadataValue::try_from(&id.name)?,
+    );
+    md.insert(
+        protocol::metadata::GROUP,
+        MetadataValue::try_from(&id.group)?,
+    );
     md.insert(
         protocol::metadata::PROVISIONING_KEY,
         MetadataValue::try_from(&id.key)?,
     );
-    let mut client = ConnectorSessionClient::new(channel)
-        .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES);
+    let mut client =
+        ConnectorSessionClient::new(channel).max_decoding_message_size(protocol::MAX_MESSAGE_BYTES);
     let mut inbound = client
         .connect(request)
         .await

@@ -71,7 +71,10 @@ async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Du
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 let r = client
-                    .resolve(ca::authorized(ca::access_request(ca::APP_HOST, ca::APP_PORT))?)
+                    .resolve(ca::authorized(ca::access_request(
+                        ca::APP_HOST,
+                        ca::APP_PORT,
+                    ))?)
                     .await?;
                 std::hint::black_box(r);
                 lat.push(t.elapsed());
@@ -189,7 +192,8 @@ async fn connectors(server: &Server) -> Result<Vec<tokio::task::JoinHandle<()>>>
             key: ca::KEY.to_owned(),
         };
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let inbound = sim::connect(ch, &id, tokio_stream::wrappers::ReceiverStream::new(rx)).await?;
+        let inbound =
+            sim::connect(ch, &id, tokio_stream::wrappers::ReceiverStream::new(rx)).await?;
         tasks.push(sim::drain(inbound));
         tasks.push(tokio::spawn(async move {
             let mut k = 0u32;
@@ -217,7 +221,11 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let channels = sim::channels(&ca_server.grpc_url(), CHANNELS).await?;
     ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
         let ch = channels[0].clone();
-        async move { Ok(ca::selected(&ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?)) }
+        async move {
+            Ok(ca::selected(
+                &ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?,
+            ))
+        }
     })
     .await?;
     // The CA's real answers, for the bare servers to send back.

@@ -167,11 +167,7 @@ pub fn access_request(host: &str, port: u16) -> v1::AccessRequest {
 }
 
 /// One access over gRPC.
-pub async fn resolve(
-    channel: Channel,
-    host: &str,
-    port: u16,
-) -> Result<v1::AccessDecision> {
+pub async fn resolve(channel: Channel, host: &str, port: u16) -> Result<v1::AccessDecision> {
     let mut client = AccessClient::new(channel);
     Ok(client
         .resolve(authorized(access_request(host, port))?)
@@ -219,7 +215,10 @@ where
 {
     let t0 = Instant::now();
     loop {
-        if cond().await.with_context(|| format!("waiting for {what}"))? {
+        if cond()
+            .await
+            .with_context(|| format!("waiting for {what}"))?
+        {
             return Ok(t0.elapsed());
         }
         if t0.elapsed() > limit {

@@ -37,8 +37,12 @@ pub const SPECS: &[Spec] = &[
 /// The mean of one benchmark, in ns.
 fn mean_ns(dir: &Path, id: &str) -> Result<f64> {
     let path = dir.join(id).join("new").join("estimates.json");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {} (did `cargo bench -p policy` run?)", path.display()))?;
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (did `cargo bench -p policy` run?)",
+            path.display()
+        )
+    })?;
     let v: serde_json::Value = serde_json::from_str(&text)?;
     v["mean"]["point_estimate"]
         .as_f64()

@@ -13,9 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use connector_agent::resolver::{Resolver, TtlBounds};
 use hickory_resolver::TokioResolver;
-use hickory_resolver::config::{
-    LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
-};
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_server::Server;
 use hickory_server::proto::rr::rdata::{A, SOA};

@@ -48,7 +48,13 @@ fn reports(
             sent.fetch_add(1, Ordering::Relaxed);
             let i = (stream * 7919 + k) % APPS;
             // Every update changes the RTT; one in 64 flips the status.
-            let msg = sim::report("ingest", &ca::ingest_host(i), ca::APP_PORT, k % 64 != 63, k as u64);
+            let msg = sim::report(
+                "ingest",
+                &ca::ingest_host(i),
+                ca::APP_PORT,
+                k % 64 != 63,
+                k as u64,
+            );
             Some((msg, k + 1))
         }
     })
@@ -72,8 +78,11 @@ async fn bare(server: &Server, run: Duration) -> Result<(u64, f64)> {
     let mut tasks = Vec::new();
     for (i, ch) in channels.into_iter().enumerate() {
         let id = identity(i);
-        let out = futures::stream::once(futures::future::ready(sim::hello(&id)))
-            .chain(reports(i, deadline, sent.clone()));
+        let out = futures::stream::once(futures::future::ready(sim::hello(&id))).chain(reports(
+            i,
+            deadline,
+            sent.clone(),
+        ));
         tasks.push(tokio::spawn(async move {
             let mut client = ConnectorSessionClient::new(ch);
             let mut inbound = client.connect(out).await?.into_inner();
@@ -111,10 +120,14 @@ async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> {
     }
     tokio::time::sleep_until((deadline).into()).await;
     let total = sent.load(Ordering::Relaxed);
-    ca::wait_until(Duration::from_secs(60), "the CA to handle every update", || {
-        let (http, base) = (http.clone(), base.clone());
-        async move { Ok(ca::reports_received(&http, &base).await? >= before + total) }
-    })
+    ca::wait_until(
+        Duration::from_secs(60),
+        "the CA to handle every update",
+        || {
+            let (http, base) = (http.clone(), base.clone());
+            async move { Ok(ca::reports_received(&http, &base).await? >= before + total) }
+        },
+    )
     .await?;
     let elapsed = t0.elapsed().as_secs_f64();
     for s in sessions {

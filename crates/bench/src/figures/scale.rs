@@ -126,13 +126,21 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         let seen: HashMap<&str, u32> = views
             .iter()
             .filter(|v| v.connected)
-            .map(|v| (v.name.as_str(), v.load.as_ref().map_or(0, |l| l.queue_depth)))
+            .map(|v| {
+                (
+                    v.name.as_str(),
+                    v.load.as_ref().map_or(0, |l| l.queue_depth),
+                )
+            })
             .collect();
         lagging = sent
             .iter()
             .enumerate()
             .filter(|(i, k)| {
-                **k > 0 && seen.get(format!("sim-{i:05}").as_str()).is_none_or(|d| d < *k)
+                **k > 0
+                    && seen
+                        .get(format!("sim-{i:05}").as_str())
+                        .is_none_or(|d| d < *k)
             })
             .count();
         if lagging == 0 || t_stop.elapsed() > Duration::from_secs(10) {
@@ -155,7 +163,9 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let lag_note = if lagging == 0 {
         format!("every connector's last heartbeat visible {lag:.2} s after the last was sent")
     } else {
-        format!("{lagging} connectors' last heartbeats still not handled {lag:.1} s after sending stopped")
+        format!(
+            "{lagging} connectors' last heartbeats still not handled {lag:.1} s after sending stopped"
+        )
     };
     let mut lag_fig = SPECS[1].figure(
         lag,
@@ -185,7 +195,10 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         SPECS[2].figure(
             cpu * 100.0,
             None,
-            format!("CA process CPU during the {:.0} s of steady heartbeats{label}", steady.as_secs_f64()),
+            format!(
+                "CA process CPU during the {:.0} s of steady heartbeats{label}",
+                steady.as_secs_f64()
+            ),
         ),
     ])
 }

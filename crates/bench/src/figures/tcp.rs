@@ -42,7 +42,10 @@ pub const LIFTED_RATE: u32 = 10_000_000;
 
 /// Listeners on `n` loopback addresses (127.0.1.1, 127.0.1.2, …), each
 /// accepting and closing at once; returns their addresses.
-pub async fn listeners(n: usize, third_octet: u8) -> Result<(Vec<SocketAddr>, Vec<tokio::task::JoinHandle<()>>)> {
+pub async fn listeners(
+    n: usize,
+    third_octet: u8,
+) -> Result<(Vec<SocketAddr>, Vec<tokio::task::JoinHandle<()>>)> {
     let mut addrs = Vec::with_capacity(n);
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
@@ -122,12 +125,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_secs(1)));
-    let (pacer, pacer_task) = Pacer::spawn(
-        prober,
-        LIFTED_RATE,
-        CONCURRENCY as u32,
-        Metrics::new(),
-    );
+    let (pacer, pacer_task) = Pacer::spawn(prober, LIFTED_RATE, CONCURRENCY as u32, Metrics::new());
     let targets: Arc<Vec<CheckTarget>> = Arc::new(
         addrs
             .iter()
