@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = ["common", "connector", "access", "health"]
+    let files = ["common", "connector", "access", "health", "enrollment"]
         .map(|name| root.join(format!("reach/v1/{name}.proto")));
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());

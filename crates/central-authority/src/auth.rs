@@ -34,6 +34,12 @@ impl Secret {
         self.0.as_bytes()
     }
 
+    /// SHA-256 of the secret (lower-case hex): what the database keeps to
+    /// count a provisioning key's uses without storing the key.
+    pub fn sha256(&self) -> String {
+        crate::pki::sha256_hex(self.0.as_bytes())
+    }
+
     /// Constant-time equality with another secret.
     pub fn same_as(&self, other: &Secret) -> bool {
         self.matches(other.bytes())
@@ -138,6 +144,47 @@ pub enum AuthError {
     /// A connector name that cannot be used.
     #[error("invalid connector name: {0}")]
     InvalidName(String),
+    /// A session without a client certificate.
+    #[error(
+        "a client certificate is required: enroll first (`connector-agent enroll`) and connect with it"
+    )]
+    NoClientCertificate,
+    /// The certificate names no connector.
+    #[error("{0}")]
+    BadCertificate(crate::pki::IdentityError),
+    /// The CA has no record of this certificate.
+    #[error("certificate {0} is not one this CA issued and recorded")]
+    UnknownCertificate(String),
+    /// The certificate was revoked.
+    #[error("certificate {serial} was revoked ({reason}); enroll again")]
+    CertificateRevoked {
+        /// Serial.
+        serial: String,
+        /// Why.
+        reason: String,
+    },
+    /// An administrator disabled the connector.
+    #[error("connector {0:?} is disabled")]
+    ConnectorDisabled(String),
+}
+
+impl AuthError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            AuthError::MissingToken | AuthError::Malformed | AuthError::UnknownToken => "token",
+            AuthError::MissingScope { .. } => "scope",
+            AuthError::MissingMetadata(_) => "missing_metadata",
+            AuthError::UnknownGroup(_) => "unknown_group",
+            AuthError::WrongKey(_) => "wrong_key",
+            AuthError::InvalidName(_) => "invalid_name",
+            AuthError::NoClientCertificate => "no_certificate",
+            AuthError::BadCertificate(_) => "bad_certificate",
+            AuthError::UnknownCertificate(_) => "unknown_certificate",
+            AuthError::CertificateRevoked { .. } => "certificate_revoked",
+            AuthError::ConnectorDisabled(_) => "disabled",
+        }
+    }
 }
 
 /// Checks a caller's `authorization` value for `scope`. Returns the token's

@@ -27,6 +27,10 @@ struct FileConfig {
     #[serde(default)]
     health: HealthSection,
     #[serde(default)]
+    tls: TlsSection,
+    #[serde(default)]
+    limits: LimitsSection,
+    #[serde(default)]
     api_tokens: Vec<TokenSection>,
     #[serde(default)]
     connector_groups: Vec<GroupSection>,
@@ -41,6 +45,40 @@ struct ServerSection {
     http_listen: String,
     anonymous_read: bool,
     reload_poll_ms: u64,
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct TlsSection {
+    enabled: Option<bool>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    issuer_cert_file: Option<PathBuf>,
+    issuer_key_file: Option<PathBuf>,
+    server_names: Vec<String>,
+    connector_cert_days: Option<u32>,
+    handshake_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct LimitsSection {
+    max_concurrent_streams: u32,
+    max_connections: usize,
+    connector_messages_per_second: u32,
+    connector_message_burst: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_concurrent_streams: 64,
+            max_connections: 1024,
+            connector_messages_per_second: 50,
+            connector_message_burst: 200,
+        }
+    }
 }
 
 impl Default for ServerSection {
@@ -50,6 +88,7 @@ impl Default for ServerSection {
             http_listen: "127.0.0.1:7480".into(),
             anonymous_read: false,
             reload_poll_ms: 1000,
+            data_dir: None,
         }
     }
 }
@@ -118,6 +157,10 @@ struct GroupSection {
     name: String,
     provisioning_key: Option<String>,
     provisioning_key_file: Option<PathBuf>,
+    #[serde(default)]
+    max_uses: Option<u32>,
+    #[serde(default)]
+    expires_at: Option<String>,
 }
 
 /// Runtime settings (everything in the file except policy and secrets).
@@ -164,6 +207,49 @@ pub struct Settings {
     /// Status transitions kept per application for the dashboard
     /// (`[health] transitions_kept`, default 20).
     pub transitions_kept: usize,
+    /// Where the CA keeps its database and generated certificates
+    /// (`[server] data_dir`, default `reach-ca-data` next to the config).
+    pub data_dir: PathBuf,
+    /// Serve TLS on both listeners (`[tls] enabled`, default true). Without
+    /// it connectors authenticate with the provisioning key in metadata:
+    /// for benchmarks and local experiments only.
+    pub tls_enabled: bool,
+    /// TLS material (`[tls]`).
+    pub tls: crate::pki::TlsSources,
+    /// Validity of issued connector certificates
+    /// (`[tls] connector_cert_days`, default 365).
+    pub connector_cert_validity: Duration,
+    /// Time a client has to finish the TLS handshake
+    /// (`[tls] handshake_timeout_ms`, default 10000).
+    pub handshake_timeout: Duration,
+    /// Hostile-input bounds (`[limits]`).
+    pub limits: Limits,
+}
+
+/// Bounds on what one peer may cost the CA (`[limits]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// HTTP/2 streams per connection, both listeners (default 64).
+    pub max_concurrent_streams: u32,
+    /// Open HTTP connections at once (default 1024); more wait in the
+    /// kernel's accept queue.
+    pub max_connections: usize,
+    /// Messages per second one connector session may send (reports,
+    /// heartbeats); excess messages are dropped and counted (default 50).
+    pub connector_messages_per_second: u32,
+    /// Burst above that rate (default 200).
+    pub connector_message_burst: u32,
+}
+
+/// How a group's provisioning key may be used (`[[connector_groups]]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyPolicy {
+    /// Enrollments the key allows in total (`max_uses`, default 10).
+    pub max_uses: u32,
+    /// After this (Unix ms) the key enrolls nobody (`expires_at`).
+    pub expires_ms: Option<i64>,
+    /// SHA-256 of the key (what the database stores and counts by).
+    pub key_sha256: String,
 }
 
 impl Settings {
@@ -187,6 +273,8 @@ pub struct Config {
     pub tokens: Vec<ApiToken>,
     /// Provisioning key per connector group.
     pub group_keys: HashMap<String, Secret>,
+    /// Use limits of each group's key.
+    pub key_policies: HashMap<String, KeyPolicy>,
     /// `content_hash` of the text it was loaded from: the reload watcher's
     /// baseline, so a change made right after loading is not missed.
     pub content_hash: u64,
@@ -303,9 +391,10 @@ impl Config {
             message: e.to_string().trim_end().to_owned(),
         })?;
         let mut problems = Vec::new();
-        let settings = settings(&file, &mut problems);
+        let settings = settings(&file, base, &mut problems);
         let tokens = api_tokens(&file.api_tokens, base, &mut problems);
         let group_keys = group_keys(&file.connector_groups, base, &mut problems);
+        let key_policies = key_policies(&file.connector_groups, &group_keys, &mut problems);
         let spec = PolicySpec {
             connector_groups: file
                 .connector_groups
@@ -330,6 +419,7 @@ impl Config {
                 policy,
                 tokens,
                 group_keys,
+                key_policies,
                 content_hash: content_hash(text.as_bytes()),
             }),
             _ => Err(ConfigError::Invalid(problems)),
@@ -344,7 +434,7 @@ fn setting(problems: &mut Vec<Problem>, field: impl Into<String>, message: impl 
     });
 }
 
-fn settings(file: &FileConfig, problems: &mut Vec<Problem>) -> Option<Settings> {
+fn settings(file: &FileConfig, base: &Path, problems: &mut Vec<Problem>) -> Option<Settings> {
     let before = problems.len();
     let addr = |problems: &mut Vec<Problem>, field: &str, text: &str| {
         text.parse::<SocketAddr>()
@@ -436,10 +526,83 @@ fn settings(file: &FileConfig, problems: &mut Vec<Problem>) -> Option<Settings> 
             "must be at least 1",
         );
     }
+    let t = &file.tls;
+    for (cert, key, field) in [
+        (&t.cert_file, &t.key_file, "tls.cert_file"),
+        (
+            &t.issuer_cert_file,
+            &t.issuer_key_file,
+            "tls.issuer_cert_file",
+        ),
+    ] {
+        if cert.is_some() != key.is_some() {
+            setting(
+                problems,
+                field,
+                "the certificate and its key must be given together",
+            );
+        }
+    }
+    let days = t.connector_cert_days.unwrap_or(365);
+    if !(1..=3650).contains(&days) {
+        setting(
+            problems,
+            "tls.connector_cert_days",
+            format!("{days} is out of range (1-3650)"),
+        );
+    }
+    let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
+    if !(100..=120_000).contains(&handshake) {
+        setting(
+            problems,
+            "tls.handshake_timeout_ms",
+            format!("{handshake} is out of range (100-120000)"),
+        );
+    }
+    let l = &file.limits;
+    if l.max_concurrent_streams == 0 {
+        setting(
+            problems,
+            "limits.max_concurrent_streams",
+            "must be at least 1",
+        );
+    }
+    if l.max_connections == 0 {
+        setting(problems, "limits.max_connections", "must be at least 1");
+    }
+    if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
+        setting(
+            problems,
+            "limits.connector_messages_per_second",
+            "rate and burst must be at least 1",
+        );
+    }
     if problems.len() > before {
         return None;
     }
+    let path = |p: &PathBuf| base.join(p);
     Some(Settings {
+        data_dir: file
+            .server
+            .data_dir
+            .as_ref()
+            .map_or_else(|| base.join("reach-ca-data"), path),
+        tls_enabled: t.enabled.unwrap_or(true),
+        tls: crate::pki::TlsSources {
+            cert_file: t.cert_file.as_ref().map(path),
+            key_file: t.key_file.as_ref().map(path),
+            issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
+            issuer_key_file: t.issuer_key_file.as_ref().map(path),
+            server_names: t.server_names.clone(),
+        },
+        connector_cert_validity: Duration::from_secs(u64::from(days) * 86_400),
+        handshake_timeout: Duration::from_millis(handshake),
+        limits: Limits {
+            max_concurrent_streams: l.max_concurrent_streams,
+            max_connections: l.max_connections,
+            connector_messages_per_second: l.connector_messages_per_second,
+            connector_message_burst: l.connector_message_burst,
+        },
         grpc_listen: grpc?,
         http_listen: http?,
         anonymous_read: file.server.anonymous_read,
@@ -559,6 +722,90 @@ fn api_tokens(
             secret,
             scopes,
         });
+    }
+    out
+}
+
+/// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ` (UTC) into Unix ms.
+pub fn parse_utc(text: &str) -> Option<i64> {
+    let (date, time) = match text.split_once('T') {
+        Some((d, t)) => (d, Some(t.strip_suffix('Z')?)),
+        None => (text, None),
+    };
+    let num = |s: &str, len: usize| -> Option<i64> {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let mut d = date.split('-');
+    let (y, m, day) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (hh, mm, ss) = match time {
+        Some(t) => {
+            let mut p = t.split(':');
+            let v = (num(p.next()?, 2)?, num(p.next()?, 2)?, num(p.next()?, 2)?);
+            if p.next().is_some() || v.0 > 23 || v.1 > 59 || v.2 > 60 {
+                return None;
+            }
+            v
+        }
+        None => (0, 0, 0),
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400) + hh * 3600 + mm * 60 + ss) * 1000)
+}
+
+fn key_policies(
+    sections: &[GroupSection],
+    keys: &HashMap<String, Secret>,
+    problems: &mut Vec<Problem>,
+) -> HashMap<String, KeyPolicy> {
+    let mut out = HashMap::new();
+    for g in sections {
+        let subject = format!("connector_groups {:?}", g.name);
+        let max_uses = g.max_uses.unwrap_or(10);
+        if max_uses == 0 {
+            setting(
+                problems,
+                format!("{subject}.max_uses"),
+                "must be at least 1",
+            );
+        }
+        let expires_ms = match &g.expires_at {
+            None => None,
+            Some(text) => match parse_utc(text) {
+                Some(ms) => Some(ms),
+                None => {
+                    setting(
+                        problems,
+                        format!("{subject}.expires_at"),
+                        format!(
+                            "{text:?} is not a UTC time (expected e.g. \"2027-01-31\" or \"2027-01-31T12:00:00Z\")"
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(key) = keys.get(&g.name) {
+            out.insert(
+                g.name.clone(),
+                KeyPolicy {
+                    max_uses,
+                    expires_ms,
+                    key_sha256: key.sha256(),
+                },
+            );
+        }
     }
     out
 }

@@ -15,7 +15,7 @@ pub enum SessionError {
     ExpectedHello,
     /// `Hello` disagrees with the metadata.
     #[error(
-        "Hello names connector {name:?} in group {group:?}, but the metadata says {meta_name:?} in {meta_group:?}"
+        "Hello names connector {name:?} in group {group:?}, but the session is authenticated as {meta_name:?} in {meta_group:?}"
     )]
     HelloMismatch {
         /// Name in Hello.
@@ -88,10 +88,14 @@ impl From<AuthError> for tonic::Status {
             | AuthError::UnknownToken
             | AuthError::MissingMetadata(_)
             | AuthError::WrongKey(_)
-            | AuthError::InvalidName(_) => tonic::Status::unauthenticated(message),
-            AuthError::MissingScope { .. } | AuthError::UnknownGroup(_) => {
-                tonic::Status::permission_denied(message)
-            }
+            | AuthError::InvalidName(_)
+            | AuthError::NoClientCertificate
+            | AuthError::BadCertificate(_)
+            | AuthError::UnknownCertificate(_)
+            | AuthError::CertificateRevoked { .. } => tonic::Status::unauthenticated(message),
+            AuthError::MissingScope { .. }
+            | AuthError::UnknownGroup(_)
+            | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use protocol::v1;
 use protocol::v1::access_server::{Access, AccessServer};
 use protocol::v1::connector_session_server::ConnectorSessionServer;
+use protocol::v1::enrollment_server::EnrollmentServer;
 use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
@@ -111,6 +112,7 @@ pub async fn serve(
         "reach.v1.ConnectorSession",
         "reach.v1.Access",
         "reach.v1.HealthQuery",
+        "reach.v1.Enrollment",
     ] {
         health
             .set_service_status(name, tonic_health::ServingStatus::Serving)
@@ -121,15 +123,40 @@ pub async fn serve(
         .build_v1()
         .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let settings = authority.snapshot().settings().clone();
+    let mut builder = tonic::transport::Server::builder()
         // Dead peers are noticed even when a connector sends nothing.
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        // Hostile input: bounded streams and headers per connection, and
+        // HTTP/2 reset floods end the offending connection only.
+        .max_concurrent_streams(settings.limits.max_concurrent_streams)
+        .http2_max_header_list_size(16 * 1024)
+        .http2_max_pending_accept_reset_streams(Some(20))
+        .http2_max_local_error_reset_streams(Some(100))
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
+    if let Some(pki) = authority.pki() {
+        let (cert, key) = pki.server_identity();
+        // Client certificates are optional at the TLS layer so that
+        // `Enroll` works before a connector has one; `Connect` refuses a
+        // session without one.
+        let tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert, key))
+            .client_ca_root(tonic::transport::Certificate::from_pem(&pki.issuer_pem))
+            .client_auth_optional(true)
+            .timeout(settings.handshake_timeout);
+        builder = builder.tls_config(tls)?;
+    }
+    builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(
             ConnectorSessionServer::new(SessionService::new(authority.clone()))
                 .max_decoding_message_size(max),
+        )
+        .add_service(
+            EnrollmentServer::new(crate::trust::EnrollmentService::new(authority.clone()))
+                .max_decoding_message_size(64 * 1024),
         )
         .add_service(
             AccessServer::new(AccessService {

@@ -1,6 +1,13 @@
 //! The HTTP surface (axum): the Health dashboard at `/`, the JSON API
 //! (`/api/v1/health`, `/api/v1/connectors`, `POST /api/v1/access`),
-//! `/metrics` and `/healthz`.
+//! `/metrics` and `/healthz`, plus the admin API (scope `admin`):
+//! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
+//! `POST /api/v1/connectors/{name}/{disable,enable,revoke}`.
+//!
+//! Served over TLS (rustls) when the CA has certificates: one task per
+//! connection, a TLS handshake timeout, a bound on open connections, header
+//! read timeouts and HTTP/2 stream limits, so a hostile client costs one
+//! connection and nothing else.
 //!
 //! Refusal reasons map to statuses as follows (also in docs/decisions.md):
 //! `invalid_request` 400, `unauthorized` 401, `forbidden` 403,
@@ -11,7 +18,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -37,19 +44,141 @@ pub fn router(authority: Arc<Authority>) -> Router {
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/api/v1/provisioning_keys", get(keys))
+        .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
+        .route("/api/v1/connectors/{name}/{action}", post(connector_action))
         .with_state(authority)
 }
 
-/// Serves the router on `listener` until `shutdown` resolves.
+/// Largest request body the API reads (an access request is ~100 bytes).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest HTTP/2 header list and HTTP/1 read buffer.
+const MAX_HEADER_BYTES: u32 = 16 * 1024;
+
+/// The rustls server configuration of both listeners' certificate.
+pub fn server_tls(
+    pki: &crate::pki::Pki,
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig, crate::RunError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (cert, key) = pki.server_identity();
+    let tls = |m: String| crate::RunError::Tls(m);
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls(format!("server certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+        .map_err(|e| tls(format!("server key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| tls(e.to_string()))?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// Serves the router on `listener` (HTTPS when the CA has certificates)
+/// until `shutdown` resolves; open connections get a few seconds to finish.
 pub async fn serve(
     authority: Arc<Authority>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), crate::RunError> {
-    axum::serve(listener, router(authority))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(crate::RunError::Http)
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let settings = authority.snapshot().settings().clone();
+    let acceptor = match authority.pki() {
+        Some(pki) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_tls(
+            pki,
+            &[b"h2", b"http/1.1"],
+        )?))),
+        None => None,
+    };
+    let service = TowerToHyperService::new(
+        router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES)),
+    );
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.handshake_timeout)
+        .max_buf_size(MAX_HEADER_BYTES as usize * 4);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.limits.max_concurrent_streams)
+        .max_header_list_size(MAX_HEADER_BYTES)
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(100))
+        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
+        .keep_alive_timeout(std::time::Duration::from_secs(20));
+    let builder = Arc::new(builder);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(settings.limits.max_connections));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::debug!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let (builder, service, acceptor) = (builder.clone(), service.clone(), acceptor.clone());
+        let watcher = graceful.watcher();
+        let handshake = settings.handshake_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let result = match acceptor {
+                Some(acceptor) => match tokio::time::timeout(handshake, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(tls)) => {
+                        let conn = builder.serve_connection(TokioIo::new(tls), service);
+                        watcher.watch(conn.into_owned()).await
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
+                        return;
+                    }
+                },
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+    }
+    Ok(())
 }
 
 /// The HTTP status of a refusal reason.
@@ -224,6 +353,89 @@ async fn metrics(State(a): State<Shared>, headers: HeaderMap) -> Result<Response
 
 async fn healthz() -> &'static str {
     "ok\n"
+}
+
+fn storage(e: crate::store::StoreError) -> Response {
+    tracing::error!(error = %e, "admin API: database error");
+    error_body(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the CA's database failed; see its log",
+        None,
+    )
+}
+
+async fn keys(State(a): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(e) = check(&a, &headers, Scope::Admin) {
+        return e.into_response();
+    }
+    match a.provisioning_keys() {
+        Ok(keys) => axum::Json(json!({ "provisioning_keys": keys })).into_response(),
+        Err(e) => storage(e),
+    }
+}
+
+async fn revoke_key(
+    State(a): State<Shared>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+) -> Response {
+    if let Err(e) = check(&a, &headers, Scope::Admin) {
+        return e.into_response();
+    }
+    match a.revoke_provisioning_key(&group) {
+        Ok(true) => axum::Json(json!({ "group": group, "revoked": true })).into_response(),
+        Ok(false) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!(
+                "no connector group {:?}",
+                group.chars().take(128).collect::<String>()
+            ),
+            None,
+        ),
+        Err(e) => storage(e),
+    }
+}
+
+async fn connector_action(
+    State(a): State<Shared>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    if let Err(e) = check(&a, &headers, Scope::Admin) {
+        return e.into_response();
+    }
+    let shown: String = name.chars().take(128).collect();
+    let result = match action.as_str() {
+        "disable" => a
+            .set_connector_disabled(&name, true)
+            .map(|found| found.then(|| json!({ "name": shown, "disabled": true }))),
+        "enable" => a
+            .set_connector_disabled(&name, false)
+            .map(|found| found.then(|| json!({ "name": shown, "disabled": false }))),
+        "revoke" => a
+            .revoke_connector(&name)
+            .map(|n| Some(json!({ "name": shown, "certificates_revoked": n }))),
+        _ => {
+            return error_body(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "unknown action (expected disable, enable or revoke)",
+                None,
+            );
+        }
+    };
+    match result {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no enrolled connector {shown:?}"),
+            None,
+        ),
+        Err(e) => storage(e),
+    }
 }
 
 async fn dashboard(State(a): State<Shared>, headers: HeaderMap) -> Result<Html<String>, ApiError> {

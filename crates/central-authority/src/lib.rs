@@ -16,9 +16,12 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod pki;
 pub mod reload;
 pub mod session;
 pub mod state;
+pub mod store;
+pub mod trust;
 pub mod views;
 
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::{Config, ConfigError, Settings};
-pub use state::Authority;
+pub use state::{Authority, TrustError};
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);
@@ -45,6 +48,12 @@ pub enum RunError {
     /// The reflection service could not be built.
     #[error("gRPC reflection: {0}")]
     Reflection(String),
+    /// The data directory, database or certificates could not be opened.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
+    /// The TLS configuration is unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// Sets up `tracing` for the binary: `RUST_LOG` filters (default `info`),
@@ -86,7 +95,8 @@ pub async fn run(
     http: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
-    let authority = Arc::new(Authority::new(config));
+    let tls = config.settings.tls_enabled;
+    let authority = Arc::new(Authority::open(config, tls)?);
     run_with(authority, grpc, http, shutdown).await
 }
 
@@ -113,8 +123,15 @@ pub async fn run_with(
         segments = state.policy().segments.len(),
         groups = state.policy().connector_groups.len(),
         strategy = %state.settings().strategy,
+        tls = authority.pki().is_some(),
+        data_dir = %state.settings().data_dir.display(),
         "central authority listening"
     );
+    if authority.pki().is_none() {
+        tracing::warn!(
+            "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"
+        );
+    }
     if let Some(path) = state.config.path.clone() {
         tokio::spawn(reload::watch_config(
             authority.clone(),

@@ -14,6 +14,10 @@ struct Cli {
     /// Configuration file (TOML).
     #[arg(long, env = "REACH_CONFIG")]
     config: Option<PathBuf>,
+    /// Data directory (database, generated certificates); overrides
+    /// `[server] data_dir`.
+    #[arg(long, env = "REACH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -44,7 +48,12 @@ async fn main() -> anyhow::Result<ExitCode> {
             .context("--config FILE is required (or REACH_CONFIG)")?,
     };
     let config = match Config::load(&path) {
-        Ok(config) => config,
+        Ok(mut config) => {
+            if let Some(dir) = &cli.data_dir {
+                config.settings.data_dir = dir.clone();
+            }
+            config
+        }
         Err(e) => {
             e.messages().iter().for_each(|m| eprintln!("error: {m}"));
             eprintln!("{}: configuration is invalid", path.display());

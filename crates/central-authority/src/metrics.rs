@@ -33,6 +33,12 @@ pub struct Metrics {
     pub access_events_forwarded: Counter,
     /// Configuration reloads by result.
     pub reloads: Family<OutcomeLabel, Counter>,
+    /// Connector messages dropped by the per-connector rate cap.
+    pub messages_rate_limited: Counter,
+    /// Enrollments by outcome (`enrolled` or the refusal).
+    pub enrollments: Family<OutcomeLabel, Counter>,
+    /// Connector sessions refused at authentication, by reason.
+    pub sessions_refused: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -45,6 +51,24 @@ impl Default for Metrics {
         let decision_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
         let access_events_forwarded = Counter::default();
         let reloads = Family::<OutcomeLabel, Counter>::default();
+        let messages_rate_limited = Counter::default();
+        let enrollments = Family::<OutcomeLabel, Counter>::default();
+        let sessions_refused = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "messages_rate_limited",
+            "Connector messages dropped by the per-connector rate cap",
+            messages_rate_limited.clone(),
+        );
+        registry.register(
+            "enrollments",
+            "Connector enrollments by outcome (enrolled or the refusal)",
+            enrollments.clone(),
+        );
+        registry.register(
+            "sessions_refused",
+            "Connector sessions refused at authentication, by reason",
+            sessions_refused.clone(),
+        );
         registry.register(
             "connectors_connected",
             "Connectors with a live session",
@@ -89,6 +113,9 @@ impl Default for Metrics {
             decision_seconds,
             access_events_forwarded,
             reloads,
+            messages_rate_limited,
+            enrollments,
+            sessions_refused,
         }
     }
 }

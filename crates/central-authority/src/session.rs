@@ -1,7 +1,10 @@
 //! Connector sessions: the `ConnectorSession.Connect` service. Authenticates
-//! the group's provisioning key before reading anything, expects `Hello`,
-//! answers `Welcome`, then takes reports and heartbeats until the stream
-//! ends, the connector goes quiet, or a newer session replaces this one.
+//! the connector by its client certificate (or, on a CA without TLS, by the
+//! group's provisioning key in metadata) before reading anything, expects a
+//! `Hello` that agrees with that identity, answers `Welcome`, then takes
+//! reports and heartbeats (at most `[limits] connector_messages_per_second`;
+//! excess ones are dropped) until the stream ends, the connector goes
+//! quiet, or a newer session replaces this one.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -59,11 +62,19 @@ impl ConnectorSession for SessionService {
         &self,
         request: Request<Streaming<v1::ConnectorMessage>>,
     ) -> Result<Response<Self::ConnectStream>, GrpcStatus> {
-        let identity = match self.authority.authenticate(request.metadata()) {
+        let authenticated = if self.authority.pki.is_some() {
+            let certs = request.peer_certs();
+            self.authority
+                .authenticate_cert(certs.as_deref().map(Vec::as_slice))
+        } else {
+            self.authority.authenticate(request.metadata())
+        };
+        let identity = match authenticated {
             Ok(identity) => identity,
             Err(e) => {
                 // The reason is logged without the key.
-                tracing::warn!(error = %e, "connector authentication failed");
+                crate::metrics::Metrics::count(&self.authority.metrics.sessions_refused, e.label());
+                tracing::warn!(peer = ?request.remote_addr(), error = %e, "connector authentication failed");
                 return Err(e.into());
             }
         };
@@ -107,6 +118,18 @@ async fn run_session(
         });
     }
     let (id, kill) = authority.register(&identity, &hello, tx);
+    let limits = authority.snapshot().settings().limits.clone();
+    let limiter = governor::RateLimiter::direct(
+        governor::Quota::per_second(
+            std::num::NonZeroU32::new(limits.connector_messages_per_second)
+                .unwrap_or(std::num::NonZeroU32::MIN),
+        )
+        .allow_burst(
+            std::num::NonZeroU32::new(limits.connector_message_burst)
+                .unwrap_or(std::num::NonZeroU32::MIN),
+        ),
+    );
+    let mut dropped = 0u64;
     let result = loop {
         let idle = authority.snapshot().settings().idle_timeout();
         tokio::select! {
@@ -115,7 +138,23 @@ async fn run_session(
                 Err(_) => break Err(SessionError::Idle(idle)),
                 Ok(Err(status)) => break Err(status.into()),
                 Ok(Ok(None)) => break Ok(()),
-                Ok(Ok(Some(message))) => authority.handle(&identity, message),
+                Ok(Ok(Some(message))) => {
+                    if limiter.check().is_ok() {
+                        authority.handle(&identity, message);
+                    } else {
+                        // Over the cap: dropped (the session stays), counted,
+                        // and logged once per 1,000 drops.
+                        authority.metrics.messages_rate_limited.inc();
+                        if dropped.is_multiple_of(1000) {
+                            tracing::warn!(
+                                connector = %identity.name,
+                                dropped = dropped + 1,
+                                "connector exceeds its message rate cap; dropping messages"
+                            );
+                        }
+                        dropped += 1;
+                    }
+                }
             }
         }
     };
@@ -143,6 +182,9 @@ impl Authority {
         let group = get(md::GROUP)?;
         let key = get(md::PROVISIONING_KEY)?;
         check_connector_name(name)?;
+        if self.is_disabled(name) {
+            return Err(AuthError::ConnectorDisabled(name.to_owned()));
+        }
         let state = self.snapshot();
         let expected = state
             .config

@@ -146,14 +146,87 @@ pub struct Authority {
     pub(crate) changes: watch::Sender<u64>,
     pub(crate) metrics: Metrics,
     pub(crate) next_session: AtomicU64,
+    /// The CA's certificates; `None` when it runs without TLS.
+    pub(crate) pki: Option<Arc<crate::pki::Pki>>,
+    /// Enrolled connectors, certificates, key uses.
+    pub(crate) store: crate::store::Store,
+    /// Bounds enrollment attempts (key guessing) for the whole CA.
+    pub(crate) enroll_limiter: governor::DefaultDirectRateLimiter,
 }
 
+/// Why the CA's trust state could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// Certificates or keys.
+    #[error("TLS material: {0}")]
+    Pki(#[from] crate::pki::PkiError),
+    /// The database.
+    #[error("{path}: {source}")]
+    Store {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: crate::store::StoreError,
+    },
+    /// The data directory.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Enrollment attempts per second the CA accepts (with a burst of
+/// `ENROLL_BURST`); far above any real fleet's rate, far below guessing.
+const ENROLL_PER_SECOND: u32 = 20;
+const ENROLL_BURST: u32 = 50;
+
 impl Authority {
-    /// State for a validated configuration.
-    pub fn new(config: Config) -> Self {
+    /// State for a validated configuration: opens (creating on first start)
+    /// the data directory, the database and, with TLS, the certificates.
+    pub fn open(config: Config, tls: bool) -> Result<Self, TrustError> {
+        let dir = config.settings.data_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| TrustError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let db = dir.join("reach.db");
+        let store = crate::store::Store::open(&db).map_err(|source| TrustError::Store {
+            path: db.clone(),
+            source,
+        })?;
+        let pki = if tls {
+            let s = &config.settings;
+            let hosts = [s.grpc_listen.ip(), s.http_listen.ip()];
+            Some(Arc::new(crate::pki::Pki::load(
+                &dir,
+                &s.tls,
+                &hosts,
+                s.connector_cert_validity,
+            )?))
+        } else {
+            None
+        };
+        Ok(Self::with_trust(config, pki, store))
+    }
+
+    fn with_trust(
+        config: Config,
+        pki: Option<Arc<crate::pki::Pki>>,
+        store: crate::store::Store,
+    ) -> Self {
         let window = config.settings.on_access_window;
         let gap = config.settings.access_forward_interval;
+        let quota = governor::Quota::per_second(
+            std::num::NonZeroU32::new(ENROLL_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN),
+        )
+        .allow_burst(std::num::NonZeroU32::new(ENROLL_BURST).unwrap_or(std::num::NonZeroU32::MIN));
         Authority {
+            pki,
+            store,
+            enroll_limiter: governor::RateLimiter::direct(quota),
             policy: RwLock::new(Arc::new(PolicyState::new(config))),
             connectors: Mutex::new(HashMap::new()),
             health: HealthTable::default(),
@@ -163,6 +236,11 @@ impl Authority {
             metrics: Metrics::default(),
             next_session: AtomicU64::new(1),
         }
+    }
+
+    /// The CA's certificates (`None` without TLS).
+    pub fn pki(&self) -> Option<&Arc<crate::pki::Pki>> {
+        self.pki.as_ref()
     }
 
     /// The policy in force.
@@ -291,7 +369,29 @@ impl Authority {
     /// health table, pushes `PolicyUpdate` to every connector whose
     /// assignment changed, and closes sessions whose group was removed or
     /// whose provisioning key changed.
-    pub fn apply(&self, config: Config) {
+    pub fn apply(&self, mut config: Config) {
+        {
+            // The data directory and TLS material are opened once, at start.
+            let before = self.snapshot();
+            let (a, b) = (before.settings(), &mut config.settings);
+            if a.data_dir != b.data_dir
+                || a.tls_enabled != b.tls_enabled
+                || a.tls != b.tls
+                || a.connector_cert_validity != b.connector_cert_validity
+                || a.handshake_timeout != b.handshake_timeout
+                || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
+                || a.limits.max_connections != b.limits.max_connections
+            {
+                tracing::warn!(
+                    "[server] data_dir, [tls] and listener [limits] changed; they take effect only after a restart"
+                );
+            }
+            b.data_dir = a.data_dir.clone();
+            b.tls_enabled = a.tls_enabled;
+            b.tls = a.tls.clone();
+            b.connector_cert_validity = a.connector_cert_validity;
+            b.handshake_timeout = a.handshake_timeout;
+        }
         let new = Arc::new(PolicyState::new(config));
         let old = std::mem::replace(&mut *write(&self.policy), new.clone());
         let settings = new.settings();
@@ -323,6 +423,10 @@ impl Authority {
                 };
                 let reason = if !policy.has_group(&entry.group) {
                     Some("connector group removed from the policy")
+                } else if self.pki.is_some() {
+                    // Sessions are authenticated by certificate: a new
+                    // provisioning key affects only future enrollments.
+                    None
                 } else {
                     match (
                         old.config.group_keys.get(&entry.group),

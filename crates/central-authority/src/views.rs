@@ -139,6 +139,14 @@ pub struct ConnectorView {
     pub connected_since: Option<u64>,
     /// When the CA last heard from it, Unix ms.
     pub last_seen: Option<u64>,
+    /// Whether it is enrolled (holds a certificate the CA issued).
+    pub enrolled: bool,
+    /// Whether an administrator disabled it.
+    pub disabled: bool,
+    /// Serial of its current certificate.
+    pub certificate_serial: Option<String>,
+    /// End of that certificate's validity, Unix ms.
+    pub certificate_not_after: Option<i64>,
 }
 
 /// A connector's self-reported load.
@@ -307,9 +315,50 @@ impl Authority {
                 load: e.load.as_ref().map(LoadView::from),
                 connected_since: e.connected_since.map(unix_ms),
                 last_seen: e.last_seen.map(unix_ms),
+                enrolled: false,
+                disabled: false,
+                certificate_serial: None,
+                certificate_not_after: None,
             })
             .collect();
         drop(conns);
+        // Enrolled connectors, also those that never connected.
+        match self.store.connectors() {
+            Ok(records) => {
+                for r in records {
+                    let view = match out.iter_mut().find(|v| v.name == r.name) {
+                        Some(v) => v,
+                        None => {
+                            out.push(ConnectorView {
+                                name: r.name.clone(),
+                                group: r.group.clone(),
+                                connected: false,
+                                session_id: None,
+                                version: String::new(),
+                                checks_per_cycle: 0,
+                                cycle_seconds: 0.0,
+                                over_budget: false,
+                                check_budget: budget,
+                                load: None,
+                                connected_since: None,
+                                last_seen: None,
+                                enrolled: false,
+                                disabled: false,
+                                certificate_serial: None,
+                                certificate_not_after: None,
+                            });
+                            let last = out.len() - 1;
+                            &mut out[last]
+                        }
+                    };
+                    view.enrolled = true;
+                    view.disabled = r.disabled;
+                    view.certificate_serial = r.serial;
+                    view.certificate_not_after = r.not_after_ms;
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list enrolled connectors"),
+        }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }

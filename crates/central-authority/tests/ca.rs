@@ -10,39 +10,6 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 
 #[tokio::test]
-async fn authentication_rejects_unknown_group_wrong_key_and_missing_metadata() {
-    let ca = Ca::start(&default_config()).await;
-    let err = open(ca.grpc, "c1", "dc-nowhere", KEY_EAST)
-        .await
-        .err()
-        .expect("rejected");
-    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
-    assert!(err.message().contains("unknown connector group"), "{err:?}");
-
-    let err = open(ca.grpc, "c1", "dc-east", KEY_WEST)
-        .await
-        .err()
-        .expect("rejected");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
-    assert!(err.message().contains("wrong provisioning key"), "{err:?}");
-    assert!(
-        !err.message().contains(KEY_WEST),
-        "the key must not be echoed"
-    );
-
-    let err = open(ca.grpc, "bad name", "dc-east", KEY_EAST)
-        .await
-        .err()
-        .expect("rejected");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
-
-    let http = Http::new(ca.http);
-    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
-    assert_eq!(v["connectors"].as_array().map(Vec::len), Some(0));
-    ca.stop().await;
-}
-
-#[tokio::test]
 async fn welcome_carries_the_groups_segments_and_settings() {
     let ca = Ca::start(&config_text(
         "heartbeat_interval_ms = 1234\non_access_window_ms = 60000\naccess_forward_interval_ms = 1000",
@@ -62,34 +29,9 @@ async fn welcome_carries_the_groups_segments_and_settings() {
 }
 
 #[tokio::test]
-async fn hello_must_match_the_metadata() {
-    let ca = Ca::start(&default_config()).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(hello("someone-else", "dc-east"))
-        .await
-        .expect("queue");
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    let md = request.metadata_mut();
-    md.insert(protocol::metadata::CONNECTOR, "c1".parse().expect("ascii"));
-    md.insert(protocol::metadata::GROUP, "dc-east".parse().expect("ascii"));
-    md.insert(
-        protocol::metadata::PROVISIONING_KEY,
-        KEY_EAST.parse().expect("ascii"),
-    );
-    let mut stream = v1::connector_session_client::ConnectorSessionClient::new(ca.channel().await)
-        .connect(request)
-        .await
-        .expect("authenticated")
-        .into_inner();
-    let err = stream.message().await.expect_err("session refused");
-    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    ca.stop().await;
-}
-
-#[tokio::test]
 async fn reports_are_accepted_only_for_the_groups_applications() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (west, _) = connect(&ca, "west-1", "dc-west").await;
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
     // dc-west does not serve "jira": rejected. A host outside the segment
@@ -144,7 +86,7 @@ async fn reports_are_accepted_only_for_the_groups_applications() {
 #[tokio::test]
 async fn a_reconnecting_connector_replaces_its_old_session() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (mut old, w1) = connect(&ca, "east-1", "dc-east").await;
     old.report(
         vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
@@ -181,7 +123,7 @@ async fn a_reconnecting_connector_replaces_its_old_session() {
 #[tokio::test]
 async fn disconnect_turns_the_connectors_applications_unknown() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (c, _) = connect(&ca, "east-1", "dc-east").await;
     c.report(
         vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
@@ -233,7 +175,7 @@ report_interval_ms = 200
 connector_groups = ["dc-east"]
 "#;
     let ca = Ca::start(&config_text("stale_after_intervals = 2", "", extra)).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (c, _) = connect(&ca, "east-1", "dc-east").await;
     c.heartbeat(v1::CheckLoad {
         cycle_seconds: 0.0,
@@ -269,7 +211,7 @@ connector_groups = ["dc-east"]
 #[tokio::test]
 async fn every_refusal_reason_is_reachable() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let reason = |v: &serde_json::Value| v["error"]["reason"].as_str().unwrap_or("").to_owned();
 
     let (s, v) = http.access("nothing.test.reach", "tcp", 80).await;
@@ -379,10 +321,10 @@ async fn every_refusal_reason_is_reachable() {
 #[tokio::test]
 async fn on_access_discovery_waits_for_the_first_reachable_report() {
     let ca = Ca::start(&config_text("", "discovery_timeout_ms = 3000", "")).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
     let (mut east, _) = connect(&ca, "east-1", "dc-east").await;
-    let h = Http::new(ca.http);
+    let h = ca.web();
     let request = tokio::spawn(async move { h.access("Box.Lab.Test.Reach", "tcp", 8001).await });
     // Both candidates get the access event for the host the user asked for.
     for c in [&mut west, &mut east] {
@@ -445,9 +387,9 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
         "",
     ))
     .await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
-    let h = Http::new(ca.http);
+    let h = ca.web();
     let request = tokio::spawn(async move { h.access("a.lab.test.reach", "tcp", 8000).await });
     assert!(matches!(west.next().await, Some(Out::Access(_))));
     west.report(
@@ -471,7 +413,7 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
             })
     })
     .await;
-    let h = Http::new(ca.http);
+    let h = ca.web();
     let request = tokio::spawn(async move { h.access("a.lab.test.reach", "tcp", 8000).await });
     assert!(
         matches!(west.next().await, Some(Out::Access(_))),
@@ -507,7 +449,7 @@ report_interval_s = 60
 connector_groups = ["dc-east", "dc-west"]
 "#;
     let ca = Ca::start(&config_text("", "strategy = \"group\"", extra)).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (_w, _) = connect(&ca, "west-1", "dc-west").await;
     let (s, v) = http.access("legacy.test.reach", "tcp", 9000).await;
     assert_eq!(s, 200, "{v}");
@@ -548,7 +490,7 @@ async fn reload_pushes_valid_policy_and_refuses_invalid() {
     let path = dir.join("ca.toml");
     std::fs::write(&path, default_config()).expect("write");
     let ca = Ca::start_file(&path).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (mut east, w) = connect(&ca, "east-1", "dc-east").await;
     let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
     assert_eq!(w.segments.len(), 3);
@@ -618,7 +560,7 @@ connector_groups = ["dc-east"]
 #[tokio::test]
 async fn dashboard_and_health_api_hide_client_hostname_validation_apps() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
     east.report(
         vec![
@@ -662,7 +604,7 @@ async fn dashboard_and_health_api_hide_client_hostname_validation_apps() {
 #[tokio::test]
 async fn json_shapes_match_the_design() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
     east.heartbeat(v1::CheckLoad {
         targets: 2,
@@ -767,7 +709,7 @@ async fn json_shapes_match_the_design() {
 #[tokio::test]
 async fn tokens_and_scopes_guard_the_apis() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (s, v) = http.get_json("/api/v1/health", None).await;
     assert_eq!(
         (s, v["error"]["reason"].as_str()),
@@ -821,7 +763,7 @@ async fn tokens_and_scopes_guard_the_apis() {
 
     let ca =
         Ca::start(&default_config().replace("[server]", "[server]\nanonymous_read = true")).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     assert_eq!(http.get_json("/api/v1/health", None).await.0, 200);
     assert_eq!(http.send("GET", "/", None, None).await.0, 200);
     let (s, _) = http.access_anonymous().await;
@@ -832,7 +774,7 @@ async fn tokens_and_scopes_guard_the_apis() {
 #[tokio::test]
 async fn over_budget_connectors_are_flagged() {
     let ca = Ca::start(&config_text("check_budget = 1", "", "")).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (_east, _) = connect(&ca, "east-1", "dc-east").await;
     // jira has 2 applications × 1 port (payroll 1 more): over a budget of 1.
     eventually("over budget", || async {
@@ -913,7 +855,7 @@ async fn shutdown_tells_connectors_why() {
 #[tokio::test]
 async fn malformed_reports_are_rejected_and_the_session_goes_on() {
     let ca = Ca::start(&default_config()).await;
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
     let mut no_protocol = app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
     if let Some(k) = no_protocol.app.as_mut() {
@@ -971,7 +913,7 @@ async fn a_silent_connector_is_disconnected_after_three_heartbeat_intervals() {
         .expect_err("ended with a status");
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() >= Duration::from_millis(900));
-    let http = Http::new(ca.http);
+    let http = ca.web();
     let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
     assert_eq!(v["connectors"][0]["connected"], false);
     ca.stop().await;

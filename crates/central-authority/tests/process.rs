@@ -121,12 +121,13 @@ async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
     );
     let pid = child.0.id().to_string();
 
-    let web = Http::new(format!("127.0.0.1:{http}").parse().expect("addr"));
+    let root_path = dir.join("reach-ca-data").join("ca.pem");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if tokio::net::TcpStream::connect(("127.0.0.1", http))
-            .await
-            .is_ok()
+        if root_path.exists()
+            && tokio::net::TcpStream::connect(("127.0.0.1", http))
+                .await
+                .is_ok()
             && tokio::net::TcpStream::connect(("127.0.0.1", grpc))
                 .await
                 .is_ok()
@@ -136,10 +137,16 @@ async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
         assert!(tokio::time::Instant::now() < deadline, "CA did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The CA generated its root in its data directory (next to the config).
+    let root = std::fs::read_to_string(&root_path).expect("root");
+    let web = Http::new(format!("127.0.0.1:{http}").parse().expect("addr"), &root);
     assert_eq!(web.send("GET", "/healthz", None, None).await.0, 200);
 
-    let addr = format!("127.0.0.1:{grpc}").parse().expect("addr");
-    let mut east = open(addr, "east-1", "dc-east", KEY_EAST)
+    let target = Target {
+        grpc: format!("127.0.0.1:{grpc}").parse().expect("addr"),
+        root,
+    };
+    let mut east = open(&target, "east-1", "dc-east", KEY_EAST)
         .await
         .expect("authenticated");
     assert!(matches!(east.next().await, Some(Out::Welcome(_))));

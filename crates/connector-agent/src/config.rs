@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// How the connector opens its ICMP socket for UDP-port checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -39,9 +39,25 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "connector-agent", version, about, long_about)]
 pub struct Config {
-    /// URL of the CA's gRPC endpoint, e.g. `http://ca.example:7443`.
+    /// What to do: run (default) or only enroll.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// URL of the CA's gRPC endpoint, e.g. `https://ca.example:7443`.
+    /// `http://` (plain text, provisioning key sent with every session)
+    /// works only against a CA run with `[tls] enabled = false`.
     #[arg(long, env = "REACH_CA")]
     pub ca: String,
+
+    /// PEM file with the CA's root certificate, which the connector trusts
+    /// (the CA writes it to `ca.pem` in its data directory).
+    #[arg(long, env = "REACH_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Where the connector keeps its private key and enrolled certificate.
+    /// Without an enrollment there, the connector enrolls on start.
+    #[arg(long, env = "REACH_STATE_DIR", default_value = "reach-connector-state")]
+    pub state_dir: PathBuf,
 
     /// This connector's name, unique in the deployment.
     #[arg(long, env = "REACH_NAME")]
@@ -99,12 +115,25 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// Subcommands.
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Enroll with the CA (new key pair, CSR, provisioning key) and exit;
+    /// replaces an earlier enrollment in the state directory. Flags go
+    /// before the subcommand: `connector-agent --ca … --name … --group …
+    /// --ca-cert … enroll`.
+    Enroll,
+}
+
 impl Config {
     /// A configuration with defaults for everything but the identity; used
     /// by tests and embedders.
     pub fn new(ca: impl Into<String>, name: impl Into<String>, group: impl Into<String>) -> Self {
         Config {
+            command: None,
             ca: ca.into(),
+            ca_cert: None,
+            state_dir: PathBuf::from("reach-connector-state"),
             name: name.into(),
             group: group.into(),
             provisioning_key_file: None,

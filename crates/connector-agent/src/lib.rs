@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod enroll;
 pub mod metrics;
 pub mod pacer;
 pub mod probe;
@@ -51,7 +52,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{Config, IcmpPreference, LogFormat};
+pub use config::{Command, Config, IcmpPreference, LogFormat};
 use tokio::sync::{mpsc, watch};
 
 /// Why the connector could not start.
@@ -83,6 +84,9 @@ pub enum AgentError {
     /// The resolver could not be set up.
     #[error(transparent)]
     Resolver(#[from] resolver::ResolverError),
+    /// Enrollment failed or the credentials could not be loaded.
+    #[error(transparent)]
+    Enroll(#[from] enroll::EnrollError),
     /// The metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics {
@@ -118,20 +122,110 @@ fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Runs the connector until `shutdown` completes. Errors only when it
-/// cannot start; everything after that (CA gone, DNS failing, applications
-/// hanging) is logged, reported and retried.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-    let key = provisioning_key(&config)?;
+/// Whether the CA URL asks for TLS (`https://`).
+fn wants_tls(config: &Config) -> bool {
+    config.ca.to_ascii_lowercase().starts_with("https://")
+}
+
+fn check_identity(config: &Config) -> Result<(), AgentError> {
     printable(&config.name, "--name")?;
     printable(&config.group, "--group")?;
-    printable(&key, "the provisioning key")?;
     tonic::transport::Endpoint::from_shared(config.ca.clone()).map_err(|e| {
         AgentError::InvalidCa {
             url: config.ca.clone(),
             reason: e.to_string(),
         }
     })?;
+    Ok(())
+}
+
+/// `connector-agent enroll`: enrolls (replacing an earlier enrollment in
+/// the state directory) and returns.
+pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
+    check_identity(config)?;
+    if !wants_tls(config) {
+        return Err(AgentError::InvalidCa {
+            url: config.ca.clone(),
+            reason: "enrollment needs an https:// CA".into(),
+        });
+    }
+    let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
+    let key = provisioning_key(config)?;
+    printable(&key, "the provisioning key")?;
+    enroll::enroll(
+        &config.ca,
+        &ca_pem,
+        &config.state_dir,
+        &config.name,
+        &config.group,
+        &key,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The enrolled credentials in the state directory, enrolling first when
+/// there are none; an unreachable CA is retried with backoff until
+/// `shutdown`. `Ok(None)` when shut down first.
+async fn credentials(
+    config: &Config,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Result<Option<enroll::Credentials>, AgentError> {
+    let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
+    if let Some(c) = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)? {
+        tracing::info!(serial = %c.serial, state_dir = %config.state_dir.display(), "using the enrolled certificate");
+        return Ok(Some(c));
+    }
+    let key = provisioning_key(config)?;
+    printable(&key, "the provisioning key")?;
+    tracing::info!(state_dir = %config.state_dir.display(), "not enrolled yet: enrolling");
+    let mut attempt = 0u32;
+    loop {
+        match enroll::enroll(
+            &config.ca,
+            &ca_pem,
+            &config.state_dir,
+            &config.name,
+            &config.group,
+            &key,
+        )
+        .await
+        {
+            Ok(c) => return Ok(Some(c)),
+            Err(e) if e.retryable() => {
+                let delay = session::backoff(attempt, &mut rand::rng());
+                attempt = attempt.saturating_add(1);
+                tracing::warn!(error = %e, delay_ms = delay.as_millis(), "enrollment failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = &mut *shutdown => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs the connector until `shutdown` completes. Errors only when it
+/// cannot start; everything after that (CA gone, DNS failing, applications
+/// hanging) is logged, reported and retried. With an `https://` CA it
+/// enrolls first when the state directory holds no enrollment.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    check_identity(&config)?;
+    let mut shutdown = std::pin::pin!(shutdown);
+    let (key, credentials) = if wants_tls(&config) {
+        match credentials(&config, &mut shutdown).await? {
+            Some(c) => (String::new(), Some(c)),
+            None => return Ok(()),
+        }
+    } else {
+        tracing::warn!(
+            "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
+        );
+        let key = provisioning_key(&config)?;
+        printable(&key, "the provisioning key")?;
+        (key, None)
+    };
 
     let metrics = metrics::Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -168,6 +262,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         name: config.name.clone(),
         group: config.group.clone(),
         provisioning_key: Arc::from(key),
+        credentials,
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
     };
@@ -187,7 +282,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
 
     tokio::select! {
-        () = shutdown => tracing::info!("shutting down"),
+        () = &mut shutdown => tracing::info!("shutting down"),
         _ = &mut session => tracing::warn!("session task ended"),
     }
     let _ = stop_tx.send(true);

@@ -39,6 +39,11 @@ async fn main() -> anyhow::Result<()> {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
+    if config.command == Some(connector_agent::Command::Enroll) {
+        return connector_agent::enroll_only(&config)
+            .await
+            .context("connector-agent enroll failed");
+    }
     connector_agent::run(config, shutdown_signal())
         .await
         .context("connector-agent failed to start")

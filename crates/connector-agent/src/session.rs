@@ -38,7 +38,7 @@ const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// The CA could not be reached.
-    #[error("cannot connect to the CA: {0}")]
+    #[error("cannot connect to the CA: {}", error_chain(.0))]
     Connect(#[from] tonic::transport::Error),
     /// The CA refused or ended the stream with an error.
     #[error("the CA ended the session: {0}")]
@@ -59,6 +59,19 @@ pub enum SessionError {
         /// Another CA address, if any.
         reconnect_to: Option<String>,
     },
+}
+
+/// An error with its sources (tonic's transport errors say only
+/// "transport error" at the top).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
 }
 
 /// The backoff before reconnect attempt `attempt` (0-based), before jitter:
@@ -82,8 +95,11 @@ pub struct Identity {
     pub name: String,
     /// Connector group.
     pub group: String,
-    /// The group's provisioning key (never logged).
+    /// The group's provisioning key (never logged); only used against a
+    /// plain-text CA.
     pub provisioning_key: Arc<str>,
+    /// Enrolled credentials: sessions are mutual TLS with them.
+    pub credentials: Option<crate::enroll::Credentials>,
     /// The connector's own rate limit.
     pub checks_per_second: u32,
     /// The connector's own probe timeout.
@@ -258,13 +274,15 @@ async fn session(
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let channel = Endpoint::from_shared(url.to_owned())?
+    let mut endpoint = Endpoint::from_shared(url.to_owned())?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .connect()
-        .await?;
+        .keep_alive_timeout(Duration::from_secs(10));
+    if let Some(c) = &identity.credentials {
+        endpoint = endpoint.tls_config(c.tls())?;
+    }
+    let channel = endpoint.connect().await?;
     let mut client = ConnectorSessionClient::new(channel)
         .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
@@ -294,10 +312,12 @@ async fn session(
         protocol::metadata::GROUP,
         metadata(&identity.group, "the group")?,
     );
-    md.insert(
-        protocol::metadata::PROVISIONING_KEY,
-        metadata(&identity.provisioning_key, "the provisioning key")?,
-    );
+    if identity.credentials.is_none() {
+        md.insert(
+            protocol::metadata::PROVISIONING_KEY,
+            metadata(&identity.provisioning_key, "the provisioning key")?,
+        );
+    }
     let mut inbound = client.connect(request).await?.into_inner();
 
     let first = tokio::time::timeout(WELCOME_TIMEOUT, inbound.message())

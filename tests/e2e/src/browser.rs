@@ -49,7 +49,7 @@ impl Browser {
             .spawn()
             .context("starting chromedriver")?;
         let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::builder()
+        let http = crate::client_builder()
             .timeout(Duration::from_secs(60))
             .build()?;
         crate::eventually(Duration::from_secs(15), || async {
@@ -77,6 +77,10 @@ impl Browser {
                     "--disable-background-networking", "--disable-component-update",
                     "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
                     "--window-size=1400,1000",
+                    // The CA serves its dashboard over TLS with its own
+                    // generated root, which this throwaway profile does not
+                    // trust; the scenario checks the page, not the PKI.
+                    "--ignore-certificate-errors",
                     format!("--user-data-dir={}", profile.display()),
                 ]
             }

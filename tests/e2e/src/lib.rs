@@ -28,6 +28,25 @@ pub use procs::{Proc, bin_dir, out_dir};
 /// The API token every scenario's CA accepts (scopes access, read, admin).
 pub const TOKEN: &str = "e2e-token-0123456789";
 
+/// A reqwest builder whose TLS runs on rustls with the ring provider
+/// (installed once as the process default).
+pub fn client_builder() -> reqwest::ClientBuilder {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
+/// A client that trusts only `root_pem` (the CA's generated root).
+pub fn tls_client(root_pem: &str) -> Result<reqwest::Client> {
+    let root = reqwest::Certificate::from_pem(root_pem.as_bytes())?;
+    Ok(client_builder()
+        .tls_certs_only([root])
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}
+
 /// One scenario's address block and directory.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -125,6 +144,9 @@ pub struct Ca {
     pub proc: Proc,
     /// Its config file (rewrite + `reload()` to change policy).
     pub config: PathBuf,
+    /// Its root certificate (`ca.pem` in its data directory), which
+    /// connectors trust through `--ca-cert`.
+    pub root: PathBuf,
     /// HTTP address.
     pub http: SocketAddr,
     /// gRPC address.
@@ -191,14 +213,21 @@ impl Ca {
             &[],
             &sc.dir,
         )?;
+        // The CA keeps its data next to its config (the default): a
+        // restarted CA in the same scenario keeps its root and enrollments.
+        let root = sc.dir.join("reach-ca-data").join("ca.pem");
+        let pem = eventually(Duration::from_secs(15), || async {
+            Ok(std::fs::read_to_string(&root)?)
+        })
+        .await
+        .context("the CA did not write its root certificate")?;
         let ca = Ca {
             proc,
             config: path,
+            root,
             http: sc.ca_http(),
             grpc: sc.ca_grpc(),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()?,
+            client: tls_client(&pem)?,
         };
         ca.wait_ready().await?;
         Ok(ca)
@@ -209,7 +238,7 @@ impl Ca {
         eventually(Duration::from_secs(15), || async {
             let r = self
                 .client
-                .get(format!("http://{}/healthz", self.http))
+                .get(format!("https://{}/healthz", self.http))
                 .send()
                 .await?;
             if r.status().is_success() {
@@ -224,14 +253,25 @@ impl Ca {
 
     /// The gRPC URL connectors dial.
     pub fn url(&self) -> String {
-        format!("http://{}", self.grpc)
+        format!("https://{}", self.grpc)
+    }
+
+    /// A `POST` to the admin API; returns the HTTP status.
+    pub async fn admin(&self, path: &str) -> Result<u16> {
+        let r = self
+            .client
+            .post(format!("https://{}{path}", self.http))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        Ok(r.status().as_u16())
     }
 
     /// `GET path` with the token; returns the JSON body.
     pub async fn get(&self, path: &str) -> Result<Value> {
         let r = self
             .client
-            .get(format!("http://{}{path}", self.http))
+            .get(format!("https://{}{path}", self.http))
             .bearer_auth(TOKEN)
             .send()
             .await?;
@@ -250,7 +290,7 @@ impl Ca {
     pub async fn dashboard(&self) -> Result<String> {
         Ok(self
             .client
-            .get(format!("http://{}/", self.http))
+            .get(format!("https://{}/", self.http))
             .bearer_auth(TOKEN)
             .send()
             .await?
@@ -262,7 +302,7 @@ impl Ca {
     pub async fn access(&self, host: &str, protocol: &str, port: u16) -> Result<(u16, Value)> {
         let r = self
             .client
-            .post(format!("http://{}/api/v1/access", self.http))
+            .post(format!("https://{}/api/v1/access", self.http))
             .bearer_auth(TOKEN)
             .json(&serde_json::json!({"host": host, "protocol": protocol, "port": port}))
             .send()
@@ -338,11 +378,17 @@ pub struct Connector {
 
 impl Connector {
     /// Starts a connector of `group` against `ca`, resolving through the
-    /// scenario's DNS server. `extra` flags are appended.
+    /// scenario's DNS server. `extra` flags are appended. It trusts the
+    /// CA's root and keeps its enrollment in `<scenario>/state-<name>`, so
+    /// it enrolls on its first start and reuses the certificate after.
     pub fn start(sc: &Scenario, ca: &Ca, name: &str, group: &str, extra: &[&str]) -> Result<Self> {
         let mut args = vec![
             "--ca".to_owned(),
             ca.url(),
+            "--ca-cert".into(),
+            ca.root.display().to_string(),
+            "--state-dir".into(),
+            sc.dir.join(format!("state-{name}")).display().to_string(),
             "--name".into(),
             name.into(),
             "--group".into(),

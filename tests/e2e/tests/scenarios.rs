@@ -1231,7 +1231,7 @@ async fn s13_dashboard_in_browser() -> Result<()> {
 
         let browser = e2e::browser::Browser::start(&sc.dir.join("chromium-profile")).await?;
         let result: Result<()> = async {
-            browser.goto(&format!("http://{}/", ca.http)).await?;
+            browser.goto(&format!("https://{}/", ca.http)).await?;
             let row = |host: &'static str| {
                 let b = &browser;
                 async move { b.eval(ROW_SCRIPT, serde_json::json!([host])).await }

@@ -1,26 +1,27 @@
-//! Test harness: a CA served in-process on 127.0.0.1:0, real tonic clients
-//! acting as connectors, and a small HTTP client (hyper) for the JSON API.
+//! Test harness: a CA served in-process on 127.0.0.1:0 with TLS (its own
+//! generated root in a scratch data directory), real tonic clients acting as
+//! enrolled connectors (mutual TLS), and a small HTTPS client (hyper over
+//! tokio-rustls) for the JSON API.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use central_authority::{Authority, Config};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use protocol::v1::connector_message::Kind as In;
 use protocol::v1::connector_session_client::ConnectorSessionClient;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 pub const KEY_EAST: &str = "key-east-0123456789";
 pub const KEY_WEST: &str = "key-west-0123456789";
@@ -112,11 +113,111 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Where a CA's gRPC listener is and the root to trust it with.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub grpc: SocketAddr,
+    pub root: String,
+}
+
+impl Target {
+    /// A TLS channel without a client certificate (enrollment, APIs).
+    pub async fn channel(&self) -> Channel {
+        self.endpoint(None).connect().await.expect("connect")
+    }
+
+    fn endpoint(&self, identity: Option<&Creds>) -> Endpoint {
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.root));
+        if let Some(c) = identity {
+            tls = tls.identity(Identity::from_pem(&c.cert, &c.key));
+        }
+        Endpoint::from_shared(format!("https://{}", self.grpc))
+            .expect("endpoint")
+            .tls_config(tls)
+            .expect("tls")
+    }
+
+    /// A mutual-TLS channel with `creds`.
+    pub async fn mtls(&self, creds: &Creds) -> Channel {
+        self.endpoint(Some(creds)).connect().await.expect("connect")
+    }
+}
+
+/// A connector's enrolled credentials.
+#[derive(Clone, Debug)]
+pub struct Creds {
+    pub cert: String,
+    pub key: String,
+    pub serial: String,
+}
+
+/// A fresh key pair and a CSR for `name`.
+pub fn key_and_csr(name: &str) -> (rcgen::KeyPair, String) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let csr = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
+    (key, csr)
+}
+
+/// Enrolls `name` in `group` with `key` (a new enrollment every call).
+pub async fn enroll(
+    t: &Target,
+    name: &str,
+    group: &str,
+    key: &str,
+) -> Result<Creds, tonic::Status> {
+    let (pair, csr) = key_and_csr(name);
+    let r = v1::enrollment_client::EnrollmentClient::new(t.channel().await)
+        .enroll(v1::EnrollRequest {
+            name: name.into(),
+            group: group.into(),
+            provisioning_key: key.into(),
+            csr_pem: csr,
+        })
+        .await?
+        .into_inner();
+    Ok(Creds {
+        cert: r.certificate_pem,
+        key: pair.serialize_pem(),
+        serial: r.serial,
+    })
+}
+
+type CredKey = (String, String, String);
+
+/// Credentials enrolled so far, per (root, name, group): reconnecting
+/// connectors reuse their certificate, as the real agent does.
+static CREDS: LazyLock<Mutex<HashMap<CredKey, Creds>>> = LazyLock::new(Default::default);
+
+/// Enrolls once per (CA, name, group) and reuses the certificate after.
+pub async fn enrolled(
+    t: &Target,
+    name: &str,
+    group: &str,
+    key: &str,
+) -> Result<Creds, tonic::Status> {
+    let k = (t.root.clone(), name.to_owned(), group.to_owned());
+    if let Some(c) = CREDS.lock().expect("lock").get(&k).cloned() {
+        return Ok(c);
+    }
+    let c = enroll(t, name, group, key).await?;
+    CREDS.lock().expect("lock").insert(k, c.clone());
+    Ok(c)
+}
+
 /// A CA running in this process.
 pub struct Ca {
     pub authority: Arc<Authority>,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    pub data_dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -133,7 +234,14 @@ impl Ca {
         Self::start_config(config).await
     }
 
-    pub async fn start_config(config: Config) -> Ca {
+    pub async fn start_config(mut config: Config) -> Ca {
+        config.settings.data_dir = scratch_dir("data");
+        Self::start_in(config).await
+    }
+
+    /// Starts on the config's own data dir (a restart keeps its state).
+    pub async fn start_in(config: Config) -> Ca {
+        let data_dir = config.settings.data_dir.clone();
         let g = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -141,7 +249,7 @@ impl Ca {
             .await
             .expect("bind");
         let (grpc, http) = (g.local_addr().expect("addr"), h.local_addr().expect("addr"));
-        let authority = Arc::new(Authority::new(config));
+        let authority = Arc::new(Authority::open(config, true).expect("trust state opens"));
         let (tx, rx) = oneshot::channel::<()>();
         let a = authority.clone();
         let task = tokio::spawn(async move {
@@ -156,17 +264,32 @@ impl Ca {
             authority,
             grpc,
             http,
+            data_dir,
             stop: Some(tx),
             task,
         }
     }
 
+    /// The CA's root certificate (what connectors trust).
+    pub fn root(&self) -> String {
+        self.authority.pki().expect("TLS").issuer_pem.clone()
+    }
+
+    /// The gRPC target.
+    pub fn target(&self) -> Target {
+        Target {
+            grpc: self.grpc,
+            root: self.root(),
+        }
+    }
+
+    /// An HTTPS client for the JSON API.
+    pub fn web(&self) -> Http {
+        Http::new(self.http, &self.root())
+    }
+
     pub async fn channel(&self) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.grpc))
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("connect")
+        self.target().channel().await
     }
 
     pub async fn stop(mut self) {
@@ -188,28 +311,23 @@ pub struct Conn {
     pub group: String,
 }
 
-pub async fn open(
-    addr: SocketAddr,
+/// Enrolls (once) and opens a session with the certificate.
+pub async fn open(t: &Target, name: &str, group: &str, key: &str) -> Result<Conn, tonic::Status> {
+    let creds = enrolled(t, name, group, key).await?;
+    open_with(t, &creds, name, group).await
+}
+
+/// Opens a session with `creds`, saying `name`/`group` in Hello.
+pub async fn open_with(
+    t: &Target,
+    creds: &Creds,
     name: &str,
     group: &str,
-    key: &str,
 ) -> Result<Conn, tonic::Status> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
     let (tx, rx) = mpsc::channel(64);
     tx.send(hello(name, group)).await.expect("queue hello");
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    let md = request.metadata_mut();
-    md.insert(protocol::metadata::CONNECTOR, name.parse().expect("ascii"));
-    md.insert(protocol::metadata::GROUP, group.parse().expect("ascii"));
-    md.insert(
-        protocol::metadata::PROVISIONING_KEY,
-        key.parse().expect("ascii"),
-    );
-    let response = ConnectorSessionClient::new(channel)
+    let request = tonic::Request::new(ReceiverStream::new(rx));
+    let response = ConnectorSessionClient::new(t.mtls(creds).await)
         .connect(request)
         .await?;
     Ok(Conn {
@@ -242,7 +360,7 @@ pub async fn connect(ca: &Ca, name: &str, group: &str) -> (Conn, v1::Welcome) {
     } else {
         KEY_WEST
     };
-    let mut c = open(ca.grpc, name, group, key)
+    let mut c = open(&ca.target(), name, group, key)
         .await
         .expect("authenticated");
     match c.next().await {
@@ -342,18 +460,49 @@ pub fn app(
     }
 }
 
-/// A minimal HTTP client.
+/// A minimal HTTPS client (one connection per request).
 pub struct Http {
-    client: Client<HttpConnector, Full<Bytes>>,
-    base: String,
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+}
+
+/// A rustls client configuration that trusts `root_pem`.
+pub fn client_tls(root_pem: &str) -> rustls::ClientConfig {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 impl Http {
-    pub fn new(addr: SocketAddr) -> Http {
+    pub fn new(addr: SocketAddr, root_pem: &str) -> Http {
         Http {
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            base: format!("http://{addr}"),
+            addr,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(client_tls(root_pem))),
         }
+    }
+
+    async fn request(
+        &self,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> hyper::Response<hyper::body::Incoming> {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let tls = self.tls.connect(name, tcp).await.expect("TLS handshake");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(conn);
+        sender.send_request(request).await.expect("HTTP request")
     }
 
     pub async fn send(
@@ -365,7 +514,8 @@ impl Http {
     ) -> (u16, String) {
         let mut b = hyper::Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.base));
+            .uri(path)
+            .header("host", self.addr.to_string());
         if let Some(t) = token {
             b = b.header("authorization", format!("Bearer {t}"));
         }
@@ -376,11 +526,7 @@ impl Http {
             }
             None => Full::new(Bytes::new()),
         };
-        let response = self
-            .client
-            .request(b.body(body).expect("request"))
-            .await
-            .expect("HTTP request");
+        let response = self.request(b.body(body).expect("request")).await;
         let status = response.status().as_u16();
         let bytes = response
             .into_body()

@@ -1,8 +1,11 @@
 //! `cargo xtask demo`: the whole system on the built-in example, nothing to
 //! set up. Starts a DNS server for the `demo.test` zone and sample
 //! applications on loopback (in this process), then the real
-//! `central-authority` on `deploy/examples/demo.toml` and one
-//! `connector-agent`, prints the dashboard URL and runs until Ctrl-C.
+//! `central-authority` on `deploy/examples/demo.toml` (TLS, its generated
+//! root and database in `target/demo/ca-data`) and one `connector-agent`
+//! that enrolls with the demo group's provisioning key on its first start
+//! (its key and certificate in `target/demo/connector-state`), prints the
+//! dashboard URL and runs until Ctrl-C.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -58,20 +61,43 @@ async fn main() -> Result<()> {
     }
     let _udp = UdpApp::start(SocketAddr::new(ip(10, 3), 5353)).await?;
 
+    let data = std::path::absolute(dir.join("ca-data"))?;
+    let root = data.join("ca.pem");
     let mut ca = Proc::spawn(
         "central-authority",
         "central-authority",
-        &["--config".into(), config.display().to_string()],
+        &[
+            "--config".into(),
+            config.display().to_string(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ],
         &[],
         &dir,
     )?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The CA generates its root on first start; the connector trusts it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !root.exists() {
+        if std::time::Instant::now() > deadline || !ca.is_running() {
+            anyhow::bail!(
+                "central-authority did not start; see {}",
+                ca.log_path().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let state = std::path::absolute(dir.join("connector-state"))?;
     let mut connector = Proc::spawn(
         "connector-agent",
         "connector-agent",
         &[
             "--ca".into(),
-            "http://127.0.0.1:7443".into(),
+            "https://127.0.0.1:7443".into(),
+            "--ca-cert".into(),
+            root.display().to_string(),
+            "--state-dir".into(),
+            state.display().to_string(),
             "--name".into(),
             "demo-connector-1".into(),
             "--group".into(),
@@ -87,10 +113,11 @@ async fn main() -> Result<()> {
     )?;
     println!();
     println!("reach demo is running:");
-    println!("  dashboard:  http://127.0.0.1:7480/");
-    println!("  health API: curl http://127.0.0.1:7480/api/v1/health");
+    let cacert = root.display();
+    println!("  dashboard:  https://127.0.0.1:7480/  (TLS with the CA's own root: {cacert})");
+    println!("  health API: curl --cacert {cacert} https://127.0.0.1:7480/api/v1/health");
     println!(
-        "  access:     curl -H 'Authorization: Bearer demo-token' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' http://127.0.0.1:7480/api/v1/access"
+        "  access:     curl --cacert {cacert} -H 'Authorization: Bearer demo-token' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' https://127.0.0.1:7480/api/v1/access"
     );
     println!("  logs:       {}/", dir.display());
     println!("Ctrl-C stops everything.");

@@ -1,0 +1,472 @@
+//! The CA's public-key infrastructure: the issuing root (generated and
+//! persisted in the data directory on first start, or read from PEM files),
+//! the TLS server certificate, signing a connector's CSR into a client
+//! certificate that names connector and group, and reading that identity
+//! back from a certificate a peer presents.
+//!
+//! **Invariant:** the identity of a connector session comes from here (the
+//! certificate's URI SAN, checked against its common name), never from what
+//! the connector says in `Hello`.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+
+/// The URI SAN prefix of connector certificates.
+pub const IDENTITY_PREFIX: &str = "spiffe://reach/group/";
+
+/// Largest CSR the CA parses (a P-256 or RSA-4096 CSR is well under 4 KiB).
+pub const MAX_CSR_BYTES: usize = 16 * 1024;
+
+/// File names in the data directory.
+pub const ROOT_CERT_FILE: &str = "ca.pem";
+/// The root's private key (mode 0600).
+pub const ROOT_KEY_FILE: &str = "ca.key";
+/// The generated server certificate (rewritten at every start).
+pub const SERVER_CERT_FILE: &str = "server.pem";
+/// The generated server key (mode 0600).
+pub const SERVER_KEY_FILE: &str = "server.key";
+
+/// Why PKI material could not be loaded, generated or issued.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Certificate or key material is malformed or could not be produced.
+    #[error("{what}: {source}")]
+    Cert {
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: rcgen::Error,
+    },
+    /// The CSR is not acceptable.
+    #[error("invalid certificate signing request: {0}")]
+    InvalidCsr(String),
+}
+
+/// Why a presented certificate does not name a connector.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// Not a parseable X.509 certificate.
+    #[error("the client certificate cannot be parsed")]
+    Unparseable,
+    /// No (or more than one) reach identity URI.
+    #[error("the client certificate carries no reach connector identity")]
+    NoIdentity,
+    /// The identity URI and the common name disagree.
+    #[error("the client certificate's common name does not match its identity")]
+    NameMismatch,
+}
+
+/// A connector identity read from a certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertIdentity {
+    /// Connector name.
+    pub name: String,
+    /// Connector group.
+    pub group: String,
+    /// Serial number, lower-case hex.
+    pub serial: String,
+}
+
+/// A freshly issued client certificate.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    /// PEM.
+    pub pem: String,
+    /// Serial, lower-case hex.
+    pub serial: String,
+    /// SHA-256 of the DER, lower-case hex.
+    pub fingerprint: String,
+    /// End of validity, Unix milliseconds.
+    pub not_after_ms: i64,
+    /// The identity URI.
+    pub identity_uri: String,
+}
+
+/// The identity URI of a connector.
+pub fn identity_uri(group: &str, name: &str) -> String {
+    format!("{IDENTITY_PREFIX}{group}/connector/{name}")
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn offset(t: SystemTime) -> time::OffsetDateTime {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// A random positive serial of 16 bytes (its DER form is these bytes).
+fn serial() -> Vec<u8> {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] = (bytes[0] & 0x7f) | 0x40;
+    bytes.to_vec()
+}
+
+fn cert_err(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
+    move |source| PkiError::Cert { what, source }
+}
+
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(|source| PkiError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Writes `text` to `path` atomically (temporary file + rename); `secret`
+/// files are created readable by the owner only.
+pub fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), PkiError> {
+    let io = |source| PkiError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    {
+        use std::io::Write;
+        let mut f = options.open(&tmp).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Where the CA's certificates come from (`[tls]` in the config).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TlsSources {
+    /// Server certificate chain (PEM); generated when `None`.
+    pub cert_file: Option<PathBuf>,
+    /// Server key (PEM).
+    pub key_file: Option<PathBuf>,
+    /// Issuing CA certificate (PEM); generated in the data dir when `None`.
+    pub issuer_cert_file: Option<PathBuf>,
+    /// Issuing CA key (PEM).
+    pub issuer_key_file: Option<PathBuf>,
+    /// Extra names (DNS names or IP addresses) in a generated server
+    /// certificate, besides localhost, 127.0.0.1, ::1 and the listen hosts.
+    pub server_names: Vec<String>,
+}
+
+/// The CA's keys and certificates.
+pub struct Pki {
+    issuer: Issuer<'static, KeyPair>,
+    /// The issuing CA's certificate (PEM): what connectors trust
+    /// (`--ca-cert`).
+    pub issuer_pem: String,
+    /// The TLS server certificate chain (PEM).
+    pub server_cert_pem: String,
+    server_key_pem: String,
+    validity: Duration,
+}
+
+impl fmt::Debug for Pki {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pki")
+            .field("validity", &self.validity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pki {
+    /// Loads (or on first start generates and persists) the issuing root in
+    /// `data_dir`, and loads or issues the TLS server certificate.
+    pub fn load(
+        data_dir: &Path,
+        sources: &TlsSources,
+        listen_hosts: &[IpAddr],
+        validity: Duration,
+    ) -> Result<Pki, PkiError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| PkiError::Io {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let (issuer_pem, issuer_key_pem) =
+            match (&sources.issuer_cert_file, &sources.issuer_key_file) {
+                (Some(c), Some(k)) => (read(c)?, read(k)?),
+                _ => Self::root(data_dir)?,
+            };
+        let key = KeyPair::from_pem(&issuer_key_pem).map_err(cert_err("issuer key"))?;
+        let issuer =
+            Issuer::from_ca_cert_pem(&issuer_pem, key).map_err(cert_err("issuer certificate"))?;
+        let (server_cert_pem, server_key_pem) = match (&sources.cert_file, &sources.key_file) {
+            (Some(c), Some(k)) => (read(c)?, read(k)?),
+            _ => {
+                let (cert, key) = server_cert(&issuer, &sources.server_names, listen_hosts)?;
+                write_atomic(&data_dir.join(SERVER_CERT_FILE), &cert, false)?;
+                write_atomic(&data_dir.join(SERVER_KEY_FILE), &key, true)?;
+                (cert, key)
+            }
+        };
+        Ok(Pki {
+            issuer,
+            issuer_pem,
+            server_cert_pem,
+            server_key_pem,
+            validity,
+        })
+    }
+
+    /// The persisted root, generated on first start.
+    fn root(data_dir: &Path) -> Result<(String, String), PkiError> {
+        let (cert_path, key_path) = (data_dir.join(ROOT_CERT_FILE), data_dir.join(ROOT_KEY_FILE));
+        if cert_path.exists() && key_path.exists() {
+            return Ok((read(&cert_path)?, read(&key_path)?));
+        }
+        let key = KeyPair::generate().map_err(cert_err("generating the root key"))?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "reach");
+        dn.push(DnType::CommonName, "reach central authority root");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.serial_number = Some(SerialNumber::from_slice(&serial()));
+        let now = SystemTime::now();
+        params.not_before = offset(now - Duration::from_secs(3600));
+        params.not_after = offset(now + Duration::from_secs(20 * 365 * 86_400));
+        let cert = params
+            .self_signed(&key)
+            .map_err(cert_err("signing the root"))?;
+        // Key first: a crash in between leaves no certificate without key.
+        write_atomic(&key_path, &key.serialize_pem(), true)?;
+        write_atomic(&cert_path, &cert.pem(), false)?;
+        tracing::info!(path = %cert_path.display(), "generated the CA's root certificate");
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// The server identity for rustls/tonic: (certificate chain PEM, key PEM).
+    pub fn server_identity(&self) -> (&str, &str) {
+        (&self.server_cert_pem, &self.server_key_pem)
+    }
+
+    /// Signs a client certificate for connector `name` of `group` over the
+    /// public key of `csr_pem`. Only the CSR's key is used (its signature is
+    /// verified); subject, names and usages are the CA's.
+    pub fn issue(&self, name: &str, group: &str, csr_pem: &str) -> Result<Issued, PkiError> {
+        if csr_pem.len() > MAX_CSR_BYTES {
+            return Err(PkiError::InvalidCsr(format!(
+                "{} bytes (at most {MAX_CSR_BYTES})",
+                csr_pem.len()
+            )));
+        }
+        let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+            .map_err(|e| PkiError::InvalidCsr(e.to_string()))?;
+        let uri = identity_uri(group, name);
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "reach");
+        dn.push(DnType::OrganizationalUnitName, group);
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.subject_alt_names =
+            vec![SanType::URI(uri.clone().try_into().map_err(|_| {
+                PkiError::InvalidCsr("name or group is not ASCII".into())
+            })?)];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let serial = serial();
+        params.serial_number = Some(SerialNumber::from_slice(&serial));
+        let now = SystemTime::now();
+        let not_after = now + self.validity;
+        // A little slack for connectors whose clock runs behind.
+        params.not_before = offset(now - Duration::from_secs(300));
+        params.not_after = offset(not_after);
+        let cert = params
+            .signed_by(&csr.public_key, &self.issuer)
+            .map_err(cert_err("signing a client certificate"))?;
+        Ok(Issued {
+            pem: cert.pem(),
+            serial: hex(&serial),
+            fingerprint: sha256_hex(cert.der()),
+            not_after_ms: unix_ms(not_after),
+            identity_uri: uri,
+        })
+    }
+}
+
+/// A server certificate issued by `issuer` for the usual local names plus
+/// `extra` and the listen hosts.
+fn server_cert(
+    issuer: &Issuer<'static, KeyPair>,
+    extra: &[String],
+    listen_hosts: &[IpAddr],
+) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate().map_err(cert_err("generating the server key"))?;
+    let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    names.extend(
+        listen_hosts
+            .iter()
+            .filter(|ip| !ip.is_unspecified())
+            .map(ToString::to_string),
+    );
+    names.extend(extra.iter().cloned());
+    names.sort();
+    names.dedup();
+    let mut params = CertificateParams::new(names).map_err(cert_err("server names"))?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "reach");
+    dn.push(DnType::CommonName, "reach central authority");
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(SerialNumber::from_slice(&serial()));
+    let now = SystemTime::now();
+    params.not_before = offset(now - Duration::from_secs(3600));
+    params.not_after = offset(now + Duration::from_secs(825 * 86_400));
+    let cert = params
+        .signed_by(&key, issuer)
+        .map_err(cert_err("signing the server certificate"))?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Reads the connector identity from a DER certificate: exactly one URI SAN
+/// `spiffe://reach/group/<group>/connector/<name>` whose name equals the
+/// common name. The chain was verified by TLS already.
+pub fn identity_of(der: &[u8]) -> Result<CertIdentity, IdentityError> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der).map_err(|_| IdentityError::Unparseable)?;
+    let sans = cert
+        .subject_alternative_name()
+        .map_err(|_| IdentityError::Unparseable)?
+        .ok_or(IdentityError::NoIdentity)?;
+    let uris: Vec<&str> = sans
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::URI(u) => Some(*u),
+            _ => None,
+        })
+        .filter(|u| u.starts_with(IDENTITY_PREFIX))
+        .collect();
+    let [uri] = uris.as_slice() else {
+        return Err(IdentityError::NoIdentity);
+    };
+    let rest = &uri[IDENTITY_PREFIX.len()..];
+    let (group, name) = rest
+        .split_once("/connector/")
+        .filter(|(g, n)| !g.is_empty() && !n.is_empty() && !g.contains('/') && !n.contains('/'))
+        .ok_or(IdentityError::NoIdentity)?;
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .ok_or(IdentityError::NameMismatch)?;
+    if cn != name {
+        return Err(IdentityError::NameMismatch);
+    }
+    Ok(CertIdentity {
+        name: name.to_owned(),
+        group: group.to_owned(),
+        serial: hex(cert.tbs_certificate.raw_serial()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(name: &str) -> String {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params
+            .serialize_request(&key)
+            .expect("csr")
+            .pem()
+            .expect("pem")
+    }
+
+    #[test]
+    fn root_is_generated_once_and_certificates_name_connector_and_group() {
+        let dir = std::env::temp_dir().join(format!("reach-pki-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let pki = Pki::load(
+            &dir,
+            &TlsSources::default(),
+            &[],
+            Duration::from_secs(86_400),
+        )
+        .expect("pki");
+        let again = Pki::load(
+            &dir,
+            &TlsSources::default(),
+            &[],
+            Duration::from_secs(86_400),
+        )
+        .expect("pki");
+        assert_eq!(pki.issuer_pem, again.issuer_pem, "the root persists");
+        // The CSR asks for another name: the CA's naming wins.
+        let issued = pki.issue("c1", "dc-east", &csr("evil")).expect("issued");
+        let der = rustls_pem_der(&issued.pem);
+        let id = identity_of(&der).expect("identity");
+        assert_eq!(id.name, "c1");
+        assert_eq!(id.group, "dc-east");
+        assert_eq!(id.serial, issued.serial);
+        assert!(matches!(
+            pki.issue("c1", "g", "garbage"),
+            Err(PkiError::InvalidCsr(_))
+        ));
+        assert!(matches!(
+            pki.issue("c1", "g", &"x".repeat(MAX_CSR_BYTES + 1)),
+            Err(PkiError::InvalidCsr(_))
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn rustls_pem_der(pem: &str) -> Vec<u8> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .expect("pem")
+            .to_vec()
+    }
+
+    #[test]
+    fn garbage_is_no_identity() {
+        assert_eq!(identity_of(b"nonsense"), Err(IdentityError::Unparseable));
+    }
+}

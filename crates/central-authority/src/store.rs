@@ -1,0 +1,461 @@
+//! The CA's persistent state in an embedded SQLite database (`reach.db` in
+//! the data directory): enrolled connectors (and whether they are
+//! disabled), the certificates issued to them with their serials and
+//! revocations, and the use counts and revocations of provisioning keys.
+//! Health is not here: it is soft state rebuilt from reports.
+//!
+//! Keys are stored only as SHA-256 fingerprints, never themselves. Every
+//! change is one transaction (an enrollment checks and counts the key,
+//! records the connector, supersedes its old certificates and records the
+//! new one atomically). The schema is versioned with `PRAGMA user_version`;
+//! `MIGRATIONS[i]` takes it from version `i` to `i + 1`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::state::lock;
+
+/// Schema migrations, in order. Never edit one that has shipped; add more.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE connectors (
+    name        TEXT PRIMARY KEY,
+    grp         TEXT NOT NULL,
+    disabled    INTEGER NOT NULL DEFAULT 0,
+    enrolled_ms INTEGER NOT NULL,
+    changed_ms  INTEGER NOT NULL
+);
+CREATE TABLE certificates (
+    serial      TEXT PRIMARY KEY,
+    connector   TEXT NOT NULL REFERENCES connectors(name),
+    grp         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    issued_ms   INTEGER NOT NULL,
+    not_after_ms INTEGER NOT NULL,
+    revoked_ms  INTEGER,
+    revoked_reason TEXT
+);
+CREATE INDEX certificates_by_connector ON certificates(connector);
+CREATE TABLE provisioning_keys (
+    grp         TEXT NOT NULL,
+    key_sha256  TEXT NOT NULL,
+    uses        INTEGER NOT NULL DEFAULT 0,
+    revoked_ms  INTEGER,
+    last_used_ms INTEGER,
+    PRIMARY KEY (grp, key_sha256)
+);
+"#];
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The database is newer than this binary.
+    #[error("database schema version {found} is newer than this binary's {known}")]
+    TooNew {
+        /// Version in the file.
+        found: i64,
+        /// Latest version this binary knows.
+        known: usize,
+    },
+}
+
+/// Why the store refused an enrollment (the checks that need its state).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnrollRefusal {
+    /// The provisioning key was revoked.
+    #[error("the provisioning key of connector group {0:?} was revoked")]
+    KeyRevoked(String),
+    /// The key has no uses left.
+    #[error(
+        "the provisioning key of connector group {group:?} is exhausted ({uses} of {max} uses)"
+    )]
+    KeyExhausted {
+        /// Group.
+        group: String,
+        /// Uses so far.
+        uses: u32,
+        /// Maximum.
+        max: u32,
+    },
+    /// The name belongs to a connector of another group.
+    #[error("connector {name:?} is enrolled in connector group {group:?}")]
+    OtherGroup {
+        /// Connector.
+        name: String,
+        /// Its group.
+        group: String,
+    },
+    /// The connector is disabled.
+    #[error("connector {0:?} is disabled")]
+    Disabled(String),
+}
+
+/// What an enrollment records.
+#[derive(Clone, Debug)]
+pub struct NewCertificate<'a> {
+    /// Connector name.
+    pub name: &'a str,
+    /// Group.
+    pub group: &'a str,
+    /// SHA-256 of the provisioning key used.
+    pub key_sha256: &'a str,
+    /// The key's maximum uses.
+    pub max_uses: u32,
+    /// Serial (hex).
+    pub serial: &'a str,
+    /// SHA-256 of the certificate.
+    pub fingerprint: &'a str,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// A certificate as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertRecord {
+    /// Connector name.
+    pub connector: String,
+    /// Group.
+    pub group: String,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// When and why it was revoked.
+    pub revoked: Option<(i64, String)>,
+    /// Whether the connector is disabled.
+    pub disabled: bool,
+}
+
+/// An enrolled connector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectorRecord {
+    /// Name.
+    pub name: String,
+    /// Group.
+    pub group: String,
+    /// Disabled by an administrator.
+    pub disabled: bool,
+    /// Enrolled at.
+    pub enrolled_ms: i64,
+    /// The serial of its current (unrevoked) certificate.
+    pub serial: Option<String>,
+    /// Its end of validity.
+    pub not_after_ms: Option<i64>,
+}
+
+/// Use count and revocation of one provisioning key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyUsage {
+    /// Enrollments so far.
+    pub uses: u32,
+    /// Revoked at.
+    pub revoked_ms: Option<i64>,
+    /// Last enrollment.
+    pub last_used_ms: Option<i64>,
+}
+
+/// The database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::init(Connection::open(path)?)
+    }
+
+    /// A database in memory (tests).
+    pub fn in_memory() -> Result<Store, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(mut conn: Connection) -> Result<Store, StoreError> {
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // WAL + FULL: a committed enrollment survives a crash or power loss.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let known = MIGRATIONS.len();
+        if version > known as i64 {
+            return Err(StoreError::TooNew {
+                found: version,
+                known,
+            });
+        }
+        for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+            tx.execute_batch(migration)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            tx.commit()?;
+            tracing::info!(version = i + 1, "database migrated");
+        }
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Records an enrollment if the key has uses left and is not revoked,
+    /// and the connector is not disabled or of another group; supersedes
+    /// the connector's earlier certificates. All or nothing.
+    pub fn enroll(&self, c: &NewCertificate<'_>) -> Result<Result<(), EnrollRefusal>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let key: Option<(u32, Option<i64>)> = tx
+            .query_row(
+                "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = ?1 AND key_sha256 = ?2",
+                params![c.group, c.key_sha256],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let (uses, revoked) = key.unwrap_or((0, None));
+        if revoked.is_some() {
+            return Ok(Err(EnrollRefusal::KeyRevoked(c.group.to_owned())));
+        }
+        if uses >= c.max_uses {
+            return Ok(Err(EnrollRefusal::KeyExhausted {
+                group: c.group.to_owned(),
+                uses,
+                max: c.max_uses,
+            }));
+        }
+        let existing: Option<(String, bool)> = tx
+            .query_row(
+                "SELECT grp, disabled FROM connectors WHERE name = ?1",
+                params![c.name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match existing {
+            Some((_, true)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
+            Some((group, false)) if group != c.group => {
+                return Ok(Err(EnrollRefusal::OtherGroup {
+                    name: c.name.to_owned(),
+                    group,
+                }));
+            }
+            Some(_) => {}
+            None => {
+                tx.execute(
+                    "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
+                    params![c.name, c.group, c.now_ms],
+                )?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES (?1, ?2, 1, ?3)
+             ON CONFLICT (grp, key_sha256) DO UPDATE SET uses = uses + 1, last_used_ms = ?3",
+            params![c.group, c.key_sha256, c.now_ms],
+        )?;
+        tx.execute(
+            "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'superseded by a new enrollment'
+             WHERE connector = ?1 AND revoked_ms IS NULL",
+            params![c.name, c.now_ms],
+        )?;
+        tx.execute(
+            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                c.serial,
+                c.name,
+                c.group,
+                c.fingerprint,
+                c.now_ms,
+                c.not_after_ms
+            ],
+        )?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    /// The record of certificate `serial`, if the CA issued it.
+    pub fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                 FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
+                params![serial],
+                |r| {
+                    let revoked_ms: Option<i64> = r.get(3)?;
+                    let reason: Option<String> = r.get(4)?;
+                    Ok(CertRecord {
+                        connector: r.get(0)?,
+                        group: r.get(1)?,
+                        not_after_ms: r.get(2)?,
+                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                        disabled: r.get(5)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Disables or enables a connector; `false` if it is not enrolled.
+    pub fn set_disabled(
+        &self,
+        name: &str,
+        disabled: bool,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        let n = conn.execute(
+            "UPDATE connectors SET disabled = ?2, changed_ms = ?3 WHERE name = ?1",
+            params![name, disabled, now_ms],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Revokes every unrevoked certificate of a connector; returns how many.
+    pub fn revoke_certificates(
+        &self,
+        name: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn.execute(
+            "UPDATE certificates SET revoked_ms = ?2, revoked_reason = ?3
+             WHERE connector = ?1 AND revoked_ms IS NULL",
+            params![name, now_ms, reason],
+        )?)
+    }
+
+    /// Revokes a provisioning key (by fingerprint) of a group.
+    pub fn revoke_key(&self, group: &str, key_sha256: &str, now_ms: i64) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        conn.execute(
+            "INSERT INTO provisioning_keys (grp, key_sha256, uses, revoked_ms) VALUES (?1, ?2, 0, ?3)
+             ON CONFLICT (grp, key_sha256) DO UPDATE SET revoked_ms = COALESCE(revoked_ms, ?3)",
+            params![group, key_sha256, now_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Use count and revocation of a key.
+    pub fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "SELECT uses, revoked_ms, last_used_ms FROM provisioning_keys WHERE grp = ?1 AND key_sha256 = ?2",
+                params![group, key_sha256],
+                |r| {
+                    Ok(KeyUsage {
+                        uses: r.get(0)?,
+                        revoked_ms: r.get(1)?,
+                        last_used_ms: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?
+            .unwrap_or_default())
+    }
+
+    /// Every enrolled connector with its current certificate.
+    pub fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare(
+            "SELECT n.name, n.grp, n.disabled, n.enrolled_ms,
+                    (SELECT serial FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1),
+                    (SELECT not_after_ms FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1)
+             FROM connectors n ORDER BY n.name",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(ConnectorRecord {
+                name: r.get(0)?,
+                group: r.get(1)?,
+                disabled: r.get(2)?,
+                enrolled_ms: r.get(3)?,
+                serial: r.get(4)?,
+                not_after_ms: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert<'a>(name: &'a str, group: &'a str, serial: &'a str) -> NewCertificate<'a> {
+        NewCertificate {
+            name,
+            group,
+            key_sha256: "k1",
+            max_uses: 2,
+            serial,
+            fingerprint: "f",
+            not_after_ms: 10,
+            now_ms: 1,
+        }
+    }
+
+    #[test]
+    fn enrollment_counts_uses_and_supersedes_certificates() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c1", "g", "02")).expect("db"), Ok(()));
+        let old = s.certificate("01").expect("db").expect("known");
+        assert!(old.revoked.is_some(), "superseded");
+        assert!(
+            s.certificate("02")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        assert!(matches!(
+            s.enroll(&cert("c2", "g", "03")).expect("db"),
+            Err(EnrollRefusal::KeyExhausted {
+                uses: 2,
+                max: 2,
+                ..
+            })
+        ));
+        assert_eq!(s.key_usage("g", "k1").expect("db").uses, 2);
+    }
+
+    #[test]
+    fn disabled_other_group_and_revoked_key_are_refused() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert!(matches!(
+            s.enroll(&cert("c1", "h", "02")).expect("db"),
+            Err(EnrollRefusal::OtherGroup { .. })
+        ));
+        assert!(s.set_disabled("c1", true, 2).expect("db"));
+        assert!(s.certificate("01").expect("db").expect("known").disabled);
+        assert_eq!(
+            s.enroll(&cert("c1", "g", "03")).expect("db"),
+            Err(EnrollRefusal::Disabled("c1".into()))
+        );
+        s.revoke_key("g", "k1", 3).expect("db");
+        assert_eq!(
+            s.enroll(&cert("c9", "g", "04")).expect("db"),
+            Err(EnrollRefusal::KeyRevoked("g".into()))
+        );
+    }
+
+    #[test]
+    fn state_survives_reopening_and_migrations_are_idempotent() {
+        let dir = std::env::temp_dir().join(format!("reach-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("reach.db");
+        {
+            let s = Store::open(&path).expect("db");
+            assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        }
+        let s = Store::open(&path).expect("reopened");
+        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("01"));
+        assert_eq!(s.key_usage("g", "k1").expect("db").uses, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,346 @@
+//! Trust: connector enrollment (the `Enrollment` gRPC service), session
+//! authentication from the client certificate, and the administrator's
+//! controls (disable / enable a connector, revoke its certificates, revoke a
+//! group's provisioning key).
+//!
+//! Enrollment checks, in order: the name is well-formed, the group exists,
+//! the key matches (constant time), the key has not expired; then, in one
+//! database transaction, that the key is not revoked and has uses left and
+//! that the connector is neither disabled nor enrolled in another group.
+//! Only then is the signed certificate returned.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use protocol::v1;
+use protocol::v1::enrollment_server::Enrollment;
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::auth::{AuthError, check_connector_name};
+use crate::metrics::Metrics;
+use crate::pki::{IdentityError, PkiError};
+use crate::session::Identity;
+use crate::state::{Authority, lock};
+use crate::store::{EnrollRefusal, NewCertificate, StoreError};
+
+/// Now, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Why an enrollment was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// The CA serves no TLS, so it cannot issue certificates.
+    #[error("this CA runs without TLS and does not enroll connectors")]
+    NoTls,
+    /// Too many enrollment attempts.
+    #[error("too many enrollment attempts; retry later")]
+    RateLimited,
+    /// Name, group or key is wrong.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The key's expiry passed.
+    #[error("the provisioning key of connector group {0:?} has expired")]
+    KeyExpired(String),
+    /// The database refused it (uses, revocation, disabled, other group).
+    #[error(transparent)]
+    Refused(#[from] EnrollRefusal),
+    /// The CSR is unusable.
+    #[error("{0}")]
+    Csr(String),
+    /// Something failed inside the CA (logged there).
+    #[error("enrollment failed inside the CA; see its log")]
+    Internal,
+}
+
+impl EnrollError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EnrollError::NoTls => "no_tls",
+            EnrollError::RateLimited => "rate_limited",
+            EnrollError::Auth(AuthError::WrongKey(_)) => "wrong_key",
+            EnrollError::Auth(AuthError::UnknownGroup(_)) => "unknown_group",
+            EnrollError::Auth(_) => "invalid",
+            EnrollError::KeyExpired(_) => "key_expired",
+            EnrollError::Refused(EnrollRefusal::KeyRevoked(_)) => "key_revoked",
+            EnrollError::Refused(EnrollRefusal::KeyExhausted { .. }) => "key_exhausted",
+            EnrollError::Refused(EnrollRefusal::Disabled(_)) => "disabled",
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => "other_group",
+            EnrollError::Csr(_) => "invalid_csr",
+            EnrollError::Internal => "internal",
+        }
+    }
+}
+
+impl From<EnrollError> for Status {
+    fn from(e: EnrollError) -> Self {
+        let message = e.to_string();
+        match e {
+            EnrollError::Auth(a) => a.into(),
+            EnrollError::NoTls => Status::failed_precondition(message),
+            EnrollError::RateLimited => Status::resource_exhausted(message),
+            EnrollError::KeyExpired(_) | EnrollError::Refused(_) => {
+                Status::permission_denied(message)
+            }
+            EnrollError::Csr(_) => Status::invalid_argument(message),
+            EnrollError::Internal => Status::internal(message),
+        }
+    }
+}
+
+/// The `Enrollment` gRPC service.
+#[derive(Clone, Debug)]
+pub struct EnrollmentService {
+    authority: Arc<Authority>,
+}
+
+impl EnrollmentService {
+    /// The service over shared state.
+    pub fn new(authority: Arc<Authority>) -> Self {
+        EnrollmentService { authority }
+    }
+}
+
+#[tonic::async_trait]
+impl Enrollment for EnrollmentService {
+    async fn enroll(
+        &self,
+        request: Request<v1::EnrollRequest>,
+    ) -> Result<Response<v1::EnrollResponse>, Status> {
+        let peer = request.remote_addr();
+        let r = request.into_inner();
+        let name: String = r.name.chars().take(128).collect();
+        let group: String = r.group.chars().take(128).collect();
+        match self.authority.enroll(&r) {
+            Ok(response) => {
+                Metrics::count(&self.authority.metrics.enrollments, "enrolled");
+                tracing::info!(
+                    connector = %name,
+                    group = %group,
+                    serial = %response.serial,
+                    peer = ?peer,
+                    "connector enrolled"
+                );
+                Ok(Response::new(response))
+            }
+            Err(e) => {
+                Metrics::count(&self.authority.metrics.enrollments, e.label());
+                // The key is never logged, only the reason.
+                tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// A provisioning key as the admin API shows it (never the key itself).
+#[derive(Clone, Debug, Serialize)]
+pub struct KeyView {
+    /// Group.
+    pub group: String,
+    /// Enrollments so far.
+    pub uses: u32,
+    /// Maximum.
+    pub max_uses: u32,
+    /// Expiry, Unix ms.
+    pub expires_at: Option<i64>,
+    /// Revocation time, Unix ms.
+    pub revoked_at: Option<i64>,
+    /// Last use, Unix ms.
+    pub last_used_at: Option<i64>,
+    /// Whether it would enroll a connector now.
+    pub usable: bool,
+}
+
+impl Authority {
+    /// Checks an enrollment request and, if acceptable, signs and records a
+    /// client certificate.
+    pub fn enroll(&self, r: &v1::EnrollRequest) -> Result<v1::EnrollResponse, EnrollError> {
+        let pki = self.pki.as_ref().ok_or(EnrollError::NoTls)?;
+        if self.enroll_limiter.check().is_err() {
+            return Err(EnrollError::RateLimited);
+        }
+        check_connector_name(&r.name)?;
+        let state = self.snapshot();
+        let unknown = || AuthError::UnknownGroup(r.group.chars().take(128).collect());
+        let key = state.config.group_keys.get(&r.group).ok_or_else(unknown)?;
+        let policy = state
+            .config
+            .key_policies
+            .get(&r.group)
+            .ok_or_else(unknown)?;
+        if !key.matches(r.provisioning_key.as_bytes()) {
+            return Err(AuthError::WrongKey(r.group.clone()).into());
+        }
+        let now = now_ms();
+        if policy.expires_ms.is_some_and(|e| now >= e) {
+            return Err(EnrollError::KeyExpired(r.group.clone()));
+        }
+        let issued = pki
+            .issue(&r.name, &r.group, &r.csr_pem)
+            .map_err(|e| match e {
+                PkiError::InvalidCsr(m) => EnrollError::Csr(format!("invalid CSR: {m}")),
+                other => {
+                    tracing::error!(error = %other, "cannot sign a client certificate");
+                    EnrollError::Internal
+                }
+            })?;
+        self.store
+            .enroll(&NewCertificate {
+                name: &r.name,
+                group: &r.group,
+                key_sha256: &policy.key_sha256,
+                max_uses: policy.max_uses,
+                serial: &issued.serial,
+                fingerprint: &issued.fingerprint,
+                not_after_ms: issued.not_after_ms,
+                now_ms: now,
+            })
+            .map_err(internal)??;
+        // A re-enrolled connector's old certificates were superseded: end a
+        // session that still runs on one.
+        self.close_connector(&r.name, "re-enrolled with a new certificate");
+        Ok(v1::EnrollResponse {
+            certificate_pem: issued.pem,
+            issuer_pem: pki.issuer_pem.clone(),
+            serial: issued.serial,
+            not_after_unix_ms: issued.not_after_ms,
+            identity_uri: issued.identity_uri,
+        })
+    }
+
+    /// Authenticates a session by its client certificate: a reach identity
+    /// whose serial the CA issued, not revoked, of a connector that is not
+    /// disabled, in a group of the policy.
+    pub fn authenticate_cert(
+        &self,
+        certs: Option<&[impl AsRef<[u8]>]>,
+    ) -> Result<Identity, AuthError> {
+        let leaf = certs
+            .and_then(|c| c.first())
+            .ok_or(AuthError::NoClientCertificate)?;
+        let id = crate::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+        let record = self
+            .store
+            .certificate(&id.serial)
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot look up a certificate");
+                AuthError::BadCertificate(IdentityError::Unparseable)
+            })?
+            .ok_or_else(|| AuthError::UnknownCertificate(id.serial.clone()))?;
+        if record.connector != id.name || record.group != id.group {
+            return Err(AuthError::UnknownCertificate(id.serial));
+        }
+        if let Some((_, reason)) = record.revoked {
+            return Err(AuthError::CertificateRevoked {
+                serial: id.serial,
+                reason,
+            });
+        }
+        if record.disabled {
+            return Err(AuthError::ConnectorDisabled(id.name));
+        }
+        if !self.snapshot().policy().has_group(&id.group) {
+            return Err(AuthError::UnknownGroup(id.group));
+        }
+        Ok(Identity {
+            name: id.name,
+            group: id.group,
+        })
+    }
+
+    /// Whether a connector is disabled (also checked for plain-text
+    /// sessions).
+    pub(crate) fn is_disabled(&self, name: &str) -> bool {
+        self.store
+            .connectors()
+            .map(|all| all.iter().any(|c| c.name == name && c.disabled))
+            .unwrap_or(false)
+    }
+
+    /// Ends a connector's live session, if any, telling it why.
+    pub(crate) fn close_connector(&self, name: &str, reason: &str) {
+        let session = lock(&self.connectors).get_mut(name).and_then(|e| {
+            e.connected_since = None;
+            e.session.take()
+        });
+        if let Some(s) = session {
+            self.close_session(name, s, reason);
+        }
+    }
+
+    /// Disables (or enables) an enrolled connector. A disabled connector's
+    /// session ends at once and it can neither reconnect nor re-enroll.
+    /// `Ok(false)` when no such connector is enrolled.
+    pub fn set_connector_disabled(&self, name: &str, disabled: bool) -> Result<bool, StoreError> {
+        let found = self.store.set_disabled(name, disabled, now_ms())?;
+        if found && disabled {
+            self.close_connector(name, "connector disabled by an administrator");
+        }
+        if found {
+            tracing::info!(connector = name, disabled, "connector state changed");
+        }
+        Ok(found)
+    }
+
+    /// Revokes every certificate of a connector and ends its session; it must
+    /// enroll again (with a provisioning key) to reconnect.
+    pub fn revoke_connector(&self, name: &str) -> Result<usize, StoreError> {
+        let n = self
+            .store
+            .revoke_certificates(name, "revoked by an administrator", now_ms())?;
+        if n > 0 {
+            self.close_connector(name, "certificate revoked by an administrator");
+            tracing::info!(connector = name, certificates = n, "certificates revoked");
+        }
+        Ok(n)
+    }
+
+    /// Revokes the current provisioning key of `group`; `Ok(false)` when the
+    /// group has no key. Connectors already enrolled keep working; a new key
+    /// in the config is a new, unrevoked key.
+    pub fn revoke_provisioning_key(&self, group: &str) -> Result<bool, StoreError> {
+        let state = self.snapshot();
+        let Some(policy) = state.config.key_policies.get(group) else {
+            return Ok(false);
+        };
+        self.store.revoke_key(group, &policy.key_sha256, now_ms())?;
+        tracing::info!(group, "provisioning key revoked");
+        Ok(true)
+    }
+
+    /// Every group's current key: uses, limits, state.
+    pub fn provisioning_keys(&self) -> Result<Vec<KeyView>, StoreError> {
+        let state = self.snapshot();
+        let now = now_ms();
+        let mut out = Vec::new();
+        for g in &state.policy().connector_groups {
+            let Some(p) = state.config.key_policies.get(&g.name) else {
+                continue;
+            };
+            let u = self.store.key_usage(&g.name, &p.key_sha256)?;
+            out.push(KeyView {
+                group: g.name.clone(),
+                uses: u.uses,
+                max_uses: p.max_uses,
+                expires_at: p.expires_ms,
+                revoked_at: u.revoked_ms,
+                last_used_at: u.last_used_ms,
+                usable: u.revoked_ms.is_none()
+                    && u.uses < p.max_uses
+                    && p.expires_ms.is_none_or(|e| now < e),
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn internal(e: StoreError) -> EnrollError {
+    tracing::error!(error = %e, "enrollment could not be recorded");
+    EnrollError::Internal
+}

@@ -1,0 +1,269 @@
+//! Enrollment and the connector's credentials: on first start (or with
+//! `connector-agent enroll`) the connector makes its own key pair and a CSR,
+//! sends them with its group's provisioning key to the CA's `Enrollment`
+//! service over server-authenticated TLS, and keeps the returned client
+//! certificate with the key in `--state-dir`. Every session after that is
+//! mutual TLS with that certificate; the provisioning key is not sent again.
+//!
+//! State directory files: `connector.key` (PKCS#8 PEM, mode 0600),
+//! `connector.pem` (the certificate) and `identity` (name, group, serial;
+//! written last, so its presence means the enrollment is complete).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use protocol::v1;
+use protocol::v1::enrollment_client::EnrollmentClient;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// The key file in the state directory.
+pub const KEY_FILE: &str = "connector.key";
+/// The certificate file.
+pub const CERT_FILE: &str = "connector.pem";
+/// Name, group and serial of the enrollment.
+pub const IDENTITY_FILE: &str = "identity";
+
+/// Why enrollment or loading credentials failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `--ca-cert` is missing for an `https://` CA.
+    #[error("--ca-cert (REACH_CA_CERT) is required to trust an https:// CA")]
+    MissingCaCert,
+    /// Key or CSR generation failed.
+    #[error("cannot make a key pair and CSR: {0}")]
+    Key(String),
+    /// The CA could not be reached (retryable).
+    #[error("cannot reach the CA: {0}")]
+    Unreachable(String),
+    /// The CA refused the enrollment (not retryable).
+    #[error("the CA refused the enrollment ({code:?}): {message}")]
+    Refused {
+        /// gRPC code.
+        code: tonic::Code,
+        /// The CA's reason.
+        message: String,
+    },
+    /// The state directory belongs to another connector.
+    #[error(
+        "the state directory {dir} holds the enrollment of connector {name:?} in group {group:?}; use another --state-dir or delete it"
+    )]
+    OtherIdentity {
+        /// The directory.
+        dir: PathBuf,
+        /// Enrolled name.
+        name: String,
+        /// Enrolled group.
+        group: String,
+    },
+    /// Invalid URL or TLS setup.
+    #[error("TLS setup: {0}")]
+    Tls(String),
+}
+
+impl EnrollError {
+    /// Whether trying again later may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            EnrollError::Unreachable(_) => true,
+            EnrollError::Refused { code, .. } => matches!(
+                code,
+                tonic::Code::Unavailable
+                    | tonic::Code::ResourceExhausted
+                    | tonic::Code::Internal
+                    | tonic::Code::Unknown
+                    | tonic::Code::DeadlineExceeded
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// The connector's enrolled credentials.
+#[derive(Clone)]
+pub struct Credentials {
+    /// The CA root the connector trusts (PEM).
+    pub ca_pem: String,
+    /// The client certificate (PEM).
+    pub cert_pem: String,
+    /// Its key (PEM).
+    key_pem: String,
+    /// Its serial.
+    pub serial: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("serial", &self.serial)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// The client TLS configuration for sessions (mutual TLS).
+    pub fn tls(&self) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EnrollError + '_ {
+    move |source| EnrollError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads the CA root from `--ca-cert`.
+pub fn read_ca_cert(path: Option<&Path>) -> Result<String, EnrollError> {
+    let path = path.ok_or(EnrollError::MissingCaCert)?;
+    std::fs::read_to_string(path).map_err(io(path))
+}
+
+/// Writes `text` atomically; `secret` files are readable by the owner only.
+fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), EnrollError> {
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    {
+        use std::io::Write;
+        let mut f = options.open(&tmp).map_err(io(&tmp))?;
+        f.write_all(text.as_bytes()).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// The enrollment in `dir`, if complete, for `name` in `group`.
+pub fn load(
+    dir: &Path,
+    name: &str,
+    group: &str,
+    ca_pem: &str,
+) -> Result<Option<Credentials>, EnrollError> {
+    let id_path = dir.join(IDENTITY_FILE);
+    let identity = match std::fs::read_to_string(&id_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&id_path)(e)),
+    };
+    let mut lines = identity.lines();
+    let (n, g, serial) = (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    );
+    if n != name || g != group {
+        return Err(EnrollError::OtherIdentity {
+            dir: dir.to_owned(),
+            name: n.to_owned(),
+            group: g.to_owned(),
+        });
+    }
+    let read = |f: &str| {
+        let p = dir.join(f);
+        std::fs::read_to_string(&p).map_err(io(&p))
+    };
+    Ok(Some(Credentials {
+        ca_pem: ca_pem.to_owned(),
+        cert_pem: read(CERT_FILE)?,
+        key_pem: read(KEY_FILE)?,
+        serial: serial.to_owned(),
+    }))
+}
+
+/// A channel to the CA over TLS that trusts `ca_pem` (no client
+/// certificate: enrollment).
+async fn channel(url: &str, ca_pem: &str) -> Result<Channel, EnrollError> {
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| EnrollError::Tls(e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(15))
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
+        .map_err(|e| EnrollError::Tls(e.to_string()))?;
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| EnrollError::Unreachable(crate::session::error_chain(&e)))
+}
+
+/// Enrolls once: new key pair, CSR, `Enroll`, files written.
+pub async fn enroll(
+    url: &str,
+    ca_pem: &str,
+    dir: &Path,
+    name: &str,
+    group: &str,
+    provisioning_key: &str,
+) -> Result<Credentials, EnrollError> {
+    let key = rcgen::KeyPair::generate().map_err(|e| EnrollError::Key(e.to_string()))?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
+        .map_err(|e| EnrollError::Key(e.to_string()))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|c| c.pem())
+        .map_err(|e| EnrollError::Key(e.to_string()))?;
+    let mut client = EnrollmentClient::new(channel(url, ca_pem).await?);
+    let response = client
+        .enroll(v1::EnrollRequest {
+            name: name.to_owned(),
+            group: group.to_owned(),
+            provisioning_key: provisioning_key.to_owned(),
+            csr_pem: csr,
+        })
+        .await
+        .map_err(|s| EnrollError::Refused {
+            code: s.code(),
+            message: s.message().to_owned(),
+        })?
+        .into_inner();
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let key_pem = key.serialize_pem();
+    // Old identity first: a crash mid-way leaves "not enrolled", never a
+    // certificate paired with the wrong key.
+    let id_path = dir.join(IDENTITY_FILE);
+    match std::fs::remove_file(&id_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&id_path)(e)),
+    }
+    write_atomic(&dir.join(KEY_FILE), &key_pem, true)?;
+    write_atomic(&dir.join(CERT_FILE), &response.certificate_pem, false)?;
+    write_atomic(
+        &id_path,
+        &format!("{name}\n{group}\n{}\n", response.serial),
+        false,
+    )?;
+    tracing::info!(
+        serial = %response.serial,
+        identity = %response.identity_uri,
+        state_dir = %dir.display(),
+        "enrolled with the CA"
+    );
+    Ok(Credentials {
+        ca_pem: ca_pem.to_owned(),
+        cert_pem: response.certificate_pem,
+        key_pem,
+        serial: response.serial,
+    })
+}
