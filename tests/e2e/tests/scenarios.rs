@@ -1307,3 +1307,109 @@ async fn s13_dashboard_in_browser() -> Result<()> {
     })
     .await
 }
+
+/// 14. Trust with the real binaries: `connector-agent enroll` and
+/// auto-enrollment, a wrong key refused with the CA's reason, an exhausted
+/// key, a disabled connector cut off and back after enabling, all over TLS.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s14_trust() -> Result<()> {
+    let sc = Scenario::new("s14_trust", 34)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let _app = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg = cfg.replace(
+            &format!("provisioning_key = \"{}\"", e2e::group_key("g")),
+            &format!(
+                "provisioning_key = \"{}\"\nmax_uses = 2",
+                e2e::group_key("g")
+            ),
+        );
+        cfg += &segment(
+            "web",
+            &[&a1.to_string()],
+            &["8080"],
+            &[],
+            "continuous",
+            500,
+            &["g"],
+            "",
+        );
+        let ca = Ca::start(&sc, &cfg).await?;
+        let app = App::new("web", &a1.to_string(), "tcp", 8080);
+        let flags = |name: &str, key: &str| -> Vec<String> {
+            vec![
+                "--ca".into(),
+                ca.url(),
+                "--ca-cert".into(),
+                ca.root.display().to_string(),
+                "--state-dir".into(),
+                sc.dir.join(format!("state-{name}")).display().to_string(),
+                "--name".into(),
+                name.into(),
+                "--group".into(),
+                "g".into(),
+                "--provisioning-key".into(),
+                key.into(),
+            ]
+        };
+        // A wrong key: the agent exits non-zero with the CA's reason.
+        let mut args = flags("c0", "not-the-key");
+        args.push("enroll".into());
+        let mut bad = e2e::Proc::spawn("c0-enroll", "connector-agent", &args, &[], &sc.dir)?;
+        let code = bad.wait_exit(Duration::from_secs(20)).await?;
+        ensure!(code.is_some_and(|c| c != 0), "wrong key exited {code:?}");
+        ensure!(
+            bad.log().contains("wrong provisioning key"),
+            "no reason in: {}",
+            bad.log()
+        );
+        // `enroll` alone (use 1), then the agent runs on that certificate.
+        let mut args = flags("c1", &e2e::group_key("g"));
+        args.push("enroll".into());
+        let mut ok = e2e::Proc::spawn("c1-enroll", "connector-agent", &args, &[], &sc.dir)?;
+        ensure!(
+            ok.wait_exit(Duration::from_secs(20)).await? == Some(0),
+            "enroll failed: {}",
+            ok.log()
+        );
+        let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        // c2 enrolls on its first start (use 2); c3 finds the key exhausted.
+        let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        wait_status(&ca, &app, "c2", "up", Duration::from_secs(15)).await?;
+        let mut c3 = Connector::start(&sc, &ca, "c3", "g", &[])?;
+        let code = c3.proc.wait_exit(Duration::from_secs(20)).await?;
+        ensure!(
+            code.is_some_and(|c| c != 0),
+            "exhausted key exited {code:?}"
+        );
+        ensure!(c3.proc.log().contains("exhausted"), "{}", c3.proc.log());
+        // Disable c1: its session ends and it stays out, c2 is untouched.
+        ensure!(ca.admin("/api/v1/connectors/c1/disable").await? == 200);
+        wait_status(&ca, &app, "c1", "unknown", Duration::from_secs(10)).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let v = ca.get("/api/v1/connectors").await?;
+        let entry = |name: &str| {
+            v["connectors"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["name"] == name).cloned())
+                .unwrap_or_default()
+        };
+        ensure!(
+            entry("c1")["connected"] == false && entry("c1")["disabled"] == true,
+            "c1: {}",
+            entry("c1")
+        );
+        ensure!(entry("c2")["connected"] == true, "c2: {}", entry("c2"));
+        ensure!(c1.proc.log().contains("is disabled"), "{}", c1.proc.log());
+        // Enabled again, it reconnects on its own with the same certificate.
+        ensure!(ca.admin("/api/v1/connectors/c1/enable").await? == 200);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(45)).await?;
+        c1.proc.stop().await;
+        Ok(())
+    })
+    .await
+}
