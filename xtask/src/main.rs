@@ -15,8 +15,10 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci      fmt check, clippy -D warnings, all unit/integration tests, then e2e
+  ci      fmt check, clippy -D warnings, all unit/integration tests, fuzz, then e2e
   test    all unit and integration tests (no e2e)
+  fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
+          `cargo xtask fuzz 300` gives each target 300 s
   e2e     build release binaries and run every end-to-end scenario
   bench   criterion + load driver: table and target/bench/results.json
           (--quick: smoke mode, seconds; --only tcp,access,…: some groups)
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("test") => test().map(|()| summary()),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("demo") => demo(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
@@ -139,8 +142,57 @@ fn ci() -> Result<()> {
     run(clippy, "clippy")?;
 
     test()?;
+    fuzz(&[])?;
     e2e(&[])?;
     summary();
+    Ok(())
+}
+
+/// The fuzz targets (`fuzz/fuzz_targets/*.rs`).
+const FUZZ_TARGETS: &[&str] = &["config", "wire_policy", "certificate"];
+
+/// Runs every fuzz target for a few seconds (default 10 each). libFuzzer
+/// needs nightly flags; `RUSTC_BOOTSTRAP=1` lets the stable toolchain take
+/// them. No sanitizer (`--sanitizer none`): the code forbids `unsafe`, so
+/// the value is in finding panics, and the build stays fast. Inputs kept in
+/// `fuzz/regressions/<target>/` (crashes found earlier) run first; a crash
+/// fails the task and is left in `fuzz/artifacts/<target>/`.
+fn fuzz(extra: &[String]) -> Result<()> {
+    let seconds: u64 = match extra.first() {
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("fuzz: {s:?} is not a number of seconds"))?,
+        None => 10,
+    };
+    let installed = cargo()
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!(
+            "cargo-fuzz is not installed: `cargo install cargo-fuzz --locked` (.ci/run does this)"
+        );
+    }
+    for target in FUZZ_TARGETS {
+        let corpus = root().join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)
+            .with_context(|| format!("creating {}", corpus.display()))?;
+        let mut cmd = cargo();
+        cmd.current_dir(root().join("fuzz"))
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "--sanitizer", "none", target])
+            .arg(&corpus);
+        let regressions = root().join("fuzz/regressions").join(target);
+        if regressions.is_dir() {
+            cmd.arg(&regressions);
+        }
+        cmd.args([
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-max_len=65536",
+        ]);
+        run(cmd, &format!("fuzz {target}"))?;
+    }
     Ok(())
 }
 
