@@ -56,6 +56,10 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // reqwest is built without a default TLS crypto provider in this
+    // workspace; the driver speaks plain HTTP but reqwest wants one anyway.
+    // An error means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

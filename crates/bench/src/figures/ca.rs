@@ -66,6 +66,19 @@ discovery_timeout_ms = 3000
 [health]
 heartbeat_interval_ms = {hb}
 
+# Plain text: connectors authenticate with the provisioning key in
+# metadata, so thousands of simulated sessions cost no certificates. The
+# session, report and access paths measured are the same as over TLS.
+[tls]
+enabled = false
+
+# The per-session message limit (default 50/s) protects the CA from a
+# hostile connector; lifted here so ingestion measures what the CA can
+# handle, not the limit.
+[limits]
+connector_messages_per_second = 10000000
+connector_message_burst = 10000000
+
 [[api_tokens]]
 name = "bench"
 token = "{TOKEN}"
@@ -134,12 +147,16 @@ connector_groups = ["{GROUP}"]
 pub async fn start(setup: &CaSetup) -> Result<Server> {
     let dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!(
-        "ca-{}.toml",
+    // One directory per CA: its data directory defaults to one next to the
+    // configuration file, so no state carries over between CAs.
+    let dir = dir.join(format!(
+        "ca-{}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("ca.toml");
     std::fs::write(&path, config_text(setup))?;
     let path_str = path
         .to_str()

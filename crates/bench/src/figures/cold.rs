@@ -59,6 +59,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let mut config = Config::new(ca_server.grpc_url(), "cold-1", ca::GROUP);
     config.provisioning_key = Some(ca::KEY.to_owned());
     config.icmp = IcmpPreference::Off;
+    config.state_dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
     // Names (the `web` segment's FQDN) resolve against a loopback port where
     // nothing answers: no query leaves the machine.
     config.dns_server = Some("127.0.5.2:53".parse()?);
