@@ -15,7 +15,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci      fmt check, clippy -D warnings, all unit/integration tests, fuzz, then e2e
+  ci      fmt check, clippy -D warnings, all unit/integration tests, e2e, fuzz (brief),
+          bench --quick (smoke: figures can be produced)
   test    all unit and integration tests (no e2e)
   fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
           `cargo xtask fuzz 300` gives each target 300 s
@@ -142,8 +143,11 @@ fn ci() -> Result<()> {
     run(clippy, "clippy")?;
 
     test()?;
-    fuzz(&[])?;
     e2e(&[])?;
+    fuzz(&[])?;
+    // Benchmarks are not tests: CI only checks that every figure can still
+    // be produced (quick mode, seconds), never their values.
+    bench(&["--quick".to_owned()])?;
     summary();
     Ok(())
 }
