@@ -105,12 +105,26 @@ impl HealthTable {
     /// Stores `report` as `connector`'s latest for `key`; returns the
     /// previous status (Unknown when there was none).
     pub fn record(&self, key: AppKey, connector: &str, report: Report, keep: usize) -> Status {
+        self.replace(key, connector, report, keep)
+            .map_or(Status::Unknown, |(status, _)| status)
+    }
+
+    /// Stores `report` as `connector`'s latest for `key`; returns the
+    /// previous report's status and receive time, if there was one.
+    pub fn replace(
+        &self,
+        key: AppKey,
+        connector: &str,
+        report: Report,
+        keep: usize,
+    ) -> Option<(Status, Instant)> {
         let mut apps = write(&self.apps);
         let record = apps.entry(key).or_default();
-        let previous = record
+        let before = record
             .reports
             .get(connector)
-            .map_or(Status::Unknown, |r| r.status);
+            .map(|r| (r.status, r.received_at));
+        let previous = before.map_or(Status::Unknown, |(status, _)| status);
         if previous != report.status {
             let cause = report.unknown_cause.map_or("report", UnknownCause::as_str);
             record.push(
@@ -124,8 +138,13 @@ impl HealthTable {
                 keep,
             );
         }
-        record.reports.insert(connector.to_owned(), report);
-        previous
+        match record.reports.get_mut(connector) {
+            Some(r) => *r = report,
+            None => {
+                record.reports.insert(connector.to_owned(), report);
+            }
+        }
+        before
     }
 
     /// Sets every entry for which `decide` names a cause to Unknown (entries

@@ -274,45 +274,68 @@ impl Authority {
 
     /// Handles one message of a live session.
     fn handle(&self, identity: &Identity, message: v1::ConnectorMessage) {
-        if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
-            e.last_seen = Some(SystemTime::now());
-        }
+        let wall = SystemTime::now();
         match message.kind {
-            Some(In::Report(report)) => self.intake(identity, report),
+            Some(In::Report(report)) => {
+                self.seen(identity, wall);
+                self.intake(identity, report, wall);
+            }
             Some(In::Heartbeat(hb)) => {
                 if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
+                    e.last_seen = Some(wall);
                     e.load = hb.load;
                 }
-                self.recompute_budgets();
+                // Only the sender's load changed: its estimate alone is
+                // recomputed (housekeeping refreshes every connector's).
+                self.recompute_budget(&identity.name);
             }
-            Some(In::Pong(_)) => {}
+            Some(In::Pong(_)) => self.seen(identity, wall),
             Some(In::Hello(_)) => {
+                self.seen(identity, wall);
                 tracing::warn!(connector = %identity.name, "ignoring a second Hello");
             }
-            None => tracing::debug!(connector = %identity.name, "ignoring an empty message"),
+            None => {
+                self.seen(identity, wall);
+                tracing::debug!(connector = %identity.name, "ignoring an empty message");
+            }
+        }
+    }
+
+    /// Records that `identity` was heard from at `wall`.
+    fn seen(&self, identity: &Identity, wall: SystemTime) {
+        if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
+            e.last_seen = Some(wall);
         }
     }
 
     /// Takes a health report: each entry is checked on its own; entries for
     /// applications the connector's group does not serve are rejected and
-    /// logged, the rest are stored.
-    pub(crate) fn intake(&self, identity: &Identity, report: v1::HealthReport) {
+    /// logged, the rest are stored. Discovery waiters are woken only when an
+    /// application's effective status may have changed.
+    pub(crate) fn intake(&self, identity: &Identity, report: v1::HealthReport, wall: SystemTime) {
         let state = self.snapshot();
-        let keep = state.settings().transitions_kept;
+        let settings = state.settings();
+        let keep = settings.transitions_kept;
         let now = Instant::now();
-        let wall = SystemTime::now();
         let mut seen = HashSet::new();
         let mut accepted = 0u64;
         let mut rejected = 0u64;
+        let mut changed = false;
         for app in report.applications {
             match parse_entry(&state, &identity.group, app) {
-                Ok((key, status, expired, addresses, dns_error, checked_at)) => {
-                    let on_access = state
-                        .policy()
-                        .segment(&key.segment)
-                        .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess);
-                    let wk = (key.clone(), identity.name.clone());
-                    if on_access {
+                Ok(entry) => {
+                    let Entry {
+                        key,
+                        mode,
+                        report_interval,
+                        status,
+                        expired,
+                        addresses,
+                        dns_error,
+                        checked_at,
+                    } = entry;
+                    if mode == HealthReporting::OnAccess {
+                        let wk = (key.clone(), identity.name.clone());
                         if expired {
                             // The connector stopped checking: the next access
                             // must reach it again, not be coalesced away.
@@ -324,6 +347,7 @@ impl Authority {
                             let mut windows = lock(&self.windows);
                             if !windows.is_live(&wk, now) {
                                 windows.record(wk, now);
+                                changed = true;
                             }
                         }
                     }
@@ -332,13 +356,16 @@ impl Authority {
                         (Status::Unknown, false) => Some(UnknownCause::Reported),
                         _ => None,
                     };
-                    seen.insert(key.clone());
-                    self.health.record(
+                    if report.full_state {
+                        seen.insert(key.clone());
+                    }
+                    let stored = if expired { Status::Unknown } else { status };
+                    let previous = self.health.replace(
                         key,
                         &identity.name,
                         Report {
                             group: identity.group.clone(),
-                            status: if expired { Status::Unknown } else { status },
+                            status: stored,
                             addresses,
                             dns_error,
                             received_at: now,
@@ -348,6 +375,20 @@ impl Authority {
                         },
                         keep,
                     );
+                    // The effective status can change only if the stored
+                    // one does, or if the previous report may have been
+                    // stale (older than the staleness limit's lower bound;
+                    // a fresh report makes it current again).
+                    changed |= match previous {
+                        None => stored != Status::Unknown,
+                        Some((was, at)) => {
+                            was != stored
+                                || (was != Status::Unknown
+                                    && now.saturating_duration_since(at)
+                                        > report_interval
+                                            .saturating_mul(settings.stale_after_intervals))
+                        }
+                    };
                     accepted += 1;
                 }
                 Err(e) => {
@@ -376,12 +417,15 @@ impl Authority {
         }
         if report.full_state {
             let name = identity.name.as_str();
-            self.health.mark_unknown(wall, keep, |key, c, _| {
+            let marked = self.health.mark_unknown(wall, keep, |key, c, _| {
                 (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
             });
+            changed |= marked > 0;
         }
         self.metrics.reports_received.inc_by(accepted);
-        self.bump();
+        if changed {
+            self.bump();
+        }
     }
 
     /// Ends session `id` of `name` if it is still the live one (a replaced
@@ -403,14 +447,18 @@ impl Authority {
     }
 }
 
-type Parsed = (
-    AppKey,
-    Status,
-    bool,
-    Vec<AddressResult>,
-    Option<String>,
-    i64,
-);
+/// One accepted report entry.
+struct Entry {
+    key: AppKey,
+    /// The segment's mode and report interval.
+    mode: HealthReporting,
+    report_interval: Duration,
+    status: Status,
+    expired: bool,
+    addresses: Vec<AddressResult>,
+    dns_error: Option<String>,
+    checked_at: i64,
+}
 
 /// Checks one report entry: well-formed and for an application the group
 /// serves.
@@ -418,13 +466,12 @@ fn parse_entry(
     state: &crate::state::PolicyState,
     group: &str,
     app: v1::ApplicationHealth,
-) -> Result<Parsed, ReportError> {
-    let mut key = AppKey::try_from(app.app.ok_or(protocol::WireError::MissingField("app"))?)?;
-    // One spelling per IP address, so "::0001" and "::1" are one application.
-    if let Ok(ip) = key.host.parse::<std::net::IpAddr>() {
-        key.host = ip.to_string();
-    }
-    app_allowed(state.policy(), group, &key)?;
+) -> Result<Entry, ReportError> {
+    // The wire conversion spells every IP address one way, so "::0001" and
+    // "::1" are one application.
+    let key = AppKey::try_from(app.app.ok_or(protocol::WireError::MissingField("app"))?)?;
+    let segment = app_allowed(state, group, &key)?;
+    let (mode, report_interval) = (segment.health_reporting, segment.report_interval);
     let status = protocol::convert::status_from_wire("status", app.status)?;
     let addresses = app
         .addresses
@@ -432,12 +479,14 @@ fn parse_entry(
         .map(AddressResult::try_from)
         .collect::<Result<Vec<_>, _>>()?;
     let dns_error = (!app.dns_error.is_empty()).then(|| app.dns_error.chars().take(512).collect());
-    Ok((
+    Ok(Entry {
         key,
+        mode,
+        report_interval,
         status,
-        app.expired,
+        expired: app.expired,
         addresses,
         dns_error,
-        app.checked_at_unix_ms,
-    ))
+        checked_at: app.checked_at_unix_ms,
+    })
 }

@@ -8,6 +8,7 @@
 //! connectors are queued with `try_send` so no lock waits on a slow peer.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -50,13 +51,78 @@ pub struct PolicyState {
     pub config: Config,
     /// Matching index over `config.policy.segments`.
     pub index: SegmentIndex,
+    /// Each segment's position in `config.policy.segments` and its report
+    /// hosts, by segment name (report intake looks every entry up here).
+    segments: HashMap<String, (usize, SegmentHosts)>,
+}
+
+/// The hosts a segment takes reports for, in a form that is cheap to test:
+/// exact names and IPs in hash sets, discovery entries (wildcards, subnets)
+/// in a list. Built once per policy version.
+#[derive(Debug, Default)]
+struct SegmentHosts {
+    names: HashSet<String>,
+    ips: HashSet<IpAddr>,
+    discovery: Vec<AppEntry>,
+}
+
+impl SegmentHosts {
+    fn new(segment: &Segment) -> Self {
+        let mut hosts = SegmentHosts::default();
+        for entry in &segment.applications {
+            match entry {
+                AppEntry::Fqdn(name) => {
+                    hosts.names.insert(name.clone());
+                }
+                AppEntry::Ip(ip) => {
+                    hosts.ips.insert(*ip);
+                }
+                AppEntry::Wildcard(_) | AppEntry::Subnet(_) => hosts.discovery.push(entry.clone()),
+            }
+        }
+        hosts
+    }
+
+    /// Whether `host` (lower-case name or canonical IP text; `ip` is its
+    /// parse) is an application of the segment: what `host_in_segment`
+    /// answers, without scanning the exact entries.
+    fn contains(&self, host: &str, ip: Option<IpAddr>) -> bool {
+        let exact = match ip {
+            Some(ip) => self.ips.contains(&ip),
+            None => self.names.contains(host),
+        };
+        exact
+            || self
+                .discovery
+                .iter()
+                .any(|entry| entry_matches(entry, host, ip))
+    }
 }
 
 impl PolicyState {
-    /// Builds the matching index for a configuration.
+    /// Builds the matching index and the report-host sets for a
+    /// configuration.
     pub fn new(config: Config) -> Self {
         let index = SegmentIndex::new(&config.policy.segments);
-        PolicyState { config, index }
+        let mut segments = HashMap::with_capacity(config.policy.segments.len());
+        for (i, seg) in config.policy.segments.iter().enumerate() {
+            // Names are unique after validation; the first one wins, as
+            // with `Policy::segment`.
+            segments
+                .entry(seg.name.clone())
+                .or_insert_with(|| (i, SegmentHosts::new(seg)));
+        }
+        PolicyState {
+            config,
+            index,
+            segments,
+        }
+    }
+
+    /// The segment named `name` (what `Policy::segment` finds, by hash).
+    pub fn segment(&self, name: &str) -> Option<&Segment> {
+        let (i, _) = self.segments.get(name)?;
+        self.policy().segments.get(*i)
     }
 
     /// The settings.
@@ -406,7 +472,7 @@ impl Authority {
         }
         let policy = new.policy();
         self.health
-            .retain(|key, _, report| app_allowed(policy, &report.group, key).is_ok());
+            .retain(|key, _, report| app_allowed(&new, &report.group, key).is_ok());
         lock(&self.windows).retain(|(key, _)| {
             policy
                 .segment(&key.segment)
@@ -483,47 +549,41 @@ impl Authority {
     /// crosses the budget.
     pub(crate) fn recompute_budgets(&self) {
         let state = self.snapshot();
-        let s = state.settings();
         let mut live: HashMap<String, u64> = HashMap::new();
         for (_, c) in lock(&self.windows).keys() {
             *live.entry(c.clone()).or_default() += 1;
         }
         let mut per_group: HashMap<&str, u64> = HashMap::new();
         for g in &state.policy().connector_groups {
-            let checks = state
-                .policy()
-                .segments_for_group(&g.name)
-                .filter(|seg| seg.health_reporting == HealthReporting::Continuous)
-                .map(|seg| policy::estimated_checks(seg, 1))
-                .sum();
-            per_group.insert(&g.name, checks);
+            per_group.insert(&g.name, group_checks(&state, &g.name));
         }
         let mut conns = lock(&self.connectors);
         for (name, e) in conns.iter_mut() {
             let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
                 + live.get(name).copied().unwrap_or(0);
-            let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
-            let rate = [
-                s.connector_checks_per_second,
-                e.load.as_ref().map_or(0, |l| l.rate_limit),
-                e.stated_rate,
-                s.assumed_checks_per_second,
-            ]
-            .into_iter()
-            .find(|r| *r > 0)
-            .unwrap_or(20);
-            let was = e.estimate.over_budget;
-            e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
-            if e.estimate.over_budget && !was {
-                tracing::warn!(
-                    connector = %name,
-                    checks_per_cycle = e.estimate.checks_per_cycle,
-                    cycle_seconds = e.estimate.cycle.as_secs_f64(),
-                    budget = s.check_budget,
-                    "connector is over its check budget: reports will be slow to reflect changes"
-                );
-            }
+            update_estimate(&state, name, e, estimated);
         }
+    }
+
+    /// Recomputes one connector's check-load estimate, as
+    /// `recompute_budgets` does for every connector (after its heartbeat:
+    /// nothing else of the others changed).
+    pub(crate) fn recompute_budget(&self, name: &str) {
+        let state = self.snapshot();
+        let live = lock(&self.windows)
+            .keys()
+            .filter(|(_, c)| c == name)
+            .count() as u64;
+        let mut conns = lock(&self.connectors);
+        let Some(e) = conns.get_mut(name) else {
+            return;
+        };
+        let group = if state.policy().has_group(&e.group) {
+            group_checks(&state, &e.group)
+        } else {
+            0
+        };
+        update_estimate(&state, name, e, group + live);
     }
 
     /// Periodic upkeep: ends on-access windows the CA tracks, turns stale
@@ -550,7 +610,7 @@ impl Authority {
                 if ended.get(key).is_some_and(|s| s.contains(c)) {
                     return Some(UnknownCause::WindowExpired);
                 }
-                let segment = state.policy().segment(&key.segment)?;
+                let segment = state.segment(&key.segment)?;
                 // Windows are checked through `ended` above; pass `true` here.
                 Self::effective(
                     &state,
@@ -574,18 +634,57 @@ impl Authority {
     }
 }
 
+/// Checks per cycle of the continuous segments `group` serves.
+fn group_checks(state: &PolicyState, group: &str) -> u64 {
+    state
+        .policy()
+        .segments_for_group(group)
+        .filter(|seg| seg.health_reporting == HealthReporting::Continuous)
+        .map(|seg| policy::estimated_checks(seg, 1))
+        .sum()
+}
+
+/// Sets `e`'s budget estimate from `estimated` checks per cycle (or the
+/// connector's own count, if larger) and warns when it crosses the budget.
+fn update_estimate(state: &PolicyState, name: &str, e: &mut ConnectorEntry, estimated: u64) {
+    let s = state.settings();
+    let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
+    let rate = [
+        s.connector_checks_per_second,
+        e.load.as_ref().map_or(0, |l| l.rate_limit),
+        e.stated_rate,
+        s.assumed_checks_per_second,
+    ]
+    .into_iter()
+    .find(|r| *r > 0)
+    .unwrap_or(20);
+    let was = e.estimate.over_budget;
+    e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
+    if e.estimate.over_budget && !was {
+        tracing::warn!(
+            connector = %name,
+            checks_per_cycle = e.estimate.checks_per_cycle,
+            cycle_seconds = e.estimate.cycle.as_secs_f64(),
+            budget = s.check_budget,
+            "connector is over its check budget: reports will be slow to reflect changes"
+        );
+    }
+}
+
 /// Whether a connector of `group` may report `key`: the segment exists, the
 /// group serves it, the port is in it, and the host is one of its entries
 /// (for on-access segments also a name under a wildcard or an IP inside a
-/// subnet, since users may access those).
-pub(crate) fn app_allowed(
-    policy: &Policy,
+/// subnet, since users may access those). Returns the segment.
+pub(crate) fn app_allowed<'a>(
+    state: &'a PolicyState,
     group: &str,
     key: &AppKey,
-) -> Result<(), crate::error::ReportError> {
+) -> Result<&'a Segment, crate::error::ReportError> {
     use crate::error::ReportError;
-    let segment = policy
-        .segment(&key.segment)
+    let (segment, hosts) = state
+        .segments
+        .get(key.segment.as_str())
+        .and_then(|(i, hosts)| Some((state.policy().segments.get(*i)?, hosts)))
         .ok_or_else(|| ReportError::UnknownSegment(key.segment.clone()))?;
     if !segment.served_by(group) {
         return Err(ReportError::NotServed {
@@ -605,20 +704,18 @@ pub(crate) fn app_allowed(
             segment.name, key.protocol, key.port
         )));
     }
-    if !host_in_segment(segment, &key.host) {
+    if !hosts.contains(&key.host, key.host.parse::<IpAddr>().ok()) {
         return Err(ReportError::NotInSegment(format!(
             "host {:?} is not an application of segment {:?}",
             key.host, segment.name
         )));
     }
-    Ok(())
+    Ok(segment)
 }
 
-/// Whether `host` (lower-case name or canonical IP text) is an application
-/// of `segment`.
-pub(crate) fn host_in_segment(segment: &Segment, host: &str) -> bool {
-    let ip = host.parse::<std::net::IpAddr>().ok();
-    segment.applications.iter().any(|entry| match (entry, ip) {
+/// Whether one application entry covers `host` (`ip` is its parse).
+fn entry_matches(entry: &AppEntry, host: &str, ip: Option<IpAddr>) -> bool {
+    match (entry, ip) {
         (AppEntry::Fqdn(name), None) => name == host,
         (AppEntry::Wildcard(suffix), None) => host
             .strip_suffix(suffix.as_str())
@@ -626,5 +723,95 @@ pub(crate) fn host_in_segment(segment: &Segment, host: &str) -> bool {
         (AppEntry::Ip(a), Some(b)) => *a == b,
         (AppEntry::Subnet(net), Some(b)) => net.contains(&b),
         _ => false,
-    })
+    }
+}
+
+/// Whether `host` (lower-case name or canonical IP text) is an application
+/// of `segment`, by scanning its entries: the reference `SegmentHosts`
+/// must agree with.
+#[cfg(test)]
+fn host_in_segment(segment: &Segment, host: &str) -> bool {
+    let ip = host.parse::<IpAddr>().ok();
+    segment
+        .applications
+        .iter()
+        .any(|entry| entry_matches(entry, host, ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy::Protocol;
+
+    const POLICY: &str = r#"
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k"
+
+        [[segments]]
+        name = "exact"
+        applications = ["a.example.test", "b.example.test", "127.0.0.10", "::1"]
+        tcp_ports = ["80"]
+        connector_groups = ["g"]
+
+        [[segments]]
+        name = "discovery"
+        applications = ["*.corp.test", "10.122.0.0/16", "c.example.test", "127.0.0.11"]
+        tcp_ports = ["443"]
+        health_reporting = "on_access"
+        connector_groups = ["g"]
+    "#;
+
+    #[test]
+    fn host_sets_agree_with_scanning_the_entries() {
+        let config = Config::from_toml(POLICY, std::path::Path::new(".")).expect("valid");
+        let state = PolicyState::new(config);
+        let hosts = [
+            "a.example.test",
+            "b.example.test",
+            "c.example.test",
+            "x.example.test",
+            "127.0.0.10",
+            "127.0.0.11",
+            "127.0.0.12",
+            "::1",
+            "::2",
+            "db.corp.test",
+            "a.b.corp.test",
+            "corp.test",
+            ".corp.test",
+            "xcorp.test",
+            "10.122.3.4",
+            "10.123.0.1",
+        ];
+        for segment in &state.policy().segments {
+            let (_, set) = &state.segments[&segment.name];
+            for host in hosts {
+                let ip = host.parse::<IpAddr>().ok();
+                assert_eq!(
+                    set.contains(host, ip),
+                    host_in_segment(segment, host),
+                    "{host} in {}",
+                    segment.name
+                );
+            }
+        }
+        let key = |segment: &str, host: &str, port| AppKey {
+            segment: segment.into(),
+            host: host.into(),
+            protocol: Protocol::Tcp,
+            port,
+        };
+        assert!(app_allowed(&state, "g", &key("exact", "127.0.0.10", 80)).is_ok());
+        assert!(app_allowed(&state, "g", &key("discovery", "db.corp.test", 443)).is_ok());
+        assert!(app_allowed(&state, "g", &key("exact", "127.0.0.11", 80)).is_err());
+        assert!(app_allowed(&state, "g", &key("exact", "127.0.0.10", 443)).is_err());
+        assert!(app_allowed(&state, "h", &key("exact", "127.0.0.10", 80)).is_err());
+        assert!(app_allowed(&state, "g", &key("nope", "127.0.0.10", 80)).is_err());
+        assert_eq!(
+            state.segment("discovery").map(|s| s.name.as_str()),
+            Some("discovery")
+        );
+        assert!(state.segment("nope").is_none());
+    }
 }
