@@ -108,17 +108,24 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
 /// an IP literal in its canonical form (`::0001` is `::1`), so that one
 /// application has one key however a peer wrote it.
 fn host(field: &'static str, s: String) -> Result<String, WireError> {
-    let s = text(field, s)?;
-    let trimmed = s.trim_end_matches('.');
-    if trimmed.is_empty() {
+    let mut s = text(field, s)?;
+    let len = s.trim_end_matches('.').len();
+    if len == 0 {
         return Err(WireError::InvalidText {
             field,
             problem: "is only dots".into(),
         });
     }
-    Ok(match trimmed.parse::<IpAddr>() {
+    s.truncate(len);
+    Ok(match s.parse::<IpAddr>() {
+        // std parses only the canonical dotted-quad spelling of an IPv4
+        // address (no leading zeros, four parts), so the text is kept as is.
+        Ok(IpAddr::V4(_)) => s,
         Ok(ip) => ip.to_string(),
-        Err(_) => trimmed.to_ascii_lowercase(),
+        Err(_) => {
+            s.make_ascii_lowercase();
+            s
+        }
     })
 }
 
@@ -646,12 +653,27 @@ mod tests {
             ("::0001", "::1"),
             ("FD00:0::1", "fd00::1"),
             ("10.1.1.1.", "10.1.1.1"),
+            ("127.0.0.1", "127.0.0.1"),
+            ("0.0.0.0", "0.0.0.0"),
+            ("255.255.255.255", "255.255.255.255"),
+            // Not IPv4 literals (leading zeros, too few parts): names.
+            ("010.1.1.1", "010.1.1.1"),
+            ("10.1.1", "10.1.1"),
+            ("::FFFF:10.1.1.1", "::ffff:10.1.1.1"),
         ] {
             let k = v1::ApplicationKey {
                 host: wire.into(),
                 ..wire_key()
             };
             assert_eq!(AppKey::try_from(k).unwrap().host, policy, "{wire}");
+        }
+        // Every IPv4 address std parses is already in its canonical form.
+        for text in ["1.2.3.4", "192.168.0.10", "10.0.100.200", "0.1.0.1"] {
+            let ip: std::net::Ipv4Addr = text.parse().unwrap();
+            assert_eq!(ip.to_string(), text);
+        }
+        for text in ["01.2.3.4", "1.2.3.04", "1.2.3", "1.2.3.4.5", "1.2.3.256"] {
+            assert!(text.parse::<std::net::Ipv4Addr>().is_err(), "{text}");
         }
     }
 
