@@ -18,7 +18,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use policy::{AddressResult, CheckTarget};
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
@@ -160,8 +160,76 @@ pub struct PacerStats {
     pub rate: u32,
 }
 
+/// A result sent to a channel, tagged with the submitter's round and the
+/// address's position in it.
+#[derive(Debug)]
+pub struct Completion {
+    /// The `round` given to `Pacer::submit`.
+    pub round: u64,
+    /// The `index` given to `Pacer::submit`.
+    pub index: u32,
+    /// The check's result.
+    pub result: AddressResult,
+}
+
+/// Where `Pacer::submit` delivers results.
+pub type CompletionSender = mpsc::UnboundedSender<Completion>;
+
+/// Who waits for a check.
+enum Waiter {
+    /// `check` / `check_timed`.
+    Once(oneshot::Sender<(AddressResult, Instant)>),
+    /// `submit`: no task per waiting check, one channel for all.
+    Sink {
+        tx: CompletionSender,
+        round: u64,
+        index: u32,
+    },
+}
+
+impl Waiter {
+    fn send(self, result: AddressResult, started: Instant) {
+        // A waiter that went away (round cancelled, connector stopping)
+        // needs nothing.
+        match self {
+            Waiter::Once(tx) => {
+                let _ = tx.send((result, started));
+            }
+            Waiter::Sink { tx, round, index } => {
+                let _ = tx.send(Completion {
+                    round,
+                    index,
+                    result,
+                });
+            }
+        }
+    }
+}
+
+/// The waiters of one check: nearly every check has exactly one, kept
+/// inline (no allocation per queued check).
+enum Waiters {
+    One(Waiter),
+    Many(Vec<Waiter>),
+}
+
+impl Waiters {
+    fn push(&mut self, waiter: Waiter) {
+        match self {
+            Waiters::Many(all) => all.push(waiter),
+            Waiters::One(_) => {
+                let first = std::mem::replace(self, Waiters::Many(Vec::with_capacity(2)));
+                if let (Waiters::One(first), Waiters::Many(all)) = (first, &mut *self) {
+                    all.push(first);
+                    all.push(waiter);
+                }
+            }
+        }
+    }
+}
+
 struct Pending {
-    waiters: Vec<oneshot::Sender<(AddressResult, Instant)>>,
+    waiters: Waiters,
     in_high: bool,
     started: bool,
     enqueued: Instant,
@@ -250,46 +318,10 @@ impl Pacer {
         priority: Priority,
         max_age: Duration,
     ) -> (AddressResult, Option<Instant>) {
-        let rx = {
-            let mut q = self.inner.lock();
-            if let Some((at, result)) = q.recent.get(&target)
-                && at.elapsed() <= max_age
-            {
-                return (result.clone(), None);
-            }
-            let (tx, rx) = oneshot::channel();
-            let q = &mut *q;
-            match q.pending.get_mut(&target) {
-                Some(p) => {
-                    p.waiters.push(tx);
-                    if priority == Priority::OnAccess && !p.in_high && !p.started {
-                        p.in_high = true;
-                        q.high.push_back(target);
-                    }
-                }
-                None => {
-                    let in_high = priority == Priority::OnAccess;
-                    q.pending.insert(
-                        target,
-                        Pending {
-                            waiters: vec![tx],
-                            in_high,
-                            started: false,
-                            enqueued: Instant::now(),
-                        },
-                    );
-                    if in_high {
-                        q.high.push_back(target);
-                    } else {
-                        q.low.push_back(target);
-                    }
-                    q.waiting += 1;
-                    self.inner.metrics.queue_depth.set(q.waiting as i64);
-                    self.inner.work.notify_one();
-                }
-            }
-            rx
-        };
+        let (tx, rx) = oneshot::channel();
+        if let Err(result) = self.enqueue(target, priority, max_age, Waiter::Once(tx)) {
+            return (result, None);
+        }
         match rx.await {
             Ok((result, started)) => (result, Some(started)),
             Err(_) => (
@@ -297,6 +329,75 @@ impl Pacer {
                 None,
             ),
         }
+    }
+
+    /// Like `check`, without a task or future per waiting check: a result
+    /// not older than `max_age` is returned at once; otherwise the check is
+    /// queued (or joined) and its result goes to `tx` as a `Completion`
+    /// tagged with `round` and `index`.
+    pub fn submit(
+        &self,
+        target: CheckTarget,
+        priority: Priority,
+        max_age: Duration,
+        tx: &CompletionSender,
+        round: u64,
+        index: u32,
+    ) -> Option<AddressResult> {
+        let waiter = Waiter::Sink {
+            tx: tx.clone(),
+            round,
+            index,
+        };
+        self.enqueue(target, priority, max_age, waiter).err()
+    }
+
+    /// Queues `target` for `waiter` (joining a queued or running check of
+    /// it), or returns a recent enough result instead.
+    fn enqueue(
+        &self,
+        target: CheckTarget,
+        priority: Priority,
+        max_age: Duration,
+        waiter: Waiter,
+    ) -> Result<(), AddressResult> {
+        let mut q = self.inner.lock();
+        if let Some((at, result)) = q.recent.get(&target)
+            && at.elapsed() <= max_age
+        {
+            return Err(result.clone());
+        }
+        let q = &mut *q;
+        match q.pending.get_mut(&target) {
+            Some(p) => {
+                p.waiters.push(waiter);
+                if priority == Priority::OnAccess && !p.in_high && !p.started {
+                    p.in_high = true;
+                    q.high.push_back(target);
+                }
+            }
+            None => {
+                let in_high = priority == Priority::OnAccess;
+                q.pending.insert(
+                    target,
+                    Pending {
+                        waiters: Waiters::One(waiter),
+                        in_high,
+                        started: false,
+                        enqueued: Instant::now(),
+                    },
+                );
+                if in_high {
+                    q.high.push_back(target);
+                } else {
+                    q.low.push_back(target);
+                }
+                q.waiting += 1;
+                self.inner.metrics.queue_depth.set(q.waiting as i64);
+                self.inner.work.notify_one();
+            }
+        }
+        Ok(())
     }
 
     /// Changes the rate limit.
@@ -362,9 +463,13 @@ impl Inner {
         }
         q.recent.insert(target, (Instant::now(), result.clone()));
         if let Some(p) = q.pending.remove(&target) {
-            for waiter in p.waiters {
-                // A waiter that went away (round cancelled) needs nothing.
-                let _ = waiter.send((result.clone(), started));
+            match p.waiters {
+                Waiters::One(waiter) => waiter.send(result, started),
+                Waiters::Many(all) => {
+                    for waiter in all {
+                        waiter.send(result.clone(), started);
+                    }
+                }
             }
         }
     }

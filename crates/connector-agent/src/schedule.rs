@@ -93,7 +93,9 @@ struct App {
     due: Option<Instant>,
     running: Option<u64>,
     round_started: Option<Instant>,
-    last: Option<Round>,
+    /// Boxed: most applications wait without a result for a long time
+    /// (a queued cycle), and a `Round` inline would cost every one of them.
+    last: Option<Box<Round>>,
     reported_status: Option<Status>,
     last_report: Option<Instant>,
 }
@@ -131,6 +133,8 @@ pub struct Schedule {
     apps: HashMap<AppKey, App>,
     windows: AccessWindows<AppKey>,
     next_generation: u64,
+    /// Changes whenever `targets()` may have changed.
+    targets_version: u64,
 }
 
 impl Default for Schedule {
@@ -148,6 +152,7 @@ impl Schedule {
             apps: HashMap::new(),
             windows: AccessWindows::new(DEFAULT_WINDOW),
             next_generation: 1,
+            targets_version: 0,
         }
     }
 
@@ -157,6 +162,7 @@ impl Schedule {
     /// are forgotten.
     pub fn apply(&mut self, segments: Vec<Segment>, window: Duration, now: Instant) -> Vec<Action> {
         self.windows.set_window(window);
+        self.targets_version += 1;
         self.segments = segments.into_iter().map(|s| (s.name.clone(), s)).collect();
         self.indexes = self
             .segments
@@ -246,9 +252,10 @@ impl Schedule {
     pub fn access(&mut self, key: AppKey, now: Instant) -> Result<Vec<Action>, AccessRejected> {
         let interval = self.check_access(&key)?.report_interval;
         self.windows.record(key.clone(), now);
-        self.apps
-            .entry(key)
-            .or_insert_with(|| App::new(true, interval, now));
+        self.apps.entry(key).or_insert_with(|| {
+            self.targets_version += 1;
+            App::new(true, interval, now)
+        });
         Ok(self.poll(now))
     }
 
@@ -271,7 +278,19 @@ impl Schedule {
             // the round took longer than the interval.
             app.due = Some((started + app.interval).max(now));
             let status = round.status();
-            app.last = Some(round.clone());
+            // The target set depends on the addresses rounds found.
+            let same = app.last.as_ref().is_some_and(|last| {
+                last.addresses.len() == round.addresses.len()
+                    && last
+                        .addresses
+                        .iter()
+                        .zip(&round.addresses)
+                        .all(|(a, b)| a.address == b.address)
+            });
+            if !same {
+                self.targets_version += 1;
+            }
+            app.last = Some(Box::new(round.clone()));
             app.reported_status = Some(status);
             app.last_report = Some(now);
             actions.push(Action::Report(vec![AppReport {
@@ -292,6 +311,7 @@ impl Schedule {
         let mut expired = Vec::new();
         for key in self.windows.expire(now) {
             if self.apps.remove(&key).is_some() {
+                self.targets_version += 1;
                 expired.push(AppReport {
                     key,
                     status: Status::Unknown,
@@ -301,11 +321,21 @@ impl Schedule {
             }
         }
         let mut resend = Vec::new();
-        let mut keys: Vec<&AppKey> = self.apps.keys().collect();
+        // Only applications with something due now; the others would be
+        // passed over below anyway.
+        let mut keys: Vec<(&AppKey, bool)> = self
+            .apps
+            .iter()
+            .filter(|(_, app)| {
+                app.due.is_some_and(|due| due <= now)
+                    || (app.report_due().is_some_and(|due| due <= now) && app.last.is_some())
+            })
+            .map(|(k, app)| (k, app.on_access))
+            .collect();
         // Deterministic order: on-access first (the queue gives them
         // priority anyway), then by key.
-        keys.sort_by_key(|k| (!self.apps[*k].on_access, (*k).clone()));
-        let keys: Vec<AppKey> = keys.into_iter().cloned().collect();
+        keys.sort_unstable_by(|(a, a_on), (b, b_on)| (!a_on, a).cmp(&(!b_on, b)));
+        let keys: Vec<AppKey> = keys.into_iter().map(|(k, _)| k.clone()).collect();
         for key in keys {
             let Some(app) = self.apps.get_mut(&key) else {
                 continue;
@@ -340,7 +370,7 @@ impl Schedule {
                 resend.push(AppReport {
                     key: key.clone(),
                     status: round.status(),
-                    round: Some(round.clone()),
+                    round: Some(Round::clone(round)),
                     expired: false,
                 });
             }
@@ -371,13 +401,19 @@ impl Schedule {
                 app.last.as_ref().map(|round| AppReport {
                     key: key.clone(),
                     status: round.status(),
-                    round: Some(round.clone()),
+                    round: Some(Round::clone(round)),
                     expired: false,
                 })
             })
             .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
+    }
+
+    /// Changes whenever the result of `targets()` may have changed (it is
+    /// rebuilt from every application, so callers rebuild only then).
+    pub fn targets_version(&self) -> u64 {
+        self.targets_version
     }
 
     /// Whether `key` is scheduled (continuous, or on-access with a window).
@@ -389,6 +425,15 @@ impl Schedule {
     /// `plan_checks` over the continuous segments plus the live on-access
     /// applications.
     pub fn targets(&self) -> BTreeSet<CheckTarget> {
+        self.collect_targets()
+    }
+
+    /// How many targets `targets()` holds, without ordering them.
+    pub fn target_count(&self) -> usize {
+        self.collect_targets::<HashSet<CheckTarget>>().len()
+    }
+
+    fn collect_targets<T: Default + Extend<CheckTarget>>(&self) -> T {
         let mut resolved: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
         for (key, app) in &self.apps {
             if let Some(round) = &app.last {
@@ -400,7 +445,7 @@ impl Schedule {
                 }
             }
         }
-        let mut targets = BTreeSet::new();
+        let mut targets = T::default();
         for segment in self.segments.values() {
             if segment.health_reporting == HealthReporting::Continuous {
                 targets.extend(plan_checks(segment, &resolved));

@@ -2,17 +2,17 @@
 //! for (resolve the host, then every address through the pacer) and hands
 //! the reports it produces to the session.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::future::join_all;
-use policy::{AppKey, CheckTarget, Segment, cycle_time};
+use policy::{AddressResult, AppKey, CheckTarget, Segment, cycle_time};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::pacer::{Pacer, Priority};
+use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
 use crate::resolver::Resolver;
 use crate::schedule::{Action, AppReport, Round, Schedule};
 
@@ -125,7 +125,16 @@ async fn drive(
     load: Arc<Mutex<Load>>,
 ) {
     let mut schedule = Schedule::new();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(AppKey, u64, Round)>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Completion>();
+    let (resolved_tx, mut resolved_rx) = mpsc::unbounded_channel::<Resolved>();
+    let mut flights = Flights {
+        runner,
+        rounds: HashMap::new(),
+        done: done_tx,
+        resolved: resolved_tx,
+        finished: Vec::new(),
+    };
+    let mut targets_version = None;
     loop {
         let wake = schedule.next_wakeup().map(Instant::from_std);
         let actions = tokio::select! {
@@ -151,64 +160,213 @@ async fn drive(
                     Vec::new()
                 }
             },
-            Some((key, generation, round)) = done_rx.recv() => {
-                schedule.round_done(&key, generation, round, now())
+            Some(completion) = done_rx.recv() => {
+                flights.completed(completion);
+                Vec::new()
+            }
+            Some(resolved) = resolved_rx.recv() => {
+                flights.resolved(resolved);
+                Vec::new()
             }
             () = sleep_until(wake) => schedule.poll(now()),
         };
         let mut batch = Vec::new();
-        for action in actions {
-            match action {
-                check @ Action::Check { .. } => start(&runner, &done_tx, check),
-                Action::Report(apps) => batch.extend(apps),
-            }
-        }
-        // Several rounds finishing together go out as one report.
-        while let Ok((key, generation, round)) = done_rx.try_recv() {
-            for action in schedule.round_done(&key, generation, round, now()) {
+        let mut actions = VecDeque::from(actions);
+        loop {
+            while let Some(action) = actions.pop_front() {
                 match action {
+                    check @ Action::Check { .. } => flights.start(check),
                     Action::Report(apps) => batch.extend(apps),
-                    check @ Action::Check { .. } => start(&runner, &done_tx, check),
                 }
+            }
+            // Several rounds finishing together go out as one report.
+            while let Ok(completion) = done_rx.try_recv() {
+                flights.completed(completion);
+            }
+            if flights.finished.is_empty() {
+                break;
+            }
+            for (key, generation, round) in std::mem::take(&mut flights.finished) {
+                actions.extend(schedule.round_done(&key, generation, round, now()));
             }
         }
         if !batch.is_empty() {
             let _ = reports.send(batch);
         }
-        let targets = schedule.targets().len();
-        let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
-        runner.metrics.targets.set(targets as i64);
-        let rate = runner.pacer.rate();
-        *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
-            targets: targets_u32,
-            // Shared targets are probed once per round: a cycle is one check
-            // per distinct target.
-            checks_per_cycle: targets_u32,
-            cycle: cycle_time(u64::from(targets_u32), rate),
-        };
+        // The target set is rebuilt only when the schedule says it may
+        // have changed (not after every check).
+        if targets_version != Some(schedule.targets_version()) {
+            targets_version = Some(schedule.targets_version());
+            let targets = schedule.target_count();
+            let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
+            flights.runner.metrics.targets.set(targets as i64);
+            let rate = flights.runner.pacer.rate();
+            *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
+                targets: targets_u32,
+                // Shared targets are probed once per round: a cycle is one
+                // check per distinct target.
+                checks_per_cycle: targets_u32,
+                cycle: cycle_time(u64::from(targets_u32), rate),
+            };
+        }
     }
 }
 
-type Done = mpsc::UnboundedSender<(AppKey, u64, Round)>;
+/// A resolution's outcome for a round: the addresses, or the resolver's
+/// reason.
+struct Resolved {
+    generation: u64,
+    on_access: bool,
+    max_age: Duration,
+    outcome: Result<Arc<[IpAddr]>, String>,
+}
 
-/// Runs the round a `Check` action asks for in its own task.
-fn start(runner: &Runner, done: &Done, action: Action) {
-    let Action::Check {
-        key,
-        generation,
-        on_access,
-        max_age,
-    } = action
-    else {
-        return;
-    };
-    let runner = runner.clone();
-    let done = done.clone();
-    tokio::spawn(async move {
-        let round = runner.round(&key, on_access, max_age).await;
-        // The scheduler is gone when the connector stops: nothing to do.
-        let _ = done.send((key, generation, round));
-    });
+/// A round in progress: its host being resolved, or its checks queued or
+/// running in the pacer. Rounds hold no task and no future while they wait
+/// (only a resolution runs in a task of its own): results come back through
+/// one channel, tagged with the round's generation.
+struct InFlight {
+    key: AppKey,
+    /// Checks not answered yet.
+    remaining: u32,
+    /// Answers so far, with each address's position in the resolution.
+    results: Vec<(u32, AddressResult)>,
+}
+
+/// The rounds in progress, by generation.
+struct Flights {
+    runner: Runner,
+    rounds: HashMap<u64, InFlight>,
+    done: CompletionSender,
+    resolved: mpsc::UnboundedSender<Resolved>,
+    /// Rounds that finished, for `Schedule::round_done`.
+    finished: Vec<(AppKey, u64, Round)>,
+}
+
+impl Flights {
+    /// Starts the round a `Check` action asks for: an IP literal goes to the
+    /// pacer at once; a name is resolved first (in a task).
+    fn start(&mut self, action: Action) {
+        let Action::Check {
+            key,
+            generation,
+            on_access,
+            max_age,
+        } = action
+        else {
+            return;
+        };
+        let ip = key.host.parse::<IpAddr>().ok();
+        let host = ip.is_none().then(|| key.host.clone());
+        self.rounds.insert(
+            generation,
+            InFlight {
+                key,
+                remaining: 0,
+                results: Vec::new(),
+            },
+        );
+        if let Some(ip) = ip {
+            self.launch(generation, on_access, max_age, &[ip]);
+        } else if let Some(host) = host {
+            let runner = self.runner.clone();
+            let resolved = self.resolved.clone();
+            tokio::spawn(async move {
+                let outcome = match runner.resolver.resolve(&host).await {
+                    Ok(addrs) => {
+                        runner.count_dns("ok");
+                        Ok(addrs)
+                    }
+                    Err(failure) => {
+                        runner.count_dns("error");
+                        Err(failure.reason)
+                    }
+                };
+                // The scheduler is gone when the connector stops.
+                let _ = resolved.send(Resolved {
+                    generation,
+                    on_access,
+                    max_age,
+                    outcome,
+                });
+            });
+        }
+    }
+
+    /// A resolution finished: check every address, or end the round with
+    /// the resolver's reason.
+    fn resolved(&mut self, r: Resolved) {
+        match r.outcome {
+            Ok(addresses) => self.launch(r.generation, r.on_access, r.max_age, &addresses),
+            Err(reason) => self.finish(r.generation, Some(reason)),
+        }
+    }
+
+    /// Hands every address of round `generation` to the pacer.
+    fn launch(
+        &mut self,
+        generation: u64,
+        on_access: bool,
+        max_age: Duration,
+        addresses: &[IpAddr],
+    ) {
+        let Some(round) = self.rounds.get_mut(&generation) else {
+            return;
+        };
+        let priority = if on_access {
+            Priority::OnAccess
+        } else {
+            Priority::Continuous
+        };
+        round.remaining = u32::try_from(addresses.len()).unwrap_or(u32::MAX);
+        for (index, &address) in (0u32..).zip(addresses) {
+            let target = CheckTarget {
+                address,
+                protocol: round.key.protocol,
+                port: round.key.port,
+            };
+            let reused = self
+                .runner
+                .pacer
+                .submit(target, priority, max_age, &self.done, generation, index);
+            if let Some(result) = reused {
+                round.results.push((index, result));
+                round.remaining -= 1;
+            }
+        }
+        if round.remaining == 0 {
+            self.finish(generation, None);
+        }
+    }
+
+    /// One check of a round answered.
+    fn completed(&mut self, c: Completion) {
+        let Some(round) = self.rounds.get_mut(&c.round) else {
+            return;
+        };
+        round.results.push((c.index, c.result));
+        round.remaining = round.remaining.saturating_sub(1);
+        if round.remaining == 0 {
+            self.finish(c.round, None);
+        }
+    }
+
+    /// Ends round `generation`: results in address order.
+    fn finish(&mut self, generation: u64, dns_error: Option<String>) {
+        let Some(mut round) = self.rounds.remove(&generation) else {
+            return;
+        };
+        round.results.sort_by_key(|(index, _)| *index);
+        self.finished.push((
+            round.key,
+            generation,
+            Round {
+                addresses: round.results.into_iter().map(|(_, r)| r).collect(),
+                dns_error,
+                finished_at: SystemTime::now(),
+            },
+        ));
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -219,48 +377,6 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Runner {
-    /// One check round: resolve the host, check every address.
-    async fn round(&self, key: &AppKey, on_access: bool, max_age: Duration) -> Round {
-        let addresses: Arc<[IpAddr]> = match key.host.parse::<IpAddr>() {
-            Ok(ip) => Arc::from([ip]),
-            Err(_) => match self.resolver.resolve(&key.host).await {
-                Ok(addrs) => {
-                    self.count_dns("ok");
-                    addrs
-                }
-                Err(failure) => {
-                    self.count_dns("error");
-                    return Round {
-                        addresses: Vec::new(),
-                        dns_error: Some(failure.reason),
-                        finished_at: SystemTime::now(),
-                    };
-                }
-            },
-        };
-        let priority = if on_access {
-            Priority::OnAccess
-        } else {
-            Priority::Continuous
-        };
-        let checks = addresses.iter().map(|&address| {
-            self.pacer.check(
-                CheckTarget {
-                    address,
-                    protocol: key.protocol,
-                    port: key.port,
-                },
-                priority,
-                max_age,
-            )
-        });
-        Round {
-            addresses: join_all(checks).await,
-            dns_error: None,
-            finished_at: SystemTime::now(),
-        }
-    }
-
     fn count_dns(&self, result: &str) {
         self.metrics
             .dns_lookups

@@ -82,3 +82,42 @@ async fn a_shared_target_is_probed_once_for_every_segment_asking() {
     assert_eq!(pacer.stats().started, 2);
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submitted_checks_complete_through_the_channel() {
+    let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_millis(300)));
+    let (pacer, task) = Pacer::spawn(prober, 50, 16, Metrics::new());
+    let (port, accepted) = listeners(&["127.0.8.10".to_string()]).await;
+    let t = target("127.0.8.10", port);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // Two rounds ask for one target: one probe, two tagged completions.
+    for round in [7, 8] {
+        let now = pacer.submit(
+            t,
+            Priority::Continuous,
+            Duration::from_secs(30),
+            &tx,
+            round,
+            round as u32 * 10,
+        );
+        assert!(now.is_none(), "nothing to reuse yet");
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let c = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("in time")
+            .expect("completion");
+        assert!(c.result.reachable);
+        got.push((c.round, c.index));
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![(7, 70), (8, 80)]);
+    // Within the reuse age the result comes back at once.
+    let reused = pacer.submit(t, Priority::Continuous, Duration::from_secs(30), &tx, 9, 0);
+    assert!(reused.is_some_and(|r| r.reachable));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(accepted.lock().expect("lock").len(), 1, "probed once");
+    assert!(rx.try_recv().is_err(), "a reused result is not sent again");
+    task.abort();
+}
