@@ -13,6 +13,10 @@ use e2e::{
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// Scenarios run in parallel (libtest threads) and share this lock for
+/// reading; a timing-sensitive scenario takes it for writing and runs alone.
+static RUN_LOCK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 #[allow(clippy::too_many_arguments)] // one argument per config field reads best at call sites
 fn segment(
     name: &str,
@@ -96,6 +100,8 @@ fn chi_critical(df: usize) -> f64 {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s01_seed_example() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s01_seed_example", 21)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2, a3) = (sc.ip(1, 1), sc.ip(1, 2), sc.ip(1, 3));
@@ -190,6 +196,8 @@ async fn s01_seed_example() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s02_continuous_transitions() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s02_continuous", 22)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
@@ -238,6 +246,8 @@ async fn s02_continuous_transitions() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s03_on_access() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s03_on_access", 23)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -336,6 +346,8 @@ async fn s03_on_access() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s04_none() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s04_none", 24)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -388,6 +400,8 @@ async fn s04_none() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s05_selection() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s05_selection", 25)?;
     sc.run(Duration::from_secs(180), |sc| async move {
         // Two "networks": connectors resolving through dns-a see the app at a
@@ -481,6 +495,8 @@ async fn s05_selection() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s06_matching() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s06_matching", 26)?;
     sc.run(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
@@ -592,6 +608,8 @@ async fn s06_matching() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s07_connector_killed() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s07_connector_killed", 27)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -641,6 +659,8 @@ async fn s07_connector_killed() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s08_ca_restart() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s08_ca_restart", 28)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -717,6 +737,8 @@ async fn s08_ca_restart() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s09_policy_reload() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s09_policy_reload", 29)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
@@ -822,6 +844,8 @@ async fn s09_policy_reload() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s10_validation() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s10_validation", 30)?;
     sc.run(LIMIT, |sc| async move {
         let head = ca_config_head(&sc, &["g"], "", "healthy");
@@ -882,9 +906,13 @@ async fn s10_validation() -> Result<()> {
 
 /// 11. Rate: 120 targets at 20 checks/s: no one-second window above 20 at the
 /// servers, and a cycle takes 120 / 20 = 6 s.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s11_rate() -> Result<()> {
+    // Timing-sensitive: runs alone, so no other scenario competes for
+    // the two cores while the servers timestamp connections.
+    let _alone = RUN_LOCK.write().await;
+
     let sc = Scenario::new("s11_rate", 31)?;
     sc.run(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
@@ -1050,6 +1078,8 @@ impl Drop for NetnsHost {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s12_netns_fallback_and_timeout() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s12_netns", 32)?;
     let tag = format!("{}", std::process::id() % 100_000);
     let host = match NetnsHost::create(&tag) {
@@ -1145,6 +1175,8 @@ return {found: rows.length > 0, statuses, questionMark, body: document.body ? do
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s13_dashboard_in_browser() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s13_dashboard", 33)?;
     sc.run(LIMIT, |sc| async move {
         let ip = |d| sc.ip(1, d);
@@ -1314,6 +1346,8 @@ async fn s13_dashboard_in_browser() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s14_trust() -> Result<()> {
+    let _shared = RUN_LOCK.read().await;
+
     let sc = Scenario::new("s14_trust", 34)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
