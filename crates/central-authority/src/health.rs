@@ -120,29 +120,31 @@ impl HealthTable {
     ) -> Option<(Status, Instant)> {
         let mut apps = write(&self.apps);
         let record = apps.entry(key).or_default();
-        let before = record
-            .reports
-            .get(connector)
-            .map(|r| (r.status, r.received_at));
-        let previous = before.map_or(Status::Unknown, |(status, _)| status);
-        if previous != report.status {
-            let cause = report.unknown_cause.map_or("report", UnknownCause::as_str);
-            record.push(
-                Transition {
-                    at: report.received_wall,
-                    connector: connector.to_owned(),
-                    from: previous,
-                    to: report.status,
-                    cause,
-                },
-                keep,
-            );
-        }
-        match record.reports.get_mut(connector) {
-            Some(r) => *r = report,
-            None => {
-                record.reports.insert(connector.to_owned(), report);
+        let transition = |previous: Status, report: &Report| {
+            (previous != report.status).then(|| Transition {
+                at: report.received_wall,
+                connector: connector.to_owned(),
+                from: previous,
+                to: report.status,
+                cause: report.unknown_cause.map_or("report", UnknownCause::as_str),
+            })
+        };
+        // One search of the connector's slot, then replace or insert.
+        let (before, change) = match record.reports.get_mut(connector) {
+            Some(slot) => {
+                let before = (slot.status, slot.received_at);
+                let change = transition(slot.status, &report);
+                *slot = report;
+                (Some(before), change)
             }
+            None => {
+                let change = transition(Status::Unknown, &report);
+                record.reports.insert(connector.to_owned(), report);
+                (None, change)
+            }
+        };
+        if let Some(t) = change {
+            record.push(t, keep);
         }
         before
     }

@@ -23,7 +23,9 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use crate::auth::{AuthError, check_connector_name};
 use crate::error::{ReportError, SessionError};
 use crate::health::{Report, UnknownCause};
-use crate::state::{Authority, ConnectorEntry, LiveSession, Outbound, app_allowed, lock};
+use crate::state::{
+    Authority, ConnectorEntry, LiveSession, Outbound, PolicyState, app_allowed, lock,
+};
 
 /// How long a connector has to send `Hello` after opening the stream.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -130,17 +132,28 @@ async fn run_session(
         ),
     );
     let mut dropped = 0u64;
+    // The policy snapshot is taken again only after a reload (an atomic
+    // load per message instead of a lock and a reference count).
+    let mut version = authority
+        .policy_version
+        .load(std::sync::atomic::Ordering::Acquire);
+    let mut state = authority.snapshot();
+    // When the last message arrived: the idle timeout counts from it, and
+    // the report intake stamps reports with it (one clock read).
+    let mut last = tokio::time::Instant::now();
     let result = loop {
-        let idle = authority.snapshot().settings().idle_timeout();
+        authority.refresh(&mut state, &mut version);
+        let idle = state.settings().idle_timeout();
         tokio::select! {
             _ = kill.notified() => break Ok(()),
-            next = tokio::time::timeout(idle, inbound.message()) => match next {
+            next = tokio::time::timeout_at(last + idle, inbound.message()) => match next {
                 Err(_) => break Err(SessionError::Idle(idle)),
                 Ok(Err(status)) => break Err(status.into()),
                 Ok(Ok(None)) => break Ok(()),
                 Ok(Ok(Some(message))) => {
+                    last = tokio::time::Instant::now();
                     if limiter.check().is_ok() {
-                        authority.handle(&identity, message);
+                        authority.handle(&identity, &state, message, last.into_std());
                     } else {
                         // Over the cap: dropped (the session stays), counted,
                         // and logged once per 1,000 drops.
@@ -273,12 +286,18 @@ impl Authority {
     }
 
     /// Handles one message of a live session.
-    fn handle(&self, identity: &Identity, message: v1::ConnectorMessage) {
+    fn handle(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        message: v1::ConnectorMessage,
+        now: Instant,
+    ) {
         let wall = SystemTime::now();
         match message.kind {
             Some(In::Report(report)) => {
                 self.seen(identity, wall);
-                self.intake(identity, report, wall);
+                self.intake(identity, state, report, now, wall);
             }
             Some(In::Heartbeat(hb)) => {
                 if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
@@ -312,17 +331,23 @@ impl Authority {
     /// applications the connector's group does not serve are rejected and
     /// logged, the rest are stored. Discovery waiters are woken only when an
     /// application's effective status may have changed.
-    pub(crate) fn intake(&self, identity: &Identity, report: v1::HealthReport, wall: SystemTime) {
-        let state = self.snapshot();
+    pub(crate) fn intake(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        report: v1::HealthReport,
+        now: Instant,
+        wall: SystemTime,
+    ) {
         let settings = state.settings();
         let keep = settings.transitions_kept;
-        let now = Instant::now();
+
         let mut seen = HashSet::new();
         let mut accepted = 0u64;
         let mut rejected = 0u64;
         let mut changed = false;
         for app in report.applications {
-            match parse_entry(&state, &identity.group, app) {
+            match parse_entry(state, &identity.group, app) {
                 Ok(entry) => {
                     let Entry {
                         key,

@@ -212,6 +212,9 @@ pub struct Authority {
     pub(crate) changes: watch::Sender<u64>,
     pub(crate) metrics: Metrics,
     pub(crate) next_session: AtomicU64,
+    /// Bumped after every policy swap, so sessions can keep a snapshot and
+    /// take a new one only when it changed.
+    pub(crate) policy_version: AtomicU64,
     /// The CA's certificates; `None` when it runs without TLS.
     pub(crate) pki: Option<Arc<crate::pki::Pki>>,
     /// Enrolled connectors, certificates, key uses.
@@ -301,6 +304,7 @@ impl Authority {
             changes: watch::channel(0).0,
             metrics: Metrics::default(),
             next_session: AtomicU64::new(1),
+            policy_version: AtomicU64::new(0),
         }
     }
 
@@ -312,6 +316,16 @@ impl Authority {
     /// The policy in force.
     pub fn snapshot(&self) -> Arc<PolicyState> {
         read(&self.policy).clone()
+    }
+
+    /// `snapshot()`, refreshed only when the policy was swapped since
+    /// `cached` was taken (`version` remembers when that was).
+    pub(crate) fn refresh(&self, cached: &mut Arc<PolicyState>, version: &mut u64) {
+        let now = self.policy_version.load(Ordering::Acquire);
+        if now != *version {
+            *version = now;
+            *cached = self.snapshot();
+        }
     }
 
     /// The metrics.
@@ -460,6 +474,7 @@ impl Authority {
         }
         let new = Arc::new(PolicyState::new(config));
         let old = std::mem::replace(&mut *write(&self.policy), new.clone());
+        self.policy_version.fetch_add(1, Ordering::Release);
         let settings = new.settings();
         if old.settings().grpc_listen != settings.grpc_listen
             || old.settings().http_listen != settings.http_listen
