@@ -141,6 +141,8 @@ async fn run_session(
     // When the last message arrived: the idle timeout counts from it, and
     // the report intake stamps reports with it (one clock read).
     let mut last = tokio::time::Instant::now();
+    // The Unix millisecond last written to the registry's `last_seen`.
+    let mut seen_ms = u128::MAX;
     let result = loop {
         authority.refresh(&mut state, &mut version);
         let idle = state.settings().idle_timeout();
@@ -153,7 +155,7 @@ async fn run_session(
                 Ok(Ok(Some(message))) => {
                     last = tokio::time::Instant::now();
                     if limiter.check().is_ok() {
-                        authority.handle(&identity, &state, message, last.into_std());
+                        authority.handle(&identity, &state, message, last.into_std(), &mut seen_ms);
                     } else {
                         // Over the cap: dropped (the session stays), counted,
                         // and logged once per 1,000 drops.
@@ -292,11 +294,12 @@ impl Authority {
         state: &PolicyState,
         message: v1::ConnectorMessage,
         now: Instant,
+        seen_ms: &mut u128,
     ) {
         let wall = SystemTime::now();
         match message.kind {
             Some(In::Report(report)) => {
-                self.seen(identity, wall);
+                self.seen(identity, wall, seen_ms);
                 self.intake(identity, state, report, now, wall);
             }
             Some(In::Heartbeat(hb)) => {
@@ -308,20 +311,29 @@ impl Authority {
                 // recomputed (housekeeping refreshes every connector's).
                 self.recompute_budget(&identity.name);
             }
-            Some(In::Pong(_)) => self.seen(identity, wall),
+            Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
             Some(In::Hello(_)) => {
-                self.seen(identity, wall);
+                self.seen(identity, wall, seen_ms);
                 tracing::warn!(connector = %identity.name, "ignoring a second Hello");
             }
             None => {
-                self.seen(identity, wall);
+                self.seen(identity, wall, seen_ms);
                 tracing::debug!(connector = %identity.name, "ignoring an empty message");
             }
         }
     }
 
-    /// Records that `identity` was heard from at `wall`.
-    fn seen(&self, identity: &Identity, wall: SystemTime) {
+    /// Records that `identity` was heard from at `wall`. `last_seen` is
+    /// shown in milliseconds, so within the millisecond already written
+    /// (`seen_ms`) the registry is not locked again.
+    fn seen(&self, identity: &Identity, wall: SystemTime, seen_ms: &mut u128) {
+        let ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        if ms == *seen_ms {
+            return;
+        }
+        *seen_ms = ms;
         if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
             e.last_seen = Some(wall);
         }
