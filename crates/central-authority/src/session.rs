@@ -95,6 +95,35 @@ impl ConnectorSession for SessionService {
     }
 }
 
+/// Wall-clock times for messages, derived from their monotonic receive
+/// times: the wall clock is read once a second, not once per message (the
+/// times are for display; within a second the two clocks agree to well
+/// under a millisecond).
+struct WallClock {
+    at: Instant,
+    wall: SystemTime,
+}
+
+impl WallClock {
+    fn new() -> Self {
+        WallClock {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// The wall-clock time at `now`.
+    fn at(&mut self, now: Instant) -> SystemTime {
+        let since = now.saturating_duration_since(self.at);
+        if since >= Duration::from_secs(1) {
+            self.at = now;
+            self.wall = SystemTime::now();
+            return self.wall;
+        }
+        self.wall + since
+    }
+}
+
 /// Drives one session from `Hello` to its end.
 async fn run_session(
     authority: &Arc<Authority>,
@@ -143,6 +172,7 @@ async fn run_session(
     let mut last = tokio::time::Instant::now();
     // The Unix millisecond last written to the registry's `last_seen`.
     let mut seen_ms = u128::MAX;
+    let mut clock = WallClock::new();
     let result = loop {
         authority.refresh(&mut state, &mut version);
         let idle = state.settings().idle_timeout();
@@ -155,7 +185,9 @@ async fn run_session(
                 Ok(Ok(Some(message))) => {
                     last = tokio::time::Instant::now();
                     if limiter.check().is_ok() {
-                        authority.handle(&identity, &state, message, last.into_std(), &mut seen_ms);
+                        let now = last.into_std();
+                        let wall = clock.at(now);
+                        authority.handle(&identity, &state, message, now, wall, &mut seen_ms);
                     } else {
                         // Over the cap: dropped (the session stays), counted,
                         // and logged once per 1,000 drops.
@@ -294,9 +326,9 @@ impl Authority {
         state: &PolicyState,
         message: v1::ConnectorMessage,
         now: Instant,
+        wall: SystemTime,
         seen_ms: &mut u128,
     ) {
-        let wall = SystemTime::now();
         match message.kind {
             Some(In::Report(report)) => {
                 self.seen(identity, wall, seen_ms);
