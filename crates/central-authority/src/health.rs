@@ -130,22 +130,25 @@ impl HealthTable {
             })
         };
         // One search of the connector's slot, then replace or insert.
-        let (before, change) = match record.reports.get_mut(connector) {
+        let (before, change, old) = match record.reports.get_mut(connector) {
             Some(slot) => {
                 let before = (slot.status, slot.received_at);
                 let change = transition(slot.status, &report);
-                *slot = report;
-                (Some(before), change)
+                let old = std::mem::replace(slot, report);
+                (Some(before), change, Some(old))
             }
             None => {
                 let change = transition(Status::Unknown, &report);
                 record.reports.insert(connector.to_owned(), report);
-                (None, change)
+                (None, change, None)
             }
         };
         if let Some(t) = change {
             record.push(t, keep);
         }
+        // The replaced report is freed after the lock is released.
+        drop(apps);
+        drop(old);
         before
     }
 

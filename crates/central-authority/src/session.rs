@@ -173,16 +173,38 @@ async fn run_session(
     // The Unix millisecond last written to the registry's `last_seen`.
     let mut seen_ms = u128::MAX;
     let mut clock = WallClock::new();
+    // One idle timer for the whole session, moved only when it fires early
+    // (a timer per message costs more than the message).
+    let idle_timer = tokio::time::sleep_until(last + state.settings().idle_timeout());
+    tokio::pin!(idle_timer);
     let result = loop {
         authority.refresh(&mut state, &mut version);
         let idle = state.settings().idle_timeout();
+        if last + idle < idle_timer.deadline() {
+            // A reload shortened the idle timeout.
+            idle_timer.as_mut().reset(last + idle);
+        }
+        // A message that is ready wins over the timer, as with `timeout`.
+        let next = async {
+            tokio::select! {
+                biased;
+                next = inbound.message() => Some(next),
+                () = &mut idle_timer => None,
+            }
+        };
         tokio::select! {
             _ = kill.notified() => break Ok(()),
-            next = tokio::time::timeout_at(last + idle, inbound.message()) => match next {
-                Err(_) => break Err(SessionError::Idle(idle)),
-                Ok(Err(status)) => break Err(status.into()),
-                Ok(Ok(None)) => break Ok(()),
-                Ok(Ok(Some(message))) => {
+            next = next => match next {
+                None => {
+                    let deadline = last + idle;
+                    if tokio::time::Instant::now() >= deadline {
+                        break Err(SessionError::Idle(idle));
+                    }
+                    idle_timer.as_mut().reset(deadline);
+                }
+                Some(Err(status)) => break Err(status.into()),
+                Some(Ok(None)) => break Ok(()),
+                Some(Ok(Some(message))) => {
                     last = tokio::time::Instant::now();
                     if limiter.check().is_ok() {
                         let now = last.into_std();

@@ -898,6 +898,32 @@ async fn malformed_reports_are_rejected_and_the_session_goes_on() {
 }
 
 #[tokio::test]
+async fn messages_keep_a_session_past_its_idle_timeout() {
+    // Idle timeout 1 s (three 100 ms intervals, at least 1 s); a heartbeat
+    // every 400 ms for 2.4 s keeps the session; silence then ends it.
+    let ca = Ca::start(&config_text("heartbeat_interval_ms = 100", "", "")).await;
+    let (mut east, _) = connect(&ca, "east-1", "dc-east").await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        east.heartbeat(v1::CheckLoad::default()).await;
+    }
+    let http = ca.web();
+    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(v["connectors"][0]["connected"], true, "{v}");
+    let silent = std::time::Instant::now();
+    match tokio::time::timeout(Duration::from_secs(5), east.next()).await {
+        Ok(Some(Out::Shutdown(s))) => assert!(s.reason.contains("no message"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    let waited = silent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(550) && waited < Duration::from_millis(2500),
+        "{waited:?}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
 async fn a_silent_connector_is_disconnected_after_three_heartbeat_intervals() {
     // Three intervals of 100 ms, but never less than 1 s.
     let ca = Ca::start(&config_text("heartbeat_interval_ms = 100", "", "")).await;
