@@ -34,11 +34,6 @@ impl TcpApp {
         self.addr
     }
 
-    /// Whether it is listening.
-    pub fn is_running(&self) -> bool {
-        self.task.is_some()
-    }
-
     /// Closes the listener; connection attempts are refused from now on.
     pub fn stop(&mut self) {
         if let Some(task) = self.task.take() {

@@ -15,7 +15,7 @@ pub mod procs;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -46,6 +46,11 @@ pub fn tls_client(root_pem: &str) -> Result<reqwest::Client> {
         .timeout(Duration::from_secs(10))
         .build()?)
 }
+
+/// Scenarios run in parallel (libtest threads) and hold this lock for
+/// reading; `Scenario::run_alone` holds it for writing. (tokio's lock is fair,
+/// so a waiting writer is not starved by later readers.)
+static RUN_LOCK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// One scenario's address block and directory.
 #[derive(Debug, Clone)]
@@ -98,9 +103,29 @@ impl Scenario {
         self.addr(0, 53, 5353)
     }
 
-    /// Runs `body` with a hard timeout; on failure prints every log in the
-    /// scenario's directory.
+    /// Runs `body` with a hard timeout, alongside other scenarios; on
+    /// failure prints every log in the scenario's directory.
     pub async fn run<F, Fut>(&self, limit: Duration, body: F) -> Result<()>
+    where
+        F: FnOnce(Scenario) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let _shared = RUN_LOCK.read().await;
+        self.run_locked(limit, body).await
+    }
+
+    /// Like `run`, but with no other scenario running meanwhile (for
+    /// timing-sensitive measurements on a small machine).
+    pub async fn run_alone<F, Fut>(&self, limit: Duration, body: F) -> Result<()>
+    where
+        F: FnOnce(Scenario) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let _alone = RUN_LOCK.write().await;
+        self.run_locked(limit, body).await
+    }
+
+    async fn run_locked<F, Fut>(&self, limit: Duration, body: F) -> Result<()>
     where
         F: FnOnce(Scenario) -> Fut,
         Fut: Future<Output = Result<()>>,
@@ -286,18 +311,6 @@ impl Ca {
         Ok(body)
     }
 
-    /// `GET /` (the dashboard) as text.
-    pub async fn dashboard(&self) -> Result<String> {
-        Ok(self
-            .client
-            .get(format!("https://{}/", self.http))
-            .bearer_auth(TOKEN)
-            .send()
-            .await?
-            .text()
-            .await?)
-    }
-
     /// `POST /api/v1/access`; returns the HTTP status and the JSON body.
     pub async fn access(&self, host: &str, protocol: &str, port: u16) -> Result<(u16, Value)> {
         let r = self
@@ -450,9 +463,4 @@ pub async fn wait_status(
         }
     })
     .await
-}
-
-/// Whether a path exists and is executable (for optional tools).
-pub fn have_tool(path: &Path) -> bool {
-    path.exists()
 }

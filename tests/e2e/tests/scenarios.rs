@@ -13,10 +13,6 @@ use e2e::{
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// Scenarios run in parallel (libtest threads) and share this lock for
-/// reading; a timing-sensitive scenario takes it for writing and runs alone.
-static RUN_LOCK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
 #[allow(clippy::too_many_arguments)] // one argument per config field reads best at call sites
 fn segment(
     name: &str,
@@ -100,8 +96,6 @@ fn chi_critical(df: usize) -> f64 {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s01_seed_example() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s01_seed_example", 21)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2, a3) = (sc.ip(1, 1), sc.ip(1, 2), sc.ip(1, 3));
@@ -196,8 +190,6 @@ async fn s01_seed_example() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s02_continuous_transitions() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s02_continuous", 22)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
@@ -246,8 +238,6 @@ async fn s02_continuous_transitions() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s03_on_access() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s03_on_access", 23)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -346,8 +336,6 @@ async fn s03_on_access() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s04_none() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s04_none", 24)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -400,8 +388,6 @@ async fn s04_none() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s05_selection() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s05_selection", 25)?;
     sc.run(Duration::from_secs(180), |sc| async move {
         // Two "networks": connectors resolving through dns-a see the app at a
@@ -495,8 +481,6 @@ async fn s05_selection() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s06_matching() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s06_matching", 26)?;
     sc.run(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
@@ -608,8 +592,6 @@ async fn s06_matching() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s07_connector_killed() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s07_connector_killed", 27)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -659,8 +641,6 @@ async fn s07_connector_killed() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s08_ca_restart() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s08_ca_restart", 28)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
@@ -737,8 +717,6 @@ async fn s08_ca_restart() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s09_policy_reload() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s09_policy_reload", 29)?;
     sc.run(LIMIT, |sc| async move {
         let (a1, a2) = (sc.ip(1, 1), sc.ip(1, 2));
@@ -844,8 +822,6 @@ async fn s09_policy_reload() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s10_validation() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s10_validation", 30)?;
     sc.run(LIMIT, |sc| async move {
         let head = ca_config_head(&sc, &["g"], "", "healthy");
@@ -909,12 +885,10 @@ async fn s10_validation() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s11_rate() -> Result<()> {
-    // Timing-sensitive: runs alone, so no other scenario competes for
-    // the two cores while the servers timestamp connections.
-    let _alone = RUN_LOCK.write().await;
-
     let sc = Scenario::new("s11_rate", 31)?;
-    sc.run(LIMIT, |sc| async move {
+    // Timing-sensitive: runs alone, so no other scenario competes for the
+    // two cores while the servers timestamp connections.
+    sc.run_alone(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let mut servers = Vec::new();
         let mut hosts = Vec::new();
@@ -1078,8 +1052,6 @@ impl Drop for NetnsHost {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s12_netns_fallback_and_timeout() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s12_netns", 32)?;
     let tag = format!("{}", std::process::id() % 100_000);
     let host = match NetnsHost::create(&tag) {
@@ -1175,8 +1147,6 @@ return {found: rows.length > 0, statuses, questionMark, body: document.body ? do
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s13_dashboard_in_browser() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s13_dashboard", 33)?;
     sc.run(LIMIT, |sc| async move {
         let ip = |d| sc.ip(1, d);
@@ -1346,8 +1316,6 @@ async fn s13_dashboard_in_browser() -> Result<()> {
 #[tokio::test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 async fn s14_trust() -> Result<()> {
-    let _shared = RUN_LOCK.read().await;
-
     let sc = Scenario::new("s14_trust", 34)?;
     sc.run(LIMIT, |sc| async move {
         let a1 = sc.ip(1, 1);
