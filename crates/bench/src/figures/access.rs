@@ -57,6 +57,25 @@ const CHANNELS: usize = 4;
 const CONCURRENCY: usize = 64;
 const CONNECTORS: usize = 4;
 
+/// Ends a closed loop: lets `tasks` run until `run` after `t0`, stops them
+/// and returns decisions/s and their sorted latencies.
+async fn finish_closed(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<Duration>>>>,
+    stop: &AtomicBool,
+    t0: Instant,
+    run: Duration,
+) -> Result<(f64, Vec<Duration>)> {
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = t0.elapsed();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    all.sort();
+    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+}
+
 /// Closed loop: `CONCURRENCY` tasks over `channels` for `run`; returns
 /// decisions/s and sorted latencies.
 async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Duration>)> {
@@ -82,15 +101,7 @@ async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Du
             Ok::<_, anyhow::Error>(lat)
         }));
     }
-    tokio::time::sleep(run).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    all.sort();
-    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+    finish_closed(tasks, &stop, t0, run).await
 }
 
 /// Open loop at `rate`/s for `run` (requests released every millisecond,
@@ -166,15 +177,7 @@ async fn http_closed(base: &str, run: Duration) -> Result<(f64, Vec<Duration>)> 
             Ok::<_, anyhow::Error>(lat)
         }));
     }
-    tokio::time::sleep(run).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    all.sort();
-    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+    finish_closed(tasks, &stop, t0, run).await
 }
 
 /// Connects `CONNECTORS` simulated connectors that report the application
