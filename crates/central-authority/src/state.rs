@@ -91,11 +91,7 @@ impl SegmentHosts {
             Some(ip) => self.ips.contains(&ip),
             None => self.names.contains(host),
         };
-        exact
-            || self
-                .discovery
-                .iter()
-                .any(|entry| entry_matches(entry, host, ip))
+        exact || self.discovery.iter().any(|entry| entry.matches(host, ip))
     }
 }
 
@@ -728,19 +724,6 @@ pub(crate) fn app_allowed<'a>(
     Ok(segment)
 }
 
-/// Whether one application entry covers `host` (`ip` is its parse).
-fn entry_matches(entry: &AppEntry, host: &str, ip: Option<IpAddr>) -> bool {
-    match (entry, ip) {
-        (AppEntry::Fqdn(name), None) => name == host,
-        (AppEntry::Wildcard(suffix), None) => host
-            .strip_suffix(suffix.as_str())
-            .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
-        (AppEntry::Ip(a), Some(b)) => *a == b,
-        (AppEntry::Subnet(net), Some(b)) => net.contains(&b),
-        _ => false,
-    }
-}
-
 /// Whether `host` (lower-case name or canonical IP text) is an application
 /// of `segment`, by scanning its entries: the reference `SegmentHosts`
 /// must agree with.
@@ -750,7 +733,7 @@ fn host_in_segment(segment: &Segment, host: &str) -> bool {
     segment
         .applications
         .iter()
-        .any(|entry| entry_matches(entry, host, ip))
+        .any(|entry| entry.matches(host, ip))
 }
 
 #[cfg(test)]

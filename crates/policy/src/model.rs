@@ -146,6 +146,25 @@ impl AppEntry {
     }
 }
 
+impl AppEntry {
+    /// Whether `host` (a lower-case name without trailing dot, or an IP
+    /// literal whose parse is `ip`) is this entry or lies under it: an FQDN
+    /// or IP matches itself, a wildcard every name at any depth below its
+    /// suffix (not the suffix itself), a subnet every address in it. The rule
+    /// `SegmentIndex` applies with hash lookups, for one entry.
+    pub fn matches(&self, host: &str, ip: Option<IpAddr>) -> bool {
+        match (self, ip) {
+            (AppEntry::Fqdn(name), None) => name == host,
+            (AppEntry::Wildcard(suffix), None) => host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            (AppEntry::Ip(a), Some(b)) => *a == b,
+            (AppEntry::Subnet(net), Some(b)) => net.contains(&b),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for AppEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -339,6 +358,26 @@ impl fmt::Display for AppKey {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn entries_match_their_hosts_and_what_lies_under_them() {
+        let m = |entry: AppEntry, host: &str| entry.matches(host, host.parse().ok());
+        assert!(m(AppEntry::Fqdn("a.example.com".into()), "a.example.com"));
+        assert!(!m(AppEntry::Fqdn("a.example.com".into()), "b.example.com"));
+        let wild = || AppEntry::Wildcard("example.com".into());
+        assert!(m(wild(), "a.example.com"));
+        assert!(m(wild(), "x.y.example.com"));
+        assert!(!m(wild(), "example.com"));
+        assert!(!m(wild(), "aexample.com"));
+        assert!(!m(wild(), ".example.com"));
+        let net = || AppEntry::Subnet("10.122.0.0/16".parse().expect("net"));
+        assert!(m(net(), "10.122.9.9"));
+        assert!(!m(net(), "10.123.0.1"));
+        assert!(m(AppEntry::Ip("10.1.1.1".parse().expect("ip")), "10.1.1.1"));
+        // A name never matches an IP entry and an IP never a name entry.
+        assert!(!m(net(), "10.122.example.com"));
+        assert!(!m(AppEntry::Fqdn("10.1.1.1".into()), "10.1.1.1"));
+    }
     use super::*;
     use crate::validate::{SegmentSpec, validate_segment};
 
