@@ -106,8 +106,9 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
 
 /// A host as the policy spells it: lower-case, without a trailing dot, and
 /// an IP literal in its canonical form (`::0001` is `::1`), so that one
-/// application has one key however a peer wrote it.
-fn host(field: &'static str, s: String) -> Result<String, WireError> {
+/// application has one key however a peer wrote it; with its parse when it
+/// is an IP literal.
+fn host(field: &'static str, s: String) -> Result<(String, Option<IpAddr>), WireError> {
     let mut s = text(field, s)?;
     let len = s.trim_end_matches('.').len();
     if len == 0 {
@@ -120,11 +121,11 @@ fn host(field: &'static str, s: String) -> Result<String, WireError> {
     Ok(match s.parse::<IpAddr>() {
         // std parses only the canonical dotted-quad spelling of an IPv4
         // address (no leading zeros, four parts), so the text is kept as is.
-        Ok(IpAddr::V4(_)) => s,
-        Ok(ip) => ip.to_string(),
+        Ok(ip @ IpAddr::V4(_)) => (s, Some(ip)),
+        Ok(ip) => (ip.to_string(), Some(ip)),
         Err(_) => {
             s.make_ascii_lowercase();
-            s
+            (s, None)
         }
     })
 }
@@ -291,13 +292,22 @@ impl From<&AppKey> for v1::ApplicationKey {
 impl TryFrom<v1::ApplicationKey> for AppKey {
     type Error = WireError;
     fn try_from(k: v1::ApplicationKey) -> Result<Self, WireError> {
-        Ok(AppKey {
-            segment: text("app.segment", k.segment)?,
-            host: host("app.host", k.host)?,
-            protocol: protocol_from_wire("app.protocol", k.protocol)?,
-            port: port("app.port", k.port)?,
-        })
+        app_key_from_wire(k).map(|(key, _)| key)
     }
+}
+
+/// What `AppKey::try_from` gives, with the host's parse when it is an IP
+/// literal (so a receiver that needs the address parses it once, here).
+pub fn app_key_from_wire(k: v1::ApplicationKey) -> Result<(AppKey, Option<IpAddr>), WireError> {
+    let segment = text("app.segment", k.segment)?;
+    let (host, ip) = host("app.host", k.host)?;
+    let key = AppKey {
+        segment,
+        host,
+        protocol: protocol_from_wire("app.protocol", k.protocol)?,
+        port: port("app.port", k.port)?,
+    };
+    Ok((key, ip))
 }
 
 impl From<&AddressResult> for v1::AddressResult {
@@ -665,7 +675,10 @@ mod tests {
                 host: wire.into(),
                 ..wire_key()
             };
-            assert_eq!(AppKey::try_from(k).unwrap().host, policy, "{wire}");
+            assert_eq!(AppKey::try_from(k.clone()).unwrap().host, policy, "{wire}");
+            // The parse handed out with the key is the key's host's.
+            let (key, ip) = app_key_from_wire(k).unwrap();
+            assert_eq!(ip, key.host.parse::<IpAddr>().ok(), "{wire}");
         }
         // Every IPv4 address std parses is already in its canonical form.
         for text in ["1.2.3.4", "192.168.0.10", "10.0.100.200", "0.1.0.1"] {
