@@ -1,12 +1,21 @@
 //! The health table: the latest report per (application, connector), with
 //! its per-address detail, and the last status transitions per application.
 //!
-//! **Invariant:** every method takes the table's lock for one short, purely
+//! **Invariant:** every method takes a shard's lock for one short, purely
 //! synchronous critical section; nothing here awaits, so the access path can
 //! never queue behind a lock held across an `.await`.
+//!
+//! The table is split into [`SHARDS`] shards by a hash of the application
+//! key, each behind its own lock, so sessions storing reports of different
+//! applications on different threads rarely contend (one lock for the whole
+//! table was the CA's most contended point under report load). A method that
+//! visits every application takes the shards' locks one after another, never
+//! two at once: what it decides, it decides per report, so it needs no
+//! snapshot of the whole table.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::RwLock;
+use std::hash::BuildHasher;
+use std::sync::{Arc, RwLock};
 use std::time::{Instant, SystemTime};
 
 use policy::{AddressResult, AppKey, Status};
@@ -47,8 +56,8 @@ impl UnknownCause {
 /// One connector's latest report for one application.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// The connector's group.
-    pub group: String,
+    /// The connector's group (shared by all of a session's reports).
+    pub group: Arc<str>,
     /// The status as last reported (or set Unknown by the CA).
     pub status: Status,
     /// Per-address results (empty once the status is set Unknown).
@@ -95,13 +104,44 @@ impl AppRecord {
     }
 }
 
+/// How many shards the table has (a power of two, comfortably more than
+/// the worker threads that store reports at once).
+pub const SHARDS: usize = 16;
+
+/// The hasher of the table's maps: foldhash (what hashbrown uses by default;
+/// several times faster than std's SipHash on these short keys), with a
+/// per-process random seed, so hosts a connector reports under a wildcard
+/// cannot be chosen to collide.
+type Hasher = foldhash::fast::RandomState;
+
+type Shard = RwLock<HashMap<AppKey, AppRecord, Hasher>>;
+
 /// The table. Cloning the data out is the only way to read it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HealthTable {
-    apps: RwLock<HashMap<AppKey, AppRecord>>,
+    /// Picks a key's shard.
+    hasher: Hasher,
+    shards: Box<[Shard]>,
+}
+
+impl Default for HealthTable {
+    fn default() -> Self {
+        HealthTable {
+            hasher: Hasher::default(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+        }
+    }
 }
 
 impl HealthTable {
+    /// The shard that holds `key`. The top bits of the hash pick it (each
+    /// shard's map has its own seed, so they are independent of its slots).
+    fn shard(&self, key: &AppKey) -> &Shard {
+        let hash = self.hasher.hash_one(key);
+        // SHARDS is a power of two, so this is the top log2(SHARDS) bits.
+        &self.shards[(hash >> (u64::BITS - SHARDS.trailing_zeros())) as usize]
+    }
+
     /// Stores `report` as `connector`'s latest for `key`; returns the
     /// previous status (Unknown when there was none).
     pub fn record(&self, key: AppKey, connector: &str, report: Report, keep: usize) -> Status {
@@ -118,7 +158,7 @@ impl HealthTable {
         report: Report,
         keep: usize,
     ) -> Option<(Status, Instant)> {
-        let mut apps = write(&self.apps);
+        let mut apps = write(self.shard(&key));
         let record = apps.entry(key).or_default();
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
@@ -161,7 +201,19 @@ impl HealthTable {
         mut decide: impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
     ) -> usize {
         let mut changed = 0;
-        let mut apps = write(&self.apps);
+        for shard in &self.shards {
+            changed += Self::mark_shard(&mut write(shard), wall, keep, &mut decide);
+        }
+        changed
+    }
+
+    fn mark_shard(
+        apps: &mut HashMap<AppKey, AppRecord, Hasher>,
+        wall: SystemTime,
+        keep: usize,
+        decide: &mut impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
+    ) -> usize {
+        let mut changed = 0;
         for (key, record) in apps.iter_mut() {
             let mut transitions = Vec::new();
             for (connector, report) in record.reports.iter_mut() {
@@ -192,7 +244,7 @@ impl HealthTable {
 
     /// Every connector's stored status and receive time for `key`.
     pub fn statuses(&self, key: &AppKey) -> Vec<(String, Status, Instant)> {
-        read(&self.apps)
+        read(self.shard(key))
             .get(key)
             .map(|r| {
                 r.reports
@@ -205,24 +257,30 @@ impl HealthTable {
 
     /// A copy of everything known about `key`.
     pub fn app(&self, key: &AppKey) -> Option<(BTreeMap<String, Report>, Vec<Transition>)> {
-        read(&self.apps)
+        read(self.shard(key))
             .get(key)
             .map(|r| (r.reports.clone(), r.transitions.iter().cloned().collect()))
     }
 
     /// Every application with at least one report.
     pub fn keys(&self) -> Vec<AppKey> {
-        read(&self.apps).keys().cloned().collect()
+        let mut keys = Vec::new();
+        for shard in &self.shards {
+            keys.extend(read(shard).keys().cloned());
+        }
+        keys
     }
 
     /// Drops every report for which `keep` is false, and applications left
     /// without reports (after a policy change removed them).
     pub fn retain(&self, mut keep: impl FnMut(&AppKey, &str, &Report) -> bool) {
-        let mut apps = write(&self.apps);
-        for (key, record) in apps.iter_mut() {
-            record.reports.retain(|c, r| keep(key, c, r));
+        for shard in &self.shards {
+            let mut apps = write(shard);
+            for (key, record) in apps.iter_mut() {
+                record.reports.retain(|c, r| keep(key, c, r));
+            }
+            apps.retain(|_, r| !r.reports.is_empty());
         }
-        apps.retain(|_, r| !r.reports.is_empty());
     }
 }
 
@@ -274,6 +332,41 @@ mod tests {
             (transitions[0].from, transitions[0].to),
             (Status::Up, Status::Down)
         );
+    }
+
+    #[test]
+    fn every_shard_is_visited() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let key = |i: usize| AppKey {
+            host: format!("h{i}.example.test"),
+            ..key()
+        };
+        for i in 0..200 {
+            t.record(key(i), "c1", report(Status::Up, now), 4);
+        }
+        let used = t.shards.iter().filter(|s| !read(s).is_empty()).count();
+        assert!(used > 1, "200 keys in {used} shard");
+        assert_eq!(t.keys().len(), 200);
+        // Each key is found in its own shard.
+        assert!((0..200).all(|i| t.statuses(&key(i)).len() == 1));
+        // Whole-table passes reach every shard.
+        let even = |k: &AppKey| {
+            k.host[1..]
+                .split('.')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n % 2 == 0)
+        };
+        let marked = t.mark_unknown(SystemTime::now(), 4, |k, _, _| {
+            even(k).then_some(UnknownCause::Stale)
+        });
+        assert_eq!(marked, 100);
+        t.retain(|k, _, _| !even(k));
+        assert_eq!(t.keys().len(), 100);
+        assert!(t.keys().iter().all(|k| !even(k)));
+        assert_eq!(t.statuses(&key(1))[0].1, Status::Up);
+        assert!(t.statuses(&key(2)).is_empty());
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::auth::{AuthError, check_connector_name};
 use crate::error::{ReportError, SessionError};
 use crate::health::{Report, UnknownCause};
 use crate::state::{
-    Authority, ConnectorEntry, LiveSession, Outbound, PolicyState, app_allowed, lock,
+    Authority, ConnectorEntry, LiveSession, Outbound, PolicyState, app_allowed_ip, lock,
 };
 
 /// How long a connector has to send `Hello` after opening the stream.
@@ -39,8 +39,8 @@ const OUTBOUND_CAPACITY: usize = 1024;
 pub struct Identity {
     /// Connector name.
     pub name: String,
-    /// Connector group.
-    pub group: String,
+    /// Connector group (shared with every report the session stores).
+    pub group: Arc<str>,
 }
 
 /// The `ConnectorSession` gRPC service.
@@ -95,6 +95,66 @@ impl ConnectorSession for SessionService {
     }
 }
 
+/// At most this many messages are handled as one batch (at one receive
+/// time) before the session checks its kill switch and timer again.
+const RECEIVE_BATCH: usize = 64;
+
+/// The next message of `inbound` if one is ready now (`None` when it is
+/// not): polled in the session task's own context, so when nothing is ready
+/// the task is registered to wake for the next one as usual.
+async fn ready<T>(inbound: &mut Streaming<T>) -> Option<Option<Result<T, GrpcStatus>>> {
+    use futures::Stream;
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut *inbound).poll_next(cx) {
+            std::task::Poll::Ready(next) => Some(next),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+/// The session's receive time as governor's clock: the message limiter
+/// decides on the time the current batch was received (read once per
+/// batch), not on a clock read of its own per message.
+#[derive(Clone, Debug)]
+struct ReceiveClock {
+    start: Instant,
+    nanos: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ReceiveClock {
+    fn new() -> Self {
+        ReceiveClock {
+            start: Instant::now(),
+            nanos: Arc::default(),
+        }
+    }
+
+    /// Sets the time the limiter sees.
+    fn set(&self, now: Instant) {
+        let nanos =
+            u64::try_from(now.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX);
+        self.nanos
+            .store(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl governor::clock::Clock for ReceiveClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> Self::Instant {
+        self.nanos.load(std::sync::atomic::Ordering::Relaxed).into()
+    }
+}
+
+/// What a session last wrote to the registry's `last_seen`: the receive
+/// time it last looked at and the Unix millisecond it last wrote.
+#[derive(Debug, Default)]
+struct SeenMs {
+    wall: Option<SystemTime>,
+    ms: Option<u128>,
+}
+
 /// Wall-clock times for messages, derived from their monotonic receive
 /// times: the wall clock is read once a second, not once per message (the
 /// times are for display; within a second the two clocks agree to well
@@ -140,17 +200,20 @@ async fn run_session(
     let Some(In::Hello(hello)) = first.kind else {
         return Err(SessionError::ExpectedHello);
     };
-    if hello.name != identity.name || hello.group != identity.group {
+    if hello.name != identity.name || *hello.group != *identity.group {
         return Err(SessionError::HelloMismatch {
             name: hello.name.chars().take(128).collect(),
             group: hello.group.chars().take(128).collect(),
             meta_name: identity.name,
-            meta_group: identity.group,
+            meta_group: identity.group.to_string(),
         });
     }
     let (id, kill) = authority.register(&identity, &hello, tx);
     let limits = authority.snapshot().settings().limits.clone();
-    let limiter = governor::RateLimiter::direct(
+    // The limiter decides on each message's receive time (`ReceiveClock`),
+    // not on a clock read of its own.
+    let receive_clock = ReceiveClock::new();
+    let limiter = governor::RateLimiter::direct_with_clock(
         governor::Quota::per_second(
             std::num::NonZeroU32::new(limits.connector_messages_per_second)
                 .unwrap_or(std::num::NonZeroU32::MIN),
@@ -159,6 +222,7 @@ async fn run_session(
             std::num::NonZeroU32::new(limits.connector_message_burst)
                 .unwrap_or(std::num::NonZeroU32::MIN),
         ),
+        receive_clock.clone(),
     );
     let mut dropped = 0u64;
     // The policy snapshot is taken again only after a reload (an atomic
@@ -168,16 +232,16 @@ async fn run_session(
         .load(std::sync::atomic::Ordering::Acquire);
     let mut state = authority.snapshot();
     // When the last message arrived: the idle timeout counts from it, and
-    // the report intake stamps reports with it (one clock read).
+    // the report intake stamps reports with it.
     let mut last = tokio::time::Instant::now();
     // The Unix millisecond last written to the registry's `last_seen`.
-    let mut seen_ms = u128::MAX;
+    let mut seen_ms = SeenMs::default();
     let mut clock = WallClock::new();
     // One idle timer for the whole session, moved only when it fires early
     // (a timer per message costs more than the message).
     let idle_timer = tokio::time::sleep_until(last + state.settings().idle_timeout());
     tokio::pin!(idle_timer);
-    let result = loop {
+    let result = 'session: loop {
         authority.refresh(&mut state, &mut version);
         let idle = state.settings().idle_timeout();
         if last + idle < idle_timer.deadline() {
@@ -204,24 +268,43 @@ async fn run_session(
                 }
                 Some(Err(status)) => break Err(status.into()),
                 Some(Ok(None)) => break Ok(()),
-                Some(Ok(Some(message))) => {
+                Some(Ok(Some(first))) => {
+                    // The messages that arrived with this one (already
+                    // decoded or in the stream's buffer) are handled in one
+                    // batch at one receive time: one clock read and one
+                    // pass through the `select!` per batch, not per message.
                     last = tokio::time::Instant::now();
-                    if limiter.check().is_ok() {
-                        let now = last.into_std();
-                        let wall = clock.at(now);
-                        authority.handle(&identity, &state, message, now, wall, &mut seen_ms);
-                    } else {
-                        // Over the cap: dropped (the session stays), counted,
-                        // and logged once per 1,000 drops.
-                        authority.metrics.messages_rate_limited.inc();
-                        if dropped.is_multiple_of(1000) {
-                            tracing::warn!(
-                                connector = %identity.name,
-                                dropped = dropped + 1,
-                                "connector exceeds its message rate cap; dropping messages"
-                            );
+                    let now = last.into_std();
+                    let wall = clock.at(now);
+                    receive_clock.set(now);
+                    let mut message = first;
+                    let mut handled = 0;
+                    loop {
+                        if limiter.check().is_ok() {
+                            authority.handle(&identity, &state, message, now, wall, &mut seen_ms);
+                        } else {
+                            // Over the cap: dropped (the session stays),
+                            // counted, and logged once per 1,000 drops.
+                            authority.metrics.messages_rate_limited.inc();
+                            if dropped.is_multiple_of(1000) {
+                                tracing::warn!(
+                                    connector = %identity.name,
+                                    dropped = dropped + 1,
+                                    "connector exceeds its message rate cap; dropping messages"
+                                );
+                            }
+                            dropped += 1;
                         }
-                        dropped += 1;
+                        handled += 1;
+                        if handled == RECEIVE_BATCH {
+                            break;
+                        }
+                        match ready(&mut inbound).await {
+                            None => break,
+                            Some(Some(Ok(m))) => message = m,
+                            Some(Some(Err(status))) => break 'session Err(status.into()),
+                            Some(None) => break 'session Ok(()),
+                        }
                     }
                 }
             }
@@ -265,7 +348,7 @@ impl Authority {
         }
         Ok(Identity {
             name: name.to_owned(),
-            group: group.to_owned(),
+            group: group.into(),
         })
     }
 
@@ -295,7 +378,7 @@ impl Authority {
             let entry = conns
                 .entry(identity.name.clone())
                 .or_insert_with(|| ConnectorEntry {
-                    group: identity.group.clone(),
+                    group: identity.group.to_string(),
                     version: String::new(),
                     session: None,
                     load: None,
@@ -304,7 +387,7 @@ impl Authority {
                     last_seen: None,
                     estimate: policy::estimate_budget(0, 20, u64::MAX),
                 });
-            entry.group = identity.group.clone();
+            entry.group = identity.group.to_string();
             entry.version = hello.version.chars().take(64).collect();
             entry.stated_rate = hello
                 .capabilities
@@ -349,7 +432,7 @@ impl Authority {
         message: v1::ConnectorMessage,
         now: Instant,
         wall: SystemTime,
-        seen_ms: &mut u128,
+        seen_ms: &mut SeenMs,
     ) {
         match message.kind {
             Some(In::Report(report)) => {
@@ -380,14 +463,19 @@ impl Authority {
     /// Records that `identity` was heard from at `wall`. `last_seen` is
     /// shown in milliseconds, so within the millisecond already written
     /// (`seen_ms`) the registry is not locked again.
-    fn seen(&self, identity: &Identity, wall: SystemTime, seen_ms: &mut u128) {
+    fn seen(&self, identity: &Identity, wall: SystemTime, seen_ms: &mut SeenMs) {
+        // A batch of messages shares one receive time: compared first.
+        if seen_ms.wall == Some(wall) {
+            return;
+        }
+        seen_ms.wall = Some(wall);
         let ms = wall
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        if ms == *seen_ms {
+        if seen_ms.ms == Some(ms) {
             return;
         }
-        *seen_ms = ms;
+        seen_ms.ms = Some(ms);
         if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
             e.last_seen = Some(wall);
         }
@@ -455,7 +543,7 @@ impl Authority {
                         key,
                         &identity.name,
                         Report {
-                            group: identity.group.clone(),
+                            group: Arc::clone(&identity.group),
                             status: stored,
                             addresses,
                             dns_error,
@@ -560,8 +648,10 @@ fn parse_entry(
 ) -> Result<Entry, ReportError> {
     // The wire conversion spells every IP address one way, so "::0001" and
     // "::1" are one application.
-    let key = AppKey::try_from(app.app.ok_or(protocol::WireError::MissingField("app"))?)?;
-    let segment = app_allowed(state, group, &key)?;
+    let (key, ip) = protocol::convert::app_key_from_wire(
+        app.app.ok_or(protocol::WireError::MissingField("app"))?,
+    )?;
+    let segment = app_allowed_ip(state, group, &key, ip)?;
     let (mode, report_interval) = (segment.health_reporting, segment.report_interval);
     let status = protocol::convert::status_from_wire("status", app.status)?;
     let addresses = app

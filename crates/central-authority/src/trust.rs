@@ -250,7 +250,7 @@ impl Authority {
         }
         Ok(Identity {
             name: id.name,
-            group: id.group,
+            group: id.group.into(),
         })
     }
 

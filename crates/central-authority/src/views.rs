@@ -235,7 +235,7 @@ impl Authority {
                 .map(|(n, c)| (n.as_str(), c.group.as_str()))
                 .collect();
             for (n, r) in &reports {
-                names.entry(n.as_str()).or_insert(r.group.as_str());
+                names.entry(n.as_str()).or_insert(&*r.group);
             }
             let mut connectors = Vec::new();
             for (name, group) in names {

@@ -944,3 +944,66 @@ async fn a_silent_connector_is_disconnected_after_three_heartbeat_intervals() {
     assert_eq!(v["connectors"][0]["connected"], false);
     ca.stop().await;
 }
+
+/// The CA takes the messages that arrive together as one batch (one clock
+/// read for all): every report of a burst must still be taken, in order,
+/// including those that arrive together with the stream's end.
+#[tokio::test]
+async fn a_burst_of_reports_is_taken_in_order_up_to_the_stream_end() {
+    let text = default_config().replace(
+        "[selection]",
+        "[limits]\nconnector_messages_per_second = 100000\nconnector_message_burst = 100000\n\n[selection]",
+    );
+    let ca = Ca::start(&text).await;
+    let http = ca.web();
+    let received = || async {
+        let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("reach_ca_reports_received_total "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let up: &[&str] = &["127.0.0.21"];
+    let none: &[&str] = &[];
+    let (c, _) = connect(&ca, "east-1", "dc-east").await;
+    // Queued back to back; only the last one says Down.
+    for i in 0..500 {
+        let (u, d) = if i == 499 { (none, up) } else { (up, none) };
+        c.report(vec![app("jira", "jira.test.reach", 80, u, d)], false)
+            .await;
+    }
+    eventually("all 500 reports are counted", || async {
+        received().await == 500
+    })
+    .await;
+    let a = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
+    assert_eq!(a["status"], "down", "the last report wins: {a}");
+
+    // A burst that ends with the stream: the request side ends (the
+    // response side stays open, so nothing is cancelled).
+    let (c, _) = connect(&ca, "east-2", "dc-east").await;
+    for _ in 0..300 {
+        c.report(vec![app("jira", "jira.test.reach", 80, up, none)], false)
+            .await;
+    }
+    let common::Conn { tx, rx: _rx, .. } = c;
+    drop(tx);
+    eventually("the reports before the end are counted too", || async {
+        received().await == 800
+    })
+    .await;
+    eventually("the session ended with its stream", || async {
+        let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+        v["connectors"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["name"] == "east-2" && c["connected"] == false)
+        })
+    })
+    .await;
+    assert_eq!(received().await, 800);
+    ca.stop().await;
+}
