@@ -31,6 +31,18 @@ pub fn max_in_window(times: &[f64], width: f64) -> usize {
     best
 }
 
+/// The median of `xs` (the mean of the middle two for an even count; NaN
+/// for none).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,4 +64,12 @@ mod tests {
         t2[20] = 999.5;
         assert_eq!(max_in_window(&t2, 1000.0), 21);
     }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 }
+
