@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use super::Spec;
 use crate::Mode;
 use crate::report::{Figure, Goal};
+use crate::stats::median;
 use crate::sys::cpu_time;
 
 /// The figures.
@@ -102,7 +103,7 @@ where
 
 /// Measures both loops.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(8));
+    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(3));
     let (addrs, servers) = listeners(CONCURRENCY, 1).await?;
     let addrs = Arc::new(addrs);
 
@@ -113,16 +114,6 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         async move { TcpStream::connect(addr).await.is_ok() }
     })
     .await;
-
-    let a = addrs.clone();
-    let (bare_n, bare_t, bare_cpu) = closed_loop(CONCURRENCY, duration, move |i| {
-        let addr = a[i];
-        async move { TcpStream::connect(addr).await.is_ok() }
-    })
-    .await;
-
-    // Let TIME_WAIT sockets of the bare loop not favour either side.
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_secs(1)));
     let (pacer, pacer_task) = Pacer::spawn(prober, LIFTED_RATE, CONCURRENCY as u32, Metrics::new());
@@ -136,39 +127,72 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             })
             .collect(),
     );
-    let (p, t) = (pacer.clone(), targets.clone());
-    let (reach_n, reach_t, reach_cpu) = closed_loop(CONCURRENCY, duration, move |i| {
-        let (p, target) = (p.clone(), t[i]);
-        async move {
-            p.check(target, Priority::Continuous, Duration::ZERO)
-                .await
-                .reachable
-        }
-    })
-    .await;
+    // Alternating trials (bare, reach, bare, …): a change in the shared
+    // machine's speed reaches both sides alike; medians of the trials.
+    let (mut bare, mut reach) = (Vec::new(), Vec::new());
+    for _ in 0..mode.pick(1, 3) {
+        let a = addrs.clone();
+        bare.push(
+            closed_loop(CONCURRENCY, duration, move |i| {
+                let addr = a[i];
+                async move { TcpStream::connect(addr).await.is_ok() }
+            })
+            .await,
+        );
+        // Let TIME_WAIT sockets of one loop not favour either side.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (p, t) = (pacer.clone(), targets.clone());
+        reach.push(
+            closed_loop(CONCURRENCY, duration, move |i| {
+                let (p, target) = (p.clone(), t[i]);
+                async move {
+                    p.check(target, Priority::Continuous, Duration::ZERO)
+                        .await
+                        .reachable
+                }
+            })
+            .await,
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     pacer_task.abort();
     for s in servers {
         s.abort();
     }
 
-    let bare_rate = bare_n as f64 / bare_t.as_secs_f64();
-    let reach_rate = reach_n as f64 / reach_t.as_secs_f64();
-    let per = |cpu: Duration, n: u64| cpu.as_secs_f64() * 1e6 / n.max(1) as f64;
+    let rate = |(n, t, _): &(u64, Duration, Duration)| *n as f64 / t.as_secs_f64();
+    let per =
+        |(n, _, cpu): &(u64, Duration, Duration)| cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64;
+    let med = |runs: &[(u64, Duration, Duration)],
+               f: &dyn Fn(&(u64, Duration, Duration)) -> f64| {
+        median(&runs.iter().map(f).collect::<Vec<_>>())
+    };
+    let ratios: Vec<String> = reach
+        .iter()
+        .zip(&bare)
+        .map(|(r, b)| format!("{:.2}", rate(r) / rate(b)))
+        .collect();
+    let (reach_n, bare_n): (u64, u64) = (
+        reach.iter().map(|r| r.0).sum(),
+        bare.iter().map(|b| b.0).sum(),
+    );
     Ok(vec![
         SPECS[0].figure(
-            reach_rate,
-            Some(bare_rate),
+            med(&reach, &rate),
+            Some(med(&bare, &rate)),
             format!(
-                "{reach_n} checks in {:.1} s through Pacer+Prober (rate {LIFTED_RATE}/s, \
-                 {CONCURRENCY} in flight) vs {bare_n} bare TcpStream::connect; \
-                 {CONCURRENCY} loopback listeners in the same process",
-                reach_t.as_secs_f64()
+                "{reach_n} checks through Pacer+Prober (rate {LIFTED_RATE}/s, {CONCURRENCY} in \
+                 flight) vs {bare_n} bare TcpStream::connect, {} alternating trials of {:.0} s \
+                 (median; per-trial ratios {}); {CONCURRENCY} loopback listeners in the same process",
+                reach.len(),
+                duration.as_secs_f64(),
+                ratios.join(", ")
             ),
         ),
         SPECS[1].figure(
-            per(reach_cpu, reach_n),
-            Some(per(bare_cpu, bare_n)),
-            "process CPU (user+sys, client and listeners) / completed checks",
+            med(&reach, &per),
+            Some(med(&bare, &per)),
+            "process CPU (user+sys, client and listeners) / completed checks, median of the trials",
         ),
     ])
 }
