@@ -110,8 +110,9 @@ impl<C: Clock + Clone> Pace<C> {
         self.period
     }
 
-    /// Takes one start slot now, or says how long to wait for it.
-    pub fn try_start(&mut self) -> Result<(), Duration> {
+    /// Takes one start slot now and returns the instant it was taken at (the
+    /// instant the window holds for it), or says how long to wait for it.
+    pub fn try_start(&mut self) -> Result<C::Instant, Duration> {
         let now = self.clock.now();
         if let Some(ideal) = self.next_ideal
             && now < ideal
@@ -143,7 +144,7 @@ impl<C: Clock + Clone> Pace<C> {
             _ => now,
         };
         self.next_ideal = Some(base + self.period.into());
-        Ok(())
+        Ok(now)
     }
 }
 
@@ -486,14 +487,17 @@ async fn run(inner: Arc<Inner>) {
         let Ok(slot) = inner.slots.clone().acquire_owned().await else {
             return;
         };
-        loop {
+        // The instant the start slot was taken: the check's start time as
+        // the pacer's one-second window counts it (the probe task begins
+        // microseconds later, by however long the runtime takes to run it).
+        let begun = loop {
             let current = inner.rate.load(Ordering::Relaxed);
             if current != rate {
                 rate = current;
                 pace = Pace::new(rate, MonotonicClock);
             }
             match pace.try_start() {
-                Ok(()) => break,
+                Ok(at) => break Instant::from_std(at),
                 Err(wait) => {
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
@@ -501,7 +505,7 @@ async fn run(inner: Arc<Inner>) {
                     }
                 }
             }
-        }
+        };
         let Some((target, enqueued)) = inner.pop() else {
             continue;
         };
@@ -513,7 +517,6 @@ async fn run(inner: Arc<Inner>) {
         inner.metrics.in_flight.inc();
         let inner = inner.clone();
         tokio::spawn(async move {
-            let begun = Instant::now();
             let result = inner.prober.check(target).await;
             drop(slot);
             inner.metrics.in_flight.dec();
@@ -538,7 +541,7 @@ mod tests {
         let mut starts = Vec::with_capacity(n);
         while starts.len() < n {
             match pace.try_start() {
-                Ok(()) => starts.push(clock.now().as_u64()),
+                Ok(at) => starts.push(at.as_u64()),
                 Err(wait) => clock.advance(wait),
             }
         }
@@ -575,7 +578,7 @@ mod tests {
         // Every wake-up comes 0.3 ms late, as tokio's timer does.
         while starts.len() < 2001 {
             match pace.try_start() {
-                Ok(()) => starts.push(clock.now().as_u64()),
+                Ok(at) => starts.push(at.as_u64()),
                 Err(wait) => clock.advance(wait + Duration::from_micros(300)),
             }
         }
