@@ -72,4 +72,3 @@ mod tests {
         assert!(median(&[]).is_nan());
     }
 }
-
