@@ -43,6 +43,20 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
+/// The median over `runs` (one per trial) of `f`.
+pub fn median_of<T>(runs: &[T], f: impl Fn(&T) -> f64) -> f64 {
+    median(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+/// `f` of each of `runs`, two decimals, comma-separated: the per-trial
+/// values a figure's note lists.
+pub fn per_trial<T>(runs: &[T], f: impl Fn(&T) -> f64) -> String {
+    runs.iter()
+        .map(|r| format!("{:.2}", f(r)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +84,8 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert!(median(&[]).is_nan());
+        let runs = [(1, 10.0), (2, 30.0), (3, 20.0)];
+        assert_eq!(median_of(&runs, |r| r.1), 20.0);
+        assert_eq!(per_trial(&runs, |r| r.1 / 4.0), "2.50, 7.50, 5.00");
     }
 }

@@ -22,7 +22,7 @@ use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::servers::Server;
 use crate::sim::{self, Identity};
-use crate::stats::{median, ms, quantile};
+use crate::stats::{median_of, ms, per_trial, quantile};
 use crate::sys;
 
 /// The figures.
@@ -315,16 +315,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     drop((ca_server, bare));
 
     let p = |l: &[Duration], q| ms(quantile(l, q));
-    // The median over the trials of one open-loop figure.
-    let over = |runs: &[OpenLoop], f: &dyn Fn(&OpenLoop) -> f64| {
-        median(&runs.iter().map(f).collect::<Vec<_>>())
-    };
-    let trials = |runs: &[OpenLoop]| {
-        runs.iter()
-            .map(|r| format!("{:.2}", p(&r.lat, 0.99)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let p99 = |r: &OpenLoop| p(&r.lat, 0.99);
     Ok(vec![
         SPECS[0].figure(
             reach_rate,
@@ -336,28 +327,28 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             ),
         ),
         SPECS[1].figure(
-            over(&reach_half, &|r| p(&r.lat, 0.99)),
-            Some(over(&bare_half, &|r| p(&r.lat, 0.99))),
+            median_of(&reach_half, p99),
+            Some(median_of(&bare_half, p99)),
             format!(
                 "open loop at {half:.0}/s (half the CA's closed-loop rate), evenly spaced, latency \
                  from each send, {} alternating trials (median; CA {}, bare {}); baseline = bare \
                  echo at the same rate; CPU in cores: CA {:.2} + load generator {:.2} (bare {:.2} \
                  + {:.2}) of 2",
                 reach_half.len(),
-                trials(&reach_half),
-                trials(&bare_half),
-                over(&reach_half, &|r| r.server_cores),
-                over(&reach_half, &|r| r.client_cores),
-                over(&bare_half, &|r| r.server_cores),
-                over(&bare_half, &|r| r.client_cores),
+                per_trial(&reach_half, p99),
+                per_trial(&bare_half, p99),
+                median_of(&reach_half, |r| r.server_cores),
+                median_of(&reach_half, |r| r.client_cores),
+                median_of(&bare_half, |r| r.server_cores),
+                median_of(&bare_half, |r| r.client_cores),
             ),
         ),
         SPECS[2].figure(
-            over(&reach_half, &|r| p(&r.lat, 0.5)),
-            Some(over(&bare_half, &|r| p(&r.lat, 0.5))),
+            median_of(&reach_half, |r| p(&r.lat, 0.5)),
+            Some(median_of(&bare_half, |r| p(&r.lat, 0.5))),
             format!(
                 "as above, median; p90 {:.2} ms",
-                over(&reach_half, &|r| p(&r.lat, 0.9)),
+                median_of(&reach_half, |r| p(&r.lat, 0.9)),
             ),
         ),
         SPECS[3].figure(

@@ -21,7 +21,7 @@ use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::servers::Server;
 use crate::sim::{self, Identity};
-use crate::stats::median;
+use crate::stats::{median_of, per_trial};
 use crate::sys;
 
 /// The figures.
@@ -138,6 +138,18 @@ async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> {
     Ok((total, elapsed))
 }
 
+/// One trial against `server`: updates, updates/s and the server's CPU in
+/// cores while `measure` (returning updates and seconds) ran.
+async fn trial(
+    server: &Server,
+    measure: impl Future<Output = Result<(u64, f64)>>,
+) -> Result<(u64, f64, f64)> {
+    let cpu = sys::cpu_time(server.pid());
+    let (n, t) = measure.await?;
+    let cores = (sys::cpu_time(server.pid()) - cpu).as_secs_f64() / t;
+    Ok((n, n as f64 / t, cores))
+}
+
 /// Measures both, in alternating trials (bare, CA, bare, CA, …) with both
 /// servers kept running, so a change in the machine's speed during the run
 /// (a shared VM) reaches both sides alike; each side's figure is the median
@@ -153,40 +165,30 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     })
     .await?;
     bare(&bare_server, Duration::from_millis(200)).await?;
-    let (mut bare_rates, mut reach_rates) = (Vec::new(), Vec::new());
-    let (mut bare_cores, mut reach_cores) = (Vec::new(), Vec::new());
-    let (mut bare_n, mut reach_n) = (0, 0);
+    // Per trial: (updates, updates/s, server cores).
+    let (mut bare_runs, mut reach_runs) = (Vec::new(), Vec::new());
     for _ in 0..trials {
-        let cpu = sys::cpu_time(bare_server.pid());
-        let (n, t) = bare(&bare_server, duration).await?;
-        bare_cores.push((sys::cpu_time(bare_server.pid()) - cpu).as_secs_f64() / t);
-        bare_rates.push(n as f64 / t);
-        bare_n += n;
-        let cpu = sys::cpu_time(ca_server.pid());
-        let (n, t) = reach(&ca_server, duration).await?;
-        reach_cores.push((sys::cpu_time(ca_server.pid()) - cpu).as_secs_f64() / t);
-        reach_rates.push(n as f64 / t);
-        reach_n += n;
+        bare_runs.push(trial(&bare_server, bare(&bare_server, duration)).await?);
+        reach_runs.push(trial(&ca_server, reach(&ca_server, duration)).await?);
     }
     drop(bare_server);
     drop(ca_server);
-    let ratios: Vec<String> = reach_rates
-        .iter()
-        .zip(&bare_rates)
-        .map(|(r, b)| format!("{:.2}", r / b))
-        .collect();
+    let pairs: Vec<_> = reach_runs.iter().zip(&bare_runs).collect();
+    let total = |runs: &[(u64, f64, f64)]| runs.iter().map(|r| r.0).sum::<u64>();
     Ok(vec![SPECS[0].figure(
-        median(&reach_rates),
-        Some(median(&bare_rates)),
+        median_of(&reach_runs, |r| r.1),
+        Some(median_of(&bare_runs, |r| r.1)),
         format!(
             "HealthReports of one application ({size} B encoded) over {STREAMS} connector \
-             streams, {trials} alternating trials of {:.0} s each (median; per-trial ratios \
-             {}): {reach_n} handled by the CA, {bare_n} by a bare tonic ConnectorSession that \
-             decodes and counts; servers in child processes, CPU in cores: CA {:.2}, bare {:.2}",
+             streams, {trials} alternating trials of {:.1} s each (median; per-trial ratios \
+             {}): {} handled by the CA, {} by a bare tonic ConnectorSession that decodes and \
+             counts; servers in child processes, CPU in cores: CA {:.2}, bare {:.2}",
             duration.as_secs_f64(),
-            ratios.join(", "),
-            median(&reach_cores),
-            median(&bare_cores),
+            per_trial(&pairs, |(r, b)| r.1 / b.1),
+            total(&reach_runs),
+            total(&bare_runs),
+            median_of(&reach_runs, |r| r.2),
+            median_of(&bare_runs, |r| r.2),
         ),
     )])
 }

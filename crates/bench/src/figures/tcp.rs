@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use super::Spec;
 use crate::Mode;
 use crate::report::{Figure, Goal};
-use crate::stats::median;
+use crate::stats::{median_of, per_trial};
 use crate::sys::cpu_time;
 
 /// The figures.
@@ -163,35 +163,27 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let rate = |(n, t, _): &(u64, Duration, Duration)| *n as f64 / t.as_secs_f64();
     let per =
         |(n, _, cpu): &(u64, Duration, Duration)| cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64;
-    let med = |runs: &[(u64, Duration, Duration)],
-               f: &dyn Fn(&(u64, Duration, Duration)) -> f64| {
-        median(&runs.iter().map(f).collect::<Vec<_>>())
-    };
-    let ratios: Vec<String> = reach
-        .iter()
-        .zip(&bare)
-        .map(|(r, b)| format!("{:.2}", rate(r) / rate(b)))
-        .collect();
+    let pairs: Vec<_> = reach.iter().zip(&bare).collect();
     let (reach_n, bare_n): (u64, u64) = (
         reach.iter().map(|r| r.0).sum(),
         bare.iter().map(|b| b.0).sum(),
     );
     Ok(vec![
         SPECS[0].figure(
-            med(&reach, &rate),
-            Some(med(&bare, &rate)),
+            median_of(&reach, rate),
+            Some(median_of(&bare, rate)),
             format!(
                 "{reach_n} checks through Pacer+Prober (rate {LIFTED_RATE}/s, {CONCURRENCY} in \
-                 flight) vs {bare_n} bare TcpStream::connect, {} alternating trials of {:.0} s \
+                 flight) vs {bare_n} bare TcpStream::connect, {} alternating trials of {:.1} s \
                  (median; per-trial ratios {}); {CONCURRENCY} loopback listeners in the same process",
                 reach.len(),
                 duration.as_secs_f64(),
-                ratios.join(", ")
+                per_trial(&pairs, |(r, b)| rate(r) / rate(b))
             ),
         ),
         SPECS[1].figure(
-            med(&reach, &per),
-            Some(med(&bare, &per)),
+            median_of(&reach, per),
+            Some(median_of(&bare, per)),
             "process CPU (user+sys, client and listeners) / completed checks, median of the trials",
         ),
     ])
