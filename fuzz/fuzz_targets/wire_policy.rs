@@ -1,42 +1,10 @@
 //! Fuzz target: wire bytes → protobuf messages → policy types, the border
 //! every connector and CA message crosses. Malformed input must be a
-//! `DecodeError` or a `WireError`, never a panic.
+//! `DecodeError` or a `WireError`, never a panic. The body is
+//! `protocol::fuzzing::wire_policy`, which the test suite replays the kept
+//! inputs through.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prost::Message;
-use protocol::v1;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(segment) = v1::Segment::decode(data) {
-        let _ = policy::Segment::try_from(segment);
-    }
-    if let Ok(msg) = v1::ConnectorMessage::decode(data)
-        && let Some(v1::connector_message::Kind::Report(report)) = msg.kind
-    {
-        for app in report.applications {
-            if let Some(key) = app.app {
-                let _ = policy::AppKey::try_from(key);
-            }
-            for address in app.addresses {
-                let _ = policy::AddressResult::try_from(address);
-            }
-            let _ = protocol::convert::status_from_wire("status", app.status);
-        }
-    }
-    if let Ok(msg) = v1::AuthorityMessage::decode(data) {
-        match msg.kind {
-            Some(v1::authority_message::Kind::Welcome(w)) => {
-                for s in w.segments {
-                    let _ = policy::Segment::try_from(s);
-                }
-            }
-            Some(v1::authority_message::Kind::Access(a)) => {
-                if let Some(key) = a.app {
-                    let _ = policy::AppKey::try_from(key);
-                }
-            }
-            _ => {}
-        }
-    }
-});
+fuzz_target!(|data: &[u8]| protocol::fuzzing::wire_policy(data));

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 pub mod dashboard;
 pub mod error;
+pub mod fuzzing;
 pub mod grpc;
 pub mod health;
 pub mod http;

@@ -4,9 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use prost::Message;
-use protocol::v1;
-
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fuzz/regressions")
@@ -26,33 +23,14 @@ fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn config_inputs_never_panic() {
     for (_, data) in inputs("config") {
-        let text = String::from_utf8_lossy(&data);
-        let base = Path::new("/nonexistent/reach-fuzz");
-        if let Err(e) = central_authority::Config::from_toml(&text, base) {
-            let _ = e.messages();
-        }
-        let _ = central_authority::config::parse_utc(&text);
+        central_authority::fuzzing::config(&data);
     }
 }
 
 #[test]
 fn wire_inputs_never_panic() {
     for (_, data) in inputs("wire_policy") {
-        if let Ok(segment) = v1::Segment::decode(data.as_slice()) {
-            let _ = policy::Segment::try_from(segment);
-        }
-        if let Ok(msg) = v1::ConnectorMessage::decode(data.as_slice())
-            && let Some(v1::connector_message::Kind::Report(report)) = msg.kind
-        {
-            for app in report.applications {
-                if let Some(key) = app.app {
-                    let _ = policy::AppKey::try_from(key);
-                }
-                for address in app.addresses {
-                    let _ = policy::AddressResult::try_from(address);
-                }
-            }
-        }
+        protocol::fuzzing::wire_policy(&data);
     }
 }
 

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod convert;
+pub mod fuzzing;
 
 pub use convert::WireError;
 
