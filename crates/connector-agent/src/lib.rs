@@ -97,6 +97,9 @@ pub enum AgentError {
     },
 }
 
+/// The provisioning key from `--provisioning-key-file` or
+/// `--provisioning-key`, trimmed; present and printable ASCII, or an error
+/// naming what is wrong.
 fn provisioning_key(config: &Config) -> Result<String, AgentError> {
     let key = match (&config.provisioning_key_file, &config.provisioning_key) {
         (Some(path), _) => std::fs::read_to_string(path)
@@ -112,6 +115,7 @@ fn provisioning_key(config: &Config) -> Result<String, AgentError> {
     if key.is_empty() {
         return Err(AgentError::MissingProvisioningKey);
     }
+    printable(&key, "the provisioning key")?;
     Ok(key)
 }
 
@@ -151,7 +155,6 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
     }
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     let key = provisioning_key(config)?;
-    printable(&key, "the provisioning key")?;
     enroll::enroll(
         &config.ca,
         &ca_pem,
@@ -177,7 +180,6 @@ async fn credentials(
         return Ok(Some(c));
     }
     let key = provisioning_key(config)?;
-    printable(&key, "the provisioning key")?;
     tracing::info!(state_dir = %config.state_dir.display(), "not enrolled yet: enrolling");
     let mut attempt = 0u32;
     loop {
@@ -223,7 +225,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
         );
         let key = provisioning_key(&config)?;
-        printable(&key, "the provisioning key")?;
         (key, None)
     };
 
