@@ -5,21 +5,16 @@
 //! hickory-server on loopback.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use connector_agent::resolver::{Resolver, TtlBounds};
+use e2e::DnsServer;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
-use hickory_server::Server;
-use hickory_server::proto::rr::rdata::{A, SOA};
-use hickory_server::proto::rr::{LowerName, Name, RData, Record};
-use hickory_server::store::in_memory::InMemoryZoneHandler;
-use hickory_server::zone_handler::{AxfrPolicy, Catalog, ZoneType};
 use policy::{CheckTarget, Protocol};
 
 use super::Spec;
@@ -42,43 +37,19 @@ const PORTS: [u16; 2] = [80, 443];
 const CONCURRENCY: usize = 32;
 const ZONE: &str = "bench.test";
 
-/// Serves `bench.test` with `NAMES` names on a loopback UDP socket.
-async fn dns_server() -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let origin = Name::from_str(&format!("{ZONE}."))?;
-    let mut handler = InMemoryZoneHandler::<TokioRuntimeProvider>::empty(
-        origin.clone(),
-        ZoneType::Primary,
-        AxfrPolicy::Deny,
-    );
-    let soa = SOA::new(
-        Name::from_str(&format!("ns.{origin}"))?,
-        Name::from_str(&format!("hostmaster.{origin}"))?,
-        1,
-        3600,
-        600,
-        86400,
-        300,
-    );
-    handler.upsert_mut(Record::from_rdata(origin.clone(), 300, RData::SOA(soa)), 1);
-    for i in 0..NAMES {
-        let name = Name::from_str(&format!("app{i}.{ZONE}."))?;
-        for k in 0..ADDRESSES {
-            let ip = Ipv4Addr::new(10, (i >> 8) as u8, i as u8, k as u8 + 1);
-            handler.upsert_mut(Record::from_rdata(name.clone(), 300, RData::A(A(ip))), 1);
-        }
-    }
-    let mut catalog = Catalog::new();
-    catalog.upsert(LowerName::new(&origin), vec![Arc::new(handler)]);
-    let socket = tokio::net::UdpSocket::bind("127.0.5.1:0")
-        .await
-        .context("binding the DNS server")?;
-    let addr = socket.local_addr()?;
-    let mut server = Server::new(catalog);
-    server.register_socket(socket);
-    let task = tokio::spawn(async move {
-        let _ = server.block_until_done().await;
-    });
-    Ok((addr, task))
+/// Serves `bench.test` with `NAMES` names on a loopback UDP socket (the
+/// end-to-end harness's hickory-server).
+async fn dns_server() -> Result<DnsServer> {
+    let records: Vec<(String, IpAddr)> = (0..NAMES)
+        .flat_map(|i| {
+            (0..ADDRESSES).map(move |k| {
+                let ip = Ipv4Addr::new(10, (i >> 8) as u8, i as u8, k as u8 + 1);
+                (format!("app{i}.{ZONE}"), IpAddr::V4(ip))
+            })
+        })
+        .collect();
+    let records: Vec<(&str, IpAddr)> = records.iter().map(|(n, ip)| (n.as_str(), *ip)).collect();
+    DnsServer::start(SocketAddr::from(([127, 0, 5, 1], 0)), ZONE, &records).await
 }
 
 /// A bare resolver with the agent's options: only `server`, no cache, no
@@ -118,7 +89,8 @@ fn expand(addresses: &[IpAddr]) -> Vec<CheckTarget> {
 /// Measures both.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(6));
-    let (server, task) = dns_server().await?;
+    let dns = dns_server().await?;
+    let server = dns.addr();
     let next = Arc::new(AtomicUsize::new(0));
 
     let bare = Arc::new(bare_resolver(server)?);
@@ -175,7 +147,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     reach_targets.store(0, Ordering::Relaxed);
     let (reach_n, reach_t, _) = measure_reach(duration).await;
     let reach_targets = reach_targets.load(Ordering::Relaxed);
-    task.abort();
+    drop(dns);
 
     Ok(vec![SPECS[0].figure(
         reach_targets as f64 / reach_t.as_secs_f64(),
