@@ -390,12 +390,11 @@ pub struct Connector {
 }
 
 impl Connector {
-    /// Starts a connector of `group` against `ca`, resolving through the
-    /// scenario's DNS server. `extra` flags are appended. It trusts the
-    /// CA's root and keeps its enrollment in `<scenario>/state-<name>`, so
-    /// it enrolls on its first start and reuses the certificate after.
-    pub fn start(sc: &Scenario, ca: &Ca, name: &str, group: &str, extra: &[&str]) -> Result<Self> {
-        let mut args = vec![
+    /// The flags that name connector `name` of `group` and point it at
+    /// `ca`: its URL, the root to trust, and `<scenario>/state-<name>` for
+    /// its enrollment.
+    pub fn args(sc: &Scenario, ca: &Ca, name: &str, group: &str) -> Vec<String> {
+        vec![
             "--ca".to_owned(),
             ca.url(),
             "--ca-cert".into(),
@@ -406,7 +405,15 @@ impl Connector {
             name.into(),
             "--group".into(),
             group.into(),
-        ];
+        ]
+    }
+
+    /// Starts a connector of `group` against `ca`, resolving through the
+    /// scenario's DNS server. `extra` flags are appended. It trusts the
+    /// CA's root and keeps its enrollment in `<scenario>/state-<name>`, so
+    /// it enrolls on its first start and reuses the certificate after.
+    pub fn start(sc: &Scenario, ca: &Ca, name: &str, group: &str, extra: &[&str]) -> Result<Self> {
+        let mut args = Connector::args(sc, ca, name, group);
         if !extra.contains(&"--dns-server") {
             args.extend(["--dns-server".to_owned(), sc.dns().to_string()]);
         }

@@ -1342,20 +1342,9 @@ async fn s14_trust() -> Result<()> {
         let ca = Ca::start(&sc, &cfg).await?;
         let app = App::new("web", &a1.to_string(), "tcp", 8080);
         let flags = |name: &str, key: &str| -> Vec<String> {
-            vec![
-                "--ca".into(),
-                ca.url(),
-                "--ca-cert".into(),
-                ca.root.display().to_string(),
-                "--state-dir".into(),
-                sc.dir.join(format!("state-{name}")).display().to_string(),
-                "--name".into(),
-                name.into(),
-                "--group".into(),
-                "g".into(),
-                "--provisioning-key".into(),
-                key.into(),
-            ]
+            let mut args = Connector::args(&sc, &ca, name, "g");
+            args.extend(["--provisioning-key".into(), key.into()]);
+            args
         };
         // A wrong key: the agent exits non-zero with the CA's reason.
         let mut args = flags("c0", "not-the-key");
