@@ -1,6 +1,6 @@
 //! reach's pure domain logic: the policy model, its validation, check
-//! planning, application status, request matching, connector selection and
-//! on-access window bookkeeping.
+//! planning and policy dry-runs, application status, request matching,
+//! connector selection and on-access window bookkeeping.
 //!
 //! **Invariant:** this crate does no I/O and depends on neither tokio nor
 //! tonic. It never reads a clock (time comes in as an argument) and draws
@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dryrun;
 pub mod matching;
 pub mod model;
 pub mod plan;
@@ -17,6 +18,10 @@ pub mod status;
 pub mod validate;
 pub mod window;
 
+pub use dryrun::{
+    GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange, SegmentPlan,
+    diff_policies, plan_policy,
+};
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
