@@ -1,7 +1,7 @@
 //! The `central-authority` binary: parses flags, sets up logging, binds the
 //! listeners and hands off to `central_authority::run`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -29,6 +29,31 @@ struct Cli {
 enum Command {
     /// Validate a configuration file, print every error, exit non-zero if any.
     CheckConfig { file: PathBuf },
+    /// Dry-run a configuration: validate it, then show per connector group
+    /// the checks per cycle, cycle time and budget warnings, and with
+    /// `--current` what the change adds and removes. Starts nothing.
+    Plan {
+        /// The new configuration.
+        file: PathBuf,
+        /// The configuration running now.
+        #[arg(long)]
+        current: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        format: LogFormat,
+    },
+    /// Convert the commercial product's application segments (JSON) into
+    /// `[[segments]]` TOML. Exit codes: 0 everything carried over, 3 some
+    /// fields or server groups not, 4 some segments not, 1 nothing imported.
+    Import {
+        /// The product's API output: an array, or a `{"list": [...]}` page.
+        file: PathBuf,
+        /// Map a server group (name or id) to a reach connector group.
+        #[arg(long, value_name = "SERVER_GROUP=CONNECTOR_GROUP", value_parser = central_authority::import::parse_group_map)]
+        group_map: Vec<(String, String)>,
+        /// Write the TOML here instead of to stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -43,6 +68,16 @@ async fn main() -> anyhow::Result<ExitCode> {
     central_authority::init_logging(cli.log_format == LogFormat::Json);
     let path = match &cli.command {
         Some(Command::CheckConfig { file }) => file.clone(),
+        Some(Command::Plan {
+            file,
+            current,
+            format,
+        }) => return Ok(plan(file, current.as_deref(), *format == LogFormat::Json)),
+        Some(Command::Import {
+            file,
+            group_map,
+            output,
+        }) => return import(file, group_map, output.as_deref()),
         None => cli
             .config
             .context("--config FILE is required (or REACH_CONFIG)")?,
@@ -73,4 +108,77 @@ async fn main() -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Loads a config, printing every error on stderr when it is invalid.
+fn load_or_report(path: &Path) -> Result<Config, Vec<String>> {
+    Config::load(path).map_err(|e| {
+        let messages = e.messages();
+        messages.iter().for_each(|m| eprintln!("error: {m}"));
+        eprintln!("{}: configuration is invalid", path.display());
+        messages
+    })
+}
+
+fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
+    let new = load_or_report(file);
+    let old = current.map(|p| (p, load_or_report(p)));
+    let (new, old) = match (new, old) {
+        (Ok(new), None) => (new, None),
+        (Ok(new), Some((p, Ok(old)))) => (new, Some((p, old))),
+        (new, old) => {
+            if json {
+                let mut errors = new.err().unwrap_or_default();
+                if let Some((p, Err(e))) = old {
+                    errors.extend(e.into_iter().map(|m| format!("{}: {m}", p.display())));
+                }
+                let name = file.display().to_string();
+                println!("{}", central_authority::plan::invalid_json(&name, &errors));
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let name = |p: &Path| p.display().to_string();
+    let old = old.map(|(p, c)| (name(p), c));
+    let report = central_authority::plan::report(
+        &name(file),
+        &new,
+        old.as_ref().map(|(p, c)| (p.as_str(), c)),
+    );
+    if json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text());
+    }
+    ExitCode::SUCCESS
+}
+
+fn import(
+    file: &Path,
+    group_map: &[(String, String)],
+    output: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    use central_authority::import;
+    let options = import::Options::from_pairs(group_map).map_err(anyhow::Error::msg)?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let imported = import::convert(&text, &options)
+        .with_context(|| format!("importing {}", file.display()))?;
+    imported.findings.iter().for_each(|f| eprintln!("{f}"));
+    let toml = imported.toml(&file.display().to_string())?;
+    match output {
+        Some(path) => {
+            std::fs::write(path, &toml).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => print!("{toml}"),
+    }
+    let outcome = imported.outcome();
+    eprintln!(
+        "{}: {} segment(s) imported, {} finding(s); exit code {}",
+        file.display(),
+        imported.segments.len(),
+        imported.findings.len(),
+        outcome.exit_code()
+    );
+    Ok(ExitCode::from(outcome.exit_code()))
 }
