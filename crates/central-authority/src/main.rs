@@ -38,6 +38,7 @@ enum Command {
         /// The configuration running now.
         #[arg(long)]
         current: Option<PathBuf>,
+        /// Output format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         format: LogFormat,
     },
@@ -133,7 +134,7 @@ fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
                     errors.extend(e.into_iter().map(|m| format!("{}: {m}", p.display())));
                 }
                 let name = file.display().to_string();
-                println!("{}", central_authority::plan::invalid_json(&name, &errors));
+                let _ = stdout(&(central_authority::plan::invalid_json(&name, &errors) + "\n"));
             }
             return ExitCode::FAILURE;
         }
@@ -145,12 +146,23 @@ fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
         &new,
         old.as_ref().map(|(p, c)| (p.as_str(), c)),
     );
-    if json {
-        println!("{}", report.json());
+    let text = if json {
+        report.json() + "\n"
     } else {
-        print!("{}", report.text());
+        report.text()
+    };
+    match stdout(&text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
-    ExitCode::SUCCESS
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is an error, not a panic.
+fn stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
 }
 
 fn import(
@@ -170,7 +182,7 @@ fn import(
         Some(path) => {
             std::fs::write(path, &toml).with_context(|| format!("writing {}", path.display()))?
         }
-        None => print!("{toml}"),
+        None => stdout(&toml).context("writing to stdout")?,
     }
     let outcome = imported.outcome();
     eprintln!(
