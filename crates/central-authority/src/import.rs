@@ -473,7 +473,7 @@ impl Conversion {
         objects: Option<&[FromTo]>,
     ) -> Option<Vec<PortSpec>> {
         let flat = flat.unwrap_or(&[]);
-        if flat.len() % 2 != 0 {
+        if !flat.len().is_multiple_of(2) {
             return self.refuse(format!(
                 "{field} has {} entries, not from/to pairs",
                 flat.len()
