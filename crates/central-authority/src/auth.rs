@@ -166,6 +166,10 @@ pub enum AuthError {
     /// An administrator disabled the connector.
     #[error("connector {0:?} is disabled")]
     ConnectorDisabled(String),
+    /// The CA could not check the connector's state (its database failed);
+    /// it refuses rather than let in a connector it cannot vouch for.
+    #[error("the CA cannot check this connector's state now; retry later")]
+    Unavailable,
 }
 
 impl AuthError {
@@ -183,6 +187,7 @@ impl AuthError {
             AuthError::UnknownCertificate(_) => "unknown_certificate",
             AuthError::CertificateRevoked { .. } => "certificate_revoked",
             AuthError::ConnectorDisabled(_) => "disabled",
+            AuthError::Unavailable => "unavailable",
         }
     }
 }

@@ -15,9 +15,9 @@ use tonic::{Request, Response, Status};
 
 use crate::access::AccessRequest;
 use crate::auth::{Scope, authorize};
+use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::session::SessionService;
-use crate::state::Authority;
 
 /// Checks the `authorization` metadata for `scope`.
 fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {

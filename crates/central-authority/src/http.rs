@@ -29,8 +29,8 @@ use tokio::net::TcpListener;
 
 use crate::access::{AccessRequest, ExplanationView, Refusal};
 use crate::auth::{AuthError, Scope, authorize};
+use crate::authority::Authority;
 use crate::error::ApiError;
-use crate::state::Authority;
 use crate::views::{ApplicationView, ConnectorView};
 
 type Shared = Arc<Authority>;

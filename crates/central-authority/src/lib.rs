@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod authority;
 pub mod config;
 pub mod dashboard;
 pub mod error;
@@ -17,11 +18,14 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod metrics;
+mod on_access;
 pub mod pki;
+pub mod policy_state;
+mod registry;
 pub mod reload;
 pub mod session;
-pub mod state;
 pub mod store;
+mod sync;
 pub mod trust;
 pub mod views;
 
@@ -31,8 +35,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use authority::{Authority, TrustError};
 pub use config::{Config, ConfigError, Settings};
-pub use state::{Authority, TrustError};
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);

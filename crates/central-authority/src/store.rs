@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::state::lock;
+use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 const MIGRATIONS: &[&str] = &[r#"
@@ -355,6 +355,20 @@ impl Store {
             )
             .optional()?
             .unwrap_or_default())
+    }
+
+    /// Whether connector `name` is disabled (`false` when it is not
+    /// enrolled): one keyed lookup.
+    pub fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "SELECT disabled FROM connectors WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(false))
     }
 
     /// Every enrolled connector with its current certificate.

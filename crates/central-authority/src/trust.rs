@@ -18,10 +18,10 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{AuthError, check_connector_name};
+use crate::authority::Authority;
 use crate::metrics::Metrics;
 use crate::pki::{IdentityError, PkiError};
 use crate::session::Identity;
-use crate::state::{Authority, lock};
 use crate::store::{EnrollRefusal, NewCertificate, StoreError};
 
 /// Now, Unix milliseconds.
@@ -118,7 +118,7 @@ impl Enrollment for EnrollmentService {
         let group: String = r.group.chars().take(128).collect();
         match self.authority.enroll(&r) {
             Ok(response) => {
-                Metrics::count(&self.authority.metrics.enrollments, "enrolled");
+                Metrics::count(&self.authority.metrics().enrollments, "enrolled");
                 tracing::info!(
                     connector = %name,
                     group = %group,
@@ -129,7 +129,7 @@ impl Enrollment for EnrollmentService {
                 Ok(Response::new(response))
             }
             Err(e) => {
-                Metrics::count(&self.authority.metrics.enrollments, e.label());
+                Metrics::count(&self.authority.metrics().enrollments, e.label());
                 // The key is never logged, only the reason.
                 tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
                 Err(e.into())
@@ -161,8 +161,8 @@ impl Authority {
     /// Checks an enrollment request and, if acceptable, signs and records a
     /// client certificate.
     pub fn enroll(&self, r: &v1::EnrollRequest) -> Result<v1::EnrollResponse, EnrollError> {
-        let pki = self.pki.as_ref().ok_or(EnrollError::NoTls)?;
-        if self.enroll_limiter.check().is_err() {
+        let pki = self.pki().ok_or(EnrollError::NoTls)?;
+        if !self.enroll_permitted() {
             return Err(EnrollError::RateLimited);
         }
         check_connector_name(&r.name)?;
@@ -190,7 +190,7 @@ impl Authority {
                     EnrollError::Internal
                 }
             })?;
-        self.store
+        self.store()
             .enroll(&NewCertificate {
                 name: &r.name,
                 group: &r.group,
@@ -226,7 +226,7 @@ impl Authority {
             .ok_or(AuthError::NoClientCertificate)?;
         let id = crate::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
         let record = self
-            .store
+            .store()
             .certificate(&id.serial)
             .map_err(|e| {
                 tracing::error!(error = %e, "cannot look up a certificate");
@@ -254,23 +254,17 @@ impl Authority {
         })
     }
 
-    /// Whether a connector is disabled (also checked for plain-text
-    /// sessions).
-    pub(crate) fn is_disabled(&self, name: &str) -> bool {
-        self.store
-            .connectors()
-            .map(|all| all.iter().any(|c| c.name == name && c.disabled))
-            .unwrap_or(false)
-    }
-
-    /// Ends a connector's live session, if any, telling it why.
-    pub(crate) fn close_connector(&self, name: &str, reason: &str) {
-        let session = lock(&self.connectors).get_mut(name).and_then(|e| {
-            e.connected_since = None;
-            e.session.take()
-        });
-        if let Some(s) = session {
-            self.close_session(name, s, reason);
+    /// Refuses a connector an administrator disabled (also checked for
+    /// plain-text sessions). Fails closed: when the database cannot answer,
+    /// the connector is refused too.
+    pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
+        match self.store().is_disabled(name) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(AuthError::ConnectorDisabled(name.to_owned())),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot look up whether a connector is disabled");
+                Err(AuthError::Unavailable)
+            }
         }
     }
 
@@ -278,7 +272,7 @@ impl Authority {
     /// session ends at once and it can neither reconnect nor re-enroll.
     /// `Ok(false)` when no such connector is enrolled.
     pub fn set_connector_disabled(&self, name: &str, disabled: bool) -> Result<bool, StoreError> {
-        let found = self.store.set_disabled(name, disabled, now_ms())?;
+        let found = self.store().set_disabled(name, disabled, now_ms())?;
         if found && disabled {
             self.close_connector(name, "connector disabled by an administrator");
         }
@@ -292,7 +286,7 @@ impl Authority {
     /// enroll again (with a provisioning key) to reconnect.
     pub fn revoke_connector(&self, name: &str) -> Result<usize, StoreError> {
         let n = self
-            .store
+            .store()
             .revoke_certificates(name, "revoked by an administrator", now_ms())?;
         if n > 0 {
             self.close_connector(name, "certificate revoked by an administrator");
@@ -309,7 +303,8 @@ impl Authority {
         let Some(policy) = state.config.key_policies.get(group) else {
             return Ok(false);
         };
-        self.store.revoke_key(group, &policy.key_sha256, now_ms())?;
+        self.store()
+            .revoke_key(group, &policy.key_sha256, now_ms())?;
         tracing::info!(group, "provisioning key revoked");
         Ok(true)
     }
@@ -323,7 +318,7 @@ impl Authority {
             let Some(p) = state.config.key_policies.get(&g.name) else {
                 continue;
             };
-            let u = self.store.key_usage(&g.name, &p.key_sha256)?;
+            let u = self.store().key_usage(&g.name, &p.key_sha256)?;
             out.push(KeyView {
                 group: g.name.clone(),
                 uses: u.uses,
