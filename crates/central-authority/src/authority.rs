@@ -165,6 +165,25 @@ impl Authority {
         &self.store
     }
 
+    /// Runs `f` on tokio's blocking pool: for SQLite writes (each waits for
+    /// `synchronous = FULL`), certificate signing and the database reads
+    /// that can queue behind them, which must not stall an async worker
+    /// (and every session and access request scheduled on it). A panic in
+    /// `f` is resumed here; `None` only when the runtime is shutting down.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Authority) -> T + Send + 'static,
+    ) -> Option<T> {
+        let this = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || f(&this)).await {
+            Ok(t) => Some(t),
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => None,
+            },
+        }
+    }
+
     /// Whether one more enrollment attempt may go ahead now.
     pub(crate) fn enroll_permitted(&self) -> bool {
         self.enroll_limiter.check().is_ok()

@@ -64,13 +64,20 @@ impl ConnectorSession for SessionService {
         &self,
         request: Request<Streaming<v1::ConnectorMessage>>,
     ) -> Result<Response<Self::ConnectStream>, GrpcStatus> {
+        // Both look the connector up in the database, which may wait for
+        // an enrollment's write: off the async workers.
         let authenticated = if self.authority.pki().is_some() {
             let certs = request.peer_certs();
             self.authority
-                .authenticate_cert(certs.as_deref().map(Vec::as_slice))
+                .blocking(move |a| a.authenticate_cert(certs.as_deref().map(Vec::as_slice)))
+                .await
         } else {
-            self.authority.authenticate(request.metadata())
-        };
+            let metadata = request.metadata().clone();
+            self.authority
+                .blocking(move |a| a.authenticate(&metadata))
+                .await
+        }
+        .unwrap_or(Err(AuthError::Unavailable));
         let identity = match authenticated {
             Ok(identity) => identity,
             Err(e) => {

@@ -116,7 +116,13 @@ impl Enrollment for EnrollmentService {
         let r = request.into_inner();
         let name: String = r.name.chars().take(128).collect();
         let group: String = r.group.chars().take(128).collect();
-        match self.authority.enroll(&r) {
+        // Signing and the database write run off the async workers.
+        let enrolled = self
+            .authority
+            .blocking(move |a| a.enroll(&r))
+            .await
+            .unwrap_or(Err(EnrollError::Internal));
+        match enrolled {
             Ok(response) => {
                 Metrics::count(&self.authority.metrics().enrollments, "enrolled");
                 tracing::info!(
@@ -338,4 +344,79 @@ impl Authority {
 fn internal(e: StoreError) -> EnrollError {
     tracing::error!(error = %e, "enrollment could not be recorded");
     EnrollError::Internal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use tonic::metadata::MetadataMap;
+
+    const POLICY: &str = r#"
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k"
+    "#;
+
+    fn authority(store: Store) -> Authority {
+        let config = crate::Config::from_toml(POLICY, std::path::Path::new(".")).expect("valid");
+        Authority::with_trust(config, None, store)
+    }
+
+    fn metadata(name: &str, key: &str) -> MetadataMap {
+        use protocol::metadata as md;
+        let mut m = MetadataMap::new();
+        for (k, v) in [
+            (md::CONNECTOR, name),
+            (md::GROUP, "g"),
+            (md::PROVISIONING_KEY, key),
+        ] {
+            m.insert(k, v.parse().expect("ascii"));
+        }
+        m
+    }
+
+    #[test]
+    fn a_disabled_connector_is_refused_and_others_are_not() {
+        let store = Store::in_memory().expect("db");
+        let cert = |name| crate::store::NewCertificate {
+            name,
+            group: "g",
+            key_sha256: "k1",
+            max_uses: 5,
+            serial: name,
+            fingerprint: "f",
+            not_after_ms: 10,
+            now_ms: 1,
+        };
+        assert_eq!(store.enroll(&cert("c1")).expect("db"), Ok(()));
+        assert_eq!(store.enroll(&cert("c2")).expect("db"), Ok(()));
+        let a = authority(store);
+        assert!(a.set_connector_disabled("c1", true).expect("db"));
+        assert_eq!(
+            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            Err(AuthError::ConnectorDisabled("c1".into()))
+        );
+        assert_eq!(
+            a.authenticate(&metadata("c2", "k")).map(|i| i.name),
+            Ok("c2".into())
+        );
+        assert_eq!(
+            a.authenticate(&metadata("c3", "k")).map(|i| i.name),
+            Ok("c3".into())
+        );
+    }
+
+    #[test]
+    fn a_failing_database_refuses_the_session() {
+        let store = Store::in_memory().expect("db");
+        store.break_for_tests();
+        let a = authority(store);
+        // With the right key, but the CA cannot tell whether the connector
+        // was disabled: it must not let it in.
+        assert_eq!(
+            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            Err(AuthError::Unavailable)
+        );
+    }
 }
