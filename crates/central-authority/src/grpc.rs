@@ -19,19 +19,20 @@ use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::session::SessionService;
 
-/// Checks the `authorization` metadata for `scope`.
+/// Checks the `authorization` metadata for `scope` (`auth::authorize`).
 fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
     let state = authority.snapshot();
-    if scope == Scope::Read && state.settings().anonymous_read {
-        return Ok(());
-    }
     let header = request
         .metadata()
         .get(protocol::metadata::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    authorize(&state.config.tokens, header, scope)
-        .map(|_| ())
-        .map_err(|e| ApiError::from(e).into())
+    authorize(
+        &state.config.tokens,
+        state.settings().anonymous_read,
+        header,
+        scope,
+    )
+    .map_err(|e| ApiError::from(e).into())
 }
 
 /// The `Access` service.
