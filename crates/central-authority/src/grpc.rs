@@ -90,13 +90,14 @@ impl HealthQuery for HealthQueryService {
         request: Request<v1::ListConnectorsRequest>,
     ) -> Result<Response<v1::ListConnectorsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
+        // Enrolled connectors come from the database: off the async workers.
+        let connectors = self
+            .authority
+            .blocking(Authority::connectors)
+            .await
+            .ok_or_else(|| Status::unavailable("the CA is shutting down"))?;
         Ok(Response::new(v1::ListConnectorsResponse {
-            connectors: self
-                .authority
-                .connectors()
-                .iter()
-                .map(|c| c.to_wire())
-                .collect(),
+            connectors: connectors.iter().map(|c| c.to_wire()).collect(),
         }))
     }
 }

@@ -312,14 +312,16 @@ struct ConnectorsBody {
     check_budget: u64,
 }
 
-async fn connectors(
-    State(a): State<Shared>,
-    _: RequireScope<scope::Read>,
-) -> axum::Json<ConnectorsBody> {
-    axum::Json(ConnectorsBody {
-        connectors: a.connectors(),
-        check_budget: a.snapshot().settings().check_budget,
-    })
+async fn connectors(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    // Enrolled connectors come from the database: off the async workers.
+    match a.blocking(Authority::connectors).await {
+        Some(connectors) => axum::Json(ConnectorsBody {
+            connectors,
+            check_budget: a.snapshot().settings().check_budget,
+        })
+        .into_response(),
+        None => shutting_down(),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -412,13 +414,18 @@ async fn admin<T: Send + 'static>(
     match a.blocking(f).await {
         Some(Ok(t)) => Ok(t),
         Some(Err(e)) => Err(storage(e)),
-        None => Err(error_body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the CA is shutting down",
-            None,
-        )),
+        None => Err(shutting_down()),
     }
+}
+
+/// The answer when blocking work cannot run because the runtime stops.
+fn shutting_down() -> Response {
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the CA is shutting down",
+        None,
+    )
 }
 
 async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
@@ -499,10 +506,15 @@ async fn connector_action(
     }
 }
 
-async fn dashboard(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Html<String> {
+async fn dashboard(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    // Enrolled connectors come from the database: off the async workers.
+    let Some(connectors) = a.blocking(Authority::connectors).await else {
+        return shutting_down();
+    };
     Html(crate::dashboard::render(
         &a.applications(None),
-        &a.connectors(),
+        &connectors,
         a.snapshot().settings().check_budget,
     ))
+    .into_response()
 }
