@@ -13,9 +13,10 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
 
+use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::state::{Authority, PolicyState, lock};
+use crate::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,8 +169,8 @@ impl Authority {
             Ok(_) => "selected",
             Err(r) => r.reason.as_str(),
         };
-        Metrics::count(&self.metrics.decisions, label);
-        self.metrics
+        Metrics::count(&self.metrics().decisions, label);
+        self.metrics()
             .decision_seconds
             .observe(started.elapsed().as_secs_f64());
         match &outcome.decision {
@@ -244,7 +245,7 @@ impl Authority {
 
         // Subscribe before looking, so no report between the look and the
         // wait is missed.
-        let mut changes = self.changes.subscribe();
+        let mut changes = self.subscribe();
         changes.borrow_and_update();
         let now = Instant::now();
         let mut candidates = self.candidates(&state, segment, &key, now);
@@ -321,8 +322,8 @@ impl Authority {
         key: &AppKey,
         now: Instant,
     ) -> Vec<Candidate> {
-        let conns = self.conn_snapshot();
-        let reports = self.health.statuses(key);
+        let conns = self.registry().snapshot();
+        let reports = self.health().statuses(key);
         let mut out = Vec::new();
         for group in &segment.connector_groups {
             let mut names: Vec<_> = conns.iter().filter(|(_, c)| &c.group == group).collect();
@@ -331,7 +332,7 @@ impl Authority {
                 let status = match reports.iter().find(|(c, _, _)| c == name) {
                     Some((_, stored, at)) => {
                         let live = segment.health_reporting != HealthReporting::OnAccess
-                            || self.window_live(key, name, now);
+                            || self.on_access().is_live(key, name, now);
                         Self::effective(
                             state,
                             segment,
@@ -359,21 +360,16 @@ impl Authority {
     /// `access_forward_interval` per (application, connector), and starts or
     /// renews the CA's own window for each forward. Returns who got it.
     fn forward_access(&self, key: &AppKey, candidates: &[Candidate], now: Instant) -> Vec<String> {
-        let targets: Vec<(String, crate::state::Outbound)> = {
-            let conns = lock(&self.connectors);
+        let targets = self.registry().senders(
             candidates
                 .iter()
                 .filter(|c| c.connected)
-                .filter_map(|c| {
-                    let s = conns.get(&c.connector)?.session.as_ref()?;
-                    Some((c.connector.clone(), s.tx.clone()))
-                })
-                .collect()
-        };
+                .map(|c| c.connector.as_str()),
+        );
         let mut sent = Vec::new();
         for (name, tx) in targets {
             let wk = (key.clone(), name.clone());
-            if !lock(&self.coalescer).should_forward(&wk, now) {
+            if !self.on_access().claim_forward(&wk, now) {
                 continue;
             }
             let event = v1::AuthorityMessage {
@@ -382,11 +378,11 @@ impl Authority {
                 })),
             };
             if tx.try_send(Ok(event)).is_ok() {
-                lock(&self.windows).record(wk, now);
-                self.metrics.access_events_forwarded.inc();
+                self.on_access().forwarded(wk, now);
+                self.metrics().access_events_forwarded.inc();
                 sent.push(name);
             } else {
-                lock(&self.coalescer).forget(&wk);
+                self.on_access().forward_failed(&wk);
                 tracing::warn!(connector = %name, app = %key, "cannot forward access: connector's queue is full");
             }
         }

@@ -166,6 +166,10 @@ pub enum AuthError {
     /// An administrator disabled the connector.
     #[error("connector {0:?} is disabled")]
     ConnectorDisabled(String),
+    /// The CA could not check the connector's state (its database failed);
+    /// it refuses rather than let in a connector it cannot vouch for.
+    #[error("the CA cannot check this connector's state now; retry later")]
+    Unavailable,
 }
 
 impl AuthError {
@@ -183,14 +187,30 @@ impl AuthError {
             AuthError::UnknownCertificate(_) => "unknown_certificate",
             AuthError::CertificateRevoked { .. } => "certificate_revoked",
             AuthError::ConnectorDisabled(_) => "disabled",
+            AuthError::Unavailable => "unavailable",
         }
     }
+}
+
+/// The authorization rule of both APIs (HTTP and gRPC): reading is open to
+/// anyone when `anonymous_read` is set; everything else needs a bearer
+/// token (`header`, the `authorization` value) that grants `scope`.
+pub fn authorize(
+    tokens: &[ApiToken],
+    anonymous_read: bool,
+    header: Option<&str>,
+    scope: Scope,
+) -> Result<(), AuthError> {
+    if scope == Scope::Read && anonymous_read {
+        return Ok(());
+    }
+    bearer(tokens, header, scope).map(|_| ())
 }
 
 /// Checks a caller's `authorization` value for `scope`. Returns the token's
 /// name for logs. Every configured token is compared (in constant time), so
 /// the time taken does not depend on which token matched.
-pub fn authorize<'a>(
+pub fn bearer<'a>(
     tokens: &'a [ApiToken],
     header: Option<&str>,
     scope: Scope,
@@ -262,30 +282,51 @@ mod tests {
     #[test]
     fn bearer_tokens_and_scopes() {
         let t = tokens();
+        assert_eq!(bearer(&t, None, Scope::Read), Err(AuthError::MissingToken));
         assert_eq!(
-            authorize(&t, None, Scope::Read),
-            Err(AuthError::MissingToken)
-        );
-        assert_eq!(
-            authorize(&t, Some("Basic abc"), Scope::Read),
+            bearer(&t, Some("Basic abc"), Scope::Read),
             Err(AuthError::Malformed)
         );
         assert_eq!(
-            authorize(&t, Some("Bearer nope"), Scope::Read),
+            bearer(&t, Some("Bearer nope"), Scope::Read),
             Err(AuthError::UnknownToken)
         );
         assert_eq!(
-            authorize(&t, Some("Bearer s3cret-ops"), Scope::Read),
+            bearer(&t, Some("Bearer s3cret-ops"), Scope::Read),
             Ok("ops")
         );
         assert!(matches!(
-            authorize(&t, Some("bearer s3cret-ops"), Scope::Access),
+            bearer(&t, Some("bearer s3cret-ops"), Scope::Access),
             Err(AuthError::MissingScope { .. })
         ));
         assert_eq!(
-            authorize(&t, Some("Bearer s3cret-root"), Scope::Access),
+            bearer(&t, Some("Bearer s3cret-root"), Scope::Access),
             Ok("root")
         );
+    }
+
+    #[test]
+    fn anonymous_read_opens_reading_only() {
+        let t = tokens();
+        assert_eq!(authorize(&t, true, None, Scope::Read), Ok(()));
+        assert_eq!(
+            authorize(&t, false, None, Scope::Read),
+            Err(AuthError::MissingToken)
+        );
+        for scope in [Scope::Access, Scope::Admin] {
+            assert_eq!(
+                authorize(&t, true, None, scope),
+                Err(AuthError::MissingToken)
+            );
+        }
+        assert_eq!(
+            authorize(&t, true, Some("Bearer s3cret-root"), Scope::Admin),
+            Ok(())
+        );
+        assert!(matches!(
+            authorize(&t, true, Some("Bearer s3cret-ops"), Scope::Admin),
+            Err(AuthError::MissingScope { .. })
+        ));
     }
 
     #[test]

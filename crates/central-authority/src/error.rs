@@ -96,6 +96,7 @@ impl From<AuthError> for tonic::Status {
             AuthError::MissingScope { .. }
             | AuthError::UnknownGroup(_)
             | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
+            AuthError::Unavailable => tonic::Status::unavailable(message),
         }
     }
 }

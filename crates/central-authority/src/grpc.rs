@@ -15,23 +15,24 @@ use tonic::{Request, Response, Status};
 
 use crate::access::AccessRequest;
 use crate::auth::{Scope, authorize};
+use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::session::SessionService;
-use crate::state::Authority;
 
-/// Checks the `authorization` metadata for `scope`.
+/// Checks the `authorization` metadata for `scope` (`auth::authorize`).
 fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
     let state = authority.snapshot();
-    if scope == Scope::Read && state.settings().anonymous_read {
-        return Ok(());
-    }
     let header = request
         .metadata()
         .get(protocol::metadata::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    authorize(&state.config.tokens, header, scope)
-        .map(|_| ())
-        .map_err(|e| ApiError::from(e).into())
+    authorize(
+        &state.config.tokens,
+        state.settings().anonymous_read,
+        header,
+        scope,
+    )
+    .map_err(|e| ApiError::from(e).into())
 }
 
 /// The `Access` service.
@@ -89,13 +90,14 @@ impl HealthQuery for HealthQueryService {
         request: Request<v1::ListConnectorsRequest>,
     ) -> Result<Response<v1::ListConnectorsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
+        // Enrolled connectors come from the database: off the async workers.
+        let connectors = self
+            .authority
+            .blocking(Authority::connectors)
+            .await
+            .ok_or_else(|| Status::unavailable("the CA is shutting down"))?;
         Ok(Response::new(v1::ListConnectorsResponse {
-            connectors: self
-                .authority
-                .connectors()
-                .iter()
-                .map(|c| c.to_wire())
-                .collect(),
+            connectors: connectors.iter().map(|c| c.to_wire()).collect(),
         }))
     }
 }

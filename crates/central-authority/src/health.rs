@@ -21,7 +21,7 @@ use std::time::{Instant, SystemTime};
 use policy::{AddressResult, AppKey, Status};
 use serde::Serialize;
 
-use crate::state::{read, write};
+use crate::sync::{read, write};
 
 /// Why a connector's status for an application is Unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

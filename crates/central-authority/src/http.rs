@@ -14,12 +14,14 @@
 //! `port_not_in_segment` 403, `no_segment` 404, and `no_connector`,
 //! `all_down`, `no_health_report`, `discovery_timeout` 503.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use policy::{Protocol, RefusalReason};
@@ -28,9 +30,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::access::{AccessRequest, ExplanationView, Refusal};
-use crate::auth::{AuthError, Scope, authorize};
+use crate::auth::{AuthError, authorize};
+use crate::authority::Authority;
 use crate::error::ApiError;
-use crate::state::Authority;
 use crate::views::{ApplicationView, ConnectorView};
 
 type Shared = Arc<Authority>;
@@ -228,16 +230,60 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn check(authority: &Authority, headers: &HeaderMap, scope: Scope) -> Result<(), ApiError> {
-    let state = authority.snapshot();
-    if scope == Scope::Read && state.settings().anonymous_read {
-        return Ok(());
+/// A handler argument that lets the request through only if its caller may
+/// use scope `S` (`auth::authorize`; the rejection is the `ApiError`), so a
+/// handler declares its scope in its signature.
+#[derive(Debug)]
+pub struct RequireScope<S>(PhantomData<S>);
+
+/// The scopes as types, for [`RequireScope`].
+pub mod scope {
+    use crate::auth::Scope;
+
+    /// A scope as a type.
+    pub trait Required: Send + Sync + 'static {
+        /// The scope.
+        const SCOPE: Scope;
     }
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    authorize(&state.config.tokens, header, scope)?;
-    Ok(())
+
+    /// `Scope::Read`.
+    #[derive(Debug)]
+    pub struct Read;
+    /// `Scope::Access`.
+    #[derive(Debug)]
+    pub struct Access;
+    /// `Scope::Admin`.
+    #[derive(Debug)]
+    pub struct Admin;
+
+    impl Required for Read {
+        const SCOPE: Scope = Scope::Read;
+    }
+    impl Required for Access {
+        const SCOPE: Scope = Scope::Access;
+    }
+    impl Required for Admin {
+        const SCOPE: Scope = Scope::Admin;
+    }
+}
+
+impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
+        let state = a.snapshot();
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        authorize(
+            &state.config.tokens,
+            state.settings().anonymous_read,
+            header,
+            S::SCOPE,
+        )?;
+        Ok(RequireScope(PhantomData))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -252,13 +298,12 @@ struct HealthBody {
 
 async fn health(
     State(a): State<Shared>,
-    headers: HeaderMap,
     Query(filter): Query<SegmentFilter>,
-) -> Result<axum::Json<HealthBody>, ApiError> {
-    check(&a, &headers, Scope::Read)?;
-    Ok(axum::Json(HealthBody {
+    _: RequireScope<scope::Read>,
+) -> axum::Json<HealthBody> {
+    axum::Json(HealthBody {
         applications: a.applications(filter.segment.as_deref()),
-    }))
+    })
 }
 
 #[derive(Serialize)]
@@ -267,15 +312,16 @@ struct ConnectorsBody {
     check_budget: u64,
 }
 
-async fn connectors(
-    State(a): State<Shared>,
-    headers: HeaderMap,
-) -> Result<axum::Json<ConnectorsBody>, ApiError> {
-    check(&a, &headers, Scope::Read)?;
-    Ok(axum::Json(ConnectorsBody {
-        connectors: a.connectors(),
-        check_budget: a.snapshot().settings().check_budget,
-    }))
+async fn connectors(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    // Enrolled connectors come from the database: off the async workers.
+    match a.blocking(Authority::connectors).await {
+        Some(connectors) => axum::Json(ConnectorsBody {
+            connectors,
+            check_budget: a.snapshot().settings().check_budget,
+        })
+        .into_response(),
+        None => shutting_down(),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,19 +340,14 @@ struct SelectedBody {
     explanation: ExplanationView,
 }
 
-async fn access(State(a): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    match access_inner(&a, &headers, &body).await {
+async fn access(State(a): State<Shared>, _: RequireScope<scope::Access>, body: Bytes) -> Response {
+    match access_inner(&a, &body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn access_inner(
-    a: &Authority,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Response, ApiError> {
-    check(a, headers, Scope::Access)?;
+async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
     let body: AccessBody =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))?;
     let protocol = body
@@ -339,16 +380,15 @@ async fn access_inner(
     })
 }
 
-async fn metrics(State(a): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
-    check(&a, &headers, Scope::Read)?;
-    Ok((
+async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         a.metrics().render(),
     )
-        .into_response())
+        .into_response()
 }
 
 async fn healthz() -> &'static str {
@@ -365,25 +405,43 @@ fn storage(e: crate::store::StoreError) -> Response {
     )
 }
 
-async fn keys(State(a): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(e) = check(&a, &headers, Scope::Admin) {
-        return e.into_response();
+/// The admin API's database work, off the async workers (`None`: the
+/// runtime is shutting down).
+async fn admin<T: Send + 'static>(
+    a: &Shared,
+    f: impl FnOnce(&Authority) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, Response> {
+    match a.blocking(f).await {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(storage(e)),
+        None => Err(shutting_down()),
     }
-    match a.provisioning_keys() {
+}
+
+/// The answer when blocking work cannot run because the runtime stops.
+fn shutting_down() -> Response {
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the CA is shutting down",
+        None,
+    )
+}
+
+async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
+    match admin(&a, |a| a.provisioning_keys()).await {
         Ok(keys) => axum::Json(json!({ "provisioning_keys": keys })).into_response(),
-        Err(e) => storage(e),
+        Err(response) => response,
     }
 }
 
 async fn revoke_key(
     State(a): State<Shared>,
-    headers: HeaderMap,
     Path(group): Path<String>,
+    _: RequireScope<scope::Admin>,
 ) -> Response {
-    if let Err(e) = check(&a, &headers, Scope::Admin) {
-        return e.into_response();
-    }
-    match a.revoke_provisioning_key(&group) {
+    let revoke = group.clone();
+    match admin(&a, move |a| a.revoke_provisioning_key(&revoke)).await {
         Ok(true) => axum::Json(json!({ "group": group, "revoked": true })).into_response(),
         Ok(false) => error_body(
             StatusCode::NOT_FOUND,
@@ -394,29 +452,39 @@ async fn revoke_key(
             ),
             None,
         ),
-        Err(e) => storage(e),
+        Err(response) => response,
     }
 }
 
 async fn connector_action(
     State(a): State<Shared>,
-    headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
+    _: RequireScope<scope::Admin>,
 ) -> Response {
-    if let Err(e) = check(&a, &headers, Scope::Admin) {
-        return e.into_response();
-    }
     let shown: String = name.chars().take(128).collect();
+    let body = shown.clone();
     let result = match action.as_str() {
-        "disable" => a
-            .set_connector_disabled(&name, true)
-            .map(|found| found.then(|| json!({ "name": shown, "disabled": true }))),
-        "enable" => a
-            .set_connector_disabled(&name, false)
-            .map(|found| found.then(|| json!({ "name": shown, "disabled": false }))),
-        "revoke" => a
-            .revoke_connector(&name)
-            .map(|n| Some(json!({ "name": shown, "certificates_revoked": n }))),
+        "disable" => {
+            admin(&a, move |a| {
+                a.set_connector_disabled(&name, true)
+                    .map(|found| found.then(|| json!({ "name": body, "disabled": true })))
+            })
+            .await
+        }
+        "enable" => {
+            admin(&a, move |a| {
+                a.set_connector_disabled(&name, false)
+                    .map(|found| found.then(|| json!({ "name": body, "disabled": false })))
+            })
+            .await
+        }
+        "revoke" => {
+            admin(&a, move |a| {
+                a.revoke_connector(&name)
+                    .map(|n| Some(json!({ "name": body, "certificates_revoked": n })))
+            })
+            .await
+        }
         _ => {
             return error_body(
                 StatusCode::NOT_FOUND,
@@ -434,15 +502,19 @@ async fn connector_action(
             &format!("no enrolled connector {shown:?}"),
             None,
         ),
-        Err(e) => storage(e),
+        Err(response) => response,
     }
 }
 
-async fn dashboard(State(a): State<Shared>, headers: HeaderMap) -> Result<Html<String>, ApiError> {
-    check(&a, &headers, Scope::Read)?;
-    Ok(Html(crate::dashboard::render(
+async fn dashboard(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    // Enrolled connectors come from the database: off the async workers.
+    let Some(connectors) = a.blocking(Authority::connectors).await else {
+        return shutting_down();
+    };
+    Html(crate::dashboard::render(
         &a.applications(None),
-        &a.connectors(),
+        &connectors,
         a.snapshot().settings().check_budget,
-    )))
+    ))
+    .into_response()
 }

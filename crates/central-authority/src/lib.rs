@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod authority;
 pub mod config;
 pub mod dashboard;
 pub mod error;
@@ -18,12 +19,15 @@ pub mod health;
 pub mod http;
 pub mod import;
 pub mod metrics;
+mod on_access;
 pub mod pki;
 pub mod plan;
+pub mod policy_state;
+mod registry;
 pub mod reload;
 pub mod session;
-pub mod state;
 pub mod store;
+mod sync;
 pub mod trust;
 pub mod views;
 
@@ -33,8 +37,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use authority::{Authority, TrustError};
 pub use config::{Config, ConfigError, Settings};
-pub use state::{Authority, TrustError};
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);

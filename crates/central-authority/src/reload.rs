@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::authority::Authority;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::state::Authority;
 
 /// The hash of the file's current content, if it can be read.
 async fn current_hash(path: &Path) -> Option<u64> {

@@ -21,11 +21,11 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
 use crate::auth::{AuthError, check_connector_name};
+use crate::authority::Authority;
 use crate::error::{ReportError, SessionError};
 use crate::health::{Report, UnknownCause};
-use crate::state::{
-    Authority, ConnectorEntry, LiveSession, Outbound, PolicyState, app_allowed_ip, lock,
-};
+use crate::policy_state::{PolicyState, app_allowed_ip};
+use crate::registry::{Arrival, LiveSession, Outbound};
 
 /// How long a connector has to send `Hello` after opening the stream.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,18 +64,28 @@ impl ConnectorSession for SessionService {
         &self,
         request: Request<Streaming<v1::ConnectorMessage>>,
     ) -> Result<Response<Self::ConnectStream>, GrpcStatus> {
-        let authenticated = if self.authority.pki.is_some() {
+        // Both look the connector up in the database, which may wait for
+        // an enrollment's write: off the async workers.
+        let authenticated = if self.authority.pki().is_some() {
             let certs = request.peer_certs();
             self.authority
-                .authenticate_cert(certs.as_deref().map(Vec::as_slice))
+                .blocking(move |a| a.authenticate_cert(certs.as_deref().map(Vec::as_slice)))
+                .await
         } else {
-            self.authority.authenticate(request.metadata())
-        };
+            let metadata = request.metadata().clone();
+            self.authority
+                .blocking(move |a| a.authenticate(&metadata))
+                .await
+        }
+        .unwrap_or(Err(AuthError::Unavailable));
         let identity = match authenticated {
             Ok(identity) => identity,
             Err(e) => {
                 // The reason is logged without the key.
-                crate::metrics::Metrics::count(&self.authority.metrics.sessions_refused, e.label());
+                crate::metrics::Metrics::count(
+                    &self.authority.metrics().sessions_refused,
+                    e.label(),
+                );
                 tracing::warn!(peer = ?request.remote_addr(), error = %e, "connector authentication failed");
                 return Err(e.into());
             }
@@ -184,17 +194,41 @@ impl WallClock {
     }
 }
 
-/// Drives one session from `Hello` to its end.
+/// Drives one session from `Hello` to its end: the connector is registered
+/// (replacing an older session of it), its messages are taken until the
+/// session ends, and the registry is told why.
 async fn run_session(
     authority: &Arc<Authority>,
     identity: Identity,
     mut inbound: Streaming<v1::ConnectorMessage>,
     tx: Outbound,
 ) -> Result<(), SessionError> {
+    let Some(hello) = await_hello(&identity, &mut inbound).await? else {
+        return Ok(());
+    };
+    let (id, kill) = authority.register(&identity, &hello, tx);
+    let result = Receiver::new(authority, &identity)
+        .run(&mut inbound, &kill)
+        .await;
+    let reason = match &result {
+        Ok(()) => "session ended".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    authority.end_session(&identity.name, id, &reason);
+    result
+}
+
+/// Waits (at most `HELLO_TIMEOUT`) for the session's first message, which
+/// must be a `Hello` that agrees with the authenticated identity. `None`
+/// when the stream ended first.
+async fn await_hello(
+    identity: &Identity,
+    inbound: &mut Streaming<v1::ConnectorMessage>,
+) -> Result<Option<v1::Hello>, SessionError> {
     let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
         Err(_) => return Err(SessionError::HelloTimeout(HELLO_TIMEOUT)),
         Ok(Err(status)) => return Err(status.into()),
-        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(None)) => return Ok(None),
         Ok(Ok(Some(m))) => m,
     };
     let Some(In::Hello(hello)) = first.kind else {
@@ -204,118 +238,185 @@ async fn run_session(
         return Err(SessionError::HelloMismatch {
             name: hello.name.chars().take(128).collect(),
             group: hello.group.chars().take(128).collect(),
-            meta_name: identity.name,
+            meta_name: identity.name.clone(),
             meta_group: identity.group.to_string(),
         });
     }
-    let (id, kill) = authority.register(&identity, &hello, tx);
-    let limits = authority.snapshot().settings().limits.clone();
-    // The limiter decides on each message's receive time (`ReceiveClock`),
-    // not on a clock read of its own.
-    let receive_clock = ReceiveClock::new();
-    let limiter = governor::RateLimiter::direct_with_clock(
-        governor::Quota::per_second(
-            std::num::NonZeroU32::new(limits.connector_messages_per_second)
-                .unwrap_or(std::num::NonZeroU32::MIN),
-        )
-        .allow_burst(
-            std::num::NonZeroU32::new(limits.connector_message_burst)
-                .unwrap_or(std::num::NonZeroU32::MIN),
-        ),
-        receive_clock.clone(),
-    );
-    let mut dropped = 0u64;
-    // The policy snapshot is taken again only after a reload (an atomic
-    // load per message instead of a lock and a reference count).
-    let mut version = authority
-        .policy_version
-        .load(std::sync::atomic::Ordering::Acquire);
-    let mut state = authority.snapshot();
-    // When the last message arrived: the idle timeout counts from it, and
-    // the report intake stamps reports with it.
-    let mut last = tokio::time::Instant::now();
-    // The Unix millisecond last written to the registry's `last_seen`.
-    let mut seen_ms = SeenMs::default();
-    let mut clock = WallClock::new();
-    // One idle timer for the whole session, moved only when it fires early
-    // (a timer per message costs more than the message).
-    let idle_timer = tokio::time::sleep_until(last + state.settings().idle_timeout());
-    tokio::pin!(idle_timer);
-    let result = 'session: loop {
-        authority.refresh(&mut state, &mut version);
-        let idle = state.settings().idle_timeout();
-        if last + idle < idle_timer.deadline() {
-            // A reload shortened the idle timeout.
-            idle_timer.as_mut().reset(last + idle);
+    Ok(Some(hello))
+}
+
+/// The per-connector message cap (`[limits] connector_messages_per_second`):
+/// a message over it is dropped (the session stays), counted, and logged
+/// once per 1,000 drops.
+struct MessageCap {
+    /// The limiter decides on each message's receive time, not on a clock
+    /// read of its own.
+    clock: ReceiveClock,
+    limiter: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        ReceiveClock,
+        governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+    >,
+    dropped: u64,
+}
+
+impl MessageCap {
+    fn new(per_second: u32, burst: u32) -> Self {
+        let clock = ReceiveClock::new();
+        let limiter = governor::RateLimiter::direct_with_clock(
+            governor::Quota::per_second(
+                std::num::NonZeroU32::new(per_second).unwrap_or(std::num::NonZeroU32::MIN),
+            )
+            .allow_burst(std::num::NonZeroU32::new(burst).unwrap_or(std::num::NonZeroU32::MIN)),
+            clock.clone(),
+        );
+        MessageCap {
+            clock,
+            limiter,
+            dropped: 0,
         }
-        // A message that is ready wins over the timer, as with `timeout`.
-        let next = async {
+    }
+
+    /// Whether the next message may be handled; counts and logs it if not.
+    fn admit(&mut self, authority: &Authority, identity: &Identity) -> bool {
+        if self.limiter.check().is_ok() {
+            return true;
+        }
+        authority.metrics().messages_rate_limited.inc();
+        if self.dropped.is_multiple_of(1000) {
+            tracing::warn!(
+                connector = %identity.name,
+                dropped = self.dropped + 1,
+                "connector exceeds its message rate cap; dropping messages"
+            );
+        }
+        self.dropped += 1;
+        false
+    }
+}
+
+/// The receiving side of a registered session: takes messages until the
+/// stream ends, the connector goes quiet or the kill switch fires.
+struct Receiver<'a> {
+    authority: &'a Authority,
+    identity: &'a Identity,
+    /// The policy snapshot is taken again only after a reload (an atomic
+    /// load per message instead of a lock and a reference count).
+    state: Arc<PolicyState>,
+    version: u64,
+    cap: MessageCap,
+    /// The Unix millisecond last written to the registry's `last_seen`.
+    seen_ms: SeenMs,
+    clock: WallClock,
+}
+
+impl<'a> Receiver<'a> {
+    fn new(authority: &'a Authority, identity: &'a Identity) -> Self {
+        let (state, version) = authority.versioned_snapshot();
+        Receiver {
+            authority,
+            identity,
+            cap: MessageCap::new(
+                state.settings().limits.connector_messages_per_second,
+                state.settings().limits.connector_message_burst,
+            ),
+            state,
+            version,
+            seen_ms: SeenMs::default(),
+            clock: WallClock::new(),
+        }
+    }
+
+    /// The message loop.
+    async fn run(
+        mut self,
+        inbound: &mut Streaming<v1::ConnectorMessage>,
+        kill: &Notify,
+    ) -> Result<(), SessionError> {
+        // When the last message arrived: the idle timeout counts from it, and
+        // the report intake stamps reports with it.
+        let mut last = tokio::time::Instant::now();
+        // One idle timer for the whole session, moved only when it fires early
+        // (a timer per message costs more than the message).
+        let idle_timer = tokio::time::sleep_until(last + self.state.settings().idle_timeout());
+        tokio::pin!(idle_timer);
+        loop {
+            self.authority.refresh(&mut self.state, &mut self.version);
+            let idle = self.state.settings().idle_timeout();
+            if last + idle < idle_timer.deadline() {
+                // A reload shortened the idle timeout.
+                idle_timer.as_mut().reset(last + idle);
+            }
+            // A message that is ready wins over the timer, as with `timeout`.
+            let next = async {
+                tokio::select! {
+                    biased;
+                    next = inbound.message() => Some(next),
+                    () = &mut idle_timer => None,
+                }
+            };
             tokio::select! {
-                biased;
-                next = inbound.message() => Some(next),
-                () = &mut idle_timer => None,
-            }
-        };
-        tokio::select! {
-            _ = kill.notified() => break Ok(()),
-            next = next => match next {
-                None => {
-                    let deadline = last + idle;
-                    if tokio::time::Instant::now() >= deadline {
-                        break Err(SessionError::Idle(idle));
+                _ = kill.notified() => return Ok(()),
+                next = next => match next {
+                    None => {
+                        let deadline = last + idle;
+                        if tokio::time::Instant::now() >= deadline {
+                            return Err(SessionError::Idle(idle));
+                        }
+                        idle_timer.as_mut().reset(deadline);
                     }
-                    idle_timer.as_mut().reset(deadline);
-                }
-                Some(Err(status)) => break Err(status.into()),
-                Some(Ok(None)) => break Ok(()),
-                Some(Ok(Some(first))) => {
-                    // The messages that arrived with this one (already
-                    // decoded or in the stream's buffer) are handled in one
-                    // batch at one receive time: one clock read and one
-                    // pass through the `select!` per batch, not per message.
-                    last = tokio::time::Instant::now();
-                    let now = last.into_std();
-                    let wall = clock.at(now);
-                    receive_clock.set(now);
-                    let mut message = first;
-                    let mut handled = 0;
-                    loop {
-                        if limiter.check().is_ok() {
-                            authority.handle(&identity, &state, message, now, wall, &mut seen_ms);
-                        } else {
-                            // Over the cap: dropped (the session stays),
-                            // counted, and logged once per 1,000 drops.
-                            authority.metrics.messages_rate_limited.inc();
-                            if dropped.is_multiple_of(1000) {
-                                tracing::warn!(
-                                    connector = %identity.name,
-                                    dropped = dropped + 1,
-                                    "connector exceeds its message rate cap; dropping messages"
-                                );
-                            }
-                            dropped += 1;
-                        }
-                        handled += 1;
-                        if handled == RECEIVE_BATCH {
-                            break;
-                        }
-                        match ready(&mut inbound).await {
-                            None => break,
-                            Some(Some(Ok(m))) => message = m,
-                            Some(Some(Err(status))) => break 'session Err(status.into()),
-                            Some(None) => break 'session Ok(()),
+                    Some(Err(status)) => return Err(status.into()),
+                    Some(Ok(None)) => return Ok(()),
+                    Some(Ok(Some(first))) => {
+                        last = tokio::time::Instant::now();
+                        if let Some(end) = self.batch(inbound, first, last.into_std()).await {
+                            return end;
                         }
                     }
                 }
             }
         }
-    };
-    let reason = match &result {
-        Ok(()) => "session ended".to_owned(),
-        Err(e) => e.to_string(),
-    };
-    authority.end_session(&identity.name, id, &reason);
-    result
+    }
+
+    /// Handles `first` and the messages that arrived with it (already
+    /// decoded or in the stream's buffer) as one batch at one receive time
+    /// `now`: one clock read and one pass through the `select!` per batch,
+    /// not per message. Returns how the session ends if the stream ended
+    /// inside the batch.
+    async fn batch(
+        &mut self,
+        inbound: &mut Streaming<v1::ConnectorMessage>,
+        first: v1::ConnectorMessage,
+        now: Instant,
+    ) -> Option<Result<(), SessionError>> {
+        let wall = self.clock.at(now);
+        self.cap.clock.set(now);
+        let mut message = first;
+        let mut handled = 0;
+        loop {
+            if self.cap.admit(self.authority, self.identity) {
+                self.authority.handle(
+                    self.identity,
+                    &self.state,
+                    message,
+                    now,
+                    wall,
+                    &mut self.seen_ms,
+                );
+            }
+            handled += 1;
+            if handled == RECEIVE_BATCH {
+                return None;
+            }
+            match ready(inbound).await {
+                None => return None,
+                Some(Some(Ok(m))) => message = m,
+                Some(Some(Err(status))) => return Some(Err(status.into())),
+                Some(None) => return Some(Ok(())),
+            }
+        }
+    }
 }
 
 impl Authority {
@@ -334,9 +435,7 @@ impl Authority {
         let group = get(md::GROUP)?;
         let key = get(md::PROVISIONING_KEY)?;
         check_connector_name(name)?;
-        if self.is_disabled(name) {
-            return Err(AuthError::ConnectorDisabled(name.to_owned()));
-        }
+        self.check_not_disabled(name)?;
         let state = self.snapshot();
         let expected = state
             .config
@@ -359,59 +458,32 @@ impl Authority {
         let id = self.next_session_id();
         let label = format!("{}-{:08x}", id, rand::random::<u32>());
         let kill = Arc::new(Notify::new());
-        let old = {
-            let mut conns = lock(&self.connectors);
-            // The Welcome is built and queued under the registry lock, so a
-            // concurrent reload either is reflected in it or sees this
-            // session and sends a PolicyUpdate after it.
+        let session = LiveSession {
+            id,
+            label,
+            tx,
+            kill: kill.clone(),
+        };
+        let arrival = Arrival {
+            name: &identity.name,
+            group: &identity.group,
+            hello,
+        };
+        let old = self.registry().register(arrival, session, |session| {
             let (segments, settings) = self.snapshot().assignment(&identity.group);
             let count = segments.len();
             let welcome = v1::AuthorityMessage {
                 kind: Some(Out::Welcome(v1::Welcome {
-                    session_id: label.clone(),
+                    session_id: session.label.clone(),
                     segments,
                     settings: Some(settings),
                 })),
             };
             // The channel is new and empty, so this cannot fail for space.
-            let _ = tx.try_send(Ok(welcome));
-            let entry = conns
-                .entry(identity.name.clone())
-                .or_insert_with(|| ConnectorEntry {
-                    group: identity.group.to_string(),
-                    version: String::new(),
-                    session: None,
-                    load: None,
-                    stated_rate: 0,
-                    connected_since: None,
-                    last_seen: None,
-                    estimate: policy::estimate_budget(0, 20, u64::MAX),
-                });
-            entry.group = identity.group.to_string();
-            entry.version = hello.version.chars().take(64).collect();
-            entry.stated_rate = hello
-                .capabilities
-                .as_ref()
-                .map_or(0, |c| c.checks_per_second);
-            entry.load = None;
-            entry.connected_since = Some(SystemTime::now());
-            entry.last_seen = Some(SystemTime::now());
-            tracing::info!(
-                connector = %identity.name,
-                group = %identity.group,
-                session = %label,
-                version = %entry.version,
-                segments = count,
-                "connector connected"
-            );
-            entry.session.replace(LiveSession {
-                id,
-                label,
-                tx,
-                kill: kill.clone(),
-            })
-        };
-        self.metrics.connectors_connected.inc();
+            let _ = session.tx.try_send(Ok(welcome));
+            count
+        });
+        self.metrics().connectors_connected.inc();
         if let Some(old) = old {
             self.close_session(
                 &identity.name,
@@ -440,13 +512,11 @@ impl Authority {
                 self.intake(identity, state, report, now, wall);
             }
             Some(In::Heartbeat(hb)) => {
-                if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
-                    e.last_seen = Some(wall);
-                    e.load = hb.load;
-                }
                 // Only the sender's load changed: its estimate alone is
                 // recomputed (housekeeping refreshes every connector's).
-                self.recompute_budget(&identity.name);
+                let live = self.on_access().count(&identity.name);
+                self.registry()
+                    .heartbeat(&self.snapshot(), &identity.name, wall, hb.load, live);
             }
             Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
             Some(In::Hello(_)) => {
@@ -476,9 +546,7 @@ impl Authority {
             return;
         }
         seen_ms.ms = Some(ms);
-        if let Some(e) = lock(&self.connectors).get_mut(&identity.name) {
-            e.last_seen = Some(wall);
-        }
+        self.registry().seen(&identity.name, wall);
     }
 
     /// Takes a health report: each entry is checked on its own; entries for
@@ -518,16 +586,11 @@ impl Authority {
                         if expired {
                             // The connector stopped checking: the next access
                             // must reach it again, not be coalesced away.
-                            lock(&self.windows).remove(&wk);
-                            lock(&self.coalescer).forget(&wk);
+                            self.on_access().end(&wk);
                         } else if status != Status::Unknown {
                             // Adopt windows the CA did not start (e.g. after a
                             // CA restart the connector still checks).
-                            let mut windows = lock(&self.windows);
-                            if !windows.is_live(&wk, now) {
-                                windows.record(wk, now);
-                                changed = true;
-                            }
+                            changed |= self.on_access().adopt(wk, now);
                         }
                     }
                     let unknown_cause = match (status, expired) {
@@ -539,7 +602,7 @@ impl Authority {
                         seen.insert(key.clone());
                     }
                     let stored = if expired { Status::Unknown } else { status };
-                    let previous = self.health.replace(
+                    let previous = self.health().replace(
                         key,
                         &identity.name,
                         Report {
@@ -571,7 +634,7 @@ impl Authority {
                     accepted += 1;
                 }
                 Err(e) => {
-                    self.metrics.reports_rejected.inc();
+                    self.metrics().reports_rejected.inc();
                     rejected += 1;
                     // A broken or hostile connector must not flood the log:
                     // a few entries in detail, then a count.
@@ -596,12 +659,12 @@ impl Authority {
         }
         if report.full_state {
             let name = identity.name.as_str();
-            let marked = self.health.mark_unknown(wall, keep, |key, c, _| {
+            let marked = self.health().mark_unknown(wall, keep, |key, c, _| {
                 (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
             });
             changed |= marked > 0;
         }
-        self.metrics.reports_received.inc_by(accepted);
+        self.metrics().reports_received.inc_by(accepted);
         if changed {
             self.bump();
         }
@@ -610,17 +673,7 @@ impl Authority {
     /// Ends session `id` of `name` if it is still the live one (a replaced
     /// session was already closed by its replacement).
     fn end_session(&self, name: &str, id: u64, reason: &str) {
-        let session = {
-            let mut conns = lock(&self.connectors);
-            match conns.get_mut(name) {
-                Some(e) if e.session.as_ref().is_some_and(|s| s.id == id) => {
-                    e.connected_since = None;
-                    e.session.take()
-                }
-                _ => None,
-            }
-        };
-        if let Some(session) = session {
+        if let Some(session) = self.registry().end(name, id) {
             self.close_session(name, session, reason);
         }
     }
@@ -642,7 +695,7 @@ struct Entry {
 /// Checks one report entry: well-formed and for an application the group
 /// serves.
 fn parse_entry(
-    state: &crate::state::PolicyState,
+    state: &crate::policy_state::PolicyState,
     group: &str,
     app: v1::ApplicationHealth,
 ) -> Result<Entry, ReportError> {

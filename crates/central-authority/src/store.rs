@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::state::lock;
+use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 const MIGRATIONS: &[&str] = &[r#"
@@ -357,6 +357,29 @@ impl Store {
             .unwrap_or_default())
     }
 
+    /// Whether connector `name` is disabled (`false` when it is not
+    /// enrolled): one keyed lookup.
+    pub fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "SELECT disabled FROM connectors WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(false))
+    }
+
+    /// Drops the tables, so every later query fails (tests of how callers
+    /// handle a failing database).
+    #[cfg(test)]
+    pub(crate) fn break_for_tests(&self) {
+        let conn = lock(&self.conn);
+        let dropped = conn.execute_batch("DROP TABLE certificates; DROP TABLE connectors;");
+        assert!(dropped.is_ok(), "{dropped:?}");
+    }
+
     /// Every enrolled connector with its current certificate.
     pub fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
         let conn = lock(&self.conn);
@@ -395,6 +418,28 @@ mod tests {
             not_after_ms: 10,
             now_ms: 1,
         }
+    }
+
+    #[test]
+    fn disabled_is_looked_up_by_name() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c2", "g", "02")).expect("db"), Ok(()));
+        assert!(!s.is_disabled("c1").expect("db"));
+        assert!(s.set_disabled("c1", true, 2).expect("db"));
+        assert!(s.is_disabled("c1").expect("db"));
+        assert!(
+            !s.is_disabled("c2").expect("db"),
+            "only the named connector"
+        );
+        assert!(!s.is_disabled("never-enrolled").expect("db"));
+        assert!(s.set_disabled("c1", false, 3).expect("db"));
+        assert!(!s.is_disabled("c1").expect("db"));
+        s.break_for_tests();
+        assert!(
+            s.is_disabled("c1").is_err(),
+            "a failing database is an error"
+        );
     }
 
     #[test]

@@ -18,10 +18,10 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{AuthError, check_connector_name};
+use crate::authority::Authority;
 use crate::metrics::Metrics;
 use crate::pki::{IdentityError, PkiError};
 use crate::session::Identity;
-use crate::state::{Authority, lock};
 use crate::store::{EnrollRefusal, NewCertificate, StoreError};
 
 /// Now, Unix milliseconds.
@@ -116,9 +116,15 @@ impl Enrollment for EnrollmentService {
         let r = request.into_inner();
         let name: String = r.name.chars().take(128).collect();
         let group: String = r.group.chars().take(128).collect();
-        match self.authority.enroll(&r) {
+        // Signing and the database write run off the async workers.
+        let enrolled = self
+            .authority
+            .blocking(move |a| a.enroll(&r))
+            .await
+            .unwrap_or(Err(EnrollError::Internal));
+        match enrolled {
             Ok(response) => {
-                Metrics::count(&self.authority.metrics.enrollments, "enrolled");
+                Metrics::count(&self.authority.metrics().enrollments, "enrolled");
                 tracing::info!(
                     connector = %name,
                     group = %group,
@@ -129,7 +135,7 @@ impl Enrollment for EnrollmentService {
                 Ok(Response::new(response))
             }
             Err(e) => {
-                Metrics::count(&self.authority.metrics.enrollments, e.label());
+                Metrics::count(&self.authority.metrics().enrollments, e.label());
                 // The key is never logged, only the reason.
                 tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
                 Err(e.into())
@@ -161,8 +167,8 @@ impl Authority {
     /// Checks an enrollment request and, if acceptable, signs and records a
     /// client certificate.
     pub fn enroll(&self, r: &v1::EnrollRequest) -> Result<v1::EnrollResponse, EnrollError> {
-        let pki = self.pki.as_ref().ok_or(EnrollError::NoTls)?;
-        if self.enroll_limiter.check().is_err() {
+        let pki = self.pki().ok_or(EnrollError::NoTls)?;
+        if !self.enroll_permitted() {
             return Err(EnrollError::RateLimited);
         }
         check_connector_name(&r.name)?;
@@ -190,7 +196,7 @@ impl Authority {
                     EnrollError::Internal
                 }
             })?;
-        self.store
+        self.store()
             .enroll(&NewCertificate {
                 name: &r.name,
                 group: &r.group,
@@ -226,7 +232,7 @@ impl Authority {
             .ok_or(AuthError::NoClientCertificate)?;
         let id = crate::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
         let record = self
-            .store
+            .store()
             .certificate(&id.serial)
             .map_err(|e| {
                 tracing::error!(error = %e, "cannot look up a certificate");
@@ -254,23 +260,17 @@ impl Authority {
         })
     }
 
-    /// Whether a connector is disabled (also checked for plain-text
-    /// sessions).
-    pub(crate) fn is_disabled(&self, name: &str) -> bool {
-        self.store
-            .connectors()
-            .map(|all| all.iter().any(|c| c.name == name && c.disabled))
-            .unwrap_or(false)
-    }
-
-    /// Ends a connector's live session, if any, telling it why.
-    pub(crate) fn close_connector(&self, name: &str, reason: &str) {
-        let session = lock(&self.connectors).get_mut(name).and_then(|e| {
-            e.connected_since = None;
-            e.session.take()
-        });
-        if let Some(s) = session {
-            self.close_session(name, s, reason);
+    /// Refuses a connector an administrator disabled (also checked for
+    /// plain-text sessions). Fails closed: when the database cannot answer,
+    /// the connector is refused too.
+    pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
+        match self.store().is_disabled(name) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(AuthError::ConnectorDisabled(name.to_owned())),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot look up whether a connector is disabled");
+                Err(AuthError::Unavailable)
+            }
         }
     }
 
@@ -278,7 +278,7 @@ impl Authority {
     /// session ends at once and it can neither reconnect nor re-enroll.
     /// `Ok(false)` when no such connector is enrolled.
     pub fn set_connector_disabled(&self, name: &str, disabled: bool) -> Result<bool, StoreError> {
-        let found = self.store.set_disabled(name, disabled, now_ms())?;
+        let found = self.store().set_disabled(name, disabled, now_ms())?;
         if found && disabled {
             self.close_connector(name, "connector disabled by an administrator");
         }
@@ -292,7 +292,7 @@ impl Authority {
     /// enroll again (with a provisioning key) to reconnect.
     pub fn revoke_connector(&self, name: &str) -> Result<usize, StoreError> {
         let n = self
-            .store
+            .store()
             .revoke_certificates(name, "revoked by an administrator", now_ms())?;
         if n > 0 {
             self.close_connector(name, "certificate revoked by an administrator");
@@ -309,7 +309,8 @@ impl Authority {
         let Some(policy) = state.config.key_policies.get(group) else {
             return Ok(false);
         };
-        self.store.revoke_key(group, &policy.key_sha256, now_ms())?;
+        self.store()
+            .revoke_key(group, &policy.key_sha256, now_ms())?;
         tracing::info!(group, "provisioning key revoked");
         Ok(true)
     }
@@ -323,7 +324,7 @@ impl Authority {
             let Some(p) = state.config.key_policies.get(&g.name) else {
                 continue;
             };
-            let u = self.store.key_usage(&g.name, &p.key_sha256)?;
+            let u = self.store().key_usage(&g.name, &p.key_sha256)?;
             out.push(KeyView {
                 group: g.name.clone(),
                 uses: u.uses,
@@ -343,4 +344,79 @@ impl Authority {
 fn internal(e: StoreError) -> EnrollError {
     tracing::error!(error = %e, "enrollment could not be recorded");
     EnrollError::Internal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use tonic::metadata::MetadataMap;
+
+    const POLICY: &str = r#"
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k"
+    "#;
+
+    fn authority(store: Store) -> Authority {
+        let config = crate::Config::from_toml(POLICY, std::path::Path::new(".")).expect("valid");
+        Authority::with_trust(config, None, store)
+    }
+
+    fn metadata(name: &str, key: &str) -> MetadataMap {
+        use protocol::metadata as md;
+        let mut m = MetadataMap::new();
+        for (k, v) in [
+            (md::CONNECTOR, name),
+            (md::GROUP, "g"),
+            (md::PROVISIONING_KEY, key),
+        ] {
+            m.insert(k, v.parse().expect("ascii"));
+        }
+        m
+    }
+
+    #[test]
+    fn a_disabled_connector_is_refused_and_others_are_not() {
+        let store = Store::in_memory().expect("db");
+        let cert = |name| crate::store::NewCertificate {
+            name,
+            group: "g",
+            key_sha256: "k1",
+            max_uses: 5,
+            serial: name,
+            fingerprint: "f",
+            not_after_ms: 10,
+            now_ms: 1,
+        };
+        assert_eq!(store.enroll(&cert("c1")).expect("db"), Ok(()));
+        assert_eq!(store.enroll(&cert("c2")).expect("db"), Ok(()));
+        let a = authority(store);
+        assert!(a.set_connector_disabled("c1", true).expect("db"));
+        assert_eq!(
+            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            Err(AuthError::ConnectorDisabled("c1".into()))
+        );
+        assert_eq!(
+            a.authenticate(&metadata("c2", "k")).map(|i| i.name),
+            Ok("c2".into())
+        );
+        assert_eq!(
+            a.authenticate(&metadata("c3", "k")).map(|i| i.name),
+            Ok("c3".into())
+        );
+    }
+
+    #[test]
+    fn a_failing_database_refuses_the_session() {
+        let store = Store::in_memory().expect("db");
+        store.break_for_tests();
+        let a = authority(store);
+        // With the right key, but the CA cannot tell whether the connector
+        // was disabled: it must not let it in.
+        assert_eq!(
+            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            Err(AuthError::Unavailable)
+        );
+    }
 }

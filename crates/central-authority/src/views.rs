@@ -8,8 +8,8 @@ use policy::{AddressResult, AppKey, HealthReporting, Method, Protocol, Status};
 use protocol::v1;
 use serde::Serialize;
 
+use crate::authority::Authority;
 use crate::health::Transition;
-use crate::state::{Authority, lock};
 
 /// One connector's view of one application.
 #[derive(Clone, Debug, Serialize)]
@@ -213,20 +213,20 @@ impl Authority {
             }
         }
         keys.extend(
-            self.health
+            self.health()
                 .keys()
                 .into_iter()
                 .filter(|k| visible(&k.segment)),
         );
 
-        let conns = self.conn_snapshot();
+        let conns = self.registry().snapshot();
         let now = Instant::now();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             let Some(segment) = policy.segment(&key.segment) else {
                 continue;
             };
-            let (reports, transitions) = self.health.app(&key).unwrap_or_default();
+            let (reports, transitions) = self.health().app(&key).unwrap_or_default();
             // Every known connector of the segment's groups, plus any that
             // reported (it may have changed group since).
             let mut names: BTreeMap<&str, &str> = conns
@@ -242,7 +242,7 @@ impl Authority {
                 let view = match reports.get(name) {
                     Some(r) => {
                         let live = segment.health_reporting != HealthReporting::OnAccess
-                            || self.window_live(&key, name, now);
+                            || self.on_access().is_live(&key, name, now);
                         let age = now.saturating_duration_since(r.received_at);
                         let (status, cause) =
                             Self::effective(&state, segment, r.status, age, conns.get(name), live);
@@ -299,31 +299,26 @@ impl Authority {
     /// Every known connector, sorted by name.
     pub fn connectors(&self) -> Vec<ConnectorView> {
         let budget = self.snapshot().settings().check_budget;
-        let conns = lock(&self.connectors);
-        let mut out: Vec<ConnectorView> = conns
-            .iter()
-            .map(|(name, e)| ConnectorView {
-                name: name.clone(),
-                group: e.group.clone(),
-                connected: e.session.is_some(),
-                session_id: e.session.as_ref().map(|s| s.label.clone()),
-                version: e.version.clone(),
-                checks_per_cycle: e.estimate.checks_per_cycle,
-                cycle_seconds: e.estimate.cycle.as_secs_f64(),
-                over_budget: e.estimate.over_budget,
-                check_budget: budget,
-                load: e.load.as_ref().map(LoadView::from),
-                connected_since: e.connected_since.map(unix_ms),
-                last_seen: e.last_seen.map(unix_ms),
-                enrolled: false,
-                disabled: false,
-                certificate_serial: None,
-                certificate_not_after: None,
-            })
-            .collect();
-        drop(conns);
+        let mut out: Vec<ConnectorView> = self.registry().list(|name, e| ConnectorView {
+            name: name.to_owned(),
+            group: e.group.clone(),
+            connected: e.session.is_some(),
+            session_id: e.session.as_ref().map(|s| s.label.clone()),
+            version: e.version.clone(),
+            checks_per_cycle: e.estimate.checks_per_cycle,
+            cycle_seconds: e.estimate.cycle.as_secs_f64(),
+            over_budget: e.estimate.over_budget,
+            check_budget: budget,
+            load: e.load.as_ref().map(LoadView::from),
+            connected_since: e.connected_since.map(unix_ms),
+            last_seen: e.last_seen.map(unix_ms),
+            enrolled: false,
+            disabled: false,
+            certificate_serial: None,
+            certificate_not_after: None,
+        });
         // Enrolled connectors, also those that never connected.
-        match self.store.connectors() {
+        match self.store().connectors() {
             Ok(records) => {
                 for r in records {
                     let view = match out.iter_mut().find(|v| v.name == r.name) {

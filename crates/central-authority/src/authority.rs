@@ -1,0 +1,453 @@
+//! The CA's shared state (`Authority`): the policy in force, and the owners
+//! of everything else — the connector registry (`registry`), the on-access
+//! windows and coalescing (`on_access`), the health table (`health`), the
+//! database (`store`) — plus the operations that change more than one of
+//! them (reload, disconnect, housekeeping).
+//!
+//! **Invariant:** each piece of state is locked only by its owner module, in
+//! short synchronous sections, one at a time, and never across an `.await`.
+//! Here that is the policy lock alone. Messages to connectors are queued
+//! with `try_send` so no lock waits on a slow peer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use policy::{AppKey, HealthReporting, Segment, Status};
+use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::health::{HealthTable, UnknownCause};
+use crate::metrics::Metrics;
+use crate::on_access::OnAccess;
+use crate::policy_state::{PolicyState, app_allowed};
+use crate::registry::{ConnSnap, LiveSession, Registry};
+use crate::store::Store;
+use crate::sync::{read, write};
+
+/// The CA's shared state. One per `run`; handed around as `Arc<Authority>`.
+#[derive(Debug)]
+pub struct Authority {
+    policy: RwLock<Arc<PolicyState>>,
+    /// Bumped after every policy swap, so sessions can keep a snapshot and
+    /// take a new one only when it changed.
+    policy_version: AtomicU64,
+    registry: Registry,
+    health: HealthTable,
+    on_access: OnAccess,
+    /// Bumped whenever the health table or the connector set changes; access
+    /// requests waiting for on-access discovery watch it.
+    changes: watch::Sender<u64>,
+    metrics: Metrics,
+    next_session: AtomicU64,
+    /// The CA's certificates; `None` when it runs without TLS.
+    pki: Option<Arc<crate::pki::Pki>>,
+    /// Enrolled connectors, certificates, key uses.
+    store: Store,
+    /// Bounds enrollment attempts (key guessing) for the whole CA.
+    enroll_limiter: governor::DefaultDirectRateLimiter,
+}
+
+/// Why the CA's trust state could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// Certificates or keys.
+    #[error("TLS material: {0}")]
+    Pki(#[from] crate::pki::PkiError),
+    /// The database.
+    #[error("{path}: {source}")]
+    Store {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: crate::store::StoreError,
+    },
+    /// The data directory.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Enrollment attempts per second the CA accepts (with a burst of
+/// `ENROLL_BURST`); far above any real fleet's rate, far below guessing.
+const ENROLL_PER_SECOND: u32 = 20;
+const ENROLL_BURST: u32 = 50;
+
+impl Authority {
+    /// State for a validated configuration: opens (creating on first start)
+    /// the data directory, the database and, with TLS, the certificates.
+    pub fn open(config: Config, tls: bool) -> Result<Self, TrustError> {
+        let dir = config.settings.data_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| TrustError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let db = dir.join("reach.db");
+        let store = Store::open(&db).map_err(|source| TrustError::Store {
+            path: db.clone(),
+            source,
+        })?;
+        let pki = if tls {
+            let s = &config.settings;
+            let hosts = [s.grpc_listen.ip(), s.http_listen.ip()];
+            Some(Arc::new(crate::pki::Pki::load(
+                &dir,
+                &s.tls,
+                &hosts,
+                s.connector_cert_validity,
+            )?))
+        } else {
+            None
+        };
+        Ok(Self::with_trust(config, pki, store))
+    }
+
+    pub(crate) fn with_trust(
+        config: Config,
+        pki: Option<Arc<crate::pki::Pki>>,
+        store: Store,
+    ) -> Self {
+        let window = config.settings.on_access_window;
+        let gap = config.settings.access_forward_interval;
+        let quota = governor::Quota::per_second(
+            std::num::NonZeroU32::new(ENROLL_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN),
+        )
+        .allow_burst(std::num::NonZeroU32::new(ENROLL_BURST).unwrap_or(std::num::NonZeroU32::MIN));
+        Authority {
+            pki,
+            store,
+            enroll_limiter: governor::RateLimiter::direct(quota),
+            policy: RwLock::new(Arc::new(PolicyState::new(config))),
+            registry: Registry::default(),
+            health: HealthTable::default(),
+            on_access: OnAccess::new(window, gap),
+            changes: watch::channel(0).0,
+            metrics: Metrics::default(),
+            next_session: AtomicU64::new(1),
+            policy_version: AtomicU64::new(0),
+        }
+    }
+
+    /// The CA's certificates (`None` without TLS).
+    pub fn pki(&self) -> Option<&Arc<crate::pki::Pki>> {
+        self.pki.as_ref()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The connector registry.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The health table.
+    pub(crate) fn health(&self) -> &HealthTable {
+        &self.health
+    }
+
+    /// The on-access windows and coalescing.
+    pub(crate) fn on_access(&self) -> &OnAccess {
+        &self.on_access
+    }
+
+    /// The database.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Runs `f` on tokio's blocking pool: for SQLite writes (each waits for
+    /// `synchronous = FULL`), certificate signing and the database reads
+    /// that can queue behind them, which must not stall an async worker
+    /// (and every session and access request scheduled on it). A panic in
+    /// `f` is resumed here; `None` only when the runtime is shutting down.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Authority) -> T + Send + 'static,
+    ) -> Option<T> {
+        let this = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || f(&this)).await {
+            Ok(t) => Some(t),
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => None,
+            },
+        }
+    }
+
+    /// Whether one more enrollment attempt may go ahead now.
+    pub(crate) fn enroll_permitted(&self) -> bool {
+        self.enroll_limiter.check().is_ok()
+    }
+
+    /// The policy in force.
+    pub fn snapshot(&self) -> Arc<PolicyState> {
+        read(&self.policy).clone()
+    }
+
+    /// The policy in force and the version to pass to `refresh` with it.
+    pub(crate) fn versioned_snapshot(&self) -> (Arc<PolicyState>, u64) {
+        // The version is read first: a swap in between makes the next
+        // `refresh` take the snapshot again, never miss it.
+        let version = self.policy_version.load(Ordering::Acquire);
+        (self.snapshot(), version)
+    }
+
+    /// `snapshot()`, refreshed only when the policy was swapped since
+    /// `cached` was taken (`version` remembers when that was).
+    pub(crate) fn refresh(&self, cached: &mut Arc<PolicyState>, version: &mut u64) {
+        let now = self.policy_version.load(Ordering::Acquire);
+        if now != *version {
+            *version = now;
+            *cached = self.snapshot();
+        }
+    }
+
+    /// Wakes discovery waiters.
+    pub(crate) fn bump(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// A receiver woken by every `bump`.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// A fresh session number.
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The status the CA acts on for one stored report: Unknown when the
+    /// connector is not connected, the report is stale, or (on-access) the
+    /// window has ended.
+    pub(crate) fn effective(
+        state: &PolicyState,
+        segment: &Segment,
+        stored: Status,
+        age: Duration,
+        conn: Option<&ConnSnap>,
+        window_live: bool,
+    ) -> (Status, Option<UnknownCause>) {
+        let Some(conn) = conn.filter(|c| c.connected) else {
+            return (Status::Unknown, Some(UnknownCause::Disconnected));
+        };
+        if stored == Status::Unknown {
+            return (Status::Unknown, None);
+        }
+        if segment.health_reporting == HealthReporting::OnAccess && !window_live {
+            return (Status::Unknown, Some(UnknownCause::WindowExpired));
+        }
+        let s = policy::effective_status(
+            stored,
+            age,
+            segment.report_interval,
+            state.settings().stale_after_intervals,
+            conn.cycle,
+        );
+        if s == Status::Unknown {
+            (Status::Unknown, Some(UnknownCause::Stale))
+        } else {
+            (s, None)
+        }
+    }
+
+    /// Marks all of a connector's applications Unknown and forgets its
+    /// windows and coalescing state (it must be told about accesses again).
+    pub(crate) fn forget_connector(&self, name: &str, cause: UnknownCause) {
+        let keep = self.snapshot().settings().transitions_kept;
+        let changed = self
+            .health
+            .mark_unknown(SystemTime::now(), keep, |_, c, _| {
+                (c == name).then_some(cause)
+            });
+        self.on_access.forget_connector(name);
+        tracing::debug!(
+            connector = name,
+            changed,
+            cause = cause.as_str(),
+            "applications marked unknown"
+        );
+        self.bump();
+    }
+
+    /// Ends a live session: tells the connector why, closes the stream and
+    /// marks its applications Unknown.
+    pub(crate) fn close_session(&self, name: &str, session: LiveSession, reason: &str) {
+        let shutdown = v1::AuthorityMessage {
+            kind: Some(Out::Shutdown(v1::Shutdown {
+                reason: reason.to_owned(),
+                reconnect_to: String::new(),
+                retry_after_ms: 0,
+            })),
+        };
+        // A full queue means the peer is not reading; it is cut off anyway.
+        let _ = session.tx.try_send(Ok(shutdown));
+        session.kill.notify_one();
+        self.metrics.connectors_connected.dec();
+        tracing::info!(connector = name, session = %session.label, reason, "session closed");
+        self.forget_connector(name, UnknownCause::Disconnected);
+    }
+
+    /// Ends a connector's live session, if any, telling it why.
+    pub(crate) fn close_connector(&self, name: &str, reason: &str) {
+        if let Some(s) = self.registry.close(name) {
+            self.close_session(name, s, reason);
+        }
+    }
+
+    /// Closes every session (at shutdown).
+    pub fn close_all_sessions(&self, reason: &str) {
+        for (name, session) in self.registry.close_all() {
+            self.close_session(&name, session, reason);
+        }
+    }
+
+    /// Applies a new, valid configuration: swaps the policy, prunes the
+    /// health table, pushes `PolicyUpdate` to every connector whose
+    /// assignment changed, and closes sessions whose group was removed or
+    /// whose provisioning key changed.
+    pub fn apply(&self, mut config: Config) {
+        {
+            // The data directory and TLS material are opened once, at start.
+            let before = self.snapshot();
+            let (a, b) = (before.settings(), &mut config.settings);
+            if a.data_dir != b.data_dir
+                || a.tls_enabled != b.tls_enabled
+                || a.tls != b.tls
+                || a.connector_cert_validity != b.connector_cert_validity
+                || a.handshake_timeout != b.handshake_timeout
+                || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
+                || a.limits.max_connections != b.limits.max_connections
+            {
+                tracing::warn!(
+                    "[server] data_dir, [tls] and listener [limits] changed; they take effect only after a restart"
+                );
+            }
+            b.data_dir = a.data_dir.clone();
+            b.tls_enabled = a.tls_enabled;
+            b.tls = a.tls.clone();
+            b.connector_cert_validity = a.connector_cert_validity;
+            b.handshake_timeout = a.handshake_timeout;
+        }
+        let new = Arc::new(PolicyState::new(config));
+        let old = std::mem::replace(&mut *write(&self.policy), new.clone());
+        self.policy_version.fetch_add(1, Ordering::Release);
+        let settings = new.settings();
+        if old.settings().grpc_listen != settings.grpc_listen
+            || old.settings().http_listen != settings.http_listen
+        {
+            tracing::warn!("listen addresses changed; they take effect only after a restart");
+        }
+        let policy = new.policy();
+        let new_gap = (old.settings().access_forward_interval != settings.access_forward_interval)
+            .then_some(settings.access_forward_interval);
+        self.on_access
+            .reconfigure(settings.on_access_window, new_gap, |key| {
+                policy
+                    .segment(&key.segment)
+                    .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess)
+            });
+        self.health
+            .retain(|key, _, report| app_allowed(&new, &report.group, key).is_ok());
+
+        let mut updates = Vec::new();
+        let closed = self.registry.close_where(|name, group, tx| {
+            if !policy.has_group(group) {
+                return Some("connector group removed from the policy");
+            }
+            // Sessions authenticated by certificate are not affected by a
+            // new provisioning key: it affects only future enrollments.
+            if self.pki.is_none() {
+                match (
+                    old.config.group_keys.get(group),
+                    new.config.group_keys.get(group),
+                ) {
+                    (Some(a), Some(b)) if a.same_as(b) => {}
+                    _ => return Some("provisioning key of the connector group changed"),
+                }
+            }
+            let after = new.assignment(group);
+            if old.assignment(group) != after {
+                updates.push((name.to_owned(), tx.clone(), after));
+            }
+            None
+        });
+        for (name, tx, (segments, settings)) in updates {
+            let count = segments.len();
+            let msg = v1::AuthorityMessage {
+                kind: Some(Out::PolicyUpdate(v1::PolicyUpdate {
+                    segments,
+                    settings: Some(settings),
+                })),
+            };
+            if tx.try_send(Ok(msg)).is_ok() {
+                tracing::info!(connector = %name, segments = count, "policy update pushed");
+            } else {
+                // A connector that cannot take its update would run on a
+                // stale assignment; closing makes it reconnect and get a
+                // fresh Welcome.
+                self.close_connector(&name, "outbound queue full during policy update");
+            }
+        }
+        for (name, session, reason) in closed {
+            self.close_session(&name, session, reason);
+        }
+        self.recompute_budgets();
+        self.bump();
+    }
+
+    /// Recomputes every connector's check-load estimate (continuous targets
+    /// of its group plus its live on-access windows) and warns when one
+    /// crosses the budget.
+    pub(crate) fn recompute_budgets(&self) {
+        let state = self.snapshot();
+        let live = self.on_access.counts();
+        self.registry.estimate_all(&state, &live);
+    }
+
+    /// Periodic upkeep: ends on-access windows the CA tracks, turns stale
+    /// reports Unknown (recording the transition for the dashboard), prunes
+    /// coalescing state and refreshes load estimates. The access path does
+    /// not depend on it: effective statuses are computed when read.
+    pub fn housekeeping(&self, now: Instant) {
+        let state = self.snapshot();
+        let keep = state.settings().transitions_kept;
+        let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();
+        for k in self.on_access.expire(now) {
+            ended.entry(k.0).or_default().insert(k.1);
+        }
+        let conns = self.registry.snapshot();
+        let changed = self
+            .health
+            .mark_unknown(SystemTime::now(), keep, |key, c, report| {
+                if ended.get(key).is_some_and(|s| s.contains(c)) {
+                    return Some(UnknownCause::WindowExpired);
+                }
+                let segment = state.segment(&key.segment)?;
+                // Windows are checked through `ended` above; pass `true` here.
+                Self::effective(
+                    &state,
+                    segment,
+                    report.status,
+                    now.saturating_duration_since(report.received_at),
+                    conns.get(c),
+                    true,
+                )
+                .1
+            });
+        self.recompute_budgets();
+        if changed > 0 {
+            self.bump();
+        }
+    }
+}
