@@ -237,7 +237,7 @@ impl StateMetrics {
 
     /// The gauges for these read models; `certificates` are (name, expiry
     /// in Unix seconds).
-    pub fn from_views(
+    fn from_views(
         applications: &[ApplicationView],
         connectors: &[ConnectorView],
         certificates: &[(&str, i64)],
@@ -301,7 +301,9 @@ impl StateMetrics {
             checks_per_cycle
                 .get_or_create(&labels)
                 .set(i64::try_from(c.checks_per_cycle).unwrap_or(i64::MAX));
-            if let Some(load) = &c.load {
+            // The load a disconnected connector reported last is history,
+            // not its rate now.
+            if let Some(load) = c.load.as_ref().filter(|_| c.connected) {
                 checks_per_second
                     .get_or_create(&labels)
                     .set(load.checks_per_second);
@@ -332,7 +334,7 @@ impl StateMetrics {
         );
         registry.register(
             "connector_checks_per_second",
-            "Checks per second the connector last reported starting",
+            "Checks per second a connected connector last reported starting",
             checks_per_second,
         );
         registry.register(
@@ -370,15 +372,6 @@ impl StateMetrics {
 
         StateMetrics { registry }
     }
-
-    /// These gauges alone in the text exposition (for tests).
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::warn!(error = %e, "cannot encode metrics");
-        }
-        out
-    }
 }
 
 /// The end of the validity of the first certificate in `pem`, Unix seconds.
@@ -386,4 +379,79 @@ fn not_after_unix_seconds(pem: &str) -> Option<i64> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
     let cert = pem.parse_x509().ok()?;
     Some(cert.validity().not_after.timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::LoadView;
+
+    fn connector(name: &str, connected: bool, disabled: bool) -> ConnectorView {
+        ConnectorView {
+            name: name.to_owned(),
+            group: "g".to_owned(),
+            connected,
+            session_id: None,
+            version: String::new(),
+            checks_per_cycle: 7,
+            cycle_seconds: 0.5,
+            over_budget: true,
+            check_budget: 5,
+            load: Some(LoadView {
+                targets: 7,
+                checks_per_cycle: 7,
+                cycle_seconds: 0.5,
+                queue_depth: 0,
+                checks_per_second: 14.0,
+                in_flight: 0,
+                rate_limit: 20,
+            }),
+            connected_since: None,
+            last_seen: Some(1_700_000_000_500),
+            enrolled: true,
+            disabled,
+            certificate_serial: None,
+            certificate_not_after: Some(1_800_000_000_999),
+        }
+    }
+
+    fn render(m: &StateMetrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn connectors_are_exported_unless_disabled_and_load_only_while_connected() {
+        let text = render(&StateMetrics::from_views(
+            &[],
+            &[
+                connector("on", true, false),
+                connector("off", false, false),
+                connector("retired", false, true),
+            ],
+            &[("root", 1_900_000_000)],
+            5,
+        ));
+        for line in [
+            r#"reach_ca_connector_connected{connector="on",group="g"} 1"#,
+            r#"reach_ca_connector_connected{connector="off",group="g"} 0"#,
+            r#"reach_ca_connector_over_budget{connector="on",group="g"} 1"#,
+            r#"reach_ca_connector_checks_per_cycle{connector="off",group="g"} 7"#,
+            r#"reach_ca_connector_checks_per_second{connector="on",group="g"} 14.0"#,
+            r#"reach_ca_connector_last_seen_timestamp_seconds{connector="on",group="g"} 1700000000"#,
+            r#"reach_ca_connector_certificate_expiry_timestamp_seconds{connector="off",group="g"} 1800000000"#,
+            r#"reach_ca_certificate_expiry_timestamp_seconds{certificate="root"} 1900000000"#,
+            "reach_ca_check_budget 5",
+            // No application at all: every status is still a series.
+            r#"reach_ca_applications{status="down"} 0"#,
+        ] {
+            assert!(text.contains(line), "no `{line}` in\n{text}");
+        }
+        assert!(!text.contains("retired"), "{text}");
+        assert!(
+            !text.contains(r#"reach_ca_connector_checks_per_second{connector="off""#),
+            "{text}"
+        );
+    }
 }
