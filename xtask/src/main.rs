@@ -15,9 +15,11 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci      fmt check, clippy -D warnings, all unit/integration tests, e2e, fuzz (brief),
-          bench --quick (smoke: figures can be produced)
+  ci      fmt check, clippy -D warnings, promtool on deploy/prometheus, all
+          unit/integration tests, e2e, fuzz (brief), bench --quick (smoke: figures
+          can be produced)
   test    all unit and integration tests (no e2e)
+  monitoring  promtool checks and unit tests of deploy/prometheus
   fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
           `cargo xtask fuzz 300` gives each target 300 s
   e2e     build release binaries and run every end-to-end scenario
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("test") => test().map(|()| summary()),
+        Some("monitoring") => monitoring(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
@@ -142,6 +145,7 @@ fn ci() -> Result<()> {
     ]);
     run(clippy, "clippy")?;
 
+    monitoring()?;
     test()?;
     e2e(&[])?;
     fuzz(&[])?;
@@ -149,6 +153,40 @@ fn ci() -> Result<()> {
     // be produced (quick mode, seconds), never their values.
     bench(&["--quick".to_owned()])?;
     summary();
+    Ok(())
+}
+
+/// Checks the Prometheus files in `deploy/prometheus` with `promtool`: the
+/// rules parse and their PromQL is valid, their unit tests pass, the
+/// example config parses. (That every metric they and the Grafana dashboard
+/// use is exported is the central-authority `observability` test.)
+fn monitoring() -> Result<()> {
+    let dir = root().join("deploy/prometheus");
+    let installed = Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!("promtool is not installed: `apt-get install prometheus` (.ci/run does this)");
+    }
+    for (args, what) in [
+        (
+            &["check", "rules", "reach-alerts.yml"][..],
+            "promtool check rules",
+        ),
+        (
+            &["test", "rules", "reach-alerts.test.yml"][..],
+            "promtool test rules",
+        ),
+        (
+            &["check", "config", "--syntax-only", "prometheus.yml"][..],
+            "promtool check config",
+        ),
+    ] {
+        let mut cmd = Command::new("promtool");
+        cmd.current_dir(&dir).args(args);
+        run(cmd, what)?;
+    }
     Ok(())
 }
 

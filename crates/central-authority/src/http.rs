@@ -386,7 +386,7 @@ async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Respo
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        a.metrics().render(),
+        a.metrics().scrape(&a),
     )
         .into_response()
 }
