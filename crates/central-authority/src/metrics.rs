@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::state::Authority;
+use crate::authority::Authority;
 use crate::views::{ApplicationView, ConnectorView};
 
 /// Label of a decision: `selected` or the refusal reason.
