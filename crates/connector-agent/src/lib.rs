@@ -13,7 +13,8 @@
 //!   every (re)connect with `full_state = true`) and `Heartbeat`s with the
 //!   check load go back. A lost session is re-established with exponential
 //!   backoff (0.5 s doubling to 30 s, full jitter) while checks go on.
-//! - [`schedule`] (pure, time passed in) and [`scheduler`] (its task): per
+//! - [`schedule`] (pure, time passed in) and [`schedule::task`] (the task
+//!   that drives it, handle [`schedule::Scheduler`]): per
 //!   segment mode — `continuous` applications are checked every report
 //!   interval and reported then and at once on a status change;
 //!   `on_access` applications from an access until the on-access window
@@ -44,7 +45,6 @@ pub mod pacer;
 pub mod probe;
 pub mod resolver;
 pub mod schedule;
-pub mod scheduler;
 pub mod session;
 
 use std::future::Future;
@@ -258,7 +258,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (scheduler, scheduler_task) =
-        scheduler::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
+        schedule::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
     let identity = session::Identity {
         name: config.name.clone(),
         group: config.group.clone(),

@@ -22,8 +22,8 @@ use tonic::transport::Endpoint;
 use crate::metrics::Metrics;
 use crate::pacer::Pacer;
 use crate::probe::Prober;
+use crate::schedule::Scheduler;
 use crate::schedule::{AppReport, DEFAULT_WINDOW};
-use crate::scheduler::Scheduler;
 
 /// First reconnect delay (before jitter).
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
