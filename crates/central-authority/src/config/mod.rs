@@ -301,6 +301,68 @@ mod tests {
     }
 
     #[test]
+    fn settings_out_of_bounds_are_named_with_their_bounds() {
+        let text = r#"
+            [server]
+            reload_poll_ms = 9
+            [selection]
+            discovery_timeout_ms = 0
+            [health]
+            stale_after_intervals = 0
+            check_budget = 0
+            heartbeat_interval_ms = 9
+            access_forward_interval_ms = 0
+            assumed_checks_per_second = 0
+            [tls]
+            connector_cert_days = 3651
+            handshake_timeout_ms = 99
+            [limits]
+            max_concurrent_streams = 0
+            max_connections = 0
+            connector_message_burst = 0
+            [[connector_groups]]
+            name = "g"
+            provisioning_key = "k"
+            max_uses = 0
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "server.reload_poll_ms: must be at least 10",
+                "selection.discovery_timeout_ms: 0 is out of range (1-60000)",
+                "health.stale_after_intervals: must be at least 1",
+                "health.check_budget: must be at least 1",
+                "health.heartbeat_interval_ms: must be at least 10",
+                "health.access_forward_interval_ms: must be at least 1",
+                "health.assumed_checks_per_second: must be at least 1",
+                "tls.connector_cert_days: 3651 is out of range (1-3650)",
+                "tls.handshake_timeout_ms: 99 is out of range (100-120000)",
+                "limits.max_concurrent_streams: must be at least 1",
+                "limits.max_connections: must be at least 1",
+                "limits.connector_messages_per_second: rate and burst must be at least 1",
+                "connector_groups \"g\".max_uses: must be at least 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn forwards_must_come_more_often_than_windows_lapse() {
+        let text = r#"
+            [health]
+            on_access_window_ms = 1000
+            access_forward_interval_ms = 1000
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "health.access_forward_interval_ms: 1000 ms must be shorter than the on-access window (1000 ms), or windows lapse between forwards"
+            ]
+        );
+    }
+
+    #[test]
     fn example_config_is_valid() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/ca.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
