@@ -363,6 +363,44 @@ mod tests {
     }
 
     #[test]
+    fn key_expiry_is_a_utc_date_or_time() {
+        assert_eq!(parse_utc("2027-01-31"), Some(1_801_353_600_000));
+        assert_eq!(parse_utc("2027-01-31T12:00:00Z"), Some(1_801_396_800_000));
+        assert_eq!(parse_utc("2024-02-29"), Some(1_709_164_800_000));
+        for wrong in [
+            "2027-02-31",
+            "2027-04-31",
+            "2026-02-29",
+            "2027-13-01",
+            "2027-00-10",
+            "2027-1-31",
+            "27-01-31",
+            "+2027-01-31",
+            "12027-01-31",
+            "2027-01-31T12:00:00",
+            "2027-01-31T24:00:00Z",
+            "2027-01-31T12:00Z",
+            "2027-01-31 12:00:00Z",
+            "2027-01-31T12:00:00+01:00",
+            "2027-01-31x",
+            "",
+        ] {
+            assert_eq!(parse_utc(wrong), None, "{wrong:?} was accepted");
+        }
+        let err = Config::from_toml(
+            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k\"\nexpires_at = \"2027-02-31\"",
+            Path::new("."),
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "connector_groups \"g\".expires_at: \"2027-02-31\" is not a UTC time (expected e.g. \"2027-01-31\" or \"2027-01-31T12:00:00Z\")"
+            ]
+        );
+    }
+
+    #[test]
     fn example_config_is_valid() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/ca.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));

@@ -126,42 +126,22 @@ pub(super) fn api_tokens(
     out
 }
 
-/// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ` (UTC) into Unix ms.
+/// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ` (UTC) into Unix ms; a
+/// date that is not in the calendar (`2027-02-31`) is refused.
 pub fn parse_utc(text: &str) -> Option<i64> {
-    let (date, time) = match text.split_once('T') {
-        Some((d, t)) => (d, Some(t.strip_suffix('Z')?)),
-        None => (text, None),
-    };
-    let num = |s: &str, len: usize| -> Option<i64> {
-        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let mut d = date.split('-');
-    let (y, m, day) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
-    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    use time::macros::format_description;
+    use time::{Date, PrimitiveDateTime};
+    let date_time = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    let date = format_description!("[year]-[month]-[day]");
+    // `[year]` also takes a sign ("+2027"); the file's dates have none.
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    let (hh, mm, ss) = match time {
-        Some(t) => {
-            let mut p = t.split(':');
-            let v = (num(p.next()?, 2)?, num(p.next()?, 2)?, num(p.next()?, 2)?);
-            if p.next().is_some() || v.0 > 23 || v.1 > 59 || v.2 > 60 {
-                return None;
-            }
-            v
-        }
-        None => (0, 0, 0),
+    let at = match PrimitiveDateTime::parse(text, date_time) {
+        Ok(at) => at,
+        Err(_) => Date::parse(text, date).ok()?.midnight(),
     };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400) + hh * 3600 + mm * 60 + ss) * 1000)
+    i64::try_from(at.assume_utc().unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 /// How each group's provisioning key may be used.
