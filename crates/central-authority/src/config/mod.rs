@@ -15,6 +15,7 @@ mod settings;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 
 use policy::{GroupSpec, Policy, PolicySpec, ValidationError};
@@ -199,6 +200,29 @@ fn setting(problems: &mut Vec<Problem>, field: impl Into<String>, message: impl 
         message: message.into(),
     });
 }
+/// Adds a problem with setting `field` unless `value` is within `bounds`,
+/// which are `lo..` ("must be at least LO") or `lo..=hi` ("VALUE is out of
+/// range (LO-HI)"). Returns whether it is within.
+fn range<T: PartialOrd + fmt::Display>(
+    problems: &mut Vec<Problem>,
+    field: &str,
+    value: T,
+    bounds: impl RangeBounds<T>,
+) -> bool {
+    if bounds.contains(&value) {
+        return true;
+    }
+    let message = match (bounds.start_bound(), bounds.end_bound()) {
+        (Bound::Included(lo), Bound::Unbounded) => format!("must be at least {lo}"),
+        (Bound::Included(lo), Bound::Included(hi)) => {
+            format!("{value} is out of range ({lo}-{hi})")
+        }
+        _ => format!("{value} is out of range"),
+    };
+    setting(problems, field, message);
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

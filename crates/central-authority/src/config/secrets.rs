@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::file::{GroupSection, TokenSection};
-use super::{Problem, setting};
+use super::{Problem, range, setting};
 use crate::auth::{ApiToken, Scope, Secret};
 
 /// How a group's provisioning key may be used (`[[connector_groups]]`).
@@ -154,13 +154,7 @@ pub(super) fn key_policies(
     for g in sections {
         let subject = format!("connector_groups {:?}", g.name);
         let max_uses = g.max_uses.unwrap_or(10);
-        if max_uses == 0 {
-            setting(
-                problems,
-                format!("{subject}.max_uses"),
-                "must be at least 1",
-            );
-        }
+        range(problems, &format!("{subject}.max_uses"), max_uses, 1..);
         let expires_ms = match &g.expires_at {
             None => None,
             Some(text) => match parse_utc(text) {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use policy::Strategy;
 
-use super::file::FileConfig;
-use super::{Problem, setting};
+use super::file::{FileConfig, HealthSection, LimitsSection, ServerSection, TlsSection};
+use super::{Problem, range, setting};
 
 /// Runtime settings (everything in the file except policy and secrets).
 #[derive(Clone, Debug, PartialEq)]
@@ -104,147 +104,31 @@ pub(super) fn settings(
     problems: &mut Vec<Problem>,
 ) -> Option<Settings> {
     let before = problems.len();
-    let addr = |problems: &mut Vec<Problem>, field: &str, text: &str| {
-        text.parse::<SocketAddr>()
-            .map_err(|_| {
-                setting(
-                    problems,
-                    field,
-                    format!("{text:?} is not a socket address (expected e.g. \"127.0.0.1:7443\")"),
-                )
-            })
-            .ok()
-    };
-    let grpc = addr(problems, "server.grpc_listen", &file.server.grpc_listen);
-    let http = addr(problems, "server.http_listen", &file.server.http_listen);
-    if grpc.is_some() && grpc == http {
-        setting(
-            problems,
-            "server.http_listen",
-            "is the same address as server.grpc_listen",
-        );
-    }
-    if file.server.reload_poll_ms < 10 {
-        setting(problems, "server.reload_poll_ms", "must be at least 10");
-    }
-    let strategy = file
-        .selection
+    let (grpc, http) = listen_addresses(&file.server, problems);
+    range(
+        problems,
+        "server.reload_poll_ms",
+        file.server.reload_poll_ms,
+        10..,
+    );
+    let s = &file.selection;
+    let strategy = s
         .strategy
         .parse::<Strategy>()
         .map_err(|m| setting(problems, "selection.strategy", m))
         .ok();
-    let s = &file.selection;
-    if !(1..=60_000).contains(&s.discovery_timeout_ms) {
-        setting(
-            problems,
-            "selection.discovery_timeout_ms",
-            format!("{} is out of range (1-60000)", s.discovery_timeout_ms),
-        );
-    }
+    range(
+        problems,
+        "selection.discovery_timeout_ms",
+        s.discovery_timeout_ms,
+        1..=60_000,
+    );
     let h = &file.health;
-    let window = match h.on_access_window_ms {
-        Some(ms) => Duration::from_millis(ms),
-        None => Duration::from_secs(h.on_access_window_s),
-    };
-    if window.is_zero() {
-        setting(
-            problems,
-            "health.on_access_window_s",
-            "must be greater than 0",
-        );
-    }
-    if h.stale_after_intervals == 0 {
-        setting(
-            problems,
-            "health.stale_after_intervals",
-            "must be at least 1",
-        );
-    }
-    if h.check_budget == 0 {
-        setting(problems, "health.check_budget", "must be at least 1");
-    }
-    if h.heartbeat_interval_ms < 10 {
-        setting(
-            problems,
-            "health.heartbeat_interval_ms",
-            "must be at least 10",
-        );
-    }
-    if h.access_forward_interval_ms == 0 {
-        setting(
-            problems,
-            "health.access_forward_interval_ms",
-            "must be at least 1",
-        );
-    } else if Duration::from_millis(h.access_forward_interval_ms) >= window && !window.is_zero() {
-        setting(
-            problems,
-            "health.access_forward_interval_ms",
-            format!(
-                "{} ms must be shorter than the on-access window ({} ms), or windows lapse between forwards",
-                h.access_forward_interval_ms,
-                window.as_millis()
-            ),
-        );
-    }
-    if h.assumed_checks_per_second == 0 {
-        setting(
-            problems,
-            "health.assumed_checks_per_second",
-            "must be at least 1",
-        );
-    }
+    let window = health_rules(h, problems);
     let t = &file.tls;
-    for (cert, key, field) in [
-        (&t.cert_file, &t.key_file, "tls.cert_file"),
-        (
-            &t.issuer_cert_file,
-            &t.issuer_key_file,
-            "tls.issuer_cert_file",
-        ),
-    ] {
-        if cert.is_some() != key.is_some() {
-            setting(
-                problems,
-                field,
-                "the certificate and its key must be given together",
-            );
-        }
-    }
-    let days = t.connector_cert_days.unwrap_or(365);
-    if !(1..=3650).contains(&days) {
-        setting(
-            problems,
-            "tls.connector_cert_days",
-            format!("{days} is out of range (1-3650)"),
-        );
-    }
-    let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
-    if !(100..=120_000).contains(&handshake) {
-        setting(
-            problems,
-            "tls.handshake_timeout_ms",
-            format!("{handshake} is out of range (100-120000)"),
-        );
-    }
+    let (days, handshake) = tls_rules(t, problems);
     let l = &file.limits;
-    if l.max_concurrent_streams == 0 {
-        setting(
-            problems,
-            "limits.max_concurrent_streams",
-            "must be at least 1",
-        );
-    }
-    if l.max_connections == 0 {
-        setting(problems, "limits.max_connections", "must be at least 1");
-    }
-    if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
-        setting(
-            problems,
-            "limits.connector_messages_per_second",
-            "rate and burst must be at least 1",
-        );
-    }
+    limits_rules(l, problems);
     if problems.len() > before {
         return None;
     }
@@ -287,4 +171,132 @@ pub(super) fn settings(
         assumed_checks_per_second: h.assumed_checks_per_second,
         transitions_kept: h.transitions_kept,
     })
+}
+
+/// `[server] grpc_listen` and `http_listen`: two different socket
+/// addresses.
+fn listen_addresses(
+    server: &ServerSection,
+    problems: &mut Vec<Problem>,
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let addr = |problems: &mut Vec<Problem>, field: &str, text: &str| {
+        text.parse::<SocketAddr>()
+            .map_err(|_| {
+                setting(
+                    problems,
+                    field,
+                    format!("{text:?} is not a socket address (expected e.g. \"127.0.0.1:7443\")"),
+                )
+            })
+            .ok()
+    };
+    let grpc = addr(problems, "server.grpc_listen", &server.grpc_listen);
+    let http = addr(problems, "server.http_listen", &server.http_listen);
+    if grpc.is_some() && grpc == http {
+        setting(
+            problems,
+            "server.http_listen",
+            "is the same address as server.grpc_listen",
+        );
+    }
+    (grpc, http)
+}
+
+/// `[health]`: returns the on-access window (`on_access_window_ms`, else
+/// `on_access_window_s`), which access forwards must come more often than.
+fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
+    let window = match h.on_access_window_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => Duration::from_secs(h.on_access_window_s),
+    };
+    if window.is_zero() {
+        setting(
+            problems,
+            "health.on_access_window_s",
+            "must be greater than 0",
+        );
+    }
+    range(
+        problems,
+        "health.stale_after_intervals",
+        h.stale_after_intervals,
+        1..,
+    );
+    range(problems, "health.check_budget", h.check_budget, 1..);
+    range(
+        problems,
+        "health.heartbeat_interval_ms",
+        h.heartbeat_interval_ms,
+        10..,
+    );
+    let forward = h.access_forward_interval_ms;
+    if range(problems, "health.access_forward_interval_ms", forward, 1..)
+        && Duration::from_millis(forward) >= window
+        && !window.is_zero()
+    {
+        setting(
+            problems,
+            "health.access_forward_interval_ms",
+            format!(
+                "{forward} ms must be shorter than the on-access window ({} ms), or windows lapse between forwards",
+                window.as_millis()
+            ),
+        );
+    }
+    range(
+        problems,
+        "health.assumed_checks_per_second",
+        h.assumed_checks_per_second,
+        1..,
+    );
+    window
+}
+
+/// `[tls]`: each certificate with its key; returns the connector
+/// certificate validity in days and the handshake timeout in ms.
+fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (u32, u64) {
+    for (cert, key, field) in [
+        (&t.cert_file, &t.key_file, "tls.cert_file"),
+        (
+            &t.issuer_cert_file,
+            &t.issuer_key_file,
+            "tls.issuer_cert_file",
+        ),
+    ] {
+        if cert.is_some() != key.is_some() {
+            setting(
+                problems,
+                field,
+                "the certificate and its key must be given together",
+            );
+        }
+    }
+    let days = t.connector_cert_days.unwrap_or(365);
+    range(problems, "tls.connector_cert_days", days, 1..=3650);
+    let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
+    range(
+        problems,
+        "tls.handshake_timeout_ms",
+        handshake,
+        100..=120_000,
+    );
+    (days, handshake)
+}
+
+/// `[limits]`: every bound at least 1.
+fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
+    range(
+        problems,
+        "limits.max_concurrent_streams",
+        l.max_concurrent_streams,
+        1..,
+    );
+    range(problems, "limits.max_connections", l.max_connections, 1..);
+    if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
+        setting(
+            problems,
+            "limits.connector_messages_per_second",
+            "rate and burst must be at least 1",
+        );
+    }
 }
