@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use policy::Status;
 
-use crate::views::{ApplicationView, ConnectorView, unix_ms};
+use crate::views::{ApplicationView, ConnectorHealthView, ConnectorView, unix_ms};
 
 /// Escapes text for HTML element content and quoted attribute values.
 fn esc(s: &str) -> String {
@@ -73,14 +73,25 @@ th{background:#f3f3f3}.status{font-weight:600;white-space:nowrap}\
 .over-budget-warning{color:#b3261e;font-weight:600}.muted{color:#777;font-size:.9em}\
 .transitions{font-size:.85em;color:#555;margin:0;padding-left:1em}";
 
-/// Renders the page.
+/// Renders the page: the connectors table, then the applications table.
 pub fn render(apps: &[ApplicationView], connectors: &[ConnectorView], budget: u64) -> String {
     let mut o = String::with_capacity(4096 + apps.len() * 512);
     let _ = write!(
         o,
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2"><title>reach — Health</title><style>{STYLE}</style></head><body><h1>Health</h1><p class="muted">Refreshes every 2 s. Check budget: {budget} checks per connector cycle.</p>"#
     );
+    connectors_table(&mut o, connectors, budget);
+    applications_table(&mut o, apps);
+    let _ = write!(
+        o,
+        r#"<p class="muted" data-rendered-at="{}">reach central authority</p></body></html>"#,
+        unix_ms(std::time::SystemTime::now())
+    );
+    o
+}
 
+/// One row per connector: session state, check load, budget warning.
+fn connectors_table(o: &mut String, connectors: &[ConnectorView], budget: u64) {
     o.push_str(r#"<h2>Connectors</h2><table id="connectors"><thead><tr><th>Connector</th><th>Group</th><th>Session</th><th>Check load</th><th>Version</th></tr></thead><tbody>"#);
     if connectors.is_empty() {
         o.push_str(
@@ -120,7 +131,11 @@ pub fn render(apps: &[ApplicationView], connectors: &[ConnectorView], budget: u6
         let _ = write!(o, "</td><td>{}</td></tr>", esc(&c.version));
     }
     o.push_str("</tbody></table>");
+}
 
+/// One row per application: its status, each connector's view of it, and
+/// its latest status changes.
+fn applications_table(o: &mut String, apps: &[ApplicationView]) {
     o.push_str(r#"<h2>Applications</h2><table id="applications"><thead><tr><th>Segment</th><th>Application</th><th>Status</th><th>Per connector</th><th>Recent changes</th></tr></thead><tbody>"#);
     if apps.is_empty() {
         o.push_str(r#"<tr><td colspan="5" class="muted">No applications to show.</td></tr>"#);
@@ -136,59 +151,13 @@ pub fn render(apps: &[ApplicationView], connectors: &[ConnectorView], budget: u6
             st = a.status.as_str(),
             mode = a.health_reporting,
         );
-        badge(&mut o, a.status);
+        badge(o, a.status);
         o.push_str("</td><td>");
         if a.connectors.is_empty() {
             o.push_str(r#"<span class="muted">no connector in the segment's groups</span>"#);
         }
         for c in &a.connectors {
-            let _ = write!(
-                o,
-                r#"<div class="connector-status" data-connector="{n}" data-status="{st}">"#,
-                n = esc(&c.connector),
-                st = c.status.as_str(),
-            );
-            badge(&mut o, c.status);
-            let _ = write!(
-                o,
-                r#" <strong>{n}</strong> <span class="muted">({g}) · last report: <span class="last-report" data-reported-at="{at}">{age}</span>"#,
-                n = esc(&c.connector),
-                g = esc(&c.group),
-                at = c.reported_at.unwrap_or(0),
-                age = age(c.report_age_ms),
-            );
-            if let Some(cause) = c.unknown_cause {
-                let _ = write!(
-                    o,
-                    r#" · <span class="unknown-cause">{}</span>"#,
-                    cause.replace('_', " ")
-                );
-            }
-            o.push_str("</span>");
-            if let Some(e) = &c.dns_error {
-                let _ = write!(o, r#"<div class="dns-error">DNS: {}</div>"#, esc(e));
-            }
-            if !c.addresses.is_empty() {
-                o.push_str(r#"<ul class="addresses">"#);
-                for ad in &c.addresses {
-                    let _ = write!(
-                        o,
-                        r#"<li class="address" data-address="{addr}" data-status="{st}" data-method="{m}">{addr} · {m}"#,
-                        addr = esc(&ad.address),
-                        st = ad.status.as_str(),
-                        m = ad.method,
-                    );
-                    if let Some(rtt) = ad.rtt_ms {
-                        let _ = write!(o, r#" · <span class="rtt">{rtt:.2} ms</span>"#);
-                    }
-                    if let Some(e) = &ad.error {
-                        let _ = write!(o, r#" · <span class="error">{}</span>"#, esc(e));
-                    }
-                    o.push_str("</li>");
-                }
-                o.push_str("</ul>");
-            }
-            o.push_str("</div>");
+            connector_health(o, c);
         }
         o.push_str(r#"</td><td><ul class="transitions">"#);
         for t in a.transitions.iter().rev().take(5) {
@@ -204,12 +173,59 @@ pub fn render(apps: &[ApplicationView], connectors: &[ConnectorView], budget: u6
         }
         o.push_str("</ul></td></tr>");
     }
+    o.push_str("</tbody></table>");
+}
+
+/// One connector's view of an application: status, report age, why it is
+/// unknown, the DNS error and the per-address results.
+fn connector_health(o: &mut String, c: &ConnectorHealthView) {
     let _ = write!(
         o,
-        r#"</tbody></table><p class="muted" data-rendered-at="{}">reach central authority</p></body></html>"#,
-        unix_ms(std::time::SystemTime::now())
+        r#"<div class="connector-status" data-connector="{n}" data-status="{st}">"#,
+        n = esc(&c.connector),
+        st = c.status.as_str(),
     );
-    o
+    badge(o, c.status);
+    let _ = write!(
+        o,
+        r#" <strong>{n}</strong> <span class="muted">({g}) · last report: <span class="last-report" data-reported-at="{at}">{age}</span>"#,
+        n = esc(&c.connector),
+        g = esc(&c.group),
+        at = c.reported_at.unwrap_or(0),
+        age = age(c.report_age_ms),
+    );
+    if let Some(cause) = c.unknown_cause {
+        let _ = write!(
+            o,
+            r#" · <span class="unknown-cause">{}</span>"#,
+            cause.replace('_', " ")
+        );
+    }
+    o.push_str("</span>");
+    if let Some(e) = &c.dns_error {
+        let _ = write!(o, r#"<div class="dns-error">DNS: {}</div>"#, esc(e));
+    }
+    if !c.addresses.is_empty() {
+        o.push_str(r#"<ul class="addresses">"#);
+        for ad in &c.addresses {
+            let _ = write!(
+                o,
+                r#"<li class="address" data-address="{addr}" data-status="{st}" data-method="{m}">{addr} · {m}"#,
+                addr = esc(&ad.address),
+                st = ad.status.as_str(),
+                m = ad.method,
+            );
+            if let Some(rtt) = ad.rtt_ms {
+                let _ = write!(o, r#" · <span class="rtt">{rtt:.2} ms</span>"#);
+            }
+            if let Some(e) = &ad.error {
+                let _ = write!(o, r#" · <span class="error">{}</span>"#, esc(e));
+            }
+            o.push_str("</li>");
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</div>");
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ pub enum SessionError {
     /// The connector's first message was not `Hello`.
     #[error("the first message of a session must be Hello")]
     ExpectedHello,
-    /// `Hello` disagrees with the metadata.
+    /// `Hello` disagrees with who the session is authenticated as: the
+    /// client certificate's identity (or, on a CA run with
+    /// `[tls] enabled = false`, the metadata's).
     #[error(
         "Hello names connector {name:?} in group {group:?}, but the session is authenticated as {meta_name:?} in {meta_group:?}"
     )]
@@ -22,9 +24,11 @@ pub enum SessionError {
         name: String,
         /// Group in Hello.
         group: String,
-        /// Name in metadata.
+        /// Name the session is authenticated as (certificate, or metadata
+        /// without TLS).
         meta_name: String,
-        /// Group in metadata.
+        /// Group the session is authenticated as (certificate, or metadata
+        /// without TLS).
         meta_group: String,
     },
     /// No `Hello` arrived in time.

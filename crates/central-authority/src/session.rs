@@ -1,10 +1,12 @@
 //! Connector sessions: the `ConnectorSession.Connect` service. Authenticates
-//! the connector by its client certificate (or, on a CA without TLS, by the
-//! group's provisioning key in metadata) before reading anything, expects a
-//! `Hello` that agrees with that identity, answers `Welcome`, then takes
-//! reports and heartbeats (at most `[limits] connector_messages_per_second`;
-//! excess ones are dropped) until the stream ends, the connector goes
-//! quiet, or a newer session replaces this one.
+//! the connector by the client certificate it got from `Enrollment.Enroll`
+//! (serial checked against the database) before reading anything; only a CA
+//! run with `[tls] enabled = false`, for local experiments, takes the
+//! group's provisioning key in metadata instead. Then it expects a `Hello`
+//! that agrees with that identity, answers `Welcome`, and takes reports and
+//! heartbeats (at most `[limits] connector_messages_per_second`; excess ones
+//! are dropped) until the stream ends, the connector goes quiet, or a newer
+//! session replaces this one.
 
 use std::collections::HashSet;
 use std::sync::Arc;

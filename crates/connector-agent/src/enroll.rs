@@ -86,9 +86,35 @@ impl EnrollError {
     }
 }
 
-/// The connector's enrolled credentials.
+/// A group's provisioning key: what the connector shows once to enroll
+/// (and, against a CA without TLS, with every session). Its `Debug` output
+/// is redacted so that logging a value that holds it can never leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProvisioningKey(String);
+
+impl ProvisioningKey {
+    /// Wraps a key (the caller checks it is present and printable ASCII,
+    /// as `run` and `enroll_only` do).
+    pub fn new(key: impl Into<String>) -> Self {
+        ProvisioningKey(key.into())
+    }
+
+    /// The key itself, for the one place it is sent.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ProvisioningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProvisioningKey(<redacted>)")
+    }
+}
+
+/// A completed enrollment: the client certificate the CA signed, its key
+/// and the root to trust, as kept in the state directory.
 #[derive(Clone)]
-pub struct Credentials {
+pub struct Enrollment {
     /// The CA root the connector trusts (PEM).
     pub ca_pem: String,
     /// The client certificate (PEM).
@@ -99,15 +125,15 @@ pub struct Credentials {
     pub serial: String,
 }
 
-impl std::fmt::Debug for Credentials {
+impl std::fmt::Debug for Enrollment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
+        f.debug_struct("Enrollment")
             .field("serial", &self.serial)
             .finish_non_exhaustive()
     }
 }
 
-impl Credentials {
+impl Enrollment {
     /// The client TLS configuration for sessions (mutual TLS).
     pub fn tls(&self) -> ClientTlsConfig {
         ClientTlsConfig::new()
@@ -156,7 +182,7 @@ pub fn load(
     name: &str,
     group: &str,
     ca_pem: &str,
-) -> Result<Option<Credentials>, EnrollError> {
+) -> Result<Option<Enrollment>, EnrollError> {
     let id_path = dir.join(IDENTITY_FILE);
     let identity = match std::fs::read_to_string(&id_path) {
         Ok(text) => text,
@@ -180,7 +206,7 @@ pub fn load(
         let p = dir.join(f);
         std::fs::read_to_string(&p).map_err(io(&p))
     };
-    Ok(Some(Credentials {
+    Ok(Some(Enrollment {
         ca_pem: ca_pem.to_owned(),
         cert_pem: read(CERT_FILE)?,
         key_pem: read(KEY_FILE)?,
@@ -210,8 +236,8 @@ pub async fn enroll(
     dir: &Path,
     name: &str,
     group: &str,
-    provisioning_key: &str,
-) -> Result<Credentials, EnrollError> {
+    provisioning_key: &ProvisioningKey,
+) -> Result<Enrollment, EnrollError> {
     let key = rcgen::KeyPair::generate().map_err(|e| EnrollError::Key(e.to_string()))?;
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
         .map_err(|e| EnrollError::Key(e.to_string()))?;
@@ -228,7 +254,7 @@ pub async fn enroll(
         .enroll(v1::EnrollRequest {
             name: name.to_owned(),
             group: group.to_owned(),
-            provisioning_key: provisioning_key.to_owned(),
+            provisioning_key: provisioning_key.expose().to_owned(),
             csr_pem: csr,
         })
         .await
@@ -260,7 +286,7 @@ pub async fn enroll(
         state_dir = %dir.display(),
         "enrolled with the CA"
     );
-    Ok(Credentials {
+    Ok(Enrollment {
         ca_pem: ca_pem.to_owned(),
         cert_pem: response.certificate_pem,
         key_pem,

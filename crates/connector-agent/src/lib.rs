@@ -5,15 +5,21 @@
 //!
 //! # How it works
 //!
+//! - [`enroll`]: on first start the connector makes a key pair and CSR and
+//!   calls `Enrollment.Enroll` with its group's provisioning key; the signed
+//!   client certificate and its key stay in `--state-dir`.
 //! - [`session`]: one gRPC `ConnectorSession.Connect` stream to the CA,
-//!   authenticated by metadata (`x-reach-connector`, `x-reach-group`,
-//!   `x-reach-provisioning-key`). `Hello` first; the CA's `Welcome` and
+//!   mutual TLS with that certificate (only against a CA run with
+//!   `[tls] enabled = false`, for local experiments, an `http://` URL and
+//!   the provisioning key in `x-reach-provisioning-key` metadata instead).
+//!   `Hello` first; the CA's `Welcome` and
 //!   later `PolicyUpdate`s replace the assignment; `AccessEvent`s start
 //!   on-access checks; `Ping`s are answered; `HealthReport`s (the first after
 //!   every (re)connect with `full_state = true`) and `Heartbeat`s with the
 //!   check load go back. A lost session is re-established with exponential
 //!   backoff (0.5 s doubling to 30 s, full jitter) while checks go on.
-//! - [`schedule`] (pure, time passed in) and [`scheduler`] (its task): per
+//! - [`schedule`] (pure, time passed in) and [`schedule::task`] (the task
+//!   that drives it, handle [`schedule::Scheduler`]): per
 //!   segment mode — `continuous` applications are checked every report
 //!   interval and reported then and at once on a status change;
 //!   `on_access` applications from an access until the on-access window
@@ -44,7 +50,6 @@ pub mod pacer;
 pub mod probe;
 pub mod resolver;
 pub mod schedule;
-pub mod scheduler;
 pub mod session;
 
 use std::future::Future;
@@ -100,7 +105,7 @@ pub enum AgentError {
 /// The provisioning key from `--provisioning-key-file` or
 /// `--provisioning-key`, trimmed; present and printable ASCII, or an error
 /// naming what is wrong.
-fn provisioning_key(config: &Config) -> Result<String, AgentError> {
+fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentError> {
     let key = match (&config.provisioning_key_file, &config.provisioning_key) {
         (Some(path), _) => std::fs::read_to_string(path)
             .map_err(|source| AgentError::ReadKey {
@@ -116,7 +121,7 @@ fn provisioning_key(config: &Config) -> Result<String, AgentError> {
         return Err(AgentError::MissingProvisioningKey);
     }
     printable(&key, "the provisioning key")?;
-    Ok(key)
+    Ok(enroll::ProvisioningKey::new(key))
 }
 
 fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
@@ -167,13 +172,13 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// The enrolled credentials in the state directory, enrolling first when
-/// there are none; an unreachable CA is retried with backoff until
-/// `shutdown`. `Ok(None)` when shut down first.
-async fn credentials(
+/// The enrollment in the state directory, enrolling first when there is
+/// none; an unreachable CA is retried with backoff until `shutdown`.
+/// `Ok(None)` when shut down first.
+async fn enrollment(
     config: &Config,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
-) -> Result<Option<enroll::Credentials>, AgentError> {
+) -> Result<Option<enroll::Enrollment>, AgentError> {
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     if let Some(c) = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)? {
         tracing::info!(serial = %c.serial, state_dir = %config.state_dir.display(), "using the enrolled certificate");
@@ -215,17 +220,16 @@ async fn credentials(
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     check_identity(&config)?;
     let mut shutdown = std::pin::pin!(shutdown);
-    let (key, credentials) = if wants_tls(&config) {
-        match credentials(&config, &mut shutdown).await? {
-            Some(c) => (String::new(), Some(c)),
+    let credentials = if wants_tls(&config) {
+        match enrollment(&config, &mut shutdown).await? {
+            Some(e) => session::Credentials::Certificate(e),
             None => return Ok(()),
         }
     } else {
         tracing::warn!(
             "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
         );
-        let key = provisioning_key(&config)?;
-        (key, None)
+        session::Credentials::ProvisioningKey(provisioning_key(&config)?)
     };
 
     let metrics = metrics::Metrics::new();
@@ -258,11 +262,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (scheduler, scheduler_task) =
-        scheduler::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
-    let identity = session::Identity {
-        name: config.name.clone(),
-        group: config.group.clone(),
-        provisioning_key: Arc::from(key),
+        schedule::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
+    let options = session::SessionOptions {
+        identity: session::Identity {
+            name: config.name.clone(),
+            group: config.group.clone(),
+        },
         credentials,
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
@@ -276,7 +281,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!(ca = %config.ca, name = %config.name, group = %config.group, "connector starting");
     let mut session = tokio::spawn(session::run(
         config.ca.clone(),
-        identity,
+        options,
         parts,
         reports_rx,
         stop_rx,

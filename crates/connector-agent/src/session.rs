@@ -1,6 +1,8 @@
-//! The session with the CA: one `Connect` stream at a time, authenticated
-//! by gRPC metadata; Hello first, Welcome/PolicyUpdate applied, access
-//! events and pings answered, health reports and heartbeats sent, and on any
+//! The session with the CA: one `Connect` stream at a time over mutual TLS
+//! with the enrolled certificate (or, only against a CA run with
+//! `[tls] enabled = false`, plain text with the provisioning key in
+//! metadata); Hello first, Welcome/PolicyUpdate applied, access events and
+//! pings answered, health reports and heartbeats sent, and on any
 //! disconnect a reconnect with exponential backoff and full jitter while
 //! checks go on.
 
@@ -16,14 +18,16 @@ use rand::RngExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
+use crate::enroll::{Enrollment, ProvisioningKey};
 use crate::metrics::Metrics;
 use crate::pacer::Pacer;
 use crate::probe::Prober;
+use crate::schedule::Scheduler;
 use crate::schedule::{AppReport, DEFAULT_WINDOW};
-use crate::scheduler::Scheduler;
 
 /// First reconnect delay (before jitter).
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -88,21 +92,41 @@ pub fn backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
     Duration::from_millis(rng.random_range(0..=cap))
 }
 
-/// Who the connector is and what it can do.
-#[derive(Clone, Debug)]
+/// Who the connector is: the name and group its `Hello` states (and, with
+/// TLS, its certificate already proves).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
-    /// Connector name.
+    /// Connector name, unique in the deployment.
     pub name: String,
     /// Connector group.
     pub group: String,
-    /// The group's provisioning key (never logged); only used against a
-    /// plain-text CA.
-    pub provisioning_key: Arc<str>,
-    /// Enrolled credentials: sessions are mutual TLS with them.
-    pub credentials: Option<crate::enroll::Credentials>,
-    /// The connector's own rate limit.
+}
+
+/// How a session proves the connector's identity to the CA.
+#[derive(Clone, Debug)]
+pub enum Credentials {
+    /// Mutual TLS with the client certificate from `Enrollment.Enroll`: the
+    /// normal case, an `https://` CA.
+    Certificate(Enrollment),
+    /// The group's provisioning key in `x-reach-provisioning-key` metadata
+    /// on every session, over plain text: only a CA run with
+    /// `[tls] enabled = false` (local experiments) accepts it.
+    ProvisioningKey(ProvisioningKey),
+}
+
+/// What a session needs besides the CA's address: who the connector is,
+/// how it proves it, and the connector's own check settings.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Name and group.
+    pub identity: Identity,
+    /// Certificate or (plain text only) provisioning key.
+    pub credentials: Credentials,
+    /// The connector's own rate limit: announced in `Hello`, and in force
+    /// whenever the CA's `ConnectorSettings` leave it at 0.
     pub checks_per_second: u32,
-    /// The connector's own probe timeout.
+    /// The connector's own probe timeout, in force whenever the CA's
+    /// `ConnectorSettings` leave it at 0.
     pub check_timeout: Duration,
 }
 
@@ -122,7 +146,7 @@ pub struct Parts {
 /// Keeps a session with the CA at `ca` until `shutdown` turns true.
 pub async fn run(
     ca: String,
-    identity: Identity,
+    options: SessionOptions,
     parts: Parts,
     mut reports: mpsc::UnboundedReceiver<Vec<AppReport>>,
     mut shutdown: watch::Receiver<bool>,
@@ -133,7 +157,7 @@ pub async fn run(
         parts.metrics.set_session_state("connecting");
         let mut stop = shutdown.clone();
         let ended = tokio::select! {
-            ended = session(&url, &identity, &parts, &mut reports, &mut attempt, &mut stop) => ended,
+            ended = session(&url, &options, &parts, &mut reports, &mut attempt, &mut stop) => ended,
             () = stopped(&mut shutdown) => return,
         };
         let mut delay = backoff(attempt, &mut rand::rng());
@@ -235,7 +259,7 @@ fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
 /// heartbeat interval.
 fn apply_settings(
     settings: Option<&v1::ConnectorSettings>,
-    identity: &Identity,
+    options: &SessionOptions,
     parts: &Parts,
 ) -> (Duration, Duration) {
     let s = settings.cloned().unwrap_or_default();
@@ -248,11 +272,11 @@ fn apply_settings(
         ms => Duration::from_millis(ms.max(100)),
     };
     parts.pacer.set_rate(match s.checks_per_second {
-        0 => identity.checks_per_second,
+        0 => options.checks_per_second,
         n => n,
     });
     parts.prober.set_timeout(match s.check_timeout_ms {
-        0 => identity.check_timeout,
+        0 => options.check_timeout,
         ms => Duration::from_millis(u64::from(ms)),
     });
     (window, heartbeat)
@@ -264,81 +288,23 @@ async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), Se
         .map_err(|_| SessionError::Closed)
 }
 
-/// One session: connect, Hello, Welcome, full state, then the message loop.
-/// `Ok(())` only when `shutdown` asked to stop.
+/// One session: open the stream, wait for Welcome, send the full state,
+/// then the message loop. `Ok(())` only when `shutdown` asked to stop.
 async fn session(
     url: &str,
-    identity: &Identity,
+    options: &SessionOptions,
     parts: &Parts,
     reports: &mut mpsc::UnboundedReceiver<Vec<AppReport>>,
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let mut endpoint = Endpoint::from_shared(url.to_owned())?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10));
-    if let Some(c) = &identity.credentials {
-        endpoint = endpoint.tls_config(c.tls())?;
-    }
-    let channel = endpoint.connect().await?;
-    let mut client = ConnectorSessionClient::new(channel)
-        .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
-    let (out, rx) = mpsc::channel::<ConnectorMessage>(64);
-    let icmp = parts.prober.icmp_mode();
-    send(
-        &out,
-        ToCa::Hello(v1::Hello {
-            name: identity.name.clone(),
-            group: identity.group.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            capabilities: Some(v1::Capabilities {
-                icmp: icmp != crate::probe::IcmpMode::None,
-                icmp_mode: icmp.as_str().to_owned(),
-                checks_per_second: identity.checks_per_second,
-            }),
-        }),
-    )
-    .await?;
-    let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    let md = request.metadata_mut();
-    md.insert(
-        protocol::metadata::CONNECTOR,
-        metadata(&identity.name, "the name")?,
-    );
-    md.insert(
-        protocol::metadata::GROUP,
-        metadata(&identity.group, "the group")?,
-    );
-    if identity.credentials.is_none() {
-        md.insert(
-            protocol::metadata::PROVISIONING_KEY,
-            metadata(&identity.provisioning_key, "the provisioning key")?,
-        );
-    }
-    let mut inbound = client.connect(request).await?.into_inner();
-
-    let first = tokio::time::timeout(WELCOME_TIMEOUT, inbound.message())
-        .await
-        .map_err(|_| SessionError::Protocol("no Welcome within 10 s".into()))??;
-    let welcome = match first {
-        Some(AuthorityMessage {
-            kind: Some(FromCa::Welcome(w)),
-        }) => w,
-        Some(_) => {
-            return Err(SessionError::Protocol(
-                "first message is not a Welcome".into(),
-            ));
-        }
-        None => return Err(SessionError::Closed),
-    };
+    let (out, mut inbound) = open(url, options, parts).await?;
+    let welcome = expect_welcome(&mut inbound).await?;
     *attempt = 0;
     parts.metrics.sessions.inc();
     parts.metrics.set_session_state("connected");
     tracing::info!(session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
-    let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), identity, parts);
+    let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), options, parts);
     parts
         .scheduler
         .apply(segments(welcome.segments), window)
@@ -352,40 +318,18 @@ async fn session(
         .map_err(|_| SessionError::Closed)?;
 
     let mut ticker = tokio::time::interval(heartbeat);
-    let mut last_beat = (Instant::now(), parts.pacer.stats().started);
+    let mut rate = RateMeter::new(parts.pacer.stats().started);
     loop {
         tokio::select! {
             message = inbound.message() => {
                 let Some(message) = message? else {
                     return Err(SessionError::Closed);
                 };
-                match message.kind {
-                    Some(FromCa::PolicyUpdate(update)) => {
-                        let (window, beat) = apply_settings(update.settings.as_ref(), identity, parts);
-                        parts.scheduler.apply(segments(update.segments), window).await;
-                        if beat != heartbeat {
-                            heartbeat = beat;
-                            ticker = tokio::time::interval(heartbeat);
-                        }
-                        tracing::info!("policy updated");
-                    }
-                    Some(FromCa::Access(event)) => match event.app.map(AppKey::try_from) {
-                        Some(Ok(key)) => parts.scheduler.access(key),
-                        Some(Err(e)) => tracing::warn!(error = %e, "ignoring an invalid access event"),
-                        None => tracing::warn!("ignoring an access event without application"),
-                    },
-                    Some(FromCa::Ping(ping)) => {
-                        send(&out, ToCa::Pong(v1::Pong { nonce: ping.nonce })).await?;
-                    }
-                    Some(FromCa::Shutdown(s)) => {
-                        return Err(SessionError::Shutdown {
-                            reason: s.reason,
-                            retry_after: Duration::from_millis(s.retry_after_ms),
-                            reconnect_to: (!s.reconnect_to.is_empty()).then_some(s.reconnect_to),
-                        });
-                    }
-                    Some(FromCa::Welcome(_)) => tracing::warn!("ignoring a second Welcome"),
-                    None => tracing::warn!("ignoring an empty message from the CA"),
+                if let Some(beat) = handle(message, options, parts, &out).await?
+                    && beat != heartbeat
+                {
+                    heartbeat = beat;
+                    ticker = tokio::time::interval(heartbeat);
                 }
             }
             batch = reports.recv() => {
@@ -393,31 +337,7 @@ async fn session(
                 out.send(report_message(&batch, false)).await.map_err(|_| SessionError::Closed)?;
             }
             _ = ticker.tick() => {
-                let stats = parts.pacer.stats();
-                let load = parts.scheduler.load();
-                let elapsed = last_beat.0.elapsed().as_secs_f64();
-                // The interval's first tick fires at once: a rate measured
-                // over a few milliseconds would be noise (one start in 1 ms
-                // reads as 1,000/s), so measure over at least half a second
-                // and keep the window open until then.
-                let per_second = if elapsed >= 0.5 {
-                    let rate = stats.started.saturating_sub(last_beat.1) as f64 / elapsed;
-                    last_beat = (Instant::now(), stats.started);
-                    rate
-                } else {
-                    0.0
-                };
-                send(&out, ToCa::Heartbeat(v1::Heartbeat {
-                    load: Some(v1::CheckLoad {
-                        targets: load.targets,
-                        checks_per_cycle: load.checks_per_cycle,
-                        cycle_seconds: load.cycle.as_secs_f64(),
-                        queue_depth: stats.queue_depth,
-                        checks_per_second: per_second,
-                        in_flight: stats.in_flight,
-                        rate_limit: stats.rate,
-                    }),
-                })).await?;
+                send(&out, ToCa::Heartbeat(heartbeat_message(parts, &mut rate))).await?;
             }
             () = stopped(shutdown) => {
                 // Ending the outbound stream closes the session cleanly.
@@ -425,6 +345,171 @@ async fn session(
                 return Ok(());
             }
         }
+    }
+}
+
+/// Connects to the CA (mutual TLS with the enrolled certificate, or plain
+/// text with the provisioning key in metadata), queues `Hello` and opens
+/// the `Connect` stream: the outbound queue and the inbound stream.
+async fn open(
+    url: &str,
+    options: &SessionOptions,
+    parts: &Parts,
+) -> Result<(mpsc::Sender<ConnectorMessage>, Streaming<AuthorityMessage>), SessionError> {
+    let mut endpoint = Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10));
+    if let Credentials::Certificate(enrollment) = &options.credentials {
+        endpoint = endpoint.tls_config(enrollment.tls())?;
+    }
+    let channel = endpoint.connect().await?;
+    let mut client = ConnectorSessionClient::new(channel)
+        .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
+    let (out, rx) = mpsc::channel::<ConnectorMessage>(64);
+    send(&out, ToCa::Hello(hello(options, parts))).await?;
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let identity = &options.identity;
+    let md = request.metadata_mut();
+    md.insert(
+        protocol::metadata::CONNECTOR,
+        metadata(&identity.name, "the name")?,
+    );
+    md.insert(
+        protocol::metadata::GROUP,
+        metadata(&identity.group, "the group")?,
+    );
+    if let Credentials::ProvisioningKey(key) = &options.credentials {
+        md.insert(
+            protocol::metadata::PROVISIONING_KEY,
+            metadata(key.expose(), "the provisioning key")?,
+        );
+    }
+    let inbound = client.connect(request).await?.into_inner();
+    Ok((out, inbound))
+}
+
+/// The connector's `Hello`: its identity, version and what it can do.
+fn hello(options: &SessionOptions, parts: &Parts) -> v1::Hello {
+    let icmp = parts.prober.icmp_mode();
+    v1::Hello {
+        name: options.identity.name.clone(),
+        group: options.identity.group.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        capabilities: Some(v1::Capabilities {
+            icmp: icmp != crate::probe::IcmpMode::None,
+            icmp_mode: icmp.as_str().to_owned(),
+            checks_per_second: options.checks_per_second,
+        }),
+    }
+}
+
+/// The CA's first message, which must be a `Welcome` within
+/// `WELCOME_TIMEOUT`.
+async fn expect_welcome(
+    inbound: &mut Streaming<AuthorityMessage>,
+) -> Result<v1::Welcome, SessionError> {
+    let first = tokio::time::timeout(WELCOME_TIMEOUT, inbound.message())
+        .await
+        .map_err(|_| SessionError::Protocol("no Welcome within 10 s".into()))??;
+    match first {
+        Some(AuthorityMessage {
+            kind: Some(FromCa::Welcome(w)),
+        }) => Ok(w),
+        Some(_) => Err(SessionError::Protocol(
+            "first message is not a Welcome".into(),
+        )),
+        None => Err(SessionError::Closed),
+    }
+}
+
+/// Acts on one message from the CA after `Welcome`. Returns the heartbeat
+/// interval a `PolicyUpdate` set; a `Shutdown` ends the session as an
+/// error that carries the CA's reason and retry hint.
+async fn handle(
+    message: AuthorityMessage,
+    options: &SessionOptions,
+    parts: &Parts,
+    out: &mpsc::Sender<ConnectorMessage>,
+) -> Result<Option<Duration>, SessionError> {
+    match message.kind {
+        Some(FromCa::PolicyUpdate(update)) => {
+            let (window, beat) = apply_settings(update.settings.as_ref(), options, parts);
+            parts
+                .scheduler
+                .apply(segments(update.segments), window)
+                .await;
+            tracing::info!("policy updated");
+            return Ok(Some(beat));
+        }
+        Some(FromCa::Access(event)) => match event.app.map(AppKey::try_from) {
+            Some(Ok(key)) => parts.scheduler.access(key),
+            Some(Err(e)) => tracing::warn!(error = %e, "ignoring an invalid access event"),
+            None => tracing::warn!("ignoring an access event without application"),
+        },
+        Some(FromCa::Ping(ping)) => {
+            send(out, ToCa::Pong(v1::Pong { nonce: ping.nonce })).await?;
+        }
+        Some(FromCa::Shutdown(s)) => {
+            return Err(SessionError::Shutdown {
+                reason: s.reason,
+                retry_after: Duration::from_millis(s.retry_after_ms),
+                reconnect_to: (!s.reconnect_to.is_empty()).then_some(s.reconnect_to),
+            });
+        }
+        Some(FromCa::Welcome(_)) => tracing::warn!("ignoring a second Welcome"),
+        None => tracing::warn!("ignoring an empty message from the CA"),
+    }
+    Ok(None)
+}
+
+/// The check rate the heartbeat reports: checks started since the last
+/// measurement over the time since then.
+struct RateMeter {
+    since: Instant,
+    started: u64,
+}
+
+impl RateMeter {
+    fn new(started: u64) -> Self {
+        RateMeter {
+            since: Instant::now(),
+            started,
+        }
+    }
+
+    /// Checks per second since the last measurement. The heartbeat
+    /// interval's first tick fires at once: a rate measured over a few
+    /// milliseconds would be noise (one start in 1 ms reads as 1,000/s), so
+    /// it measures over at least half a second and keeps the window open
+    /// until then (0 before).
+    fn measure(&mut self, started: u64) -> f64 {
+        let elapsed = self.since.elapsed().as_secs_f64();
+        if elapsed < 0.5 {
+            return 0.0;
+        }
+        let rate = started.saturating_sub(self.started) as f64 / elapsed;
+        *self = RateMeter::new(started);
+        rate
+    }
+}
+
+/// The heartbeat: the scheduler's load and the pacer's figures.
+fn heartbeat_message(parts: &Parts, rate: &mut RateMeter) -> v1::Heartbeat {
+    let stats = parts.pacer.stats();
+    let load = parts.scheduler.load();
+    v1::Heartbeat {
+        load: Some(v1::CheckLoad {
+            targets: load.targets,
+            checks_per_cycle: load.checks_per_cycle,
+            cycle_seconds: load.cycle.as_secs_f64(),
+            queue_depth: stats.queue_depth,
+            checks_per_second: rate.measure(stats.started),
+            in_flight: stats.in_flight,
+            rate_limit: stats.rate,
+        }),
     }
 }
 
@@ -442,6 +527,22 @@ mod tests {
             ]
         );
         assert_eq!(backoff_cap(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn options_never_print_the_provisioning_key() {
+        let options = SessionOptions {
+            identity: Identity {
+                name: "c1".into(),
+                group: "g".into(),
+            },
+            credentials: Credentials::ProvisioningKey(ProvisioningKey::new("s3cret-key")),
+            checks_per_second: 20,
+            check_timeout: Duration::from_secs(1),
+        };
+        let printed = format!("{options:?}");
+        assert!(printed.contains("c1"), "{printed}");
+        assert!(!printed.contains("s3cret-key"), "{printed}");
     }
 
     #[test]

@@ -291,17 +291,60 @@ fn validate_segment_with(
     if let Err(m) = check_name(&spec.name) {
         err("name", m);
     }
+    let applications = parse_applications(&spec.applications, &mut err);
+    let tcp_ports = parse_ports(&spec.tcp_ports, Protocol::Tcp, &mut err);
+    let udp_ports = parse_ports(&spec.udp_ports, Protocol::Udp, &mut err);
+    if spec.tcp_ports.is_empty() && spec.udp_ports.is_empty() {
+        err(
+            "tcp_ports",
+            "tcp_ports and udp_ports are both empty (at least one port is required)".into(),
+        );
+    }
+    let mode_text = spec.health_reporting.as_deref().unwrap_or("continuous");
+    let health_reporting = match mode_text.parse::<HealthReporting>() {
+        Ok(m) => Some(m),
+        Err(m) => {
+            err("health_reporting", format!("health_reporting has {m}"));
+            None
+        }
+    };
+    let report_interval = parse_report_interval(spec, &mut err);
+    check_groups(&spec.connector_groups, &mut err);
+    if health_reporting == Some(HealthReporting::Continuous) {
+        let port_count: u32 = tcp_ports.iter().chain(&udp_ports).map(PortRange::len).sum();
+        check_continuous(spec, &applications, port_count, limits, &mut err);
+    }
 
-    // Applications.
+    match (health_reporting, report_interval) {
+        (Some(health_reporting), Some(report_interval)) if errors.is_empty() => Ok(Segment {
+            name: spec.name.clone(),
+            applications,
+            tcp_ports,
+            udp_ports,
+            health_reporting,
+            report_interval,
+            multimatch: spec.multimatch,
+            client_hostname_validation: spec.client_hostname_validation,
+            connector_groups: spec.connector_groups.clone(),
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// The `applications` entries, each parsed once; at least one, none twice.
+fn parse_applications(
+    raws: &[String],
+    err: &mut impl FnMut(&'static str, String),
+) -> Vec<AppEntry> {
     let mut applications = Vec::new();
     let mut seen = HashSet::new();
-    if spec.applications.is_empty() {
+    if raws.is_empty() {
         err(
             "applications",
             "applications is empty (at least one FQDN, IP, wildcard or subnet is required)".into(),
         );
     }
-    for raw in &spec.applications {
+    for raw in raws {
         match parse_entry(raw) {
             Ok(entry) => {
                 if seen.insert(entry.clone()) {
@@ -316,29 +359,16 @@ fn validate_segment_with(
             Err(m) => err("applications", format!("applications entry {raw:?} {m}")),
         }
     }
+    applications
+}
 
-    // Ports.
-    let tcp_ports = parse_ports(&spec.tcp_ports, Protocol::Tcp, &mut err);
-    let udp_ports = parse_ports(&spec.udp_ports, Protocol::Udp, &mut err);
-    if spec.tcp_ports.is_empty() && spec.udp_ports.is_empty() {
-        err(
-            "tcp_ports",
-            "tcp_ports and udp_ports are both empty (at least one port is required)".into(),
-        );
-    }
-
-    // Mode.
-    let mode_text = spec.health_reporting.as_deref().unwrap_or("continuous");
-    let health_reporting = match mode_text.parse::<HealthReporting>() {
-        Ok(m) => Some(m),
-        Err(m) => {
-            err("health_reporting", format!("health_reporting has {m}"));
-            None
-        }
-    };
-
-    // Interval.
-    let report_interval = match (spec.report_interval_ms, spec.report_interval_s) {
+/// The report interval: `report_interval_ms`, else `report_interval_s`,
+/// else the default; at least 1 and at most `MAX_REPORT_INTERVAL`.
+fn parse_report_interval(
+    spec: &SegmentSpec,
+    err: &mut impl FnMut(&'static str, String),
+) -> Option<Duration> {
+    match (spec.report_interval_ms, spec.report_interval_s) {
         (Some(0), _) => {
             err(
                 "report_interval_ms",
@@ -376,10 +406,13 @@ fn validate_segment_with(
         }
         (None, Some(s)) => Some(Duration::from_secs(s)),
         (None, None) => Some(DEFAULT_REPORT_INTERVAL),
-    };
+    }
+}
 
-    // Groups.
-    if spec.connector_groups.is_empty() {
+/// The segment's `connector_groups`: at least one, none empty, none twice
+/// (whether each exists is checked against the whole policy).
+fn check_groups(groups: &[String], err: &mut impl FnMut(&'static str, String)) {
+    if groups.is_empty() {
         err(
             "connector_groups",
             "connector_groups is empty (at least one connector group must serve the segment)"
@@ -387,7 +420,7 @@ fn validate_segment_with(
         );
     }
     let mut group_seen = HashSet::new();
-    for g in &spec.connector_groups {
+    for g in groups {
         if g.is_empty() {
             err(
                 "connector_groups",
@@ -400,52 +433,44 @@ fn validate_segment_with(
             );
         }
     }
+}
 
-    // The seed's rules.
-    let port_count: u32 = tcp_ports.iter().chain(&udp_ports).map(PortRange::len).sum();
-    if health_reporting == Some(HealthReporting::Continuous) {
-        if port_count > limits.max_continuous_ports {
-            err(
-                "health_reporting",
-                format!(
-                    "health_reporting = \"continuous\" is not allowed with {port_count} ports (max {})",
-                    limits.max_continuous_ports
-                ),
-            );
-        }
-        if let Some(d) = applications.iter().find(|a| a.is_discovery()) {
-            let kind = match d {
-                AppEntry::Wildcard(_) => "wildcard",
-                _ => "subnet",
-            };
-            err(
-                "health_reporting",
-                format!(
-                    "health_reporting = \"continuous\" is not allowed for an application discovery segment ({kind} \"{d}\")"
-                ),
-            );
-        }
-        if spec.multimatch {
-            err(
-                "multimatch",
-                "multimatch = true requires health_reporting = \"on_access\" or \"none\" (not \"continuous\")".into(),
-            );
-        }
+/// The seed's rules for a continuous segment: at most
+/// `limits.max_continuous_ports` ports, no application discovery (wildcard
+/// or subnet) entry, no multimatch.
+fn check_continuous(
+    spec: &SegmentSpec,
+    applications: &[AppEntry],
+    port_count: u32,
+    limits: Limits,
+    err: &mut impl FnMut(&'static str, String),
+) {
+    if port_count > limits.max_continuous_ports {
+        err(
+            "health_reporting",
+            format!(
+                "health_reporting = \"continuous\" is not allowed with {port_count} ports (max {})",
+                limits.max_continuous_ports
+            ),
+        );
     }
-
-    match (health_reporting, report_interval) {
-        (Some(health_reporting), Some(report_interval)) if errors.is_empty() => Ok(Segment {
-            name: spec.name.clone(),
-            applications,
-            tcp_ports,
-            udp_ports,
-            health_reporting,
-            report_interval,
-            multimatch: spec.multimatch,
-            client_hostname_validation: spec.client_hostname_validation,
-            connector_groups: spec.connector_groups.clone(),
-        }),
-        _ => Err(errors),
+    if let Some(d) = applications.iter().find(|a| a.is_discovery()) {
+        let kind = match d {
+            AppEntry::Wildcard(_) => "wildcard",
+            _ => "subnet",
+        };
+        err(
+            "health_reporting",
+            format!(
+                "health_reporting = \"continuous\" is not allowed for an application discovery segment ({kind} \"{d}\")"
+            ),
+        );
+    }
+    if spec.multimatch {
+        err(
+            "multimatch",
+            "multimatch = true requires health_reporting = \"on_access\" or \"none\" (not \"continuous\")".into(),
+        );
     }
 }
 

@@ -24,7 +24,9 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/reach_descriptor.bin"));
 
-/// gRPC metadata keys of the connector session.
+/// gRPC metadata keys of the connector session: how a connector
+/// authenticates to a CA run with `[tls] enabled = false` (local
+/// experiments); with TLS the client certificate does.
 pub mod metadata {
     /// Connector name.
     pub const CONNECTOR: &str = "x-reach-connector";

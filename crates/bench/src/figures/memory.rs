@@ -18,7 +18,7 @@ use connector_agent::metrics::Metrics;
 use connector_agent::pacer::Pacer;
 use connector_agent::probe::Prober;
 use connector_agent::resolver::{Resolver, TtlBounds};
-use connector_agent::scheduler::Scheduler;
+use connector_agent::schedule::Scheduler;
 use policy::{AppEntry, HealthReporting, PortRange, Segment};
 use serde::{Deserialize, Serialize};
 

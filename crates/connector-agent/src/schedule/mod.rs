@@ -1,7 +1,9 @@
 //! The scheduling core: which applications to check when, and when to
 //! report them, per health reporting mode. Pure and synchronous: time comes
 //! in as `Instant` arguments and decisions go out as `Action`s, so windows,
-//! intervals and expiry are unit-tested without sleeping.
+//! intervals and expiry are unit-tested without sleeping. The [`task`]
+//! module is the thin async task that owns a `Schedule` and carries its
+//! actions out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -11,6 +13,10 @@ use policy::{
     AccessWindows, AddressResult, AppKey, CheckTarget, HealthReporting, MatchOutcome, Request,
     Segment, SegmentIndex, Status, application_status, plan_checks,
 };
+
+pub mod task;
+
+pub use task::Scheduler;
 
 /// Default on-access window when the CA sends none.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30 * 60);

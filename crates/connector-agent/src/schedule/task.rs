@@ -11,10 +11,10 @@ use policy::{AddressResult, AppKey, CheckTarget, Segment, cycle_time};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::{Action, AppReport, Round, Schedule};
 use crate::metrics::Metrics;
 use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
 use crate::resolver::Resolver;
-use crate::schedule::{Action, AppReport, Round, Schedule};
 
 /// Load figures the heartbeat reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -1,0 +1,433 @@
+//! Configuration: the TOML file operators write (`ca.toml`), its validation
+//! (every error at once, with the policy crate's messages for segments) and
+//! the runtime `Settings` it becomes.
+//!
+//! Names in the file are the contract in DESIGN.md ("Interfaces"); fields
+//! beyond it are additions (mostly knobs that let tests shorten time).
+//!
+//! - `file`: the TOML shapes serde reads, with their defaults;
+//! - `settings`: the runtime [`Settings`] and the rules for them;
+//! - `secrets`: API tokens, provisioning keys and their use limits.
+
+mod file;
+mod secrets;
+mod settings;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+
+use policy::{GroupSpec, Policy, PolicySpec, ValidationError};
+
+use crate::auth::{ApiToken, Secret};
+use file::FileConfig;
+pub use secrets::{KeyPolicy, parse_utc};
+pub use settings::{Limits, Settings};
+
+/// A loaded, validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file it came from (reloads re-read it); `None` when built from text.
+    pub path: Option<PathBuf>,
+    /// Runtime settings.
+    pub settings: Settings,
+    /// The validated policy.
+    pub policy: Policy,
+    /// API tokens.
+    pub tokens: Vec<ApiToken>,
+    /// Provisioning key per connector group.
+    pub group_keys: HashMap<String, Secret>,
+    /// Use limits of each group's key.
+    pub key_policies: HashMap<String, KeyPolicy>,
+    /// `content_hash` of the text it was loaded from: the reload watcher's
+    /// baseline, so a change made right after loading is not missed.
+    pub content_hash: u64,
+}
+
+/// A hash of a config file's bytes, to notice changes.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// One problem in a configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A segment or connector group breaks a policy rule.
+    Policy(ValidationError),
+    /// A setting is wrong: `field` is its dotted path (`server.grpc_listen`,
+    /// `api_tokens "ops".token_file`).
+    Setting {
+        /// Where.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Policy(e) => write!(f, "{e}"),
+            Problem::Setting { field, message } => write!(f, "{field}: {message}"),
+        }
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has fields of the wrong type or name.
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// The file parses but breaks rules; every problem is listed.
+    #[error("{} problem(s): {}", .0.len(), join(.0))]
+    Invalid(Vec<Problem>),
+}
+
+fn join(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ConfigError {
+    /// One line per problem, for `check-config` and reload logs.
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            ConfigError::Invalid(problems) => problems.iter().map(ToString::to_string).collect(),
+            other => vec![other.to_string()],
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file; relative `*_file` paths are
+    /// resolved against the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or_else(|| Path::new("."));
+        let mut config = Self::parse(&text, path, base)?;
+        config.path = Some(path.to_owned());
+        Ok(config)
+    }
+
+    /// One line for logs and `check-config`: what the config holds.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} connector groups, {} segments, {} API tokens",
+            self.policy.connector_groups.len(),
+            self.policy.segments.len(),
+            self.tokens.len()
+        )
+    }
+
+    /// Validates config text; relative `*_file` paths are resolved against
+    /// `base_dir`. The result has no `path`, so it is never reloaded.
+    pub fn from_toml(text: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        Self::parse(text, Path::new("<config>"), base_dir)
+    }
+
+    fn parse(text: &str, path: &Path, base: &Path) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let mut problems = Vec::new();
+        let settings = settings::settings(&file, base, &mut problems);
+        let tokens = secrets::api_tokens(&file.api_tokens, base, &mut problems);
+        let group_keys = secrets::group_keys(&file.connector_groups, base, &mut problems);
+        let key_policies =
+            secrets::key_policies(&file.connector_groups, &group_keys, &mut problems);
+        let spec = PolicySpec {
+            connector_groups: file
+                .connector_groups
+                .iter()
+                .map(|g| GroupSpec {
+                    name: g.name.clone(),
+                })
+                .collect(),
+            segments: file.segments,
+        };
+        let policy = match policy::validate(&spec) {
+            Ok(p) => Some(p),
+            Err(errors) => {
+                problems.extend(errors.0.into_iter().map(Problem::Policy));
+                None
+            }
+        };
+        match (settings, policy) {
+            (Some(settings), Some(policy)) if problems.is_empty() => Ok(Config {
+                path: None,
+                settings,
+                policy,
+                tokens,
+                group_keys,
+                key_policies,
+                content_hash: content_hash(text.as_bytes()),
+            }),
+            _ => Err(ConfigError::Invalid(problems)),
+        }
+    }
+}
+
+/// Adds a problem with setting `field`.
+fn setting(problems: &mut Vec<Problem>, field: impl Into<String>, message: impl Into<String>) {
+    problems.push(Problem::Setting {
+        field: field.into(),
+        message: message.into(),
+    });
+}
+/// Adds a problem with setting `field` unless `value` is within `bounds`,
+/// which are `lo..` ("must be at least LO") or `lo..=hi` ("VALUE is out of
+/// range (LO-HI)"). Returns whether it is within.
+fn range<T: PartialOrd + fmt::Display>(
+    problems: &mut Vec<Problem>,
+    field: &str,
+    value: T,
+    bounds: impl RangeBounds<T>,
+) -> bool {
+    if bounds.contains(&value) {
+        return true;
+    }
+    let message = match (bounds.start_bound(), bounds.end_bound()) {
+        (Bound::Included(lo), Bound::Unbounded) => format!("must be at least {lo}"),
+        (Bound::Included(lo), Bound::Included(hi)) => {
+            format!("{value} is out of range ({lo}-{hi})")
+        }
+        _ => format!("{value} is out of range"),
+    };
+    setting(problems, field, message);
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use policy::Strategy;
+
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [[connector_groups]]
+        name = "dc-east"
+        provisioning_key = "k-east"
+
+        [[segments]]
+        name = "jira"
+        applications = ["jira.example.test", "127.0.0.10"]
+        tcp_ports = ["80"]
+        connector_groups = ["dc-east"]
+    "#;
+
+    #[test]
+    fn defaults_apply() {
+        let c = Config::from_toml(MINIMAL, Path::new(".")).expect("valid");
+        let s = &c.settings;
+        assert_eq!(s.strategy, Strategy::Healthy);
+        assert_eq!(s.discovery_timeout, Duration::from_secs(3));
+        assert_eq!(s.on_access_window, Duration::from_secs(1800));
+        assert_eq!(s.stale_after_intervals, 3);
+        assert_eq!(s.check_budget, 6000);
+        assert_eq!(s.grpc_listen.to_string(), "127.0.0.1:7443");
+        assert!(!s.anonymous_read);
+        assert_eq!(c.policy.segments.len(), 1);
+    }
+
+    #[test]
+    fn every_error_is_listed() {
+        let text = r#"
+            [server]
+            grpc_listen = "nonsense"
+            [selection]
+            strategy = "fastest"
+            [[api_tokens]]
+            name = "ops"
+            scopes = ["read", "write"]
+            [[connector_groups]]
+            name = "dc-east"
+            provisioning_key_file = "/nonexistent/reach-key"
+            [[segments]]
+            name = "jira"
+            applications = ["jira.example.test"]
+            tcp_ports = ["1-12"]
+            connector_groups = ["dc-west"]
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        let all = err.messages().join("\n");
+        for needle in [
+            "server.grpc_listen",
+            "unknown strategy \"fastest\"",
+            "api_tokens \"ops\".scopes: unknown scope \"write\"",
+            "api_tokens \"ops\": token or token_file is required",
+            "connector_groups \"dc-east\".provisioning_key_file: cannot read",
+            "segment \"jira\": health_reporting = \"continuous\" is not allowed with 12 ports (max 10)",
+            "unknown connector group \"dc-west\"",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_name_the_place() {
+        let err = Config::from_toml("[server]\ngrpc_listen = 7", Path::new(".")).expect_err("bad");
+        assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+        let err = Config::from_toml("[serverr]", Path::new(".")).expect_err("bad");
+        assert!(err.to_string().contains("serverr"), "{err}");
+    }
+
+    #[test]
+    fn secrets_from_files_and_overrides() {
+        let dir = std::env::temp_dir().join(format!("reach-ca-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        std::fs::write(dir.join("key"), "from-file\n").expect("write");
+        let text = r#"
+            [health]
+            on_access_window_s = 1800
+            on_access_window_ms = 2000
+            access_forward_interval_ms = 500
+            [[api_tokens]]
+            name = "ops"
+            token_file = "key"
+            scopes = ["access"]
+            [[connector_groups]]
+            name = "g"
+            provisioning_key_file = "key"
+        "#;
+        let c = Config::from_toml(text, &dir).expect("valid");
+        assert_eq!(c.settings.on_access_window, Duration::from_millis(2000));
+        assert!(c.group_keys["g"].matches(b"from-file"));
+        assert!(c.tokens[0].secret.matches(b"from-file"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn settings_out_of_bounds_are_named_with_their_bounds() {
+        let text = r#"
+            [server]
+            reload_poll_ms = 9
+            [selection]
+            discovery_timeout_ms = 0
+            [health]
+            stale_after_intervals = 0
+            check_budget = 0
+            heartbeat_interval_ms = 9
+            access_forward_interval_ms = 0
+            assumed_checks_per_second = 0
+            [tls]
+            connector_cert_days = 3651
+            handshake_timeout_ms = 99
+            [limits]
+            max_concurrent_streams = 0
+            max_connections = 0
+            connector_message_burst = 0
+            [[connector_groups]]
+            name = "g"
+            provisioning_key = "k"
+            max_uses = 0
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "server.reload_poll_ms: must be at least 10",
+                "selection.discovery_timeout_ms: 0 is out of range (1-60000)",
+                "health.stale_after_intervals: must be at least 1",
+                "health.check_budget: must be at least 1",
+                "health.heartbeat_interval_ms: must be at least 10",
+                "health.access_forward_interval_ms: must be at least 1",
+                "health.assumed_checks_per_second: must be at least 1",
+                "tls.connector_cert_days: 3651 is out of range (1-3650)",
+                "tls.handshake_timeout_ms: 99 is out of range (100-120000)",
+                "limits.max_concurrent_streams: must be at least 1",
+                "limits.max_connections: must be at least 1",
+                "limits.connector_messages_per_second: rate and burst must be at least 1",
+                "connector_groups \"g\".max_uses: must be at least 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn forwards_must_come_more_often_than_windows_lapse() {
+        let text = r#"
+            [health]
+            on_access_window_ms = 1000
+            access_forward_interval_ms = 1000
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "health.access_forward_interval_ms: 1000 ms must be shorter than the on-access window (1000 ms), or windows lapse between forwards"
+            ]
+        );
+    }
+
+    #[test]
+    fn key_expiry_is_a_utc_date_or_time() {
+        assert_eq!(parse_utc("2027-01-31"), Some(1_801_353_600_000));
+        assert_eq!(parse_utc("2027-01-31T12:00:00Z"), Some(1_801_396_800_000));
+        assert_eq!(parse_utc("2024-02-29"), Some(1_709_164_800_000));
+        for wrong in [
+            "2027-02-31",
+            "2027-04-31",
+            "2026-02-29",
+            "2027-13-01",
+            "2027-00-10",
+            "2027-1-31",
+            "27-01-31",
+            "+2027-01-31",
+            "12027-01-31",
+            "2027-01-31T12:00:00",
+            "2027-01-31T24:00:00Z",
+            "2027-01-31T12:00Z",
+            "2027-01-31 12:00:00Z",
+            "2027-01-31T12:00:00+01:00",
+            "2027-01-31x",
+            "",
+        ] {
+            assert_eq!(parse_utc(wrong), None, "{wrong:?} was accepted");
+        }
+        let err = Config::from_toml(
+            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k\"\nexpires_at = \"2027-02-31\"",
+            Path::new("."),
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "connector_groups \"g\".expires_at: \"2027-02-31\" is not a UTC time (expected e.g. \"2027-01-31\" or \"2027-01-31T12:00:00Z\")"
+            ]
+        );
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/ca.toml");
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+        assert!(!c.policy.segments.is_empty());
+    }
+}

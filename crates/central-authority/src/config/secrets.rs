@@ -1,0 +1,212 @@
+//! Secrets in the configuration: API tokens and connector groups'
+//! provisioning keys (given inline or in a file, exactly one of the two),
+//! and how each group's key may be used (`max_uses`, `expires_at`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use super::file::{GroupSection, TokenSection};
+use super::{Problem, range, setting};
+use crate::auth::{ApiToken, Scope, Secret};
+
+/// How a group's provisioning key may be used (`[[connector_groups]]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyPolicy {
+    /// Enrollments the key allows in total (`max_uses`, default 10).
+    pub max_uses: u32,
+    /// After this (Unix ms) the key enrolls nobody (`expires_at`).
+    pub expires_ms: Option<i64>,
+    /// SHA-256 of the key (what the database stores and counts by).
+    pub key_sha256: String,
+}
+/// Reads a secret given inline or in a file (exactly one of the two).
+fn secret(
+    problems: &mut Vec<Problem>,
+    subject: &str,
+    (inline_name, inline): (&str, Option<&String>),
+    (file_name, file): (&str, Option<&PathBuf>),
+    base: &Path,
+) -> Option<Secret> {
+    let value = match (inline, file) {
+        (Some(_), Some(_)) => {
+            setting(
+                problems,
+                subject,
+                format!("set either {inline_name} or {file_name}, not both"),
+            );
+            return None;
+        }
+        (None, None) => {
+            setting(
+                problems,
+                subject,
+                format!("{inline_name} or {file_name} is required"),
+            );
+            return None;
+        }
+        (Some(v), None) => v.trim().to_owned(),
+        (None, Some(f)) => {
+            let full = base.join(f);
+            match std::fs::read_to_string(&full) {
+                Ok(v) => v.trim().to_owned(),
+                Err(e) => {
+                    setting(
+                        problems,
+                        format!("{subject}.{file_name}"),
+                        format!("cannot read {}: {e}", full.display()),
+                    );
+                    return None;
+                }
+            }
+        }
+    };
+    if value.is_empty() {
+        setting(problems, subject, format!("{inline_name} is empty"));
+        return None;
+    }
+    Some(Secret::new(value))
+}
+
+/// The `[[api_tokens]]`, each with a name, scopes and a secret, no two
+/// alike.
+pub(super) fn api_tokens(
+    sections: &[TokenSection],
+    base: &Path,
+    problems: &mut Vec<Problem>,
+) -> Vec<ApiToken> {
+    let mut out: Vec<ApiToken> = Vec::new();
+    let mut names = HashSet::new();
+    for (i, t) in sections.iter().enumerate() {
+        let subject = if t.name.is_empty() {
+            format!("api_tokens #{}", i + 1)
+        } else {
+            format!("api_tokens {:?}", t.name)
+        };
+        if t.name.is_empty() {
+            setting(problems, &subject, "name is empty");
+        } else if !names.insert(t.name.as_str()) {
+            setting(problems, &subject, "name is used by another API token");
+        }
+        let mut scopes = Vec::new();
+        if t.scopes.is_empty() {
+            setting(
+                problems,
+                format!("{subject}.scopes"),
+                "is empty (expected some of \"access\", \"read\", \"admin\")",
+            );
+        }
+        for s in &t.scopes {
+            match s.parse::<Scope>() {
+                Ok(scope) => scopes.push(scope),
+                Err(m) => setting(problems, format!("{subject}.scopes"), m),
+            }
+        }
+        let Some(secret) = secret(
+            problems,
+            &subject,
+            ("token", t.token.as_ref()),
+            ("token_file", t.token_file.as_ref()),
+            base,
+        ) else {
+            continue;
+        };
+        if let Some(other) = out.iter().find(|o| o.secret.same_as(&secret)) {
+            setting(
+                problems,
+                &subject,
+                format!("token is the same as that of api_tokens {:?}", other.name),
+            );
+        }
+        out.push(ApiToken {
+            name: t.name.clone(),
+            secret,
+            scopes,
+        });
+    }
+    out
+}
+
+/// Parses `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SSZ` (UTC) into Unix ms; a
+/// date that is not in the calendar (`2027-02-31`) is refused.
+pub fn parse_utc(text: &str) -> Option<i64> {
+    use time::macros::format_description;
+    use time::{Date, PrimitiveDateTime};
+    let date_time = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    let date = format_description!("[year]-[month]-[day]");
+    // `[year]` also takes a sign ("+2027"); the file's dates have none.
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let at = match PrimitiveDateTime::parse(text, date_time) {
+        Ok(at) => at,
+        Err(_) => Date::parse(text, date).ok()?.midnight(),
+    };
+    i64::try_from(at.assume_utc().unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// How each group's provisioning key may be used.
+pub(super) fn key_policies(
+    sections: &[GroupSection],
+    keys: &HashMap<String, Secret>,
+    problems: &mut Vec<Problem>,
+) -> HashMap<String, KeyPolicy> {
+    let mut out = HashMap::new();
+    for g in sections {
+        let subject = format!("connector_groups {:?}", g.name);
+        let max_uses = g.max_uses.unwrap_or(10);
+        range(problems, &format!("{subject}.max_uses"), max_uses, 1..);
+        let expires_ms = match &g.expires_at {
+            None => None,
+            Some(text) => match parse_utc(text) {
+                Some(ms) => Some(ms),
+                None => {
+                    setting(
+                        problems,
+                        format!("{subject}.expires_at"),
+                        format!(
+                            "{text:?} is not a UTC time (expected e.g. \"2027-01-31\" or \"2027-01-31T12:00:00Z\")"
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(key) = keys.get(&g.name) {
+            out.insert(
+                g.name.clone(),
+                KeyPolicy {
+                    max_uses,
+                    expires_ms,
+                    key_sha256: key.sha256(),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Each `[[connector_groups]]` provisioning key, by group name.
+pub(super) fn group_keys(
+    sections: &[GroupSection],
+    base: &Path,
+    problems: &mut Vec<Problem>,
+) -> HashMap<String, Secret> {
+    let mut out = HashMap::new();
+    for (i, g) in sections.iter().enumerate() {
+        let subject = if g.name.is_empty() {
+            format!("connector_groups #{}", i + 1)
+        } else {
+            format!("connector_groups {:?}", g.name)
+        };
+        if let Some(key) = secret(
+            problems,
+            &subject,
+            ("provisioning_key", g.provisioning_key.as_ref()),
+            ("provisioning_key_file", g.provisioning_key_file.as_ref()),
+            base,
+        ) {
+            out.insert(g.name.clone(), key);
+        }
+    }
+    out
+}

@@ -1,0 +1,302 @@
+//! The runtime `Settings` (everything in the file but the policy and the
+//! secrets) and the rules that turn the file's `[server]`, `[selection]`,
+//! `[health]`, `[tls]` and `[limits]` tables into them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use policy::Strategy;
+
+use super::file::{FileConfig, HealthSection, LimitsSection, ServerSection, TlsSection};
+use super::{Problem, range, setting};
+
+/// Runtime settings (everything in the file except policy and secrets).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// gRPC listen address (`[server] grpc_listen`).
+    pub grpc_listen: SocketAddr,
+    /// HTTP listen address (`[server] http_listen`).
+    pub http_listen: SocketAddr,
+    /// Reads need no token (`[server] anonymous_read`).
+    pub anonymous_read: bool,
+    /// How often the config file is checked for changes
+    /// (`[server] reload_poll_ms`, default 1000).
+    pub reload_poll: Duration,
+    /// Selection strategy (`[selection] strategy`).
+    pub strategy: Strategy,
+    /// How long an access waits for on-access discovery
+    /// (`[selection] discovery_timeout_ms`, default 3000).
+    pub discovery_timeout: Duration,
+    /// On-access window (`[health] on_access_window_ms`, else
+    /// `on_access_window_s`, default 1800 s).
+    pub on_access_window: Duration,
+    /// A report older than this many report intervals (plus the connector's
+    /// cycle time) is Unknown (`[health] stale_after_intervals`, default 3).
+    pub stale_after_intervals: u32,
+    /// Checks per connector cycle above which the CA warns
+    /// (`[health] check_budget`, default 6000).
+    pub check_budget: u64,
+    /// Heartbeat interval imposed on connectors
+    /// (`[health] heartbeat_interval_ms`, default 5000).
+    pub heartbeat_interval: Duration,
+    /// At most one access forward per application and connector this often
+    /// (`[health] access_forward_interval_ms`, default 60000).
+    pub access_forward_interval: Duration,
+    /// Rate limit imposed on connectors, 0 = their own
+    /// (`[health] checks_per_second`).
+    pub connector_checks_per_second: u32,
+    /// Check timeout imposed on connectors, 0 = their own
+    /// (`[health] check_timeout_ms`).
+    pub connector_check_timeout_ms: u32,
+    /// Rate assumed for a connector that did not state one
+    /// (`[health] assumed_checks_per_second`, default 20).
+    pub assumed_checks_per_second: u32,
+    /// Status transitions kept per application for the dashboard
+    /// (`[health] transitions_kept`, default 20).
+    pub transitions_kept: usize,
+    /// Where the CA keeps its database and generated certificates
+    /// (`[server] data_dir`, default `reach-ca-data` next to the config).
+    pub data_dir: PathBuf,
+    /// Serve TLS on both listeners (`[tls] enabled`, default true). Without
+    /// it connectors authenticate with the provisioning key in metadata:
+    /// for benchmarks and local experiments only.
+    pub tls_enabled: bool,
+    /// TLS material (`[tls]`).
+    pub tls: crate::pki::TlsSources,
+    /// Validity of issued connector certificates
+    /// (`[tls] connector_cert_days`, default 365).
+    pub connector_cert_validity: Duration,
+    /// Time a client has to finish the TLS handshake
+    /// (`[tls] handshake_timeout_ms`, default 10000).
+    pub handshake_timeout: Duration,
+    /// Hostile-input bounds (`[limits]`).
+    pub limits: Limits,
+}
+
+/// Bounds on what one peer may cost the CA (`[limits]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// HTTP/2 streams per connection, both listeners (default 64).
+    pub max_concurrent_streams: u32,
+    /// Open HTTP connections at once (default 1024); more wait in the
+    /// kernel's accept queue.
+    pub max_connections: usize,
+    /// Messages per second one connector session may send (reports,
+    /// heartbeats); excess messages are dropped and counted (default 50).
+    pub connector_messages_per_second: u32,
+    /// Burst above that rate (default 200).
+    pub connector_message_burst: u32,
+}
+
+impl Settings {
+    /// A session that sends nothing for this long is considered dead: three
+    /// heartbeat intervals.
+    pub fn idle_timeout(&self) -> Duration {
+        (self.heartbeat_interval * 3).max(Duration::from_secs(1))
+    }
+}
+/// The settings `file` asks for, or `None` with every problem added to
+/// `problems`.
+pub(super) fn settings(
+    file: &FileConfig,
+    base: &Path,
+    problems: &mut Vec<Problem>,
+) -> Option<Settings> {
+    let before = problems.len();
+    let (grpc, http) = listen_addresses(&file.server, problems);
+    range(
+        problems,
+        "server.reload_poll_ms",
+        file.server.reload_poll_ms,
+        10..,
+    );
+    let s = &file.selection;
+    let strategy = s
+        .strategy
+        .parse::<Strategy>()
+        .map_err(|m| setting(problems, "selection.strategy", m))
+        .ok();
+    range(
+        problems,
+        "selection.discovery_timeout_ms",
+        s.discovery_timeout_ms,
+        1..=60_000,
+    );
+    let h = &file.health;
+    let window = health_rules(h, problems);
+    let t = &file.tls;
+    let (days, handshake) = tls_rules(t, problems);
+    let l = &file.limits;
+    limits_rules(l, problems);
+    if problems.len() > before {
+        return None;
+    }
+    let path = |p: &PathBuf| base.join(p);
+    Some(Settings {
+        data_dir: file
+            .server
+            .data_dir
+            .as_ref()
+            .map_or_else(|| base.join("reach-ca-data"), path),
+        tls_enabled: t.enabled.unwrap_or(true),
+        tls: crate::pki::TlsSources {
+            cert_file: t.cert_file.as_ref().map(path),
+            key_file: t.key_file.as_ref().map(path),
+            issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
+            issuer_key_file: t.issuer_key_file.as_ref().map(path),
+            server_names: t.server_names.clone(),
+        },
+        connector_cert_validity: Duration::from_secs(u64::from(days) * 86_400),
+        handshake_timeout: Duration::from_millis(handshake),
+        limits: Limits {
+            max_concurrent_streams: l.max_concurrent_streams,
+            max_connections: l.max_connections,
+            connector_messages_per_second: l.connector_messages_per_second,
+            connector_message_burst: l.connector_message_burst,
+        },
+        grpc_listen: grpc?,
+        http_listen: http?,
+        anonymous_read: file.server.anonymous_read,
+        reload_poll: Duration::from_millis(file.server.reload_poll_ms),
+        strategy: strategy?,
+        discovery_timeout: Duration::from_millis(s.discovery_timeout_ms),
+        on_access_window: window,
+        stale_after_intervals: h.stale_after_intervals,
+        check_budget: h.check_budget,
+        heartbeat_interval: Duration::from_millis(h.heartbeat_interval_ms),
+        access_forward_interval: Duration::from_millis(h.access_forward_interval_ms),
+        connector_checks_per_second: h.checks_per_second,
+        connector_check_timeout_ms: h.check_timeout_ms,
+        assumed_checks_per_second: h.assumed_checks_per_second,
+        transitions_kept: h.transitions_kept,
+    })
+}
+
+/// `[server] grpc_listen` and `http_listen`: two different socket
+/// addresses.
+fn listen_addresses(
+    server: &ServerSection,
+    problems: &mut Vec<Problem>,
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let addr = |problems: &mut Vec<Problem>, field: &str, text: &str| {
+        text.parse::<SocketAddr>()
+            .map_err(|_| {
+                setting(
+                    problems,
+                    field,
+                    format!("{text:?} is not a socket address (expected e.g. \"127.0.0.1:7443\")"),
+                )
+            })
+            .ok()
+    };
+    let grpc = addr(problems, "server.grpc_listen", &server.grpc_listen);
+    let http = addr(problems, "server.http_listen", &server.http_listen);
+    if grpc.is_some() && grpc == http {
+        setting(
+            problems,
+            "server.http_listen",
+            "is the same address as server.grpc_listen",
+        );
+    }
+    (grpc, http)
+}
+
+/// `[health]`: returns the on-access window (`on_access_window_ms`, else
+/// `on_access_window_s`), which access forwards must come more often than.
+fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
+    let window = match h.on_access_window_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => Duration::from_secs(h.on_access_window_s),
+    };
+    if window.is_zero() {
+        setting(
+            problems,
+            "health.on_access_window_s",
+            "must be greater than 0",
+        );
+    }
+    range(
+        problems,
+        "health.stale_after_intervals",
+        h.stale_after_intervals,
+        1..,
+    );
+    range(problems, "health.check_budget", h.check_budget, 1..);
+    range(
+        problems,
+        "health.heartbeat_interval_ms",
+        h.heartbeat_interval_ms,
+        10..,
+    );
+    let forward = h.access_forward_interval_ms;
+    if range(problems, "health.access_forward_interval_ms", forward, 1..)
+        && Duration::from_millis(forward) >= window
+        && !window.is_zero()
+    {
+        setting(
+            problems,
+            "health.access_forward_interval_ms",
+            format!(
+                "{forward} ms must be shorter than the on-access window ({} ms), or windows lapse between forwards",
+                window.as_millis()
+            ),
+        );
+    }
+    range(
+        problems,
+        "health.assumed_checks_per_second",
+        h.assumed_checks_per_second,
+        1..,
+    );
+    window
+}
+
+/// `[tls]`: each certificate with its key; returns the connector
+/// certificate validity in days and the handshake timeout in ms.
+fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (u32, u64) {
+    for (cert, key, field) in [
+        (&t.cert_file, &t.key_file, "tls.cert_file"),
+        (
+            &t.issuer_cert_file,
+            &t.issuer_key_file,
+            "tls.issuer_cert_file",
+        ),
+    ] {
+        if cert.is_some() != key.is_some() {
+            setting(
+                problems,
+                field,
+                "the certificate and its key must be given together",
+            );
+        }
+    }
+    let days = t.connector_cert_days.unwrap_or(365);
+    range(problems, "tls.connector_cert_days", days, 1..=3650);
+    let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
+    range(
+        problems,
+        "tls.handshake_timeout_ms",
+        handshake,
+        100..=120_000,
+    );
+    (days, handshake)
+}
+
+/// `[limits]`: every bound at least 1.
+fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
+    range(
+        problems,
+        "limits.max_concurrent_streams",
+        l.max_concurrent_streams,
+        1..,
+    );
+    range(problems, "limits.max_connections", l.max_connections, 1..);
+    if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
+        setting(
+            problems,
+            "limits.connector_messages_per_second",
+            "rate and burst must be at least 1",
+        );
+    }
+}
