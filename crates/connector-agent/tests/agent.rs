@@ -69,9 +69,9 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
     let mut ca = Authority::start(Assignment {
         segments: vec![
             Segment::new("jira")
-                .apps(&["jira.lanukcorp.test", "127.0.1.3"])
-                .tcp(&[p])
-                .udp(&[q])
+                .apps(["jira.lanukcorp.test", "127.0.1.3"])
+                .tcp([p])
+                .udp([q])
                 .interval_ms(500)
                 .groups(["dc-east"])
                 .proto(),
@@ -207,26 +207,26 @@ async fn down_unhealthy_and_dns_failure() {
     let mut ca = Authority::start(Assignment {
         segments: vec![
             Segment::new("half")
-                .apps(&["half.lanukcorp.test"])
-                .tcp(&[p])
+                .apps(["half.lanukcorp.test"])
+                .tcp([p])
                 .interval_ms(500)
                 .groups(["dc-east"])
                 .proto(),
             Segment::new("closed")
-                .apps(&["127.0.2.1"])
-                .tcp(&[closed])
+                .apps(["127.0.2.1"])
+                .tcp([closed])
                 .interval_ms(500)
                 .groups(["dc-east"])
                 .proto(),
             Segment::new("nx")
-                .apps(&["missing.lanukcorp.test"])
-                .tcp(&[80])
+                .apps(["missing.lanukcorp.test"])
+                .tcp([80])
                 .interval_ms(500)
                 .groups(["dc-east"])
                 .proto(),
             Segment::new("off")
-                .apps(&["127.0.2.9"])
-                .tcp(&[80])
+                .apps(["127.0.2.9"])
+                .tcp([80])
                 .mode("none")
                 .interval_ms(500)
                 .groups(["dc-east"])
@@ -286,8 +286,8 @@ async fn on_access_checks_report_and_expire() {
     let mut ca = Authority::start(Assignment {
         segments: vec![
             Segment::new("wiki")
-                .apps(&["127.0.4.0/24"])
-                .tcp(&[p])
+                .apps(["127.0.4.0/24"])
+                .tcp([p])
                 .mode("on_access")
                 .interval_ms(200)
                 .groups(["dc-east"])
@@ -358,8 +358,8 @@ async fn reconnects_after_the_ca_goes_away_and_resends_full_state() {
     let assignment = Assignment {
         segments: vec![
             Segment::new("app")
-                .apps(&["127.0.6.1"])
-                .tcp(&[p])
+                .apps(["127.0.6.1"])
+                .tcp([p])
                 .interval_ms(300)
                 .groups(["dc-east"])
                 .proto(),
@@ -445,7 +445,7 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
         segments: vec![
             Segment::new("many")
                 .apps(&apps)
-                .tcp(&[p])
+                .tcp([p])
                 .interval_ms(60_000)
                 .groups(["dc-east"])
                 .proto(),

@@ -78,10 +78,10 @@ async fn s01_seed_example() -> Result<()> {
         }
         let mut cfg = ca_config_head(&sc, &["dc-east"], "", "healthy");
         cfg += &Segment::new("jira")
-            .apps(&["jira.lanukcorp.test", &a3.to_string()])
-            .tcp(&["8080"])
-            .udp(&["3389"])
-            .groups(&["dc-east"])
+            .apps(["jira.lanukcorp.test", &a3.to_string()])
+            .tcp(["8080"])
+            .udp(["3389"])
+            .groups(["dc-east"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "dc-east", &[])?;
@@ -165,10 +165,10 @@ async fn s02_continuous_transitions() -> Result<()> {
         let interval = Duration::from_millis(1500);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("app")
-            .apps(&["app.reach.test"])
-            .tcp(&["8080"])
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
             .interval_ms(interval.as_millis() as u64)
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -207,10 +207,10 @@ async fn s03_on_access() -> Result<()> {
         );
         let mut cfg = ca_config_head(&sc, &["g"], &extra, "healthy");
         cfg += &Segment::new("portal")
-            .apps(&["portal.reach.test"])
-            .tcp(&["8080"])
+            .apps(["portal.reach.test"])
+            .tcp(["8080"])
             .mode("on_access")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -296,10 +296,10 @@ async fn s04_none() -> Result<()> {
         let server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("legacy")
-            .apps(&[&a1.to_string()])
-            .tcp(&["8080"])
+            .apps([&a1.to_string()])
+            .tcp(["8080"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -357,9 +357,9 @@ async fn s05_selection() -> Result<()> {
         let _server = TcpApp::start((up, 8080).into()).await?;
         let app = App::new("svc", "svc.reach.test", "tcp", 8080);
         let seg = Segment::new("svc")
-            .apps(&["svc.reach.test"])
-            .tcp(&["8080"])
-            .groups(&["ga", "gb"])
+            .apps(["svc.reach.test"])
+            .tcp(["8080"])
+            .groups(["ga", "gb"])
             .toml();
         let start_all = |ca: &Ca| -> Result<Vec<Connector>> {
             let b = dns_b.addr().to_string();
@@ -430,42 +430,42 @@ async fn s06_matching() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("corp-wild")
-            .apps(&["*.corp.test"])
-            .tcp(&["80", "443"])
+            .apps(["*.corp.test"])
+            .tcp(["80", "443"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         cfg += &Segment::new("corp-app")
-            .apps(&["app.corp.test"])
-            .tcp(&["443"])
+            .apps(["app.corp.test"])
+            .tcp(["443"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         cfg += &Segment::new("mm-wide")
-            .apps(&["*.mm.test"])
-            .tcp(&["80"])
+            .apps(["*.mm.test"])
+            .tcp(["80"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .extra("multimatch = true")
             .toml();
         cfg += &Segment::new("mm-api")
-            .apps(&["api.mm.test"])
-            .tcp(&["443"])
+            .apps(["api.mm.test"])
+            .tcp(["443"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .extra("multimatch = true")
             .toml();
         cfg += &Segment::new("net")
-            .apps(&["10.99.0.0/16"])
-            .tcp(&["22"])
+            .apps(["10.99.0.0/16"])
+            .tcp(["22"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         cfg += &Segment::new("net-host")
-            .apps(&["10.99.1.1"])
-            .tcp(&["3389"])
+            .apps(["10.99.1.1"])
+            .tcp(["3389"])
             .mode("none")
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -521,9 +521,9 @@ async fn s07_connector_killed() -> Result<()> {
         let _server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("app")
-            .apps(&["app.reach.test"])
-            .tcp(&["8080"])
-            .groups(&["g"])
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -566,10 +566,10 @@ async fn s08_ca_restart() -> Result<()> {
         let interval = Duration::from_secs(3);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("app")
-            .apps(&["app.reach.test"])
-            .tcp(&["8080"])
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
             .interval_ms(interval.as_millis() as u64)
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let mut ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -639,10 +639,10 @@ async fn s09_policy_reload() -> Result<()> {
         let head = ca_config_head(&sc, &["g"], "", "healthy");
         let v1 = head.clone()
             + &Segment::new("old")
-                .apps(&[&a1.to_string()])
-                .tcp(&["8080"])
+                .apps([&a1.to_string()])
+                .tcp(["8080"])
                 .interval_ms(500)
-                .groups(&["g"])
+                .groups(["g"])
                 .toml();
         let ca = Ca::start(&sc, &v1).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -661,10 +661,10 @@ async fn s09_policy_reload() -> Result<()> {
 
         let v2 = head.clone()
             + &Segment::new("new")
-                .apps(&[&a2.to_string()])
-                .tcp(&["8080"])
+                .apps([&a2.to_string()])
+                .tcp(["8080"])
                 .interval_ms(500)
-                .groups(&["g"])
+                .groups(["g"])
                 .toml();
         ca.reload(&v2)?;
         let new_app = App::new("new", &a2.to_string(), "tcp", 8080);
@@ -687,10 +687,10 @@ async fn s09_policy_reload() -> Result<()> {
         let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
         let bad = head
             + &Segment::new("new")
-                .apps(&[&a2.to_string()])
+                .apps([&a2.to_string()])
                 .tcp(&ports)
                 .interval_ms(500)
-                .groups(&["g"])
+                .groups(["g"])
                 .toml();
         ca.reload(&bad)?;
         retry(Duration::from_secs(5), || async {
@@ -730,62 +730,62 @@ async fn s10_validation() -> Result<()> {
         let twelve: Vec<&str> = twelve.iter().map(String::as_str).collect();
         let cases: Vec<(&str, String, &str)> = vec![
             ("ports", Segment::new("jira")
-.apps(&["jira.example.test"])
+.apps(["jira.example.test"])
 .tcp(&twelve)
-.groups(&["g"])
+.groups(["g"])
 .toml(),
              r#"segment "jira": health_reporting = "continuous" is not allowed with 12 ports (max 10)"#),
             ("range-ports", Segment::new("rng")
-.apps(&["a.example.test"])
-.tcp(&["8000-8010"])
-.groups(&["g"])
+.apps(["a.example.test"])
+.tcp(["8000-8010"])
+.groups(["g"])
 .toml(),
              r#"segment "rng": health_reporting = "continuous" is not allowed with 11 ports (max 10)"#),
             ("wildcard", Segment::new("wild")
-.apps(&["*.safemarch.test"])
-.tcp(&["80"])
-.groups(&["g"])
+.apps(["*.safemarch.test"])
+.tcp(["80"])
+.groups(["g"])
 .toml(),
              r#"segment "wild": health_reporting = "continuous" is not allowed for an application discovery segment"#),
             ("subnet", Segment::new("net")
-.apps(&["10.122.0.0/16"])
-.tcp(&["80"])
-.groups(&["g"])
+.apps(["10.122.0.0/16"])
+.tcp(["80"])
+.groups(["g"])
 .toml(),
              r#"segment "net": health_reporting = "continuous" is not allowed for an application discovery segment"#),
             ("multimatch", Segment::new("mm")
-.apps(&["a.example.test"])
-.tcp(&["80"])
-.groups(&["g"])
+.apps(["a.example.test"])
+.tcp(["80"])
+.groups(["g"])
 .extra("multimatch = true")
 .toml(),
              r#"segment "mm": multimatch = true requires health_reporting = "on_access" or "none""#),
             ("port0", Segment::new("p0")
-.apps(&["a.example.test"])
-.tcp(&["0"])
+.apps(["a.example.test"])
+.tcp(["0"])
 .mode("none")
-.groups(&["g"])
+.groups(["g"])
 .toml(),
              r#"segment "p0": tcp_ports entry "0" is port 0"#),
             ("inverted", Segment::new("inv")
-.apps(&["a.example.test"])
-.tcp(&["90-80"])
+.apps(["a.example.test"])
+.tcp(["90-80"])
 .mode("none")
-.groups(&["g"])
+.groups(["g"])
 .toml(),
              r#"segment "inv": tcp_ports entry "90-80" is an inverted range"#),
             ("group", Segment::new("grp")
-.apps(&["a.example.test"])
-.tcp(&["80"])
+.apps(["a.example.test"])
+.tcp(["80"])
 .mode("none")
-.groups(&["nope"])
+.groups(["nope"])
 .toml(),
              r#"segment "grp": connector_groups names unknown connector group "nope""#),
             ("wild-middle", Segment::new("wm")
-.apps(&["a.*.example.test"])
-.tcp(&["80"])
+.apps(["a.*.example.test"])
+.tcp(["80"])
 .mode("none")
-.groups(&["g"])
+.groups(["g"])
 .toml(),
              r#"segment "wm": applications entry "a.*.example.test""#),
         ];
@@ -815,10 +815,10 @@ async fn s10_validation() -> Result<()> {
         // And a valid config passes.
         let path = sc.dir.join("good.toml");
         std::fs::write(&path, head + &Segment::new("ok")
-.apps(&["a.example.test"])
-.tcp(&["80"])
-.udp(&["53"])
-.groups(&["g"])
+.apps(["a.example.test"])
+.tcp(["80"])
+.udp(["53"])
+.groups(["g"])
 .toml())?;
         let out = std::process::Command::new(&bin).arg("check-config").arg(&path).output()?;
         ensure!(out.status.success(), "valid config refused: {}", String::from_utf8_lossy(&out.stderr));
@@ -847,8 +847,8 @@ async fn s11_rate() -> Result<()> {
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("many")
             .apps(&hosts)
-            .tcp(&["8080"])
-            .groups(&["g"])
+            .tcp(["8080"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--checks-per-second", "20"])?;
@@ -1018,10 +1018,10 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
             .context("starting the test host's service")?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
         cfg += &Segment::new("ns")
-            .apps(&["198.18.7.2"])
-            .tcp(&["8080"])
-            .udp(&["5353"])
-            .groups(&["g"])
+            .apps(["198.18.7.2"])
+            .tcp(["8080"])
+            .udp(["5353"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--check-timeout-ms", "800"])?;
@@ -1111,15 +1111,15 @@ async fn s13_dashboard_in_browser() -> Result<()> {
             ("downapp", "down.reach.test"),
         ] {
             cfg += &Segment::new(name)
-                .apps(&[host])
-                .tcp(&["8080"])
-                .groups(&["g"])
+                .apps([host])
+                .tcp(["8080"])
+                .groups(["g"])
                 .toml();
         }
         cfg += &Segment::new("secret")
-            .apps(&["secret.reach.test"])
-            .tcp(&["8080"])
-            .groups(&["g"])
+            .apps(["secret.reach.test"])
+            .tcp(["8080"])
+            .groups(["g"])
             .extra("client_hostname_validation = true")
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
@@ -1259,10 +1259,10 @@ async fn s14_trust() -> Result<()> {
             ),
         );
         cfg += &Segment::new("web")
-            .apps(&[&a1.to_string()])
-            .tcp(&["8080"])
+            .apps([&a1.to_string()])
+            .tcp(["8080"])
             .interval_ms(500)
-            .groups(&["g"])
+            .groups(["g"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let app = App::new("web", &a1.to_string(), "tcp", 8080);
