@@ -151,3 +151,57 @@ fn range(ports: &str) -> v1::PortRange {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_config_table_the_scenarios_wrote_by_hand() {
+        let toml = Segment::new("lab")
+            .apps(["*.lab.test", "10.0.0.0/8"])
+            .tcp(["80", "8000-8100"])
+            .mode("on_access")
+            .interval_ms(500)
+            .groups(["g"])
+            .extra("multimatch = true")
+            .toml();
+        assert_eq!(
+            toml,
+            r#"
+[[segments]]
+name = "lab"
+applications = ["*.lab.test", "10.0.0.0/8"]
+tcp_ports = ["80", "8000-8100"]
+udp_ports = []
+health_reporting = "on_access"
+report_interval_ms = 500
+connector_groups = ["g"]
+multimatch = true
+"#
+        );
+    }
+
+    #[test]
+    fn the_wire_form_carries_ranges_mode_and_interval() {
+        let s = Segment::new("app")
+            .apps(["app.test"])
+            .tcp([80_u16])
+            .udp(["5000-5010"])
+            .mode("none")
+            .interval_ms(1500)
+            .groups(["dc-east"])
+            .proto();
+        assert_eq!(s.tcp_ports, vec![v1::PortRange { start: 80, end: 80 }]);
+        assert_eq!(
+            s.udp_ports,
+            vec![v1::PortRange {
+                start: 5000,
+                end: 5010
+            }]
+        );
+        assert_eq!(s.health_reporting, v1::HealthReporting::None as i32);
+        assert_eq!((s.report_interval_s, s.report_interval_ms), (2, 1500));
+        assert_eq!(s.connector_groups, vec!["dc-east".to_owned()]);
+    }
+}
