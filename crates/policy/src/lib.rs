@@ -9,14 +9,17 @@
 
 #![forbid(unsafe_code)]
 
+pub mod host;
 pub mod matching;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod select;
 pub mod status;
 pub mod validate;
 pub mod window;
 
+pub use host::{Host, HostError};
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
@@ -24,6 +27,7 @@ pub use model::{
 pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
 };
+pub use report::ApplicationReport;
 pub use select::{
     Candidate, CandidateNote, Decision, Explanation, RefusalReason, Strategy, explain, select,
 };
