@@ -29,7 +29,8 @@ pub use plan::{
 };
 pub use report::ApplicationReport;
 pub use select::{
-    Candidate, CandidateNote, Decision, Explanation, RefusalReason, Strategy, explain, select,
+    Candidate, CandidateNote, Decision, Eligibility, Explanation, RefusalReason, Strategy, Verdict,
+    explain, select,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,
