@@ -465,3 +465,52 @@ fn refusal_message(
         RefusalReason::NoSegment | RefusalReason::PortNotInSegment => reason.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use policy::{Candidate, Status};
+
+    use super::*;
+
+    /// The JSON API's explanation keeps its shape whether or not a segment
+    /// matched: policy's fields inline, `mode` null and lists empty before.
+    #[test]
+    fn explanation_json_has_one_shape() {
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let empty = serde_json::to_value(ExplanationView::new(Strategy::Group)).expect("json");
+        assert_eq!(
+            empty,
+            serde_json::json!({
+                "segment": null, "matched_entry": null, "strategy": "group", "mode": null,
+                "candidates": [], "eligible_groups": [], "chosen_group": null,
+                "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0
+            })
+        );
+        let candidates = [Candidate {
+            connector: "c1".into(),
+            group: "g".into(),
+            connected: true,
+            status: Status::Up,
+        }];
+        let mut view = ExplanationView::new(Strategy::Group);
+        view.segment = Some("jira".into());
+        view.selection = Some(policy::explain(
+            &candidates,
+            HealthReporting::OnAccess,
+            Strategy::Group,
+        ));
+        let full = serde_json::to_value(&view).expect("json");
+        assert_eq!(keys(&full), keys(&empty));
+        assert_eq!(full["mode"], "on_access");
+        assert_eq!(full["eligible_groups"], serde_json::json!(["g"]));
+        assert_eq!(full["candidates"][0]["eligible"], true);
+        assert_eq!(
+            full["candidates"][0]["reason"],
+            "group \"g\" is eligible and this connector reports up"
+        );
+    }
+}

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use policy::{
-    AppEntry, Candidate, HealthReporting, Host, PortRange, Protocol, Request, Segment, SegmentIndex,
-    Status, Strategy, select,
+    AppEntry, Candidate, HealthReporting, Host, PortRange, Protocol, Request, Segment,
+    SegmentIndex, Status, Strategy, select,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;

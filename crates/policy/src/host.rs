@@ -102,7 +102,10 @@ impl Host {
         match s.parse::<IpAddr>() {
             // std parses only the canonical dotted-quad spelling of an IPv4
             // address (no leading zeros, four parts), so its text is kept.
-            Ok(ip @ IpAddr::V4(_)) => Ok(Host { text: s, ip: Some(ip) }),
+            Ok(ip @ IpAddr::V4(_)) => Ok(Host {
+                text: s,
+                ip: Some(ip),
+            }),
             Ok(ip) => Ok(Host::from(ip)),
             Err(_) => {
                 check_name(&s)?;
@@ -391,10 +394,7 @@ mod tests {
         assert_eq!(ok(&longest), longest);
         // The trailing dot does not count.
         assert_eq!(ok(&format!("{longest}.")), longest);
-        assert_eq!(
-            err(&format!("{longest}b")),
-            HostError::TooLong { len: 254 }
-        );
+        assert_eq!(err(&format!("{longest}b")), HostError::TooLong { len: 254 });
     }
 
     #[test]

@@ -513,12 +513,7 @@ mod tests {
             seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
             seg("net", &["10.1.0.0/16"], &["80"], &[], false),
         ];
-        for host in [
-            "wiki.lanukcorp.com",
-            "lanukcorp.com",
-            "10.2.0.1",
-            "::1",
-        ] {
+        for host in ["wiki.lanukcorp.com", "lanukcorp.com", "10.2.0.1", "::1"] {
             assert_eq!(
                 decide(&segments, &tcp(host, 80)),
                 Err(MatchOutcome::NoSegment),

@@ -283,7 +283,11 @@ impl Segment {
     /// reports: FQDN and IP entries crossed with every port, ranges expanded.
     /// Discovery entries name no host and yield nothing.
     pub fn applications(&self) -> Vec<AppKey> {
-        let hosts: Vec<Host> = self.applications.iter().filter_map(AppEntry::host).collect();
+        let hosts: Vec<Host> = self
+            .applications
+            .iter()
+            .filter_map(AppEntry::host)
+            .collect();
         let mut out = Vec::new();
         for protocol in [Protocol::Tcp, Protocol::Udp] {
             for range in self.ports(protocol) {

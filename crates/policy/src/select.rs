@@ -221,9 +221,7 @@ impl<'a> Eligibility<'a> {
             // In a `none` segment every connected group is eligible too.
             _ if self.mode == HealthReporting::None => Verdict::AssumedReachable,
             Strategy::Healthy => Verdict::Reports(c.status),
-            Strategy::Group if !self.groups.contains(&c.group.as_str()) => {
-                Verdict::GroupIneligible
-            }
+            Strategy::Group if !self.groups.contains(&c.group.as_str()) => Verdict::GroupIneligible,
             Strategy::Group if c.status == Status::Down => Verdict::Down,
             Strategy::Group => Verdict::InEligibleGroup(c.status),
         }
@@ -266,7 +264,12 @@ pub fn select<R: Rng + ?Sized>(
         return Decision::Refused(refusal(candidates, mode));
     }
     let k = rng.random_range(0..n);
-    match candidates.iter().enumerate().filter(|(_, c)| pool(c)).nth(k) {
+    match candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pool(c))
+        .nth(k)
+    {
         Some((index, _)) => Decision::Selected { index },
         None => Decision::Refused(refusal(candidates, mode)),
     }

@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
     AppEntry, Candidate, Decision, HealthReporting, Host, MatchOutcome, Protocol, RefusalReason,
-    Request,
-    Segment, SegmentIndex, Status, Strategy as Pick, plan_checks, select, validate_segment,
+    Request, Segment, SegmentIndex, Status, Strategy as Pick, plan_checks, select,
+    validate_segment,
 };
 use proptest::prelude::*;
 use rand::SeedableRng;

@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use policy::validate::{PortSpec, SegmentSpec};
 use policy::report::MAX_DETAIL_CHARS;
+use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
     AddressResult, AppKey, ApplicationReport, CandidateNote, Failure, FailureKind, HealthReporting,
     Host, Method, Protocol, RefusalReason, Segment, Status, ValidationError,
@@ -854,15 +854,21 @@ mod tests {
         assert!(AppKey::try_from(ok).is_ok());
         // Hosts follow the DNS rules the configuration follows.
         for (host, problem) in [
-            (format!("{label}a.com"), format!("label \"{label}a\" is longer than 63 characters")),
-            ("jira*.com".to_owned(), "label \"jira*\" contains '*'".to_owned()),
+            (
+                format!("{label}a.com"),
+                format!("label \"{label}a\" is longer than 63 characters"),
+            ),
+            (
+                "jira*.com".to_owned(),
+                "label \"jira*\" contains '*'".to_owned(),
+            ),
             ("a..b".to_owned(), "has an empty label".to_owned()),
-            ("-a.com".to_owned(), "label \"-a\" starts or ends with '-'".to_owned()),
+            (
+                "-a.com".to_owned(),
+                "label \"-a\" starts or ends with '-'".to_owned(),
+            ),
         ] {
-            let wire = v1::ApplicationKey {
-                host,
-                ..wire_key()
-            };
+            let wire = v1::ApplicationKey { host, ..wire_key() };
             assert_eq!(
                 AppKey::try_from(wire),
                 Err(WireError::InvalidText {
