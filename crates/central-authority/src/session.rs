@@ -241,8 +241,8 @@ async fn await_hello(
         return Err(SessionError::HelloMismatch {
             name: hello.name.chars().take(128).collect(),
             group: hello.group.chars().take(128).collect(),
-            meta_name: identity.name.clone(),
-            meta_group: identity.group.to_string(),
+            authenticated_name: identity.name.clone(),
+            authenticated_group: identity.group.to_string(),
         });
     }
     Ok(Some(hello))
