@@ -45,6 +45,14 @@ CREATE TABLE provisioning_keys (
     last_used_ms INTEGER,
     PRIMARY KEY (grp, key_sha256)
 );
+"#, r#"
+CREATE TABLE certificate_grace (
+    serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
+    connector    TEXT NOT NULL,
+    superseded_ms INTEGER NOT NULL,
+    revoke_at_ms INTEGER NOT NULL
+);
+CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
 "#];
 
 /// A storage failure.
@@ -92,6 +100,64 @@ pub enum EnrollRefusal {
     /// The connector is disabled.
     #[error("connector {0:?} is disabled")]
     Disabled(String),
+}
+
+/// Why the store refused a renewal (the checks that need its state).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenewRefusal {
+    /// The presented serial was never issued to that connector.
+    #[error("certificate {0} was not issued by this CA to that connector")]
+    Unknown(String),
+    /// The presented certificate is revoked.
+    #[error("certificate {serial} is revoked: {reason}")]
+    Revoked {
+        /// Serial.
+        serial: String,
+        /// Why.
+        reason: String,
+    },
+    /// The presented certificate has expired.
+    #[error("certificate {0} has expired; enroll again with the provisioning key")]
+    Expired(String),
+    /// The connector is disabled.
+    #[error("connector {0:?} is disabled")]
+    Disabled(String),
+}
+
+/// What a renewal records.
+#[derive(Clone, Debug)]
+pub struct Renewal<'a> {
+    /// Connector name (from the presented certificate).
+    pub name: &'a str,
+    /// Group (from the presented certificate).
+    pub group: &'a str,
+    /// Serial of the presented certificate.
+    pub old_serial: &'a str,
+    /// Serial of the new certificate.
+    pub serial: &'a str,
+    /// SHA-256 of the new certificate.
+    pub fingerprint: &'a str,
+    /// End of the new certificate's validity.
+    pub not_after_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+    /// When the connector's older certificates are revoked.
+    pub revoke_old_at_ms: i64,
+}
+
+/// One certificate in a connector's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertHistory {
+    /// Serial.
+    pub serial: String,
+    /// Issued at.
+    pub issued_ms: i64,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// Revoked at.
+    pub revoked_ms: Option<i64>,
+    /// Superseded by a renewal and revoked at this time unless already.
+    pub grace_until_ms: Option<i64>,
 }
 
 /// What an enrollment records.
@@ -369,6 +435,131 @@ impl Store {
             )
             .optional()?
             .unwrap_or(false))
+    }
+
+    /// Records a renewal: checks, in one transaction, that `old_serial` was
+    /// issued to `name` of `group`, is neither revoked nor expired and that
+    /// the connector is not disabled; records the new certificate and puts
+    /// every other unrevoked certificate of the connector in grace until
+    /// `revoke_old_at_ms` (an earlier grace is kept, never extended).
+    pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old: Option<(String, String, i64, Option<i64>, Option<String>, bool)> = tx
+            .query_row(
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                 FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
+                params![r.old_serial],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((connector, group, not_after_ms, revoked_ms, reason, disabled)) = old else {
+            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
+        };
+        if connector != r.name || group != r.group {
+            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
+        }
+        if revoked_ms.is_some() {
+            return Ok(Err(RenewRefusal::Revoked {
+                serial: r.old_serial.to_owned(),
+                reason: reason.unwrap_or_default(),
+            }));
+        }
+        if not_after_ms <= r.now_ms {
+            return Ok(Err(RenewRefusal::Expired(r.old_serial.to_owned())));
+        }
+        if disabled {
+            return Ok(Err(RenewRefusal::Disabled(r.name.to_owned())));
+        }
+        tx.execute(
+            "INSERT OR IGNORE INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
+             SELECT serial, connector, ?2, ?3 FROM certificates
+             WHERE connector = ?1 AND revoked_ms IS NULL",
+            params![r.name, r.now_ms, r.revoke_old_at_ms],
+        )?;
+        tx.execute(
+            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                r.serial,
+                r.name,
+                r.group,
+                r.fingerprint,
+                r.now_ms,
+                r.not_after_ms
+            ],
+        )?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    /// Revokes every superseded certificate whose grace has passed; returns
+    /// (connector, serial) of each one revoked now.
+    pub fn revoke_after_grace(&self, now_ms: i64) -> Result<Vec<(String, String)>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let due: Vec<(String, String)> = {
+            let mut stmt = tx.prepare(
+                "SELECT g.connector, g.serial FROM certificate_grace g
+                 JOIN certificates c ON c.serial = g.serial
+                 WHERE g.revoke_at_ms <= ?1 AND c.revoked_ms IS NULL",
+            )?;
+            let rows = stmt.query_map(params![now_ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<Vec<_>, _>>()?
+        };
+        for (_, serial) in &due {
+            tx.execute(
+                "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'superseded by a renewal'
+                 WHERE serial = ?1 AND revoked_ms IS NULL",
+                params![serial, now_ms],
+            )?;
+        }
+        tx.commit()?;
+        Ok(due)
+    }
+
+    /// Every connector's certificates, newest first, at most `per_connector`
+    /// each.
+    pub fn certificate_history(
+        &self,
+        per_connector: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<CertHistory>>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare(
+            "SELECT c.connector, c.serial, c.issued_ms, c.not_after_ms, c.revoked_ms, g.revoke_at_ms
+             FROM certificates c LEFT JOIN certificate_grace g ON g.serial = c.serial
+             ORDER BY c.connector, c.issued_ms DESC, c.rowid DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                CertHistory {
+                    serial: r.get(1)?,
+                    issued_ms: r.get(2)?,
+                    not_after_ms: r.get(3)?,
+                    revoked_ms: r.get(4)?,
+                    grace_until_ms: r.get(5)?,
+                },
+            ))
+        })?;
+        let mut out: std::collections::HashMap<String, Vec<CertHistory>> = Default::default();
+        for row in rows {
+            let (connector, h) = row?;
+            let list = out.entry(connector).or_default();
+            if list.len() < per_connector {
+                list.push(h);
+            }
+        }
+        Ok(out)
     }
 
     /// Drops the tables, so every later query fails (tests of how callers
