@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE connectors (
     name        TEXT PRIMARY KEY,
     grp         TEXT NOT NULL,
@@ -45,7 +46,8 @@ CREATE TABLE provisioning_keys (
     last_used_ms INTEGER,
     PRIMARY KEY (grp, key_sha256)
 );
-"#, r#"
+"#,
+    r#"
 CREATE TABLE certificate_grace (
     serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
     connector    TEXT NOT NULL,
@@ -53,7 +55,8 @@ CREATE TABLE certificate_grace (
     revoke_at_ms INTEGER NOT NULL
 );
 CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
-"#];
+"#,
+];
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,10 @@ async fn renew(t: &Target, creds: &Creds, name: &str) -> Result<Creds, tonic::St
     let (pair, csr) = key_and_csr(name);
     let tls = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(&t.root))
-        .identity(tonic::transport::Identity::from_pem(&creds.cert, &creds.key));
+        .identity(tonic::transport::Identity::from_pem(
+            &creds.cert,
+            &creds.key,
+        ));
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", t.grpc))
         .expect("endpoint")
         .tls_config(tls)
@@ -141,11 +144,15 @@ async fn renewal_issues_a_new_serial_and_the_old_one_ends_after_its_grace() {
     assert_eq!(east["uses"], 1, "renewal spends no provisioning key use");
     // After the grace the old serial is revoked: refused for sessions and
     // for renewals.
-    within(Duration::from_secs(10), "the old serial is revoked", || async {
-        certificates(&ca, "east-1")
-            .await
-            .contains(&(old.serial.clone(), "revoked".to_owned()))
-    })
+    within(
+        Duration::from_secs(10),
+        "the old serial is revoked",
+        || async {
+            certificates(&ca, "east-1")
+                .await
+                .contains(&(old.serial.clone(), "revoked".to_owned()))
+        },
+    )
     .await;
     let e = open_with(&t, &old, "east-1", "dc-east")
         .await
@@ -255,7 +262,8 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
     let dir = scratch_dir("agent");
     let root = dir.join("ca.pem");
     std::fs::write(&root, ca.root()).expect("root");
-    let mut agent = connector_agent::Config::new(&format!("https://{}", ca.grpc), "east-1", "dc-east");
+    let mut agent =
+        connector_agent::Config::new(&format!("https://{}", ca.grpc), "east-1", "dc-east");
     agent.ca_cert = Some(root);
     agent.state_dir = dir.join("state");
     agent.provisioning_key = Some(KEY_EAST.into());
@@ -265,7 +273,9 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
         let shutdown = async {
             let _ = stopped.await;
         };
-        connector_agent::run(agent, shutdown).await.map_err(|e| e.to_string())
+        connector_agent::run(agent, shutdown)
+            .await
+            .map_err(|e| e.to_string())
     });
     let mut seen = BTreeSet::new();
     let mut last_seen = 0;
@@ -284,7 +294,12 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
         })
         .await;
         let v = connector(&ca, "east-1").await;
-        seen.insert(v["certificate_serial"].as_str().unwrap_or_default().to_owned());
+        seen.insert(
+            v["certificate_serial"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
         let since = last_seen;
         within(Duration::from_secs(20), "heartbeats land", || async {
             connector(&ca, "east-1").await["last_seen"]
@@ -307,7 +322,10 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
         assert!(listed.iter().any(|(l, _)| l == s), "{s} in {listed:?}");
     }
     assert_eq!(
-        listed.iter().filter(|(_, state)| state == "current").count(),
+        listed
+            .iter()
+            .filter(|(_, state)| state == "current")
+            .count(),
         1,
         "{listed:?}"
     );

@@ -282,7 +282,12 @@ fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (Duration, Duration
     // lifetime of seconds shows renewal working); it wins when given.
     let validity = match t.connector_cert_validity_s {
         Some(s) => {
-            range(problems, "tls.connector_cert_validity_s", s, 3..=3650 * 86_400);
+            range(
+                problems,
+                "tls.connector_cert_validity_s",
+                s,
+                3..=3650 * 86_400,
+            );
             Duration::from_secs(s)
         }
         None => Duration::from_secs(u64::from(days) * 86_400),
