@@ -448,39 +448,40 @@ impl Store {
     pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<(String, String, i64, Option<i64>, Option<String>, bool)> = tx
+        let old: Option<CertRecord> = tx
             .query_row(
                 "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
                  FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
                 params![r.old_serial],
                 |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                    ))
+                    let revoked_ms: Option<i64> = row.get(3)?;
+                    let reason: Option<String> = row.get(4)?;
+                    Ok(CertRecord {
+                        connector: row.get(0)?,
+                        group: row.get(1)?,
+                        not_after_ms: row.get(2)?,
+                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                        disabled: row.get(5)?,
+                    })
                 },
             )
             .optional()?;
-        let Some((connector, group, not_after_ms, revoked_ms, reason, disabled)) = old else {
+        let Some(old) = old else {
             return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
         };
-        if connector != r.name || group != r.group {
+        if old.connector != r.name || old.group != r.group {
             return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
         }
-        if revoked_ms.is_some() {
+        if let Some((_, reason)) = old.revoked {
             return Ok(Err(RenewRefusal::Revoked {
                 serial: r.old_serial.to_owned(),
-                reason: reason.unwrap_or_default(),
+                reason,
             }));
         }
-        if not_after_ms <= r.now_ms {
+        if old.not_after_ms <= r.now_ms {
             return Ok(Err(RenewRefusal::Expired(r.old_serial.to_owned())));
         }
-        if disabled {
+        if old.disabled {
             return Ok(Err(RenewRefusal::Disabled(r.name.to_owned())));
         }
         tx.execute(
@@ -679,6 +680,84 @@ mod tests {
         assert_eq!(
             s.enroll(&cert("c9", "g", "04")).expect("db"),
             Err(EnrollRefusal::KeyRevoked("g".into()))
+        );
+    }
+
+    fn renewal<'a>(old: &'a str, serial: &'a str, now_ms: i64) -> Renewal<'a> {
+        Renewal {
+            name: "c1",
+            group: "g",
+            old_serial: old,
+            serial,
+            fingerprint: "f",
+            not_after_ms: now_ms + 100,
+            now_ms,
+            revoke_old_at_ms: now_ms + 5,
+        }
+    }
+
+    #[test]
+    fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c2", "g", "09")).expect("db"), Ok(()));
+        assert_eq!(s.renew(&renewal("01", "02", 2)).expect("db"), Ok(()));
+        // In grace: both valid, the new one current.
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("02"));
+        assert_eq!(s.revoke_after_grace(6).expect("db"), vec![]);
+        // The old one renews again while in grace; its grace is not extended.
+        assert_eq!(s.renew(&renewal("01", "03", 4)).expect("db"), Ok(()));
+        assert_eq!(
+            s.revoke_after_grace(7).expect("db"),
+            vec![("c1".to_owned(), "01".to_owned())]
+        );
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.revoke_after_grace(8).expect("db"), vec![]);
+        assert_eq!(
+            s.revoke_after_grace(9).expect("db"),
+            vec![("c1".to_owned(), "02".to_owned())]
+        );
+        let history = s.certificate_history(10).expect("db");
+        let serials: Vec<&str> = history["c1"].iter().map(|h| h.serial.as_str()).collect();
+        assert_eq!(serials, ["03", "02", "01"]);
+        // Refusals: revoked, unknown, another connector's, expired, disabled.
+        assert!(matches!(
+            s.renew(&renewal("01", "04", 10)).expect("db"),
+            Err(RenewRefusal::Revoked { .. })
+        ));
+        assert!(matches!(
+            s.renew(&renewal("77", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("09", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("03", "04", 104)).expect("db"),
+            Err(RenewRefusal::Expired(_))
+        ));
+        assert!(s.set_disabled("c1", true, 11).expect("db"));
+        assert_eq!(
+            s.renew(&renewal("03", "04", 12)).expect("db"),
+            Err(RenewRefusal::Disabled("c1".into()))
+        );
+        assert!(
+            s.certificate("04").expect("db").is_none(),
+            "nothing recorded"
         );
     }
 

@@ -263,7 +263,7 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
     let root = dir.join("ca.pem");
     std::fs::write(&root, ca.root()).expect("root");
     let mut agent =
-        connector_agent::Config::new(&format!("https://{}", ca.grpc), "east-1", "dc-east");
+        connector_agent::Config::new(format!("https://{}", ca.grpc), "east-1", "dc-east");
     agent.ca_cert = Some(root);
     agent.state_dir = dir.join("state");
     agent.provisioning_key = Some(KEY_EAST.into());

@@ -186,11 +186,11 @@ async fn enrollment(
 ) -> Result<Option<enroll::Enrollment>, AgentError> {
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     let loaded = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)?;
-    if let Some(c) = &loaded {
-        if !c.expired(enroll::now_ms()) {
-            tracing::info!(serial = %c.serial, not_after_ms = c.not_after_ms, state_dir = %config.state_dir.display(), "using the enrolled certificate");
-            return Ok(loaded);
-        }
+    if let Some(c) = &loaded
+        && !c.expired(enroll::now_ms())
+    {
+        tracing::info!(serial = %c.serial, not_after_ms = c.not_after_ms, state_dir = %config.state_dir.display(), "using the enrolled certificate");
+        return Ok(loaded);
     }
     let key = match (provisioning_key(config), &loaded) {
         (Ok(key), _) => key,

@@ -331,7 +331,7 @@ async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), Se
 
 /// One session: open the stream, wait for Welcome, send the full state,
 /// then the message loop. `Ok(())` only when `shutdown` asked to stop.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the session's state lives in `run`, which owns it across sessions
 async fn session(
     url: &str,
     options: &SessionOptions,

@@ -1450,7 +1450,10 @@ async fn s15_hostile_renewal() -> Result<()> {
         while serials.len() < 3 {
             let serial = eventually(Duration::from_secs(30), || async {
                 let c = entry(&ca.get("/api/v1/connectors").await?);
-                let s = c["certificate_serial"].as_str().unwrap_or_default().to_owned();
+                let s = c["certificate_serial"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 ensure!(c["connected"] == true, "c1 not connected: {c}");
                 ensure!(!s.is_empty() && !serials.contains(&s), "no new serial yet");
                 Ok(s)
@@ -1487,9 +1490,10 @@ async fn s15_hostile_renewal() -> Result<()> {
         eventually(Duration::from_secs(15), || async {
             let c = entry(&ca.get("/api/v1/connectors").await?);
             let first = &serials[0];
-            let revoked = c["certificates"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x["serial"] == first.as_str() && x["state"] == "revoked"));
+            let revoked = c["certificates"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| x["serial"] == first.as_str() && x["state"] == "revoked")
+            });
             ensure!(revoked, "{first} not revoked: {c}");
             Ok(())
         })
