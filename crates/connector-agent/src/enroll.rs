@@ -270,9 +270,12 @@ pub fn load(
         cert_pem,
         key_pem: read(KEY_FILE)?,
         serial: serial.to_owned(),
+        // Within the certificate's validity (`max`/`min`, not `clamp`: a
+        // malformed certificate may end before it starts).
         issued_ms: received
             .unwrap_or(not_before)
-            .clamp(not_before, not_after_ms),
+            .max(not_before)
+            .min(not_after_ms),
         not_after_ms,
     }))
 }
@@ -465,4 +468,90 @@ pub async fn enroll(
         issued_ms,
         not_after_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("reach-enroll-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        d
+    }
+
+    fn files(d: &Path, names: &[(&str, &str)]) {
+        for (name, text) in names {
+            std::fs::write(d.join(name), text).expect("write");
+        }
+    }
+
+    fn read(d: &Path, name: &str) -> Option<String> {
+        std::fs::read_to_string(d.join(name)).ok()
+    }
+
+    #[test]
+    fn an_interrupted_renewal_never_pairs_a_certificate_with_the_wrong_key() {
+        // Crash before any rename: the old pair stays, the new files go.
+        let d = dir("both");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "old key"),
+                (CERT_FILE, "old cert"),
+                (NEW_KEY_FILE, "new key"),
+                (NEW_CERT_FILE, "new cert"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("old key"));
+        assert_eq!(read(&d, CERT_FILE).as_deref(), Some("old cert"));
+        assert_eq!(
+            (read(&d, NEW_KEY_FILE), read(&d, NEW_CERT_FILE)),
+            (None, None)
+        );
+        // Crash after the key moved: the certificate follows it.
+        let d = dir("key-moved");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "new key"),
+                (CERT_FILE, "old cert"),
+                (NEW_CERT_FILE, "new cert"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("new key"));
+        assert_eq!(read(&d, CERT_FILE).as_deref(), Some("new cert"));
+        assert_eq!(read(&d, NEW_CERT_FILE), None);
+        // Crash while the certificate was being written: discarded.
+        let d = dir("key-only");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "old key"),
+                (CERT_FILE, "old cert"),
+                (NEW_KEY_FILE, "new key"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("old key"));
+        assert_eq!(read(&d, NEW_KEY_FILE), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_written_key_is_readable_by_the_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir("mode");
+        write_atomic(&d.join(NEW_KEY_FILE), "key", true).expect("written");
+        let mode = std::fs::metadata(d.join(NEW_KEY_FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

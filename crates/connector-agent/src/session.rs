@@ -186,6 +186,13 @@ pub async fn run(
     loop {
         if handover.is_none() {
             parts.metrics.set_session_state("connecting");
+            // A certificate renewed while no session ran: connect with it
+            // (the old one may be revoked or expired by now).
+            if let Some(rx) = renewals.as_mut()
+                && rx.has_changed().unwrap_or(false)
+            {
+                options.credentials = Credentials::Certificate(rx.borrow_and_update().clone());
+            }
         }
         let mut stop = shutdown.clone();
         let ended = tokio::select! {
