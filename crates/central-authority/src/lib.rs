@@ -25,6 +25,7 @@ pub mod plan;
 pub mod policy_state;
 mod registry;
 pub mod reload;
+pub mod renew;
 pub mod session;
 pub mod store;
 mod sync;
@@ -156,7 +157,13 @@ pub async fn run_with(
         loop {
             tokio::select! {
                 _ = &mut hk_stop => return,
-                _ = tick.tick() => hk.housekeeping(Instant::now()),
+                _ = tick.tick() => {
+                    hk.housekeeping(Instant::now());
+                    // A database write: off the async workers.
+                    if hk.pki().is_some() {
+                        let _ = hk.blocking(authority::Authority::revoke_superseded).await;
+                    }
+                }
             }
         }
     });

@@ -412,6 +412,7 @@ mod tests {
             disabled,
             certificate_serial: None,
             certificate_not_after: Some(1_800_000_000_999),
+            certificates: Vec::new(),
         }
     }
 

@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE connectors (
     name        TEXT PRIMARY KEY,
     grp         TEXT NOT NULL,
@@ -45,7 +46,17 @@ CREATE TABLE provisioning_keys (
     last_used_ms INTEGER,
     PRIMARY KEY (grp, key_sha256)
 );
-"#];
+"#,
+    r#"
+CREATE TABLE certificate_grace (
+    serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
+    connector    TEXT NOT NULL,
+    superseded_ms INTEGER NOT NULL,
+    revoke_at_ms INTEGER NOT NULL
+);
+CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
+"#,
+];
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +103,64 @@ pub enum EnrollRefusal {
     /// The connector is disabled.
     #[error("connector {0:?} is disabled")]
     Disabled(String),
+}
+
+/// Why the store refused a renewal (the checks that need its state).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenewRefusal {
+    /// The presented serial was never issued to that connector.
+    #[error("certificate {0} was not issued by this CA to that connector")]
+    Unknown(String),
+    /// The presented certificate is revoked.
+    #[error("certificate {serial} is revoked: {reason}")]
+    Revoked {
+        /// Serial.
+        serial: String,
+        /// Why.
+        reason: String,
+    },
+    /// The presented certificate has expired.
+    #[error("certificate {0} has expired; enroll again with the provisioning key")]
+    Expired(String),
+    /// The connector is disabled.
+    #[error("connector {0:?} is disabled")]
+    Disabled(String),
+}
+
+/// What a renewal records.
+#[derive(Clone, Debug)]
+pub struct Renewal<'a> {
+    /// Connector name (from the presented certificate).
+    pub name: &'a str,
+    /// Group (from the presented certificate).
+    pub group: &'a str,
+    /// Serial of the presented certificate.
+    pub old_serial: &'a str,
+    /// Serial of the new certificate.
+    pub serial: &'a str,
+    /// SHA-256 of the new certificate.
+    pub fingerprint: &'a str,
+    /// End of the new certificate's validity.
+    pub not_after_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+    /// When the connector's older certificates are revoked.
+    pub revoke_old_at_ms: i64,
+}
+
+/// One certificate in a connector's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertHistory {
+    /// Serial.
+    pub serial: String,
+    /// Issued at.
+    pub issued_ms: i64,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// Revoked at.
+    pub revoked_ms: Option<i64>,
+    /// Superseded by a renewal and revoked at this time unless already.
+    pub grace_until_ms: Option<i64>,
 }
 
 /// What an enrollment records.
@@ -371,6 +440,132 @@ impl Store {
             .unwrap_or(false))
     }
 
+    /// Records a renewal: checks, in one transaction, that `old_serial` was
+    /// issued to `name` of `group`, is neither revoked nor expired and that
+    /// the connector is not disabled; records the new certificate and puts
+    /// every other unrevoked certificate of the connector in grace until
+    /// `revoke_old_at_ms` (an earlier grace is kept, never extended).
+    pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old: Option<CertRecord> = tx
+            .query_row(
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                 FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
+                params![r.old_serial],
+                |row| {
+                    let revoked_ms: Option<i64> = row.get(3)?;
+                    let reason: Option<String> = row.get(4)?;
+                    Ok(CertRecord {
+                        connector: row.get(0)?,
+                        group: row.get(1)?,
+                        not_after_ms: row.get(2)?,
+                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                        disabled: row.get(5)?,
+                    })
+                },
+            )
+            .optional()?;
+        let Some(old) = old else {
+            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
+        };
+        if old.connector != r.name || old.group != r.group {
+            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
+        }
+        if let Some((_, reason)) = old.revoked {
+            return Ok(Err(RenewRefusal::Revoked {
+                serial: r.old_serial.to_owned(),
+                reason,
+            }));
+        }
+        if old.not_after_ms <= r.now_ms {
+            return Ok(Err(RenewRefusal::Expired(r.old_serial.to_owned())));
+        }
+        if old.disabled {
+            return Ok(Err(RenewRefusal::Disabled(r.name.to_owned())));
+        }
+        tx.execute(
+            "INSERT OR IGNORE INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
+             SELECT serial, connector, ?2, ?3 FROM certificates
+             WHERE connector = ?1 AND revoked_ms IS NULL",
+            params![r.name, r.now_ms, r.revoke_old_at_ms],
+        )?;
+        tx.execute(
+            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                r.serial,
+                r.name,
+                r.group,
+                r.fingerprint,
+                r.now_ms,
+                r.not_after_ms
+            ],
+        )?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    /// Revokes every superseded certificate whose grace has passed; returns
+    /// (connector, serial) of each one revoked now.
+    pub fn revoke_after_grace(&self, now_ms: i64) -> Result<Vec<(String, String)>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let due: Vec<(String, String)> = {
+            let mut stmt = tx.prepare(
+                "SELECT g.connector, g.serial FROM certificate_grace g
+                 JOIN certificates c ON c.serial = g.serial
+                 WHERE g.revoke_at_ms <= ?1 AND c.revoked_ms IS NULL",
+            )?;
+            let rows = stmt.query_map(params![now_ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<Vec<_>, _>>()?
+        };
+        for (_, serial) in &due {
+            tx.execute(
+                "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'superseded by a renewal'
+                 WHERE serial = ?1 AND revoked_ms IS NULL",
+                params![serial, now_ms],
+            )?;
+        }
+        tx.commit()?;
+        Ok(due)
+    }
+
+    /// Every connector's certificates, newest first, at most `per_connector`
+    /// each.
+    pub fn certificate_history(
+        &self,
+        per_connector: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<CertHistory>>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare(
+            "SELECT c.connector, c.serial, c.issued_ms, c.not_after_ms, c.revoked_ms, g.revoke_at_ms
+             FROM certificates c LEFT JOIN certificate_grace g ON g.serial = c.serial
+             ORDER BY c.connector, c.issued_ms DESC, c.rowid DESC",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                CertHistory {
+                    serial: r.get(1)?,
+                    issued_ms: r.get(2)?,
+                    not_after_ms: r.get(3)?,
+                    revoked_ms: r.get(4)?,
+                    grace_until_ms: r.get(5)?,
+                },
+            ))
+        })?;
+        let mut out: std::collections::HashMap<String, Vec<CertHistory>> = Default::default();
+        for row in rows {
+            let (connector, h) = row?;
+            let list = out.entry(connector).or_default();
+            if list.len() < per_connector {
+                list.push(h);
+            }
+        }
+        Ok(out)
+    }
+
     /// Drops the tables, so every later query fails (tests of how callers
     /// handle a failing database).
     #[cfg(test)]
@@ -485,6 +680,84 @@ mod tests {
         assert_eq!(
             s.enroll(&cert("c9", "g", "04")).expect("db"),
             Err(EnrollRefusal::KeyRevoked("g".into()))
+        );
+    }
+
+    fn renewal<'a>(old: &'a str, serial: &'a str, now_ms: i64) -> Renewal<'a> {
+        Renewal {
+            name: "c1",
+            group: "g",
+            old_serial: old,
+            serial,
+            fingerprint: "f",
+            not_after_ms: now_ms + 100,
+            now_ms,
+            revoke_old_at_ms: now_ms + 5,
+        }
+    }
+
+    #[test]
+    fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c2", "g", "09")).expect("db"), Ok(()));
+        assert_eq!(s.renew(&renewal("01", "02", 2)).expect("db"), Ok(()));
+        // In grace: both valid, the new one current.
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("02"));
+        assert_eq!(s.revoke_after_grace(6).expect("db"), vec![]);
+        // The old one renews again while in grace; its grace is not extended.
+        assert_eq!(s.renew(&renewal("01", "03", 4)).expect("db"), Ok(()));
+        assert_eq!(
+            s.revoke_after_grace(7).expect("db"),
+            vec![("c1".to_owned(), "01".to_owned())]
+        );
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.revoke_after_grace(8).expect("db"), vec![]);
+        assert_eq!(
+            s.revoke_after_grace(9).expect("db"),
+            vec![("c1".to_owned(), "02".to_owned())]
+        );
+        let history = s.certificate_history(10).expect("db");
+        let serials: Vec<&str> = history["c1"].iter().map(|h| h.serial.as_str()).collect();
+        assert_eq!(serials, ["03", "02", "01"]);
+        // Refusals: revoked, unknown, another connector's, expired, disabled.
+        assert!(matches!(
+            s.renew(&renewal("01", "04", 10)).expect("db"),
+            Err(RenewRefusal::Revoked { .. })
+        ));
+        assert!(matches!(
+            s.renew(&renewal("77", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("09", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("03", "04", 104)).expect("db"),
+            Err(RenewRefusal::Expired(_))
+        ));
+        assert!(s.set_disabled("c1", true, 11).expect("db"));
+        assert_eq!(
+            s.renew(&renewal("03", "04", 12)).expect("db"),
+            Err(RenewRefusal::Disabled("c1".into()))
+        );
+        assert!(
+            s.certificate("04").expect("db").is_none(),
+            "nothing recorded"
         );
     }
 

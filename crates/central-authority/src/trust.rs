@@ -142,6 +142,13 @@ impl Enrollment for EnrollmentService {
             }
         }
     }
+
+    async fn renew(
+        &self,
+        request: Request<v1::RenewRequest>,
+    ) -> Result<Response<v1::EnrollResponse>, Status> {
+        crate::renew::serve(&self.authority, request).await
+    }
 }
 
 /// A provisioning key as the admin API shows it (never the key itself).

@@ -147,6 +147,56 @@ pub struct ConnectorView {
     pub certificate_serial: Option<String>,
     /// End of that certificate's validity, Unix ms.
     pub certificate_not_after: Option<i64>,
+    /// Its certificates, newest first (at most `CERTIFICATES_SHOWN`): each
+    /// renewal adds one.
+    pub certificates: Vec<CertificateView>,
+}
+
+/// How many certificates of a connector the views list.
+pub const CERTIFICATES_SHOWN: usize = 10;
+
+/// One certificate of a connector, as the admin API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CertificateView {
+    /// Serial, lower-case hex.
+    pub serial: String,
+    /// Issued at, Unix ms.
+    pub issued_at: i64,
+    /// End of validity, Unix ms.
+    pub not_after: i64,
+    /// Revoked at, Unix ms.
+    pub revoked_at: Option<i64>,
+    /// Superseded by a renewal: revoked at this time, Unix ms.
+    pub grace_until: Option<i64>,
+    /// `current` (the newest valid one), `grace` (superseded, still
+    /// accepted until `grace_until`), `revoked` or `expired`.
+    pub state: &'static str,
+}
+
+impl CertificateView {
+    fn new(h: crate::store::CertHistory, current: Option<&str>, now_ms: i64) -> Self {
+        let state = if h.revoked_ms.is_some() {
+            "revoked"
+        } else if h.not_after_ms <= now_ms {
+            "expired"
+        } else if current == Some(h.serial.as_str()) {
+            "current"
+        } else if h.grace_until_ms.is_some() {
+            "grace"
+        } else {
+            // Unrevoked, unexpired, not the newest and never superseded:
+            // cannot happen (enrollment revokes, renewal starts a grace).
+            "current"
+        };
+        CertificateView {
+            serial: h.serial,
+            issued_at: h.issued_ms,
+            not_after: h.not_after_ms,
+            revoked_at: h.revoked_ms,
+            grace_until: h.grace_until_ms,
+            state,
+        }
+    }
 }
 
 /// A connector's self-reported load.
@@ -316,6 +366,7 @@ impl Authority {
             disabled: false,
             certificate_serial: None,
             certificate_not_after: None,
+            certificates: Vec::new(),
         });
         // Enrolled connectors, also those that never connected.
         match self.store().connectors() {
@@ -341,6 +392,7 @@ impl Authority {
                                 disabled: false,
                                 certificate_serial: None,
                                 certificate_not_after: None,
+                                certificates: Vec::new(),
                             });
                             let last = out.len() - 1;
                             &mut out[last]
@@ -353,6 +405,21 @@ impl Authority {
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot list enrolled connectors"),
+        }
+        match self.store().certificate_history(CERTIFICATES_SHOWN) {
+            Ok(mut history) => {
+                let now = crate::trust::now_ms();
+                for view in &mut out {
+                    let current = view.certificate_serial.as_deref();
+                    view.certificates = history
+                        .remove(&view.name)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|h| CertificateView::new(h, current, now))
+                        .collect();
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list certificates"),
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out

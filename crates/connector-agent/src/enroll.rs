@@ -5,9 +5,17 @@
 //! certificate with the key in `--state-dir`. Every session after that is
 //! mutual TLS with that certificate; the provisioning key is not sent again.
 //!
+//! Before the certificate expires, [`renew`] exchanges it for a new one
+//! over a new key (`Enrollment.Renew`, mutual TLS with the current
+//! certificate, no provisioning key); see [`crate::renewal`] for when.
+//!
 //! State directory files: `connector.key` (PKCS#8 PEM, mode 0600),
-//! `connector.pem` (the certificate) and `identity` (name, group, serial;
-//! written last, so its presence means the enrollment is complete).
+//! `connector.pem` (the certificate) and `identity` (name, group, serial,
+//! and the time the certificate was received in Unix ms; written last, so
+//! its presence means the enrollment is complete). A renewal writes
+//! `connector.key.new` and `connector.pem.new` in full first, then renames
+//! the key, then the certificate; [`load`] finishes or discards a renewal
+//! a crash interrupted, so a certificate is never paired with the wrong key.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +30,10 @@ pub const KEY_FILE: &str = "connector.key";
 pub const CERT_FILE: &str = "connector.pem";
 /// Name, group and serial of the enrollment.
 pub const IDENTITY_FILE: &str = "identity";
+/// A renewed key, before it replaces [`KEY_FILE`].
+pub const NEW_KEY_FILE: &str = "connector.key.new";
+/// A renewed certificate, before it replaces [`CERT_FILE`].
+pub const NEW_CERT_FILE: &str = "connector.pem.new";
 
 /// Why enrollment or loading credentials failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +78,12 @@ pub enum EnrollError {
     /// Invalid URL or TLS setup.
     #[error("TLS setup: {0}")]
     Tls(String),
+    /// The stored certificate cannot be read.
+    #[error("{path}: not a readable certificate")]
+    BadCertificate {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl EnrollError {
@@ -123,12 +141,20 @@ pub struct Enrollment {
     key_pem: String,
     /// Its serial.
     pub serial: String,
+    /// When the connector received it, Unix ms (the start of its lifetime
+    /// for renewal; the certificate's own `notBefore` has a few minutes of
+    /// slack for clocks running behind).
+    pub issued_ms: i64,
+    /// End of its validity, Unix ms.
+    pub not_after_ms: i64,
 }
 
 impl std::fmt::Debug for Enrollment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Enrollment")
             .field("serial", &self.serial)
+            .field("issued_ms", &self.issued_ms)
+            .field("not_after_ms", &self.not_after_ms)
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +166,29 @@ impl Enrollment {
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
             .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
     }
+
+    /// Whether the certificate has expired at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        now_ms >= self.not_after_ms
+    }
+}
+
+/// Now, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `notBefore` and `notAfter` of a PEM certificate, Unix ms.
+fn validity(cert_pem: &str) -> Option<(i64, i64)> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let v = cert.validity();
+    Some((
+        v.not_before.timestamp().saturating_mul(1000),
+        v.not_after.timestamp().saturating_mul(1000),
+    ))
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EnrollError + '_ {
@@ -183,6 +232,7 @@ pub fn load(
     group: &str,
     ca_pem: &str,
 ) -> Result<Option<Enrollment>, EnrollError> {
+    finish_renewal(dir)?;
     let id_path = dir.join(IDENTITY_FILE);
     let identity = match std::fs::read_to_string(&id_path) {
         Ok(text) => text,
@@ -190,10 +240,11 @@ pub fn load(
         Err(e) => return Err(io(&id_path)(e)),
     };
     let mut lines = identity.lines();
-    let (n, g, serial) = (
+    let (n, g, serial, received) = (
         lines.next().unwrap_or_default(),
         lines.next().unwrap_or_default(),
         lines.next().unwrap_or_default(),
+        lines.next().and_then(|l| l.trim().parse::<i64>().ok()),
     );
     if n != name || g != group {
         return Err(EnrollError::OtherIdentity {
@@ -206,12 +257,142 @@ pub fn load(
         let p = dir.join(f);
         std::fs::read_to_string(&p).map_err(io(&p))
     };
+    let cert_pem = read(CERT_FILE)?;
+    let (not_before, not_after_ms) =
+        validity(&cert_pem).ok_or_else(|| EnrollError::BadCertificate {
+            path: dir.join(CERT_FILE),
+        })?;
+    // The serial and the receipt time of a renewed certificate are in the
+    // identity file only once the renewal completed; a renewal whose
+    // identity write was interrupted still has the right certificate.
     Ok(Some(Enrollment {
         ca_pem: ca_pem.to_owned(),
-        cert_pem: read(CERT_FILE)?,
+        cert_pem,
         key_pem: read(KEY_FILE)?,
         serial: serial.to_owned(),
+        // Within the certificate's validity (`max`/`min`, not `clamp`: a
+        // malformed certificate may end before it starts).
+        issued_ms: received
+            .unwrap_or(not_before)
+            .max(not_before)
+            .min(not_after_ms),
+        not_after_ms,
     }))
+}
+
+/// Completes or discards a renewal that a crash interrupted: both new
+/// files present means neither was moved yet (the old pair is intact:
+/// discard them); only the certificate present means the key was moved
+/// (move the certificate too).
+fn finish_renewal(dir: &Path) -> Result<(), EnrollError> {
+    let (new_key, new_cert) = (dir.join(NEW_KEY_FILE), dir.join(NEW_CERT_FILE));
+    match (new_key.exists(), new_cert.exists()) {
+        (true, true) => {
+            std::fs::remove_file(&new_key).map_err(io(&new_key))?;
+            std::fs::remove_file(&new_cert).map_err(io(&new_cert))?;
+        }
+        (false, true) => {
+            let cert = dir.join(CERT_FILE);
+            std::fs::rename(&new_cert, &cert).map_err(io(&cert))?;
+        }
+        (true, false) => {
+            // Written before the certificate: the renewal never completed.
+            std::fs::remove_file(&new_key).map_err(io(&new_key))?;
+        }
+        (false, false) => {}
+    }
+    Ok(())
+}
+
+/// Makes the directory's renames durable.
+fn sync_dir(dir: &Path) -> Result<(), EnrollError> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// A new key pair and a CSR naming `name` (the CA uses only the key).
+fn key_and_csr(name: &str) -> Result<(rcgen::KeyPair, String), EnrollError> {
+    let key = rcgen::KeyPair::generate().map_err(|e| EnrollError::Key(e.to_string()))?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
+        .map_err(|e| EnrollError::Key(e.to_string()))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|c| c.pem())
+        .map_err(|e| EnrollError::Key(e.to_string()))?;
+    Ok((key, csr))
+}
+
+/// Renews once: new key pair and CSR, `Renew` over mutual TLS with
+/// `current`, the new key and certificate written atomically into `dir`
+/// (see the module comment), and the new enrollment returned.
+pub async fn renew(
+    url: &str,
+    current: &Enrollment,
+    dir: &Path,
+    name: &str,
+    group: &str,
+) -> Result<Enrollment, EnrollError> {
+    let (key, csr) = key_and_csr(name)?;
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| EnrollError::Tls(e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(15))
+        .tls_config(current.tls())
+        .map_err(|e| EnrollError::Tls(e.to_string()))?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| EnrollError::Unreachable(crate::session::error_chain(&e)))?;
+    let issued_ms = now_ms();
+    let response = EnrollmentClient::new(channel)
+        .renew(v1::RenewRequest { csr_pem: csr })
+        .await
+        .map_err(|s| EnrollError::Refused {
+            code: s.code(),
+            message: s.message().to_owned(),
+        })?
+        .into_inner();
+    let key_pem = key.serialize_pem();
+    let not_after_ms =
+        validity(&response.certificate_pem).map_or(response.not_after_unix_ms, |(_, n)| n);
+    // Both new files complete and durable first; then the key, then the
+    // certificate replace the old ones (see `finish_renewal`).
+    let (new_key, new_cert) = (dir.join(NEW_KEY_FILE), dir.join(NEW_CERT_FILE));
+    write_atomic(&new_key, &key_pem, true)?;
+    write_atomic(&new_cert, &response.certificate_pem, false)?;
+    sync_dir(dir)?;
+    let (key_path, cert_path) = (dir.join(KEY_FILE), dir.join(CERT_FILE));
+    std::fs::rename(&new_key, &key_path).map_err(io(&key_path))?;
+    std::fs::rename(&new_cert, &cert_path).map_err(io(&cert_path))?;
+    sync_dir(dir)?;
+    write_atomic(
+        &dir.join(IDENTITY_FILE),
+        &format!("{name}\n{group}\n{}\n{issued_ms}\n", response.serial),
+        false,
+    )?;
+    tracing::info!(
+        old_serial = %current.serial,
+        serial = %response.serial,
+        not_after_ms,
+        "certificate renewed"
+    );
+    Ok(Enrollment {
+        ca_pem: current.ca_pem.clone(),
+        cert_pem: response.certificate_pem,
+        key_pem,
+        serial: response.serial,
+        issued_ms,
+        not_after_ms,
+    })
 }
 
 /// A channel to the CA over TLS that trusts `ca_pem` (no client
@@ -238,18 +419,9 @@ pub async fn enroll(
     group: &str,
     provisioning_key: &ProvisioningKey,
 ) -> Result<Enrollment, EnrollError> {
-    let key = rcgen::KeyPair::generate().map_err(|e| EnrollError::Key(e.to_string()))?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
-        .map_err(|e| EnrollError::Key(e.to_string()))?;
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let csr = params
-        .serialize_request(&key)
-        .and_then(|c| c.pem())
-        .map_err(|e| EnrollError::Key(e.to_string()))?;
+    let (key, csr) = key_and_csr(name)?;
     let mut client = EnrollmentClient::new(channel(url, ca_pem).await?);
+    let issued_ms = now_ms();
     let response = client
         .enroll(v1::EnrollRequest {
             name: name.to_owned(),
@@ -277,9 +449,11 @@ pub async fn enroll(
     write_atomic(&dir.join(CERT_FILE), &response.certificate_pem, false)?;
     write_atomic(
         &id_path,
-        &format!("{name}\n{group}\n{}\n", response.serial),
+        &format!("{name}\n{group}\n{}\n{issued_ms}\n", response.serial),
         false,
     )?;
+    let not_after_ms =
+        validity(&response.certificate_pem).map_or(response.not_after_unix_ms, |(_, n)| n);
     tracing::info!(
         serial = %response.serial,
         identity = %response.identity_uri,
@@ -291,5 +465,93 @@ pub async fn enroll(
         cert_pem: response.certificate_pem,
         key_pem,
         serial: response.serial,
+        issued_ms,
+        not_after_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("reach-enroll-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        d
+    }
+
+    fn files(d: &Path, names: &[(&str, &str)]) {
+        for (name, text) in names {
+            std::fs::write(d.join(name), text).expect("write");
+        }
+    }
+
+    fn read(d: &Path, name: &str) -> Option<String> {
+        std::fs::read_to_string(d.join(name)).ok()
+    }
+
+    #[test]
+    fn an_interrupted_renewal_never_pairs_a_certificate_with_the_wrong_key() {
+        // Crash before any rename: the old pair stays, the new files go.
+        let d = dir("both");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "old key"),
+                (CERT_FILE, "old cert"),
+                (NEW_KEY_FILE, "new key"),
+                (NEW_CERT_FILE, "new cert"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("old key"));
+        assert_eq!(read(&d, CERT_FILE).as_deref(), Some("old cert"));
+        assert_eq!(
+            (read(&d, NEW_KEY_FILE), read(&d, NEW_CERT_FILE)),
+            (None, None)
+        );
+        // Crash after the key moved: the certificate follows it.
+        let d = dir("key-moved");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "new key"),
+                (CERT_FILE, "old cert"),
+                (NEW_CERT_FILE, "new cert"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("new key"));
+        assert_eq!(read(&d, CERT_FILE).as_deref(), Some("new cert"));
+        assert_eq!(read(&d, NEW_CERT_FILE), None);
+        // Crash while the certificate was being written: discarded.
+        let d = dir("key-only");
+        files(
+            &d,
+            &[
+                (KEY_FILE, "old key"),
+                (CERT_FILE, "old cert"),
+                (NEW_KEY_FILE, "new key"),
+            ],
+        );
+        finish_renewal(&d).expect("finished");
+        assert_eq!(read(&d, KEY_FILE).as_deref(), Some("old key"));
+        assert_eq!(read(&d, NEW_KEY_FILE), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_written_key_is_readable_by_the_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir("mode");
+        write_atomic(&d.join(NEW_KEY_FILE), "key", true).expect("written");
+        let mode = std::fs::metadata(d.join(NEW_KEY_FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -37,6 +37,10 @@
 //!   address family (raw socket, else unprivileged, else none with one
 //!   warning); UDP ports = ICMP, then a TCP fallback that counts a
 //!   handshake or a reset as reachable.
+//! - [`renewal`]: the certificate is renewed at about two thirds of its
+//!   lifetime (with jitter) over mutual TLS, stored atomically in
+//!   `--state-dir`, and the session moves onto it; an expired certificate
+//!   needs the provisioning key to enroll again.
 //! - [`metrics`]: Prometheus metrics at `--metrics-listen` `/metrics`.
 //!
 //! The binary (`main.rs`) parses [`Config`] and calls [`run`].
@@ -48,6 +52,7 @@ pub mod enroll;
 pub mod metrics;
 pub mod pacer;
 pub mod probe;
+pub mod renewal;
 pub mod resolver;
 pub mod schedule;
 pub mod session;
@@ -180,12 +185,33 @@ async fn enrollment(
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<enroll::Enrollment>, AgentError> {
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
-    if let Some(c) = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)? {
-        tracing::info!(serial = %c.serial, state_dir = %config.state_dir.display(), "using the enrolled certificate");
-        return Ok(Some(c));
+    let loaded = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)?;
+    if let Some(c) = &loaded
+        && !c.expired(enroll::now_ms())
+    {
+        tracing::info!(serial = %c.serial, not_after_ms = c.not_after_ms, state_dir = %config.state_dir.display(), "using the enrolled certificate");
+        return Ok(loaded);
     }
-    let key = provisioning_key(config)?;
-    tracing::info!(state_dir = %config.state_dir.display(), "not enrolled yet: enrolling");
+    let key = match (provisioning_key(config), &loaded) {
+        (Ok(key), _) => key,
+        (Err(e), Some(c)) => {
+            tracing::error!(
+                serial = %c.serial,
+                not_after_ms = c.not_after_ms,
+                "the connector certificate has expired and this connector has no provisioning key: enroll it again (connector-agent enroll with --provisioning-key-file)"
+            );
+            return Err(e);
+        }
+        (Err(e), None) => return Err(e),
+    };
+    match &loaded {
+        Some(c) => {
+            tracing::warn!(serial = %c.serial, state_dir = %config.state_dir.display(), "the connector certificate has expired: enrolling again")
+        }
+        None => {
+            tracing::info!(state_dir = %config.state_dir.display(), "not enrolled yet: enrolling")
+        }
+    }
     let mut attempt = 0u32;
     loop {
         match enroll::enroll(
@@ -263,12 +289,33 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (scheduler, scheduler_task) =
         schedule::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
+    // The certificate renews itself; the session follows it.
+    let renewals = match &credentials {
+        session::Credentials::Certificate(current) => {
+            let (tx, rx) = watch::channel(current.clone());
+            let renewer = renewal::Renewer {
+                ca: config.ca.clone(),
+                state_dir: config.state_dir.clone(),
+                name: config.name.clone(),
+                group: config.group.clone(),
+                provisioning_key: provisioning_key(&config).ok(),
+            };
+            tasks.push(tokio::spawn(renewer.run(
+                current.clone(),
+                tx,
+                stop_rx.clone(),
+            )));
+            Some(rx)
+        }
+        session::Credentials::ProvisioningKey(_) => None,
+    };
     let options = session::SessionOptions {
         identity: session::Identity {
             name: config.name.clone(),
             group: config.group.clone(),
         },
         credentials,
+        renewals,
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
     };

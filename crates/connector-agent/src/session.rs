@@ -4,7 +4,10 @@
 //! metadata); Hello first, Welcome/PolicyUpdate applied, access events and
 //! pings answered, health reports and heartbeats sent, and on any
 //! disconnect a reconnect with exponential backoff and full jitter while
-//! checks go on.
+//! checks go on. A renewed certificate (from [`crate::renewal`]) moves the
+//! session over: a new session with it is opened first, the old one closed
+//! once the CA welcomed the new one (the CA replaces a connector's session
+//! with its newer one), and the checks never stop.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,6 +56,10 @@ pub enum SessionError {
     /// The CA closed the stream.
     #[error("the CA closed the stream")]
     Closed,
+    /// The certificate was renewed: the session moves onto the new one
+    /// (already open when the move succeeded).
+    #[error("moving to a renewed certificate")]
+    Renewed(Box<Handover>),
     /// The CA asked the connector to leave.
     #[error("the CA asked to end the session: {reason}")]
     Shutdown {
@@ -64,6 +71,23 @@ pub enum SessionError {
         reconnect_to: Option<String>,
     },
 }
+
+/// A session opened on a renewed certificate while the old one still ran.
+#[derive(Debug)]
+pub struct Handover {
+    /// The renewed credentials.
+    pub enrollment: Enrollment,
+    /// The new session, welcomed, if it could be opened (else the next
+    /// session opens with the new credentials as usual).
+    opened: Option<Opened>,
+}
+
+/// An open session: outbound queue, inbound stream, the CA's Welcome.
+type Opened = (
+    mpsc::Sender<ConnectorMessage>,
+    Streaming<AuthorityMessage>,
+    v1::Welcome,
+);
 
 /// An error with its sources (tonic's transport errors say only
 /// "transport error" at the top).
@@ -128,6 +152,9 @@ pub struct SessionOptions {
     /// The connector's own probe timeout, in force whenever the CA's
     /// `ConnectorSettings` leave it at 0.
     pub check_timeout: Duration,
+    /// Renewed certificates, when a renewal task runs: each one replaces
+    /// `credentials` and the session moves onto it.
+    pub renewals: Option<watch::Receiver<Enrollment>>,
 }
 
 /// Everything the sessions drive.
@@ -153,17 +180,38 @@ pub async fn run(
 ) {
     let mut url = ca;
     let mut attempt = 0u32;
+    let mut options = options;
+    let mut renewals = options.renewals.take();
+    let mut handover: Option<Opened> = None;
     loop {
-        parts.metrics.set_session_state("connecting");
+        if handover.is_none() {
+            parts.metrics.set_session_state("connecting");
+            // A certificate renewed while no session ran: connect with it
+            // (the old one may be revoked or expired by now).
+            if let Some(rx) = renewals.as_mut()
+                && rx.has_changed().unwrap_or(false)
+            {
+                options.credentials = Credentials::Certificate(rx.borrow_and_update().clone());
+            }
+        }
         let mut stop = shutdown.clone();
         let ended = tokio::select! {
-            ended = session(&url, &options, &parts, &mut reports, &mut attempt, &mut stop) => ended,
+            ended = session(&url, &options, &parts, &mut reports, &mut attempt, &mut stop, renewals.as_mut(), handover.take()) => ended,
             () = stopped(&mut shutdown) => return,
         };
         let mut delay = backoff(attempt, &mut rand::rng());
         attempt = attempt.saturating_add(1);
         match ended {
             Ok(()) => return,
+            Err(SessionError::Renewed(next)) => {
+                let Handover { enrollment, opened } = *next;
+                tracing::info!(serial = %enrollment.serial, moved = opened.is_some(), "session moving to the renewed certificate");
+                options.credentials = Credentials::Certificate(enrollment);
+                handover = opened;
+                attempt = 0;
+                // No backoff: the new session is open, or opens now.
+                continue;
+            }
             Err(SessionError::Shutdown {
                 reason,
                 retry_after,
@@ -288,6 +336,7 @@ async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), Se
 
 /// One session: open the stream, wait for Welcome, send the full state,
 /// then the message loop. `Ok(())` only when `shutdown` asked to stop.
+#[allow(clippy::too_many_arguments)] // the session's state lives in `run`, which owns it across sessions
 async fn session(
     url: &str,
     options: &SessionOptions,
@@ -295,9 +344,17 @@ async fn session(
     reports: &mut mpsc::UnboundedReceiver<Vec<AppReport>>,
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
+    mut renewals: Option<&mut watch::Receiver<Enrollment>>,
+    opened: Option<Opened>,
 ) -> Result<(), SessionError> {
-    let (out, mut inbound) = open(url, options, parts).await?;
-    let welcome = expect_welcome(&mut inbound).await?;
+    let (out, mut inbound, welcome) = match opened {
+        Some(o) => o,
+        None => {
+            let (out, mut inbound) = open(url, options, parts).await?;
+            let welcome = expect_welcome(&mut inbound).await?;
+            (out, inbound, welcome)
+        }
+    };
     *attempt = 0;
     parts.metrics.sessions.inc();
     parts.metrics.set_session_state("connected");
@@ -337,10 +394,60 @@ async fn session(
             _ = ticker.tick() => {
                 send(&out, ToCa::Heartbeat(heartbeat_message(parts, &mut rate))).await?;
             }
+            () = renewed(renewals.as_deref_mut()) => {
+                let enrollment = match renewals.as_deref_mut() {
+                    Some(rx) => rx.borrow_and_update().clone(),
+                    None => continue,
+                };
+                return Err(SessionError::Renewed(Box::new(move_to(url, options, parts, enrollment).await)));
+            }
             () = stopped(shutdown) => {
                 // Ending the outbound stream closes the session cleanly.
                 drop(out);
                 return Ok(());
+            }
+        }
+    }
+}
+
+/// Completes when a renewed certificate arrives (never without a renewal
+/// task, or once it ended).
+async fn renewed(renewals: Option<&mut watch::Receiver<Enrollment>>) {
+    if let Some(rx) = renewals
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
+/// Opens and welcomes a session with the renewed `enrollment` while the
+/// current one still runs; the caller then drops the current one.
+async fn move_to(
+    url: &str,
+    options: &SessionOptions,
+    parts: &Parts,
+    enrollment: Enrollment,
+) -> Handover {
+    let mut next = options.clone();
+    next.renewals = None;
+    next.credentials = Credentials::Certificate(enrollment.clone());
+    let opened = async {
+        let (out, mut inbound) = open(url, &next, parts).await?;
+        let welcome = expect_welcome(&mut inbound).await?;
+        Ok::<_, SessionError>((out, inbound, welcome))
+    }
+    .await;
+    match opened {
+        Ok(o) => Handover {
+            enrollment,
+            opened: Some(o),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open a session with the renewed certificate yet; reconnecting with it");
+            Handover {
+                enrollment,
+                opened: None,
             }
         }
     }
@@ -537,6 +644,7 @@ mod tests {
             credentials: Credentials::ProvisioningKey(ProvisioningKey::new("s3cret-key")),
             checks_per_second: 20,
             check_timeout: Duration::from_secs(1),
+            renewals: None,
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");

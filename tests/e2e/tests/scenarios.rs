@@ -1329,3 +1329,108 @@ async fn s14_trust() -> Result<()> {
     })
     .await
 }
+
+/// Issue 13.3: certificates that live seconds renew themselves. The real
+/// connector stays connected and reporting across at least two renewals,
+/// each renewal is a new serial in the admin API (the old one revoked after
+/// its grace), and no renewal spends a provisioning key use.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s15_hostile_renewal() -> Result<()> {
+    let sc = Scenario::new("s15_hostile_renewal", 45)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let mut web = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        // Lifetime 8 s: the connector renews every ~5 s; grace 2 s.
+        cfg = cfg.replace(
+            "[[api_tokens]]",
+            "[tls]\nconnector_cert_validity_s = 8\nrenewal_grace_s = 2\n\n[[api_tokens]]",
+        );
+        cfg += &segment(
+            "web",
+            &[&a1.to_string()],
+            &["8080"],
+            &[],
+            "continuous",
+            500,
+            &["g"],
+            "",
+        );
+        let ca = Ca::start(&sc, &cfg).await?;
+        let app = App::new("web", &a1.to_string(), "tcp", 8080);
+        let c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        let entry = |v: &serde_json::Value| {
+            v["connectors"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["name"] == "c1").cloned())
+                .unwrap_or_default()
+        };
+        // Three serials (two renewals), and after each one the connector is
+        // connected and its reports follow the application.
+        let mut serials: Vec<String> = Vec::new();
+        let mut up = false;
+        while serials.len() < 3 {
+            let serial = eventually(Duration::from_secs(30), || async {
+                let c = entry(&ca.get("/api/v1/connectors").await?);
+                let s = c["certificate_serial"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                ensure!(c["connected"] == true, "c1 not connected: {c}");
+                ensure!(!s.is_empty() && !serials.contains(&s), "no new serial yet");
+                Ok(s)
+            })
+            .await?;
+            serials.push(serial);
+            // Flip the application: the status must follow, so reports land.
+            if up {
+                web.resume().await?;
+            } else {
+                web.stop();
+            }
+            up = !up;
+            let want = if up { "up" } else { "down" };
+            wait_status(&ca, &app, "c1", want, Duration::from_secs(15)).await?;
+        }
+        let c = entry(&ca.get("/api/v1/connectors").await?);
+        let listed: Vec<String> = c["certificates"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["serial"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for s in &serials {
+            ensure!(listed.contains(s), "serial {s} not listed: {c}");
+        }
+        ensure!(
+            c["certificates"][0]["state"] == "current",
+            "the newest is not current: {c}"
+        );
+        // Every serial but the newest ones was revoked after its grace.
+        eventually(Duration::from_secs(15), || async {
+            let c = entry(&ca.get("/api/v1/connectors").await?);
+            let first = &serials[0];
+            let revoked = c["certificates"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| x["serial"] == first.as_str() && x["state"] == "revoked")
+            });
+            ensure!(revoked, "{first} not revoked: {c}");
+            Ok(())
+        })
+        .await?;
+        let keys = ca.get("/api/v1/provisioning_keys").await?;
+        let uses = keys["provisioning_keys"][0]["uses"].as_u64();
+        ensure!(uses == Some(1), "renewals spent key uses: {keys}");
+        ensure!(
+            c1.proc.log().contains("certificate renewed"),
+            "no renewal in the connector's log"
+        );
+        Ok(())
+    })
+    .await
+}

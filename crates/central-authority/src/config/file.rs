@@ -49,6 +49,8 @@ pub(super) struct TlsSection {
     pub(super) issuer_key_file: Option<PathBuf>,
     pub(super) server_names: Vec<String>,
     pub(super) connector_cert_days: Option<u32>,
+    pub(super) connector_cert_validity_s: Option<u64>,
+    pub(super) renewal_grace_s: Option<u64>,
     pub(super) handshake_timeout_ms: Option<u64>,
 }
 

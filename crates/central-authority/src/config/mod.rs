@@ -339,6 +339,8 @@ mod tests {
             assumed_checks_per_second = 0
             [tls]
             connector_cert_days = 3651
+            connector_cert_validity_s = 2
+            renewal_grace_s = 0
             handshake_timeout_ms = 99
             [limits]
             max_concurrent_streams = 0
@@ -361,6 +363,8 @@ mod tests {
                 "health.access_forward_interval_ms: must be at least 1",
                 "health.assumed_checks_per_second: must be at least 1",
                 "tls.connector_cert_days: 3651 is out of range (1-3650)",
+                "tls.connector_cert_validity_s: 2 is out of range (3-315360000)",
+                "tls.renewal_grace_s: 0 is out of range (1-604800)",
                 "tls.handshake_timeout_ms: 99 is out of range (100-120000)",
                 "limits.max_concurrent_streams: must be at least 1",
                 "limits.max_connections: must be at least 1",

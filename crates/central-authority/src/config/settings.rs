@@ -67,6 +67,10 @@ pub struct Settings {
     /// Validity of issued connector certificates
     /// (`[tls] connector_cert_days`, default 365).
     pub connector_cert_validity: Duration,
+    /// How long a connector's certificate stays valid after a renewal
+    /// superseded it, so that a live session on it can move over
+    /// (`[tls] renewal_grace_s`, default 300).
+    pub renewal_grace: Duration,
     /// Time a client has to finish the TLS handshake
     /// (`[tls] handshake_timeout_ms`, default 10000).
     pub handshake_timeout: Duration,
@@ -126,7 +130,7 @@ pub(super) fn settings(
     let h = &file.health;
     let window = health_rules(h, problems);
     let t = &file.tls;
-    let (days, handshake) = tls_rules(t, problems);
+    let (validity, grace, handshake) = tls_rules(t, problems);
     let l = &file.limits;
     limits_rules(l, problems);
     if problems.len() > before {
@@ -147,7 +151,8 @@ pub(super) fn settings(
             issuer_key_file: t.issuer_key_file.as_ref().map(path),
             server_names: t.server_names.clone(),
         },
-        connector_cert_validity: Duration::from_secs(u64::from(days) * 86_400),
+        connector_cert_validity: validity,
+        renewal_grace: grace,
         handshake_timeout: Duration::from_millis(handshake),
         limits: Limits {
             max_concurrent_streams: l.max_concurrent_streams,
@@ -253,8 +258,8 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
 }
 
 /// `[tls]`: each certificate with its key; returns the connector
-/// certificate validity in days and the handshake timeout in ms.
-fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (u32, u64) {
+/// certificate validity, the renewal grace and the handshake timeout in ms.
+fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (Duration, Duration, u64) {
     for (cert, key, field) in [
         (&t.cert_file, &t.key_file, "tls.cert_file"),
         (
@@ -273,6 +278,22 @@ fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (u32, u64) {
     }
     let days = t.connector_cert_days.unwrap_or(365);
     range(problems, "tls.connector_cert_days", days, 1..=3650);
+    // The finer setting is for tests and short-lived deployments (a
+    // lifetime of seconds shows renewal working); it wins when given.
+    let validity = match t.connector_cert_validity_s {
+        Some(s) => {
+            range(
+                problems,
+                "tls.connector_cert_validity_s",
+                s,
+                3..=3650 * 86_400,
+            );
+            Duration::from_secs(s)
+        }
+        None => Duration::from_secs(u64::from(days) * 86_400),
+    };
+    let grace = t.renewal_grace_s.unwrap_or(300);
+    range(problems, "tls.renewal_grace_s", grace, 1..=7 * 86_400);
     let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
     range(
         problems,
@@ -280,7 +301,7 @@ fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (u32, u64) {
         handshake,
         100..=120_000,
     );
-    (days, handshake)
+    (validity, Duration::from_secs(grace), handshake)
 }
 
 /// `[limits]`: every bound at least 1.
