@@ -1348,16 +1348,12 @@ async fn s15_hostile_renewal() -> Result<()> {
             "[[api_tokens]]",
             "[tls]\nconnector_cert_validity_s = 8\nrenewal_grace_s = 2\n\n[[api_tokens]]",
         );
-        cfg += &segment(
-            "web",
-            &[&a1.to_string()],
-            &["8080"],
-            &[],
-            "continuous",
-            500,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("web")
+            .apps([a1])
+            .tcp(["8080"])
+            .interval_ms(500)
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let app = App::new("web", &a1.to_string(), "tcp", 8080);
         let c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
@@ -1373,7 +1369,7 @@ async fn s15_hostile_renewal() -> Result<()> {
         let mut serials: Vec<String> = Vec::new();
         let mut up = false;
         while serials.len() < 3 {
-            let serial = eventually(Duration::from_secs(30), || async {
+            let serial = retry(Duration::from_secs(30), || async {
                 let c = entry(&ca.get("/api/v1/connectors").await?);
                 let s = c["certificate_serial"]
                     .as_str()
@@ -1412,7 +1408,7 @@ async fn s15_hostile_renewal() -> Result<()> {
             "the newest is not current: {c}"
         );
         // Every serial but the newest ones was revoked after its grace.
-        eventually(Duration::from_secs(15), || async {
+        retry(Duration::from_secs(15), || async {
             let c = entry(&ca.get("/api/v1/connectors").await?);
             let first = &serials[0];
             let revoked = c["certificates"].as_array().is_some_and(|a| {
