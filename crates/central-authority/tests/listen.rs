@@ -147,6 +147,27 @@ async fn silent_and_half_handshaken_connections_do_not_lock_out_an_access_reques
 }
 
 #[tokio::test]
+async fn silent_connections_from_many_addresses_give_way_to_a_new_client() {
+    // Every per-source cap respected, yet more than the CA serves at once:
+    // the connections idle longest give way to new ones.
+    let ca = Ca::start(&config("max_connections = 16")).await;
+    let mut held = Vec::new();
+    for i in 0..24u8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
+        if let Ok(s) = connect_from(from, ca.http).await {
+            held.push(s);
+        }
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "access request not answered while silent connections are held: {answered:?}"
+    );
+    drop(held);
+    ca.stop().await;
+}
+
+#[tokio::test]
 async fn a_connection_silent_after_the_handshake_is_closed_after_the_first_byte_timeout() {
     let ca = Ca::start(&config("first_byte_timeout_ms = 300")).await;
     // The TLS handshake completes, then nothing: today hyper's protocol
@@ -199,8 +220,9 @@ async fn one_source_gets_at_most_its_connection_cap_on_both_listeners() {
                 Some(200)
             ),
             _ => {
-                let mut client =
-                    v1::health_query_client::HealthQueryClient::new(channel_from(FRIENDLY, &ca).await);
+                let mut client = v1::health_query_client::HealthQueryClient::new(
+                    channel_from(FRIENDLY, &ca).await,
+                );
                 let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
                 request.metadata_mut().insert(
                     "authorization",
@@ -216,7 +238,7 @@ async fn one_source_gets_at_most_its_connection_cap_on_both_listeners() {
 
 fn throttled(ca: &Ca, what: &str, scope: &str) -> u64 {
     let m = ca.authority.metrics().render();
-    let prefix = format!("reach_ca_throttled_total{{scope=\"{scope}\",what=\"{what}\"}} ");
+    let prefix = format!("reach_ca_throttled_total{{what=\"{what}\",scope=\"{scope}\"}} ");
     m.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|n| n.trim().parse().ok())
@@ -241,14 +263,33 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
     );
     // The good token from another address is answered as ever.
     assert_eq!(
-        request_from(FRIENDLY, &ca, "GET", "/api/v1/health", Some(READ_TOKEN), None).await,
+        request_from(
+            FRIENDLY,
+            &ca,
+            "GET",
+            "/api/v1/health",
+            Some(READ_TOKEN),
+            None
+        )
+        .await,
         Some(200)
     );
-    assert_eq!(access_from(FRIENDLY, &ca).await.map(|s| s != 429), Some(true));
+    assert_eq!(
+        access_from(FRIENDLY, &ca).await.map(|s| s != 429),
+        Some(true)
+    );
     // And the throttled address with the good token waits its turn too:
     // a correct guess made while throttled is not even compared.
     assert_eq!(
-        request_from(HOSTILE, &ca, "GET", "/api/v1/health", Some(READ_TOKEN), None).await,
+        request_from(
+            HOSTILE,
+            &ca,
+            "GET",
+            "/api/v1/health",
+            Some(READ_TOKEN),
+            None
+        )
+        .await,
         Some(429)
     );
     assert!(throttled(&ca, "token", "source") > 0);
@@ -266,7 +307,12 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
                 .parse()
                 .expect("metadata"),
         );
-        codes.push(client.list_applications(request).await.map_err(|s| s.code()));
+        codes.push(
+            client
+                .list_applications(request)
+                .await
+                .map_err(|s| s.code()),
+        );
     }
     assert!(
         codes
@@ -291,8 +337,7 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
 #[tokio::test]
 async fn a_flood_of_bad_enrollments_from_one_address_does_not_stop_another() {
     let ca = Ca::start(&default_config()).await;
-    let mut client =
-        v1::enrollment_client::EnrollmentClient::new(channel_from(HOSTILE, &ca).await);
+    let mut client = v1::enrollment_client::EnrollmentClient::new(channel_from(HOSTILE, &ca).await);
     let (_, csr) = key_and_csr("guesser");
     let mut codes = Vec::new();
     // More than the CA's whole-CA burst (50) of attempts.
