@@ -443,7 +443,7 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let a = Admission::new(10);
         let ticket = Arc::new(a.admit(A).expect("admitted"));
-        let (client, server) = tokio::io::duplex(64);
+        let (_client, server) = tokio::io::duplex(64);
         let mut s = Deadlines::new(
             server,
             ticket.clone(),
