@@ -124,6 +124,10 @@ pub enum AuthError {
     /// No configured token matches.
     #[error("unknown API token")]
     UnknownToken,
+    /// Too many failed attempts from this source address; the attempt was
+    /// not evaluated (`throttle`).
+    #[error("too many failed attempts from this address; retry later")]
+    Throttled,
     /// The token is valid but lacks the scope.
     #[error("API token {token:?} lacks the {scope:?} scope")]
     MissingScope {
@@ -188,6 +192,7 @@ impl AuthError {
             AuthError::CertificateRevoked { .. } => "certificate_revoked",
             AuthError::ConnectorDisabled(_) => "disabled",
             AuthError::Unavailable => "unavailable",
+            AuthError::Throttled => "throttled",
         }
     }
 }

@@ -47,8 +47,10 @@ pub struct Authority {
     pki: Option<Arc<crate::pki::Pki>>,
     /// Enrolled connectors, certificates, key uses.
     store: Store,
-    /// Bounds enrollment attempts (key guessing) for the whole CA.
-    enroll_limiter: governor::DefaultDirectRateLimiter,
+    /// Failed bearer tokens, per source address (`throttle`).
+    token_throttle: crate::throttle::Throttle,
+    /// Failed enrollments (provisioning key guessing), per source address.
+    enroll_throttle: crate::throttle::Throttle,
 }
 
 /// Why the CA's trust state could not be opened.
@@ -74,11 +76,6 @@ pub enum TrustError {
         source: std::io::Error,
     },
 }
-
-/// Enrollment attempts per second the CA accepts (with a burst of
-/// `ENROLL_BURST`); far above any real fleet's rate, far below guessing.
-const ENROLL_PER_SECOND: u32 = 20;
-const ENROLL_BURST: u32 = 50;
 
 impl Authority {
     /// State for a validated configuration: opens (creating on first start)
@@ -116,14 +113,12 @@ impl Authority {
     ) -> Self {
         let window = config.settings.on_access_window;
         let gap = config.settings.access_forward_interval;
-        let quota = governor::Quota::per_second(
-            std::num::NonZeroU32::new(ENROLL_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN),
-        )
-        .allow_burst(std::num::NonZeroU32::new(ENROLL_BURST).unwrap_or(std::num::NonZeroU32::MIN));
+        let quotas = crate::throttle::Quotas::DEFAULT;
         Authority {
             pki,
             store,
-            enroll_limiter: governor::RateLimiter::direct(quota),
+            token_throttle: crate::throttle::Throttle::new(quotas),
+            enroll_throttle: crate::throttle::Throttle::new(quotas),
             policy: RwLock::new(Arc::new(PolicyState::new(config))),
             registry: Registry::default(),
             health: HealthTable::default(),
@@ -184,9 +179,12 @@ impl Authority {
         }
     }
 
-    /// Whether one more enrollment attempt may go ahead now.
-    pub(crate) fn enroll_permitted(&self) -> bool {
-        self.enroll_limiter.check().is_ok()
+    /// The throttle of failed attempts at `what`.
+    pub(crate) fn throttle(&self, what: crate::throttle::Guarded) -> &crate::throttle::Throttle {
+        match what {
+            crate::throttle::Guarded::Token => &self.token_throttle,
+            crate::throttle::Guarded::Enrollment => &self.enroll_throttle,
+        }
     }
 
     /// The policy in force.
@@ -446,6 +444,8 @@ impl Authority {
                 .1
             });
         self.recompute_budgets();
+        self.token_throttle.retain_recent();
+        self.enroll_throttle.retain_recent();
         if changed > 0 {
             self.bump();
         }

@@ -101,6 +101,7 @@ impl From<AuthError> for tonic::Status {
             | AuthError::UnknownGroup(_)
             | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
             AuthError::Unavailable => tonic::Status::unavailable(message),
+            AuthError::Throttled => tonic::Status::resource_exhausted(message),
         }
     }
 }

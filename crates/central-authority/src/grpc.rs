@@ -10,29 +10,24 @@ use protocol::v1::connector_session_server::ConnectorSessionServer;
 use protocol::v1::enrollment_server::EnrollmentServer;
 use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::access::AccessRequest;
-use crate::auth::{Scope, authorize};
+use crate::auth::Scope;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::session::SessionService;
 
 /// Checks the `authorization` metadata for `scope` (`auth::authorize`).
+/// Guesses are throttled per source address (`throttle`).
 fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
-    let state = authority.snapshot();
     let header = request
         .metadata()
         .get(protocol::metadata::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    authorize(
-        &state.config.tokens,
-        state.settings().anonymous_read,
-        header,
-        scope,
-    )
-    .map_err(|e| ApiError::from(e).into())
+    authority
+        .authorize_from(request.remote_addr().map(|a| a.ip()), header, scope)
+        .map_err(|e| ApiError::from(e).into())
 }
 
 /// The `Access` service.
@@ -124,9 +119,20 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let settings = authority.snapshot().settings().clone();
+    let limits = &settings.limits;
+    // Capped in total and per source address (`listen`); tonic does the
+    // TLS handshake (within the handshake timeout) on what this yields.
+    let incoming = crate::listen::grpc_incoming(
+        listener,
+        limits.grpc_max_connections,
+        limits.grpc_max_connections_per_source,
+    );
     let mut builder = tonic::transport::Server::builder()
+        // No connection lives forever: GOAWAY at the age, closed a minute
+        // later (connectors reconnect).
+        .max_connection_age(limits.grpc_max_connection_age)
+        .max_connection_age_grace(std::time::Duration::from_secs(60))
         // Dead peers are noticed even when a connector sends nothing.
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))

@@ -30,7 +30,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::access::{AccessRequest, ExplanationView, Refusal};
-use crate::auth::{AuthError, authorize};
+use crate::auth::AuthError;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::views::{ApplicationView, ConnectorView};
@@ -84,6 +84,15 @@ pub fn server_tls(
 
 /// Serves the router on `listener` (HTTPS when the CA has certificates)
 /// until `shutdown` resolves; open connections get a few seconds to finish.
+///
+/// Against a hostile crowd: at most `[limits] max_connections` open, at
+/// most `http_max_connections_per_source` from one address (more are closed
+/// at once); when full, the connection idle longest gives way to a new one;
+/// a connection must send its first byte within `first_byte_timeout` (then
+/// finish TLS within the handshake timeout, then send its first byte of
+/// HTTP within `first_byte_timeout` again), HTTP/1 headers within
+/// `header_timeout`, a body within `body_timeout`, and is closed after
+/// `idle_timeout` without traffic while no request is in flight.
 pub async fn serve(
     authority: Arc<Authority>,
     listener: TcpListener,
@@ -91,9 +100,11 @@ pub async fn serve(
 ) -> Result<(), crate::RunError> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
+
+    use crate::listen::{Admission, Deadlines};
 
     let settings = authority.snapshot().settings().clone();
+    let limits = settings.limits.clone();
     let acceptor = match authority.pki() {
         Some(pki) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_tls(
             pki,
@@ -101,35 +112,42 @@ pub async fn serve(
         )?))),
         None => None,
     };
-    let service = TowerToHyperService::new(
-        router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES)),
-    );
+    let router = router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.handshake_timeout)
+        .header_read_timeout(limits.header_timeout)
         .max_buf_size(MAX_HEADER_BYTES as usize * 4);
+    // No HTTP/2 keep-alive pings: they would keep an idle connection
+    // "moving"; `Deadlines` closes idle and dead peers instead.
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(settings.limits.max_concurrent_streams)
+        .max_concurrent_streams(limits.max_concurrent_streams)
         .max_header_list_size(MAX_HEADER_BYTES)
         .max_pending_accept_reset_streams(Some(20))
-        .max_local_error_reset_streams(Some(100))
-        .keep_alive_interval(Some(std::time::Duration::from_secs(20)))
-        .keep_alive_timeout(std::time::Duration::from_secs(20));
+        .max_local_error_reset_streams(Some(100));
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(settings.limits.max_connections));
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.http_max_connections_per_source);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => break,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
+        // Full: the connection idle longest (silent, mid-handshake, or
+        // between requests) gives way, so new clients are not locked out.
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                admission.evict_oldest_idle();
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                }
+            }
         };
         let (tcp, peer) = tokio::select! {
             _ = &mut shutdown => break,
@@ -143,31 +161,66 @@ pub async fn serve(
                 }
             },
         };
+        let Some(ticket) = admission.admit(peer.ip()) else {
+            tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed");
+            continue;
+        };
+        let ticket = Arc::new(ticket);
         let _ = tcp.set_nodelay(true);
-        let (builder, service, acceptor) = (builder.clone(), service.clone(), acceptor.clone());
+        let (builder, acceptor, router) = (builder.clone(), acceptor.clone(), router.clone());
         let watcher = graceful.watcher();
         let handshake = settings.handshake_timeout;
+        let limits = limits.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let result = match acceptor {
-                Some(acceptor) => match tokio::time::timeout(handshake, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => {
-                        let conn = builder.serve_connection(TokioIo::new(tls), service);
+            let service = connection_service(router, peer, ticket.clone(), limits.body_timeout);
+            let (first_byte, idle) = (limits.first_byte_timeout, limits.idle_timeout);
+            let serve = async {
+                match acceptor {
+                    Some(acceptor) => {
+                        // The first byte (of the ClientHello) within
+                        // `first_byte_timeout`, the whole handshake within
+                        // the handshake timeout, both counted from accept.
+                        let handshaken = tokio::time::timeout(handshake, async {
+                            let mut first = [0u8; 1];
+                            match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
+                                Ok(Ok(n)) if n > 0 => {}
+                                _ => return Err("no first byte in time".to_owned()),
+                            }
+                            acceptor.accept(tcp).await.map_err(|e| e.to_string())
+                        })
+                        .await;
+                        let tls = match handshaken {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
+                                return Ok(());
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
+                                return Ok(());
+                            }
+                        };
+                        let conn = builder.serve_connection(
+                            TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
+                            service,
+                        );
                         watcher.watch(conn.into_owned()).await
                     }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
-                        return;
+                    None => {
+                        let conn = builder.serve_connection(
+                            TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
+                            service,
+                        );
+                        watcher.watch(conn.into_owned()).await
                     }
-                    Err(_) => {
-                        tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
-                        return;
-                    }
-                },
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(tcp), service);
-                    watcher.watch(conn.into_owned()).await
+                }
+            };
+            let result = tokio::select! {
+                r = serve => r,
+                () = ticket.evicted() => {
+                    tracing::debug!(%peer, "HTTPS: idle connection closed to make room");
+                    return;
                 }
             };
             if let Err(e) = result {
@@ -181,6 +234,64 @@ pub async fn serve(
         _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
     }
     Ok(())
+}
+
+/// The address a request came from (a request extension the listener
+/// sets; absent when the router is called directly, as in unit tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+/// One connection's service: marks the connection busy while a request is
+/// in flight, reads the body within `body_timeout` (408 otherwise), records
+/// the peer's address, then runs the router.
+fn connection_service(
+    router: Router,
+    peer: std::net::SocketAddr,
+    ticket: Arc<crate::listen::Ticket>,
+    body_timeout: std::time::Duration,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
+    use hyper::service::Service as _;
+    let router = hyper_util::service::TowerToHyperService::new(router);
+    hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let (router, ticket) = (router.clone(), ticket.clone());
+        async move {
+            let _busy = ticket.busy();
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(Peer(peer));
+            let body = axum::body::Body::new(body);
+            let body = match tokio::time::timeout(
+                body_timeout,
+                axum::body::to_bytes(body, MAX_BODY_BYTES),
+            )
+            .await
+            {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(_)) => {
+                    return Ok(error_body(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "invalid_request",
+                        &format!("request body over {MAX_BODY_BYTES} bytes or broken"),
+                        None,
+                    ));
+                }
+                Err(_) => {
+                    return Ok(error_body(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request_timeout",
+                        "the request body did not arrive in time",
+                        None,
+                    ));
+                }
+            };
+            let request = hyper::Request::from_parts(parts, axum::body::Body::from(body));
+            router.call(request).await
+        }
+    })
 }
 
 /// The HTTP status of a refusal reason.
@@ -217,6 +328,9 @@ impl IntoResponse for ApiError {
             }
             ApiError::Auth(AuthError::MissingScope { .. }) => {
                 error_body(StatusCode::FORBIDDEN, "forbidden", &message, None)
+            }
+            ApiError::Auth(AuthError::Throttled) => {
+                error_body(StatusCode::TOO_MANY_REQUESTS, "throttled", &message, None)
             }
             ApiError::Auth(_) => {
                 let mut r = error_body(StatusCode::UNAUTHORIZED, "unauthorized", &message, None);
@@ -271,17 +385,13 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
-        let state = a.snapshot();
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        authorize(
-            &state.config.tokens,
-            state.settings().anonymous_read,
-            header,
-            S::SCOPE,
-        )?;
+        // Guesses are throttled per source address (`throttle`).
+        let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        a.authorize_from(source, header, S::SCOPE)?;
         Ok(RequireScope(PhantomData))
     }
 }

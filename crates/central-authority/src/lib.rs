@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod import;
+pub mod listen;
 pub mod metrics;
 mod on_access;
 pub mod pki;
@@ -29,6 +30,7 @@ pub mod renew;
 pub mod session;
 pub mod store;
 mod sync;
+pub mod throttle;
 pub mod trust;
 pub mod views;
 

@@ -28,6 +28,15 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+/// Labels of `reach_ca_throttled_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThrottleLabel {
+    /// `token` or `enrollment`.
+    pub what: &'static str,
+    /// `source` (the address's own limit) or `global` (the whole CA's).
+    pub scope: &'static str,
+}
+
 /// The CA's metrics. Cloning a metric handle is shallow (an `Arc`).
 #[derive(Debug)]
 pub struct Metrics {
@@ -53,6 +62,9 @@ pub struct Metrics {
     pub enrollments: Family<OutcomeLabel, Counter>,
     /// Connector sessions refused at authentication, by reason.
     pub sessions_refused: Family<OutcomeLabel, Counter>,
+    /// Attempts refused unevaluated because their source (or the whole CA)
+    /// failed too often (`throttle`).
+    pub throttled: Family<ThrottleLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +80,12 @@ impl Default for Metrics {
         let messages_rate_limited = Counter::default();
         let enrollments = Family::<OutcomeLabel, Counter>::default();
         let sessions_refused = Family::<OutcomeLabel, Counter>::default();
+        let throttled = Family::<ThrottleLabel, Counter>::default();
+        registry.register(
+            "throttled",
+            "Token and enrollment attempts refused unevaluated after too many failures, by the limit (source address or whole CA)",
+            throttled.clone(),
+        );
         registry.register(
             "messages_rate_limited",
             "Connector messages dropped by the per-connector rate cap",
@@ -130,6 +148,7 @@ impl Default for Metrics {
             messages_rate_limited,
             enrollments,
             sessions_refused,
+            throttled,
         }
     }
 }

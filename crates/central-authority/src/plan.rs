@@ -240,10 +240,10 @@ mod tests {
 {health}
 [[connector_groups]]
 name = "dc-east"
-provisioning_key = "k-east"
+provisioning_key = "k-east-0123456789"
 [[connector_groups]]
 name = "dc-west"
-provisioning_key = "k-west"
+provisioning_key = "k-west-0123456789"
 {segments}"#
         );
         Config::from_toml(&text, Path::new("."))

@@ -200,6 +200,8 @@ mod tests {
     use policy::Protocol;
 
     const POLICY: &str = r#"
+        [server]
+        allow_short_secrets = true
         [[connector_groups]]
         name = "g"
         provisioning_key = "k"

@@ -113,6 +113,16 @@ impl Enrollment for EnrollmentService {
         request: Request<v1::EnrollRequest>,
     ) -> Result<Response<v1::EnrollResponse>, Status> {
         let peer = request.remote_addr();
+        let source = peer.map(|p| p.ip());
+        // Throttled per source before the key is even compared (`throttle`).
+        if self
+            .authority
+            .admit(crate::throttle::Guarded::Enrollment, source)
+            .is_err()
+        {
+            Metrics::count(&self.authority.metrics().enrollments, "rate_limited");
+            return Err(EnrollError::RateLimited.into());
+        }
         let r = request.into_inner();
         let name: String = r.name.chars().take(128).collect();
         let group: String = r.group.chars().take(128).collect();
@@ -135,6 +145,14 @@ impl Enrollment for EnrollmentService {
                 Ok(Response::new(response))
             }
             Err(e) => {
+                if !matches!(
+                    e,
+                    EnrollError::NoTls | EnrollError::RateLimited | EnrollError::Internal
+                ) {
+                    self.authority
+                        .throttle(crate::throttle::Guarded::Enrollment)
+                        .failed(source);
+                }
                 Metrics::count(&self.authority.metrics().enrollments, e.label());
                 // The key is never logged, only the reason.
                 tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
@@ -175,9 +193,6 @@ impl Authority {
     /// client certificate.
     pub fn enroll(&self, r: &v1::EnrollRequest) -> Result<v1::EnrollResponse, EnrollError> {
         let pki = self.pki().ok_or(EnrollError::NoTls)?;
-        if !self.enroll_permitted() {
-            return Err(EnrollError::RateLimited);
-        }
         check_connector_name(&r.name)?;
         let state = self.snapshot();
         let unknown = || AuthError::UnknownGroup(r.group.chars().take(128).collect());
@@ -360,6 +375,8 @@ mod tests {
     use tonic::metadata::MetadataMap;
 
     const POLICY: &str = r#"
+        [server]
+        allow_short_secrets = true
         [[connector_groups]]
         name = "g"
         provisioning_key = "k"

@@ -112,6 +112,7 @@ async fn run(
             "access" => figures::access::run(mode).await,
             "cold" => figures::cold::run(mode).await,
             "scale" => figures::scale::run(mode).await,
+            "starve" => figures::starve::run(mode).await,
             _ => Ok(Vec::new()),
         };
         let figures = match result {

@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 use crate::servers::Server;
 
 /// API token of the benchmark configuration (all scopes).
-pub const TOKEN: &str = "bench-token";
+pub const TOKEN: &str = "bench-token-0123456789";
 /// The one connector group.
 pub const GROUP: &str = "bench";
 /// Its provisioning key.
@@ -145,6 +145,12 @@ connector_groups = ["{GROUP}"]
 
 /// Starts the CA in a child process on `setup`.
 pub async fn start(setup: &CaSetup) -> Result<Server> {
+    Ok(start_text(&config_text(setup)).await?.0)
+}
+
+/// Starts the CA in a child process on the configuration `text`; also
+/// returns its directory (the data directory is `reach-ca-data` in it).
+pub async fn start_text(text: &str) -> Result<(Server, std::path::PathBuf)> {
     let dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     // One directory per CA: its data directory defaults to one next to the
@@ -157,11 +163,11 @@ pub async fn start(setup: &CaSetup) -> Result<Server> {
     ));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("ca.toml");
-    std::fs::write(&path, config_text(setup))?;
+    std::fs::write(&path, text)?;
     let path_str = path
         .to_str()
         .ok_or_else(|| anyhow!("temporary path is not UTF-8"))?;
-    Server::spawn(&["serve-ca", path_str]).await
+    Ok((Server::spawn(&["serve-ca", path_str]).await?, dir))
 }
 
 /// Adds the bearer token to a request.

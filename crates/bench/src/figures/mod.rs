@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod memory;
 pub mod pacing;
 pub mod scale;
+pub mod starve;
 pub mod tcp;
 
 use crate::report::{Figure, Goal};
@@ -42,6 +43,7 @@ impl Spec {
 /// Every group, in the order the driver runs them.
 pub const GROUPS: &[&str] = &[
     "policy", "tcp", "icmp", "dns", "pacing", "memory", "ingest", "access", "cold", "scale",
+    "starve",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -57,6 +59,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "access" => access::SPECS,
         "cold" => cold::SPECS,
         "scale" => scale::SPECS,
+        "starve" => starve::SPECS,
         _ => &[],
     }
 }

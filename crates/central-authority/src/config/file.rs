@@ -37,6 +37,9 @@ pub(super) struct ServerSection {
     pub(super) anonymous_read: bool,
     pub(super) reload_poll_ms: u64,
     pub(super) data_dir: Option<PathBuf>,
+    /// Tests only: accept API tokens and provisioning keys shorter than
+    /// 16 characters.
+    pub(super) allow_short_secrets: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -61,6 +64,14 @@ pub(super) struct LimitsSection {
     pub(super) max_connections: usize,
     pub(super) connector_messages_per_second: u32,
     pub(super) connector_message_burst: u32,
+    pub(super) first_byte_timeout_ms: u64,
+    pub(super) idle_timeout_ms: u64,
+    pub(super) header_timeout_ms: u64,
+    pub(super) body_timeout_ms: u64,
+    pub(super) http_max_connections_per_source: usize,
+    pub(super) grpc_max_connections: usize,
+    pub(super) grpc_max_connections_per_source: usize,
+    pub(super) grpc_max_connection_age_s: u64,
 }
 
 impl Default for LimitsSection {
@@ -70,6 +81,14 @@ impl Default for LimitsSection {
             max_connections: 1024,
             connector_messages_per_second: 50,
             connector_message_burst: 200,
+            first_byte_timeout_ms: 5_000,
+            idle_timeout_ms: 60_000,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            http_max_connections_per_source: 64,
+            grpc_max_connections: 4096,
+            grpc_max_connections_per_source: 256,
+            grpc_max_connection_age_s: 86_400,
         }
     }
 }
@@ -82,6 +101,7 @@ impl Default for ServerSection {
             anonymous_read: false,
             reload_poll_ms: 1000,
             data_dir: None,
+            allow_short_secrets: false,
         }
     }
 }

@@ -157,8 +157,9 @@ impl Config {
         })?;
         let mut problems = Vec::new();
         let settings = settings::settings(&file, base, &mut problems);
-        let tokens = secrets::api_tokens(&file.api_tokens, base, &mut problems);
-        let group_keys = secrets::group_keys(&file.connector_groups, base, &mut problems);
+        let short_ok = file.server.allow_short_secrets;
+        let tokens = secrets::api_tokens(&file.api_tokens, base, short_ok, &mut problems);
+        let group_keys = secrets::group_keys(&file.connector_groups, base, short_ok, &mut problems);
         let key_policies =
             secrets::key_policies(&file.connector_groups, &group_keys, &mut problems);
         let spec = PolicySpec {
@@ -234,7 +235,7 @@ mod tests {
     const MINIMAL: &str = r#"
         [[connector_groups]]
         name = "dc-east"
-        provisioning_key = "k-east"
+        provisioning_key = "k-east-0123456789"
 
         [[segments]]
         name = "jira"
@@ -303,7 +304,7 @@ mod tests {
     fn secrets_from_files_and_overrides() {
         let dir = std::env::temp_dir().join(format!("reach-ca-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");
-        std::fs::write(dir.join("key"), "from-file\n").expect("write");
+        std::fs::write(dir.join("key"), "from-file-0123456789\n").expect("write");
         let text = r#"
             [health]
             on_access_window_s = 1800
@@ -319,8 +320,8 @@ mod tests {
         "#;
         let c = Config::from_toml(text, &dir).expect("valid");
         assert_eq!(c.settings.on_access_window, Duration::from_millis(2000));
-        assert!(c.group_keys["g"].matches(b"from-file"));
-        assert!(c.tokens[0].secret.matches(b"from-file"));
+        assert!(c.group_keys["g"].matches(b"from-file-0123456789"));
+        assert!(c.tokens[0].secret.matches(b"from-file-0123456789"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -348,7 +349,7 @@ mod tests {
             connector_message_burst = 0
             [[connector_groups]]
             name = "g"
-            provisioning_key = "k"
+            provisioning_key = "k-0123456789abcdef"
             max_uses = 0
         "#;
         let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
@@ -391,6 +392,32 @@ mod tests {
     }
 
     #[test]
+    fn secrets_shorter_than_16_characters_are_refused_unless_allowed_for_tests() {
+        let text = r#"
+            [[api_tokens]]
+            name = "ops"
+            token = "fifteen-chars-x"
+            scopes = ["read"]
+            [[connector_groups]]
+            name = "g"
+            provisioning_key = "sixteen-chars-xx"
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("short token");
+        let messages = err.messages();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].starts_with("api_tokens \"ops\": token has 15 characters"),
+            "{messages:?}"
+        );
+        assert!(
+            !messages[0].contains("fifteen"),
+            "the secret is never shown"
+        );
+        let allowed = format!("[server]\nallow_short_secrets = true\n{text}");
+        Config::from_toml(&allowed, Path::new(".")).expect("allowed for tests");
+    }
+
+    #[test]
     fn key_expiry_is_a_utc_date_or_time() {
         assert_eq!(parse_utc("2027-01-31"), Some(1_801_353_600_000));
         assert_eq!(parse_utc("2027-01-31T12:00:00Z"), Some(1_801_396_800_000));
@@ -416,7 +443,7 @@ mod tests {
             assert_eq!(parse_utc(wrong), None, "{wrong:?} was accepted");
         }
         let err = Config::from_toml(
-            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k\"\nexpires_at = \"2027-02-31\"",
+            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k-0123456789abcdef\"\nexpires_at = \"2027-02-31\"",
             Path::new("."),
         )
         .expect_err("invalid");

@@ -19,13 +19,20 @@ pub struct KeyPolicy {
     /// SHA-256 of the key (what the database stores and counts by).
     pub key_sha256: String,
 }
-/// Reads a secret given inline or in a file (exactly one of the two).
+/// Shortest API token or provisioning key accepted: with guesses throttled
+/// per source (`throttle`), 16 random characters are out of reach.
+pub const MIN_SECRET_CHARS: usize = 16;
+
+/// Reads a secret given inline or in a file (exactly one of the two), at
+/// least [`MIN_SECRET_CHARS`] long unless `short_ok` (tests only:
+/// `[server] allow_short_secrets`).
 fn secret(
     problems: &mut Vec<Problem>,
     subject: &str,
     (inline_name, inline): (&str, Option<&String>),
     (file_name, file): (&str, Option<&PathBuf>),
     base: &Path,
+    short_ok: bool,
 ) -> Option<Secret> {
     let value = match (inline, file) {
         (Some(_), Some(_)) => {
@@ -64,6 +71,19 @@ fn secret(
         setting(problems, subject, format!("{inline_name} is empty"));
         return None;
     }
+    let chars = value.chars().count();
+    if chars < MIN_SECRET_CHARS && !short_ok {
+        // The length only, never the value.
+        setting(
+            problems,
+            subject,
+            format!(
+                "{inline_name} has {chars} characters; at least {MIN_SECRET_CHARS} are required \
+                 (`[server] allow_short_secrets = true` lifts this, for tests only)"
+            ),
+        );
+        return None;
+    }
     Some(Secret::new(value))
 }
 
@@ -72,6 +92,7 @@ fn secret(
 pub(super) fn api_tokens(
     sections: &[TokenSection],
     base: &Path,
+    short_ok: bool,
     problems: &mut Vec<Problem>,
 ) -> Vec<ApiToken> {
     let mut out: Vec<ApiToken> = Vec::new();
@@ -107,6 +128,7 @@ pub(super) fn api_tokens(
             ("token", t.token.as_ref()),
             ("token_file", t.token_file.as_ref()),
             base,
+            short_ok,
         ) else {
             continue;
         };
@@ -189,6 +211,7 @@ pub(super) fn key_policies(
 pub(super) fn group_keys(
     sections: &[GroupSection],
     base: &Path,
+    short_ok: bool,
     problems: &mut Vec<Problem>,
 ) -> HashMap<String, Secret> {
     let mut out = HashMap::new();
@@ -204,6 +227,7 @@ pub(super) fn group_keys(
             ("provisioning_key", g.provisioning_key.as_ref()),
             ("provisioning_key_file", g.provisioning_key_file.as_ref()),
             base,
+            short_ok,
         ) {
             out.insert(g.name.clone(), key);
         }

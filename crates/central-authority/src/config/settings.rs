@@ -91,6 +91,33 @@ pub struct Limits {
     pub connector_messages_per_second: u32,
     /// Burst above that rate (default 200).
     pub connector_message_burst: u32,
+    /// Time a new HTTP connection has to send its first byte, and then
+    /// (after the TLS handshake) its first byte of HTTP
+    /// (`first_byte_timeout_ms`, default 5000).
+    pub first_byte_timeout: Duration,
+    /// An HTTP connection with no request in flight that moves no byte for
+    /// this long is closed (`idle_timeout_ms`, default 60000).
+    pub idle_timeout: Duration,
+    /// Time an HTTP/1 client has to send a request's headers
+    /// (`header_timeout_ms`, default 10000).
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body (`body_timeout_ms`,
+    /// default 10000).
+    pub body_timeout: Duration,
+    /// Open HTTP connections from one source address
+    /// (`http_max_connections_per_source`, default 64).
+    pub http_max_connections_per_source: usize,
+    /// Open gRPC connections at once (`grpc_max_connections`, default 4096);
+    /// more wait in the kernel's accept queue.
+    pub grpc_max_connections: usize,
+    /// Open gRPC connections from one source address
+    /// (`grpc_max_connections_per_source`, default 256: connectors behind
+    /// one NAT share an address).
+    pub grpc_max_connections_per_source: usize,
+    /// A gRPC connection is asked to close (GOAWAY) at this age, and closed
+    /// a minute later (`grpc_max_connection_age_s`, default 86400); its
+    /// connector reconnects.
+    pub grpc_max_connection_age: Duration,
 }
 
 impl Settings {
@@ -159,6 +186,14 @@ pub(super) fn settings(
             max_connections: l.max_connections,
             connector_messages_per_second: l.connector_messages_per_second,
             connector_message_burst: l.connector_message_burst,
+            first_byte_timeout: Duration::from_millis(l.first_byte_timeout_ms),
+            idle_timeout: Duration::from_millis(l.idle_timeout_ms),
+            header_timeout: Duration::from_millis(l.header_timeout_ms),
+            body_timeout: Duration::from_millis(l.body_timeout_ms),
+            http_max_connections_per_source: l.http_max_connections_per_source,
+            grpc_max_connections: l.grpc_max_connections,
+            grpc_max_connections_per_source: l.grpc_max_connections_per_source,
+            grpc_max_connection_age: Duration::from_secs(l.grpc_max_connection_age_s),
         },
         grpc_listen: grpc?,
         http_listen: http?,
@@ -313,6 +348,33 @@ fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
         1..,
     );
     range(problems, "limits.max_connections", l.max_connections, 1..);
+    for (field, ms) in [
+        ("limits.first_byte_timeout_ms", l.first_byte_timeout_ms),
+        ("limits.idle_timeout_ms", l.idle_timeout_ms),
+        ("limits.header_timeout_ms", l.header_timeout_ms),
+        ("limits.body_timeout_ms", l.body_timeout_ms),
+    ] {
+        range(problems, field, ms, 100..=600_000);
+    }
+    for (field, n) in [
+        (
+            "limits.http_max_connections_per_source",
+            l.http_max_connections_per_source,
+        ),
+        ("limits.grpc_max_connections", l.grpc_max_connections),
+        (
+            "limits.grpc_max_connections_per_source",
+            l.grpc_max_connections_per_source,
+        ),
+    ] {
+        range(problems, field, n, 1..);
+    }
+    range(
+        problems,
+        "limits.grpc_max_connection_age_s",
+        l.grpc_max_connection_age_s,
+        1..=31_536_000,
+    );
     if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
         setting(
             problems,

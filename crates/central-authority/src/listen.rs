@@ -1,0 +1,477 @@
+//! What the HTTPS and gRPC listeners share against a hostile crowd:
+//! admission (a cap on connections per source address, and the choice of
+//! which idle connection gives way when the HTTPS listener is full) and
+//! [`Deadlines`], a stream wrapper that closes a connection that sends
+//! nothing: no first byte within `first_byte_timeout`, or no byte for
+//! `idle_timeout` while no request is in flight. The wrapper sits under
+//! hyper-util's protocol sniffing and HTTP/2, which have no such deadline
+//! of their own.
+//!
+//! Owner of its state (the per-source counts and the idle connections).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
+
+use crate::sync::lock;
+
+/// Connection accounting of one listener.
+#[derive(Debug)]
+pub struct Admission {
+    per_source_cap: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Open connections per source address (no entry: none).
+    per_source: HashMap<IpAddr, usize>,
+    /// Connections with no request in flight, by the order they became
+    /// idle (the key) — the oldest gives way first.
+    idle: BTreeMap<u64, Arc<Notify>>,
+    /// Each connection's key in `idle`, while it is idle.
+    idle_key: HashMap<u64, u64>,
+    next: u64,
+}
+
+impl Admission {
+    /// Accounting with at most `per_source_cap` connections per address.
+    pub fn new(per_source_cap: usize) -> Arc<Self> {
+        Arc::new(Admission {
+            per_source_cap: per_source_cap.max(1),
+            inner: Mutex::new(Inner::default()),
+        })
+    }
+
+    /// Admits a connection from `source`, idle until its first request;
+    /// `None` when the source already has its cap of connections open.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Option<Ticket> {
+        let mut inner = lock(&self.inner);
+        let open = inner.per_source.entry(source).or_insert(0);
+        if *open >= self.per_source_cap {
+            return None;
+        }
+        *open += 1;
+        inner.next += 1;
+        let id = inner.next;
+        let evict = Arc::new(Notify::new());
+        inner.set_idle(id, &evict);
+        Some(Ticket {
+            admission: self.clone(),
+            source,
+            id,
+            evict,
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Asks the connection that has been idle longest to close (to make
+    /// room for a new one); `false` when every connection is busy.
+    pub fn evict_oldest_idle(&self) -> bool {
+        let mut inner = lock(&self.inner);
+        let Some((_, notify)) = inner.idle.pop_first() else {
+            return false;
+        };
+        // `notify_one` keeps the signal if the connection is not waiting
+        // on it yet.
+        notify.notify_one();
+        true
+    }
+
+    /// Open connections from `source` (tests).
+    pub fn open_from(&self, source: IpAddr) -> usize {
+        lock(&self.inner)
+            .per_source
+            .get(&source)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Inner {
+    fn set_idle(&mut self, id: u64, notify: &Arc<Notify>) {
+        self.next += 1;
+        let key = self.next;
+        self.idle.insert(key, notify.clone());
+        if let Some(old) = self.idle_key.insert(id, key) {
+            self.idle.remove(&old);
+        }
+    }
+
+    fn set_busy(&mut self, id: u64) {
+        if let Some(key) = self.idle_key.remove(&id) {
+            self.idle.remove(&key);
+        }
+    }
+}
+
+/// One admitted connection: counted against its source until dropped.
+#[derive(Debug)]
+pub struct Ticket {
+    admission: Arc<Admission>,
+    source: IpAddr,
+    id: u64,
+    evict: Arc<Notify>,
+    in_flight: AtomicUsize,
+}
+
+impl Ticket {
+    /// Resolves when the listener needs this (idle) connection's slot.
+    pub fn evicted(&self) -> impl Future<Output = ()> + '_ {
+        self.evict.notified()
+    }
+
+    /// Marks a request in flight until the guard drops: the connection is
+    /// neither evicted nor closed as idle meanwhile.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            lock(&self.admission.inner).set_busy(self.id);
+        }
+        Busy(self.clone())
+    }
+
+    /// Whether a request is in flight.
+    pub fn is_busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.admission.inner);
+        inner.set_busy(self.id);
+        if let Some(open) = inner.per_source.get_mut(&self.source) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                inner.per_source.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection ([`Ticket::busy`]).
+#[derive(Debug)]
+pub struct Busy(Arc<Ticket>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            lock(&self.0.admission.inner).set_idle(self.0.id, &self.0.evict);
+        }
+    }
+}
+
+/// A stream that fails reads with `TimedOut` when its peer sends no first
+/// byte within `first_byte`, or, after that, moves no byte for `idle` while
+/// its connection has no request in flight.
+#[derive(Debug)]
+pub struct Deadlines<S> {
+    io: S,
+    ticket: Arc<Ticket>,
+    deadline: Pin<Box<Sleep>>,
+    started: bool,
+    idle: Duration,
+}
+
+impl<S> Deadlines<S> {
+    /// Wraps `io`, whose first byte is due within `first_byte`.
+    pub fn new(io: S, ticket: Arc<Ticket>, first_byte: Duration, idle: Duration) -> Self {
+        Deadlines {
+            io,
+            ticket,
+            deadline: Box::pin(tokio::time::sleep(first_byte)),
+            started: false,
+            idle,
+        }
+    }
+
+    fn moved(&mut self) {
+        self.started = true;
+        let idle = self.idle;
+        self.deadline.as_mut().reset(Instant::now() + idle);
+    }
+
+    /// Pending until the deadline passes with no request in flight.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.started && self.ticket.is_busy() {
+                // A handler is working (an access request waiting for
+                // discovery): not idle.
+                let idle = self.idle;
+                self.deadline.as_mut().reset(Instant::now() + idle);
+                continue;
+            }
+            let what = if self.started {
+                "idle timeout"
+            } else {
+                "no first byte in time"
+            };
+            return Poll::Ready(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.moved();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_deadline(cx).map(Err),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if this.started && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.moved();
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if this.started && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.moved();
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// A gRPC connection admitted by the accept loop: the TCP stream with its
+/// slot (global permit and per-source ticket), released when tonic drops
+/// the connection.
+#[derive(Debug)]
+pub struct Admitted {
+    io: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _ticket: Ticket,
+}
+
+impl Admitted {
+    /// Wraps an accepted stream with its slot.
+    pub fn new(
+        io: tokio::net::TcpStream,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        ticket: Ticket,
+    ) -> Self {
+        Admitted {
+            io,
+            _permit: permit,
+            _ticket: ticket,
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Admitted {
+    // The TCP stream's own, so `Request::remote_addr` and `peer_certs`
+    // work as before.
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+impl AsyncRead for Admitted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Admitted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// The gRPC listener's accepted connections: at most `max` open at once
+/// (more wait in the kernel's accept queue), at most `per_source` from one
+/// address (more are closed at once). Accept errors (out of file
+/// descriptors) back off and keep serving.
+pub fn grpc_incoming(
+    listener: tokio::net::TcpListener,
+    max: usize,
+    per_source: usize,
+) -> impl futures::Stream<Item = Result<Admitted, std::io::Error>> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    let admission = Admission::new(per_source);
+    futures::stream::unfold(
+        (listener, slots, admission),
+        |(listener, slots, admission)| async move {
+            loop {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return None;
+                };
+                let (tcp, peer): (tokio::net::TcpStream, SocketAddr) = match listener.accept().await
+                {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Some(ticket) = admission.admit(peer.ip()) else {
+                    tracing::debug!(%peer, "gRPC: connection over the per-source cap closed");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let admitted = Admitted::new(tcp, permit, ticket);
+                return Some((Ok(admitted), (listener, slots, admission)));
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+    #[test]
+    fn a_source_gets_its_cap_and_no_more() {
+        let a = Admission::new(2);
+        let one = a.admit(B);
+        let two = a.admit(B);
+        assert!(one.is_some() && two.is_some());
+        assert!(a.admit(B).is_none());
+        assert!(a.admit(A).is_some(), "another source is not affected");
+        drop(one);
+        assert!(a.admit(B).is_some(), "a closed connection frees its place");
+        drop(two);
+    }
+
+    #[tokio::test]
+    async fn the_oldest_idle_connection_gives_way_and_a_busy_one_never() {
+        let a = Admission::new(10);
+        let old = Arc::new(a.admit(B).expect("admitted"));
+        let busy = Arc::new(a.admit(A).expect("admitted"));
+        let young = Arc::new(a.admit(B).expect("admitted"));
+        let _request = busy.busy();
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), old.evicted())
+            .await
+            .expect("the oldest idle connection is asked to close");
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), young.evicted())
+            .await
+            .expect("then the next idle one");
+        assert!(!a.evict_oldest_idle(), "the busy one stays");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_times_out_and_a_busy_one_does_not() {
+        use tokio::io::AsyncReadExt;
+        let a = Admission::new(10);
+        let ticket = Arc::new(a.admit(A).expect("admitted"));
+        let (_client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            ticket.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        let mut buf = [0u8; 8];
+        let e = s.read(&mut buf).await.expect_err("no first byte");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        // A stream that started: idle while a request is in flight is
+        // fine; idle without one is not.
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            ticket.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"G")
+            .await
+            .expect("write");
+        assert_eq!(s.read(&mut buf).await.expect("first byte"), 1);
+        let request = ticket.busy();
+        let waited = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await;
+        assert!(waited.is_err(), "closed while a request was in flight");
+        drop(request);
+        let e = s.read(&mut buf).await.expect_err("idle");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    }
+}

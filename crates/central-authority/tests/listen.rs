@@ -1,0 +1,375 @@
+//! The listeners under a hostile crowd (issue 13, items 4 and 5): silent and
+//! half-handshaken connections cannot lock an access request out, a silent
+//! connection is closed after the first-byte timeout, one source address
+//! cannot take more than its share of connections, and a flood of bad
+//! tokens or enrollments from one address throttles that address only.
+//! Two sources on one machine: clients bind 127.0.0.2 (the hostile one) or
+//! 127.0.0.1 (the legitimate one) before connecting to the CA on 127.0.0.1.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use protocol::v1;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+const HOSTILE: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+const FRIENDLY: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+
+/// The default config with `limits` as its `[limits]` table.
+fn config(limits: &str) -> String {
+    default_config().replace("[selection]", &format!("[limits]\n{limits}\n\n[selection]"))
+}
+
+/// A TCP connection to `to` from the address `from`.
+async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
+/// Whether the server closed `s` within `within` (EOF or reset).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 512];
+    let r = tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    r.is_ok()
+}
+
+/// The first bytes of a TLS 1.2+ ClientHello record (the header and part of
+/// the handshake header), and nothing after: a client stuck mid-hello.
+const CLIENT_HELLO_PREFIX: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01];
+
+/// One HTTPS request from `from` with `token`; the status, or `None` when
+/// the connection was refused or closed before an answer.
+async fn request_from(
+    from: IpAddr,
+    ca: &Ca,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> Option<u16> {
+    let tcp = connect_from(from, ca.http).await.ok()?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&ca.root())));
+    let name = rustls::pki_types::ServerName::IpAddress(ca.http.ip().into());
+    let tls = tls.connect(name, tcp).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let mut b = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", ca.http.to_string());
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    let body = match body {
+        Some(v) => Full::new(Bytes::from(v.to_string())),
+        None => Full::new(Bytes::new()),
+    };
+    let response = sender.send_request(b.body(body).ok()?).await.ok()?;
+    let status = response.status().as_u16();
+    let _ = response.into_body().collect().await;
+    Some(status)
+}
+
+/// A gRPC channel to the CA from `from`.
+async fn channel_from(from: IpAddr, ca: &Ca) -> tonic::transport::Channel {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca.root()));
+    tonic::transport::Endpoint::from_shared(format!("https://{}", ca.grpc))
+        .expect("endpoint")
+        .local_address(Some(from))
+        .tls_config(tls)
+        .expect("tls")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+async fn access_from(from: IpAddr, ca: &Ca) -> Option<u16> {
+    request_from(
+        from,
+        ca,
+        "POST",
+        "/api/v1/access",
+        Some(ACCESS_TOKEN),
+        Some(serde_json::json!({"host": "jira.test.reach", "protocol": "tcp", "port": 80})),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn silent_and_half_handshaken_connections_do_not_lock_out_an_access_request() {
+    let ca = Ca::start(&config(
+        "max_connections = 16\nhttp_max_connections_per_source = 8",
+    ))
+    .await;
+    // More silent connections than the CA serves at once, plus a few that
+    // send a ClientHello prefix and stall, all from one hostile address.
+    let mut held = Vec::new();
+    for _ in 0..24 {
+        if let Ok(s) = connect_from(HOSTILE, ca.http).await {
+            held.push(s);
+        }
+    }
+    for _ in 0..4 {
+        if let Ok(mut s) = connect_from(HOSTILE, ca.http).await {
+            let _ = s.write_all(CLIENT_HELLO_PREFIX).await;
+            held.push(s);
+        }
+    }
+    // A fresh access request from another address is answered, well
+    // before any of the held connections times out (10 s by default).
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "access request not answered while silent connections are held: {answered:?}"
+    );
+    drop(held);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn silent_connections_from_many_addresses_give_way_to_a_new_client() {
+    // Every per-source cap respected, yet more than the CA serves at once:
+    // the connections idle longest give way to new ones.
+    let ca = Ca::start(&config("max_connections = 16")).await;
+    let mut held = Vec::new();
+    for i in 0..24u8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
+        if let Ok(s) = connect_from(from, ca.http).await {
+            held.push(s);
+        }
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "access request not answered while silent connections are held: {answered:?}"
+    );
+    drop(held);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_silent_after_the_handshake_is_closed_after_the_first_byte_timeout() {
+    let ca = Ca::start(&config("first_byte_timeout_ms = 300")).await;
+    // The TLS handshake completes, then nothing: today hyper's protocol
+    // sniffing waits for the first byte forever.
+    let tcp = TcpStream::connect(ca.http).await.expect("connect");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&ca.root())));
+    let name = rustls::pki_types::ServerName::IpAddress(ca.http.ip().into());
+    let mut tls = tls.connect(name, tcp).await.expect("TLS handshake");
+    let mut buf = [0u8; 64];
+    let r = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await;
+    assert!(
+        matches!(r, Ok(Ok(0)) | Ok(Err(_))),
+        "a silent HTTPS connection stayed open: {r:?}"
+    );
+    // A bare silent TCP connection too (the TLS handshake timeout is longer).
+    let mut s = TcpStream::connect(ca.http).await.expect("connect");
+    assert!(closed_within(&mut s, Duration::from_secs(5)).await);
+    assert_eq!(ca.web().send("GET", "/healthz", None, None).await.0, 200);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn one_source_gets_at_most_its_connection_cap_on_both_listeners() {
+    let ca = Ca::start(&config(
+        "http_max_connections_per_source = 4\ngrpc_max_connections_per_source = 4",
+    ))
+    .await;
+    for (listener, addr) in [("HTTPS", ca.http), ("gRPC", ca.grpc)] {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(connect_from(HOSTILE, addr).await.expect("connect"));
+        }
+        // The accept loop sees the held four first; give it a moment.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for s in &mut held {
+            assert!(
+                !closed_within(s, Duration::from_millis(50)).await,
+                "{listener}: a connection within the cap was closed"
+            );
+        }
+        let mut fifth = connect_from(HOSTILE, addr).await.expect("connect");
+        assert!(
+            closed_within(&mut fifth, Duration::from_secs(2)).await,
+            "{listener}: the fifth connection from one source was kept"
+        );
+        // Another source still gets in.
+        match listener {
+            "HTTPS" => assert_eq!(
+                request_from(FRIENDLY, &ca, "GET", "/healthz", None, None).await,
+                Some(200)
+            ),
+            _ => {
+                let mut client = v1::health_query_client::HealthQueryClient::new(
+                    channel_from(FRIENDLY, &ca).await,
+                );
+                let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
+                request.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+                );
+                client.list_applications(request).await.expect("list");
+            }
+        }
+        drop(held);
+    }
+    ca.stop().await;
+}
+
+fn throttled(ca: &Ca, what: &str, scope: &str) -> u64 {
+    let m = ca.authority.metrics().render();
+    let prefix = format!("reach_ca_throttled_total{{what=\"{what}\",scope=\"{scope}\"}} ");
+    m.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_another() {
+    let ca = Ca::start(&default_config()).await;
+    let mut statuses = Vec::new();
+    for i in 0..40 {
+        let guess = format!("guess-{i:04}-0123456789");
+        statuses.push(
+            request_from(HOSTILE, &ca, "GET", "/api/v1/health", Some(&guess), None)
+                .await
+                .unwrap_or(0),
+        );
+    }
+    assert!(
+        statuses.contains(&429),
+        "the guessing address was never throttled: {statuses:?}"
+    );
+    // The good token from another address is answered as ever.
+    assert_eq!(
+        request_from(
+            FRIENDLY,
+            &ca,
+            "GET",
+            "/api/v1/health",
+            Some(READ_TOKEN),
+            None
+        )
+        .await,
+        Some(200)
+    );
+    assert_eq!(
+        access_from(FRIENDLY, &ca).await.map(|s| s != 429),
+        Some(true)
+    );
+    // And the throttled address with the good token waits its turn too:
+    // a correct guess made while throttled is not even compared.
+    assert_eq!(
+        request_from(
+            HOSTILE,
+            &ca,
+            "GET",
+            "/api/v1/health",
+            Some(READ_TOKEN),
+            None
+        )
+        .await,
+        Some(429)
+    );
+    assert!(throttled(&ca, "token", "source") > 0);
+    assert_eq!(throttled(&ca, "token", "global"), 0);
+
+    // The same over gRPC.
+    let mut client =
+        v1::health_query_client::HealthQueryClient::new(channel_from(HOSTILE, &ca).await);
+    let mut codes = Vec::new();
+    for i in 0..5 {
+        let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer grpc-guess-{i}-0123456789")
+                .parse()
+                .expect("metadata"),
+        );
+        codes.push(
+            client
+                .list_applications(request)
+                .await
+                .map_err(|s| s.code()),
+        );
+    }
+    assert!(
+        codes
+            .iter()
+            .all(|c| matches!(c, Err(tonic::Code::ResourceExhausted))),
+        "{codes:?}"
+    );
+    let mut client =
+        v1::health_query_client::HealthQueryClient::new(channel_from(FRIENDLY, &ca).await);
+    let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+    );
+    client
+        .list_applications(request)
+        .await
+        .expect("the good token from another address");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_bad_enrollments_from_one_address_does_not_stop_another() {
+    let ca = Ca::start(&default_config()).await;
+    let mut client = v1::enrollment_client::EnrollmentClient::new(channel_from(HOSTILE, &ca).await);
+    let (_, csr) = key_and_csr("guesser");
+    let mut codes = Vec::new();
+    // More than the CA's whole-CA burst (50) of attempts.
+    for i in 0..80 {
+        let r = client
+            .enroll(v1::EnrollRequest {
+                name: "guesser".into(),
+                group: "dc-east".into(),
+                provisioning_key: format!("guess-{i:04}-0123456789"),
+                csr_pem: csr.clone(),
+            })
+            .await;
+        codes.push(r.map(|_| ()).map_err(|s| s.code()));
+    }
+    assert!(
+        codes.contains(&Err(tonic::Code::ResourceExhausted)),
+        "{codes:?}"
+    );
+    // A legitimate enrollment from another address goes through.
+    let mut friendly =
+        v1::enrollment_client::EnrollmentClient::new(channel_from(FRIENDLY, &ca).await);
+    let (_, csr) = key_and_csr("east-1");
+    friendly
+        .enroll(v1::EnrollRequest {
+            name: "east-1".into(),
+            group: "dc-east".into(),
+            provisioning_key: KEY_EAST.into(),
+            csr_pem: csr,
+        })
+        .await
+        .expect("enrollment from another address");
+    assert!(throttled(&ca, "enrollment", "source") > 0);
+    assert_eq!(throttled(&ca, "enrollment", "global"), 0);
+    ca.stop().await;
+}
