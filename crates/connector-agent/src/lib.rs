@@ -254,10 +254,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
     let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
-    let (pacer, pacer_task) = pacer::Pacer::spawn(
+    if !config.allow_networks.is_empty() {
+        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
+    }
+    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
         prober.clone(),
         config.checks_per_second,
         config.max_in_flight,
+        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
         metrics.clone(),
     );
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
@@ -271,6 +275,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         credentials,
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
+        ceilings: config.ceilings(),
     };
     let parts = session::Parts {
         scheduler,
