@@ -78,7 +78,7 @@ pub struct Config {
     /// or `--provisioning-key-file`: command lines are visible to every user
     /// of the host.
     #[arg(long, env = "REACH_PROVISIONING_KEY", hide_env_values = true)]
-    pub provisioning_key: Option<String>,
+    pub provisioning_key: Option<crate::enroll::ProvisioningKey>,
 
     /// DNS server (`ADDR:PORT`) to resolve application names with, instead
     /// of the system configuration (/etc/resolv.conf).
@@ -204,5 +204,32 @@ impl Default for Ceilings {
             checks_per_second: 20,
             check_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_provisioning_key() {
+        let config = Config::try_parse_from([
+            "connector-agent",
+            "--ca",
+            "https://ca.example:7443",
+            "--name",
+            "c1",
+            "--group",
+            "g",
+            "--provisioning-key",
+            "s3cret-group-key",
+            "--allow-networks",
+            "10.0.0.0/8,fd00::/8",
+        ])
+        .expect("parses");
+        let shown = format!("{config:?}");
+        assert!(shown.contains("c1"), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(config.allow_networks.len(), 2);
     }
 }

@@ -105,6 +105,22 @@ impl ProvisioningKey {
     }
 }
 
+/// For `--provisioning-key`: the flag is read straight into the redacted
+/// type, so `Debug` of the connector's `Config` never shows it.
+impl std::str::FromStr for ProvisioningKey {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(ProvisioningKey::new(s))
+    }
+}
+
+impl From<&str> for ProvisioningKey {
+    fn from(s: &str) -> Self {
+        ProvisioningKey::new(s)
+    }
+}
+
 impl std::fmt::Debug for ProvisioningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ProvisioningKey(<redacted>)")

@@ -114,7 +114,7 @@ fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentErr
             })?
             .trim()
             .to_owned(),
-        (None, Some(key)) => key.trim().to_owned(),
+        (None, Some(key)) => key.expose().trim().to_owned(),
         (None, None) => return Err(AgentError::MissingProvisioningKey),
     };
     if key.is_empty() {

@@ -19,11 +19,19 @@ pub struct KeyPolicy {
     /// SHA-256 of the key (what the database stores and counts by).
     pub key_sha256: String,
 }
+/// Secrets are read from the file straight into `Secret`, whose `Debug` is
+/// redacted.
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret::new)
+    }
+}
+
 /// Reads a secret given inline or in a file (exactly one of the two).
 fn secret(
     problems: &mut Vec<Problem>,
     subject: &str,
-    (inline_name, inline): (&str, Option<&String>),
+    (inline_name, inline): (&str, Option<&Secret>),
     (file_name, file): (&str, Option<&PathBuf>),
     base: &Path,
 ) -> Option<Secret> {
@@ -44,11 +52,11 @@ fn secret(
             );
             return None;
         }
-        (Some(v), None) => v.trim().to_owned(),
+        (Some(v), None) => v.trimmed(),
         (None, Some(f)) => {
             let full = base.join(f);
             match std::fs::read_to_string(&full) {
-                Ok(v) => v.trim().to_owned(),
+                Ok(v) => Secret::new(v).trimmed(),
                 Err(e) => {
                     setting(
                         problems,
@@ -64,7 +72,7 @@ fn secret(
         setting(problems, subject, format!("{inline_name} is empty"));
         return None;
     }
-    Some(Secret::new(value))
+    Some(value)
 }
 
 /// The `[[api_tokens]]`, each with a name, scopes and a secret, no two
