@@ -218,6 +218,11 @@ async fn enrollment(
 /// hanging) is logged, reported and retried. With an `https://` CA it
 /// enrolls first when the state directory holds no enrollment.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    for warning in
+        enroll::secret_file_warnings(config.provisioning_key_file.as_deref(), &config.state_dir)
+    {
+        tracing::warn!("{warning}");
+    }
     check_identity(&config)?;
     let mut shutdown = std::pin::pin!(shutdown);
     let credentials = if wants_tls(&config) {

@@ -327,7 +327,13 @@ impl Pacer {
         max_in_flight: u32,
         metrics: Metrics,
     ) -> (Pacer, tokio::task::JoinHandle<()>) {
-        Self::spawn_restricted(prober, rate, max_in_flight, AllowNetworks::default(), metrics)
+        Self::spawn_restricted(
+            prober,
+            rate,
+            max_in_flight,
+            AllowNetworks::default(),
+            metrics,
+        )
     }
 
     /// Starts the pacer task, probing only addresses in `allowed`.

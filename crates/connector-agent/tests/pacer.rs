@@ -133,11 +133,19 @@ async fn addresses_outside_allow_networks_are_never_probed() {
     let ips = ["127.0.8.11".to_string(), "127.0.9.11".to_string()];
     let (port, accepted) = listeners(&ips).await;
     let inside = pacer
-        .check(target("127.0.8.11", port), Priority::OnAccess, Duration::ZERO)
+        .check(
+            target("127.0.8.11", port),
+            Priority::OnAccess,
+            Duration::ZERO,
+        )
         .await;
     assert!(inside.reachable, "{inside:?}");
     let outside = pacer
-        .check(target("127.0.9.11", port), Priority::OnAccess, Duration::ZERO)
+        .check(
+            target("127.0.9.11", port),
+            Priority::OnAccess,
+            Duration::ZERO,
+        )
         .await;
     assert!(!outside.reachable);
     let failure = outside.failure.expect("a failure");
@@ -146,7 +154,14 @@ async fn addresses_outside_allow_networks_are_never_probed() {
     // The same through `submit`, and for an IPv4-mapped IPv6 spelling.
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     for ip in ["127.0.9.11", "::ffff:127.0.9.11"] {
-        let now = pacer.submit(target(ip, port), Priority::Continuous, Duration::ZERO, &tx, 1, 0);
+        let now = pacer.submit(
+            target(ip, port),
+            Priority::Continuous,
+            Duration::ZERO,
+            &tx,
+            1,
+            0,
+        );
         assert_eq!(
             now.and_then(|r| r.failure).map(|f| f.kind),
             Some(FailureKind::NotAllowed),
@@ -155,7 +170,11 @@ async fn addresses_outside_allow_networks_are_never_probed() {
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     let accepted = accepted.lock().expect("lock").clone();
-    assert_eq!(accepted.len(), 1, "only the allowed address was probed: {accepted:?}");
+    assert_eq!(
+        accepted.len(),
+        1,
+        "only the allowed address was probed: {accepted:?}"
+    );
     assert_eq!(pacer.stats().started, 1);
     task.abort();
 }

@@ -37,7 +37,7 @@ pub use status::{
 };
 pub use validate::{
     DEFAULT_MIN_SUBNET_PREFIX_V4, DEFAULT_MIN_SUBNET_PREFIX_V6, GroupSpec, Limits, PolicySpec,
-    PortSpec, SegmentSpec, Subject, ValidationError,
-    ValidationErrors, parse_entry, validate, validate_segment, validate_with,
+    PortSpec, SegmentSpec, Subject, ValidationError, ValidationErrors, parse_entry, validate,
+    validate_segment, validate_with,
 };
 pub use window::{AccessWindows, Coalescer, Renewal};

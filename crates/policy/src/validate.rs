@@ -395,7 +395,9 @@ fn check_subnet_widths(
         if net.prefix_len() == 0 {
             err(
                 "applications",
-                format!("applications entry \"{net}\" covers every address, which is never allowed"),
+                format!(
+                    "applications entry \"{net}\" covers every address, which is never allowed"
+                ),
             );
         } else if net.prefix_len() < min {
             err(

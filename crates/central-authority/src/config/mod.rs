@@ -43,6 +43,10 @@ pub struct Config {
     /// `content_hash` of the text it was loaded from: the reload watcher's
     /// baseline, so a change made right after loading is not missed.
     pub content_hash: u64,
+    /// Things to warn about at start that do not stop the CA: secret files
+    /// (`token_file`, `provisioning_key_file`, `[tls]` key files) readable
+    /// by group or others.
+    pub warnings: Vec<String>,
 }
 
 /// A hash of a config file's bytes, to notice changes.
@@ -157,6 +161,7 @@ impl Config {
             message: syntax_message(text, &e),
         })?;
         let mut problems = Vec::new();
+        let warnings = secret_file_warnings(&file, base);
         let settings = settings::settings(&file, base, &mut problems);
         let tokens = secrets::api_tokens(&file.api_tokens, base, &mut problems);
         let group_keys = secrets::group_keys(&file.connector_groups, base, &mut problems);
@@ -193,10 +198,29 @@ impl Config {
                 group_keys,
                 key_policies,
                 content_hash: content_hash(text.as_bytes()),
+                warnings,
             }),
             _ => Err(ConfigError::Invalid(problems)),
         }
     }
+}
+
+/// A warning for every secret file the config names that group or others
+/// can read.
+fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
+    let tokens = file.api_tokens.iter().filter_map(|t| t.token_file.as_ref());
+    let keys = file
+        .connector_groups
+        .iter()
+        .filter_map(|g| g.provisioning_key_file.as_ref());
+    let tls = [&file.tls.key_file, &file.tls.issuer_key_file]
+        .into_iter()
+        .flatten();
+    tokens
+        .chain(keys)
+        .chain(tls)
+        .filter_map(|p| crate::pki::loose_permissions(&base.join(p)))
+        .collect()
 }
 
 /// A TOML error as `line L, column C: message`, without the excerpt of the
@@ -378,7 +402,10 @@ mod tests {
         "#;
         let c = Config::from_toml(text, Path::new(".")).expect("valid");
         let shown = format!("{c:?}");
-        assert!(shown.contains("ops") && shown.contains("dc-east"), "{shown}");
+        assert!(
+            shown.contains("ops") && shown.contains("dc-east"),
+            "{shown}"
+        );
         assert!(!shown.contains("s3cret"), "{shown}");
         let file: FileConfig = toml::from_str(text).expect("parses");
         let shown = format!("{file:?}");
@@ -405,7 +432,37 @@ mod tests {
         let err = load(text("8", "8", r#""0.0.0.0/0""#)).expect_err("catch-all");
         assert!(err.to_string().contains("covers every address"), "{err}");
         let err = load(text("0", "8", r#""10.0.0.0/8""#)).expect_err("0 is no bound");
-        assert!(err.to_string().contains("health.min_subnet_prefix_v4"), "{err}");
+        assert!(
+            err.to_string().contains("health.min_subnet_prefix_v4"),
+            "{err}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn secret_files_readable_by_others_are_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("reach-ca-modes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (file, mode) in [("open-token", 0o644), ("closed-key", 0o600)] {
+            std::fs::write(dir.join(file), "a-long-enough-secret\n").expect("write");
+            std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        }
+        let text = r#"
+            [[api_tokens]]
+            name = "ops"
+            token_file = "open-token"
+            scopes = ["read"]
+            [[connector_groups]]
+            name = "g"
+            provisioning_key_file = "closed-key"
+        "#;
+        let c = Config::from_toml(text, &dir).expect("valid");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("open-token"), "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("0644"), "{:?}", c.warnings);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
