@@ -480,7 +480,6 @@ mod tests {
             .expect("pem")
     }
 
-    #[test]
     #[cfg(unix)]
     #[test]
     fn the_data_dir_and_every_file_in_it_are_the_owners_alone() {

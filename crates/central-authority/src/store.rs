@@ -128,6 +128,8 @@ pub struct CertRecord {
     pub revoked: Option<(i64, String)>,
     /// Whether the connector is disabled.
     pub disabled: bool,
+    /// SHA-256 of the certificate's DER as issued (lower-case hex).
+    pub fingerprint: String,
 }
 
 /// An enrolled connector.
@@ -279,7 +281,8 @@ impl Store {
         let conn = lock(&self.conn);
         Ok(conn
             .query_row(
-                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
+                        c.fingerprint
                  FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
                 params![serial],
                 |r| {
@@ -291,6 +294,7 @@ impl Store {
                         not_after_ms: r.get(2)?,
                         revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
                         disabled: r.get(5)?,
+                        fingerprint: r.get(6)?,
                     })
                 },
             )
