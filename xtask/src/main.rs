@@ -194,7 +194,7 @@ fn monitoring() -> Result<()> {
 }
 
 /// The fuzz targets (`fuzz/fuzz_targets/*.rs`).
-const FUZZ_TARGETS: &[&str] = &["config", "wire_policy", "certificate"];
+const FUZZ_TARGETS: &[&str] = &["config", "wire_policy", "certificate", "csr", "http_bodies"];
 
 /// Runs every fuzz target for a few seconds (default 10 each). libFuzzer
 /// needs nightly flags; `RUSTC_BOOTSTRAP=1` lets the stable toolchain take

@@ -29,6 +29,18 @@ impl Secret {
         self.0.is_empty()
     }
 
+    /// How many characters the secret has (its length may be reported; its
+    /// value never is).
+    pub fn char_count(&self) -> usize {
+        self.0.chars().count()
+    }
+
+    /// The secret without surrounding whitespace (as read from a file or
+    /// written inline).
+    pub fn trimmed(&self) -> Secret {
+        Secret(self.0.trim().to_owned())
+    }
+
     /// The secret's bytes, for a constant-time comparison with another secret.
     fn bytes(&self) -> &[u8] {
         self.0.as_bytes()

@@ -82,7 +82,7 @@ impl Authority {
     /// the data directory, the database and, with TLS, the certificates.
     pub fn open(config: Config, tls: bool) -> Result<Self, TrustError> {
         let dir = config.settings.data_dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|source| TrustError::DataDir {
+        crate::pki::create_private_dir(&dir).map_err(|source| TrustError::DataDir {
             path: dir.clone(),
             source,
         })?;

@@ -4,7 +4,10 @@
 //! target and the test that replays its stored inputs
 //! (`fuzz/regressions/config`) run the same code. (The `certificate` target
 //! is `pki::identity_of` alone; `wire_policy` is
-//! `protocol::fuzzing::wire_policy`.)
+//! `protocol::fuzzing::wire_policy`.) `csr` and `http_bodies` are the two
+//! parsers reachable without authentication besides the TLS handshake:
+//! certificate issuance from an enrollment's CSR, and the HTTP API's JSON
+//! request bodies.
 
 /// Parses and validates `data` as configuration text and as a UTC time;
 /// the results are dropped.
@@ -16,4 +19,33 @@ pub fn config(data: &[u8]) {
         let _ = e.messages();
     }
     let _ = crate::config::parse_utc(&text);
+}
+
+/// Issues a connector certificate from `data` as CSR text, with a CA root
+/// generated once per process in a temporary directory. Any input must give
+/// a certificate or a `PkiError`, never a panic.
+pub fn csr(data: &[u8]) {
+    static PKI: std::sync::OnceLock<Option<crate::pki::Pki>> = std::sync::OnceLock::new();
+    let pki = PKI.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("reach-fuzz-csr-{}", std::process::id()));
+        crate::pki::Pki::load(
+            &dir,
+            &crate::pki::TlsSources::default(),
+            &[],
+            std::time::Duration::from_secs(86_400),
+        )
+        .ok()
+    });
+    if let Some(pki) = pki {
+        let _ = pki.issue("c1", "g", &String::from_utf8_lossy(data));
+    }
+}
+
+/// Parses `data` as the HTTP API's JSON request bodies (today the access
+/// request; the admin endpoints take none). Any input must give a request
+/// or an `invalid_request` error, never a panic.
+pub fn http_bodies(data: &[u8]) {
+    if let Err(e) = crate::http::parse_access_body(data) {
+        let _ = e.to_string();
+    }
 }

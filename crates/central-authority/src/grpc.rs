@@ -85,6 +85,7 @@ impl HealthQuery for HealthQueryService {
         request: Request<v1::ListConnectorsRequest>,
     ) -> Result<Response<v1::ListConnectorsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
+        let admin = check(&self.authority, &request, Scope::Admin).is_ok();
         // Enrolled connectors come from the database: off the async workers.
         let connectors = self
             .authority
@@ -92,7 +93,11 @@ impl HealthQuery for HealthQueryService {
             .await
             .ok_or_else(|| Status::unavailable("the CA is shutting down"))?;
         Ok(Response::new(v1::ListConnectorsResponse {
-            connectors: connectors.iter().map(|c| c.to_wire()).collect(),
+            connectors: connectors
+                .into_iter()
+                .map(|c| if admin { c } else { c.without_admin_fields() })
+                .map(|c| c.to_wire())
+                .collect(),
         }))
     }
 }
@@ -155,6 +160,17 @@ pub async fn serve(
             .timeout(settings.handshake_timeout);
         builder = builder.tls_config(tls)?;
     }
+    // Reflection lists every service and message: reconnaissance, so it
+    // needs a `read` token (or `anonymous_read`) like the health query. The
+    // standard health service stays open: load balancers probe it without
+    // credentials and it says only "serving".
+    let reflection_auth = authority.clone();
+    let reflection = tonic::service::interceptor::InterceptedService::new(
+        reflection,
+        move |request: tonic::Request<()>| {
+            check(&reflection_auth, &request, Scope::Read).map(|()| request)
+        },
+    );
     builder
         .add_service(health_service)
         .add_service(reflection)

@@ -422,11 +422,28 @@ struct ConnectorsBody {
     check_budget: u64,
 }
 
-async fn connectors(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+async fn connectors(
+    State(a): State<Shared>,
+    headers: axum::http::HeaderMap,
+    _: RequireScope<scope::Read>,
+) -> Response {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let admin = crate::auth::authorize(
+        &a.snapshot().config.tokens,
+        false,
+        header,
+        crate::auth::Scope::Admin,
+    )
+    .is_ok();
     // Enrolled connectors come from the database: off the async workers.
     match a.blocking(Authority::connectors).await {
         Some(connectors) => axum::Json(ConnectorsBody {
-            connectors,
+            connectors: connectors
+                .into_iter()
+                .map(|c| if admin { c } else { c.without_admin_fields() })
+                .collect(),
             check_budget: a.snapshot().settings().check_budget,
         })
         .into_response(),
@@ -457,7 +474,9 @@ async fn access(State(a): State<Shared>, _: RequireScope<scope::Access>, body: B
     }
 }
 
-async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
+/// Parses a `POST /api/v1/access` body (untrusted JSON: the fuzz target
+/// `http_bodies` runs it on arbitrary bytes).
+pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> {
     let body: AccessBody =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))?;
     let protocol = body
@@ -466,13 +485,15 @@ async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> 
         .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
     let port = u32::try_from(body.port)
         .map_err(|_| ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port)))?;
-    let outcome = a
-        .resolve(AccessRequest {
-            host: body.host,
-            protocol,
-            port,
-        })
-        .await?;
+    Ok(AccessRequest {
+        host: body.host,
+        protocol,
+        port,
+    })
+}
+
+async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
+    let outcome = a.resolve(parse_access_body(body)?).await?;
     Ok(match outcome.decision {
         Ok(s) => axum::Json(SelectedBody {
             connector: s.connector,

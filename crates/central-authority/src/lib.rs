@@ -137,6 +137,9 @@ pub async fn run_with(
         data_dir = %state.settings().data_dir.display(),
         "central authority listening"
     );
+    for warning in &state.config.warnings {
+        tracing::warn!("{warning}");
+    }
     if authority.pki().is_none() {
         tracing::warn!(
             "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"

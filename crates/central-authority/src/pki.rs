@@ -142,30 +142,87 @@ fn read(path: &Path) -> Result<String, PkiError> {
     })
 }
 
-/// Writes `text` to `path` atomically (temporary file + rename); `secret`
-/// files are created readable by the owner only.
+/// Writes `text` to `path` atomically. The temporary file has a unique
+/// name and is opened exclusively (`create_new`, so a planted file or
+/// symlink is never followed) with mode 0600, synced, renamed over `path`,
+/// and the directory is synced so the rename survives a crash. Every file
+/// the CA writes to its data directory is its owner's alone; `secret` only
+/// says whether the file holds a private key (kept for the call sites).
 pub fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), PkiError> {
+    let _ = secret;
     let io = |source| PkiError::Io {
         path: path.to_owned(),
         source,
     };
-    let tmp = path.with_extension("tmp");
+    use std::io::Write;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let unique = format!(
+        ".{}.{}.{}.{}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        hex(&serial()[..8]),
+    );
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(unique);
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
-    if secret {
+    {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    #[cfg(not(unix))]
-    let _ = secret;
-    {
-        use std::io::Write;
-        let mut f = options.open(&tmp).map_err(io)?;
-        f.write_all(text.as_bytes()).map_err(io)?;
-        f.sync_all().map_err(io)?;
+    let written = (|| {
+        let mut f = options.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
     }
-    std::fs::rename(&tmp, path).map_err(io)
+    // The rename is durable only once the directory entry is.
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    Ok(())
+}
+
+/// Creates `dir` (and missing parents) with mode 0700: the CA's data
+/// directory holds its keys and database.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// A warning when the secret file at `path` is readable by group or
+/// others (`None` when it is not, or cannot be inspected).
+pub fn loose_permissions(path: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "secret file {} is readable by group or others (mode {mode:04o}); chmod 600 it",
+                path.display()
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Where the CA's certificates come from (`[tls]` in the config).
@@ -213,7 +270,7 @@ impl Pki {
         listen_hosts: &[IpAddr],
         validity: Duration,
     ) -> Result<Pki, PkiError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| PkiError::Io {
+        create_private_dir(data_dir).map_err(|source| PkiError::Io {
             path: data_dir.to_owned(),
             source,
         })?;
@@ -247,6 +304,9 @@ impl Pki {
     fn root(data_dir: &Path) -> Result<(String, String), PkiError> {
         let (cert_path, key_path) = (data_dir.join(ROOT_CERT_FILE), data_dir.join(ROOT_KEY_FILE));
         if cert_path.exists() && key_path.exists() {
+            if let Some(warning) = loose_permissions(&key_path) {
+                tracing::warn!("{warning}");
+            }
             return Ok((read(&cert_path)?, read(&key_path)?));
         }
         let key = KeyPair::generate().map_err(cert_err("generating the root key"))?;
@@ -418,6 +478,60 @@ mod tests {
             .expect("csr")
             .pem()
             .expect("pem")
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_data_dir_and_every_file_in_it_are_the_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("reach-pki-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let data = dir.join("data");
+        Pki::load(
+            &data,
+            &TlsSources::default(),
+            &[],
+            Duration::from_secs(86_400),
+        )
+        .expect("pki");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700, "data dir");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&data).expect("list") {
+            let path = entry.expect("entry").path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+            names.push(
+                path.file_name()
+                    .expect("name")
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ROOT_CERT_FILE,
+                ROOT_KEY_FILE,
+                SERVER_CERT_FILE,
+                SERVER_KEY_FILE
+            ]
+            .map(String::from)
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>(),
+            "no temporary file left"
+        );
+        // A planted file at a predictable temporary name is never followed.
+        std::fs::write(data.join("ca.tmp"), "planted").expect("plant");
+        write_atomic(&data.join(ROOT_CERT_FILE), "new", false).expect("write");
+        assert_eq!(
+            std::fs::read_to_string(data.join("ca.tmp")).expect("read"),
+            "planted"
+        );
+        assert_eq!(mode(&data.join(ROOT_CERT_FILE)), 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Registry {
                 estimate: policy::estimate_budget(0, 20, u64::MAX),
             });
         group.clone_into(&mut entry.group);
-        entry.version = hello.version.chars().take(64).collect();
+        entry.version = sanitize_version(&hello.version);
         entry.stated_rate = hello
             .capabilities
             .as_ref()
@@ -299,5 +299,42 @@ fn update_estimate(state: &PolicyState, name: &str, e: &mut ConnectorEntry, esti
             budget = s.check_budget,
             "connector is over its check budget: reports will be slow to reflect changes"
         );
+    }
+}
+
+/// Longest `Hello.version` the CA keeps.
+pub const MAX_VERSION_CHARS: usize = 64;
+
+/// `Hello.version` as the CA logs, stores and shows it: printable ASCII
+/// only (anything else, such as a newline that would forge a log line or an
+/// ANSI escape that would rewrite a terminal, becomes `?`), at most
+/// `MAX_VERSION_CHARS` characters. A connector states its version; it does
+/// not get to write into the CA's logs.
+pub fn sanitize_version(raw: &str) -> String {
+    raw.chars()
+        .take(MAX_VERSION_CHARS)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_versions_are_printable_ascii_and_bounded() {
+        assert_eq!(sanitize_version("0.3.1 (abc)"), "0.3.1 (abc)");
+        assert_eq!(
+            sanitize_version("1.0\nERROR forged line\u{1b}[31m"),
+            "1.0?ERROR forged line?[31m"
+        );
+        assert_eq!(sanitize_version("é\t\0"), "???");
+        assert_eq!(sanitize_version(&"v".repeat(1000)).len(), MAX_VERSION_CHARS);
     }
 }

@@ -197,6 +197,8 @@ pub struct CertRecord {
     pub revoked: Option<(i64, String)>,
     /// Whether the connector is disabled.
     pub disabled: bool,
+    /// SHA-256 of the certificate's DER as issued (lower-case hex).
+    pub fingerprint: String,
 }
 
 /// An enrolled connector.
@@ -348,7 +350,8 @@ impl Store {
         let conn = lock(&self.conn);
         Ok(conn
             .query_row(
-                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
+                        c.fingerprint
                  FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
                 params![serial],
                 |r| {
@@ -360,6 +363,7 @@ impl Store {
                         not_after_ms: r.get(2)?,
                         revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
                         disabled: r.get(5)?,
+                        fingerprint: r.get(6)?,
                     })
                 },
             )
@@ -450,7 +454,8 @@ impl Store {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old: Option<CertRecord> = tx
             .query_row(
-                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
+                        c.fingerprint
                  FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
                 params![r.old_serial],
                 |row| {
@@ -462,6 +467,7 @@ impl Store {
                         not_after_ms: row.get(2)?,
                         revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
                         disabled: row.get(5)?,
+                        fingerprint: row.get(6)?,
                     })
                 },
             )

@@ -261,7 +261,15 @@ impl Authority {
                 AuthError::BadCertificate(IdentityError::Unparseable)
             })?
             .ok_or_else(|| AuthError::UnknownCertificate(id.serial.clone()))?;
-        if record.connector != id.name || record.group != id.group {
+        // The certificate presented must be the one issued under that
+        // serial, byte for byte: names and serial alone could be copied
+        // into another certificate. Constant time, like every secret
+        // comparison.
+        let presented = crate::pki::sha256_hex(leaf.as_ref());
+        let same_cert: bool =
+            subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), record.fingerprint.as_bytes())
+                .into();
+        if record.connector != id.name || record.group != id.group || !same_cert {
             return Err(AuthError::UnknownCertificate(id.serial));
         }
         if let Some((_, reason)) = record.revoked {
@@ -429,6 +437,64 @@ mod tests {
             a.authenticate(&metadata("c3", "k")).map(|i| i.name),
             Ok("c3".into())
         );
+    }
+
+    /// A certificate is accepted only if it is, byte for byte, the one
+    /// recorded under its serial.
+    #[test]
+    fn the_presented_certificate_must_match_the_stored_fingerprint() {
+        let dir = std::env::temp_dir().join(format!("reach-trust-fp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let pki = crate::pki::Pki::load(
+            &dir,
+            &crate::pki::TlsSources::default(),
+            &[],
+            std::time::Duration::from_secs(86_400),
+        )
+        .expect("pki");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let csr = rcgen::CertificateParams::new(Vec::<String>::new())
+            .expect("params")
+            .serialize_request(&key)
+            .expect("csr")
+            .pem()
+            .expect("pem");
+        let issued = pki.issue("c1", "g", &csr).expect("issued");
+        let der = {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            CertificateDer::from_pem_slice(issued.pem.as_bytes())
+                .expect("pem")
+                .to_vec()
+        };
+        for (fingerprint, accepted) in [("0".repeat(64), false), (issued.fingerprint.clone(), true)]
+        {
+            let store = Store::in_memory().expect("db");
+            let record = crate::store::NewCertificate {
+                name: "c1",
+                group: "g",
+                key_sha256: "k1",
+                max_uses: 5,
+                serial: &issued.serial,
+                fingerprint: &fingerprint,
+                not_after_ms: issued.not_after_ms,
+                now_ms: 1,
+            };
+            assert_eq!(store.enroll(&record).expect("db"), Ok(()));
+            let a = authority(store);
+            let result = a
+                .authenticate_cert(Some(&[der.clone()][..]))
+                .map(|i| i.name);
+            if accepted {
+                assert_eq!(result, Ok("c1".into()));
+            } else {
+                assert_eq!(
+                    result,
+                    Err(AuthError::UnknownCertificate(issued.serial.clone()))
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

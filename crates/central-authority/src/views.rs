@@ -120,9 +120,12 @@ pub struct ConnectorView {
     pub group: String,
     /// Whether it has a live session.
     pub connected: bool,
-    /// Session id of the live session.
+    /// Session id of the live session (admin only: omitted otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    /// Software version from its Hello.
+    /// Software version from its Hello, sanitized (admin only: omitted
+    /// otherwise).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub version: String,
     /// The CA's estimate of checks per cycle (continuous targets plus live
     /// on-access applications, or the connector's own count when larger).
@@ -143,7 +146,8 @@ pub struct ConnectorView {
     pub enrolled: bool,
     /// Whether an administrator disabled it.
     pub disabled: bool,
-    /// Serial of its current certificate.
+    /// Serial of its current certificate (admin only: omitted otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub certificate_serial: Option<String>,
     /// End of that certificate's validity, Unix ms.
     pub certificate_not_after: Option<i64>,
@@ -479,6 +483,16 @@ impl ApplicationView {
 }
 
 impl ConnectorView {
+    /// The view for a caller without the `admin` scope: session id,
+    /// version and certificate serial are what an attacker would use to
+    /// target one connector, so only administrators see them.
+    pub fn without_admin_fields(mut self) -> Self {
+        self.session_id = None;
+        self.version = String::new();
+        self.certificate_serial = None;
+        self
+    }
+
     /// The wire form.
     pub fn to_wire(&self) -> v1::ConnectorView {
         v1::ConnectorView {

@@ -85,7 +85,10 @@ async fn reports_are_accepted_only_for_the_groups_applications() {
 
 #[tokio::test]
 async fn a_reconnecting_connector_replaces_its_old_session() {
-    let ca = Ca::start(&default_config()).await;
+    // Session ids are shown to administrators only.
+    let admin =
+        "[[api_tokens]]\nname = \"root\"\ntoken = \"tok-admin-0123456789\"\nscopes = [\"admin\"]\n";
+    let ca = Ca::start(&config_text("", "", admin)).await;
     let http = ca.web();
     let (mut old, w1) = connect(&ca, "east-1", "dc-east").await;
     old.report(
@@ -106,7 +109,9 @@ async fn a_reconnecting_connector_replaces_its_old_session() {
         other => panic!("expected Shutdown, got {other:?}"),
     }
     assert!(old.next().await.is_none(), "old stream is closed");
-    let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    let (_, v) = http
+        .get_json("/api/v1/connectors", Some("tok-admin-0123456789"))
+        .await;
     let conns = v["connectors"].as_array().expect("connectors");
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0]["connected"], true);
@@ -815,8 +820,19 @@ async fn grpc_health_and_reflection_are_served() {
             refl::server_reflection_request::MessageRequest::ListServices(String::new()),
         ),
     };
+    // Reflection needs a read token; the standard health service does not.
+    let refused = client
+        .server_reflection_info(tokio_stream::iter([request.clone()]))
+        .await
+        .expect_err("no token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let mut authorized = tonic::Request::new(tokio_stream::iter([request]));
+    authorized.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+    );
     let mut responses = client
-        .server_reflection_info(tokio_stream::iter([request]))
+        .server_reflection_info(authorized)
         .await
         .expect("reflection")
         .into_inner();

@@ -44,3 +44,17 @@ fn certificate_inputs_never_panic() {
         }
     }
 }
+
+#[test]
+fn csr_inputs_never_panic() {
+    for (_, data) in inputs("csr") {
+        central_authority::fuzzing::csr(&data);
+    }
+}
+
+#[test]
+fn http_body_inputs_never_panic() {
+    for (_, data) in inputs("http_bodies") {
+        central_authority::fuzzing::http_bodies(&data);
+    }
+}

@@ -84,13 +84,26 @@ async fn enrollment_issues_a_certificate_that_authenticates_sessions() {
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
     let web = ca.web();
-    let (s, v) = web.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    let (s, v) = web.get_json("/api/v1/connectors", Some(ADMIN_TOKEN)).await;
     assert_eq!(s, 200);
     let entry = &v["connectors"][0];
     assert_eq!(entry["name"], "east-1");
     assert_eq!(entry["enrolled"], true);
     assert_eq!(entry["disabled"], false);
     assert_eq!(entry["certificate_serial"], creds.serial.as_str());
+    assert!(entry["session_id"].is_string(), "{entry}");
+    // The read scope sees the connector, not its serial, session or version.
+    let (s, v) = web.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert_eq!(s, 200);
+    let entry = &v["connectors"][0];
+    assert_eq!(entry["name"], "east-1");
+    assert_eq!(entry["connected"], true);
+    for admin_only in ["certificate_serial", "session_id", "version"] {
+        assert!(
+            entry.get(admin_only).is_none(),
+            "{admin_only} shown: {entry}"
+        );
+    }
     // The admin view counts the key's uses and never shows the key.
     let (s, body) = web
         .send("GET", "/api/v1/provisioning_keys", Some(ADMIN_TOKEN), None)

@@ -2,6 +2,8 @@
 //! the settings derived from them.
 
 use std::net::SocketAddr;
+
+use ipnet::IpNet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -76,7 +78,7 @@ pub struct Config {
     /// or `--provisioning-key-file`: command lines are visible to every user
     /// of the host.
     #[arg(long, env = "REACH_PROVISIONING_KEY", hide_env_values = true)]
-    pub provisioning_key: Option<String>,
+    pub provisioning_key: Option<crate::enroll::ProvisioningKey>,
 
     /// DNS server (`ADDR:PORT`) to resolve application names with, instead
     /// of the system configuration (/etc/resolv.conf).
@@ -94,6 +96,27 @@ pub struct Config {
     #[arg(long, env = "REACH_CHECK_TIMEOUT_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=600_000))]
     pub check_timeout_ms: u32,
+
+    /// Ceiling on the CA's `checks_per_second`: a higher value from the CA
+    /// is clamped to this (with a warning), so a compromised or
+    /// misconfigured CA cannot turn the connector into a fast scanner.
+    #[arg(long, env = "REACH_MAX_CHECKS_PER_SECOND", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_checks_per_second: u32,
+
+    /// Ceiling on the CA's `check_timeout_ms` (a higher value is clamped,
+    /// with a warning): long timeouts hold sockets open on the watched
+    /// networks.
+    #[arg(long, env = "REACH_MAX_CHECK_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..=600_000))]
+    pub max_check_timeout_ms: u32,
+
+    /// Networks the connector may probe, as comma-separated CIDRs
+    /// (`10.0.0.0/8,fd00::/8`). An address outside them is never probed,
+    /// whatever the policy says (explicit IPs, DNS answers, subnet members):
+    /// it is reported down as "not allowed". No restriction when absent.
+    #[arg(long, env = "REACH_ALLOW_NETWORKS", value_delimiter = ',')]
+    pub allow_networks: Vec<IpNet>,
 
     /// Most checks in flight at once (bounds sockets and memory; slow
     /// timeouts never stall the pace below this).
@@ -141,6 +164,9 @@ impl Config {
             dns_server: None,
             checks_per_second: 20,
             check_timeout_ms: 1000,
+            max_checks_per_second: 20,
+            max_check_timeout_ms: 10_000,
+            allow_networks: Vec::new(),
             max_in_flight: 256,
             icmp: IcmpPreference::Auto,
             metrics_listen: None,
@@ -151,5 +177,59 @@ impl Config {
     /// The probe timeout.
     pub fn check_timeout(&self) -> Duration {
         Duration::from_millis(u64::from(self.check_timeout_ms))
+    }
+
+    /// The ceilings on what the CA may impose.
+    pub fn ceilings(&self) -> Ceilings {
+        Ceilings {
+            checks_per_second: self.max_checks_per_second,
+            check_timeout: Duration::from_millis(u64::from(self.max_check_timeout_ms)),
+        }
+    }
+}
+
+/// Local ceilings on the CA's `ConnectorSettings` (`--max-checks-per-second`,
+/// `--max-check-timeout-ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ceilings {
+    /// Most checks per second the CA may ask for.
+    pub checks_per_second: u32,
+    /// Longest probe timeout the CA may ask for.
+    pub check_timeout: Duration,
+}
+
+impl Default for Ceilings {
+    fn default() -> Self {
+        Ceilings {
+            checks_per_second: 20,
+            check_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_provisioning_key() {
+        let config = Config::try_parse_from([
+            "connector-agent",
+            "--ca",
+            "https://ca.example:7443",
+            "--name",
+            "c1",
+            "--group",
+            "g",
+            "--provisioning-key",
+            "s3cret-group-key",
+            "--allow-networks",
+            "10.0.0.0/8,fd00::/8",
+        ])
+        .expect("parses");
+        let shown = format!("{config:?}");
+        assert!(shown.contains("c1"), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(config.allow_networks.len(), 2);
     }
 }

@@ -123,6 +123,22 @@ impl ProvisioningKey {
     }
 }
 
+/// For `--provisioning-key`: the flag is read straight into the redacted
+/// type, so `Debug` of the connector's `Config` never shows it.
+impl std::str::FromStr for ProvisioningKey {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(ProvisioningKey::new(s))
+    }
+}
+
+impl From<&str> for ProvisioningKey {
+    fn from(s: &str) -> Self {
+        ProvisioningKey::new(s)
+    }
+}
+
 impl std::fmt::Debug for ProvisioningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ProvisioningKey(<redacted>)")
@@ -204,25 +220,92 @@ pub fn read_ca_cert(path: Option<&Path>) -> Result<String, EnrollError> {
     std::fs::read_to_string(path).map_err(io(path))
 }
 
-/// Writes `text` atomically; `secret` files are readable by the owner only.
+/// Writes `text` atomically: a uniquely named temporary file opened
+/// exclusively (`create_new`: a planted file or symlink is never followed)
+/// with mode 0600, synced, renamed over `path`, then the directory synced.
+/// Every file in the state directory is the owner's alone; `secret` says
+/// only whether it holds the private key (kept for the call sites).
 fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), EnrollError> {
-    let tmp = path.with_extension("tmp");
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _ = secret;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.{:016x}.tmp",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u64>(),
+    ));
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
-    if secret {
+    {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    #[cfg(not(unix))]
-    let _ = secret;
-    {
-        use std::io::Write;
-        let mut f = options.open(&tmp).map_err(io(&tmp))?;
-        f.write_all(text.as_bytes()).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+    let written = (|| {
+        let mut f = options.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(path)(e));
     }
-    std::fs::rename(&tmp, path).map_err(io(path))
+    #[cfg(unix)]
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    Ok(())
+}
+
+/// Creates the state directory (and missing parents) with mode 0700: it
+/// holds the connector's private key.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// A warning when the secret file at `path` is readable by group or
+/// others (`None` when it is not, or cannot be inspected).
+pub fn loose_permissions(path: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "secret file {} is readable by group or others (mode {mode:04o}); chmod 600 it",
+                path.display()
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// Warnings about the connector's secret files (`--provisioning-key-file`
+/// and the enrolled key in `state_dir`) that group or others can read.
+pub fn secret_file_warnings(provisioning_key_file: Option<&Path>, state_dir: &Path) -> Vec<String> {
+    provisioning_key_file
+        .map(Path::to_owned)
+        .into_iter()
+        .chain([state_dir.join(KEY_FILE)])
+        .filter_map(|p| loose_permissions(&p))
+        .collect()
 }
 
 /// The enrollment in `dir`, if complete, for `name` in `group`.
@@ -435,7 +518,7 @@ pub async fn enroll(
             message: s.message().to_owned(),
         })?
         .into_inner();
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    create_private_dir(dir).map_err(io(dir))?;
     let key_pem = key.serialize_pem();
     // Old identity first: a crash mid-way leaves "not enrolled", never a
     // certificate paired with the wrong key.
@@ -553,5 +636,64 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[cfg(all(test, unix))]
+mod private_files {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn state_files_are_written_privately_and_never_through_a_planted_file() {
+        let root = std::env::temp_dir().join(format!("reach-enroll-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("state");
+        create_private_dir(&dir).expect("mkdir");
+        assert_eq!(mode(&dir), 0o700);
+        // The old temporary name was predictable: a file planted there
+        // was truncated and renamed into place.
+        std::fs::write(dir.join("connector.tmp"), "planted").expect("plant");
+        write_atomic(&dir.join(KEY_FILE), "key", true).expect("key");
+        write_atomic(&dir.join(CERT_FILE), "cert", false).expect("cert");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("connector.tmp")).expect("read"),
+            "planted"
+        );
+        assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
+        assert_eq!(mode(&dir.join(CERT_FILE)), 0o600);
+        let leftovers = std::fs::read_dir(&dir)
+            .expect("list")
+            .filter(|e| {
+                e.as_ref().is_ok_and(|e| {
+                    e.file_name().to_string_lossy().ends_with(".tmp")
+                        && e.file_name() != "connector.tmp"
+                })
+            })
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file left");
+        // Secret files others can read are warned about, naming file and mode.
+        assert!(secret_file_warnings(None, &dir).is_empty());
+        let key_file = root.join("group.key");
+        std::fs::write(&key_file, "k").expect("write");
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        std::fs::set_permissions(dir.join(KEY_FILE), std::fs::Permissions::from_mode(0o604))
+            .expect("chmod");
+        let warnings = secret_file_warnings(Some(&key_file), &dir);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("group.key") && warnings[0].contains("0640"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains(KEY_FILE) && warnings[1].contains("0604"),
+            "{warnings:?}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -119,7 +119,7 @@ fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentErr
             })?
             .trim()
             .to_owned(),
-        (None, Some(key)) => key.trim().to_owned(),
+        (None, Some(key)) => key.expose().trim().to_owned(),
         (None, None) => return Err(AgentError::MissingProvisioningKey),
     };
     if key.is_empty() {
@@ -244,6 +244,11 @@ async fn enrollment(
 /// hanging) is logged, reported and retried. With an `https://` CA it
 /// enrolls first when the state directory holds no enrollment.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    for warning in
+        enroll::secret_file_warnings(config.provisioning_key_file.as_deref(), &config.state_dir)
+    {
+        tracing::warn!("{warning}");
+    }
     check_identity(&config)?;
     let mut shutdown = std::pin::pin!(shutdown);
     let credentials = if wants_tls(&config) {
@@ -280,10 +285,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
     let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
-    let (pacer, pacer_task) = pacer::Pacer::spawn(
+    if !config.allow_networks.is_empty() {
+        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
+    }
+    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
         prober.clone(),
         config.checks_per_second,
         config.max_in_flight,
+        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
         metrics.clone(),
     );
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
@@ -318,6 +327,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         renewals,
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
+        ceilings: config.ceilings(),
     };
     let parts = session::Parts {
         scheduler,

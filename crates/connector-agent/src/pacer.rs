@@ -5,7 +5,9 @@
 //! ask for it at once.
 //!
 //! **Invariant:** nothing else in the connector opens a socket toward an
-//! application.
+//! application. That is why `--allow-networks` is enforced here, in
+//! `enqueue`, which every check goes through: an address outside the allowed
+//! networks is answered "not allowed" without ever reaching the prober.
 
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
@@ -17,12 +19,52 @@ use governor::clock::{Clock, MonotonicClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use policy::{AddressResult, CheckTarget};
+use ipnet::IpNet;
+use policy::{AddressResult, CheckTarget, Failure, FailureKind};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::probe::{Prober, not_run};
+
+/// The networks the connector may probe (`--allow-networks`); empty means
+/// no restriction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowNetworks(Vec<IpNet>);
+
+/// The failure detail of an address outside `--allow-networks`.
+pub const NOT_ALLOWED_DETAIL: &str = "outside --allow-networks";
+
+impl AllowNetworks {
+    /// Probing restricted to `networks` (host bits are ignored); an empty
+    /// list allows everything.
+    pub fn new(networks: impl IntoIterator<Item = IpNet>) -> Self {
+        AllowNetworks(networks.into_iter().map(|n| n.trunc()).collect())
+    }
+
+    /// Whether probing `ip` is allowed. An IPv4-mapped IPv6 address is
+    /// judged as the IPv4 address it reaches.
+    pub fn permits(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.is_empty() || self.0.iter().any(|n| n.contains(&ip))
+    }
+
+    /// Whether there is no restriction.
+    pub fn is_unrestricted(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The result for a target the connector refuses to probe: down, with
+/// failure `NotAllowed`, and no packet sent.
+pub fn not_allowed(target: CheckTarget) -> AddressResult {
+    let mut result = not_run(target, NOT_ALLOWED_DETAIL);
+    result.failure = Some(Failure {
+        kind: FailureKind::NotAllowed,
+        detail: NOT_ALLOWED_DETAIL.to_owned(),
+    });
+    result
+}
 
 /// Which queue a check waits in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +300,7 @@ struct Inner {
     slots: Arc<Semaphore>,
     started: AtomicU64,
     prober: Arc<Prober>,
+    allowed: AllowNetworks,
     metrics: Metrics,
 }
 
@@ -276,11 +319,29 @@ impl std::fmt::Debug for Pacer {
 }
 
 impl Pacer {
-    /// Starts the pacer task; it ends when the returned handle is aborted.
+    /// Starts the pacer task with no network restriction; it ends when the
+    /// returned handle is aborted.
     pub fn spawn(
         prober: Arc<Prober>,
         rate: u32,
         max_in_flight: u32,
+        metrics: Metrics,
+    ) -> (Pacer, tokio::task::JoinHandle<()>) {
+        Self::spawn_restricted(
+            prober,
+            rate,
+            max_in_flight,
+            AllowNetworks::default(),
+            metrics,
+        )
+    }
+
+    /// Starts the pacer task, probing only addresses in `allowed`.
+    pub fn spawn_restricted(
+        prober: Arc<Prober>,
+        rate: u32,
+        max_in_flight: u32,
+        allowed: AllowNetworks,
         metrics: Metrics,
     ) -> (Pacer, tokio::task::JoinHandle<()>) {
         let max_in_flight = max_in_flight.max(1);
@@ -293,6 +354,7 @@ impl Pacer {
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
             started: AtomicU64::new(0),
             prober,
+            allowed,
             metrics,
         });
         let task = tokio::spawn(run(inner.clone()));
@@ -362,6 +424,11 @@ impl Pacer {
         max_age: Duration,
         waiter: Waiter,
     ) -> Result<(), AddressResult> {
+        // The one gate for `--allow-networks`: every check, whichever
+        // entry point it came through, passes here before it can start.
+        if !self.inner.allowed.permits(target.address) {
+            return Err(not_allowed(target));
+        }
         let mut q = self.inner.lock();
         if let Some((at, result)) = q.recent.get(&target)
             && at.elapsed() <= max_age

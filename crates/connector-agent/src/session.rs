@@ -25,6 +25,7 @@ use tonic::Streaming;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
+use crate::config::Ceilings;
 use crate::enroll::{Enrollment, ProvisioningKey};
 use crate::metrics::Metrics;
 use crate::pacer::Pacer;
@@ -155,6 +156,9 @@ pub struct SessionOptions {
     /// Renewed certificates, when a renewal task runs: each one replaces
     /// `credentials` and the session moves onto it.
     pub renewals: Option<watch::Receiver<Enrollment>>,
+    /// The most the CA may ask for (`--max-checks-per-second`,
+    /// `--max-check-timeout-ms`).
+    pub ceilings: Ceilings,
 }
 
 /// Everything the sessions drive.
@@ -219,7 +223,13 @@ pub async fn run(
             }) => {
                 tracing::info!(%reason, retry_after_ms = retry_after.as_millis(), "the CA ended the session");
                 if let Some(to) = reconnect_to {
-                    url = to;
+                    match follow_reconnect(&to) {
+                        Some(to) => url = to,
+                        None => tracing::warn!(
+                            reconnect_to = %to.escape_debug(),
+                            "ignoring the CA's reconnect_to: only an https:// URL is followed"
+                        ),
+                    }
                 }
                 delay = delay.max(retry_after);
             }
@@ -232,6 +242,46 @@ pub async fn run(
             () = stopped(&mut shutdown) => return,
         }
     }
+}
+
+/// The address a `Shutdown.reconnect_to` may send the connector to: an
+/// `https://` URL with a host and nothing else (no user info, path or
+/// query). The session keeps its credentials, so the new CA is verified
+/// against the same root certificate (`--ca-cert`) and must present a
+/// server certificate that root issued for the new host: a CA can move its
+/// connectors only within its own trust root, never to plain text or to a
+/// server outside it.
+pub fn follow_reconnect(to: &str) -> Option<String> {
+    let uri: tonic::transport::Uri = to.parse().ok()?;
+    let authority = uri.authority()?;
+    let plain = uri.scheme_str() == Some("https")
+        && !authority.as_str().contains('@')
+        && !authority.host().is_empty()
+        && matches!(uri.path(), "" | "/")
+        && uri.query().is_none();
+    plain.then(|| format!("https://{authority}"))
+}
+
+/// The CA's rate limit and probe timeout held to the local ceilings; a 0
+/// from the CA means the connector's own value. Returns the effective pair
+/// and whether anything was clamped.
+pub fn effective_limits(
+    ca_checks_per_second: u32,
+    ca_check_timeout_ms: u32,
+    options: &SessionOptions,
+) -> (u32, Duration, bool) {
+    let ceilings = options.ceilings;
+    let rate = match ca_checks_per_second {
+        0 => options.checks_per_second,
+        n => n.min(ceilings.checks_per_second),
+    };
+    let timeout = match ca_check_timeout_ms {
+        0 => options.check_timeout,
+        ms => Duration::from_millis(u64::from(ms)).min(ceilings.check_timeout),
+    };
+    let clamped = ca_checks_per_second > ceilings.checks_per_second
+        || Duration::from_millis(u64::from(ca_check_timeout_ms)) > ceilings.check_timeout;
+    (rate, timeout, clamped)
 }
 
 /// Completes when the stop flag turns true (or its sender is gone).
@@ -317,14 +367,21 @@ fn apply_settings(
         0 => DEFAULT_HEARTBEAT,
         ms => Duration::from_millis(ms.max(100)),
     };
-    parts.pacer.set_rate(match s.checks_per_second {
-        0 => options.checks_per_second,
-        n => n,
-    });
-    parts.prober.set_timeout(match s.check_timeout_ms {
-        0 => options.check_timeout,
-        ms => Duration::from_millis(u64::from(ms)),
-    });
+    let (rate, timeout, clamped) =
+        effective_limits(s.checks_per_second, s.check_timeout_ms, options);
+    if clamped {
+        tracing::warn!(
+            ca_checks_per_second = s.checks_per_second,
+            ca_check_timeout_ms = s.check_timeout_ms,
+            checks_per_second = rate,
+            check_timeout_ms = timeout.as_millis(),
+            "the CA asks for more than --max-checks-per-second / --max-check-timeout-ms allow; clamped"
+        );
+    }
+    // The heartbeat's `rate_limit` and the metrics read the pacer, so they
+    // show the effective (clamped) rate.
+    parts.pacer.set_rate(rate);
+    parts.prober.set_timeout(timeout);
     (window, heartbeat)
 }
 
@@ -645,10 +702,71 @@ mod tests {
             checks_per_second: 20,
             check_timeout: Duration::from_secs(1),
             renewals: None,
+            ceilings: Ceilings::default(),
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");
         assert!(!printed.contains("s3cret-key"), "{printed}");
+    }
+
+    fn options(rate: u32, timeout_ms: u64, max_rate: u32, max_timeout_ms: u64) -> SessionOptions {
+        SessionOptions {
+            identity: Identity {
+                name: "c1".into(),
+                group: "g".into(),
+            },
+            credentials: Credentials::ProvisioningKey(ProvisioningKey::new("k")),
+            checks_per_second: rate,
+            check_timeout: Duration::from_millis(timeout_ms),
+            renewals: None,
+            ceilings: Ceilings {
+                checks_per_second: max_rate,
+                check_timeout: Duration::from_millis(max_timeout_ms),
+            },
+        }
+    }
+
+    #[test]
+    fn the_cas_rate_and_timeout_are_held_to_the_local_ceilings() {
+        let o = options(10, 1000, 20, 5000);
+        // A CA asking for a fast scan gets the ceiling.
+        assert_eq!(
+            effective_limits(10_000, 60_000, &o),
+            (20, Duration::from_secs(5), true)
+        );
+        // Within the ceilings the CA's values hold.
+        assert_eq!(
+            effective_limits(15, 2000, &o),
+            (15, Duration::from_secs(2), false)
+        );
+        // 0 means the connector's own.
+        assert_eq!(
+            effective_limits(0, 0, &o),
+            (10, Duration::from_secs(1), false)
+        );
+    }
+
+    #[test]
+    fn reconnect_to_is_followed_only_as_https() {
+        assert_eq!(
+            follow_reconnect("https://ca2.example:7443").as_deref(),
+            Some("https://ca2.example:7443")
+        );
+        assert_eq!(
+            follow_reconnect("https://ca2.example:7443/").as_deref(),
+            Some("https://ca2.example:7443")
+        );
+        for refused in [
+            "http://ca2.example:7443",
+            "ca2.example:7443",
+            "https://user@ca2.example:7443",
+            "https://ca2.example:7443/elsewhere",
+            "https://ca2.example:7443/?x=1",
+            "unix:///tmp/sock",
+            "",
+        ] {
+            assert_eq!(follow_reconnect(refused), None, "{refused}");
+        }
     }
 
     #[test]

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use connector_agent::IcmpPreference;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{Pacer, Priority};
+use connector_agent::pacer::{AllowNetworks, Pacer, Priority};
 use connector_agent::probe::Prober;
-use policy::{CheckTarget, Protocol};
+use policy::{CheckTarget, FailureKind, Protocol};
 use test_support::listeners;
 
 fn target(ip: &str, port: u16) -> CheckTarget {
@@ -117,5 +117,62 @@ async fn submitted_checks_complete_through_the_channel() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(accepted.lock().expect("lock").len(), 1, "probed once");
     assert!(rx.try_recv().is_err(), "a reused result is not sent again");
+    task.abort();
+}
+
+/// `--allow-networks`: whatever asks for it (check, submit, on-access or
+/// continuous), an address outside the allowed networks is never probed and
+/// comes back down with `NotAllowed`; addresses inside are probed as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addresses_outside_allow_networks_are_never_probed() {
+    let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_millis(300)));
+    let allowed = AllowNetworks::new(["127.0.8.0/24".parse().expect("net")]);
+    let (pacer, task) = Pacer::spawn_restricted(prober, 50, 16, allowed, Metrics::new());
+    let ips = ["127.0.8.11".to_string(), "127.0.9.11".to_string()];
+    let (port, accepted) = listeners(&ips).await;
+    let inside = pacer
+        .check(
+            target("127.0.8.11", port),
+            Priority::OnAccess,
+            Duration::ZERO,
+        )
+        .await;
+    assert!(inside.reachable, "{inside:?}");
+    let outside = pacer
+        .check(
+            target("127.0.9.11", port),
+            Priority::OnAccess,
+            Duration::ZERO,
+        )
+        .await;
+    assert!(!outside.reachable);
+    let failure = outside.failure.expect("a failure");
+    assert_eq!(failure.kind, FailureKind::NotAllowed);
+    assert_eq!(failure.detail, "outside --allow-networks");
+    // The same through `submit`, and for an IPv4-mapped IPv6 spelling.
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    for ip in ["127.0.9.11", "::ffff:127.0.9.11"] {
+        let now = pacer.submit(
+            target(ip, port),
+            Priority::Continuous,
+            Duration::ZERO,
+            &tx,
+            1,
+            0,
+        );
+        assert_eq!(
+            now.and_then(|r| r.failure).map(|f| f.kind),
+            Some(FailureKind::NotAllowed),
+            "{ip}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let accepted = accepted.lock().expect("lock").clone();
+    assert_eq!(
+        accepted.len(),
+        1,
+        "only the allowed address was probed: {accepted:?}"
+    );
+    assert_eq!(pacer.stats().started, 1);
     task.abort();
 }

@@ -41,7 +41,8 @@ pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,
 };
 pub use validate::{
-    GroupSpec, Limits, PolicySpec, PortSpec, SegmentSpec, Subject, ValidationError,
-    ValidationErrors, parse_entry, validate, validate_segment, validate_with,
+    DEFAULT_MIN_SUBNET_PREFIX_V4, DEFAULT_MIN_SUBNET_PREFIX_V6, GroupSpec, Limits, PolicySpec,
+    PortSpec, SegmentSpec, Subject, ValidationError, ValidationErrors, parse_entry, validate,
+    validate_segment, validate_with,
 };
 pub use window::{AccessWindows, Coalescer, Renewal};

@@ -225,6 +225,14 @@ mod tests {
         .expect("valid segment")
     }
 
+    /// A `0.0.0.0/0` segment: validation refuses it, but the index must
+    /// still rank it last if one ever reaches it, so it is built by hand.
+    fn catch_all_v4() -> Segment {
+        let mut s = seg("all", &["10.0.0.0/8"], &["80"], &[], false);
+        s.applications = vec![AppEntry::Subnet("0.0.0.0/0".parse().expect("net"))];
+        s
+    }
+
     fn tcp(host: &str, port: u16) -> Request {
         Request {
             host: host.parse().expect("host"),
@@ -314,7 +322,7 @@ mod tests {
             seg("slash24", &["10.1.1.0/24"], &["80"], &[], false),
             seg("exact", &["10.1.1.1"], &["80"], &[], false),
             seg("slash16", &["10.1.0.0/16"], &["80"], &[], false),
-            seg("all", &["0.0.0.0/0"], &["80"], &[], false),
+            catch_all_v4(),
         ];
         assert_eq!(matched(&segments, &tcp("10.1.1.1", 80)), "exact");
         assert_eq!(matched(&segments, &tcp("10.1.1.2", 80)), "slash24");

@@ -121,6 +121,9 @@ pub enum FailureKind {
     Dns,
     /// Any other local error.
     Other,
+    /// The connector refused to probe the address: it is outside the
+    /// connector's `--allow-networks`. Nothing was sent.
+    NotAllowed,
 }
 
 impl FailureKind {
@@ -132,6 +135,7 @@ impl FailureKind {
             FailureKind::Unreachable => "unreachable",
             FailureKind::Dns => "dns",
             FailureKind::Other => "other",
+            FailureKind::NotAllowed => "not_allowed",
         }
     }
 }

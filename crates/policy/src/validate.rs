@@ -21,15 +21,29 @@ pub struct Limits {
     /// Most ports (TCP and UDP together, ranges counted port by port) a
     /// continuous segment may have.
     pub max_continuous_ports: u32,
+    /// Shortest IPv4 subnet prefix an application entry may have: a wider
+    /// subnet lets a policy turn connectors into scanners of large address
+    /// ranges. `/0` is refused whatever this says.
+    pub min_subnet_prefix_v4: u8,
+    /// Shortest IPv6 subnet prefix (`/0` is always refused).
+    pub min_subnet_prefix_v6: u8,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_continuous_ports: 10,
+            min_subnet_prefix_v4: DEFAULT_MIN_SUBNET_PREFIX_V4,
+            min_subnet_prefix_v6: DEFAULT_MIN_SUBNET_PREFIX_V6,
         }
     }
 }
+
+/// Default shortest IPv4 subnet prefix (`10.0.0.0/8` is the widest private
+/// range, and the widest entry the examples use).
+pub const DEFAULT_MIN_SUBNET_PREFIX_V4: u8 = 8;
+/// Default shortest IPv6 subnet prefix (`fd00::/8`, the unique-local range).
+pub const DEFAULT_MIN_SUBNET_PREFIX_V6: u8 = 8;
 
 /// A port as written by an operator: `80`, `"80"` or `"8000-8100"`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -293,6 +307,7 @@ fn validate_segment_with(
         err("name", m);
     }
     let applications = parse_applications(&spec.applications, &mut err);
+    check_subnet_widths(&applications, limits, &mut err);
     let tcp_ports = parse_ports(&spec.tcp_ports, Protocol::Tcp, &mut err);
     let udp_ports = parse_ports(&spec.udp_ports, Protocol::Udp, &mut err);
     if spec.tcp_ports.is_empty() && spec.udp_ports.is_empty() {
@@ -361,6 +376,40 @@ fn parse_applications(
         }
     }
     applications
+}
+
+/// Subnet entries no wider than the limits allow, and never a catch-all
+/// (`0.0.0.0/0`, `::/0`).
+fn check_subnet_widths(
+    applications: &[AppEntry],
+    limits: Limits,
+    err: &mut impl FnMut(&'static str, String),
+) {
+    for entry in applications {
+        let AppEntry::Subnet(net) = entry else {
+            continue;
+        };
+        let min = match net {
+            IpNet::V4(_) => limits.min_subnet_prefix_v4,
+            IpNet::V6(_) => limits.min_subnet_prefix_v6,
+        };
+        if net.prefix_len() == 0 {
+            err(
+                "applications",
+                format!(
+                    "applications entry \"{net}\" covers every address, which is never allowed"
+                ),
+            );
+        } else if net.prefix_len() < min {
+            err(
+                "applications",
+                format!(
+                    "applications entry \"{net}\" is wider than /{min} (the CA's [health] min_subnet_prefix_{})",
+                    if net.addr().is_ipv4() { "v4" } else { "v6" }
+                ),
+            );
+        }
+    }
 }
 
 /// The report interval: `report_interval_ms`, else `report_interval_s`,
@@ -694,6 +743,39 @@ mod tests {
     }
 
     #[test]
+    fn catch_all_and_too_wide_subnets_are_refused() {
+        let on_access = |apps: &[&str]| {
+            let mut spec = seg("wide");
+            spec.applications = apps.iter().map(|&a| a.into()).collect();
+            spec.health_reporting = Some("on_access".into());
+            spec
+        };
+        for all in ["0.0.0.0/0", "::/0"] {
+            assert_one_error(&on_access(&[all]), "applications", "covers every address");
+        }
+        assert_one_error(&on_access(&["10.0.0.0/7"]), "applications", "wider than /8");
+        assert_one_error(&on_access(&["fc00::/7"]), "applications", "wider than /8");
+        // The limits are configurable; /0 stays refused even at 0.
+        let strict = Limits {
+            min_subnet_prefix_v4: 16,
+            min_subnet_prefix_v6: 64,
+            ..Limits::default()
+        };
+        let one = |apps: &[&str], limits| validate_segment_with(&on_access(apps), 0, limits);
+        assert!(one(&["10.122.0.0/16", "fd00::/64"], strict).is_ok());
+        assert!(one(&["10.0.0.0/15"], strict).is_err());
+        assert!(one(&["fd00::/63"], strict).is_err());
+        let lax = Limits {
+            min_subnet_prefix_v4: 0,
+            min_subnet_prefix_v6: 0,
+            ..Limits::default()
+        };
+        assert!(one(&["0.0.0.0/1"], lax).is_ok());
+        assert!(one(&["0.0.0.0/0"], lax).is_err());
+        assert!(one(&["::/0"], lax).is_err());
+    }
+
+    #[test]
     fn health_reporting_defaults_to_continuous() {
         let mut spec = seg("jira");
         spec.health_reporting = None;
@@ -770,10 +852,12 @@ mod tests {
         spec.tcp_ports = ports(&["1-12"]);
         let limits = Limits {
             max_continuous_ports: 13,
+            ..Limits::default()
         };
         assert!(validate_with(&policy(vec![spec.clone()]), limits).is_ok());
         let limits = Limits {
             max_continuous_ports: 12,
+            ..Limits::default()
         };
         let e = validate_with(&policy(vec![spec]), limits).unwrap_err();
         assert_eq!(

@@ -203,6 +203,7 @@ impl From<FailureKind> for v1::FailureKind {
             FailureKind::Unreachable => v1::FailureKind::Unreachable,
             FailureKind::Dns => v1::FailureKind::Dns,
             FailureKind::Other => v1::FailureKind::Other,
+            FailureKind::NotAllowed => v1::FailureKind::NotAllowed,
         }
     }
 }
@@ -219,6 +220,7 @@ pub fn failure_kind_from_wire(
         Ok(v1::FailureKind::Unreachable) => Ok(Some(FailureKind::Unreachable)),
         Ok(v1::FailureKind::Dns) => Ok(Some(FailureKind::Dns)),
         Ok(v1::FailureKind::Other) => Ok(Some(FailureKind::Other)),
+        Ok(v1::FailureKind::NotAllowed) => Ok(Some(FailureKind::NotAllowed)),
         Err(_) => Err(WireError::InvalidEnum { field, value }),
     }
 }
@@ -559,6 +561,7 @@ mod tests {
                 FailureKind::Unreachable,
                 FailureKind::Dns,
                 FailureKind::Other,
+                FailureKind::NotAllowed,
             ] {
                 cases.push(AddressResult {
                     address: "fd00::2".parse().unwrap(),
@@ -640,6 +643,7 @@ mod tests {
             FailureKind::Unreachable,
             FailureKind::Dns,
             FailureKind::Other,
+            FailureKind::NotAllowed,
         ] {
             assert_eq!(
                 failure_kind_from_wire("f", v1::FailureKind::from(k) as i32),

@@ -57,7 +57,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
 
     // The real connector, in this process.
     let mut config = Config::new(ca_server.grpc_url(), "cold-1", ca::GROUP);
-    config.provisioning_key = Some(ca::KEY.to_owned());
+    config.provisioning_key = Some(ca::KEY.into());
     config.icmp = IcmpPreference::Off;
     config.state_dir = std::env::temp_dir().join(format!("reach-bench-{}", std::process::id()));
     // Names (the `web` segment's FQDN) resolve against a loopback port where

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use policy::SegmentSpec;
 use serde::Deserialize;
 
+use crate::auth::Secret;
+
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +137,8 @@ pub(super) struct HealthSection {
     pub(super) check_timeout_ms: u32,
     pub(super) assumed_checks_per_second: u32,
     pub(super) transitions_kept: usize,
+    pub(super) min_subnet_prefix_v4: u8,
+    pub(super) min_subnet_prefix_v6: u8,
 }
 
 impl Default for HealthSection {
@@ -150,6 +154,8 @@ impl Default for HealthSection {
             check_timeout_ms: 0,
             assumed_checks_per_second: 20,
             transitions_kept: 20,
+            min_subnet_prefix_v4: policy::DEFAULT_MIN_SUBNET_PREFIX_V4,
+            min_subnet_prefix_v6: policy::DEFAULT_MIN_SUBNET_PREFIX_V6,
         }
     }
 }
@@ -158,7 +164,9 @@ impl Default for HealthSection {
 #[serde(deny_unknown_fields)]
 pub(super) struct TokenSection {
     pub(super) name: String,
-    pub(super) token: Option<String>,
+    /// Read straight into a `Secret` so that `Debug` of the file never
+    /// shows it.
+    pub(super) token: Option<Secret>,
     pub(super) token_file: Option<PathBuf>,
     #[serde(default)]
     pub(super) scopes: Vec<String>,
@@ -168,7 +176,7 @@ pub(super) struct TokenSection {
 #[serde(deny_unknown_fields)]
 pub(super) struct GroupSection {
     pub(super) name: String,
-    pub(super) provisioning_key: Option<String>,
+    pub(super) provisioning_key: Option<Secret>,
     pub(super) provisioning_key_file: Option<PathBuf>,
     #[serde(default)]
     pub(super) max_uses: Option<u32>,

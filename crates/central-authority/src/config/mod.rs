@@ -43,6 +43,10 @@ pub struct Config {
     /// `content_hash` of the text it was loaded from: the reload watcher's
     /// baseline, so a change made right after loading is not missed.
     pub content_hash: u64,
+    /// Things to warn about at start that do not stop the CA: secret files
+    /// (`token_file`, `provisioning_key_file`, `[tls]` key files) readable
+    /// by group or others.
+    pub warnings: Vec<String>,
 }
 
 /// A hash of a config file's bytes, to notice changes.
@@ -94,7 +98,8 @@ pub enum ConfigError {
     Syntax {
         /// The file.
         path: PathBuf,
-        /// The parser's message (with line and column).
+        /// Line, column and the parser's message, never the offending
+        /// source line (see `syntax_message`).
         message: String,
     },
     /// The file parses but breaks rules; every problem is listed.
@@ -153,9 +158,10 @@ impl Config {
     fn parse(text: &str, path: &Path, base: &Path) -> Result<Config, ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
+            message: syntax_message(text, &e),
         })?;
         let mut problems = Vec::new();
+        let warnings = secret_file_warnings(&file, base);
         let settings = settings::settings(&file, base, &mut problems);
         let short_ok = file.server.allow_short_secrets;
         let tokens = secrets::api_tokens(&file.api_tokens, base, short_ok, &mut problems);
@@ -172,7 +178,12 @@ impl Config {
                 .collect(),
             segments: file.segments,
         };
-        let policy = match policy::validate(&spec) {
+        // Without valid settings the default limits still find every
+        // other policy error in the same pass.
+        let limits = settings
+            .as_ref()
+            .map_or_else(policy::Limits::default, Settings::policy_limits);
+        let policy = match policy::validate_with(&spec, limits) {
             Ok(p) => Some(p),
             Err(errors) => {
                 problems.extend(errors.0.into_iter().map(Problem::Policy));
@@ -188,10 +199,64 @@ impl Config {
                 group_keys,
                 key_policies,
                 content_hash: content_hash(text.as_bytes()),
+                warnings,
             }),
             _ => Err(ConfigError::Invalid(problems)),
         }
     }
+}
+
+/// A warning for every secret file the config names that group or others
+/// can read.
+fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
+    let tokens = file.api_tokens.iter().filter_map(|t| t.token_file.as_ref());
+    let keys = file
+        .connector_groups
+        .iter()
+        .filter_map(|g| g.provisioning_key_file.as_ref());
+    let tls = [&file.tls.key_file, &file.tls.issuer_key_file]
+        .into_iter()
+        .flatten();
+    tokens
+        .chain(keys)
+        .chain(tls)
+        .filter_map(|p| crate::pki::loose_permissions(&base.join(p)))
+        .collect()
+}
+
+/// A TOML error as `line L, column C: message`, without the excerpt of the
+/// source that toml's own `Display` quotes: the offending line may hold a
+/// token or key (a typo beside a secret), and reload logs every error on
+/// each file change. Text in double quotes inside the message (serde
+/// quotes a wrongly typed value) is elided for the same reason; field
+/// names, which serde quotes in backticks, stay.
+fn syntax_message(text: &str, e: &toml::de::Error) -> String {
+    let message = elide_quoted(e.message().trim_end());
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {message}")
+}
+
+/// `message` with the contents of every double-quoted span replaced by `…`.
+fn elide_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '"' {
+            if inside {
+                out.push('…');
+            }
+            inside = !inside;
+            out.push(c);
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Adds a problem with setting `field`.
@@ -298,6 +363,107 @@ mod tests {
         assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
         let err = Config::from_toml("[serverr]", Path::new(".")).expect_err("bad");
         assert!(err.to_string().contains("serverr"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_never_quote_a_secret() {
+        // An unterminated string beside a token, a stray character after a
+        // key, a wrongly typed value: toml's own message quotes the line.
+        for (text, line) in [
+            (
+                "[[api_tokens]]\nname = \"ops\"\ntoken = \"s3cret-token-value\nscopes = [\"read\"]\n",
+                3,
+            ),
+            (
+                "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"s3cret-token-value\" x\n",
+                3,
+            ),
+            (
+                "[[connector_groups]]\nname = \"g\"\nmax_uses = \"s3cret-token-value\"\n",
+                3,
+            ),
+        ] {
+            let err = Config::from_toml(text, Path::new(".")).expect_err("bad");
+            let shown = format!("{err} {err:?} {}", err.messages().join(" "));
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains(&format!("line {line}, column ")), "{shown}");
+        }
+    }
+
+    #[test]
+    fn debug_of_a_loaded_config_redacts_every_secret() {
+        let text = r#"
+            [[api_tokens]]
+            name = "ops"
+            token = "s3cret-api-token"
+            scopes = ["read"]
+            [[connector_groups]]
+            name = "dc-east"
+            provisioning_key = "s3cret-group-key"
+        "#;
+        let c = Config::from_toml(text, Path::new(".")).expect("valid");
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("ops") && shown.contains("dc-east"),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let file: FileConfig = toml::from_str(text).expect("parses");
+        let shown = format!("{file:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn subnet_widths_are_bounded_by_the_config() {
+        let text = |v4: &str, v6: &str, apps: &str| {
+            format!(
+                "[health]\nmin_subnet_prefix_v4 = {v4}\nmin_subnet_prefix_v6 = {v6}\n{MINIMAL}\n\
+                 [[segments]]\nname = \"wide\"\napplications = [{apps}]\ntcp_ports = [\"80\"]\n\
+                 health_reporting = \"on_access\"\nconnector_groups = [\"dc-east\"]\n"
+            )
+        };
+        let load = |t: String| Config::from_toml(&t, Path::new("."));
+        assert!(load(text("16", "64", r#""10.1.0.0/16", "fd00::/64""#)).is_ok());
+        let err = load(text("16", "64", r#""10.0.0.0/15""#)).expect_err("too wide");
+        assert!(err.to_string().contains("wider than /16"), "{err}");
+        let err = load(text("16", "64", r#""fd00::/48""#)).expect_err("too wide");
+        assert!(err.to_string().contains("wider than /64"), "{err}");
+        // The defaults allow the widest private range and refuse everything.
+        assert!(load(text("8", "8", r#""10.0.0.0/8", "fd00::/8""#)).is_ok());
+        let err = load(text("8", "8", r#""0.0.0.0/0""#)).expect_err("catch-all");
+        assert!(err.to_string().contains("covers every address"), "{err}");
+        let err = load(text("0", "8", r#""10.0.0.0/8""#)).expect_err("0 is no bound");
+        assert!(
+            err.to_string().contains("health.min_subnet_prefix_v4"),
+            "{err}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn secret_files_readable_by_others_are_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("reach-ca-modes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (file, mode) in [("open-token", 0o644), ("closed-key", 0o600)] {
+            std::fs::write(dir.join(file), "a-long-enough-secret\n").expect("write");
+            std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        }
+        let text = r#"
+            [[api_tokens]]
+            name = "ops"
+            token_file = "open-token"
+            scopes = ["read"]
+            [[connector_groups]]
+            name = "g"
+            provisioning_key_file = "closed-key"
+        "#;
+        let c = Config::from_toml(text, &dir).expect("valid");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("open-token"), "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("0644"), "{:?}", c.warnings);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

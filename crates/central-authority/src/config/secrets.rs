@@ -23,13 +23,21 @@ pub struct KeyPolicy {
 /// per source (`throttle`), 16 random characters are out of reach.
 pub const MIN_SECRET_CHARS: usize = 16;
 
+/// Secrets are read from the file straight into `Secret`, whose `Debug` is
+/// redacted.
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret::new)
+    }
+}
+
 /// Reads a secret given inline or in a file (exactly one of the two), at
 /// least [`MIN_SECRET_CHARS`] long unless `short_ok` (tests only:
 /// `[server] allow_short_secrets`).
 fn secret(
     problems: &mut Vec<Problem>,
     subject: &str,
-    (inline_name, inline): (&str, Option<&String>),
+    (inline_name, inline): (&str, Option<&Secret>),
     (file_name, file): (&str, Option<&PathBuf>),
     base: &Path,
     short_ok: bool,
@@ -51,11 +59,11 @@ fn secret(
             );
             return None;
         }
-        (Some(v), None) => v.trim().to_owned(),
+        (Some(v), None) => v.trimmed(),
         (None, Some(f)) => {
             let full = base.join(f);
             match std::fs::read_to_string(&full) {
-                Ok(v) => v.trim().to_owned(),
+                Ok(v) => Secret::new(v).trimmed(),
                 Err(e) => {
                     setting(
                         problems,
@@ -71,7 +79,7 @@ fn secret(
         setting(problems, subject, format!("{inline_name} is empty"));
         return None;
     }
-    let chars = value.chars().count();
+    let chars = value.char_count();
     if chars < MIN_SECRET_CHARS && !short_ok {
         // The length only, never the value.
         setting(
@@ -84,7 +92,7 @@ fn secret(
         );
         return None;
     }
-    Some(Secret::new(value))
+    Some(value)
 }
 
 /// The `[[api_tokens]]`, each with a name, scopes and a secret, no two

@@ -55,6 +55,10 @@ pub struct Settings {
     /// Status transitions kept per application for the dashboard
     /// (`[health] transitions_kept`, default 20).
     pub transitions_kept: usize,
+    /// Shortest subnet prefixes a segment's application entry may have
+    /// (`[health] min_subnet_prefix_v4`, default 8, and
+    /// `min_subnet_prefix_v6`, default 8); `/0` is always refused.
+    pub min_subnet_prefix: (u8, u8),
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -121,6 +125,15 @@ pub struct Limits {
 }
 
 impl Settings {
+    /// The limits policy validation enforces with these settings.
+    pub fn policy_limits(&self) -> policy::Limits {
+        policy::Limits {
+            min_subnet_prefix_v4: self.min_subnet_prefix.0,
+            min_subnet_prefix_v6: self.min_subnet_prefix.1,
+            ..policy::Limits::default()
+        }
+    }
+
     /// A session that sends nothing for this long is considered dead: three
     /// heartbeat intervals.
     pub fn idle_timeout(&self) -> Duration {
@@ -210,6 +223,7 @@ pub(super) fn settings(
         connector_check_timeout_ms: h.check_timeout_ms,
         assumed_checks_per_second: h.assumed_checks_per_second,
         transitions_kept: h.transitions_kept,
+        min_subnet_prefix: (h.min_subnet_prefix_v4, h.min_subnet_prefix_v6),
     })
 }
 
@@ -288,6 +302,18 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
         "health.assumed_checks_per_second",
         h.assumed_checks_per_second,
         1..,
+    );
+    range(
+        problems,
+        "health.min_subnet_prefix_v4",
+        h.min_subnet_prefix_v4,
+        1..=32,
+    );
+    range(
+        problems,
+        "health.min_subnet_prefix_v6",
+        h.min_subnet_prefix_v6,
+        1..=128,
     );
     window
 }
