@@ -62,8 +62,13 @@ pub enum Action {
         key: AppKey,
         /// Identifies this round.
         generation: u64,
-        /// Queue priority: on-access rounds go first.
+        /// An on-access application's round (the pacer shares the rate
+        /// fairly between these and continuous rounds).
         on_access: bool,
+        /// The round a user's access triggered: a user waits for it, so its
+        /// checks jump the pacer's queue. Periodic re-checks inside the
+        /// window are not triggered.
+        triggered: bool,
         /// Reuse a target's result up to this old (targets shared with other
         /// segments are probed once per round).
         max_age: Duration,
@@ -98,6 +103,8 @@ struct App {
     /// When the next round is due; None while one runs.
     due: Option<Instant>,
     running: Option<u64>,
+    /// The next round is one an access asked for (see `Action::Check`).
+    triggered: bool,
     round_started: Option<Instant>,
     /// Boxed: most applications wait without a result for a long time
     /// (a queued cycle), and a `Round` inline would cost every one of them.
@@ -113,6 +120,8 @@ impl App {
             interval,
             due: Some(now),
             running: None,
+            // An on-access application exists because a user accessed it.
+            triggered: on_access,
             round_started: None,
             last: None,
             reported_status: None,
@@ -351,7 +360,7 @@ impl Schedule {
             {
                 let generation = self.next_generation;
                 self.next_generation += 1;
-                let first_on_access = app.on_access && app.last.is_none();
+                let triggered = std::mem::take(&mut app.triggered);
                 app.due = None;
                 app.running = Some(generation);
                 app.round_started = Some(now);
@@ -359,9 +368,10 @@ impl Schedule {
                     key: key.clone(),
                     generation,
                     on_access: app.on_access,
+                    triggered,
                     // A waiting user gets a fresh probe; otherwise a result
                     // another segment obtained this round serves.
-                    max_age: if first_on_access {
+                    max_age: if triggered {
                         Duration::ZERO
                     } else {
                         app.interval / 2
@@ -651,6 +661,52 @@ mod tests {
         assert!(!s.is_scheduled(&k));
         assert_eq!(s.next_wakeup(), None, "stops touching it");
         assert!(s.full_state().is_empty());
+    }
+
+    fn triggered(actions: &[Action]) -> Vec<bool> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check { triggered, .. } => Some(*triggered),
+                Action::Report(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_round_an_access_triggers_jumps_the_queue() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![
+                segment("jira", &["*.corp.test"], &[443], "on_access", 60),
+                segment("web", &["10.0.0.1"], &[80], "continuous", 60),
+            ],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        assert_eq!(triggered(&a), vec![false], "continuous rounds never are");
+        let k = key("jira", "wiki.corp.test", 443);
+        let a = s.access(k.clone(), t0).expect("accepted");
+        assert_eq!(triggered(&a), vec![true], "the access's own round");
+        let (_, g) = checks(&a)[0].clone();
+        s.round_done(&k, g, up_round("10.0.0.9"), t0);
+        // The periodic re-check inside the window is on-access, not
+        // triggered: it shares the rate with continuous checks.
+        let a = s.poll(t0 + MIN);
+        let rounds: Vec<(bool, bool)> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check {
+                    key,
+                    on_access,
+                    triggered,
+                    ..
+                } if *key == k => Some((*on_access, *triggered)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rounds, vec![(true, false)]);
     }
 
     #[test]

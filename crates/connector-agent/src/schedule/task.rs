@@ -216,7 +216,7 @@ async fn drive(
 /// reason.
 struct Resolved {
     generation: u64,
-    on_access: bool,
+    priority: Priority,
     max_age: Duration,
     outcome: Result<Arc<[IpAddr]>, String>,
 }
@@ -251,11 +251,13 @@ impl Flights {
             key,
             generation,
             on_access,
+            triggered,
             max_age,
         } = action
         else {
             return;
         };
+        let priority = priority(on_access, triggered);
         let ip = key.host.ip();
         let host = ip.is_none().then(|| key.host.clone());
         self.rounds.insert(
@@ -267,7 +269,7 @@ impl Flights {
             },
         );
         if let Some(ip) = ip {
-            self.launch(generation, on_access, max_age, &[ip]);
+            self.launch(generation, priority, max_age, &[ip]);
         } else if let Some(host) = host {
             let runner = self.runner.clone();
             let resolved = self.resolved.clone();
@@ -285,7 +287,7 @@ impl Flights {
                 // The scheduler is gone when the connector stops.
                 let _ = resolved.send(Resolved {
                     generation,
-                    on_access,
+                    priority,
                     max_age,
                     outcome,
                 });
@@ -297,7 +299,7 @@ impl Flights {
     /// the resolver's reason.
     fn resolved(&mut self, r: Resolved) {
         match r.outcome {
-            Ok(addresses) => self.launch(r.generation, r.on_access, r.max_age, &addresses),
+            Ok(addresses) => self.launch(r.generation, r.priority, r.max_age, &addresses),
             Err(reason) => self.finish(r.generation, Some(reason)),
         }
     }
@@ -306,17 +308,12 @@ impl Flights {
     fn launch(
         &mut self,
         generation: u64,
-        on_access: bool,
+        priority: Priority,
         max_age: Duration,
         addresses: &[IpAddr],
     ) {
         let Some(round) = self.rounds.get_mut(&generation) else {
             return;
-        };
-        let priority = if on_access {
-            Priority::OnAccess
-        } else {
-            Priority::Continuous
         };
         round.remaining = u32::try_from(addresses.len()).unwrap_or(u32::MAX);
         for (index, &address) in (0u32..).zip(addresses) {
@@ -366,6 +363,17 @@ impl Flights {
                 finished_at: SystemTime::now(),
             },
         ));
+    }
+}
+
+/// The pacer queue a round's checks wait in: only the round a user's
+/// access triggered jumps the queue; periodic on-access re-checks share the
+/// rate fairly with continuous checks.
+fn priority(on_access: bool, triggered: bool) -> Priority {
+    match (on_access, triggered) {
+        (_, true) => Priority::Triggered,
+        (true, false) => Priority::OnAccess,
+        (false, false) => Priority::Continuous,
     }
 }
 
