@@ -26,8 +26,13 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30 * 60);
 pub struct Round {
     /// Per-address results (empty when DNS failed).
     pub addresses: Vec<AddressResult>,
-    /// The resolver's reason when resolution failed.
+    /// The resolver's reason when resolution failed, or when it failed
+    /// transiently and the round checked the last known addresses.
     pub dns_error: Option<String>,
+    /// The addresses are the last known ones, used within the stale grace
+    /// because the DNS failed transiently (`dns_error` says how): the
+    /// status comes from their checks, not from the DNS failure.
+    pub dns_stale: bool,
     /// When the round finished (wall clock, for the report).
     pub finished_at: SystemTime,
 }
@@ -35,7 +40,7 @@ pub struct Round {
 impl Round {
     /// The application status this round adds up to.
     pub fn status(&self) -> Status {
-        application_status(&self.addresses, self.dns_error.is_some())
+        application_status(&self.addresses, self.dns_error.is_some() && !self.dns_stale)
     }
 }
 
@@ -526,6 +531,7 @@ mod tests {
                 failure: None,
             }],
             dns_error: None,
+            dns_stale: false,
             finished_at: SystemTime::now(),
         }
     }
@@ -827,8 +833,19 @@ mod tests {
         let round = Round {
             addresses: Vec::new(),
             dns_error: Some("NXDomain".into()),
+            dns_stale: false,
             finished_at: SystemTime::now(),
         };
+        assert_eq!(round.status(), Status::Down);
+    }
+
+    #[test]
+    fn stale_addresses_are_judged_by_their_checks_with_the_dns_error_beside() {
+        let mut round = up_round("10.0.0.1");
+        round.dns_error = Some("SERVFAIL: the DNS server failed to resolve a.test".into());
+        round.dns_stale = true;
+        assert_eq!(round.status(), Status::Up);
+        round.dns_stale = false;
         assert_eq!(round.status(), Status::Down);
     }
 }

@@ -212,13 +212,13 @@ async fn drive(
     }
 }
 
-/// A resolution's outcome for a round: the addresses, or the resolver's
-/// reason.
+/// A resolution's outcome for a round: the addresses (with the DNS error
+/// when they are stale), or the resolver's reason.
 struct Resolved {
     generation: u64,
     priority: Priority,
     max_age: Duration,
-    outcome: Result<Arc<[IpAddr]>, String>,
+    outcome: Result<(Arc<[IpAddr]>, Option<String>), String>,
 }
 
 /// A round in progress: its host being resolved, or its checks queued or
@@ -231,6 +231,8 @@ struct InFlight {
     remaining: u32,
     /// Answers so far, with each address's position in the resolution.
     results: Vec<(u32, AddressResult)>,
+    /// The DNS error when the round checks stale addresses.
+    stale_dns: Option<String>,
 }
 
 /// The rounds in progress, by generation.
@@ -266,6 +268,7 @@ impl Flights {
                 key,
                 remaining: 0,
                 results: Vec::new(),
+                stale_dns: None,
             },
         );
         if let Some(ip) = ip {
@@ -274,11 +277,20 @@ impl Flights {
             let runner = self.runner.clone();
             let resolved = self.resolved.clone();
             tokio::spawn(async move {
-                let outcome = match runner.resolver.resolve(&host).await {
-                    Ok(addrs) => {
-                        runner.count_dns("ok");
-                        Ok(addrs)
-                    }
+                // Shared: every port and segment of this name waiting now
+                // awaits the same lookup.
+                let outcome = match runner.resolver.resolution(&host).await {
+                    Ok(r) => match r.stale {
+                        None => {
+                            runner.count_dns("ok");
+                            Ok((r.addresses, None))
+                        }
+                        Some(failure) => {
+                            runner.count_dns("stale");
+                            let error = format!("{failure}; checking the last known addresses");
+                            Ok((r.addresses, Some(error)))
+                        }
+                    },
                     Err(failure) => {
                         runner.count_dns("error");
                         Err(failure.reason)
@@ -299,7 +311,12 @@ impl Flights {
     /// the resolver's reason.
     fn resolved(&mut self, r: Resolved) {
         match r.outcome {
-            Ok(addresses) => self.launch(r.generation, r.priority, r.max_age, &addresses),
+            Ok((addresses, stale)) => {
+                if let Some(round) = self.rounds.get_mut(&r.generation) {
+                    round.stale_dns = stale;
+                }
+                self.launch(r.generation, r.priority, r.max_age, &addresses);
+            }
             Err(reason) => self.finish(r.generation, Some(reason)),
         }
     }
@@ -354,12 +371,14 @@ impl Flights {
             return;
         };
         round.results.sort_by_key(|(index, _)| *index);
+        let dns_stale = dns_error.is_none() && round.stale_dns.is_some();
         self.finished.push((
             round.key,
             generation,
             Round {
                 addresses: round.results.into_iter().map(|(_, r)| r).collect(),
-                dns_error,
+                dns_error: dns_error.or(round.stale_dns),
+                dns_stale,
                 finished_at: SystemTime::now(),
             },
         ));
