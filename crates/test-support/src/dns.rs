@@ -61,7 +61,7 @@ impl RequestHandler for Handler {
             Ok(info) => info,
             // Nothing reached the client: report what was meant.
             Err(_) => {
-                let mut metadata = request.metadata.clone();
+                let mut metadata = request.metadata;
                 metadata.message_type = MessageType::Response;
                 metadata.response_code = code;
                 ResponseInfo::from(Header {
