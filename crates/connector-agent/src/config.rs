@@ -85,6 +85,15 @@ pub struct Config {
     #[arg(long, env = "REACH_DNS_SERVER")]
     pub dns_server: Option<SocketAddr>,
 
+    /// Seconds after a name's answer expired during which its last known
+    /// addresses are still checked while the DNS fails transiently
+    /// (timeouts, SERVFAIL; never after NXDOMAIN), with the DNS error shown
+    /// beside the results (serve-stale, RFC 8767). 0 turns it off: the
+    /// application is Down from the first failed lookup.
+    #[arg(long, env = "REACH_DNS_STALE_GRACE_S", default_value_t = 300,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub dns_stale_grace_s: u32,
+
     /// Most checks started per second, over all segments (smoothly paced).
     /// The CA may override it.
     #[arg(long, env = "REACH_CHECKS_PER_SECOND", default_value_t = 20,
@@ -162,6 +171,7 @@ impl Config {
             provisioning_key_file: None,
             provisioning_key: None,
             dns_server: None,
+            dns_stale_grace_s: 300,
             checks_per_second: 20,
             check_timeout_ms: 1000,
             max_checks_per_second: 20,
@@ -172,6 +182,11 @@ impl Config {
             metrics_listen: None,
             log_format: LogFormat::Text,
         }
+    }
+
+    /// How long stale DNS answers are used (`--dns-stale-grace-s`).
+    pub fn dns_stale_grace(&self) -> Duration {
+        Duration::from_secs(u64::from(self.dns_stale_grace_s))
     }
 
     /// The probe timeout.

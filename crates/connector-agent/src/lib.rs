@@ -28,11 +28,16 @@
 //!   `none` segments are never checked.
 //! - [`resolver`]: hickory-resolver, system configuration or `--dns-server`;
 //!   every A/AAAA address is a target; answers kept for their TTL clamped to
-//!   5 s..1 h; failures become Down with the resolver's reason.
+//!   5 s..1 h (refreshes jittered); one lookup per name at a time, shared by
+//!   every port and segment; failures become Down with the resolver's reason,
+//!   except that a transient one (timeout, SERVFAIL) keeps the last known
+//!   addresses in use for `--dns-stale-grace-s` with the error beside them.
 //! - [`pacer`]: every check starts here — governor-paced at
 //!   `--checks-per-second` on an ideal timeline (so 6,000 checks take 300 s,
-//!   not 301.5 s), `--max-in-flight` concurrent, on-access first, one probe
-//!   per (address, protocol, port) however many segments share it.
+//!   not 301.5 s), `--max-in-flight` concurrent, the check an access
+//!   triggered first, periodic on-access re-checks and continuous checks
+//!   sharing the rest 1:1, one probe per (address, protocol, port) however
+//!   many segments share it.
 //! - [`probe`]: TCP handshake; ICMP echo via one surge-ping client per
 //!   address family (raw socket, else unprivileged, else none with one
 //!   warning); UDP ports = ICMP, then a TCP fallback that counts a
@@ -283,7 +288,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }));
     }
 
-    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
+    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
+        .with_stale_grace(config.dns_stale_grace());
     let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
     if !config.allow_networks.is_empty() {
         tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");

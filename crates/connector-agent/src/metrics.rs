@@ -35,7 +35,8 @@ pub struct StateLabels {
 /// Labels of `reach_agent_dns_lookups`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DnsLabels {
-    /// ok or error.
+    /// ok, stale (a transient DNS failure: the last known addresses were
+    /// used, within `--dns-stale-grace-s`) or error.
     pub result: String,
 }
 

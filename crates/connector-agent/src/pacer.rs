@@ -1,8 +1,9 @@
 //! The pacer: every check starts here. At most N check starts per second
 //! (governor, paced on an ideal timeline so the long-run rate is exactly N),
-//! a separate bound on checks in flight, on-access checks ahead of
-//! continuous ones, and one probe per target no matter how many segments
-//! ask for it at once.
+//! a separate bound on checks in flight, the check a user's access
+//! triggered ahead of everything, periodic on-access re-checks and
+//! continuous checks sharing the rest fairly (see [`Lanes`]), and one probe
+//! per target no matter how many segments ask for it at once.
 //!
 //! **Invariant:** nothing else in the connector opens a socket toward an
 //! application. That is why `--allow-networks` is enforced here, in
@@ -69,10 +70,100 @@ pub fn not_allowed(target: CheckTarget) -> AddressResult {
 /// Which queue a check waits in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Priority {
-    /// A user is waiting: goes ahead of continuous checks.
+    /// The check a user's access triggered: a user is waiting, so it goes
+    /// ahead of everything and starts in the next rate slot.
+    Triggered,
+    /// A periodic re-check of an on-access application inside its window:
+    /// shares the rate with continuous checks (weight
+    /// [`ON_ACCESS_WEIGHT`] : [`CONTINUOUS_WEIGHT`]).
     OnAccess,
     /// Background checking of continuous segments.
     Continuous,
+}
+
+/// Turns periodic on-access re-checks get per round-robin cycle while both
+/// they and continuous checks wait.
+pub const ON_ACCESS_WEIGHT: u32 = 1;
+/// Turns continuous checks get per round-robin cycle while both they and
+/// periodic on-access re-checks wait. With 1 : 1, continuous checks get at
+/// least half the rate however many on-access windows are open, so `N`
+/// continuous targets are all started within `2 N / rate` seconds (plus the
+/// triggered checks, which are rare: one per access that opens a window).
+pub const CONTINUOUS_WEIGHT: u32 = 1;
+
+/// The pacer's three queues and the order they are served in: a triggered
+/// check first, always; otherwise weighted round robin between periodic
+/// on-access re-checks and continuous checks, so that neither class can
+/// starve the other (an idle class's turns go to the other: the rate is
+/// never left unused while anything waits).
+///
+/// Entries may be stale (the check already started from another queue, or
+/// finished): the caller says which are still waiting, and stale entries
+/// are skipped without using up a turn.
+#[derive(Debug)]
+pub struct Lanes<T> {
+    triggered: VecDeque<T>,
+    on_access: VecDeque<T>,
+    continuous: VecDeque<T>,
+    /// Position in the round-robin cycle of
+    /// `ON_ACCESS_WEIGHT + CONTINUOUS_WEIGHT` turns; on-access first.
+    turn: u32,
+}
+
+impl<T> Default for Lanes<T> {
+    fn default() -> Self {
+        Lanes {
+            triggered: VecDeque::new(),
+            on_access: VecDeque::new(),
+            continuous: VecDeque::new(),
+            turn: 0,
+        }
+    }
+}
+
+impl<T> Lanes<T> {
+    /// Queues `item` in the lane of `priority`.
+    pub fn push(&mut self, priority: Priority, item: T) {
+        match priority {
+            Priority::Triggered => self.triggered.push_back(item),
+            Priority::OnAccess => self.on_access.push_back(item),
+            Priority::Continuous => self.continuous.push_back(item),
+        }
+    }
+
+    /// The next item to start, skipping those `waiting` says are stale.
+    pub fn pop(&mut self, waiting: impl Fn(&T) -> bool) -> Option<T> {
+        for lane in [
+            &mut self.triggered,
+            &mut self.on_access,
+            &mut self.continuous,
+        ] {
+            while lane.front().is_some_and(|t| !waiting(t)) {
+                lane.pop_front();
+            }
+        }
+        if let Some(item) = self.triggered.pop_front() {
+            return Some(item);
+        }
+        let cycle = ON_ACCESS_WEIGHT + CONTINUOUS_WEIGHT;
+        let on_access_turn = self.turn < ON_ACCESS_WEIGHT;
+        let lane = match (self.on_access.is_empty(), self.continuous.is_empty()) {
+            (true, true) => return None,
+            (false, true) => &mut self.on_access,
+            (true, false) => &mut self.continuous,
+            // Both wait: the turn decides, and only then does it advance
+            // (a class alone is not "using up" the other's turns).
+            (false, false) => {
+                self.turn = (self.turn + 1) % cycle;
+                if on_access_turn {
+                    &mut self.on_access
+                } else {
+                    &mut self.continuous
+                }
+            }
+        };
+        lane.pop_front()
+    }
 }
 
 /// Check-start pacing against an ideal timeline.
@@ -273,15 +364,15 @@ impl Waiters {
 
 struct Pending {
     waiters: Waiters,
-    in_high: bool,
+    /// Queued in the triggered lane (also or only).
+    triggered: bool,
     started: bool,
     enqueued: Instant,
 }
 
 #[derive(Default)]
 struct Queues {
-    high: VecDeque<CheckTarget>,
-    low: VecDeque<CheckTarget>,
+    lanes: Lanes<CheckTarget>,
     pending: HashMap<CheckTarget, Pending>,
     recent: HashMap<CheckTarget, (Instant, AddressResult)>,
     waiting: usize,
@@ -439,27 +530,24 @@ impl Pacer {
         match q.pending.get_mut(&target) {
             Some(p) => {
                 p.waiters.push(waiter);
-                if priority == Priority::OnAccess && !p.in_high && !p.started {
-                    p.in_high = true;
-                    q.high.push_back(target);
+                // A user now waits for a check that is queued at a lower
+                // priority: it jumps the queue (its old entry goes stale).
+                if priority == Priority::Triggered && !p.triggered && !p.started {
+                    p.triggered = true;
+                    q.lanes.push(Priority::Triggered, target);
                 }
             }
             None => {
-                let in_high = priority == Priority::OnAccess;
                 q.pending.insert(
                     target,
                     Pending {
                         waiters: Waiters::One(waiter),
-                        in_high,
+                        triggered: priority == Priority::Triggered,
                         started: false,
                         enqueued: Instant::now(),
                     },
                 );
-                if in_high {
-                    q.high.push_back(target);
-                } else {
-                    q.low.push_back(target);
-                }
+                q.lanes.push(priority, target);
                 q.waiting += 1;
                 self.inner.metrics.queue_depth.set(q.waiting as i64);
                 self.inner.work.notify_one();
@@ -506,21 +594,19 @@ impl Inner {
         self.lock().waiting > 0
     }
 
-    /// The next target to start, on-access first; marks it started.
+    /// The next target to start (see [`Lanes`]); marks it started.
     fn pop(&self) -> Option<(CheckTarget, Instant)> {
         let mut q = self.lock();
         let q = &mut *q;
-        while let Some(target) = q.high.pop_front().or_else(|| q.low.pop_front()) {
-            if let Some(p) = q.pending.get_mut(&target)
-                && !p.started
-            {
-                p.started = true;
-                q.waiting -= 1;
-                self.metrics.queue_depth.set(q.waiting as i64);
-                return Some((target, p.enqueued));
-            }
-        }
-        None
+        let pending = &q.pending;
+        let target = q
+            .lanes
+            .pop(|t| pending.get(t).is_some_and(|p| !p.started))?;
+        let p = q.pending.get_mut(&target)?;
+        p.started = true;
+        q.waiting -= 1;
+        self.metrics.queue_depth.set(q.waiting as i64);
+        Some((target, p.enqueued))
     }
 
     fn complete(&self, target: CheckTarget, result: AddressResult, started: Instant) {
@@ -682,6 +768,111 @@ mod tests {
             starts[250] - starts[249],
             3_700_000_000 - 10_000_000 + 10_000_000
         );
+    }
+
+    /// Simulates the pacer's start loop on a fake clock at `rate`: before
+    /// every slot `demand` new periodic on-access re-checks arrive (ids from
+    /// 1,000,000 up), then one check starts. `continuous` continuous checks
+    /// (ids 0..continuous) are queued at the start; `triggered_at` slot `k`
+    /// a triggered check (id 999_999) arrives just after slot `k` started.
+    /// Returns each started id with its start time in nanoseconds, until
+    /// every continuous check started or 100 s passed.
+    fn simulate(
+        rate: u32,
+        continuous: u64,
+        demand: u64,
+        triggered_at: Option<usize>,
+    ) -> Vec<(u64, u64)> {
+        let clock = FakeRelativeClock::default();
+        let mut pace = Pace::new(rate, clock.clone());
+        let mut lanes = Lanes::default();
+        for id in 0..continuous {
+            lanes.push(Priority::Continuous, id);
+        }
+        let mut next_on_access = 1_000_000;
+        let mut started = Vec::new();
+        let mut continuous_started = 0;
+        while continuous_started < continuous && clock.now().as_u64() < 100_000_000_000 {
+            match pace.try_start() {
+                Ok(at) => {
+                    for _ in 0..demand {
+                        lanes.push(Priority::OnAccess, next_on_access);
+                        next_on_access += 1;
+                    }
+                    if let Some(id) = lanes.pop(|_| true) {
+                        if id < continuous {
+                            continuous_started += 1;
+                        }
+                        started.push((id, at.as_u64()));
+                    }
+                    if triggered_at == Some(started.len() - 1) {
+                        lanes.push(Priority::Triggered, 999_999);
+                    }
+                }
+                Err(wait) => clock.advance(wait),
+            }
+        }
+        started
+    }
+
+    #[test]
+    fn continuous_checks_get_their_fair_share_under_10x_on_access_demand() {
+        // 100 continuous targets at 20/s while on-access windows ask for
+        // 200 re-checks a second (10x the rate). With weights 1:1 the
+        // continuous class gets >= rate/2, so all 100 start within
+        // 2 * 100 / 20 = 10 s of the first slot.
+        const RATE: u32 = 20;
+        const N: u64 = 100;
+        let started = simulate(RATE, N, 10 * u64::from(RATE), None);
+        let continuous: Vec<u64> = started
+            .iter()
+            .filter(|(id, _)| *id < N)
+            .map(|(_, at)| *at)
+            .collect();
+        assert_eq!(
+            continuous.len() as u64,
+            N,
+            "every continuous target started"
+        );
+        let bound_ns = 2 * N * 1_000_000_000 / u64::from(RATE);
+        let last = continuous.last().copied().unwrap_or(u64::MAX);
+        assert!(
+            last < bound_ns,
+            "last continuous start at {last} ns, bound {bound_ns} ns"
+        );
+        // And the on-access re-checks got the other half, not less.
+        let on_access = started
+            .iter()
+            .filter(|(id, at)| *id >= N && *at < bound_ns)
+            .count();
+        assert!(on_access as u64 >= N - 1, "{on_access} on-access re-checks");
+    }
+
+    #[test]
+    fn a_triggered_check_starts_in_the_next_slot() {
+        // Both background classes saturated; the access arrives right after
+        // slot 37 started and must take slot 38: one period (50 ms) later.
+        let started = simulate(20, 100, 200, Some(37));
+        assert_eq!(started[38].0, 999_999);
+        assert_eq!(started[38].1 - started[37].1, 50_000_000);
+    }
+
+    #[test]
+    fn stale_entries_do_not_use_up_a_turn() {
+        let mut lanes = Lanes::default();
+        for id in [1, 2, 3] {
+            lanes.push(Priority::OnAccess, id);
+        }
+        for id in [10, 11] {
+            lanes.push(Priority::Continuous, id);
+        }
+        // 1 started elsewhere (e.g. from the triggered lane): skipped.
+        let waiting = |id: &u32| *id != 1;
+        assert_eq!(lanes.pop(waiting), Some(2));
+        assert_eq!(lanes.pop(waiting), Some(10));
+        assert_eq!(lanes.pop(waiting), Some(3));
+        assert_eq!(lanes.pop(waiting), Some(11));
+        assert_eq!(lanes.pop(waiting), None);
     }
 
     #[test]

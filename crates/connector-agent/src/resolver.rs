@@ -2,11 +2,24 @@
 //! address of an FQDN, answers kept for their TTL (clamped), failures
 //! (NXDOMAIN, SERVFAIL, timeouts) returned as values with the resolver's
 //! reason.
+//!
+//! One lookup per name at a time: every caller asking for a name while it
+//! is being looked up (every port and segment of that name) awaits that one
+//! lookup (single flight). Lookups are spread out: positive answers are kept
+//! for a random 80–100 % of their TTL, so names first resolved together are
+//! not all refreshed at the same instant, and at most
+//! [`MAX_CONCURRENT_LOOKUPS`] run at once (the start-up burst queues).
+//! On a transient failure (timeout, SERVFAIL, refused, network error; not
+//! NXDOMAIN or "no such record") the last positive answer keeps being served
+//! for a grace period after it expired (serve-stale, RFC 8767), with the
+//! failure alongside it so that the report shows the DNS error.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use rand::RngExt as _;
 
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{
@@ -16,6 +29,7 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
 use policy::Host;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 /// Shortest time an answer (or a failure) is kept before the name is
@@ -25,6 +39,18 @@ pub const MIN_TTL: Duration = Duration::from_secs(5);
 /// Longest time an answer is kept, whatever its TTL, so that a changed
 /// record is noticed within the hour.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// How long after its TTL the last positive answer is still used while the
+/// DNS fails transiently (`--dns-stale-grace-s`). RFC 8767 suggests 1 to 3
+/// days for a recursive resolver; a health check wants to notice a moved or
+/// removed name much sooner.
+pub const DEFAULT_STALE_GRACE: Duration = Duration::from_secs(300);
+/// Most lookups in flight at once: start-up, when every application is due
+/// together, queues here instead of sending every query at once.
+pub const MAX_CONCURRENT_LOOKUPS: usize = 32;
+/// Positive answers are kept for a random `1 - TTL_JITTER` to 1 times their
+/// (clamped) TTL, never below the minimum: names resolved together are
+/// refreshed spread out.
+const TTL_JITTER: f64 = 0.2;
 
 /// The resolver could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +70,20 @@ pub enum ResolverError {
 pub struct DnsFailure {
     /// The resolver's reason.
     pub reason: String,
+    /// The failure says nothing about the name (timeout, SERVFAIL, network
+    /// error), so the last known addresses may still be used; false for an
+    /// authoritative answer (NXDOMAIN, no such record) or an invalid name.
+    pub transient: bool,
+}
+
+/// A name's addresses, and why they are stale when they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolution {
+    /// Every address (A and AAAA, deduplicated, in answer order).
+    pub addresses: Arc<[IpAddr]>,
+    /// Set when the DNS failed transiently and these are the last known
+    /// addresses, served within the stale grace (RFC 8767).
+    pub stale: Option<DnsFailure>,
 }
 
 /// How long answers are kept.
@@ -68,14 +108,59 @@ impl Default for TtlBounds {
 struct Cached {
     answer: Result<Arc<[IpAddr]>, DnsFailure>,
     until: Instant,
+    /// The last positive answer and when it expired: served within the
+    /// stale grace while lookups fail transiently.
+    last_good: Option<(Arc<[IpAddr]>, Instant)>,
+}
+
+impl Cached {
+    /// What a caller gets from this entry at `now`.
+    fn outcome(&self, now: Instant, grace: Duration) -> Result<Resolution, DnsFailure> {
+        match &self.answer {
+            Ok(addresses) => Ok(Resolution {
+                addresses: addresses.clone(),
+                stale: None,
+            }),
+            Err(failure) => match &self.last_good {
+                Some((addresses, expired)) if failure.transient && now < *expired + grace => {
+                    Ok(Resolution {
+                        addresses: addresses.clone(),
+                        stale: Some(failure.clone()),
+                    })
+                }
+                _ => Err(failure.clone()),
+            },
+        }
+    }
+
+    /// Whether the entry is still of use at `now` (for trimming the cache).
+    fn live(&self, now: Instant, grace: Duration) -> bool {
+        now < self.until
+            || self
+                .last_good
+                .as_ref()
+                .is_some_and(|(_, expired)| now < *expired + grace)
+    }
+}
+
+/// Where a lookup in flight publishes its outcome.
+type Flight = watch::Receiver<Option<Result<Resolution, DnsFailure>>>;
+
+#[derive(Debug, Default)]
+struct State {
+    cache: HashMap<String, Cached>,
+    /// Lookups in flight, by name: later callers wait for these.
+    flights: HashMap<String, Flight>,
 }
 
 /// Resolves application names. Cloning is shallow.
 #[derive(Clone, Debug)]
 pub struct Resolver {
     inner: Arc<TokioResolver>,
-    cache: Arc<Mutex<HashMap<String, Cached>>>,
+    state: Arc<Mutex<State>>,
+    lookups: Arc<Semaphore>,
     ttl: TtlBounds,
+    stale_grace: Duration,
 }
 
 impl Resolver {
@@ -113,14 +198,32 @@ impl Resolver {
             .map_err(|e| ResolverError::Build(e.to_string()))?;
         Ok(Resolver {
             inner: Arc::new(inner),
-            cache: Arc::default(),
+            state: Arc::default(),
+            lookups: Arc::new(Semaphore::new(MAX_CONCURRENT_LOOKUPS)),
             ttl,
+            stale_grace: DEFAULT_STALE_GRACE,
         })
     }
 
+    /// Uses the last positive answer for up to `grace` after it expired
+    /// while the DNS fails transiently (default [`DEFAULT_STALE_GRACE`];
+    /// zero turns serve-stale off).
+    pub fn with_stale_grace(mut self, grace: Duration) -> Self {
+        self.stale_grace = grace;
+        self
+    }
+
     /// Every address of `name` (A and AAAA, deduplicated, in answer order),
-    /// from the cache while its TTL lasts, else from the DNS.
+    /// from the cache while its TTL lasts, else from the DNS; the last known
+    /// addresses within the stale grace when the DNS fails transiently (see
+    /// [`Resolver::resolution`] to tell).
     pub async fn resolve(&self, name: &str) -> Result<Arc<[IpAddr]>, DnsFailure> {
+        self.resolution(name).await.map(|r| r.addresses)
+    }
+
+    /// Like [`Resolver::resolve`], and says when the addresses are stale
+    /// (and why). Concurrent callers for one name share one lookup.
+    pub async fn resolution(&self, name: &str) -> Result<Resolution, DnsFailure> {
         // One cache entry per host however it is spelled; a text that is
         // no host name is answered without asking the DNS.
         let key = match Host::parse(name) {
@@ -128,40 +231,100 @@ impl Resolver {
             Err(e) => {
                 return Err(DnsFailure {
                     reason: format!("{name:?} is not a host name: {e}"),
+                    transient: false,
                 });
             }
         };
+        loop {
+            let mut flight = {
+                let mut state = self.lock();
+                let now = Instant::now();
+                if let Some(hit) = state.cache.get(&key)
+                    && now < hit.until
+                {
+                    return hit.outcome(now, self.stale_grace);
+                }
+                match state.flights.get(&key) {
+                    Some(flight) => flight.clone(),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        state.flights.insert(key.clone(), rx.clone());
+                        // A task of its own: a caller that gives up does
+                        // not cancel the lookup the others wait for.
+                        tokio::spawn(self.clone().refresh(key.clone(), tx));
+                        rx
+                    }
+                }
+            };
+            let published = flight
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|outcome| outcome.clone());
+            match published {
+                Some(outcome) => return outcome,
+                // The lookup task died (the runtime is stopping): forget
+                // it, and look again.
+                None => {
+                    let mut state = self.lock();
+                    if state
+                        .flights
+                        .get(&key)
+                        .is_some_and(|f| f.same_channel(&flight))
+                    {
+                        state.flights.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks `key` up, stores the answer and publishes it to the callers
+    /// waiting for it.
+    async fn refresh(self, key: String, tx: watch::Sender<Option<Result<Resolution, DnsFailure>>>) {
+        let (answer, ttl) = {
+            // The semaphore is never closed; without a permit, go anyway.
+            let _permit = self.lookups.acquire().await.ok();
+            self.lookup(&key).await
+        };
         let now = Instant::now();
-        if let Some(hit) = self.lock().get(&key)
-            && now < hit.until
-        {
-            return hit.answer.clone();
-        }
-        let (answer, ttl) = self.lookup(&key).await;
-        let until = Instant::now() + ttl;
-        let mut cache = self.lock();
-        // Bound memory: names nobody asks for any more go once expired.
-        if cache.len() > 4096 {
-            cache.retain(|_, c| now < c.until);
-        }
-        cache.insert(
-            key,
-            Cached {
-                answer: answer.clone(),
-                until,
-            },
-        );
-        answer
+        let outcome = {
+            let mut state = self.lock();
+            let last_good = match &answer {
+                Ok(addresses) => Some((addresses.clone(), now + ttl)),
+                Err(failure) if failure.transient => {
+                    state.cache.get(&key).and_then(|c| c.last_good.clone())
+                }
+                // The name is gone: nothing stale to serve.
+                Err(_) => None,
+            };
+            let entry = Cached {
+                answer,
+                until: now + ttl,
+                last_good,
+            };
+            let outcome = entry.outcome(now, self.stale_grace);
+            // Bound memory: names nobody asks for any more go once expired
+            // (and past their stale grace).
+            if state.cache.len() > 4096 {
+                let grace = self.stale_grace;
+                state.cache.retain(|_, c| c.live(now, grace));
+            }
+            state.cache.insert(key.clone(), entry);
+            state.flights.remove(&key);
+            outcome
+        };
+        let _ = tx.send(Some(outcome));
     }
 
     /// Forgets every cached answer.
     pub fn clear(&self) {
-        self.lock().clear();
+        self.lock().cache.clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock leaves a usable map.
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn lookup(&self, name: &str) -> (Result<Arc<[IpAddr]>, DnsFailure>, Duration) {
@@ -181,10 +344,14 @@ impl Resolver {
                 }
                 if addrs.is_empty() {
                     let reason = format!("no address records for {name}");
-                    (Err(DnsFailure { reason }), self.ttl.min)
+                    let failure = DnsFailure {
+                        reason,
+                        transient: false,
+                    };
+                    (Err(failure), self.ttl.min)
                 } else {
                     tracing::debug!(name, addresses = ?addrs, ttl_s = ttl.as_secs(), "resolved");
-                    (Ok(addrs.into()), ttl)
+                    (Ok(addrs.into()), self.jittered(ttl))
                 }
             }
             Err(e) => {
@@ -192,11 +359,32 @@ impl Resolver {
                 (
                     Err(DnsFailure {
                         reason: reason(name, &e),
+                        transient: transient(&e),
                     }),
                     self.ttl.min,
                 )
             }
         }
+    }
+
+    /// `ttl` shortened by up to `TTL_JITTER` at random, not below the
+    /// minimum.
+    fn jittered(&self, ttl: Duration) -> Duration {
+        let cut = rand::rng().random_range(0.0..TTL_JITTER);
+        ttl.mul_f64(1.0 - cut).max(self.ttl.min.min(ttl))
+    }
+}
+
+/// Whether a failure leaves the name's last answer credible: everything but
+/// an authoritative "does not exist" / "no such record".
+fn transient(e: &NetError) -> bool {
+    match e {
+        NetError::Dns(DnsError::NoRecordsFound(nr)) => !matches!(
+            nr.response_code,
+            ResponseCode::NXDomain | ResponseCode::NoError
+        ),
+        NetError::Dns(DnsError::ResponseCode(code)) => *code != ResponseCode::NXDomain,
+        _ => true,
     }
 }
 

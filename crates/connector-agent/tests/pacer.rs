@@ -21,7 +21,7 @@ fn target(ip: &str, port: u16) -> CheckTarget {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_access_checks_go_ahead_of_continuous_ones() {
+async fn triggered_checks_go_ahead_of_continuous_ones() {
     let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_millis(300)));
     let (pacer, task) = Pacer::spawn(prober, 20, 16, Metrics::new());
     let ips: Vec<String> = (1..=6).map(|i| format!("127.0.8.{i}")).collect();
@@ -40,7 +40,7 @@ async fn on_access_checks_go_ahead_of_continuous_ones() {
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     let r = pacer
-        .check(target(&ips[5], port), Priority::OnAccess, Duration::ZERO)
+        .check(target(&ips[5], port), Priority::Triggered, Duration::ZERO)
         .await;
     assert!(r.reachable);
     order.lock().expect("lock").push(ips[5].clone());
@@ -51,8 +51,8 @@ async fn on_access_checks_go_ahead_of_continuous_ones() {
     let pos = order
         .iter()
         .position(|ip| ip == &ips[5])
-        .expect("on-access ran");
-    assert!(pos <= 2, "on-access check finished {pos}th of {order:?}");
+        .expect("triggered ran");
+    assert!(pos <= 2, "triggered check finished {pos}th of {order:?}");
     task.abort();
 }
 
@@ -76,7 +76,7 @@ async fn a_shared_target_is_probed_once_for_every_segment_asking() {
     assert_eq!(accepted.lock().expect("lock").len(), 1, "probed once");
     assert_eq!(pacer.stats().started, 1);
     // A fresh probe when asked for one.
-    pacer.check(t, Priority::OnAccess, Duration::ZERO).await;
+    pacer.check(t, Priority::Triggered, Duration::ZERO).await;
     assert_eq!(pacer.stats().started, 2);
     task.abort();
 }

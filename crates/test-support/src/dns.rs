@@ -1,17 +1,77 @@
 //! A real authoritative DNS server (hickory-server) on a loopback address,
 //! serving one in-memory zone that a test can add records to while it runs.
+//! It counts the queries it receives and can be switched to answer every
+//! query with SERVFAIL or NXDOMAIN, so tests see what a resolver asks and
+//! how it copes with a failing server.
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use hickory_server::Server;
-use hickory_server::net::runtime::TokioRuntimeProvider;
+use hickory_server::net::runtime::{Time, TokioRuntimeProvider};
+use hickory_server::proto::op::{Header, HeaderCounts, MessageType, ResponseCode};
 use hickory_server::proto::rr::rdata::{A, AAAA, SOA};
 use hickory_server::proto::rr::{LowerName, Name, RData, Record};
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::store::in_memory::InMemoryZoneHandler;
-use hickory_server::zone_handler::{AxfrPolicy, Catalog, ZoneType};
+use hickory_server::zone_handler::{AxfrPolicy, Catalog, MessageResponseBuilder, ZoneType};
+
+/// How the server answers; switch with [`DnsServer::set_mode`] while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// From the zone (the default).
+    Answer = 0,
+    /// SERVFAIL to every query: a transient failure of the server.
+    ServFail = 1,
+    /// NXDOMAIN to every query: the name does not exist (authoritative).
+    NxDomain = 2,
+}
+
+/// The zone, behind a query counter and a failure switch.
+struct Handler {
+    catalog: Catalog,
+    queries: Arc<AtomicU64>,
+    mode: Arc<AtomicU8>,
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        let code = match self.mode.load(Ordering::Relaxed) {
+            1 => ResponseCode::ServFail,
+            2 => ResponseCode::NXDomain,
+            _ => {
+                return self
+                    .catalog
+                    .handle_request::<R, T>(request, response_handle)
+                    .await;
+            }
+        };
+        let response =
+            MessageResponseBuilder::new(&request.queries, None).error_msg(&request.metadata, code);
+        match response_handle.send_response(response).await {
+            Ok(info) => info,
+            // Nothing reached the client: report what was meant.
+            Err(_) => {
+                let mut metadata = request.metadata;
+                metadata.message_type = MessageType::Response;
+                metadata.response_code = code;
+                ResponseInfo::from(Header {
+                    metadata,
+                    counts: HeaderCounts::default(),
+                })
+            }
+        }
+    }
+}
 
 /// TTL of every answer unless a test picks another: short, so re-resolution
 /// is exercised.
@@ -25,6 +85,8 @@ pub struct DnsServer {
     addr: SocketAddr,
     zone: Zone,
     ttl: u32,
+    queries: Arc<AtomicU64>,
+    mode: Arc<AtomicU8>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -71,7 +133,13 @@ impl DnsServer {
             .await
             .with_context(|| format!("binding DNS server to {addr}"))?;
         let addr = socket.local_addr()?;
-        let mut server = Server::new(catalog);
+        let queries = Arc::new(AtomicU64::new(0));
+        let mode = Arc::new(AtomicU8::new(Mode::Answer as u8));
+        let mut server = Server::new(Handler {
+            catalog,
+            queries: queries.clone(),
+            mode: mode.clone(),
+        });
         server.register_socket(socket);
         let task = tokio::spawn(async move {
             let _ = server.block_until_done().await;
@@ -80,6 +148,8 @@ impl DnsServer {
             addr,
             zone,
             ttl,
+            queries,
+            mode,
             task,
         })
     }
@@ -94,6 +164,17 @@ impl DnsServer {
     pub async fn add(&self, name: &str, ip: IpAddr) -> Result<()> {
         self.zone.upsert(record(name, ip, self.ttl)?, 2).await;
         Ok(())
+    }
+
+    /// Queries received so far (every question: an A and an AAAA lookup of
+    /// one name are two).
+    pub fn queries(&self) -> u64 {
+        self.queries.load(Ordering::Relaxed)
+    }
+
+    /// Changes how the server answers from now on.
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.store(mode as u8, Ordering::Relaxed);
     }
 
     /// Stops serving and waits until the socket is closed.

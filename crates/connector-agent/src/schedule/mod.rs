@@ -26,8 +26,13 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30 * 60);
 pub struct Round {
     /// Per-address results (empty when DNS failed).
     pub addresses: Vec<AddressResult>,
-    /// The resolver's reason when resolution failed.
+    /// The resolver's reason when resolution failed, or when it failed
+    /// transiently and the round checked the last known addresses.
     pub dns_error: Option<String>,
+    /// The addresses are the last known ones, used within the stale grace
+    /// because the DNS failed transiently (`dns_error` says how): the
+    /// status comes from their checks, not from the DNS failure.
+    pub dns_stale: bool,
     /// When the round finished (wall clock, for the report).
     pub finished_at: SystemTime,
 }
@@ -35,7 +40,7 @@ pub struct Round {
 impl Round {
     /// The application status this round adds up to.
     pub fn status(&self) -> Status {
-        application_status(&self.addresses, self.dns_error.is_some())
+        application_status(&self.addresses, self.dns_error.is_some() && !self.dns_stale)
     }
 }
 
@@ -62,8 +67,13 @@ pub enum Action {
         key: AppKey,
         /// Identifies this round.
         generation: u64,
-        /// Queue priority: on-access rounds go first.
+        /// An on-access application's round (the pacer shares the rate
+        /// fairly between these and continuous rounds).
         on_access: bool,
+        /// The round a user's access triggered: a user waits for it, so its
+        /// checks jump the pacer's queue. Periodic re-checks inside the
+        /// window are not triggered.
+        triggered: bool,
         /// Reuse a target's result up to this old (targets shared with other
         /// segments are probed once per round).
         max_age: Duration,
@@ -98,6 +108,8 @@ struct App {
     /// When the next round is due; None while one runs.
     due: Option<Instant>,
     running: Option<u64>,
+    /// The next round is one an access asked for (see `Action::Check`).
+    triggered: bool,
     round_started: Option<Instant>,
     /// Boxed: most applications wait without a result for a long time
     /// (a queued cycle), and a `Round` inline would cost every one of them.
@@ -113,6 +125,8 @@ impl App {
             interval,
             due: Some(now),
             running: None,
+            // An on-access application exists because a user accessed it.
+            triggered: on_access,
             round_started: None,
             last: None,
             reported_status: None,
@@ -351,7 +365,7 @@ impl Schedule {
             {
                 let generation = self.next_generation;
                 self.next_generation += 1;
-                let first_on_access = app.on_access && app.last.is_none();
+                let triggered = std::mem::take(&mut app.triggered);
                 app.due = None;
                 app.running = Some(generation);
                 app.round_started = Some(now);
@@ -359,9 +373,10 @@ impl Schedule {
                     key: key.clone(),
                     generation,
                     on_access: app.on_access,
+                    triggered,
                     // A waiting user gets a fresh probe; otherwise a result
                     // another segment obtained this round serves.
-                    max_age: if first_on_access {
+                    max_age: if triggered {
                         Duration::ZERO
                     } else {
                         app.interval / 2
@@ -516,6 +531,7 @@ mod tests {
                 failure: None,
             }],
             dns_error: None,
+            dns_stale: false,
             finished_at: SystemTime::now(),
         }
     }
@@ -653,6 +669,52 @@ mod tests {
         assert!(s.full_state().is_empty());
     }
 
+    fn triggered(actions: &[Action]) -> Vec<bool> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check { triggered, .. } => Some(*triggered),
+                Action::Report(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_round_an_access_triggers_jumps_the_queue() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let a = s.apply(
+            vec![
+                segment("jira", &["*.corp.test"], &[443], "on_access", 60),
+                segment("web", &["10.0.0.1"], &[80], "continuous", 60),
+            ],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        assert_eq!(triggered(&a), vec![false], "continuous rounds never are");
+        let k = key("jira", "wiki.corp.test", 443);
+        let a = s.access(k.clone(), t0).expect("accepted");
+        assert_eq!(triggered(&a), vec![true], "the access's own round");
+        let (_, g) = checks(&a)[0].clone();
+        s.round_done(&k, g, up_round("10.0.0.9"), t0);
+        // The periodic re-check inside the window is on-access, not
+        // triggered: it shares the rate with continuous checks.
+        let a = s.poll(t0 + MIN);
+        let rounds: Vec<(bool, bool)> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check {
+                    key,
+                    on_access,
+                    triggered,
+                    ..
+                } if *key == k => Some((*on_access, *triggered)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rounds, vec![(true, false)]);
+    }
+
     #[test]
     fn access_events_outside_on_access_segments_are_rejected() {
         let t0 = Instant::now();
@@ -771,8 +833,19 @@ mod tests {
         let round = Round {
             addresses: Vec::new(),
             dns_error: Some("NXDomain".into()),
+            dns_stale: false,
             finished_at: SystemTime::now(),
         };
+        assert_eq!(round.status(), Status::Down);
+    }
+
+    #[test]
+    fn stale_addresses_are_judged_by_their_checks_with_the_dns_error_beside() {
+        let mut round = up_round("10.0.0.1");
+        round.dns_error = Some("SERVFAIL: the DNS server failed to resolve a.test".into());
+        round.dns_stale = true;
+        assert_eq!(round.status(), Status::Up);
+        round.dns_stale = false;
         assert_eq!(round.status(), Status::Down);
     }
 }

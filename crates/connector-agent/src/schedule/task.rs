@@ -212,13 +212,13 @@ async fn drive(
     }
 }
 
-/// A resolution's outcome for a round: the addresses, or the resolver's
-/// reason.
+/// A resolution's outcome for a round: the addresses (with the DNS error
+/// when they are stale), or the resolver's reason.
 struct Resolved {
     generation: u64,
-    on_access: bool,
+    priority: Priority,
     max_age: Duration,
-    outcome: Result<Arc<[IpAddr]>, String>,
+    outcome: Result<(Arc<[IpAddr]>, Option<String>), String>,
 }
 
 /// A round in progress: its host being resolved, or its checks queued or
@@ -231,6 +231,8 @@ struct InFlight {
     remaining: u32,
     /// Answers so far, with each address's position in the resolution.
     results: Vec<(u32, AddressResult)>,
+    /// The DNS error when the round checks stale addresses.
+    stale_dns: Option<String>,
 }
 
 /// The rounds in progress, by generation.
@@ -251,11 +253,13 @@ impl Flights {
             key,
             generation,
             on_access,
+            triggered,
             max_age,
         } = action
         else {
             return;
         };
+        let priority = priority(on_access, triggered);
         let ip = key.host.ip();
         let host = ip.is_none().then(|| key.host.clone());
         self.rounds.insert(
@@ -264,19 +268,29 @@ impl Flights {
                 key,
                 remaining: 0,
                 results: Vec::new(),
+                stale_dns: None,
             },
         );
         if let Some(ip) = ip {
-            self.launch(generation, on_access, max_age, &[ip]);
+            self.launch(generation, priority, max_age, &[ip]);
         } else if let Some(host) = host {
             let runner = self.runner.clone();
             let resolved = self.resolved.clone();
             tokio::spawn(async move {
-                let outcome = match runner.resolver.resolve(&host).await {
-                    Ok(addrs) => {
-                        runner.count_dns("ok");
-                        Ok(addrs)
-                    }
+                // Shared: every port and segment of this name waiting now
+                // awaits the same lookup.
+                let outcome = match runner.resolver.resolution(&host).await {
+                    Ok(r) => match r.stale {
+                        None => {
+                            runner.count_dns("ok");
+                            Ok((r.addresses, None))
+                        }
+                        Some(failure) => {
+                            runner.count_dns("stale");
+                            let error = format!("{failure}; checking the last known addresses");
+                            Ok((r.addresses, Some(error)))
+                        }
+                    },
                     Err(failure) => {
                         runner.count_dns("error");
                         Err(failure.reason)
@@ -285,7 +299,7 @@ impl Flights {
                 // The scheduler is gone when the connector stops.
                 let _ = resolved.send(Resolved {
                     generation,
-                    on_access,
+                    priority,
                     max_age,
                     outcome,
                 });
@@ -297,7 +311,12 @@ impl Flights {
     /// the resolver's reason.
     fn resolved(&mut self, r: Resolved) {
         match r.outcome {
-            Ok(addresses) => self.launch(r.generation, r.on_access, r.max_age, &addresses),
+            Ok((addresses, stale)) => {
+                if let Some(round) = self.rounds.get_mut(&r.generation) {
+                    round.stale_dns = stale;
+                }
+                self.launch(r.generation, r.priority, r.max_age, &addresses);
+            }
             Err(reason) => self.finish(r.generation, Some(reason)),
         }
     }
@@ -306,17 +325,12 @@ impl Flights {
     fn launch(
         &mut self,
         generation: u64,
-        on_access: bool,
+        priority: Priority,
         max_age: Duration,
         addresses: &[IpAddr],
     ) {
         let Some(round) = self.rounds.get_mut(&generation) else {
             return;
-        };
-        let priority = if on_access {
-            Priority::OnAccess
-        } else {
-            Priority::Continuous
         };
         round.remaining = u32::try_from(addresses.len()).unwrap_or(u32::MAX);
         for (index, &address) in (0u32..).zip(addresses) {
@@ -357,15 +371,28 @@ impl Flights {
             return;
         };
         round.results.sort_by_key(|(index, _)| *index);
+        let dns_stale = dns_error.is_none() && round.stale_dns.is_some();
         self.finished.push((
             round.key,
             generation,
             Round {
                 addresses: round.results.into_iter().map(|(_, r)| r).collect(),
-                dns_error,
+                dns_error: dns_error.or(round.stale_dns),
+                dns_stale,
                 finished_at: SystemTime::now(),
             },
         ));
+    }
+}
+
+/// The pacer queue a round's checks wait in: only the round a user's
+/// access triggered jumps the queue; periodic on-access re-checks share the
+/// rate fairly with continuous checks.
+fn priority(on_access: bool, triggered: bool) -> Priority {
+    match (on_access, triggered) {
+        (_, true) => Priority::Triggered,
+        (true, false) => Priority::OnAccess,
+        (false, false) => Priority::Continuous,
     }
 }
 
