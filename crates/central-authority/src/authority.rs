@@ -415,11 +415,13 @@ impl Authority {
         self.registry.estimate_all(&state, &live);
     }
 
-    /// Periodic upkeep: ends on-access windows the CA tracks, turns stale
-    /// reports Unknown (recording the transition for the dashboard), prunes
-    /// coalescing state and refreshes load estimates. The access path does
-    /// not depend on it: effective statuses are computed when read.
+    /// Periodic upkeep: sends the window renewals coalescing owes, ends
+    /// on-access windows the CA tracks, turns stale reports Unknown
+    /// (recording the transition for the dashboard), prunes coalescing state
+    /// and refreshes load estimates. The access path does not depend on it:
+    /// effective statuses are computed when read.
     pub fn housekeeping(&self, now: Instant) {
+        self.renew_windows(now);
         let state = self.snapshot();
         let keep = state.settings().transitions_kept;
         let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();

@@ -682,7 +682,8 @@ impl Authority {
     }
 
     /// Keeps the CA's on-access window for (`key`, connector) in step with
-    /// what the connector reports. Returns whether a window was adopted.
+    /// what the connector reports. Returns whether a window was adopted or
+    /// a forced re-check answered (either may change a decision).
     fn follow_window(
         &self,
         identity: &Identity,
@@ -692,7 +693,10 @@ impl Authority {
         now: Instant,
     ) -> bool {
         let wk = (key.clone(), identity.name.clone());
-        if expired {
+        // A report answers a forced re-check: an access waiting on it must
+        // look again even if the status did not change.
+        let answered = self.on_access().answered(&wk);
+        let adopted = if expired {
             // The connector stopped checking: the next access must reach it
             // again, not be coalesced away.
             self.on_access().end(&wk);
@@ -703,7 +707,8 @@ impl Authority {
             self.on_access().adopt(wk, now)
         } else {
             false
-        }
+        };
+        answered || adopted
     }
 
     /// A full-state report lists everything the connector checks: what it

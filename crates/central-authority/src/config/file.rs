@@ -108,7 +108,8 @@ pub(super) struct HealthSection {
     pub(super) stale_after_intervals: u32,
     pub(super) check_budget: u64,
     pub(super) heartbeat_interval_ms: u64,
-    pub(super) access_forward_interval_ms: u64,
+    /// Default: `settings::default_forward_interval` of the window.
+    pub(super) access_forward_interval_ms: Option<u64>,
     pub(super) checks_per_second: u32,
     pub(super) check_timeout_ms: u32,
     pub(super) assumed_checks_per_second: u32,
@@ -123,7 +124,7 @@ impl Default for HealthSection {
             stale_after_intervals: 3,
             check_budget: 6000,
             heartbeat_interval_ms: 5000,
-            access_forward_interval_ms: 60_000,
+            access_forward_interval_ms: None,
             checks_per_second: 0,
             check_timeout_ms: 0,
             assumed_checks_per_second: 20,

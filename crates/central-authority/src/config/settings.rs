@@ -124,7 +124,7 @@ pub(super) fn settings(
         1..=60_000,
     );
     let h = &file.health;
-    let window = health_rules(h, problems);
+    let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
     let (days, handshake) = tls_rules(t, problems);
     let l = &file.limits;
@@ -165,7 +165,7 @@ pub(super) fn settings(
         stale_after_intervals: h.stale_after_intervals,
         check_budget: h.check_budget,
         heartbeat_interval: Duration::from_millis(h.heartbeat_interval_ms),
-        access_forward_interval: Duration::from_millis(h.access_forward_interval_ms),
+        access_forward_interval: forward,
         connector_checks_per_second: h.checks_per_second,
         connector_check_timeout_ms: h.check_timeout_ms,
         assumed_checks_per_second: h.assumed_checks_per_second,
@@ -202,9 +202,19 @@ fn listen_addresses(
     (grpc, http)
 }
 
+/// The access forward interval when none is configured: 60 s, but at most a
+/// quarter of the on-access window (at least 1 ms), so any valid window
+/// works alone.
+pub(super) fn default_forward_interval(window: Duration) -> Duration {
+    Duration::from_secs(60)
+        .min(window / 4)
+        .max(Duration::from_millis(1))
+}
+
 /// `[health]`: returns the on-access window (`on_access_window_ms`, else
-/// `on_access_window_s`), which access forwards must come more often than.
-fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
+/// `on_access_window_s`) and the access forward interval (shorter than the
+/// window).
+fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Duration) {
     let window = match h.on_access_window_ms {
         Some(ms) => Duration::from_millis(ms),
         None => Duration::from_secs(h.on_access_window_s),
@@ -229,7 +239,9 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
         h.heartbeat_interval_ms,
         10..,
     );
-    let forward = h.access_forward_interval_ms;
+    let forward = h.access_forward_interval_ms.unwrap_or_else(|| {
+        u64::try_from(default_forward_interval(window).as_millis()).unwrap_or(u64::MAX)
+    });
     if range(problems, "health.access_forward_interval_ms", forward, 1..)
         && Duration::from_millis(forward) >= window
         && !window.is_zero()
@@ -249,7 +261,21 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
         h.assumed_checks_per_second,
         1..,
     );
-    window
+    // The connector's own flags' bounds (`--checks-per-second`,
+    // `--check-timeout-ms`); 0 keeps the connector's own value.
+    range(
+        problems,
+        "health.checks_per_second",
+        h.checks_per_second,
+        0..=100_000,
+    );
+    range(
+        problems,
+        "health.check_timeout_ms",
+        h.check_timeout_ms,
+        0..=600_000,
+    );
+    (window, Duration::from_millis(forward))
 }
 
 /// `[tls]`: each certificate with its key; returns the connector
