@@ -276,6 +276,7 @@ mod tests {
         let t0 = Instant::now();
         let k = wk("a.lab.test");
         assert!(o.claim_forward(&k, t0));
+        o.forwarded(k.clone(), t0);
         assert!(!o.claim_forward(&k, t0 + Duration::from_secs(1)));
         assert_eq!(o.due_renewals(t0 + Duration::from_secs(2)).len(), 1);
     }
