@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::on_access::{Claim, WindowKey};
 use crate::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
@@ -249,8 +250,9 @@ impl Authority {
             } else {
                 Vec::new()
             };
+            let cap = state.settings().max_windows_per_connector;
             (explanation.forwarded_to, rechecking) =
-                self.forward_access(&key, &candidates, &recheck, now);
+                self.forward_access(&key, &candidates, &recheck, cap, now);
         }
         let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
             || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
@@ -416,14 +418,17 @@ impl Authority {
     /// Forwards an access to the connected candidates, at most once per
     /// `access_forward_interval` per (application, connector) (held-back
     /// accesses follow as a renewal, see `renew_windows`), and starts or
-    /// renews the CA's own window for each forward. Those in `recheck` get
-    /// it regardless of the interval (a re-check; see `OnAccess`). Returns
+    /// renews the CA's own window for each forward; not to connectors with
+    /// `cap` windows already (counted in `windows_refused`). Those in
+    /// `recheck` get it regardless of the interval (a re-check; see
+    /// `OnAccess`). Returns
     /// who got it, and who of those as a re-check.
     fn forward_access(
         &self,
         key: &AppKey,
         candidates: &[Candidate],
         recheck: &[String],
+        cap: usize,
         now: Instant,
     ) -> (Vec<String>, Vec<String>) {
         let targets = self.registry().senders(
@@ -437,8 +442,18 @@ impl Authority {
         for (name, tx) in targets {
             let wk = (key.clone(), name.clone());
             let forced = recheck.contains(&name) && self.on_access().claim_recheck(&wk, now);
-            if !forced && !self.on_access().claim_forward(&wk, now) {
-                continue;
+            if !forced {
+                match self.on_access().claim_forward(&wk, now, cap) {
+                    Claim::Forward => {}
+                    Claim::Coalesced => continue,
+                    Claim::Full => {
+                        // Bounded state: this connector checks enough
+                        // applications on access already.
+                        Metrics::count(&self.metrics().windows_refused, "access");
+                        tracing::debug!(connector = %name, app = %key, "access not forwarded: max_windows_per_connector reached");
+                        continue;
+                    }
+                }
             }
             if self.send_access(&name, &tx, wk, now, now) {
                 if forced {
@@ -457,7 +472,7 @@ impl Authority {
         &self,
         name: &str,
         tx: &crate::registry::Outbound,
-        wk: crate::on_access::WindowKey,
+        wk: WindowKey,
         accessed: Instant,
         now: Instant,
     ) -> bool {

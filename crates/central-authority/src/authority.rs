@@ -447,8 +447,24 @@ impl Authority {
                 )
                 .1
             });
+        // Bounded state: entries of on-access applications whose window
+        // ended (listed as Unknown until then) go after the retention. A
+        // live window is reported on every interval, so an entry that is
+        // Unknown and has had no report for the retention has none (judged
+        // without taking the windows' lock inside the table's).
+        let retention = state.settings().on_access_retention;
+        let removed = self.health.remove_where(|key, _, report| {
+            report.status == Status::Unknown
+                && now.saturating_duration_since(report.received_at) >= retention
+                && state
+                    .segment(&key.segment)
+                    .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess)
+        });
+        if removed > 0 {
+            tracing::debug!(removed, "on-access entries past their retention removed");
+        }
         self.recompute_budgets();
-        if changed > 0 {
+        if changed > 0 || removed > 0 {
             self.bump();
         }
     }

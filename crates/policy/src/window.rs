@@ -130,6 +130,11 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
         self.last_access.len()
     }
 
+    /// Whether `key` has a window (live or not yet expired by `expire`).
+    pub fn contains(&self, key: &K) -> bool {
+        self.last_access.contains_key(key)
+    }
+
     /// Whether no key has a window.
     pub fn is_empty(&self) -> bool {
         self.last_access.is_empty()

@@ -114,6 +114,8 @@ pub(super) struct HealthSection {
     pub(super) check_timeout_ms: u32,
     pub(super) assumed_checks_per_second: u32,
     pub(super) transitions_kept: usize,
+    pub(super) on_access_retention_s: u64,
+    pub(super) max_windows_per_connector: usize,
 }
 
 impl Default for HealthSection {
@@ -129,6 +131,8 @@ impl Default for HealthSection {
             check_timeout_ms: 0,
             assumed_checks_per_second: 20,
             transitions_kept: 20,
+            on_access_retention_s: 3600,
+            max_windows_per_connector: 10_000,
         }
     }
 }

@@ -55,6 +55,15 @@ pub struct Settings {
     /// Status transitions kept per application for the dashboard
     /// (`[health] transitions_kept`, default 20).
     pub transitions_kept: usize,
+    /// How long after its last report an on-access application's entry
+    /// that is Unknown (its window ended) stays listed before it is removed
+    /// (`[health] on_access_retention_s`, default 3600).
+    pub on_access_retention: Duration,
+    /// Live on-access windows per connector, whether opened by accesses or
+    /// adopted from reports; beyond it accesses are not forwarded to that
+    /// connector and reports do not open windows (`[health]
+    /// max_windows_per_connector`, default 10000).
+    pub max_windows_per_connector: usize,
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -170,6 +179,8 @@ pub(super) fn settings(
         connector_check_timeout_ms: h.check_timeout_ms,
         assumed_checks_per_second: h.assumed_checks_per_second,
         transitions_kept: h.transitions_kept,
+        on_access_retention: Duration::from_secs(h.on_access_retention_s),
+        max_windows_per_connector: h.max_windows_per_connector,
     })
 }
 
@@ -274,6 +285,18 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         "health.check_timeout_ms",
         h.check_timeout_ms,
         0..=600_000,
+    );
+    range(
+        problems,
+        "health.on_access_retention_s",
+        h.on_access_retention_s,
+        0..=31_536_000,
+    );
+    range(
+        problems,
+        "health.max_windows_per_connector",
+        h.max_windows_per_connector,
+        1..=10_000_000,
     );
     (window, Duration::from_millis(forward))
 }
