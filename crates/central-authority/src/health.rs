@@ -283,6 +283,11 @@ impl HealthTable {
         self.shards.iter().map(|s| read(s).len()).sum()
     }
 
+    /// Whether the table holds no application.
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| read(s).is_empty())
+    }
+
     /// Every application with at least one report.
     pub fn keys(&self) -> Vec<AppKey> {
         let mut keys = Vec::new();

@@ -522,6 +522,8 @@ mod bounded {
             .map(|i| entry(&format!("h{i}.wild.test")))
             .collect();
         applications.extend((0..N).map(|i| entry(&format!("r{i}.wild.test"))));
+        // Fields added to the message later keep their defaults.
+        #[allow(clippy::needless_update)]
         let report = v1::HealthReport {
             applications,
             full_state: false,

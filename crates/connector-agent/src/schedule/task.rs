@@ -147,10 +147,10 @@ async fn drive(
                     let _ = done.send(());
                     actions
                 }
-                Some(Command::Access(key, ago)) => match {
+                Some(Command::Access(key, ago)) => {
                     let now = now();
-                    schedule.access_at(key.clone(), now.checked_sub(ago).unwrap_or(now), now)
-                } {
+                    let accessed = now.checked_sub(ago).unwrap_or(now);
+                    match schedule.access_at(key.clone(), accessed, now) {
                     Ok(actions) => {
                         tracing::debug!(app = %key, "access: checking");
                         actions
@@ -159,7 +159,8 @@ async fn drive(
                         tracing::warn!(app = %key, reason = %e, "access event ignored");
                         Vec::new()
                     }
-                },
+                    }
+                }
                 Some(Command::FullState(tx)) => {
                     let _ = tx.send(schedule.full_state());
                     Vec::new()
