@@ -3,6 +3,7 @@
 //! candidates (coalesced) and, when nothing is reachable yet, wait for the
 //! first reachable report up to the discovery timeout.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use policy::{
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::on_access::{Claim, WindowKey};
 use crate::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
@@ -237,16 +239,27 @@ impl Authority {
         changes.borrow_and_update();
         let now = Instant::now();
         let mut candidates = self.candidates(&state, segment, &key, now);
-        if mode == HealthReporting::OnAccess {
-            explanation.forwarded_to = self.forward_access(&key, &candidates, now);
-        }
         let mut decision = self.pick(&candidates, mode, strategy);
-        if mode == HealthReporting::OnAccess
-            && decision == Decision::Refused(RefusalReason::NoHealthReport)
-        {
+        let mut rechecking = Vec::new();
+        if mode == HealthReporting::OnAccess {
+            // Nobody reachable, but some connector's latest result is Down
+            // or old: it may have come back. Re-check now (even within the
+            // forward interval) and wait for the answer before refusing.
+            let recheck = if decision == Decision::Refused(RefusalReason::AllDown) {
+                self.needs_recheck(segment, &key, &candidates, now)
+            } else {
+                Vec::new()
+            };
+            let cap = state.settings().max_windows_per_connector;
+            (explanation.forwarded_to, rechecking) =
+                self.forward_access(&key, &candidates, &recheck, cap, now);
+        }
+        let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
+            || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
+        if mode == HealthReporting::OnAccess && waits {
             let started = Instant::now();
             (decision, candidates) = self
-                .discover(&state, segment, &key, changes, candidates)
+                .discover(&state, segment, &key, changes, candidates, &rechecking)
                 .await;
             explanation.discovery_waited = true;
             explanation.discovery_ms =
@@ -280,8 +293,10 @@ impl Authority {
 
     /// On-access discovery: nothing is reachable yet, so wait (up to the
     /// discovery timeout) for reports that change that, re-selecting after
-    /// each. Returns the decision and the candidates it was made on (those
-    /// seen last).
+    /// each. While re-checks of `rechecking` (connectors whose result was
+    /// Down) are unanswered, an all-Down decision waits too; once all are
+    /// answered (or at the deadline) it stands. Returns the decision and the
+    /// candidates it was made on (those seen last).
     async fn discover(
         &self,
         state: &PolicyState,
@@ -289,27 +304,63 @@ impl Authority {
         key: &AppKey,
         mut changes: watch::Receiver<u64>,
         mut candidates: Vec<Candidate>,
+        rechecking: &[String],
     ) -> (Decision, Vec<Candidate>) {
         let (mode, strategy) = (segment.health_reporting, state.settings().strategy);
         let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
+        let pending = |this: &Self| {
+            rechecking
+                .iter()
+                .any(|c| this.on_access().recheck_pending(&(key.clone(), c.clone())))
+        };
+        let mut decision = self.pick(&candidates, mode, strategy);
         loop {
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Err(_) | Ok(Err(_)) => {
-                    return (
-                        Decision::Refused(RefusalReason::DiscoveryTimeout),
-                        candidates,
-                    );
+                    let decision = match decision {
+                        Decision::Refused(RefusalReason::NoHealthReport) => {
+                            Decision::Refused(RefusalReason::DiscoveryTimeout)
+                        }
+                        other => other,
+                    };
+                    return (decision, candidates);
                 }
                 Ok(Ok(())) => {
                     changes.borrow_and_update();
                     candidates = self.candidates(state, segment, key, Instant::now());
-                    match self.pick(&candidates, mode, strategy) {
+                    decision = self.pick(&candidates, mode, strategy);
+                    match decision {
                         Decision::Refused(RefusalReason::NoHealthReport) => continue,
+                        Decision::Refused(RefusalReason::AllDown) if pending(self) => continue,
                         other => return (other, candidates),
                     }
                 }
             }
         }
+    }
+
+    /// The connected candidates whose latest result for `key` is Down or
+    /// older than the segment's report interval: an access re-checks them.
+    fn needs_recheck(
+        &self,
+        segment: &Segment,
+        key: &AppKey,
+        candidates: &[Candidate],
+        now: Instant,
+    ) -> Vec<String> {
+        let reports = self.health().statuses(key);
+        candidates
+            .iter()
+            .filter(|c| c.connected)
+            .filter(|c| {
+                reports.iter().any(|(name, status, at)| {
+                    name == &c.connector
+                        && (*status == Status::Down
+                            || now.saturating_duration_since(*at) > segment.report_interval)
+                })
+            })
+            .map(|c| c.connector.clone())
+            .collect()
     }
 
     fn pick(
@@ -365,9 +416,21 @@ impl Authority {
     }
 
     /// Forwards an access to the connected candidates, at most once per
-    /// `access_forward_interval` per (application, connector), and starts or
-    /// renews the CA's own window for each forward. Returns who got it.
-    fn forward_access(&self, key: &AppKey, candidates: &[Candidate], now: Instant) -> Vec<String> {
+    /// `access_forward_interval` per (application, connector) (held-back
+    /// accesses follow as a renewal, see `renew_windows`), and starts or
+    /// renews the CA's own window for each forward; not to connectors with
+    /// `cap` windows already (counted in `windows_refused`). Those in
+    /// `recheck` get it regardless of the interval (a re-check; see
+    /// `OnAccess`). Returns
+    /// who got it, and who of those as a re-check.
+    fn forward_access(
+        &self,
+        key: &AppKey,
+        candidates: &[Candidate],
+        recheck: &[String],
+        cap: usize,
+        now: Instant,
+    ) -> (Vec<String>, Vec<String>) {
         let targets = self.registry().senders(
             candidates
                 .iter()
@@ -375,26 +438,86 @@ impl Authority {
                 .map(|c| c.connector.as_str()),
         );
         let mut sent = Vec::new();
+        let mut rechecking = Vec::new();
         for (name, tx) in targets {
             let wk = (key.clone(), name.clone());
-            if !self.on_access().claim_forward(&wk, now) {
-                continue;
+            let forced = recheck.contains(&name) && self.on_access().claim_recheck(&wk, now);
+            if !forced {
+                match self.on_access().claim_forward(&wk, now, cap) {
+                    Claim::Forward => {}
+                    Claim::Coalesced => continue,
+                    Claim::Full => {
+                        // Bounded state: this connector checks enough
+                        // applications on access already.
+                        Metrics::count(&self.metrics().windows_refused, "access");
+                        tracing::debug!(connector = %name, app = %key, "access not forwarded: max_windows_per_connector reached");
+                        continue;
+                    }
+                }
             }
-            let event = v1::AuthorityMessage {
-                kind: Some(Out::Access(v1::AccessEvent {
-                    app: Some(v1::ApplicationKey::from(key)),
-                })),
-            };
-            if tx.try_send(Ok(event)).is_ok() {
-                self.on_access().forwarded(wk, now);
-                self.metrics().access_events_forwarded.inc();
+            if self.send_access(&name, &tx, wk, now, now) {
+                if forced {
+                    rechecking.push(name.clone());
+                }
                 sent.push(name);
-            } else {
-                self.on_access().forward_failed(&wk);
-                tracing::warn!(connector = %name, app = %key, "cannot forward access: connector's queue is full");
             }
         }
-        sent
+        (sent, rechecking)
+    }
+
+    /// Sends connector `name` an `AccessEvent` for the access to `wk` at
+    /// `accessed`, renewing the CA's window on success. Returns whether it
+    /// was queued.
+    fn send_access(
+        &self,
+        name: &str,
+        tx: &crate::registry::Outbound,
+        wk: WindowKey,
+        accessed: Instant,
+        now: Instant,
+    ) -> bool {
+        let event = v1::AuthorityMessage {
+            kind: Some(Out::Access(v1::AccessEvent {
+                app: Some(v1::ApplicationKey::from(&wk.0)),
+                accessed_ms_ago: u64::try_from(now.saturating_duration_since(accessed).as_millis())
+                    .unwrap_or(u64::MAX),
+            })),
+        };
+        if tx.try_send(Ok(event)).is_ok() {
+            self.on_access().forwarded(wk, accessed);
+            self.metrics().access_events_forwarded.inc();
+            true
+        } else {
+            tracing::warn!(connector = %name, app = %wk.0, "cannot forward access: connector's queue is full");
+            self.on_access().forward_failed(&wk);
+            false
+        }
+    }
+
+    /// Sends the renewals coalescing owes at `now`: for every (application,
+    /// connector) whose accesses were held back and whose forward interval
+    /// has passed, one `AccessEvent` saying when the latest access was, so
+    /// the connector's window (and the CA's) ends a window after it.
+    pub(crate) fn renew_windows(&self, now: Instant) {
+        let due = self.on_access().due_renewals(now);
+        if due.is_empty() {
+            return;
+        }
+        let mut by_connector: HashMap<String, Vec<(AppKey, Instant)>> = HashMap::new();
+        for ((key, connector), accessed) in due {
+            by_connector
+                .entry(connector)
+                .or_default()
+                .push((key, accessed));
+        }
+        let senders = self
+            .registry()
+            .senders(by_connector.keys().map(String::as_str));
+        for (name, tx) in senders {
+            for (key, accessed) in by_connector.remove(&name).unwrap_or_default() {
+                self.send_access(&name, &tx, (key, name.clone()), accessed, now);
+            }
+        }
     }
 }
 

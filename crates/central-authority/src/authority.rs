@@ -413,11 +413,13 @@ impl Authority {
         self.registry.estimate_all(&state, &live);
     }
 
-    /// Periodic upkeep: ends on-access windows the CA tracks, turns stale
-    /// reports Unknown (recording the transition for the dashboard), prunes
-    /// coalescing state and refreshes load estimates. The access path does
-    /// not depend on it: effective statuses are computed when read.
+    /// Periodic upkeep: sends the window renewals coalescing owes, ends
+    /// on-access windows the CA tracks, turns stale reports Unknown
+    /// (recording the transition for the dashboard), prunes coalescing state
+    /// and refreshes load estimates. The access path does not depend on it:
+    /// effective statuses are computed when read.
     pub fn housekeeping(&self, now: Instant) {
+        self.renew_windows(now);
         let state = self.snapshot();
         let keep = state.settings().transitions_kept;
         let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();
@@ -443,10 +445,26 @@ impl Authority {
                 )
                 .1
             });
+        // Bounded state: entries of on-access applications whose window
+        // ended (listed as Unknown until then) go after the retention. A
+        // live window is reported on every interval, so an entry that is
+        // Unknown and has had no report for the retention has none (judged
+        // without taking the windows' lock inside the table's).
+        let retention = state.settings().on_access_retention;
+        let removed = self.health.remove_where(|key, _, report| {
+            report.status == Status::Unknown
+                && now.saturating_duration_since(report.received_at) >= retention
+                && state
+                    .segment(&key.segment)
+                    .is_some_and(|s| s.health_reporting == HealthReporting::OnAccess)
+        });
+        if removed > 0 {
+            tracing::debug!(removed, "on-access entries past their retention removed");
+        }
         self.recompute_budgets();
         self.token_throttle.retain_recent();
         self.enroll_throttle.retain_recent();
-        if changed > 0 {
+        if changed > 0 || removed > 0 {
             self.bump();
         }
     }

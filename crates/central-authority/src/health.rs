@@ -262,6 +262,32 @@ impl HealthTable {
             .map(|r| (r.reports.clone(), r.transitions.iter().cloned().collect()))
     }
 
+    /// Removes every connector's entry for which `remove` is true, and
+    /// applications left without any; returns how many entries went.
+    pub fn remove_where(&self, mut remove: impl FnMut(&AppKey, &str, &Report) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut apps = write(shard);
+            apps.retain(|key, record| {
+                let before = record.reports.len();
+                record.reports.retain(|c, r| !remove(key, c, r));
+                removed += before - record.reports.len();
+                !record.reports.is_empty()
+            });
+        }
+        removed
+    }
+
+    /// How many applications the table holds.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| read(s).len()).sum()
+    }
+
+    /// Whether the table holds no application.
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| read(s).is_empty())
+    }
+
     /// Every application with at least one report.
     pub fn keys(&self) -> Vec<AppKey> {
         let mut keys = Vec::new();

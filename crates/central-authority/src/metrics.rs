@@ -54,6 +54,9 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     /// Access events forwarded to connectors.
     pub access_events_forwarded: Counter,
+    /// On-access windows refused by `max_windows_per_connector`, by origin
+    /// (`access` or `report`).
+    pub windows_refused: Family<OutcomeLabel, Counter>,
     /// Configuration reloads by result.
     pub reloads: Family<OutcomeLabel, Counter>,
     /// Connector messages dropped by the per-connector rate cap.
@@ -76,6 +79,12 @@ impl Default for Metrics {
         let decisions = Family::<OutcomeLabel, Counter>::default();
         let decision_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
         let access_events_forwarded = Counter::default();
+        let windows_refused = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "on_access_windows_refused",
+            "On-access windows refused by max_windows_per_connector, by origin (access or report)",
+            windows_refused.clone(),
+        );
         let reloads = Family::<OutcomeLabel, Counter>::default();
         let messages_rate_limited = Counter::default();
         let enrollments = Family::<OutcomeLabel, Counter>::default();
@@ -144,6 +153,7 @@ impl Default for Metrics {
             decisions,
             decision_seconds,
             access_events_forwarded,
+            windows_refused,
             reloads,
             messages_rate_limited,
             enrollments,

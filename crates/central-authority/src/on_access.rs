@@ -5,11 +5,19 @@
 //! forgotten by the coalescer, so the next access reaches the connector
 //! again), so they sit behind one lock.
 //!
+//! Coalescing never shortens a window: accesses held back within the
+//! forward interval are sent as one renewal once it has passed
+//! (`due_renewals`, carrying when the latest access happened), so the
+//! connector's window and the CA's copy both end a window after the last
+//! access. An access that finds the application Down forces a forward (a
+//! re-check, at most once per `RECHECK_MIN_GAP`) and the CA tracks it until
+//! the connector answers (`answered`).
+//!
 //! **Invariant:** the lock is taken only here, for short synchronous
 //! sections, never across an `.await` and never together with another lock
 //! of CA state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -20,10 +28,73 @@ use crate::sync::lock;
 /// An on-access window or coalescing key: (application, connector).
 pub(crate) type WindowKey = (AppKey, String);
 
+/// Forced forwards (re-checks of a Down application) per (application,
+/// connector) at most this often, however many users wait on it.
+pub(crate) const RECHECK_MIN_GAP: Duration = Duration::from_secs(1);
+
+/// The forward interval in force for `window`: the configured `gap`, but at
+/// most half the window, so a renewal sent at the end of the gap (plus the
+/// housekeeping tick) still reaches the connector inside its window.
+fn effective_gap(window: Duration, gap: Duration) -> Duration {
+    gap.min(window / 2)
+}
+
 #[derive(Debug)]
 struct Inner {
     windows: AccessWindows<WindowKey>,
     coalescer: Coalescer<WindowKey>,
+    /// Forced re-checks sent and not yet answered by a report.
+    rechecks: HashSet<WindowKey>,
+    /// The configured forward interval (the coalescer's may be shorter).
+    gap: Duration,
+    /// Windows per connector (kept in step with `windows`), for the cap.
+    per_connector: HashMap<String, usize>,
+}
+
+impl Inner {
+    /// Records a window for `wk` at `at` unless that would open one more
+    /// than `cap` for its connector. Returns whether it was recorded.
+    fn record(&mut self, wk: WindowKey, at: Instant, cap: usize) -> bool {
+        if !self.windows.contains(&wk) {
+            let n = self.per_connector.entry(wk.1.clone()).or_default();
+            if *n >= cap {
+                return false;
+            }
+            *n += 1;
+        }
+        self.windows.record(wk, at);
+        true
+    }
+
+    /// Recounts `per_connector` after a bulk change of `windows`.
+    fn recount(&mut self) {
+        self.per_connector.clear();
+        for (_, c) in self.windows.keys() {
+            *self.per_connector.entry(c.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// What became of an access for one connector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Forward it now.
+    Forward,
+    /// Held back by coalescing (renewed later).
+    Coalesced,
+    /// The connector has `max_windows_per_connector` windows already.
+    Full,
+}
+
+/// What a report did to a window the CA did not start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Adoption {
+    /// The window was live already.
+    Live,
+    /// The window was adopted.
+    Adopted,
+    /// The connector has `max_windows_per_connector` windows already.
+    Full,
 }
 
 /// The windows and the coalescer. One per `Authority`.
@@ -38,7 +109,10 @@ impl OnAccess {
         OnAccess {
             inner: Mutex::new(Inner {
                 windows: AccessWindows::new(window),
-                coalescer: Coalescer::new(gap),
+                coalescer: Coalescer::new(effective_gap(window, gap)),
+                rechecks: HashSet::new(),
+                gap,
+                per_connector: HashMap::new(),
             }),
         }
     }
@@ -54,36 +128,98 @@ impl OnAccess {
     /// ends, and the next access must reach it again, not be coalesced away.
     pub(crate) fn end(&self, wk: &WindowKey) {
         let mut inner = lock(&self.inner);
-        inner.windows.remove(wk);
+        if inner.windows.remove(wk)
+            && let Some(n) = inner.per_connector.get_mut(&wk.1)
+        {
+            *n = n.saturating_sub(1);
+        }
         inner.coalescer.forget(wk);
+        inner.rechecks.remove(wk);
     }
 
     /// Adopts a window the CA did not start (e.g. after a CA restart the
-    /// connector still checks): records it unless it is live. Returns
-    /// whether it was not live.
-    pub(crate) fn adopt(&self, wk: WindowKey, now: Instant) -> bool {
+    /// connector still checks): records it unless it is live, or the
+    /// connector has `cap` windows already.
+    pub(crate) fn adopt(&self, wk: WindowKey, now: Instant, cap: usize) -> Adoption {
         let mut inner = lock(&self.inner);
         if inner.windows.is_live(&wk, now) {
-            return false;
+            return Adoption::Live;
         }
-        inner.windows.record(wk, now);
-        true
+        if inner.record(wk, now, cap) {
+            Adoption::Adopted
+        } else {
+            Adoption::Full
+        }
     }
 
     /// Whether an access to `wk` at `now` is to be forwarded (at most once
-    /// per gap); counts it as forwarded when so.
-    pub(crate) fn claim_forward(&self, wk: &WindowKey, now: Instant) -> bool {
-        lock(&self.inner).coalescer.should_forward(wk, now)
+    /// per gap; never when it would open a window beyond `cap` for the
+    /// connector); counts it as forwarded when so.
+    pub(crate) fn claim_forward(&self, wk: &WindowKey, now: Instant, cap: usize) -> Claim {
+        let mut inner = lock(&self.inner);
+        if !inner.windows.contains(wk)
+            && inner.per_connector.get(&wk.1).copied().unwrap_or(0) >= cap
+        {
+            return Claim::Full;
+        }
+        if inner.coalescer.should_forward(wk, now) {
+            Claim::Forward
+        } else {
+            Claim::Coalesced
+        }
     }
 
-    /// The access was forwarded: starts or renews the window.
-    pub(crate) fn forwarded(&self, wk: WindowKey, now: Instant) {
-        lock(&self.inner).windows.record(wk, now);
+    /// Whether a re-check of `wk` is to be forwarded at `now` although the
+    /// coalescer would hold it back (its latest result is Down or old); at
+    /// most once per `RECHECK_MIN_GAP`. Counts it as forwarded and awaited
+    /// when so.
+    pub(crate) fn claim_recheck(&self, wk: &WindowKey, now: Instant) -> bool {
+        let mut inner = lock(&self.inner);
+        if !inner.windows.contains(wk) {
+            // No window (it ended): an ordinary forward starts one.
+            return false;
+        }
+        let forced = inner.coalescer.force_forward(wk, now, RECHECK_MIN_GAP);
+        if forced {
+            inner.rechecks.insert(wk.clone());
+        }
+        forced
+    }
+
+    /// Whether a forced re-check of `wk` still awaits its report.
+    pub(crate) fn recheck_pending(&self, wk: &WindowKey) -> bool {
+        lock(&self.inner).rechecks.contains(wk)
+    }
+
+    /// A report for `wk` arrived: answers its re-check, if one was awaited
+    /// (returns whether so, so that waiting accesses look again).
+    pub(crate) fn answered(&self, wk: &WindowKey) -> bool {
+        lock(&self.inner).rechecks.remove(wk)
+    }
+
+    /// The access at `accessed` was forwarded (or renewed): starts or
+    /// renews the window to end a window after it.
+    pub(crate) fn forwarded(&self, wk: WindowKey, accessed: Instant) {
+        // Uncapped: `claim_forward` checked the cap.
+        lock(&self.inner).record(wk, accessed, usize::MAX);
+    }
+
+    /// The renewals owed at `now` (accesses held back by coalescing whose
+    /// interval has passed), with when the latest access of each happened.
+    /// Only keys whose window is live: an ended one starts afresh.
+    pub(crate) fn due_renewals(&self, now: Instant) -> Vec<(WindowKey, Instant)> {
+        let mut inner = lock(&self.inner);
+        let due = inner.coalescer.due_renewals(now);
+        due.into_iter()
+            .filter(|(wk, _)| inner.windows.is_live(wk, now))
+            .collect()
     }
 
     /// The access could not be forwarded: the next one is tried again.
     pub(crate) fn forward_failed(&self, wk: &WindowKey) {
-        lock(&self.inner).coalescer.forget(wk);
+        let mut inner = lock(&self.inner);
+        inner.coalescer.forget(wk);
+        inner.rechecks.remove(wk);
     }
 
     /// Forgets every window and forward of `connector` (it disconnected and
@@ -92,6 +228,8 @@ impl OnAccess {
         let mut inner = lock(&self.inner);
         inner.windows.retain(|(_, c)| c != connector);
         inner.coalescer.retain(|(_, c)| c != connector);
+        inner.rechecks.retain(|(_, c)| c != connector);
+        inner.per_connector.remove(connector);
     }
 
     /// After a reload: the new window length, a fresh coalescer when the gap
@@ -104,10 +242,13 @@ impl OnAccess {
     ) {
         let mut inner = lock(&self.inner);
         inner.windows.set_window(window);
-        if let Some(gap) = new_gap {
-            inner.coalescer = Coalescer::new(gap);
+        let gap = new_gap.unwrap_or(inner.gap);
+        inner.gap = gap;
+        if new_gap.is_some() || effective_gap(window, gap) != inner.coalescer.min_gap() {
+            inner.coalescer = Coalescer::new(effective_gap(window, gap));
         }
         inner.windows.retain(|(key, _)| keep(key));
+        inner.recount();
     }
 
     /// Ends the windows that have run out at `now` (forgetting their
@@ -117,8 +258,12 @@ impl OnAccess {
         let expired = inner.windows.expire(now);
         for k in &expired {
             inner.coalescer.forget(k);
+            inner.rechecks.remove(k);
         }
         inner.coalescer.prune(now);
+        if !expired.is_empty() {
+            inner.recount();
+        }
         expired
     }
 
@@ -134,9 +279,269 @@ impl OnAccess {
     /// How many windows `connector` has.
     pub(crate) fn count(&self, connector: &str) -> u64 {
         lock(&self.inner)
-            .windows
-            .keys()
-            .filter(|(_, c)| c == connector)
-            .count() as u64
+            .per_connector
+            .get(connector)
+            .copied()
+            .unwrap_or(0) as u64
+    }
+
+    /// How many windows there are, and how many coalescing entries.
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        let inner = lock(&self.inner);
+        (inner.windows.len(), inner.coalescer.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use policy::{Host, Protocol};
+
+    use super::*;
+
+    const CAP: usize = 10;
+
+    fn wk(host: &str) -> WindowKey {
+        let key = AppKey {
+            segment: "lab".into(),
+            host: Host::parse(host).expect("host"),
+            protocol: Protocol::Tcp,
+            port: 443,
+        };
+        (key, "c1".into())
+    }
+
+    /// Issue 12.7: with the default 60 s interval, accesses held back by
+    /// coalescing still renew the window: it ends a window after the last
+    /// access (the CA's copy, and the connector's through the renewal's age).
+    #[test]
+    fn the_window_ends_a_window_after_the_last_access_whatever_the_interval() {
+        let window = Duration::from_secs(1800);
+        let o = OnAccess::new(window, Duration::from_secs(60));
+        let t0 = Instant::now();
+        let k = wk("a.lab.test");
+        let secs = Duration::from_secs;
+        assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
+        o.forwarded(k.clone(), t0);
+        // Accesses at 10 s and 59 s are coalesced.
+        for at in [secs(10), secs(59)] {
+            assert_eq!(o.claim_forward(&k, t0 + at, CAP), Claim::Coalesced);
+        }
+        assert!(o.due_renewals(t0 + secs(59)).is_empty());
+        // Once the interval has passed, one renewal for the access at 59 s.
+        let due = o.due_renewals(t0 + secs(60));
+        assert_eq!(due, vec![(k.clone(), t0 + secs(59))]);
+        for (k, at) in due {
+            o.forwarded(k, at);
+        }
+        let end = t0 + secs(59) + window;
+        assert!(o.is_live(&k.0, &k.1, end - Duration::from_millis(1)));
+        assert!(!o.is_live(&k.0, &k.1, end));
+        assert!(o.expire(end - Duration::from_millis(1)).is_empty());
+        assert_eq!(o.expire(end), vec![k]);
+    }
+
+    #[test]
+    fn a_recheck_is_forced_once_a_second_and_answered_by_a_report() {
+        let o = OnAccess::new(Duration::from_secs(1800), Duration::from_secs(60));
+        let t0 = Instant::now();
+        let k = wk("a.lab.test");
+        assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
+        o.forwarded(k.clone(), t0);
+        assert_eq!(
+            o.claim_forward(&k, t0 + Duration::from_millis(1500), CAP),
+            Claim::Coalesced
+        );
+        assert!(o.claim_recheck(&k, t0 + Duration::from_millis(1500)));
+        assert!(o.recheck_pending(&k));
+        assert!(!o.claim_recheck(&k, t0 + Duration::from_millis(1600)));
+        assert!(o.answered(&k));
+        assert!(!o.recheck_pending(&k));
+        assert!(!o.answered(&k));
+    }
+
+    #[test]
+    fn the_interval_is_at_most_half_the_window() {
+        let o = OnAccess::new(Duration::from_secs(4), Duration::from_secs(3));
+        let t0 = Instant::now();
+        let k = wk("a.lab.test");
+        assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
+        o.forwarded(k.clone(), t0);
+        assert_eq!(
+            o.claim_forward(&k, t0 + Duration::from_secs(1), CAP),
+            Claim::Coalesced
+        );
+        assert_eq!(o.due_renewals(t0 + Duration::from_secs(2)).len(), 1);
+    }
+
+    /// Issue 12.5: windows per connector are capped, for accesses and for
+    /// adoption alike; ended windows free their place.
+    #[test]
+    fn windows_per_connector_are_capped() {
+        let window = Duration::from_secs(60);
+        let o = OnAccess::new(window, Duration::from_secs(10));
+        let t0 = Instant::now();
+        for i in 0..CAP {
+            let k = wk(&format!("h{i}.lab.test"));
+            assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
+            o.forwarded(k, t0);
+        }
+        let extra = wk("extra.lab.test");
+        assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Full);
+        assert_eq!(o.adopt(extra.clone(), t0, CAP), Adoption::Full);
+        // Another connector has its own allowance.
+        let other = (extra.0.clone(), "c2".to_owned());
+        assert_eq!(o.adopt(other.clone(), t0, CAP), Adoption::Adopted);
+        assert_eq!(o.adopt(other, t0, CAP), Adoption::Live);
+        assert_eq!(o.count("c1"), CAP as u64);
+        o.end(&wk("h0.lab.test"));
+        assert_eq!(o.adopt(extra, t0, CAP), Adoption::Adopted);
+        assert_eq!(o.expire(t0 + window).len(), CAP + 1);
+        assert_eq!(o.count("c1"), 0);
+        assert_eq!(o.sizes().0, 0);
+    }
+}
+
+/// Issue 12.5: the CA's on-access state stays bounded under a flood of
+/// distinct accesses and one huge report, and returns to its baseline
+/// after the window and the retention (an injected clock drives
+/// `housekeeping`; tokio's paused clock makes discovery waits instant).
+#[cfg(test)]
+mod bounded {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use protocol::v1;
+    use tokio::sync::Notify;
+
+    use crate::access::AccessRequest;
+    use crate::authority::Authority;
+    use crate::metrics::OutcomeLabel;
+    use crate::registry::{Arrival, LiveSession};
+    use crate::session::Identity;
+    use crate::store::Store;
+
+    const N: usize = 100_000;
+    const CAP: usize = 1000;
+
+    const CONFIG: &str = r#"
+        [selection]
+        discovery_timeout_ms = 1
+        [health]
+        on_access_window_s = 30
+        on_access_retention_s = 60
+        max_windows_per_connector = 1000
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k"
+        [[segments]]
+        name = "wild"
+        applications = ["*.wild.test"]
+        tcp_ports = ["443"]
+        health_reporting = "on_access"
+        connector_groups = ["g"]
+    "#;
+
+    fn entry(host: &str) -> v1::ApplicationHealth {
+        v1::ApplicationHealth {
+            app: Some(v1::ApplicationKey {
+                segment: "wild".into(),
+                host: host.into(),
+                protocol: v1::Protocol::Tcp as i32,
+                port: 443,
+            }),
+            status: v1::HealthStatus::Up as i32,
+            addresses: vec![v1::AddressResult {
+                address: "10.0.0.1".into(),
+                status: v1::HealthStatus::Up as i32,
+                method: v1::CheckMethod::Tcp as i32,
+                ..Default::default()
+            }],
+            checked_at_unix_ms: 1,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn state_is_bounded_and_returns_to_baseline_after_the_retention() {
+        let config = crate::Config::from_toml(CONFIG, std::path::Path::new(".")).expect("valid");
+        let a = Authority::with_trust(config, None, Store::in_memory().expect("db"));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        // The connector takes every access event.
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let hello = v1::Hello::default();
+        let session = LiveSession {
+            id: 1,
+            label: "test".into(),
+            tx,
+            kill: Arc::new(Notify::new()),
+        };
+        let arrival = Arrival {
+            name: "c1",
+            group: "g",
+            hello: &hello,
+        };
+        a.registry().register(arrival, session, |_| 0);
+        let baseline = (a.health().len(), a.on_access().sizes());
+        assert_eq!(baseline, (0, (0, 0)));
+
+        for i in 0..N {
+            let request = AccessRequest {
+                host: format!("h{i}.wild.test"),
+                protocol: policy::Protocol::Tcp,
+                port: 443,
+            };
+            a.resolve(request).await.expect("a valid request");
+            if i % 1000 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(a.on_access().count("c1"), CAP as u64);
+        let (windows, coalescing) = a.on_access().sizes();
+        assert!(
+            windows <= CAP && coalescing <= CAP,
+            "{windows} {coalescing}"
+        );
+        let refused = |origin: &str| {
+            a.metrics()
+                .windows_refused
+                .get_or_create(&OutcomeLabel {
+                    outcome: origin.into(),
+                })
+                .get()
+        };
+        assert_eq!(refused("access"), (N - CAP) as u64);
+
+        // One report of N entries for hosts nobody accessed (plus the
+        // accessed ones): only what fits in the cap is stored.
+        let identity = Identity {
+            name: "c1".into(),
+            group: Arc::from("g"),
+        };
+        let mut applications: Vec<_> = (0..CAP)
+            .map(|i| entry(&format!("h{i}.wild.test")))
+            .collect();
+        applications.extend((0..N).map(|i| entry(&format!("r{i}.wild.test"))));
+        // Fields added to the message later keep their defaults.
+        #[allow(clippy::needless_update)]
+        let report = v1::HealthReport {
+            applications,
+            full_state: false,
+            ..Default::default()
+        };
+        let now = Instant::now();
+        a.intake(&identity, &a.snapshot(), report, now, SystemTime::now());
+        assert!(a.health().len() <= CAP, "{}", a.health().len());
+        assert_eq!(a.on_access().count("c1"), CAP as u64);
+        assert_eq!(refused("report"), N as u64);
+
+        // Listed (Unknown) after the window ends, gone once the retention
+        // has passed since their last report.
+        a.housekeeping(now + Duration::from_secs(31));
+        assert_eq!(a.on_access().sizes(), (0, 0));
+        assert_eq!(a.health().len(), CAP);
+        a.housekeeping(now + Duration::from_secs(60));
+        assert_eq!((a.health().len(), a.on_access().sizes()), baseline);
+        drain.abort();
     }
 }

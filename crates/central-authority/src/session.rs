@@ -27,6 +27,8 @@ use crate::authority::Authority;
 use crate::config::Settings;
 use crate::error::{ReportError, SessionError};
 use crate::health::{Report, UnknownCause};
+use crate::metrics::Metrics;
+use crate::on_access::Adoption;
 use crate::policy_state::{PolicyState, app_allowed_ip};
 use crate::registry::{Arrival, LiveSession, Outbound};
 
@@ -642,7 +644,12 @@ impl Authority {
         } = report;
         let mut changed = false;
         if mode == HealthReporting::OnAccess {
-            changed |= self.follow_window(identity, &key, status, expired, now);
+            let (window_changed, keep) =
+                self.follow_window(identity, settings, &key, status, expired, now);
+            changed |= window_changed;
+            if !keep {
+                return changed;
+            }
         }
         let unknown_cause = match (status, expired) {
             (_, true) => Some(UnknownCause::WindowExpired),
@@ -682,28 +689,47 @@ impl Authority {
     }
 
     /// Keeps the CA's on-access window for (`key`, connector) in step with
-    /// what the connector reports. Returns whether a window was adopted.
+    /// what the connector reports. Returns whether a window was adopted or
+    /// a forced re-check answered (either may change a decision), and
+    /// whether to store the entry: not when its window would be one more
+    /// than `max_windows_per_connector` (counted in `windows_refused`), so
+    /// a report cannot grow the CA beyond the cap.
     fn follow_window(
         &self,
         identity: &Identity,
+        settings: &Settings,
         key: &AppKey,
         status: Status,
         expired: bool,
         now: Instant,
-    ) -> bool {
+    ) -> (bool, bool) {
         let wk = (key.clone(), identity.name.clone());
-        if expired {
+        // A report answers a forced re-check: an access waiting on it must
+        // look again even if the status did not change.
+        let answered = self.on_access().answered(&wk);
+        let (adopted, keep) = if expired {
             // The connector stopped checking: the next access must reach it
             // again, not be coalesced away.
             self.on_access().end(&wk);
-            false
+            (false, true)
         } else if status != Status::Unknown {
             // Adopt windows the CA did not start (e.g. after a CA restart
             // the connector still checks).
-            self.on_access().adopt(wk, now)
+            match self
+                .on_access()
+                .adopt(wk, now, settings.max_windows_per_connector)
+            {
+                Adoption::Live => (false, true),
+                Adoption::Adopted => (true, true),
+                Adoption::Full => {
+                    Metrics::count(&self.metrics().windows_refused, "report");
+                    (false, false)
+                }
+            }
         } else {
-            false
-        }
+            (false, true)
+        };
+        (answered || adopted, keep)
     }
 
     /// A full-state report lists everything the connector checks: what it

@@ -1023,3 +1023,84 @@ async fn a_burst_of_reports_is_taken_in_order_up_to_the_stream_end() {
     assert_eq!(received().await, 800);
     ca.stop().await;
 }
+
+/// Issue 12.6: an access to an on-access application whose latest result is
+/// Down re-checks it at once (forwarded although the forward interval has
+/// not passed) and waits for the answer: an application that came back is
+/// selected on the next access, not an interval later.
+#[tokio::test]
+async fn an_access_to_a_down_application_rechecks_and_waits() {
+    let ca = Ca::start(&config_text(
+        "access_forward_interval_ms = 600000\non_access_window_ms = 3600000",
+        "discovery_timeout_ms = 5000",
+        "",
+    ))
+    .await;
+    let http = ca.web();
+    let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
+    let h = ca.web();
+    let request = tokio::spawn(async move { h.access("b.lab.test.reach", "tcp", 8002).await });
+    assert!(matches!(west.next().await, Some(Out::Access(_))));
+    west.report(
+        vec![app("lab", "b.lab.test.reach", 8002, &[], &["127.0.1.6"])],
+        false,
+    )
+    .await;
+    let (s, v) = request.await.expect("join");
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["error"]["reason"], "all_down", "{v}");
+
+    // The server came back. The next access is forwarded at once (a
+    // re-check) and waits for its answer.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let h = ca.web();
+    let request = tokio::spawn(async move { h.access("b.lab.test.reach", "tcp", 8002).await });
+    match west.next_within(Duration::from_secs(3)).await {
+        Some(Out::Access(e)) => assert_eq!(e.accessed_ms_ago, 0),
+        other => panic!("expected a re-check AccessEvent, got {other:?}"),
+    }
+    west.report(
+        vec![app("lab", "b.lab.test.reach", 8002, &["127.0.1.6"], &[])],
+        false,
+    )
+    .await;
+    let (s, v) = request.await.expect("join");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["connector"], "west-1");
+    assert_eq!(v["explanation"]["discovery_waited"], true);
+
+    // Down again: the re-check's answer ends the wait (no timeout).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    west.report(
+        vec![app("lab", "b.lab.test.reach", 8002, &[], &["127.0.1.6"])],
+        false,
+    )
+    .await;
+    eventually("down again", || async {
+        http.app("lab", "b.lab.test.reach", 8002)
+            .await
+            .is_some_and(|a| a["status"] == "down")
+    })
+    .await;
+    let h = ca.web();
+    let request = tokio::spawn(async move { h.access("b.lab.test.reach", "tcp", 8002).await });
+    assert!(matches!(
+        west.next_within(Duration::from_secs(3)).await,
+        Some(Out::Access(_))
+    ));
+    west.report(
+        vec![app("lab", "b.lab.test.reach", 8002, &[], &["127.0.1.6"])],
+        false,
+    )
+    .await;
+    let (s, v) = request.await.expect("join");
+    assert_eq!(v["error"]["reason"], "all_down", "{s} {v}");
+    assert_eq!(v["explanation"]["discovery_waited"], true, "{v}");
+    assert!(
+        v["explanation"]["discovery_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms < 5000),
+        "{v}"
+    );
+    ca.stop().await;
+}

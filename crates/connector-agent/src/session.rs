@@ -607,7 +607,9 @@ async fn handle(
             return Ok(Some(beat));
         }
         Some(FromCa::Access(event)) => match event.app.map(AppKey::try_from) {
-            Some(Ok(key)) => parts.scheduler.access(key),
+            Some(Ok(key)) => parts
+                .scheduler
+                .access(key, Duration::from_millis(event.accessed_ms_ago)),
             Some(Err(e)) => tracing::warn!(error = %e, "ignoring an invalid access event"),
             None => tracing::warn!("ignoring an access event without application"),
         },

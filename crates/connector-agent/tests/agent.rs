@@ -313,6 +313,7 @@ async fn on_access_checks_report_and_expire() {
     };
     let accessed = tokio::time::Instant::now();
     ca.send(FromCa::Access(v1::AccessEvent {
+        accessed_ms_ago: 0,
         app: Some(app.clone()),
     }))
     .await;

@@ -130,6 +130,11 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
         self.last_access.len()
     }
 
+    /// Whether `key` has a window (live or not yet expired by `expire`).
+    pub fn contains(&self, key: &K) -> bool {
+        self.last_access.contains_key(key)
+    }
+
     /// Whether no key has a window.
     pub fn is_empty(&self) -> bool {
         self.last_access.is_empty()
@@ -137,11 +142,23 @@ impl<K: Eq + Hash + Clone> AccessWindows<K> {
 }
 
 /// Forwards an event for a key at most once per `min_gap`, so repeated
-/// accesses renew connectors' windows without flooding them.
+/// accesses renew connectors' windows without flooding them, and never
+/// loses the latest one: an event held back within the gap is owed as a
+/// *renewal* (`due_renewals`) once the gap has passed, carrying when it
+/// happened, so the receiver's window still ends a window after the last
+/// event, not after the last forwarded one (leading and trailing edge).
 #[derive(Clone, Debug)]
 pub struct Coalescer<K> {
     min_gap: Duration,
-    last_forwarded: HashMap<K, Instant>,
+    last_forwarded: HashMap<K, Forwarded>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Forwarded {
+    /// When the last event (or renewal) was sent.
+    sent: Instant,
+    /// The latest event held back since then, if any.
+    held: Option<Instant>,
 }
 
 impl<K: Eq + Hash + Clone> Coalescer<K> {
@@ -153,20 +170,85 @@ impl<K: Eq + Hash + Clone> Coalescer<K> {
         }
     }
 
+    /// The gap.
+    pub fn min_gap(&self) -> Duration {
+        self.min_gap
+    }
+
     /// Whether an event for `key` at `now` should be forwarded; records it
-    /// when so.
+    /// when so, else holds it back for `due_renewals`.
     pub fn should_forward(&mut self, key: &K, now: Instant) -> bool {
         match self.last_forwarded.get_mut(key) {
-            Some(last) if !has_ended(*last, self.min_gap, now) => false,
+            Some(last) if !has_ended(last.sent, self.min_gap, now) => {
+                last.held = Some(last.held.map_or(now, |h| h.max(now)));
+                false
+            }
             Some(last) => {
-                *last = now;
+                *last = Forwarded {
+                    sent: now,
+                    held: None,
+                };
                 true
             }
             None => {
-                self.last_forwarded.insert(key.clone(), now);
+                self.last_forwarded.insert(
+                    key.clone(),
+                    Forwarded {
+                        sent: now,
+                        held: None,
+                    },
+                );
                 true
             }
         }
+    }
+
+    /// Forwards an event for `key` at `now` regardless of the gap, unless
+    /// one was sent less than `min` ago (a caller that needs the receiver to
+    /// act now, e.g. re-check, still must not flood it). Records it when so.
+    pub fn force_forward(&mut self, key: &K, now: Instant, min: Duration) -> bool {
+        if let Some(last) = self.last_forwarded.get(key)
+            && !has_ended(last.sent, min, now)
+        {
+            return self.should_forward(key, now);
+        }
+        self.last_forwarded.insert(
+            key.clone(),
+            Forwarded {
+                sent: now,
+                held: None,
+            },
+        );
+        true
+    }
+
+    /// The renewals owed at `now`: every key with an event held back whose
+    /// gap has passed, with when its latest held event happened. They count
+    /// as forwarded at `now`.
+    pub fn due_renewals(&mut self, now: Instant) -> Vec<(K, Instant)> {
+        let gap = self.min_gap;
+        let mut due = Vec::new();
+        for (k, f) in &mut self.last_forwarded {
+            if let Some(held) = f.held
+                && has_ended(f.sent, gap, now)
+            {
+                due.push((k.clone(), held));
+                *f = Forwarded {
+                    sent: now,
+                    held: None,
+                };
+            }
+        }
+        due
+    }
+
+    /// When the next renewal falls due, if any is owed.
+    pub fn next_renewal(&self) -> Option<Instant> {
+        self.last_forwarded
+            .values()
+            .filter(|f| f.held.is_some())
+            .filter_map(|f| end_of(f.sent, self.min_gap))
+            .min()
     }
 
     /// Forgets `key`, so its next event is forwarded (e.g. after the
@@ -180,11 +262,22 @@ impl<K: Eq + Hash + Clone> Coalescer<K> {
         self.last_forwarded.retain(|k, _| keep(k));
     }
 
-    /// Drops entries older than `min_gap`, bounding memory.
+    /// Drops entries older than `min_gap` with nothing owed, bounding
+    /// memory.
     pub fn prune(&mut self, now: Instant) {
         let gap = self.min_gap;
         self.last_forwarded
-            .retain(|_, &mut last| !has_ended(last, gap, now));
+            .retain(|_, f| f.held.is_some() || !has_ended(f.sent, gap, now));
+    }
+
+    /// Number of keys tracked.
+    pub fn len(&self) -> usize {
+        self.last_forwarded.len()
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.last_forwarded.is_empty()
     }
 }
 
@@ -356,7 +449,7 @@ mod tests {
         c.prune(t0 + secs(60));
         // "old" was pruned, so it forwards; "new" is still suppressed.
         assert!(!c.should_forward(&"new", t0 + secs(61)));
-        assert_eq!(c.last_forwarded.len(), 1);
+        assert_eq!(c.len(), 1);
         assert!(c.should_forward(&"old", t0 + secs(61)));
     }
 
@@ -368,5 +461,57 @@ mod tests {
         assert!(!c.should_forward(&"jira", t0 + secs(1_000_000_000)));
         c.prune(t0 + secs(1_000_000_000));
         assert!(!c.should_forward(&"jira", t0 + secs(1_000_000_001)));
+    }
+
+    /// Issue 12.7: accesses held back by the gap are not lost; the window
+    /// they renew ends a window after the last access, not after the last
+    /// forwarded one.
+    #[test]
+    fn held_back_events_are_owed_as_one_renewal_after_the_gap() {
+        let t0 = Instant::now();
+        let gap = secs(60);
+        let window = secs(1800);
+        let mut c = Coalescer::new(gap);
+        // The receiver's window, renewed only by what gets through.
+        let mut receiver = AccessWindows::new(window);
+        assert!(c.should_forward(&"jira", t0));
+        receiver.record("jira", t0);
+        assert!(!c.should_forward(&"jira", t0 + secs(10)));
+        assert!(!c.should_forward(&"jira", t0 + secs(50)));
+        assert_eq!(c.next_renewal(), Some(t0 + gap));
+        assert!(
+            c.due_renewals(t0 + gap - Duration::from_nanos(1))
+                .is_empty()
+        );
+        let due = c.due_renewals(t0 + gap);
+        assert_eq!(due, vec![("jira", t0 + secs(50))]);
+        for (k, at) in due {
+            receiver.record(k, at);
+        }
+        // Owed once; nothing more until another event is held back.
+        assert!(c.due_renewals(t0 + gap * 3).is_empty());
+        assert_eq!(c.next_renewal(), None);
+        // The window ends exactly a window after the last access.
+        assert_eq!(receiver.expires_at(&"jira"), Some(t0 + secs(50) + window));
+        // The renewal counts as a forward: the gap restarts from it.
+        assert!(!c.should_forward(&"jira", t0 + gap + secs(1)));
+        // Pruning keeps what is owed.
+        c.prune(t0 + gap * 10);
+        assert_eq!(
+            c.due_renewals(t0 + gap * 10),
+            vec![("jira", t0 + gap + secs(1))]
+        );
+    }
+
+    #[test]
+    fn a_forced_forward_skips_the_gap_but_not_its_minimum() {
+        let t0 = Instant::now();
+        let mut c = Coalescer::new(secs(60));
+        assert!(c.should_forward(&"jira", t0));
+        assert!(!c.force_forward(&"jira", t0 + Duration::from_millis(500), secs(1)));
+        assert!(c.force_forward(&"jira", t0 + secs(1), secs(1)));
+        assert!(!c.should_forward(&"jira", t0 + secs(2)));
+        assert!(c.force_forward(&"new", t0, secs(1)));
+        assert_eq!(c.len(), 2);
     }
 }

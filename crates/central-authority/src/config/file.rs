@@ -132,13 +132,16 @@ pub(super) struct HealthSection {
     pub(super) stale_after_intervals: u32,
     pub(super) check_budget: u64,
     pub(super) heartbeat_interval_ms: u64,
-    pub(super) access_forward_interval_ms: u64,
+    /// Default: `settings::default_forward_interval` of the window.
+    pub(super) access_forward_interval_ms: Option<u64>,
     pub(super) checks_per_second: u32,
     pub(super) check_timeout_ms: u32,
     pub(super) assumed_checks_per_second: u32,
     pub(super) transitions_kept: usize,
     pub(super) min_subnet_prefix_v4: u8,
     pub(super) min_subnet_prefix_v6: u8,
+    pub(super) on_access_retention_s: u64,
+    pub(super) max_windows_per_connector: usize,
 }
 
 impl Default for HealthSection {
@@ -149,13 +152,15 @@ impl Default for HealthSection {
             stale_after_intervals: 3,
             check_budget: 6000,
             heartbeat_interval_ms: 5000,
-            access_forward_interval_ms: 60_000,
+            access_forward_interval_ms: None,
             checks_per_second: 0,
             check_timeout_ms: 0,
             assumed_checks_per_second: 20,
             transitions_kept: 20,
             min_subnet_prefix_v4: policy::DEFAULT_MIN_SUBNET_PREFIX_V4,
             min_subnet_prefix_v6: policy::DEFAULT_MIN_SUBNET_PREFIX_V6,
+            on_access_retention_s: 3600,
+            max_windows_per_connector: 10_000,
         }
     }
 }

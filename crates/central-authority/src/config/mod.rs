@@ -557,6 +557,30 @@ mod tests {
         );
     }
 
+    /// Issue 12.7: any valid window works alone (the forward interval's
+    /// default adapts), and the connector overrides get the connector's
+    /// own bounds.
+    #[test]
+    fn a_short_window_alone_is_valid_and_overrides_are_bounded() {
+        let c = Config::from_toml("[health]\non_access_window_s = 4\n", Path::new("."))
+            .expect("a 4 s window alone is valid");
+        assert_eq!(c.settings.on_access_window, Duration::from_secs(4));
+        assert_eq!(c.settings.access_forward_interval, Duration::from_secs(1));
+        let c = Config::from_toml(MINIMAL, Path::new(".")).expect("valid");
+        assert_eq!(c.settings.access_forward_interval, Duration::from_secs(60));
+        let text = "[health]\nchecks_per_second = 1000000001\ncheck_timeout_ms = 600001\n";
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "health.checks_per_second: 1000000001 is out of range (0-100000)",
+                "health.check_timeout_ms: 600001 is out of range (0-600000)",
+            ]
+        );
+        let ok = "[health]\nchecks_per_second = 100000\ncheck_timeout_ms = 0\n";
+        assert!(Config::from_toml(ok, Path::new(".")).is_ok());
+    }
+
     #[test]
     fn secrets_shorter_than_16_characters_are_refused_unless_allowed_for_tests() {
         let text = r#"

@@ -59,6 +59,15 @@ pub struct Settings {
     /// (`[health] min_subnet_prefix_v4`, default 8, and
     /// `min_subnet_prefix_v6`, default 8); `/0` is always refused.
     pub min_subnet_prefix: (u8, u8),
+    /// How long after its last report an on-access application's entry
+    /// that is Unknown (its window ended) stays listed before it is removed
+    /// (`[health] on_access_retention_s`, default 3600).
+    pub on_access_retention: Duration,
+    /// Live on-access windows per connector, whether opened by accesses or
+    /// adopted from reports; beyond it accesses are not forwarded to that
+    /// connector and reports do not open windows (`[health]
+    /// max_windows_per_connector`, default 10000).
+    pub max_windows_per_connector: usize,
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -168,7 +177,7 @@ pub(super) fn settings(
         1..=60_000,
     );
     let h = &file.health;
-    let window = health_rules(h, problems);
+    let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
     let (validity, grace, handshake) = tls_rules(t, problems);
     let l = &file.limits;
@@ -218,12 +227,14 @@ pub(super) fn settings(
         stale_after_intervals: h.stale_after_intervals,
         check_budget: h.check_budget,
         heartbeat_interval: Duration::from_millis(h.heartbeat_interval_ms),
-        access_forward_interval: Duration::from_millis(h.access_forward_interval_ms),
+        access_forward_interval: forward,
         connector_checks_per_second: h.checks_per_second,
         connector_check_timeout_ms: h.check_timeout_ms,
         assumed_checks_per_second: h.assumed_checks_per_second,
         transitions_kept: h.transitions_kept,
         min_subnet_prefix: (h.min_subnet_prefix_v4, h.min_subnet_prefix_v6),
+        on_access_retention: Duration::from_secs(h.on_access_retention_s),
+        max_windows_per_connector: h.max_windows_per_connector,
     })
 }
 
@@ -256,9 +267,19 @@ fn listen_addresses(
     (grpc, http)
 }
 
+/// The access forward interval when none is configured: 60 s, but at most a
+/// quarter of the on-access window (at least 1 ms), so any valid window
+/// works alone.
+pub(super) fn default_forward_interval(window: Duration) -> Duration {
+    Duration::from_secs(60)
+        .min(window / 4)
+        .max(Duration::from_millis(1))
+}
+
 /// `[health]`: returns the on-access window (`on_access_window_ms`, else
-/// `on_access_window_s`), which access forwards must come more often than.
-fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
+/// `on_access_window_s`) and the access forward interval (shorter than the
+/// window).
+fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Duration) {
     let window = match h.on_access_window_ms {
         Some(ms) => Duration::from_millis(ms),
         None => Duration::from_secs(h.on_access_window_s),
@@ -283,7 +304,9 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
         h.heartbeat_interval_ms,
         10..,
     );
-    let forward = h.access_forward_interval_ms;
+    let forward = h.access_forward_interval_ms.unwrap_or_else(|| {
+        u64::try_from(default_forward_interval(window).as_millis()).unwrap_or(u64::MAX)
+    });
     if range(problems, "health.access_forward_interval_ms", forward, 1..)
         && Duration::from_millis(forward) >= window
         && !window.is_zero()
@@ -315,7 +338,33 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> Duration {
         h.min_subnet_prefix_v6,
         1..=128,
     );
-    window
+        // The connector's own flags' bounds (`--checks-per-second`,
+    // `--check-timeout-ms`); 0 keeps the connector's own value.
+    range(
+        problems,
+        "health.checks_per_second",
+        h.checks_per_second,
+        0..=100_000,
+    );
+    range(
+        problems,
+        "health.check_timeout_ms",
+        h.check_timeout_ms,
+        0..=600_000,
+    );
+    range(
+        problems,
+        "health.on_access_retention_s",
+        h.on_access_retention_s,
+        0..=31_536_000,
+    );
+    range(
+        problems,
+        "health.max_windows_per_connector",
+        h.max_windows_per_connector,
+        1..=10_000_000,
+    );
+    (window, Duration::from_millis(forward))
 }
 
 /// `[tls]`: each certificate with its key; returns the connector

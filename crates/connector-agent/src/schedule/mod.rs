@@ -116,6 +116,9 @@ struct App {
     last: Option<Box<Round>>,
     reported_status: Option<Status>,
     last_report: Option<Instant>,
+    /// An access asked for a fresh probe (its latest result was not Up):
+    /// the next round must not use a cached result.
+    fresh: bool,
 }
 
 impl App {
@@ -131,6 +134,7 @@ impl App {
             last: None,
             reported_status: None,
             last_report: None,
+            fresh: false,
         }
     }
 
@@ -270,12 +274,44 @@ impl Schedule {
     /// A user accessed `key` (an `AccessEvent`): start checking it at once
     /// unless its window is live, and (re)start its window.
     pub fn access(&mut self, key: AppKey, now: Instant) -> Result<Vec<Action>, AccessRejected> {
+        self.access_at(key, now, now)
+    }
+
+    /// An access to `key` that happened at `accessed` (a CA renewal of
+    /// coalesced accesses says how long ago): the window ends a window after
+    /// `accessed`, never earlier than it already did. A renewal of an access
+    /// whose window has already run out is ignored. An access to an
+    /// application whose latest result is not Up re-checks it at once with a
+    /// fresh probe (the user is waiting; it may have come back).
+    pub fn access_at(
+        &mut self,
+        key: AppKey,
+        accessed: Instant,
+        now: Instant,
+    ) -> Result<Vec<Action>, AccessRejected> {
         let interval = self.check_access(&key)?.report_interval;
-        self.windows.record(key.clone(), now);
-        self.apps.entry(key).or_insert_with(|| {
-            self.targets_version += 1;
-            App::new(true, interval, now)
-        });
+        let accessed = accessed.min(now);
+        if accessed
+            .checked_add(self.windows.window())
+            .is_some_and(|end| end <= now)
+        {
+            return Ok(Vec::new());
+        }
+        self.windows.record(key.clone(), accessed);
+        match self.apps.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let app = e.get_mut();
+                let not_up = app.last.as_ref().is_some_and(|r| r.status() != Status::Up);
+                if not_up && app.running.is_none() && app.due.is_none_or(|d| d > now) {
+                    app.due = Some(now);
+                    app.fresh = true;
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.targets_version += 1;
+                e.insert(App::new(true, interval, now));
+            }
+        }
         Ok(self.poll(now))
     }
 
@@ -365,7 +401,10 @@ impl Schedule {
             {
                 let generation = self.next_generation;
                 self.next_generation += 1;
-                let triggered = std::mem::take(&mut app.triggered);
+                // A user's access triggered this round (a new window, or a
+                // re-check of an application that was not Up): it jumps the
+                // queue and gets a fresh probe.
+                let triggered = std::mem::take(&mut app.triggered) | std::mem::take(&mut app.fresh);
                 app.due = None;
                 app.running = Some(generation);
                 app.round_started = Some(now);
@@ -847,5 +886,75 @@ mod tests {
         assert_eq!(round.status(), Status::Up);
         round.dns_stale = false;
         assert_eq!(round.status(), Status::Down);
+    }
+
+    /// Issue 12.6: an access to an application whose latest result is Down
+    /// re-checks it at once with a fresh probe, although its window is live
+    /// and its next round is an interval away.
+    #[test]
+    fn an_access_to_a_down_application_rechecks_it_at_once() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let seg = segment("jira", &["*.corp.test"], &[443], "on_access", 600);
+        s.apply(vec![seg], DEFAULT_WINDOW, t0);
+        let k = key("jira", "wiki.corp.test", 443);
+        let (_, g) = checks(&s.access(k.clone(), t0).expect("accepted"))[0].clone();
+        s.round_done(&k, g, down_round("10.0.0.9"), t0 + Duration::from_millis(5));
+        let t1 = t0 + Duration::from_secs(20);
+        let a = s.access(k.clone(), t1).expect("accepted");
+        let fresh: Vec<_> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Check { key, max_age, .. } => Some((key.clone(), *max_age)),
+                Action::Report(_) => None,
+            })
+            .collect();
+        assert_eq!(fresh, vec![(k.clone(), Duration::ZERO)]);
+        // While that round runs, more accesses add nothing.
+        assert!(checks(&s.access(k.clone(), t1).expect("ok")).is_empty());
+        // An Up application is not re-checked by an access.
+        let (_, g) = checks(&a)[0].clone();
+        s.round_done(&k, g, up_round("10.0.0.9"), t1);
+        assert!(
+            checks(
+                &s.access(k.clone(), t1 + Duration::from_secs(1))
+                    .expect("ok")
+            )
+            .is_empty()
+        );
+    }
+
+    /// Issue 12.7: a renewal says when the access happened; the window ends
+    /// a window after it, and a renewal of a lapsed access is ignored.
+    #[test]
+    fn a_renewal_ends_the_window_a_window_after_the_access_it_carries() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(1800);
+        let mut s = Schedule::new();
+        s.apply(
+            vec![segment("jira", &["*.corp.test"], &[443], "on_access", 60)],
+            window,
+            t0,
+        );
+        let k = key("jira", "wiki.corp.test", 443);
+        s.access(k.clone(), t0).expect("accepted");
+        // Accessed at 50 s, renewed (coalesced) at 60 s.
+        let accessed = t0 + Duration::from_secs(50);
+        s.access_at(k.clone(), accessed, t0 + Duration::from_secs(60))
+            .expect("accepted");
+        assert_eq!(s.windows.expires_at(&k), Some(accessed + window));
+        // An older renewal does not shorten it.
+        s.access_at(
+            k.clone(),
+            t0 + Duration::from_secs(10),
+            t0 + Duration::from_secs(61),
+        )
+        .expect("accepted");
+        assert_eq!(s.windows.expires_at(&k), Some(accessed + window));
+        // A renewal of an access a whole window back opens nothing.
+        let other = key("jira", "other.corp.test", 443);
+        let late = t0 + window + Duration::from_secs(1);
+        assert!(s.access_at(other.clone(), t0, late).expect("ok").is_empty());
+        assert!(!s.is_scheduled(&other));
     }
 }

@@ -33,7 +33,8 @@ enum Command {
         window: Duration,
         done: oneshot::Sender<()>,
     },
-    Access(AppKey),
+    /// An access and how long before it reached us it happened.
+    Access(AppKey, Duration),
     FullState(oneshot::Sender<Vec<AppReport>>),
 }
 
@@ -94,9 +95,10 @@ impl Scheduler {
         }
     }
 
-    /// Forwards an access event.
-    pub fn access(&self, key: AppKey) {
-        let _ = self.commands.send(Command::Access(key));
+    /// Forwards an access event that happened `ago` before now (0 for a
+    /// fresh access; a CA renewal of coalesced accesses says how long ago).
+    pub fn access(&self, key: AppKey, ago: Duration) {
+        let _ = self.commands.send(Command::Access(key, ago));
     }
 
     /// Every application with a result.
@@ -145,7 +147,10 @@ async fn drive(
                     let _ = done.send(());
                     actions
                 }
-                Some(Command::Access(key)) => match schedule.access(key.clone(), now()) {
+                Some(Command::Access(key, ago)) => {
+                    let now = now();
+                    let accessed = now.checked_sub(ago).unwrap_or(now);
+                    match schedule.access_at(key.clone(), accessed, now) {
                     Ok(actions) => {
                         tracing::debug!(app = %key, "access: checking");
                         actions
@@ -154,7 +159,8 @@ async fn drive(
                         tracing::warn!(app = %key, reason = %e, "access event ignored");
                         Vec::new()
                     }
-                },
+                    }
+                }
                 Some(Command::FullState(tx)) => {
                     let _ = tx.send(schedule.full_state());
                     Vec::new()
