@@ -881,3 +881,36 @@ async fn a_name_of_one_group_cannot_be_squatted_from_another() {
         .expect("freed by the admin");
     ca.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_ends_when_its_certificate_expires() {
+    let text = config("");
+    let mut cfg =
+        central_authority::Config::from_toml(&text, std::path::Path::new(".")).expect("valid");
+    cfg.settings.data_dir = scratch_dir("expiry");
+    cfg.settings.connector_cert_validity = Duration::from_secs(2);
+    let ca = Ca::start_in(cfg).await;
+    let t = ca.target();
+    let creds = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    let mut c = open_with(&t, &creds, "c1", "dc-east")
+        .await
+        .expect("session");
+    assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    // The idle timeout (three heartbeat intervals, 15 s) is longer than the
+    // wait: only the certificate ends it.
+    let ended = loop {
+        match c.next_within(Duration::from_secs(10)).await {
+            Some(Out::Shutdown(s)) => break s,
+            Some(_) => {}
+            None => panic!("the session did not end with a Shutdown"),
+        }
+    };
+    assert!(ended.reason.contains("has expired"), "{ended:?}");
+    // An expired name holds nothing: the key enrolls it again.
+    enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("re-enrolled after expiry");
+    ca.stop().await;
+}
