@@ -42,7 +42,9 @@ pub enum SessionError {
     Stream(#[from] tonic::Status),
     /// The CA closed the stream before it registered: its connector was
     /// disabled, revoked, re-enrolled or deleted meanwhile.
-    #[error("the stream was closed before it registered: its connector was disabled, revoked, re-enrolled or deleted")]
+    #[error(
+        "the stream was closed before it registered: its connector was disabled, revoked, re-enrolled or deleted"
+    )]
     ClosedBeforeHello,
     /// The session's certificate expired (mapped to
     /// `AuthError::CertificateExpired` with its serial before it is shown).

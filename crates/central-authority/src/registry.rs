@@ -195,10 +195,7 @@ impl Registry {
     pub(crate) fn close_streams(&self, name: &str) -> (Option<LiveSession>, Vec<LiveSession>) {
         let mut guard = lock(&self.conns);
         let conns = &mut *guard;
-        let live = conns
-            .map
-            .get_mut(name)
-            .and_then(ConnectorEntry::disconnect);
+        let live = conns.map.get_mut(name).and_then(ConnectorEntry::disconnect);
         let ids: Vec<u64> = conns
             .pending
             .iter()

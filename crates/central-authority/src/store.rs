@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE connectors (
     name        TEXT PRIMARY KEY,
     grp         TEXT NOT NULL,
@@ -45,13 +46,15 @@ CREATE TABLE provisioning_keys (
     last_used_ms INTEGER,
     PRIMARY KEY (grp, key_sha256)
 );
-"#, r#"
+"#,
+    r#"
 -- Version 2: a name with a valid certificate is re-enrolled only when an
 -- administrator allowed it (once, until `reenroll_until_ms`); a deleted
 -- connector's name is free (its certificates stay recorded, revoked).
 ALTER TABLE connectors ADD COLUMN reenroll_until_ms INTEGER;
 ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
-"#];
+"#,
+];
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -370,7 +373,12 @@ impl Store {
     /// Allows the next enrollment of `name` (a connector of the same group,
     /// with a valid certificate) until `until_ms`, once; `false` if it is
     /// not enrolled.
-    pub fn allow_reenroll(&self, name: &str, until_ms: i64, now_ms: i64) -> Result<bool, StoreError> {
+    pub fn allow_reenroll(
+        &self,
+        name: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         let n = conn.execute(
             "UPDATE connectors SET reenroll_until_ms = ?2, changed_ms = ?3
@@ -579,7 +587,13 @@ mod tests {
             s.enroll(&at("02", 2)).expect("db"),
             Err(EnrollRefusal::NameTaken("c1".into()))
         );
-        assert!(s.certificate("01").expect("db").expect("known").revoked.is_none());
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
         // Leave that ran out is no leave.
         assert!(s.allow_reenroll("c1", 3, 2).expect("db"));
         assert_eq!(
@@ -595,7 +609,11 @@ mod tests {
         );
         // An expired certificate holds no name: the key re-enrolls it.
         assert_eq!(s.enroll(&at("04", 10)).expect("db"), Ok(()));
-        assert_eq!(s.key_usage("g", "k1").expect("db").uses, 3, "refusals use nothing");
+        assert_eq!(
+            s.key_usage("g", "k1").expect("db").uses,
+            3,
+            "refusals use nothing"
+        );
         assert!(!s.allow_reenroll("nobody", 6, 4).expect("db"));
     }
 
@@ -609,11 +627,23 @@ mod tests {
         assert!(s.connectors().expect("db").is_empty());
         assert!(!s.set_disabled("c1", true, 2).expect("db"), "not enrolled");
         assert!(!s.allow_reenroll("c1", 9, 2).expect("db"), "not enrolled");
-        assert!(s.certificate("01").expect("db").expect("known").revoked.is_some());
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
         assert_eq!(s.enroll(&cert("c1", "h", "02")).expect("db"), Ok(()));
         let c = &s.connectors().expect("db")[0];
         assert_eq!((c.group.as_str(), c.disabled), ("h", false));
-        assert!(s.certificate("01").expect("db").expect("known").revoked.is_some());
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
         assert_eq!(s.delete_connector("nobody", 2).expect("db"), None);
     }
 
@@ -626,7 +656,8 @@ mod tests {
         {
             let conn = Connection::open(&path).expect("db");
             conn.execute_batch(MIGRATIONS[0]).expect("v1 schema");
-            conn.pragma_update(None, "user_version", 1).expect("version");
+            conn.pragma_update(None, "user_version", 1)
+                .expect("version");
             conn.execute_batch(
                 "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES ('c1', 'g', 0, 1, 1);
                  INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)

@@ -257,7 +257,8 @@ impl Authority {
         &self,
         certs: Option<&[impl AsRef<[u8]>]>,
     ) -> Result<Identity, AuthError> {
-        self.authenticate_session_cert(certs).map(|(identity, _)| identity)
+        self.authenticate_session_cert(certs)
+            .map(|(identity, _)| identity)
     }
 
     /// `authenticate_cert`, also returning the certificate the session
@@ -395,12 +396,15 @@ impl Authority {
     /// such connector is enrolled.
     pub fn allow_reenroll(&self, name: &str) -> Result<bool, StoreError> {
         let now = now_ms();
-        let until = now.saturating_add(
-            i64::try_from(REENROLL_WINDOW.as_millis()).unwrap_or(i64::MAX),
-        );
+        let until =
+            now.saturating_add(i64::try_from(REENROLL_WINDOW.as_millis()).unwrap_or(i64::MAX));
         let found = self.store().allow_reenroll(name, until, now)?;
         if found {
-            tracing::info!(connector = name, until_ms = until, "re-enrollment allowed once");
+            tracing::info!(
+                connector = name,
+                until_ms = until,
+                "re-enrollment allowed once"
+            );
         }
         Ok(found)
     }
@@ -526,10 +530,19 @@ mod tests {
         };
         assert_eq!(standing("c1"), Ok(()));
         assert!(a.revoke_connector("c2").expect("db") == 1);
-        assert!(matches!(standing("c2"), Err(AuthError::CertificateRevoked { .. })));
+        assert!(matches!(
+            standing("c2"),
+            Err(AuthError::CertificateRevoked { .. })
+        ));
         assert!(a.set_connector_disabled("c3", true).expect("db"));
-        assert_eq!(standing("c3"), Err(AuthError::ConnectorDisabled("c3".into())));
-        assert_eq!(standing("old"), Err(AuthError::CertificateExpired("old".into())));
+        assert_eq!(
+            standing("c3"),
+            Err(AuthError::ConnectorDisabled("c3".into()))
+        );
+        assert_eq!(
+            standing("old"),
+            Err(AuthError::CertificateExpired("old".into()))
+        );
         assert_eq!(
             standing("never"),
             Err(AuthError::UnknownCertificate("never".into()))

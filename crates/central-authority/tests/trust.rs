@@ -668,7 +668,10 @@ async fn hello_on_spare_is_refused(ca: &Ca, mut spare: Conn) {
             Some(_) => {}
         }
     }
-    let (_, v) = ca.web().get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    let (_, v) = ca
+        .web()
+        .get_json("/api/v1/connectors", Some(READ_TOKEN))
+        .await;
     let connected = v["connectors"]
         .as_array()
         .expect("list")
@@ -792,7 +795,11 @@ async fn a_connected_name_cannot_be_taken_over_with_the_group_key() {
         other => panic!("expected Shutdown, got {other:?}"),
     }
     let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
-    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "only once: {e:?}");
+    assert_eq!(
+        e.code(),
+        tonic::Code::FailedPrecondition,
+        "only once: {e:?}"
+    );
     let mut c = open_with(&t, &fresh, "c1", "dc-east")
         .await
         .expect("session");
@@ -828,7 +835,12 @@ async fn a_connected_name_cannot_be_taken_over_with_the_group_key() {
         .await
         .expect("the name is free, for any group");
     let (s, _) = web
-        .send("DELETE", "/api/v1/connectors/nobody", Some(ADMIN_TOKEN), None)
+        .send(
+            "DELETE",
+            "/api/v1/connectors/nobody",
+            Some(ADMIN_TOKEN),
+            None,
+        )
         .await;
     assert_eq!(s, 404);
     let (s, _) = web
@@ -856,7 +868,8 @@ async fn a_name_of_one_group_cannot_be_squatted_from_another() {
     let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
     assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
     assert!(
-        e.message().contains("connector \"c1\" is enrolled in connector group \"dc-west\"")
+        e.message()
+            .contains("connector \"c1\" is enrolled in connector group \"dc-west\"")
             && e.message().contains("DELETE /api/v1/connectors/c1"),
         "{e:?}"
     );
