@@ -274,7 +274,7 @@ impl Store {
                     |r| r.get(0),
                 )?;
                 if valid > 0 {
-                    if !allowed_until.is_some_and(|until| c.now_ms <= until) {
+                    if allowed_until.is_none_or(|until| c.now_ms > until) {
                         return Ok(Err(EnrollRefusal::NameTaken(c.name.to_owned())));
                     }
                     // The administrator's permission is for one enrollment.

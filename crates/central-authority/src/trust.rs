@@ -419,6 +419,9 @@ impl Authority {
         };
         self.close_connector_streams(name, "connector deleted by an administrator");
         self.registry().forget(name);
+        // Its (now Unknown) reports go too: the name may come back as
+        // another connector, in another group.
+        self.health().retain(|_, connector, _| connector != name);
         self.bump();
         tracing::info!(connector = name, certificates = n, "connector deleted");
         Ok(Some(n))
