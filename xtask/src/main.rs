@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
+#[cfg(test)]
+mod tidy;
+
 const USAGE: &str = "\
 usage: cargo xtask <task>
 
@@ -239,6 +242,8 @@ fn fuzz(extra: &[String]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    // `--workspace` includes this crate, so the tidy checks (`src/tidy.rs`)
+    // run with every test run.
     let mut test = cargo();
     test.args(["test", "--workspace", "--locked"]);
     run_tests(test, "tests")

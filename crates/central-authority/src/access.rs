@@ -6,12 +6,13 @@
 use std::time::Instant;
 
 use policy::{
-    AppKey, Candidate, CandidateNote, Decision, HealthReporting, MatchOutcome, Protocol,
-    RefusalReason, Request, Segment, Status, Strategy,
+    AppKey, Candidate, CandidateNote, Decision, Explanation, HealthReporting, Host, MatchOutcome,
+    Protocol, RefusalReason, Request, Segment, Status, Strategy,
 };
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
+use tokio::sync::watch;
 
 use crate::authority::Authority;
 use crate::error::ApiError;
@@ -49,21 +50,18 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// How a decision was reached (policy's explanation plus what the CA did).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// How a decision was reached: policy's explanation of who was eligible
+/// plus what the CA did around it (matching, forwarding, discovery).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ExplanationView {
     /// Matched segment, if any.
     pub segment: Option<String>,
     /// The segment entry that matched (FQDN, IP, wildcard or subnet).
     pub matched_entry: Option<String>,
-    /// Strategy used.
+    /// Strategy in force (shown also when no segment matched).
     pub strategy: Strategy,
-    /// The segment's health reporting mode.
-    pub mode: Option<HealthReporting>,
-    /// Every candidate and why it was (not) eligible.
-    pub candidates: Vec<CandidateNote>,
-    /// Group strategy: the eligible groups.
-    pub eligible_groups: Vec<String>,
+    /// Who was eligible and why, once a segment matched.
+    pub selection: Option<Explanation>,
     /// Group strategy: the group chosen first.
     pub chosen_group: Option<String>,
     /// Connectors this access was forwarded to (on-access; after coalescing).
@@ -72,6 +70,56 @@ pub struct ExplanationView {
     pub discovery_waited: bool,
     /// How long it waited, in milliseconds.
     pub discovery_ms: u64,
+}
+
+impl ExplanationView {
+    fn new(strategy: Strategy) -> Self {
+        ExplanationView {
+            segment: None,
+            matched_entry: None,
+            strategy,
+            selection: None,
+            chosen_group: None,
+            forwarded_to: Vec::new(),
+            discovery_waited: false,
+            discovery_ms: 0,
+        }
+    }
+}
+
+/// The JSON shape of an explanation (README's interface): policy's fields
+/// inline, `mode` null and the lists empty before a segment matched.
+#[derive(Serialize)]
+struct ExplanationJson<'a> {
+    segment: &'a Option<String>,
+    matched_entry: &'a Option<String>,
+    strategy: Strategy,
+    mode: Option<HealthReporting>,
+    candidates: &'a [CandidateNote],
+    eligible_groups: &'a [String],
+    chosen_group: &'a Option<String>,
+    forwarded_to: &'a [String],
+    discovery_waited: bool,
+    discovery_ms: u64,
+}
+
+impl Serialize for ExplanationView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let selection = self.selection.as_ref();
+        ExplanationJson {
+            segment: &self.segment,
+            matched_entry: &self.matched_entry,
+            strategy: self.strategy,
+            mode: selection.map(|e| e.mode),
+            candidates: selection.map_or(&[], |e| &e.candidates),
+            eligible_groups: selection.map_or(&[], |e| &e.eligible_groups),
+            chosen_group: &self.chosen_group,
+            forwarded_to: &self.forwarded_to,
+            discovery_waited: self.discovery_waited,
+            discovery_ms: self.discovery_ms,
+        }
+        .serialize(s)
+    }
 }
 
 /// The answer to an access request.
@@ -105,16 +153,10 @@ impl AccessOutcome {
                 segment: e.segment.clone().unwrap_or_default(),
                 strategy: e.strategy.as_str().to_owned(),
                 candidates: e
-                    .candidates
+                    .selection
                     .iter()
-                    .map(|c| v1::CandidateExplanation {
-                        connector: c.connector.clone(),
-                        group: c.group.clone(),
-                        connected: c.connected,
-                        status: v1::HealthStatus::from(c.status) as i32,
-                        eligible: c.eligible,
-                        reason: c.reason.clone(),
-                    })
+                    .flat_map(|s| &s.candidates)
+                    .map(v1::CandidateExplanation::from)
                     .collect(),
                 discovery_waited: e.discovery_waited,
                 discovery_ms: e.discovery_ms,
@@ -125,31 +167,10 @@ impl AccessOutcome {
     }
 }
 
-/// Host as a key: lower-case, no trailing dot, canonical IP text.
-fn normalize_host(host: &str) -> Result<String, ApiError> {
-    let h = host.trim().trim_end_matches('.');
-    if h.is_empty() {
-        return Err(ApiError::InvalidRequest("host is empty".into()));
-    }
-    if h.len() > 253 {
-        return Err(ApiError::InvalidRequest(format!(
-            "host is {} characters long (max 253)",
-            h.len()
-        )));
-    }
-    if let Ok(ip) = h.parse::<std::net::IpAddr>() {
-        return Ok(ip.to_string());
-    }
-    if !h
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-    {
-        return Err(ApiError::InvalidRequest(format!(
-            "host {:?} is neither a domain name nor an IP address",
-            h.chars().take(64).collect::<String>()
-        )));
-    }
-    Ok(h.to_ascii_lowercase())
+/// The request's host by `Host`'s rules. Surrounding whitespace is
+/// forgiven here, as the APIs always have; inside, the rules hold.
+fn request_host(host: &str) -> Result<Host, ApiError> {
+    Host::parse(host.trim()).map_err(|e| ApiError::InvalidRequest(format!("host {e}")))
 }
 
 impl Authority {
@@ -157,7 +178,7 @@ impl Authority {
     /// request was unusable.
     pub async fn resolve(&self, request: AccessRequest) -> Result<AccessOutcome, ApiError> {
         let started = Instant::now();
-        let host = normalize_host(&request.host)?;
+        let host = request_host(&request.host)?;
         let port = u16::try_from(request.port)
             .ok()
             .filter(|p| *p >= 1)
@@ -184,64 +205,31 @@ impl Authority {
         Ok(outcome)
     }
 
-    async fn decide(&self, host: String, protocol: Protocol, port: u16) -> AccessOutcome {
+    async fn decide(&self, host: Host, protocol: Protocol, port: u16) -> AccessOutcome {
         let state = self.snapshot();
         let strategy = state.settings().strategy;
-        let mut explanation = ExplanationView {
-            segment: None,
-            matched_entry: None,
-            strategy,
-            mode: None,
-            candidates: Vec::new(),
-            eligible_groups: Vec::new(),
-            chosen_group: None,
-            forwarded_to: Vec::new(),
-            discovery_waited: false,
-            discovery_ms: 0,
-        };
+        let mut explanation = ExplanationView::new(strategy);
         let request = Request {
-            host: host.clone(),
-            protocol,
-            port,
-        };
-        let refuse = |reason, message: String, explanation| AccessOutcome {
-            decision: Err(Refusal { reason, message }),
-            explanation,
-        };
-        let m = match state.index.match_request(&request) {
-            MatchOutcome::NoSegment => {
-                return refuse(
-                    RefusalReason::NoSegment,
-                    format!("no segment's applications match host {host:?}"),
-                    explanation,
-                );
-            }
-            MatchOutcome::PortNotInSegment(m) => {
-                let seg = &state.policy().segments[m.segment];
-                explanation.segment = Some(seg.name.clone());
-                explanation.matched_entry = seg.applications.get(m.entry).map(ToString::to_string);
-                return refuse(
-                    RefusalReason::PortNotInSegment,
-                    format!(
-                        "segment {:?}, the most specific match for {host:?}, does not include {protocol}/{port}",
-                        seg.name
-                    ),
-                    explanation,
-                );
-            }
-            MatchOutcome::Matched(m) => m,
-        };
-        let segment = &state.policy().segments[m.segment];
-        explanation.segment = Some(segment.name.clone());
-        explanation.matched_entry = segment.applications.get(m.entry).map(ToString::to_string);
-        explanation.mode = Some(segment.health_reporting);
-        let key = AppKey {
-            segment: segment.name.clone(),
             host,
             protocol,
             port,
         };
+        let segment = match matched_segment(&state, &request, &mut explanation) {
+            Ok(segment) => segment,
+            Err(refusal) => {
+                return AccessOutcome {
+                    decision: Err(refusal),
+                    explanation,
+                };
+            }
+        };
         let mode = segment.health_reporting;
+        let key = AppKey {
+            segment: segment.name.clone(),
+            host: request.host,
+            protocol,
+            port,
+        };
 
         // Subscribe before looking, so no report between the look and the
         // wait is missed.
@@ -253,35 +241,18 @@ impl Authority {
             explanation.forwarded_to = self.forward_access(&key, &candidates, now);
         }
         let mut decision = self.pick(&candidates, mode, strategy);
-
         if mode == HealthReporting::OnAccess
             && decision == Decision::Refused(RefusalReason::NoHealthReport)
         {
+            let started = Instant::now();
+            (decision, candidates) = self
+                .discover(&state, segment, &key, changes, candidates)
+                .await;
             explanation.discovery_waited = true;
-            let wait_start = Instant::now();
-            let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
-            decision = loop {
-                match tokio::time::timeout_at(deadline, changes.changed()).await {
-                    Err(_) | Ok(Err(_)) => {
-                        break Decision::Refused(RefusalReason::DiscoveryTimeout);
-                    }
-                    Ok(Ok(())) => {
-                        changes.borrow_and_update();
-                        candidates = self.candidates(&state, segment, &key, Instant::now());
-                        match self.pick(&candidates, mode, strategy) {
-                            Decision::Refused(RefusalReason::NoHealthReport) => continue,
-                            other => break other,
-                        }
-                    }
-                }
-            };
             explanation.discovery_ms =
-                u64::try_from(wait_start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-
-        let notes = policy::explain(&candidates, mode, strategy);
-        explanation.candidates = notes.candidates;
-        explanation.eligible_groups = notes.eligible_groups;
+        explanation.selection = Some(policy::explain(&candidates, mode, strategy));
         match decision {
             Decision::Selected { index } => {
                 let c = &candidates[index];
@@ -297,9 +268,46 @@ impl Authority {
                     explanation,
                 }
             }
-            Decision::Refused(reason) => {
-                let message = refusal_message(reason, segment, &key, &state);
-                refuse(reason, message, explanation)
+            Decision::Refused(reason) => AccessOutcome {
+                decision: Err(Refusal {
+                    reason,
+                    message: refusal_message(reason, segment, &key, &state),
+                }),
+                explanation,
+            },
+        }
+    }
+
+    /// On-access discovery: nothing is reachable yet, so wait (up to the
+    /// discovery timeout) for reports that change that, re-selecting after
+    /// each. Returns the decision and the candidates it was made on (those
+    /// seen last).
+    async fn discover(
+        &self,
+        state: &PolicyState,
+        segment: &Segment,
+        key: &AppKey,
+        mut changes: watch::Receiver<u64>,
+        mut candidates: Vec<Candidate>,
+    ) -> (Decision, Vec<Candidate>) {
+        let (mode, strategy) = (segment.health_reporting, state.settings().strategy);
+        let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Err(_) | Ok(Err(_)) => {
+                    return (
+                        Decision::Refused(RefusalReason::DiscoveryTimeout),
+                        candidates,
+                    );
+                }
+                Ok(Ok(())) => {
+                    changes.borrow_and_update();
+                    candidates = self.candidates(state, segment, key, Instant::now());
+                    match self.pick(&candidates, mode, strategy) {
+                        Decision::Refused(RefusalReason::NoHealthReport) => continue,
+                        other => return (other, candidates),
+                    }
+                }
             }
         }
     }
@@ -390,6 +398,43 @@ impl Authority {
     }
 }
 
+/// The segment a request falls under, or the refusal when there is none
+/// (or it lacks the port); notes the match in `explanation` either way.
+fn matched_segment<'s>(
+    state: &'s PolicyState,
+    request: &Request,
+    explanation: &mut ExplanationView,
+) -> Result<&'s Segment, Refusal> {
+    let Request {
+        host,
+        protocol,
+        port,
+    } = request;
+    let (m, has_port) = match state.index.match_request(request) {
+        MatchOutcome::NoSegment => {
+            return Err(Refusal {
+                reason: RefusalReason::NoSegment,
+                message: format!("no segment's applications match host {host:?}"),
+            });
+        }
+        MatchOutcome::PortNotInSegment(m) => (m, false),
+        MatchOutcome::Matched(m) => (m, true),
+    };
+    let segment = &state.policy().segments[m.segment];
+    explanation.segment = Some(segment.name.clone());
+    explanation.matched_entry = segment.applications.get(m.entry).map(ToString::to_string);
+    if !has_port {
+        return Err(Refusal {
+            reason: RefusalReason::PortNotInSegment,
+            message: format!(
+                "segment {:?}, the most specific match for {host:?}, does not include {protocol}/{port}",
+                segment.name
+            ),
+        });
+    }
+    Ok(segment)
+}
+
 fn refusal_message(
     reason: RefusalReason,
     segment: &Segment,
@@ -414,5 +459,54 @@ fn refusal_message(
             state.settings().discovery_timeout.as_millis()
         ),
         RefusalReason::NoSegment | RefusalReason::PortNotInSegment => reason.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use policy::{Candidate, Status};
+
+    use super::*;
+
+    /// The JSON API's explanation keeps its shape whether or not a segment
+    /// matched: policy's fields inline, `mode` null and lists empty before.
+    #[test]
+    fn explanation_json_has_one_shape() {
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let empty = serde_json::to_value(ExplanationView::new(Strategy::Group)).expect("json");
+        assert_eq!(
+            empty,
+            serde_json::json!({
+                "segment": null, "matched_entry": null, "strategy": "group", "mode": null,
+                "candidates": [], "eligible_groups": [], "chosen_group": null,
+                "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0
+            })
+        );
+        let candidates = [Candidate {
+            connector: "c1".into(),
+            group: "g".into(),
+            connected: true,
+            status: Status::Up,
+        }];
+        let mut view = ExplanationView::new(Strategy::Group);
+        view.segment = Some("jira".into());
+        view.selection = Some(policy::explain(
+            &candidates,
+            HealthReporting::OnAccess,
+            Strategy::Group,
+        ));
+        let full = serde_json::to_value(&view).expect("json");
+        assert_eq!(keys(&full), keys(&empty));
+        assert_eq!(full["mode"], "on_access");
+        assert_eq!(full["eligible_groups"], serde_json::json!(["g"]));
+        assert_eq!(full["candidates"][0]["eligible"], true);
+        assert_eq!(
+            full["candidates"][0]["reason"],
+            "group \"g\" is eligible and this connector reports up"
+        );
     }
 }

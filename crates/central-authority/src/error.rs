@@ -17,7 +17,7 @@ pub enum SessionError {
     /// client certificate's identity (or, on a CA run with
     /// `[tls] enabled = false`, the metadata's).
     #[error(
-        "Hello names connector {name:?} in group {group:?}, but the session is authenticated as {meta_name:?} in {meta_group:?}"
+        "Hello names connector {name:?} in group {group:?}, but the session is authenticated as {authenticated_name:?} in {authenticated_group:?}"
     )]
     HelloMismatch {
         /// Name in Hello.
@@ -26,10 +26,10 @@ pub enum SessionError {
         group: String,
         /// Name the session is authenticated as (certificate, or metadata
         /// without TLS).
-        meta_name: String,
+        authenticated_name: String,
         /// Group the session is authenticated as (certificate, or metadata
         /// without TLS).
-        meta_group: String,
+        authenticated_group: String,
     },
     /// No `Hello` arrived in time.
     #[error("no Hello within {0:?}")]

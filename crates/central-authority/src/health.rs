@@ -293,7 +293,7 @@ mod tests {
     fn key() -> AppKey {
         AppKey {
             segment: "s".into(),
-            host: "h.example.test".into(),
+            host: "h.example.test".parse().expect("host"),
             protocol: Protocol::Tcp,
             port: 80,
         }
@@ -339,7 +339,7 @@ mod tests {
         let t = HealthTable::default();
         let now = Instant::now();
         let key = |i: usize| AppKey {
-            host: format!("h{i}.example.test"),
+            host: format!("h{i}.example.test").parse().expect("host"),
             ..key()
         };
         for i in 0..200 {

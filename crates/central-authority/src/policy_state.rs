@@ -137,7 +137,7 @@ pub(crate) fn app_allowed<'a>(
     group: &str,
     key: &AppKey,
 ) -> Result<&'a Segment, crate::error::ReportError> {
-    app_allowed_ip(state, group, key, key.host.parse().ok())
+    app_allowed_ip(state, group, key, key.host.ip())
 }
 
 /// [`app_allowed`] for a key whose host was parsed already (`ip` is
@@ -254,7 +254,7 @@ mod tests {
         }
         let key = |segment: &str, host: &str, port| AppKey {
             segment: segment.into(),
-            host: host.into(),
+            host: host.parse().expect("host"),
             protocol: Protocol::Tcp,
             port,
         };

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use policy::{AddressResult, AppKey, HealthReporting, Status};
+use policy::{AppKey, ApplicationReport, HealthReporting, Status};
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use protocol::v1::connector_message::Kind as In;
@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
 use crate::auth::{AuthError, check_connector_name};
 use crate::authority::Authority;
+use crate::config::Settings;
 use crate::error::{ReportError, SessionError};
 use crate::health::{Report, UnknownCause};
 use crate::policy_state::{PolicyState, app_allowed_ip};
@@ -292,8 +293,8 @@ async fn await_hello(
         return Err(SessionError::HelloMismatch {
             name: hello.name.chars().take(128).collect(),
             group: hello.group.chars().take(128).collect(),
-            meta_name: identity.name.clone(),
-            meta_group: identity.group.to_string(),
+            authenticated_name: identity.name.clone(),
+            authenticated_group: identity.group.to_string(),
         });
     }
     Ok(Some(hello))
@@ -626,91 +627,22 @@ impl Authority {
         wall: SystemTime,
     ) {
         let settings = state.settings();
-        let keep = settings.transitions_kept;
-
         let mut seen = HashSet::new();
         let mut accepted = 0u64;
         let mut rejected = 0u64;
         let mut changed = false;
         for app in report.applications {
-            match parse_entry(state, &identity.group, app) {
+            match accept(state, &identity.group, app) {
                 Ok(entry) => {
-                    let Entry {
-                        key,
-                        mode,
-                        report_interval,
-                        status,
-                        expired,
-                        addresses,
-                        dns_error,
-                        checked_at,
-                    } = entry;
-                    if mode == HealthReporting::OnAccess {
-                        let wk = (key.clone(), identity.name.clone());
-                        if expired {
-                            // The connector stopped checking: the next access
-                            // must reach it again, not be coalesced away.
-                            self.on_access().end(&wk);
-                        } else if status != Status::Unknown {
-                            // Adopt windows the CA did not start (e.g. after a
-                            // CA restart the connector still checks).
-                            changed |= self.on_access().adopt(wk, now);
-                        }
-                    }
-                    let unknown_cause = match (status, expired) {
-                        (_, true) => Some(UnknownCause::WindowExpired),
-                        (Status::Unknown, false) => Some(UnknownCause::Reported),
-                        _ => None,
-                    };
                     if report.full_state {
-                        seen.insert(key.clone());
+                        seen.insert(entry.report.key.clone());
                     }
-                    let stored = if expired { Status::Unknown } else { status };
-                    let previous = self.health().replace(
-                        key,
-                        &identity.name,
-                        Report {
-                            group: Arc::clone(&identity.group),
-                            status: stored,
-                            addresses,
-                            dns_error,
-                            received_at: now,
-                            received_wall: wall,
-                            checked_at_unix_ms: checked_at,
-                            unknown_cause,
-                        },
-                        keep,
-                    );
-                    // The effective status can change only if the stored
-                    // one does, or if the previous report may have been
-                    // stale (older than the staleness limit's lower bound;
-                    // a fresh report makes it current again).
-                    changed |= match previous {
-                        None => stored != Status::Unknown,
-                        Some((was, at)) => {
-                            was != stored
-                                || (was != Status::Unknown
-                                    && now.saturating_duration_since(at)
-                                        > report_interval
-                                            .saturating_mul(settings.stale_after_intervals))
-                        }
-                    };
+                    changed |= self.store_entry(identity, settings, entry, now, wall);
                     accepted += 1;
                 }
                 Err(e) => {
-                    self.metrics().reports_rejected.inc();
                     rejected += 1;
-                    // A broken or hostile connector must not flood the log:
-                    // a few entries in detail, then a count.
-                    if rejected > LOGGED_REJECTIONS {
-                        continue;
-                    }
-                    tracing::warn!(
-                        connector = %identity.name,
-                        group = %identity.group,
-                        error = %e,
-                        "rejected a health report entry"
-                    );
+                    self.rejected_entry(identity, &e, rejected);
                 }
             }
         }
@@ -722,16 +654,136 @@ impl Authority {
             );
         }
         if report.full_state {
-            let name = identity.name.as_str();
-            let marked = self.health().mark_unknown(wall, keep, |key, c, _| {
-                (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
-            });
-            changed |= marked > 0;
+            changed |= self.mark_missing(identity, &seen, settings, wall);
         }
         self.metrics().reports_received.inc_by(accepted);
         if changed {
             self.bump();
         }
+    }
+
+    /// Counts a rejected report entry; logs it when it is one of the first
+    /// `LOGGED_REJECTIONS` of its report (the `nth`).
+    fn rejected_entry(&self, identity: &Identity, error: &ReportError, nth: u64) {
+        self.metrics().reports_rejected.inc();
+        // A broken or hostile connector must not flood the log: a few
+        // entries in detail, then a count.
+        if nth <= LOGGED_REJECTIONS {
+            tracing::warn!(
+                connector = %identity.name,
+                group = %identity.group,
+                error = %error,
+                "rejected a health report entry"
+            );
+        }
+    }
+
+    /// Stores one accepted entry in the health table (and, on-access, keeps
+    /// the CA's window in step). Returns whether an application's effective
+    /// status may have changed.
+    fn store_entry(
+        &self,
+        identity: &Identity,
+        settings: &Settings,
+        entry: Accepted,
+        now: Instant,
+        wall: SystemTime,
+    ) -> bool {
+        let Accepted {
+            report,
+            mode,
+            report_interval,
+        } = entry;
+        let ApplicationReport {
+            key,
+            status,
+            addresses,
+            checked_at_unix_ms,
+            dns_error,
+            expired,
+        } = report;
+        let mut changed = false;
+        if mode == HealthReporting::OnAccess {
+            changed |= self.follow_window(identity, &key, status, expired, now);
+        }
+        let unknown_cause = match (status, expired) {
+            (_, true) => Some(UnknownCause::WindowExpired),
+            (Status::Unknown, false) => Some(UnknownCause::Reported),
+            _ => None,
+        };
+        let stored = if expired { Status::Unknown } else { status };
+        let previous = self.health().replace(
+            key,
+            &identity.name,
+            Report {
+                group: Arc::clone(&identity.group),
+                status: stored,
+                addresses,
+                dns_error,
+                received_at: now,
+                received_wall: wall,
+                checked_at_unix_ms,
+                unknown_cause,
+            },
+            settings.transitions_kept,
+        );
+        // The effective status can change only if the stored one does, or
+        // if the previous report may have been stale (older than the
+        // staleness limit's lower bound; a fresh report makes it current
+        // again).
+        changed
+            || match previous {
+                None => stored != Status::Unknown,
+                Some((was, at)) => {
+                    was != stored
+                        || (was != Status::Unknown
+                            && now.saturating_duration_since(at)
+                                > report_interval.saturating_mul(settings.stale_after_intervals))
+                }
+            }
+    }
+
+    /// Keeps the CA's on-access window for (`key`, connector) in step with
+    /// what the connector reports. Returns whether a window was adopted.
+    fn follow_window(
+        &self,
+        identity: &Identity,
+        key: &AppKey,
+        status: Status,
+        expired: bool,
+        now: Instant,
+    ) -> bool {
+        let wk = (key.clone(), identity.name.clone());
+        if expired {
+            // The connector stopped checking: the next access must reach it
+            // again, not be coalesced away.
+            self.on_access().end(&wk);
+            false
+        } else if status != Status::Unknown {
+            // Adopt windows the CA did not start (e.g. after a CA restart
+            // the connector still checks).
+            self.on_access().adopt(wk, now)
+        } else {
+            false
+        }
+    }
+
+    /// A full-state report lists everything the connector checks: what it
+    /// left out is Unknown for it now. Returns whether anything changed.
+    fn mark_missing(
+        &self,
+        identity: &Identity,
+        seen: &HashSet<AppKey>,
+        settings: &Settings,
+        wall: SystemTime,
+    ) -> bool {
+        let name = identity.name.as_str();
+        let marked = self
+            .health()
+            .mark_unknown(wall, settings.transitions_kept, |key, c, _| {
+                (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
+            });
+        marked > 0
     }
 
     /// Ends session `id` of `name` if it is still the live one (a replaced
@@ -743,48 +795,27 @@ impl Authority {
     }
 }
 
-/// One accepted report entry.
-struct Entry {
-    key: AppKey,
+/// One accepted report entry with what its segment says about it.
+struct Accepted {
+    report: ApplicationReport,
     /// The segment's mode and report interval.
     mode: HealthReporting,
     report_interval: Duration,
-    status: Status,
-    expired: bool,
-    addresses: Vec<AddressResult>,
-    dns_error: Option<String>,
-    checked_at: i64,
 }
 
-/// Checks one report entry: well-formed and for an application the group
+/// Checks one report entry: well-formed (`protocol` rejects malformed
+/// input, and parses an IP host once) and for an application the group
 /// serves.
-fn parse_entry(
-    state: &crate::policy_state::PolicyState,
+fn accept(
+    state: &PolicyState,
     group: &str,
     app: v1::ApplicationHealth,
-) -> Result<Entry, ReportError> {
-    // The wire conversion spells every IP address one way, so "::0001" and
-    // "::1" are one application.
-    let (key, ip) = protocol::convert::app_key_from_wire(
-        app.app.ok_or(protocol::WireError::MissingField("app"))?,
-    )?;
-    let segment = app_allowed_ip(state, group, &key, ip)?;
-    let (mode, report_interval) = (segment.health_reporting, segment.report_interval);
-    let status = protocol::convert::status_from_wire("status", app.status)?;
-    let addresses = app
-        .addresses
-        .into_iter()
-        .map(AddressResult::try_from)
-        .collect::<Result<Vec<_>, _>>()?;
-    let dns_error = (!app.dns_error.is_empty()).then(|| app.dns_error.chars().take(512).collect());
-    Ok(Entry {
-        key,
-        mode,
-        report_interval,
-        status,
-        expired: app.expired,
-        addresses,
-        dns_error,
-        checked_at: app.checked_at_unix_ms,
+) -> Result<Accepted, ReportError> {
+    let report = ApplicationReport::try_from(app)?;
+    let segment = app_allowed_ip(state, group, &report.key, report.key.host.ip())?;
+    Ok(Accepted {
+        mode: segment.health_reporting,
+        report_interval: segment.report_interval,
+        report,
     })
 }

@@ -285,7 +285,7 @@ impl Authority {
             out.push(ApplicationView {
                 status: Status::best(connectors.iter().map(|c| c.status)),
                 segment: key.segment,
-                host: key.host,
+                host: key.host.into_string(),
                 protocol: key.protocol,
                 port: key.port,
                 health_reporting: segment.health_reporting,

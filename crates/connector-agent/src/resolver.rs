@@ -15,6 +15,7 @@ use hickory_resolver::config::{
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
+use policy::Host;
 use tokio::time::Instant;
 
 /// Shortest time an answer (or a failure) is kept before the name is
@@ -120,7 +121,16 @@ impl Resolver {
     /// Every address of `name` (A and AAAA, deduplicated, in answer order),
     /// from the cache while its TTL lasts, else from the DNS.
     pub async fn resolve(&self, name: &str) -> Result<Arc<[IpAddr]>, DnsFailure> {
-        let key = name.trim_end_matches('.').to_ascii_lowercase();
+        // One cache entry per host however it is spelled; a text that is
+        // no host name is answered without asking the DNS.
+        let key = match Host::parse(name) {
+            Ok(host) => host.into_string(),
+            Err(e) => {
+                return Err(DnsFailure {
+                    reason: format!("{name:?} is not a host name: {e}"),
+                });
+            }
+        };
         let now = Instant::now();
         if let Some(hit) = self.lock().get(&key)
             && now < hit.until

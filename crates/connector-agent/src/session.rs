@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use policy::{AppKey, Segment};
+use policy::{AppKey, ApplicationReport, Segment};
 use protocol::v1::authority_message::Kind as FromCa;
 use protocol::v1::connector_message::Kind as ToCa;
 use protocol::v1::connector_session_client::ConnectorSessionClient;
@@ -196,32 +196,30 @@ fn unix_ms(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// The wire form of one application's report.
-pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
+/// One application's report as `policy` states it; an expired
+/// application (no round) is stamped with `now`.
+pub fn application_report(report: &AppReport, now: SystemTime) -> ApplicationReport {
     let (addresses, dns_error, at) = match &report.round {
         Some(round) => (
-            round
-                .addresses
-                .iter()
-                .map(v1::AddressResult::from)
-                .collect(),
-            round.dns_error.clone().unwrap_or_default(),
+            round.addresses.clone(),
+            round.dns_error.clone(),
             round.finished_at,
         ),
-        None => (Vec::new(), String::new(), SystemTime::now()),
+        None => (Vec::new(), None, now),
     };
-    v1::ApplicationHealth {
-        app: Some(v1::ApplicationKey::from(&report.key)),
-        status: v1::HealthStatus::from(report.status) as i32,
+    ApplicationReport {
+        key: report.key.clone(),
+        status: report.status,
         addresses,
-        checked_at_unix_ms: if report.round.is_some() {
-            unix_ms(at)
-        } else {
-            unix_ms(SystemTime::now())
-        },
+        checked_at_unix_ms: unix_ms(at),
         dns_error,
         expired: report.expired,
     }
+}
+
+/// The wire form of one application's report.
+pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
+    application_report(report, SystemTime::now()).into()
 }
 
 fn report_message(apps: &[AppReport], full_state: bool) -> ConnectorMessage {

@@ -7,12 +7,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{
-    Assignment, Authority, Dns, Seen, agent_config, closed_port, listeners, segment, start_agent,
-};
+use common::{Assignment, Authority, Seen, agent_config, start_agent};
 use protocol::v1::authority_message::Kind as FromCa;
 use protocol::v1::connector_message::Kind as ToCa;
-use protocol::v1::{self, CheckMethod, FailureKind, HealthReporting, HealthStatus, Protocol};
+use protocol::v1::{self, CheckMethod, FailureKind, HealthStatus, Protocol};
+use test_support::{DnsServer, Segment, closed_port, http_get, listeners};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -50,15 +49,17 @@ async fn until(ca: &mut Authority, latest: &mut Latest, done: impl Fn(&Latest) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_example_on_loopback_reports_six_up_addresses() {
     let _serial = SERIAL.lock().await;
-    let dns = Dns::start(
+    let dns = DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
         "lanukcorp.test",
         &[
-            ("jira", "127.0.1.1".parse().expect("ip")),
-            ("jira", "127.0.1.2".parse().expect("ip")),
+            ("jira.lanukcorp.test", "127.0.1.1".parse().expect("ip")),
+            ("jira.lanukcorp.test", "127.0.1.2".parse().expect("ip")),
         ],
         300,
     )
-    .await;
+    .await
+    .expect("DNS server");
     let (p, _) = listeners(&ips(&["127.0.1.1", "127.0.1.2", "127.0.1.3"])).await;
     // A UDP service on the same addresses (ICMP answers for the host).
     let udp = tokio::net::UdpSocket::bind("127.0.1.1:0")
@@ -66,22 +67,23 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
         .expect("udp");
     let q = udp.local_addr().expect("addr").port();
     let mut ca = Authority::start(Assignment {
-        segments: vec![segment(
-            "jira",
-            &["jira.lanukcorp.test", "127.0.1.3"],
-            &[p],
-            &[q],
-            HealthReporting::Continuous,
-            500,
-        )],
+        segments: vec![
+            Segment::new("jira")
+                .apps(["jira.lanukcorp.test", "127.0.1.3"])
+                .tcp([p])
+                .udp([q])
+                .interval_ms(500)
+                .groups(["dc-east"])
+                .proto(),
+        ],
         settings: v1::ConnectorSettings {
             heartbeat_interval_ms: 200,
             ..Default::default()
         },
     })
     .await;
-    let mut config = agent_config(&ca.url(), Some(dns.addr));
-    let metrics_port = common::closed_port("127.0.0.1");
+    let mut config = agent_config(&ca.url(), Some(dns.addr()));
+    let metrics_port = closed_port("127.0.0.1");
     config.metrics_listen = Some(([127, 0, 0, 1], metrics_port).into());
     let (stop, agent) = start_agent(config);
 
@@ -170,7 +172,7 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
             }
         }
     }
-    let metrics = common::http_get(([127, 0, 0, 1], metrics_port).into(), "/metrics").await;
+    let metrics = http_get(([127, 0, 0, 1], metrics_port).into(), "/metrics").await;
     for name in [
         "reach_agent_checks_total{",
         "reach_agent_check_duration_seconds_bucket",
@@ -189,56 +191,51 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn down_unhealthy_and_dns_failure() {
     let _serial = SERIAL.lock().await;
-    let dns = Dns::start(
+    let dns = DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
         "lanukcorp.test",
         &[
-            ("half", "127.0.2.2".parse().expect("ip")),
-            ("half", "127.0.2.3".parse().expect("ip")),
+            ("half.lanukcorp.test", "127.0.2.2".parse().expect("ip")),
+            ("half.lanukcorp.test", "127.0.2.3".parse().expect("ip")),
         ],
         300,
     )
-    .await;
+    .await
+    .expect("DNS server");
     let (p, _) = listeners(&ips(&["127.0.2.2"])).await;
     let closed = closed_port("127.0.2.1");
     let mut ca = Authority::start(Assignment {
         segments: vec![
-            segment(
-                "half",
-                &["half.lanukcorp.test"],
-                &[p],
-                &[],
-                HealthReporting::Continuous,
-                500,
-            ),
-            segment(
-                "closed",
-                &["127.0.2.1"],
-                &[closed],
-                &[],
-                HealthReporting::Continuous,
-                500,
-            ),
-            segment(
-                "nx",
-                &["missing.lanukcorp.test"],
-                &[80],
-                &[],
-                HealthReporting::Continuous,
-                500,
-            ),
-            segment(
-                "off",
-                &["127.0.2.9"],
-                &[80],
-                &[],
-                HealthReporting::None,
-                500,
-            ),
+            Segment::new("half")
+                .apps(["half.lanukcorp.test"])
+                .tcp([p])
+                .interval_ms(500)
+                .groups(["dc-east"])
+                .proto(),
+            Segment::new("closed")
+                .apps(["127.0.2.1"])
+                .tcp([closed])
+                .interval_ms(500)
+                .groups(["dc-east"])
+                .proto(),
+            Segment::new("nx")
+                .apps(["missing.lanukcorp.test"])
+                .tcp([80])
+                .interval_ms(500)
+                .groups(["dc-east"])
+                .proto(),
+            Segment::new("off")
+                .apps(["127.0.2.9"])
+                .tcp([80])
+                .mode("none")
+                .interval_ms(500)
+                .groups(["dc-east"])
+                .proto(),
         ],
         settings: v1::ConnectorSettings::default(),
     })
     .await;
-    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr)));
+    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr())));
     let mut latest = Latest::new();
     until(&mut ca, &mut latest, |l| l.len() >= 3).await;
     let by_segment = |name: &str| {
@@ -287,14 +284,15 @@ async fn on_access_checks_report_and_expire() {
     let _serial = SERIAL.lock().await;
     let (p, _) = listeners(&ips(&["127.0.4.1"])).await;
     let mut ca = Authority::start(Assignment {
-        segments: vec![segment(
-            "wiki",
-            &["127.0.4.0/24"],
-            &[p],
-            &[],
-            HealthReporting::OnAccess,
-            200,
-        )],
+        segments: vec![
+            Segment::new("wiki")
+                .apps(["127.0.4.0/24"])
+                .tcp([p])
+                .mode("on_access")
+                .interval_ms(200)
+                .groups(["dc-east"])
+                .proto(),
+        ],
         settings: v1::ConnectorSettings {
             on_access_window_ms: 700,
             ..Default::default()
@@ -358,14 +356,14 @@ async fn reconnects_after_the_ca_goes_away_and_resends_full_state() {
     let _serial = SERIAL.lock().await;
     let (p, _) = listeners(&ips(&["127.0.6.1"])).await;
     let assignment = Assignment {
-        segments: vec![segment(
-            "app",
-            &["127.0.6.1"],
-            &[p],
-            &[],
-            HealthReporting::Continuous,
-            300,
-        )],
+        segments: vec![
+            Segment::new("app")
+                .apps(["127.0.6.1"])
+                .tcp([p])
+                .interval_ms(300)
+                .groups(["dc-east"])
+                .proto(),
+        ],
         settings: v1::ConnectorSettings {
             heartbeat_interval_ms: 200,
             ..Default::default()
@@ -444,14 +442,14 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     let (p, accepted) = listeners(&addrs).await;
     let apps: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let mut ca = Authority::start(Assignment {
-        segments: vec![segment(
-            "many",
-            &apps,
-            &[p],
-            &[],
-            HealthReporting::Continuous,
-            60_000,
-        )],
+        segments: vec![
+            Segment::new("many")
+                .apps(&apps)
+                .tcp([p])
+                .interval_ms(60_000)
+                .groups(["dc-east"])
+                .proto(),
+        ],
         settings: v1::ConnectorSettings::default(),
     })
     .await;

@@ -2,17 +2,15 @@
 //! continuous ones, and a target asked for by several segments at once is
 //! probed once.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::listeners;
 use connector_agent::IcmpPreference;
 use connector_agent::metrics::Metrics;
 use connector_agent::pacer::{Pacer, Priority};
 use connector_agent::probe::Prober;
 use policy::{CheckTarget, Protocol};
+use test_support::listeners;
 
 fn target(ip: &str, port: u16) -> CheckTarget {
     CheckTarget {

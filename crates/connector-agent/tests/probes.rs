@@ -2,16 +2,14 @@
 //! loopback: TCP up / refused / timeout, ICMP echo vs the TCP fallback, and
 //! resolution of every A/AAAA record with TTL-driven re-resolution.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{Dns, closed_port, listeners};
 use connector_agent::IcmpPreference;
 use connector_agent::probe::{IcmpMode, Prober};
 use connector_agent::resolver::{Resolver, TtlBounds};
 use policy::{CheckTarget, FailureKind, Method, Protocol};
+use test_support::{DnsServer, closed_port, listeners};
 
 fn target(ip: &str, protocol: Protocol, port: u16) -> CheckTarget {
     CheckTarget {
@@ -141,21 +139,23 @@ async fn ipv6_loopback_is_checked_too() {
 
 #[tokio::test]
 async fn every_address_is_resolved_and_answers_are_refreshed_after_their_ttl() {
-    let dns = Dns::start(
+    let dns = DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
         "zone.test",
         &[
-            ("app", "127.0.7.1".parse().expect("ip")),
-            ("app", "127.0.7.2".parse().expect("ip")),
-            ("app", "::1".parse().expect("ip")),
+            ("app.zone.test", "127.0.7.1".parse().expect("ip")),
+            ("app.zone.test", "127.0.7.2".parse().expect("ip")),
+            ("app.zone.test", "::1".parse().expect("ip")),
         ],
         0,
     )
-    .await;
+    .await
+    .expect("DNS server");
     let ttl = TtlBounds {
         min: Duration::from_millis(300),
         max: Duration::from_secs(60),
     };
-    let resolver = Resolver::new(Some(dns.addr), ttl).expect("resolver");
+    let resolver = Resolver::new(Some(dns.addr()), ttl).expect("resolver");
     let mut got: Vec<IpAddr> = resolver
         .resolve("app.zone.test")
         .await
@@ -168,7 +168,9 @@ async fn every_address_is_resolved_and_answers_are_refreshed_after_their_ttl() {
         .collect();
     assert_eq!(got, expect, "every A and AAAA record");
 
-    dns.add("app", "127.0.7.3".parse().expect("ip")).await;
+    dns.add("app.zone.test", "127.0.7.3".parse().expect("ip"))
+        .await
+        .expect("record added");
     let cached = resolver.resolve("APP.zone.test.").await.expect("cached");
     assert_eq!(cached.len(), 3, "kept for the (clamped) TTL");
     tokio::time::sleep(Duration::from_millis(350)).await;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use policy::{
-    AppEntry, Candidate, HealthReporting, PortRange, Protocol, Request, Segment, SegmentIndex,
-    Status, Strategy, select,
+    AppEntry, Candidate, HealthReporting, Host, PortRange, Protocol, Request, Segment,
+    SegmentIndex, Status, Strategy, select,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -101,7 +101,7 @@ fn requests(n: usize) -> Vec<Request> {
             _ => format!("unknown{k}.elsewhere.example"),
         };
         out.push(Request {
-            host,
+            host: Host::parse(&host).expect("a valid host"),
             protocol: Protocol::Tcp,
             port: 8080,
         });

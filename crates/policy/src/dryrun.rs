@@ -367,7 +367,7 @@ mod tests {
     fn key(segment: &str, host: &str, port: u16) -> AppKey {
         AppKey {
             segment: segment.into(),
-            host: host.into(),
+            host: host.parse().expect("host"),
             protocol: Protocol::Tcp,
             port,
         }

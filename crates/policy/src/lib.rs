@@ -10,9 +10,11 @@
 #![forbid(unsafe_code)]
 
 pub mod dryrun;
+pub mod host;
 pub mod matching;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod select;
 pub mod status;
 pub mod validate;
@@ -22,6 +24,7 @@ pub use dryrun::{
     GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange, SegmentPlan,
     diff_policies, plan_policy,
 };
+pub use host::{Host, HostError};
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
@@ -29,8 +32,10 @@ pub use model::{
 pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
 };
+pub use report::ApplicationReport;
 pub use select::{
-    Candidate, CandidateNote, Decision, Explanation, RefusalReason, Strategy, explain, select,
+    Candidate, CandidateNote, Decision, Eligibility, Explanation, RefusalReason, Strategy, Verdict,
+    explain, select,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

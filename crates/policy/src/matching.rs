@@ -25,13 +25,14 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::host::Host;
 use crate::model::{AppEntry, Protocol, Segment};
 
 /// A user request.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Request {
-    /// FQDN or IP literal.
-    pub host: String,
+    /// FQDN or IP literal, normalised.
+    pub host: Host,
     /// Protocol.
     pub protocol: Protocol,
     /// Destination port.
@@ -134,17 +135,13 @@ impl SegmentIndex {
         index
     }
 
-    /// Matches a request. Host names are compared case-insensitively and a
-    /// trailing dot is ignored.
+    /// Matches a request. The host is normalised already (`Host`), so
+    /// names compare case-insensitively and a trailing dot is ignored.
     pub fn match_request(&self, request: &Request) -> MatchOutcome {
         let mut tiers: Vec<&[Hit]> = Vec::new();
-        let host = request.host.trim_end_matches('.');
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            self.ip_tiers(ip, &mut tiers);
-        } else if host.bytes().any(|b| b.is_ascii_uppercase()) {
-            self.name_tiers(&host.to_ascii_lowercase(), &mut tiers);
-        } else {
-            self.name_tiers(host, &mut tiers);
+        match request.host.ip() {
+            Some(ip) => self.ip_tiers(ip, &mut tiers),
+            None => self.name_tiers(&request.host, &mut tiers),
         }
         self.decide(&tiers, request.protocol, request.port)
     }
@@ -230,7 +227,7 @@ mod tests {
 
     fn tcp(host: &str, port: u16) -> Request {
         Request {
-            host: host.into(),
+            host: host.parse().expect("host"),
             protocol: Protocol::Tcp,
             port,
         }
@@ -516,19 +513,16 @@ mod tests {
             seg("jira", &["jira.lanukcorp.com"], &["80"], &[], false),
             seg("net", &["10.1.0.0/16"], &["80"], &[], false),
         ];
-        for host in [
-            "wiki.lanukcorp.com",
-            "lanukcorp.com",
-            "10.2.0.1",
-            "",
-            ".",
-            "::1",
-        ] {
+        for host in ["wiki.lanukcorp.com", "lanukcorp.com", "10.2.0.1", "::1"] {
             assert_eq!(
                 decide(&segments, &tcp(host, 80)),
                 Err(MatchOutcome::NoSegment),
                 "{host:?}"
             );
+        }
+        // Texts that name no host never become a request.
+        for host in ["", "."] {
+            assert!(Host::parse(host).is_err(), "{host:?}");
         }
         assert_eq!(
             SegmentIndex::new(&[]).match_request(&tcp("jira.lanukcorp.com", 80)),

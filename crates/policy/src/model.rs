@@ -10,6 +10,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::host::Host;
+
 /// Transport protocol of an application port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,11 +138,13 @@ impl AppEntry {
     }
 
     /// The host that health checks and the dashboard name (FQDN or IP
-    /// literal); `None` for discovery entries, which name no single host.
-    pub fn host(&self) -> Option<String> {
+    /// literal); `None` for discovery entries, which name no single host
+    /// (and for an FQDN that is no host name, which validation never
+    /// builds).
+    pub fn host(&self) -> Option<Host> {
         match self {
-            AppEntry::Fqdn(name) => Some(name.clone()),
-            AppEntry::Ip(ip) => Some(ip.to_string()),
+            AppEntry::Fqdn(name) => Host::parse(name).ok(),
+            AppEntry::Ip(ip) => Some(Host::from(*ip)),
             AppEntry::Wildcard(_) | AppEntry::Subnet(_) => None,
         }
     }
@@ -279,19 +283,22 @@ impl Segment {
     /// reports: FQDN and IP entries crossed with every port, ranges expanded.
     /// Discovery entries name no host and yield nothing.
     pub fn applications(&self) -> Vec<AppKey> {
+        let hosts: Vec<Host> = self
+            .applications
+            .iter()
+            .filter_map(AppEntry::host)
+            .collect();
         let mut out = Vec::new();
         for protocol in [Protocol::Tcp, Protocol::Udp] {
             for range in self.ports(protocol) {
                 for port in range.ports() {
-                    for entry in &self.applications {
-                        if let Some(host) = entry.host() {
-                            out.push(AppKey {
-                                segment: self.name.clone(),
-                                host,
-                                protocol,
-                                port,
-                            });
-                        }
+                    for host in &hosts {
+                        out.push(AppKey {
+                            segment: self.name.clone(),
+                            host: host.clone(),
+                            protocol,
+                            port,
+                        });
                     }
                 }
             }
@@ -338,8 +345,8 @@ impl Policy {
 pub struct AppKey {
     /// Segment name.
     pub segment: String,
-    /// FQDN or IP literal (lower-case).
-    pub host: String,
+    /// FQDN or IP literal, normalised.
+    pub host: Host,
     /// Protocol.
     pub protocol: Protocol,
     /// Port.

@@ -9,6 +9,9 @@
 //!
 //! For `none` segments every connected candidate counts as Up.
 //!
+//! `Eligibility` is the one statement of that rule: `select` draws from it,
+//! `explain` reports its verdict per candidate.
+//!
 //! `select` allocates nothing on the healthy path and returns an index;
 //! `explain` builds the per-candidate explanation when a caller wants it.
 
@@ -130,66 +133,146 @@ fn reachable(c: &Candidate, mode: HealthReporting) -> bool {
     c.connected && (mode == HealthReporting::None || c.status.is_reachable())
 }
 
-/// Chooses a connector for a request.
+/// Why a candidate may or may not carry the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// No live session: never eligible.
+    NotConnected,
+    /// A `none` segment: every connected candidate is assumed reachable.
+    AssumedReachable,
+    /// Healthy strategy: eligible when the status is reachable.
+    Reports(Status),
+    /// Group strategy: no connector of its group reports reachable.
+    GroupIneligible,
+    /// Group strategy: its group is eligible but it reports Down.
+    Down,
+    /// Group strategy: its group is eligible and it does not report Down.
+    InEligibleGroup(Status),
+}
+
+impl Verdict {
+    /// Whether the candidate may be chosen.
+    pub fn is_eligible(self) -> bool {
+        match self {
+            Verdict::AssumedReachable | Verdict::InEligibleGroup(_) => true,
+            Verdict::Reports(status) => status.is_reachable(),
+            Verdict::NotConnected | Verdict::GroupIneligible | Verdict::Down => false,
+        }
+    }
+
+    /// The sentence an explanation shows for `c`.
+    fn reason(self, c: &Candidate) -> String {
+        match self {
+            Verdict::NotConnected => "not connected".to_owned(),
+            Verdict::AssumedReachable => {
+                "segment has health_reporting = \"none\": assumed reachable".to_owned()
+            }
+            Verdict::Reports(status) => format!("reports the application {status}"),
+            Verdict::GroupIneligible => format!(
+                "group {:?} has no connector reporting the application reachable",
+                c.group
+            ),
+            Verdict::Down => "reports the application down".to_owned(),
+            Verdict::InEligibleGroup(status) => format!(
+                "group {:?} is eligible and this connector reports {status}",
+                c.group
+            ),
+        }
+    }
+}
+
+/// Who may carry a request: the one place the eligibility rule is written.
+/// `select` draws from it and `explain` reports it, so the two cannot
+/// disagree.
+#[derive(Clone, Debug)]
+pub struct Eligibility<'a> {
+    mode: HealthReporting,
+    strategy: Strategy,
+    /// Group strategy: groups with at least one connected connector
+    /// reporting reachable, in first-seen order (empty, and not allocated,
+    /// for the healthy strategy).
+    groups: Vec<&'a str>,
+}
+
+impl<'a> Eligibility<'a> {
+    /// The eligibility rule for `candidates` of a segment in `mode`.
+    pub fn new(candidates: &'a [Candidate], mode: HealthReporting, strategy: Strategy) -> Self {
+        let mut groups: Vec<&str> = Vec::new();
+        if strategy == Strategy::Group {
+            for c in candidates {
+                if reachable(c, mode) && !groups.contains(&c.group.as_str()) {
+                    groups.push(&c.group);
+                }
+            }
+        }
+        Eligibility {
+            mode,
+            strategy,
+            groups,
+        }
+    }
+
+    /// Whether and why `c` may be chosen.
+    pub fn verdict(&self, c: &Candidate) -> Verdict {
+        if !c.connected {
+            return Verdict::NotConnected;
+        }
+        match self.strategy {
+            // In a `none` segment every connected group is eligible too.
+            _ if self.mode == HealthReporting::None => Verdict::AssumedReachable,
+            Strategy::Healthy => Verdict::Reports(c.status),
+            Strategy::Group if !self.groups.contains(&c.group.as_str()) => Verdict::GroupIneligible,
+            Strategy::Group if c.status == Status::Down => Verdict::Down,
+            Strategy::Group => Verdict::InEligibleGroup(c.status),
+        }
+    }
+
+    /// Whether `c` may be chosen.
+    pub fn is_eligible(&self, c: &Candidate) -> bool {
+        self.verdict(c).is_eligible()
+    }
+
+    /// Group strategy: the eligible groups, in first-seen order.
+    pub fn groups(&self) -> &[&'a str] {
+        &self.groups
+    }
+}
+
+/// Chooses a connector for a request: uniformly among the eligible
+/// candidates (healthy), or a random eligible group and then uniformly
+/// among its eligible candidates (group).
 pub fn select<R: Rng + ?Sized>(
     candidates: &[Candidate],
     mode: HealthReporting,
     strategy: Strategy,
     rng: &mut R,
 ) -> Decision {
-    match strategy {
-        Strategy::Healthy => {
-            let n = candidates.iter().filter(|c| reachable(c, mode)).count();
-            if n == 0 {
-                return Decision::Refused(refusal(candidates, mode));
-            }
-            let k = rng.random_range(0..n);
-            match candidates
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| reachable(c, mode))
-                .nth(k)
-            {
-                Some((index, _)) => Decision::Selected { index },
-                None => Decision::Refused(refusal(candidates, mode)),
-            }
-        }
+    let eligibility = Eligibility::new(candidates, mode, strategy);
+    let group = match strategy {
+        Strategy::Healthy => None,
         Strategy::Group => {
-            let groups = eligible_groups(candidates, mode);
+            let groups = eligibility.groups();
             if groups.is_empty() {
                 return Decision::Refused(refusal(candidates, mode));
             }
-            let group = groups[rng.random_range(0..groups.len())];
-            let in_group = |c: &&Candidate| {
-                c.group == group
-                    && c.connected
-                    && (mode == HealthReporting::None || c.status != Status::Down)
-            };
-            let n = candidates.iter().filter(in_group).count();
-            let k = rng.random_range(0..n.max(1));
-            match candidates
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| in_group(c))
-                .nth(k)
-            {
-                Some((index, _)) => Decision::Selected { index },
-                None => Decision::Refused(refusal(candidates, mode)),
-            }
+            Some(groups[rng.random_range(0..groups.len())])
         }
+    };
+    let pool = |c: &&Candidate| group.is_none_or(|g| c.group == g) && eligibility.is_eligible(c);
+    let n = candidates.iter().filter(pool).count();
+    if n == 0 {
+        return Decision::Refused(refusal(candidates, mode));
     }
-}
-
-/// Groups with at least one connected connector reporting reachable, in
-/// first-seen order.
-fn eligible_groups(candidates: &[Candidate], mode: HealthReporting) -> Vec<&str> {
-    let mut groups: Vec<&str> = Vec::new();
-    for c in candidates {
-        if reachable(c, mode) && !groups.contains(&c.group.as_str()) {
-            groups.push(&c.group);
-        }
+    let k = rng.random_range(0..n);
+    match candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pool(c))
+        .nth(k)
+    {
+        Some((index, _)) => Decision::Selected { index },
+        None => Decision::Refused(refusal(candidates, mode)),
     }
-    groups
 }
 
 /// The reason nothing is eligible.
@@ -234,69 +317,25 @@ pub struct Explanation {
     pub eligible_groups: Vec<String>,
 }
 
-/// Explains which candidates were eligible and why.
+/// Explains which candidates were eligible and why (by the rule `select`
+/// draws from).
 pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strategy) -> Explanation {
-    let groups: Vec<String> = match strategy {
-        Strategy::Group => eligible_groups(candidates, mode)
-            .into_iter()
-            .map(str::to_owned)
-            .collect(),
-        Strategy::Healthy => Vec::new(),
-    };
+    let eligibility = Eligibility::new(candidates, mode, strategy);
     let notes = candidates
         .iter()
         .map(|c| {
-            let status = if mode == HealthReporting::None && c.connected {
-                Status::Up
-            } else {
-                c.status
-            };
-            let (eligible, reason) = if !c.connected {
-                (false, "not connected".to_owned())
-            } else if mode == HealthReporting::None {
-                (
-                    true,
-                    "segment has health_reporting = \"none\": assumed reachable".to_owned(),
-                )
-            } else {
-                match strategy {
-                    Strategy::Healthy => {
-                        if c.status.is_reachable() {
-                            (true, format!("reports the application {}", c.status))
-                        } else {
-                            (false, format!("reports the application {}", c.status))
-                        }
-                    }
-                    Strategy::Group => {
-                        if !groups.contains(&c.group) {
-                            (
-                                false,
-                                format!(
-                                    "group {:?} has no connector reporting the application reachable",
-                                    c.group
-                                ),
-                            )
-                        } else if c.status == Status::Down {
-                            (false, "reports the application down".to_owned())
-                        } else {
-                            (
-                                true,
-                                format!(
-                                    "group {:?} is eligible and this connector reports {}",
-                                    c.group, c.status
-                                ),
-                            )
-                        }
-                    }
-                }
-            };
+            let verdict = eligibility.verdict(c);
             CandidateNote {
                 connector: c.connector.clone(),
                 group: c.group.clone(),
                 connected: c.connected,
-                status,
-                eligible,
-                reason,
+                status: if verdict == Verdict::AssumedReachable {
+                    Status::Up
+                } else {
+                    c.status
+                },
+                eligible: verdict.is_eligible(),
+                reason: verdict.reason(c),
             }
         })
         .collect();
@@ -304,7 +343,11 @@ pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strate
         strategy,
         mode,
         candidates: notes,
-        eligible_groups: groups,
+        eligible_groups: eligibility
+            .groups()
+            .iter()
+            .map(|g| (*g).to_owned())
+            .collect(),
     }
 }
 

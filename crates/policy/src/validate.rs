@@ -10,6 +10,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::host::Host;
 use crate::model::{
     AppEntry, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
 };
@@ -559,63 +560,38 @@ pub fn parse_entry(raw: &str) -> Result<AppEntry, String> {
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Ok(AppEntry::Ip(ip));
     }
-    let lower = s.trim_end_matches('.').to_ascii_lowercase();
-    if let Some(suffix) = lower.strip_prefix("*.") {
+    let name = s.trim_end_matches('.');
+    if let Some(suffix) = name.strip_prefix("*.") {
         if suffix.contains('*') {
             return Err("has a wildcard outside the left-most label".into());
         }
-        check_domain(suffix)?;
+        let suffix = domain(suffix)?;
         if !suffix.contains('.') {
             return Err("is a wildcard over a top-level domain, which is too broad".into());
         }
-        return Ok(AppEntry::Wildcard(suffix.to_owned()));
+        return Ok(AppEntry::Wildcard(suffix));
     }
-    if lower.contains('*') {
+    if name.contains('*') {
         return Err(
             "has a wildcard that is not the whole left-most label (expected \"*.example.com\")"
                 .into(),
         );
     }
-    if lower.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+    if name.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return Err("is not a valid IP address".into());
     }
-    check_domain(&lower)?;
-    Ok(AppEntry::Fqdn(lower))
+    domain(name).map(AppEntry::Fqdn)
 }
 
-/// RFC 1035/1123 host name syntax: labels of 1-63 letters, digits and
-/// hyphens (not at either end), 253 characters in all.
-fn check_domain(name: &str) -> Result<(), String> {
-    if name.len() > 253 {
-        return Err(format!(
-            "is not a valid domain name: {} characters long (max 253)",
-            name.len()
-        ));
+/// A domain name by `Host`'s rules (RFC 1035/1123 syntax, 253 characters,
+/// labels of 1-63), normalised. An entry that is meant as a name and
+/// happens to read as an IP literal (`*.10.1.1.1`) keeps its text.
+fn domain(name: &str) -> Result<String, String> {
+    match Host::parse(name) {
+        Ok(host) if !matches!(host.ip(), Some(IpAddr::V6(_))) => Ok(host.into_string()),
+        Ok(_) => Err("is not a valid domain name: it is an IPv6 address".into()),
+        Err(e) => Err(format!("is not a valid domain name: {e}")),
     }
-    for label in name.split('.') {
-        if label.is_empty() {
-            return Err("is not a valid domain name: it has an empty label".into());
-        }
-        if label.len() > 63 {
-            return Err(format!(
-                "is not a valid domain name: label {label:?} is longer than 63 characters"
-            ));
-        }
-        if let Some(c) = label
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-        {
-            return Err(format!(
-                "is not a valid domain name: label {label:?} contains {c:?}"
-            ));
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return Err(format!(
-                "is not a valid domain name: label {label:?} starts or ends with '-'"
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use policy::report::MAX_DETAIL_CHARS;
 use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
-    AddressResult, AppKey, Failure, FailureKind, HealthReporting, Method, Protocol, RefusalReason,
-    Segment, Status, ValidationError,
+    AddressResult, AppKey, ApplicationReport, CandidateNote, Failure, FailureKind, HealthReporting,
+    Host, Method, Protocol, RefusalReason, Segment, Status, ValidationError,
 };
 
 use crate::v1;
@@ -79,7 +80,7 @@ fn truncated(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-/// Longest host name or segment name accepted on the wire.
+/// Longest segment name accepted on the wire (hosts follow `policy::Host`).
 const MAX_NAME: usize = 253;
 
 fn text(field: &'static str, s: String) -> Result<String, WireError> {
@@ -104,30 +105,22 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
     }
 }
 
-/// A host as the policy spells it: lower-case, without a trailing dot, and
-/// an IP literal in its canonical form (`::0001` is `::1`), so that one
-/// application has one key however a peer wrote it; with its parse when it
-/// is an IP literal.
-fn host(field: &'static str, s: String) -> Result<(String, Option<IpAddr>), WireError> {
-    let mut s = text(field, s)?;
-    let len = s.trim_end_matches('.').len();
-    if len == 0 {
-        return Err(WireError::InvalidText {
-            field,
-            problem: "is only dots".into(),
-        });
-    }
-    s.truncate(len);
-    Ok(match s.parse::<IpAddr>() {
-        // std parses only the canonical dotted-quad spelling of an IPv4
-        // address (no leading zeros, four parts), so the text is kept as is.
-        Ok(ip @ IpAddr::V4(_)) => (s, Some(ip)),
-        Ok(ip) => (ip.to_string(), Some(ip)),
-        Err(_) => {
-            s.make_ascii_lowercase();
-            (s, None)
-        }
+/// A host by `policy::Host`'s rules; what is wrong completes the field's
+/// sentence ("field `app.host` is empty").
+fn host(field: &'static str, s: String) -> Result<Host, WireError> {
+    Host::parse_owned(s).map_err(|e| WireError::InvalidText {
+        field,
+        problem: e.to_string(),
     })
+}
+
+/// `s` cut to `MAX_DETAIL_CHARS` characters; reuses its buffer (the
+/// common case, a short text, costs nothing).
+fn bounded(mut s: String) -> String {
+    if let Some((at, _)) = s.char_indices().nth(MAX_DETAIL_CHARS) {
+        s.truncate(at);
+    }
+    s
 }
 
 fn port(field: &'static str, value: u32) -> Result<u16, WireError> {
@@ -282,7 +275,7 @@ impl From<&AppKey> for v1::ApplicationKey {
     fn from(k: &AppKey) -> Self {
         v1::ApplicationKey {
             segment: k.segment.clone(),
-            host: k.host.clone(),
+            host: k.host.to_string(),
             protocol: v1::Protocol::from(k.protocol) as i32,
             port: u32::from(k.port),
         }
@@ -291,23 +284,17 @@ impl From<&AppKey> for v1::ApplicationKey {
 
 impl TryFrom<v1::ApplicationKey> for AppKey {
     type Error = WireError;
+    /// The host is normalised (`policy::Host`), so "::0001" and "::1" are
+    /// one application, and an IP literal is parsed here, once
+    /// (`key.host.ip()`).
     fn try_from(k: v1::ApplicationKey) -> Result<Self, WireError> {
-        app_key_from_wire(k).map(|(key, _)| key)
+        Ok(AppKey {
+            segment: text("app.segment", k.segment)?,
+            host: host("app.host", k.host)?,
+            protocol: protocol_from_wire("app.protocol", k.protocol)?,
+            port: port("app.port", k.port)?,
+        })
     }
-}
-
-/// What `AppKey::try_from` gives, with the host's parse when it is an IP
-/// literal (so a receiver that needs the address parses it once, here).
-pub fn app_key_from_wire(k: v1::ApplicationKey) -> Result<(AppKey, Option<IpAddr>), WireError> {
-    let segment = text("app.segment", k.segment)?;
-    let (host, ip) = host("app.host", k.host)?;
-    let key = AppKey {
-        segment,
-        host,
-        protocol: protocol_from_wire("app.protocol", k.protocol)?,
-        port: port("app.port", k.port)?,
-    };
-    Ok((key, ip))
 }
 
 impl From<&AddressResult> for v1::AddressResult {
@@ -354,7 +341,7 @@ impl TryFrom<v1::AddressResult> for AddressResult {
         };
         let failure = failure_kind_from_wire("address.failure", r.failure)?.map(|kind| Failure {
             kind,
-            detail: r.detail.chars().take(512).collect(),
+            detail: bounded(r.detail),
         });
         Ok(AddressResult {
             address,
@@ -363,6 +350,56 @@ impl TryFrom<v1::AddressResult> for AddressResult {
             rtt: Duration::from_micros(r.rtt_us),
             failure,
         })
+    }
+}
+
+impl From<ApplicationReport> for v1::ApplicationHealth {
+    fn from(r: ApplicationReport) -> Self {
+        v1::ApplicationHealth {
+            app: Some(v1::ApplicationKey::from(&r.key)),
+            status: v1::HealthStatus::from(r.status) as i32,
+            addresses: r.addresses.iter().map(v1::AddressResult::from).collect(),
+            checked_at_unix_ms: r.checked_at_unix_ms,
+            dns_error: r.dns_error.unwrap_or_default(),
+            expired: r.expired,
+        }
+    }
+}
+
+impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
+    type Error = WireError;
+    /// Every field is checked; the resolver's reason is kept up to
+    /// `MAX_DETAIL_CHARS` characters (empty means none).
+    fn try_from(app: v1::ApplicationHealth) -> Result<Self, WireError> {
+        let key = AppKey::try_from(app.app.ok_or(WireError::MissingField("app"))?)?;
+        let status = status_from_wire("status", app.status)?;
+        let addresses = app
+            .addresses
+            .into_iter()
+            .map(AddressResult::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let dns_error = (!app.dns_error.is_empty()).then(|| bounded(app.dns_error));
+        Ok(ApplicationReport {
+            key,
+            status,
+            addresses,
+            checked_at_unix_ms: app.checked_at_unix_ms,
+            dns_error,
+            expired: app.expired,
+        })
+    }
+}
+
+impl From<&CandidateNote> for v1::CandidateExplanation {
+    fn from(c: &CandidateNote) -> Self {
+        v1::CandidateExplanation {
+            connector: c.connector.clone(),
+            group: c.group.clone(),
+            connected: c.connected,
+            status: v1::HealthStatus::from(c.status) as i32,
+            eligible: c.eligible,
+            reason: c.reason.clone(),
+        }
     }
 }
 
@@ -496,7 +533,7 @@ mod tests {
         ] {
             let key = AppKey {
                 segment: "jira".into(),
-                host: host.into(),
+                host: host.parse().unwrap(),
                 protocol,
                 port,
             };
@@ -675,10 +712,10 @@ mod tests {
                 host: wire.into(),
                 ..wire_key()
             };
-            assert_eq!(AppKey::try_from(k.clone()).unwrap().host, policy, "{wire}");
+            let key = AppKey::try_from(k).unwrap();
+            assert_eq!(key.host, policy, "{wire}");
             // The parse handed out with the key is the key's host's.
-            let (key, ip) = app_key_from_wire(k).unwrap();
-            assert_eq!(ip, key.host.parse::<IpAddr>().ok(), "{wire}");
+            assert_eq!(key.host.ip(), key.host.parse::<IpAddr>().ok(), "{wire}");
         }
         // Every IPv4 address std parses is already in its canonical form.
         for text in ["1.2.3.4", "192.168.0.10", "10.0.100.200", "0.1.0.1"] {
@@ -807,12 +844,39 @@ mod tests {
         for (wire, expected) in cases {
             assert_eq!(AppKey::try_from(wire.clone()), Err(expected), "{wire:?}");
         }
-        // The longest allowed host passes.
+        // The longest allowed host passes (in labels of at most 63 bytes,
+        // `policy::Host`'s rule since it is the one rule everywhere).
+        let label = "a".repeat(63);
         let ok = v1::ApplicationKey {
-            host: "a".repeat(253),
+            host: format!("{label}.{label}.{label}.{}", "a".repeat(61)),
             ..wire_key()
         };
         assert!(AppKey::try_from(ok).is_ok());
+        // Hosts follow the DNS rules the configuration follows.
+        for (host, problem) in [
+            (
+                format!("{label}a.com"),
+                format!("label \"{label}a\" is longer than 63 characters"),
+            ),
+            (
+                "jira*.com".to_owned(),
+                "label \"jira*\" contains '*'".to_owned(),
+            ),
+            ("a..b".to_owned(), "has an empty label".to_owned()),
+            (
+                "-a.com".to_owned(),
+                "label \"-a\" starts or ends with '-'".to_owned(),
+            ),
+        ] {
+            let wire = v1::ApplicationKey { host, ..wire_key() };
+            assert_eq!(
+                AppKey::try_from(wire),
+                Err(WireError::InvalidText {
+                    field: "app.host",
+                    problem
+                })
+            );
+        }
     }
 
     // ---- malformed address results ----
@@ -903,6 +967,112 @@ mod tests {
         };
         let r = AddressResult::try_from(wire).unwrap();
         assert_eq!(r.failure.unwrap().detail.chars().count(), 512);
+    }
+
+    // ---- application reports ----
+
+    fn report() -> ApplicationReport {
+        ApplicationReport {
+            key: AppKey::try_from(wire_key()).unwrap(),
+            status: Status::Unhealthy,
+            addresses: vec![
+                AddressResult::try_from(wire_result()).unwrap(),
+                AddressResult {
+                    address: "10.1.2.2".parse().unwrap(),
+                    reachable: false,
+                    method: Method::Tcp,
+                    rtt: Duration::ZERO,
+                    failure: Some(Failure {
+                        kind: FailureKind::Refused,
+                        detail: "connection refused".into(),
+                    }),
+                },
+            ],
+            checked_at_unix_ms: 1_700_000_000_123,
+            dns_error: None,
+            expired: false,
+        }
+    }
+
+    #[test]
+    fn application_reports_round_trip() {
+        let expired = ApplicationReport {
+            status: Status::Unknown,
+            addresses: Vec::new(),
+            expired: true,
+            ..report()
+        };
+        let dns = ApplicationReport {
+            status: Status::Down,
+            addresses: Vec::new(),
+            dns_error: Some("NXDOMAIN: jira.lanukcorp.com does not exist".into()),
+            ..report()
+        };
+        for r in [report(), expired, dns] {
+            let wire = v1::ApplicationHealth::from(r.clone());
+            assert_eq!(ApplicationReport::try_from(wire), Ok(r));
+        }
+    }
+
+    #[test]
+    fn malformed_application_reports_are_rejected() {
+        let wire = || v1::ApplicationHealth::from(report());
+        let cases = [
+            (
+                v1::ApplicationHealth {
+                    app: None,
+                    ..wire()
+                },
+                WireError::MissingField("app"),
+            ),
+            (
+                v1::ApplicationHealth {
+                    status: 0,
+                    ..wire()
+                },
+                WireError::InvalidEnum {
+                    field: "status",
+                    value: 0,
+                },
+            ),
+            (
+                v1::ApplicationHealth {
+                    app: Some(v1::ApplicationKey {
+                        host: "..".into(),
+                        ..wire_key()
+                    }),
+                    ..wire()
+                },
+                WireError::InvalidText {
+                    field: "app.host",
+                    problem: "is only dots".into(),
+                },
+            ),
+            (
+                v1::ApplicationHealth {
+                    addresses: vec![v1::AddressResult {
+                        address: "nope".into(),
+                        ..wire_result()
+                    }],
+                    ..wire()
+                },
+                WireError::InvalidAddress {
+                    field: "address",
+                    value: "nope".into(),
+                },
+            ),
+        ];
+        for (wire, expected) in cases {
+            assert_eq!(ApplicationReport::try_from(wire), Err(expected));
+        }
+        // The resolver's reason is bounded; an empty one is none.
+        let long = v1::ApplicationHealth {
+            dns_error: "é".repeat(5000),
+            ..wire()
+        };
+        let r = ApplicationReport::try_from(long).unwrap();
+        assert_eq!(r.dns_error.unwrap().chars().count(), MAX_DETAIL_CHARS);
+        assert_eq!(ApplicationReport::try_from(wire()).unwrap().dns_error, None);
     }
 
     // ---- malformed segments ----

@@ -19,13 +19,15 @@ pub fn wire_policy(data: &[u8]) {
         && let Some(v1::connector_message::Kind::Report(report)) = msg.kind
     {
         for app in report.applications {
-            if let Some(key) = app.app {
-                let _ = crate::convert::app_key_from_wire(key);
+            // The parts on their own too, so a broken key does not hide
+            // the addresses behind it.
+            if let Some(key) = app.app.clone() {
+                let _ = policy::AppKey::try_from(key);
             }
-            for address in app.addresses {
+            for address in app.addresses.clone() {
                 let _ = policy::AddressResult::try_from(address);
             }
-            let _ = crate::convert::status_from_wire("status", app.status);
+            let _ = policy::ApplicationReport::try_from(app);
         }
     }
     if let Ok(msg) = v1::AuthorityMessage::decode(data) {

@@ -52,7 +52,7 @@ impl Browser {
         let http = crate::client_builder()
             .timeout(Duration::from_secs(60))
             .build()?;
-        crate::eventually(Duration::from_secs(15), || async {
+        crate::retry(Duration::from_secs(15), || async {
             let v: Value = http
                 .get(format!("{base}/status"))
                 .send()

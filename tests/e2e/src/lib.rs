@@ -8,9 +8,7 @@
 //! for configs and logs, fresh processes, shortened intervals, and a hard
 //! timeout; on failure the processes' logs are printed.
 
-pub mod apps;
 pub mod browser;
-pub mod dns;
 pub mod procs;
 
 use std::future::Future;
@@ -21,9 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-pub use apps::{TcpApp, UdpApp, max_in_window};
-pub use dns::DnsServer;
 pub use procs::{Proc, bin_dir, out_dir};
+// The loopback DNS server, the applications and the polling helper are the
+// workspace's shared test fixtures.
+pub use test_support::{DnsServer, TcpApp, UdpApp, max_in_window, retry};
 
 /// The API token every scenario's CA accepts (scopes access, read, admin).
 pub const TOKEN: &str = "e2e-token-0123456789";
@@ -241,7 +240,7 @@ impl Ca {
         // The CA keeps its data next to its config (the default): a
         // restarted CA in the same scenario keeps its root and enrollments.
         let root = sc.dir.join("reach-ca-data").join("ca.pem");
-        let pem = eventually(Duration::from_secs(15), || async {
+        let pem = retry(Duration::from_secs(15), || async {
             Ok(std::fs::read_to_string(&root)?)
         })
         .await
@@ -260,7 +259,7 @@ impl Ca {
 
     /// Waits for `/healthz`.
     pub async fn wait_ready(&self) -> Result<()> {
-        eventually(Duration::from_secs(15), || async {
+        retry(Duration::from_secs(15), || async {
             let r = self
                 .client
                 .get(format!("https://{}/healthz", self.http))
@@ -432,25 +431,6 @@ impl Connector {
     }
 }
 
-/// Retries `f` every 100 ms until it succeeds or `limit` passes; the error
-/// is the last one `f` returned.
-pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let start = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(e) if start.elapsed() >= limit => {
-                return Err(e.context(format!("still failing after {limit:?}")));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// Waits until `connector`'s status for `app` is `want`; returns how long
 /// it took.
 pub async fn wait_status(
@@ -461,7 +441,7 @@ pub async fn wait_status(
     limit: Duration,
 ) -> Result<Duration> {
     let start = Instant::now();
-    eventually(limit, || async {
+    retry(limit, || async {
         let got = ca.status(app, connector).await?;
         if got.as_deref() == Some(want) {
             Ok(start.elapsed())

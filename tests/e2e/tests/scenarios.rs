@@ -7,47 +7,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::{
-    App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, eventually, find_app,
-    max_in_window, wait_status,
+    App, Ca, Connector, DnsServer, Scenario, TcpApp, UdpApp, ca_config_head, find_app,
+    max_in_window, retry, wait_status,
 };
+use test_support::Segment;
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-#[allow(clippy::too_many_arguments)] // one argument per config field reads best at call sites
-fn segment(
-    name: &str,
-    apps: &[&str],
-    tcp: &[&str],
-    udp: &[&str],
-    mode: &str,
-    interval_ms: u64,
-    groups: &[&str],
-    extra: &str,
-) -> String {
-    let list = |v: &[&str]| {
-        v.iter()
-            .map(|s| format!("{s:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        r#"
-[[segments]]
-name = "{name}"
-applications = [{apps}]
-tcp_ports = [{tcp}]
-udp_ports = [{udp}]
-health_reporting = "{mode}"
-report_interval_ms = {interval_ms}
-connector_groups = [{groups}]
-{extra}
-"#,
-        apps = list(apps),
-        tcp = list(tcp),
-        udp = list(udp),
-        groups = list(groups),
-    )
-}
 
 /// Counts how often each connector was chosen over `n` requests.
 async fn choose_many(
@@ -112,20 +77,16 @@ async fn s01_seed_example() -> Result<()> {
             udps.push(UdpApp::start((ip, 3389).into()).await?);
         }
         let mut cfg = ca_config_head(&sc, &["dc-east"], "", "healthy");
-        cfg += &segment(
-            "jira",
-            &["jira.lanukcorp.test", &a3.to_string()],
-            &["8080"],
-            &["3389"],
-            "continuous",
-            1000,
-            &["dc-east"],
-            "",
-        );
+        cfg += &Segment::new("jira")
+            .apps(["jira.lanukcorp.test", &a3.to_string()])
+            .tcp(["8080"])
+            .udp(["3389"])
+            .groups(["dc-east"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "dc-east", &[])?;
 
-        let results = eventually(Duration::from_secs(15), || async {
+        let results = retry(Duration::from_secs(15), || async {
             let health = ca.get("/api/v1/health").await?;
             let mut checks = Vec::new();
             for app in health["applications"].as_array().context("applications")? {
@@ -203,16 +164,12 @@ async fn s02_continuous_transitions() -> Result<()> {
         let mut s2 = TcpApp::start((a2, 8080).into()).await?;
         let interval = Duration::from_millis(1500);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "app",
-            &["app.reach.test"],
-            &["8080"],
-            &[],
-            "continuous",
-            interval.as_millis() as u64,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("app")
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
+            .interval_ms(interval.as_millis() as u64)
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let app = App::new("app", "app.reach.test", "tcp", 8080);
@@ -249,20 +206,16 @@ async fn s03_on_access() -> Result<()> {
             window.as_millis()
         );
         let mut cfg = ca_config_head(&sc, &["g"], &extra, "healthy");
-        cfg += &segment(
-            "portal",
-            &["portal.reach.test"],
-            &["8080"],
-            &[],
-            "on_access",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("portal")
+            .apps(["portal.reach.test"])
+            .tcp(["8080"])
+            .mode("on_access")
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         // Connected, but no access yet: nothing may touch the server.
-        eventually(Duration::from_secs(10), || async {
+        retry(Duration::from_secs(10), || async {
             let v = ca.get("/api/v1/connectors").await?;
             ensure!(
                 v["connectors"].as_array().is_some_and(|c| c
@@ -342,20 +295,16 @@ async fn s04_none() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "legacy",
-            &[&a1.to_string()],
-            &["8080"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("legacy")
+            .apps([&a1.to_string()])
+            .tcp(["8080"])
+            .mode("none")
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
-        eventually(Duration::from_secs(10), || async {
+        retry(Duration::from_secs(10), || async {
             let v = ca.get("/api/v1/connectors").await?;
             let n = v["connectors"]
                 .as_array()
@@ -407,16 +356,11 @@ async fn s05_selection() -> Result<()> {
         .await?;
         let _server = TcpApp::start((up, 8080).into()).await?;
         let app = App::new("svc", "svc.reach.test", "tcp", 8080);
-        let seg = segment(
-            "svc",
-            &["svc.reach.test"],
-            &["8080"],
-            &[],
-            "continuous",
-            1000,
-            &["ga", "gb"],
-            "",
-        );
+        let seg = Segment::new("svc")
+            .apps(["svc.reach.test"])
+            .tcp(["8080"])
+            .groups(["ga", "gb"])
+            .toml();
         let start_all = |ca: &Ca| -> Result<Vec<Connector>> {
             let b = dns_b.addr().to_string();
             Ok(vec![
@@ -485,69 +429,47 @@ async fn s06_matching() -> Result<()> {
     sc.run(LIMIT, |sc| async move {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "corp-wild",
-            &["*.corp.test"],
-            &["80", "443"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "",
-        );
-        cfg += &segment(
-            "corp-app",
-            &["app.corp.test"],
-            &["443"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "",
-        );
-        cfg += &segment(
-            "mm-wide",
-            &["*.mm.test"],
-            &["80"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "multimatch = true",
-        );
-        cfg += &segment(
-            "mm-api",
-            &["api.mm.test"],
-            &["443"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "multimatch = true",
-        );
-        cfg += &segment(
-            "net",
-            &["10.99.0.0/16"],
-            &["22"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "",
-        );
-        cfg += &segment(
-            "net-host",
-            &["10.99.1.1"],
-            &["3389"],
-            &[],
-            "none",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("corp-wild")
+            .apps(["*.corp.test"])
+            .tcp(["80", "443"])
+            .mode("none")
+            .groups(["g"])
+            .toml();
+        cfg += &Segment::new("corp-app")
+            .apps(["app.corp.test"])
+            .tcp(["443"])
+            .mode("none")
+            .groups(["g"])
+            .toml();
+        cfg += &Segment::new("mm-wide")
+            .apps(["*.mm.test"])
+            .tcp(["80"])
+            .mode("none")
+            .groups(["g"])
+            .extra("multimatch = true")
+            .toml();
+        cfg += &Segment::new("mm-api")
+            .apps(["api.mm.test"])
+            .tcp(["443"])
+            .mode("none")
+            .groups(["g"])
+            .extra("multimatch = true")
+            .toml();
+        cfg += &Segment::new("net")
+            .apps(["10.99.0.0/16"])
+            .tcp(["22"])
+            .mode("none")
+            .groups(["g"])
+            .toml();
+        cfg += &Segment::new("net-host")
+            .apps(["10.99.1.1"])
+            .tcp(["3389"])
+            .mode("none")
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
-        eventually(Duration::from_secs(10), || async {
+        retry(Duration::from_secs(10), || async {
             let (s, b) = ca.access("x.corp.test", "tcp", 80).await?;
             ensure!(s == 200, "{s} {b}");
             Ok(())
@@ -598,16 +520,11 @@ async fn s07_connector_killed() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
         let _server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "app",
-            &["app.reach.test"],
-            &["8080"],
-            &[],
-            "continuous",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("app")
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
@@ -648,16 +565,12 @@ async fn s08_ca_restart() -> Result<()> {
         let _server = TcpApp::start((a1, 8080).into()).await?;
         let interval = Duration::from_secs(3);
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "app",
-            &["app.reach.test"],
-            &["8080"],
-            &[],
-            "continuous",
-            interval.as_millis() as u64,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("app")
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
+            .interval_ms(interval.as_millis() as u64)
+            .groups(["g"])
+            .toml();
         let mut ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
@@ -725,16 +638,12 @@ async fn s09_policy_reload() -> Result<()> {
         let new = TcpApp::start((a2, 8080).into()).await?;
         let head = ca_config_head(&sc, &["g"], "", "healthy");
         let v1 = head.clone()
-            + &segment(
-                "old",
-                &[&a1.to_string()],
-                &["8080"],
-                &[],
-                "continuous",
-                500,
-                &["g"],
-                "",
-            );
+            + &Segment::new("old")
+                .apps([&a1.to_string()])
+                .tcp(["8080"])
+                .interval_ms(500)
+                .groups(["g"])
+                .toml();
         let ca = Ca::start(&sc, &v1).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         wait_status(
@@ -751,16 +660,12 @@ async fn s09_policy_reload() -> Result<()> {
         );
 
         let v2 = head.clone()
-            + &segment(
-                "new",
-                &[&a2.to_string()],
-                &["8080"],
-                &[],
-                "continuous",
-                500,
-                &["g"],
-                "",
-            );
+            + &Segment::new("new")
+                .apps([&a2.to_string()])
+                .tcp(["8080"])
+                .interval_ms(500)
+                .groups(["g"])
+                .toml();
         ca.reload(&v2)?;
         let new_app = App::new("new", &a2.to_string(), "tcp", 8080);
         wait_status(&ca, &new_app, "c1", "up", Duration::from_secs(10)).await?;
@@ -781,18 +686,14 @@ async fn s09_policy_reload() -> Result<()> {
         let ports: Vec<String> = (8001..=8012).map(|p| p.to_string()).collect();
         let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
         let bad = head
-            + &segment(
-                "new",
-                &[&a2.to_string()],
-                &ports,
-                &[],
-                "continuous",
-                500,
-                &["g"],
-                "",
-            );
+            + &Segment::new("new")
+                .apps([&a2.to_string()])
+                .tcp(&ports)
+                .interval_ms(500)
+                .groups(["g"])
+                .toml();
         ca.reload(&bad)?;
-        eventually(Duration::from_secs(5), || async {
+        retry(Duration::from_secs(5), || async {
             ensure!(
                 ca.proc
                     .log()
@@ -828,23 +729,64 @@ async fn s10_validation() -> Result<()> {
         let twelve: Vec<String> = (8001..=8012).map(|p| p.to_string()).collect();
         let twelve: Vec<&str> = twelve.iter().map(String::as_str).collect();
         let cases: Vec<(&str, String, &str)> = vec![
-            ("ports", segment("jira", &["jira.example.test"], &twelve, &[], "continuous", 1000, &["g"], ""),
+            ("ports", Segment::new("jira")
+.apps(["jira.example.test"])
+.tcp(&twelve)
+.groups(["g"])
+.toml(),
              r#"segment "jira": health_reporting = "continuous" is not allowed with 12 ports (max 10)"#),
-            ("range-ports", segment("rng", &["a.example.test"], &["8000-8010"], &[], "continuous", 1000, &["g"], ""),
+            ("range-ports", Segment::new("rng")
+.apps(["a.example.test"])
+.tcp(["8000-8010"])
+.groups(["g"])
+.toml(),
              r#"segment "rng": health_reporting = "continuous" is not allowed with 11 ports (max 10)"#),
-            ("wildcard", segment("wild", &["*.safemarch.test"], &["80"], &[], "continuous", 1000, &["g"], ""),
+            ("wildcard", Segment::new("wild")
+.apps(["*.safemarch.test"])
+.tcp(["80"])
+.groups(["g"])
+.toml(),
              r#"segment "wild": health_reporting = "continuous" is not allowed for an application discovery segment"#),
-            ("subnet", segment("net", &["10.122.0.0/16"], &["80"], &[], "continuous", 1000, &["g"], ""),
+            ("subnet", Segment::new("net")
+.apps(["10.122.0.0/16"])
+.tcp(["80"])
+.groups(["g"])
+.toml(),
              r#"segment "net": health_reporting = "continuous" is not allowed for an application discovery segment"#),
-            ("multimatch", segment("mm", &["a.example.test"], &["80"], &[], "continuous", 1000, &["g"], "multimatch = true"),
+            ("multimatch", Segment::new("mm")
+.apps(["a.example.test"])
+.tcp(["80"])
+.groups(["g"])
+.extra("multimatch = true")
+.toml(),
              r#"segment "mm": multimatch = true requires health_reporting = "on_access" or "none""#),
-            ("port0", segment("p0", &["a.example.test"], &["0"], &[], "none", 1000, &["g"], ""),
+            ("port0", Segment::new("p0")
+.apps(["a.example.test"])
+.tcp(["0"])
+.mode("none")
+.groups(["g"])
+.toml(),
              r#"segment "p0": tcp_ports entry "0" is port 0"#),
-            ("inverted", segment("inv", &["a.example.test"], &["90-80"], &[], "none", 1000, &["g"], ""),
+            ("inverted", Segment::new("inv")
+.apps(["a.example.test"])
+.tcp(["90-80"])
+.mode("none")
+.groups(["g"])
+.toml(),
              r#"segment "inv": tcp_ports entry "90-80" is an inverted range"#),
-            ("group", segment("grp", &["a.example.test"], &["80"], &[], "none", 1000, &["nope"], ""),
+            ("group", Segment::new("grp")
+.apps(["a.example.test"])
+.tcp(["80"])
+.mode("none")
+.groups(["nope"])
+.toml(),
              r#"segment "grp": connector_groups names unknown connector group "nope""#),
-            ("wild-middle", segment("wm", &["a.*.example.test"], &["80"], &[], "none", 1000, &["g"], ""),
+            ("wild-middle", Segment::new("wm")
+.apps(["a.*.example.test"])
+.tcp(["80"])
+.mode("none")
+.groups(["g"])
+.toml(),
              r#"segment "wm": applications entry "a.*.example.test""#),
         ];
         let bin = e2e::bin_dir()?.join("central-authority");
@@ -872,7 +814,12 @@ async fn s10_validation() -> Result<()> {
         }
         // And a valid config passes.
         let path = sc.dir.join("good.toml");
-        std::fs::write(&path, head + &segment("ok", &["a.example.test"], &["80"], &["53"], "continuous", 1000, &["g"], ""))?;
+        std::fs::write(&path, head + &Segment::new("ok")
+.apps(["a.example.test"])
+.tcp(["80"])
+.udp(["53"])
+.groups(["g"])
+.toml())?;
         let out = std::process::Command::new(&bin).arg("check-config").arg(&path).output()?;
         ensure!(out.status.success(), "valid config refused: {}", String::from_utf8_lossy(&out.stderr));
         Ok(())
@@ -898,16 +845,11 @@ async fn s11_rate() -> Result<()> {
         }
         let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "many",
-            &hosts,
-            &["8080"],
-            &[],
-            "continuous",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("many")
+            .apps(&hosts)
+            .tcp(["8080"])
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--checks-per-second", "20"])?;
         // Let it reach steady state, then measure 12 s (two cycles).
@@ -1075,16 +1017,12 @@ async fn s12_netns_fallback_and_timeout() -> Result<()> {
             .spawn()
             .context("starting the test host's service")?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "ns",
-            &["198.18.7.2"],
-            &["8080"],
-            &["5353"],
-            "continuous",
-            1000,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("ns")
+            .apps(["198.18.7.2"])
+            .tcp(["8080"])
+            .udp(["5353"])
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--check-timeout-ms", "800"])?;
         let tcp = App::new("ns", "198.18.7.2", "tcp", 8080);
@@ -1172,27 +1110,18 @@ async fn s13_dashboard_in_browser() -> Result<()> {
             ("halfapp", "half.reach.test"),
             ("downapp", "down.reach.test"),
         ] {
-            cfg += &segment(
-                name,
-                &[host],
-                &["8080"],
-                &[],
-                "continuous",
-                1000,
-                &["g"],
-                "",
-            );
+            cfg += &Segment::new(name)
+                .apps([host])
+                .tcp(["8080"])
+                .groups(["g"])
+                .toml();
         }
-        cfg += &segment(
-            "secret",
-            &["secret.reach.test"],
-            &["8080"],
-            &[],
-            "continuous",
-            1000,
-            &["g"],
-            "client_hostname_validation = true",
-        );
+        cfg += &Segment::new("secret")
+            .apps(["secret.reach.test"])
+            .tcp(["8080"])
+            .groups(["g"])
+            .extra("client_hostname_validation = true")
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
         let mut c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
@@ -1243,7 +1172,7 @@ async fn s13_dashboard_in_browser() -> Result<()> {
                 ("half.reach.test", "unhealthy"),
                 ("down.reach.test", "down"),
             ] {
-                let v = eventually(Duration::from_secs(10), || async {
+                let v = retry(Duration::from_secs(10), || async {
                     let v = row(host).await?;
                     let has = v["statuses"]
                         .as_array()
@@ -1282,7 +1211,7 @@ async fn s13_dashboard_in_browser() -> Result<()> {
             // The page updates itself: stop the server behind upapp and watch
             // the same page (no navigation by the test) show c1 Down.
             up.stop();
-            eventually(Duration::from_secs(15), || async {
+            retry(Duration::from_secs(15), || async {
                 let v = row("up.reach.test").await?;
                 ensure!(
                     v["statuses"]
@@ -1329,16 +1258,12 @@ async fn s14_trust() -> Result<()> {
                 e2e::group_key("g")
             ),
         );
-        cfg += &segment(
-            "web",
-            &[&a1.to_string()],
-            &["8080"],
-            &[],
-            "continuous",
-            500,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("web")
+            .apps([&a1.to_string()])
+            .tcp(["8080"])
+            .interval_ms(500)
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let app = App::new("web", &a1.to_string(), "tcp", 8080);
         let flags = |name: &str, key: &str| -> Vec<String> {
@@ -1535,16 +1460,12 @@ async fn s15_hostile_revocation_and_takeover() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let app_server = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        cfg += &segment(
-            "web",
-            &[&a1.to_string()],
-            &["8080"],
-            &[],
-            "continuous",
-            500,
-            &["g"],
-            "",
-        );
+        cfg += &Segment::new("web")
+            .apps([a1])
+            .tcp(["8080"])
+            .interval_ms(500)
+            .groups(["g"])
+            .toml();
         let ca = Ca::start(&sc, &cfg).await?;
         let app = App::new("web", &a1.to_string(), "tcp", 8080);
         let root = std::fs::read_to_string(&ca.root)?;

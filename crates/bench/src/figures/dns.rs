@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use connector_agent::resolver::{Resolver, TtlBounds};
-use e2e::DnsServer;
 use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use policy::{CheckTarget, Protocol};
+use test_support::DnsServer;
 
 use super::Spec;
 use super::tcp::closed_loop;
@@ -38,7 +38,7 @@ const CONCURRENCY: usize = 32;
 const ZONE: &str = "bench.test";
 
 /// Serves `bench.test` with `NAMES` names on a loopback UDP socket (the
-/// end-to-end harness's hickory-server).
+/// tests' shared hickory-server).
 async fn dns_server() -> Result<DnsServer> {
     let records: Vec<(String, IpAddr)> = (0..NAMES)
         .flat_map(|i| {

@@ -1,7 +1,7 @@
 //! Test harness: a CA served in-process on 127.0.0.1:0 with TLS (its own
 //! generated root in a scratch data directory), real tonic clients acting as
-//! enrolled connectors (mutual TLS), and a small HTTPS client (hyper over
-//! tokio-rustls) for the JSON API.
+//! enrolled connectors (mutual TLS), and the JSON API calls on
+//! `test_support`'s HTTPS client.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -12,9 +12,6 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use central_authority::{Authority, Config};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use protocol::v1::connector_message::Kind as In;
@@ -22,6 +19,12 @@ use protocol::v1::connector_session_client::ConnectorSessionClient;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+// Polling for events whose timing the test does not control (a peer closing
+// its stream), shared with the other crates' tests. Not every test binary
+// polls.
+#[allow(unused_imports)]
+pub use test_support::{HttpsClient, eventually};
 
 pub const KEY_EAST: &str = "key-east-0123456789";
 pub const KEY_WEST: &str = "key-west-0123456789";
@@ -460,89 +463,21 @@ pub fn app(
     }
 }
 
-/// A minimal HTTPS client (one connection per request).
-pub struct Http {
-    addr: SocketAddr,
-    tls: tokio_rustls::TlsConnector,
-}
+/// The shared HTTPS client with the CA API calls the tests make (a
+/// `Deref` to it, so `send` and `get_json` are its own).
+pub struct Http(HttpsClient);
 
-/// A rustls client configuration that trusts `root_pem`.
-pub fn client_tls(root_pem: &str) -> rustls::ClientConfig {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
-        roots.add(c.expect("pem")).expect("root");
+impl std::ops::Deref for Http {
+    type Target = HttpsClient;
+
+    fn deref(&self) -> &HttpsClient {
+        &self.0
     }
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth()
 }
 
 impl Http {
     pub fn new(addr: SocketAddr, root_pem: &str) -> Http {
-        Http {
-            addr,
-            tls: tokio_rustls::TlsConnector::from(Arc::new(client_tls(root_pem))),
-        }
-    }
-
-    async fn request(
-        &self,
-        request: hyper::Request<Full<Bytes>>,
-    ) -> hyper::Response<hyper::body::Incoming> {
-        let tcp = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .expect("connect");
-        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
-        let tls = self.tls.connect(name, tcp).await.expect("TLS handshake");
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .expect("HTTP handshake");
-        tokio::spawn(conn);
-        sender.send_request(request).await.expect("HTTP request")
-    }
-
-    pub async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<serde_json::Value>,
-    ) -> (u16, String) {
-        let mut b = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", self.addr.to_string());
-        if let Some(t) = token {
-            b = b.header("authorization", format!("Bearer {t}"));
-        }
-        let body = match body {
-            Some(v) => {
-                b = b.header("content-type", "application/json");
-                Full::new(Bytes::from(v.to_string()))
-            }
-            None => Full::new(Bytes::new()),
-        };
-        let response = self.request(b.body(body).expect("request")).await;
-        let status = response.status().as_u16();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    pub async fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
-        let (s, body) = self.send("GET", path, token, None).await;
-        (
-            s,
-            serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
-        )
+        Http(HttpsClient::new(addr, root_pem))
     }
 
     pub async fn access(&self, host: &str, protocol: &str, port: u32) -> (u16, serde_json::Value) {
@@ -582,22 +517,4 @@ impl Http {
             })
             .cloned()
     }
-}
-
-/// Waits (bounded) until `f` returns true, checking every 20 ms. Used only
-/// where the CA reacts to a network event whose timing the test does not
-/// control (a peer closing its stream).
-pub async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < deadline {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }

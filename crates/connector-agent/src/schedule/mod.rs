@@ -443,7 +443,7 @@ impl Schedule {
         let mut resolved: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
         for (key, app) in &self.apps {
             if let Some(round) = &app.last {
-                let entry = resolved.entry(key.host.clone()).or_default();
+                let entry = resolved.entry(key.host.to_string()).or_default();
                 for r in &round.addresses {
                     if !entry.contains(&r.address) {
                         entry.push(r.address);
@@ -461,9 +461,9 @@ impl Schedule {
             if !app.on_access {
                 continue;
             }
-            let addresses: Vec<IpAddr> = match key.host.parse::<IpAddr>() {
-                Ok(ip) => vec![ip],
-                Err(_) => resolved.get(&key.host).cloned().unwrap_or_default(),
+            let addresses: Vec<IpAddr> = match key.host.ip() {
+                Some(ip) => vec![ip],
+                None => resolved.get(key.host.as_str()).cloned().unwrap_or_default(),
             };
             targets.extend(addresses.into_iter().map(|address| CheckTarget {
                 address,
@@ -500,7 +500,7 @@ mod tests {
     fn key(segment: &str, host: &str, port: u16) -> AppKey {
         AppKey {
             segment: segment.into(),
-            host: host.into(),
+            host: host.parse().expect("host"),
             protocol: Protocol::Tcp,
             port,
         }

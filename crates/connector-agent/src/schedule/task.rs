@@ -256,7 +256,7 @@ impl Flights {
         else {
             return;
         };
-        let ip = key.host.parse::<IpAddr>().ok();
+        let ip = key.host.ip();
         let host = ip.is_none().then(|| key.host.clone());
         self.rounds.insert(
             generation,

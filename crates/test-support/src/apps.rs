@@ -1,19 +1,22 @@
-//! Application servers on loopback that count every connection attempt, so
-//! scenarios can assert what the connectors' checks did (and did not do).
+//! Application servers on loopback that record every connection attempt, so
+//! tests can assert what the connectors' checks did (and did not do).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tokio::net::{TcpListener, UdpSocket};
 
+/// When each connection arrived, shared with the accept loops.
+pub type Arrivals = Arc<Mutex<Vec<Instant>>>;
+
 /// A TCP application: accepts and closes connections, recording when each
 /// arrived. Stopping it closes the listener, so checks get refused.
 #[derive(Debug)]
 pub struct TcpApp {
     addr: SocketAddr,
-    accepted: Arc<Mutex<Vec<Instant>>>,
+    accepted: Arrivals,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -52,17 +55,7 @@ impl TcpApp {
         for _ in 0..50 {
             match bind_reuse(self.addr) {
                 Ok(listener) => {
-                    let accepted = self.accepted.clone();
-                    self.task = Some(tokio::spawn(async move {
-                        loop {
-                            if let Ok((stream, _)) = listener.accept().await {
-                                if let Ok(mut log) = accepted.lock() {
-                                    log.push(Instant::now());
-                                }
-                                drop(stream);
-                            }
-                        }
-                    }));
+                    self.task = Some(accept_loop(listener, self.accepted.clone()));
                     return Ok(());
                 }
                 Err(e) => {
@@ -105,6 +98,55 @@ fn bind_reuse(addr: SocketAddr) -> Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     Ok(socket.listen(1024)?)
+}
+
+/// Accepts (and drops) every connection on `listener`, recording when each
+/// arrived, until the task is aborted.
+fn accept_loop(listener: TcpListener, accepted: Arrivals) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok((stream, _)) = listener.accept().await {
+                if let Ok(mut log) = accepted.lock() {
+                    log.push(Instant::now());
+                }
+                drop(stream);
+            }
+        }
+    })
+}
+
+/// TCP listeners on one port of every address in `ips`, accepting (and
+/// dropping) every connection and recording when each was accepted. They
+/// run until the test's runtime ends.
+pub async fn listeners(ips: &[String]) -> (u16, Arrivals) {
+    'attempt: for _ in 0..20 {
+        let mut bound = Vec::new();
+        let mut port = 0;
+        for ip in ips {
+            let ip: IpAddr = ip.parse().expect("ip");
+            match TcpListener::bind((ip, port)).await {
+                Ok(l) => {
+                    port = l.local_addr().expect("addr").port();
+                    bound.push(l);
+                }
+                Err(_) => continue 'attempt,
+            }
+        }
+        let accepted = Arrivals::default();
+        for l in bound {
+            accept_loop(l, accepted.clone());
+        }
+        return (port, accepted);
+    }
+    panic!("no common free port on {ips:?}");
+}
+
+/// A port on `ip` with nothing listening (bound, then closed).
+pub fn closed_port(ip: &str) -> u16 {
+    let l = std::net::TcpListener::bind((ip.parse::<IpAddr>().expect("ip"), 0)).expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    drop(l);
+    port
 }
 
 /// A UDP application: a bound socket that echoes datagrams. (UDP checks

@@ -1,0 +1,33 @@
+//! `ApplicationReport`: one application's entry in a connector's health
+//! report, the same value on both ends (the connector builds it, the CA
+//! stores it); `protocol` converts it to and from the wire, where malformed
+//! input is rejected.
+
+use crate::model::AppKey;
+use crate::status::{AddressResult, Status};
+
+/// Longest resolver reason or failure detail kept from a report, in
+/// characters: enough for any resolver's message, bounded for a hostile
+/// peer.
+pub const MAX_DETAIL_CHARS: usize = 512;
+
+/// What a connector reports about one application.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApplicationReport {
+    /// Which application.
+    pub key: AppKey,
+    /// Up / Unhealthy / Down, or Unknown (always Unknown when `expired`).
+    pub status: Status,
+    /// Per-address results of the latest check round (empty when DNS
+    /// failed or the application expired).
+    pub addresses: Vec<AddressResult>,
+    /// When the latest round finished (or, for an expired application, when
+    /// the report was made), Unix milliseconds on the connector's clock.
+    /// Staleness counts from here, not from when the report arrived.
+    pub checked_at_unix_ms: i64,
+    /// The resolver's reason when resolution failed (at most
+    /// `MAX_DETAIL_CHARS` characters).
+    pub dns_error: Option<String>,
+    /// The on-access window ended and the connector stopped checking.
+    pub expired: bool,
+}

@@ -1,0 +1,121 @@
+//! HTTP test clients: a minimal HTTPS client (hyper over tokio-rustls, one
+//! connection per request) that trusts one root, and a plain HTTP/1.1 GET.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+
+/// A rustls client configuration that trusts `root_pem`.
+pub fn client_tls(root_pem: &str) -> rustls::ClientConfig {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// A minimal HTTPS client (one connection per request) for a server whose
+/// certificate names its IP address.
+#[derive(Clone)]
+pub struct HttpsClient {
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for HttpsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpsClient")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpsClient {
+    /// A client for `addr` that trusts `root_pem`.
+    pub fn new(addr: SocketAddr, root_pem: &str) -> HttpsClient {
+        HttpsClient {
+            addr,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(client_tls(root_pem))),
+        }
+    }
+
+    async fn request(
+        &self,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> hyper::Response<hyper::body::Incoming> {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let tls = self.tls.connect(name, tcp).await.expect("TLS handshake");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(conn);
+        sender.send_request(request).await.expect("HTTP request")
+    }
+
+    /// `method path` with an optional bearer `token` and JSON `body`;
+    /// returns the status and the body as text.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> (u16, String) {
+        let mut b = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.addr.to_string());
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        let body = match body {
+            Some(v) => {
+                b = b.header("content-type", "application/json");
+                Full::new(Bytes::from(v.to_string()))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let response = self.request(b.body(body).expect("request")).await;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `GET path`; the body as JSON (`Null` when it is not JSON).
+    pub async fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+        let (s, body) = self.send("GET", path, token, None).await;
+        (
+            s,
+            serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+}
+
+/// A plain HTTP/1.1 GET that must answer 200; returns the whole response.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
