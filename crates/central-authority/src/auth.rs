@@ -179,6 +179,9 @@ pub enum AuthError {
         /// Why.
         reason: String,
     },
+    /// The certificate's validity ended.
+    #[error("certificate {0} has expired; enroll again")]
+    CertificateExpired(String),
     /// An administrator disabled the connector.
     #[error("connector {0:?} is disabled")]
     ConnectorDisabled(String),
@@ -202,6 +205,7 @@ impl AuthError {
             AuthError::BadCertificate(_) => "bad_certificate",
             AuthError::UnknownCertificate(_) => "unknown_certificate",
             AuthError::CertificateRevoked { .. } => "certificate_revoked",
+            AuthError::CertificateExpired(_) => "certificate_expired",
             AuthError::ConnectorDisabled(_) => "disabled",
             AuthError::Unavailable => "unavailable",
             AuthError::Throttled => "throttled",

@@ -303,6 +303,29 @@ impl Authority {
         }
     }
 
+    /// Ends a connector's live session and its pending (not yet
+    /// registered) streams, telling each why: after a disable, revocation,
+    /// re-enrollment or delete, no stream opened before it may go on or
+    /// register later.
+    pub(crate) fn close_connector_streams(&self, name: &str, reason: &str) {
+        let (live, pending) = self.registry.close_streams(name);
+        if let Some(s) = live {
+            self.close_session(name, s, reason);
+        }
+        for s in pending {
+            let shutdown = v1::AuthorityMessage {
+                kind: Some(Out::Shutdown(v1::Shutdown {
+                    reason: reason.to_owned(),
+                    reconnect_to: String::new(),
+                    retry_after_ms: 0,
+                })),
+            };
+            let _ = s.tx.try_send(Ok(shutdown));
+            s.kill.notify_one();
+            tracing::info!(connector = name, session = %s.label, reason, "pending stream closed");
+        }
+    }
+
     /// Closes every session (at shutdown).
     pub fn close_all_sessions(&self, reason: &str) {
         for (name, session) in self.registry.close_all() {

@@ -40,6 +40,16 @@ pub enum SessionError {
     /// The stream broke.
     #[error("stream error: {0}")]
     Stream(#[from] tonic::Status),
+    /// The CA closed the stream before it registered: its connector was
+    /// disabled, revoked, re-enrolled or deleted meanwhile.
+    #[error(
+        "the stream was closed before it registered: its connector was disabled, revoked, re-enrolled or deleted"
+    )]
+    ClosedBeforeHello,
+    /// The session's certificate expired (mapped to
+    /// `AuthError::CertificateExpired` with its serial before it is shown).
+    #[error("the session's certificate expired")]
+    CertificateExpired,
 }
 
 /// Why one entry of a health report was rejected (the rest of the report and
@@ -96,7 +106,8 @@ impl From<AuthError> for tonic::Status {
             | AuthError::NoClientCertificate
             | AuthError::BadCertificate(_)
             | AuthError::UnknownCertificate(_)
-            | AuthError::CertificateRevoked { .. } => tonic::Status::unauthenticated(message),
+            | AuthError::CertificateRevoked { .. }
+            | AuthError::CertificateExpired(_) => tonic::Status::unauthenticated(message),
             AuthError::MissingScope { .. }
             | AuthError::UnknownGroup(_)
             | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
@@ -117,6 +128,8 @@ impl From<SessionError> for tonic::Status {
             SessionError::HelloTimeout(_) | SessionError::Idle(_) => {
                 tonic::Status::deadline_exceeded(e.to_string())
             }
+            SessionError::ClosedBeforeHello => tonic::Status::permission_denied(e.to_string()),
+            SessionError::CertificateExpired => tonic::Status::unauthenticated(e.to_string()),
         }
     }
 }

@@ -2,7 +2,8 @@
 //! (`/api/v1/health`, `/api/v1/connectors`, `POST /api/v1/access`),
 //! `/metrics` and `/healthz`, plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
-//! `POST /api/v1/connectors/{name}/{disable,enable,revoke}`.
+//! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
+//! `DELETE /api/v1/connectors/{name}`.
 //!
 //! Served over TLS (rustls) when the CA has certificates: one task per
 //! connection, a TLS handshake timeout, a bound on open connections, header
@@ -23,7 +24,7 @@ use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use policy::{Protocol, RefusalReason};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -49,6 +50,7 @@ pub fn router(authority: Arc<Authority>) -> Router {
         .route("/api/v1/provisioning_keys", get(keys))
         .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
         .route("/api/v1/connectors/{name}/{action}", post(connector_action))
+        .route("/api/v1/connectors/{name}", delete(delete_connector))
         .with_state(authority)
 }
 
@@ -616,17 +618,56 @@ async fn connector_action(
             })
             .await
         }
+        "allow-reenroll" => {
+            admin(&a, move |a| {
+                a.allow_reenroll(&name).map(|found| {
+                    found.then(|| {
+                        json!({
+                            "name": body,
+                            "reenroll_allowed_for_s": crate::trust::REENROLL_WINDOW.as_secs(),
+                        })
+                    })
+                })
+            })
+            .await
+        }
         _ => {
             return error_body(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "unknown action (expected disable, enable or revoke)",
+                "unknown action (expected disable, enable, revoke or allow-reenroll)",
                 None,
             );
         }
     };
     match result {
         Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no enrolled connector {shown:?}"),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+/// `DELETE /api/v1/connectors/{name}`: revokes the connector's
+/// certificates, ends its session and frees its name.
+async fn delete_connector(
+    State(a): State<Shared>,
+    Path(name): Path<String>,
+    _: RequireScope<scope::Admin>,
+) -> Response {
+    let shown: String = name.chars().take(128).collect();
+    let body = shown.clone();
+    match admin(&a, move |a| a.delete_connector(&name)).await {
+        Ok(Some(n)) => axum::Json(json!({
+            "name": body,
+            "deleted": true,
+            "certificates_revoked": n,
+        }))
+        .into_response(),
         Ok(None) => error_body(
             StatusCode::NOT_FOUND,
             "not_found",

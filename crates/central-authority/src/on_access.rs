@@ -481,7 +481,10 @@ mod bounded {
             group: "g",
             hello: &hello,
         };
-        a.registry().register(arrival, session, |_| 0);
+        a.registry().open_pending("c1", session);
+        a.registry()
+            .register(arrival, 1, |_| 0)
+            .expect("the pending stream registers");
         let baseline = (a.health().len(), a.on_access().sizes());
         assert_eq!(baseline, (0, (0, 0)));
 

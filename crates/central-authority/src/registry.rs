@@ -3,6 +3,12 @@
 //! load and the CA's check-load estimate. Entries are kept after a
 //! connector disconnects, so the API can list it as disconnected.
 //!
+//! It also holds the *pending* streams: authenticated, not yet registered
+//! (before `Hello`). Disable, revoke, re-enrollment and delete close those
+//! too, and registration takes a stream out of the pending set under the
+//! same lock as it records the session: a stream closed while pending can
+//! never register later.
+//!
 //! **Invariant:** the registry's lock is taken only here, for short
 //! synchronous sections, never across an `.await` and never together with
 //! another lock of CA state. Messages to connectors are queued with
@@ -84,25 +90,58 @@ pub(crate) struct Arrival<'a> {
 /// The registry. One per `Authority`.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    conns: Mutex<HashMap<String, ConnectorEntry>>,
+    conns: Mutex<Conns>,
 }
 
+/// What the registry's lock guards.
+#[derive(Debug, Default)]
+struct Conns {
+    map: HashMap<String, ConnectorEntry>,
+    /// Authenticated streams that have not registered yet, by session id,
+    /// with their connector's name.
+    pending: HashMap<u64, (String, LiveSession)>,
+}
+
+/// Registration refused: the stream was closed while pending (its
+/// connector was disabled, revoked, re-enrolled or deleted).
+#[derive(Debug)]
+pub(crate) struct NotPending;
+
 impl Registry {
-    /// Records a new live session of `arrival.name` and returns the session
-    /// it replaces, if any. `welcome` queues the session's Welcome and
-    /// returns how many segments it assigns: it runs under the registry's
-    /// lock, so a concurrent reload either is reflected in the Welcome or
-    /// sees this session and sends a PolicyUpdate after it.
+    /// Records an authenticated stream of `name` that has not sent `Hello`
+    /// yet (`session.id` is the id it registers with).
+    pub(crate) fn open_pending(&self, name: &str, session: LiveSession) {
+        lock(&self.conns)
+            .pending
+            .insert(session.id, (name.to_owned(), session));
+    }
+
+    /// Forgets pending stream `id` (it ended before registering).
+    pub(crate) fn drop_pending(&self, id: u64) {
+        lock(&self.conns).pending.remove(&id);
+    }
+
+    /// Records pending stream `id` as the live session of `arrival.name`
+    /// and returns the session it replaces, if any; `NotPending` when the
+    /// stream was closed meanwhile. `welcome` queues the session's Welcome
+    /// and returns how many segments it assigns: it runs under the
+    /// registry's lock, so a concurrent reload either is reflected in the
+    /// Welcome or sees this session and sends a PolicyUpdate after it.
     pub(crate) fn register(
         &self,
         arrival: Arrival<'_>,
-        session: LiveSession,
+        id: u64,
         welcome: impl FnOnce(&LiveSession) -> usize,
-    ) -> Option<LiveSession> {
+    ) -> Result<Option<LiveSession>, NotPending> {
         let Arrival { name, group, hello } = arrival;
-        let mut conns = lock(&self.conns);
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        let Some((_, session)) = conns.pending.remove(&id) else {
+            return Err(NotPending);
+        };
         let count = welcome(&session);
         let entry = conns
+            .map
             .entry(name.to_owned())
             .or_insert_with(|| ConnectorEntry {
                 group: group.to_owned(),
@@ -131,13 +170,13 @@ impl Registry {
             segments = count,
             "connector connected"
         );
-        entry.session.replace(session)
+        Ok(entry.session.replace(session))
     }
 
     /// Takes session `id` of `name` if it is still the live one (a replaced
     /// session was already closed by its replacement).
     pub(crate) fn end(&self, name: &str, id: u64) -> Option<LiveSession> {
-        match lock(&self.conns).get_mut(name) {
+        match lock(&self.conns).map.get_mut(name) {
             Some(e) if e.session.as_ref().is_some_and(|s| s.id == id) => e.disconnect(),
             _ => None,
         }
@@ -146,13 +185,39 @@ impl Registry {
     /// Takes `name`'s live session, whichever it is.
     pub(crate) fn close(&self, name: &str) -> Option<LiveSession> {
         lock(&self.conns)
+            .map
             .get_mut(name)
             .and_then(ConnectorEntry::disconnect)
+    }
+
+    /// Takes `name`'s live session and its pending streams, under one lock
+    /// (so none of them can register after).
+    pub(crate) fn close_streams(&self, name: &str) -> (Option<LiveSession>, Vec<LiveSession>) {
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        let live = conns.map.get_mut(name).and_then(ConnectorEntry::disconnect);
+        let ids: Vec<u64> = conns
+            .pending
+            .iter()
+            .filter(|(_, (n, _))| n == name)
+            .map(|(id, _)| *id)
+            .collect();
+        let pending = ids
+            .iter()
+            .filter_map(|id| conns.pending.remove(id).map(|(_, s)| s))
+            .collect();
+        (live, pending)
+    }
+
+    /// Forgets `name` (a deleted connector): it is no longer listed.
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.conns).map.remove(name);
     }
 
     /// Takes every live session (at shutdown).
     pub(crate) fn close_all(&self) -> Vec<(String, LiveSession)> {
         lock(&self.conns)
+            .map
             .iter_mut()
             .filter_map(|(n, e)| e.disconnect().map(|s| (n.clone(), s)))
             .collect()
@@ -165,7 +230,7 @@ impl Registry {
         mut reason: impl FnMut(&str, &str, &Outbound) -> Option<&'static str>,
     ) -> Vec<(String, LiveSession, &'static str)> {
         let mut closed = Vec::new();
-        for (name, entry) in lock(&self.conns).iter_mut() {
+        for (name, entry) in lock(&self.conns).map.iter_mut() {
             let Some(session) = &entry.session else {
                 continue;
             };
@@ -180,7 +245,7 @@ impl Registry {
 
     /// Records that `name` was heard from at `wall`.
     pub(crate) fn seen(&self, name: &str, wall: SystemTime) {
-        if let Some(e) = lock(&self.conns).get_mut(name) {
+        if let Some(e) = lock(&self.conns).map.get_mut(name) {
             e.last_seen = Some(wall);
         }
     }
@@ -196,7 +261,7 @@ impl Registry {
         live: u64,
     ) {
         let mut conns = lock(&self.conns);
-        let Some(e) = conns.get_mut(name) else {
+        let Some(e) = conns.map.get_mut(name) else {
             return;
         };
         e.last_seen = Some(wall);
@@ -217,7 +282,7 @@ impl Registry {
             per_group.insert(&g.name, group_checks(state, &g.name));
         }
         let mut conns = lock(&self.conns);
-        for (name, e) in conns.iter_mut() {
+        for (name, e) in conns.map.iter_mut() {
             let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
                 + live.get(name).copied().unwrap_or(0);
             update_estimate(state, name, e, estimated);
@@ -227,6 +292,7 @@ impl Registry {
     /// A copy of every connector's group, connection state and cycle.
     pub(crate) fn snapshot(&self) -> HashMap<String, ConnSnap> {
         lock(&self.conns)
+            .map
             .iter()
             .map(|(name, e)| {
                 (
@@ -250,7 +316,7 @@ impl Registry {
         names
             .into_iter()
             .filter_map(|name| {
-                let s = conns.get(name)?.session.as_ref()?;
+                let s = conns.map.get(name)?.session.as_ref()?;
                 Some((name.to_owned(), s.tx.clone()))
             })
             .collect()
@@ -259,6 +325,7 @@ impl Registry {
     /// `view` of every connector, in no particular order.
     pub(crate) fn list<T>(&self, mut view: impl FnMut(&str, &ConnectorEntry) -> T) -> Vec<T> {
         lock(&self.conns)
+            .map
             .iter()
             .map(|(name, e)| view(name, e))
             .collect()

@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::on_access::Adoption;
 use crate::policy_state::{PolicyState, app_allowed_ip};
 use crate::registry::{Arrival, LiveSession, Outbound};
+use crate::trust::SessionCert;
 
 /// How long a connector has to send `Hello` after opening the stream.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,16 +75,19 @@ impl ConnectorSession for SessionService {
         let authenticated = if self.authority.pki().is_some() {
             let certs = request.peer_certs();
             self.authority
-                .blocking(move |a| a.authenticate_cert(certs.as_deref().map(Vec::as_slice)))
+                .blocking(move |a| {
+                    a.authenticate_session_cert(certs.as_deref().map(Vec::as_slice))
+                        .map(|(identity, cert)| (identity, Some(cert)))
+                })
                 .await
         } else {
             let metadata = request.metadata().clone();
             self.authority
-                .blocking(move |a| a.authenticate(&metadata))
+                .blocking(move |a| a.authenticate(&metadata).map(|identity| (identity, None)))
                 .await
         }
         .unwrap_or(Err(AuthError::Unavailable));
-        let identity = match authenticated {
+        let (identity, cert) = match authenticated {
             Ok(identity) => identity,
             Err(e) => {
                 // The reason is logged without the key.
@@ -100,7 +104,7 @@ impl ConnectorSession for SessionService {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let name = identity.name.clone();
-            if let Err(e) = run_session(&authority, identity, inbound, tx.clone()).await {
+            if let Err(e) = run_session(&authority, identity, cert, inbound, tx.clone()).await {
                 tracing::warn!(connector = %name, error = %e, "session ended with an error");
                 // Never wait on a peer that does not read.
                 let _ = tx.try_send(Err(e.into()));
@@ -199,22 +203,70 @@ impl WallClock {
     }
 }
 
-/// Drives one session from `Hello` to its end: the connector is registered
+/// Drives one session from `Hello` to its end: the stream is recorded as
+/// pending (so disable / revoke close it before it registers), the
+/// connector's standing is checked again after `Hello`, it is registered
 /// (replacing an older session of it), its messages are taken until the
-/// session ends, and the registry is told why.
+/// session ends (at the latest when its certificate expires), and the
+/// registry is told why.
 async fn run_session(
     authority: &Arc<Authority>,
     identity: Identity,
+    cert: Option<SessionCert>,
     mut inbound: Streaming<v1::ConnectorMessage>,
     tx: Outbound,
 ) -> Result<(), SessionError> {
-    let Some(hello) = await_hello(&identity, &mut inbound).await? else {
-        return Ok(());
+    let id = authority.next_session_id();
+    let kill = Arc::new(Notify::new());
+    authority.registry().open_pending(
+        &identity.name,
+        LiveSession {
+            id,
+            label: format!("{}-{:08x}", id, rand::random::<u32>()),
+            tx,
+            kill: kill.clone(),
+        },
+    );
+    let hello = tokio::select! {
+        biased;
+        () = kill.notified() => Err(SessionError::ClosedBeforeHello),
+        hello = await_hello(&identity, &mut inbound) => hello,
     };
-    let (id, kill) = authority.register(&identity, &hello, tx);
+    let hello = match hello {
+        Ok(Some(hello)) => hello,
+        other => {
+            authority.registry().drop_pending(id);
+            return other.map(|_| ());
+        }
+    };
+    // The stream was checked when it opened, up to HELLO_TIMEOUT ago. A
+    // disable or revocation since then either is seen here, or (if it
+    // comes after this check) closes the pending stream or the session it
+    // became: the registry decides under one lock.
+    let (who, held) = (identity.clone(), cert.clone());
+    let standing = authority
+        .blocking(move |a| a.check_standing(&who, held.as_ref()))
+        .await
+        .unwrap_or(Err(AuthError::Unavailable));
+    if let Err(e) = standing {
+        authority.registry().drop_pending(id);
+        crate::metrics::Metrics::count(&authority.metrics().sessions_refused, e.label());
+        return Err(e.into());
+    }
+    authority.register(&identity, &hello, id)?;
+    let expires = cert.as_ref().map(|c| {
+        let left = c.not_after_ms.saturating_sub(crate::trust::now_ms()).max(0);
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    });
     let result = Receiver::new(authority, &identity)
-        .run(&mut inbound, &kill)
-        .await;
+        .run(&mut inbound, &kill, expires)
+        .await
+        .map_err(|e| match (e, &cert) {
+            (SessionError::CertificateExpired, Some(c)) => {
+                SessionError::Auth(AuthError::CertificateExpired(c.serial.clone()))
+            }
+            (e, _) => e,
+        });
     let reason = match &result {
         Ok(()) => "session ended".to_owned(),
         Err(e) => e.to_string(),
@@ -338,7 +390,16 @@ impl<'a> Receiver<'a> {
         mut self,
         inbound: &mut Streaming<v1::ConnectorMessage>,
         kill: &Notify,
+        expires: Option<tokio::time::Instant>,
     ) -> Result<(), SessionError> {
+        // A session never outlives its certificate.
+        let expiry = async {
+            match expires {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
         // When the last message arrived: the idle timeout counts from it, and
         // the report intake stamps reports with it.
         let mut last = tokio::time::Instant::now();
@@ -363,6 +424,7 @@ impl<'a> Receiver<'a> {
             };
             tokio::select! {
                 _ = kill.notified() => return Ok(()),
+                () = &mut expiry => return Err(SessionError::CertificateExpired),
                 next = next => match next {
                     None => {
                         let deadline = last + idle;
@@ -456,38 +518,38 @@ impl Authority {
         })
     }
 
-    /// Registers a session after `Hello`: queues `Welcome` first, replaces
-    /// (and closes) an older session of the same connector, and returns the
-    /// session's id and kill switch.
-    fn register(&self, identity: &Identity, hello: &v1::Hello, tx: Outbound) -> (u64, Arc<Notify>) {
-        let id = self.next_session_id();
-        let label = format!("{}-{:08x}", id, rand::random::<u32>());
-        let kill = Arc::new(Notify::new());
-        let session = LiveSession {
-            id,
-            label,
-            tx,
-            kill: kill.clone(),
-        };
+    /// Registers pending stream `id` as a session after `Hello`: queues
+    /// `Welcome` first and replaces (and closes) an older session of the
+    /// same connector. Refused when the stream was closed while pending.
+    fn register(
+        &self,
+        identity: &Identity,
+        hello: &v1::Hello,
+        id: u64,
+    ) -> Result<(), SessionError> {
         let arrival = Arrival {
             name: &identity.name,
             group: &identity.group,
             hello,
         };
-        let old = self.registry().register(arrival, session, |session| {
-            let (segments, settings) = self.snapshot().assignment(&identity.group);
-            let count = segments.len();
-            let welcome = v1::AuthorityMessage {
-                kind: Some(Out::Welcome(v1::Welcome {
-                    session_id: session.label.clone(),
-                    segments,
-                    settings: Some(settings),
-                })),
-            };
-            // The channel is new and empty, so this cannot fail for space.
-            let _ = session.tx.try_send(Ok(welcome));
-            count
-        });
+        let old = self
+            .registry()
+            .register(arrival, id, |session| {
+                let (segments, settings) = self.snapshot().assignment(&identity.group);
+                let count = segments.len();
+                let welcome = v1::AuthorityMessage {
+                    kind: Some(Out::Welcome(v1::Welcome {
+                        session_id: session.label.clone(),
+                        segments,
+                        settings: Some(settings),
+                    })),
+                };
+                // Nothing but a pending-close Shutdown (which makes this
+                // unreachable) is queued before, so this cannot fail for space.
+                let _ = session.tx.try_send(Ok(welcome));
+                count
+            })
+            .map_err(|_| SessionError::ClosedBeforeHello)?;
         self.metrics().connectors_connected.inc();
         if let Some(old) = old {
             self.close_session(
@@ -498,7 +560,7 @@ impl Authority {
         }
         self.recompute_budgets();
         self.bump();
-        (id, kill)
+        Ok(())
     }
 
     /// Handles one message of a live session.

@@ -48,6 +48,7 @@ CREATE TABLE provisioning_keys (
 );
 "#,
     r#"
+-- Version 2: renewed certificates' predecessors wait out their grace here.
 CREATE TABLE certificate_grace (
     serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
     connector    TEXT NOT NULL,
@@ -55,6 +56,13 @@ CREATE TABLE certificate_grace (
     revoke_at_ms INTEGER NOT NULL
 );
 CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
+"#,
+    r#"
+-- Version 3: a name with a valid certificate is re-enrolled only when an
+-- administrator allowed it (once, until `reenroll_until_ms`); a deleted
+-- connector's name is free (its certificates stay recorded, revoked).
+ALTER TABLE connectors ADD COLUMN reenroll_until_ms INTEGER;
+ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
 "#,
 ];
 
@@ -93,7 +101,9 @@ pub enum EnrollRefusal {
         max: u32,
     },
     /// The name belongs to a connector of another group.
-    #[error("connector {name:?} is enrolled in connector group {group:?}")]
+    #[error(
+        "connector {name:?} is enrolled in connector group {group:?}; an admin must delete it first (DELETE /api/v1/connectors/{name})"
+    )]
     OtherGroup {
         /// Connector.
         name: String,
@@ -103,6 +113,13 @@ pub enum EnrollRefusal {
     /// The connector is disabled.
     #[error("connector {0:?} is disabled")]
     Disabled(String),
+    /// The name holds a valid (unexpired, unrevoked) certificate and no
+    /// administrator allowed its re-enrollment: a provisioning key alone
+    /// must not take a running connector's name.
+    #[error(
+        "connector {0:?} is enrolled with a valid certificate; renew with it, or an admin must allow re-enrollment (POST /api/v1/connectors/{0}/allow-reenroll)"
+    )]
+    NameTaken(String),
 }
 
 /// Why the store refused a renewal (the checks that need its state).
@@ -296,22 +313,47 @@ impl Store {
                 max: c.max_uses,
             }));
         }
-        let existing: Option<(String, bool)> = tx
+        let existing: Option<(String, bool, Option<i64>, Option<i64>)> = tx
             .query_row(
-                "SELECT grp, disabled FROM connectors WHERE name = ?1",
+                "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = ?1",
                 params![c.name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .optional()?;
         match existing {
-            Some((_, true)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
-            Some((group, false)) if group != c.group => {
+            // A deleted connector's row is reused: the name is free.
+            Some((_, _, _, Some(_))) => {
+                tx.execute(
+                    "UPDATE connectors SET grp = ?2, disabled = 0, enrolled_ms = ?3, changed_ms = ?3,
+                     reenroll_until_ms = NULL, deleted_ms = NULL WHERE name = ?1",
+                    params![c.name, c.group, c.now_ms],
+                )?;
+            }
+            Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
+            Some((group, false, _, None)) if group != c.group => {
                 return Ok(Err(EnrollRefusal::OtherGroup {
                     name: c.name.to_owned(),
                     group,
                 }));
             }
-            Some(_) => {}
+            Some((_, false, allowed_until, None)) => {
+                let valid: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM certificates
+                     WHERE connector = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
+                    params![c.name, c.now_ms],
+                    |r| r.get(0),
+                )?;
+                if valid > 0 {
+                    if allowed_until.is_none_or(|until| c.now_ms > until) {
+                        return Ok(Err(EnrollRefusal::NameTaken(c.name.to_owned())));
+                    }
+                    // The administrator's permission is for one enrollment.
+                    tx.execute(
+                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
+                        params![c.name, c.now_ms],
+                    )?;
+                }
+            }
             None => {
                 tx.execute(
                     "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
@@ -379,7 +421,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         let n = conn.execute(
-            "UPDATE connectors SET disabled = ?2, changed_ms = ?3 WHERE name = ?1",
+            "UPDATE connectors SET disabled = ?2, changed_ms = ?3 WHERE name = ?1 AND deleted_ms IS NULL",
             params![name, disabled, now_ms],
         )?;
         Ok(n > 0)
@@ -398,6 +440,47 @@ impl Store {
              WHERE connector = ?1 AND revoked_ms IS NULL",
             params![name, now_ms, reason],
         )?)
+    }
+
+    /// Allows the next enrollment of `name` (a connector of the same group,
+    /// with a valid certificate) until `until_ms`, once; `false` if it is
+    /// not enrolled.
+    pub fn allow_reenroll(
+        &self,
+        name: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        let n = conn.execute(
+            "UPDATE connectors SET reenroll_until_ms = ?2, changed_ms = ?3
+             WHERE name = ?1 AND deleted_ms IS NULL",
+            params![name, until_ms, now_ms],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Deletes an enrolled connector: revokes its certificates (they stay
+    /// recorded, so they stay refused) and frees its name for any group.
+    /// `None` if it is not enrolled, else how many certificates were revoked.
+    pub fn delete_connector(&self, name: &str, now_ms: i64) -> Result<Option<usize>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "UPDATE connectors SET deleted_ms = ?2, changed_ms = ?2, disabled = 0, reenroll_until_ms = NULL
+             WHERE name = ?1 AND deleted_ms IS NULL",
+            params![name, now_ms],
+        )?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let revoked = tx.execute(
+            "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'connector deleted by an administrator'
+             WHERE connector = ?1 AND revoked_ms IS NULL",
+            params![name, now_ms],
+        )?;
+        tx.commit()?;
+        Ok(Some(revoked))
     }
 
     /// Revokes a provisioning key (by fingerprint) of a group.
@@ -588,7 +671,7 @@ impl Store {
             "SELECT n.name, n.grp, n.disabled, n.enrolled_ms,
                     (SELECT serial FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1),
                     (SELECT not_after_ms FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1)
-             FROM connectors n ORDER BY n.name",
+             FROM connectors n WHERE n.deleted_ms IS NULL ORDER BY n.name",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(ConnectorRecord {
@@ -647,6 +730,8 @@ mod tests {
     fn enrollment_counts_uses_and_supersedes_certificates() {
         let s = Store::in_memory().expect("db");
         assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        // "01" is still valid: re-enrolling takes an administrator's leave.
+        assert!(s.allow_reenroll("c1", 5, 1).expect("db"));
         assert_eq!(s.enroll(&cert("c1", "g", "02")).expect("db"), Ok(()));
         let old = s.certificate("01").expect("db").expect("known");
         assert!(old.revoked.is_some(), "superseded");
@@ -765,6 +850,112 @@ mod tests {
             s.certificate("04").expect("db").is_none(),
             "nothing recorded"
         );
+    }
+
+    #[test]
+    fn a_name_with_a_valid_certificate_is_reenrolled_only_with_leave_once() {
+        let s = Store::in_memory().expect("db");
+        let at = |serial, now_ms| NewCertificate {
+            max_uses: 10,
+            now_ms,
+            ..cert("c1", "g", serial)
+        };
+        assert_eq!(s.enroll(&at("01", 1)).expect("db"), Ok(()));
+        assert_eq!(
+            s.enroll(&at("02", 2)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into()))
+        );
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        // Leave that ran out is no leave.
+        assert!(s.allow_reenroll("c1", 3, 2).expect("db"));
+        assert_eq!(
+            s.enroll(&at("02", 4)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into()))
+        );
+        assert!(s.allow_reenroll("c1", 6, 4).expect("db"));
+        assert_eq!(s.enroll(&at("02", 5)).expect("db"), Ok(()));
+        assert_eq!(
+            s.enroll(&at("03", 5)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into())),
+            "once"
+        );
+        // An expired certificate holds no name: the key re-enrolls it.
+        assert_eq!(s.enroll(&at("04", 10)).expect("db"), Ok(()));
+        assert_eq!(
+            s.key_usage("g", "k1").expect("db").uses,
+            3,
+            "refusals use nothing"
+        );
+        assert!(!s.allow_reenroll("nobody", 6, 4).expect("db"));
+    }
+
+    #[test]
+    fn a_deleted_connector_frees_its_name_and_stays_revoked() {
+        let s = Store::in_memory().expect("db");
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert!(s.set_disabled("c1", true, 1).expect("db"));
+        assert_eq!(s.delete_connector("c1", 2).expect("db"), Some(1));
+        assert_eq!(s.delete_connector("c1", 2).expect("db"), None);
+        assert!(s.connectors().expect("db").is_empty());
+        assert!(!s.set_disabled("c1", true, 2).expect("db"), "not enrolled");
+        assert!(!s.allow_reenroll("c1", 9, 2).expect("db"), "not enrolled");
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.enroll(&cert("c1", "h", "02")).expect("db"), Ok(()));
+        let c = &s.connectors().expect("db")[0];
+        assert_eq!((c.group.as_str(), c.disabled), ("h", false));
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.delete_connector("nobody", 2).expect("db"), None);
+    }
+
+    #[test]
+    fn a_version_1_database_is_migrated_in_place() {
+        let dir = std::env::temp_dir().join(format!("reach-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("reach.db");
+        {
+            let conn = Connection::open(&path).expect("db");
+            conn.execute_batch(MIGRATIONS[0]).expect("v1 schema");
+            conn.pragma_update(None, "user_version", 1)
+                .expect("version");
+            conn.execute_batch(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES ('c1', 'g', 0, 1, 1);
+                 INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+                 VALUES ('01', 'c1', 'g', 'f', 1, 10);",
+            )
+            .expect("v1 rows");
+        }
+        let s = Store::open(&path).expect("migrated");
+        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("01"));
+        assert_eq!(
+            s.enroll(&cert("c1", "g", "02")).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into()))
+        );
+        drop(s);
+        let conn = Connection::open(&path).expect("db");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .expect("version");
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -6,8 +6,17 @@
 //! Enrollment checks, in order: the name is well-formed, the group exists,
 //! the key matches (constant time), the key has not expired; then, in one
 //! database transaction, that the key is not revoked and has uses left and
-//! that the connector is neither disabled nor enrolled in another group.
-//! Only then is the signed certificate returned.
+//! that the connector is neither disabled nor enrolled in another group,
+//! and that its name holds no valid certificate (unless an administrator
+//! allowed one re-enrollment, `POST /api/v1/connectors/{name}/allow-reenroll`):
+//! a group's provisioning key is shared by every host of the group, so it
+//! must not be enough to take over a running connector's name. Only then is
+//! the signed certificate returned.
+//!
+//! A session's standing (certificate not revoked or expired, connector not
+//! disabled) is checked when its stream opens and again when it registers
+//! (`check_standing`); disable, revoke and delete close registered and
+//! pending (pre-`Hello`) streams alike.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -71,6 +80,7 @@ impl EnrollError {
             EnrollError::Refused(EnrollRefusal::KeyExhausted { .. }) => "key_exhausted",
             EnrollError::Refused(EnrollRefusal::Disabled(_)) => "disabled",
             EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => "other_group",
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => "name_taken",
             EnrollError::Csr(_) => "invalid_csr",
             EnrollError::Internal => "internal",
         }
@@ -84,6 +94,14 @@ impl From<EnrollError> for Status {
             EnrollError::Auth(a) => a.into(),
             EnrollError::NoTls => Status::failed_precondition(message),
             EnrollError::RateLimited => Status::resource_exhausted(message),
+            // The name rules say what would make the enrollment go
+            // through: renewal or an administrator's action.
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => {
+                Status::failed_precondition(message)
+            }
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => {
+                Status::already_exists(message)
+            }
             EnrollError::KeyExpired(_) | EnrollError::Refused(_) => {
                 Status::permission_denied(message)
             }
@@ -169,6 +187,18 @@ impl Enrollment for EnrollmentService {
     }
 }
 
+/// How long `allow-reenroll` lets the next enrollment of a name through.
+pub const REENROLL_WINDOW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The certificate a session authenticated with.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionCert {
+    /// Serial (hex).
+    pub serial: String,
+    /// End of validity, Unix ms: the session ends then.
+    pub not_after_ms: i64,
+}
+
 /// A provisioning key as the admin API shows it (never the key itself).
 #[derive(Clone, Debug, Serialize)]
 pub struct KeyView {
@@ -231,8 +261,8 @@ impl Authority {
             })
             .map_err(internal)??;
         // A re-enrolled connector's old certificates were superseded: end a
-        // session that still runs on one.
-        self.close_connector(&r.name, "re-enrolled with a new certificate");
+        // session (or a stream not yet registered) that still runs on one.
+        self.close_connector_streams(&r.name, "re-enrolled with a new certificate");
         Ok(v1::EnrollResponse {
             certificate_pem: issued.pem,
             issuer_pem: pki.issuer_pem.clone(),
@@ -249,6 +279,16 @@ impl Authority {
         &self,
         certs: Option<&[impl AsRef<[u8]>]>,
     ) -> Result<Identity, AuthError> {
+        self.authenticate_session_cert(certs)
+            .map(|(identity, _)| identity)
+    }
+
+    /// `authenticate_cert`, also returning the certificate the session
+    /// stands on (checked again at registration and ended at its expiry).
+    pub(crate) fn authenticate_session_cert(
+        &self,
+        certs: Option<&[impl AsRef<[u8]>]>,
+    ) -> Result<(Identity, SessionCert), AuthError> {
         let leaf = certs
             .and_then(|c| c.first())
             .ok_or(AuthError::NoClientCertificate)?;
@@ -281,13 +321,61 @@ impl Authority {
         if record.disabled {
             return Err(AuthError::ConnectorDisabled(id.name));
         }
+        if record.not_after_ms <= now_ms() {
+            return Err(AuthError::CertificateExpired(id.serial));
+        }
         if !self.snapshot().policy().has_group(&id.group) {
             return Err(AuthError::UnknownGroup(id.group));
         }
-        Ok(Identity {
-            name: id.name,
-            group: id.group.into(),
-        })
+        let cert = SessionCert {
+            serial: id.serial,
+            not_after_ms: record.not_after_ms,
+        };
+        Ok((
+            Identity {
+                name: id.name,
+                group: id.group.into(),
+            },
+            cert,
+        ))
+    }
+
+    /// Checks again, when a session registers (after `Hello`), what was
+    /// checked when its stream opened: its certificate (`None` for a
+    /// plain-text session) is not revoked or expired and the connector is
+    /// not disabled. Fails closed when the database cannot answer.
+    pub(crate) fn check_standing(
+        &self,
+        identity: &Identity,
+        cert: Option<&SessionCert>,
+    ) -> Result<(), AuthError> {
+        if !self.snapshot().policy().has_group(&identity.group) {
+            return Err(AuthError::UnknownGroup(identity.group.to_string()));
+        }
+        let Some(cert) = cert else {
+            return self.check_not_disabled(&identity.name);
+        };
+        let record = self
+            .store()
+            .certificate(&cert.serial)
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot look up a certificate");
+                AuthError::Unavailable
+            })?
+            .ok_or_else(|| AuthError::UnknownCertificate(cert.serial.clone()))?;
+        if let Some((_, reason)) = record.revoked {
+            return Err(AuthError::CertificateRevoked {
+                serial: cert.serial.clone(),
+                reason,
+            });
+        }
+        if record.disabled {
+            return Err(AuthError::ConnectorDisabled(identity.name.clone()));
+        }
+        if record.not_after_ms <= now_ms() {
+            return Err(AuthError::CertificateExpired(cert.serial.clone()));
+        }
+        Ok(())
     }
 
     /// Refuses a connector an administrator disabled (also checked for
@@ -310,7 +398,7 @@ impl Authority {
     pub fn set_connector_disabled(&self, name: &str, disabled: bool) -> Result<bool, StoreError> {
         let found = self.store().set_disabled(name, disabled, now_ms())?;
         if found && disabled {
-            self.close_connector(name, "connector disabled by an administrator");
+            self.close_connector_streams(name, "connector disabled by an administrator");
         }
         if found {
             tracing::info!(connector = name, disabled, "connector state changed");
@@ -325,10 +413,48 @@ impl Authority {
             .store()
             .revoke_certificates(name, "revoked by an administrator", now_ms())?;
         if n > 0 {
-            self.close_connector(name, "certificate revoked by an administrator");
+            self.close_connector_streams(name, "certificate revoked by an administrator");
             tracing::info!(connector = name, certificates = n, "certificates revoked");
         }
         Ok(n)
+    }
+
+    /// Allows the next enrollment of `name` with its group's provisioning
+    /// key although it holds a valid certificate (a host rebuilt without
+    /// its key), once, within `REENROLL_WINDOW`. The certificate in use
+    /// stays valid until that enrollment supersedes it. `Ok(false)` when no
+    /// such connector is enrolled.
+    pub fn allow_reenroll(&self, name: &str) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let until =
+            now.saturating_add(i64::try_from(REENROLL_WINDOW.as_millis()).unwrap_or(i64::MAX));
+        let found = self.store().allow_reenroll(name, until, now)?;
+        if found {
+            tracing::info!(
+                connector = name,
+                until_ms = until,
+                "re-enrollment allowed once"
+            );
+        }
+        Ok(found)
+    }
+
+    /// Deletes an enrolled connector: revokes its certificates, ends its
+    /// session and pending streams, forgets it in the registry and frees
+    /// its name (for any group). `Ok(None)` when no such connector is
+    /// enrolled, else how many certificates were revoked.
+    pub fn delete_connector(&self, name: &str) -> Result<Option<usize>, StoreError> {
+        let Some(n) = self.store().delete_connector(name, now_ms())? else {
+            return Ok(None);
+        };
+        self.close_connector_streams(name, "connector deleted by an administrator");
+        self.registry().forget(name);
+        // Its (now Unknown) reports go too: the name may come back as
+        // another connector, in another group.
+        self.health().retain(|_, connector, _| connector != name);
+        self.bump();
+        tracing::info!(connector = name, certificates = n, "connector deleted");
+        Ok(Some(n))
     }
 
     /// Revokes the current provisioning key of `group`; `Ok(false)` when the
@@ -406,6 +532,56 @@ mod tests {
             m.insert(k, v.parse().expect("ascii"));
         }
         m
+    }
+
+    #[test]
+    fn standing_is_checked_again_against_the_store() {
+        let store = Store::in_memory().expect("db");
+        let far = now_ms() + 3_600_000;
+        for (name, not_after_ms) in [("c1", far), ("c2", far), ("c3", far), ("old", 10)] {
+            let c = crate::store::NewCertificate {
+                name,
+                group: "g",
+                key_sha256: "k1",
+                max_uses: 5,
+                serial: name,
+                fingerprint: "f",
+                not_after_ms,
+                now_ms: 1,
+            };
+            assert_eq!(store.enroll(&c).expect("db"), Ok(()));
+        }
+        let a = authority(store);
+        let standing = |name: &str| {
+            let identity = Identity {
+                name: name.into(),
+                group: "g".into(),
+            };
+            let cert = SessionCert {
+                serial: name.into(),
+                not_after_ms: 0,
+            };
+            a.check_standing(&identity, Some(&cert))
+        };
+        assert_eq!(standing("c1"), Ok(()));
+        assert!(a.revoke_connector("c2").expect("db") == 1);
+        assert!(matches!(
+            standing("c2"),
+            Err(AuthError::CertificateRevoked { .. })
+        ));
+        assert!(a.set_connector_disabled("c3", true).expect("db"));
+        assert_eq!(
+            standing("c3"),
+            Err(AuthError::ConnectorDisabled("c3".into()))
+        );
+        assert_eq!(
+            standing("old"),
+            Err(AuthError::CertificateExpired("old".into()))
+        );
+        assert_eq!(
+            standing("never"),
+            Err(AuthError::UnknownCertificate("never".into()))
+        );
     }
 
     #[test]

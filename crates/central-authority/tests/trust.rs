@@ -650,3 +650,293 @@ async fn a_flooding_connector_is_capped_and_keeps_its_session() {
     .await;
     ca.stop().await;
 }
+
+/// Opens an authenticated session stream with `creds` but sends nothing:
+/// the spare stream a hostile connector keeps to register on later.
+async fn open_spare(t: &Target, creds: &Creds) -> Conn {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let response = v1::connector_session_client::ConnectorSessionClient::new(t.mtls(creds).await)
+        .connect(request)
+        .await
+        .expect("the spare stream is authenticated when it opens");
+    Conn {
+        tx,
+        rx: response.into_inner(),
+        name: "c1".into(),
+        group: "dc-east".into(),
+    }
+}
+
+/// Sends Hello on `spare` and asserts it is refused: no Welcome, the stream
+/// ends (with a Shutdown or an error), and `c1` is not listed as connected.
+async fn hello_on_spare_is_refused(ca: &Ca, mut spare: Conn) {
+    // The stream may already be closed by the CA: then the send fails,
+    // which is a refusal too.
+    let _ = spare.tx.send(hello("c1", "dc-east")).await;
+    loop {
+        match spare.next().await {
+            Some(Out::Welcome(w)) => panic!("the spare stream registered: {w:?}"),
+            Some(Out::Shutdown(_)) | None => break,
+            Some(_) => {}
+        }
+    }
+    let (_, v) = ca
+        .web()
+        .get_json("/api/v1/connectors", Some(READ_TOKEN))
+        .await;
+    let connected = v["connectors"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .any(|c| c["name"] == "c1" && c["connected"] == true);
+    assert!(!connected, "c1 is not connected: {v}");
+}
+
+#[tokio::test]
+async fn a_spare_stream_cannot_register_after_its_certificate_is_revoked() {
+    let ca = Ca::start(&config("")).await;
+    let w = witness(&ca).await;
+    let t = ca.target();
+    let creds = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    let mut c = open_with(&t, &creds, "c1", "dc-east")
+        .await
+        .expect("session");
+    assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    let spare = open_spare(&t, &creds).await;
+    let (s, body) = ca
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/revoke",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert!(matches!(c.next().await, Some(Out::Shutdown(_))));
+    hello_on_spare_is_refused(&ca, spare).await;
+    undisturbed(&ca, &w).await;
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_spare_stream_cannot_register_after_its_connector_is_disabled() {
+    let ca = Ca::start(&config("")).await;
+    let w = witness(&ca).await;
+    let t = ca.target();
+    let creds = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    // No registered session at all: only the spare.
+    let spare = open_spare(&t, &creds).await;
+    let (s, body) = ca
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/disable",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    hello_on_spare_is_refused(&ca, spare).await;
+    undisturbed(&ca, &w).await;
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_connected_name_cannot_be_taken_over_with_the_group_key() {
+    let ca = Ca::start(&config("")).await;
+    let t = ca.target();
+    let web = ca.web();
+    let creds = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    let mut c = open_with(&t, &creds, "c1", "dc-east")
+        .await
+        .expect("session");
+    assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains(
+            "connector \"c1\" is enrolled with a valid certificate; renew with it, or an admin must allow re-enrollment (POST /api/v1/connectors/c1/allow-reenroll)"
+        ),
+        "{e:?}"
+    );
+    // The original keeps its session and its reports keep landing.
+    assert!(c.next_within(Duration::from_millis(300)).await.is_none());
+    c.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    eventually("the original still reports", || async {
+        web.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+
+    // Only an admin may allow it; then it succeeds once.
+    let (s, _) = web
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/allow-reenroll",
+            Some(READ_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 403);
+    let (s, body) = web
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/allow-reenroll",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let fresh = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("allowed once");
+    match c.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("re-enrolled"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
+    assert_eq!(
+        e.code(),
+        tonic::Code::FailedPrecondition,
+        "only once: {e:?}"
+    );
+    let mut c = open_with(&t, &fresh, "c1", "dc-east")
+        .await
+        .expect("session");
+    assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+
+    // DELETE revokes, ends the session and frees the name.
+    let (s, _) = web
+        .send("DELETE", "/api/v1/connectors/c1", Some(READ_TOKEN), None)
+        .await;
+    assert_eq!(s, 403);
+    let (s, body) = web
+        .send("DELETE", "/api/v1/connectors/c1", Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(s, 200, "{body}");
+    match c.next().await {
+        Some(Out::Shutdown(s)) => assert!(s.reason.contains("deleted"), "{s:?}"),
+        other => panic!("expected Shutdown, got {other:?}"),
+    }
+    let Err(e) = open_with(&t, &fresh, "c1", "dc-east").await else {
+        panic!("the deleted connector's certificate is refused")
+    };
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    let (_, v) = web.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+    assert!(
+        !v["connectors"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|c| c["name"] == "c1"),
+        "forgotten: {v}"
+    );
+    enroll(&t, "c1", "dc-west", KEY_WEST)
+        .await
+        .expect("the name is free, for any group");
+    let (s, _) = web
+        .send(
+            "DELETE",
+            "/api/v1/connectors/nobody",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 404);
+    let (s, _) = web
+        .send(
+            "POST",
+            "/api/v1/connectors/nobody/allow-reenroll",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 404);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_name_of_one_group_cannot_be_squatted_from_another() {
+    let ca = Ca::start(&config("")).await;
+    let t = ca.target();
+    let web = ca.web();
+    // A west host takes the name first; the east connector meant to have
+    // it is refused, with the way out named.
+    enroll(&t, "c1", "dc-west", KEY_WEST)
+        .await
+        .expect("first come");
+    let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    assert!(
+        e.message()
+            .contains("connector \"c1\" is enrolled in connector group \"dc-west\"")
+            && e.message().contains("DELETE /api/v1/connectors/c1"),
+        "{e:?}"
+    );
+    // allow-reenroll does not move a name between groups.
+    let (s, body) = web
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/allow-reenroll",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    let (s, body) = web
+        .send("DELETE", "/api/v1/connectors/c1", Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(s, 200, "{body}");
+    enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("freed by the admin");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_ends_when_its_certificate_expires() {
+    let text = config("");
+    let mut cfg =
+        central_authority::Config::from_toml(&text, std::path::Path::new(".")).expect("valid");
+    cfg.settings.data_dir = scratch_dir("expiry");
+    cfg.settings.connector_cert_validity = Duration::from_secs(2);
+    let ca = Ca::start_in(cfg).await;
+    let t = ca.target();
+    let creds = enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    let mut c = open_with(&t, &creds, "c1", "dc-east")
+        .await
+        .expect("session");
+    assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    // The idle timeout (three heartbeat intervals, 15 s) is longer than the
+    // wait: only the certificate ends it.
+    let ended = loop {
+        match c.next_within(Duration::from_secs(10)).await {
+            Some(Out::Shutdown(s)) => break s,
+            Some(_) => {}
+            None => panic!("the session did not end with a Shutdown"),
+        }
+    };
+    assert!(ended.reason.contains("has expired"), "{ended:?}");
+    // An expired name holds nothing: the key enrolls it again.
+    enroll(&t, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("re-enrolled after expiry");
+    ca.stop().await;
+}

@@ -1430,3 +1430,201 @@ async fn s15_hostile_renewal() -> Result<()> {
     })
     .await
 }
+
+/// A connector written by hand from proto/ (not connector-agent's session
+/// code): it enrolls itself over the `Enrollment` rpc with an rcgen CSR and
+/// keeps a spare authenticated `Connect` stream open without `Hello`.
+mod hostile {
+    use anyhow::{Context, Result};
+    use protocol::v1;
+    use protocol::v1::authority_message::Kind as Out;
+    use protocol::v1::connector_message::Kind as In;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+    /// Enrolled credentials: certificate and key (PEM).
+    pub struct Creds {
+        pub cert: String,
+        pub key: String,
+    }
+
+    async fn channel(url: &str, root: &str, id: Option<&Creds>) -> Result<Channel> {
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(root));
+        if let Some(c) = id {
+            tls = tls.identity(Identity::from_pem(&c.cert, &c.key));
+        }
+        Ok(Endpoint::from_shared(url.to_owned())?
+            .tls_config(tls)?
+            .connect()
+            .await?)
+    }
+
+    /// Enrolls `name` in `group` with `key`.
+    pub async fn enroll(
+        url: &str,
+        root: &str,
+        name: &str,
+        group: &str,
+        key: &str,
+    ) -> Result<Creds> {
+        let pair = rcgen::KeyPair::generate()?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let csr = params.serialize_request(&pair)?.pem()?;
+        let r = v1::enrollment_client::EnrollmentClient::new(channel(url, root, None).await?)
+            .enroll(v1::EnrollRequest {
+                name: name.into(),
+                group: group.into(),
+                provisioning_key: key.into(),
+                csr_pem: csr,
+            })
+            .await
+            .context("enroll")?
+            .into_inner();
+        Ok(Creds {
+            cert: r.certificate_pem,
+            key: pair.serialize_pem(),
+        })
+    }
+
+    /// An authenticated session stream that has sent nothing yet.
+    pub struct Spare {
+        tx: mpsc::Sender<v1::ConnectorMessage>,
+        rx: tonic::Streaming<v1::AuthorityMessage>,
+    }
+
+    impl Spare {
+        /// Opens the stream; the CA authenticates it before answering.
+        pub async fn open(url: &str, root: &str, creds: &Creds) -> Result<Spare> {
+            let (tx, rx) = mpsc::channel(8);
+            let response = v1::connector_session_client::ConnectorSessionClient::new(
+                channel(url, root, Some(creds)).await?,
+            )
+            .connect(tonic::Request::new(ReceiverStream::new(rx)))
+            .await
+            .context("open the spare stream")?;
+            Ok(Spare {
+                tx,
+                rx: response.into_inner(),
+            })
+        }
+
+        /// Sends Hello; `Ok(true)` if the CA answered Welcome (the stream
+        /// registered), `Ok(false)` if it refused (Shutdown, error or end).
+        pub async fn hello(mut self, name: &str, group: &str) -> Result<bool> {
+            let hello = v1::ConnectorMessage {
+                kind: Some(In::Hello(v1::Hello {
+                    name: name.into(),
+                    group: group.into(),
+                    version: "hostile-0".into(),
+                    capabilities: Some(v1::Capabilities {
+                        icmp: false,
+                        icmp_mode: "none".into(),
+                        checks_per_second: 1,
+                    }),
+                })),
+            };
+            // A stream the CA already closed refuses the send: a refusal.
+            let _ = self.tx.send(hello).await;
+            loop {
+                let next =
+                    tokio::time::timeout(std::time::Duration::from_secs(15), self.rx.message())
+                        .await
+                        .context("no answer to Hello within 15 s")?;
+                match next {
+                    Ok(Some(m)) => match m.kind {
+                        Some(Out::Welcome(_)) => return Ok(true),
+                        Some(Out::Shutdown(_)) => return Ok(false),
+                        _ => {}
+                    },
+                    Ok(None) | Err(_) => return Ok(false),
+                }
+            }
+        }
+    }
+}
+
+/// 15. Hostile trust with the real binaries: a connector that keeps a
+/// spare authenticated stream is refused when it sends Hello on it after
+/// its certificate was revoked, and a takeover enrollment of a running
+/// connector's name with the group's key is refused while the original
+/// keeps reporting.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s15_hostile_revocation_and_takeover() -> Result<()> {
+    let sc = Scenario::new("s15_hostile_revocation_and_takeover", 35)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let app_server = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &Segment::new("web")
+            .apps([a1])
+            .tcp(["8080"])
+            .interval_ms(500)
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let app = App::new("web", &a1.to_string(), "tcp", 8080);
+        let root = std::fs::read_to_string(&ca.root)?;
+        let key = e2e::group_key("g");
+
+        // Spare stream: enrolled by hand, revoked, then Hello on the spare.
+        let creds = hostile::enroll(&ca.url(), &root, "spare", "g", &key).await?;
+        let spare = hostile::Spare::open(&ca.url(), &root, &creds).await?;
+        ensure!(ca.admin("/api/v1/connectors/spare/revoke").await? == 200);
+        ensure!(
+            !spare.hello("spare", "g").await?,
+            "the spare stream registered after its certificate was revoked"
+        );
+        let v = ca.get("/api/v1/connectors").await?;
+        ensure!(
+            !v["connectors"].as_array().is_some_and(|a| a
+                .iter()
+                .any(|c| c["name"] == "spare" && c["connected"] == true)),
+            "spare is connected: {v}"
+        );
+
+        // Takeover: c1 runs; `connector-agent enroll` of its name with the
+        // group key (from another state directory) is refused with the rule.
+        let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        let mut args = Connector::args(&sc, &ca, "c1", "g");
+        let state = args
+            .iter()
+            .position(|a| a == "--state-dir")
+            .context("--state-dir")?;
+        args[state + 1] = sc.dir.join("state-c1-takeover").display().to_string();
+        args.extend(["--provisioning-key".into(), key.clone(), "enroll".into()]);
+        let mut takeover = e2e::Proc::spawn("c1-takeover", "connector-agent", &args, &[], &sc.dir)?;
+        let code = takeover.wait_exit(Duration::from_secs(20)).await?;
+        ensure!(code.is_some_and(|c| c != 0), "takeover exited {code:?}");
+        ensure!(
+            takeover.log().contains("allow-reenroll"),
+            "no reason in: {}",
+            takeover.log()
+        );
+        // The original keeps its session and keeps reporting: it sees the
+        // application go down.
+        drop(app_server);
+        wait_status(&ca, &app, "c1", "down", Duration::from_secs(15)).await?;
+        let v = ca.get("/api/v1/connectors").await?;
+        ensure!(
+            v["connectors"].as_array().is_some_and(|a| a
+                .iter()
+                .any(|c| c["name"] == "c1" && c["connected"] == true)),
+            "c1 is not connected: {v}"
+        );
+        ensure!(
+            !c1.proc.log().contains("the CA ended the session"),
+            "{}",
+            c1.proc.log()
+        );
+        c1.proc.stop().await;
+        Ok(())
+    })
+    .await
+}
