@@ -15,8 +15,9 @@
 //!   workspace member, and each such section names every top-level module of
 //!   that crate in backticks.
 //!
-//! Test code is what `#[cfg(test)]` marks (the item after the attribute:
-//! an inline module, a function, an impl, or a `mod x;` whose file is then
+//! Test code is what `#[cfg(test)]` or `#[cfg(all(test, …))]` marks (the
+//! item after the attribute: an inline module, a function, an impl, or a
+//! `mod x;` whose file is then
 //! skipped whole). Comments and string literals are never searched.
 
 use std::collections::BTreeSet;
@@ -217,7 +218,7 @@ fn non_test_lines(text: &str) -> (Vec<(usize, String)>, Vec<String>) {
     let mut skipping: Option<(i64, bool)> = None;
     for (n, line) in code_lines(text).into_iter().enumerate() {
         let mut item = line.trim();
-        if let Some(rest) = item.strip_prefix("#[cfg(test)]") {
+        if let Some(rest) = test_cfg(item) {
             pending = true;
             item = rest.trim();
         }
@@ -240,6 +241,17 @@ fn non_test_lines(text: &str) -> (Vec<(usize, String)>, Vec<String>) {
         }
     }
     (kept, test_mods)
+}
+
+/// The rest of a line that opens with a test-only `cfg`: `#[cfg(test)]`, or
+/// `#[cfg(all(test, …))]` (test code that also needs, say, unix).
+fn test_cfg(item: &str) -> Option<&str> {
+    if let Some(rest) = item.strip_prefix("#[cfg(test)]") {
+        return Some(rest);
+    }
+    let inner = item.strip_prefix("#[cfg(all(test,")?;
+    let end = inner.find(")]")?;
+    Some(&inner[end + 2..])
 }
 
 /// Steps over one line of a skipped test item; true when the item ends on

@@ -433,7 +433,7 @@ mod bounded {
         max_windows_per_connector = 1000
         [[connector_groups]]
         name = "g"
-        provisioning_key = "k"
+        provisioning_key = "k-0123456789abcdef"
         [[segments]]
         name = "wild"
         applications = ["*.wild.test"]

@@ -338,7 +338,7 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         h.min_subnet_prefix_v6,
         1..=128,
     );
-        // The connector's own flags' bounds (`--checks-per-second`,
+    // The connector's own flags' bounds (`--checks-per-second`,
     // `--check-timeout-ms`); 0 keeps the connector's own value.
     range(
         problems,
