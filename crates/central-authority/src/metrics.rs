@@ -49,6 +49,9 @@ pub struct Metrics {
     pub reloads: Family<OutcomeLabel, Counter>,
     /// Connector messages dropped by the per-connector rate cap.
     pub messages_rate_limited: Counter,
+    /// Connector reports refused with `FlowControl` (over the session's
+    /// entry limit; the connector sends them again, nothing is lost).
+    pub reports_deferred: Counter,
     /// Enrollments by outcome (`enrolled` or the refusal).
     pub enrollments: Family<OutcomeLabel, Counter>,
     /// Connector sessions refused at authentication, by reason.
@@ -66,12 +69,18 @@ impl Default for Metrics {
         let access_events_forwarded = Counter::default();
         let reloads = Family::<OutcomeLabel, Counter>::default();
         let messages_rate_limited = Counter::default();
+        let reports_deferred = Counter::default();
         let enrollments = Family::<OutcomeLabel, Counter>::default();
         let sessions_refused = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "messages_rate_limited",
             "Connector messages dropped by the per-connector rate cap",
             messages_rate_limited.clone(),
+        );
+        registry.register(
+            "reports_deferred",
+            "Connector reports refused with flow control (re-sent by the connector)",
+            reports_deferred.clone(),
         );
         registry.register(
             "enrollments",
@@ -128,6 +137,7 @@ impl Default for Metrics {
             access_events_forwarded,
             reloads,
             messages_rate_limited,
+            reports_deferred,
             enrollments,
             sessions_refused,
         }

@@ -46,6 +46,7 @@
 pub mod config;
 pub mod enroll;
 pub mod metrics;
+pub mod outbox;
 pub mod pacer;
 pub mod probe;
 pub mod resolver;

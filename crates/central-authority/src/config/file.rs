@@ -59,6 +59,8 @@ pub(super) struct LimitsSection {
     pub(super) max_connections: usize,
     pub(super) connector_messages_per_second: u32,
     pub(super) connector_message_burst: u32,
+    pub(super) connector_entries_per_second: u32,
+    pub(super) connector_entries_burst: u32,
 }
 
 impl Default for LimitsSection {
@@ -66,8 +68,10 @@ impl Default for LimitsSection {
         LimitsSection {
             max_concurrent_streams: 64,
             max_connections: 1024,
-            connector_messages_per_second: 50,
-            connector_message_burst: 200,
+            connector_messages_per_second: 200,
+            connector_message_burst: 400,
+            connector_entries_per_second: 2000,
+            connector_entries_burst: 10_000,
         }
     }
 }

@@ -460,6 +460,7 @@ pub fn app(
         checked_at_unix_ms: 1,
         dns_error: String::new(),
         expired: false,
+        age_ms: 0,
     }
 }
 
