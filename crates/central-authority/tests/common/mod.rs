@@ -396,6 +396,7 @@ impl Conn {
                 kind: Some(In::Report(v1::HealthReport {
                     applications: apps,
                     full_state,
+                    sequence: 0,
                 })),
             })
             .await
