@@ -124,6 +124,12 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+    // The same descriptors under the older `v1alpha` name: grpcio-reflection
+    // and older grpcurl speak only that.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let settings = authority.snapshot().settings().clone();
     let mut builder = tonic::transport::Server::builder()
@@ -152,6 +158,7 @@ pub async fn serve(
     builder
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(
             ConnectorSessionServer::new(SessionService::new(authority.clone()))
                 .max_decoding_message_size(max),

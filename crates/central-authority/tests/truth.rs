@@ -239,3 +239,44 @@ connector_groups = ["dc-east"]
     let _ = tokio::time::timeout(Duration::from_secs(5), agent).await;
     ca.stop().await;
 }
+
+/// Server reflection is served as `v1alpha` too (grpcio-reflection and
+/// older grpcurl speak only that).
+#[tokio::test]
+async fn reflection_is_served_as_v1alpha_too() {
+    use tonic_reflection::pb::v1alpha as refl;
+    let ca = Ca::start(&default_config()).await;
+    let mut client =
+        refl::server_reflection_client::ServerReflectionClient::new(ca.channel().await);
+    let request = refl::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            refl::server_reflection_request::MessageRequest::ListServices(String::new()),
+        ),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("v1alpha reflection is served")
+        .into_inner();
+    let response = responses
+        .message()
+        .await
+        .expect("stream")
+        .expect("a response");
+    let Some(refl::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        response.message_response
+    else {
+        panic!("unexpected reflection response");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for service in [
+        "reach.v1.ConnectorSession",
+        "reach.v1.Access",
+        "reach.v1.HealthQuery",
+        "reach.v1.Enrollment",
+    ] {
+        assert!(names.contains(&service), "{service} not in {names:?}");
+    }
+    ca.stop().await;
+}
