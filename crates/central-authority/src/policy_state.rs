@@ -126,10 +126,7 @@ impl PolicyState {
                 max_entries_per_second: s.limits.connector_entries_per_second,
                 max_entries_burst: s.limits.connector_entries_burst,
                 // Any report of at most the burst can be taken.
-                max_report_entries: s
-                    .limits
-                    .connector_entries_burst
-                    .min(MAX_REPORT_ENTRIES),
+                max_report_entries: s.limits.connector_entries_burst.min(MAX_REPORT_ENTRIES),
             },
         )
     }

@@ -338,8 +338,10 @@ impl EntryBudget {
             self.tokens = (self.tokens - entries).max(-self.burst);
             return Ok(());
         }
-        Err(Duration::from_secs_f64((need - self.tokens) / self.per_second)
-            .max(Duration::from_millis(1)))
+        Err(
+            Duration::from_secs_f64((need - self.tokens) / self.per_second)
+                .max(Duration::from_millis(1)),
+        )
     }
 }
 
@@ -452,8 +454,7 @@ impl<'a> Receiver<'a> {
         let mut message = first;
         let mut handled = 0;
         loop {
-            if self.cap.admit(self.authority, self.identity) && self.within_budget(&message, now)
-            {
+            if self.cap.admit(self.authority, self.identity) && self.within_budget(&message, now) {
                 self.authority.handle(
                     self.identity,
                     &self.state,
@@ -844,4 +845,44 @@ fn accept(
         report_interval: segment.report_interval,
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_budget_counts_entries_and_says_when_to_retry() {
+        let t0 = Instant::now();
+        let mut b = EntryBudget::new(100, 50, t0);
+        assert_eq!(b.take(30, false, t0), Ok(()));
+        // 20 left: 30 more need 100 ms at 100/s.
+        assert_eq!(b.take(30, false, t0), Err(Duration::from_millis(100)));
+        assert_eq!(b.take(30, false, t0 + Duration::from_millis(100)), Ok(()));
+        // A report larger than the burst is taken from a full bucket.
+        assert!(b.take(80, false, t0 + Duration::from_millis(200)).is_err());
+        assert_eq!(b.take(80, false, t0 + Duration::from_millis(600)), Ok(()));
+        // A full-state report is always taken, leaving at most a burst of debt.
+        assert_eq!(
+            b.take(10_000, true, t0 + Duration::from_millis(600)),
+            Ok(())
+        );
+        assert_eq!(
+            b.take(1, false, t0 + Duration::from_millis(600)),
+            Err(Duration::from_millis(510))
+        );
+    }
+
+    #[test]
+    fn a_check_time_is_the_receive_time_minus_the_reported_age() {
+        let now = Instant::now();
+        let at = crate::health::checked_at(now, Duration::from_millis(1500));
+        assert_eq!(
+            now.saturating_duration_since(at),
+            Duration::from_millis(1500)
+        );
+        // An absurd age never panics and is never fresh.
+        let at = crate::health::checked_at(now, Duration::from_millis(u64::MAX));
+        assert!(now.saturating_duration_since(at) >= Duration::from_secs(3600));
+    }
 }

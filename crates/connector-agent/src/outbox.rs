@@ -320,13 +320,20 @@ mod tests {
         let t0 = Instant::now();
         let mut o = Outbox::new();
         o.push(vec![report("a.test", true, t0)], t0);
-        o.push(vec![report("a.test", false, t0)], t0 + Duration::from_millis(40));
-        o.push(vec![report("b.test", true, t0)], t0 + Duration::from_millis(60));
+        o.push(
+            vec![report("a.test", false, t0)],
+            t0 + Duration::from_millis(40),
+        );
+        o.push(
+            vec![report("b.test", true, t0)],
+            t0 + Duration::from_millis(60),
+        );
         assert_eq!(o.next_send(), Some(t0 + BATCH_WINDOW));
-        assert!(o.take(t0 + Duration::from_millis(99), SystemTime::now()).is_none());
-        let r = o
-            .take(t0 + BATCH_WINDOW, SystemTime::now())
-            .expect("due");
+        assert!(
+            o.take(t0 + Duration::from_millis(99), SystemTime::now())
+                .is_none()
+        );
+        let r = o.take(t0 + BATCH_WINDOW, SystemTime::now()).expect("due");
         assert_eq!(r.applications.len(), 2);
         // Only the latest result of a.test, with its age at send time.
         assert_eq!(r.applications[0].status, v1::HealthStatus::Down as i32);
@@ -339,13 +346,14 @@ mod tests {
         let t0 = Instant::now();
         let mut o = Outbox::new();
         o.set_limits(&limits(100, 50, 20), t0);
-        let many: Vec<_> = (0..70).map(|i| report(&format!("h{i}.test"), true, t0)).collect();
+        let many: Vec<_> = (0..70)
+            .map(|i| report(&format!("h{i}.test"), true, t0))
+            .collect();
         o.push(many, t0);
         // A full report's worth waits: due at once.
-        let sizes: Vec<usize> = std::iter::from_fn(|| {
-            o.take(t0, SystemTime::now()).map(|r| r.applications.len())
-        })
-        .collect();
+        let sizes: Vec<usize> =
+            std::iter::from_fn(|| o.take(t0, SystemTime::now()).map(|r| r.applications.len()))
+                .collect();
         // The burst of 50 allows two reports of 20, then 10 tokens are left.
         assert_eq!(sizes, [20, 20]);
         // 10 more tokens at 100/s: 100 ms later.
@@ -371,10 +379,7 @@ mod tests {
         let t2 = t1 + Duration::from_millis(200);
         // The CA refuses the first: only a.test waits again (b.test's newer
         // result was sent since), after the CA's delay.
-        assert_eq!(
-            o.refused(first.sequence, Duration::from_millis(500), t2),
-            1
-        );
+        assert_eq!(o.refused(first.sequence, Duration::from_millis(500), t2), 1);
         assert_eq!(o.pending(), 1);
         assert_eq!(o.next_send(), Some(t2 + Duration::from_millis(500)));
         let again = o
