@@ -321,7 +321,7 @@ async fn session(
     tracing::info!(session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
     let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), options, parts);
     let mut outbox = Outbox::new();
-    outbox.set_limits(&welcome.settings.clone().unwrap_or_default(), now());
+    outbox.set_limits(&welcome.settings.unwrap_or_default(), now());
     parts
         .scheduler
         .apply(segments(welcome.segments), window)
@@ -461,7 +461,7 @@ async fn handle(
     match message.kind {
         Some(FromCa::PolicyUpdate(update)) => {
             let (window, beat) = apply_settings(update.settings.as_ref(), options, parts);
-            outbox.set_limits(&update.settings.clone().unwrap_or_default(), now());
+            outbox.set_limits(&update.settings.unwrap_or_default(), now());
             parts
                 .scheduler
                 .apply(segments(update.segments), window)
