@@ -106,8 +106,10 @@ pub fn report(segment: &str, host: &str, port: u16, up: bool, rtt_us: u64) -> v1
                 checked_at_unix_ms: 1_700_000_000_000,
                 dns_error: String::new(),
                 expired: false,
+                age_ms: 0,
             }],
             full_state: false,
+            sequence: 0,
         })),
     }
 }

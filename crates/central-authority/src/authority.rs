@@ -462,7 +462,7 @@ impl Authority {
                     &state,
                     segment,
                     report.status,
-                    now.saturating_duration_since(report.received_at),
+                    now.saturating_duration_since(report.checked_at),
                     conns.get(c),
                     true,
                 )

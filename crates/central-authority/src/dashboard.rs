@@ -194,6 +194,16 @@ fn connector_health(o: &mut String, c: &ConnectorHealthView) {
         at = c.reported_at.unwrap_or(0),
         age = age(c.report_age_ms),
     );
+    if c.checked_age_ms.is_some() {
+        // The check's own age: staleness is judged on it, and it differs from
+        // the report's when the connector re-sends a result it could not
+        // check again in time.
+        let _ = write!(
+            o,
+            r#" · checked <span class="checked-age">{}</span>"#,
+            age(c.checked_age_ms)
+        );
+    }
     if let Some(cause) = c.unknown_cause {
         let _ = write!(
             o,

@@ -124,6 +124,12 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+    // The same descriptors under the older `v1alpha` name: grpcio-reflection
+    // and older grpcurl speak only that.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
     let settings = authority.snapshot().settings().clone();
     let limits = &settings.limits;
     // Capped in total and per source address (`listen`); tonic does the
@@ -171,9 +177,17 @@ pub async fn serve(
             check(&reflection_auth, &request, Scope::Read).map(|()| request)
         },
     );
+    let reflection_auth = authority.clone();
+    let reflection_v1alpha = tonic::service::interceptor::InterceptedService::new(
+        reflection_v1alpha,
+        move |request: tonic::Request<()>| {
+            check(&reflection_auth, &request, Scope::Read).map(|()| request)
+        },
+    );
     builder
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(
             ConnectorSessionServer::new(SessionService::new(authority.clone()))
                 .max_decoding_message_size(max),

@@ -64,14 +64,29 @@ pub struct Report {
     pub addresses: Vec<AddressResult>,
     /// The resolver's reason when DNS failed.
     pub dns_error: Option<String>,
-    /// When the CA received it (for staleness).
+    /// When the CA received it.
     pub received_at: Instant,
+    /// When the check behind it ran, on the CA's monotonic clock: the
+    /// receive time minus the age the connector reported (staleness counts
+    /// from here, so a re-sent old result does not look fresh).
+    pub checked_at: Instant,
     /// When the CA received it (for display).
     pub received_wall: SystemTime,
     /// When the connector finished the check round (its clock), Unix ms.
     pub checked_at_unix_ms: i64,
     /// Why the status is Unknown, when it is.
     pub unknown_cause: Option<UnknownCause>,
+}
+
+/// When a check `age` old at `received_at` ran, on the same monotonic
+/// clock. An age beyond what the clock can represent (a hostile or broken
+/// connector) counts as a year, which is stale under any interval.
+pub fn checked_at(received_at: Instant, age: std::time::Duration) -> Instant {
+    const LONGEST: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+    received_at
+        .checked_sub(age)
+        .or_else(|| received_at.checked_sub(age.min(LONGEST)))
+        .unwrap_or(received_at)
 }
 
 /// A status change of one connector for one application.
@@ -150,7 +165,7 @@ impl HealthTable {
     }
 
     /// Stores `report` as `connector`'s latest for `key`; returns the
-    /// previous report's status and receive time, if there was one.
+    /// previous report's status and check time, if there was one.
     pub fn replace(
         &self,
         key: AppKey,
@@ -172,7 +187,7 @@ impl HealthTable {
         // One search of the connector's slot, then replace or insert.
         let (before, change, old) = match record.reports.get_mut(connector) {
             Some(slot) => {
-                let before = (slot.status, slot.received_at);
+                let before = (slot.status, slot.checked_at);
                 let change = transition(slot.status, &report);
                 let old = std::mem::replace(slot, report);
                 (Some(before), change, Some(old))
@@ -242,14 +257,15 @@ impl HealthTable {
         changed
     }
 
-    /// Every connector's stored status and receive time for `key`.
+    /// Every connector's stored status and check time (`Report::checked_at`)
+    /// for `key`.
     pub fn statuses(&self, key: &AppKey) -> Vec<(String, Status, Instant)> {
         read(self.shard(key))
             .get(key)
             .map(|r| {
                 r.reports
                     .iter()
-                    .map(|(c, rep)| (c.clone(), rep.status, rep.received_at))
+                    .map(|(c, rep)| (c.clone(), rep.status, rep.checked_at))
                     .collect()
             })
             .unwrap_or_default()
@@ -332,6 +348,7 @@ mod tests {
             addresses: Vec::new(),
             dns_error: None,
             received_at: at,
+            checked_at: at,
             received_wall: SystemTime::now(),
             checked_at_unix_ms: 0,
             unknown_cause: None,
@@ -406,7 +423,7 @@ mod tests {
             t.mark_unknown(SystemTime::now(), 10, |_, _, r| {
                 let s = policy::effective_status(
                     r.status,
-                    now.saturating_duration_since(r.received_at),
+                    now.saturating_duration_since(r.checked_at),
                     interval,
                     3,
                     Duration::from_secs(30),

@@ -61,6 +61,9 @@ pub struct Metrics {
     pub reloads: Family<OutcomeLabel, Counter>,
     /// Connector messages dropped by the per-connector rate cap.
     pub messages_rate_limited: Counter,
+    /// Connector reports refused with `FlowControl` (over the session's
+    /// entry limit; the connector sends them again, nothing is lost).
+    pub reports_deferred: Counter,
     /// Enrollments by outcome (`enrolled` or the refusal).
     pub enrollments: Family<OutcomeLabel, Counter>,
     /// Connector sessions refused at authentication, by reason.
@@ -87,6 +90,7 @@ impl Default for Metrics {
         );
         let reloads = Family::<OutcomeLabel, Counter>::default();
         let messages_rate_limited = Counter::default();
+        let reports_deferred = Counter::default();
         let enrollments = Family::<OutcomeLabel, Counter>::default();
         let sessions_refused = Family::<OutcomeLabel, Counter>::default();
         let throttled = Family::<ThrottleLabel, Counter>::default();
@@ -99,6 +103,11 @@ impl Default for Metrics {
             "messages_rate_limited",
             "Connector messages dropped by the per-connector rate cap",
             messages_rate_limited.clone(),
+        );
+        registry.register(
+            "reports_deferred",
+            "Connector reports refused with flow control (re-sent by the connector)",
+            reports_deferred.clone(),
         );
         registry.register(
             "enrollments",
@@ -156,6 +165,7 @@ impl Default for Metrics {
             windows_refused,
             reloads,
             messages_rate_limited,
+            reports_deferred,
             enrollments,
             sessions_refused,
             throttled,

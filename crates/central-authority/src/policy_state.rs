@@ -123,10 +123,18 @@ impl PolicyState {
                 heartbeat_interval_ms: millis(s.heartbeat_interval),
                 checks_per_second: s.connector_checks_per_second,
                 check_timeout_ms: s.connector_check_timeout_ms,
+                max_entries_per_second: s.limits.connector_entries_per_second,
+                max_entries_burst: s.limits.connector_entries_burst,
+                // Any report of at most the burst can be taken.
+                max_report_entries: s.limits.connector_entries_burst.min(MAX_REPORT_ENTRIES),
             },
         )
     }
 }
+
+/// Entries per report a connector is asked not to exceed (about 200 kB
+/// encoded at a typical entry size, well inside the 4 MiB message limit).
+pub const MAX_REPORT_ENTRIES: u32 = 2_000;
 
 /// Whether a connector of `group` may report `key`: the segment exists, the
 /// group serves it, the port is in it, and the host is one of its entries

@@ -4,9 +4,12 @@
 //! run with `[tls] enabled = false`, for local experiments, takes the
 //! group's provisioning key in metadata instead. Then it expects a `Hello`
 //! that agrees with that identity, answers `Welcome`, and takes reports and
-//! heartbeats (at most `[limits] connector_messages_per_second`; excess ones
-//! are dropped) until the stream ends, the connector goes quiet, or a newer
-//! session replaces this one.
+//! heartbeats until the stream ends, the connector goes quiet, or a newer
+//! session replaces this one. Two limits per session: report entries
+//! (`[limits] connector_entries_per_second`; a report beyond it is refused
+//! with `FlowControl` and the connector sends it again, so nothing is lost)
+//! and, as a guard against floods of tiny messages, messages of any kind
+//! (`connector_messages_per_second`; excess ones are dropped and counted).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -218,6 +221,8 @@ async fn run_session(
 ) -> Result<(), SessionError> {
     let id = authority.next_session_id();
     let kill = Arc::new(Notify::new());
+    // The receiver answers refused reports (`FlowControl`) on the stream.
+    let out = tx.clone();
     authority.registry().open_pending(
         &identity.name,
         LiveSession {
@@ -258,7 +263,7 @@ async fn run_session(
         let left = c.not_after_ms.saturating_sub(crate::trust::now_ms()).max(0);
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
     });
-    let result = Receiver::new(authority, &identity)
+    let result = Receiver::new(authority, &identity, out)
         .run(&mut inbound, &kill, expires)
         .await
         .map_err(|e| match (e, &cert) {
@@ -353,6 +358,49 @@ impl MessageCap {
     }
 }
 
+/// The per-session entry limit (`[limits] connector_entries_per_second`
+/// and `connector_entries_burst`): a token bucket counted in application
+/// entries, on the session's receive times. A report is taken whole or
+/// refused whole (the connector re-sends it); a full-state report is always
+/// taken (it follows every connect and must not wait behind itself) and may
+/// leave the bucket in debt, at most one burst deep.
+#[derive(Debug)]
+struct EntryBudget {
+    per_second: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl EntryBudget {
+    fn new(per_second: u32, burst: u32, now: Instant) -> Self {
+        EntryBudget {
+            per_second: f64::from(per_second.max(1)),
+            burst: f64::from(burst.max(1)),
+            tokens: f64::from(burst.max(1)),
+            at: now,
+        }
+    }
+
+    /// Takes a report of `entries` at `now`, or says how long until it can
+    /// be taken. A report larger than the burst is taken from a full bucket.
+    fn take(&mut self, entries: usize, full_state: bool, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        let entries = entries as f64;
+        let need = entries.min(self.burst);
+        if full_state || self.tokens >= need {
+            self.tokens = (self.tokens - entries).max(-self.burst);
+            return Ok(());
+        }
+        Err(
+            Duration::from_secs_f64((need - self.tokens) / self.per_second)
+                .max(Duration::from_millis(1)),
+        )
+    }
+}
+
 /// The receiving side of a registered session: takes messages until the
 /// stream ends, the connector goes quiet or the kill switch fires.
 struct Receiver<'a> {
@@ -363,15 +411,25 @@ struct Receiver<'a> {
     state: Arc<PolicyState>,
     version: u64,
     cap: MessageCap,
+    entries: EntryBudget,
+    /// Where `FlowControl` goes.
+    tx: Outbound,
     /// The Unix millisecond last written to the registry's `last_seen`.
     seen_ms: SeenMs,
     clock: WallClock,
 }
 
 impl<'a> Receiver<'a> {
-    fn new(authority: &'a Authority, identity: &'a Identity) -> Self {
+    fn new(authority: &'a Authority, identity: &'a Identity, tx: Outbound) -> Self {
         let (state, version) = authority.versioned_snapshot();
+        let limits = &state.settings().limits;
         Receiver {
+            entries: EntryBudget::new(
+                limits.connector_entries_per_second,
+                limits.connector_entries_burst,
+                Instant::now(),
+            ),
+            tx,
             authority,
             identity,
             cap: MessageCap::new(
@@ -462,7 +520,7 @@ impl<'a> Receiver<'a> {
         let mut message = first;
         let mut handled = 0;
         loop {
-            if self.cap.admit(self.authority, self.identity) {
+            if self.cap.admit(self.authority, self.identity) && self.within_budget(&message, now) {
                 self.authority.handle(
                     self.identity,
                     &self.state,
@@ -483,6 +541,37 @@ impl<'a> Receiver<'a> {
                 Some(None) => return Some(Ok(())),
             }
         }
+    }
+}
+
+impl Receiver<'_> {
+    /// Whether `message` fits the session's entry limit; a report that does
+    /// not is refused with `FlowControl` (the connector keeps its entries
+    /// and sends them again after `retry_after_ms`).
+    fn within_budget(&mut self, message: &v1::ConnectorMessage, now: Instant) -> bool {
+        let Some(In::Report(report)) = &message.kind else {
+            return true;
+        };
+        let Err(wait) = self
+            .entries
+            .take(report.applications.len(), report.full_state, now)
+        else {
+            return true;
+        };
+        self.authority.metrics().reports_deferred.inc();
+        let refusal = v1::AuthorityMessage {
+            kind: Some(Out::FlowControl(v1::FlowControl {
+                sequence: report.sequence,
+                retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                max_entries_per_second: self.state.settings().limits.connector_entries_per_second,
+            })),
+        };
+        // A connector that does not read its stream (1,024 messages queued)
+        // is cut off by the idle and keepalive rules anyway.
+        if self.tx.try_send(Ok(refusal)).is_err() {
+            tracing::warn!(connector = %self.identity.name, "cannot queue flow control: the connector does not read");
+        }
+        false
     }
 }
 
@@ -703,6 +792,7 @@ impl Authority {
             checked_at_unix_ms,
             dns_error,
             expired,
+            age,
         } = report;
         let mut changed = false;
         if mode == HealthReporting::OnAccess {
@@ -728,6 +818,7 @@ impl Authority {
                 addresses,
                 dns_error,
                 received_at: now,
+                checked_at: crate::health::checked_at(now, age),
                 received_wall: wall,
                 checked_at_unix_ms,
                 unknown_cause,
@@ -844,4 +935,44 @@ fn accept(
         report_interval: segment.report_interval,
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_budget_counts_entries_and_says_when_to_retry() {
+        let t0 = Instant::now();
+        let mut b = EntryBudget::new(100, 50, t0);
+        assert_eq!(b.take(30, false, t0), Ok(()));
+        // 20 left: 30 more need 100 ms at 100/s.
+        assert_eq!(b.take(30, false, t0), Err(Duration::from_millis(100)));
+        assert_eq!(b.take(30, false, t0 + Duration::from_millis(100)), Ok(()));
+        // A report larger than the burst is taken from a full bucket.
+        assert!(b.take(80, false, t0 + Duration::from_millis(200)).is_err());
+        assert_eq!(b.take(80, false, t0 + Duration::from_millis(600)), Ok(()));
+        // A full-state report is always taken, leaving at most a burst of debt.
+        assert_eq!(
+            b.take(10_000, true, t0 + Duration::from_millis(600)),
+            Ok(())
+        );
+        assert_eq!(
+            b.take(1, false, t0 + Duration::from_millis(600)),
+            Err(Duration::from_millis(510))
+        );
+    }
+
+    #[test]
+    fn a_check_time_is_the_receive_time_minus_the_reported_age() {
+        let now = Instant::now();
+        let at = crate::health::checked_at(now, Duration::from_millis(1500));
+        assert_eq!(
+            now.saturating_duration_since(at),
+            Duration::from_millis(1500)
+        );
+        // An absurd age never panics and is never fresh.
+        let at = crate::health::checked_at(now, Duration::from_millis(u64::MAX));
+        assert!(now.saturating_duration_since(at) >= Duration::from_secs(3600));
+    }
 }

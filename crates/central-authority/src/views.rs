@@ -27,6 +27,10 @@ pub struct ConnectorHealthView {
     pub reported_at: Option<u64>,
     /// Age of that report in milliseconds.
     pub report_age_ms: Option<u64>,
+    /// Age in milliseconds of the check behind the status: the report's
+    /// age plus the age the connector gave it when sending (staleness is
+    /// judged on this).
+    pub checked_age_ms: Option<u64>,
     /// When the connector finished the check round (its clock), Unix ms.
     pub checked_at: Option<i64>,
     /// Per-address results.
@@ -297,7 +301,7 @@ impl Authority {
                     Some(r) => {
                         let live = segment.health_reporting != HealthReporting::OnAccess
                             || self.on_access().is_live(&key, name, now);
-                        let age = now.saturating_duration_since(r.received_at);
+                        let age = now.saturating_duration_since(r.checked_at);
                         let (status, cause) =
                             Self::effective(&state, segment, r.status, age, conns.get(name), live);
                         let cause = cause.or(r.unknown_cause);
@@ -308,7 +312,8 @@ impl Authority {
                             unknown_cause: (status == Status::Unknown)
                                 .then(|| cause.map_or("no_report", |c| c.as_str())),
                             reported_at: Some(unix_ms(r.received_wall)),
-                            report_age_ms: Some(ms(age)),
+                            report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
+                            checked_age_ms: Some(ms(age)),
                             checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
                             addresses: if status == Status::Unknown {
                                 Vec::new()
@@ -329,6 +334,7 @@ impl Authority {
                         }),
                         reported_at: None,
                         report_age_ms: None,
+                        checked_age_ms: None,
                         checked_at: None,
                         addresses: Vec::new(),
                         dns_error: None,
@@ -476,6 +482,7 @@ impl ApplicationView {
                             detail: a.error.clone().unwrap_or_default(),
                         })
                         .collect(),
+                    checked_age_ms: c.checked_age_ms.unwrap_or(0),
                 })
                 .collect(),
         }

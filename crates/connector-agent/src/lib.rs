@@ -55,6 +55,7 @@
 pub mod config;
 pub mod enroll;
 pub mod metrics;
+pub mod outbox;
 pub mod pacer;
 pub mod probe;
 pub mod renewal;

@@ -60,6 +60,9 @@ pub struct Metrics {
     pub session_state: Family<StateLabels, Gauge>,
     /// Sessions established with the CA.
     pub sessions: Counter,
+    /// Reports the CA deferred with `FlowControl` (their results were sent
+    /// again).
+    pub reports_deferred: Counter,
     /// DNS lookups by result.
     pub dns_lookups: Family<DnsLabels, Counter>,
 }
@@ -118,6 +121,12 @@ impl Metrics {
             "Sessions established with the CA",
             sessions.clone(),
         );
+        let reports_deferred = Counter::default();
+        registry.register(
+            "reports_deferred",
+            "Reports the CA deferred with flow control (their results are sent again)",
+            reports_deferred.clone(),
+        );
         let dns_lookups = Family::<DnsLabels, Counter>::default();
         registry.register(
             "dns_lookups",
@@ -134,6 +143,7 @@ impl Metrics {
             targets,
             session_state,
             sessions,
+            reports_deferred,
             dns_lookups,
         }
     }

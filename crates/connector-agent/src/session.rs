@@ -2,7 +2,8 @@
 //! with the enrolled certificate (or, only against a CA run with
 //! `[tls] enabled = false`, plain text with the provisioning key in
 //! metadata); Hello first, Welcome/PolicyUpdate applied, access events and
-//! pings answered, health reports and heartbeats sent, and on any
+//! pings answered, health reports (batched and paced by the [`Outbox`],
+//! re-sent when the CA answers `FlowControl`) and heartbeats sent, and on any
 //! disconnect a reconnect with exponential backoff and full jitter while
 //! checks go on. A renewed certificate (from [`crate::renewal`]) moves the
 //! session over: a new session with it is opened first, the old one closed
@@ -28,6 +29,7 @@ use tonic::transport::Endpoint;
 use crate::config::Ceilings;
 use crate::enroll::{Enrollment, ProvisioningKey};
 use crate::metrics::Metrics;
+use crate::outbox::Outbox;
 use crate::pacer::Pacer;
 use crate::probe::Prober;
 use crate::schedule::Scheduler;
@@ -294,9 +296,16 @@ fn unix_ms(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// One application's report as `policy` states it; an expired
-/// application (no round) is stamped with `now`.
-pub fn application_report(report: &AppReport, now: SystemTime) -> ApplicationReport {
+/// One application's report as `policy` states it, sent at `now` (wall
+/// clock, for display) and `sent` (monotonic: the check's age is measured
+/// from `AppReport::checked` to it, so a re-sent result keeps its true age
+/// whatever the clocks of connector and CA say); an expired application (no
+/// round) is stamped with `now` and age zero.
+pub fn application_report(
+    report: &AppReport,
+    now: SystemTime,
+    sent: std::time::Instant,
+) -> ApplicationReport {
     let (addresses, dns_error, at) = match &report.round {
         Some(round) => (
             round.addresses.clone(),
@@ -312,20 +321,28 @@ pub fn application_report(report: &AppReport, now: SystemTime) -> ApplicationRep
         checked_at_unix_ms: unix_ms(at),
         dns_error,
         expired: report.expired,
+        age: report
+            .checked
+            .map_or(Duration::ZERO, |at| sent.saturating_duration_since(at)),
     }
 }
 
-/// The wire form of one application's report.
+/// The wire form of one application's report, sent now.
 pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
-    application_report(report, SystemTime::now()).into()
+    application_report(report, SystemTime::now(), Instant::now().into_std()).into()
 }
 
-fn report_message(apps: &[AppReport], full_state: bool) -> ConnectorMessage {
+fn report_message(report: v1::HealthReport) -> ConnectorMessage {
     ConnectorMessage {
-        kind: Some(ToCa::Report(v1::HealthReport {
-            applications: apps.iter().map(to_wire).collect(),
-            full_state,
-        })),
+        kind: Some(ToCa::Report(report)),
+    }
+}
+
+/// Completes at `at`, or never.
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -417,6 +434,8 @@ async fn session(
     parts.metrics.set_session_state("connected");
     tracing::info!(session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
     let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), options, parts);
+    let mut outbox = Outbox::new();
+    outbox.set_limits(&welcome.settings.unwrap_or_default(), now());
     parts
         .scheduler
         .apply(segments(welcome.segments), window)
@@ -425,7 +444,8 @@ async fn session(
     // The full state supersedes whatever was produced while disconnected.
     while reports.try_recv().is_ok() {}
     let state = parts.scheduler.full_state().await;
-    out.send(report_message(&state, true))
+    let full = outbox.full_state(state, now(), SystemTime::now());
+    out.send(report_message(full))
         .await
         .map_err(|_| SessionError::Closed)?;
 
@@ -437,7 +457,7 @@ async fn session(
                 let Some(message) = message? else {
                     return Err(SessionError::Closed);
                 };
-                if let Some(beat) = handle(message, options, parts, &out).await?
+                if let Some(beat) = handle(message, options, parts, &out, &mut outbox).await?
                     && beat != heartbeat
                 {
                     heartbeat = beat;
@@ -446,7 +466,12 @@ async fn session(
             }
             batch = reports.recv() => {
                 let Some(batch) = batch else { return Ok(()) };
-                out.send(report_message(&batch, false)).await.map_err(|_| SessionError::Closed)?;
+                outbox.push(batch, now());
+            }
+            () = sleep_until(outbox.next_send()) => {
+                while let Some(report) = outbox.take(now(), SystemTime::now()) {
+                    out.send(report_message(report)).await.map_err(|_| SessionError::Closed)?;
+                }
             }
             _ = ticker.tick() => {
                 send(&out, ToCa::Heartbeat(heartbeat_message(parts, &mut rate))).await?;
@@ -595,10 +620,12 @@ async fn handle(
     options: &SessionOptions,
     parts: &Parts,
     out: &mpsc::Sender<ConnectorMessage>,
+    outbox: &mut Outbox,
 ) -> Result<Option<Duration>, SessionError> {
     match message.kind {
         Some(FromCa::PolicyUpdate(update)) => {
             let (window, beat) = apply_settings(update.settings.as_ref(), options, parts);
+            outbox.set_limits(&update.settings.unwrap_or_default(), now());
             parts
                 .scheduler
                 .apply(segments(update.segments), window)
@@ -623,10 +650,27 @@ async fn handle(
                 reconnect_to: (!s.reconnect_to.is_empty()).then_some(s.reconnect_to),
             });
         }
+        Some(FromCa::FlowControl(fc)) => {
+            let retry = Duration::from_millis(fc.retry_after_ms);
+            let again = outbox.refused(fc.sequence, retry, now());
+            parts.metrics.reports_deferred.inc();
+            tracing::debug!(
+                sequence = fc.sequence,
+                retry_after_ms = fc.retry_after_ms,
+                again,
+                "the CA deferred a report; its results wait to be sent again"
+            );
+        }
         Some(FromCa::Welcome(_)) => tracing::warn!("ignoring a second Welcome"),
         None => tracing::warn!("ignoring an empty message from the CA"),
     }
     Ok(None)
+}
+
+/// The monotonic clock the outbox runs on (tokio's, so paused-time tests
+/// drive it).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
 }
 
 /// The check rate the heartbeat reports: checks started since the last

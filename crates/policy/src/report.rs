@@ -23,11 +23,15 @@ pub struct ApplicationReport {
     pub addresses: Vec<AddressResult>,
     /// When the latest round finished (or, for an expired application, when
     /// the report was made), Unix milliseconds on the connector's clock.
-    /// Staleness counts from here, not from when the report arrived.
+    /// For display; staleness counts from `age`.
     pub checked_at_unix_ms: i64,
     /// The resolver's reason when resolution failed (at most
     /// `MAX_DETAIL_CHARS` characters).
     pub dns_error: Option<String>,
     /// The on-access window ended and the connector stopped checking.
     pub expired: bool,
+    /// How old the check was when the report was sent, on the connector's
+    /// monotonic clock (zero: checked just now). The CA judges staleness
+    /// from its receive time minus this age, immune to clock skew.
+    pub age: std::time::Duration,
 }

@@ -364,6 +364,7 @@ impl From<ApplicationReport> for v1::ApplicationHealth {
             checked_at_unix_ms: r.checked_at_unix_ms,
             dns_error: r.dns_error.unwrap_or_default(),
             expired: r.expired,
+            age_ms: u64::try_from(r.age.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }
@@ -388,6 +389,7 @@ impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
             checked_at_unix_ms: app.checked_at_unix_ms,
             dns_error,
             expired: app.expired,
+            age: Duration::from_millis(app.age_ms),
         })
     }
 }
@@ -995,6 +997,7 @@ mod tests {
             checked_at_unix_ms: 1_700_000_000_123,
             dns_error: None,
             expired: false,
+            age: Duration::from_millis(1_250),
         }
     }
 

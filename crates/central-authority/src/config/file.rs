@@ -74,6 +74,8 @@ pub(super) struct LimitsSection {
     pub(super) grpc_max_connections: usize,
     pub(super) grpc_max_connections_per_source: usize,
     pub(super) grpc_max_connection_age_s: u64,
+    pub(super) connector_entries_per_second: u32,
+    pub(super) connector_entries_burst: u32,
 }
 
 impl Default for LimitsSection {
@@ -81,8 +83,8 @@ impl Default for LimitsSection {
         LimitsSection {
             max_concurrent_streams: 64,
             max_connections: 1024,
-            connector_messages_per_second: 50,
-            connector_message_burst: 200,
+            connector_messages_per_second: 200,
+            connector_message_burst: 400,
             first_byte_timeout_ms: 5_000,
             idle_timeout_ms: 60_000,
             header_timeout_ms: 10_000,
@@ -91,6 +93,8 @@ impl Default for LimitsSection {
             grpc_max_connections: 4096,
             grpc_max_connections_per_source: 256,
             grpc_max_connection_age_s: 86_400,
+            connector_entries_per_second: 2000,
+            connector_entries_burst: 10_000,
         }
     }
 }

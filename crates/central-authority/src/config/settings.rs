@@ -100,9 +100,11 @@ pub struct Limits {
     /// kernel's accept queue.
     pub max_connections: usize,
     /// Messages per second one connector session may send (reports,
-    /// heartbeats); excess messages are dropped and counted (default 50).
+    /// heartbeats): a guard against floods of tiny messages, far above what
+    /// a batching connector sends; excess messages are dropped and counted
+    /// (default 200).
     pub connector_messages_per_second: u32,
-    /// Burst above that rate (default 200).
+    /// Burst above that rate (default 400).
     pub connector_message_burst: u32,
     /// Time a new HTTP connection has to send its first byte, and then
     /// (after the TLS handshake) its first byte of HTTP
@@ -131,6 +133,14 @@ pub struct Limits {
     /// a minute later (`grpc_max_connection_age_s`, default 86400); its
     /// connector reconnects.
     pub grpc_max_connection_age: Duration,
+    /// Application entries per second one connector session may report
+    /// (default 2,000: four times a connector at 500 checks/s); a report
+    /// beyond it is refused with `FlowControl` and sent again later by the
+    /// connector, never dropped.
+    pub connector_entries_per_second: u32,
+    /// Burst above that rate (default 10,000; a full-state report is always
+    /// taken, and may leave the session in debt).
+    pub connector_entries_burst: u32,
 }
 
 impl Settings {
@@ -216,6 +226,8 @@ pub(super) fn settings(
             grpc_max_connections: l.grpc_max_connections,
             grpc_max_connections_per_source: l.grpc_max_connections_per_source,
             grpc_max_connection_age: Duration::from_secs(l.grpc_max_connection_age_s),
+            connector_entries_per_second: l.connector_entries_per_second,
+            connector_entries_burst: l.connector_entries_burst,
         },
         grpc_listen: grpc?,
         http_listen: http?,
@@ -457,4 +469,16 @@ fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
             "rate and burst must be at least 1",
         );
     }
+    range(
+        problems,
+        "limits.connector_entries_per_second",
+        l.connector_entries_per_second,
+        1..=10_000_000,
+    );
+    range(
+        problems,
+        "limits.connector_entries_burst",
+        l.connector_entries_burst,
+        1..=10_000_000,
+    );
 }

@@ -396,6 +396,7 @@ impl Conn {
                 kind: Some(In::Report(v1::HealthReport {
                     applications: apps,
                     full_state,
+                    sequence: 0,
                 })),
             })
             .await
@@ -460,6 +461,7 @@ pub fn app(
         checked_at_unix_ms: 1,
         dns_error: String::new(),
         expired: false,
+        age_ms: 0,
     }
 }
 

@@ -55,6 +55,10 @@ pub struct AppReport {
     pub round: Option<Round>,
     /// True when the on-access window ended and checks stopped.
     pub expired: bool,
+    /// When the round behind `round` finished, on the monotonic clock (None
+    /// for an expired application): the report's age is measured from
+    /// here when it is sent, so a re-sent result keeps its true age.
+    pub checked: Option<Instant>,
 }
 
 /// What the driver must do.
@@ -114,6 +118,8 @@ struct App {
     /// Boxed: most applications wait without a result for a long time
     /// (a queued cycle), and a `Round` inline would cost every one of them.
     last: Option<Box<Round>>,
+    /// When `last` finished (the schedule's clock).
+    last_checked: Option<Instant>,
     reported_status: Option<Status>,
     last_report: Option<Instant>,
     /// An access asked for a fresh probe (its latest result was not Up):
@@ -132,6 +138,7 @@ impl App {
             triggered: on_access,
             round_started: None,
             last: None,
+            last_checked: None,
             reported_status: None,
             last_report: None,
             fresh: false,
@@ -347,6 +354,7 @@ impl Schedule {
                 self.targets_version += 1;
             }
             app.last = Some(Box::new(round.clone()));
+            app.last_checked = Some(now);
             app.reported_status = Some(status);
             app.last_report = Some(now);
             actions.push(Action::Report(vec![AppReport {
@@ -354,6 +362,7 @@ impl Schedule {
                 status,
                 round: Some(round),
                 expired: false,
+                checked: Some(now),
             }]));
         }
         actions.extend(self.poll(now));
@@ -373,6 +382,7 @@ impl Schedule {
                     status: Status::Unknown,
                     round: None,
                     expired: true,
+                    checked: None,
                 });
             }
         }
@@ -432,6 +442,7 @@ impl Schedule {
                     status: round.status(),
                     round: Some(Round::clone(round)),
                     expired: false,
+                    checked: app.last_checked,
                 });
             }
         }
@@ -463,6 +474,7 @@ impl Schedule {
                     status: round.status(),
                     round: Some(Round::clone(round)),
                     expired: false,
+                    checked: app.last_checked,
                 })
             })
             .collect();
@@ -865,6 +877,16 @@ mod tests {
         let r = reports(&s.poll(t0 + MIN + MIN / 2));
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].status, Status::Up);
+        // ... with the time its check really ran, not the re-send time.
+        assert_eq!(r[0].checked, Some(t0));
+        let again = reports(&s.poll(t0 + 3 * MIN));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].checked, Some(t0));
+        assert_eq!(
+            s.full_state().first().and_then(|r| r.checked),
+            Some(t0),
+            "a full-state report keeps the check time too"
+        );
     }
 
     #[test]
