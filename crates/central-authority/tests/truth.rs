@@ -254,8 +254,19 @@ async fn reflection_is_served_as_v1alpha_too() {
             refl::server_reflection_request::MessageRequest::ListServices(String::new()),
         ),
     };
+    // Like v1, it needs a read token.
+    let refused = client
+        .server_reflection_info(tokio_stream::iter([request.clone()]))
+        .await
+        .expect_err("no token");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    let mut authorized = tonic::Request::new(tokio_stream::iter([request]));
+    authorized.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+    );
     let mut responses = client
-        .server_reflection_info(tokio_stream::iter([request]))
+        .server_reflection_info(authorized)
         .await
         .expect("v1alpha reflection is served")
         .into_inner();

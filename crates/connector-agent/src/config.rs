@@ -109,6 +109,7 @@ pub struct Config {
     /// Ceiling on the CA's `checks_per_second`: a higher value from the CA
     /// is clamped to this (with a warning), so a compromised or
     /// misconfigured CA cannot turn the connector into a fast scanner.
+    /// `--checks-per-second`, when higher, raises it to that.
     #[arg(long, env = "REACH_MAX_CHECKS_PER_SECOND", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_checks_per_second: u32,
@@ -194,11 +195,16 @@ impl Config {
         Duration::from_millis(u64::from(self.check_timeout_ms))
     }
 
-    /// The ceilings on what the CA may impose.
+    /// The ceilings on what the CA may impose: the `--max-…` flags, or the
+    /// connector's own `--checks-per-second` / `--check-timeout-ms` where
+    /// those are higher (an operator who set the local rate to 500 has
+    /// accepted that rate; the CA still cannot go beyond it).
     pub fn ceilings(&self) -> Ceilings {
         Ceilings {
-            checks_per_second: self.max_checks_per_second,
-            check_timeout: Duration::from_millis(u64::from(self.max_check_timeout_ms)),
+            checks_per_second: self.max_checks_per_second.max(self.checks_per_second),
+            check_timeout: Duration::from_millis(u64::from(
+                self.max_check_timeout_ms.max(self.check_timeout_ms),
+            )),
         }
     }
 }
