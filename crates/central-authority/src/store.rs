@@ -66,6 +66,30 @@ ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
 "#,
 ];
 
+/// The record of certificate `serial` (with its connector's standing), if
+/// the CA issued it: one query for session checks and renewals alike.
+fn cert_record(conn: &Connection, serial: &str) -> rusqlite::Result<Option<CertRecord>> {
+    conn.query_row(
+        "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
+                c.fingerprint
+         FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
+        params![serial],
+        |r| {
+            let revoked_ms: Option<i64> = r.get(3)?;
+            let reason: Option<String> = r.get(4)?;
+            Ok(CertRecord {
+                connector: r.get(0)?,
+                group: r.get(1)?,
+                not_after_ms: r.get(2)?,
+                revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                disabled: r.get(5)?,
+                fingerprint: r.get(6)?,
+            })
+        },
+    )
+    .optional()
+}
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -389,27 +413,7 @@ impl Store {
 
     /// The record of certificate `serial`, if the CA issued it.
     pub fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
-        let conn = lock(&self.conn);
-        Ok(conn
-            .query_row(
-                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
-                        c.fingerprint
-                 FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
-                params![serial],
-                |r| {
-                    let revoked_ms: Option<i64> = r.get(3)?;
-                    let reason: Option<String> = r.get(4)?;
-                    Ok(CertRecord {
-                        connector: r.get(0)?,
-                        group: r.get(1)?,
-                        not_after_ms: r.get(2)?,
-                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
-                        disabled: r.get(5)?,
-                        fingerprint: r.get(6)?,
-                    })
-                },
-            )
-            .optional()?)
+        Ok(cert_record(&lock(&self.conn), serial)?)
     }
 
     /// Disables or enables a connector; `false` if it is not enrolled.
@@ -535,26 +539,7 @@ impl Store {
     pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<CertRecord> = tx
-            .query_row(
-                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason, n.disabled,
-                        c.fingerprint
-                 FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = ?1",
-                params![r.old_serial],
-                |row| {
-                    let revoked_ms: Option<i64> = row.get(3)?;
-                    let reason: Option<String> = row.get(4)?;
-                    Ok(CertRecord {
-                        connector: row.get(0)?,
-                        group: row.get(1)?,
-                        not_after_ms: row.get(2)?,
-                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
-                        disabled: row.get(5)?,
-                        fingerprint: row.get(6)?,
-                    })
-                },
-            )
-            .optional()?;
+        let old = cert_record(&tx, r.old_serial)?;
         let Some(old) = old else {
             return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
         };
