@@ -336,7 +336,10 @@ pub fn convert(json: &str, options: &Options) -> Result<Imported, ImportError> {
         connector_groups: imported
             .connector_groups()
             .into_iter()
-            .map(|name| GroupSpec { name })
+            .map(|name| GroupSpec {
+                name,
+                ..GroupSpec::default()
+            })
             .collect(),
         segments: imported.segments.iter().map(|s| s.spec.clone()).collect(),
     };

@@ -84,6 +84,8 @@ fn segments(n: usize) -> Vec<Segment> {
                 multimatch: false,
                 client_hostname_validation: false,
                 connector_groups: vec!["group-0".to_owned()],
+                damping: policy::Damping::default(),
+                strategy: None,
             }
         })
         .collect()
