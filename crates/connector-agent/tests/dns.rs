@@ -174,7 +174,10 @@ async fn dns_resolution_asks_only_the_records_of_its_family() {
     assert_eq!(only4.to_vec(), vec![v4]);
     assert_eq!(dns.queries(), before + 2, "one A query, no AAAA");
     // Cached under its own choice: asking again costs nothing.
-    assert_eq!(resolver.resolve(NAME).await.expect("cached").to_vec(), vec![v4]);
+    assert_eq!(
+        resolver.resolve(NAME).await.expect("cached").to_vec(),
+        vec![v4]
+    );
     assert_eq!(dns.queries(), before + 2);
 
     // A name with only an A record has no address under `ipv6`: Down with
