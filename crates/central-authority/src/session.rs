@@ -822,6 +822,7 @@ impl Authority {
                 received_wall: wall,
                 checked_at_unix_ms,
                 unknown_cause,
+                rtt: None,
             },
             settings.transitions_kept,
         );

@@ -117,6 +117,8 @@ impl Default for ServerSection {
 pub(super) struct SelectionSection {
     pub(super) strategy: String,
     pub(super) discovery_timeout_ms: u64,
+    pub(super) nearest_tolerance_percent: u32,
+    pub(super) nearest_tolerance_ms: u64,
 }
 
 impl Default for SelectionSection {
@@ -124,6 +126,8 @@ impl Default for SelectionSection {
         SelectionSection {
             strategy: "healthy".into(),
             discovery_timeout_ms: 3000,
+            nearest_tolerance_percent: 20,
+            nearest_tolerance_ms: 2,
         }
     }
 }
@@ -191,4 +195,7 @@ pub(super) struct GroupSection {
     pub(super) max_uses: Option<u32>,
     #[serde(default)]
     pub(super) expires_at: Option<String>,
+    /// `ipv4`, `ipv6` or `dual` (default).
+    #[serde(default)]
+    pub(super) dns_resolution: Option<String>,
 }

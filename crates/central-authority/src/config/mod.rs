@@ -174,6 +174,7 @@ impl Config {
                 .iter()
                 .map(|g| GroupSpec {
                     name: g.name.clone(),
+                    dns_resolution: g.dns_resolution.clone(),
                 })
                 .collect(),
             segments: file.segments,

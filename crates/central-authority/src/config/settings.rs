@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use policy::Strategy;
+use policy::{Strategy, Tolerance};
 
 use super::file::{FileConfig, HealthSection, LimitsSection, ServerSection, TlsSection};
 use super::{Problem, range, setting};
@@ -23,8 +23,13 @@ pub struct Settings {
     /// How often the config file is checked for changes
     /// (`[server] reload_poll_ms`, default 1000).
     pub reload_poll: Duration,
-    /// Selection strategy (`[selection] strategy`).
+    /// Selection strategy (`[selection] strategy`); a segment's own
+    /// `strategy` wins.
     pub strategy: Strategy,
+    /// How far from the best RTT the `nearest` strategy still draws from
+    /// (`[selection] nearest_tolerance_percent`, default 20, and
+    /// `nearest_tolerance_ms`, default 2: whichever is larger).
+    pub nearest_tolerance: Tolerance,
     /// How long an access waits for on-access discovery
     /// (`[selection] discovery_timeout_ms`, default 3000).
     pub discovery_timeout: Duration,
@@ -186,6 +191,18 @@ pub(super) fn settings(
         s.discovery_timeout_ms,
         1..=60_000,
     );
+    range(
+        problems,
+        "selection.nearest_tolerance_percent",
+        u64::from(s.nearest_tolerance_percent),
+        0..=1000,
+    );
+    range(
+        problems,
+        "selection.nearest_tolerance_ms",
+        s.nearest_tolerance_ms,
+        0..=60_000,
+    );
     let h = &file.health;
     let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
@@ -235,6 +252,10 @@ pub(super) fn settings(
         reload_poll: Duration::from_millis(file.server.reload_poll_ms),
         strategy: strategy?,
         discovery_timeout: Duration::from_millis(s.discovery_timeout_ms),
+        nearest_tolerance: Tolerance {
+            percent: s.nearest_tolerance_percent,
+            absolute: Duration::from_millis(s.nearest_tolerance_ms),
+        },
         on_access_window: window,
         stale_after_intervals: h.stale_after_intervals,
         check_budget: h.check_budget,
