@@ -180,17 +180,21 @@ where
 
 /// Issue 16.1: the connector with the slower path is chosen only when no
 /// near one is healthy; the explanation shows each candidate's RTT and why.
+///
+/// Needs the `sch_netem` kernel module, which the CI machine's kernel lacks
+/// (`tc` answers "Specified qdisc kind is unknown"): ignored by default,
+/// run with `cargo test -p central-authority --test nearest -- --ignored`
+/// where it exists. It fails, never skips, when the slow path cannot be
+/// built. `nearest_follows_the_smoothed_rtt_the_connectors_report` covers
+/// the selection with real sessions everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the sch_netem kernel module (absent on CI's kernel)"]
 async fn nearest_takes_the_slow_path_only_when_the_near_one_is_down() {
-    let slow = match SlowPath::create() {
-        Ok(p) => p,
-        Err(e) => {
-            println!(
-                "SKIPPED: cannot create a network namespace with netem here ({e}); needs root, iproute2 and the sch_netem kernel module"
-            );
-            return;
-        }
-    };
+    let slow = SlowPath::create().unwrap_or_else(|e| {
+        panic!(
+            "cannot create a network namespace with netem here ({e}); needs root, iproute2 and the sch_netem kernel module"
+        )
+    });
     let near_dns = dns("127.0.18.1").await;
     let far_dns = dns(&slow.far).await;
     // The CA's strategy stays healthy; the segment asks for nearest.
