@@ -51,6 +51,9 @@ pub struct Authority {
     token_throttle: crate::throttle::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
     enroll_throttle: crate::throttle::Throttle,
+    /// This process's id among the replicas sharing the store (set once
+    /// `run` knows its listeners).
+    replica_id: std::sync::OnceLock<String>,
 }
 
 /// Why the CA's trust state could not be opened.
@@ -86,7 +89,7 @@ impl Authority {
             path: dir.clone(),
             source,
         })?;
-        let location = config.settings.store.clone();
+        let location = config.settings.store.resolve(&dir);
         let store = Store::open(&location).map_err(|source| TrustError::Store {
             location: location.to_string(),
             source,
@@ -128,6 +131,7 @@ impl Authority {
             metrics: Metrics::default(),
             next_session: AtomicU64::new(1),
             policy_version: AtomicU64::new(0),
+            replica_id: std::sync::OnceLock::new(),
         }
     }
 
@@ -154,6 +158,16 @@ impl Authority {
     /// The on-access windows and coalescing.
     pub(crate) fn on_access(&self) -> &OnAccess {
         &self.on_access
+    }
+
+    /// This replica's id, once `run` set it.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.replica_id.get().map(String::as_str)
+    }
+
+    /// Sets this replica's id (the first call wins).
+    pub(crate) fn set_replica_id(&self, id: String) {
+        let _ = self.replica_id.set(id);
     }
 
     /// The database.

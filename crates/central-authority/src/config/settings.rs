@@ -209,7 +209,7 @@ pub(super) fn settings(
         .data_dir
         .as_ref()
         .map_or_else(|| base.join("reach-ca-data"), path);
-    let store = store_rules(&file.store, base, &data_dir, problems);
+    let store = store_rules(&file.store, base, problems);
     if let Some(id) = &file.replica.id
         && (id.is_empty() || id.len() > 128 || id.contains(','))
     {
@@ -286,7 +286,6 @@ pub const STORE_PASSWORD_ENV: &str = "REACH_STORE_PASSWORD";
 fn store_rules(
     store: &StoreSection,
     base: &Path,
-    data_dir: &Path,
     problems: &mut Vec<Problem>,
 ) -> Option<crate::store::StoreLocation> {
     use crate::store::StoreLocation;
@@ -299,7 +298,7 @@ fn store_rules(
             );
             return None;
         }
-        return Some(StoreLocation::Sqlite(data_dir.join("reach.db")));
+        return Some(StoreLocation::DataDir);
     };
     let url = url.expose().trim();
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {

@@ -34,7 +34,9 @@ use sqlite::SqliteStore;
 /// Where the store lives (`[store]`).
 #[derive(Clone, PartialEq)]
 pub enum StoreLocation {
-    /// An SQLite file (default: `reach.db` in the data directory).
+    /// `reach.db` in the data directory (the default).
+    DataDir,
+    /// An SQLite file.
     Sqlite(PathBuf),
     /// A PostgreSQL database.
     Postgres {
@@ -50,6 +52,7 @@ pub enum StoreLocation {
 impl std::fmt::Debug for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            StoreLocation::DataDir => write!(f, "sqlite:reach.db in the data directory"),
             StoreLocation::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
             StoreLocation::Postgres { url, .. } => write!(f, "{}", redact_url(url)),
         }
@@ -59,6 +62,16 @@ impl std::fmt::Debug for StoreLocation {
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl StoreLocation {
+    /// The location with the default made concrete for `data_dir`.
+    pub fn resolve(&self, data_dir: &std::path::Path) -> StoreLocation {
+        match self {
+            StoreLocation::DataDir => StoreLocation::Sqlite(data_dir.join("reach.db")),
+            other => other.clone(),
+        }
     }
 }
 
@@ -334,6 +347,11 @@ impl Store {
     /// Opens (creating if needed) and migrates the store at `location`.
     pub fn open(location: &StoreLocation) -> Result<Store, StoreError> {
         let backend = match location {
+            StoreLocation::DataDir => {
+                return Err(StoreError::Config(
+                    "the data directory's database needs resolving first".into(),
+                ));
+            }
             StoreLocation::Sqlite(path) => Backend::Sqlite(SqliteStore::open(path)?),
             StoreLocation::Postgres { url, password } => {
                 Backend::Postgres(PgStore::open(url, password.as_ref())?)
