@@ -47,19 +47,29 @@ pub struct Me {
 impl Me {
     /// This replica: `[replica] id` (default: the host name and the gRPC
     /// port) and `[replica] advertise` (default: the bound gRPC and HTTP
-    /// addresses).
+    /// addresses, the host name standing in for a wildcard address).
     pub fn new(state: &PolicyState, grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> Me {
         let s = state.settings();
-        let id = s.replica_id.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| "localhost".into());
-            format!("{host}:{}", grpc.port())
-        });
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let id = s
+            .replica_id
+            .clone()
+            .unwrap_or_else(|| format!("{host}:{}", grpc.port()));
+        // A wildcard listen address says nothing about where the replica
+        // is reached: the host name does.
+        let shown = |a: std::net::SocketAddr| {
+            if a.ip().is_unspecified() {
+                format!("{host}:{}", a.port())
+            } else {
+                a.to_string()
+            }
+        };
         let addresses = if s.advertise.is_empty() {
-            vec![grpc.to_string(), http.to_string()]
+            vec![shown(grpc), shown(http)]
         } else {
             s.advertise.clone()
         };

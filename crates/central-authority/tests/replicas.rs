@@ -99,10 +99,12 @@ async fn connected(ca: &Ca, name: &str) -> bool {
 async fn shut_down(conn: &mut Conn, what: &str) -> v1::Shutdown {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        match tokio::time::timeout_at(deadline, conn.next()).await {
-            Ok(Some(Out::Shutdown(s))) => return s,
-            Ok(Some(_)) => continue,
-            Ok(None) => panic!("{what}: stream ended without a Shutdown"),
+        match tokio::time::timeout_at(deadline, conn.rx.message()).await {
+            Ok(Ok(Some(v1::AuthorityMessage {
+                kind: Some(Out::Shutdown(s)),
+            }))) => return s,
+            Ok(Ok(Some(_))) => continue,
+            Ok(other) => panic!("{what}: stream ended without a Shutdown: {other:?}"),
             Err(_) => panic!("{what}: no Shutdown within 15 s"),
         }
     }

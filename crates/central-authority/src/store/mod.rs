@@ -919,3 +919,67 @@ suite!(
         (postgres_store(&url), postgres_store(&url))
     }
 );
+
+/// PostgreSQL only: a change made through one store is announced to the
+/// other (`NOTIFY` → `changes`), which is what wakes a replica's reconcile
+/// before its next periodic pass.
+#[cfg(test)]
+#[test]
+fn postgres_changes_are_announced_to_other_stores() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let (a, b) = (postgres_store(&url), postgres_store(&url));
+    let mut rx = a.changes().expect("PostgreSQL announces changes");
+    let wait = |rx: &mut watch::Receiver<u64>, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !rx.has_changed().expect("listener runs") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no change within 10 s: {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        rx.mark_unchanged();
+    };
+    // The listener announces itself once it listens.
+    wait(&mut rx, "LISTEN established");
+    assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
+    assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), 1);
+    wait(&mut rx, "revocation on the other store");
+    assert!(b.set_disabled("c1", true, 3).expect("db"));
+    wait(&mut rx, "disable on the other store");
+    assert!(Store::in_memory().expect("db").changes().is_none());
+}
+
+/// PostgreSQL only: `sslmode` is honoured (`require` refuses a server
+/// without TLS, naming why) and bad URLs are named.
+#[cfg(test)]
+#[test]
+fn postgres_sslmode_is_honoured_and_bad_urls_are_named() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let open = |url: String| {
+        Store::open(&StoreLocation::Postgres {
+            url,
+            password: None,
+        })
+    };
+    let required = url.replace("sslmode=disable", "sslmode=require");
+    let Err(e) = open(required) else {
+        panic!("a server without TLS is refused under sslmode=require")
+    };
+    assert!(e.to_string().contains("TLS"), "{e}");
+    let Err(e) = open(url.replace("sslmode=disable", "sslmode=sometimes")) else {
+        panic!("an unknown sslmode is refused")
+    };
+    assert!(e.to_string().contains("sslmode \"sometimes\""), "{e}");
+    let Err(e) = open(format!("{url}&sslrootcert=/nonexistent/ca.pem")) else {
+        panic!("a missing sslrootcert is refused")
+    };
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    // `prefer` falls back to plain text on this server.
+    let preferred = open(url.replace("sslmode=disable", "sslmode=prefer")).expect("prefer");
+    assert!(preferred.connectors().expect("db").is_empty());
+}
