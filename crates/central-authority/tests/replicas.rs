@@ -139,10 +139,13 @@ async fn revocations_cross_replicas(a: &Ca, b: &Ca) {
         )
         .await;
     assert_eq!(s, 200, "{body}");
+    let revoked_at = std::time::Instant::now();
     let local = shut_down(&mut on_b, "c1 on B (where it was revoked)").await;
     assert!(local.reason.contains("revoked"), "{local:?}");
     let remote = shut_down(&mut on_a, "c1 on A (revoked on B)").await;
     assert!(remote.reason.contains("revoked"), "{remote:?}");
+    // Reported, not asserted: speed is for benchmarks.
+    eprintln!("revoke on B to Shutdown on A: {:?}", revoked_at.elapsed());
     eventually("A lists c1 disconnected", || async {
         !connected(a, "c1").await
     })

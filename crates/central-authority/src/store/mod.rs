@@ -800,6 +800,12 @@ mod suite {
         let seen = b.certificates(&serials).expect("db");
         assert_eq!(seen["01"].revoked, Some((2, "test".to_owned())));
         assert!(seen["02"].disabled);
+        // Many serials at once (past one statement's chunk).
+        let many: Vec<String> = (0..1200)
+            .map(|i| format!("x{i}"))
+            .chain(serials.iter().cloned())
+            .collect();
+        assert_eq!(b.certificates(&many).expect("db").len(), 2);
 
         let replica = |id: &str, at: i64| ReplicaRecord {
             id: id.to_owned(),
@@ -942,8 +948,16 @@ fn postgres_changes_are_announced_to_other_stores() {
         }
         rx.mark_unchanged();
     };
-    // The listener announces itself once it listens.
-    wait(&mut rx, "LISTEN established");
+    // The listener announces itself once it listens (perhaps before the
+    // receiver subscribed: the count tells).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while *rx.borrow_and_update() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LISTEN not established within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
     assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), 1);
     wait(&mut rx, "revocation on the other store");

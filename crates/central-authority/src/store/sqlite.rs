@@ -522,11 +522,36 @@ impl SqliteStore {
         &self,
         serials: &[String],
     ) -> Result<std::collections::HashMap<String, CertRecord>, StoreError> {
+        // In chunks of at most 500 parameters (SQLite's limit is 32,766):
+        // one statement per chunk instead of one per session.
         let conn = lock(&self.conn);
         let mut out = std::collections::HashMap::new();
-        for serial in serials {
-            if let Some(r) = cert_record(&conn, serial)? {
-                out.insert(serial.clone(), r);
+        for chunk in serials.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            let mut stmt = conn.prepare(&format!(
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason,
+                        n.disabled, c.fingerprint, c.serial
+                 FROM certificates c JOIN connectors n ON n.name = c.connector
+                 WHERE c.serial IN ({marks})"
+            ))?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(chunk), |r| {
+                let revoked_ms: Option<i64> = r.get(3)?;
+                let reason: Option<String> = r.get(4)?;
+                Ok((
+                    r.get::<_, String>(7)?,
+                    CertRecord {
+                        connector: r.get(0)?,
+                        group: r.get(1)?,
+                        not_after_ms: r.get(2)?,
+                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                        disabled: r.get(5)?,
+                        fingerprint: r.get(6)?,
+                    },
+                ))
+            })?;
+            for row in rows {
+                let (serial, record) = row?;
+                out.insert(serial, record);
             }
         }
         Ok(out)
