@@ -107,6 +107,36 @@ fn postgres_message(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// The standing a certificate needs to renew: known, of that connector and
+/// group, unrevoked, unexpired, its connector not disabled.
+fn renewable(
+    old: Option<CertRecord>,
+    name: &str,
+    group: &str,
+    serial: &str,
+    now_ms: i64,
+) -> Result<(), RenewRefusal> {
+    let Some(old) = old else {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    };
+    if old.connector != name || old.group != group {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    }
+    if let Some((_, reason)) = old.revoked {
+        return Err(RenewRefusal::Revoked {
+            serial: serial.to_owned(),
+            reason,
+        });
+    }
+    if old.not_after_ms <= now_ms {
+        return Err(RenewRefusal::Expired(serial.to_owned()));
+    }
+    if old.disabled {
+        return Err(RenewRefusal::Disabled(name.to_owned()));
+    }
+    Ok(())
+}
+
 /// Addresses as stored (comma-separated) back into a list.
 fn split_addresses(s: &str) -> Vec<String> {
     s.split(',')
@@ -467,6 +497,19 @@ impl Store {
     /// `revoke_old_at_ms` (an earlier grace is kept, never extended).
     pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
         each!(self, s => s.renew(r))
+    }
+
+    /// Whether the certificate `serial` could renew now (a read only; the
+    /// renewal itself checks again in its transaction): lets the CA refuse
+    /// before it signs anything.
+    pub fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        each!(self, s => s.renewable(name, group, serial, now_ms))
     }
 
     /// Revokes every superseded certificate whose grace has passed; returns

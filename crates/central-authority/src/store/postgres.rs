@@ -595,6 +595,17 @@ impl PgStore {
         self.block(async { serializable!(self, |tx| { renew(tx, r).await }) })
     }
 
+    pub(crate) fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let old = self.certificate(serial)?;
+        Ok(super::renewable(old, name, group, serial, now_ms))
+    }
+
     pub(crate) fn revoke_after_grace(
         &self,
         now_ms: i64,
@@ -888,23 +899,9 @@ async fn renew(
     let (serial, fingerprint) = (r.serial, r.fingerprint);
     let (now_ms, not_after_ms, revoke_old_at_ms) = (r.now_ms, r.not_after_ms, r.revoke_old_at_ms);
     {
-        let Some(old) = cert_record(tx, &old_serial).await? else {
-            return Ok(Err(RenewRefusal::Unknown(old_serial)));
-        };
-        if old.connector != name || old.group != group {
-            return Ok(Err(RenewRefusal::Unknown(old_serial)));
-        }
-        if let Some((_, reason)) = old.revoked {
-            return Ok(Err(RenewRefusal::Revoked {
-                serial: old_serial,
-                reason,
-            }));
-        }
-        if old.not_after_ms <= now_ms {
-            return Ok(Err(RenewRefusal::Expired(old_serial)));
-        }
-        if old.disabled {
-            return Ok(Err(RenewRefusal::Disabled(name)));
+        let old = cert_record(tx, &old_serial).await?;
+        if let Err(refused) = super::renewable(old, &name, &group, &old_serial, now_ms) {
+            return Ok(Err(refused));
         }
         tx.execute(
             "INSERT INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)

@@ -382,23 +382,8 @@ impl SqliteStore {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old = cert_record(&tx, r.old_serial)?;
-        let Some(old) = old else {
-            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
-        };
-        if old.connector != r.name || old.group != r.group {
-            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
-        }
-        if let Some((_, reason)) = old.revoked {
-            return Ok(Err(RenewRefusal::Revoked {
-                serial: r.old_serial.to_owned(),
-                reason,
-            }));
-        }
-        if old.not_after_ms <= r.now_ms {
-            return Ok(Err(RenewRefusal::Expired(r.old_serial.to_owned())));
-        }
-        if old.disabled {
-            return Ok(Err(RenewRefusal::Disabled(r.name.to_owned())));
+        if let Err(refused) = super::renewable(old, r.name, r.group, r.old_serial, r.now_ms) {
+            return Ok(Err(refused));
         }
         tx.execute(
             "INSERT OR IGNORE INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
@@ -420,6 +405,18 @@ impl SqliteStore {
         )?;
         tx.commit()?;
         Ok(Ok(()))
+    }
+
+    /// Whether the certificate `serial` could renew now (a read only).
+    pub(crate) fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let old = cert_record(&lock(&self.conn), serial)?;
+        Ok(super::renewable(old, name, group, serial, now_ms))
     }
 
     /// Revokes every superseded certificate whose grace has passed; returns
