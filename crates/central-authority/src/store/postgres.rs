@@ -786,104 +786,101 @@ async fn enroll(
     let (name, group, key) = (c.name.to_owned(), c.group.to_owned(), c.key_sha256);
     let (serial, fingerprint) = (c.serial, c.fingerprint);
     let (max_uses, now_ms, not_after_ms) = (c.max_uses, c.now_ms, c.not_after_ms);
-    {
-        let key_row = tx
-            .query_opt(
-                "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
-                &[&group, &key],
+    let key_row = tx
+        .query_opt(
+            "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
+            &[&group, &key],
+        )
+        .await?;
+    let (uses, revoked): (i64, Option<i64>) = key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
+    if revoked.is_some() {
+        return Ok(Err(EnrollRefusal::KeyRevoked(group)));
+    }
+    if uses >= i64::from(max_uses) {
+        return Ok(Err(EnrollRefusal::KeyExhausted {
+            group,
+            uses: to_u32(uses),
+            max: max_uses,
+        }));
+    }
+    let existing = tx
+        .query_opt(
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
+        existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+    match existing {
+        // A deleted connector's row is reused: the name is free.
+        Some((_, _, _, Some(_))) => {
+            tx.execute(
+                "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
+                         changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
+                     WHERE name = $1",
+                &[&name, &group, &now_ms],
             )
             .await?;
-        let (uses, revoked): (i64, Option<i64>) =
-            key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
-        if revoked.is_some() {
-            return Ok(Err(EnrollRefusal::KeyRevoked(group)));
         }
-        if uses >= i64::from(max_uses) {
-            return Ok(Err(EnrollRefusal::KeyExhausted {
-                group,
-                uses: to_u32(uses),
-                max: max_uses,
-            }));
+        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name))),
+        Some((other, false, _, None)) if other != group => {
+            return Ok(Err(EnrollRefusal::OtherGroup { name, group: other }));
         }
-        let existing = tx
-                .query_opt(
-                    "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
-                    &[&name],
+        Some((_, false, allowed_until, None)) => {
+            let valid: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM certificates
+                         WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
+                    &[&name, &now_ms],
                 )
-                .await?;
-        let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
-            existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
-        match existing {
-            // A deleted connector's row is reused: the name is free.
-            Some((_, _, _, Some(_))) => {
+                .await?
+                .get(0);
+            if valid > 0 {
+                if allowed_until.is_none_or(|until| now_ms > until) {
+                    return Ok(Err(EnrollRefusal::NameTaken(name)));
+                }
+                // The administrator's permission is for one enrollment.
                 tx.execute(
-                    "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
-                             changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
-                         WHERE name = $1",
-                    &[&name, &group, &now_ms],
-                )
-                .await?;
-            }
-            Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name))),
-            Some((other, false, _, None)) if other != group => {
-                return Ok(Err(EnrollRefusal::OtherGroup { name, group: other }));
-            }
-            Some((_, false, allowed_until, None)) => {
-                let valid: i64 = tx
-                    .query_one(
-                        "SELECT COUNT(*) FROM certificates
-                             WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
+                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
                         &[&name, &now_ms],
                     )
-                    .await?
-                    .get(0);
-                if valid > 0 {
-                    if allowed_until.is_none_or(|until| now_ms > until) {
-                        return Ok(Err(EnrollRefusal::NameTaken(name)));
-                    }
-                    // The administrator's permission is for one enrollment.
-                    tx.execute(
-                            "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
-                            &[&name, &now_ms],
-                        )
-                        .await?;
-                }
-            }
-            None => {
-                tx.execute(
-                    "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
-                         VALUES ($1, $2, FALSE, $3, $3)",
-                    &[&name, &group, &now_ms],
-                )
-                .await?;
+                    .await?;
             }
         }
-        tx.execute(
-                "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES ($1, $2, 1, $3)
-                 ON CONFLICT (grp, key_sha256)
-                 DO UPDATE SET uses = provisioning_keys.uses + 1, last_used_ms = $3",
-                &[&group, &key, &now_ms],
+        None => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
+                     VALUES ($1, $2, FALSE, $3, $3)",
+                &[&name, &group, &now_ms],
             )
             .await?;
-        let superseded = tx
-            .execute(
-                "UPDATE certificates SET revoked_ms = $2,
-                         revoked_reason = 'superseded by a new enrollment'
-                     WHERE connector = $1 AND revoked_ms IS NULL",
-                &[&name, &now_ms],
-            )
-            .await?;
-        tx.execute(
-                "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
-            )
-            .await?;
-        if superseded > 0 {
-            notify(tx, &name).await?;
         }
-        Ok(Ok(()))
     }
+    tx.execute(
+        "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES ($1, $2, 1, $3)
+             ON CONFLICT (grp, key_sha256)
+             DO UPDATE SET uses = provisioning_keys.uses + 1, last_used_ms = $3",
+        &[&group, &key, &now_ms],
+    )
+    .await?;
+    let superseded = tx
+        .execute(
+            "UPDATE certificates SET revoked_ms = $2,
+                     revoked_reason = 'superseded by a new enrollment'
+                 WHERE connector = $1 AND revoked_ms IS NULL",
+            &[&name, &now_ms],
+        )
+        .await?;
+    tx.execute(
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+    )
+    .await?;
+    if superseded > 0 {
+        notify(tx, &name).await?;
+    }
+    Ok(Ok(()))
 }
 
 /// The renewal transaction's body (see `Store::renew`).
@@ -898,27 +895,25 @@ async fn renew(
     );
     let (serial, fingerprint) = (r.serial, r.fingerprint);
     let (now_ms, not_after_ms, revoke_old_at_ms) = (r.now_ms, r.not_after_ms, r.revoke_old_at_ms);
-    {
-        let old = cert_record(tx, &old_serial).await?;
-        if let Err(refused) = super::renewable(old, &name, &group, &old_serial, now_ms) {
-            return Ok(Err(refused));
-        }
-        tx.execute(
-            "INSERT INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
-                 SELECT serial, connector, $2, $3 FROM certificates
-                 WHERE connector = $1 AND revoked_ms IS NULL
-                 ON CONFLICT (serial) DO NOTHING",
-            &[&name, &now_ms, &revoke_old_at_ms],
-        )
-        .await?;
-        tx.execute(
-                "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
-            )
-            .await?;
-        Ok(Ok(()))
+    let old = cert_record(tx, &old_serial).await?;
+    if let Err(refused) = super::renewable(old, &name, &group, &old_serial, now_ms) {
+        return Ok(Err(refused));
     }
+    tx.execute(
+        "INSERT INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
+             SELECT serial, connector, $2, $3 FROM certificates
+             WHERE connector = $1 AND revoked_ms IS NULL
+             ON CONFLICT (serial) DO NOTHING",
+        &[&name, &now_ms, &revoke_old_at_ms],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+    )
+    .await?;
+    Ok(Ok(()))
 }
 
 /// Listens for other replicas' changes and bumps `changes` on each (and
