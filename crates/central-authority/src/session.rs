@@ -228,6 +228,7 @@ async fn run_session(
         LiveSession {
             id,
             label: format!("{}-{:08x}", id, rand::random::<u32>()),
+            cert_serial: cert.as_ref().map(|c| c.serial.clone()),
             tx,
             kill: kill.clone(),
         },
