@@ -304,15 +304,20 @@ fn reconcile(
         }
         keep
     });
+    let several = wanted.len() > 1;
     for (addr, target) in wanted {
         if attached.contains_key(&addr) {
             continue;
+        }
+        let mut options = options.clone();
+        if several {
+            options.reconnect_max = session::REPLICA_BACKOFF_MAX;
         }
         tracing::info!(ca = %target.label(), "attaching to a CA replica");
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(session::run(
             target.clone(),
-            options.clone(),
+            options,
             parts.clone(),
             stop_rx,
             lost.clone(),

@@ -387,6 +387,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
         ceilings: config.ceilings(),
+        reconnect_max: session::BACKOFF_MAX,
     };
     let parts = session::Parts {
         scheduler,

@@ -48,6 +48,11 @@ use crate::schedule::{AppReport, DEFAULT_WINDOW};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest reconnect delay (before jitter).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Longest reconnect delay (before jitter) to one of several CA replicas:
+/// a replica that restarts must have every connector back within seconds
+/// (its table is whole within two report intervals), and retrying one
+/// address of several every few seconds costs little.
+pub const REPLICA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long the CA has to send its Welcome.
@@ -124,7 +129,12 @@ pub fn backoff_cap(attempt: u32) -> Duration {
 
 /// Full jitter: a uniformly random delay up to the cap.
 pub fn backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
-    let cap = u64::try_from(backoff_cap(attempt).as_millis()).unwrap_or(u64::MAX);
+    backoff_within(attempt, BACKOFF_MAX, rng)
+}
+
+/// Full jitter up to the cap, the cap held to `max`.
+pub fn backoff_within(attempt: u32, max: Duration, rng: &mut impl rand::Rng) -> Duration {
+    let cap = u64::try_from(backoff_cap(attempt).min(max).as_millis()).unwrap_or(u64::MAX);
     Duration::from_millis(rng.random_range(0..=cap))
 }
 
@@ -170,6 +180,9 @@ pub struct SessionOptions {
     /// The most the CA may ask for (`--max-checks-per-second`,
     /// `--max-check-timeout-ms`).
     pub ceilings: Ceilings,
+    /// Longest reconnect backoff: [`BACKOFF_MAX`], or
+    /// [`REPLICA_BACKOFF_MAX`] for one of several replicas.
+    pub reconnect_max: Duration,
 }
 
 /// Everything the sessions drive.
@@ -231,7 +244,7 @@ pub async fn run(
             parts.assignments.left(id, &options, &parts).await;
             id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let mut delay = backoff(attempt, &mut rand::rng());
+        let mut delay = backoff_within(attempt, options.reconnect_max, &mut rand::rng());
         attempt = attempt.saturating_add(1);
         match ended {
             Ok(()) => return,
@@ -785,6 +798,7 @@ mod tests {
             check_timeout: Duration::from_secs(1),
             renewals: None,
             ceilings: Ceilings::default(),
+            reconnect_max: BACKOFF_MAX,
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");
@@ -805,6 +819,7 @@ mod tests {
                 checks_per_second: max_rate,
                 check_timeout: Duration::from_millis(max_timeout_ms),
             },
+            reconnect_max: BACKOFF_MAX,
         }
     }
 

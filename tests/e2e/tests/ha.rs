@@ -22,7 +22,7 @@ use test_support::Segment;
 const LIMIT: Duration = Duration::from_secs(180);
 const NAME: &str = "ca.reach.test";
 const CONNECTORS: [&str; 3] = ["c1", "c2", "c3"];
-const INTERVAL: Duration = Duration::from_secs(3);
+const INTERVAL: Duration = Duration::from_secs(4);
 
 /// The replicas' one policy file, for the replica listening on `grpc` / `http`.
 fn replica_config(sc: &Scenario, grpc: SocketAddr, http: SocketAddr) -> String {
