@@ -25,10 +25,10 @@ async fn until_seen(ca: &mut Authority, what: &str, mut want: impl FnMut(&Seen) 
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         assert!(!left.is_zero(), "timed out waiting for: {what}");
-        if let Ok(Some(seen)) = tokio::time::timeout(left, ca.seen.recv()).await {
-            if want(&seen) {
-                return;
-            }
+        if let Ok(Some(seen)) = tokio::time::timeout(left, ca.seen.recv()).await
+            && want(&seen)
+        {
+            return;
         }
     }
 }
