@@ -477,13 +477,15 @@ async fn connectors(
 #[serde(deny_unknown_fields)]
 pub(crate) struct AccessBody {
     /// The host the user asked for (FQDN or IP).
+    #[schema(schema_with = crate::openapi::request_host)]
     host: String,
     /// `tcp` or `udp`.
     #[schema(schema_with = crate::openapi::protocol)]
     protocol: String,
-    /// 1-65535.
-    #[schema(minimum = 1, maximum = 65535)]
-    port: i64,
+    /// 1-65535 (an integral number such as `80.0` is accepted: JSON
+    /// Schema counts it as an integer).
+    #[schema(value_type = i64, minimum = 1, maximum = 65535)]
+    port: serde_json::Number,
 }
 
 /// `POST /api/v1/access`'s answer when a connector was selected.
@@ -515,8 +517,15 @@ pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> 
         .protocol
         .parse::<Protocol>()
         .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
-    let port = u32::try_from(body.port)
-        .map_err(|_| ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port)))?;
+    let integral = body.port.as_i64().or_else(|| {
+        body.port
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+            .map(|f| f as i64)
+    });
+    let port = integral
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port)))?;
     Ok(AccessRequest {
         host: body.host,
         protocol,

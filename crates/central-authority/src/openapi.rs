@@ -244,6 +244,30 @@ pub fn failure() -> Object {
     )
 }
 
+/// An access request's host: a DNS name by `policy::Host`'s rules (labels
+/// of letters, digits, `-` and `_`, not starting or ending with `-`, at most
+/// 63 bytes; at most 253 bytes), an IPv4 or an IPv6 address.
+pub fn request_host() -> RefOr<Schema> {
+    const LABEL: &str = "[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?";
+    utoipa::openapi::schema::OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(format!(r"^{LABEL}(\.{LABEL})*\.?$")))
+                .max_length(Some(253))
+                .description(Some("a DNS name or an IPv4 address")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(utoipa::openapi::SchemaFormat::Custom("ipv6".into())))
+                .description(Some("an IPv6 address")),
+        )
+        .description(Some("the host the user asked for"))
+        .examples(["jira.lanukcorp.com", "10.1.1.1"])
+        .into()
+}
+
 /// A transport protocol.
 pub fn protocol() -> Object {
     string_enum(
