@@ -525,7 +525,9 @@ pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> 
     });
     let port = integral
         .and_then(|p| u32::try_from(p).ok())
-        .ok_or_else(|| ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port)))?;
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port))
+        })?;
     Ok(AccessRequest {
         host: body.host,
         protocol,

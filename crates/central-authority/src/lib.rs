@@ -10,6 +10,7 @@
 pub mod access;
 pub mod auth;
 pub mod authority;
+pub mod cli;
 pub mod config;
 pub mod dashboard;
 pub mod error;

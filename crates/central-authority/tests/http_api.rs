@@ -212,3 +212,169 @@ async fn every_documented_operation_is_served() {
     );
     ca.stop().await;
 }
+
+/// `central-authority api …` (the real binary) against a real CA.
+#[derive(Clone)]
+struct Cli {
+    url: String,
+    ca_cert: std::path::PathBuf,
+    token_file: std::path::PathBuf,
+}
+
+impl Cli {
+    fn new(ca: &Ca, token: &str) -> Cli {
+        let dir = scratch_dir("cli");
+        let ca_cert = dir.join("ca.pem");
+        std::fs::write(&ca_cert, ca.root()).expect("write root");
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, format!("{token}\n")).expect("write token");
+        Cli {
+            url: format!("https://{}", ca.http),
+            ca_cert,
+            token_file,
+        }
+    }
+
+    /// Runs `central-authority api ARGS…`: (exit code, stdout, stderr).
+    async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_central-authority"));
+        cmd.arg("api")
+            .arg("--url")
+            .arg(&self.url)
+            .arg("--ca-cert")
+            .arg(&self.ca_cert)
+            .arg("--token-file")
+            .arg(&self.token_file)
+            .args(args)
+            .env_remove("REACH_API_TOKEN");
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .expect("join")
+            .expect("run the CLI");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+#[tokio::test]
+async fn cli_access_exit_codes_tables_and_admin_actions() {
+    let ca = Ca::start(&config()).await;
+    let admin = Cli::new(&ca, ADMIN_TOKEN);
+
+    // Refused (no connector yet): exit 3 with the reason and explanation.
+    let (code, out, err) = admin.run(&["access", "jira.test.reach", "tcp", "80"]).await;
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.starts_with("refused: no_connector: "), "{out}");
+    assert!(
+        out.contains("segment: jira (entry jira.test.reach, mode continuous"),
+        "{out}"
+    );
+
+    // A connector reports the application up: selected, exit 0.
+    let (c1, _) = connect(&ca, "c1", "dc-east").await;
+    c1.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    let web = ca.web();
+    eventually("c1's report lands", || async {
+        web.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (code, out, err) = admin.run(&["access", "jira.test.reach", "tcp", "80"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with("selected: connector c1 (group dc-east, segment jira)"),
+        "{out}"
+    );
+    assert!(out.contains("CANDIDATE") && out.contains("c1"), "{out}");
+    let (code, out, _) = admin
+        .run(&["--json", "access", "jira.test.reach", "tcp", "80"])
+        .await;
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["connector"], "c1");
+
+    // Health as a table, filtered by status, and as JSON.
+    let (code, out, err) = admin.run(&["health", "--status", "up"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("SEGMENT"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("jira.test.reach") && l.contains("c1=up")),
+        "{out}"
+    );
+    assert!(lines.iter().skip(1).all(|l| l.contains(" up ")), "{out}");
+    let (_, out, _) = admin.run(&["--json", "health", "--segment", "lab"]).await;
+    let v = json(&out);
+    assert!(
+        v["applications"]
+            .as_array()
+            .expect("applications")
+            .iter()
+            .all(|a| a["segment"] == "lab"),
+        "{v}"
+    );
+
+    // Connectors, and the admin actions.
+    let (code, out, _) = admin.run(&["connectors"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c1 ") && l.contains("dc-east") && l.contains("yes")),
+        "{out}"
+    );
+    let (code, out, err) = admin.run(&["connectors", "disable", "c1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), "disabled=true name=c1");
+    let (_, out, _) = admin.run(&["--json", "connectors"]).await;
+    let v = json(&out);
+    assert_eq!(v["connectors"][0]["disabled"], true, "{v}");
+    let (code, _, err) = admin.run(&["connectors", "enable", "nobody"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("404: not_found: no enrolled connector \"nobody\""),
+        "{err}"
+    );
+
+    // Keys.
+    let (code, out, _) = admin.run(&["keys", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("dc-west") && out.contains("USABLE"), "{out}");
+    let (code, out, _) = admin.run(&["keys", "revoke", "dc-west"]).await;
+    assert_eq!((code, out.trim()), (0, "group=dc-west revoked=true"));
+
+    // A read token cannot act: an error (exit 1), not a refusal.
+    let reader = Cli::new(&ca, READ_TOKEN);
+    let (code, _, err) = reader.run(&["connectors", "revoke", "c1"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("403: forbidden"), "{err}");
+    // Usage errors: exit 2.
+    let ftp = Cli {
+        url: "ftp://x".into(),
+        ..reader.clone()
+    };
+    let (code, _, err) = ftp.run(&["connectors"]).await;
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = reader.run(&["access", "h", "tcp"]).await;
+    assert_eq!(code, 2);
+    // Nothing listening: exit 1.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port");
+    let nobody = Cli {
+        url: format!("https://{closed}"),
+        ..reader.clone()
+    };
+    let (code, _, err) = nobody.run(&["health"]).await;
+    assert_eq!(code, 1, "{err}");
+    drop(c1);
+    ca.stop().await;
+}
