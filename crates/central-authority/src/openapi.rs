@@ -612,7 +612,7 @@ pub fn operations() -> Vec<Op> {
             "segment": "jira", "matched_entry": "jira.lanukcorp.com", "strategy": "healthy",
             "mode": "continuous",
             "candidates": [{"connector": "c1", "group": "dc-east", "connected": true,
-                            "status": "up", "eligible": true, "reason": "reports it up"}],
+                            "status": "up", "eligible": true, "reason": "reports the application up"}],
             "eligible_groups": [], "chosen_group": null, "forwarded_to": [],
             "discovery_waited": false, "discovery_ms": 0,
         },
