@@ -26,6 +26,7 @@ tasks:
   schemathesis [SECONDS]  validate docs/openapi.json (openapi-spec-validator) and
           run schemathesis against a real CA on loopback for SECONDS (default 300;
           `ci` runs it for 30); Python tools in a venv under target/schemathesis
+  manifests   deploy/kubernetes against the Kubernetes schemas (kubernetes-validate)
   fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
           `cargo xtask fuzz 300` gives each target 300 s
   e2e     build release binaries and run every end-to-end scenario
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
         Some("test") => test().map(|()| summary()),
         Some("monitoring") => monitoring(),
         Some("schemathesis") => schemathesis(&args[1..]),
+        Some("manifests") => manifests(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
@@ -153,6 +155,7 @@ fn ci() -> Result<()> {
     run(clippy, "clippy")?;
 
     monitoring()?;
+    manifests()?;
     test()?;
     schemathesis(&["30".to_owned()])?;
     e2e(&[])?;
@@ -196,6 +199,34 @@ fn monitoring() -> Result<()> {
         run(cmd, what)?;
     }
     Ok(())
+}
+
+/// Validates every manifest in `deploy/kubernetes` against the Kubernetes
+/// API schemas, strictly (unknown fields are errors), offline, with the
+/// `kubernetes-validate` package from PyPI.
+fn manifests() -> Result<()> {
+    let installed = Command::new("kubernetes-validate")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!(
+            "kubernetes-validate is not installed: `pip install kubernetes-validate` (.ci/run does this)"
+        );
+    }
+    let dir = root().join("deploy/kubernetes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no manifests in {}", dir.display());
+    }
+    let mut cmd = Command::new("kubernetes-validate");
+    cmd.args(["--strict", "--quiet"]).args(&files);
+    run(cmd, "kubernetes-validate")
 }
 
 /// The fuzz targets (`fuzz/fuzz_targets/*.rs`).

@@ -114,7 +114,17 @@ const REFUSALS: [RefusalReason; 6] = [
 
 /// Fails to compile when policy gains a variant the lists here miss.
 #[allow(dead_code)]
-fn exhaustive(r: RefusalReason, s: Status, m: Method, f: FailureKind, h: HealthReporting) {
+fn exhaustive(
+    r: RefusalReason,
+    s: Status,
+    m: Method,
+    f: FailureKind,
+    h: HealthReporting,
+    st: Strategy,
+) {
+    match st {
+        Strategy::Healthy | Strategy::Group | Strategy::Nearest => {}
+    }
     match r {
         RefusalReason::NoSegment
         | RefusalReason::PortNotInSegment
@@ -292,7 +302,7 @@ pub fn health_reporting() -> Object {
 
 fn strategy() -> Object {
     string_enum(
-        names(&[Strategy::Healthy, Strategy::Group]),
+        names(&[Strategy::Healthy, Strategy::Group, Strategy::Nearest]),
         "the selection strategy in force",
         false,
     )
@@ -479,6 +489,15 @@ fn reason() -> Object {
     )
 }
 
+/// `GET /api/v1/replicas`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplicasBody {
+    /// The id of the replica that answered (null without a shared store).
+    pub this: Option<String>,
+    /// Every replica the store knows.
+    pub replicas: Vec<crate::replicas::ReplicaView>,
+}
+
 /// `GET /api/v1/provisioning_keys`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProvisioningKeysBody {
@@ -532,6 +551,7 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::http::AccessBody>(&mut out);
     add::<crate::http::SelectedBody>(&mut out);
     add::<ErrorBody>(&mut out);
+    add::<ReplicasBody>(&mut out);
     add::<ProvisioningKeysBody>(&mut out);
     add::<KeyRevokedBody>(&mut out);
     add::<ConnectorActionBody>(&mut out);
@@ -694,6 +714,25 @@ pub fn operations() -> Vec<Op> {
                         "check_budget": 6000, "load": null, "connected_since": 1_764_000_000_000u64,
                         "last_seen": 1_764_000_005_000u64, "enrolled": true, "disabled": false,
                         "certificate_not_after": 1_795_536_000_000u64, "certificates": []}]}))}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/replicas",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listReplicas",
+                "summary": "The CA replicas sharing this one's store: heartbeat, version, policy hash",
+                "tags": ["operations"],
+                "responses": {
+                    "200": {"description": "every replica the store knows",
+                        "content": json_body("ReplicasBody", json!({"this": "ca-1", "replicas": [{
+                            "id": "ca-1", "addresses": ["10.0.0.1:7443"], "version": "0.1.0",
+                            "started_at": 1_764_000_000_000u64, "last_heartbeat": 1_764_000_005_000u64,
+                            "policy_hash": "3f2a…", "live": true, "this": true}]}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
             }),
         },
         Op {
