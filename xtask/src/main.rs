@@ -23,6 +23,9 @@ tasks:
           can be produced)
   test    all unit and integration tests (no e2e)
   monitoring  promtool checks and unit tests of deploy/prometheus
+  schemathesis [SECONDS]  validate docs/openapi.json (openapi-spec-validator) and
+          run schemathesis against a real CA on loopback for SECONDS (default 300;
+          `ci` runs it for 30); Python tools in a venv under target/schemathesis
   manifests   deploy/kubernetes against the Kubernetes schemas (kubernetes-validate)
   fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
           `cargo xtask fuzz 300` gives each target 300 s
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("test") => test().map(|()| summary()),
         Some("monitoring") => monitoring(),
+        Some("schemathesis") => schemathesis(&args[1..]),
         Some("manifests") => manifests(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
         Some("fuzz") => fuzz(&args[1..]),
@@ -153,6 +157,7 @@ fn ci() -> Result<()> {
     monitoring()?;
     manifests()?;
     test()?;
+    schemathesis(&["30".to_owned()])?;
     e2e(&[])?;
     fuzz(&[])?;
     // Benchmarks are not tests: CI only checks that every figure can still
@@ -395,4 +400,164 @@ fn bench(extra: &[String]) -> Result<()> {
         driver.args(["--only", only]);
     }
     run(driver, "load driver")
+}
+
+/// The Python tools `schemathesis` installs into its venv, pinned.
+const PYTHON_TOOLS: &[&str] = &["schemathesis==4.32.5", "openapi-spec-validator==0.9.0"];
+/// The API token the schemathesis run sends (scope `admin`: every route).
+const SCHEMATHESIS_TOKEN: &str = "schemathesis-admin-token-0123456789";
+
+/// `cargo xtask schemathesis [SECONDS]`: validates `docs/openapi.json` with
+/// openapi-spec-validator, starts a CA (debug build) on loopback with a
+/// scratch data directory and an admin token, and runs schemathesis against
+/// its served document for SECONDS with every check (no 5xx but documented
+/// refusals, statuses, content types and bodies as documented; see
+/// `xtask/schemathesis/schemathesis.toml`). The tools live in a venv under
+/// `target/schemathesis/venv` (python3 -m venv + pip, once).
+fn schemathesis(extra: &[String]) -> Result<()> {
+    let seconds: u64 = match extra.first() {
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("schemathesis: {s:?} is not a number of seconds"))?,
+        None => 300,
+    };
+    let dir = target_dir().join("schemathesis");
+    let venv = dir.join("venv");
+    let bin = venv.join("bin");
+    let ready = PYTHON_TOOLS.iter().all(|t| {
+        let name = t.split("==").next().unwrap_or(t);
+        bin.join(name).exists()
+    }) && std::fs::read_to_string(venv.join("reach-tools"))
+        .ok()
+        .as_deref()
+        == Some(PYTHON_TOOLS.join(" ").as_str());
+    if !ready {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let mut make = Command::new(&python);
+        make.args(["-m", "venv"]).arg(&venv);
+        run(make, "python venv")?;
+        let mut pip = Command::new(bin.join("pip"));
+        pip.args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(PYTHON_TOOLS);
+        run(pip, "pip install")?;
+        std::fs::write(venv.join("reach-tools"), PYTHON_TOOLS.join(" "))?;
+    }
+    let mut validate = Command::new(bin.join("openapi-spec-validator"));
+    validate.arg(root().join("docs/openapi.json"));
+    run(validate, "openapi-spec-validator")?;
+
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--locked",
+        "-p",
+        "central-authority",
+        "--bin",
+        "central-authority",
+    ]);
+    run(build, "CA build")?;
+    let ca = SchemathesisCa::start(&dir)?;
+    let mut st = Command::new(bin.join("schemathesis"));
+    st.current_dir(&dir)
+        .arg("--config-file")
+        .arg(root().join("xtask/schemathesis/schemathesis.toml"))
+        .arg("run")
+        .arg(format!("https://{}/api/v1/openapi.json", ca.http))
+        .arg("--tls-verify")
+        .arg(ca.data.join("ca.pem"))
+        .args(["-H", &format!("Authorization: Bearer {SCHEMATHESIS_TOKEN}")])
+        .args(["--checks", "all", "--workers", "1", "--no-color"])
+        .args(["--max-time", &seconds.to_string()]);
+    let result = run(st, "schemathesis");
+    drop(ca);
+    result
+}
+
+/// A CA process for the schemathesis run, killed on drop.
+struct SchemathesisCa {
+    child: std::process::Child,
+    http: std::net::SocketAddr,
+    data: PathBuf,
+}
+
+impl SchemathesisCa {
+    fn start(dir: &Path) -> Result<SchemathesisCa> {
+        let data = dir.join("ca-data");
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+        // Free ports: bound, read, released (loopback; nothing else races here).
+        let free = || -> Result<std::net::SocketAddr> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+        };
+        let (http, grpc) = (free()?, free()?);
+        let config = dir.join("ca.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"# Written by `cargo xtask schemathesis`.
+[server]
+grpc_listen = "{grpc}"
+http_listen = "{http}"
+data_dir = "{data}"
+
+[[api_tokens]]
+name = "schemathesis"
+token = "{SCHEMATHESIS_TOKEN}"
+scopes = ["admin"]
+
+[[connector_groups]]
+name = "dc-east"
+provisioning_key = "schemathesis-key-east-0123456789"
+
+[[segments]]
+name = "jira"
+applications = ["jira.test.reach", "127.0.0.21"]
+tcp_ports = ["80"]
+health_reporting = "continuous"
+connector_groups = ["dc-east"]
+
+[[segments]]
+name = "lab"
+applications = ["*.lab.test.reach", "10.99.0.0/16"]
+tcp_ports = ["8000-8100"]
+udp_ports = ["53"]
+health_reporting = "on_access"
+connector_groups = ["dc-east"]
+"#,
+                data = data.display()
+            ),
+        )?;
+        let log = std::fs::File::create(dir.join("ca.log"))?;
+        let child = Command::new(target_dir().join("debug").join("central-authority"))
+            .arg("--config")
+            .arg(&config)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the CA")?;
+        let mut ca = SchemathesisCa { child, http, data };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if ca.data.join("ca.pem").exists() && std::net::TcpStream::connect(http).is_ok() {
+                return Ok(ca);
+            }
+            if let Some(status) = ca.child.try_wait()? {
+                bail!(
+                    "the CA exited ({status}); see {}",
+                    dir.join("ca.log").display()
+                );
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("the CA did not listen on {http} within 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for SchemathesisCa {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

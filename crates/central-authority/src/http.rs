@@ -1,6 +1,7 @@
 //! The HTTP surface (axum): the Health dashboard at `/`, the JSON API
 //! (`/api/v1/health`, `/api/v1/connectors`, `POST /api/v1/access`),
-//! `/metrics` and `/healthz`, plus the admin API (scope `admin`):
+//! `/metrics`, `/healthz` and `/api/v1/openapi.json` (the API's OpenAPI
+//! document, `openapi`), plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
 //! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
 //! `DELETE /api/v1/connectors/{name}`.
@@ -12,6 +13,7 @@
 //!
 //! Refusal reasons map to statuses as follows (also in docs/decisions.md):
 //! `invalid_request` 400, `unauthorized` 401, `forbidden` 403,
+//! `cross_origin` 403, `unsupported_media_type` 415 (both from `guard`),
 //! `port_not_in_segment` 403, `no_segment` 404, and `no_connector`,
 //! `all_down`, `no_health_report`, `discovery_timeout` 503.
 
@@ -38,8 +40,15 @@ use crate::views::{ApplicationView, ConnectorView};
 
 type Shared = Arc<Authority>;
 
-/// The router over shared state.
+/// The router over shared state, behind the browser-safety guard (`guard`:
+/// JSON bodies only, no cross-origin state changes).
 pub fn router(authority: Arc<Authority>) -> Router {
+    routes(authority).layer(axum::middleware::from_fn(crate::guard::check))
+}
+
+/// Every route (`docs/openapi.json` documents each one; a test keeps them
+/// in step).
+fn routes(authority: Arc<Authority>) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/api/v1/health", get(health))
@@ -48,6 +57,7 @@ pub fn router(authority: Arc<Authority>) -> Router {
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/provisioning_keys", get(keys))
         .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
         .route("/api/v1/connectors/{name}/{action}", post(connector_action))
@@ -309,7 +319,9 @@ pub fn refusal_status(reason: RefusalReason) -> StatusCode {
     }
 }
 
-fn error_body(
+/// An error response: `{"error":{"reason","message"}}` (plus the access
+/// explanation, when there is one).
+pub(crate) fn error_body(
     status: StatusCode,
     reason: &str,
     message: &str,
@@ -399,13 +411,17 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct SegmentFilter {
+/// `GET /api/v1/health`'s query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct SegmentFilter {
+    /// Only the applications of this segment.
     segment: Option<String>,
 }
 
-#[derive(Serialize)]
-struct HealthBody {
+/// `GET /api/v1/health`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct HealthBody {
+    /// Every visible application.
     applications: Vec<ApplicationView>,
 }
 
@@ -419,9 +435,12 @@ async fn health(
     })
 }
 
-#[derive(Serialize)]
-struct ConnectorsBody {
+/// `GET /api/v1/connectors`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ConnectorsBody {
+    /// Every known connector, sorted by name.
     connectors: Vec<ConnectorView>,
+    /// The configured check budget per connector cycle.
     check_budget: u64,
 }
 
@@ -454,19 +473,32 @@ async fn connectors(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// `POST /api/v1/access`'s request.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AccessBody {
+pub(crate) struct AccessBody {
+    /// The host the user asked for (FQDN or IP).
+    #[schema(schema_with = crate::openapi::request_host)]
     host: String,
+    /// `tcp` or `udp`.
+    #[schema(schema_with = crate::openapi::protocol)]
     protocol: String,
-    port: i64,
+    /// 1-65535 (an integral number such as `80.0` is accepted: JSON
+    /// Schema counts it as an integer).
+    #[schema(value_type = i64, minimum = 1, maximum = 65535)]
+    port: serde_json::Number,
 }
 
-#[derive(Serialize)]
-struct SelectedBody {
+/// `POST /api/v1/access`'s answer when a connector was selected.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct SelectedBody {
+    /// The connector that carries the request.
     connector: String,
+    /// Its group.
     group: String,
+    /// The matched segment.
     segment: String,
+    /// How it was chosen.
     explanation: ExplanationView,
 }
 
@@ -486,8 +518,17 @@ pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> 
         .protocol
         .parse::<Protocol>()
         .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
-    let port = u32::try_from(body.port)
-        .map_err(|_| ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port)))?;
+    let integral = body.port.as_i64().or_else(|| {
+        body.port
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+            .map(|f| f as i64)
+    });
+    let port = integral
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port))
+        })?;
     Ok(AccessRequest {
         host: body.host,
         protocol,
@@ -527,6 +568,15 @@ async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Respo
 
 async fn healthz() -> &'static str {
     "ok\n"
+}
+
+/// `GET /api/v1/openapi.json`: the document (no token: it is public).
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document_text(),
+    )
+        .into_response()
 }
 
 fn storage(e: crate::store::StoreError) -> Response {

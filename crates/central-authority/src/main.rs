@@ -42,6 +42,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         format: LogFormat,
     },
+    /// Use the CA's HTTP API: health, connectors, access, admin actions.
+    /// Exit codes: 0 done (access: selected), 3 access refused, 1 error,
+    /// 2 usage.
+    Api(central_authority::cli::ApiArgs),
     /// Convert the commercial product's application segments (JSON) into
     /// `[[segments]]` TOML. Exit codes: 0 everything carried over, 3 some
     /// fields or server groups not, 4 some segments not, 1 nothing imported.
@@ -79,6 +83,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             group_map,
             output,
         }) => return import(file, group_map, output.as_deref()),
+        Some(Command::Api(args)) => return Ok(api(args).await),
         None => cli
             .config
             .context("--config FILE is required (or REACH_CONFIG)")?,
@@ -193,4 +198,18 @@ fn import(
         outcome.exit_code()
     );
     Ok(ExitCode::from(outcome.exit_code()))
+}
+
+/// `central-authority api …`: the table or JSON on stdout, errors on stderr.
+async fn api(args: &central_authority::cli::ApiArgs) -> ExitCode {
+    match central_authority::cli::run(args).await {
+        Ok((text, code)) => match stdout(&text) {
+            Ok(()) => ExitCode::from(code),
+            Err(_) => ExitCode::from(central_authority::cli::EXIT_ERROR),
+        },
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }

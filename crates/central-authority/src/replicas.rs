@@ -82,7 +82,7 @@ impl Me {
 }
 
 /// A replica as `GET /api/v1/replicas` shows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ReplicaView {
     /// Replica id.
     pub id: String,

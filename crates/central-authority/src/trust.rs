@@ -200,7 +200,7 @@ pub(crate) struct SessionCert {
 }
 
 /// A provisioning key as the admin API shows it (never the key itself).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
     /// Group.
     pub group: String,

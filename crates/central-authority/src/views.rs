@@ -12,16 +12,18 @@ use crate::authority::Authority;
 use crate::health::Transition;
 
 /// One connector's view of one application.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ConnectorHealthView {
     /// Connector name.
     pub connector: String,
     /// Its group.
     pub group: String,
     /// Effective status.
+    #[schema(schema_with = crate::openapi::status)]
     pub status: Status,
     /// Why it is Unknown, when it is (`disconnected`, `stale`,
     /// `window_expired`, `not_in_full_state`, `reported`, `no_report`).
+    #[schema(schema_with = crate::openapi::unknown_cause)]
     pub unknown_cause: Option<&'static str>,
     /// When the CA received the latest report, Unix milliseconds.
     pub reported_at: Option<u64>,
@@ -43,19 +45,22 @@ pub struct ConnectorHealthView {
 }
 
 /// One address's result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct AddressView {
     /// The address.
     pub address: String,
     /// `up` or `down`.
+    #[schema(schema_with = crate::openapi::address_status)]
     pub status: Status,
     /// `tcp`, `icmp` or `tcp_fallback`.
+    #[schema(schema_with = crate::openapi::method)]
     pub method: Method,
     /// Round-trip time in milliseconds (`null` when the check failed).
     pub rtt_ms: Option<f64>,
     /// Why it failed (`"refused: connection refused"`), `null` when it did not.
     pub error: Option<String>,
     /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
+    #[schema(schema_with = crate::openapi::failure)]
     pub failure: Option<policy::FailureKind>,
 }
 
@@ -83,34 +88,40 @@ impl From<&AddressResult> for AddressView {
 }
 
 /// A status transition for the dashboard.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct TransitionView {
     /// Unix milliseconds.
     pub at: u64,
     /// Connector.
     pub connector: String,
     /// Before.
+    #[schema(schema_with = crate::openapi::status)]
     pub from: Status,
     /// After.
+    #[schema(schema_with = crate::openapi::status)]
     pub to: Status,
     /// Why.
+    #[schema(schema_with = crate::openapi::transition_cause)]
     pub cause: &'static str,
 }
 
 /// One application with its status per connector.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ApplicationView {
     /// Segment.
     pub segment: String,
     /// Host (FQDN or IP).
     pub host: String,
     /// Protocol.
+    #[schema(schema_with = crate::openapi::protocol)]
     pub protocol: Protocol,
     /// Port.
     pub port: u16,
     /// Health reporting mode of the segment.
+    #[schema(schema_with = crate::openapi::health_reporting)]
     pub health_reporting: HealthReporting,
     /// Overall status: the best over its connectors.
+    #[schema(schema_with = crate::openapi::status)]
     pub status: Status,
     /// Per connector of the segment's groups.
     pub connectors: Vec<ConnectorHealthView>,
@@ -119,7 +130,7 @@ pub struct ApplicationView {
 }
 
 /// A connector as the CA sees it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ConnectorView {
     /// Name.
     pub name: String,
@@ -170,7 +181,7 @@ pub struct ConnectorView {
 pub const CERTIFICATES_SHOWN: usize = 10;
 
 /// One certificate of a connector, as the admin API shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct CertificateView {
     /// Serial, lower-case hex.
     pub serial: String,
@@ -184,6 +195,7 @@ pub struct CertificateView {
     pub grace_until: Option<i64>,
     /// `current` (the newest valid one), `grace` (superseded, still
     /// accepted until `grace_until`), `revoked` or `expired`.
+    #[schema(schema_with = crate::openapi::certificate_state)]
     pub state: &'static str,
 }
 
@@ -214,7 +226,7 @@ impl CertificateView {
 }
 
 /// A connector's self-reported load.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct LoadView {
     /// Distinct targets scheduled.
     pub targets: u32,

@@ -81,7 +81,10 @@ async fn request_from(
         b = b.header("authorization", format!("Bearer {t}"));
     }
     let body = match body {
-        Some(v) => Full::new(Bytes::from(v.to_string())),
+        Some(v) => {
+            b = b.header("content-type", "application/json");
+            Full::new(Bytes::from(v.to_string()))
+        }
         None => Full::new(Bytes::new()),
     };
     let response = sender.send_request(b.body(body).ok()?).await.ok()?;

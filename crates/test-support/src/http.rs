@@ -98,6 +98,37 @@ impl HttpsClient {
         (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// `method path` with exactly the given extra `headers` (no
+    /// Content-Type unless given) and a raw `body`; returns the status and
+    /// the body as text.
+    pub async fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String) {
+        let mut b = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.addr.to_string());
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let request = b
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .expect("request");
+        let response = self.request(request).await;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// `GET path`; the body as JSON (`Null` when it is not JSON).
     pub async fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
         let (s, body) = self.send("GET", path, token, None).await;

@@ -319,6 +319,37 @@ impl Ca {
         format!("https://{}", self.grpc)
     }
 
+    /// Runs the operator CLI, `central-authority api --url … --ca-cert …
+    /// --token-file … ARGS…`, with the scenario token: (exit code, stdout).
+    pub async fn cli(&self, args: &[&str]) -> Result<(i32, String)> {
+        let token = self
+            .config
+            .parent()
+            .map_or_else(|| PathBuf::from("api-token"), |d| d.join("api-token"));
+        std::fs::write(&token, TOKEN)?;
+        let mut cmd = std::process::Command::new(bin_dir()?.join("central-authority"));
+        cmd.arg("api")
+            .arg("--url")
+            .arg(format!("https://{}", self.http))
+            .arg("--ca-cert")
+            .arg(&self.root)
+            .arg("--token-file")
+            .arg(&token)
+            .args(args);
+        let what = format!("central-authority api {}", args.join(" "));
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await?
+            .with_context(|| format!("running {what}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.is_empty() {
+            eprintln!("{what}: {stderr}");
+        }
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    }
+
     /// A `POST` to the admin API; returns the HTTP status.
     pub async fn admin(&self, path: &str) -> Result<u16> {
         let r = self

@@ -1303,8 +1303,13 @@ async fn s14_trust() -> Result<()> {
             "exhausted key exited {code:?}"
         );
         ensure!(c3.proc.log().contains("exhausted"), "{}", c3.proc.log());
-        // Disable c1: its session ends and it stays out, c2 is untouched.
-        ensure!(ca.admin("/api/v1/connectors/c1/disable").await? == 200);
+        // Disable c1 with the operator CLI: its session ends and it stays
+        // out, c2 is untouched.
+        let (code, out) = ca.cli(&["connectors", "disable", "c1"]).await?;
+        ensure!(
+            code == 0 && out.trim() == "disabled=true name=c1",
+            "CLI: {code} {out}"
+        );
         wait_status(&ca, &app, "c1", "unknown", Duration::from_secs(10)).await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let v = ca.get("/api/v1/connectors").await?;
@@ -1321,8 +1326,21 @@ async fn s14_trust() -> Result<()> {
         );
         ensure!(entry("c2")["connected"] == true, "c2: {}", entry("c2"));
         ensure!(c1.proc.log().contains("is disabled"), "{}", c1.proc.log());
+        // The CLI's access answer: c2 carries it (exit 0); a host no
+        // segment matches is refused (exit 3).
+        let (code, out) = ca.cli(&["access", &a1.to_string(), "tcp", "8080"]).await?;
+        ensure!(
+            code == 0 && out.starts_with("selected: connector c2 (group g, segment web)"),
+            "CLI access: {code} {out}"
+        );
+        let (code, out) = ca.cli(&["access", "nowhere.test", "tcp", "8080"]).await?;
+        ensure!(
+            code == 3 && out.starts_with("refused: no_segment"),
+            "CLI access: {code} {out}"
+        );
         // Enabled again, it reconnects on its own with the same certificate.
-        ensure!(ca.admin("/api/v1/connectors/c1/enable").await? == 200);
+        let (code, out) = ca.cli(&["connectors", "enable", "c1"]).await?;
+        ensure!(code == 0, "CLI enable: {code} {out}");
         wait_status(&ca, &app, "c1", "up", Duration::from_secs(45)).await?;
         c1.proc.stop().await;
         Ok(())

@@ -1,0 +1,726 @@
+//! `central-authority api …`: the operator CLI for the HTTP API, so nobody
+//! hand-writes curl for the admin routes. Human-readable tables by default,
+//! the API's JSON with `--json`; exit codes scripts can rely on
+//! ([`EXIT_OK`], [`EXIT_ERROR`], [`EXIT_USAGE`], [`EXIT_REFUSED`]).
+//!
+//! The client is hyper's HTTP/1 connection over tokio-rustls (both already
+//! in the CA), one connection per command, trusting only `--ca-cert`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{Value, json};
+
+/// Success (for `access`: a connector was selected).
+pub const EXIT_OK: u8 = 0;
+/// An error: the CA could not be reached, refused the token, or answered
+/// an error (not found, invalid request, server error).
+pub const EXIT_ERROR: u8 = 1;
+/// Bad command line (also clap's own usage errors).
+pub const EXIT_USAGE: u8 = 2;
+/// `access`: the CA answered with a refusal (no segment, no connector, all
+/// down, …): an answer, not an error.
+pub const EXIT_REFUSED: u8 = 3;
+
+/// How long one command may take (connect, TLS, request, answer).
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `central-authority api`'s flags and command.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The CA's HTTP API.
+    #[arg(long, env = "REACH_API_URL", default_value = "https://127.0.0.1:7480")]
+    pub url: String,
+    /// The CA's root certificate (its `data_dir/ca.pem`); needed for https.
+    #[arg(long, env = "REACH_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// A file holding the API token (or `REACH_API_TOKEN`); none for a CA
+    /// with `anonymous_read` (reads only).
+    #[arg(long, env = "REACH_API_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ApiCommand,
+}
+
+/// The API commands.
+#[derive(Debug, Subcommand)]
+pub enum ApiCommand {
+    /// Applications with their status per connector (`GET /api/v1/health`).
+    Health {
+        /// Only applications with this overall status (up, unhealthy, down, unknown).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only applications of this segment.
+        #[arg(long)]
+        segment: Option<String>,
+    },
+    /// Connectors with their load and enrollment (`GET /api/v1/connectors`),
+    /// or an admin action on one.
+    Connectors {
+        /// An admin action (scope `admin`).
+        #[command(subcommand)]
+        action: Option<ConnectorAction>,
+    },
+    /// Which connector would carry a request, and why (`POST /api/v1/access`).
+    /// Exit 0 selected, 3 refused.
+    Access {
+        /// Host (FQDN or IP).
+        host: String,
+        /// tcp or udp.
+        protocol: String,
+        /// Port.
+        port: u16,
+    },
+    /// Provisioning keys (scope `admin`).
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+}
+
+/// Admin actions on one connector.
+#[derive(Debug, Subcommand)]
+pub enum ConnectorAction {
+    /// End its session; it can neither reconnect nor re-enroll.
+    Disable {
+        /// Connector name.
+        name: String,
+    },
+    /// Undo `disable`.
+    Enable {
+        /// Connector name.
+        name: String,
+    },
+    /// Revoke its certificates and end its session.
+    Revoke {
+        /// Connector name.
+        name: String,
+    },
+    /// Allow its next enrollment although it holds a valid certificate
+    /// (once, within 15 minutes).
+    AllowReenroll {
+        /// Connector name.
+        name: String,
+    },
+    /// Revoke its certificates, end its session and forget it.
+    Delete {
+        /// Connector name.
+        name: String,
+    },
+}
+
+/// Provisioning key actions.
+#[derive(Debug, Subcommand)]
+pub enum KeyAction {
+    /// Each group's key: uses, expiry, revocation (never the key).
+    List,
+    /// Revoke a group's key (no more enrollments with it).
+    Revoke {
+        /// Connector group.
+        group: String,
+    },
+}
+
+/// What went wrong, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line or a file it names is unusable.
+    #[error("{0}")]
+    Usage(String),
+    /// The CA could not be reached or spoke no HTTP.
+    #[error("{0}")]
+    Transport(String),
+    /// The CA answered an error.
+    #[error("{status}: {reason}: {message}")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The error's reason.
+        reason: String,
+        /// The error's message.
+        message: String,
+    },
+}
+
+impl CliError {
+    /// The process exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            CliError::Transport(_) | CliError::Api { .. } => EXIT_ERROR,
+        }
+    }
+}
+
+/// Runs one command: what to print on stdout and the exit code (errors are
+/// the caller's to print on stderr).
+pub async fn run(args: &ApiArgs) -> Result<(String, u8), CliError> {
+    let client = Client::new(args)?;
+    match &args.command {
+        ApiCommand::Health { status, segment } => {
+            let mut path = "/api/v1/health".to_owned();
+            if let Some(s) = segment {
+                path = format!("{path}?segment={}", encode(s));
+            }
+            let mut v = client.get(&path).await?;
+            if let (Some(want), Some(apps)) = (status, v["applications"].as_array_mut()) {
+                apps.retain(|a| a["status"] == want.as_str());
+            }
+            Ok((render(args.json, &v, health_table), EXIT_OK))
+        }
+        ApiCommand::Connectors { action: None } => {
+            let v = client.get("/api/v1/connectors").await?;
+            Ok((render(args.json, &v, connectors_table), EXIT_OK))
+        }
+        ApiCommand::Connectors {
+            action: Some(action),
+        } => {
+            let (method, path) = match action {
+                ConnectorAction::Disable { name } => ("POST", format!("{}/disable", conn(name))),
+                ConnectorAction::Enable { name } => ("POST", format!("{}/enable", conn(name))),
+                ConnectorAction::Revoke { name } => ("POST", format!("{}/revoke", conn(name))),
+                ConnectorAction::AllowReenroll { name } => {
+                    ("POST", format!("{}/allow-reenroll", conn(name)))
+                }
+                ConnectorAction::Delete { name } => ("DELETE", conn(name)),
+            };
+            let v = client.call(method, &path, None).await?.ok()?;
+            Ok((render(args.json, &v, fields_line), EXIT_OK))
+        }
+        ApiCommand::Keys {
+            action: KeyAction::List,
+        } => {
+            let v = client.get("/api/v1/provisioning_keys").await?;
+            Ok((render(args.json, &v, keys_table), EXIT_OK))
+        }
+        ApiCommand::Keys {
+            action: KeyAction::Revoke { group },
+        } => {
+            let path = format!("/api/v1/provisioning_keys/{}/revoke", encode(group));
+            let v = client.call("POST", &path, None).await?.ok()?;
+            Ok((render(args.json, &v, fields_line), EXIT_OK))
+        }
+        ApiCommand::Access {
+            host,
+            protocol,
+            port,
+        } => {
+            let body = json!({"host": host, "protocol": protocol, "port": port});
+            let answer = client.call("POST", "/api/v1/access", Some(body)).await?;
+            let refused = answer.is_refusal();
+            let v = if refused { answer.body } else { answer.ok()? };
+            let code = if refused { EXIT_REFUSED } else { EXIT_OK };
+            Ok((render(args.json, &v, access_text), code))
+        }
+    }
+}
+
+fn conn(name: &str) -> String {
+    format!("/api/v1/connectors/{}", encode(name))
+}
+
+/// Percent-encodes a path segment or query value (everything but
+/// unreserved characters).
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+fn render(json: bool, v: &Value, table: fn(&Value) -> String) -> String {
+    if json {
+        let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+        s.push('\n');
+        s
+    } else {
+        table(v)
+    }
+}
+
+/// One HTTP answer.
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    /// Access refusals: the reasons `policy` gives, with their explanation.
+    fn is_refusal(&self) -> bool {
+        const REFUSALS: [&str; 6] = [
+            "no_segment",
+            "port_not_in_segment",
+            "no_connector",
+            "all_down",
+            "no_health_report",
+            "discovery_timeout",
+        ];
+        self.status >= 400
+            && self.body["error"]["reason"]
+                .as_str()
+                .is_some_and(|r| REFUSALS.contains(&r))
+    }
+
+    /// The body of a 2xx answer, or the error it carries.
+    fn ok(self) -> Result<Value, CliError> {
+        if (200..300).contains(&self.status) {
+            return Ok(self.body);
+        }
+        let field = |f: &str| {
+            self.body["error"][f]
+                .as_str()
+                .unwrap_or("(no JSON error)")
+                .to_owned()
+        };
+        Err(CliError::Api {
+            status: self.status,
+            reason: field("reason"),
+            message: field("message"),
+        })
+    }
+}
+
+/// A one-connection-per-request HTTP/1 client for the CA.
+struct Client {
+    authority: String,
+    host: String,
+    port: u16,
+    tls: Option<tokio_rustls::TlsConnector>,
+    token: Option<String>,
+}
+
+impl Client {
+    fn new(args: &ApiArgs) -> Result<Client, CliError> {
+        let uri: hyper::Uri = args
+            .url
+            .parse()
+            .map_err(|e| CliError::Usage(format!("--url {:?}: {e}", args.url)))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "--url {:?}: expected https://HOST:PORT (or http:// for a CA without TLS)",
+                    args.url
+                )));
+            }
+        };
+        let authority = uri
+            .authority()
+            .ok_or_else(|| CliError::Usage(format!("--url {:?}: no host", args.url)))?;
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tls = if https {
+            let path = args.ca_cert.as_ref().ok_or_else(|| {
+                CliError::Usage(
+                    "--ca-cert PEM is needed for https (the CA's data_dir/ca.pem)".to_owned(),
+                )
+            })?;
+            let pem = std::fs::read(path)
+                .map_err(|e| CliError::Usage(format!("--ca-cert {}: {e}", path.display())))?;
+            Some(
+                connector(&pem)
+                    .map_err(|e| CliError::Usage(format!("--ca-cert {}: {e}", path.display())))?,
+            )
+        } else {
+            None
+        };
+        let token = match &args.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| CliError::Usage(format!("--token-file {}: {e}", path.display())))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => std::env::var("REACH_API_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_owned()),
+        }
+        .filter(|t| !t.is_empty());
+        Ok(Client {
+            authority: authority.as_str().to_owned(),
+            host,
+            port,
+            tls,
+            token,
+        })
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, CliError> {
+        self.call("GET", path, None).await?.ok()
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Answer, CliError> {
+        tokio::time::timeout(TIMEOUT, self.call_inner(method, path, body))
+            .await
+            .map_err(|_| {
+                CliError::Transport(format!(
+                    "no answer from {} within {TIMEOUT:?}",
+                    self.authority
+                ))
+            })?
+    }
+
+    async fn call_inner(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Answer, CliError> {
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, &self.authority)
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("central-authority-api/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(t) = &self.token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let body = match body {
+            Some(v) => {
+                request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+                Full::new(Bytes::from(v.to_string()))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let request = request
+            .body(body)
+            .map_err(|e| CliError::Usage(format!("request: {e}")))?;
+        let transport = |e: &dyn std::fmt::Display| {
+            CliError::Transport(format!("{} ({}): {e}", self.authority, path))
+        };
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| transport(&e))?;
+        let response = match &self.tls {
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                    .map_err(|e| CliError::Usage(format!("--url host: {e}")))?;
+                let stream = tls.connect(name, tcp).await.map_err(|e| transport(&e))?;
+                send(stream, request).await.map_err(|e| transport(&e))?
+            }
+            None => send(tcp, request).await.map_err(|e| transport(&e))?,
+        };
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| transport(&e))?
+            .to_bytes();
+        let body = if content_type.starts_with("application/json") {
+            serde_json::from_slice(&bytes).map_err(|e| transport(&e))?
+        } else {
+            Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        Ok(Answer { status, body })
+    }
+}
+
+async fn send<S>(
+    stream: S,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    sender.send_request(request).await
+}
+
+/// A TLS connector trusting only the root(s) in `pem`.
+fn connector(pem: &[u8]) -> Result<tokio_rustls::TlsConnector, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    if roots.is_empty() {
+        return Err("no certificate in the file".to_owned());
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// A JSON value as a table cell (`-` for null).
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v[key].as_array().map_or(&[], Vec::as_slice)
+}
+
+fn health_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(v, "applications")
+        .iter()
+        .map(|a| {
+            let connectors: Vec<String> = items(a, "connectors")
+                .iter()
+                .map(|c| format!("{}={}", cell(&c["connector"]), cell(&c["status"])))
+                .collect();
+            vec![
+                cell(&a["segment"]),
+                cell(&a["host"]),
+                cell(&a["protocol"]),
+                cell(&a["port"]),
+                cell(&a["status"]),
+                if connectors.is_empty() {
+                    "-".to_owned()
+                } else {
+                    connectors.join(" ")
+                },
+            ]
+        })
+        .collect();
+    table(
+        &["SEGMENT", "HOST", "PROTO", "PORT", "STATUS", "CONNECTORS"],
+        &rows,
+    )
+}
+
+fn connectors_table(v: &Value) -> String {
+    let yes = |b: &Value| if b == true { "yes" } else { "no" }.to_owned();
+    let rows: Vec<Vec<String>> = items(v, "connectors")
+        .iter()
+        .map(|c| {
+            vec![
+                cell(&c["name"]),
+                cell(&c["group"]),
+                yes(&c["connected"]),
+                cell(&c["checks_per_cycle"]),
+                c["cycle_seconds"]
+                    .as_f64()
+                    .map_or("-".to_owned(), |s| format!("{s:.1} s")),
+                yes(&c["over_budget"]),
+                yes(&c["enrolled"]),
+                yes(&c["disabled"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "GROUP",
+            "CONNECTED",
+            "CHECKS/CYCLE",
+            "CYCLE",
+            "OVER-BUDGET",
+            "ENROLLED",
+            "DISABLED",
+        ],
+        &rows,
+    )
+}
+
+fn keys_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(v, "provisioning_keys")
+        .iter()
+        .map(|k| {
+            vec![
+                cell(&k["group"]),
+                format!("{}/{}", cell(&k["uses"]), cell(&k["max_uses"])),
+                cell(&k["expires_at"]),
+                cell(&k["revoked_at"]),
+                cell(&k["last_used_at"]),
+                if k["usable"] == true { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "GROUP",
+            "USES",
+            "EXPIRES_AT",
+            "REVOKED_AT",
+            "LAST_USED_AT",
+            "USABLE",
+        ],
+        &rows,
+    )
+}
+
+/// An admin action's answer: `key=value` pairs on one line.
+fn fields_line(v: &Value) -> String {
+    let mut out = String::new();
+    if let Some(obj) = v.as_object() {
+        let parts: Vec<String> = obj
+            .iter()
+            .map(|(k, v)| format!("{k}={}", cell(v)))
+            .collect();
+        out.push_str(&parts.join(" "));
+    }
+    out.push('\n');
+    out
+}
+
+/// An access answer: the selection or the refusal, then the explanation.
+fn access_text(v: &Value) -> String {
+    let mut out = String::new();
+    if v["error"].is_object() {
+        let _ = writeln!(
+            out,
+            "refused: {}: {}",
+            cell(&v["error"]["reason"]),
+            cell(&v["error"]["message"])
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "selected: connector {} (group {}, segment {})",
+            cell(&v["connector"]),
+            cell(&v["group"]),
+            cell(&v["segment"])
+        );
+    }
+    let e = &v["explanation"];
+    let _ = writeln!(
+        out,
+        "segment: {} (entry {}, mode {}, strategy {})",
+        cell(&e["segment"]),
+        cell(&e["matched_entry"]),
+        cell(&e["mode"]),
+        cell(&e["strategy"])
+    );
+    let candidates = items(e, "candidates");
+    if candidates.is_empty() {
+        out.push_str("candidates: none\n");
+    } else {
+        let rows: Vec<Vec<String>> = candidates
+            .iter()
+            .map(|c| {
+                vec![
+                    cell(&c["connector"]),
+                    cell(&c["group"]),
+                    if c["connected"] == true { "yes" } else { "no" }.to_owned(),
+                    cell(&c["status"]),
+                    if c["eligible"] == true { "yes" } else { "no" }.to_owned(),
+                    cell(&c["reason"]),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "CANDIDATE",
+                "GROUP",
+                "CONNECTED",
+                "STATUS",
+                "ELIGIBLE",
+                "WHY",
+            ],
+            &rows,
+        ));
+    }
+    let forwarded = items(e, "forwarded_to");
+    if !forwarded.is_empty() {
+        let names: Vec<String> = forwarded.iter().map(cell).collect();
+        let _ = writeln!(out, "forwarded to: {}", names.join(", "));
+    }
+    if e["discovery_waited"] == true {
+        let _ = writeln!(out, "waited {} ms for discovery", cell(&e["discovery_ms"]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_show_null_as_dash() {
+        let v = json!({"applications": [
+            {"segment": "jira", "host": "jira.example", "protocol": "tcp", "port": 80,
+             "status": "up", "connectors": [{"connector": "c1", "status": "up"}]},
+            {"segment": "lab", "host": "x", "protocol": "udp", "port": 53,
+             "status": "unknown", "connectors": []},
+        ]});
+        assert_eq!(
+            health_table(&v),
+            "SEGMENT  HOST          PROTO  PORT  STATUS   CONNECTORS\n\
+             jira     jira.example  tcp    80    up       c1=up\n\
+             lab      x             udp    53    unknown  -\n"
+        );
+    }
+
+    #[test]
+    fn path_parts_are_percent_encoded() {
+        assert_eq!(encode("c1"), "c1");
+        assert_eq!(encode("a/b c"), "a%2Fb%20c");
+    }
+}

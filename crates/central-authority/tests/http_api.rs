@@ -1,0 +1,380 @@
+//! The HTTP API as a contract, over real HTTPS on loopback: the
+//! browser-safety guard (JSON bodies only, no cross-origin state changes).
+
+mod common;
+
+use common::*;
+
+const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+
+fn config() -> String {
+    config_text(
+        "",
+        "discovery_timeout_ms = 400",
+        &format!(
+            "[[api_tokens]]\nname = \"root\"\ntoken = \"{ADMIN_TOKEN}\"\nscopes = [\"admin\"]\n"
+        ),
+    )
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"))
+}
+
+#[tokio::test]
+async fn cross_origin_admin_post_is_refused_and_same_origin_accepted() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let revoke = "/api/v1/provisioning_keys/dc-east/revoke";
+
+    // A page on another site (a form behind a token-adding proxy).
+    let (s, body) = web
+        .send_raw(
+            "POST",
+            revoke,
+            &[
+                ("authorization", &bearer),
+                ("origin", "https://evil.example"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(s, 403, "{body}");
+    let v = json(&body);
+    assert_eq!(v["error"]["reason"], "cross_origin", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("evil.example")),
+        "{v}"
+    );
+    // Fetch metadata says cross-site although the Origin is withheld.
+    let (s, body) = web
+        .send_raw(
+            "POST",
+            revoke,
+            &[("authorization", &bearer), ("sec-fetch-site", "cross-site")],
+            "",
+        )
+        .await;
+    assert_eq!(
+        (s, json(&body)["error"]["reason"].clone()),
+        (403, "cross_origin".into())
+    );
+    // Nothing changed: the key is still usable.
+    let (s, v) = web
+        .get_json("/api/v1/provisioning_keys", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let east = v["provisioning_keys"]
+        .as_array()
+        .and_then(|keys| keys.iter().find(|k| k["group"] == "dc-east"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(east["usable"], true, "{v}");
+
+    // The dashboard's own origin: accepted.
+    let own = format!("https://{}", ca.http);
+    let (s, body) = web
+        .send_raw(
+            "POST",
+            revoke,
+            &[
+                ("authorization", &bearer),
+                ("origin", &own),
+                ("sec-fetch-site", "same-origin"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(json(&body)["revoked"], true);
+    // And a script without Origin (curl): accepted.
+    let (s, body) = web
+        .send_raw(
+            "POST",
+            "/api/v1/provisioning_keys/dc-west/revoke",
+            &[("authorization", &bearer)],
+            "",
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_must_be_json() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let bearer = format!("Bearer {ACCESS_TOKEN}");
+    let body = r#"{"host":"jira.test.reach","protocol":"tcp","port":80}"#;
+    for (content_type, shown) in [
+        (Some("text/plain"), "text/plain"),
+        (Some("application/x-www-form-urlencoded"), "x-www-form"),
+        (None, "no Content-Type"),
+    ] {
+        let mut headers = vec![("authorization", bearer.as_str())];
+        if let Some(t) = content_type {
+            headers.push(("content-type", t));
+        }
+        let (s, text) = web.send_raw("POST", "/api/v1/access", &headers, body).await;
+        assert_eq!(s, 415, "{text}");
+        let v = json(&text);
+        assert_eq!(v["error"]["reason"], "unsupported_media_type", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("application/json") && message.contains(shown),
+            "{message}"
+        );
+    }
+    // The same body as JSON is answered (a refusal: no connector yet).
+    let (s, text) = web
+        .send_raw(
+            "POST",
+            "/api/v1/access",
+            &[
+                ("authorization", &bearer),
+                ("content-type", "application/json; charset=utf-8"),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(s, 503, "{text}");
+    assert_eq!(json(&text)["error"]["reason"], "no_connector");
+    ca.stop().await;
+}
+
+/// Every operation of the served document reaches a handler (no
+/// `no_route` / `method_not_allowed`), answers JSON errors only, and the
+/// served document is the committed one.
+#[tokio::test]
+async fn every_documented_operation_is_served() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let (s, text) = web.send_raw("GET", "/api/v1/openapi.json", &[], "").await;
+    assert_eq!(s, 200);
+    let committed = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json"),
+    )
+    .expect("docs/openapi.json");
+    assert_eq!(
+        text, committed,
+        "the served document is not docs/openapi.json"
+    );
+    let doc = json(&text);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let mut seen = 0;
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        let concrete = path
+            .replace("{group}", "dc-east")
+            .replace("{name}", "nobody")
+            .replace("{action}", "enable");
+        for (method, op) in item.as_object().expect("item") {
+            let body = if op["requestBody"].is_object() {
+                r#"{"host":"jira.test.reach","protocol":"tcp","port":80}"#
+            } else {
+                ""
+            };
+            let mut headers = vec![("authorization", bearer.as_str())];
+            if !body.is_empty() {
+                headers.push(("content-type", "application/json"));
+            }
+            let (s, text) = web
+                .send_raw(&method.to_uppercase(), &concrete, &headers, body)
+                .await;
+            let documented = &op["responses"][s.to_string()];
+            assert!(
+                documented.is_object(),
+                "{method} {concrete}: status {s} is not documented: {text}"
+            );
+            if s >= 400 {
+                let reason = json(&text)["error"]["reason"].clone();
+                assert!(
+                    reason != "no_route" && reason != "method_not_allowed",
+                    "{method} {concrete}: {text}"
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 11, "only {seen} operations");
+    // Unknown routes and methods answer the JSON error too.
+    let (s, text) = web.send_raw("GET", "/api/v1/nothing", &[], "").await;
+    assert_eq!(
+        (s, json(&text)["error"]["reason"].clone()),
+        (404, "no_route".into())
+    );
+    let (s, text) = web.send_raw("PUT", "/api/v1/health", &[], "").await;
+    assert_eq!(
+        (s, json(&text)["error"]["reason"].clone()),
+        (405, "method_not_allowed".into())
+    );
+    ca.stop().await;
+}
+
+/// `central-authority api …` (the real binary) against a real CA.
+#[derive(Clone)]
+struct Cli {
+    url: String,
+    ca_cert: std::path::PathBuf,
+    token_file: std::path::PathBuf,
+}
+
+impl Cli {
+    fn new(ca: &Ca, token: &str) -> Cli {
+        let dir = scratch_dir("cli");
+        let ca_cert = dir.join("ca.pem");
+        std::fs::write(&ca_cert, ca.root()).expect("write root");
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, format!("{token}\n")).expect("write token");
+        Cli {
+            url: format!("https://{}", ca.http),
+            ca_cert,
+            token_file,
+        }
+    }
+
+    /// Runs `central-authority api ARGS…`: (exit code, stdout, stderr).
+    async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_central-authority"));
+        cmd.arg("api")
+            .arg("--url")
+            .arg(&self.url)
+            .arg("--ca-cert")
+            .arg(&self.ca_cert)
+            .arg("--token-file")
+            .arg(&self.token_file)
+            .args(args)
+            .env_remove("REACH_API_TOKEN");
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .expect("join")
+            .expect("run the CLI");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+#[tokio::test]
+async fn cli_access_exit_codes_tables_and_admin_actions() {
+    let ca = Ca::start(&config()).await;
+    let admin = Cli::new(&ca, ADMIN_TOKEN);
+
+    // Refused (no connector yet): exit 3 with the reason and explanation.
+    let (code, out, err) = admin.run(&["access", "jira.test.reach", "tcp", "80"]).await;
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.starts_with("refused: no_connector: "), "{out}");
+    assert!(
+        out.contains("segment: jira (entry jira.test.reach, mode continuous"),
+        "{out}"
+    );
+
+    // A connector reports the application up: selected, exit 0.
+    let (c1, _) = connect(&ca, "c1", "dc-east").await;
+    c1.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    let web = ca.web();
+    eventually("c1's report lands", || async {
+        web.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
+    let (code, out, err) = admin.run(&["access", "jira.test.reach", "tcp", "80"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with("selected: connector c1 (group dc-east, segment jira)"),
+        "{out}"
+    );
+    assert!(out.contains("CANDIDATE") && out.contains("c1"), "{out}");
+    let (code, out, _) = admin
+        .run(&["--json", "access", "jira.test.reach", "tcp", "80"])
+        .await;
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["connector"], "c1");
+
+    // Health as a table, filtered by status, and as JSON.
+    let (code, out, err) = admin.run(&["health", "--status", "up"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("SEGMENT"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("jira.test.reach") && l.contains("c1=up")),
+        "{out}"
+    );
+    assert!(lines.iter().skip(1).all(|l| l.contains(" up ")), "{out}");
+    let (_, out, _) = admin.run(&["--json", "health", "--segment", "lab"]).await;
+    let v = json(&out);
+    assert!(
+        v["applications"]
+            .as_array()
+            .expect("applications")
+            .iter()
+            .all(|a| a["segment"] == "lab"),
+        "{v}"
+    );
+
+    // Connectors, and the admin actions.
+    let (code, out, _) = admin.run(&["connectors"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c1 ") && l.contains("dc-east") && l.contains("yes")),
+        "{out}"
+    );
+    let (code, out, err) = admin.run(&["connectors", "disable", "c1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), "disabled=true name=c1");
+    let (_, out, _) = admin.run(&["--json", "connectors"]).await;
+    let v = json(&out);
+    assert_eq!(v["connectors"][0]["disabled"], true, "{v}");
+    let (code, _, err) = admin.run(&["connectors", "enable", "nobody"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("404: not_found: no enrolled connector \"nobody\""),
+        "{err}"
+    );
+
+    // Keys.
+    let (code, out, _) = admin.run(&["keys", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("dc-west") && out.contains("USABLE"), "{out}");
+    let (code, out, _) = admin.run(&["keys", "revoke", "dc-west"]).await;
+    assert_eq!((code, out.trim()), (0, "group=dc-west revoked=true"));
+
+    // A read token cannot act: an error (exit 1), not a refusal.
+    let reader = Cli::new(&ca, READ_TOKEN);
+    let (code, _, err) = reader.run(&["connectors", "revoke", "c1"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("403: forbidden"), "{err}");
+    // Usage errors: exit 2.
+    let ftp = Cli {
+        url: "ftp://x".into(),
+        ..reader.clone()
+    };
+    let (code, _, err) = ftp.run(&["connectors"]).await;
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = reader.run(&["access", "h", "tcp"]).await;
+    assert_eq!(code, 2);
+    // Nothing listening: exit 1.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port");
+    let nobody = Cli {
+        url: format!("https://{closed}"),
+        ..reader.clone()
+    };
+    let (code, _, err) = nobody.run(&["health"]).await;
+    assert_eq!(code, 1, "{err}");
+    drop(c1);
+    ca.stop().await;
+}
