@@ -246,7 +246,7 @@ pub struct LoadView {
 
 /// How a connector attached to several CA replicas sees them (one session
 /// per replica; see the connector's `follow` module for the rule).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ReplicasView {
     /// Its live CA sessions (one per replica).
     pub sessions: u32,
