@@ -64,6 +64,24 @@ CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
 ALTER TABLE connectors ADD COLUMN reenroll_until_ms INTEGER;
 ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
 "#,
+    r#"
+-- Version 4: the status history (every transition of one connector's
+-- status for one application), kept for `[health] history_retention_s`.
+-- Plain SQL types, valid in SQLite and PostgreSQL alike.
+CREATE TABLE health_events (
+    at_ms       BIGINT NOT NULL,
+    segment     TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    port        INTEGER NOT NULL,
+    connector   TEXT NOT NULL,
+    from_status TEXT NOT NULL,
+    to_status   TEXT NOT NULL,
+    cause       TEXT NOT NULL
+);
+CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
+CREATE INDEX health_events_by_time ON health_events(at_ms);
+"#,
 ];
 
 /// The record of certificate `serial` (with its connector's standing), if
@@ -274,6 +292,50 @@ pub struct KeyUsage {
 #[derive(Debug)]
 pub struct Store {
     conn: Mutex<Connection>,
+}
+
+/// One status transition in the history (`health_events`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// When the CA saw it, Unix ms.
+    pub at_ms: i64,
+    /// Segment.
+    pub segment: String,
+    /// Host.
+    pub host: String,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: i64,
+    /// Connector whose status changed.
+    pub connector: String,
+    /// Status before (`up`, `unhealthy`, `down`, `unknown`).
+    pub from: String,
+    /// Status after.
+    pub to: String,
+    /// Why (`report` or an Unknown cause).
+    pub cause: String,
+}
+
+/// Which history to read (`None`: any).
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    /// Segment.
+    pub segment: Option<String>,
+    /// Host.
+    pub host: Option<String>,
+    /// Protocol.
+    pub protocol: Option<String>,
+    /// Port.
+    pub port: Option<i64>,
+    /// Connector.
+    pub connector: Option<String>,
+    /// From this time on, Unix ms.
+    pub since_ms: Option<i64>,
+    /// Before this time, Unix ms.
+    pub until_ms: Option<i64>,
+    /// Segments never shown (client hostname validation).
+    pub hidden_segments: Vec<String>,
 }
 
 impl Store {
@@ -647,6 +709,114 @@ impl Store {
         let conn = lock(&self.conn);
         let dropped = conn.execute_batch("DROP TABLE certificates; DROP TABLE connectors;");
         assert!(dropped.is_ok(), "{dropped:?}");
+    }
+
+    /// Appends status transitions to the history, in one transaction.
+    pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO health_events
+                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for e in events {
+                stmt.execute(params![
+                    e.at_ms,
+                    e.segment,
+                    e.host,
+                    e.protocol,
+                    e.port,
+                    e.connector,
+                    e.from,
+                    e.to,
+                    e.cause
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One page of the history matching `f`, newest first, and how many
+    /// match in all.
+    pub fn events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<EventRecord>, u64), StoreError> {
+        let mut clauses: Vec<String> = Vec::new();
+        let mut values: Vec<rusqlite::types::Value> = Vec::new();
+        let mut eq = |column: &str, v: rusqlite::types::Value, op: &str| {
+            values.push(v);
+            clauses.push(format!("{column} {op} ?{}", values.len()));
+        };
+        use rusqlite::types::Value::{Integer, Text};
+        if let Some(v) = &f.segment {
+            eq("segment", Text(v.clone()), "=");
+        }
+        if let Some(v) = &f.host {
+            eq("host", Text(v.clone()), "=");
+        }
+        if let Some(v) = &f.protocol {
+            eq("protocol", Text(v.clone()), "=");
+        }
+        if let Some(v) = f.port {
+            eq("port", Integer(v), "=");
+        }
+        if let Some(v) = &f.connector {
+            eq("connector", Text(v.clone()), "=");
+        }
+        if let Some(v) = f.since_ms {
+            eq("at_ms", Integer(v), ">=");
+        }
+        if let Some(v) = f.until_ms {
+            eq("at_ms", Integer(v), "<");
+        }
+        for hidden in &f.hidden_segments {
+            eq("segment", Text(hidden.clone()), "<>");
+        }
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let conn = lock(&self.conn);
+        let total: i64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM health_events{filter}"),
+            rusqlite::params_from_iter(values.iter()),
+            |r| r.get(0),
+        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+             FROM health_events{filter} ORDER BY at_ms DESC LIMIT {limit} OFFSET {offset}"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(values.iter()), |r| {
+            Ok(EventRecord {
+                at_ms: r.get(0)?,
+                segment: r.get(1)?,
+                host: r.get(2)?,
+                protocol: r.get(3)?,
+                port: r.get(4)?,
+                connector: r.get(5)?,
+                from: r.get(6)?,
+                to: r.get(7)?,
+                cause: r.get(8)?,
+            })
+        })?;
+        let events = rows.collect::<Result<Vec<_>, _>>()?;
+        Ok((events, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// Deletes the history from before `before_ms`; returns how many went.
+    pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn.execute(
+            "DELETE FROM health_events WHERE at_ms < ?1",
+            params![before_ms],
+        )?)
     }
 
     /// Every enrolled connector with its current certificate.
