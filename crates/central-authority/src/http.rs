@@ -1,5 +1,9 @@
-//! The HTTP surface (axum): the Health dashboard at `/`, the JSON API
-//! (`/api/v1/health`, `/api/v1/connectors`, `POST /api/v1/access`),
+//! The HTTP surface (axum): the Health dashboard's pages (`/`, `/app`,
+//! `/connectors`, `/assets/…`; see `dashboard`), the JSON API
+//! (`/api/v1/health` with filters and paging, `/api/v1/application`,
+//! `/api/v1/overview`, `/api/v1/events`, the change stream
+//! `/api/v1/health/stream` as server-sent events, `/api/v1/connectors`,
+//! `POST /api/v1/access`),
 //! `/metrics` and `/healthz`, plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
 //! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
