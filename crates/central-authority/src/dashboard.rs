@@ -191,7 +191,13 @@ mod tests {
             assert!(!h.contains("<script>"), "{p:?}: inline script");
             assert!(!h.contains("<style"), "{p:?}: inline style");
             assert!(!h.contains(" style="), "{p:?}: style attribute");
-            for handler in [" onclick=", " onload=", " onerror=", " onsubmit=", " onchange="] {
+            for handler in [
+                " onclick=",
+                " onload=",
+                " onerror=",
+                " onsubmit=",
+                " onchange=",
+            ] {
                 assert!(!h.contains(handler), "{p:?}: event handler attribute");
             }
             assert!(!h.contains("http://") && !h.contains("https://"));

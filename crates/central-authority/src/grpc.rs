@@ -109,8 +109,8 @@ impl HealthQuery for HealthQueryService {
 
         check(&self.authority, &request, Scope::Read)?;
         let filter = request.into_inner();
-        let stream = BroadcastStream::new(self.authority.history().subscribe()).filter_map(
-            move |item| {
+        let stream =
+            BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
                 let out = match item {
                     Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
                         && (filter.connector.is_empty() || filter.connector == e.connector))
@@ -121,8 +121,7 @@ impl HealthQuery for HealthQueryService {
                     })),
                 };
                 std::future::ready(out)
-            },
-        );
+            });
         let closed = self.authority.history().closed();
         Ok(Response::new(Box::pin(stream.take_until(closed))))
     }

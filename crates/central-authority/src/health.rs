@@ -189,9 +189,7 @@ impl HealthTable {
         if !apps.contains_key(&key) {
             apps.insert(key.clone(), AppRecord::default());
         }
-        let Some(record) = apps.get_mut(&key) else {
-            return None;
-        };
+        let record = apps.get_mut(&key)?;
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
                 at: report.received_wall,
@@ -215,7 +213,7 @@ impl HealthTable {
                 (None, change, None)
             }
         };
-        let published = change.as_ref().map(|t| t.clone());
+        let published = change.clone();
         if let Some(t) = change {
             record.push(t, keep);
         }
@@ -233,7 +231,10 @@ impl HealthTable {
         if outbox.len() > OUTBOX_CAP {
             let excess = outbox.len() - OUTBOX_CAP;
             outbox.drain(..excess);
-            tracing::warn!(dropped = excess, "status history: transitions dropped (nobody took them)");
+            tracing::warn!(
+                dropped = excess,
+                "status history: transitions dropped (nobody took them)"
+            );
         }
     }
 

@@ -235,7 +235,8 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
     let mut tick = tokio::time::interval(PUMP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut pruned = Instant::now() - PRUNE_EVERY;
+    // `None`: not pruned yet in this process (prune at once).
+    let mut pruned: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -250,8 +251,8 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
                 tracing::error!(error = %e, "status history: transitions not stored");
             }
         }
-        if pruned.elapsed() >= PRUNE_EVERY {
-            pruned = Instant::now();
+        if pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+            pruned = Some(Instant::now());
             let retention = authority.snapshot().settings().history_retention;
             let before = SystemTime::now()
                 .checked_sub(retention)

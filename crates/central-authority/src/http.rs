@@ -455,8 +455,10 @@ async fn application(
     Query(q): Query<AppQuery>,
 ) -> Response {
     let missing = |name: &str| {
-        ApiError::InvalidRequest(format!("{name}: missing (segment, host, protocol and port are required)"))
-            .into_response()
+        ApiError::InvalidRequest(format!(
+            "{name}: missing (segment, host, protocol and port are required)"
+        ))
+        .into_response()
     };
     let Some(segment) = q.segment.filter(|s| !s.is_empty()) else {
         return missing("segment");
@@ -642,14 +644,19 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
             ))
         })?);
     }
-    f.since_ms = given(q.since).map(|v| parse_time("since", &v)).transpose()?;
-    f.until_ms = given(q.until).map(|v| parse_time("until", &v)).transpose()?;
-    let page = match given(q.page) {
-        None => 1,
-        Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
-            ApiError::InvalidRequest("page: not a whole number from 1".into())
-        })?,
-    };
+    f.since_ms = given(q.since)
+        .map(|v| parse_time("since", &v))
+        .transpose()?;
+    f.until_ms = given(q.until)
+        .map(|v| parse_time("until", &v))
+        .transpose()?;
+    let page =
+        match given(q.page) {
+            None => 1,
+            Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                ApiError::InvalidRequest("page: not a whole number from 1".into())
+            })?,
+        };
     let per_page = match given(q.per_page) {
         None => 100,
         Some(p) => p

@@ -323,10 +323,7 @@ fn compare(a: &ApplicationView, b: &ApplicationView, key: SortKey) -> Ordering {
         SortKey::Status => severity(a.status).cmp(&severity(b.status)),
         SortKey::Port => a.port.cmp(&b.port),
         SortKey::Protocol => a.protocol.as_str().cmp(b.protocol.as_str()),
-        SortKey::Mode => a
-            .health_reporting
-            .as_str()
-            .cmp(b.health_reporting.as_str()),
+        SortKey::Mode => a.health_reporting.as_str().cmp(b.health_reporting.as_str()),
         SortKey::Changed => last_change(a).cmp(&last_change(b)),
     };
     first.then_with(by_host)
@@ -429,7 +426,10 @@ mod tests {
     fn natural_order_is_total_and_ignores_leading_zeros() {
         assert_eq!(natural_cmp("a02", "a2"), "a02".cmp("a2"));
         assert_eq!(natural_cmp("a2b", "a02c"), Ordering::Less);
-        assert_eq!(natural_cmp("a99999999999999999999999", "a1"), Ordering::Greater);
+        assert_eq!(
+            natural_cmp("a99999999999999999999999", "a1"),
+            Ordering::Greater
+        );
         assert_eq!(natural_cmp("", "a"), Ordering::Less);
         assert_eq!(natural_cmp("x", "x"), Ordering::Equal);
     }

@@ -589,7 +589,10 @@ async fn dashboard_and_health_api_hide_client_hostname_validation_apps() {
     assert!(!html.contains("payroll"), "hidden application shown");
     // The page is a shell: its rows come from the API (one page at a time).
     assert!(html.contains(r#"<script src="/assets/dashboard.js" defer></script>"#));
-    assert!(!html.contains(r#"http-equiv="refresh""#), "the page reloads itself");
+    assert!(
+        !html.contains(r#"http-equiv="refresh""#),
+        "the page reloads itself"
+    );
     let (_, v) = http
         .get_json("/api/v1/health?per_page=50", Some(READ_TOKEN))
         .await;
@@ -603,9 +606,15 @@ async fn dashboard_and_health_api_hide_client_hostname_validation_apps() {
     // jira's IP entry has no report yet: Unknown.
     let ip = http.app("jira", "127.0.0.21", 80).await.expect("listed");
     assert_eq!(ip["status"], "unknown");
-    let jira = http.app("jira", "jira.test.reach", 80).await.expect("listed");
+    let jira = http
+        .app("jira", "jira.test.reach", 80)
+        .await
+        .expect("listed");
     assert_eq!(jira["connectors"][0]["connector"], "east-1");
-    assert_eq!(jira["connectors"][0]["addresses"][0]["address"], "127.0.0.21");
+    assert_eq!(
+        jira["connectors"][0]["addresses"][0]["address"],
+        "127.0.0.21"
+    );
     assert_eq!(jira["connectors"][0]["addresses"][0]["method"], "tcp");
     let (s, _) = http
         .get_json(

@@ -51,7 +51,13 @@ async fn health_listing_filters_sorts_and_pages() {
             app("farm", "10.0.0.1", 80, &["10.0.0.1"], &[]),
             app("farm", "10.0.0.2", 80, &[], &["10.0.0.2"]),
             app("farm", "10.0.0.10", 80, &[], &["10.0.0.10"]),
-            app("farm", "web2.test.reach", 80, &["127.0.0.5"], &["127.0.0.6"]),
+            app(
+                "farm",
+                "web2.test.reach",
+                80,
+                &["127.0.0.5"],
+                &["127.0.0.6"],
+            ),
         ],
         true,
     )
@@ -128,7 +134,10 @@ async fn health_listing_filters_sorts_and_pages() {
     // Without paging parameters every row, as before (plus the new fields).
     let v = list(&http, "").await;
     assert_eq!(v["total"], v["applications"].as_array().map_or(0, Vec::len));
-    assert!(!v.to_string().contains("payroll"), "hidden application listed");
+    assert!(
+        !v.to_string().contains("payroll"),
+        "hidden application listed"
+    );
 
     // Bad input is named.
     for (q, field) in [
@@ -202,9 +211,7 @@ async fn status_history_is_stored_paged_and_streamed() {
         format!("Bearer {READ_TOKEN}").parse().expect("ascii"),
     );
     let mut watched = watch.watch_health(req).await.expect("watch").into_inner();
-    let (status, headers, mut sse) = http
-        .open("/api/v1/health/stream", Some(READ_TOKEN))
-        .await;
+    let (status, headers, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
     assert_eq!(status, 200);
     assert!(
         headers
@@ -380,7 +387,10 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
     let http = ca.web();
     for (path, kind) in [
         ("/", "text/html"),
-        ("/app?segment=jira&host=jira.test.reach&protocol=tcp&port=80", "text/html"),
+        (
+            "/app?segment=jira&host=jira.test.reach&protocol=tcp&port=80",
+            "text/html",
+        ),
         ("/connectors", "text/html"),
         ("/assets/dashboard.js", "text/javascript"),
         ("/assets/dashboard.css", "text/css"),
@@ -401,7 +411,9 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
         assert_eq!(header("x-content-type-options"), "nosniff");
     }
-    let (_, html) = http.send("GET", "/connectors", Some(READ_TOKEN), None).await;
+    let (_, html) = http
+        .send("GET", "/connectors", Some(READ_TOKEN), None)
+        .await;
     assert!(html.contains(r#"data-page="connectors""#));
     assert!(!html.contains("<script>") && !html.contains("<style"));
     // Pages need the read scope like the API.

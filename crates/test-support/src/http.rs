@@ -168,14 +168,20 @@ pub struct BodyReader {
 
 impl std::fmt::Debug for BodyReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BodyReader").field("text", &self.text).finish()
+        f.debug_struct("BodyReader")
+            .field("text", &self.text)
+            .finish()
     }
 }
 
 impl BodyReader {
     /// Reads until what arrived contains `needle` (returns everything read
     /// so far), the body ends or `within` passes (`None`).
-    pub async fn read_until(&mut self, needle: &str, within: std::time::Duration) -> Option<String> {
+    pub async fn read_until(
+        &mut self,
+        needle: &str,
+        within: std::time::Duration,
+    ) -> Option<String> {
         let deadline = tokio::time::Instant::now() + within;
         while !self.text.contains(needle) {
             let frame = tokio::time::timeout_at(deadline, self.body.frame()).await;

@@ -113,6 +113,7 @@ async fn run(
             "cold" => figures::cold::run(mode).await,
             "scale" => figures::scale::run(mode).await,
             "starve" => figures::starve::run(mode).await,
+            "dashboard" => figures::dashboard::run(mode).await,
             _ => Ok(Vec::new()),
         };
         let figures = match result {
