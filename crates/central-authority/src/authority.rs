@@ -53,6 +53,8 @@ pub struct Authority {
     token_throttle: crate::throttle::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
     enroll_throttle: crate::throttle::Throttle,
+    /// Renewals per connector (`renew`).
+    renew_limit: crate::renew::RenewLimit,
 }
 
 /// Why the CA's trust state could not be opened.
@@ -122,6 +124,7 @@ impl Authority {
             history: crate::history::History::default(),
             token_throttle: crate::throttle::Throttle::new(quotas),
             enroll_throttle: crate::throttle::Throttle::new(quotas),
+            renew_limit: crate::renew::RenewLimit::new(),
             policy: RwLock::new(Arc::new(PolicyState::new(config))),
             registry: Registry::default(),
             health: HealthTable::default(),
@@ -185,6 +188,11 @@ impl Authority {
                 Err(_) => None,
             },
         }
+    }
+
+    /// How often each connector may renew.
+    pub(crate) fn renew_limit(&self) -> &crate::renew::RenewLimit {
+        &self.renew_limit
     }
 
     /// The throttle of failed attempts at `what`.
@@ -495,6 +503,7 @@ impl Authority {
         self.recompute_budgets();
         self.token_throttle.retain_recent();
         self.enroll_throttle.retain_recent();
+        self.renew_limit.retain_recent();
         if changed > 0 || removed > 0 {
             self.bump();
         }

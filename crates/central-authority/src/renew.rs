@@ -7,8 +7,14 @@
 //! on the TLS connection, never anything in the request; only the CSR's
 //! public key is taken from it.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::HashMapStateStore;
+use governor::{Quota, RateLimiter};
 
 use protocol::v1;
 use tonic::{Request, Response, Status};
@@ -35,6 +41,20 @@ pub enum RenewError {
     /// The CSR is unusable.
     #[error("{0}")]
     Csr(String),
+    /// The connector renewed too often (see [`RenewLimit`]).
+    #[error(
+        "connector {name:?} renews too often: at most {burst} renewals, then one per {period_s} s; retry in {retry_after_s} s"
+    )]
+    TooFrequent {
+        /// The connector.
+        name: String,
+        /// Renewals allowed in a burst.
+        burst: u32,
+        /// One more per this many seconds after the burst.
+        period_s: u64,
+        /// When the next one is allowed.
+        retry_after_s: u64,
+    },
     /// Something failed inside the CA (logged there).
     #[error("renewal failed inside the CA; see its log")]
     Internal,
@@ -52,6 +72,7 @@ impl RenewError {
             RenewError::Refused(RenewRefusal::Expired(_)) => "renew_expired",
             RenewError::Refused(RenewRefusal::Disabled(_)) => "renew_disabled",
             RenewError::Csr(_) => "renew_invalid_csr",
+            RenewError::TooFrequent { .. } => "renew_rate_limited",
             RenewError::Internal => "renew_internal",
         }
     }
@@ -66,8 +87,84 @@ impl From<RenewError> for Status {
             RenewError::Refused(RenewRefusal::Unknown(_)) => Status::unauthenticated(message),
             RenewError::Refused(_) => Status::permission_denied(message),
             RenewError::Csr(_) => Status::invalid_argument(message),
+            RenewError::TooFrequent { .. } => Status::resource_exhausted(message),
             RenewError::Internal => Status::internal(message),
         }
+    }
+}
+
+type Keyed<C> =
+    RateLimiter<String, HashMapStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// How often one connector may renew: each renewal signs a certificate and
+/// records it, so a connector (or a stolen certificate) renewing in a loop
+/// would cost CPU and grow the store without end. A healthy connector renews
+/// at two thirds of its lifetime (hours to months); the burst leaves room
+/// for retries after a lost response and for tests with lifetimes of a
+/// minute. Counted per connector name, whichever certificate it presents.
+pub struct RenewLimit<C: Clock = DefaultClock> {
+    limiter: Keyed<C>,
+    clock: C,
+    burst: u32,
+    period: Duration,
+}
+
+impl<C: Clock> std::fmt::Debug for RenewLimit<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewLimit")
+            .field("burst", &self.burst)
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RenewLimit<DefaultClock> {
+    /// Five renewals per connector, then one per minute.
+    pub fn new() -> Self {
+        Self::with_clock(5, Duration::from_secs(60), DefaultClock::default())
+    }
+}
+
+impl Default for RenewLimit<DefaultClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock + Clone> RenewLimit<C> {
+    /// `burst` renewals per connector, then one per `period`, on `clock`.
+    pub fn with_clock(burst: u32, period: Duration, clock: C) -> Self {
+        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        let period = period.max(Duration::from_millis(1));
+        let quota = Quota::with_period(period)
+            .map(|q| q.allow_burst(burst))
+            .unwrap_or_else(|| Quota::per_minute(burst));
+        RenewLimit {
+            limiter: RateLimiter::hashmap_with_clock(quota, clock.clone()),
+            clock,
+            burst: burst.get(),
+            period,
+        }
+    }
+
+    /// Takes one renewal of `name`'s allowance, or says when it refills.
+    pub fn admit(&self, name: &str) -> Result<(), RenewError> {
+        self.limiter
+            .check_key(&name.to_owned())
+            .map_err(|not_until| {
+                let wait = not_until.wait_time_from(self.clock.now());
+                RenewError::TooFrequent {
+                    name: name.to_owned(),
+                    burst: self.burst,
+                    period_s: self.period.as_secs(),
+                    retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                }
+            })
+    }
+
+    /// Forgets connectors whose allowance is full again (housekeeping).
+    pub fn retain_recent(&self) {
+        self.limiter.retain_recent();
     }
 }
 
@@ -137,6 +234,13 @@ impl Authority {
         }
         let grace = state.settings().renewal_grace;
         drop(state);
+        // Refuse a certificate that cannot renew before signing anything,
+        // and before it counts against the connector's allowance (a revoked
+        // certificate's holder cannot use up the live connector's).
+        self.store()
+            .renewable(&id.name, &id.group, &id.serial, now_ms())
+            .map_err(internal)??;
+        self.renew_limit().admit(&id.name)?;
         let issued = pki
             .issue(&id.name, &id.group, &r.csr_pem)
             .map_err(|e| match e {
@@ -194,4 +298,34 @@ fn millis(d: Duration) -> i64 {
 fn internal(e: StoreError) -> RenewError {
     tracing::error!(error = %e, "renewal could not be recorded");
     RenewError::Internal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    #[test]
+    fn a_connector_renewing_in_a_loop_is_refused_after_its_burst_until_the_period_passes() {
+        let clock = FakeRelativeClock::default();
+        let limit = RenewLimit::with_clock(3, Duration::from_secs(60), clock.clone());
+        for _ in 0..3 {
+            limit.admit("c1").expect("within the burst");
+        }
+        let refused = limit.admit("c1").expect_err("past the burst");
+        assert_eq!(refused.label(), "renew_rate_limited");
+        let RenewError::TooFrequent { retry_after_s, .. } = &refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(*retry_after_s, 60);
+        assert!(refused.to_string().contains("\"c1\""), "{refused}");
+        assert_eq!(Status::from(refused).code(), tonic::Code::ResourceExhausted);
+        // Another connector has its own allowance.
+        limit.admit("c2").expect("another connector");
+        clock.advance(Duration::from_secs(59));
+        assert!(limit.admit("c1").is_err(), "not refilled yet");
+        clock.advance(Duration::from_secs(1));
+        limit.admit("c1").expect("one more after the period");
+        assert!(limit.admit("c1").is_err(), "and only one");
+    }
 }

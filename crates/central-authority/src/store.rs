@@ -108,6 +108,36 @@ fn cert_record(conn: &Connection, serial: &str) -> rusqlite::Result<Option<CertR
     .optional()
 }
 
+/// The standing a certificate needs to renew: known, of that connector and
+/// group, unrevoked, unexpired, its connector not disabled.
+fn renewable(
+    old: Option<CertRecord>,
+    name: &str,
+    group: &str,
+    serial: &str,
+    now_ms: i64,
+) -> Result<(), RenewRefusal> {
+    let Some(old) = old else {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    };
+    if old.connector != name || old.group != group {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    }
+    if let Some((_, reason)) = old.revoked {
+        return Err(RenewRefusal::Revoked {
+            serial: serial.to_owned(),
+            reason,
+        });
+    }
+    if old.not_after_ms <= now_ms {
+        return Err(RenewRefusal::Expired(serial.to_owned()));
+    }
+    if old.disabled {
+        return Err(RenewRefusal::Disabled(name.to_owned()));
+    }
+    Ok(())
+}
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -602,23 +632,8 @@ impl Store {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old = cert_record(&tx, r.old_serial)?;
-        let Some(old) = old else {
-            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
-        };
-        if old.connector != r.name || old.group != r.group {
-            return Ok(Err(RenewRefusal::Unknown(r.old_serial.to_owned())));
-        }
-        if let Some((_, reason)) = old.revoked {
-            return Ok(Err(RenewRefusal::Revoked {
-                serial: r.old_serial.to_owned(),
-                reason,
-            }));
-        }
-        if old.not_after_ms <= r.now_ms {
-            return Ok(Err(RenewRefusal::Expired(r.old_serial.to_owned())));
-        }
-        if old.disabled {
-            return Ok(Err(RenewRefusal::Disabled(r.name.to_owned())));
+        if let Err(refused) = renewable(old, r.name, r.group, r.old_serial, r.now_ms) {
+            return Ok(Err(refused));
         }
         tx.execute(
             "INSERT OR IGNORE INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
@@ -640,6 +655,20 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(Ok(()))
+    }
+
+    /// Whether the certificate `serial` could renew now (a read only; the
+    /// renewal itself checks again in its transaction): lets the CA refuse
+    /// before it signs anything.
+    pub fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let old = cert_record(&lock(&self.conn), serial)?;
+        Ok(renewable(old, name, group, serial, now_ms))
     }
 
     /// Revokes every superseded certificate whose grace has passed; returns

@@ -349,3 +349,39 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
     assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
     ca.stop().await;
 }
+
+/// A connector renewing in a loop is refused after five renewals
+/// (RESOURCE_EXHAUSTED, saying when to retry), and a revoked certificate's
+/// refused attempts do not use up the allowance of the connector's live
+/// certificate.
+#[tokio::test]
+async fn renewing_in_a_loop_is_refused_after_the_burst() {
+    let ca = Ca::start(&config("")).await;
+    let t = ca.target();
+    let stolen = enroll(&t, "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    assert_eq!(ca.authority.revoke_connector("east-1").expect("db"), 1);
+    assert!(ca.authority.allow_reenroll("east-1").expect("db"));
+    let mut live = enroll(&t, "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled again");
+    for _ in 0..8 {
+        let e = renew(&t, &stolen, "east-1").await.expect_err("revoked");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    }
+    for i in 0..5 {
+        live = renew(&t, &live, "east-1")
+            .await
+            .unwrap_or_else(|e| panic!("renewal {i}: {e:?}"));
+    }
+    let e = renew(&t, &live, "east-1").await.expect_err("too often");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("renews too often"), "{e:?}");
+    // The refused renewal recorded nothing: the last certificate is current.
+    assert_eq!(
+        connector(&ca, "east-1").await["certificate_serial"],
+        live.serial.as_str()
+    );
+    ca.stop().await;
+}

@@ -240,6 +240,100 @@ connector_groups = ["dc-east"]
     ca.stop().await;
 }
 
+/// The e2e overload scenario in process: 2,000 continuous targets at 500
+/// checks/s plus 600 on-access windows re-checked every second (more than
+/// the rate): every continuous application and every accessed one still
+/// reaches the CA with a result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuous_and_on_access_results_all_reach_the_ca_under_overload() {
+    let hosts: Vec<String> = (1..=200).map(|i| format!("\"127.0.3.{i}\"")).collect();
+    let extra = format!(
+        r#"
+[[segments]]
+name = "bulk"
+applications = [{}]
+tcp_ports = ["20001-20010"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["dc-east"]
+
+[[segments]]
+name = "burst"
+applications = ["127.0.4.0/24"]
+tcp_ports = ["30001-30003"]
+health_reporting = "on_access"
+report_interval_ms = 1000
+connector_groups = ["dc-east"]
+"#,
+        hosts.join(", ")
+    );
+    let ca = Ca::start(&config_text(
+        "checks_per_second = 500\ncheck_timeout_ms = 500\ncheck_budget = 100000",
+        "",
+        &extra,
+    ))
+    .await;
+    let dir = scratch_dir("overload-agent");
+    let root = dir.join("ca.pem");
+    std::fs::write(&root, ca.root()).expect("root");
+    let mut config =
+        connector_agent::Config::new(format!("https://{}", ca.grpc), "bulk-1", "dc-east");
+    config.ca_cert = Some(root);
+    config.state_dir = dir.join("state");
+    config.provisioning_key = Some(KEY_EAST.into());
+    config.checks_per_second = 500;
+    config.check_timeout_ms = 500;
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(async move {
+        connector_agent::run(config, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    let http = ca.web();
+    eventually("the connector is connected", || async {
+        ca.authority.connectors().iter().any(|c| c.connected)
+    })
+    .await;
+    let accessed: Vec<(String, u32)> = (1..=200u32)
+        .flat_map(|i| (30001..=30003).map(move |p| (format!("127.0.4.{i}"), p)))
+        .collect();
+    for chunk in accessed.chunks(10) {
+        let calls = chunk.iter().map(|(h, p)| http.access(h, "tcp", *p));
+        for (status, body) in futures::future::join_all(calls).await {
+            assert!(status == 200 || status == 503, "{status} {body}");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let known = |segment: &str| {
+        ca.authority
+            .applications(Some(segment))
+            .iter()
+            .filter(|a| a.connectors.iter().any(|c| c.status != Status::Unknown))
+            .count()
+    };
+    while (known("bulk") < 2000 || known("burst") < accessed.len()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let m = ca.authority.metrics();
+    eprintln!(
+        "bulk {} burst {} rate-limited {}",
+        known("bulk"),
+        known("burst"),
+        m.messages_rate_limited.get()
+    );
+    assert_eq!(known("bulk"), 2000, "continuous applications with a result");
+    assert_eq!(
+        known("burst"),
+        accessed.len(),
+        "accessed applications with a result"
+    );
+    assert_eq!(m.messages_rate_limited.get(), 0, "messages dropped");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), agent).await;
+    ca.stop().await;
+}
+
 /// Server reflection is served as `v1alpha` too (grpcio-reflection and
 /// older grpcurl speak only that).
 #[tokio::test]

@@ -29,6 +29,7 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
 use policy::Host;
+use policy::report::MAX_ADDRESSES_PER_ENTRY;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
@@ -337,10 +338,20 @@ impl Resolver {
                     .saturating_duration_since(std::time::Instant::now())
                     .clamp(self.ttl.min, self.ttl.max);
                 let mut addrs: Vec<IpAddr> = Vec::new();
+                let mut seen = std::collections::HashSet::new();
                 for ip in lookup.iter() {
-                    if !addrs.contains(&ip) {
+                    if seen.insert(ip) {
                         addrs.push(ip);
                     }
+                }
+                if addrs.len() > MAX_ADDRESSES_PER_ENTRY {
+                    tracing::warn!(
+                        name,
+                        addresses = addrs.len(),
+                        checked = MAX_ADDRESSES_PER_ENTRY,
+                        "the name resolves to more addresses than one report entry may carry; checking the first ones"
+                    );
+                    addrs.truncate(MAX_ADDRESSES_PER_ENTRY);
                 }
                 if addrs.is_empty() {
                     let reason = format!("no address records for {name}");

@@ -146,3 +146,25 @@ async fn nxdomain_is_a_failure_at_once_despite_a_previous_answer() {
     assert!(!err.transient);
     assert!(err.reason.starts_with("NXDOMAIN"), "{}", err.reason);
 }
+
+/// A name with more addresses than one report entry may carry (300 A
+/// records, answered over TCP after the truncated UDP answer): the first
+/// `MAX_ADDRESSES_PER_ENTRY` are checked, so the entry the CA receives is
+/// one it accepts.
+#[tokio::test]
+async fn a_name_with_too_many_addresses_is_cut_to_what_one_entry_carries() {
+    let ips: Vec<std::net::IpAddr> = (0..300u32)
+        .map(|i| std::net::Ipv4Addr::from(0x7f08_0000 + i + 1).into())
+        .collect();
+    let records: Vec<(&str, std::net::IpAddr)> =
+        ips.iter().map(|ip| ("many.zone.test", *ip)).collect();
+    let dns = DnsServer::start(([127, 0, 0, 1], 0).into(), "zone.test", &records)
+        .await
+        .expect("DNS server");
+    let resolver = resolver(&dns, Duration::from_secs(1), Duration::ZERO);
+    let addresses = resolver.resolve("many.zone.test").await.expect("resolves");
+    assert_eq!(addresses.len(), policy::report::MAX_ADDRESSES_PER_ENTRY);
+    let distinct: std::collections::HashSet<_> = addresses.iter().collect();
+    assert_eq!(distinct.len(), addresses.len(), "no duplicates");
+    assert!(addresses.iter().all(|a| ips.contains(a)));
+}

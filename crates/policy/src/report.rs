@@ -11,6 +11,12 @@ use crate::status::{AddressResult, Status};
 /// peer.
 pub const MAX_DETAIL_CHARS: usize = 512;
 
+/// Most addresses one application's entry may carry (the addresses its
+/// FQDN resolves to, or its one IP). A connector checks at most this many
+/// addresses of one name (the first in answer order) and the CA refuses an
+/// entry with more: one entry cannot make the CA hold an unbounded list.
+pub const MAX_ADDRESSES_PER_ENTRY: usize = 256;
+
 /// What a connector reports about one application.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApplicationReport {

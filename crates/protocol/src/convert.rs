@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use policy::report::MAX_DETAIL_CHARS;
+use policy::report::{MAX_ADDRESSES_PER_ENTRY, MAX_DETAIL_CHARS};
 use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
     AddressResult, AppKey, ApplicationReport, CandidateNote, Failure, FailureKind, HealthReporting,
@@ -51,6 +51,16 @@ pub enum WireError {
         field: &'static str,
         /// What is wrong.
         problem: String,
+    },
+    /// A repeated field holds more items than the protocol allows.
+    #[error("field `{field}` has {count} items (max {max})")]
+    TooMany {
+        /// Field name.
+        field: &'static str,
+        /// How many it holds.
+        count: usize,
+        /// The limit.
+        max: usize,
     },
     /// A segment breaks validation rules.
     #[error("invalid segment {name:?}: {}", join(errors))]
@@ -376,6 +386,13 @@ impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
     fn try_from(app: v1::ApplicationHealth) -> Result<Self, WireError> {
         let key = AppKey::try_from(app.app.ok_or(WireError::MissingField("app"))?)?;
         let status = status_from_wire("status", app.status)?;
+        if app.addresses.len() > MAX_ADDRESSES_PER_ENTRY {
+            return Err(WireError::TooMany {
+                field: "addresses",
+                count: app.addresses.len(),
+                max: MAX_ADDRESSES_PER_ENTRY,
+            });
+        }
         let addresses = app
             .addresses
             .into_iter()
@@ -1068,10 +1085,30 @@ mod tests {
                     value: "nope".into(),
                 },
             ),
+            (
+                v1::ApplicationHealth {
+                    addresses: vec![wire_result(); MAX_ADDRESSES_PER_ENTRY + 1],
+                    ..wire()
+                },
+                WireError::TooMany {
+                    field: "addresses",
+                    count: MAX_ADDRESSES_PER_ENTRY + 1,
+                    max: MAX_ADDRESSES_PER_ENTRY,
+                },
+            ),
         ];
         for (wire, expected) in cases {
             assert_eq!(ApplicationReport::try_from(wire), Err(expected));
         }
+        // The limit itself is accepted.
+        let full = v1::ApplicationHealth {
+            addresses: vec![wire_result(); MAX_ADDRESSES_PER_ENTRY],
+            ..wire()
+        };
+        assert_eq!(
+            ApplicationReport::try_from(full).map(|r| r.addresses.len()),
+            Ok(MAX_ADDRESSES_PER_ENTRY)
+        );
         // The resolver's reason is bounded; an empty one is none.
         let long = v1::ApplicationHealth {
             dns_error: "é".repeat(5000),

@@ -141,6 +141,12 @@ impl DnsServer {
             mode: mode.clone(),
         });
         server.register_socket(socket);
+        // TCP on the same port: answers too large for UDP are truncated
+        // there, and resolvers ask again over TCP.
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding DNS server (TCP) to {addr}"))?;
+        server.register_listener(tcp, std::time::Duration::from_secs(5), 65_535);
         let task = tokio::spawn(async move {
             let _ = server.block_until_done().await;
         });
