@@ -26,7 +26,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
-        /// pacing, memory, ingest, access, cold, scale.
+        /// pacing, memory, ingest, access, cold, scale, starve, dashboard.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
