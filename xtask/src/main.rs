@@ -23,6 +23,7 @@ tasks:
           can be produced)
   test    all unit and integration tests (no e2e)
   monitoring  promtool checks and unit tests of deploy/prometheus
+  manifests   deploy/kubernetes against the Kubernetes schemas (kubernetes-validate)
   fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
           `cargo xtask fuzz 300` gives each target 300 s
   e2e     build release binaries and run every end-to-end scenario
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("test") => test().map(|()| summary()),
         Some("monitoring") => monitoring(),
+        Some("manifests") => manifests(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
@@ -149,6 +151,7 @@ fn ci() -> Result<()> {
     run(clippy, "clippy")?;
 
     monitoring()?;
+    manifests()?;
     test()?;
     e2e(&[])?;
     fuzz(&[])?;
@@ -191,6 +194,34 @@ fn monitoring() -> Result<()> {
         run(cmd, what)?;
     }
     Ok(())
+}
+
+/// Validates every manifest in `deploy/kubernetes` against the Kubernetes
+/// API schemas, strictly (unknown fields are errors), offline, with the
+/// `kubernetes-validate` package from PyPI.
+fn manifests() -> Result<()> {
+    let installed = Command::new("kubernetes-validate")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        bail!(
+            "kubernetes-validate is not installed: `pip install kubernetes-validate` (.ci/run does this)"
+        );
+    }
+    let dir = root().join("deploy/kubernetes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no manifests in {}", dir.display());
+    }
+    let mut cmd = Command::new("kubernetes-validate");
+    cmd.args(["--strict", "--quiet"]).args(&files);
+    run(cmd, "kubernetes-validate")
 }
 
 /// The fuzz targets (`fuzz/fuzz_targets/*.rs`).

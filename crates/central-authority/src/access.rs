@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use policy::{
     AppKey, Candidate, CandidateNote, Decision, Explanation, HealthReporting, Host, MatchOutcome,
-    Protocol, RefusalReason, Request, Segment, Status, Strategy,
+    Protocol, RefusalReason, Request, Segment, Status, Strategy, Tolerance,
 };
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
@@ -209,8 +209,7 @@ impl Authority {
 
     async fn decide(&self, host: Host, protocol: Protocol, port: u16) -> AccessOutcome {
         let state = self.snapshot();
-        let strategy = state.settings().strategy;
-        let mut explanation = ExplanationView::new(strategy);
+        let mut explanation = ExplanationView::new(state.settings().strategy);
         let request = Request {
             host,
             protocol,
@@ -226,6 +225,9 @@ impl Authority {
             }
         };
         let mode = segment.health_reporting;
+        let strategy = strategy_of(&state, segment);
+        explanation.strategy = strategy;
+        let tolerance = state.settings().nearest_tolerance;
         let key = AppKey {
             segment: segment.name.clone(),
             host: request.host,
@@ -239,7 +241,7 @@ impl Authority {
         changes.borrow_and_update();
         let now = Instant::now();
         let mut candidates = self.candidates(&state, segment, &key, now);
-        let mut decision = self.pick(&candidates, mode, strategy);
+        let mut decision = self.pick(&candidates, mode, strategy, tolerance);
         let mut rechecking = Vec::new();
         if mode == HealthReporting::OnAccess {
             // Nobody reachable, but some connector's latest result is Down
@@ -265,7 +267,7 @@ impl Authority {
             explanation.discovery_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-        explanation.selection = Some(policy::explain(&candidates, mode, strategy));
+        explanation.selection = Some(policy::explain_with(&candidates, mode, strategy, tolerance));
         match decision {
             Decision::Selected { index } => {
                 let c = &candidates[index];
@@ -306,14 +308,15 @@ impl Authority {
         mut candidates: Vec<Candidate>,
         rechecking: &[String],
     ) -> (Decision, Vec<Candidate>) {
-        let (mode, strategy) = (segment.health_reporting, state.settings().strategy);
+        let (mode, strategy) = (segment.health_reporting, strategy_of(state, segment));
+        let tolerance = state.settings().nearest_tolerance;
         let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
         let pending = |this: &Self| {
             rechecking
                 .iter()
                 .any(|c| this.on_access().recheck_pending(&(key.clone(), c.clone())))
         };
-        let mut decision = self.pick(&candidates, mode, strategy);
+        let mut decision = self.pick(&candidates, mode, strategy, tolerance);
         loop {
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Err(_) | Ok(Err(_)) => {
@@ -328,7 +331,7 @@ impl Authority {
                 Ok(Ok(())) => {
                     changes.borrow_and_update();
                     candidates = self.candidates(state, segment, key, Instant::now());
-                    decision = self.pick(&candidates, mode, strategy);
+                    decision = self.pick(&candidates, mode, strategy, tolerance);
                     match decision {
                         Decision::Refused(RefusalReason::NoHealthReport) => continue,
                         Decision::Refused(RefusalReason::AllDown) if pending(self) => continue,
@@ -368,8 +371,9 @@ impl Authority {
         candidates: &[Candidate],
         mode: HealthReporting,
         strategy: Strategy,
+        tolerance: Tolerance,
     ) -> Decision {
-        policy::select(candidates, mode, strategy, &mut rand::rng())
+        policy::select_with(candidates, mode, strategy, tolerance, &mut rand::rng())
     }
 
     /// Every known connector of the segment's groups with its effective
@@ -382,14 +386,15 @@ impl Authority {
         now: Instant,
     ) -> Vec<Candidate> {
         let conns = self.registry().snapshot();
-        let reports = self.health().statuses(key);
+        let reports = self.health().selection_inputs(key);
         let mut out = Vec::new();
         for group in &segment.connector_groups {
             let mut names: Vec<_> = conns.iter().filter(|(_, c)| &c.group == group).collect();
             names.sort_by(|a, b| a.0.cmp(b.0));
             for (name, conn) in names {
-                let status = match reports.iter().find(|(c, _, _)| c == name) {
-                    Some((_, stored, at)) => {
+                let report = reports.iter().find(|(c, _, _, _)| c == name);
+                let status = match report {
+                    Some((_, stored, at, _)) => {
                         let live = segment.health_reporting != HealthReporting::OnAccess
                             || self.on_access().is_live(key, name, now);
                         Self::effective(
@@ -409,6 +414,7 @@ impl Authority {
                     group: group.clone(),
                     connected: conn.connected,
                     status,
+                    rtt: report.and_then(|r| r.3),
                 });
             }
         }
@@ -521,6 +527,11 @@ impl Authority {
     }
 }
 
+/// The strategy that selects for `segment`: its own, else the CA's.
+fn strategy_of(state: &PolicyState, segment: &Segment) -> Strategy {
+    segment.strategy.unwrap_or(state.settings().strategy)
+}
+
 /// The segment a request falls under, or the refusal when there is none
 /// (or it lacks the port); notes the match in `explanation` either way.
 fn matched_segment<'s>(
@@ -614,6 +625,7 @@ mod tests {
             group: "g".into(),
             connected: true,
             status: Status::Up,
+            rtt: None,
         }];
         let mut view = ExplanationView::new(Strategy::Group);
         view.segment = Some("jira".into());

@@ -52,6 +52,12 @@ impl Secret {
         crate::pki::sha256_hex(self.0.as_bytes())
     }
 
+    /// The secret itself, for handing it to what needs it (the database
+    /// driver's password); never for logs or comparisons.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
     /// Constant-time equality with another secret.
     pub fn same_as(&self, other: &Secret) -> bool {
         self.matches(other.bytes())

@@ -55,6 +55,9 @@ pub struct Authority {
     enroll_throttle: crate::throttle::Throttle,
     /// Renewals per connector (`renew`).
     renew_limit: crate::renew::RenewLimit,
+    /// This process's id among the replicas sharing the store (set once
+    /// `run` knows its listeners).
+    replica_id: std::sync::OnceLock<String>,
 }
 
 /// Why the CA's trust state could not be opened.
@@ -64,10 +67,10 @@ pub enum TrustError {
     #[error("TLS material: {0}")]
     Pki(#[from] crate::pki::PkiError),
     /// The database.
-    #[error("{path}: {source}")]
+    #[error("store {location}: {source}")]
     Store {
-        /// The database file.
-        path: std::path::PathBuf,
+        /// The database file or URL (without its password).
+        location: String,
         /// Why.
         source: crate::store::StoreError,
     },
@@ -90,11 +93,12 @@ impl Authority {
             path: dir.clone(),
             source,
         })?;
-        let db = dir.join("reach.db");
-        let store = Store::open(&db).map_err(|source| TrustError::Store {
-            path: db.clone(),
+        let location = config.settings.store.resolve(&dir);
+        let store = Store::open(&location).map_err(|source| TrustError::Store {
+            location: location.to_string(),
             source,
         })?;
+        tracing::info!(store = %location, "store opened");
         let pki = if tls {
             let s = &config.settings;
             let hosts = [s.grpc_listen.ip(), s.http_listen.ip()];
@@ -133,6 +137,7 @@ impl Authority {
             metrics: Metrics::default(),
             next_session: AtomicU64::new(1),
             policy_version: AtomicU64::new(0),
+            replica_id: std::sync::OnceLock::new(),
         }
     }
 
@@ -159,6 +164,16 @@ impl Authority {
     /// The on-access windows and coalescing.
     pub(crate) fn on_access(&self) -> &OnAccess {
         &self.on_access
+    }
+
+    /// This replica's id, once `run` set it.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.replica_id.get().map(String::as_str)
+    }
+
+    /// Sets this replica's id (the first call wins).
+    pub(crate) fn set_replica_id(&self, id: String) {
+        let _ = self.replica_id.set(id);
     }
 
     /// The database.
@@ -361,16 +376,20 @@ impl Authority {
             if a.data_dir != b.data_dir
                 || a.tls_enabled != b.tls_enabled
                 || a.tls != b.tls
+                || a.store != b.store
+                || a.replica_id != b.replica_id
                 || a.connector_cert_validity != b.connector_cert_validity
                 || a.handshake_timeout != b.handshake_timeout
                 || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
                 || a.limits.max_connections != b.limits.max_connections
             {
                 tracing::warn!(
-                    "[server] data_dir, [tls] and listener [limits] changed; they take effect only after a restart"
+                    "[server] data_dir, [tls], [store], [replica] and listener [limits] changed; they take effect only after a restart"
                 );
             }
             b.data_dir = a.data_dir.clone();
+            b.store = a.store.clone();
+            b.replica_id = a.replica_id.clone();
             b.tls_enabled = a.tls_enabled;
             b.tls = a.tls.clone();
             b.connector_cert_validity = a.connector_cert_validity;

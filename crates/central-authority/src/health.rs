@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use policy::{AddressResult, AppKey, Status};
 use serde::Serialize;
@@ -76,6 +76,10 @@ pub struct Report {
     pub checked_at_unix_ms: i64,
     /// Why the status is Unknown, when it is.
     pub unknown_cause: Option<UnknownCause>,
+    /// The connector's smoothed RTT to the application
+    /// (`policy::smooth_rtt` over its reports' reachable addresses); set by
+    /// the table when it stores a report, whatever the caller put here.
+    pub rtt: Option<Duration>,
 }
 
 /// When a check `age` old at `received_at` ran, on the same monotonic
@@ -199,15 +203,26 @@ impl HealthTable {
                 cause: report.unknown_cause.map_or("report", UnknownCause::as_str),
             })
         };
+        // The smoothed RTT goes on from the previous report's; a report
+        // with no reachable address keeps it (a failure says nothing about
+        // distance).
+        let mut report = report;
+        let smooth = |previous: Option<Duration>, report: &Report| {
+            policy::rtt_sample(&report.addresses)
+                .map(|sample| policy::smooth_rtt(previous, sample))
+                .or(previous)
+        };
         // One search of the connector's slot, then replace or insert.
         let (before, change, old) = match record.reports.get_mut(connector) {
             Some(slot) => {
+                report.rtt = smooth(slot.rtt, &report);
                 let before = (slot.status, slot.checked_at);
                 let change = transition(slot.status, &report);
                 let old = std::mem::replace(slot, report);
                 (Some(before), change, Some(old))
             }
             None => {
+                report.rtt = smooth(None, &report);
                 let change = transition(Status::Unknown, &report);
                 record.reports.insert(connector.to_owned(), report);
                 (None, change, None)
@@ -311,6 +326,23 @@ impl HealthTable {
             .unwrap_or_default()
     }
 
+    /// Every connector's stored status, check time and smoothed RTT for
+    /// `key` (what selection needs).
+    pub fn selection_inputs(
+        &self,
+        key: &AppKey,
+    ) -> Vec<(String, Status, Instant, Option<Duration>)> {
+        read(self.shard(key))
+            .get(key)
+            .map(|r| {
+                r.reports
+                    .iter()
+                    .map(|(c, rep)| (c.clone(), rep.status, rep.checked_at, rep.rtt))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A copy of everything known about `key`.
     pub fn app(&self, key: &AppKey) -> Option<(BTreeMap<String, Report>, Vec<Transition>)> {
         read(self.shard(key))
@@ -392,6 +424,7 @@ mod tests {
             received_wall: SystemTime::now(),
             checked_at_unix_ms: 0,
             unknown_cause: None,
+            rtt: None,
         }
     }
 

@@ -56,6 +56,7 @@ pub fn router(authority: Arc<Authority>) -> Router {
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/events", get(events))
         .route("/api/v1/connectors", get(connectors))
+        .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -829,6 +830,19 @@ fn shutting_down() -> Response {
         "the CA is shutting down",
         None,
     )
+}
+
+/// `GET /api/v1/replicas`: the CA replicas sharing this one's store, with
+/// their last heartbeat and policy hash.
+async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    match admin(&a, |a| a.replicas(a.replica_id())).await {
+        Ok(replicas) => axum::Json(json!({
+            "this": a.replica_id(),
+            "replicas": replicas,
+        }))
+        .into_response(),
+        Err(response) => response,
+    }
 }
 
 async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {

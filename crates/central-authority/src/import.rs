@@ -237,6 +237,8 @@ struct SegmentOut<'a> {
     udp_ports: &'a [PortSpec],
     health_reporting: Option<&'a str>,
     multimatch: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strategy: Option<&'a str>,
     connector_groups: &'a [String],
 }
 
@@ -249,6 +251,7 @@ impl<'a> From<&'a SegmentSpec> for SegmentOut<'a> {
             udp_ports: &s.udp_ports,
             health_reporting: s.health_reporting.as_deref(),
             multimatch: s.multimatch,
+            strategy: s.strategy.as_deref(),
             connector_groups: &s.connector_groups,
         }
     }
@@ -336,7 +339,10 @@ pub fn convert(json: &str, options: &Options) -> Result<Imported, ImportError> {
         connector_groups: imported
             .connector_groups()
             .into_iter()
-            .map(|name| GroupSpec { name })
+            .map(|name| GroupSpec {
+                name,
+                ..GroupSpec::default()
+            })
             .collect(),
         segments: imported.segments.iter().map(|s| s.spec.clone()).collect(),
     };
@@ -421,12 +427,10 @@ impl Conversion {
             app.udp_port_ranges.as_deref(),
             app.udp_port_range.as_deref(),
         )?;
-        if app.select_connector_close_to_app == Some(true) {
-            self.note(
-                Severity::Dropped,
-                "selectConnectorCloseToApp = true: reach has no \"nearest\" strategy yet, so the configured strategy selects".into(),
-            );
-        }
+        // The product's "closest connector to the application" is reach's
+        // `nearest` strategy for this segment.
+        let strategy = (app.select_connector_close_to_app == Some(true))
+            .then(|| policy::Strategy::Nearest.as_str().to_owned());
         let connector_groups = self.groups(app.server_groups.as_deref().unwrap_or(&[]), options)?;
         self.unknown_fields(&app.other);
         let name = self.valid_name(&source_name);
@@ -443,6 +447,7 @@ impl Conversion {
             health_reporting: Some(health_reporting.into()),
             multimatch,
             connector_groups,
+            strategy,
             ..SegmentSpec::default()
         };
         if let Err(errors) = policy::validate_segment(&spec) {
@@ -763,7 +768,6 @@ mod tests {
         let all = all.join("\n");
         for needle in [
             "segment \"Jira Server\": note: named \"Jira-Server\" in reach",
-            "segment \"near\": not carried over: selectConnectorCloseToApp = true",
             "segment \"extras\": not carried over: fields reach has no equivalent for: bypassType = \"NEVER\", isCnameEnabled = true",
             "segment \"half-mapped\": not carried over: server group \"SG Lab\" has no --group-map",
             "segment \"retired\": refused: is disabled (enabled = false)",
@@ -799,12 +803,13 @@ mod tests {
     }
 
     #[test]
-    fn select_connector_close_to_app_is_reported_but_the_segment_carries_over() {
+    fn select_connector_close_to_app_becomes_the_nearest_strategy() {
         let i = one(r#""selectConnectorCloseToApp": true"#);
         assert_eq!(i.segments.len(), 1);
-        assert_eq!(i.outcome(), Outcome::FieldsDropped);
-        assert_eq!(i.outcome().exit_code(), 3);
-        assert!(messages(&i, Severity::Dropped)[0].contains("no \"nearest\" strategy"));
+        assert_eq!(i.outcome(), Outcome::Complete);
+        assert_eq!(i.segments[0].spec.strategy.as_deref(), Some("nearest"));
+        let off = one(r#""selectConnectorCloseToApp": false"#);
+        assert_eq!(off.segments[0].spec.strategy, None);
     }
 
     #[test]

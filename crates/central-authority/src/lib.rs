@@ -29,6 +29,7 @@ pub mod policy_state;
 mod registry;
 pub mod reload;
 pub mod renew;
+pub mod replicas;
 pub mod session;
 pub mod store;
 mod sync;
@@ -155,6 +156,24 @@ pub async fn run_with(
         ));
     }
     drop(state);
+
+    // Replicas of one CA share the store: heartbeat there, and close the
+    // sessions a change made on another replica ended.
+    let me = {
+        let state = authority.snapshot();
+        let s = state.settings();
+        replicas::Me::new(
+            &state,
+            grpc.local_addr().unwrap_or(s.grpc_listen),
+            http.local_addr().unwrap_or(s.http_listen),
+        )
+    };
+    authority.set_replica_id(me.id.clone());
+    tokio::spawn(replicas::run(
+        authority.clone(),
+        me,
+        stopped(stop_rx.clone()),
+    ));
 
     let hk = authority.clone();
     let hk_stop = stopped(stop_rx.clone());

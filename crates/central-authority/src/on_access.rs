@@ -473,6 +473,7 @@ mod bounded {
         let session = LiveSession {
             id: 1,
             label: "test".into(),
+            cert_serial: None,
             tx,
             kill: Arc::new(Notify::new()),
         };

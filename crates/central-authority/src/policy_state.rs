@@ -127,6 +127,12 @@ impl PolicyState {
                 max_entries_burst: s.limits.connector_entries_burst,
                 // Any report of at most the burst can be taken.
                 max_report_entries: s.limits.connector_entries_burst.min(MAX_REPORT_ENTRIES),
+                dns_resolution: v1::DnsResolution::from(
+                    self.policy()
+                        .group(group)
+                        .map(|g| g.dns_resolution)
+                        .unwrap_or_default(),
+                ) as i32,
             },
         )
     }

@@ -33,6 +33,9 @@ pub(crate) type Outbound = mpsc::Sender<Result<v1::AuthorityMessage, tonic::Stat
 pub(crate) struct LiveSession {
     pub id: u64,
     pub label: String,
+    /// Serial of the certificate the session stands on (`None` for a
+    /// plain-text session): the reconcile checks it against the store.
+    pub cert_serial: Option<String>,
     pub tx: Outbound,
     pub kill: Arc<Notify>,
 }
@@ -241,6 +244,18 @@ impl Registry {
             }
         }
         closed
+    }
+
+    /// Every live session: connector, session id and certificate serial.
+    pub(crate) fn live_sessions(&self) -> Vec<(String, u64, Option<String>)> {
+        lock(&self.conns)
+            .map
+            .iter()
+            .filter_map(|(name, e)| {
+                let s = e.session.as_ref()?;
+                Some((name.clone(), s.id, s.cert_serial.clone()))
+            })
+            .collect()
     }
 
     /// Records that `name` was heard from at `wall`.

@@ -228,6 +228,7 @@ async fn run_session(
         LiveSession {
             id,
             label: format!("{}-{:08x}", id, rand::random::<u32>()),
+            cert_serial: cert.as_ref().map(|c| c.serial.clone()),
             tx,
             kill: kill.clone(),
         },
@@ -822,6 +823,7 @@ impl Authority {
                 received_wall: wall,
                 checked_at_unix_ms,
                 unknown_cause,
+                rtt: None,
             },
             settings.transitions_kept,
         );

@@ -31,7 +31,7 @@ use crate::authority::Authority;
 use crate::metrics::Metrics;
 use crate::pki::{IdentityError, PkiError};
 use crate::session::Identity;
-use crate::store::{EnrollRefusal, NewCertificate, StoreError};
+use crate::store::{CertRecord, EnrollRefusal, NewCertificate, StoreError};
 
 /// Now, Unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -355,27 +355,11 @@ impl Authority {
         let Some(cert) = cert else {
             return self.check_not_disabled(&identity.name);
         };
-        let record = self
-            .store()
-            .certificate(&cert.serial)
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot look up a certificate");
-                AuthError::Unavailable
-            })?
-            .ok_or_else(|| AuthError::UnknownCertificate(cert.serial.clone()))?;
-        if let Some((_, reason)) = record.revoked {
-            return Err(AuthError::CertificateRevoked {
-                serial: cert.serial.clone(),
-                reason,
-            });
-        }
-        if record.disabled {
-            return Err(AuthError::ConnectorDisabled(identity.name.clone()));
-        }
-        if record.not_after_ms <= now_ms() {
-            return Err(AuthError::CertificateExpired(cert.serial.clone()));
-        }
-        Ok(())
+        let record = self.store().certificate(&cert.serial).map_err(|e| {
+            tracing::error!(error = %e, "cannot look up a certificate");
+            AuthError::Unavailable
+        })?;
+        cert_standing(record.as_ref(), &cert.serial, &identity.name, now_ms())
     }
 
     /// Refuses a connector an administrator disabled (also checked for
@@ -495,6 +479,32 @@ impl Authority {
         }
         Ok(out)
     }
+}
+
+/// Whether a session of connector `name` on certificate `serial` may go
+/// on, given the certificate's record (`None`: never issued) at `now`:
+/// not revoked, its connector not disabled, not expired. The one rule for
+/// registration and the replicas' reconcile alike.
+pub(crate) fn cert_standing(
+    record: Option<&CertRecord>,
+    serial: &str,
+    name: &str,
+    now: i64,
+) -> Result<(), AuthError> {
+    let record = record.ok_or_else(|| AuthError::UnknownCertificate(serial.to_owned()))?;
+    if let Some((_, reason)) = &record.revoked {
+        return Err(AuthError::CertificateRevoked {
+            serial: serial.to_owned(),
+            reason: reason.clone(),
+        });
+    }
+    if record.disabled {
+        return Err(AuthError::ConnectorDisabled(name.to_owned()));
+    }
+    if record.not_after_ms <= now {
+        return Err(AuthError::CertificateExpired(serial.to_owned()));
+    }
+    Ok(())
 }
 
 fn internal(e: StoreError) -> EnrollError {

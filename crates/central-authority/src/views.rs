@@ -37,6 +37,9 @@ pub struct ConnectorHealthView {
     pub addresses: Vec<AddressView>,
     /// The resolver's reason when DNS failed.
     pub dns_error: Option<String>,
+    /// The connector's smoothed RTT to the application in milliseconds
+    /// (what the `nearest` strategy compares), once it reported one.
+    pub smoothed_rtt_ms: Option<f64>,
 }
 
 /// One address's result.
@@ -333,6 +336,7 @@ impl Authority {
                                 r.addresses.iter().map(AddressView::from).collect()
                             },
                             dns_error: r.dns_error.clone(),
+                            smoothed_rtt_ms: r.rtt.map(|d| d.as_secs_f64() * 1000.0),
                         }
                     }
                     None => ConnectorHealthView {
@@ -350,6 +354,7 @@ impl Authority {
                         checked_at: None,
                         addresses: Vec::new(),
                         dns_error: None,
+                        smoothed_rtt_ms: None,
                     },
                 };
                 connectors.push(view);

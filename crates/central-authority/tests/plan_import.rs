@@ -265,7 +265,6 @@ fn import_reports_every_loss_by_name_and_says_so_in_its_exit_code() {
     assert!(out.stdout.is_empty());
     for needle in [
         "segment \"Jira Server\": note: named \"Jira-Server\"",
-        "segment \"near\": not carried over: selectConnectorCloseToApp",
         "segment \"extras\": not carried over: fields reach has no equivalent for: bypassType",
         "segment \"half-mapped\": not carried over: server group \"SG Lab\"",
         "segment \"retired\": refused: is disabled",
@@ -282,7 +281,12 @@ fn import_reports_every_loss_by_name_and_says_so_in_its_exit_code() {
     let check = run(&["check-config", "ca.toml"], &dir);
     assert!(check.status.success(), "{}", text(&check.stderr));
 
-    // Fields lost but every segment kept: 3.
+    assert!(
+        toml.contains("name = \"near\"") && toml.contains("strategy = \"nearest\""),
+        "selectConnectorCloseToApp becomes the nearest strategy: {toml}"
+    );
+
+    // selectConnectorCloseToApp carries over: 0.
     std::fs::write(
         dir.join("near.json"),
         r#"[{"name": "near", "domainNames": ["10.1.1.1"], "tcpPortRanges": ["22", "22"],
@@ -291,6 +295,20 @@ fn import_reports_every_loss_by_name_and_says_so_in_its_exit_code() {
     .expect("write");
     let out = run(
         &["import", "near.json", "--group-map", "SG East=dc-east"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("strategy = \"nearest\""));
+
+    // Fields lost but every segment kept: 3.
+    std::fs::write(
+        dir.join("extras.json"),
+        r#"[{"name": "extras", "domainNames": ["10.1.1.1"], "tcpPortRanges": ["22", "22"],
+             "bypassType": "NEVER", "serverGroups": [{"name": "SG East"}]}]"#,
+    )
+    .expect("write");
+    let out = run(
+        &["import", "extras.json", "--group-map", "SG East=dc-east"],
         &dir,
     );
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));

@@ -304,7 +304,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (scheduler, scheduler_task) =
-        schedule::Scheduler::spawn(resolver, pacer.clone(), metrics.clone(), reports_tx);
+        schedule::Scheduler::spawn(resolver.clone(), pacer.clone(), metrics.clone(), reports_tx);
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
         session::Credentials::Certificate(current) => {
@@ -341,6 +341,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pacer,
         prober,
         metrics,
+        resolver,
     };
     tracing::info!(ca = %config.ca, name = %config.name, group = %config.group, "connector starting");
     let mut session = tokio::spawn(session::run(

@@ -1,5 +1,7 @@
 //! Resolution of application names with hickory-resolver: every A and AAAA
-//! address of an FQDN, answers kept for their TTL (clamped), failures
+//! address of an FQDN (only A or only AAAA when the connector group's
+//! `dns_resolution` says so, see [`Resolver::set_dns_resolution`]), answers
+//! kept for their TTL (clamped), failures
 //! (NXDOMAIN, SERVFAIL, timeouts) returned as values with the resolver's
 //! reason.
 //!
@@ -28,8 +30,8 @@ use hickory_resolver::config::{
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::{DnsError, NetError};
 use hickory_resolver::proto::op::ResponseCode;
-use policy::Host;
 use policy::report::MAX_ADDRESSES_PER_ENTRY;
+use policy::{DnsResolution, Host};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
@@ -149,15 +151,39 @@ type Flight = watch::Receiver<Option<Result<Resolution, DnsFailure>>>;
 
 #[derive(Debug, Default)]
 struct State {
-    cache: HashMap<String, Cached>,
-    /// Lookups in flight, by name: later callers wait for these.
-    flights: HashMap<String, Flight>,
+    /// Answers by (records asked for, name): a change of
+    /// `dns_resolution` never serves an answer of the other family.
+    cache: HashMap<(DnsResolution, String), Cached>,
+    /// Lookups in flight, by the same key: later callers wait for these.
+    flights: HashMap<(DnsResolution, String), Flight>,
+    /// Which records lookups ask for now.
+    mode: DnsResolution,
+}
+
+/// One hickory resolver per `DnsResolution`, sharing the configuration:
+/// hickory fixes the records it asks for (`LookupIpStrategy`) when it is
+/// built, and the CA may change the group's choice at any time.
+#[derive(Debug)]
+struct Inners {
+    ipv4: TokioResolver,
+    ipv6: TokioResolver,
+    dual: TokioResolver,
+}
+
+impl Inners {
+    fn get(&self, mode: DnsResolution) -> &TokioResolver {
+        match mode {
+            DnsResolution::Ipv4 => &self.ipv4,
+            DnsResolution::Ipv6 => &self.ipv6,
+            DnsResolution::Dual => &self.dual,
+        }
+    }
 }
 
 /// Resolves application names. Cloning is shallow.
 #[derive(Clone, Debug)]
 pub struct Resolver {
-    inner: Arc<TokioResolver>,
+    inner: Arc<Inners>,
     state: Arc<Mutex<State>>,
     lookups: Arc<Semaphore>,
     ttl: TtlBounds,
@@ -168,6 +194,41 @@ impl Resolver {
     /// A resolver using the system configuration (/etc/resolv.conf and
     /// /etc/hosts), or only `server` when given.
     pub fn new(server: Option<SocketAddr>, ttl: TtlBounds) -> Result<Self, ResolverError> {
+        let build = |strategy| Self::build(server, strategy);
+        Ok(Resolver {
+            inner: Arc::new(Inners {
+                ipv4: build(LookupIpStrategy::Ipv4Only)?,
+                ipv6: build(LookupIpStrategy::Ipv6Only)?,
+                dual: build(LookupIpStrategy::Ipv4AndIpv6)?,
+            }),
+            state: Arc::default(),
+            lookups: Arc::new(Semaphore::new(MAX_CONCURRENT_LOOKUPS)),
+            ttl,
+            stale_grace: DEFAULT_STALE_GRACE,
+        })
+    }
+
+    /// Which records lookups ask for from now on: only A (`Ipv4`), only
+    /// AAAA (`Ipv6`) or both (`Dual`, the default). Answers cached under
+    /// another choice are not used.
+    pub fn set_dns_resolution(&self, mode: DnsResolution) {
+        let mut state = self.lock();
+        if state.mode != mode {
+            tracing::info!(dns_resolution = %mode, "DNS resolution changed");
+            state.mode = mode;
+            state.cache.clear();
+        }
+    }
+
+    /// The records lookups ask for now.
+    pub fn dns_resolution(&self) -> DnsResolution {
+        self.lock().mode
+    }
+
+    fn build(
+        server: Option<SocketAddr>,
+        strategy: LookupIpStrategy,
+    ) -> Result<TokioResolver, ResolverError> {
         let builder = match server {
             None => {
                 TokioResolver::builder_tokio().map_err(|e| ResolverError::System(e.to_string()))?
@@ -188,22 +249,15 @@ impl Resolver {
         // This module keeps answers for their (clamped) TTL itself, so every
         // lookup it makes must reach the server.
         opts.cache_size = 0;
-        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.ip_strategy = strategy;
         opts.timeout = Duration::from_secs(2);
         opts.attempts = 2;
         if server.is_some() {
             opts.use_hosts_file = ResolveHosts::Never;
         }
-        let inner = builder
+        builder
             .build()
-            .map_err(|e| ResolverError::Build(e.to_string()))?;
-        Ok(Resolver {
-            inner: Arc::new(inner),
-            state: Arc::default(),
-            lookups: Arc::new(Semaphore::new(MAX_CONCURRENT_LOOKUPS)),
-            ttl,
-            stale_grace: DEFAULT_STALE_GRACE,
-        })
+            .map_err(|e| ResolverError::Build(e.to_string()))
     }
 
     /// Uses the last positive answer for up to `grace` after it expired
@@ -227,7 +281,7 @@ impl Resolver {
     pub async fn resolution(&self, name: &str) -> Result<Resolution, DnsFailure> {
         // One cache entry per host however it is spelled; a text that is
         // no host name is answered without asking the DNS.
-        let key = match Host::parse(name) {
+        let host = match Host::parse(name) {
             Ok(host) => host.into_string(),
             Err(e) => {
                 return Err(DnsFailure {
@@ -239,6 +293,7 @@ impl Resolver {
         loop {
             let mut flight = {
                 let mut state = self.lock();
+                let key = (state.mode, host.clone());
                 let now = Instant::now();
                 if let Some(hit) = state.cache.get(&key)
                     && now < hit.until
@@ -268,13 +323,7 @@ impl Resolver {
                 // it, and look again.
                 None => {
                     let mut state = self.lock();
-                    if state
-                        .flights
-                        .get(&key)
-                        .is_some_and(|f| f.same_channel(&flight))
-                    {
-                        state.flights.remove(&key);
-                    }
+                    state.flights.retain(|_, f| !f.same_channel(&flight));
                 }
             }
         }
@@ -282,11 +331,15 @@ impl Resolver {
 
     /// Looks `key` up, stores the answer and publishes it to the callers
     /// waiting for it.
-    async fn refresh(self, key: String, tx: watch::Sender<Option<Result<Resolution, DnsFailure>>>) {
+    async fn refresh(
+        self,
+        key: (DnsResolution, String),
+        tx: watch::Sender<Option<Result<Resolution, DnsFailure>>>,
+    ) {
         let (answer, ttl) = {
             // The semaphore is never closed; without a permit, go anyway.
             let _permit = self.lookups.acquire().await.ok();
-            self.lookup(&key).await
+            self.lookup(key.0, &key.1).await
         };
         let now = Instant::now();
         let outcome = {
@@ -328,10 +381,14 @@ impl Resolver {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn lookup(&self, name: &str) -> (Result<Arc<[IpAddr]>, DnsFailure>, Duration) {
+    async fn lookup(
+        &self,
+        mode: DnsResolution,
+        name: &str,
+    ) -> (Result<Arc<[IpAddr]>, DnsFailure>, Duration) {
         // Names in segments are fully qualified: never apply search domains.
         let fqdn = format!("{name}.");
-        match self.inner.lookup_ip(fqdn.as_str()).await {
+        match self.inner.get(mode).lookup_ip(fqdn.as_str()).await {
             Ok(lookup) => {
                 let ttl = lookup
                     .valid_until()
@@ -354,7 +411,7 @@ impl Resolver {
                     addrs.truncate(MAX_ADDRESSES_PER_ENTRY);
                 }
                 if addrs.is_empty() {
-                    let reason = format!("no address records for {name}");
+                    let reason = format!("no {} records for {name}", records(mode));
                     let failure = DnsFailure {
                         reason,
                         transient: false,
@@ -369,7 +426,7 @@ impl Resolver {
                 tracing::debug!(name, error = %e, "resolution failed");
                 (
                     Err(DnsFailure {
-                        reason: reason(name, &e),
+                        reason: reason(mode, name, &e),
                         transient: transient(&e),
                     }),
                     self.ttl.min,
@@ -399,8 +456,17 @@ fn transient(e: &NetError) -> bool {
     }
 }
 
+/// The records a lookup under `mode` asks for, as an operator names them.
+fn records(mode: DnsResolution) -> &'static str {
+    match mode {
+        DnsResolution::Ipv4 => "A",
+        DnsResolution::Ipv6 => "AAAA",
+        DnsResolution::Dual => "A/AAAA",
+    }
+}
+
 /// The resolver's reason, in the words an operator searches for.
-fn reason(name: &str, e: &NetError) -> String {
+fn reason(mode: DnsResolution, name: &str, e: &NetError) -> String {
     match e {
         NetError::Dns(DnsError::NoRecordsFound(nr))
             if nr.response_code == ResponseCode::NXDomain =>
@@ -408,7 +474,11 @@ fn reason(name: &str, e: &NetError) -> String {
             format!("NXDOMAIN: {name} does not exist")
         }
         NetError::Dns(DnsError::NoRecordsFound(nr)) => {
-            format!("no A/AAAA records for {name} ({})", nr.response_code)
+            format!(
+                "no {} records for {name} ({})",
+                records(mode),
+                nr.response_code
+            )
         }
         NetError::Dns(DnsError::ResponseCode(code)) if *code == ResponseCode::ServFail => {
             format!("SERVFAIL: the DNS server failed to resolve {name}")

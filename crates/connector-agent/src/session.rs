@@ -174,6 +174,8 @@ pub struct Parts {
     pub prober: Arc<Prober>,
     /// Metrics.
     pub metrics: Metrics,
+    /// The resolver (the group's `dns_resolution`).
+    pub resolver: crate::resolver::Resolver,
 }
 
 /// Keeps a session with the CA at `ca` until `shutdown` turns true.
@@ -399,6 +401,11 @@ fn apply_settings(
     // show the effective (clamped) rate.
     parts.pacer.set_rate(rate);
     parts.prober.set_timeout(timeout);
+    parts
+        .resolver
+        .set_dns_resolution(protocol::convert::dns_resolution_from_wire(
+            s.dns_resolution,
+        ));
     (window, heartbeat)
 }
 

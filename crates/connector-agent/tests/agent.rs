@@ -493,3 +493,213 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     let _ = stop.send(());
     agent.await.expect("agent stopped");
 }
+
+/// A TCP server that alternates between open and closed every check: it
+/// accepts one connection, closes its listener (later attempts are
+/// refused), and listens again `closed_for` later. With checks every
+/// `interval` and `interval < closed_for < 2 * interval`, every other
+/// check finds it closed. Returns its port.
+async fn alternating_server(ip: &str, closed_for: Duration) -> u16 {
+    let bind = |addr: std::net::SocketAddr| -> std::io::Result<tokio::net::TcpListener> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(16)
+    };
+    let first = bind((ip.parse::<std::net::IpAddr>().expect("ip"), 0).into()).expect("bind");
+    let addr = first.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut listener = Some(first);
+        loop {
+            let Some(l) = listener.take() else {
+                tokio::time::sleep(closed_for).await;
+                listener = bind(addr).ok();
+                continue;
+            };
+            if let Ok((stream, _)) = l.accept().await {
+                drop(stream);
+            }
+            drop(l);
+        }
+    });
+    addr.port()
+}
+
+/// Issue 16.2: a server that alternates open/closed every check does not
+/// flap the reported status with `fall = 3`, while the same server under
+/// the default 1 / 1 does; the per-address results show the raw
+/// alternation in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fall_three_keeps_an_alternating_server_up() {
+    let _serial = SERIAL.lock().await;
+    let interval = Duration::from_millis(400);
+    let closed_for = Duration::from_millis(600);
+    let damped_port = alternating_server("127.0.16.1", closed_for).await;
+    let plain_port = alternating_server("127.0.16.2", closed_for).await;
+    let segment = |name: &str, ip: &str, port: u16| {
+        Segment::new(name)
+            .apps([ip])
+            .tcp([port])
+            .interval_ms(u64::try_from(interval.as_millis()).expect("ms"))
+            .groups(["dc-east"])
+            .proto()
+    };
+    let damped = v1::Segment {
+        fall: 3,
+        ..segment("damped", "127.0.16.1", damped_port)
+    };
+    let mut ca = Authority::start(Assignment {
+        segments: vec![damped, segment("plain", "127.0.16.2", plain_port)],
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), None));
+    // (status, raw reachable) of every report per segment.
+    let mut seen: BTreeMap<String, Vec<(i32, bool)>> = BTreeMap::new();
+    let enough = |seen: &BTreeMap<String, Vec<(i32, bool)>>| {
+        ["damped", "plain"].iter().all(|s| {
+            seen.get(*s)
+                .is_some_and(|v| v.iter().filter(|(_, up)| !up).count() >= 4)
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !enough(&seen) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "too few failed checks: {seen:?}");
+        for app in ca.next_report(left).await.applications {
+            let segment = key_of(&app).0;
+            let up = app
+                .addresses
+                .first()
+                .is_some_and(|a| a.status == HealthStatus::Up as i32);
+            seen.entry(segment).or_default().push((app.status, up));
+        }
+    }
+    let damped = &seen["damped"];
+    let plain = &seen["plain"];
+    assert!(
+        damped.iter().any(|(_, up)| *up) && damped.iter().any(|(_, up)| !up),
+        "the server alternated: {damped:?}"
+    );
+    assert!(
+        damped.iter().all(|(s, _)| *s == HealthStatus::Up as i32),
+        "fall = 3 must not flap: {damped:?}"
+    );
+    assert!(
+        plain.iter().any(|(s, _)| *s == HealthStatus::Down as i32),
+        "without damping the same server flaps: {plain:?}"
+    );
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+}
+
+/// Issue 16.3: IPv6 end to end, and the group's `dns_resolution`. A name
+/// with an A record (nothing listens there) and an AAAA record (::1,
+/// listening) is Unhealthy under `dual`, Up with only ::1 under `ipv6`
+/// (sent in a `PolicyUpdate`); an explicit IPv6 entry and an IPv6 subnet
+/// (on access) are checked whatever the choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_resolution_ipv6_checks_only_aaaa_addresses() {
+    let _serial = SERIAL.lock().await;
+    let Ok(l6) = tokio::net::TcpListener::bind("[::1]:0").await else {
+        println!("SKIPPED: no IPv6 loopback here");
+        return;
+    };
+    let port = l6.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        loop {
+            if let Ok((s, _)) = l6.accept().await {
+                drop(s);
+            }
+        }
+    });
+    let dns = DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
+        "six.test",
+        &[
+            ("dual.six.test", "127.0.17.1".parse().expect("ip")),
+            ("dual.six.test", "::1".parse().expect("ip")),
+        ],
+        300,
+    )
+    .await
+    .expect("DNS server");
+    let segments = vec![
+        Segment::new("dual")
+            .apps(["dual.six.test", "::1"])
+            .tcp([port])
+            .interval_ms(300)
+            .groups(["dc-east"])
+            .proto(),
+        Segment::new("subnet6")
+            .apps(["::1/128"])
+            .tcp([port])
+            .mode("on_access")
+            .interval_ms(300)
+            .groups(["dc-east"])
+            .proto(),
+    ];
+    let mut ca = Authority::start(Assignment {
+        segments: segments.clone(),
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr())));
+    let fqdn = ("dual".to_owned(), "dual.six.test".to_owned());
+    let explicit = ("dual".to_owned(), "::1".to_owned());
+    let status_of = |l: &Latest, k: &(String, String)| {
+        l.iter()
+            .find(|(key, _)| key.0 == k.0 && key.1 == k.1)
+            .map(|(_, v)| v.clone())
+    };
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| {
+        status_of(l, &fqdn).is_some_and(|a| a.status == HealthStatus::Unhealthy as i32)
+    })
+    .await;
+    let app = status_of(&latest, &fqdn).expect("reported");
+    let mut addrs: Vec<&str> = app.addresses.iter().map(|a| a.address.as_str()).collect();
+    addrs.sort_unstable();
+    assert_eq!(addrs, vec!["127.0.17.1", "::1"], "dual asks A and AAAA");
+    until(&mut ca, &mut latest, |l| {
+        status_of(l, &explicit).is_some_and(|a| a.status == HealthStatus::Up as i32)
+    })
+    .await;
+
+    // The group switches to IPv6 only.
+    ca.send(FromCa::PolicyUpdate(v1::PolicyUpdate {
+        segments,
+        settings: Some(v1::ConnectorSettings {
+            dns_resolution: v1::DnsResolution::Ipv6 as i32,
+            ..Default::default()
+        }),
+    }))
+    .await;
+    until(&mut ca, &mut latest, |l| {
+        status_of(l, &fqdn).is_some_and(|a| {
+            a.status == HealthStatus::Up as i32
+                && a.addresses.len() == 1
+                && a.addresses[0].address == "::1"
+        })
+    })
+    .await;
+    // An access to an address inside the IPv6 subnet is checked on ::1.
+    ca.send(FromCa::Access(v1::AccessEvent {
+        app: Some(v1::ApplicationKey {
+            segment: "subnet6".into(),
+            host: "::1".into(),
+            protocol: Protocol::Tcp as i32,
+            port: u32::from(port),
+        }),
+        accessed_ms_ago: 0,
+    }))
+    .await;
+    let subnet = ("subnet6".to_owned(), "::1".to_owned());
+    until(&mut ca, &mut latest, |l| {
+        status_of(l, &subnet).is_some_and(|a| a.status == HealthStatus::Up as i32)
+    })
+    .await;
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+    dns.stop().await;
+}

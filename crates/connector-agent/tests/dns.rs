@@ -147,6 +147,51 @@ async fn nxdomain_is_a_failure_at_once_despite_a_previous_answer() {
     assert!(err.reason.starts_with("NXDOMAIN"), "{}", err.reason);
 }
 
+/// Issue 16.3: the group's `dns_resolution` decides which records are
+/// asked for: only A, only AAAA, or both (one query each).
+#[tokio::test]
+async fn dns_resolution_asks_only_the_records_of_its_family() {
+    use policy::DnsResolution;
+    let dns = server(60).await;
+    let resolver = resolver(&dns, Duration::from_secs(5), Duration::from_secs(300));
+    let v4: std::net::IpAddr = "127.0.7.1".parse().expect("ip");
+    let v6: std::net::IpAddr = "::1".parse().expect("ip");
+    assert_eq!(resolver.dns_resolution(), DnsResolution::Dual);
+    let both = resolver.resolve(NAME).await.expect("dual");
+    let mut both = both.to_vec();
+    both.sort();
+    assert_eq!(both, vec![v4, v6]);
+    let before = dns.queries();
+    assert_eq!(before, 2, "an A and an AAAA query");
+
+    resolver.set_dns_resolution(DnsResolution::Ipv6);
+    let only6 = resolver.resolve(NAME).await.expect("ipv6");
+    assert_eq!(only6.to_vec(), vec![v6]);
+    assert_eq!(dns.queries(), before + 1, "one AAAA query, no A");
+
+    resolver.set_dns_resolution(DnsResolution::Ipv4);
+    let only4 = resolver.resolve(NAME).await.expect("ipv4");
+    assert_eq!(only4.to_vec(), vec![v4]);
+    assert_eq!(dns.queries(), before + 2, "one A query, no AAAA");
+    // Cached under its own choice: asking again costs nothing.
+    assert_eq!(
+        resolver.resolve(NAME).await.expect("cached").to_vec(),
+        vec![v4]
+    );
+    assert_eq!(dns.queries(), before + 2);
+
+    // A name with only an A record has no address under `ipv6`: Down with
+    // the reason naming the records asked for.
+    dns.add("v4only.zone.test", v4).await.expect("record");
+    resolver.set_dns_resolution(DnsResolution::Ipv6);
+    let err = resolver
+        .resolve("v4only.zone.test")
+        .await
+        .expect_err("no AAAA");
+    assert!(err.reason.contains("AAAA"), "{}", err.reason);
+    assert!(!err.reason.contains("A/AAAA"), "{}", err.reason);
+}
+
 /// A name with more addresses than one report entry may carry (300 A
 /// records, answered over TCP after the truncated UDP answer): the first
 /// `MAX_ADDRESSES_PER_ENTRY` are checked, so the entry the CA receives is

@@ -212,3 +212,25 @@ async fn an_unanswering_dns_server_is_a_dns_failure_with_a_reason() {
     );
     assert!(err.reason.contains("timed out"), "{}", err.reason);
 }
+
+/// Issue 16.3: a UDP port on an IPv6 address is checked by ICMPv6 echo
+/// where ICMP sockets are permitted.
+#[tokio::test]
+async fn udp_on_ipv6_is_answered_by_icmpv6_echo() {
+    let prober = Prober::new(IcmpPreference::Auto, Duration::from_millis(500));
+    if prober.icmp_mode() == IcmpMode::None {
+        println!("SKIPPED: neither raw nor unprivileged ICMP sockets are permitted here");
+        return;
+    }
+    let Ok(udp) = tokio::net::UdpSocket::bind("[::1]:0").await else {
+        println!("SKIPPED: no IPv6 loopback here");
+        return;
+    };
+    let q = udp.local_addr().expect("addr").port();
+    let checks = (0..4).map(|i| prober.check(target("::1", Protocol::Udp, q + i)));
+    for r in futures::future::join_all(checks).await {
+        assert!(r.reachable, "{r:?}");
+        assert_eq!(r.method, Method::Icmp, "{r:?}");
+        assert_eq!(r.address, "::1".parse::<IpAddr>().expect("ip"));
+    }
+}

@@ -1,5 +1,5 @@
 //! Criterion benchmarks of `policy`'s access-path hot spots: connector
-//! selection with 10, 100 and 1,000 candidates, and request matching against
+//! selection (healthy, nearest, group) with 10, 100 and 1,000 candidates, and request matching against
 //! 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
 
 use std::hint::black_box;
@@ -22,6 +22,9 @@ fn candidates(n: usize) -> Vec<Candidate> {
             group: format!("group-{}", i % 4),
             connected: true,
             status: if i % 4 == 3 { Status::Down } else { Status::Up },
+            // Smoothed RTTs spread over 0.5-50 ms, a handful within the
+            // tolerance of the best.
+            rtt: Some(Duration::from_micros(500 + (i as u64 * 7919) % 49_500)),
         })
         .collect()
 }
@@ -37,6 +40,16 @@ fn bench_select(c: &mut Criterion) {
                     black_box(cands),
                     HealthReporting::Continuous,
                     Strategy::Healthy,
+                    &mut rng,
+                )
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("nearest", n), &cands, |b, cands| {
+            b.iter(|| {
+                select(
+                    black_box(cands),
+                    HealthReporting::Continuous,
+                    Strategy::Nearest,
                     &mut rng,
                 )
             });
@@ -84,6 +97,8 @@ fn segments(n: usize) -> Vec<Segment> {
                 multimatch: false,
                 client_hostname_validation: false,
                 connector_groups: vec!["group-0".to_owned()],
+                damping: policy::Damping::default(),
+                strategy: None,
             }
         })
         .collect()

@@ -312,6 +312,9 @@ fn changed_fields(a: &Segment, b: &Segment) -> Vec<&'static str> {
         a.client_hostname_validation != b.client_hostname_validation,
         "client_hostname_validation",
     );
+    check(a.damping.rise() != b.damping.rise(), "rise");
+    check(a.damping.fall() != b.damping.fall(), "fall");
+    check(a.strategy != b.strategy, "strategy");
     out
 }
 
@@ -357,7 +360,10 @@ mod tests {
         validate(&PolicySpec {
             connector_groups: groups
                 .iter()
-                .map(|&g| GroupSpec { name: g.into() })
+                .map(|&g| GroupSpec {
+                    name: g.into(),
+                    ..GroupSpec::default()
+                })
                 .collect(),
             segments,
         })

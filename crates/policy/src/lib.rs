@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod damping;
 pub mod dryrun;
 pub mod host;
 pub mod matching;
@@ -20,6 +21,7 @@ pub mod status;
 pub mod validate;
 pub mod window;
 
+pub use damping::{Damper, Damping};
 pub use dryrun::{
     GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange, SegmentPlan,
     diff_policies, plan_policy,
@@ -27,15 +29,17 @@ pub use dryrun::{
 pub use host::{Host, HostError};
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
-    AppEntry, AppKey, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
+    AppEntry, AppKey, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol,
+    Segment,
 };
 pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
 };
 pub use report::ApplicationReport;
 pub use select::{
-    Candidate, CandidateNote, Decision, Eligibility, Explanation, RefusalReason, Strategy, Verdict,
-    explain, select,
+    Candidate, CandidateNote, Decision, Eligibility, Explanation, RTT_WEIGHT, RefusalReason,
+    Strategy, Tolerance, Verdict, explain, explain_with, rtt_sample, select, select_with,
+    smooth_rtt,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

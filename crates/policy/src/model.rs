@@ -10,7 +10,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::damping::Damping;
 use crate::host::Host;
+use crate::select::Strategy;
 
 /// Transport protocol of an application port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -244,6 +246,13 @@ pub struct Segment {
     pub client_hostname_validation: bool,
     /// Connector groups serving this segment (all exist in the policy).
     pub connector_groups: Vec<String>,
+    /// Flap damping: consecutive results a connector needs before it shows
+    /// a change of the application's status (`Damping::default()` = 1 / 1,
+    /// every result shows at once).
+    pub damping: Damping,
+    /// The selection strategy for this segment; `None` follows the CA's
+    /// `[selection] strategy`.
+    pub strategy: Option<Strategy>,
 }
 
 impl Segment {
@@ -307,11 +316,69 @@ impl Segment {
     }
 }
 
+/// Which address families a connector group's connectors resolve
+/// application names to (the commercial product's per-group "DNS
+/// resolution" choice): a connector host without IPv6 asks only A records,
+/// so a dual-stack application does not show Unhealthy there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DnsResolution {
+    /// A records only.
+    Ipv4,
+    /// AAAA records only.
+    Ipv6,
+    /// A and AAAA records (the default).
+    #[default]
+    Dual,
+}
+
+impl DnsResolution {
+    /// The name used in config and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DnsResolution::Ipv4 => "ipv4",
+            DnsResolution::Ipv6 => "ipv6",
+            DnsResolution::Dual => "dual",
+        }
+    }
+
+    /// Whether addresses of `ip`'s family are asked for.
+    pub fn wants(self, ip: IpAddr) -> bool {
+        match self {
+            DnsResolution::Ipv4 => ip.is_ipv4(),
+            DnsResolution::Ipv6 => ip.is_ipv6(),
+            DnsResolution::Dual => true,
+        }
+    }
+}
+
+impl fmt::Display for DnsResolution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DnsResolution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ipv4" => Ok(DnsResolution::Ipv4),
+            "ipv6" => Ok(DnsResolution::Ipv6),
+            "dual" => Ok(DnsResolution::Dual),
+            other => Err(format!(
+                "unknown value {other:?} (expected \"ipv4\", \"ipv6\" or \"dual\")"
+            )),
+        }
+    }
+}
+
 /// A connector group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectorGroup {
     /// Unique name.
     pub name: String,
+    /// Which DNS records its connectors ask for.
+    pub dns_resolution: DnsResolution,
 }
 
 /// A validated policy: every segment's groups exist and names are unique.
@@ -332,6 +399,11 @@ impl Policy {
     /// Whether a group named `name` exists.
     pub fn has_group(&self, name: &str) -> bool {
         self.connector_groups.iter().any(|g| g.name == name)
+    }
+
+    /// The group named `name`.
+    pub fn group(&self, name: &str) -> Option<&ConnectorGroup> {
+        self.connector_groups.iter().find(|g| g.name == name)
     }
 
     /// The segments `group` serves.

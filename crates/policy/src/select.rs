@@ -7,6 +7,13 @@
 //!   random eligible group is picked, then a random connected connector of it
 //!   that has not reported the application Down.
 //!
+//! - `Nearest`: among the candidates `Healthy` would take, those whose
+//!   smoothed connector→application RTT is within a tolerance of the best
+//!   (`Tolerance`: a percentage or an absolute margin, whichever is
+//!   larger); uniformly at random among them. Candidates without an RTT
+//!   come after any with one; when no reachable candidate has an RTT it is
+//!   `Healthy`.
+//!
 //! For `none` segments every connected candidate counts as Up.
 //!
 //! `Eligibility` is the one statement of that rule: `select` draws from it,
@@ -17,6 +24,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
@@ -33,6 +41,9 @@ pub enum Strategy {
     Healthy,
     /// Random eligible group, then a random non-Down connector of it.
     Group,
+    /// Random among the reachable connectors nearest to the application
+    /// (smoothed RTT within a tolerance of the best).
+    Nearest,
 }
 
 impl Strategy {
@@ -41,6 +52,7 @@ impl Strategy {
         match self {
             Strategy::Healthy => "healthy",
             Strategy::Group => "group",
+            Strategy::Nearest => "nearest",
         }
     }
 }
@@ -57,8 +69,9 @@ impl FromStr for Strategy {
         match s {
             "healthy" => Ok(Strategy::Healthy),
             "group" => Ok(Strategy::Group),
+            "nearest" => Ok(Strategy::Nearest),
             other => Err(format!(
-                "unknown strategy {other:?} (expected \"healthy\" or \"group\")"
+                "unknown strategy {other:?} (expected \"healthy\", \"group\" or \"nearest\")"
             )),
         }
     }
@@ -75,6 +88,59 @@ pub struct Candidate {
     pub connected: bool,
     /// Its effective status for the requested application.
     pub status: Status,
+    /// Its smoothed round-trip time to the application (`smooth_rtt` over
+    /// its reports), if it has reported one.
+    pub rtt: Option<Duration>,
+}
+
+/// How far from the best RTT a candidate may be and still count as
+/// nearest: `percent` of the best or `absolute`, whichever is larger (a
+/// percentage alone would split hairs between two sub-millisecond paths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tolerance {
+    /// Margin as a percentage of the best RTT.
+    pub percent: u32,
+    /// Margin as an absolute time.
+    pub absolute: Duration,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance {
+            percent: 20,
+            absolute: Duration::from_millis(2),
+        }
+    }
+}
+
+impl Tolerance {
+    /// The largest RTT that counts as near when the best is `best`.
+    pub fn threshold(self, best: Duration) -> Duration {
+        let relative = best.saturating_mul(self.percent) / 100;
+        best.saturating_add(relative.max(self.absolute))
+    }
+}
+
+/// Weight of a new sample in the smoothed RTT (an exponentially weighted
+/// moving average): 0.3 follows a lasting change within a few reports
+/// without letting one slow handshake move a connector out of the band.
+pub const RTT_WEIGHT: f64 = 0.3;
+
+/// The smoothed RTT after `sample`: the sample itself when there was none
+/// before, else `RTT_WEIGHT` of it plus the rest of `previous`.
+pub fn smooth_rtt(previous: Option<Duration>, sample: Duration) -> Duration {
+    match previous {
+        None => sample,
+        Some(p) => p.mul_f64(1.0 - RTT_WEIGHT) + sample.mul_f64(RTT_WEIGHT),
+    }
+}
+
+/// One report's RTT sample: the mean over its reachable addresses (`None`
+/// when none was reachable: a failure says nothing about distance).
+pub fn rtt_sample(addresses: &[crate::status::AddressResult]) -> Option<Duration> {
+    let reachable = addresses.iter().filter(|a| a.reachable);
+    let n = u32::try_from(reachable.clone().count()).ok()?;
+    (n > 0).then(|| reachable.map(|a| a.rtt).sum::<Duration>() / n)
 }
 
 /// Why a request got no connector.
@@ -148,15 +214,44 @@ pub enum Verdict {
     Down,
     /// Group strategy: its group is eligible and it does not report Down.
     InEligibleGroup(Status),
+    /// Nearest strategy: reachable, and its RTT is within the tolerance of
+    /// the best reachable candidate's.
+    Near {
+        /// Its status (reachable).
+        status: Status,
+        /// Its smoothed RTT.
+        rtt: Duration,
+        /// The best reachable candidate's smoothed RTT.
+        best: Duration,
+        /// The largest RTT within the tolerance.
+        threshold: Duration,
+    },
+    /// Nearest strategy: reachable, but a reachable candidate is nearer by
+    /// more than the tolerance.
+    Farther {
+        /// Its smoothed RTT.
+        rtt: Duration,
+        /// The best reachable candidate's smoothed RTT.
+        best: Duration,
+        /// The largest RTT within the tolerance.
+        threshold: Duration,
+    },
+    /// Nearest strategy: reachable, but it has reported no RTT while other
+    /// reachable candidates have.
+    NoRtt,
 }
 
 impl Verdict {
     /// Whether the candidate may be chosen.
     pub fn is_eligible(self) -> bool {
         match self {
-            Verdict::AssumedReachable | Verdict::InEligibleGroup(_) => true,
+            Verdict::AssumedReachable | Verdict::InEligibleGroup(_) | Verdict::Near { .. } => true,
             Verdict::Reports(status) => status.is_reachable(),
-            Verdict::NotConnected | Verdict::GroupIneligible | Verdict::Down => false,
+            Verdict::NotConnected
+            | Verdict::GroupIneligible
+            | Verdict::Down
+            | Verdict::Farther { .. }
+            | Verdict::NoRtt => false,
         }
     }
 
@@ -177,8 +272,37 @@ impl Verdict {
                 "group {:?} is eligible and this connector reports {status}",
                 c.group
             ),
+            Verdict::Near {
+                status,
+                rtt,
+                best,
+                threshold,
+            } => format!(
+                "reports the application {status}; rtt {} is within the tolerance of the nearest ({} best, up to {}): drawn at random among these",
+                ms(rtt),
+                ms(best),
+                ms(threshold)
+            ),
+            Verdict::Farther {
+                rtt,
+                best,
+                threshold,
+            } => format!(
+                "reports the application reachable, but rtt {} is beyond {} (best {} plus tolerance): a nearer connector is reachable",
+                ms(rtt),
+                ms(threshold),
+                ms(best)
+            ),
+            Verdict::NoRtt => {
+                "reports the application reachable but no rtt yet, and reachable connectors with one are preferred".to_owned()
+            }
         }
     }
+}
+
+/// A duration as milliseconds with three decimals.
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
 /// Who may carry a request: the one place the eligibility rule is written.
@@ -192,23 +316,50 @@ pub struct Eligibility<'a> {
     /// reporting reachable, in first-seen order (empty, and not allocated,
     /// for the healthy strategy).
     groups: Vec<&'a str>,
+    /// Nearest strategy: the best reachable candidate's RTT and the largest
+    /// RTT within the tolerance (None: no reachable candidate has an RTT).
+    nearest: Option<(Duration, Duration)>,
 }
 
 impl<'a> Eligibility<'a> {
-    /// The eligibility rule for `candidates` of a segment in `mode`.
+    /// The eligibility rule for `candidates` of a segment in `mode`, with
+    /// the default `Tolerance` for the nearest strategy.
     pub fn new(candidates: &'a [Candidate], mode: HealthReporting, strategy: Strategy) -> Self {
+        Self::with_tolerance(candidates, mode, strategy, Tolerance::default())
+    }
+
+    /// The eligibility rule, with `tolerance` for the nearest strategy.
+    pub fn with_tolerance(
+        candidates: &'a [Candidate],
+        mode: HealthReporting,
+        strategy: Strategy,
+        tolerance: Tolerance,
+    ) -> Self {
         let mut groups: Vec<&str> = Vec::new();
-        if strategy == Strategy::Group {
-            for c in candidates {
-                if reachable(c, mode) && !groups.contains(&c.group.as_str()) {
-                    groups.push(&c.group);
+        let mut nearest = None;
+        match strategy {
+            Strategy::Group => {
+                for c in candidates {
+                    if reachable(c, mode) && !groups.contains(&c.group.as_str()) {
+                        groups.push(&c.group);
+                    }
                 }
             }
+            Strategy::Nearest if mode != HealthReporting::None => {
+                nearest = candidates
+                    .iter()
+                    .filter(|c| reachable(c, mode))
+                    .filter_map(|c| c.rtt)
+                    .min()
+                    .map(|best| (best, tolerance.threshold(best)));
+            }
+            Strategy::Nearest | Strategy::Healthy => {}
         }
         Eligibility {
             mode,
             strategy,
             groups,
+            nearest,
         }
     }
 
@@ -221,6 +372,22 @@ impl<'a> Eligibility<'a> {
             // In a `none` segment every connected group is eligible too.
             _ if self.mode == HealthReporting::None => Verdict::AssumedReachable,
             Strategy::Healthy => Verdict::Reports(c.status),
+            Strategy::Nearest => match (self.nearest, c.rtt) {
+                _ if !c.status.is_reachable() => Verdict::Reports(c.status),
+                (None, _) => Verdict::Reports(c.status),
+                (Some((best, threshold)), Some(rtt)) if rtt <= threshold => Verdict::Near {
+                    status: c.status,
+                    rtt,
+                    best,
+                    threshold,
+                },
+                (Some((best, threshold)), Some(rtt)) => Verdict::Farther {
+                    rtt,
+                    best,
+                    threshold,
+                },
+                (Some(_), None) => Verdict::NoRtt,
+            },
             Strategy::Group if !self.groups.contains(&c.group.as_str()) => Verdict::GroupIneligible,
             Strategy::Group if c.status == Status::Down => Verdict::Down,
             Strategy::Group => Verdict::InEligibleGroup(c.status),
@@ -247,9 +414,22 @@ pub fn select<R: Rng + ?Sized>(
     strategy: Strategy,
     rng: &mut R,
 ) -> Decision {
-    let eligibility = Eligibility::new(candidates, mode, strategy);
+    select_with(candidates, mode, strategy, Tolerance::default(), rng)
+}
+
+/// `select` with the nearest strategy's `tolerance`: uniformly among the
+/// eligible candidates, which for `Nearest` are the reachable ones within
+/// the tolerance of the best RTT.
+pub fn select_with<R: Rng + ?Sized>(
+    candidates: &[Candidate],
+    mode: HealthReporting,
+    strategy: Strategy,
+    tolerance: Tolerance,
+    rng: &mut R,
+) -> Decision {
+    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, tolerance);
     let group = match strategy {
-        Strategy::Healthy => None,
+        Strategy::Healthy | Strategy::Nearest => None,
         Strategy::Group => {
             let groups = eligibility.groups();
             if groups.is_empty() {
@@ -302,6 +482,29 @@ pub struct CandidateNote {
     pub eligible: bool,
     /// Why (not).
     pub reason: String,
+    /// Its smoothed RTT to the application (JSON: `rtt_ms`, a number of
+    /// milliseconds, or null).
+    #[serde(rename = "rtt_ms", with = "millis")]
+    pub rtt: Option<Duration>,
+}
+
+/// `Option<Duration>` as a JSON number of milliseconds (or null).
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_f64(d.as_secs_f64() * 1000.0),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let ms = Option::<f64>::deserialize(d)?;
+        Ok(ms.and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok()))
+    }
 }
 
 /// How a decision was reached.
@@ -320,7 +523,17 @@ pub struct Explanation {
 /// Explains which candidates were eligible and why (by the rule `select`
 /// draws from).
 pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strategy) -> Explanation {
-    let eligibility = Eligibility::new(candidates, mode, strategy);
+    explain_with(candidates, mode, strategy, Tolerance::default())
+}
+
+/// `explain` with the nearest strategy's `tolerance`.
+pub fn explain_with(
+    candidates: &[Candidate],
+    mode: HealthReporting,
+    strategy: Strategy,
+    tolerance: Tolerance,
+) -> Explanation {
+    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, tolerance);
     let notes = candidates
         .iter()
         .map(|c| {
@@ -336,6 +549,7 @@ pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strate
                 },
                 eligible: verdict.is_eligible(),
                 reason: verdict.reason(c),
+                rtt: c.rtt,
             }
         })
         .collect();
@@ -368,6 +582,7 @@ mod tests {
             group: group.into(),
             connected,
             status,
+            rtt: None,
         }
     }
 
@@ -610,10 +825,219 @@ mod tests {
         assert!(!e.candidates[1].eligible);
     }
 
+    fn near(connector: &str, status: Status, rtt_ms: Option<f64>) -> Candidate {
+        Candidate {
+            rtt: rtt_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0)),
+            ..c(connector, "g", true, status)
+        }
+    }
+
+    /// How often each candidate is chosen over `n` seeded draws.
+    fn counts(candidates: &[Candidate], tolerance: Tolerance, n: usize) -> Vec<usize> {
+        let mut rng = SmallRng::seed_from_u64(16);
+        let mut counts = vec![0; candidates.len()];
+        for _ in 0..n {
+            match select_with(
+                candidates,
+                Continuous,
+                Strategy::Nearest,
+                tolerance,
+                &mut rng,
+            ) {
+                Decision::Selected { index } => counts[index] += 1,
+                Decision::Refused(r) => panic!("refused: {r}"),
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn nearest_takes_a_slower_connector_only_when_no_near_one_is_reachable() {
+        let t = Tolerance::default();
+        let fast = near("fast", Up, Some(1.0));
+        let slow = near("slow", Up, Some(40.0));
+        let both = [fast.clone(), slow.clone()];
+        assert_eq!(chosen(&both, Continuous, Strategy::Nearest), set(&["fast"]));
+        // The near one Down, Unknown or disconnected: the slow one carries.
+        for gone in [
+            near("fast", Down, Some(1.0)),
+            near("fast", Unknown, Some(1.0)),
+            Candidate {
+                connected: false,
+                ..fast.clone()
+            },
+        ] {
+            let cs = [gone, slow.clone()];
+            assert_eq!(chosen(&cs, OnAccess, Strategy::Nearest), set(&["slow"]));
+        }
+        // Unhealthy is reachable: the near one still wins.
+        let cs = [near("fast", Unhealthy, Some(1.0)), slow.clone()];
+        assert_eq!(counts(&cs, t, 500), vec![500, 0]);
+        // Candidates without an RTT come after those with one ...
+        let cs = [near("new", Up, None), slow.clone()];
+        assert_eq!(chosen(&cs, Continuous, Strategy::Nearest), set(&["slow"]));
+        // ... and with no RTT anywhere nearest is healthy.
+        let cs = [
+            near("a", Up, None),
+            near("b", Unhealthy, None),
+            near("c", Down, None),
+        ];
+        assert_eq!(chosen(&cs, Continuous, Strategy::Nearest), set(&["a", "b"]));
+        // Refusals are healthy's.
+        let cs = [near("a", Down, Some(1.0)), near("b", Down, Some(2.0))];
+        assert_eq!(
+            refusal_of(&cs, Continuous, Strategy::Nearest),
+            RefusalReason::AllDown
+        );
+        // none segments: every connected candidate, RTT or not.
+        let cs = [
+            near("a", Unknown, Some(1.0)),
+            near("b", Unknown, Some(50.0)),
+        ];
+        assert_eq!(chosen(&cs, NoChecks, Strategy::Nearest), set(&["a", "b"]));
+    }
+
+    #[test]
+    fn the_tolerance_is_a_percentage_or_an_absolute_margin_whichever_is_larger() {
+        let t = Tolerance::default();
+        let ms = Duration::from_millis;
+        assert_eq!(t.threshold(ms(100)), ms(120));
+        assert_eq!(t.threshold(ms(1)), ms(3));
+        assert_eq!(t.threshold(ms(10)), ms(12));
+        let cs = [
+            near("best", Up, Some(100.0)),
+            near("in", Up, Some(120.0)),
+            near("out", Up, Some(120.5)),
+        ];
+        assert_eq!(
+            chosen(&cs, Continuous, Strategy::Nearest),
+            set(&["best", "in"])
+        );
+        let strict = Tolerance {
+            percent: 0,
+            absolute: Duration::ZERO,
+        };
+        assert_eq!(counts(&cs, strict, 200), vec![200, 0, 0]);
+    }
+
+    /// The draw among near-equals is uniform: Pearson's chi-square over a
+    /// seeded RNG against equal shares, at p = 0.001 (df = 3: 16.266).
+    #[test]
+    fn nearest_draws_uniformly_among_near_equals() {
+        let cs = [
+            near("a", Up, Some(1.0)),
+            near("b", Unhealthy, Some(1.5)),
+            near("c", Up, Some(2.0)),
+            near("d", Up, Some(2.9)),
+            near("far", Up, Some(10.0)),
+            near("down", Down, Some(0.5)),
+        ];
+        let n = 40_000;
+        let got = counts(&cs, Tolerance::default(), n);
+        assert_eq!(&got[4..], &[0, 0], "{got:?}");
+        let expected = n as f64 / 4.0;
+        let chi2: f64 = got[..4]
+            .iter()
+            .map(|&o| (o as f64 - expected).powi(2) / expected)
+            .sum();
+        assert!(chi2 < 16.266, "chi-square {chi2:.2} over {got:?}");
+    }
+
+    #[test]
+    fn explain_shows_each_candidates_rtt_and_why_the_near_ones_won() {
+        let cs = [
+            near("a", Up, Some(1.0)),
+            near("b", Up, Some(2.5)),
+            near("far", Up, Some(30.0)),
+            near("new", Up, None),
+            near("down", Down, Some(0.2)),
+        ];
+        let e = explain(&cs, Continuous, Strategy::Nearest);
+        assert_eq!(e.strategy, Strategy::Nearest);
+        let notes: Vec<(&str, bool)> = e
+            .candidates
+            .iter()
+            .map(|n| (n.connector.as_str(), n.eligible))
+            .collect();
+        assert_eq!(
+            notes,
+            vec![
+                ("a", true),
+                ("b", true),
+                ("far", false),
+                ("new", false),
+                ("down", false)
+            ]
+        );
+        assert_eq!(e.candidates[2].rtt, Some(Duration::from_millis(30)));
+        assert_eq!(e.candidates[3].rtt, None);
+        assert_eq!(
+            e.candidates[0].reason,
+            "reports the application up; rtt 1.000 ms is within the tolerance of the nearest (1.000 ms best, up to 3.000 ms): drawn at random among these"
+        );
+        assert!(
+            e.candidates[2]
+                .reason
+                .contains("rtt 30.000 ms is beyond 3.000 ms"),
+            "{}",
+            e.candidates[2].reason
+        );
+        assert!(e.candidates[3].reason.contains("no rtt yet"));
+        assert_eq!(e.candidates[4].reason, "reports the application down");
+        let eligible: BTreeSet<String> = e
+            .candidates
+            .iter()
+            .filter(|n| n.eligible)
+            .map(|n| n.connector.clone())
+            .collect();
+        assert_eq!(eligible, chosen(&cs, Continuous, Strategy::Nearest));
+        let json = serde_json_like(&e.candidates[1]);
+        assert!(json.contains("rtt_ms = 2.5"), "{json}");
+    }
+
+    /// A candidate note through serde (TOML: no JSON dependency here).
+    fn serde_json_like(note: &CandidateNote) -> String {
+        toml::to_string(note).expect("serialize")
+    }
+
+    #[test]
+    fn rtt_is_smoothed_per_report_from_reachable_addresses() {
+        use crate::status::{AddressResult, Method};
+        let ms = Duration::from_millis;
+        assert_eq!(smooth_rtt(None, ms(10)), ms(10));
+        let s = smooth_rtt(Some(ms(10)), ms(20));
+        assert!((s.as_secs_f64() - 0.013).abs() < 1e-9, "{s:?}");
+        // A lasting change is followed within a few reports.
+        let mut rtt = ms(1);
+        for _ in 0..10 {
+            rtt = smooth_rtt(Some(rtt), ms(50));
+        }
+        assert!(rtt > ms(48), "{rtt:?}");
+        let addr = |ip: &str, reachable: bool, rtt_ms: u64| AddressResult {
+            address: ip.parse().expect("ip"),
+            reachable,
+            method: Method::Tcp,
+            rtt: ms(rtt_ms),
+            failure: None,
+        };
+        assert_eq!(
+            rtt_sample(&[addr("10.0.0.1", true, 2), addr("10.0.0.2", true, 4)]),
+            Some(ms(3))
+        );
+        assert_eq!(
+            rtt_sample(&[addr("10.0.0.1", true, 2), addr("10.0.0.2", false, 0)]),
+            Some(ms(2))
+        );
+        assert_eq!(rtt_sample(&[addr("10.0.0.1", false, 0)]), None);
+        assert_eq!(rtt_sample(&[]), None);
+    }
+
     #[test]
     fn names_parse_and_print() {
         assert_eq!("healthy".parse::<Strategy>(), Ok(Strategy::Healthy));
         assert_eq!("group".parse::<Strategy>(), Ok(Strategy::Group));
+        assert_eq!("nearest".parse::<Strategy>(), Ok(Strategy::Nearest));
+        assert_eq!(Strategy::Nearest.to_string(), "nearest");
         assert!("random".parse::<Strategy>().is_err());
         assert_eq!(Strategy::default(), Strategy::Healthy);
         assert_eq!(

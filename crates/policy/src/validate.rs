@@ -10,10 +10,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::damping::{Damping, MAX_THRESHOLD};
 use crate::host::Host;
 use crate::model::{
-    AppEntry, ConnectorGroup, HealthReporting, Policy, PortRange, Protocol, Segment,
+    AppEntry, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol, Segment,
 };
+use crate::select::Strategy;
 
 /// Limits that validation enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +106,18 @@ pub struct SegmentSpec {
     /// Connector groups serving the segment.
     #[serde(default)]
     pub connector_groups: Vec<String>,
+    /// Flap damping: consecutive reachable results before a connector
+    /// shows the application reachable again (default 1).
+    #[serde(default)]
+    pub rise: Option<u32>,
+    /// Flap damping: consecutive failed results before a connector shows
+    /// the application Down (or Unhealthy) (default 1).
+    #[serde(default)]
+    pub fall: Option<u32>,
+    /// Selection strategy for this segment (`healthy`, `group`, `nearest`);
+    /// absent: the CA's `[selection] strategy`.
+    #[serde(default)]
+    pub strategy: Option<String>,
 }
 
 /// A connector group as written by an operator.
@@ -111,6 +125,9 @@ pub struct SegmentSpec {
 pub struct GroupSpec {
     /// Unique name.
     pub name: String,
+    /// `ipv4`, `ipv6` or `dual` (default).
+    #[serde(default)]
+    pub dns_resolution: Option<String>,
 }
 
 /// A whole policy as written by an operator.
@@ -208,9 +225,21 @@ pub fn validate_with(spec: &PolicySpec, limits: Limits) -> Result<Policy, Valida
                 message: "name is used by another connector group".into(),
             });
         } else {
-            groups.push(ConnectorGroup {
-                name: g.name.clone(),
-            });
+            match g
+                .dns_resolution
+                .as_deref()
+                .map_or(Ok(DnsResolution::Dual), str::parse)
+            {
+                Ok(dns_resolution) => groups.push(ConnectorGroup {
+                    name: g.name.clone(),
+                    dns_resolution,
+                }),
+                Err(m) => errors.push(ValidationError {
+                    subject,
+                    field: "dns_resolution",
+                    message: format!("dns_resolution has {m}"),
+                }),
+            }
         }
     }
 
@@ -326,6 +355,15 @@ fn validate_segment_with(
     };
     let report_interval = parse_report_interval(spec, &mut err);
     check_groups(&spec.connector_groups, &mut err);
+    let damping = parse_damping(spec, &mut err);
+    let strategy = match spec.strategy.as_deref().map(str::parse::<Strategy>) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(m)) => {
+            err("strategy", format!("strategy has {m}"));
+            None
+        }
+    };
     if health_reporting == Some(HealthReporting::Continuous) {
         let port_count: u32 = tcp_ports.iter().chain(&udp_ports).map(PortRange::len).sum();
         check_continuous(spec, &applications, port_count, limits, &mut err);
@@ -342,6 +380,8 @@ fn validate_segment_with(
             multimatch: spec.multimatch,
             client_hostname_validation: spec.client_hostname_validation,
             connector_groups: spec.connector_groups.clone(),
+            damping,
+            strategy,
         }),
         _ => Err(errors),
     }
@@ -457,6 +497,24 @@ fn parse_report_interval(
         (None, Some(s)) => Some(Duration::from_secs(s)),
         (None, None) => Some(DEFAULT_REPORT_INTERVAL),
     }
+}
+
+/// `rise` and `fall`: each 1..=`MAX_THRESHOLD` (default 1).
+fn parse_damping(spec: &SegmentSpec, err: &mut impl FnMut(&'static str, String)) -> Damping {
+    let mut check = |field: &'static str, value: Option<u32>| match value {
+        None => 1,
+        Some(n) if (1..=MAX_THRESHOLD).contains(&n) => n,
+        Some(n) => {
+            err(
+                field,
+                format!("{field} = {n} is out of range (1-{MAX_THRESHOLD} consecutive results)"),
+            );
+            1
+        }
+    };
+    let rise = check("rise", spec.rise);
+    let fall = check("fall", spec.fall);
+    Damping::new(rise, fall).unwrap_or_default()
 }
 
 /// The segment's `connector_groups`: at least one, none empty, none twice
@@ -665,6 +723,7 @@ mod tests {
         PolicySpec {
             connector_groups: vec![GroupSpec {
                 name: "dc-east".into(),
+                ..GroupSpec::default()
             }],
             segments,
         }
@@ -1070,9 +1129,11 @@ mod tests {
         let mut spec = policy(vec![seg("jira")]);
         spec.connector_groups.push(GroupSpec {
             name: "dc-east".into(),
+            ..GroupSpec::default()
         });
         spec.connector_groups.push(GroupSpec {
             name: "bad group".into(),
+            ..GroupSpec::default()
         });
         let errs = errors(&spec);
         assert_eq!(errs.len(), 2, "{errs:#?}");
@@ -1091,6 +1152,73 @@ mod tests {
         assert_eq!(
             errs,
             vec![r#"segment "jira": name is used by another segment"#]
+        );
+    }
+
+    #[test]
+    fn rise_and_fall_default_to_one_and_are_bounded() {
+        let s = validate_segment(&seg("jira")).expect("valid");
+        assert_eq!(s.damping, Damping::default());
+        let mut spec = seg("jira");
+        spec.rise = Some(2);
+        spec.fall = Some(3);
+        let s = validate_segment(&spec).expect("valid");
+        assert_eq!((s.damping.rise(), s.damping.fall()), (2, 3));
+        spec.fall = Some(0);
+        assert_one_error(
+            &spec,
+            "fall",
+            "fall = 0 is out of range (1-100 consecutive results)",
+        );
+        spec.fall = Some(3);
+        spec.rise = Some(101);
+        assert_one_error(&spec, "rise", "rise = 101 is out of range");
+        let toml_spec: PolicySpec = toml::from_str(
+            "[[segments]]\nname = \"a\"\napplications = [\"a.test\"]\ntcp_ports = [\"80\"]\nconnector_groups = [\"g\"]\nrise = 2\nfall = 4\nstrategy = \"nearest\"\n",
+        )
+        .expect("toml");
+        let s = validate_segment(&toml_spec.segments[0]).expect("valid");
+        assert_eq!(s.damping, Damping::new(2, 4).expect("valid"));
+        assert_eq!(s.strategy, Some(Strategy::Nearest));
+    }
+
+    #[test]
+    fn a_segment_may_choose_its_strategy() {
+        assert_eq!(
+            validate_segment(&seg("jira")).expect("valid").strategy,
+            None
+        );
+        let mut spec = seg("jira");
+        spec.strategy = Some("group".into());
+        assert_eq!(
+            validate_segment(&spec).expect("valid").strategy,
+            Some(Strategy::Group)
+        );
+        spec.strategy = Some("closest".into());
+        assert_one_error(
+            &spec,
+            "strategy",
+            r#"strategy has unknown strategy "closest""#,
+        );
+    }
+
+    #[test]
+    fn dns_resolution_defaults_to_dual_and_is_checked() {
+        let mut spec = policy(vec![seg("jira")]);
+        let p = validate(&spec).expect("valid");
+        assert_eq!(p.connector_groups[0].dns_resolution, DnsResolution::Dual);
+        spec.connector_groups[0].dns_resolution = Some("ipv6".into());
+        let p = validate(&spec).expect("valid");
+        assert_eq!(
+            p.group("dc-east").map(|g| g.dns_resolution),
+            Some(DnsResolution::Ipv6)
+        );
+        spec.connector_groups[0].dns_resolution = Some("v6".into());
+        assert_eq!(
+            errors(&spec),
+            vec![
+                r#"connector group "dc-east": dns_resolution has unknown value "v6" (expected "ipv4", "ipv6" or "dual")"#
+            ]
         );
     }
 
@@ -1192,9 +1320,11 @@ mod tests {
             connector_groups: vec![
                 GroupSpec {
                     name: "dc-east".into(),
+                    ..GroupSpec::default()
                 },
                 GroupSpec {
                     name: "dc east".into(),
+                    ..GroupSpec::default()
                 },
             ],
             segments: vec![seg("fine"), too_many_ports, bad_everything, bad_mode, multi],

@@ -125,6 +125,7 @@ fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
         cs.into_iter()
             .enumerate()
             .map(|(i, (group, connected, status))| Candidate {
+                rtt: None,
                 connector: format!("c{i}"),
                 group: format!("g{group}"),
                 connected,
@@ -311,6 +312,9 @@ proptest! {
             multimatch,
             client_hostname_validation: false,
             connector_groups,
+            rise: None,
+            fall: None,
+            strategy: None,
         };
         if let Err(errors) = validate_segment(&spec) {
             prop_assert!(!errors.is_empty());
@@ -353,6 +357,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
     let mut out = Vec::new();
     for i in 0..k {
         out.push(Candidate {
+            rtt: None,
             connector: format!("ok{i}"),
             group: format!("g{}", i % 3),
             connected: true,
@@ -363,12 +368,14 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
             },
         });
         out.push(Candidate {
+            rtt: None,
             connector: format!("down{i}"),
             group: format!("g{}", i % 3),
             connected: true,
             status: Status::Down,
         });
         out.push(Candidate {
+            rtt: None,
             connector: format!("gone{i}"),
             group: format!("g{}", i % 3),
             connected: false,
@@ -436,6 +443,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
     for (g, &size) in sizes.iter().enumerate() {
         for i in 0..size {
             cs.push(Candidate {
+                rtt: None,
                 connector: format!("g{g}c{i}"),
                 group: format!("g{g}"),
                 connected: true,
@@ -445,6 +453,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
             });
         }
         cs.push(Candidate {
+            rtt: None,
             connector: format!("g{g}down"),
             group: format!("g{g}"),
             connected: true,
@@ -452,6 +461,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
         });
     }
     cs.push(Candidate {
+        rtt: None,
         connector: "x".into(),
         group: "ineligible".into(),
         connected: true,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use policy::report::{MAX_ADDRESSES_PER_ENTRY, MAX_DETAIL_CHARS};
 use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
-    AddressResult, AppKey, ApplicationReport, CandidateNote, Failure, FailureKind, HealthReporting,
-    Host, Method, Protocol, RefusalReason, Segment, Status, ValidationError,
+    AddressResult, AppKey, ApplicationReport, CandidateNote, DnsResolution, Failure, FailureKind,
+    HealthReporting, Host, Method, Protocol, RefusalReason, Segment, Status, ValidationError,
 };
 
 use crate::v1;
@@ -245,6 +245,29 @@ impl From<HealthReporting> for v1::HealthReporting {
     }
 }
 
+impl From<DnsResolution> for v1::DnsResolution {
+    fn from(d: DnsResolution) -> Self {
+        match d {
+            DnsResolution::Ipv4 => v1::DnsResolution::Ipv4,
+            DnsResolution::Ipv6 => v1::DnsResolution::Ipv6,
+            DnsResolution::Dual => v1::DnsResolution::Dual,
+        }
+    }
+}
+
+/// Decodes a wire DNS resolution choice: unspecified (an older CA) and
+/// values this build does not know (a newer CA) mean `Dual`, which asks
+/// for everything rather than hide addresses.
+pub fn dns_resolution_from_wire(value: i32) -> DnsResolution {
+    match v1::DnsResolution::try_from(value) {
+        Ok(v1::DnsResolution::Ipv4) => DnsResolution::Ipv4,
+        Ok(v1::DnsResolution::Ipv6) => DnsResolution::Ipv6,
+        Ok(v1::DnsResolution::Dual | v1::DnsResolution::Unspecified) | Err(_) => {
+            DnsResolution::Dual
+        }
+    }
+}
+
 /// Decodes a wire health reporting mode.
 pub fn mode_from_wire(field: &'static str, value: i32) -> Result<HealthReporting, WireError> {
     match v1::HealthReporting::try_from(value) {
@@ -420,6 +443,9 @@ impl From<&CandidateNote> for v1::CandidateExplanation {
             status: v1::HealthStatus::from(c.status) as i32,
             eligible: c.eligible,
             reason: c.reason.clone(),
+            rtt_us: c
+                .rtt
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -450,6 +476,12 @@ impl From<&Segment> for v1::Segment {
             } else {
                 u32::try_from(ms).unwrap_or(u32::MAX)
             },
+            rise: s.damping.rise(),
+            fall: s.damping.fall(),
+            strategy: s
+                .strategy
+                .map(|st| st.as_str().to_owned())
+                .unwrap_or_default(),
         }
     }
 }
@@ -490,6 +522,16 @@ impl TryFrom<v1::Segment> for Segment {
             multimatch: s.multimatch,
             client_hostname_validation: s.client_hostname_validation,
             connector_groups: s.connector_groups,
+            // 0: a CA that predates damping, i.e. 1.
+            rise: (s.rise != 0).then_some(s.rise),
+            fall: (s.fall != 0).then_some(s.fall),
+            // Informational on this side: a strategy a newer CA knows and
+            // this build does not must not make the segment invalid.
+            strategy: s
+                .strategy
+                .parse::<policy::Strategy>()
+                .ok()
+                .map(|st| st.as_str().to_owned()),
         };
         policy::validate_segment(&spec).map_err(|errors| WireError::InvalidSegment {
             name: truncated(&s.name),
@@ -1305,10 +1347,49 @@ mod tests {
                         multimatch,
                         client_hostname_validation: chv,
                         connector_groups: vec!["dc-east".into()],
+                        rise: Some(u32::from(multimatch) + 1),
+                        fall: Some(u32::from(chv) * 5 + 1),
+                        strategy: multimatch.then(|| "nearest".into()),
                     })
                     .ok()
                 },
             )
+    }
+
+    #[test]
+    fn damping_strategy_and_dns_resolution_cross_the_wire() {
+        let mut spec = segment_spec();
+        spec.rise = Some(2);
+        spec.fall = Some(3);
+        spec.strategy = Some("nearest".into());
+        let segment = validate_segment(&spec).unwrap();
+        let wire = v1::Segment::from(&segment);
+        assert_eq!((wire.rise, wire.fall), (2, 3));
+        assert_eq!(wire.strategy, "nearest");
+        assert_eq!(Segment::try_from(wire.clone()), Ok(segment));
+        // An older CA (0, "") means 1 / 1 and the CA's strategy; a strategy
+        // this build does not know is only informational here.
+        let old = Segment::try_from(v1::Segment {
+            rise: 0,
+            fall: 0,
+            strategy: "fastest-ever".into(),
+            ..wire
+        })
+        .unwrap();
+        assert_eq!(old.damping, policy::Damping::default());
+        assert_eq!(old.strategy, None);
+        for d in [
+            DnsResolution::Ipv4,
+            DnsResolution::Ipv6,
+            DnsResolution::Dual,
+        ] {
+            assert_eq!(
+                dns_resolution_from_wire(v1::DnsResolution::from(d) as i32),
+                d
+            );
+        }
+        assert_eq!(dns_resolution_from_wire(0), DnsResolution::Dual);
+        assert_eq!(dns_resolution_from_wire(99), DnsResolution::Dual);
     }
 
     proptest! {
@@ -1362,8 +1443,14 @@ mod tests {
             multimatch in any::<bool>(),
             client_hostname_validation in any::<bool>(),
             connector_groups in prop::collection::vec(any_text(), 0..3),
+            rise in prop_oneof![Just(0u32), any::<u32>()],
+            fall in prop_oneof![Just(0u32), 1u32..=100],
+            strategy in prop_oneof![Just(String::new()), Just("nearest".to_owned()), any_text()],
         ) {
             let wire = v1::Segment {
+                rise,
+                fall,
+                strategy,
                 name,
                 applications,
                 tcp_ports,

@@ -310,6 +310,25 @@ impl Ca {
         Ok(body)
     }
 
+    /// `GET path` with the token; returns the body as text (e.g. `/metrics`).
+    pub async fn get_text(&self, path: &str) -> Result<String> {
+        let r = self
+            .client
+            .get(format!("https://{}{path}", self.http))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?;
+        let status = r.status();
+        let body = r
+            .text()
+            .await
+            .with_context(|| format!("GET {path}: body"))?;
+        if !status.is_success() {
+            bail!("GET {path}: {status} {body}");
+        }
+        Ok(body)
+    }
+
     /// `POST /api/v1/access`; returns the HTTP status and the JSON body.
     pub async fn access(&self, host: &str, protocol: &str, port: u16) -> Result<(u16, Value)> {
         let r = self

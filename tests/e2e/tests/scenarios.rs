@@ -1770,3 +1770,118 @@ async fn s15_hostile_revocation_and_takeover() -> Result<()> {
     })
     .await
 }
+
+/// 16. Overload: 2,000 continuous targets (closed loopback ports: Down) at
+/// 500 checks/s, plus on-access windows demanding more than the rate
+/// (600 accessed applications re-checked every second): nothing is lost,
+/// every continuous application and every accessed one reaches the CA with
+/// a status of the connector, and no message is dropped by the CA's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s16_overload() -> Result<()> {
+    let sc = Scenario::new("s16_overload", 36)?;
+    sc.run_alone(LIMIT, |sc| async move {
+        let hosts: Vec<String> = (1..=200u8).map(|i| sc.ip(1, i).to_string()).collect();
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let mut cfg = ca_config_head(&sc, &["g"], "checks_per_second = 500", "healthy");
+        cfg += &Segment::new("bulk")
+            .apps(&hosts)
+            .tcp(["20001-20010"])
+            .groups(["g"])
+            .toml();
+        cfg += &Segment::new("burst")
+            .apps([format!("{}/24", sc.ip(2, 0))])
+            .tcp(["30001-30003"])
+            .mode("on_access")
+            .interval_ms(1000)
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &["--checks-per-second", "500"])?;
+        // Accesses reach a connected connector only: wait for the session.
+        retry(Duration::from_secs(30), || async {
+            let v = ca.get("/api/v1/connectors").await?;
+            let connected = v["connectors"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["name"] == "c1" && c["connected"] == true)
+            });
+            ensure!(connected, "c1 not connected yet");
+            Ok(())
+        })
+        .await?;
+        // 600 on-access windows, 50 accesses at a time.
+        let accessed: Vec<(String, u16)> = (1..=200u8)
+            .flat_map(|i| (30001..=30003).map(move |p| (i, p)))
+            .map(|(i, p)| (sc.ip(2, i).to_string(), p))
+            .collect();
+        for chunk in accessed.chunks(50) {
+            let calls = chunk.iter().map(|(h, p)| ca.access(h, "tcp", *p));
+            for r in futures::future::join_all(calls).await {
+                r?;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let (mut bulk, mut burst) = (0, 0);
+        while Instant::now() < deadline {
+            let health = ca.get("/api/v1/health").await?;
+            let apps = health["applications"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let known = |segment: &str| {
+                apps.iter()
+                    .filter(|a| a["segment"] == segment)
+                    .filter(|a| {
+                        a["connectors"].as_array().is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c["connector"] == "c1" && c["status"] != "unknown")
+                        })
+                    })
+                    .count()
+            };
+            (bulk, burst) = (known("bulk"), known("burst"));
+            if bulk == 2000 && burst == accessed.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        eprintln!("bulk {bulk}/2000, burst {burst}/{}", accessed.len());
+        if bulk < 2000 || burst < accessed.len() {
+            // What the CA saw: statuses of the continuous rows and its
+            // report counters.
+            let health = ca.get("/api/v1/health").await?;
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for a in health["applications"].as_array().into_iter().flatten() {
+                if a["segment"] != "bulk" {
+                    continue;
+                }
+                let s = a["connectors"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["connector"] == "c1"))
+                    .map_or("absent".to_owned(), |c| {
+                        format!("{}/{}", c["status"], c["unknown_cause"])
+                    });
+                *seen.entry(s).or_default() += 1;
+            }
+            eprintln!("bulk rows by c1 status: {seen:?}");
+            let metrics = ca.get_text("/metrics").await?;
+            for line in metrics.lines().filter(|l| {
+                !l.starts_with('#')
+                    && (l.contains("report") || l.contains("entries") || l.contains("window"))
+            }) {
+                eprintln!("  {line}");
+            }
+        }
+        ensure!(
+            bulk == 2000,
+            "{bulk} of 2,000 continuous applications reached the CA"
+        );
+        ensure!(
+            burst == accessed.len(),
+            "{burst} of {} accessed applications reached the CA",
+            accessed.len()
+        );
+        Ok(())
+    })
+    .await
+}

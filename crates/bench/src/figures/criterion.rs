@@ -1,6 +1,6 @@
 //! The in-process figures, measured by criterion (`crates/policy/benches`)
 //! and read back from its `estimates.json` files: `policy::select` with 10,
-//! 100 and 1,000 candidates, and matching against 10,000 segments next to
+//! 100 and 1,000 candidates (and the nearest strategy at 100), and matching against 10,000 segments next to
 //! 10.
 
 use std::path::Path;
@@ -26,6 +26,11 @@ pub const SPECS: &[Spec] = &[
         name: "policy_select_ns_1000",
         unit: "ns/decision",
         goal: Goal::Info,
+    },
+    Spec {
+        name: "policy_select_nearest_ns_100",
+        unit: "ns/decision",
+        goal: Goal::AtMost { limit: 2000.0 },
     },
     Spec {
         name: "policy_match_ns_10000_segments",
@@ -67,14 +72,23 @@ pub fn read(dir: &Path) -> Vec<Figure> {
         });
         out.push(figure.unwrap_or_else(|e| spec.missing(format!("{e:#}"))));
     }
+    let nearest = mean_ns(dir, "select/nearest/100").map(|ns| {
+        SPECS[3].figure(
+            ns,
+            None,
+            "criterion mean, nearest strategy, 100 connected candidates (¼ Down) with smoothed \
+             RTTs spread over 0.5-50 ms, default tolerance (20 % or 2 ms)",
+        )
+    });
+    out.push(nearest.unwrap_or_else(|e| SPECS[3].missing(format!("{e:#}"))));
     let matching = mean_ns(dir, "match/segments/10000").and_then(|big| {
-        Ok(SPECS[3].figure(
+        Ok(SPECS[4].figure(
             big,
             Some(mean_ns(dir, "match/segments/10")?),
             "criterion mean over a mix of exact, wildcard, IP and unmatched requests; \
              baseline = the same requests against 10 segments",
         ))
     });
-    out.push(matching.unwrap_or_else(|e| SPECS[3].missing(format!("{e:#}"))));
+    out.push(matching.unwrap_or_else(|e| SPECS[4].missing(format!("{e:#}"))));
     out
 }

@@ -77,6 +77,8 @@ pub fn segments(targets: usize) -> Vec<Segment> {
                 multimatch: false,
                 client_hostname_validation: false,
                 connector_groups: vec!["bench".to_owned()],
+                damping: policy::Damping::default(),
+                strategy: None,
             }
         })
         .collect()

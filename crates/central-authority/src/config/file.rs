@@ -24,6 +24,10 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) limits: LimitsSection,
     #[serde(default)]
+    pub(super) store: StoreSection,
+    #[serde(default)]
+    pub(super) replica: ReplicaSection,
+    #[serde(default)]
     pub(super) api_tokens: Vec<TokenSection>,
     #[serde(default)]
     pub(super) connector_groups: Vec<GroupSection>,
@@ -57,6 +61,25 @@ pub(super) struct TlsSection {
     pub(super) connector_cert_validity_s: Option<u64>,
     pub(super) renewal_grace_s: Option<u64>,
     pub(super) handshake_timeout_ms: Option<u64>,
+}
+
+/// `[store]`: where the CA keeps its enrolled state.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct StoreSection {
+    /// Absent: `reach.db` in the data directory. `postgres://…`: a
+    /// PostgreSQL database; `sqlite:PATH`: another SQLite file. Read into a
+    /// `Secret`, since a URL may carry a password.
+    pub(super) url: Option<Secret>,
+    pub(super) password_file: Option<PathBuf>,
+}
+
+/// `[replica]`: how this CA process names itself among replicas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct ReplicaSection {
+    pub(super) id: Option<String>,
+    pub(super) advertise: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +140,8 @@ impl Default for ServerSection {
 pub(super) struct SelectionSection {
     pub(super) strategy: String,
     pub(super) discovery_timeout_ms: u64,
+    pub(super) nearest_tolerance_percent: u32,
+    pub(super) nearest_tolerance_ms: u64,
 }
 
 impl Default for SelectionSection {
@@ -124,6 +149,8 @@ impl Default for SelectionSection {
         SelectionSection {
             strategy: "healthy".into(),
             discovery_timeout_ms: 3000,
+            nearest_tolerance_percent: 20,
+            nearest_tolerance_ms: 2,
         }
     }
 }
@@ -193,4 +220,7 @@ pub(super) struct GroupSection {
     pub(super) max_uses: Option<u32>,
     #[serde(default)]
     pub(super) expires_at: Option<String>,
+    /// `ipv4`, `ipv6` or `dual` (default).
+    #[serde(default)]
+    pub(super) dns_resolution: Option<String>,
 }

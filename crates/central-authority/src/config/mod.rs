@@ -174,6 +174,7 @@ impl Config {
                 .iter()
                 .map(|g| GroupSpec {
                     name: g.name.clone(),
+                    dns_resolution: g.dns_resolution.clone(),
                 })
                 .collect(),
             segments: file.segments,
@@ -488,6 +489,66 @@ mod tests {
         assert_eq!(c.settings.on_access_window, Duration::from_millis(2000));
         assert!(c.group_keys["g"].matches(b"from-file-0123456789"));
         assert!(c.tokens[0].secret.matches(b"from-file-0123456789"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_store_is_sqlite_in_the_data_dir_unless_a_url_says_otherwise() {
+        use crate::store::StoreLocation;
+        let c = Config::from_toml(MINIMAL, Path::new(".")).expect("valid");
+        assert_eq!(c.settings.store, StoreLocation::DataDir);
+        assert_eq!(
+            c.settings.store.resolve(Path::new("/d")),
+            StoreLocation::Sqlite("/d/reach.db".into())
+        );
+        let dir = std::env::temp_dir().join(format!("reach-ca-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        std::fs::write(dir.join("db-password"), "s3cret-db\n").expect("write");
+        let text = "[store]\nurl = \"postgres://reach@db.internal/reach?sslmode=verify-full\"\n\
+                    password_file = \"db-password\"\n[replica]\nid = \"ca-1\"\n";
+        let c = Config::from_toml(text, &dir).expect("valid");
+        match &c.settings.store {
+            StoreLocation::Postgres { url, password } => {
+                assert_eq!(
+                    url,
+                    "postgres://reach@db.internal/reach?sslmode=verify-full"
+                );
+                assert!(password.as_ref().is_some_and(|p| p.matches(b"s3cret-db")));
+            }
+            other => panic!("expected PostgreSQL, got {other:?}"),
+        }
+        assert_eq!(c.settings.replica_id.as_deref(), Some("ca-1"));
+        // A password in the URL never shows in Debug.
+        let c = Config::from_toml(
+            "[store]\nurl = \"postgresql://reach:hunter2@db/reach\"\n",
+            &dir,
+        )
+        .expect("valid");
+        let shown = format!("{:?} {}", c.settings, c.settings.store);
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("reach:***@db/reach"), "{shown}");
+        let c = Config::from_toml("[store]\nurl = \"sqlite:shared.db\"\n", &dir).expect("valid");
+        assert_eq!(
+            c.settings.store,
+            StoreLocation::Sqlite(dir.join("shared.db"))
+        );
+        // Wrong URLs and missing files are named.
+        for (text, wanted) in [
+            ("[store]\nurl = \"mysql://x\"\n", "store.url"),
+            (
+                "[store]\nurl = \"postgres://x/y\"\npassword_file = \"missing\"\n",
+                "store.password_file: cannot read",
+            ),
+            (
+                "[store]\npassword_file = \"db-password\"\n",
+                "store.password_file: is only used",
+            ),
+            ("[replica]\nid = \"a,b\"\n", "replica.id"),
+        ] {
+            let err = Config::from_toml(text, &dir).expect_err("invalid");
+            let messages = err.messages().join("\n");
+            assert!(messages.contains(wanted), "{text}: {messages}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

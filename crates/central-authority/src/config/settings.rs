@@ -6,9 +6,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use policy::Strategy;
+use policy::{Strategy, Tolerance};
 
-use super::file::{FileConfig, HealthSection, LimitsSection, ServerSection, TlsSection};
+use super::file::{
+    FileConfig, HealthSection, LimitsSection, ServerSection, StoreSection, TlsSection,
+};
 use super::{Problem, range, setting};
 
 /// Runtime settings (everything in the file except policy and secrets).
@@ -23,8 +25,13 @@ pub struct Settings {
     /// How often the config file is checked for changes
     /// (`[server] reload_poll_ms`, default 1000).
     pub reload_poll: Duration,
-    /// Selection strategy (`[selection] strategy`).
+    /// Selection strategy (`[selection] strategy`); a segment's own
+    /// `strategy` wins.
     pub strategy: Strategy,
+    /// How far from the best RTT the `nearest` strategy still draws from
+    /// (`[selection] nearest_tolerance_percent`, default 20, and
+    /// `nearest_tolerance_ms`, default 2: whichever is larger).
+    pub nearest_tolerance: Tolerance,
     /// How long an access waits for on-access discovery
     /// (`[selection] discovery_timeout_ms`, default 3000).
     pub discovery_timeout: Duration,
@@ -93,6 +100,15 @@ pub struct Settings {
     pub handshake_timeout: Duration,
     /// Hostile-input bounds (`[limits]`).
     pub limits: Limits,
+    /// Where the enrolled state lives (`[store] url`; default `reach.db` in
+    /// the data directory).
+    pub store: crate::store::StoreLocation,
+    /// This replica's id among the replicas sharing the store
+    /// (`[replica] id`; default the host name and the gRPC port).
+    pub replica_id: Option<String>,
+    /// Addresses this replica advertises (`[replica] advertise`; default
+    /// its gRPC and HTTP listen addresses).
+    pub advertise: Vec<String>,
 }
 
 /// Bounds on what one peer may cost the CA (`[limits]`).
@@ -190,22 +206,48 @@ pub(super) fn settings(
         s.discovery_timeout_ms,
         1..=60_000,
     );
+    range(
+        problems,
+        "selection.nearest_tolerance_percent",
+        u64::from(s.nearest_tolerance_percent),
+        0..=1000,
+    );
+    range(
+        problems,
+        "selection.nearest_tolerance_ms",
+        s.nearest_tolerance_ms,
+        0..=60_000,
+    );
     let h = &file.health;
     let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
     let (validity, grace, handshake) = tls_rules(t, problems);
     let l = &file.limits;
     limits_rules(l, problems);
+    let path = |p: &PathBuf| base.join(p);
+    let data_dir = file
+        .server
+        .data_dir
+        .as_ref()
+        .map_or_else(|| base.join("reach-ca-data"), path);
+    let store = store_rules(&file.store, base, problems);
+    if let Some(id) = &file.replica.id
+        && (id.is_empty() || id.len() > 128 || id.contains(','))
+    {
+        setting(
+            problems,
+            "replica.id",
+            "must be 1 to 128 characters without commas",
+        );
+    }
     if problems.len() > before {
         return None;
     }
-    let path = |p: &PathBuf| base.join(p);
     Some(Settings {
-        data_dir: file
-            .server
-            .data_dir
-            .as_ref()
-            .map_or_else(|| base.join("reach-ca-data"), path),
+        store: store?,
+        replica_id: file.replica.id.clone(),
+        advertise: file.replica.advertise.clone(),
+        data_dir,
         tls_enabled: t.enabled.unwrap_or(true),
         tls: crate::pki::TlsSources {
             cert_file: t.cert_file.as_ref().map(path),
@@ -239,6 +281,10 @@ pub(super) fn settings(
         reload_poll: Duration::from_millis(file.server.reload_poll_ms),
         strategy: strategy?,
         discovery_timeout: Duration::from_millis(s.discovery_timeout_ms),
+        nearest_tolerance: Tolerance {
+            percent: s.nearest_tolerance_percent,
+            absolute: Duration::from_millis(s.nearest_tolerance_ms),
+        },
         on_access_window: window,
         stale_after_intervals: h.stale_after_intervals,
         check_budget: h.check_budget,
@@ -253,6 +299,75 @@ pub(super) fn settings(
         max_windows_per_connector: h.max_windows_per_connector,
         history_retention: Duration::from_secs(h.history_retention_s),
     })
+}
+
+/// The password for a PostgreSQL store when `[store] password_file` is
+/// not set.
+pub const STORE_PASSWORD_ENV: &str = "REACH_STORE_PASSWORD";
+
+/// `[store]`: absent `url` is `reach.db` in the data directory;
+/// `postgres://` (or `postgresql://`) a PostgreSQL database, its password
+/// from the URL, `password_file` or `REACH_STORE_PASSWORD`; `sqlite:PATH`
+/// another SQLite file (relative to the config file).
+fn store_rules(
+    store: &StoreSection,
+    base: &Path,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::store::StoreLocation> {
+    use crate::store::StoreLocation;
+    let Some(url) = &store.url else {
+        if store.password_file.is_some() {
+            setting(
+                problems,
+                "store.password_file",
+                "is only used with a postgres:// url",
+            );
+            return None;
+        }
+        return Some(StoreLocation::DataDir);
+    };
+    let url = url.expose().trim();
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let password = match &store.password_file {
+            Some(f) => {
+                let full = base.join(f);
+                match std::fs::read_to_string(&full) {
+                    Ok(v) => Some(crate::auth::Secret::new(v).trimmed()),
+                    Err(e) => {
+                        setting(
+                            problems,
+                            "store.password_file",
+                            format!("cannot read {}: {e}", full.display()),
+                        );
+                        return None;
+                    }
+                }
+            }
+            None => std::env::var(STORE_PASSWORD_ENV)
+                .ok()
+                .map(|p| crate::auth::Secret::new(p).trimmed()),
+        };
+        return Some(StoreLocation::Postgres {
+            url: url.to_owned(),
+            password,
+        });
+    }
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        && !path.is_empty()
+    {
+        return Some(StoreLocation::Sqlite(base.join(path)));
+    }
+    setting(
+        problems,
+        "store.url",
+        format!(
+            "{:?} is neither postgres://USER@HOST/DB nor sqlite:PATH",
+            crate::store::redact_url(url)
+        ),
+    );
+    None
 }
 
 /// `[server] grpc_listen` and `http_listen`: two different socket

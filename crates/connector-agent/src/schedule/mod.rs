@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use policy::{
-    AccessWindows, AddressResult, AppKey, CheckTarget, HealthReporting, MatchOutcome, Request,
-    Segment, SegmentIndex, Status, application_status, plan_checks,
+    AccessWindows, AddressResult, AppKey, CheckTarget, Damper, Damping, HealthReporting,
+    MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, plan_checks,
 };
 
 pub mod task;
@@ -125,6 +125,8 @@ struct App {
     /// An access asked for a fresh probe (its latest result was not Up):
     /// the next round must not use a cached result.
     fresh: bool,
+    /// The status shown (reported), damped by the segment's rise/fall.
+    damper: Damper,
 }
 
 impl App {
@@ -142,7 +144,13 @@ impl App {
             reported_status: None,
             last_report: None,
             fresh: false,
+            damper: Damper::default(),
         }
+    }
+
+    /// The status to report for the latest round: the damped one.
+    fn shown(&self, round: &Round) -> Status {
+        self.damper.shown().unwrap_or_else(|| round.status())
     }
 
     /// When the latest result must be reported again although nothing
@@ -322,8 +330,9 @@ impl Schedule {
         Ok(self.poll(now))
     }
 
-    /// A round finished. Reports at once when the status changed (or it is
-    /// the application's first result), else as the interval's report.
+    /// A round finished: reports the application with its status damped
+    /// by the segment's `rise`/`fall` (the round's own per-address results
+    /// go with it undamped).
     pub fn round_done(
         &mut self,
         key: &AppKey,
@@ -332,6 +341,10 @@ impl Schedule {
         now: Instant,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
+        let damping = self
+            .segments
+            .get(&key.segment)
+            .map_or_else(Damping::default, |s| s.damping);
         if let Some(app) = self.apps.get_mut(key)
             && app.running == Some(generation)
         {
@@ -340,7 +353,7 @@ impl Schedule {
             // Next round one interval after this one started, or at once when
             // the round took longer than the interval.
             app.due = Some((started + app.interval).max(now));
-            let status = round.status();
+            let status = app.damper.observe(round.status(), damping);
             // The target set depends on the addresses rounds found.
             let same = app.last.as_ref().is_some_and(|last| {
                 last.addresses.len() == round.addresses.len()
@@ -439,7 +452,7 @@ impl Schedule {
                 app.last_report = Some(now);
                 resend.push(AppReport {
                     key: key.clone(),
-                    status: round.status(),
+                    status: app.shown(round),
                     round: Some(Round::clone(round)),
                     expired: false,
                     checked: app.last_checked,
@@ -471,7 +484,7 @@ impl Schedule {
             .filter_map(|(key, app)| {
                 app.last.as_ref().map(|round| AppReport {
                     key: key.clone(),
-                    status: round.status(),
+                    status: app.shown(round),
                     round: Some(Round::clone(round)),
                     expired: false,
                     checked: app.last_checked,
@@ -908,6 +921,52 @@ mod tests {
         assert_eq!(round.status(), Status::Up);
         round.dns_stale = false;
         assert_eq!(round.status(), Status::Down);
+    }
+
+    /// Issue 16.2: with `fall = 3` a target that alternates between open
+    /// and closed every round keeps showing Up; three failures in a row
+    /// turn it Down, and `rise = 2` successes bring it back. Re-sent and
+    /// full-state reports carry the damped status too.
+    #[test]
+    fn rise_and_fall_damp_the_reported_status() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let mut seg = segment("web", &["10.0.0.1"], &[80], "continuous", 60);
+        seg.damping = Damping::new(2, 3).expect("valid");
+        let a = s.apply(vec![seg], DEFAULT_WINDOW, t0);
+        let (k, mut g) = checks(&a)[0].clone();
+        let mut now = t0;
+        let mut shown = Vec::new();
+        let mut raw = Vec::new();
+        let pattern = [
+            true, false, true, false, true, false, false, false, true, true,
+        ];
+        for up in pattern {
+            let round = if up {
+                up_round("10.0.0.1")
+            } else {
+                down_round("10.0.0.1")
+            };
+            raw.push(round.status());
+            let done = s.round_done(&k, g, round, now);
+            let r = reports(&done);
+            assert_eq!(r.len(), 1);
+            shown.push(r[0].status);
+            // The per-address result is the round's own.
+            assert_eq!(
+                r[0].round.as_ref().map(|r| r.addresses[0].reachable),
+                Some(up)
+            );
+            now += MIN;
+            g = checks(&s.poll(now))[0].1;
+        }
+        use Status::{Down, Up};
+        assert_eq!(
+            shown,
+            vec![Up, Up, Up, Up, Up, Up, Up, Down, Down, Up],
+            "raw {raw:?}"
+        );
+        assert_eq!(s.full_state()[0].status, Up);
     }
 
     /// Issue 12.6: an access to an application whose latest result is Down

@@ -1,20 +1,19 @@
-//! The CA's persistent state in an embedded SQLite database (`reach.db` in
-//! the data directory): enrolled connectors (and whether they are
-//! disabled), the certificates issued to them with their serials and
-//! revocations, and the use counts and revocations of provisioning keys.
-//! Health is not here: it is soft state rebuilt from reports.
-//!
-//! Keys are stored only as SHA-256 fingerprints, never themselves. Every
-//! change is one transaction (an enrollment checks and counts the key,
-//! records the connector, supersedes its old certificates and records the
-//! new one atomically). The schema is versioned with `PRAGMA user_version`;
-//! `MIGRATIONS[i]` takes it from version `i` to `i + 1`.
+//! The SQLite backend of the store (the default: `reach.db` in the data
+//! directory, nothing to install). One connection behind a mutex; every
+//! change is one `IMMEDIATE` transaction, so several CA processes sharing
+//! the file (on one host) serialise their writes through SQLite's lock.
+//! The schema is versioned with `PRAGMA user_version`; `MIGRATIONS[i]`
+//! takes it from version `i` to `i + 1`.
 
 use std::path::Path;
 use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::{
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, KeyUsage,
+    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
+};
 use crate::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
@@ -65,7 +64,18 @@ ALTER TABLE connectors ADD COLUMN reenroll_until_ms INTEGER;
 ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
 "#,
     r#"
--- Version 4: the status history (every transition of one connector's
+-- Version 4: the CA replicas sharing this database, with their heartbeats.
+CREATE TABLE replicas (
+    id           TEXT PRIMARY KEY,
+    addresses    TEXT NOT NULL,
+    version      TEXT NOT NULL,
+    started_ms   INTEGER NOT NULL,
+    heartbeat_ms INTEGER NOT NULL,
+    policy_hash  TEXT NOT NULL
+);
+"#,
+    r#"
+-- Version 5: the status history (every transition of one connector's
 -- status for one application), kept for `[health] history_retention_s`.
 -- Plain SQL types, valid in SQLite and PostgreSQL alike.
 CREATE TABLE health_events (
@@ -108,278 +118,24 @@ fn cert_record(conn: &Connection, serial: &str) -> rusqlite::Result<Option<CertR
     .optional()
 }
 
-/// The standing a certificate needs to renew: known, of that connector and
-/// group, unrevoked, unexpired, its connector not disabled.
-fn renewable(
-    old: Option<CertRecord>,
-    name: &str,
-    group: &str,
-    serial: &str,
-    now_ms: i64,
-) -> Result<(), RenewRefusal> {
-    let Some(old) = old else {
-        return Err(RenewRefusal::Unknown(serial.to_owned()));
-    };
-    if old.connector != name || old.group != group {
-        return Err(RenewRefusal::Unknown(serial.to_owned()));
-    }
-    if let Some((_, reason)) = old.revoked {
-        return Err(RenewRefusal::Revoked {
-            serial: serial.to_owned(),
-            reason,
-        });
-    }
-    if old.not_after_ms <= now_ms {
-        return Err(RenewRefusal::Expired(serial.to_owned()));
-    }
-    if old.disabled {
-        return Err(RenewRefusal::Disabled(name.to_owned()));
-    }
-    Ok(())
-}
-
-/// A storage failure.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// SQLite failed.
-    #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// The database is newer than this binary.
-    #[error("database schema version {found} is newer than this binary's {known}")]
-    TooNew {
-        /// Version in the file.
-        found: i64,
-        /// Latest version this binary knows.
-        known: usize,
-    },
-}
-
-/// Why the store refused an enrollment (the checks that need its state).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EnrollRefusal {
-    /// The provisioning key was revoked.
-    #[error("the provisioning key of connector group {0:?} was revoked")]
-    KeyRevoked(String),
-    /// The key has no uses left.
-    #[error(
-        "the provisioning key of connector group {group:?} is exhausted ({uses} of {max} uses)"
-    )]
-    KeyExhausted {
-        /// Group.
-        group: String,
-        /// Uses so far.
-        uses: u32,
-        /// Maximum.
-        max: u32,
-    },
-    /// The name belongs to a connector of another group.
-    #[error(
-        "connector {name:?} is enrolled in connector group {group:?}; an admin must delete it first (DELETE /api/v1/connectors/{name})"
-    )]
-    OtherGroup {
-        /// Connector.
-        name: String,
-        /// Its group.
-        group: String,
-    },
-    /// The connector is disabled.
-    #[error("connector {0:?} is disabled")]
-    Disabled(String),
-    /// The name holds a valid (unexpired, unrevoked) certificate and no
-    /// administrator allowed its re-enrollment: a provisioning key alone
-    /// must not take a running connector's name.
-    #[error(
-        "connector {0:?} is enrolled with a valid certificate; renew with it, or an admin must allow re-enrollment (POST /api/v1/connectors/{0}/allow-reenroll)"
-    )]
-    NameTaken(String),
-}
-
-/// Why the store refused a renewal (the checks that need its state).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RenewRefusal {
-    /// The presented serial was never issued to that connector.
-    #[error("certificate {0} was not issued by this CA to that connector")]
-    Unknown(String),
-    /// The presented certificate is revoked.
-    #[error("certificate {serial} is revoked: {reason}")]
-    Revoked {
-        /// Serial.
-        serial: String,
-        /// Why.
-        reason: String,
-    },
-    /// The presented certificate has expired.
-    #[error("certificate {0} has expired; enroll again with the provisioning key")]
-    Expired(String),
-    /// The connector is disabled.
-    #[error("connector {0:?} is disabled")]
-    Disabled(String),
-}
-
-/// What a renewal records.
-#[derive(Clone, Debug)]
-pub struct Renewal<'a> {
-    /// Connector name (from the presented certificate).
-    pub name: &'a str,
-    /// Group (from the presented certificate).
-    pub group: &'a str,
-    /// Serial of the presented certificate.
-    pub old_serial: &'a str,
-    /// Serial of the new certificate.
-    pub serial: &'a str,
-    /// SHA-256 of the new certificate.
-    pub fingerprint: &'a str,
-    /// End of the new certificate's validity.
-    pub not_after_ms: i64,
-    /// Now.
-    pub now_ms: i64,
-    /// When the connector's older certificates are revoked.
-    pub revoke_old_at_ms: i64,
-}
-
-/// One certificate in a connector's history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertHistory {
-    /// Serial.
-    pub serial: String,
-    /// Issued at.
-    pub issued_ms: i64,
-    /// End of validity.
-    pub not_after_ms: i64,
-    /// Revoked at.
-    pub revoked_ms: Option<i64>,
-    /// Superseded by a renewal and revoked at this time unless already.
-    pub grace_until_ms: Option<i64>,
-}
-
-/// What an enrollment records.
-#[derive(Clone, Debug)]
-pub struct NewCertificate<'a> {
-    /// Connector name.
-    pub name: &'a str,
-    /// Group.
-    pub group: &'a str,
-    /// SHA-256 of the provisioning key used.
-    pub key_sha256: &'a str,
-    /// The key's maximum uses.
-    pub max_uses: u32,
-    /// Serial (hex).
-    pub serial: &'a str,
-    /// SHA-256 of the certificate.
-    pub fingerprint: &'a str,
-    /// End of validity.
-    pub not_after_ms: i64,
-    /// Now.
-    pub now_ms: i64,
-}
-
-/// A certificate as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertRecord {
-    /// Connector name.
-    pub connector: String,
-    /// Group.
-    pub group: String,
-    /// End of validity.
-    pub not_after_ms: i64,
-    /// When and why it was revoked.
-    pub revoked: Option<(i64, String)>,
-    /// Whether the connector is disabled.
-    pub disabled: bool,
-    /// SHA-256 of the certificate's DER as issued (lower-case hex).
-    pub fingerprint: String,
-}
-
-/// An enrolled connector.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectorRecord {
-    /// Name.
-    pub name: String,
-    /// Group.
-    pub group: String,
-    /// Disabled by an administrator.
-    pub disabled: bool,
-    /// Enrolled at.
-    pub enrolled_ms: i64,
-    /// The serial of its current (unrevoked) certificate.
-    pub serial: Option<String>,
-    /// Its end of validity.
-    pub not_after_ms: Option<i64>,
-}
-
-/// Use count and revocation of one provisioning key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KeyUsage {
-    /// Enrollments so far.
-    pub uses: u32,
-    /// Revoked at.
-    pub revoked_ms: Option<i64>,
-    /// Last enrollment.
-    pub last_used_ms: Option<i64>,
-}
-
-/// The database.
+/// The SQLite database.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
 }
 
-/// One status transition in the history (`health_events`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventRecord {
-    /// When the CA saw it, Unix ms.
-    pub at_ms: i64,
-    /// Segment.
-    pub segment: String,
-    /// Host.
-    pub host: String,
-    /// `tcp` or `udp`.
-    pub protocol: String,
-    /// Port.
-    pub port: i64,
-    /// Connector whose status changed.
-    pub connector: String,
-    /// Status before (`up`, `unhealthy`, `down`, `unknown`).
-    pub from: String,
-    /// Status after.
-    pub to: String,
-    /// Why (`report` or an Unknown cause).
-    pub cause: String,
-}
-
-/// Which history to read (`None`: any).
-#[derive(Clone, Debug, Default)]
-pub struct EventFilter {
-    /// Segment.
-    pub segment: Option<String>,
-    /// Host.
-    pub host: Option<String>,
-    /// Protocol.
-    pub protocol: Option<String>,
-    /// Port.
-    pub port: Option<i64>,
-    /// Connector.
-    pub connector: Option<String>,
-    /// From this time on, Unix ms.
-    pub since_ms: Option<i64>,
-    /// Before this time, Unix ms.
-    pub until_ms: Option<i64>,
-    /// Segments never shown (client hostname validation).
-    pub hidden_segments: Vec<String>,
-}
-
-impl Store {
+impl SqliteStore {
     /// Opens (creating if needed) and migrates the database at `path`.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    pub(crate) fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         Self::init(Connection::open(path)?)
     }
 
     /// A database in memory (tests).
-    pub fn in_memory() -> Result<Store, StoreError> {
+    pub(crate) fn in_memory() -> Result<SqliteStore, StoreError> {
         Self::init(Connection::open_in_memory()?)
     }
 
-    fn init(mut conn: Connection) -> Result<Store, StoreError> {
+    fn init(mut conn: Connection) -> Result<SqliteStore, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // WAL + FULL: a committed enrollment survives a crash or power loss.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -400,7 +156,7 @@ impl Store {
             tx.commit()?;
             tracing::info!(version = i + 1, "database migrated");
         }
-        Ok(Store {
+        Ok(SqliteStore {
             conn: Mutex::new(conn),
         })
     }
@@ -408,7 +164,10 @@ impl Store {
     /// Records an enrollment if the key has uses left and is not revoked,
     /// and the connector is not disabled or of another group; supersedes
     /// the connector's earlier certificates. All or nothing.
-    pub fn enroll(&self, c: &NewCertificate<'_>) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    pub(crate) fn enroll(
+        &self,
+        c: &NewCertificate<'_>,
+    ) -> Result<Result<(), EnrollRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let key: Option<(u32, Option<i64>)> = tx
@@ -504,12 +263,12 @@ impl Store {
     }
 
     /// The record of certificate `serial`, if the CA issued it.
-    pub fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+    pub(crate) fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
         Ok(cert_record(&lock(&self.conn), serial)?)
     }
 
     /// Disables or enables a connector; `false` if it is not enrolled.
-    pub fn set_disabled(
+    pub(crate) fn set_disabled(
         &self,
         name: &str,
         disabled: bool,
@@ -524,7 +283,7 @@ impl Store {
     }
 
     /// Revokes every unrevoked certificate of a connector; returns how many.
-    pub fn revoke_certificates(
+    pub(crate) fn revoke_certificates(
         &self,
         name: &str,
         reason: &str,
@@ -541,7 +300,7 @@ impl Store {
     /// Allows the next enrollment of `name` (a connector of the same group,
     /// with a valid certificate) until `until_ms`, once; `false` if it is
     /// not enrolled.
-    pub fn allow_reenroll(
+    pub(crate) fn allow_reenroll(
         &self,
         name: &str,
         until_ms: i64,
@@ -559,7 +318,11 @@ impl Store {
     /// Deletes an enrolled connector: revokes its certificates (they stay
     /// recorded, so they stay refused) and frees its name for any group.
     /// `None` if it is not enrolled, else how many certificates were revoked.
-    pub fn delete_connector(&self, name: &str, now_ms: i64) -> Result<Option<usize>, StoreError> {
+    pub(crate) fn delete_connector(
+        &self,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<Option<usize>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let n = tx.execute(
@@ -580,7 +343,12 @@ impl Store {
     }
 
     /// Revokes a provisioning key (by fingerprint) of a group.
-    pub fn revoke_key(&self, group: &str, key_sha256: &str, now_ms: i64) -> Result<(), StoreError> {
+    pub(crate) fn revoke_key(
+        &self,
+        group: &str,
+        key_sha256: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
         conn.execute(
             "INSERT INTO provisioning_keys (grp, key_sha256, uses, revoked_ms) VALUES (?1, ?2, 0, ?3)
@@ -591,7 +359,7 @@ impl Store {
     }
 
     /// Use count and revocation of a key.
-    pub fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
+    pub(crate) fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
         let conn = lock(&self.conn);
         Ok(conn
             .query_row(
@@ -611,7 +379,7 @@ impl Store {
 
     /// Whether connector `name` is disabled (`false` when it is not
     /// enrolled): one keyed lookup.
-    pub fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+    pub(crate) fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
         let conn = lock(&self.conn);
         Ok(conn
             .query_row(
@@ -628,11 +396,11 @@ impl Store {
     /// the connector is not disabled; records the new certificate and puts
     /// every other unrevoked certificate of the connector in grace until
     /// `revoke_old_at_ms` (an earlier grace is kept, never extended).
-    pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
+    pub(crate) fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let old = cert_record(&tx, r.old_serial)?;
-        if let Err(refused) = renewable(old, r.name, r.group, r.old_serial, r.now_ms) {
+        if let Err(refused) = super::renewable(old, r.name, r.group, r.old_serial, r.now_ms) {
             return Ok(Err(refused));
         }
         tx.execute(
@@ -657,10 +425,8 @@ impl Store {
         Ok(Ok(()))
     }
 
-    /// Whether the certificate `serial` could renew now (a read only; the
-    /// renewal itself checks again in its transaction): lets the CA refuse
-    /// before it signs anything.
-    pub fn renewable(
+    /// Whether the certificate `serial` could renew now (a read only).
+    pub(crate) fn renewable(
         &self,
         name: &str,
         group: &str,
@@ -668,12 +434,15 @@ impl Store {
         now_ms: i64,
     ) -> Result<Result<(), RenewRefusal>, StoreError> {
         let old = cert_record(&lock(&self.conn), serial)?;
-        Ok(renewable(old, name, group, serial, now_ms))
+        Ok(super::renewable(old, name, group, serial, now_ms))
     }
 
     /// Revokes every superseded certificate whose grace has passed; returns
     /// (connector, serial) of each one revoked now.
-    pub fn revoke_after_grace(&self, now_ms: i64) -> Result<Vec<(String, String)>, StoreError> {
+    pub(crate) fn revoke_after_grace(
+        &self,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let due: Vec<(String, String)> = {
@@ -698,7 +467,7 @@ impl Store {
 
     /// Every connector's certificates, newest first, at most `per_connector`
     /// each.
-    pub fn certificate_history(
+    pub(crate) fn certificate_history(
         &self,
         per_connector: usize,
     ) -> Result<std::collections::HashMap<String, Vec<CertHistory>>, StoreError> {
@@ -741,7 +510,7 @@ impl Store {
     }
 
     /// Appends status transitions to the history, in one transaction.
-    pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+    pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction()?;
         {
@@ -770,7 +539,7 @@ impl Store {
 
     /// One page of the history matching `f`, newest first, and how many
     /// match in all.
-    pub fn events(
+    pub(crate) fn events(
         &self,
         f: &EventFilter,
         limit: u32,
@@ -840,7 +609,7 @@ impl Store {
     }
 
     /// Deletes the history from before `before_ms`; returns how many went.
-    pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+    pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         let conn = lock(&self.conn);
         Ok(conn.execute(
             "DELETE FROM health_events WHERE at_ms < ?1",
@@ -849,7 +618,7 @@ impl Store {
     }
 
     /// Every enrolled connector with its current certificate.
-    pub fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
+    pub(crate) fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
         let conn = lock(&self.conn);
         let mut stmt = conn.prepare(
             "SELECT n.name, n.grp, n.disabled, n.enrolled_ms,
@@ -865,6 +634,105 @@ impl Store {
                 enrolled_ms: r.get(3)?,
                 serial: r.get(4)?,
                 not_after_ms: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// The records of those of `serials` the CA issued (the reconcile's
+    /// one look at every live session).
+    pub(crate) fn certificates(
+        &self,
+        serials: &[String],
+    ) -> Result<std::collections::HashMap<String, CertRecord>, StoreError> {
+        // In chunks of at most 500 parameters (SQLite's limit is 32,766):
+        // one statement per chunk instead of one per session.
+        let conn = lock(&self.conn);
+        let mut out = std::collections::HashMap::new();
+        for chunk in serials.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            let mut stmt = conn.prepare(&format!(
+                "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason,
+                        n.disabled, c.fingerprint, c.serial
+                 FROM certificates c JOIN connectors n ON n.name = c.connector
+                 WHERE c.serial IN ({marks})"
+            ))?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(chunk), |r| {
+                let revoked_ms: Option<i64> = r.get(3)?;
+                let reason: Option<String> = r.get(4)?;
+                Ok((
+                    r.get::<_, String>(7)?,
+                    CertRecord {
+                        connector: r.get(0)?,
+                        group: r.get(1)?,
+                        not_after_ms: r.get(2)?,
+                        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+                        disabled: r.get(5)?,
+                        fingerprint: r.get(6)?,
+                    },
+                ))
+            })?;
+            for row in rows {
+                let (serial, record) = row?;
+                out.insert(serial, record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records replica `r`'s heartbeat (inserting it on its first) and
+    /// forgets replicas silent for longer than `forget_before_ms`.
+    pub(crate) fn heartbeat(
+        &self,
+        r: &ReplicaRecord,
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO replicas (id, addresses, version, started_ms, heartbeat_ms, policy_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (id) DO UPDATE SET addresses = ?2, version = ?3, started_ms = ?4,
+                 heartbeat_ms = ?5, policy_hash = ?6",
+            params![
+                r.id,
+                r.addresses.join(","),
+                r.version,
+                r.started_ms,
+                r.heartbeat_ms,
+                r.policy_hash
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM replicas WHERE heartbeat_ms < ?1",
+            params![forget_before_ms],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes replica `id` (it stopped cleanly).
+    pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
+        lock(&self.conn).execute("DELETE FROM replicas WHERE id = ?1", params![id])?;
+        Ok(())
+    }
+
+    /// Every replica the database knows, by id.
+    pub(crate) fn replicas(&self) -> Result<Vec<ReplicaRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare(
+            "SELECT id, addresses, version, started_ms, heartbeat_ms, policy_hash
+             FROM replicas ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let addresses: String = r.get(1)?;
+            Ok(ReplicaRecord {
+                id: r.get(0)?,
+                addresses: super::split_addresses(&addresses),
+                version: r.get(2)?,
+                started_ms: r.get(3)?,
+                heartbeat_ms: r.get(4)?,
+                policy_hash: r.get(5)?,
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -889,227 +757,6 @@ mod tests {
     }
 
     #[test]
-    fn disabled_is_looked_up_by_name() {
-        let s = Store::in_memory().expect("db");
-        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
-        assert_eq!(s.enroll(&cert("c2", "g", "02")).expect("db"), Ok(()));
-        assert!(!s.is_disabled("c1").expect("db"));
-        assert!(s.set_disabled("c1", true, 2).expect("db"));
-        assert!(s.is_disabled("c1").expect("db"));
-        assert!(
-            !s.is_disabled("c2").expect("db"),
-            "only the named connector"
-        );
-        assert!(!s.is_disabled("never-enrolled").expect("db"));
-        assert!(s.set_disabled("c1", false, 3).expect("db"));
-        assert!(!s.is_disabled("c1").expect("db"));
-        s.break_for_tests();
-        assert!(
-            s.is_disabled("c1").is_err(),
-            "a failing database is an error"
-        );
-    }
-
-    #[test]
-    fn enrollment_counts_uses_and_supersedes_certificates() {
-        let s = Store::in_memory().expect("db");
-        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
-        // "01" is still valid: re-enrolling takes an administrator's leave.
-        assert!(s.allow_reenroll("c1", 5, 1).expect("db"));
-        assert_eq!(s.enroll(&cert("c1", "g", "02")).expect("db"), Ok(()));
-        let old = s.certificate("01").expect("db").expect("known");
-        assert!(old.revoked.is_some(), "superseded");
-        assert!(
-            s.certificate("02")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_none()
-        );
-        assert!(matches!(
-            s.enroll(&cert("c2", "g", "03")).expect("db"),
-            Err(EnrollRefusal::KeyExhausted {
-                uses: 2,
-                max: 2,
-                ..
-            })
-        ));
-        assert_eq!(s.key_usage("g", "k1").expect("db").uses, 2);
-    }
-
-    #[test]
-    fn disabled_other_group_and_revoked_key_are_refused() {
-        let s = Store::in_memory().expect("db");
-        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
-        assert!(matches!(
-            s.enroll(&cert("c1", "h", "02")).expect("db"),
-            Err(EnrollRefusal::OtherGroup { .. })
-        ));
-        assert!(s.set_disabled("c1", true, 2).expect("db"));
-        assert!(s.certificate("01").expect("db").expect("known").disabled);
-        assert_eq!(
-            s.enroll(&cert("c1", "g", "03")).expect("db"),
-            Err(EnrollRefusal::Disabled("c1".into()))
-        );
-        s.revoke_key("g", "k1", 3).expect("db");
-        assert_eq!(
-            s.enroll(&cert("c9", "g", "04")).expect("db"),
-            Err(EnrollRefusal::KeyRevoked("g".into()))
-        );
-    }
-
-    fn renewal<'a>(old: &'a str, serial: &'a str, now_ms: i64) -> Renewal<'a> {
-        Renewal {
-            name: "c1",
-            group: "g",
-            old_serial: old,
-            serial,
-            fingerprint: "f",
-            not_after_ms: now_ms + 100,
-            now_ms,
-            revoke_old_at_ms: now_ms + 5,
-        }
-    }
-
-    #[test]
-    fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial() {
-        let s = Store::in_memory().expect("db");
-        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
-        assert_eq!(s.enroll(&cert("c2", "g", "09")).expect("db"), Ok(()));
-        assert_eq!(s.renew(&renewal("01", "02", 2)).expect("db"), Ok(()));
-        // In grace: both valid, the new one current.
-        assert!(
-            s.certificate("01")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_none()
-        );
-        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("02"));
-        assert_eq!(s.revoke_after_grace(6).expect("db"), vec![]);
-        // The old one renews again while in grace; its grace is not extended.
-        assert_eq!(s.renew(&renewal("01", "03", 4)).expect("db"), Ok(()));
-        assert_eq!(
-            s.revoke_after_grace(7).expect("db"),
-            vec![("c1".to_owned(), "01".to_owned())]
-        );
-        assert!(
-            s.certificate("01")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_some()
-        );
-        assert_eq!(s.revoke_after_grace(8).expect("db"), vec![]);
-        assert_eq!(
-            s.revoke_after_grace(9).expect("db"),
-            vec![("c1".to_owned(), "02".to_owned())]
-        );
-        let history = s.certificate_history(10).expect("db");
-        let serials: Vec<&str> = history["c1"].iter().map(|h| h.serial.as_str()).collect();
-        assert_eq!(serials, ["03", "02", "01"]);
-        // Refusals: revoked, unknown, another connector's, expired, disabled.
-        assert!(matches!(
-            s.renew(&renewal("01", "04", 10)).expect("db"),
-            Err(RenewRefusal::Revoked { .. })
-        ));
-        assert!(matches!(
-            s.renew(&renewal("77", "04", 10)).expect("db"),
-            Err(RenewRefusal::Unknown(_))
-        ));
-        assert!(matches!(
-            s.renew(&renewal("09", "04", 10)).expect("db"),
-            Err(RenewRefusal::Unknown(_))
-        ));
-        assert!(matches!(
-            s.renew(&renewal("03", "04", 104)).expect("db"),
-            Err(RenewRefusal::Expired(_))
-        ));
-        assert!(s.set_disabled("c1", true, 11).expect("db"));
-        assert_eq!(
-            s.renew(&renewal("03", "04", 12)).expect("db"),
-            Err(RenewRefusal::Disabled("c1".into()))
-        );
-        assert!(
-            s.certificate("04").expect("db").is_none(),
-            "nothing recorded"
-        );
-    }
-
-    #[test]
-    fn a_name_with_a_valid_certificate_is_reenrolled_only_with_leave_once() {
-        let s = Store::in_memory().expect("db");
-        let at = |serial, now_ms| NewCertificate {
-            max_uses: 10,
-            now_ms,
-            ..cert("c1", "g", serial)
-        };
-        assert_eq!(s.enroll(&at("01", 1)).expect("db"), Ok(()));
-        assert_eq!(
-            s.enroll(&at("02", 2)).expect("db"),
-            Err(EnrollRefusal::NameTaken("c1".into()))
-        );
-        assert!(
-            s.certificate("01")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_none()
-        );
-        // Leave that ran out is no leave.
-        assert!(s.allow_reenroll("c1", 3, 2).expect("db"));
-        assert_eq!(
-            s.enroll(&at("02", 4)).expect("db"),
-            Err(EnrollRefusal::NameTaken("c1".into()))
-        );
-        assert!(s.allow_reenroll("c1", 6, 4).expect("db"));
-        assert_eq!(s.enroll(&at("02", 5)).expect("db"), Ok(()));
-        assert_eq!(
-            s.enroll(&at("03", 5)).expect("db"),
-            Err(EnrollRefusal::NameTaken("c1".into())),
-            "once"
-        );
-        // An expired certificate holds no name: the key re-enrolls it.
-        assert_eq!(s.enroll(&at("04", 10)).expect("db"), Ok(()));
-        assert_eq!(
-            s.key_usage("g", "k1").expect("db").uses,
-            3,
-            "refusals use nothing"
-        );
-        assert!(!s.allow_reenroll("nobody", 6, 4).expect("db"));
-    }
-
-    #[test]
-    fn a_deleted_connector_frees_its_name_and_stays_revoked() {
-        let s = Store::in_memory().expect("db");
-        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
-        assert!(s.set_disabled("c1", true, 1).expect("db"));
-        assert_eq!(s.delete_connector("c1", 2).expect("db"), Some(1));
-        assert_eq!(s.delete_connector("c1", 2).expect("db"), None);
-        assert!(s.connectors().expect("db").is_empty());
-        assert!(!s.set_disabled("c1", true, 2).expect("db"), "not enrolled");
-        assert!(!s.allow_reenroll("c1", 9, 2).expect("db"), "not enrolled");
-        assert!(
-            s.certificate("01")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_some()
-        );
-        assert_eq!(s.enroll(&cert("c1", "h", "02")).expect("db"), Ok(()));
-        let c = &s.connectors().expect("db")[0];
-        assert_eq!((c.group.as_str(), c.disabled), ("h", false));
-        assert!(
-            s.certificate("01")
-                .expect("db")
-                .expect("known")
-                .revoked
-                .is_some()
-        );
-        assert_eq!(s.delete_connector("nobody", 2).expect("db"), None);
-    }
-
-    #[test]
     fn a_version_1_database_is_migrated_in_place() {
         let dir = std::env::temp_dir().join(format!("reach-store-v1-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1127,7 +774,7 @@ mod tests {
             )
             .expect("v1 rows");
         }
-        let s = Store::open(&path).expect("migrated");
+        let s = SqliteStore::open(&path).expect("migrated");
         assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("01"));
         assert_eq!(
             s.enroll(&cert("c1", "g", "02")).expect("db"),
@@ -1158,7 +805,7 @@ mod tests {
 
     #[test]
     fn history_is_filtered_paged_and_pruned() {
-        let s = Store::in_memory().expect("db");
+        let s = SqliteStore::in_memory().expect("db");
         s.record_events(&[
             event(1_000, "a.test", "c1", "up"),
             event(2_000, "a.test", "c2", "down"),
@@ -1205,10 +852,10 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("reach.db");
         {
-            let s = Store::open(&path).expect("db");
+            let s = SqliteStore::open(&path).expect("db");
             assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
         }
-        let s = Store::open(&path).expect("reopened");
+        let s = SqliteStore::open(&path).expect("reopened");
         assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("01"));
         assert_eq!(s.key_usage("g", "k1").expect("db").uses, 1);
         let _ = std::fs::remove_dir_all(&dir);

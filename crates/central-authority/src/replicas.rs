@@ -1,0 +1,238 @@
+//! What makes several CA processes sharing one store behave as replicas of
+//! one CA: each registers itself in the store with a heartbeat (listed by
+//! `GET /api/v1/replicas`), and each reconciles its live connector sessions
+//! against the store, so a revocation, disable or delete made on any
+//! replica closes the affected sessions on every replica.
+//!
+//! The reconcile runs every `RECONCILE_EVERY` and, on PostgreSQL, at once
+//! when another replica's `NOTIFY` arrives (`Store::changes`); the periodic
+//! pass covers a lost notification and CA processes sharing one SQLite
+//! file. Replicas never talk to each other: the store is the only shared
+//! state, and each builds its own health table from the reports its
+//! connectors send it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::authority::Authority;
+use crate::policy_state::PolicyState;
+use crate::store::{ReplicaRecord, StoreError};
+
+/// How often a replica checks its live sessions against the store.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a replica records its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// A replica is listed `live` while its last heartbeat is younger than this
+/// (three heartbeats).
+pub const LIVE_WITHIN: Duration = Duration::from_secs(15);
+
+/// A replica silent for this long is removed from the store.
+const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// This process as a replica: what its heartbeat records.
+#[derive(Clone, Debug)]
+pub struct Me {
+    /// Replica id.
+    pub id: String,
+    /// Advertised addresses.
+    pub addresses: Vec<String>,
+    /// Started at, Unix ms.
+    pub started_ms: i64,
+}
+
+impl Me {
+    /// This replica: `[replica] id` (default: the host name and the gRPC
+    /// port) and `[replica] advertise` (default: the bound gRPC and HTTP
+    /// addresses, the host name standing in for a wildcard address).
+    pub fn new(state: &PolicyState, grpc: std::net::SocketAddr, http: std::net::SocketAddr) -> Me {
+        let s = state.settings();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let id = s
+            .replica_id
+            .clone()
+            .unwrap_or_else(|| format!("{host}:{}", grpc.port()));
+        // A wildcard listen address says nothing about where the replica
+        // is reached: the host name does.
+        let shown = |a: std::net::SocketAddr| {
+            if a.ip().is_unspecified() {
+                format!("{host}:{}", a.port())
+            } else {
+                a.to_string()
+            }
+        };
+        let addresses = if s.advertise.is_empty() {
+            vec![shown(grpc), shown(http)]
+        } else {
+            s.advertise.clone()
+        };
+        Me {
+            id,
+            addresses,
+            started_ms: crate::trust::now_ms(),
+        }
+    }
+}
+
+/// A replica as `GET /api/v1/replicas` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaView {
+    /// Replica id.
+    pub id: String,
+    /// Addresses it advertises.
+    pub addresses: Vec<String>,
+    /// Its version.
+    pub version: String,
+    /// Started at, Unix ms.
+    pub started_at: i64,
+    /// Last heartbeat, Unix ms.
+    pub last_heartbeat: i64,
+    /// Hash of the policy it serves.
+    pub policy_hash: String,
+    /// Heard from within `LIVE_WITHIN`.
+    pub live: bool,
+    /// The replica that answered.
+    pub this: bool,
+}
+
+/// A short hash of the policy (segments and connector groups, no secrets):
+/// replicas serving the same policy file show the same hash.
+pub fn policy_hash(state: &PolicyState) -> String {
+    let digest = crate::pki::sha256_hex(format!("{:?}", state.config.policy).as_bytes());
+    digest.chars().take(16).collect()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Authority {
+    /// Closes every live session whose certificate the store no longer
+    /// stands behind (revoked, its connector disabled or deleted, expired),
+    /// whichever replica changed it; returns how many. When the store
+    /// cannot answer, sessions are left alone (they were admitted, and
+    /// registration still fails closed).
+    pub fn reconcile_sessions(&self) -> usize {
+        let live = self.registry().live_sessions();
+        let serials: Vec<String> = live.iter().filter_map(|(_, _, s)| s.clone()).collect();
+        if serials.is_empty() {
+            return 0;
+        }
+        let records = match self.store().certificates(&serials) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reconcile sessions with the store");
+                return 0;
+            }
+        };
+        let now = crate::trust::now_ms();
+        let mut closed = 0;
+        for (name, id, serial) in live {
+            // Plain-text sessions have no certificate; a disable reaches
+            // them through `check_not_disabled` when they reconnect.
+            let Some(serial) = serial else { continue };
+            let verdict = crate::trust::cert_standing(records.get(&serial), &serial, &name, now);
+            if let Err(e) = verdict
+                && let Some(session) = self.registry().end(&name, id)
+            {
+                self.close_session(&name, session, &e.to_string());
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Records this replica's heartbeat.
+    pub fn replica_heartbeat(&self, me: &Me) -> Result<(), StoreError> {
+        let now = crate::trust::now_ms();
+        let record = ReplicaRecord {
+            id: me.id.clone(),
+            addresses: me.addresses.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_ms: me.started_ms,
+            heartbeat_ms: now,
+            policy_hash: policy_hash(&self.snapshot()),
+        };
+        self.store()
+            .heartbeat(&record, now.saturating_sub(millis(FORGET_AFTER)))
+    }
+
+    /// Every replica the store knows (`this` marks `me`).
+    pub fn replicas(&self, me: Option<&str>) -> Result<Vec<ReplicaView>, StoreError> {
+        let now = crate::trust::now_ms();
+        Ok(self
+            .store()
+            .replicas()?
+            .into_iter()
+            .map(|r| ReplicaView {
+                live: now.saturating_sub(r.heartbeat_ms) < millis(LIVE_WITHIN),
+                this: me == Some(r.id.as_str()),
+                id: r.id,
+                addresses: r.addresses,
+                version: r.version,
+                started_at: r.started_ms,
+                last_heartbeat: r.heartbeat_ms,
+                policy_hash: r.policy_hash,
+            })
+            .collect())
+    }
+}
+
+/// Heartbeats and reconciles until `stop` resolves, then removes this
+/// replica from the store.
+pub async fn run(authority: Arc<Authority>, me: Me, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut changes = authority.store().changes();
+    let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
+    let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
+    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let notified = async {
+            match changes.as_mut() {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = &mut stop => break,
+            _ = reconcile.tick() => reconcile_now(&authority).await,
+            () = notified => reconcile_now(&authority).await,
+            _ = heartbeat.tick() => {
+                let me = me.clone();
+                if let Some(Err(e)) = authority.blocking(move |a| a.replica_heartbeat(&me)).await {
+                    tracing::warn!(error = %e, "cannot record this replica's heartbeat");
+                }
+            }
+        }
+    }
+    let id = me.id.clone();
+    if let Some(Err(e)) = authority
+        .blocking(move |a| a.store().remove_replica(&id))
+        .await
+    {
+        tracing::warn!(error = %e, "cannot remove this replica from the store");
+    }
+}
+
+async fn reconcile_now(authority: &Arc<Authority>) {
+    if let Some(closed) = authority.blocking(Authority::reconcile_sessions).await
+        && closed > 0
+    {
+        tracing::info!(
+            closed,
+            "sessions closed: their standing changed in the store"
+        );
+    }
+}

@@ -1,0 +1,1117 @@
+//! The CA's persistent state: enrolled connectors (and whether they are
+//! disabled), the certificates issued to them with their serials and
+//! revocations, the use counts and revocations of provisioning keys, and
+//! the CA replicas sharing the database. Health is not here: it is soft
+//! state each replica rebuilds from reports.
+//!
+//! Two backends behind one API (`Store`): an embedded SQLite file in the
+//! data directory (`sqlite`, the default) and PostgreSQL (`postgres`,
+//! `[store] url = "postgres://…"`), which several CA replicas share. Keys
+//! are stored only as SHA-256 fingerprints, never themselves. Every change
+//! is one transaction (an enrollment checks and counts the key, records the
+//! connector, supersedes its old certificates and records the new one
+//! atomically); on PostgreSQL transactions run `SERIALIZABLE` and are
+//! retried on serialization failures, so `max_uses`, revocation and disable
+//! hold across replicas. Both backends migrate their versioned schema at
+//! start.
+//!
+//! Changes that end sessions (revocations, disables, deletes,
+//! re-enrollments) are announced to the other replicas (`changes`): on
+//! PostgreSQL by `NOTIFY`; every replica also reconciles its live sessions
+//! against the store periodically (`crate::replicas`), which covers a
+//! missed notification and CA processes sharing one SQLite file.
+
+mod postgres;
+mod sqlite;
+
+use std::path::PathBuf;
+
+use tokio::sync::watch;
+
+use postgres::PgStore;
+use sqlite::SqliteStore;
+
+/// Where the store lives (`[store]`).
+#[derive(Clone, PartialEq)]
+pub enum StoreLocation {
+    /// `reach.db` in the data directory (the default).
+    DataDir,
+    /// An SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database.
+    Postgres {
+        /// `postgres://…` URL (libpq style; `sslmode`, `sslrootcert`).
+        url: String,
+        /// The password, from `[store] password_file` or the
+        /// `REACH_STORE_PASSWORD` environment variable, when the URL has
+        /// none.
+        password: Option<crate::auth::Secret>,
+    },
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::DataDir => write!(f, "sqlite:reach.db in the data directory"),
+            StoreLocation::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
+            StoreLocation::Postgres { url, .. } => write!(f, "{}", redact_url(url)),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl StoreLocation {
+    /// The location with the default made concrete for `data_dir`.
+    pub fn resolve(&self, data_dir: &std::path::Path) -> StoreLocation {
+        match self {
+            StoreLocation::DataDir => StoreLocation::Sqlite(data_dir.join("reach.db")),
+            other => other.clone(),
+        }
+    }
+}
+
+/// `url` with any password replaced by `***` (for logs and errors).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A PostgreSQL error with its server-side message and SQLSTATE.
+fn postgres_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut s = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(inner) = source {
+                s.push_str(": ");
+                s.push_str(&inner.to_string());
+                source = inner.source();
+            }
+            s
+        }
+    }
+}
+
+/// The standing a certificate needs to renew: known, of that connector and
+/// group, unrevoked, unexpired, its connector not disabled.
+fn renewable(
+    old: Option<CertRecord>,
+    name: &str,
+    group: &str,
+    serial: &str,
+    now_ms: i64,
+) -> Result<(), RenewRefusal> {
+    let Some(old) = old else {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    };
+    if old.connector != name || old.group != group {
+        return Err(RenewRefusal::Unknown(serial.to_owned()));
+    }
+    if let Some((_, reason)) = old.revoked {
+        return Err(RenewRefusal::Revoked {
+            serial: serial.to_owned(),
+            reason,
+        });
+    }
+    if old.not_after_ms <= now_ms {
+        return Err(RenewRefusal::Expired(serial.to_owned()));
+    }
+    if old.disabled {
+        return Err(RenewRefusal::Disabled(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Addresses as stored (comma-separated) back into a list.
+fn split_addresses(s: &str) -> Vec<String> {
+    s.split(',')
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One CA replica as the database knows it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReplicaRecord {
+    /// Replica id (`[replica] id`, default host name and gRPC port).
+    pub id: String,
+    /// Addresses it advertises (gRPC and HTTP listeners).
+    pub addresses: Vec<String>,
+    /// The CA's version.
+    pub version: String,
+    /// Started at, Unix ms.
+    pub started_ms: i64,
+    /// Last heartbeat, Unix ms.
+    pub heartbeat_ms: i64,
+    /// Hash of the policy it serves (replicas of one deployment agree).
+    pub policy_hash: String,
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL failed.
+    #[error("database: {}", postgres_message(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    /// No PostgreSQL connection could be had from the pool.
+    #[error("database connection: {0}")]
+    Pool(String),
+    /// `[store] url` (or its password or TLS material) is unusable.
+    #[error("[store] {0}")]
+    Config(String),
+    /// The database is newer than this binary.
+    #[error("database schema version {found} is newer than this binary's {known}")]
+    TooNew {
+        /// Version in the file.
+        found: i64,
+        /// Latest version this binary knows.
+        known: usize,
+    },
+}
+
+/// Why the store refused an enrollment (the checks that need its state).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnrollRefusal {
+    /// The provisioning key was revoked.
+    #[error("the provisioning key of connector group {0:?} was revoked")]
+    KeyRevoked(String),
+    /// The key has no uses left.
+    #[error(
+        "the provisioning key of connector group {group:?} is exhausted ({uses} of {max} uses)"
+    )]
+    KeyExhausted {
+        /// Group.
+        group: String,
+        /// Uses so far.
+        uses: u32,
+        /// Maximum.
+        max: u32,
+    },
+    /// The name belongs to a connector of another group.
+    #[error(
+        "connector {name:?} is enrolled in connector group {group:?}; an admin must delete it first (DELETE /api/v1/connectors/{name})"
+    )]
+    OtherGroup {
+        /// Connector.
+        name: String,
+        /// Its group.
+        group: String,
+    },
+    /// The connector is disabled.
+    #[error("connector {0:?} is disabled")]
+    Disabled(String),
+    /// The name holds a valid (unexpired, unrevoked) certificate and no
+    /// administrator allowed its re-enrollment: a provisioning key alone
+    /// must not take a running connector's name.
+    #[error(
+        "connector {0:?} is enrolled with a valid certificate; renew with it, or an admin must allow re-enrollment (POST /api/v1/connectors/{0}/allow-reenroll)"
+    )]
+    NameTaken(String),
+}
+
+/// Why the store refused a renewal (the checks that need its state).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenewRefusal {
+    /// The presented serial was never issued to that connector.
+    #[error("certificate {0} was not issued by this CA to that connector")]
+    Unknown(String),
+    /// The presented certificate is revoked.
+    #[error("certificate {serial} is revoked: {reason}")]
+    Revoked {
+        /// Serial.
+        serial: String,
+        /// Why.
+        reason: String,
+    },
+    /// The presented certificate has expired.
+    #[error("certificate {0} has expired; enroll again with the provisioning key")]
+    Expired(String),
+    /// The connector is disabled.
+    #[error("connector {0:?} is disabled")]
+    Disabled(String),
+}
+
+/// What a renewal records.
+#[derive(Clone, Debug)]
+pub struct Renewal<'a> {
+    /// Connector name (from the presented certificate).
+    pub name: &'a str,
+    /// Group (from the presented certificate).
+    pub group: &'a str,
+    /// Serial of the presented certificate.
+    pub old_serial: &'a str,
+    /// Serial of the new certificate.
+    pub serial: &'a str,
+    /// SHA-256 of the new certificate.
+    pub fingerprint: &'a str,
+    /// End of the new certificate's validity.
+    pub not_after_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+    /// When the connector's older certificates are revoked.
+    pub revoke_old_at_ms: i64,
+}
+
+/// One certificate in a connector's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertHistory {
+    /// Serial.
+    pub serial: String,
+    /// Issued at.
+    pub issued_ms: i64,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// Revoked at.
+    pub revoked_ms: Option<i64>,
+    /// Superseded by a renewal and revoked at this time unless already.
+    pub grace_until_ms: Option<i64>,
+}
+
+/// What an enrollment records.
+#[derive(Clone, Debug)]
+pub struct NewCertificate<'a> {
+    /// Connector name.
+    pub name: &'a str,
+    /// Group.
+    pub group: &'a str,
+    /// SHA-256 of the provisioning key used.
+    pub key_sha256: &'a str,
+    /// The key's maximum uses.
+    pub max_uses: u32,
+    /// Serial (hex).
+    pub serial: &'a str,
+    /// SHA-256 of the certificate.
+    pub fingerprint: &'a str,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+}
+
+/// A certificate as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertRecord {
+    /// Connector name.
+    pub connector: String,
+    /// Group.
+    pub group: String,
+    /// End of validity.
+    pub not_after_ms: i64,
+    /// When and why it was revoked.
+    pub revoked: Option<(i64, String)>,
+    /// Whether the connector is disabled.
+    pub disabled: bool,
+    /// SHA-256 of the certificate's DER as issued (lower-case hex).
+    pub fingerprint: String,
+}
+
+/// An enrolled connector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectorRecord {
+    /// Name.
+    pub name: String,
+    /// Group.
+    pub group: String,
+    /// Disabled by an administrator.
+    pub disabled: bool,
+    /// Enrolled at.
+    pub enrolled_ms: i64,
+    /// The serial of its current (unrevoked) certificate.
+    pub serial: Option<String>,
+    /// Its end of validity.
+    pub not_after_ms: Option<i64>,
+}
+
+/// Use count and revocation of one provisioning key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyUsage {
+    /// Enrollments so far.
+    pub uses: u32,
+    /// Revoked at.
+    pub revoked_ms: Option<i64>,
+    /// Last enrollment.
+    pub last_used_ms: Option<i64>,
+}
+
+/// The database: one of the backends, same API and semantics.
+#[derive(Debug)]
+pub struct Store {
+    backend: Backend,
+}
+
+/// One status transition in the history (`health_events`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// When the CA saw it, Unix ms.
+    pub at_ms: i64,
+    /// Segment.
+    pub segment: String,
+    /// Host.
+    pub host: String,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: i64,
+    /// Connector whose status changed.
+    pub connector: String,
+    /// Status before (`up`, `unhealthy`, `down`, `unknown`).
+    pub from: String,
+    /// Status after.
+    pub to: String,
+    /// Why (`report` or an Unknown cause).
+    pub cause: String,
+}
+
+/// Which history to read (`None`: any).
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    /// Segment.
+    pub segment: Option<String>,
+    /// Host.
+    pub host: Option<String>,
+    /// Protocol.
+    pub protocol: Option<String>,
+    /// Port.
+    pub port: Option<i64>,
+    /// Connector.
+    pub connector: Option<String>,
+    /// From this time on, Unix ms.
+    pub since_ms: Option<i64>,
+    /// Before this time, Unix ms.
+    pub until_ms: Option<i64>,
+    /// Segments never shown (client hostname validation).
+    pub hidden_segments: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+/// Calls the same method on whichever backend is in use.
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match &$self.backend {
+            Backend::Sqlite($s) => $e,
+            Backend::Postgres($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store at `location`.
+    pub fn open(location: &StoreLocation) -> Result<Store, StoreError> {
+        let backend = match location {
+            StoreLocation::DataDir => {
+                return Err(StoreError::Config(
+                    "the data directory's database needs resolving first".into(),
+                ));
+            }
+            StoreLocation::Sqlite(path) => Backend::Sqlite(SqliteStore::open(path)?),
+            StoreLocation::Postgres { url, password } => {
+                Backend::Postgres(PgStore::open(url, password.as_ref())?)
+            }
+        };
+        Ok(Store { backend })
+    }
+
+    /// An SQLite database in memory (tests).
+    pub fn in_memory() -> Result<Store, StoreError> {
+        Ok(Store {
+            backend: Backend::Sqlite(SqliteStore::in_memory()?),
+        })
+    }
+
+    /// Which backend this is (`sqlite` or `postgres`), for logs.
+    pub fn kind(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// A receiver woken when another replica announced a change that may
+    /// end sessions (PostgreSQL `NOTIFY`); `None` on SQLite, where only the
+    /// periodic reconcile sees other processes' changes.
+    pub fn changes(&self) -> Option<watch::Receiver<u64>> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(p) => Some(p.changes()),
+        }
+    }
+
+    /// Records an enrollment if the key has uses left and is not revoked,
+    /// and the connector is not disabled or of another group; supersedes
+    /// the connector's earlier certificates. All or nothing.
+    pub fn enroll(&self, c: &NewCertificate<'_>) -> Result<Result<(), EnrollRefusal>, StoreError> {
+        each!(self, s => s.enroll(c))
+    }
+
+    /// The record of certificate `serial`, if the CA issued it.
+    pub fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+        each!(self, s => s.certificate(serial))
+    }
+
+    /// The records of those of `serials` the CA issued.
+    pub fn certificates(
+        &self,
+        serials: &[String],
+    ) -> Result<std::collections::HashMap<String, CertRecord>, StoreError> {
+        each!(self, s => s.certificates(serials))
+    }
+
+    /// Disables or enables a connector; `false` if it is not enrolled.
+    pub fn set_disabled(
+        &self,
+        name: &str,
+        disabled: bool,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.set_disabled(name, disabled, now_ms))
+    }
+
+    /// Revokes every unrevoked certificate of a connector; returns how many.
+    pub fn revoke_certificates(
+        &self,
+        name: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        each!(self, s => s.revoke_certificates(name, reason, now_ms))
+    }
+
+    /// Allows the next enrollment of `name` (a connector of the same group,
+    /// with a valid certificate) until `until_ms`, once; `false` if it is
+    /// not enrolled.
+    pub fn allow_reenroll(
+        &self,
+        name: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.allow_reenroll(name, until_ms, now_ms))
+    }
+
+    /// Deletes an enrolled connector: revokes its certificates (they stay
+    /// recorded, so they stay refused) and frees its name for any group.
+    /// `None` if it is not enrolled, else how many certificates were revoked.
+    pub fn delete_connector(&self, name: &str, now_ms: i64) -> Result<Option<usize>, StoreError> {
+        each!(self, s => s.delete_connector(name, now_ms))
+    }
+
+    /// Revokes a provisioning key (by fingerprint) of a group.
+    pub fn revoke_key(&self, group: &str, key_sha256: &str, now_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.revoke_key(group, key_sha256, now_ms))
+    }
+
+    /// Use count and revocation of a key.
+    pub fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
+        each!(self, s => s.key_usage(group, key_sha256))
+    }
+
+    /// Whether connector `name` is disabled (`false` when it is not
+    /// enrolled): one keyed lookup.
+    pub fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+        each!(self, s => s.is_disabled(name))
+    }
+
+    /// Records a renewal: checks, in one transaction, that `old_serial` was
+    /// issued to `name` of `group`, is neither revoked nor expired and that
+    /// the connector is not disabled; records the new certificate and puts
+    /// every other unrevoked certificate of the connector in grace until
+    /// `revoke_old_at_ms` (an earlier grace is kept, never extended).
+    pub fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
+        each!(self, s => s.renew(r))
+    }
+
+    /// Whether the certificate `serial` could renew now (a read only; the
+    /// renewal itself checks again in its transaction): lets the CA refuse
+    /// before it signs anything.
+    pub fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        each!(self, s => s.renewable(name, group, serial, now_ms))
+    }
+
+    /// Revokes every superseded certificate whose grace has passed; returns
+    /// (connector, serial) of each one revoked now.
+    pub fn revoke_after_grace(&self, now_ms: i64) -> Result<Vec<(String, String)>, StoreError> {
+        each!(self, s => s.revoke_after_grace(now_ms))
+    }
+
+    /// Every connector's certificates, newest first, at most `per_connector`
+    /// each.
+    pub fn certificate_history(
+        &self,
+        per_connector: usize,
+    ) -> Result<std::collections::HashMap<String, Vec<CertHistory>>, StoreError> {
+        each!(self, s => s.certificate_history(per_connector))
+    }
+
+    /// Every enrolled connector with its current certificate.
+    pub fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
+        each!(self, s => s.connectors())
+    }
+
+    /// Appends status transitions to the history, in one transaction.
+    /// PostgreSQL does not keep the history yet: there it is dropped.
+    pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.record_events(events),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// One page of the history matching `f`, newest first, and how many
+    /// match in all (PostgreSQL: none yet).
+    pub fn events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<EventRecord>, u64), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.events(f, limit, offset),
+            Backend::Postgres(_) => Ok((Vec::new(), 0)),
+        }
+    }
+
+    /// Deletes the history from before `before_ms`; returns how many went.
+    pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.prune_events(before_ms),
+            Backend::Postgres(_) => Ok(0),
+        }
+    }
+
+    /// Records replica `r`'s heartbeat and forgets replicas whose last
+    /// heartbeat is older than `forget_before_ms`.
+    pub fn heartbeat(&self, r: &ReplicaRecord, forget_before_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.heartbeat(r, forget_before_ms))
+    }
+
+    /// Removes replica `id` (it stopped cleanly).
+    pub fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
+        each!(self, s => s.remove_replica(id))
+    }
+
+    /// Every replica the database knows, by id.
+    pub fn replicas(&self) -> Result<Vec<ReplicaRecord>, StoreError> {
+        each!(self, s => s.replicas())
+    }
+
+    /// Drops the tables, so every later query fails (tests of how callers
+    /// handle a failing database).
+    #[cfg(test)]
+    pub(crate) fn break_for_tests(&self) {
+        each!(self, s => s.break_for_tests())
+    }
+}
+
+/// The store tests, written once and run on both backends (`suite!`).
+#[cfg(test)]
+mod suite {
+    pub(super) use super::*;
+
+    pub(super) fn cert<'a>(name: &'a str, group: &'a str, serial: &'a str) -> NewCertificate<'a> {
+        NewCertificate {
+            name,
+            group,
+            key_sha256: "k1",
+            max_uses: 2,
+            serial,
+            fingerprint: "f",
+            not_after_ms: 10,
+            now_ms: 1,
+        }
+    }
+
+    pub(super) fn disabled_is_looked_up_by_name(s: &Store) {
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c2", "g", "02")).expect("db"), Ok(()));
+        assert!(!s.is_disabled("c1").expect("db"));
+        assert!(s.set_disabled("c1", true, 2).expect("db"));
+        assert!(s.is_disabled("c1").expect("db"));
+        assert!(
+            !s.is_disabled("c2").expect("db"),
+            "only the named connector"
+        );
+        assert!(!s.is_disabled("never-enrolled").expect("db"));
+        assert!(s.set_disabled("c1", false, 3).expect("db"));
+        assert!(!s.is_disabled("c1").expect("db"));
+        s.break_for_tests();
+        assert!(
+            s.is_disabled("c1").is_err(),
+            "a failing database is an error"
+        );
+    }
+
+    pub(super) fn enrollment_counts_uses_and_supersedes_certificates(s: &Store) {
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        // "01" is still valid: re-enrolling takes an administrator's leave.
+        assert!(s.allow_reenroll("c1", 5, 1).expect("db"));
+        assert_eq!(s.enroll(&cert("c1", "g", "02")).expect("db"), Ok(()));
+        let old = s.certificate("01").expect("db").expect("known");
+        assert!(old.revoked.is_some(), "superseded");
+        assert!(
+            s.certificate("02")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        assert!(matches!(
+            s.enroll(&cert("c2", "g", "03")).expect("db"),
+            Err(EnrollRefusal::KeyExhausted {
+                uses: 2,
+                max: 2,
+                ..
+            })
+        ));
+        assert_eq!(s.key_usage("g", "k1").expect("db").uses, 2);
+    }
+
+    pub(super) fn disabled_other_group_and_revoked_key_are_refused(s: &Store) {
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert!(matches!(
+            s.enroll(&cert("c1", "h", "02")).expect("db"),
+            Err(EnrollRefusal::OtherGroup { .. })
+        ));
+        assert!(s.set_disabled("c1", true, 2).expect("db"));
+        assert!(s.certificate("01").expect("db").expect("known").disabled);
+        assert_eq!(
+            s.enroll(&cert("c1", "g", "03")).expect("db"),
+            Err(EnrollRefusal::Disabled("c1".into()))
+        );
+        s.revoke_key("g", "k1", 3).expect("db");
+        assert_eq!(
+            s.enroll(&cert("c9", "g", "04")).expect("db"),
+            Err(EnrollRefusal::KeyRevoked("g".into()))
+        );
+    }
+
+    pub(super) fn renewal<'a>(old: &'a str, serial: &'a str, now_ms: i64) -> Renewal<'a> {
+        Renewal {
+            name: "c1",
+            group: "g",
+            old_serial: old,
+            serial,
+            fingerprint: "f",
+            not_after_ms: now_ms + 100,
+            now_ms,
+            revoke_old_at_ms: now_ms + 5,
+        }
+    }
+
+    pub(super) fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial(s: &Store) {
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(s.enroll(&cert("c2", "g", "09")).expect("db"), Ok(()));
+        assert_eq!(s.renew(&renewal("01", "02", 2)).expect("db"), Ok(()));
+        // In grace: both valid, the new one current.
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("02"));
+        assert_eq!(s.revoke_after_grace(6).expect("db"), vec![]);
+        // The old one renews again while in grace; its grace is not extended.
+        assert_eq!(s.renew(&renewal("01", "03", 4)).expect("db"), Ok(()));
+        assert_eq!(
+            s.revoke_after_grace(7).expect("db"),
+            vec![("c1".to_owned(), "01".to_owned())]
+        );
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.revoke_after_grace(8).expect("db"), vec![]);
+        assert_eq!(
+            s.revoke_after_grace(9).expect("db"),
+            vec![("c1".to_owned(), "02".to_owned())]
+        );
+        let history = s.certificate_history(10).expect("db");
+        let serials: Vec<&str> = history["c1"].iter().map(|h| h.serial.as_str()).collect();
+        assert_eq!(serials, ["03", "02", "01"]);
+        // Refusals: revoked, unknown, another connector's, expired, disabled.
+        assert!(matches!(
+            s.renew(&renewal("01", "04", 10)).expect("db"),
+            Err(RenewRefusal::Revoked { .. })
+        ));
+        assert!(matches!(
+            s.renew(&renewal("77", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("09", "04", 10)).expect("db"),
+            Err(RenewRefusal::Unknown(_))
+        ));
+        assert!(matches!(
+            s.renew(&renewal("03", "04", 104)).expect("db"),
+            Err(RenewRefusal::Expired(_))
+        ));
+        assert!(s.set_disabled("c1", true, 11).expect("db"));
+        assert_eq!(
+            s.renew(&renewal("03", "04", 12)).expect("db"),
+            Err(RenewRefusal::Disabled("c1".into()))
+        );
+        assert!(
+            s.certificate("04").expect("db").is_none(),
+            "nothing recorded"
+        );
+    }
+
+    pub(super) fn a_name_with_a_valid_certificate_is_reenrolled_only_with_leave_once(s: &Store) {
+        let at = |serial, now_ms| NewCertificate {
+            max_uses: 10,
+            now_ms,
+            ..cert("c1", "g", serial)
+        };
+        assert_eq!(s.enroll(&at("01", 1)).expect("db"), Ok(()));
+        assert_eq!(
+            s.enroll(&at("02", 2)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into()))
+        );
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_none()
+        );
+        // Leave that ran out is no leave.
+        assert!(s.allow_reenroll("c1", 3, 2).expect("db"));
+        assert_eq!(
+            s.enroll(&at("02", 4)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into()))
+        );
+        assert!(s.allow_reenroll("c1", 6, 4).expect("db"));
+        assert_eq!(s.enroll(&at("02", 5)).expect("db"), Ok(()));
+        assert_eq!(
+            s.enroll(&at("03", 5)).expect("db"),
+            Err(EnrollRefusal::NameTaken("c1".into())),
+            "once"
+        );
+        // An expired certificate holds no name: the key re-enrolls it.
+        assert_eq!(s.enroll(&at("04", 10)).expect("db"), Ok(()));
+        assert_eq!(
+            s.key_usage("g", "k1").expect("db").uses,
+            3,
+            "refusals use nothing"
+        );
+        assert!(!s.allow_reenroll("nobody", 6, 4).expect("db"));
+    }
+
+    pub(super) fn a_deleted_connector_frees_its_name_and_stays_revoked(s: &Store) {
+        assert_eq!(s.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert!(s.set_disabled("c1", true, 1).expect("db"));
+        assert_eq!(s.delete_connector("c1", 2).expect("db"), Some(1));
+        assert_eq!(s.delete_connector("c1", 2).expect("db"), None);
+        assert!(s.connectors().expect("db").is_empty());
+        assert!(!s.set_disabled("c1", true, 2).expect("db"), "not enrolled");
+        assert!(!s.allow_reenroll("c1", 9, 2).expect("db"), "not enrolled");
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.enroll(&cert("c1", "h", "02")).expect("db"), Ok(()));
+        let c = &s.connectors().expect("db")[0];
+        assert_eq!((c.group.as_str(), c.disabled), ("h", false));
+        assert!(
+            s.certificate("01")
+                .expect("db")
+                .expect("known")
+                .revoked
+                .is_some()
+        );
+        assert_eq!(s.delete_connector("nobody", 2).expect("db"), None);
+    }
+
+    /// Two stores on one database (two replicas): with one use left on a
+    /// key, concurrent enrollments of different names succeed exactly once.
+    pub(super) fn concurrent_enrollments_use_a_key_once(a: &Store, b: &Store) {
+        for round in 0..5 {
+            let key = format!("once-{round}");
+            let (sa, sb) = (format!("a{round}"), format!("b{round}"));
+            let (na, nb) = (format!("ca{round}"), format!("cb{round}"));
+            let enroll = |s: &Store, name: &str, serial: &str| {
+                s.enroll(&NewCertificate {
+                    key_sha256: &key,
+                    max_uses: 1,
+                    ..cert(name, "g", serial)
+                })
+                .expect("db")
+            };
+            let barrier = std::sync::Barrier::new(2);
+            let (ra, rb) = std::thread::scope(|scope| {
+                let ta = scope.spawn(|| {
+                    barrier.wait();
+                    enroll(a, &na, &sa)
+                });
+                let tb = scope.spawn(|| {
+                    barrier.wait();
+                    enroll(b, &nb, &sb)
+                });
+                (ta.join().expect("thread"), tb.join().expect("thread"))
+            });
+            let ok = [&ra, &rb].iter().filter(|r| r.is_ok()).count();
+            assert_eq!(ok, 1, "round {round}: {ra:?} {rb:?}");
+            assert!(
+                [&ra, &rb].iter().any(|r| matches!(
+                    r,
+                    Err(EnrollRefusal::KeyExhausted {
+                        uses: 1,
+                        max: 1,
+                        ..
+                    })
+                )),
+                "round {round}: {ra:?} {rb:?}"
+            );
+            assert_eq!(a.key_usage("g", &key).expect("db").uses, 1);
+            assert_eq!(b.key_usage("g", &key).expect("db").uses, 1);
+        }
+    }
+
+    /// A revocation, a disable or a delete made through one store is seen
+    /// through the other at once (what the reconcile reads), and replicas
+    /// register and list each other.
+    pub(super) fn changes_and_replicas_are_shared(a: &Store, b: &Store) {
+        assert_eq!(a.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(a.enroll(&cert("c2", "g", "02")).expect("db"), Ok(()));
+        let serials = vec!["01".to_owned(), "02".to_owned(), "99".to_owned()];
+        let seen = b.certificates(&serials).expect("db");
+        assert_eq!(seen.len(), 2, "unknown serials are left out");
+        assert!(seen.values().all(|r| r.revoked.is_none() && !r.disabled));
+        assert_eq!(a.revoke_certificates("c1", "test", 2).expect("db"), 1);
+        assert!(a.set_disabled("c2", true, 2).expect("db"));
+        let seen = b.certificates(&serials).expect("db");
+        assert_eq!(seen["01"].revoked, Some((2, "test".to_owned())));
+        assert!(seen["02"].disabled);
+        // Many serials at once (past one statement's chunk).
+        let many: Vec<String> = (0..1200)
+            .map(|i| format!("x{i}"))
+            .chain(serials.iter().cloned())
+            .collect();
+        assert_eq!(b.certificates(&many).expect("db").len(), 2);
+
+        let replica = |id: &str, at: i64| ReplicaRecord {
+            id: id.to_owned(),
+            addresses: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            version: "0.1.0".into(),
+            started_ms: 1,
+            heartbeat_ms: at,
+            policy_hash: "h".into(),
+        };
+        a.heartbeat(&replica("r1", 10), 0).expect("db");
+        b.heartbeat(&replica("r2", 20), 0).expect("db");
+        a.heartbeat(&replica("r1", 30), 0).expect("db");
+        let listed = b.replicas().expect("db");
+        assert_eq!(listed, vec![replica("r1", 30), replica("r2", 20)]);
+        // A replica silent past the cutoff is forgotten; a clean stop
+        // removes its own entry.
+        b.heartbeat(&replica("r2", 40), 35).expect("db");
+        assert_eq!(a.replicas().expect("db"), vec![replica("r2", 40)]);
+        b.remove_replica("r2").expect("db");
+        assert!(a.replicas().expect("db").is_empty());
+    }
+}
+
+#[cfg(test)]
+/// The suite over one backend: `$open()` makes a fresh store, `$pair()` two
+/// stores on one fresh database.
+macro_rules! suite {
+    ($backend:ident, $open:expr, $pair:expr) => {
+        mod $backend {
+            use super::suite::*;
+
+            #[test]
+            fn disabled_is_looked_up_by_name() {
+                super::suite::disabled_is_looked_up_by_name(&$open());
+            }
+
+            #[test]
+            fn enrollment_counts_uses_and_supersedes_certificates() {
+                super::suite::enrollment_counts_uses_and_supersedes_certificates(&$open());
+            }
+
+            #[test]
+            fn disabled_other_group_and_revoked_key_are_refused() {
+                super::suite::disabled_other_group_and_revoked_key_are_refused(&$open());
+            }
+
+            #[test]
+            fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial() {
+                super::suite::renewal_supersedes_after_a_grace_and_checks_the_presented_serial(
+                    &$open(),
+                );
+            }
+
+            #[test]
+            fn a_name_with_a_valid_certificate_is_reenrolled_only_with_leave_once() {
+                super::suite::a_name_with_a_valid_certificate_is_reenrolled_only_with_leave_once(
+                    &$open(),
+                );
+            }
+
+            #[test]
+            fn a_deleted_connector_frees_its_name_and_stays_revoked() {
+                super::suite::a_deleted_connector_frees_its_name_and_stays_revoked(&$open());
+            }
+
+            #[test]
+            fn concurrent_enrollments_use_a_key_once() {
+                let (a, b) = $pair();
+                super::suite::concurrent_enrollments_use_a_key_once(&a, &b);
+            }
+
+            #[test]
+            fn changes_and_replicas_are_shared() {
+                let (a, b) = $pair();
+                super::suite::changes_and_replicas_are_shared(&a, &b);
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+fn postgres_store(url: &str) -> Store {
+    Store::open(&StoreLocation::Postgres {
+        url: url.to_owned(),
+        password: None,
+    })
+    .expect("PostgreSQL store")
+}
+
+#[cfg(test)]
+suite!(sqlite_suite, || Store::in_memory().expect("db"), || {
+    let dir = std::env::temp_dir().join(format!(
+        "reach-store-pair-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = StoreLocation::Sqlite(dir.join("reach.db"));
+    (
+        Store::open(&path).expect("db"),
+        Store::open(&path).expect("db"),
+    )
+});
+
+#[cfg(test)]
+suite!(
+    postgres_suite,
+    || postgres_store(
+        &test_support::Postgres::shared()
+            .fresh_database()
+            .expect("database")
+    ),
+    || {
+        let url = test_support::Postgres::shared()
+            .fresh_database()
+            .expect("database");
+        (postgres_store(&url), postgres_store(&url))
+    }
+);
+
+/// PostgreSQL only: a change made through one store is announced to the
+/// other (`NOTIFY` → `changes`), which is what wakes a replica's reconcile
+/// before its next periodic pass.
+#[cfg(test)]
+#[test]
+fn postgres_changes_are_announced_to_other_stores() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let (a, b) = (postgres_store(&url), postgres_store(&url));
+    let mut rx = a.changes().expect("PostgreSQL announces changes");
+    let wait = |rx: &mut watch::Receiver<u64>, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !rx.has_changed().expect("listener runs") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no change within 10 s: {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        rx.mark_unchanged();
+    };
+    // The listener announces itself once it listens (perhaps before the
+    // receiver subscribed: the count tells).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while *rx.borrow_and_update() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LISTEN not established within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
+    assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), 1);
+    wait(&mut rx, "revocation on the other store");
+    assert!(b.set_disabled("c1", true, 3).expect("db"));
+    wait(&mut rx, "disable on the other store");
+    assert!(Store::in_memory().expect("db").changes().is_none());
+}
+
+/// PostgreSQL only: `sslmode` is honoured (`require` refuses a server
+/// without TLS, naming why) and bad URLs are named.
+#[cfg(test)]
+#[test]
+fn postgres_sslmode_is_honoured_and_bad_urls_are_named() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let open = |url: String| {
+        Store::open(&StoreLocation::Postgres {
+            url,
+            password: None,
+        })
+    };
+    let required = url.replace("sslmode=disable", "sslmode=require");
+    let Err(e) = open(required) else {
+        panic!("a server without TLS is refused under sslmode=require")
+    };
+    assert!(e.to_string().contains("TLS"), "{e}");
+    let Err(e) = open(url.replace("sslmode=disable", "sslmode=sometimes")) else {
+        panic!("an unknown sslmode is refused")
+    };
+    assert!(e.to_string().contains("sslmode \"sometimes\""), "{e}");
+    let Err(e) = open(format!("{url}&sslrootcert=/nonexistent/ca.pem")) else {
+        panic!("a missing sslrootcert is refused")
+    };
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    // `prefer` falls back to plain text on this server.
+    let preferred = open(url.replace("sslmode=disable", "sslmode=prefer")).expect("prefer");
+    assert!(preferred.connectors().expect("db").is_empty());
+}

@@ -1,0 +1,968 @@
+//! The PostgreSQL backend of the store, which several CA replicas share:
+//! tokio-postgres with a deadpool pool, TLS through rustls.
+//!
+//! The store's API is synchronous (the trust checks call it from the
+//! blocking pool, like SQLite); this backend runs the async driver on a
+//! small runtime of its own and waits for each call on the calling thread,
+//! so a call works from any thread and never nests one runtime's
+//! `block_on` in another.
+//!
+//! Every transaction runs `SERIALIZABLE` and is retried (with jitter) on a
+//! serialization failure or deadlock (SQLSTATE 40001, 40P01): two replicas
+//! enrolling on a key with one use left cannot both succeed. Changes that
+//! may end sessions `NOTIFY reach_trust` in their transaction; a dedicated
+//! connection `LISTEN`s and bumps `changes` (and bumps it again after every
+//! reconnect, since notifications sent while it was away are lost).
+//! Migrations run at start under an advisory lock, so replicas starting
+//! together migrate once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures::StreamExt;
+use rustls::pki_types::pem::PemObject;
+use tokio::sync::watch;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::{
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, KeyUsage, NewCertificate,
+    RenewRefusal, Renewal, ReplicaRecord, StoreError,
+};
+use crate::auth::Secret;
+
+/// The channel changes that may end sessions are announced on.
+const CHANNEL: &str = "reach_trust";
+
+/// Schema migrations, in order. Never edit one that has shipped; add more.
+/// (The same tables as SQLite's, in PostgreSQL's types; `seq` orders
+/// certificates issued in the same millisecond, as SQLite's rowid does.)
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE connectors (
+    name        TEXT PRIMARY KEY,
+    grp         TEXT NOT NULL,
+    disabled    BOOLEAN NOT NULL DEFAULT FALSE,
+    enrolled_ms BIGINT NOT NULL,
+    changed_ms  BIGINT NOT NULL,
+    reenroll_until_ms BIGINT,
+    deleted_ms  BIGINT
+);
+CREATE TABLE certificates (
+    serial      TEXT PRIMARY KEY,
+    seq         BIGSERIAL NOT NULL,
+    connector   TEXT NOT NULL REFERENCES connectors(name),
+    grp         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    issued_ms   BIGINT NOT NULL,
+    not_after_ms BIGINT NOT NULL,
+    revoked_ms  BIGINT,
+    revoked_reason TEXT
+);
+CREATE INDEX certificates_by_connector ON certificates(connector);
+CREATE TABLE provisioning_keys (
+    grp         TEXT NOT NULL,
+    key_sha256  TEXT NOT NULL,
+    uses        BIGINT NOT NULL DEFAULT 0,
+    revoked_ms  BIGINT,
+    last_used_ms BIGINT,
+    PRIMARY KEY (grp, key_sha256)
+);
+CREATE TABLE certificate_grace (
+    serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
+    connector    TEXT NOT NULL,
+    superseded_ms BIGINT NOT NULL,
+    revoke_at_ms BIGINT NOT NULL
+);
+CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
+CREATE TABLE replicas (
+    id           TEXT PRIMARY KEY,
+    addresses    TEXT NOT NULL,
+    version      TEXT NOT NULL,
+    started_ms   BIGINT NOT NULL,
+    heartbeat_ms BIGINT NOT NULL,
+    policy_hash  TEXT NOT NULL
+);
+"#];
+
+/// How often a transaction is tried before its serialization failure is
+/// returned.
+const ATTEMPTS: u32 = 30;
+
+/// Connections in the pool (per replica).
+const POOL_SIZE: usize = 16;
+
+/// The PostgreSQL database.
+pub(crate) struct PgStore {
+    pool: Pool,
+    /// Drives the driver's connections; `None` only while dropping.
+    rt: Option<tokio::runtime::Runtime>,
+    changes: watch::Sender<u64>,
+    /// The URL without its password, for `Debug`.
+    shown: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("url", &self.shown).finish()
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which tokio forbids inside an async
+        // context (where the last `Arc<Authority>` may go).
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The driver's configuration and TLS connector for `url`: `sslmode`
+/// (`disable`, `allow`/`prefer`, `require`/`verify-ca`/`verify-full`) and
+/// `sslrootcert` (a PEM file; default the system's roots) are read here.
+/// The server's certificate is always verified, name included.
+fn parse(
+    url: &str,
+    password: Option<&Secret>,
+) -> Result<(tokio_postgres::Config, MakeRustlsConnect), StoreError> {
+    let bad = |m: String| StoreError::Config(m);
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(bad(format!(
+            "url {:?} is neither a file path nor a postgres:// URL",
+            super::redact_url(url)
+        )));
+    }
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut kept = Vec::new();
+    let mut mode = SslMode::Prefer;
+    let mut root = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "sslmode" => {
+                mode = match v {
+                    "disable" => SslMode::Disable,
+                    "allow" | "prefer" => SslMode::Prefer,
+                    "require" | "verify-ca" | "verify-full" => SslMode::Require,
+                    other => {
+                        return Err(bad(format!(
+                            "url: sslmode {other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                        )));
+                    }
+                }
+            }
+            "sslrootcert" => root = Some(std::path::PathBuf::from(v)),
+            _ => kept.push(pair),
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    let mut config: tokio_postgres::Config = rest
+        .parse()
+        .map_err(|e| bad(format!("url {}: {e}", super::redact_url(url))))?;
+    config.ssl_mode(mode);
+    if config.get_password().is_none()
+        && let Some(p) = password
+    {
+        config.password(p.expose());
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("reach-central-authority");
+    }
+    config.connect_timeout(Duration::from_secs(10));
+    let mut roots = rustls::RootCertStore::empty();
+    match &root {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
+            let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(bad(format!(
+                    "sslrootcert {}: no certificate in it",
+                    path.display()
+                )));
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
+            }
+        }
+        None if mode != SslMode::Disable => {
+            let found = rustls_native_certs::load_native_certs();
+            for c in found.certs {
+                let _ = roots.add(c);
+            }
+        }
+        None => {}
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(format!("TLS: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok((config, MakeRustlsConnect::new(tls)))
+}
+
+/// Whether `e` is a serialization failure or deadlock (try again).
+fn retryable(e: &StoreError) -> bool {
+    match e {
+        StoreError::Postgres(e) => e.code().is_some_and(|c| {
+            *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+        }),
+        _ => false,
+    }
+}
+
+fn to_u32(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+/// The record of certificate `serial` (with its connector's standing).
+async fn cert_record(tx: &Transaction<'_>, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason,
+                    n.disabled, c.fingerprint
+             FROM certificates c JOIN connectors n ON n.name = c.connector WHERE c.serial = $1",
+            &[&serial],
+        )
+        .await?;
+    Ok(row.map(|r| cert_from_row(&r)))
+}
+
+fn cert_from_row(r: &Row) -> CertRecord {
+    let revoked_ms: Option<i64> = r.get(3);
+    let reason: Option<String> = r.get(4);
+    CertRecord {
+        connector: r.get(0),
+        group: r.get(1),
+        not_after_ms: r.get(2),
+        revoked: revoked_ms.map(|t| (t, reason.unwrap_or_default())),
+        disabled: r.get(5),
+        fingerprint: r.get(6),
+    }
+}
+
+/// Announces (on commit) a change that may end sessions of `connector`.
+async fn notify(tx: &Transaction<'_>, connector: &str) -> Result<(), StoreError> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &connector])
+        .await?;
+    Ok(())
+}
+
+/// Runs `$body` in a `SERIALIZABLE` transaction bound to `$tx`, committing
+/// when it evaluates to `Ok`; a `return` from it rolls back.
+/// Tried again, after a jittered pause, on serialization failures.
+macro_rules! serializable {
+    ($self:ident, |$tx:ident| $body:block) => {{
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let result: Result<_, StoreError> = async {
+                let mut client = $self.client().await?;
+                let txn = client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::Serializable)
+                    .start()
+                    .await?;
+                let $tx: &Transaction<'_> = &txn;
+                let out: Result<_, StoreError> = $body;
+                let out = out?;
+                txn.commit().await?;
+                Ok(out)
+            }
+            .await;
+            match result {
+                Err(e) if retryable(&e) && attempt < ATTEMPTS => backoff(attempt).await,
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// A random pause before try `attempt + 1`, growing with `attempt`.
+async fn backoff(attempt: u32) {
+    let ceiling = 2u64 << attempt.min(7);
+    let pause = 1 + rand::random::<u64>() % ceiling;
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+}
+
+impl PgStore {
+    /// Connects to `url` and migrates the database.
+    pub(crate) fn open(url: &str, password: Option<&Secret>) -> Result<PgStore, StoreError> {
+        let (config, tls) = parse(url, password)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("reach-store")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Pool(format!("cannot start the driver's runtime: {e}")))?;
+        let manager = Manager::from_config(
+            config.clone(),
+            tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(15)))
+            .create_timeout(Some(Duration::from_secs(15)))
+            .build()
+            .map_err(|e| StoreError::Pool(e.to_string()))?;
+        let (changes, _) = watch::channel(0);
+        let store = PgStore {
+            pool,
+            rt: Some(rt),
+            changes,
+            shown: super::redact_url(url),
+        };
+        store.block(store.migrate())?;
+        if let Some(rt) = &store.rt {
+            rt.spawn(listen(config, tls, store.changes.clone()));
+        }
+        Ok(store)
+    }
+
+    /// Runs `f` to completion on the calling thread, with the driver's
+    /// connections served by this store's runtime.
+    fn block<T>(&self, f: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        let Some(rt) = &self.rt else {
+            return Err(StoreError::Pool("the store is shutting down".into()));
+        };
+        let _entered = rt.enter();
+        futures::executor::block_on(f)
+    }
+
+    /// A receiver woken on every `NOTIFY` of another replica's change.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => StoreError::Postgres(e),
+            other => StoreError::Pool(other.to_string()),
+        })
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // One replica migrates; the others wait here, then find it done.
+        tx.execute("SELECT pg_advisory_xact_lock(7265636801)", &[])
+            .await?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS reach_schema (version BIGINT NOT NULL);")
+            .await?;
+        let version: Option<i64> = tx
+            .query_opt("SELECT version FROM reach_schema", &[])
+            .await?
+            .map(|r| r.get(0));
+        if version.is_none() {
+            tx.execute("INSERT INTO reach_schema (version) VALUES (0)", &[])
+                .await?;
+        }
+        let version = version.unwrap_or(0);
+        let known = MIGRATIONS.len();
+        if version > known as i64 {
+            return Err(StoreError::TooNew {
+                found: version,
+                known,
+            });
+        }
+        for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+            tx.batch_execute(migration).await?;
+            tx.execute("UPDATE reach_schema SET version = $1", &[&((i + 1) as i64)])
+                .await?;
+            tracing::info!(version = i + 1, "database migrated");
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) fn enroll(
+        &self,
+        c: &NewCertificate<'_>,
+    ) -> Result<Result<(), EnrollRefusal>, StoreError> {
+        self.block(async { serializable!(self, |tx| { enroll(tx, c).await }) })
+    }
+
+    pub(crate) fn certificate(&self, serial: &str) -> Result<Option<CertRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason,
+                            n.disabled, c.fingerprint
+                     FROM certificates c JOIN connectors n ON n.name = c.connector
+                     WHERE c.serial = $1",
+                    &[&serial],
+                )
+                .await?;
+            Ok(row.map(|r| cert_from_row(&r)))
+        })
+    }
+
+    pub(crate) fn certificates(
+        &self,
+        serials: &[String],
+    ) -> Result<HashMap<String, CertRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT c.connector, c.grp, c.not_after_ms, c.revoked_ms, c.revoked_reason,
+                            n.disabled, c.fingerprint, c.serial
+                     FROM certificates c JOIN connectors n ON n.name = c.connector
+                     WHERE c.serial = ANY($1)",
+                    &[&serials],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| (r.get::<_, String>(7), cert_from_row(r)))
+                .collect())
+        })
+    }
+
+    pub(crate) fn set_disabled(
+        &self,
+        name: &str,
+        disabled: bool,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let n = tx
+                    .execute(
+                        "UPDATE connectors SET disabled = $2, changed_ms = $3
+                         WHERE name = $1 AND deleted_ms IS NULL",
+                        &[&name, &disabled, &now_ms],
+                    )
+                    .await?;
+                if n > 0 && disabled {
+                    notify(tx, name).await?;
+                }
+                Ok(n > 0)
+            })
+        })
+    }
+
+    pub(crate) fn revoke_certificates(
+        &self,
+        name: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let n = tx
+                    .execute(
+                        "UPDATE certificates SET revoked_ms = $2, revoked_reason = $3
+                         WHERE connector = $1 AND revoked_ms IS NULL",
+                        &[&name, &now_ms, &reason],
+                    )
+                    .await?;
+                if n > 0 {
+                    notify(tx, name).await?;
+                }
+                Ok(to_usize(n))
+            })
+        })
+    }
+
+    pub(crate) fn allow_reenroll(
+        &self,
+        name: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let n = tx
+                    .execute(
+                        "UPDATE connectors SET reenroll_until_ms = $2, changed_ms = $3
+                         WHERE name = $1 AND deleted_ms IS NULL",
+                        &[&name, &until_ms, &now_ms],
+                    )
+                    .await?;
+                Ok(n > 0)
+            })
+        })
+    }
+
+    pub(crate) fn delete_connector(
+        &self,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<Option<usize>, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let n = tx
+                    .execute(
+                        "UPDATE connectors SET deleted_ms = $2, changed_ms = $2, disabled = FALSE,
+                             reenroll_until_ms = NULL
+                         WHERE name = $1 AND deleted_ms IS NULL",
+                        &[&name, &now_ms],
+                    )
+                    .await?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let revoked = tx
+                    .execute(
+                        "UPDATE certificates SET revoked_ms = $2,
+                             revoked_reason = 'connector deleted by an administrator'
+                         WHERE connector = $1 AND revoked_ms IS NULL",
+                        &[&name, &now_ms],
+                    )
+                    .await?;
+                notify(tx, name).await?;
+                Ok(Some(to_usize(revoked)))
+            })
+        })
+    }
+
+    pub(crate) fn revoke_key(
+        &self,
+        group: &str,
+        key_sha256: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                tx.execute(
+                    "INSERT INTO provisioning_keys (grp, key_sha256, uses, revoked_ms)
+                     VALUES ($1, $2, 0, $3)
+                     ON CONFLICT (grp, key_sha256) DO UPDATE
+                     SET revoked_ms = COALESCE(provisioning_keys.revoked_ms, $3)",
+                    &[&group, &key_sha256, &now_ms],
+                )
+                .await?;
+                notify(tx, "").await?;
+                Ok(())
+            })
+        })
+    }
+
+    pub(crate) fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT uses, revoked_ms, last_used_ms FROM provisioning_keys
+                     WHERE grp = $1 AND key_sha256 = $2",
+                    &[&group, &key_sha256],
+                )
+                .await?;
+            Ok(row.map_or_else(KeyUsage::default, |r| KeyUsage {
+                uses: to_u32(r.get(0)),
+                revoked_ms: r.get(1),
+                last_used_ms: r.get(2),
+            }))
+        })
+    }
+
+    pub(crate) fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt("SELECT disabled FROM connectors WHERE name = $1", &[&name])
+                .await?;
+            Ok(row.is_some_and(|r| r.get(0)))
+        })
+    }
+
+    pub(crate) fn renew(&self, r: &Renewal<'_>) -> Result<Result<(), RenewRefusal>, StoreError> {
+        self.block(async { serializable!(self, |tx| { renew(tx, r).await }) })
+    }
+
+    pub(crate) fn renewable(
+        &self,
+        name: &str,
+        group: &str,
+        serial: &str,
+        now_ms: i64,
+    ) -> Result<Result<(), RenewRefusal>, StoreError> {
+        let old = self.certificate(serial)?;
+        Ok(super::renewable(old, name, group, serial, now_ms))
+    }
+
+    pub(crate) fn revoke_after_grace(
+        &self,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let rows = tx
+                    .query(
+                        "UPDATE certificates c SET revoked_ms = $1,
+                             revoked_reason = 'superseded by a renewal'
+                         FROM certificate_grace g
+                         WHERE g.serial = c.serial AND g.revoke_at_ms <= $1
+                             AND c.revoked_ms IS NULL
+                         RETURNING c.connector, c.serial",
+                        &[&now_ms],
+                    )
+                    .await?;
+                let due: Vec<(String, String)> =
+                    rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+                for (connector, _) in &due {
+                    notify(tx, connector).await?;
+                }
+                Ok(due)
+            })
+        })
+    }
+
+    pub(crate) fn certificate_history(
+        &self,
+        per_connector: usize,
+    ) -> Result<HashMap<String, Vec<CertHistory>>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT c.connector, c.serial, c.issued_ms, c.not_after_ms, c.revoked_ms,
+                            g.revoke_at_ms
+                     FROM certificates c LEFT JOIN certificate_grace g ON g.serial = c.serial
+                     ORDER BY c.connector, c.issued_ms DESC, c.seq DESC",
+                    &[],
+                )
+                .await?;
+            let mut out: HashMap<String, Vec<CertHistory>> = HashMap::new();
+            for r in rows {
+                let list = out.entry(r.get(0)).or_default();
+                if list.len() < per_connector {
+                    list.push(CertHistory {
+                        serial: r.get(1),
+                        issued_ms: r.get(2),
+                        not_after_ms: r.get(3),
+                        revoked_ms: r.get(4),
+                        grace_until_ms: r.get(5),
+                    });
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    pub(crate) fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT n.name, n.grp, n.disabled, n.enrolled_ms, cur.serial, cur.not_after_ms
+                     FROM connectors n
+                     LEFT JOIN LATERAL (
+                         SELECT serial, not_after_ms FROM certificates c
+                         WHERE c.connector = n.name AND c.revoked_ms IS NULL
+                         ORDER BY issued_ms DESC, seq DESC LIMIT 1
+                     ) cur ON TRUE
+                     WHERE n.deleted_ms IS NULL ORDER BY n.name",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| ConnectorRecord {
+                    name: r.get(0),
+                    group: r.get(1),
+                    disabled: r.get(2),
+                    enrolled_ms: r.get(3),
+                    serial: r.get(4),
+                    not_after_ms: r.get(5),
+                })
+                .collect())
+        })
+    }
+
+    pub(crate) fn heartbeat(
+        &self,
+        r: &ReplicaRecord,
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        let addresses = r.addresses.join(",");
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO replicas (id, addresses, version, started_ms, heartbeat_ms, policy_hash)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (id) DO UPDATE SET addresses = $2, version = $3,
+                         started_ms = $4, heartbeat_ms = $5, policy_hash = $6",
+                    &[
+                        &r.id,
+                        &addresses,
+                        &r.version,
+                        &r.started_ms,
+                        &r.heartbeat_ms,
+                        &r.policy_hash,
+                    ],
+                )
+                .await?;
+            client
+                .execute(
+                    "DELETE FROM replicas WHERE heartbeat_ms < $1",
+                    &[&forget_before_ms],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute("DELETE FROM replicas WHERE id = $1", &[&id])
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn replicas(&self) -> Result<Vec<ReplicaRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT id, addresses, version, started_ms, heartbeat_ms, policy_hash
+                     FROM replicas ORDER BY id",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| ReplicaRecord {
+                    id: r.get(0),
+                    addresses: super::split_addresses(r.get(1)),
+                    version: r.get(2),
+                    started_ms: r.get(3),
+                    heartbeat_ms: r.get(4),
+                    policy_hash: r.get(5),
+                })
+                .collect())
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn break_for_tests(&self) {
+        let dropped = self.block(async {
+            let client = self.client().await?;
+            client
+                .batch_execute(
+                    "DROP TABLE certificate_grace; DROP TABLE certificates; DROP TABLE connectors;",
+                )
+                .await?;
+            Ok(())
+        });
+        assert!(dropped.is_ok(), "{dropped:?}");
+    }
+}
+
+/// The enrollment transaction's body (see `Store::enroll`).
+async fn enroll(
+    tx: &Transaction<'_>,
+    c: &NewCertificate<'_>,
+) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    let (name, group, key) = (c.name.to_owned(), c.group.to_owned(), c.key_sha256);
+    let (serial, fingerprint) = (c.serial, c.fingerprint);
+    let (max_uses, now_ms, not_after_ms) = (c.max_uses, c.now_ms, c.not_after_ms);
+    let key_row = tx
+        .query_opt(
+            "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
+            &[&group, &key],
+        )
+        .await?;
+    let (uses, revoked): (i64, Option<i64>) = key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
+    if revoked.is_some() {
+        return Ok(Err(EnrollRefusal::KeyRevoked(group)));
+    }
+    if uses >= i64::from(max_uses) {
+        return Ok(Err(EnrollRefusal::KeyExhausted {
+            group,
+            uses: to_u32(uses),
+            max: max_uses,
+        }));
+    }
+    let existing = tx
+        .query_opt(
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
+        existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+    match existing {
+        // A deleted connector's row is reused: the name is free.
+        Some((_, _, _, Some(_))) => {
+            tx.execute(
+                "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
+                         changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
+                     WHERE name = $1",
+                &[&name, &group, &now_ms],
+            )
+            .await?;
+        }
+        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name))),
+        Some((other, false, _, None)) if other != group => {
+            return Ok(Err(EnrollRefusal::OtherGroup { name, group: other }));
+        }
+        Some((_, false, allowed_until, None)) => {
+            let valid: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM certificates
+                         WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
+                    &[&name, &now_ms],
+                )
+                .await?
+                .get(0);
+            if valid > 0 {
+                if allowed_until.is_none_or(|until| now_ms > until) {
+                    return Ok(Err(EnrollRefusal::NameTaken(name)));
+                }
+                // The administrator's permission is for one enrollment.
+                tx.execute(
+                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
+                        &[&name, &now_ms],
+                    )
+                    .await?;
+            }
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
+                     VALUES ($1, $2, FALSE, $3, $3)",
+                &[&name, &group, &now_ms],
+            )
+            .await?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES ($1, $2, 1, $3)
+             ON CONFLICT (grp, key_sha256)
+             DO UPDATE SET uses = provisioning_keys.uses + 1, last_used_ms = $3",
+        &[&group, &key, &now_ms],
+    )
+    .await?;
+    let superseded = tx
+        .execute(
+            "UPDATE certificates SET revoked_ms = $2,
+                     revoked_reason = 'superseded by a new enrollment'
+                 WHERE connector = $1 AND revoked_ms IS NULL",
+            &[&name, &now_ms],
+        )
+        .await?;
+    tx.execute(
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+    )
+    .await?;
+    if superseded > 0 {
+        notify(tx, &name).await?;
+    }
+    Ok(Ok(()))
+}
+
+/// The renewal transaction's body (see `Store::renew`).
+async fn renew(
+    tx: &Transaction<'_>,
+    r: &Renewal<'_>,
+) -> Result<Result<(), RenewRefusal>, StoreError> {
+    let (name, group, old_serial) = (
+        r.name.to_owned(),
+        r.group.to_owned(),
+        r.old_serial.to_owned(),
+    );
+    let (serial, fingerprint) = (r.serial, r.fingerprint);
+    let (now_ms, not_after_ms, revoke_old_at_ms) = (r.now_ms, r.not_after_ms, r.revoke_old_at_ms);
+    let old = cert_record(tx, &old_serial).await?;
+    if let Err(refused) = super::renewable(old, &name, &group, &old_serial, now_ms) {
+        return Ok(Err(refused));
+    }
+    tx.execute(
+        "INSERT INTO certificate_grace (serial, connector, superseded_ms, revoke_at_ms)
+             SELECT serial, connector, $2, $3 FROM certificates
+             WHERE connector = $1 AND revoked_ms IS NULL
+             ON CONFLICT (serial) DO NOTHING",
+        &[&name, &now_ms, &revoke_old_at_ms],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+    )
+    .await?;
+    Ok(Ok(()))
+}
+
+/// Listens for other replicas' changes and bumps `changes` on each (and
+/// once after every (re)connection), reconnecting after failures.
+async fn listen(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    changes: watch::Sender<u64>,
+) {
+    let bump = |v: &mut u64| *v = v.wrapping_add(1);
+    loop {
+        match config.connect(tls.clone()).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(m) = messages.next().await {
+                        match m {
+                            Ok(AsyncMessage::Notification(_)) => {
+                                if tx.send(()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "database notification connection failed");
+                                return;
+                            }
+                        }
+                    }
+                });
+                match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                    Ok(()) => {
+                        changes.send_modify(bump);
+                        while rx.recv().await.is_some() {
+                            changes.send_modify(bump);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot LISTEN for other replicas' changes")
+                    }
+                }
+                driver.abort();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot connect to listen for other replicas' changes")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,444 @@
+//! The `nearest` strategy with real connectors (the agent library, in this
+//! process) against an in-process CA, where one connector's path to the
+//! application is slower: its DNS server points it at an address inside a
+//! network namespace this test creates, behind a veth whose host side
+//! delays every packet by 30 ms (`tc netem`). The application is a UDP
+//! port, which the kernel answers by itself (ICMP echo, or a TCP reset in
+//! the fallback), so nothing has to run inside the namespace.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use test_support::DnsServer;
+use test_support::dns::Mode;
+
+const HOST: &str = "app.near.test";
+const PORT: u32 = 5353;
+
+/// Runs a command; errors carry its stderr.
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A namespace with one address (`far`) reached over a veth that delays
+/// every packet leaving the host by 30 ms; removed on drop.
+struct SlowPath {
+    ns: String,
+    host_if: String,
+    far: String,
+}
+
+impl SlowPath {
+    fn create() -> Result<SlowPath, String> {
+        let tag = std::process::id() % 100_000;
+        let net = tag % 250;
+        let path = SlowPath {
+            ns: format!("reach-near-{tag}"),
+            host_if: format!("rnh{tag}"),
+            far: format!("198.19.{net}.2"),
+        };
+        let peer_if = format!("rnn{tag}");
+        let _ = run("ip", &["netns", "del", &path.ns]);
+        let _ = run("ip", &["link", "del", &path.host_if]);
+        run("ip", &["netns", "add", &path.ns])?;
+        let in_ns = |args: &[&str]| {
+            let mut full = vec!["netns", "exec", path.ns.as_str()];
+            full.extend_from_slice(args);
+            run("ip", &full)
+        };
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &path.host_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer_if,
+            ],
+        )?;
+        run("ip", &["link", "set", &peer_if, "netns", &path.ns])?;
+        run(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("198.19.{net}.1/30"),
+                "dev",
+                &path.host_if,
+            ],
+        )?;
+        run("ip", &["link", "set", &path.host_if, "up"])?;
+        in_ns(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/30", path.far),
+            "dev",
+            &peer_if,
+        ])?;
+        in_ns(&["ip", "link", "set", &peer_if, "up"])?;
+        in_ns(&["ip", "link", "set", "lo", "up"])?;
+        run(
+            "tc",
+            &[
+                "qdisc",
+                "add",
+                "dev",
+                &path.host_if,
+                "root",
+                "netem",
+                "delay",
+                "30ms",
+            ],
+        )?;
+        Ok(path)
+    }
+}
+
+impl Drop for SlowPath {
+    fn drop(&mut self) {
+        let _ = run("ip", &["link", "del", &self.host_if]);
+        let _ = run("ip", &["netns", "del", &self.ns]);
+    }
+}
+
+/// A DNS server answering `HOST` with `ip`.
+async fn dns(ip: &str) -> DnsServer {
+    DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
+        "near.test",
+        &[(HOST, ip.parse().expect("ip"))],
+        1,
+    )
+    .await
+    .expect("DNS server")
+}
+
+/// Runs an agent `name` of `group` resolving through `dns`.
+fn agent(
+    ca: &Ca,
+    name: &str,
+    group: &str,
+    key: &str,
+    dns: &DnsServer,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let dir = scratch_dir(name);
+    let root = dir.join("ca.pem");
+    std::fs::write(&root, ca.root()).expect("root");
+    let mut config = connector_agent::Config::new(format!("https://{}", ca.grpc), name, group);
+    config.ca_cert = Some(root);
+    config.state_dir = dir.join("state");
+    config.provisioning_key = Some(key.into());
+    config.dns_server = Some(dns.addr());
+    config.dns_stale_grace_s = 0;
+    config.check_timeout_ms = 1000;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        connector_agent::run(config, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .map_err(anyhow::Error::from)
+    });
+    (stop, task)
+}
+
+/// Waits up to `limit` for `f`, checking every 100 ms; panics with `what`.
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 16.1: the connector with the slower path is chosen only when no
+/// near one is healthy; the explanation shows each candidate's RTT and why.
+///
+/// Needs the `sch_netem` kernel module, which the CI machine's kernel lacks
+/// (`tc` answers "Specified qdisc kind is unknown"): ignored by default,
+/// run with `cargo test -p central-authority --test nearest -- --ignored`
+/// where it exists. It fails, never skips, when the slow path cannot be
+/// built. `nearest_follows_the_smoothed_rtt_the_connectors_report` covers
+/// the selection with real sessions everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the sch_netem kernel module (absent on CI's kernel)"]
+async fn nearest_takes_the_slow_path_only_when_the_near_one_is_down() {
+    let slow = SlowPath::create().unwrap_or_else(|e| {
+        panic!(
+            "cannot create a network namespace with netem here ({e}); needs root, iproute2 and the sch_netem kernel module"
+        )
+    });
+    let near_dns = dns("127.0.18.1").await;
+    let far_dns = dns(&slow.far).await;
+    // The CA's strategy stays healthy; the segment asks for nearest.
+    let text = config_text(
+        "",
+        "discovery_timeout_ms = 400",
+        &format!(
+            r#"
+[[segments]]
+name = "near"
+applications = ["{HOST}"]
+udp_ports = ["{PORT}"]
+health_reporting = "continuous"
+report_interval_ms = 300
+strategy = "nearest"
+connector_groups = ["dc-east", "dc-west"]
+"#
+        ),
+    );
+    let ca = Ca::start(&text).await;
+    let (stop_near, near) = agent(&ca, "near-1", "dc-east", KEY_EAST, &near_dns);
+    let (stop_far, far) = agent(&ca, "far-1", "dc-west", KEY_WEST, &far_dns);
+    let http = ca.web();
+
+    // Both report the application Up, with smoothed RTTs far apart.
+    let rtts = |v: &serde_json::Value| -> HashMap<String, f64> {
+        v["connectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["status"] == "up")
+            .filter_map(|c| {
+                Some((
+                    c["connector"].as_str()?.to_owned(),
+                    c["smoothed_rtt_ms"].as_f64()?,
+                ))
+            })
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let seen = loop {
+        let seen = http
+            .app("near", HOST, u64::from(PORT))
+            .await
+            .map(|v| rtts(&v))
+            .unwrap_or_default();
+        if seen.get("far-1").is_some_and(|ms| *ms >= 25.0) && seen.contains_key("near-1") {
+            break seen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both connectors report an RTT: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(seen["near-1"] < 5.0, "{seen:?}");
+
+    let mut chosen: HashMap<String, usize> = HashMap::new();
+    let mut last = serde_json::Value::Null;
+    for _ in 0..40 {
+        let (s, v) = http.access(HOST, "udp", PORT).await;
+        assert_eq!(s, 200, "{v}");
+        *chosen
+            .entry(v["connector"].as_str().unwrap_or_default().to_owned())
+            .or_default() += 1;
+        last = v;
+    }
+    assert_eq!(chosen.get("near-1"), Some(&40), "{chosen:?}");
+    let explanation = &last["explanation"];
+    assert_eq!(explanation["strategy"], "nearest", "{explanation}");
+    let note = |name: &str| {
+        explanation["candidates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["connector"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {explanation}"))
+    };
+    let (n, f) = (note("near-1"), note("far-1"));
+    assert_eq!(n["eligible"], true);
+    assert!(
+        n["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("within the tolerance"),
+        "{n}"
+    );
+    assert_eq!(f["eligible"], false);
+    assert!(f["rtt_ms"].as_f64().is_some_and(|ms| ms >= 25.0), "{f}");
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a nearer connector is reachable"),
+        "{f}"
+    );
+
+    // The near connector's application goes Down (its name disappears):
+    // now the slow path carries the requests.
+    near_dns.set_mode(Mode::NxDomain);
+    wait_for(
+        "far-1 carries the requests",
+        Duration::from_secs(20),
+        || {
+            let http = &http;
+            async move {
+                let (s, v) = http.access(HOST, "udp", PORT).await;
+                s == 200 && v["connector"] == "far-1"
+            }
+        },
+    )
+    .await;
+    let (_, v) = http.access(HOST, "udp", PORT).await;
+    assert_eq!(v["connector"], "far-1", "{v}");
+
+    let _ = stop_near.send(());
+    let _ = stop_far.send(());
+    let _ = near.await;
+    let _ = far.await;
+    ca.stop().await;
+    drop(slow);
+}
+
+/// `app` with every reachable address at `rtt_ms`.
+fn app_rtt(host: &str, up: bool, rtt_ms: u64) -> protocol::v1::ApplicationHealth {
+    let mut a = if up {
+        app("jira", host, 80, &["127.0.0.21"], &[])
+    } else {
+        app("jira", host, 80, &[], &["127.0.0.21"])
+    };
+    for r in &mut a.addresses {
+        if r.status == protocol::v1::HealthStatus::Up as i32 {
+            r.rtt_us = rtt_ms * 1000;
+        }
+    }
+    a
+}
+
+/// Issue 16.1 through the CA's real sessions: the CA smooths the RTTs the
+/// connectors report (EWMA per connector and application), `nearest`
+/// (here the CA's global strategy) takes the nearer one, both once their
+/// smoothed RTTs are within the tolerance, and the farther one when the
+/// nearer one reports Down; the health API shows the smoothed RTT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearest_follows_the_smoothed_rtt_the_connectors_report() {
+    let text = config_text(
+        "",
+        "strategy = \"nearest\"\nnearest_tolerance_percent = 20\nnearest_tolerance_ms = 2",
+        "",
+    );
+    let ca = Ca::start(&text).await;
+    let (slow, _) = connect(&ca, "e1", "dc-east").await;
+    let (fast, _) = connect(&ca, "e2", "dc-east").await;
+    let host = "127.0.0.21";
+    slow.report(vec![app_rtt(host, true, 40)], true).await;
+    fast.report(vec![app_rtt(host, true, 1)], true).await;
+    let http: &'static Http = Box::leak(Box::new(ca.web()));
+    let both_up = || async {
+        http.app("jira", host, 80).await.is_some_and(|v| {
+            v["connectors"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().filter(|c| c["status"] == "up").count() == 2)
+        })
+    };
+    eventually("both connectors up", both_up).await;
+    let draw = |n: usize| async move {
+        let mut chosen: HashMap<String, usize> = HashMap::new();
+        let mut last = serde_json::Value::Null;
+        for _ in 0..n {
+            let (s, v) = http.access(host, "tcp", 80).await;
+            assert_eq!(s, 200, "{v}");
+            *chosen
+                .entry(v["connector"].as_str().unwrap_or_default().to_owned())
+                .or_default() += 1;
+            last = v;
+        }
+        (chosen, last)
+    };
+    let (chosen, last) = draw(30).await;
+    assert_eq!(chosen.get("e2"), Some(&30), "{chosen:?}");
+    let e = &last["explanation"];
+    assert_eq!(e["strategy"], "nearest");
+    let e1 = e["candidates"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["connector"] == "e1"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(e1["eligible"], false, "{e1}");
+    assert_eq!(e1["rtt_ms"].as_f64(), Some(40.0), "{e1}");
+    assert!(
+        e1["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rtt 40.000 ms is beyond 3.000 ms"),
+        "{e1}"
+    );
+
+    // e1's path gets faster: one report moves its average only by 30 %,
+    // ten bring it within the tolerance (best 1 ms, up to 3 ms).
+    slow.report(vec![app_rtt(host, true, 1)], false).await;
+    let smoothed = |http: &'static Http| async move {
+        http.app("jira", host, 80).await.and_then(|v| {
+            v["connectors"]
+                .as_array()?
+                .iter()
+                .find(|c| c["connector"] == "e1")?["smoothed_rtt_ms"]
+                .as_f64()
+        })
+    };
+    eventually("e1's average moves by 30 %", || async {
+        smoothed(http)
+            .await
+            .is_some_and(|ms| (ms - 28.3).abs() < 0.01)
+    })
+    .await;
+    for _ in 0..9 {
+        slow.report(vec![app_rtt(host, true, 1)], false).await;
+    }
+    eventually("e1 within the tolerance", || async {
+        smoothed(http).await.is_some_and(|ms| ms < 3.0)
+    })
+    .await;
+    let (chosen, _) = draw(60).await;
+    assert!(
+        chosen.get("e1").is_some_and(|n| *n > 10) && chosen.get("e2").is_some_and(|n| *n > 10),
+        "near-equals share the requests: {chosen:?}"
+    );
+
+    // The nearer one reports Down: only then does a slower one carry.
+    slow.report(vec![app_rtt(host, true, 40)], false).await;
+    for _ in 0..10 {
+        slow.report(vec![app_rtt(host, true, 40)], false).await;
+    }
+    eventually("e1 slow again", || async {
+        smoothed(http).await.is_some_and(|ms| ms > 30.0)
+    })
+    .await;
+    assert_eq!(draw(10).await.0.get("e2"), Some(&10));
+    fast.report(vec![app_rtt(host, false, 0)], false).await;
+    eventually("e2 down", || async {
+        http.access(host, "tcp", 80).await.1["connector"] == "e1"
+    })
+    .await;
+    assert_eq!(draw(10).await.0.get("e1"), Some(&10));
+    ca.stop().await;
+}

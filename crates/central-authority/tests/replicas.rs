@@ -1,0 +1,242 @@
+//! Several CA replicas on one store, in this process over loopback: a real
+//! PostgreSQL server (started by `test_support::Postgres`) and, for the
+//! reconcile fallback, one SQLite file shared by two CAs. Replicas share
+//! the issuing root through `[tls] issuer_*_file` and a service name
+//! through `[tls] server_names`; enrollment limits hold across them; a
+//! revocation or disable on one closes the connector's session on the
+//! other; each lists both in `GET /api/v1/replicas`.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const SERVICE_NAME: &str = "ca.reach.test";
+
+/// A replica's config: the common policy (dc-west's key usable once), an
+/// admin token, the store at `url`, the service name, the issuing root of
+/// `issuer` (a data directory) when given, and replica id `id`.
+fn replica_config(url: &str, issuer: Option<&Path>, id: &str) -> String {
+    let tls = match issuer {
+        Some(dir) => format!(
+            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
+            dir.join("ca.pem"),
+            dir.join("ca.key")
+        ),
+        None => String::new(),
+    };
+    let extra = format!(
+        "[[api_tokens]]\nname = \"root\"\ntoken = \"{ADMIN_TOKEN}\"\nscopes = [\"admin\"]\n\n\
+         [store]\nurl = {url:?}\n\n[tls]\nserver_names = [\"{SERVICE_NAME}\"]\n{tls}\n\
+         [replica]\nid = {id:?}\n"
+    );
+    config_text("", "discovery_timeout_ms = 400", &extra).replace(
+        &format!("provisioning_key = \"{KEY_WEST}\""),
+        &format!("provisioning_key = \"{KEY_WEST}\"\nmax_uses = 1"),
+    )
+}
+
+/// Two replicas on the store at `url`, the second with the first's root.
+async fn two_replicas(url: &str) -> (Ca, Ca) {
+    let a = Ca::start(&replica_config(url, None, "replica-a")).await;
+    let b = Ca::start(&replica_config(url, Some(&a.data_dir), "replica-b")).await;
+    assert_eq!(a.root(), b.root(), "one issuing root");
+    (a, b)
+}
+
+/// A channel to `ca` that verifies its certificate against `root` under
+/// the shared service name, not its address.
+async fn by_service_name(ca: &Ca, root: &str) -> tonic::transport::Channel {
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(root))
+        .domain_name(SERVICE_NAME);
+    Endpoint::from_shared(format!("https://{}", ca.grpc))
+        .expect("endpoint")
+        .tls_config(tls)
+        .expect("tls")
+        .connect()
+        .await
+        .expect("connects under the service name")
+}
+
+/// Enrolls `name` in dc-west over `channel`.
+async fn enroll_west(
+    channel: tonic::transport::Channel,
+    name: &str,
+) -> Result<v1::EnrollResponse, tonic::Status> {
+    let (_, csr) = key_and_csr(name);
+    v1::enrollment_client::EnrollmentClient::new(channel)
+        .enroll(v1::EnrollRequest {
+            name: name.into(),
+            group: "dc-west".into(),
+            provisioning_key: KEY_WEST.into(),
+            csr_pem: csr,
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Whether `ca` lists connector `name` as connected.
+async fn connected(ca: &Ca, name: &str) -> bool {
+    let (s, v) = ca
+        .web()
+        .get_json("/api/v1/connectors", Some(READ_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v["connectors"].as_array().is_some_and(|list| {
+        list.iter()
+            .any(|c| c["name"] == name && c["connected"] == true)
+    })
+}
+
+/// Waits (generously: this is not a measurement) for `conn`'s Shutdown.
+async fn shut_down(conn: &mut Conn, what: &str) -> v1::Shutdown {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match tokio::time::timeout_at(deadline, conn.rx.message()).await {
+            Ok(Ok(Some(v1::AuthorityMessage {
+                kind: Some(Out::Shutdown(s)),
+            }))) => return s,
+            Ok(Ok(Some(_))) => continue,
+            Ok(other) => panic!("{what}: stream ended without a Shutdown: {other:?}"),
+            Err(_) => panic!("{what}: no Shutdown within 15 s"),
+        }
+    }
+}
+
+/// The scenario on one store: a connector with sessions on both replicas
+/// is revoked on B and cut off on A too; another is disabled on A and cut
+/// off on B.
+async fn revocations_cross_replicas(a: &Ca, b: &Ca) {
+    let (ta, tb) = (a.target(), b.target());
+    let creds = enroll(&ta, "c1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled on A");
+    let mut on_a = open_with(&ta, &creds, "c1", "dc-east")
+        .await
+        .expect("session on A");
+    assert!(matches!(on_a.next().await, Some(Out::Welcome(_))));
+    // The certificate A issued authenticates at B: one store, one root.
+    let mut on_b = open_with(&tb, &creds, "c1", "dc-east")
+        .await
+        .expect("session on B");
+    assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
+    assert!(connected(a, "c1").await && connected(b, "c1").await);
+
+    let (s, body) = b
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/revoke",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let revoked_at = std::time::Instant::now();
+    let local = shut_down(&mut on_b, "c1 on B (where it was revoked)").await;
+    assert!(local.reason.contains("revoked"), "{local:?}");
+    let remote = shut_down(&mut on_a, "c1 on A (revoked on B)").await;
+    assert!(remote.reason.contains("revoked"), "{remote:?}");
+    // Reported, not asserted: speed is for benchmarks.
+    eprintln!("revoke on B to Shutdown on A: {:?}", revoked_at.elapsed());
+    eventually("A lists c1 disconnected", || async {
+        !connected(a, "c1").await
+    })
+    .await;
+    let Err(e) = open_with(&ta, &creds, "c1", "dc-east").await else {
+        panic!("a revoked certificate opens no session on A")
+    };
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+
+    // A disable on A reaches a session on B.
+    let creds = enroll(&tb, "c2", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled on B");
+    let mut on_b = open_with(&tb, &creds, "c2", "dc-east")
+        .await
+        .expect("session on B");
+    assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
+    let (s, body) = a
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c2/disable",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let remote = shut_down(&mut on_b, "c2 on B (disabled on A)").await;
+    assert!(remote.reason.contains("disabled"), "{remote:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_postgres_share_limits_revocations_and_the_replica_list() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let (a, b) = two_replicas(&url).await;
+    let root = a.root();
+
+    // dc-west's key has one use: two enrollments at once, one per replica
+    // (each reached under the service name), and exactly one succeeds.
+    let (ca, cb) = (
+        by_service_name(&a, &root).await,
+        by_service_name(&b, &root).await,
+    );
+    let (ra, rb) = tokio::join!(enroll_west(ca, "w1"), enroll_west(cb, "w2"));
+    let ok = [&ra, &rb].iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 1, "exactly one enrollment: {ra:?} {rb:?}");
+    let refused = [ra, rb]
+        .into_iter()
+        .find_map(Result::err)
+        .expect("one refusal");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("exhausted"), "{refused:?}");
+
+    revocations_cross_replicas(&a, &b).await;
+
+    // Both replicas are listed by each, live, with one policy hash.
+    let (s, v) = a.web().get_json("/api/v1/replicas", Some(READ_TOKEN)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["this"], "replica-a", "{v}");
+    let list = v["replicas"].as_array().expect("replicas");
+    let ids: Vec<&str> = list.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids, ["replica-a", "replica-b"], "{v}");
+    assert!(list.iter().all(|r| r["live"] == true), "{v}");
+    assert_eq!(list[0]["policy_hash"], list[1]["policy_hash"], "{v}");
+    assert_eq!(list[0]["this"], true, "{v}");
+    assert_eq!(
+        list[1]["addresses"][0],
+        b.grpc.to_string(),
+        "advertises its gRPC address: {v}"
+    );
+    // Reading it takes the read scope.
+    let (s, _) = b.web().get_json("/api/v1/replicas", None).await;
+    assert_eq!(s, 401);
+
+    b.stop().await;
+    eventually("a stopped replica removes itself", || async {
+        let (_, v) = a.web().get_json("/api/v1/replicas", Some(READ_TOKEN)).await;
+        v["replicas"].as_array().is_some_and(|l| l.len() == 1)
+    })
+    .await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_sqlite_file_close_revoked_sessions_by_reconcile() {
+    let dir = scratch_dir("shared-sqlite");
+    let url = format!("sqlite:{}", dir.join("shared.db").display());
+    let (a, b) = two_replicas(&url).await;
+    revocations_cross_replicas(&a, &b).await;
+    b.stop().await;
+    a.stop().await;
+}

@@ -1,0 +1,405 @@
+//! A real PostgreSQL server for tests: `initdb` into a temporary directory,
+//! the server on a free loopback port (and a Unix socket in that
+//! directory), stopped with `pg_ctl` when the handle drops.
+//!
+//! When the tests run as root (CI does), PostgreSQL refuses to start; the
+//! server then runs as an unprivileged user (`REACH_TEST_PG_USER`, else
+//! `postgres` when the system has it, else `nobody`) through `setpriv`, and
+//! the directory is handed to that user. Binaries come from `PATH`, else
+//! from the newest `/usr/lib/postgresql/*/bin`. A server that cannot start
+//! is an error naming the step that failed: tests never skip silently.
+//!
+//! `Postgres::shared()` is one server per test binary (the server costs
+//! about a second to create). The server is started with a parent-death
+//! signal from a thread that lives as long as the process, so it also stops
+//! when the test binary exits without running destructors; each test takes
+//! a database of its own from it (`fresh_database`).
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// The superuser the tests connect as (trust authentication on loopback).
+pub const SUPERUSER: &str = "reach";
+
+/// A running PostgreSQL server.
+#[derive(Debug)]
+pub struct Postgres {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    /// `setpriv` arguments that run a command as the server's owner.
+    run_as: Vec<String>,
+    child: Mutex<Option<Child>>,
+    /// The shared server is never stopped by a destructor (statics are not
+    /// dropped); its parent-death signal stops it.
+    owned: bool,
+}
+
+static SHARED: OnceLock<Result<Postgres, String>> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(1);
+
+impl Postgres {
+    /// The server this test binary shares, started on first use. Panics
+    /// with the reason when PostgreSQL cannot be started.
+    pub fn shared() -> &'static Postgres {
+        let shared = SHARED.get_or_init(|| {
+            // The server's parent-death signal fires when the *thread* that
+            // started it ends: a test thread ends with its test, so a
+            // thread that lives as long as the process starts it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("postgres-parent".into())
+                .spawn(move || {
+                    let started = Postgres::start_inner(false).map_err(|e| format!("{e:#}"));
+                    let _ = tx.send(started);
+                    loop {
+                        std::thread::park();
+                    }
+                });
+            match spawned {
+                Ok(_) => rx
+                    .recv()
+                    .unwrap_or_else(|_| Err("the PostgreSQL starter thread died".into())),
+                Err(e) => Err(format!("cannot start a thread: {e}")),
+            }
+        });
+        match shared {
+            Ok(pg) => pg,
+            Err(e) => panic!("PostgreSQL for the tests could not be started: {e}"),
+        }
+    }
+
+    /// A server of the caller's own, stopped and removed when dropped.
+    pub fn start() -> anyhow::Result<Postgres> {
+        Self::start_inner(true)
+    }
+
+    fn start_inner(owned: bool) -> anyhow::Result<Postgres> {
+        let bin = find_bin_dir()?;
+        remove_stale_dirs();
+        let dir =
+            std::env::temp_dir().join(format!("reach-pg-{}-{}", std::process::id(), unique()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let run_as = run_as(&dir)?;
+        let data = dir.join("data");
+        let mut initdb = command(&run_as, &bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "trust", "-U", SUPERUSER, "-E", "UTF8", "--locale=C"])
+            .arg("--no-sync");
+        run(&mut initdb, "initdb")?;
+        // Free ports can be taken between the probe and the bind: retry.
+        let mut last = None;
+        for _ in 0..3 {
+            let port = free_port()?;
+            match start_server(&run_as, &bin, &dir, port) {
+                Ok(child) => {
+                    return Ok(Postgres {
+                        dir,
+                        bin,
+                        port,
+                        run_as,
+                        child: Mutex::new(Some(child)),
+                        owned,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("PostgreSQL did not start")))
+    }
+
+    /// The server's TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `db` as the superuser, over TCP on loopback.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://{SUPERUSER}@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Creates a new, empty database and returns its URL: each test gets
+    /// its own schema state on the shared server.
+    pub fn fresh_database(&self) -> anyhow::Result<String> {
+        let name = format!(
+            "reach_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut createdb = Command::new(self.bin.join("createdb"));
+        createdb
+            .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-p"])
+            .arg(self.port.to_string())
+            .arg(&name);
+        run(&mut createdb, "createdb")?;
+        Ok(self.url(&name))
+    }
+
+    /// Runs SQL through `psql` on database `db` (test setup and inspection);
+    /// returns its unaligned output.
+    pub fn psql(&self, db: &str, sql: &str) -> anyhow::Result<String> {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-X", "-A", "-t", "-q"])
+            .args(["-v", "ON_ERROR_STOP=1", "-p"])
+            .arg(self.port.to_string())
+            .args(["-d", db, "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run psql")?;
+        if !out.status.success() {
+            bail!(
+                "psql failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    fn stop(&self) {
+        let mut stop = command(&self.run_as, &self.bin.join("pg_ctl"));
+        stop.arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["stop", "-m", "fast", "-w", "-t", "20"]);
+        let _ = stop.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if let Ok(mut child) = self.child.lock()
+            && let Some(mut c) = child.take()
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.owned {
+            self.stop();
+        }
+    }
+}
+
+fn unique() -> u32 {
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Starts `postgres` as a child with a parent-death signal (fast shutdown)
+/// and waits until it accepts connections.
+fn start_server(run_as: &[String], bin: &Path, dir: &Path, port: u16) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(dir.join("server.log")).context("cannot create server.log")?;
+    let err = log.try_clone().context("cannot clone server.log")?;
+    let mut cmd = Command::new("setpriv");
+    cmd.args(run_as).arg("--pdeathsig=INT").arg("--");
+    cmd.arg(bin.join("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off", "-c", "max_connections=300"])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err);
+    let mut child = cmd.spawn().context("cannot run setpriv/postgres")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().context("cannot wait for postgres")? {
+            let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+            bail!("postgres exited at start ({status}): {}", log.trim());
+        }
+        let ready = Command::new(bin.join("pg_isready"))
+            .args(["-q", "-h", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .status()
+            .context("cannot run pg_isready")?;
+        if ready.success() {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("postgres did not accept connections within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `setpriv` arguments that drop root to the server's user (after handing
+/// `dir` to it); none when not root.
+fn run_as(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let uid = id(&["-u"])?;
+    if uid != 0 {
+        return Ok(Vec::new());
+    }
+    let user = std::env::var("REACH_TEST_PG_USER").ok().unwrap_or_else(|| {
+        if id(&["-u", "postgres"]).is_ok() {
+            "postgres".into()
+        } else {
+            "nobody".into()
+        }
+    });
+    let u = id(&["-u", &user]).with_context(|| format!("no user {user:?} to run PostgreSQL"))?;
+    let g = id(&["-g", &user])?;
+    std::os::unix::fs::chown(dir, Some(u), Some(g))
+        .with_context(|| format!("cannot hand {} to {user}", dir.display()))?;
+    Ok(vec![
+        format!("--reuid={u}"),
+        format!("--regid={g}"),
+        "--clear-groups".into(),
+    ])
+}
+
+/// `id ARGS` as a number.
+fn id(args: &[&str]) -> anyhow::Result<u32> {
+    let out = Command::new("id")
+        .args(args)
+        .output()
+        .context("cannot run id")?;
+    if !out.status.success() {
+        bail!(
+            "id {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("id {args:?} printed no number"))
+}
+
+/// A command run as the server's user.
+fn command(run_as: &[String], program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(run_as).arg("--").arg(program);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs `cmd`, failing with its output when it fails.
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot probe a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The directory holding `initdb`, `postgres`, `pg_ctl`, `pg_isready`,
+/// `createdb` and `psql`: the one of `initdb` on `PATH`, else the newest
+/// Debian-style `/usr/lib/postgresql/*/bin`.
+fn find_bin_dir() -> anyhow::Result<PathBuf> {
+    let complete = |d: &Path| {
+        [
+            "initdb",
+            "postgres",
+            "pg_ctl",
+            "pg_isready",
+            "createdb",
+            "psql",
+        ]
+        .iter()
+        .all(|b| d.join(b).exists())
+    };
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let initdb = d.join("initdb");
+            if initdb.exists() {
+                // Debian links /usr/local/bin/initdb into the versioned dir.
+                let real = std::fs::canonicalize(&initdb).unwrap_or(initdb);
+                if let Some(parent) = real.parent()
+                    && complete(parent)
+                {
+                    return Ok(parent.to_path_buf());
+                }
+                if complete(&d) {
+                    return Ok(d);
+                }
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v: u32 = e.file_name().to_str()?.parse().ok()?;
+            Some((v, e.path().join("bin")))
+        })
+        .filter(|(_, d)| complete(d))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, d)| d).context(
+        "PostgreSQL is not installed: no initdb on PATH or under /usr/lib/postgresql/*/bin \
+         (install Debian's `postgresql` package; .ci/run does)",
+    )
+}
+
+/// Removes the directories of servers whose test process is gone.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("reach-pg-")) else {
+            continue;
+        };
+        let pid = rest.split('-').next().unwrap_or("");
+        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_starts_serves_sql_and_stops_on_drop() {
+        let pg = Postgres::start().expect("PostgreSQL starts");
+        let url = pg.fresh_database().expect("createdb");
+        let db = url
+            .rsplit('/')
+            .next()
+            .and_then(|s| s.split('?').next())
+            .expect("db name");
+        assert_eq!(pg.psql(db, "SELECT 40 + 2").expect("query"), "42");
+        let port = pg.port();
+        let dir = pg.dir.clone();
+        drop(pg);
+        assert!(
+            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
+            "stopped"
+        );
+        assert!(!dir.exists(), "directory removed");
+    }
+}
