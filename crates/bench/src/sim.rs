@@ -68,6 +68,7 @@ pub fn heartbeat(marker: u32) -> v1::ConnectorMessage {
                 in_flight: 0,
                 rate_limit: 20,
             }),
+            replicas: None,
         })),
     }
 }

@@ -450,6 +450,7 @@ mod tests {
                 in_flight: 0,
                 rate_limit: 20,
             }),
+            replicas: None,
             connected_since: None,
             last_seen: Some(1_700_000_000_500),
             enrolled: true,

@@ -48,6 +48,8 @@ pub(crate) struct ConnectorEntry {
     pub version: String,
     pub session: Option<LiveSession>,
     pub load: Option<v1::CheckLoad>,
+    /// How the connector sees the CA replicas (its latest heartbeat).
+    pub replicas: Option<v1::ReplicaAttachment>,
     /// Checks per second from the connector's Hello (0 = not stated).
     pub stated_rate: u32,
     pub connected_since: Option<SystemTime>,
@@ -151,6 +153,7 @@ impl Registry {
                 version: String::new(),
                 session: None,
                 load: None,
+                replicas: None,
                 stated_rate: 0,
                 connected_since: None,
                 last_seen: None,
@@ -163,6 +166,7 @@ impl Registry {
             .as_ref()
             .map_or(0, |c| c.checks_per_second);
         entry.load = None;
+        entry.replicas = None;
         entry.connected_since = Some(SystemTime::now());
         entry.last_seen = Some(SystemTime::now());
         tracing::info!(
@@ -265,22 +269,25 @@ impl Registry {
         }
     }
 
-    /// Records `name`'s heartbeat (its load) and recomputes its check-load
-    /// estimate from it: `live` is its count of live on-access windows.
+    /// Records `name`'s heartbeat (its load and how it sees the CA
+    /// replicas) and recomputes its check-load estimate from it: `live` is
+    /// its count of live on-access windows.
     pub(crate) fn heartbeat(
         &self,
         state: &PolicyState,
         name: &str,
         wall: SystemTime,
-        load: Option<v1::CheckLoad>,
+        heartbeat: v1::Heartbeat,
         live: u64,
     ) {
+        let v1::Heartbeat { load, replicas } = heartbeat;
         let mut conns = lock(&self.conns);
         let Some(e) = conns.map.get_mut(name) else {
             return;
         };
         e.last_seen = Some(wall);
         e.load = load;
+        e.replicas = replicas;
         let group = if state.policy().has_group(&e.group) {
             group_checks(state, &e.group)
         } else {

@@ -673,7 +673,7 @@ impl Authority {
                 // recomputed (housekeeping refreshes every connector's).
                 let live = self.on_access().count(&identity.name);
                 self.registry()
-                    .heartbeat(&self.snapshot(), &identity.name, wall, hb.load, live);
+                    .heartbeat(&self.snapshot(), &identity.name, wall, hb, live);
             }
             Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
             Some(In::Hello(_)) => {

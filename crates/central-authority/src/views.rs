@@ -155,6 +155,9 @@ pub struct ConnectorView {
     pub check_budget: u64,
     /// The connector's own latest load report.
     pub load: Option<LoadView>,
+    /// How the connector sees the CA replicas it reports to (its latest
+    /// heartbeat to this replica); `None` before one arrived.
+    pub replicas: Option<ReplicasView>,
     /// When the live session started, Unix ms.
     pub connected_since: Option<u64>,
     /// When the CA last heard from it, Unix ms.
@@ -237,6 +240,49 @@ pub struct LoadView {
     pub in_flight: u32,
     /// The connector's rate limit.
     pub rate_limit: u32,
+}
+
+/// How a connector attached to several CA replicas sees them (one session
+/// per replica; see the connector's `follow` module for the rule).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReplicasView {
+    /// Its live CA sessions (one per replica).
+    pub sessions: u32,
+    /// Distinct assignments among them.
+    pub assignments: u32,
+    /// True when the replicas hand it different assignments (policy
+    /// files differ, e.g. mid-rollout).
+    pub disagreement: bool,
+    /// Whether it follows this replica's assignment (the session connected
+    /// longest is followed).
+    pub follows_this_replica: bool,
+    /// Whether this replica's assignment equals the one it follows.
+    pub agrees_with_followed: bool,
+    /// Hash of this replica's assignment as the connector computed it.
+    pub assignment_hash: String,
+    /// Hash of the assignment it follows.
+    pub followed_assignment_hash: String,
+}
+
+impl From<&v1::ReplicaAttachment> for ReplicasView {
+    fn from(r: &v1::ReplicaAttachment) -> Self {
+        // Hashes are 16 hex digits; anything else from a peer is cut short.
+        let hash = |h: &str| {
+            h.chars()
+                .take(64)
+                .filter(char::is_ascii_alphanumeric)
+                .collect()
+        };
+        ReplicasView {
+            sessions: r.sessions,
+            assignments: r.assignments,
+            disagreement: r.assignments > 1,
+            follows_this_replica: r.follows_this_session,
+            agrees_with_followed: r.agrees_with_followed,
+            assignment_hash: hash(&r.assignment_hash),
+            followed_assignment_hash: hash(&r.followed_assignment_hash),
+        }
+    }
 }
 
 impl From<&v1::CheckLoad> for LoadView {
@@ -404,6 +450,7 @@ impl Authority {
             over_budget: e.estimate.over_budget,
             check_budget: budget,
             load: e.load.as_ref().map(LoadView::from),
+            replicas: e.replicas.as_ref().map(ReplicasView::from),
             connected_since: e.connected_since.map(unix_ms),
             last_seen: e.last_seen.map(unix_ms),
             enrolled: false,
@@ -430,6 +477,7 @@ impl Authority {
                                 over_budget: false,
                                 check_budget: budget,
                                 load: None,
+                                replicas: None,
                                 connected_since: None,
                                 last_seen: None,
                                 enrolled: false,
@@ -613,6 +661,14 @@ impl ConnectorView {
             cycle_seconds: self.cycle_seconds,
             over_budget: self.over_budget,
             version: self.version.clone(),
+            replicas: self.replicas.as_ref().map(|r| v1::ReplicaAttachment {
+                sessions: r.sessions,
+                assignments: r.assignments,
+                follows_this_session: r.follows_this_replica,
+                agrees_with_followed: r.agrees_with_followed,
+                assignment_hash: r.assignment_hash.clone(),
+                followed_assignment_hash: r.followed_assignment_hash.clone(),
+            }),
         }
     }
 }

@@ -47,9 +47,21 @@ pub struct Config {
 
     /// URL of the CA's gRPC endpoint, e.g. `https://ca.example:7443`.
     /// `http://` (plain text, provisioning key sent with every session)
-    /// works only against a CA run with `[tls] enabled = false`.
-    #[arg(long, env = "REACH_CA")]
-    pub ca: String,
+    /// works only against a CA run with `[tls] enabled = false`. When the
+    /// name resolves to several addresses (CA replicas behind one name,
+    /// e.g. a Kubernetes headless Service) the connector holds one session
+    /// per address, each verifying the server certificate against the
+    /// name. Repeat the flag (or separate URLs with commas in `REACH_CA`)
+    /// for replicas under several names.
+    #[arg(long, env = "REACH_CA", required = true, value_delimiter = ',')]
+    pub ca: Vec<String>,
+
+    /// How often the `--ca` names are resolved again, in seconds (also after
+    /// any lost session): sessions are opened to new addresses and closed
+    /// to addresses that went away.
+    #[arg(long, env = "REACH_CA_RESOLVE_INTERVAL_S", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub ca_resolve_interval_s: u32,
 
     /// PEM file with the CA's root certificate, which the connector trusts
     /// (the CA writes it to `ca.pem` in its data directory).
@@ -164,7 +176,8 @@ impl Config {
     pub fn new(ca: impl Into<String>, name: impl Into<String>, group: impl Into<String>) -> Self {
         Config {
             command: None,
-            ca: ca.into(),
+            ca: vec![ca.into()],
+            ca_resolve_interval_s: 30,
             ca_cert: None,
             state_dir: PathBuf::from("reach-connector-state"),
             name: name.into(),
@@ -183,6 +196,11 @@ impl Config {
             metrics_listen: None,
             log_format: LogFormat::Text,
         }
+    }
+
+    /// How often the `--ca` names are resolved again.
+    pub fn ca_resolve_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.ca_resolve_interval_s))
     }
 
     /// How long stale DNS answers are used (`--dns-stale-grace-s`).

@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use protocol::v1;
 use protocol::v1::enrollment_client::EnrollmentClient;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use crate::attach::{CaTarget, Dialer};
 
 /// The key file in the state directory.
 pub const KEY_FILE: &str = "connector.key";
@@ -418,19 +420,18 @@ fn key_and_csr(name: &str) -> Result<(rcgen::KeyPair, String), EnrollError> {
 /// `current`, the new key and certificate written atomically into `dir`
 /// (see the module comment), and the new enrollment returned.
 pub async fn renew(
-    url: &str,
+    target: &CaTarget,
     current: &Enrollment,
     dir: &Path,
     name: &str,
     group: &str,
 ) -> Result<Enrollment, EnrollError> {
     let (key, csr) = key_and_csr(name)?;
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|e| EnrollError::Tls(e.to_string()))?
+    let endpoint = target
+        .endpoint(Some(current.tls()))
+        .map_err(EnrollError::Tls)?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(15))
-        .tls_config(current.tls())
-        .map_err(|e| EnrollError::Tls(e.to_string()))?;
+        .timeout(Duration::from_secs(15));
     let channel = endpoint
         .connect()
         .await
@@ -478,15 +479,36 @@ pub async fn renew(
     })
 }
 
+/// Runs `attempt` against each CA replica in turn until one is reachable:
+/// the first answer that is not [`EnrollError::Unreachable`] counts (a
+/// refusal is the deployment's answer, every replica shares the database).
+pub async fn on_any<T, F, Fut>(dialer: &Dialer, mut attempt: F) -> Result<T, EnrollError>
+where
+    F: FnMut(CaTarget) -> Fut,
+    Fut: std::future::Future<Output = Result<T, EnrollError>>,
+{
+    let mut last = EnrollError::Unreachable("no CA address".into());
+    for target in dialer.candidates().await {
+        let label = target.label();
+        match attempt(target).await {
+            Err(EnrollError::Unreachable(reason)) => {
+                last = EnrollError::Unreachable(format!("{label}: {reason}"));
+            }
+            other => return other,
+        }
+    }
+    Err(last)
+}
+
 /// A channel to the CA over TLS that trusts `ca_pem` (no client
 /// certificate: enrollment).
-async fn channel(url: &str, ca_pem: &str) -> Result<Channel, EnrollError> {
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|e| EnrollError::Tls(e.to_string()))?
+async fn channel(target: &CaTarget, ca_pem: &str) -> Result<Channel, EnrollError> {
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    let endpoint = target
+        .endpoint(Some(tls))
+        .map_err(EnrollError::Tls)?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(15))
-        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
-        .map_err(|e| EnrollError::Tls(e.to_string()))?;
+        .timeout(Duration::from_secs(15));
     endpoint
         .connect()
         .await
@@ -495,7 +517,7 @@ async fn channel(url: &str, ca_pem: &str) -> Result<Channel, EnrollError> {
 
 /// Enrolls once: new key pair, CSR, `Enroll`, files written.
 pub async fn enroll(
-    url: &str,
+    target: &CaTarget,
     ca_pem: &str,
     dir: &Path,
     name: &str,
@@ -503,7 +525,7 @@ pub async fn enroll(
     provisioning_key: &ProvisioningKey,
 ) -> Result<Enrollment, EnrollError> {
     let (key, csr) = key_and_csr(name)?;
-    let mut client = EnrollmentClient::new(channel(url, ca_pem).await?);
+    let mut client = EnrollmentClient::new(channel(target, ca_pem).await?);
     let issued_ms = now_ms();
     let response = client
         .enroll(v1::EnrollRequest {

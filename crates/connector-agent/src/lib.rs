@@ -8,7 +8,12 @@
 //! - [`enroll`]: on first start the connector makes a key pair and CSR and
 //!   calls `Enrollment.Enroll` with its group's provisioning key; the signed
 //!   client certificate and its key stay in `--state-dir`.
-//! - [`session`]: one gRPC `ConnectorSession.Connect` stream to the CA,
+//! - [`attach`]: every address a `--ca` name resolves to is a CA replica;
+//!   the connector holds one session per address (verified against the
+//!   name), re-resolving periodically and after lost sessions. Every report
+//!   goes to every session; [`follow`] decides whose assignment is in force
+//!   when replicas disagree (the session connected longest).
+//! - [`session`]: one gRPC `ConnectorSession.Connect` stream to a CA replica,
 //!   mutual TLS with that certificate (only against a CA run with
 //!   `[tls] enabled = false`, for local experiments, an `http://` URL and
 //!   the provisioning key in `x-reach-provisioning-key` metadata instead).
@@ -52,8 +57,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod config;
 pub mod enroll;
+pub mod follow;
 pub mod metrics;
 pub mod outbox;
 pub mod pacer;
@@ -69,7 +76,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Command, Config, IcmpPreference, LogFormat};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 /// Why the connector could not start.
 #[derive(Debug, thiserror::Error)]
@@ -142,21 +149,50 @@ fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Whether the CA URL asks for TLS (`https://`).
+/// The `--ca` URLs, parsed: at least one, all `https://` or all `http://`.
+fn ca_urls(config: &Config) -> Result<Vec<attach::CaUrl>, AgentError> {
+    let urls = config
+        .ca
+        .iter()
+        .map(|url| {
+            attach::CaUrl::parse(url.trim()).map_err(|reason| AgentError::InvalidCa {
+                url: url.clone(),
+                reason,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let Some(first) = urls.first() else {
+        return Err(AgentError::InvalidCa {
+            url: String::new(),
+            reason: "no --ca given".into(),
+        });
+    };
+    if let Some(other) = urls.iter().find(|u| u.tls() != first.tls()) {
+        return Err(AgentError::InvalidCa {
+            url: other.as_str().to_owned(),
+            reason: "every --ca must be https:// (or every one http://)".into(),
+        });
+    }
+    Ok(urls)
+}
+
+/// Whether the CA URLs ask for TLS (`https://`).
 fn wants_tls(config: &Config) -> bool {
-    config.ca.to_ascii_lowercase().starts_with("https://")
+    ca_urls(config).is_ok_and(|u| u.first().is_some_and(attach::CaUrl::tls))
 }
 
 fn check_identity(config: &Config) -> Result<(), AgentError> {
     printable(&config.name, "--name")?;
     printable(&config.group, "--group")?;
-    tonic::transport::Endpoint::from_shared(config.ca.clone()).map_err(|e| {
-        AgentError::InvalidCa {
-            url: config.ca.clone(),
-            reason: e.to_string(),
-        }
-    })?;
+    ca_urls(config)?;
     Ok(())
+}
+
+/// The `--ca` replicas, resolved through `--dns-server` (when given) like
+/// application names.
+fn dialer(config: &Config) -> Result<attach::Dialer, AgentError> {
+    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
+    Ok(attach::Dialer::new(ca_urls(config)?, resolver))
 }
 
 /// `connector-agent enroll`: enrolls (replacing an earlier enrollment in
@@ -165,20 +201,27 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
     check_identity(config)?;
     if !wants_tls(config) {
         return Err(AgentError::InvalidCa {
-            url: config.ca.clone(),
+            url: config.ca.join(","),
             reason: "enrollment needs an https:// CA".into(),
         });
     }
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     let key = provisioning_key(config)?;
-    enroll::enroll(
-        &config.ca,
-        &ca_pem,
-        &config.state_dir,
-        &config.name,
-        &config.group,
-        &key,
-    )
+    let dialer = dialer(config)?;
+    enroll::on_any(&dialer, |target| {
+        let (ca_pem, key) = (&ca_pem, &key);
+        async move {
+            enroll::enroll(
+                &target,
+                ca_pem,
+                &config.state_dir,
+                &config.name,
+                &config.group,
+                key,
+            )
+            .await
+        }
+    })
     .await?;
     Ok(())
 }
@@ -218,18 +261,25 @@ async fn enrollment(
             tracing::info!(state_dir = %config.state_dir.display(), "not enrolled yet: enrolling")
         }
     }
+    let dialer = dialer(config)?;
     let mut attempt = 0u32;
     loop {
-        match enroll::enroll(
-            &config.ca,
-            &ca_pem,
-            &config.state_dir,
-            &config.name,
-            &config.group,
-            &key,
-        )
-        .await
-        {
+        let enrolled = enroll::on_any(&dialer, |target| {
+            let (ca_pem, key) = (&ca_pem, &key);
+            async move {
+                enroll::enroll(
+                    &target,
+                    ca_pem,
+                    &config.state_dir,
+                    &config.name,
+                    &config.group,
+                    key,
+                )
+                .await
+            }
+        })
+        .await;
+        match enrolled {
             Ok(c) => return Ok(Some(c)),
             Err(e) if e.retryable() => {
                 let delay = session::backoff(attempt, &mut rand::rng());
@@ -302,15 +352,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
         metrics.clone(),
     );
-    let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+    // One schedule and one pacer for every CA replica: sessions subscribe
+    // to its reports.
     let (scheduler, scheduler_task) =
-        schedule::Scheduler::spawn(resolver.clone(), pacer.clone(), metrics.clone(), reports_tx);
+        schedule::Scheduler::spawn_shared(resolver.clone(), pacer.clone(), metrics.clone());
+    let dialer = dialer(&config)?;
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
         session::Credentials::Certificate(current) => {
             let (tx, rx) = watch::channel(current.clone());
             let renewer = renewal::Renewer {
-                ca: config.ca.clone(),
+                ca: dialer.clone(),
                 state_dir: config.state_dir.clone(),
                 name: config.name.clone(),
                 group: config.group.clone(),
@@ -335,6 +387,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
         ceilings: config.ceilings(),
+        reconnect_max: session::BACKOFF_MAX,
     };
     let parts = session::Parts {
         scheduler,
@@ -342,13 +395,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         prober,
         metrics,
         resolver,
+        assignments: Arc::new(follow::Assignments::new()),
     };
-    tracing::info!(ca = %config.ca, name = %config.name, group = %config.group, "connector starting");
-    let mut session = tokio::spawn(session::run(
-        config.ca.clone(),
+    parts.metrics.set_session_state("connecting");
+    tracing::info!(ca = %config.ca.join(","), name = %config.name, group = %config.group, "connector starting");
+    let mut session = tokio::spawn(attach::run(
+        dialer,
+        config.ca_resolve_interval(),
         options,
         parts,
-        reports_rx,
         stop_rx,
     ));
 

@@ -56,8 +56,18 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     /// Distinct (address, protocol, port) targets scheduled.
     pub targets: Gauge,
-    /// Session state (1 for the current state).
+    /// Session state (1 for the current state): `connected` while at
+    /// least one CA replica's session is.
     pub session_state: Family<StateLabels, Gauge>,
+    /// CA replica addresses the connector attaches to (one session each).
+    pub ca_addresses: Gauge,
+    /// CA sessions welcomed and live.
+    pub ca_sessions: Gauge,
+    /// Distinct assignments among the live sessions (more than 1: the
+    /// replicas disagree).
+    pub ca_assignments: Gauge,
+    /// 1 while the live sessions' assignments differ.
+    pub policy_disagreement: Gauge,
     /// Sessions established with the CA.
     pub sessions: Counter,
     /// Reports the CA deferred with `FlowControl` (their results were sent
@@ -115,6 +125,30 @@ impl Metrics {
             "Session with the CA: 1 for the current state (connecting, connected, backoff)",
             session_state.clone(),
         );
+        let ca_addresses = Gauge::default();
+        registry.register(
+            "ca_addresses",
+            "CA replica addresses attached to (one session each)",
+            ca_addresses.clone(),
+        );
+        let ca_sessions = Gauge::default();
+        registry.register(
+            "ca_sessions",
+            "CA sessions welcomed and live",
+            ca_sessions.clone(),
+        );
+        let ca_assignments = Gauge::default();
+        registry.register(
+            "ca_assignments",
+            "Distinct assignments among the live CA sessions (more than 1: the replicas disagree)",
+            ca_assignments.clone(),
+        );
+        let policy_disagreement = Gauge::default();
+        registry.register(
+            "policy_disagreement",
+            "1 while the CA replicas hand out different assignments (the longest-connected session's is followed)",
+            policy_disagreement.clone(),
+        );
         let sessions = Counter::default();
         registry.register(
             "sessions",
@@ -142,6 +176,10 @@ impl Metrics {
             queue_depth,
             targets,
             session_state,
+            ca_addresses,
+            ca_sessions,
+            ca_assignments,
+            policy_disagreement,
             sessions,
             reports_deferred,
             dns_lookups,

@@ -57,8 +57,8 @@ pub fn retry_delay(
 /// What the renewal task needs.
 #[derive(Clone, Debug)]
 pub struct Renewer {
-    /// The CA's URL.
-    pub ca: String,
+    /// The CA replicas (any one renews: they share the database).
+    pub ca: crate::attach::Dialer,
     /// The state directory the credentials live in.
     pub state_dir: PathBuf,
     /// Connector name.
@@ -104,7 +104,11 @@ impl Renewer {
     async fn renew(&self, current: &Enrollment) -> Option<Enrollment> {
         let mut attempt = 0u32;
         while !current.expired(enroll::now_ms()) {
-            match enroll::renew(&self.ca, current, &self.state_dir, &self.name, &self.group).await {
+            let renewed = enroll::on_any(&self.ca, |target| async move {
+                enroll::renew(&target, current, &self.state_dir, &self.name, &self.group).await
+            })
+            .await;
+            match renewed {
                 Ok(next) => return Some(next),
                 Err(e) => {
                     let delay = retry_delay(
@@ -135,16 +139,19 @@ impl Renewer {
         tracing::warn!(serial = %current.serial, "the connector certificate expired before it could be renewed: enrolling again with the provisioning key");
         let mut attempt = 0u32;
         loop {
-            match enroll::enroll(
-                &self.ca,
-                &current.ca_pem,
-                &self.state_dir,
-                &self.name,
-                &self.group,
-                key,
-            )
-            .await
-            {
+            let enrolled = enroll::on_any(&self.ca, |target| async move {
+                enroll::enroll(
+                    &target,
+                    &current.ca_pem,
+                    &self.state_dir,
+                    &self.name,
+                    &self.group,
+                    key,
+                )
+                .await
+            })
+            .await;
+            match enrolled {
                 Ok(next) => return Some(next),
                 Err(e) if e.retryable() => {
                     let delay = crate::session::backoff(attempt, &mut rand::rng());

@@ -1,4 +1,5 @@
-//! The session with the CA: one `Connect` stream at a time over mutual TLS
+//! A session with one CA replica (see [`crate::attach`] for how the
+//! connector holds one per replica): one `Connect` stream at a time over mutual TLS
 //! with the enrolled certificate (or, only against a CA run with
 //! `[tls] enabled = false`, plain text with the provisioning key in
 //! metadata); Hello first, Welcome/PolicyUpdate applied, access events and
@@ -9,6 +10,12 @@
 //! session over: a new session with it is opened first, the old one closed
 //! once the CA welcomed the new one (the CA replaces a connector's session
 //! with its newer one), and the checks never stop.
+//!
+//! Every session subscribes to the one scheduler when it is welcomed (its
+//! full state first, then every report) and has its own [`Outbox`], since
+//! each replica flow-controls its own session. Its assignment goes to
+//! [`crate::follow`], which decides whether it is the one in force; access
+//! events from any session are honoured.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,15 +26,17 @@ use protocol::v1::connector_message::Kind as ToCa;
 use protocol::v1::connector_session_client::ConnectorSessionClient;
 use protocol::v1::{self, AuthorityMessage, ConnectorMessage};
 use rand::RngExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
+use crate::attach::CaTarget;
 use crate::config::Ceilings;
 use crate::enroll::{Enrollment, ProvisioningKey};
+use crate::follow::Assignments;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::pacer::Pacer;
@@ -39,6 +48,11 @@ use crate::schedule::{AppReport, DEFAULT_WINDOW};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest reconnect delay (before jitter).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Longest reconnect delay (before jitter) to one of several CA replicas:
+/// a replica that restarts must have every connector back within seconds
+/// (its table is whole within two report intervals), and retrying one
+/// address of several every few seconds costs little.
+pub const REPLICA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long the CA has to send its Welcome.
@@ -115,7 +129,12 @@ pub fn backoff_cap(attempt: u32) -> Duration {
 
 /// Full jitter: a uniformly random delay up to the cap.
 pub fn backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
-    let cap = u64::try_from(backoff_cap(attempt).as_millis()).unwrap_or(u64::MAX);
+    backoff_within(attempt, BACKOFF_MAX, rng)
+}
+
+/// Full jitter up to the cap, the cap held to `max`.
+pub fn backoff_within(attempt: u32, max: Duration, rng: &mut impl rand::Rng) -> Duration {
+    let cap = u64::try_from(backoff_cap(attempt).min(max).as_millis()).unwrap_or(u64::MAX);
     Duration::from_millis(rng.random_range(0..=cap))
 }
 
@@ -161,6 +180,9 @@ pub struct SessionOptions {
     /// The most the CA may ask for (`--max-checks-per-second`,
     /// `--max-check-timeout-ms`).
     pub ceilings: Ceilings,
+    /// Longest reconnect backoff: [`BACKOFF_MAX`], or
+    /// [`REPLICA_BACKOFF_MAX`] for one of several replicas.
+    pub reconnect_max: Duration,
 }
 
 /// Everything the sessions drive.
@@ -176,24 +198,32 @@ pub struct Parts {
     pub metrics: Metrics,
     /// The resolver (the group's `dns_resolution`).
     pub resolver: crate::resolver::Resolver,
+    /// Every session's assignment and which one is in force.
+    pub assignments: Arc<Assignments>,
 }
 
-/// Keeps a session with the CA at `ca` until `shutdown` turns true.
+/// Session ids for [`Assignments`]: one per session, kept across a move to
+/// a renewed certificate (the same replica, still connected).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Keeps a session with the CA replica `target` until `shutdown` turns
+/// true; `lost` is notified whenever the session ends otherwise (the
+/// replicas' names are resolved again).
 pub async fn run(
-    ca: String,
+    target: CaTarget,
     options: SessionOptions,
     parts: Parts,
-    mut reports: mpsc::UnboundedReceiver<Vec<AppReport>>,
     mut shutdown: watch::Receiver<bool>,
+    lost: Arc<Notify>,
 ) {
-    let mut url = ca;
+    let mut target = target;
     let mut attempt = 0u32;
     let mut options = options;
     let mut renewals = options.renewals.take();
     let mut handover: Option<Opened> = None;
+    let mut id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     loop {
         if handover.is_none() {
-            parts.metrics.set_session_state("connecting");
             // A certificate renewed while no session ran: connect with it
             // (the old one may be revoked or expired by now).
             if let Some(rx) = renewals.as_mut()
@@ -204,10 +234,19 @@ pub async fn run(
         }
         let mut stop = shutdown.clone();
         let ended = tokio::select! {
-            ended = session(&url, &options, &parts, &mut reports, &mut attempt, &mut stop, renewals.as_mut(), handover.take()) => ended,
-            () = stopped(&mut shutdown) => return,
+            ended = session(&target, id, &options, &parts, &mut attempt, &mut stop, renewals.as_mut(), handover.take()) => ended,
+            () = stopped(&mut shutdown) => {
+                parts.assignments.left(id, &options, &parts).await;
+                return;
+            }
         };
-        let mut delay = backoff(attempt, &mut rand::rng());
+        if !matches!(ended, Err(SessionError::Renewed(_))) {
+            // The replica's assignment no longer counts; a reconnect is a
+            // new session (connected for the shortest time).
+            parts.assignments.left(id, &options, &parts).await;
+            id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut delay = backoff_within(attempt, options.reconnect_max, &mut rand::rng());
         attempt = attempt.saturating_add(1);
         match ended {
             Ok(()) => return,
@@ -227,8 +266,9 @@ pub async fn run(
             }) => {
                 tracing::info!(%reason, retry_after_ms = retry_after.as_millis(), "the CA ended the session");
                 if let Some(to) = reconnect_to {
-                    match follow_reconnect(&to) {
-                        Some(to) => url = to,
+                    match follow_reconnect(&to).and_then(|to| crate::attach::CaUrl::parse(&to).ok())
+                    {
+                        Some(to) => target = to.by_name(),
                         None => tracing::warn!(
                             reconnect_to = %to.escape_debug(),
                             "ignoring the CA's reconnect_to: only an https:// URL is followed"
@@ -237,10 +277,10 @@ pub async fn run(
                 }
                 delay = delay.max(retry_after);
             }
-            Err(e) => tracing::warn!(error = %e, "session lost"),
+            Err(e) => tracing::warn!(ca = %target.label(), error = %e, "session lost"),
         }
-        parts.metrics.set_session_state("backoff");
-        tracing::info!(delay_ms = delay.as_millis(), ca = %url, "reconnecting");
+        lost.notify_one();
+        tracing::info!(delay_ms = delay.as_millis(), ca = %target.label(), "reconnecting");
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = stopped(&mut shutdown) => return,
@@ -358,7 +398,7 @@ fn metadata(
 
 /// Segments from the wire; an invalid one is logged and skipped, never
 /// fatal.
-fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
+pub(crate) fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
     wire.into_iter()
         .filter_map(|s| match Segment::try_from(s) {
             Ok(segment) => Some(segment),
@@ -370,21 +410,26 @@ fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
         .collect()
 }
 
-/// Applies `ConnectorSettings`; returns the on-access window and the
-/// heartbeat interval.
-fn apply_settings(
+/// The heartbeat interval a session's `ConnectorSettings` ask for (each
+/// replica's own).
+fn heartbeat_interval(settings: Option<&v1::ConnectorSettings>) -> Duration {
+    match settings.map_or(0, |s| s.heartbeat_interval_ms) {
+        0 => DEFAULT_HEARTBEAT,
+        ms => Duration::from_millis(ms.max(100)),
+    }
+}
+
+/// Applies the followed assignment's `ConnectorSettings` (rate and probe
+/// timeout, held to the ceilings); returns the on-access window.
+pub(crate) fn apply_settings(
     settings: Option<&v1::ConnectorSettings>,
     options: &SessionOptions,
     parts: &Parts,
-) -> (Duration, Duration) {
+) -> Duration {
     let s = settings.cloned().unwrap_or_default();
     let window = match s.on_access_window_ms {
         0 => DEFAULT_WINDOW,
         ms => Duration::from_millis(ms),
-    };
-    let heartbeat = match s.heartbeat_interval_ms {
-        0 => DEFAULT_HEARTBEAT,
-        ms => Duration::from_millis(ms.max(100)),
     };
     let (rate, timeout, clamped) =
         effective_limits(s.checks_per_second, s.check_timeout_ms, options);
@@ -406,7 +451,7 @@ fn apply_settings(
         .set_dns_resolution(protocol::convert::dns_resolution_from_wire(
             s.dns_resolution,
         ));
-    (window, heartbeat)
+    window
 }
 
 async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), SessionError> {
@@ -419,10 +464,10 @@ async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), Se
 /// then the message loop. `Ok(())` only when `shutdown` asked to stop.
 #[allow(clippy::too_many_arguments)] // the session's state lives in `run`, which owns it across sessions
 async fn session(
-    url: &str,
+    target: &CaTarget,
+    id: u64,
     options: &SessionOptions,
     parts: &Parts,
-    reports: &mut mpsc::UnboundedReceiver<Vec<AppReport>>,
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
     mut renewals: Option<&mut watch::Receiver<Enrollment>>,
@@ -431,26 +476,25 @@ async fn session(
     let (out, mut inbound, welcome) = match opened {
         Some(o) => o,
         None => {
-            let (out, mut inbound) = open(url, options, parts).await?;
+            let (out, mut inbound) = open(target, options, parts).await?;
             let welcome = expect_welcome(&mut inbound).await?;
             (out, inbound, welcome)
         }
     };
     *attempt = 0;
     parts.metrics.sessions.inc();
-    parts.metrics.set_session_state("connected");
-    tracing::info!(session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
-    let (window, mut heartbeat) = apply_settings(welcome.settings.as_ref(), options, parts);
+    tracing::info!(ca = %target.label(), session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
+    let mut heartbeat = heartbeat_interval(welcome.settings.as_ref());
     let mut outbox = Outbox::new();
     outbox.set_limits(&welcome.settings.unwrap_or_default(), now());
     parts
-        .scheduler
-        .apply(segments(welcome.segments), window)
+        .assignments
+        .assigned(id, welcome.segments, welcome.settings, options, parts)
         .await;
 
-    // The full state supersedes whatever was produced while disconnected.
-    while reports.try_recv().is_ok() {}
-    let state = parts.scheduler.full_state().await;
+    // The full state, then every later report (the same ones every other
+    // replica's session gets).
+    let (state, mut reports) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
     out.send(report_message(full))
         .await
@@ -464,7 +508,7 @@ async fn session(
                 let Some(message) = message? else {
                     return Err(SessionError::Closed);
                 };
-                if let Some(beat) = handle(message, options, parts, &out, &mut outbox).await?
+                if let Some(beat) = handle(message, id, options, parts, &out, &mut outbox).await?
                     && beat != heartbeat
                 {
                     heartbeat = beat;
@@ -481,14 +525,14 @@ async fn session(
                 }
             }
             _ = ticker.tick() => {
-                send(&out, ToCa::Heartbeat(heartbeat_message(parts, &mut rate))).await?;
+                send(&out, ToCa::Heartbeat(heartbeat_message(parts, id, &mut rate))).await?;
             }
             () = renewed(renewals.as_deref_mut()) => {
                 let enrollment = match renewals.as_deref_mut() {
                     Some(rx) => rx.borrow_and_update().clone(),
                     None => continue,
                 };
-                return Err(SessionError::Renewed(Box::new(move_to(url, options, parts, enrollment).await)));
+                return Err(SessionError::Renewed(Box::new(move_to(target, options, parts, enrollment).await)));
             }
             () = stopped(shutdown) => {
                 // Ending the outbound stream closes the session cleanly.
@@ -513,7 +557,7 @@ async fn renewed(renewals: Option<&mut watch::Receiver<Enrollment>>) {
 /// Opens and welcomes a session with the renewed `enrollment` while the
 /// current one still runs; the caller then drops the current one.
 async fn move_to(
-    url: &str,
+    target: &CaTarget,
     options: &SessionOptions,
     parts: &Parts,
     enrollment: Enrollment,
@@ -522,7 +566,7 @@ async fn move_to(
     next.renewals = None;
     next.credentials = Credentials::Certificate(enrollment.clone());
     let opened = async {
-        let (out, mut inbound) = open(url, &next, parts).await?;
+        let (out, mut inbound) = open(target, &next, parts).await?;
         let welcome = expect_welcome(&mut inbound).await?;
         Ok::<_, SessionError>((out, inbound, welcome))
     }
@@ -546,18 +590,21 @@ async fn move_to(
 /// text with the provisioning key in metadata), queues `Hello` and opens
 /// the `Connect` stream: the outbound queue and the inbound stream.
 async fn open(
-    url: &str,
+    target: &CaTarget,
     options: &SessionOptions,
     parts: &Parts,
 ) -> Result<(mpsc::Sender<ConnectorMessage>, Streaming<AuthorityMessage>), SessionError> {
-    let mut endpoint = Endpoint::from_shared(url.to_owned())?
+    let tls = match &options.credentials {
+        Credentials::Certificate(enrollment) => Some(enrollment.tls()),
+        Credentials::ProvisioningKey(_) => None,
+    };
+    let endpoint: Endpoint = target
+        .endpoint(tls)
+        .map_err(SessionError::Protocol)?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10));
-    if let Credentials::Certificate(enrollment) = &options.credentials {
-        endpoint = endpoint.tls_config(enrollment.tls())?;
-    }
     let channel = endpoint.connect().await?;
     let mut client = ConnectorSessionClient::new(channel)
         .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
@@ -624,6 +671,7 @@ async fn expect_welcome(
 /// error that carries the CA's reason and retry hint.
 async fn handle(
     message: AuthorityMessage,
+    id: u64,
     options: &SessionOptions,
     parts: &Parts,
     out: &mpsc::Sender<ConnectorMessage>,
@@ -631,11 +679,11 @@ async fn handle(
 ) -> Result<Option<Duration>, SessionError> {
     match message.kind {
         Some(FromCa::PolicyUpdate(update)) => {
-            let (window, beat) = apply_settings(update.settings.as_ref(), options, parts);
+            let beat = heartbeat_interval(update.settings.as_ref());
             outbox.set_limits(&update.settings.unwrap_or_default(), now());
             parts
-                .scheduler
-                .apply(segments(update.segments), window)
+                .assignments
+                .assigned(id, update.segments, update.settings, options, parts)
                 .await;
             tracing::info!("policy updated");
             return Ok(Some(beat));
@@ -712,7 +760,7 @@ impl RateMeter {
 }
 
 /// The heartbeat: the scheduler's load and the pacer's figures.
-fn heartbeat_message(parts: &Parts, rate: &mut RateMeter) -> v1::Heartbeat {
+fn heartbeat_message(parts: &Parts, id: u64, rate: &mut RateMeter) -> v1::Heartbeat {
     let stats = parts.pacer.stats();
     let load = parts.scheduler.load();
     v1::Heartbeat {
@@ -725,6 +773,7 @@ fn heartbeat_message(parts: &Parts, rate: &mut RateMeter) -> v1::Heartbeat {
             in_flight: stats.in_flight,
             rate_limit: stats.rate,
         }),
+        replicas: Some(parts.assignments.view(id)),
     }
 }
 
@@ -756,6 +805,7 @@ mod tests {
             check_timeout: Duration::from_secs(1),
             renewals: None,
             ceilings: Ceilings::default(),
+            reconnect_max: BACKOFF_MAX,
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");
@@ -776,6 +826,7 @@ mod tests {
                 checks_per_second: max_rate,
                 check_timeout: Duration::from_millis(max_timeout_ms),
             },
+            reconnect_max: BACKOFF_MAX,
         }
     }
 

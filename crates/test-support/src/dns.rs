@@ -14,7 +14,7 @@ use hickory_server::Server;
 use hickory_server::net::runtime::{Time, TokioRuntimeProvider};
 use hickory_server::proto::op::{Header, HeaderCounts, MessageType, ResponseCode};
 use hickory_server::proto::rr::rdata::{A, AAAA, SOA};
-use hickory_server::proto::rr::{LowerName, Name, RData, Record};
+use hickory_server::proto::rr::{LowerName, Name, RData, Record, RrKey};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::store::in_memory::InMemoryZoneHandler;
 use hickory_server::zone_handler::{AxfrPolicy, Catalog, MessageResponseBuilder, ZoneType};
@@ -169,6 +169,25 @@ impl DnsServer {
     /// server runs.
     pub async fn add(&self, name: &str, ip: IpAddr) -> Result<()> {
         self.zone.upsert(record(name, ip, self.ttl)?, 2).await;
+        Ok(())
+    }
+
+    /// Removes the address record `ip` of `name` while the server runs (the
+    /// name's other addresses stay; with none left it answers with no
+    /// records).
+    pub async fn remove(&self, name: &str, ip: IpAddr) -> Result<()> {
+        let record = record(name, ip, self.ttl)?;
+        let key = RrKey::new(LowerName::new(&record.name), record.record_type());
+        let mut records = self.zone.records_mut().await;
+        if let Some(set) = records.get_mut(&key) {
+            let mut updated = (**set).clone();
+            updated.remove(&record, 3);
+            if updated.is_empty() {
+                records.remove(&key);
+            } else {
+                *set = Arc::new(updated);
+            }
+        }
         Ok(())
     }
 

@@ -257,6 +257,45 @@ impl Ca {
         Ok(ca)
     }
 
+    /// Starts one replica of several: `config` (written to
+    /// `<scenario>/<name>.toml`) names its listen addresses, which are
+    /// given here too, and a `data_dir` (shared by the replicas) whose
+    /// `ca.pem` is the root; the first replica started generates it.
+    pub async fn start_replica(
+        sc: &Scenario,
+        name: &str,
+        config: &str,
+        http: SocketAddr,
+        grpc: SocketAddr,
+        data_dir: &std::path::Path,
+    ) -> Result<Self> {
+        let path = sc.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config)?;
+        let proc = Proc::spawn(
+            name,
+            "central-authority",
+            &["--config".into(), path.display().to_string()],
+            &[],
+            &sc.dir,
+        )?;
+        let root = data_dir.join("ca.pem");
+        let pem = retry(Duration::from_secs(15), || async {
+            Ok(std::fs::read_to_string(&root)?)
+        })
+        .await
+        .context("the CA did not write its root certificate")?;
+        let ca = Ca {
+            proc,
+            config: path,
+            root,
+            http,
+            grpc,
+            client: tls_client(&pem)?,
+        };
+        ca.wait_ready().await?;
+        Ok(ca)
+    }
+
     /// Waits for `/healthz`.
     pub async fn wait_ready(&self) -> Result<()> {
         retry(Duration::from_secs(15), || async {
@@ -424,6 +463,45 @@ impl Connector {
             "--group".into(),
             group.into(),
         ]
+    }
+
+    /// Starts a connector of `group` against the CA URL `url` (e.g. a name
+    /// that resolves to several replicas), trusting `root`, resolving
+    /// through the scenario's DNS server; `extra` flags are appended.
+    pub fn start_url(
+        sc: &Scenario,
+        url: &str,
+        root: &std::path::Path,
+        name: &str,
+        group: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let mut args = vec![
+            "--ca".to_owned(),
+            url.to_owned(),
+            "--ca-cert".into(),
+            root.display().to_string(),
+            "--state-dir".into(),
+            sc.dir.join(format!("state-{name}")).display().to_string(),
+            "--name".into(),
+            name.into(),
+            "--group".into(),
+            group.into(),
+            "--dns-server".into(),
+            sc.dns().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let proc = Proc::spawn(
+            name,
+            "connector-agent",
+            &args,
+            &[("REACH_PROVISIONING_KEY", group_key(group))],
+            &sc.dir,
+        )?;
+        Ok(Connector {
+            proc,
+            name: name.into(),
+        })
     }
 
     /// Starts a connector of `group` against `ca`, resolving through the

@@ -406,7 +406,10 @@ impl Conn {
     pub async fn heartbeat(&self, load: v1::CheckLoad) {
         self.tx
             .send(v1::ConnectorMessage {
-                kind: Some(In::Heartbeat(v1::Heartbeat { load: Some(load) })),
+                kind: Some(In::Heartbeat(v1::Heartbeat {
+                    load: Some(load),
+                    replicas: None,
+                })),
             })
             .await
             .expect("send heartbeat");

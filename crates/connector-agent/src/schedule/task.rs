@@ -1,6 +1,8 @@
 //! The scheduler task: owns the `Schedule`, runs the check rounds it asks
 //! for (resolve the host, then every address through the pacer) and hands
-//! the reports it produces to the session.
+//! the reports it produces to every subscribed session: one schedule and one
+//! pacer however many CA replicas the connector reports to, so the check
+//! rate never grows with the replica count.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -36,7 +38,14 @@ enum Command {
     /// An access and how long before it reached us it happened.
     Access(AppKey, Duration),
     FullState(oneshot::Sender<Vec<AppReport>>),
+    /// A session wants every report from now on, after the full state.
+    Subscribe(oneshot::Sender<Subscription>),
 }
+
+/// What a subscribing session gets: the complete current state, then every
+/// report produced after it, in order (nothing between the two is lost or
+/// duplicated: both come from the scheduler task in one step).
+pub type Subscription = (Vec<AppReport>, mpsc::UnboundedReceiver<Vec<AppReport>>);
 
 /// Handle to the scheduler task. Cloning is shallow.
 #[derive(Clone, Debug)]
@@ -60,13 +69,33 @@ struct Runner {
 }
 
 impl Scheduler {
-    /// Starts the scheduler task; reports go to `reports`. The task ends
-    /// when every `Scheduler` handle is dropped.
+    /// Starts the scheduler task; every report also goes to `reports` (a
+    /// subscriber for the task's whole life, without a full state). The
+    /// task ends when every `Scheduler` handle is dropped.
     pub fn spawn(
         resolver: Resolver,
         pacer: Pacer,
         metrics: Metrics,
         reports: mpsc::UnboundedSender<Vec<AppReport>>,
+    ) -> (Scheduler, tokio::task::JoinHandle<()>) {
+        Self::spawn_with(resolver, pacer, metrics, vec![reports])
+    }
+
+    /// Starts the scheduler task with no subscriber: sessions
+    /// [`Scheduler::subscribe`].
+    pub fn spawn_shared(
+        resolver: Resolver,
+        pacer: Pacer,
+        metrics: Metrics,
+    ) -> (Scheduler, tokio::task::JoinHandle<()>) {
+        Self::spawn_with(resolver, pacer, metrics, Vec::new())
+    }
+
+    fn spawn_with(
+        resolver: Resolver,
+        pacer: Pacer,
+        metrics: Metrics,
+        subscribers: Vec<mpsc::UnboundedSender<Vec<AppReport>>>,
     ) -> (Scheduler, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let load = Arc::new(Mutex::new(Load::default()));
@@ -75,8 +104,22 @@ impl Scheduler {
             pacer,
             metrics,
         };
-        let task = tokio::spawn(drive(rx, runner, reports, load.clone()));
+        let task = tokio::spawn(drive(rx, runner, subscribers, load.clone()));
         (Scheduler { commands: tx, load }, task)
+    }
+
+    /// The complete current state and, after it, every report the schedule
+    /// produces until the receiver is dropped (each CA session subscribes
+    /// when it is welcomed: the same results go to every replica).
+    pub async fn subscribe(&self) -> Subscription {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Subscribe(tx)).is_ok()
+            && let Ok(subscription) = rx.await
+        {
+            return subscription;
+        }
+        // The scheduler is gone (the connector stops): nothing will come.
+        (Vec::new(), mpsc::unbounded_channel().1)
     }
 
     /// Replaces the assignment; returns once it is in effect.
@@ -123,7 +166,7 @@ fn now() -> std::time::Instant {
 async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
     runner: Runner,
-    reports: mpsc::UnboundedSender<Vec<AppReport>>,
+    mut subscribers: Vec<mpsc::UnboundedSender<Vec<AppReport>>>,
     load: Arc<Mutex<Load>>,
 ) {
     let mut schedule = Schedule::new();
@@ -165,6 +208,13 @@ async fn drive(
                     let _ = tx.send(schedule.full_state());
                     Vec::new()
                 }
+                Some(Command::Subscribe(tx)) => {
+                    let (reports, rx) = mpsc::unbounded_channel();
+                    if tx.send((schedule.full_state(), rx)).is_ok() {
+                        subscribers.push(reports);
+                    }
+                    Vec::new()
+                }
             },
             Some(completion) = done_rx.recv() => {
                 flights.completed(completion);
@@ -197,7 +247,7 @@ async fn drive(
             }
         }
         if !batch.is_empty() {
-            let _ = reports.send(batch);
+            fan_out(&mut subscribers, batch);
         }
         // The target set is rebuilt only when the schedule says it may
         // have changed (not after every check).
@@ -216,6 +266,19 @@ async fn drive(
             };
         }
     }
+}
+
+/// Sends `batch` to every subscriber (one per CA session), forgetting the
+/// ones whose session ended.
+fn fan_out(subscribers: &mut Vec<mpsc::UnboundedSender<Vec<AppReport>>>, batch: Vec<AppReport>) {
+    subscribers.retain(|s| !s.is_closed());
+    let Some((last, rest)) = subscribers.split_last() else {
+        return;
+    };
+    for s in rest {
+        let _ = s.send(batch.clone());
+    }
+    let _ = last.send(batch);
 }
 
 /// A resolution's outcome for a round: the addresses (with the DNS error
