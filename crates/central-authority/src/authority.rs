@@ -47,6 +47,8 @@ pub struct Authority {
     pki: Option<Arc<crate::pki::Pki>>,
     /// Enrolled connectors, certificates, key uses.
     store: Store,
+    /// The live stream of status transitions (`history`).
+    history: crate::history::History,
     /// Failed bearer tokens, per source address (`throttle`).
     token_throttle: crate::throttle::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
@@ -123,6 +125,7 @@ impl Authority {
         Authority {
             pki,
             store,
+            history: crate::history::History::default(),
             token_throttle: crate::throttle::Throttle::new(quotas),
             enroll_throttle: crate::throttle::Throttle::new(quotas),
             renew_limit: crate::renew::RenewLimit::new(),
@@ -176,6 +179,11 @@ impl Authority {
     /// The database.
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The live stream of status transitions.
+    pub fn history(&self) -> &crate::history::History {
+        &self.history
     }
 
     /// Runs `f` on tokio's blocking pool: for SQLite writes (each waits for

@@ -1,241 +1,183 @@
-//! The Health dashboard: one server-rendered HTML page that reloads itself
-//! every 2 s. Elements carry stable classes and `data-*` attributes
-//! (`data-status="unknown"`, `.icon-unknown`) so browser tests can assert on
-//! them without parsing text.
+//! The Health dashboard: three small HTML pages (applications with the
+//! overview at `/`, one application at `/app`, connectors at
+//! `/connectors`) and one script and one style sheet (`/assets/…`), all
+//! compiled into the binary. The pages hold no data: the script fetches one
+//! page of rows at a time from the JSON API (`GET /api/v1/health` with the
+//! filters of the page's URL) and updates them in place from the change
+//! stream (`GET /api/v1/health/stream`), so the browser never holds the
+//! whole table and never reloads.
+//!
+//! **Invariant:** nothing the page runs or loads comes from elsewhere or is
+//! inline: every response here carries a Content-Security-Policy that
+//! allows scripts, styles and connections from the CA's own origin only.
+//! Elements carry stable classes and `data-*` attributes
+//! (`data-status="unknown"`, `.icon-unknown`) so browser tests can assert
+//! on them without parsing text.
 
-use std::fmt::Write;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 
-use policy::Status;
+/// The page's script (plain ES2020, no build step).
+const SCRIPT: &str = include_str!("../assets/dashboard.js");
+/// The page's styles (light and dark through `prefers-color-scheme`).
+const STYLE: &str = include_str!("../assets/dashboard.css");
 
-use crate::views::{ApplicationView, ConnectorHealthView, ConnectorView, unix_ms};
+/// What every dashboard response allows: its own origin, nothing inline,
+/// no frames, no plugins.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; \
+frame-ancestors 'none'";
 
-/// Escapes text for HTML element content and quoted attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+/// One of the dashboard's pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Page {
+    /// The overview and the applications list (`/`).
+    List,
+    /// One application: latest results and history (`/app`).
+    Application,
+    /// The connectors (`/connectors`).
+    Connectors,
+}
+
+impl Page {
+    fn name(self) -> &'static str {
+        match self {
+            Page::List => "list",
+            Page::Application => "app",
+            Page::Connectors => "connectors",
         }
     }
-    out
-}
 
-fn icon(status: Status) -> (&'static str, &'static str) {
-    match status {
-        Status::Up => ("icon-up", "✓"),
-        Status::Unhealthy => ("icon-unhealthy", "!"),
-        Status::Down => ("icon-down", "✗"),
-        Status::Unknown => ("icon-unknown", "?"),
+    fn title(self) -> &'static str {
+        match self {
+            Page::List => "Applications",
+            Page::Application => "Application",
+            Page::Connectors => "Connectors",
+        }
+    }
+
+    /// The page's own markup inside `<main>`: the script fills it.
+    fn body(self) -> &'static str {
+        match self {
+            Page::List => LIST_BODY,
+            Page::Application => APP_BODY,
+            Page::Connectors => CONNECTORS_BODY,
+        }
     }
 }
 
-fn label(status: Status) -> &'static str {
-    match status {
-        Status::Up => "Up",
-        Status::Unhealthy => "Unhealthy",
-        Status::Down => "Down",
-        Status::Unknown => "Unknown",
-    }
+const LIST_BODY: &str = r#"<section id="overview" class="overview" aria-label="Overview"><p class="muted">Loading…</p></section>
+<form id="filters" class="filters" role="search" action="/" method="get">
+<label>Search host <input type="search" name="q" id="q" autocomplete="off" placeholder="press / to search"></label>
+<label>Status <select name="status" id="f-status"><option value="">any</option><option value="down">Down</option><option value="unhealthy">Unhealthy</option><option value="unknown">Unknown</option><option value="up">Up</option><option value="down,unhealthy">Down or Unhealthy</option></select></label>
+<label>Mode <select name="mode" id="f-mode"><option value="">any</option><option value="continuous">continuous</option><option value="on_access">on access</option><option value="none">none</option></select></label>
+<label>Segment <input name="segment" id="f-segment" autocomplete="off"></label>
+<label>Group <input name="group" id="f-group" autocomplete="off"></label>
+<label>Connector <input name="connector" id="f-connector" autocomplete="off"></label>
+<label>Rows <select name="per_page" id="f-per_page"><option>25</option><option selected>50</option><option>100</option><option>200</option></select></label>
+<button type="submit">Apply</button> <a href="/" class="clear">Clear filters</a>
+</form>
+<p id="summary" class="summary" aria-live="polite"></p>
+<table id="applications" class="list"><thead><tr>
+<th scope="col"><button type="button" data-sort="segment">Segment</button></th>
+<th scope="col"><button type="button" data-sort="host">Application</button></th>
+<th scope="col"><button type="button" data-sort="status">Status</button></th>
+<th scope="col">Per connector</th>
+<th scope="col"><button type="button" data-sort="changed">Last change</button></th>
+</tr></thead><tbody></tbody></table>
+<nav id="pager" class="pager" aria-label="Pages"></nav>"#;
+
+const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
+<section id="app" aria-live="polite"><p class="muted">Loading…</p></section>
+<h2>Per connector</h2>
+<table id="app-connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Status</th><th scope="col">Addresses (method, RTT, error)</th><th scope="col">Checked</th><th scope="col">Last report</th></tr></thead><tbody></tbody></table>
+<h2>History</h2>
+<p class="muted" id="history-note">Every status change of a connector for this application, newest first.</p>
+<table id="history" class="list"><thead><tr><th scope="col">Time</th><th scope="col">Connector</th><th scope="col">Change</th><th scope="col">Cause</th></tr></thead><tbody></tbody></table>
+<nav id="history-pager" class="pager" aria-label="History pages"></nav>"#;
+
+const CONNECTORS_BODY: &str = r#"<section id="connector-overview" class="overview" aria-label="Connectors overview"></section>
+<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Rate</th><th scope="col">Certificate expires</th></tr></thead><tbody></tbody></table>"#;
+
+/// The HTML of `page`.
+pub fn html(page: Page) -> String {
+    format!(
+        r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="color-scheme" content="light dark"><title>reach — {title}</title><link rel="stylesheet" href="/assets/dashboard.css"><script src="/assets/dashboard.js" defer></script></head><body data-page="{name}"><a class="skip" href="#main">Skip to content</a><header class="top"><strong class="brand">reach</strong><nav aria-label="Views"><a href="/"{list}>Applications</a> <a href="/connectors"{conns}>Connectors</a></nav><span id="live" class="live" data-live="connecting" aria-live="polite">connecting…</span></header><main id="main" tabindex="-1"><h1>{title}</h1>{body}</main><noscript><p>This dashboard needs JavaScript. The same data is at <a href="/api/v1/health">/api/v1/health</a>.</p></noscript></body></html>"##,
+        title = page.title(),
+        name = page.name(),
+        body = page.body(),
+        list = if page == Page::List {
+            r#" aria-current="page""#
+        } else {
+            ""
+        },
+        conns = if page == Page::Connectors {
+            r#" aria-current="page""#
+        } else {
+            ""
+        },
+    )
 }
 
-fn badge(out: &mut String, status: Status) {
-    let (class, glyph) = icon(status);
-    let _ = write!(
-        out,
-        r#"<span class="status status-{s}" data-status="{s}"><span class="icon {class}" aria-hidden="true">{glyph}</span> {l}</span>"#,
-        s = status.as_str(),
-        l = label(status),
+/// Adds the dashboard's security headers.
+fn secured(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
     );
-}
-
-fn age(ms: Option<u64>) -> String {
-    match ms {
-        None => "never".into(),
-        Some(ms) if ms < 1000 => format!("{ms} ms ago"),
-        Some(ms) if ms < 120_000 => format!("{} s ago", ms / 1000),
-        Some(ms) => format!("{} min ago", ms / 60_000),
-    }
-}
-
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
-table{border-collapse:collapse;margin-bottom:2em;width:100%}\
-th,td{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}\
-th{background:#f3f3f3}.status{font-weight:600;white-space:nowrap}\
-.status-up{color:#17772f}.status-unhealthy{color:#b36b00}.status-down{color:#b3261e}\
-.status-unknown{color:#666}.icon{display:inline-block;width:1.2em;text-align:center}\
-.icon-unknown{border:1px solid #888;border-radius:50%;font-size:.8em;line-height:1.3em}\
-.connector-status{margin-bottom:.4em}.addresses{margin:.2em 0 0 1.2em;padding:0;font-size:.9em}\
-.over-budget-warning{color:#b3261e;font-weight:600}.muted{color:#777;font-size:.9em}\
-.transitions{font-size:.85em;color:#555;margin:0;padding-left:1em}";
-
-/// Renders the page: the connectors table, then the applications table.
-pub fn render(apps: &[ApplicationView], connectors: &[ConnectorView], budget: u64) -> String {
-    let mut o = String::with_capacity(4096 + apps.len() * 512);
-    let _ = write!(
-        o,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2"><title>reach — Health</title><style>{STYLE}</style></head><body><h1>Health</h1><p class="muted">Refreshes every 2 s. Check budget: {budget} checks per connector cycle.</p>"#
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
     );
-    connectors_table(&mut o, connectors, budget);
-    applications_table(&mut o, apps);
-    let _ = write!(
-        o,
-        r#"<p class="muted" data-rendered-at="{}">reach central authority</p></body></html>"#,
-        unix_ms(std::time::SystemTime::now())
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
     );
-    o
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    r
 }
 
-/// One row per connector: session state, check load, budget warning.
-fn connectors_table(o: &mut String, connectors: &[ConnectorView], budget: u64) {
-    o.push_str(r#"<h2>Connectors</h2><table id="connectors"><thead><tr><th>Connector</th><th>Group</th><th>Session</th><th>Check load</th><th>Version</th></tr></thead><tbody>"#);
-    if connectors.is_empty() {
-        o.push_str(
-            r#"<tr><td colspan="5" class="muted">No connector has connected yet.</td></tr>"#,
-        );
-    }
-    for c in connectors {
-        let _ = write!(
-            o,
-            r#"<tr class="connector" data-connector="{n}" data-group="{g}" data-connected="{conn}" data-over-budget="{ob}"><td>{n}</td><td>{g}</td><td>{state}</td><td><span class="check-load">{checks} checks per cycle, {cycle:.1} s cycle</span>"#,
-            n = esc(&c.name),
-            g = esc(&c.group),
-            conn = c.connected,
-            ob = c.over_budget,
-            state = if c.connected {
-                "connected"
-            } else {
-                "disconnected"
-            },
-            checks = c.checks_per_cycle,
-            cycle = c.cycle_seconds,
-        );
-        if let Some(l) = &c.load {
-            let _ = write!(
-                o,
-                r#"<br><span class="muted">reported: {} checks/cycle, {:.1} checks/s of {}, queue {}, in flight {}</span>"#,
-                l.checks_per_cycle, l.checks_per_second, l.rate_limit, l.queue_depth, l.in_flight
-            );
-        }
-        if c.over_budget {
-            let _ = write!(
-                o,
-                r#"<br><span class="over-budget-warning" role="alert">⚠ over budget: {} checks per cycle exceed {}</span>"#,
-                c.checks_per_cycle, budget
-            );
-        }
-        let _ = write!(o, "</td><td>{}</td></tr>", esc(&c.version));
-    }
-    o.push_str("</tbody></table>");
+/// Serves `page`.
+pub fn page(page: Page) -> Response {
+    secured(
+        (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            html(page),
+        )
+            .into_response(),
+    )
 }
 
-/// One row per application: its status, each connector's view of it, and
-/// its latest status changes.
-fn applications_table(o: &mut String, apps: &[ApplicationView]) {
-    o.push_str(r#"<h2>Applications</h2><table id="applications"><thead><tr><th>Segment</th><th>Application</th><th>Status</th><th>Per connector</th><th>Recent changes</th></tr></thead><tbody>"#);
-    if apps.is_empty() {
-        o.push_str(r#"<tr><td colspan="5" class="muted">No applications to show.</td></tr>"#);
-    }
-    for a in apps {
-        let _ = write!(
-            o,
-            r#"<tr class="application" data-segment="{s}" data-host="{h}" data-protocol="{p}" data-port="{port}" data-status="{st}"><td>{s}<br><span class="muted">{mode}</span></td><td>{h}:{port}/{p}</td><td>"#,
-            s = esc(&a.segment),
-            h = esc(&a.host),
-            p = a.protocol,
-            port = a.port,
-            st = a.status.as_str(),
-            mode = a.health_reporting,
-        );
-        badge(o, a.status);
-        o.push_str("</td><td>");
-        if a.connectors.is_empty() {
-            o.push_str(r#"<span class="muted">no connector in the segment's groups</span>"#);
-        }
-        for c in &a.connectors {
-            connector_health(o, c);
-        }
-        o.push_str(r#"</td><td><ul class="transitions">"#);
-        for t in a.transitions.iter().rev().take(5) {
-            let _ = write!(
-                o,
-                r#"<li data-at="{}">{}: {} → {} ({})</li>"#,
-                t.at,
-                esc(&t.connector),
-                t.from,
-                t.to,
-                t.cause.replace('_', " ")
-            );
-        }
-        o.push_str("</ul></td></tr>");
-    }
-    o.push_str("</tbody></table>");
+/// `GET /assets/dashboard.js`.
+pub async fn script() -> Response {
+    secured(
+        (
+            [
+                (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            SCRIPT,
+        )
+            .into_response(),
+    )
 }
 
-/// One connector's view of an application: status, report age, why it is
-/// unknown, the DNS error and the per-address results.
-fn connector_health(o: &mut String, c: &ConnectorHealthView) {
-    let _ = write!(
-        o,
-        r#"<div class="connector-status" data-connector="{n}" data-status="{st}">"#,
-        n = esc(&c.connector),
-        st = c.status.as_str(),
-    );
-    badge(o, c.status);
-    let _ = write!(
-        o,
-        r#" <strong>{n}</strong> <span class="muted">({g}) · last report: <span class="last-report" data-reported-at="{at}">{age}</span>"#,
-        n = esc(&c.connector),
-        g = esc(&c.group),
-        at = c.reported_at.unwrap_or(0),
-        age = age(c.report_age_ms),
-    );
-    if c.checked_age_ms.is_some() {
-        // The check's own age: staleness is judged on it, and it differs from
-        // the report's when the connector re-sends a result it could not
-        // check again in time.
-        let _ = write!(
-            o,
-            r#" · checked <span class="checked-age">{}</span>"#,
-            age(c.checked_age_ms)
-        );
-    }
-    if let Some(cause) = c.unknown_cause {
-        let _ = write!(
-            o,
-            r#" · <span class="unknown-cause">{}</span>"#,
-            cause.replace('_', " ")
-        );
-    }
-    o.push_str("</span>");
-    if let Some(e) = &c.dns_error {
-        let _ = write!(o, r#"<div class="dns-error">DNS: {}</div>"#, esc(e));
-    }
-    if !c.addresses.is_empty() {
-        o.push_str(r#"<ul class="addresses">"#);
-        for ad in &c.addresses {
-            let _ = write!(
-                o,
-                r#"<li class="address" data-address="{addr}" data-status="{st}" data-method="{m}">{addr} · {m}"#,
-                addr = esc(&ad.address),
-                st = ad.status.as_str(),
-                m = ad.method,
-            );
-            if let Some(rtt) = ad.rtt_ms {
-                let _ = write!(o, r#" · <span class="rtt">{rtt:.2} ms</span>"#);
-            }
-            if let Some(e) = &ad.error {
-                let _ = write!(o, r#" · <span class="error">{}</span>"#, esc(e));
-            }
-            o.push_str("</li>");
-        }
-        o.push_str("</ul>");
-    }
-    o.push_str("</div>");
+/// `GET /assets/dashboard.css`.
+pub async fn style() -> Response {
+    secured(
+        (
+            [
+                (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            STYLE,
+        )
+            .into_response(),
+    )
 }
 
 #[cfg(test)]
@@ -243,10 +185,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            esc(r#"<a href="x">&'"#),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
+    fn pages_have_no_inline_script_or_style() {
+        for p in [Page::List, Page::Application, Page::Connectors] {
+            let h = html(p);
+            assert!(!h.contains("<script>"), "{p:?}: inline script");
+            assert!(!h.contains("<style"), "{p:?}: inline style");
+            assert!(!h.contains(" style="), "{p:?}: style attribute");
+            for handler in [
+                " onclick=",
+                " onload=",
+                " onerror=",
+                " onsubmit=",
+                " onchange=",
+            ] {
+                assert!(!h.contains(handler), "{p:?}: event handler attribute");
+            }
+            assert!(!h.contains("http://") && !h.contains("https://"));
+        }
+        assert!(!SCRIPT.contains("http://") && !SCRIPT.contains("https://"));
+        assert!(!SCRIPT.contains("innerHTML"), "the script builds the DOM");
     }
 }

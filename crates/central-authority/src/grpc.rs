@@ -64,8 +64,68 @@ pub struct HealthQueryService {
     authority: Arc<Authority>,
 }
 
+/// The stream `WatchHealth` answers with.
+type TransitionStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::HealthTransition, Status>> + Send>>;
+
+/// The wire form of a streamed transition.
+fn transition_to_wire(e: &crate::history::EventView) -> v1::HealthTransition {
+    let status = |s: &str| {
+        v1::HealthStatus::from(crate::listing::parse_status(s).unwrap_or(policy::Status::Unknown))
+            as i32
+    };
+    v1::HealthTransition {
+        app: Some(v1::ApplicationKey {
+            segment: e.segment.clone(),
+            host: e.host.clone(),
+            protocol: v1::Protocol::from(
+                e.protocol
+                    .parse::<policy::Protocol>()
+                    .unwrap_or(policy::Protocol::Tcp),
+            ) as i32,
+            port: u32::try_from(e.port).unwrap_or(0),
+        }),
+        connector: e.connector.clone(),
+        from: status(&e.from),
+        to: status(&e.to),
+        cause: e.cause.clone(),
+        at_unix_ms: e.at,
+        seq: e.seq.unwrap_or(0),
+        lagged: 0,
+    }
+}
+
 #[tonic::async_trait]
 impl HealthQuery for HealthQueryService {
+    type WatchHealthStream = TransitionStream;
+
+    async fn watch_health(
+        &self,
+        request: Request<v1::WatchHealthRequest>,
+    ) -> Result<Response<TransitionStream>, Status> {
+        use futures::StreamExt as _;
+        use tokio_stream::wrappers::BroadcastStream;
+        use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+        check(&self.authority, &request, Scope::Read)?;
+        let filter = request.into_inner();
+        let stream =
+            BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
+                let out = match item {
+                    Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
+                        && (filter.connector.is_empty() || filter.connector == e.connector))
+                        .then(|| Ok(transition_to_wire(&e))),
+                    Err(BroadcastStreamRecvError::Lagged(n)) => Some(Ok(v1::HealthTransition {
+                        lagged: n,
+                        ..Default::default()
+                    })),
+                };
+                std::future::ready(out)
+            });
+        let closed = self.authority.history().closed();
+        Ok(Response::new(Box::pin(stream.take_until(closed))))
+    }
+
     async fn list_applications(
         &self,
         request: Request<v1::ListApplicationsRequest>,

@@ -141,6 +141,10 @@ pub struct HealthTable {
     /// Picks a key's shard.
     hasher: Hasher,
     shards: Box<[Shard]>,
+    /// Transitions not yet taken by `take_transitions` (the history and the
+    /// live streams): pushed after the shard's lock is released, so this
+    /// lock is never held with a shard's.
+    outbox: std::sync::Mutex<Vec<(AppKey, Transition)>>,
 }
 
 impl Default for HealthTable {
@@ -148,9 +152,15 @@ impl Default for HealthTable {
         HealthTable {
             hasher: Hasher::default(),
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            outbox: std::sync::Mutex::default(),
         }
     }
 }
+
+/// Most transitions the outbox holds between two `take_transitions`; past
+/// it the oldest are dropped (and counted in the log), so a stalled taker
+/// cannot grow memory without bound.
+const OUTBOX_CAP: usize = 100_000;
 
 impl HealthTable {
     /// The shard that holds `key`. The top bits of the hash pick it (each
@@ -178,7 +188,12 @@ impl HealthTable {
         keep: usize,
     ) -> Option<(Status, Instant)> {
         let mut apps = write(self.shard(&key));
-        let record = apps.entry(key).or_default();
+        // The key stays ours for the published transition; it is cloned
+        // only when the application is new.
+        if !apps.contains_key(&key) {
+            apps.insert(key.clone(), AppRecord::default());
+        }
+        let record = apps.get_mut(&key)?;
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
                 at: report.received_wall,
@@ -213,13 +228,34 @@ impl HealthTable {
                 (None, change, None)
             }
         };
+        let published = change.clone();
         if let Some(t) = change {
             record.push(t, keep);
         }
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
+        self.publish(published.map(|t| (key, t)));
         before
+    }
+
+    /// Queues transitions for `take_transitions`.
+    fn publish(&self, transitions: impl IntoIterator<Item = (AppKey, Transition)>) {
+        let mut outbox = crate::sync::lock(&self.outbox);
+        outbox.extend(transitions);
+        if outbox.len() > OUTBOX_CAP {
+            let excess = outbox.len() - OUTBOX_CAP;
+            outbox.drain(..excess);
+            tracing::warn!(
+                dropped = excess,
+                "status history: transitions dropped (nobody took them)"
+            );
+        }
+    }
+
+    /// Every transition since the last call, oldest first.
+    pub fn take_transitions(&self) -> Vec<(AppKey, Transition)> {
+        std::mem::take(&mut *crate::sync::lock(&self.outbox))
     }
 
     /// Sets every entry for which `decide` names a cause to Unknown (entries
@@ -232,7 +268,9 @@ impl HealthTable {
     ) -> usize {
         let mut changed = 0;
         for shard in &self.shards {
-            changed += Self::mark_shard(&mut write(shard), wall, keep, &mut decide);
+            let mut published = Vec::new();
+            changed += Self::mark_shard(&mut write(shard), wall, keep, &mut decide, &mut published);
+            self.publish(published);
         }
         changed
     }
@@ -242,6 +280,7 @@ impl HealthTable {
         wall: SystemTime,
         keep: usize,
         decide: &mut impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
+        published: &mut Vec<(AppKey, Transition)>,
     ) -> usize {
         let mut changed = 0;
         for (key, record) in apps.iter_mut() {
@@ -266,6 +305,7 @@ impl HealthTable {
                 }
             }
             for t in transitions {
+                published.push((key.clone(), t.clone()));
                 record.push(t, keep);
             }
         }

@@ -1,5 +1,9 @@
-//! The HTTP surface (axum): the Health dashboard at `/`, the JSON API
-//! (`/api/v1/health`, `/api/v1/connectors`, `POST /api/v1/access`),
+//! The HTTP surface (axum): the Health dashboard's pages (`/`, `/app`,
+//! `/connectors`, `/assets/…`; see `dashboard`), the JSON API
+//! (`/api/v1/health` with filters and paging, `/api/v1/application`,
+//! `/api/v1/overview`, `/api/v1/events`, the change stream
+//! `/api/v1/health/stream` as server-sent events, `/api/v1/connectors`,
+//! `POST /api/v1/access`),
 //! `/metrics`, `/healthz` and `/api/v1/openapi.json` (the API's OpenAPI
 //! document, `openapi`), plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
@@ -25,7 +29,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use policy::{Protocol, RefusalReason};
 use serde::{Deserialize, Serialize};
@@ -36,7 +40,7 @@ use crate::access::{AccessRequest, ExplanationView, Refusal};
 use crate::auth::AuthError;
 use crate::authority::Authority;
 use crate::error::ApiError;
-use crate::views::{ApplicationView, ConnectorView};
+use crate::views::ConnectorView;
 
 type Shared = Arc<Authority>;
 
@@ -51,7 +55,15 @@ pub fn router(authority: Arc<Authority>) -> Router {
 fn routes(authority: Arc<Authority>) -> Router {
     Router::new()
         .route("/", get(dashboard))
+        .route("/app", get(dashboard_app))
+        .route("/connectors", get(dashboard_connectors))
+        .route("/assets/dashboard.js", get(crate::dashboard::script))
+        .route("/assets/dashboard.css", get(crate::dashboard::style))
         .route("/api/v1/health", get(health))
+        .route("/api/v1/health/stream", get(health_stream))
+        .route("/api/v1/application", get(application))
+        .route("/api/v1/overview", get(overview))
+        .route("/api/v1/events", get(events))
         .route("/api/v1/connectors", get(connectors))
         .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/access", post(access))
@@ -411,28 +423,283 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
     }
 }
 
-/// `GET /api/v1/health`'s query.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub(crate) struct SegmentFilter {
-    /// Only the applications of this segment.
-    segment: Option<String>,
-}
-
 /// `GET /api/v1/health`.
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct HealthBody {
-    /// Every visible application.
-    applications: Vec<ApplicationView>,
+    #[serde(flatten)]
+    listing: crate::listing::Listing,
+    /// The stream's latest transition number when the listing was taken.
+    version: u64,
 }
 
+/// `GET /api/v1/health`: filtered, sorted and (when `page` or `per_page`
+/// is given) paged; without them every row, as before paging existed.
 async fn health(
     State(a): State<Shared>,
-    Query(filter): Query<SegmentFilter>,
     _: RequireScope<scope::Read>,
-) -> axum::Json<HealthBody> {
+    Query(raw): Query<crate::listing::RawQuery>,
+) -> Response {
+    let q = match crate::listing::ListQuery::parse(&raw) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    // Read before the table: a transition after it shows in the stream.
+    let version = a.history().version();
+    let apps = a.applications(q.segment.as_deref());
     axum::Json(HealthBody {
-        applications: a.applications(filter.segment.as_deref()),
+        listing: crate::listing::run(apps, &q),
+        version,
     })
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct AppQuery {
+    segment: Option<String>,
+    host: Option<String>,
+    protocol: Option<String>,
+    port: Option<String>,
+}
+
+/// `GET /api/v1/application?segment=&host=&protocol=&port=`: one row of
+/// the listing (port 0 for a wildcard or subnet entry's row).
+async fn application(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    Query(q): Query<AppQuery>,
+) -> Response {
+    let missing = |name: &str| {
+        ApiError::InvalidRequest(format!(
+            "{name}: missing (segment, host, protocol and port are required)"
+        ))
+        .into_response()
+    };
+    let Some(segment) = q.segment.filter(|s| !s.is_empty()) else {
+        return missing("segment");
+    };
+    let Some(host) = q.host.filter(|s| !s.is_empty()) else {
+        return missing("host");
+    };
+    let Some(protocol) = q.protocol else {
+        return missing("protocol");
+    };
+    let protocol = match protocol.parse::<Protocol>() {
+        Ok(p) => p,
+        Err(m) => return ApiError::InvalidRequest(format!("protocol: {m}")).into_response(),
+    };
+    let Some(port) = q.port else {
+        return missing("port");
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return ApiError::InvalidRequest(format!(
+            "port: {:?} is not a port (0-65535)",
+            port.chars().take(16).collect::<String>()
+        ))
+        .into_response();
+    };
+    let host = host.to_lowercase();
+    match a
+        .applications(Some(&segment))
+        .into_iter()
+        .find(|v| v.host == host && v.protocol == protocol && v.port == port)
+    {
+        Some(app) => axum::Json(json!({ "application": app })).into_response(),
+        None => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such application (or it is hidden)",
+            None,
+        ),
+    }
+}
+
+/// `GET /api/v1/health/stream`: server-sent events, one `transition` per
+/// status change (data: the `GET /api/v1/events` shape plus `seq`), a
+/// `lagged` event when this client fell behind (re-read the listing), and
+/// a comment every 15 s to keep proxies from closing it.
+async fn health_stream(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt as _;
+    use tokio_stream::wrappers::BroadcastStream;
+    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+    let hello = Event::default()
+        .event("hello")
+        .data(json!({ "version": a.history().version() }).to_string());
+    let events = BroadcastStream::new(a.history().subscribe()).map(|item| {
+        Ok::<_, std::convert::Infallible>(match item {
+            Ok(e) => {
+                let data = serde_json::to_string(&*e).unwrap_or_default();
+                let event = Event::default().event("transition").data(data);
+                match e.seq {
+                    Some(seq) => event.id(seq.to_string()),
+                    None => event,
+                }
+            }
+            Err(BroadcastStreamRecvError::Lagged(n)) => {
+                Event::default().event("lagged").data(n.to_string())
+            }
+        })
+    });
+    let stream = futures::stream::once(async move { Ok(hello) })
+        .chain(events)
+        .take_until(a.history().closed());
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    response
+}
+
+#[derive(Serialize)]
+struct ConnectorCounts {
+    total: usize,
+    connected: usize,
+    disconnected: usize,
+    over_budget: usize,
+    disabled: usize,
+}
+
+/// `GET /api/v1/overview`: counts by status of every visible application
+/// and of the connectors.
+async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    let Some(connectors) = a.blocking(Authority::connectors).await else {
+        return shutting_down();
+    };
+    let version = a.history().version();
+    let apps = a.applications(None);
+    axum::Json(json!({
+        "applications": crate::listing::Counts::of(&apps),
+        "applications_total": apps.len(),
+        "connectors": ConnectorCounts {
+            total: connectors.len(),
+            connected: connectors.iter().filter(|c| c.connected).count(),
+            disconnected: connectors.iter().filter(|c| !c.connected).count(),
+            over_budget: connectors.iter().filter(|c| c.over_budget).count(),
+            disabled: connectors.iter().filter(|c| c.disabled).count(),
+        },
+        "check_budget": a.snapshot().settings().check_budget,
+        "version": version,
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    app: Option<String>,
+    segment: Option<String>,
+    host: Option<String>,
+    protocol: Option<String>,
+    port: Option<String>,
+    connector: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+/// Most transitions one page of `GET /api/v1/events` holds.
+const MAX_EVENTS_PER_PAGE: u32 = 1000;
+
+/// A time parameter: Unix milliseconds or RFC 3339.
+fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
+    if let Ok(ms) = v.parse::<i64>() {
+        return Ok(ms);
+    }
+    time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+        .map(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+        .map_err(|_| {
+            ApiError::InvalidRequest(format!(
+                "{name}: {:?} is neither Unix milliseconds nor an RFC 3339 time",
+                v.chars().take(64).collect::<String>()
+            ))
+        })
+}
+
+/// Parses `GET /api/v1/events`' query into a filter and paging.
+fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32), ApiError> {
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let mut f = crate::store::EventFilter {
+        segment: given(q.segment),
+        host: given(q.host).map(|h| h.to_lowercase()),
+        protocol: given(q.protocol),
+        connector: given(q.connector),
+        ..Default::default()
+    };
+    let mut port = given(q.port);
+    if let Some(app) = given(q.app) {
+        // segment/host/protocol/port; a subnet host has a '/' of its own.
+        let mut tail = app.rsplitn(3, '/');
+        let (p, proto, rest) = (tail.next(), tail.next(), tail.next());
+        let (Some(p), Some(proto), Some((segment, host))) =
+            (p, proto, rest.and_then(|r| r.split_once('/')))
+        else {
+            return Err(ApiError::InvalidRequest(
+                "app: expected segment/host/protocol/port".into(),
+            ));
+        };
+        f.segment = Some(segment.to_owned());
+        f.host = Some(host.to_lowercase());
+        f.protocol = Some(proto.to_owned());
+        port = Some(p.to_owned());
+    }
+    if let Some(p) = &f.protocol {
+        p.parse::<Protocol>()
+            .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
+    }
+    if let Some(p) = port {
+        f.port = Some(p.parse::<u16>().map(i64::from).map_err(|_| {
+            ApiError::InvalidRequest(format!(
+                "port: {:?} is not a port (0-65535)",
+                p.chars().take(16).collect::<String>()
+            ))
+        })?);
+    }
+    f.since_ms = given(q.since)
+        .map(|v| parse_time("since", &v))
+        .transpose()?;
+    f.until_ms = given(q.until)
+        .map(|v| parse_time("until", &v))
+        .transpose()?;
+    let page =
+        match given(q.page) {
+            None => 1,
+            Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                ApiError::InvalidRequest("page: not a whole number from 1".into())
+            })?,
+        };
+    let per_page = match given(q.per_page) {
+        None => 100,
+        Some(p) => p
+            .parse::<u32>()
+            .ok()
+            .filter(|p| (1..=MAX_EVENTS_PER_PAGE).contains(p))
+            .ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "per_page: not a whole number from 1 to {MAX_EVENTS_PER_PAGE}"
+                ))
+            })?,
+    };
+    Ok((f, page, per_page))
+}
+
+/// `GET /api/v1/events`: the stored status history, newest first.
+async fn events(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    Query(q): Query<EventsQuery>,
+) -> Response {
+    let (filter, page, per_page) = match events_query(q) {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match admin(&a, move |a| a.events(filter, page, per_page)).await {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(response) => response,
+    }
 }
 
 /// `GET /api/v1/connectors`.
@@ -742,15 +1009,14 @@ async fn delete_connector(
     }
 }
 
-async fn dashboard(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
-    // Enrolled connectors come from the database: off the async workers.
-    let Some(connectors) = a.blocking(Authority::connectors).await else {
-        return shutting_down();
-    };
-    Html(crate::dashboard::render(
-        &a.applications(None),
-        &connectors,
-        a.snapshot().settings().check_budget,
-    ))
-    .into_response()
+async fn dashboard(_: RequireScope<scope::Read>) -> Response {
+    crate::dashboard::page(crate::dashboard::Page::List)
+}
+
+async fn dashboard_app(_: RequireScope<scope::Read>) -> Response {
+    crate::dashboard::page(crate::dashboard::Page::Application)
+}
+
+async fn dashboard_connectors(_: RequireScope<scope::Read>) -> Response {
+    crate::dashboard::page(crate::dashboard::Page::Connectors)
 }

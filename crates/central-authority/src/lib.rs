@@ -18,9 +18,11 @@ pub mod fuzzing;
 pub mod grpc;
 pub mod guard;
 pub mod health;
+pub mod history;
 pub mod http;
 pub mod import;
 pub mod listen;
+pub mod listing;
 pub mod metrics;
 mod on_access;
 pub mod openapi;
@@ -195,6 +197,8 @@ pub async fn run_with(
         }
     });
 
+    tokio::spawn(history::run(authority.clone(), stopped(stop_rx.clone())));
+
     // Long-lived session streams would hold a graceful gRPC shutdown open
     // forever: close them first, telling each connector why.
     let closer = authority.clone();
@@ -203,6 +207,7 @@ pub async fn run_with(
         async move {
             stopped(rx).await;
             closer.close_all_sessions("central authority is shutting down");
+            closer.history().close();
         }
     };
     let grpc = grpc::serve(authority.clone(), grpc, grpc_stop);

@@ -266,8 +266,13 @@ impl StateMetrics {
                 }
             }
         }
+        // Rows with a note (on-access applications nobody accessed,
+        // `none` ones) were never checked: an alert on Unknown must not
+        // fire for them.
+        let mut applications = authority.applications(None);
+        applications.retain(|a| a.note.is_none());
         Self::from_views(
-            &authority.applications(None),
+            &applications,
             &authority.connectors(),
             &certificates,
             authority.snapshot().settings().check_budget,

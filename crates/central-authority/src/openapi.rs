@@ -622,7 +622,7 @@ fn name_param(name: &str, description: &str) -> Value {
 pub fn operations() -> Vec<Op> {
     use crate::auth::Scope::{Access, Admin, Read};
     let health_params: Vec<Value> =
-        crate::http::SegmentFilter::into_params(|| Some(ParameterIn::Query))
+        crate::listing::RawQuery::into_params(|| Some(ParameterIn::Query))
             .into_iter()
             .filter_map(|p| serde_json::to_value(p).ok())
             .collect();
@@ -681,7 +681,7 @@ pub fn operations() -> Vec<Op> {
             spec: json!({
                 "operationId": "listHealth",
                 "summary": "Every visible application with its status per connector and address",
-                "description": "Applications of segments with `client_hostname_validation = true` are not listed. Sorted by segment, host, protocol, port.",
+                "description": "Applications of segments with `client_hostname_validation = true` are not listed. Filtered by the parameters; sorted naturally (IP addresses numerically, then names); paged when `page` or `per_page` is given (else every row). `counts` are taken before the status filter.",
                 "tags": ["health"],
                 "parameters": health_params,
                 "responses": {"200": {"description": "the health table",
@@ -695,7 +695,131 @@ pub fn operations() -> Vec<Op> {
                             "addresses": [{"address": "10.1.2.1", "status": "up",
                                 "method": "tcp", "rtt_ms": 0.8, "error": null, "failure": null}],
                             "dns_error": null}],
-                        "transitions": []}]}))}},
+                        "transitions": []}],
+                        "total": 1, "page": 1, "per_page": 1, "pages": 1,
+                        "counts": {"up": 1, "unhealthy": 0, "down": 0, "unknown": 0},
+                        "version": 0}))},
+                    "400": error_ref("InvalidRequest")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/app",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "dashboardApplication",
+                "summary": "The dashboard's application detail page (HTML shell; data from the JSON API)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "the page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/connectors",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "dashboardConnectors",
+                "summary": "The dashboard's connectors page (HTML shell; data from the JSON API)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "the page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/assets/dashboard.js",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardScript",
+                "summary": "The dashboard's script",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "JavaScript",
+                    "content": {"text/javascript": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/assets/dashboard.css",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardStyle",
+                "summary": "The dashboard's style sheet",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "CSS",
+                    "content": {"text/css": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/health/stream",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "streamHealth",
+                "summary": "Status transitions as they happen (server-sent events)",
+                "description": "Events: `hello` (data `{\"version\"}`), `transition` (data: one entry of `GET /api/v1/events` plus `seq`, also the event id), `lagged` (this client fell behind: re-read the listing); a comment every 15 s keeps proxies from closing the stream. Ends when the CA shuts down.",
+                "tags": ["health"],
+                "responses": {"200": {"description": "the stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/application",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "getApplication",
+                "summary": "One row of the health listing (port 0 for a wildcard or subnet entry's row)",
+                "tags": ["health"],
+                "parameters": [
+                    {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "the application",
+                        "content": {"application/json": {"schema": {"type": "object",
+                            "required": ["application"],
+                            "properties": {"application": {"$ref": "#/components/schemas/ApplicationView"}}}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("application"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/overview",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "getOverview",
+                "summary": "Counts by status of the applications, and of the connectors",
+                "tags": ["health"],
+                "responses": {"200": {"description": "the counts",
+                    "content": {"application/json": {"schema": {"type": "object"},
+                        "example": {"applications": {"up": 3, "unhealthy": 0, "down": 1, "unknown": 2},
+                            "applications_total": 6,
+                            "connectors": {"total": 2, "connected": 2, "disconnected": 0, "over_budget": 0, "disabled": 0},
+                            "check_budget": 6000, "version": 12}}}},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/events",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listEvents",
+                "summary": "The status history: every transition, newest first, paged",
+                "tags": ["health"],
+                "parameters": [
+                    {"name": "app", "in": "query", "required": false, "description": "segment/host/protocol/port in one", "schema": {"type": "string"}}, {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}, {"name": "connector", "in": "query", "required": false, "description": "connector name", "schema": {"type": "string"}}, {"name": "since", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "until", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "page", "in": "query", "required": false, "description": "page from 1", "schema": {"type": "string"}}, {"name": "per_page", "in": "query", "required": false, "description": "1-1000", "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "one page of transitions",
+                        "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
             }),
         },
         Op {

@@ -127,6 +127,16 @@ pub struct ApplicationView {
     pub connectors: Vec<ConnectorHealthView>,
     /// Latest status transitions, oldest first.
     pub transitions: Vec<TransitionView>,
+    /// Why the application has no checked status: `checked_on_access` (an
+    /// on-access application nobody accessed lately, or a wildcard/subnet
+    /// entry whose hosts are known only once accessed) or `not_checked`
+    /// (mode `none`: assumed reachable). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
+    /// For the row of a wildcard or subnet entry (`port` is 0 there): its
+    /// ports as configured, e.g. `tcp 80, 443; udp 53`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<String>,
 }
 
 /// A connector as the CA sees it.
@@ -325,9 +335,11 @@ impl Authority {
                     .segment(name)
                     .is_some_and(|s| !s.client_hostname_validation)
         };
+        // Every exact host × port of every mode: on-access ones nobody
+        // accessed and `none` ones are listed too, with a note.
         let mut keys: BTreeSet<AppKey> = BTreeSet::new();
         for s in &policy.segments {
-            if visible(&s.name) && s.health_reporting == HealthReporting::Continuous {
+            if visible(&s.name) && !listed_per_entry(s) {
                 keys.extend(s.applications());
             }
         }
@@ -405,7 +417,19 @@ impl Authority {
                 };
                 connectors.push(view);
             }
+            let note = match segment.health_reporting {
+                HealthReporting::Continuous => None,
+                HealthReporting::OnAccess => reports.is_empty().then_some("checked_on_access"),
+                HealthReporting::None => {
+                    // Nothing is checked: per-connector Unknowns would only
+                    // look like a fault.
+                    connectors.clear();
+                    Some("not_checked")
+                }
+            };
             out.push(ApplicationView {
+                note,
+                ports: None,
                 status: Status::best(connectors.iter().map(|c| c.status)),
                 segment: key.segment,
                 host: key.host.into_string(),
@@ -415,6 +439,11 @@ impl Authority {
                 connectors,
                 transitions: transitions.iter().map(transition_view).collect(),
             });
+        }
+        for s in &policy.segments {
+            if visible(&s.name) {
+                out.extend(discovery_rows(s));
+            }
         }
         out
     }
@@ -499,6 +528,66 @@ impl Authority {
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
+}
+
+/// Most ports an unchecked (on-access or `none`) segment is listed with
+/// one row per host and port; past it, one row per entry (a range such as
+/// `1-65535` would otherwise be 65,535 rows per host).
+const PORTS_LISTED: usize = 10;
+
+/// Whether `s`'s unchecked applications are listed one row per entry.
+fn listed_per_entry(s: &policy::Segment) -> bool {
+    let ports: usize = [Protocol::Tcp, Protocol::Udp]
+        .into_iter()
+        .flat_map(|p| s.ports(p))
+        .map(|r| r.ports().count())
+        .sum();
+    s.health_reporting != HealthReporting::Continuous && ports > PORTS_LISTED
+}
+
+/// One row per wildcard or subnet entry of `s` (every entry when
+/// `listed_per_entry`): hosts under them are known only when accessed, and
+/// those then have rows of their own.
+fn discovery_rows(s: &policy::Segment) -> Vec<ApplicationView> {
+    let every_entry = listed_per_entry(s);
+    let ports = |p: Protocol| {
+        s.ports(p)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (tcp, udp) = (ports(Protocol::Tcp), ports(Protocol::Udp));
+    let described = match (tcp.is_empty(), udp.is_empty()) {
+        (false, false) => format!("tcp {tcp}; udp {udp}"),
+        (false, true) => format!("tcp {tcp}"),
+        (true, false) => format!("udp {udp}"),
+        (true, true) => String::new(),
+    };
+    s.applications
+        .iter()
+        .filter(|e| every_entry || e.host().is_none())
+        .map(|e| ApplicationView {
+            segment: s.name.clone(),
+            host: e.to_string(),
+            protocol: if tcp.is_empty() && !udp.is_empty() {
+                Protocol::Udp
+            } else {
+                Protocol::Tcp
+            },
+            port: 0,
+            health_reporting: s.health_reporting,
+            status: Status::Unknown,
+            connectors: Vec::new(),
+            transitions: Vec::new(),
+            note: Some(if s.health_reporting == HealthReporting::None {
+                "not_checked"
+            } else {
+                "checked_on_access"
+            }),
+            ports: Some(described.clone()),
+        })
+        .collect()
 }
 
 fn transition_view(t: &Transition) -> TransitionView {

@@ -129,6 +129,46 @@ impl HttpsClient {
         (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// `GET path` with an optional bearer `token`; the status, the
+    /// headers (names lower-case) and the body as it arrives, for
+    /// responses that stay open (server-sent events) or whose headers
+    /// matter.
+    pub async fn open(
+        &self,
+        path: &str,
+        token: Option<&str>,
+    ) -> (u16, Vec<(String, String)>, BodyReader) {
+        let mut b = hyper::Request::builder()
+            .method("GET")
+            .uri(path)
+            .header("host", self.addr.to_string());
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        let response = self
+            .request(b.body(Full::new(Bytes::new())).expect("request"))
+            .await;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        (
+            status,
+            headers,
+            BodyReader {
+                body: response.into_body(),
+                text: String::new(),
+            },
+        )
+    }
+
     /// `GET path`; the body as JSON (`Null` when it is not JSON).
     pub async fn get_json(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
         let (s, body) = self.send("GET", path, token, None).await;
@@ -149,4 +189,47 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     s.read_to_string(&mut out).await.expect("read");
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     out
+}
+
+/// A response body read as it arrives (see `HttpsClient::open`).
+pub struct BodyReader {
+    body: hyper::body::Incoming,
+    text: String,
+}
+
+impl std::fmt::Debug for BodyReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyReader")
+            .field("text", &self.text)
+            .finish()
+    }
+}
+
+impl BodyReader {
+    /// Reads until what arrived contains `needle` (returns everything read
+    /// so far), the body ends or `within` passes (`None`).
+    pub async fn read_until(
+        &mut self,
+        needle: &str,
+        within: std::time::Duration,
+    ) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.text.contains(needle) {
+            let frame = tokio::time::timeout_at(deadline, self.body.frame()).await;
+            match frame {
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.text.push_str(&String::from_utf8_lossy(data));
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(self.text.clone())
+    }
+
+    /// Everything read so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
 }

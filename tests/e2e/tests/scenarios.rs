@@ -1080,6 +1080,24 @@ for (const r of rows) {
 return {found: rows.length > 0, statuses, questionMark, body: document.body ? document.body.innerText.length : 0};
 "#;
 
+/// The list page's rows and URL query.
+const LIST_SCRIPT: &str = r#"
+const rows = Array.from(document.querySelectorAll('#applications tbody tr[data-app]'))
+  .map(r => ({host: r.dataset.host, status: r.dataset.status}));
+return {search: location.search, rows};
+"#;
+
+/// The detail page: title, per-connector status, history rows.
+const DETAIL_SCRIPT: &str = r#"
+const connectors = {};
+for (const r of document.querySelectorAll('#app-connectors tbody tr[data-connector]')) {
+  connectors[r.dataset.connector] = r.dataset.status;
+}
+const history = Array.from(document.querySelectorAll('#history tbody tr.event'))
+  .map(r => ({to: r.dataset.to, connector: r.dataset.connector, text: r.innerText}));
+return {page: document.body.dataset.page, title: document.title, connectors, history};
+"#;
+
 /// 13. The dashboard in a real browser: every state as designed, hidden
 /// applications absent, and the page updates itself.
 #[tokio::test]
@@ -1101,7 +1119,7 @@ async fn s13_dashboard_in_browser() -> Result<()> {
         )
         .await?;
         let mut up = TcpApp::start((ip(1), 8080).into()).await?;
-        let _half = TcpApp::start((ip(2), 8080).into()).await?;
+        let mut half = TcpApp::start((ip(2), 8080).into()).await?;
         let _secret = TcpApp::start((ip(5), 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy")
             .replace("anonymous_read = false", "anonymous_read = true");
@@ -1207,12 +1225,23 @@ async fn s13_dashboard_in_browser() -> Result<()> {
                 "hidden application's host appears in the page"
             );
             browser.screenshot(&sc.dir.join("dashboard.png")).await?;
+            let eval = |script: &'static str, args: serde_json::Value| {
+                let b = &browser;
+                async move { b.eval(script, args).await }
+            };
+            // A mark on the page's window: gone if the page reloads.
+            eval("window.__reachMark = 'kept'; return true", serde_json::json!([])).await?;
+            let kept = || async {
+                let v = eval("return window.__reachMark || null", serde_json::json!([])).await?;
+                ensure!(v == "kept", "the page reloaded (mark {v})");
+                Ok::<_, anyhow::Error>(())
+            };
 
-            // The page updates itself: stop the server behind upapp and watch
-            // the same page (no navigation by the test) show c1 Down.
-            up.stop();
+            // The list updates in place: stop the server behind halfapp and
+            // watch the same page (no navigation, no reload) show it Down.
+            half.stop();
             retry(Duration::from_secs(15), || async {
-                let v = row("up.reach.test").await?;
+                let v = row("half.reach.test").await?;
                 ensure!(
                     v["statuses"]
                         .as_array()
@@ -1222,13 +1251,126 @@ async fn s13_dashboard_in_browser() -> Result<()> {
                 Ok(())
             })
             .await?;
+            kept().await?;
             browser
                 .screenshot(&sc.dir.join("dashboard-after-change.png"))
                 .await?;
-            let artifacts = e2e::out_dir();
+
+            // Filter to Down from the overview's count.
+            eval(
+                "document.querySelector('#overview a[data-count=down]').click(); return true",
+                serde_json::json!([]),
+            )
+            .await?;
+            let down_rows = retry(Duration::from_secs(10), || async {
+                let v = eval(LIST_SCRIPT, serde_json::json!([])).await?;
+                let hosts: Vec<String> = v["rows"]
+                    .as_array()
+                    .map(|r| {
+                        r.iter()
+                            .map(|x| x["host"].as_str().unwrap_or("").to_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                ensure!(
+                    v["search"].as_str().is_some_and(|s| s.contains("status=down"))
+                        && hosts == ["down.reach.test", "half.reach.test"]
+                        && v["rows"]
+                            .as_array()
+                            .is_some_and(|r| r.iter().all(|x| x["status"] == "down")),
+                    "Down filter shows {v}"
+                );
+                Ok(v)
+            })
+            .await?;
+            eprintln!("filtered to Down: {down_rows}");
+            browser.screenshot(&sc.dir.join("dashboard-down.png")).await?;
+
+            // Search a host (the form keeps the filters in the URL).
+            eval(
+                "document.querySelector('#f-status').value = '';
+                 document.querySelector('#q').value = 'up.reach';
+                 document.querySelector('#filters').requestSubmit();
+                 return true",
+                serde_json::json!([]),
+            )
+            .await?;
+            retry(Duration::from_secs(10), || async {
+                let v = eval(LIST_SCRIPT, serde_json::json!([])).await?;
+                ensure!(
+                    v["search"].as_str().is_some_and(|s| s.contains("q=up.reach"))
+                        && v["rows"].as_array().is_some_and(|r| r.len() == 1)
+                        && v["rows"][0]["host"] == "up.reach.test",
+                    "search shows {v}"
+                );
+                Ok(())
+            })
+            .await?;
+
+            // Open its detail page (a link: keyboard Enter does the same).
+            eval(
+                "document.querySelector('a.app-link').click(); return true",
+                serde_json::json!([]),
+            )
+            .await?;
+            retry(Duration::from_secs(10), || async {
+                let v = eval(DETAIL_SCRIPT, serde_json::json!([])).await?;
+                ensure!(
+                    v["page"] == "app"
+                        && v["title"].as_str().is_some_and(|t| t.contains("up.reach.test"))
+                        && v["connectors"]["c1"] == "up"
+                        && v["history"].as_array().is_some_and(|h| !h.is_empty()),
+                    "detail page shows {v}"
+                );
+                Ok(())
+            })
+            .await?;
+            eval("window.__reachMark = 'kept'; return true", serde_json::json!([])).await?;
+            browser.screenshot(&sc.dir.join("app-detail.png")).await?;
+
+            // Its server stops: the transition appears live, no reload.
+            up.stop();
+            let after = retry(Duration::from_secs(15), || async {
+                let v = eval(DETAIL_SCRIPT, serde_json::json!([])).await?;
+                ensure!(
+                    v["connectors"]["c1"] == "down"
+                        && v["history"].as_array().is_some_and(|h| h
+                            .iter()
+                            .any(|e| e["to"] == "down" && e["connector"] == "c1")),
+                    "detail page still shows {v}"
+                );
+                Ok(v)
+            })
+            .await?;
+            kept().await?;
+            eprintln!("detail after the stop: {after}");
+            browser
+                .screenshot(&sc.dir.join("app-detail-after-change.png"))
+                .await?;
+
+            // The connectors view: c2 disconnected stands out, c1 connected.
+            browser.goto(&format!("https://{}/connectors", ca.http)).await?;
+            retry(Duration::from_secs(10), || async {
+                let v = eval(
+                    "return Array.from(document.querySelectorAll('tr.connector')).map(r => [r.dataset.connector, r.dataset.connected])",
+                    serde_json::json!([]),
+                )
+                .await?;
+                ensure!(
+                    v == serde_json::json!([["c1", "true"], ["c2", "false"]]),
+                    "connectors view shows {v}"
+                );
+                Ok(())
+            })
+            .await?;
+            browser.screenshot(&sc.dir.join("connectors.png")).await?;
+
+            // The scenario's directory is under target/e2e: the screenshots
+            // stay there as artifacts; the first one also at the top, where
+            // earlier runs put it.
             let _ = std::fs::copy(
                 sc.dir.join("dashboard.png"),
-                artifacts.join("dashboard.png"),
+                e2e::out_dir().join("dashboard.png"),
             );
             Ok(())
         }

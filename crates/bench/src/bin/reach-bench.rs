@@ -26,7 +26,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
-        /// pacing, memory, ingest, access, cold, scale.
+        /// pacing, memory, ingest, access, cold, scale, starve, dashboard.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -113,6 +113,7 @@ async fn run(
             "cold" => figures::cold::run(mode).await,
             "scale" => figures::scale::run(mode).await,
             "starve" => figures::starve::run(mode).await,
+            "dashboard" => figures::dashboard::run(mode).await,
             _ => Ok(Vec::new()),
         };
         let figures = match result {

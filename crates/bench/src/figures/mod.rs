@@ -6,6 +6,7 @@ pub mod access;
 pub mod ca;
 pub mod cold;
 pub mod criterion;
+pub mod dashboard;
 pub mod dns;
 pub mod icmp;
 pub mod ingest;
@@ -42,8 +43,18 @@ impl Spec {
 
 /// Every group, in the order the driver runs them.
 pub const GROUPS: &[&str] = &[
-    "policy", "tcp", "icmp", "dns", "pacing", "memory", "ingest", "access", "cold", "scale",
+    "policy",
+    "tcp",
+    "icmp",
+    "dns",
+    "pacing",
+    "memory",
+    "ingest",
+    "access",
+    "cold",
+    "scale",
     "starve",
+    "dashboard",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -60,6 +71,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "cold" => cold::SPECS,
         "scale" => scale::SPECS,
         "starve" => starve::SPECS,
+        "dashboard" => dashboard::SPECS,
         _ => &[],
     }
 }

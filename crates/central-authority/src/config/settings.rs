@@ -75,6 +75,10 @@ pub struct Settings {
     /// connector and reports do not open windows (`[health]
     /// max_windows_per_connector`, default 10000).
     pub max_windows_per_connector: usize,
+    /// How long the status history (every transition, `GET
+    /// /api/v1/events`) is kept in the database (`[health]
+    /// history_retention_s`, default 604800: 7 days).
+    pub history_retention: Duration,
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -293,6 +297,7 @@ pub(super) fn settings(
         min_subnet_prefix: (h.min_subnet_prefix_v4, h.min_subnet_prefix_v6),
         on_access_retention: Duration::from_secs(h.on_access_retention_s),
         max_windows_per_connector: h.max_windows_per_connector,
+        history_retention: Duration::from_secs(h.history_retention_s),
     })
 }
 
@@ -484,6 +489,12 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         "health.on_access_retention_s",
         h.on_access_retention_s,
         0..=31_536_000,
+    );
+    range(
+        problems,
+        "health.history_retention_s",
+        h.history_retention_s,
+        60..=31_536_000,
     );
     range(
         problems,

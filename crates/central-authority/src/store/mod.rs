@@ -357,6 +357,50 @@ pub struct Store {
     backend: Backend,
 }
 
+/// One status transition in the history (`health_events`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// When the CA saw it, Unix ms.
+    pub at_ms: i64,
+    /// Segment.
+    pub segment: String,
+    /// Host.
+    pub host: String,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: i64,
+    /// Connector whose status changed.
+    pub connector: String,
+    /// Status before (`up`, `unhealthy`, `down`, `unknown`).
+    pub from: String,
+    /// Status after.
+    pub to: String,
+    /// Why (`report` or an Unknown cause).
+    pub cause: String,
+}
+
+/// Which history to read (`None`: any).
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    /// Segment.
+    pub segment: Option<String>,
+    /// Host.
+    pub host: Option<String>,
+    /// Protocol.
+    pub protocol: Option<String>,
+    /// Port.
+    pub port: Option<i64>,
+    /// Connector.
+    pub connector: Option<String>,
+    /// From this time on, Unix ms.
+    pub since_ms: Option<i64>,
+    /// Before this time, Unix ms.
+    pub until_ms: Option<i64>,
+    /// Segments never shown (client hostname validation).
+    pub hidden_segments: Vec<String>,
+}
+
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),
@@ -530,6 +574,37 @@ impl Store {
     /// Every enrolled connector with its current certificate.
     pub fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
         each!(self, s => s.connectors())
+    }
+
+    /// Appends status transitions to the history, in one transaction.
+    /// PostgreSQL does not keep the history yet: there it is dropped.
+    pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.record_events(events),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// One page of the history matching `f`, newest first, and how many
+    /// match in all (PostgreSQL: none yet).
+    pub fn events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<EventRecord>, u64), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.events(f, limit, offset),
+            Backend::Postgres(_) => Ok((Vec::new(), 0)),
+        }
+    }
+
+    /// Deletes the history from before `before_ms`; returns how many went.
+    pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.prune_events(before_ms),
+            Backend::Postgres(_) => Ok(0),
+        }
     }
 
     /// Records replica `r`'s heartbeat and forgets replicas whose last

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, KeyUsage, NewCertificate,
-    RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, KeyUsage,
+    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
 };
 use crate::sync::lock;
 
@@ -73,6 +73,24 @@ CREATE TABLE replicas (
     heartbeat_ms INTEGER NOT NULL,
     policy_hash  TEXT NOT NULL
 );
+"#,
+    r#"
+-- Version 5: the status history (every transition of one connector's
+-- status for one application), kept for `[health] history_retention_s`.
+-- Plain SQL types, valid in SQLite and PostgreSQL alike.
+CREATE TABLE health_events (
+    at_ms       BIGINT NOT NULL,
+    segment     TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    port        INTEGER NOT NULL,
+    connector   TEXT NOT NULL,
+    from_status TEXT NOT NULL,
+    to_status   TEXT NOT NULL,
+    cause       TEXT NOT NULL
+);
+CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
+CREATE INDEX health_events_by_time ON health_events(at_ms);
 "#,
 ];
 
@@ -491,6 +509,114 @@ impl SqliteStore {
         assert!(dropped.is_ok(), "{dropped:?}");
     }
 
+    /// Appends status transitions to the history, in one transaction.
+    pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO health_events
+                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for e in events {
+                stmt.execute(params![
+                    e.at_ms,
+                    e.segment,
+                    e.host,
+                    e.protocol,
+                    e.port,
+                    e.connector,
+                    e.from,
+                    e.to,
+                    e.cause
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One page of the history matching `f`, newest first, and how many
+    /// match in all.
+    pub(crate) fn events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<EventRecord>, u64), StoreError> {
+        let mut clauses: Vec<String> = Vec::new();
+        let mut values: Vec<rusqlite::types::Value> = Vec::new();
+        let mut eq = |column: &str, v: rusqlite::types::Value, op: &str| {
+            values.push(v);
+            clauses.push(format!("{column} {op} ?{}", values.len()));
+        };
+        use rusqlite::types::Value::{Integer, Text};
+        if let Some(v) = &f.segment {
+            eq("segment", Text(v.clone()), "=");
+        }
+        if let Some(v) = &f.host {
+            eq("host", Text(v.clone()), "=");
+        }
+        if let Some(v) = &f.protocol {
+            eq("protocol", Text(v.clone()), "=");
+        }
+        if let Some(v) = f.port {
+            eq("port", Integer(v), "=");
+        }
+        if let Some(v) = &f.connector {
+            eq("connector", Text(v.clone()), "=");
+        }
+        if let Some(v) = f.since_ms {
+            eq("at_ms", Integer(v), ">=");
+        }
+        if let Some(v) = f.until_ms {
+            eq("at_ms", Integer(v), "<");
+        }
+        for hidden in &f.hidden_segments {
+            eq("segment", Text(hidden.clone()), "<>");
+        }
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let conn = lock(&self.conn);
+        let total: i64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM health_events{filter}"),
+            rusqlite::params_from_iter(values.iter()),
+            |r| r.get(0),
+        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+             FROM health_events{filter} ORDER BY at_ms DESC LIMIT {limit} OFFSET {offset}"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(values.iter()), |r| {
+            Ok(EventRecord {
+                at_ms: r.get(0)?,
+                segment: r.get(1)?,
+                host: r.get(2)?,
+                protocol: r.get(3)?,
+                port: r.get(4)?,
+                connector: r.get(5)?,
+                from: r.get(6)?,
+                to: r.get(7)?,
+                cause: r.get(8)?,
+            })
+        })?;
+        let events = rows.collect::<Result<Vec<_>, _>>()?;
+        Ok((events, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// Deletes the history from before `before_ms`; returns how many went.
+    pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn.execute(
+            "DELETE FROM health_events WHERE at_ms < ?1",
+            params![before_ms],
+        )?)
+    }
+
     /// Every enrolled connector with its current certificate.
     pub(crate) fn connectors(&self) -> Result<Vec<ConnectorRecord>, StoreError> {
         let conn = lock(&self.conn);
@@ -661,6 +787,62 @@ mod tests {
             .expect("version");
         assert_eq!(version, MIGRATIONS.len() as i64);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn event(at_ms: i64, host: &str, connector: &str, to: &str) -> EventRecord {
+        EventRecord {
+            at_ms,
+            segment: "s".into(),
+            host: host.into(),
+            protocol: "tcp".into(),
+            port: 80,
+            connector: connector.into(),
+            from: "unknown".into(),
+            to: to.into(),
+            cause: "report".into(),
+        }
+    }
+
+    #[test]
+    fn history_is_filtered_paged_and_pruned() {
+        let s = SqliteStore::in_memory().expect("db");
+        s.record_events(&[
+            event(1_000, "a.test", "c1", "up"),
+            event(2_000, "a.test", "c2", "down"),
+            event(3_000, "b.test", "c1", "down"),
+            event(4_000, "a.test", "c1", "down"),
+        ])
+        .expect("recorded");
+        let a = EventFilter {
+            host: Some("a.test".into()),
+            ..Default::default()
+        };
+        let (page, total) = s.events(&a, 2, 0).expect("read");
+        assert_eq!(total, 3);
+        assert_eq!(
+            page.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+            [4_000, 2_000],
+            "newest first"
+        );
+        let (page, _) = s.events(&a, 2, 2).expect("read");
+        assert_eq!(page.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [1_000]);
+        let window = EventFilter {
+            connector: Some("c1".into()),
+            since_ms: Some(1_000),
+            until_ms: Some(4_000),
+            ..Default::default()
+        };
+        let (page, total) = s.events(&window, 10, 0).expect("read");
+        assert_eq!(total, 2, "since inclusive, until exclusive: {page:?}");
+        let hidden = EventFilter {
+            hidden_segments: vec!["s".into()],
+            ..Default::default()
+        };
+        assert_eq!(s.events(&hidden, 10, 0).expect("read").1, 0);
+        assert_eq!(s.prune_events(3_000).expect("pruned"), 2);
+        let (page, total) = s.events(&EventFilter::default(), 10, 0).expect("read");
+        assert_eq!(total, 2);
+        assert!(page.iter().all(|e| e.at_ms >= 3_000));
     }
 
     #[test]

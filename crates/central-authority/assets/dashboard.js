@@ -1,0 +1,421 @@
+// reach Health dashboard. Served by the CA at /assets/dashboard.js; the
+// pages (/, /app, /connectors) hold no data: this script fetches one page of
+// rows from the JSON API, keeps the filters in the URL, and updates rows in
+// place from the server-sent change stream (/api/v1/health/stream).
+'use strict';
+
+const STATUS_LABEL = { up: 'Up', unhealthy: 'Unhealthy', down: 'Down', unknown: 'Unknown' };
+const STATUS_ICON = { up: '✓', unhealthy: '!', down: '✗', unknown: '?' };
+const NOTE_LABEL = {
+  checked_on_access: 'checked on access',
+  not_checked: 'not checked, assumed reachable',
+};
+
+// Builds an element: h('a', {href: '/'}, 'text', child…).
+function h(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('data-') || k.startsWith('aria-') || k === 'role' || k === 'title' ||
+             k === 'href' || k === 'datetime' || k === 'scope' || k === 'type' || k === 'tabindex') {
+      e.setAttribute(k, v === true ? '' : String(v));
+    } else e[k] = v;
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function badge(status) {
+  return h('span', { class: `status status-${status}`, 'data-status': status },
+    h('span', { class: `icon icon-${status}`, 'aria-hidden': 'true' }, STATUS_ICON[status] || '?'),
+    ' ', STATUS_LABEL[status] || status);
+}
+
+// A timestamp in the operator's time zone, UTC on hover.
+function when(ms) {
+  if (!ms) return h('span', { class: 'muted' }, 'never');
+  const d = new Date(Number(ms));
+  return h('time', { datetime: d.toISOString(), title: d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC') },
+    d.toLocaleString());
+}
+
+function age(ms) {
+  if (ms === null || ms === undefined) return 'never';
+  if (ms < 1000) return `${ms} ms ago`;
+  if (ms < 120000) return `${Math.floor(ms / 1000)} s ago`;
+  if (ms < 7200000) return `${Math.floor(ms / 60000)} min ago`;
+  return `${Math.floor(ms / 3600000)} h ago`;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) {
+    const m = body && body.error ? body.error.message : r.statusText;
+    throw new Error(`${r.status}: ${m}`);
+  }
+  return body;
+}
+
+function appHref(a) {
+  const p = new URLSearchParams({ segment: a.segment, host: a.host, protocol: a.protocol, port: String(a.port) });
+  return `/app?${p}`;
+}
+
+function appKey(a) {
+  return `${a.segment}/${a.host}/${a.protocol}/${a.port}`;
+}
+
+function appLabel(a) {
+  return a.port ? `${a.host}:${a.port}/${a.protocol}` : `${a.host} (${a.ports || a.protocol})`;
+}
+
+// Calls `refresh` (debounced) on every change the CA streams, and after a
+// reconnect (changes in between were not seen).
+function live(onChange, onTransition) {
+  const indicator = document.getElementById('live');
+  const set = (state, text) => {
+    if (!indicator) return;
+    indicator.dataset.live = state;
+    indicator.textContent = text;
+  };
+  let timer = null;
+  const schedule = () => {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; onChange(); }, 250);
+  };
+  const source = new EventSource('/api/v1/health/stream');
+  let opened = false;
+  source.addEventListener('hello', () => {
+    set('live', 'live');
+    if (opened) schedule();
+    opened = true;
+  });
+  source.addEventListener('transition', (ev) => {
+    let t = null;
+    try { t = JSON.parse(ev.data); } catch (_) { /* ignored */ }
+    if (t && onTransition) onTransition(t);
+    schedule();
+  });
+  source.addEventListener('lagged', schedule);
+  source.addEventListener('error', () => set('reconnecting', 'reconnecting…'));
+  return source;
+}
+
+// ---- Applications list (/) -------------------------------------------------
+
+const LIST_FIELDS = ['q', 'status', 'mode', 'segment', 'group', 'connector', 'per_page'];
+
+function listParams() {
+  const p = new URLSearchParams(location.search);
+  for (const [k, v] of [...p.entries()]) if (!v) p.delete(k);
+  return p;
+}
+
+function setListParams(p) {
+  const url = p.toString() ? `/?${p}` : '/';
+  history.pushState(null, '', url);
+}
+
+function countLink(label, status, n, href) {
+  return h('a', { class: `count status-${status}`, href, 'data-count': status },
+    h('span', { class: 'n' }, String(n)), ' ', label);
+}
+
+function renderOverview(o) {
+  const box = document.getElementById('overview');
+  if (!box) return;
+  const a = o.applications;
+  const c = o.connectors;
+  box.replaceChildren(
+    h('div', { class: 'card', 'data-overview': 'applications' },
+      h('h2', {}, `Applications (${o.applications_total})`),
+      h('div', { class: 'counts' },
+        countLink('Down', 'down', a.down, '/?status=down'),
+        countLink('Unhealthy', 'unhealthy', a.unhealthy, '/?status=unhealthy'),
+        countLink('Unknown ?', 'unknown', a.unknown, '/?status=unknown'),
+        countLink('Up', 'up', a.up, '/?status=up'))),
+    h('div', { class: 'card', 'data-overview': 'connectors' },
+      h('h2', {}, `Connectors (${c.total})`),
+      h('div', { class: 'counts' },
+        countLink('Connected', 'up', c.connected, '/connectors?state=connected'),
+        countLink('Disconnected', 'down', c.disconnected, '/connectors?state=disconnected'),
+        countLink('Over budget', 'unhealthy', c.over_budget, '/connectors?over_budget=1'))));
+}
+
+function connectorCells(a) {
+  if (a.note) {
+    return [h('span', { class: 'note', 'data-note': a.note },
+      a.note === 'checked_on_access' ? badge('unknown') : '', ' ', NOTE_LABEL[a.note] || a.note)];
+  }
+  if (!a.connectors.length) return [h('span', { class: 'muted' }, "no connector in the segment's groups")];
+  const shown = a.connectors.slice(0, 8).map((c) =>
+    h('span', { class: 'conn', 'data-connector': c.connector, title: c.unknown_cause ? c.unknown_cause.replace(/_/g, ' ') : '' },
+      badge(c.status), ' ', c.connector));
+  if (a.connectors.length > 8) shown.push(h('span', { class: 'muted' }, `+${a.connectors.length - 8} more`));
+  return shown;
+}
+
+// One row's cells that change (the link cell stays, so focus stays on it).
+function fillRow(tr, a) {
+  const sig = JSON.stringify([a.status, a.note, a.connectors.map((c) => [c.connector, c.status]),
+    a.transitions.length ? a.transitions[a.transitions.length - 1].at : 0]);
+  if (tr.dataset.sig === sig) return;
+  tr.dataset.sig = sig;
+  tr.dataset.status = a.status;
+  const last = a.transitions.length ? a.transitions[a.transitions.length - 1] : null;
+  tr.cells[2].replaceChildren(badge(a.status));
+  tr.cells[3].replaceChildren(...connectorCells(a));
+  tr.cells[4].replaceChildren(last ? h('span', {}, when(last.at), ' ',
+    h('span', { class: 'muted' }, `${last.connector}: ${last.from} → ${last.to}`)) : h('span', { class: 'muted' }, '—'));
+}
+
+function newRow(a) {
+  const tr = h('tr', { class: 'application', 'data-app': appKey(a), 'data-segment': a.segment,
+    'data-host': a.host, 'data-protocol': a.protocol, 'data-port': a.port },
+  h('td', {}, a.segment, h('br'), h('span', { class: 'muted' }, a.health_reporting.replace('_', ' '))),
+  h('td', {}, h('a', { href: appHref(a), class: 'app-link' }, appLabel(a))),
+  h('td', {}), h('td', {}), h('td', {}));
+  fillRow(tr, a);
+  return tr;
+}
+
+// Puts `apps` into the table, reusing rows by key and keeping focus.
+function renderRows(tbody, apps) {
+  const focused = document.activeElement;
+  const focusedRow = focused && focused.closest ? focused.closest('tr[data-app]') : null;
+  const existing = new Map([...tbody.querySelectorAll('tr[data-app]')].map((r) => [r.dataset.app, r]));
+  const rows = apps.map((a) => {
+    const r = existing.get(appKey(a));
+    if (r) { existing.delete(appKey(a)); fillRow(r, a); return r; }
+    return newRow(a);
+  });
+  for (const r of existing.values()) r.remove();
+  for (const e of [...tbody.children]) if (!e.dataset.app) e.remove();
+  rows.forEach((r, i) => { if (tbody.children[i] !== r) tbody.insertBefore(r, tbody.children[i] || null); });
+  if (!apps.length) tbody.append(h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No applications match.')));
+  if (focusedRow && focusedRow.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
+}
+
+function renderPager(nav, body, go) {
+  const prev = h('button', { type: 'button', disabled: body.page <= 1 }, '← Previous');
+  const next = h('button', { type: 'button', disabled: body.page >= body.pages }, 'Next →');
+  prev.addEventListener('click', () => go(body.page - 1));
+  next.addEventListener('click', () => go(body.page + 1));
+  nav.replaceChildren(prev, h('span', {}, `Page ${body.page} of ${body.pages}`), next);
+}
+
+function listPage() {
+  const form = document.getElementById('filters');
+  const tbody = document.querySelector('#applications tbody');
+  const fill = () => {
+    const p = listParams();
+    for (const f of LIST_FIELDS) {
+      const el = form.elements[f];
+      if (!el) continue;
+      const v = p.get(f) || (f === 'per_page' ? '50' : '');
+      if (el.tagName === 'SELECT' && v && ![...el.options].some((o) => o.value === v)) el.append(h('option', { value: v }, v));
+      el.value = v;
+    }
+    const sort = p.get('sort') || 'host';
+    const order = p.get('order') || 'asc';
+    for (const th of document.querySelectorAll('#applications th')) {
+      const b = th.querySelector('button[data-sort]');
+      th.setAttribute('aria-sort', b && b.dataset.sort === sort ? (order === 'desc' ? 'descending' : 'ascending') : 'none');
+    }
+  };
+  const load = async () => {
+    const p = listParams();
+    if (!p.get('per_page')) p.set('per_page', '50');
+    if (!p.get('page')) p.set('page', '1');
+    try {
+      const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
+      renderOverview(overview);
+      renderRows(tbody, body.applications);
+      const c = body.counts;
+      document.getElementById('summary').textContent =
+        `${body.total} application${body.total === 1 ? '' : 's'} match (down ${c.down}, unhealthy ${c.unhealthy}, unknown ${c.unknown}, up ${c.up}).`;
+      renderPager(document.getElementById('pager'), body, (page) => {
+        const q = listParams();
+        q.set('page', String(page));
+        setListParams(q);
+        load();
+      });
+    } catch (e) {
+      document.getElementById('summary').textContent = `Cannot load: ${e.message}`;
+    }
+  };
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const p = listParams();
+    for (const f of LIST_FIELDS) {
+      const v = (form.elements[f] && form.elements[f].value || '').trim();
+      if (v && !(f === 'per_page' && v === '50')) p.set(f, v); else p.delete(f);
+    }
+    p.delete('page');
+    setListParams(p);
+    load();
+  });
+  for (const b of document.querySelectorAll('#applications button[data-sort]')) {
+    b.addEventListener('click', () => {
+      const p = listParams();
+      const same = (p.get('sort') || 'host') === b.dataset.sort;
+      p.set('sort', b.dataset.sort);
+      p.set('order', same && (p.get('order') || 'asc') === 'asc' ? 'desc' : 'asc');
+      p.delete('page');
+      setListParams(p);
+      fill();
+      load();
+    });
+  }
+  window.addEventListener('popstate', () => { fill(); load(); });
+  // Keyboard: "/" searches, j/k move between rows, Enter opens (a link).
+  document.addEventListener('keydown', (ev) => {
+    if (ev.target.closest && ev.target.closest('input, select, textarea')) return;
+    if (ev.key === '/') { ev.preventDefault(); form.elements.q.focus(); return; }
+    if (ev.key !== 'j' && ev.key !== 'k') return;
+    const links = [...tbody.querySelectorAll('a.app-link')];
+    if (!links.length) return;
+    const i = links.indexOf(document.activeElement);
+    const j = i < 0 ? 0 : Math.max(0, Math.min(links.length - 1, i + (ev.key === 'j' ? 1 : -1)));
+    links[j].focus();
+    ev.preventDefault();
+  });
+  fill();
+  load();
+  live(load);
+}
+
+// ---- One application (/app) ------------------------------------------------
+
+function historyRow(e, fresh) {
+  return h('tr', { class: fresh ? 'event new' : 'event', 'data-to': e.to, 'data-connector': e.connector },
+    h('td', {}, when(e.at)),
+    h('td', {}, e.connector),
+    h('td', {}, badge(e.from), ' → ', badge(e.to)),
+    h('td', {}, e.cause.replace(/_/g, ' ')));
+}
+
+function appPage() {
+  const q = new URLSearchParams(location.search);
+  const key = { segment: q.get('segment') || '', host: q.get('host') || '', protocol: q.get('protocol') || 'tcp', port: q.get('port') || '0' };
+  const appParam = `${key.segment}/${key.host}/${key.protocol}/${key.port}`;
+  let historyPage = 1;
+  const loadApp = async () => {
+    const box = document.getElementById('app');
+    const tbody = document.querySelector('#app-connectors tbody');
+    try {
+      const { application: a } = await getJSON(`/api/v1/application?${new URLSearchParams(key)}`);
+      document.title = `reach — ${appLabel(a)}`;
+      box.replaceChildren(
+        h('h2', { 'data-app': appKey(a) }, appLabel(a), ' ', badge(a.status)),
+        h('p', { class: 'muted' }, `segment ${a.segment} · ${a.health_reporting.replace('_', ' ')}`,
+          a.note ? ` · ${NOTE_LABEL[a.note] || a.note}` : ''));
+      tbody.replaceChildren(...a.connectors.map((c) => h('tr', { 'data-connector': c.connector, 'data-status': c.status },
+        h('td', {}, c.connector, h('br'), h('span', { class: 'muted' }, c.group)),
+        h('td', {}, badge(c.status), c.unknown_cause ? h('div', { class: 'muted' }, c.unknown_cause.replace(/_/g, ' ')) : ''),
+        h('td', {}, c.dns_error ? h('div', { class: 'error' }, `DNS: ${c.dns_error}`) : '',
+          c.addresses.length ? h('ul', { class: 'addresses' }, c.addresses.map((ad) =>
+            h('li', { class: 'address', 'data-address': ad.address, 'data-status': ad.status, 'data-method': ad.method },
+              `${ad.address} · ${ad.method}`,
+              ad.rtt_ms !== null ? ` · ${ad.rtt_ms.toFixed(2)} ms` : '',
+              ad.error ? h('span', { class: 'error' }, ` · ${ad.error}`) : ''))) : h('span', { class: 'muted' }, '—')),
+        h('td', {}, age(c.checked_age_ms)),
+        h('td', {}, when(c.reported_at)))));
+      if (!a.connectors.length) tbody.append(h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No connector results.')));
+    } catch (e) {
+      box.replaceChildren(h('p', { class: 'error' }, `Cannot load: ${e.message}`));
+    }
+  };
+  const loadHistory = async () => {
+    const tbody = document.querySelector('#history tbody');
+    try {
+      const body = await getJSON(`/api/v1/events?${new URLSearchParams({ app: appParam, page: String(historyPage), per_page: '50' })}`);
+      tbody.replaceChildren(...body.events.map((e) => historyRow(e, false)));
+      if (!body.events.length) tbody.append(h('tr', { class: 'empty' }, h('td', { colSpan: 4, class: 'muted' }, 'No status change recorded.')));
+      renderPager(document.getElementById('history-pager'), body, (p) => { historyPage = p; loadHistory(); });
+    } catch (e) {
+      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 4, class: 'error' }, `Cannot load: ${e.message}`)));
+    }
+  };
+  loadApp();
+  loadHistory();
+  live(loadApp, (t) => {
+    if (t.segment !== key.segment || t.host !== key.host || t.protocol !== key.protocol || String(t.port) !== key.port) return;
+    if (historyPage !== 1) return;
+    const tbody = document.querySelector('#history tbody');
+    for (const e of tbody.querySelectorAll('tr.empty')) e.remove();
+    tbody.prepend(historyRow(t, true));
+  });
+}
+
+// ---- Connectors (/connectors) ----------------------------------------------
+
+// A load bar (CSSOM width: allowed by the CSP, unlike a style attribute).
+function bar(ratio, over) {
+  const fill = h('span', {});
+  fill.style.width = `${Math.round(ratio * 100)}%`;
+  return h('span', { class: over ? 'bar over' : 'bar', role: 'img', 'aria-label': `${Math.round(ratio * 100)}% of budget` }, fill);
+}
+
+function connectorsPage() {
+  const q = new URLSearchParams(location.search);
+  const load = async () => {
+    const tbody = document.querySelector('#connectors tbody');
+    try {
+      const body = await getJSON('/api/v1/connectors');
+      const budget = body.check_budget;
+      let list = body.connectors;
+      const total = list.length;
+      const over = list.filter((c) => c.over_budget).length;
+      const connected = list.filter((c) => c.connected).length;
+      document.getElementById('connector-overview').replaceChildren(h('div', { class: 'card' },
+        h('div', { class: 'counts' },
+          countLink('All', 'unknown', total, '/connectors'),
+          countLink('Connected', 'up', connected, '/connectors?state=connected'),
+          countLink('Disconnected', 'down', total - connected, '/connectors?state=disconnected'),
+          countLink('Over budget', 'unhealthy', over, '/connectors?over_budget=1'))));
+      if (q.get('state') === 'connected') list = list.filter((c) => c.connected);
+      if (q.get('state') === 'disconnected') list = list.filter((c) => !c.connected);
+      if (q.get('over_budget')) list = list.filter((c) => c.over_budget);
+      // Over budget first: they need attention.
+      list.sort((x, y) => (y.over_budget - x.over_budget) || x.name.localeCompare(y.name, undefined, { numeric: true }));
+      const now = Date.now();
+      tbody.replaceChildren(...list.map((c) => {
+        const ratio = budget ? Math.min(1, c.checks_per_cycle / budget) : 0;
+        const expires = c.certificate_not_after;
+        const soon = expires && expires - now < 14 * 86400000;
+        return h('tr', { class: c.over_budget ? 'connector over-budget' : 'connector', 'data-connector': c.name,
+          'data-connected': String(c.connected), 'data-over-budget': String(c.over_budget) },
+        h('td', {}, c.name, c.disabled ? h('span', { class: 'muted' }, ' (disabled)') : ''),
+        h('td', {}, c.group),
+        h('td', {}, badge(c.connected ? 'up' : 'down'), ' ', c.connected ? 'connected since ' : 'disconnected; last seen ',
+          when(c.connected ? c.connected_since : c.last_seen)),
+        h('td', {}, c.version || h('span', { class: 'muted', title: 'shown to administrators' }, '—')),
+        h('td', {}, `${c.checks_per_cycle} of ${budget} checks per cycle, ${c.cycle_seconds.toFixed(1)} s cycle`,
+          bar(ratio, c.over_budget),
+          c.over_budget ? h('div', { class: 'over-budget-warning', role: 'alert' }, `⚠ over budget: ${c.checks_per_cycle} checks per cycle exceed ${budget}`) : ''),
+        h('td', {}, c.load ? `${c.load.checks_per_second.toFixed(1)} of ${c.load.rate_limit} checks/s, queue ${c.load.queue_depth}` : h('span', { class: 'muted' }, '—')),
+        h('td', { class: soon ? 'expiring' : '' }, expires ? when(expires) : h('span', { class: 'muted' }, '—')));
+      }));
+      if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted' }, 'No connector.')));
+    } catch (e) {
+      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 7, class: 'error' }, `Cannot load: ${e.message}`)));
+    }
+  };
+  load();
+  live(load);
+  // Load figures change without status transitions.
+  setInterval(load, 10000);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  const page = document.body.dataset.page;
+  if (page === 'list') listPage();
+  else if (page === 'app') appPage();
+  else if (page === 'connectors') connectorsPage();
+});

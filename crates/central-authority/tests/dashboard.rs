@@ -1,0 +1,422 @@
+//! The Health dashboard's API (issue 15): the listing's filters, natural
+//! sort, paging and counts; on-access and `none` applications listed with
+//! their note; the status history (stored, paged, filtered) and its live
+//! streams (server-sent events and gRPC `WatchHealth`); the pages' strict
+//! Content-Security-Policy. Over real TLS against a CA on 127.0.0.1:0.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use protocol::v1;
+
+/// A segment of five hosts whose text order differs from their natural one.
+const FARM: &str = r#"
+[[segments]]
+name = "farm"
+applications = ["web10.test.reach", "10.0.0.10", "web2.test.reach", "10.0.0.2", "10.0.0.1"]
+tcp_ports = ["80"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["dc-east"]
+"#;
+
+fn hosts(v: &serde_json::Value) -> Vec<String> {
+    v["applications"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x["host"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn list(http: &Http, query: &str) -> serde_json::Value {
+    let (s, v) = http
+        .get_json(&format!("/api/v1/health?{query}"), Some(READ_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{query}: {v}");
+    v
+}
+
+#[tokio::test]
+async fn health_listing_filters_sorts_and_pages() {
+    let ca = Ca::start(&config_text("", "", FARM)).await;
+    let http = ca.web();
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    east.report(
+        vec![
+            app("farm", "10.0.0.1", 80, &["10.0.0.1"], &[]),
+            app("farm", "10.0.0.2", 80, &[], &["10.0.0.2"]),
+            app("farm", "10.0.0.10", 80, &[], &["10.0.0.10"]),
+            app(
+                "farm",
+                "web2.test.reach",
+                80,
+                &["127.0.0.5"],
+                &["127.0.0.6"],
+            ),
+        ],
+        true,
+    )
+    .await;
+    eventually("farm reported", || async {
+        list(&http, "segment=farm&status=down").await["total"] == 2
+    })
+    .await;
+
+    // Natural order: addresses numerically, then names with numbers.
+    let v = list(&http, "segment=farm").await;
+    assert_eq!(
+        hosts(&v),
+        [
+            "10.0.0.1",
+            "10.0.0.2",
+            "10.0.0.10",
+            "web2.test.reach",
+            "web10.test.reach"
+        ]
+    );
+    assert_eq!(v["total"], 5);
+    assert_eq!(
+        v["counts"],
+        serde_json::json!({"up": 1, "unhealthy": 1, "down": 2, "unknown": 1})
+    );
+    let v = list(&http, "segment=farm&order=desc").await;
+    assert_eq!(hosts(&v)[0], "web10.test.reach");
+
+    // Paging: totals stay, one page of rows.
+    let v = list(&http, "segment=farm&per_page=2&page=2").await;
+    assert_eq!(hosts(&v), ["10.0.0.10", "web2.test.reach"]);
+    assert_eq!(
+        (&v["total"], &v["page"], &v["per_page"], &v["pages"]),
+        (
+            &serde_json::json!(5),
+            &serde_json::json!(2),
+            &serde_json::json!(2),
+            &serde_json::json!(3)
+        )
+    );
+    let v = list(&http, "segment=farm&per_page=2&page=9").await;
+    assert!(hosts(&v).is_empty(), "{v}");
+
+    // Status filter (one or several); counts are before it.
+    let v = list(&http, "segment=farm&status=down").await;
+    assert_eq!(hosts(&v), ["10.0.0.2", "10.0.0.10"]);
+    assert_eq!(v["counts"]["up"], 1, "counts ignore the status filter");
+    let v = list(&http, "segment=farm&status=down,unhealthy&sort=status").await;
+    assert_eq!(hosts(&v), ["10.0.0.2", "10.0.0.10", "web2.test.reach"]);
+
+    // Search, connector, group, mode.
+    assert_eq!(
+        hosts(&list(&http, "q=WEB1").await),
+        ["web10.test.reach"],
+        "search is a case-insensitive substring of the host"
+    );
+    let v = list(&http, "connector=east-1&segment=farm").await;
+    assert_eq!(v["total"], 5);
+    assert_eq!(list(&http, "connector=nobody").await["total"], 0);
+    assert_eq!(list(&http, "group=dc-west&segment=farm").await["total"], 0);
+    let v = list(&http, "mode=none").await;
+    assert_eq!(hosts(&v), ["legacy.test.reach"]);
+    assert_eq!(v["applications"][0]["note"], "not_checked");
+    assert_eq!(v["applications"][0]["status"], "unknown");
+
+    // On-access: nobody accessed the lab, its wildcard entry is one row.
+    let v = list(&http, "mode=on_access").await;
+    assert_eq!(hosts(&v), ["*.lab.test.reach"], "{v}");
+    assert_eq!(v["applications"][0]["note"], "checked_on_access");
+    assert_eq!(v["applications"][0]["port"], 0);
+    assert_eq!(v["applications"][0]["ports"], "tcp 8000-8100");
+
+    // Without paging parameters every row, as before (plus the new fields).
+    let v = list(&http, "").await;
+    assert_eq!(v["total"], v["applications"].as_array().map_or(0, Vec::len));
+    assert!(
+        !v.to_string().contains("payroll"),
+        "hidden application listed"
+    );
+
+    // Bad input is named.
+    for (q, field) in [
+        ("status=sideways", "status"),
+        ("per_page=5000", "per_page"),
+        ("page=0", "page"),
+        ("sort=colour", "sort"),
+        ("order=up", "order"),
+        ("mode=sometimes", "mode"),
+    ] {
+        let (s, v) = http
+            .get_json(&format!("/api/v1/health?{q}"), Some(READ_TOKEN))
+            .await;
+        assert_eq!(s, 400, "{q}: {v}");
+        let m = v["error"]["message"].as_str().unwrap_or("");
+        assert!(m.contains(&format!("{field}:")), "{q}: {m}");
+    }
+    // Reads need the read scope.
+    assert_eq!(http.get_json("/api/v1/health?page=1", None).await.0, 401);
+    assert_eq!(http.get_json("/api/v1/overview", None).await.0, 401);
+    assert_eq!(http.get_json("/api/v1/events", None).await.0, 401);
+    assert_eq!(http.open("/api/v1/health/stream", None).await.0, 401);
+    let (s, v) = http
+        .get_json("/api/v1/health?page=1", Some(ACCESS_TOKEN))
+        .await;
+    assert_eq!((s, v["error"]["reason"].as_str()), (403, Some("forbidden")));
+
+    // The overview counts every visible application and the connectors.
+    let (_, o) = http.get_json("/api/v1/overview", Some(READ_TOKEN)).await;
+    assert_eq!(o["connectors"]["connected"], 1, "{o}");
+    assert_eq!(o["applications"]["down"], 2, "{o}");
+    assert_eq!(o["applications_total"], list(&http, "").await["total"]);
+    ca.stop().await;
+}
+
+/// The events of `query`, newest first, as `(connector, from, to, cause)`.
+async fn events(http: &Http, query: &str) -> (u16, serde_json::Value) {
+    http.get_json(&format!("/api/v1/events?{query}"), Some(READ_TOKEN))
+        .await
+}
+
+fn changes(v: &serde_json::Value) -> Vec<(String, String, String, String)> {
+    v["events"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+                    (s("connector"), s("from"), s("to"), s("cause"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn change(c: &str, from: &str, to: &str, cause: &str) -> (String, String, String, String) {
+    (c.into(), from.into(), to.into(), cause.into())
+}
+
+#[tokio::test]
+async fn status_history_is_stored_paged_and_streamed() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    let mut watch = v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let mut req = tonic::Request::new(v1::WatchHealthRequest {
+        segment: "jira".into(),
+        connector: String::new(),
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("ascii"),
+    );
+    let mut watched = watch.watch_health(req).await.expect("watch").into_inner();
+    let (status, headers, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream")),
+        "{headers:?}"
+    );
+    assert!(
+        sse.read_until("event: hello", Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let jira = || app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[]);
+    let payroll = app("payroll", "payroll.test.reach", 443, &["127.0.0.51"], &[]);
+    east.report(vec![jira(), payroll.clone()], true).await;
+    let down = app("jira", "jira.test.reach", 80, &[], &["127.0.0.21"]);
+    east.report(vec![down, payroll], true).await;
+
+    // Live: both streams carry the transitions as they happen.
+    let text = sse
+        .read_until(r#""to":"down""#, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("no down transition streamed: {}", sse.text()));
+    assert!(text.contains("event: transition"), "{text}");
+    assert!(
+        text.contains(r#""host":"jira.test.reach""#) && !text.contains("payroll"),
+        "{text}"
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let t = tokio::time::timeout(Duration::from_secs(10), watched.message())
+            .await
+            .expect("WatchHealth in time")
+            .expect("stream")
+            .expect("open");
+        let app = t.app.clone().unwrap_or_default();
+        assert_eq!(app.segment, "jira", "{t:?}");
+        if app.host == "jira.test.reach" {
+            seen.push((t.from, t.to, t.cause.clone()));
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            (
+                v1::HealthStatus::Unknown as i32,
+                v1::HealthStatus::Up as i32,
+                "report".to_owned()
+            ),
+            (
+                v1::HealthStatus::Up as i32,
+                v1::HealthStatus::Down as i32,
+                "report".to_owned()
+            ),
+        ]
+    );
+
+    // Stored: newest first, filtered by application and connector, paged.
+    let app_q = "app=jira/jira.test.reach/tcp/80";
+    eventually("history stored", || async {
+        events(&http, app_q).await.1["total"] == 2
+    })
+    .await;
+    let (_, v) = events(&http, app_q).await;
+    assert_eq!(
+        changes(&v),
+        [
+            change("east-1", "up", "down", "report"),
+            change("east-1", "unknown", "up", "report"),
+        ]
+    );
+    let (_, v) = events(&http, &format!("{app_q}&per_page=1&page=2")).await;
+    assert_eq!(changes(&v), [change("east-1", "unknown", "up", "report")]);
+    assert_eq!((&v["total"], &v["pages"]), (&2.into(), &2.into()));
+    let (_, v) = events(
+        &http,
+        "segment=jira&host=JIRA.test.reach&protocol=tcp&port=80&connector=east-1",
+    )
+    .await;
+    assert_eq!(v["total"], 2, "{v}");
+    let (_, v) = events(&http, &format!("{app_q}&connector=west-1")).await;
+    assert_eq!(v["total"], 0);
+    let (_, all) = events(&http, app_q).await;
+    let newest = all["events"][0]["at"].as_i64().unwrap_or(0);
+    let (_, v) = events(&http, &format!("{app_q}&since={}", newest + 1)).await;
+    assert_eq!(v["total"], 0, "since is inclusive of later events only");
+    let (_, v) = events(&http, &format!("{app_q}&until={}", newest + 1)).await;
+    assert_eq!(v["total"], 2);
+    let (_, v) = events(&http, &format!("{app_q}&since=2000-01-01T00:00:00Z")).await;
+    assert_eq!(v["total"], 2, "RFC 3339 times are accepted");
+    // Hidden applications have no visible history.
+    let (_, v) = events(&http, "segment=payroll").await;
+    assert_eq!(v["total"], 0, "{v}");
+    let (_, v) = events(&http, "").await;
+    assert!(!v.to_string().contains("payroll"), "{v}");
+
+    // Disconnecting turns the status Unknown, with its cause.
+    drop(east);
+    eventually("disconnect recorded", || async {
+        changes(&events(&http, app_q).await.1).first()
+            == Some(&change("east-1", "down", "unknown", "disconnected"))
+    })
+    .await;
+
+    for (q, field) in [
+        ("since=yesterday", "since"),
+        ("until=2000-13-01T00:00:00Z", "until"),
+        ("app=jira", "app"),
+        ("port=70000", "port"),
+        ("protocol=sctp", "protocol"),
+        ("per_page=0", "per_page"),
+        ("page=0", "page"),
+    ] {
+        let (s, v) = events(&http, q).await;
+        assert_eq!(s, 400, "{q}: {v}");
+        let m = v["error"]["message"].as_str().unwrap_or("");
+        assert!(m.contains(&format!("{field}:")), "{q}: {m}");
+    }
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn application_detail_is_one_row_of_the_listing() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    east.report(
+        vec![app(
+            "jira",
+            "jira.test.reach",
+            80,
+            &["127.0.0.21"],
+            &["127.0.0.22"],
+        )],
+        true,
+    )
+    .await;
+    let path = "/api/v1/application?segment=jira&host=jira.test.reach&protocol=tcp&port=80";
+    eventually("unhealthy", || async {
+        http.get_json(path, Some(READ_TOKEN)).await.1["application"]["status"] == "unhealthy"
+    })
+    .await;
+    let (_, v) = http.get_json(path, Some(READ_TOKEN)).await;
+    let c = &v["application"]["connectors"][0];
+    assert_eq!(c["connector"], "east-1");
+    assert_eq!(c["addresses"][1]["error"], "refused: connection refused");
+    assert!(c["checked_age_ms"].is_u64(), "{c}");
+    let (s, v) = http
+        .get_json(
+            "/api/v1/application?segment=jira&host=nowhere.test.reach&protocol=tcp&port=80",
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!((s, v["error"]["reason"].as_str()), (404, Some("not_found")));
+    let (s, v) = http
+        .get_json("/api/v1/application?segment=jira", Some(READ_TOKEN))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("host:")),
+        "{v}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn dashboard_pages_are_served_under_a_strict_csp() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    for (path, kind) in [
+        ("/", "text/html"),
+        (
+            "/app?segment=jira&host=jira.test.reach&protocol=tcp&port=80",
+            "text/html",
+        ),
+        ("/connectors", "text/html"),
+        ("/assets/dashboard.js", "text/javascript"),
+        ("/assets/dashboard.css", "text/css"),
+    ] {
+        let (s, headers, _) = http.open(path, Some(READ_TOKEN)).await;
+        assert_eq!(s, 200, "{path}");
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        let csp = header("content-security-policy");
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+    }
+    let (_, html) = http
+        .send("GET", "/connectors", Some(READ_TOKEN), None)
+        .await;
+    assert!(html.contains(r#"data-page="connectors""#));
+    assert!(!html.contains("<script>") && !html.contains("<style"));
+    // Pages need the read scope like the API.
+    assert_eq!(http.send("GET", "/app", None, None).await.0, 401);
+    ca.stop().await;
+}
