@@ -577,34 +577,24 @@ impl Store {
     }
 
     /// Appends status transitions to the history, in one transaction.
-    /// PostgreSQL does not keep the history yet: there it is dropped.
     pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.record_events(events),
-            Backend::Postgres(_) => Ok(()),
-        }
+        each!(self, s => s.record_events(events))
     }
 
     /// One page of the history matching `f`, newest first, and how many
-    /// match in all (PostgreSQL: none yet).
+    /// match in all.
     pub fn events(
         &self,
         f: &EventFilter,
         limit: u32,
         offset: u64,
     ) -> Result<(Vec<EventRecord>, u64), StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.events(f, limit, offset),
-            Backend::Postgres(_) => Ok((Vec::new(), 0)),
-        }
+        each!(self, s => s.events(f, limit, offset))
     }
 
     /// Deletes the history from before `before_ms`; returns how many went.
     pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.prune_events(before_ms),
-            Backend::Postgres(_) => Ok(0),
-        }
+        each!(self, s => s.prune_events(before_ms))
     }
 
     /// Records replica `r`'s heartbeat and forgets replicas whose last
@@ -945,6 +935,60 @@ mod suite {
         b.remove_replica("r2").expect("db");
         assert!(a.replicas().expect("db").is_empty());
     }
+
+    fn event(at_ms: i64, host: &str, connector: &str, to: &str) -> EventRecord {
+        EventRecord {
+            at_ms,
+            segment: "s".into(),
+            host: host.into(),
+            protocol: "tcp".into(),
+            port: 80,
+            connector: connector.into(),
+            from: "unknown".into(),
+            to: to.into(),
+            cause: "report".into(),
+        }
+    }
+
+    pub(super) fn history_is_filtered_paged_and_pruned(s: &Store) {
+        s.record_events(&[
+            event(1_000, "a.test", "c1", "up"),
+            event(2_000, "a.test", "c2", "down"),
+            event(3_000, "b.test", "c1", "down"),
+            event(4_000, "a.test", "c1", "down"),
+        ])
+        .expect("recorded");
+        let a = EventFilter {
+            host: Some("a.test".into()),
+            ..Default::default()
+        };
+        let (page, total) = s.events(&a, 2, 0).expect("read");
+        assert_eq!(total, 3);
+        assert_eq!(
+            page.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+            [4_000, 2_000],
+            "newest first"
+        );
+        let (page, _) = s.events(&a, 2, 2).expect("read");
+        assert_eq!(page.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [1_000]);
+        let window = EventFilter {
+            connector: Some("c1".into()),
+            since_ms: Some(1_000),
+            until_ms: Some(4_000),
+            ..Default::default()
+        };
+        let (page, total) = s.events(&window, 10, 0).expect("read");
+        assert_eq!(total, 2, "since inclusive, until exclusive: {page:?}");
+        let hidden = EventFilter {
+            hidden_segments: vec!["s".into()],
+            ..Default::default()
+        };
+        assert_eq!(s.events(&hidden, 10, 0).expect("read").1, 0);
+        assert_eq!(s.prune_events(3_000).expect("pruned"), 2);
+        let (page, total) = s.events(&EventFilter::default(), 10, 0).expect("read");
+        assert_eq!(total, 2);
+        assert!(page.iter().all(|e| e.at_ms >= 3_000));
+    }
 }
 
 #[cfg(test)]
@@ -993,6 +1037,11 @@ macro_rules! suite {
             fn concurrent_enrollments_use_a_key_once() {
                 let (a, b) = $pair();
                 super::suite::concurrent_enrollments_use_a_key_once(&a, &b);
+            }
+
+            #[test]
+            fn history_is_filtered_paged_and_pruned() {
+                super::suite::history_is_filtered_paged_and_pruned(&$open());
             }
 
             #[test]

@@ -31,8 +31,8 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, KeyUsage, NewCertificate,
-    RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, KeyUsage,
+    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
 };
 use crate::auth::Secret;
 
@@ -42,7 +42,8 @@ const CHANNEL: &str = "reach_trust";
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 /// (The same tables as SQLite's, in PostgreSQL's types; `seq` orders
 /// certificates issued in the same millisecond, as SQLite's rowid does.)
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE connectors (
     name        TEXT PRIMARY KEY,
     grp         TEXT NOT NULL,
@@ -87,7 +88,24 @@ CREATE TABLE replicas (
     heartbeat_ms BIGINT NOT NULL,
     policy_hash  TEXT NOT NULL
 );
-"#];
+"#,
+    r#"
+CREATE TABLE health_events (
+    seq         BIGSERIAL PRIMARY KEY,
+    at_ms       BIGINT NOT NULL,
+    segment     TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    port        BIGINT NOT NULL,
+    connector   TEXT NOT NULL,
+    from_status TEXT NOT NULL,
+    to_status   TEXT NOT NULL,
+    cause       TEXT NOT NULL
+);
+CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
+CREATE INDEX health_events_by_time ON health_events(at_ms);
+"#,
+];
 
 /// How often a transaction is tried before its serialization failure is
 /// returned.
@@ -588,6 +606,132 @@ impl PgStore {
                 .query_opt("SELECT disabled FROM connectors WHERE name = $1", &[&name])
                 .await?;
             Ok(row.is_some_and(|r| r.get(0)))
+        })
+    }
+
+    pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.block(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let stmt = tx
+                .prepare(
+                    "INSERT INTO health_events
+                     (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .await?;
+            for e in events {
+                tx.execute(
+                    &stmt,
+                    &[
+                        &e.at_ms,
+                        &e.segment,
+                        &e.host,
+                        &e.protocol,
+                        &e.port,
+                        &e.connector,
+                        &e.from,
+                        &e.to,
+                        &e.cause,
+                    ],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<EventRecord>, u64), StoreError> {
+        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+        let mut clauses: Vec<String> = Vec::new();
+        let mut values: Vec<Param> = Vec::new();
+        let mut cond = |column: &str, v: Param, op: &str| {
+            values.push(v);
+            clauses.push(format!("{column} {op} ${}", values.len()));
+        };
+        if let Some(v) = &f.segment {
+            cond("segment", Box::new(v.clone()), "=");
+        }
+        if let Some(v) = &f.host {
+            cond("host", Box::new(v.clone()), "=");
+        }
+        if let Some(v) = &f.protocol {
+            cond("protocol", Box::new(v.clone()), "=");
+        }
+        if let Some(v) = f.port {
+            cond("port", Box::new(v), "=");
+        }
+        if let Some(v) = &f.connector {
+            cond("connector", Box::new(v.clone()), "=");
+        }
+        if let Some(v) = f.since_ms {
+            cond("at_ms", Box::new(v), ">=");
+        }
+        if let Some(v) = f.until_ms {
+            cond("at_ms", Box::new(v), "<");
+        }
+        for hidden in &f.hidden_segments {
+            cond("segment", Box::new(hidden.clone()), "<>");
+        }
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        self.block(async {
+            let client = self.client().await?;
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+                .iter()
+                .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            let total: i64 = client
+                .query_one(&format!("SELECT COUNT(*) FROM health_events{filter}"), &params)
+                .await?
+                .get(0);
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+                         FROM health_events{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+                    ),
+                    &params,
+                )
+                .await?;
+            let events = rows
+                .iter()
+                .map(|r| EventRecord {
+                    at_ms: r.get(0),
+                    segment: r.get(1),
+                    host: r.get(2),
+                    protocol: r.get(3),
+                    port: r.get(4),
+                    connector: r.get(5),
+                    from: r.get(6),
+                    to: r.get(7),
+                    cause: r.get(8),
+                })
+                .collect();
+            Ok((events, u64::try_from(total).unwrap_or(0)))
+        })
+    }
+
+    pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let n = client
+                .execute("DELETE FROM health_events WHERE at_ms < $1", &[&before_ms])
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
     }
 

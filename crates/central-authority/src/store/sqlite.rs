@@ -789,62 +789,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    fn event(at_ms: i64, host: &str, connector: &str, to: &str) -> EventRecord {
-        EventRecord {
-            at_ms,
-            segment: "s".into(),
-            host: host.into(),
-            protocol: "tcp".into(),
-            port: 80,
-            connector: connector.into(),
-            from: "unknown".into(),
-            to: to.into(),
-            cause: "report".into(),
-        }
-    }
-
-    #[test]
-    fn history_is_filtered_paged_and_pruned() {
-        let s = SqliteStore::in_memory().expect("db");
-        s.record_events(&[
-            event(1_000, "a.test", "c1", "up"),
-            event(2_000, "a.test", "c2", "down"),
-            event(3_000, "b.test", "c1", "down"),
-            event(4_000, "a.test", "c1", "down"),
-        ])
-        .expect("recorded");
-        let a = EventFilter {
-            host: Some("a.test".into()),
-            ..Default::default()
-        };
-        let (page, total) = s.events(&a, 2, 0).expect("read");
-        assert_eq!(total, 3);
-        assert_eq!(
-            page.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
-            [4_000, 2_000],
-            "newest first"
-        );
-        let (page, _) = s.events(&a, 2, 2).expect("read");
-        assert_eq!(page.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [1_000]);
-        let window = EventFilter {
-            connector: Some("c1".into()),
-            since_ms: Some(1_000),
-            until_ms: Some(4_000),
-            ..Default::default()
-        };
-        let (page, total) = s.events(&window, 10, 0).expect("read");
-        assert_eq!(total, 2, "since inclusive, until exclusive: {page:?}");
-        let hidden = EventFilter {
-            hidden_segments: vec!["s".into()],
-            ..Default::default()
-        };
-        assert_eq!(s.events(&hidden, 10, 0).expect("read").1, 0);
-        assert_eq!(s.prune_events(3_000).expect("pruned"), 2);
-        let (page, total) = s.events(&EventFilter::default(), 10, 0).expect("read");
-        assert_eq!(total, 2);
-        assert!(page.iter().all(|e| e.at_ms >= 3_000));
-    }
-
     #[test]
     fn state_survives_reopening_and_migrations_are_idempotent() {
         let dir = std::env::temp_dir().join(format!("reach-store-{}", std::process::id()));
