@@ -224,6 +224,11 @@ impl Authority {
         if scope == Scope::Read && anonymous_read {
             return Ok(());
         }
+        // No token guesses nothing: it is answered 401 (authenticate) even
+        // from a throttled source, which learns nothing from it.
+        if header.is_none() {
+            return Err(AuthError::MissingToken);
+        }
         self.admit(Guarded::Token, source)
             .map_err(|_| AuthError::Throttled)?;
         let result = authorize(&state.config.tokens, anonymous_read, header, scope);

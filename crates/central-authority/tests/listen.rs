@@ -296,6 +296,12 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
         .await,
         Some(429)
     );
+    // Without any token it is told to authenticate: no token guesses
+    // nothing, so there is nothing to throttle.
+    assert_eq!(
+        request_from(HOSTILE, &ca, "GET", "/api/v1/health", None, None).await,
+        Some(401)
+    );
     assert!(throttled(&ca, "token", "source") > 0);
     assert_eq!(throttled(&ca, "token", "global"), 0);
 
