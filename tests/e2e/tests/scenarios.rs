@@ -1903,3 +1903,92 @@ async fn s16_overload() -> Result<()> {
     })
     .await
 }
+
+/// 17. Issue 16 with real processes. `dns_resolution` per connector group:
+/// one dual-stack name (A → a closed 127.x address, AAAA → ::1 where the
+/// application listens) served by three groups whose connectors ask only A,
+/// only AAAA, or both: Down, Up and Unhealthy. Flap damping: with
+/// `fall = 3` a stopped server's first failed rounds are reported with the
+/// address down while the application stays Up, and only then does it turn
+/// Down (with `fall = 1` the status follows every round).
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s17_dns_resolution_and_damping() -> Result<()> {
+    let sc = Scenario::new("s17_dns_damping", 47)?;
+    sc.run(LIMIT, |sc| async move {
+        // ::1 is shared by every scenario: a port of this scenario's own.
+        let port = 14_747;
+        let _v6 = TcpApp::start((std::net::Ipv6Addr::LOCALHOST, port).into()).await?;
+        let closed = sc.ip(1, 1);
+        let _dns = DnsServer::start(
+            sc.dns(),
+            "reach.test",
+            &[
+                ("dual.reach.test", closed),
+                ("dual.reach.test", "::1".parse()?),
+            ],
+        )
+        .await?;
+        let damped_ip = sc.ip(1, 2);
+        let mut damped = TcpApp::start((damped_ip, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["v4", "v6", "both"], "", "healthy");
+        cfg = cfg.replace(
+            "name = \"v4\"\n",
+            "name = \"v4\"\ndns_resolution = \"ipv4\"\n",
+        );
+        cfg = cfg.replace(
+            "name = \"v6\"\n",
+            "name = \"v6\"\ndns_resolution = \"ipv6\"\n",
+        );
+        cfg += &Segment::new("dual")
+            .apps(["dual.reach.test"])
+            .tcp([port.to_string()])
+            .interval_ms(500)
+            .groups(["v4", "v6", "both"])
+            .toml();
+        cfg += &Segment::new("damped")
+            .apps([damped_ip])
+            .tcp(["8080"])
+            .interval_ms(1000)
+            .extra("fall = 3")
+            .groups(["both"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c4 = Connector::start(&sc, &ca, "c4", "v4", &[])?;
+        let _c6 = Connector::start(&sc, &ca, "c6", "v6", &[])?;
+        let _cb = Connector::start(&sc, &ca, "cb", "both", &[])?;
+        let dual = App::new("dual", "dual.reach.test", "tcp", port);
+        let limit = Duration::from_secs(20);
+        wait_status(&ca, &dual, "c4", "down", limit).await?;
+        wait_status(&ca, &dual, "c6", "up", limit).await?;
+        wait_status(&ca, &dual, "cb", "unhealthy", limit).await?;
+
+        let app = App::new("damped", &damped_ip.to_string(), "tcp", 8080);
+        wait_status(&ca, &app, "cb", "up", limit).await?;
+        damped.stop();
+        // The damped state: a report whose address failed while the status
+        // is still up (needs two more failed rounds to turn down).
+        let damped_seen = retry(limit, || async {
+            let health = ca.get("/api/v1/health").await?;
+            let row = find_app(&health, &app).context("damped app listed")?;
+            let c = row["connectors"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["connector"] == "cb"))
+                .cloned()
+                .context("cb's entry")?;
+            let address_down = c["addresses"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["status"] == "down"));
+            ensure!(address_down, "no failed round reported yet: {c}");
+            Ok(c["status"] == "up")
+        })
+        .await?;
+        ensure!(
+            damped_seen,
+            "the first failed round turned the application down at once (fall = 3 ignored)"
+        );
+        wait_status(&ca, &app, "cb", "down", limit).await?;
+        Ok(())
+    })
+    .await
+}
