@@ -74,9 +74,11 @@ function appLabel(a) {
   return a.port ? `${a.host}:${a.port}/${a.protocol}` : `${a.host} (${a.ports || a.protocol})`;
 }
 
-// Calls `refresh` (debounced) on every change the CA streams, and after a
-// reconnect (changes in between were not seen).
-function live(onChange, onTransition) {
+// Calls `onChange` (debounced) on every change the CA streams, and each
+// time the stream opens, the first time too: changes made between the
+// page's first fetch and the stream's opening (or while it reconnected)
+// are not in it. `onOpen` re-reads what `onChange` does not.
+function live(onChange, onTransition, onOpen) {
   const indicator = document.getElementById('live');
   const set = (state, text) => {
     if (!indicator) return;
@@ -89,11 +91,10 @@ function live(onChange, onTransition) {
     timer = setTimeout(() => { timer = null; onChange(); }, 250);
   };
   const source = new EventSource('/api/v1/health/stream');
-  let opened = false;
   source.addEventListener('hello', () => {
     set('live', 'live');
-    if (opened) schedule();
-    opened = true;
+    schedule();
+    if (onOpen) onOpen();
   });
   source.addEventListener('transition', (ev) => {
     let t = null;
@@ -350,7 +351,7 @@ function appPage() {
     const tbody = document.querySelector('#history tbody');
     for (const e of tbody.querySelectorAll('tr.empty')) e.remove();
     tbody.prepend(historyRow(t, true));
-  });
+  }, () => { if (historyPage === 1) loadHistory(); });
 }
 
 // ---- Connectors (/connectors) ----------------------------------------------

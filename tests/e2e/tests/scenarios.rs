@@ -1095,7 +1095,9 @@ for (const r of document.querySelectorAll('#app-connectors tbody tr[data-connect
 }
 const history = Array.from(document.querySelectorAll('#history tbody tr.event'))
   .map(r => ({to: r.dataset.to, connector: r.dataset.connector, text: r.innerText}));
-return {page: document.body.dataset.page, title: document.title, connectors, history};
+const indicator = document.getElementById('live');
+return {page: document.body.dataset.page, title: document.title, connectors, history,
+        live: indicator ? indicator.dataset.live : null};
 "#;
 
 /// 13. The dashboard in a real browser: every state as designed, hidden
@@ -1319,7 +1321,8 @@ async fn s13_dashboard_in_browser() -> Result<()> {
                     v["page"] == "app"
                         && v["title"].as_str().is_some_and(|t| t.contains("up.reach.test"))
                         && v["connectors"]["c1"] == "up"
-                        && v["history"].as_array().is_some_and(|h| !h.is_empty()),
+                        && v["history"].as_array().is_some_and(|h| !h.is_empty())
+                        && v["live"] == "live",
                     "detail page shows {v}"
                 );
                 Ok(())
