@@ -235,7 +235,11 @@ impl HealthTable {
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
-        self.publish(published.map(|t| (key, t)));
+        // The outbox is one lock for the whole table: only a transition
+        // takes it (most reports change nothing).
+        if let Some(t) = published {
+            self.publish(std::iter::once((key, t)));
+        }
         before
     }
 
