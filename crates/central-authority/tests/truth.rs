@@ -179,6 +179,35 @@ async fn a_report_over_the_entry_limit_is_refused_with_flow_control() {
     ca.stop().await;
 }
 
+/// The real connector agent `bulk-1` of `dc-east` at 500 checks/s against
+/// `ca`, in process; send on the sender to stop it.
+fn bulk_agent(
+    ca: &Ca,
+    tag: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), connector_agent::AgentError>>,
+) {
+    let dir = scratch_dir(tag);
+    let root = dir.join("ca.pem");
+    std::fs::write(&root, ca.root()).expect("root");
+    let mut config =
+        connector_agent::Config::new(format!("https://{}", ca.grpc), "bulk-1", "dc-east");
+    config.ca_cert = Some(root);
+    config.state_dir = dir.join("state");
+    config.provisioning_key = Some(KEY_EAST.into());
+    config.checks_per_second = 500;
+    config.check_timeout_ms = 500;
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(async move {
+        connector_agent::run(config, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    (stop, agent)
+}
+
 /// 2,000 targets at 500 checks/s with the real connector: every
 /// application's result reaches the CA, and nothing is dropped by its
 /// limits (closed loopback ports are fine targets: they report Down).
@@ -203,23 +232,7 @@ connector_groups = ["dc-east"]
         &extra,
     ))
     .await;
-    let dir = scratch_dir("bulk-agent");
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut config =
-        connector_agent::Config::new(format!("https://{}", ca.grpc), "bulk-1", "dc-east");
-    config.ca_cert = Some(root);
-    config.state_dir = dir.join("state");
-    config.provisioning_key = Some(KEY_EAST.into());
-    config.checks_per_second = 500;
-    config.check_timeout_ms = 500;
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(async move {
-        connector_agent::run(config, async {
-            let _ = rx.await;
-        })
-        .await
-    });
+    let (stop, agent) = bulk_agent(&ca, "bulk-agent");
     // 2,000 checks at 500/s take 4 s; allow a loaded machine 30 s.
     let deadline = Instant::now() + Duration::from_secs(30);
     let known = || {
@@ -273,23 +286,7 @@ connector_groups = ["dc-east"]
         &extra,
     ))
     .await;
-    let dir = scratch_dir("overload-agent");
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut config =
-        connector_agent::Config::new(format!("https://{}", ca.grpc), "bulk-1", "dc-east");
-    config.ca_cert = Some(root);
-    config.state_dir = dir.join("state");
-    config.provisioning_key = Some(KEY_EAST.into());
-    config.checks_per_second = 500;
-    config.check_timeout_ms = 500;
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(async move {
-        connector_agent::run(config, async {
-            let _ = rx.await;
-        })
-        .await
-    });
+    let (stop, agent) = bulk_agent(&ca, "overload-agent");
     let http = ca.web();
     eventually("the connector is connected", || async {
         ca.authority.connectors().iter().any(|c| c.connected)
