@@ -401,6 +401,59 @@ pub struct EventFilter {
     pub hidden_segments: Vec<String>,
 }
 
+/// A value an `EventFilter` condition compares with.
+pub(crate) enum EventValue {
+    /// A text column.
+    Text(String),
+    /// An integer column.
+    Int(i64),
+}
+
+impl EventFilter {
+    /// The filter as SQL: ` WHERE …` (empty when it keeps everything) with
+    /// the `n`-th value's placeholder from `placeholder(n)` (1-based), and
+    /// the values in order. One rule for both backends.
+    pub(crate) fn to_sql(
+        &self,
+        placeholder: impl Fn(usize) -> String,
+    ) -> (String, Vec<EventValue>) {
+        use EventValue::{Int, Text};
+        let mut conditions: Vec<(&str, &str, EventValue)> = Vec::new();
+        let text = |v: &Option<String>| v.clone().map(Text);
+        for (column, value) in [
+            ("segment", text(&self.segment)),
+            ("host", text(&self.host)),
+            ("protocol", text(&self.protocol)),
+            ("port", self.port.map(Int)),
+            ("connector", text(&self.connector)),
+        ] {
+            if let Some(v) = value {
+                conditions.push((column, "=", v));
+            }
+        }
+        if let Some(v) = self.since_ms {
+            conditions.push(("at_ms", ">=", Int(v)));
+        }
+        if let Some(v) = self.until_ms {
+            conditions.push(("at_ms", "<", Int(v)));
+        }
+        for hidden in &self.hidden_segments {
+            conditions.push(("segment", "<>", Text(hidden.clone())));
+        }
+        let clauses: Vec<String> = conditions
+            .iter()
+            .enumerate()
+            .map(|(i, (column, op, _))| format!("{column} {op} {}", placeholder(i + 1)))
+            .collect();
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        (filter, conditions.into_iter().map(|(_, _, v)| v).collect())
+    }
+}
+
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),

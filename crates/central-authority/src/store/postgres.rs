@@ -31,8 +31,8 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, KeyUsage,
-    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
+    KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
 };
 use crate::auth::Secret;
 
@@ -652,41 +652,16 @@ impl PgStore {
         offset: u64,
     ) -> Result<(Vec<EventRecord>, u64), StoreError> {
         type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
-        let mut clauses: Vec<String> = Vec::new();
-        let mut values: Vec<Param> = Vec::new();
-        let mut cond = |column: &str, v: Param, op: &str| {
-            values.push(v);
-            clauses.push(format!("{column} {op} ${}", values.len()));
-        };
-        if let Some(v) = &f.segment {
-            cond("segment", Box::new(v.clone()), "=");
-        }
-        if let Some(v) = &f.host {
-            cond("host", Box::new(v.clone()), "=");
-        }
-        if let Some(v) = &f.protocol {
-            cond("protocol", Box::new(v.clone()), "=");
-        }
-        if let Some(v) = f.port {
-            cond("port", Box::new(v), "=");
-        }
-        if let Some(v) = &f.connector {
-            cond("connector", Box::new(v.clone()), "=");
-        }
-        if let Some(v) = f.since_ms {
-            cond("at_ms", Box::new(v), ">=");
-        }
-        if let Some(v) = f.until_ms {
-            cond("at_ms", Box::new(v), "<");
-        }
-        for hidden in &f.hidden_segments {
-            cond("segment", Box::new(hidden.clone()), "<>");
-        }
-        let filter = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", clauses.join(" AND "))
-        };
+        let (filter, values) = f.to_sql(|n| format!("${n}"));
+        let values: Vec<Param> = values
+            .into_iter()
+            .map(|v| -> Param {
+                match v {
+                    EventValue::Text(t) => Box::new(t),
+                    EventValue::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         self.block(async {
             let client = self.client().await?;

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, KeyUsage,
-    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
+    KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
 };
 use crate::sync::lock;
 
@@ -545,42 +545,14 @@ impl SqliteStore {
         limit: u32,
         offset: u64,
     ) -> Result<(Vec<EventRecord>, u64), StoreError> {
-        let mut clauses: Vec<String> = Vec::new();
-        let mut values: Vec<rusqlite::types::Value> = Vec::new();
-        let mut eq = |column: &str, v: rusqlite::types::Value, op: &str| {
-            values.push(v);
-            clauses.push(format!("{column} {op} ?{}", values.len()));
-        };
-        use rusqlite::types::Value::{Integer, Text};
-        if let Some(v) = &f.segment {
-            eq("segment", Text(v.clone()), "=");
-        }
-        if let Some(v) = &f.host {
-            eq("host", Text(v.clone()), "=");
-        }
-        if let Some(v) = &f.protocol {
-            eq("protocol", Text(v.clone()), "=");
-        }
-        if let Some(v) = f.port {
-            eq("port", Integer(v), "=");
-        }
-        if let Some(v) = &f.connector {
-            eq("connector", Text(v.clone()), "=");
-        }
-        if let Some(v) = f.since_ms {
-            eq("at_ms", Integer(v), ">=");
-        }
-        if let Some(v) = f.until_ms {
-            eq("at_ms", Integer(v), "<");
-        }
-        for hidden in &f.hidden_segments {
-            eq("segment", Text(hidden.clone()), "<>");
-        }
-        let filter = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", clauses.join(" AND "))
-        };
+        let (filter, values) = f.to_sql(|n| format!("?{n}"));
+        let values: Vec<rusqlite::types::Value> = values
+            .into_iter()
+            .map(|v| match v {
+                EventValue::Text(t) => rusqlite::types::Value::Text(t),
+                EventValue::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect();
         let conn = lock(&self.conn);
         let total: i64 = conn.query_row(
             &format!("SELECT COUNT(*) FROM health_events{filter}"),
