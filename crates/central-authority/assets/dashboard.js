@@ -52,8 +52,9 @@ function age(ms) {
 }
 
 async function getJSON(url) {
-  const r = await fetch(url, { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+  const r = await fetch(url, { headers: authHeaders(), credentials: 'same-origin' });
   const body = await r.json().catch(() => ({}));
+  if (r.status === 401) askToken(token() ? 'The CA did not accept the token.' : 'The CA needs an API token.');
   if (!r.ok) {
     const m = body && body.error ? body.error.message : r.statusText;
     throw new Error(`${r.status}: ${m}`);
@@ -74,37 +75,142 @@ function appLabel(a) {
   return a.port ? `${a.host}:${a.port}/${a.protocol}` : `${a.host} (${a.ports || a.protocol})`;
 }
 
-// Calls `onChange` (debounced) on every change the CA streams, and each
-// time the stream opens, the first time too: changes made between the
-// page's first fetch and the stream's opening (or while it reconnected)
-// are not in it. `onOpen` re-reads what `onChange` does not.
-function live(onChange, onTransition, onOpen) {
+// Runs `fn` at most once per `ms` (the last call is never lost): a burst
+// of changes costs one re-read, not one per change.
+function coalesce(fn, ms) {
+  let timer = null;
+  let last = 0;
+  let running = false;
+  let again = false;
+  const fire = async () => {
+    timer = null;
+    last = Date.now();
+    running = true;
+    try { await fn(); } finally {
+      running = false;
+      if (again) { again = false; kick(); }
+    }
+  };
+  const kick = () => {
+    if (running) { again = true; return; }
+    if (timer) return;
+    timer = setTimeout(fire, Math.max(0, last + ms - Date.now()));
+  };
+  return kick;
+}
+
+// The API token the operator entered (this tab only), when the CA needs
+// one: without `anonymous_read` and without a proxy that adds it.
+const TOKEN_KEY = 'reach.token';
+function token() {
+  try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { return ''; }
+}
+
+function authHeaders(extra) {
+  const t = token();
+  return Object.assign({ Accept: 'application/json' }, t ? { Authorization: `Bearer ${t}` } : {}, extra || {});
+}
+
+// Asks for a read token (shown when the CA answered 401), kept in this
+// tab's sessionStorage; the page then reloads its data.
+function askToken(message) {
+  if (document.getElementById('token-form')) return;
+  const input = h('input', { type: 'password', name: 'token', id: 'token', autocomplete: 'off' });
+  const form = h('form', { id: 'token-form', class: 'token-form' },
+    h('p', {}, message, ' Enter an API token with the read scope (kept in this tab only).'),
+    h('label', {}, 'API token ', input), ' ', h('button', { type: 'submit' }, 'Use token'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    try { sessionStorage.setItem(TOKEN_KEY, input.value.trim()); } catch (_) { /* private mode */ }
+    location.reload();
+  });
+  const main = document.getElementById('main');
+  main.insertBefore(form, main.children[1] || null);
+  input.focus();
+}
+
+// Opens the change stream. EventSource cannot send a token, so the page
+// first obtains a one-time stream ticket with it (`POST
+// /api/v1/health/stream/ticket`) and passes that in the URL; a new ticket
+// is fetched whenever the stream has to be reopened. `onOpen` runs every
+// time the stream opens (the first time too) with the stream's version:
+// changes between the page's fetch and the opening are not in the
+// stream, so the page re-reads when it may have missed one. A `lagged`
+// event (this page fell behind) counts as an opening.
+function live({ onOpen, onTransition }) {
   const indicator = document.getElementById('live');
   const set = (state, text) => {
     if (!indicator) return;
     indicator.dataset.live = state;
     indicator.textContent = text;
   };
-  let timer = null;
-  const schedule = () => {
-    if (timer) return;
-    timer = setTimeout(() => { timer = null; onChange(); }, 250);
+  let retry = 1000;
+  const open = async () => {
+    let ticket;
+    try {
+      const r = await fetch('/api/v1/health/stream/ticket', {
+        method: 'POST', credentials: 'same-origin',
+        headers: authHeaders({ 'Content-Type': 'application/json' }), body: '{}',
+      });
+      if (r.status === 401) { set('offline', 'not live: no token'); return; }
+      if (!r.ok) throw new Error(String(r.status));
+      ticket = (await r.json()).ticket;
+    } catch (_) {
+      set('reconnecting', 'reconnecting…');
+      setTimeout(open, retry);
+      retry = Math.min(retry * 2, 30000);
+      return;
+    }
+    const source = new EventSource(`/api/v1/health/stream?${new URLSearchParams({ ticket })}`);
+    source.addEventListener('hello', (ev) => {
+      retry = 1000;
+      set('live', 'live');
+      let v = null;
+      try { v = JSON.parse(ev.data).version; } catch (_) { /* ignored */ }
+      if (onOpen) onOpen(v);
+    });
+    source.addEventListener('transition', (ev) => {
+      let t = null;
+      try { t = JSON.parse(ev.data); } catch (_) { /* ignored */ }
+      if (t && onTransition) onTransition(t);
+    });
+    source.addEventListener('lagged', () => { if (onOpen) onOpen(null); });
+    source.addEventListener('error', () => {
+      set('reconnecting', 'reconnecting…');
+      // The ticket was used: reopen with a new one rather than let the
+      // browser retry the same URL.
+      source.close();
+      setTimeout(open, retry);
+      retry = Math.min(retry * 2, 30000);
+    });
   };
-  const source = new EventSource('/api/v1/health/stream');
-  source.addEventListener('hello', () => {
-    set('live', 'live');
-    schedule();
-    if (onOpen) onOpen();
-  });
-  source.addEventListener('transition', (ev) => {
-    let t = null;
-    try { t = JSON.parse(ev.data); } catch (_) { /* ignored */ }
-    if (t && onTransition) onTransition(t);
-    schedule();
-  });
-  source.addEventListener('lagged', schedule);
-  source.addEventListener('error', () => set('reconnecting', 'reconnecting…'));
-  return source;
+  open();
+}
+
+const RANK = { up: 3, unhealthy: 2, down: 1, unknown: 0 };
+
+// Applies a streamed transition to an application's row data: the
+// connector's status, the overall status (the best over connectors), the
+// latest change.
+function applyTransition(a, t) {
+  let c = a.connectors.find((x) => x.connector === t.connector);
+  if (!c && a.note !== 'not_checked') {
+    c = { connector: t.connector, group: '', addresses: [] };
+    a.connectors.push(c);
+  }
+  if (c) {
+    c.status = t.to;
+    c.unknown_cause = t.to === 'unknown' ? t.cause : null;
+  }
+  if (a.note === 'checked_on_access') a.note = undefined;
+  if (a.note !== 'not_checked') {
+    a.status = a.connectors.reduce((best, x) => (RANK[x.status] > RANK[best] ? x.status : best), 'unknown');
+  }
+  a.transitions.push({ at: t.at, connector: t.connector, from: t.from, to: t.to, cause: t.cause });
+}
+
+function transitionKey(t) {
+  return `${t.segment}/${t.host}/${t.protocol}/${t.port}`;
 }
 
 // ---- Applications list (/) -------------------------------------------------
@@ -213,6 +319,10 @@ function renderPager(nav, body, go) {
 function listPage() {
   const form = document.getElementById('filters');
   const tbody = document.querySelector('#applications tbody');
+  // The data of the rows shown, by key: streamed transitions update them.
+  const shown = new Map();
+  // The stream version the shown data includes (null: unknown).
+  let version = null;
   const fill = () => {
     const p = listParams();
     for (const f of LIST_FIELDS) {
@@ -235,8 +345,13 @@ function listPage() {
     if (!p.get('page')) p.set('page', '1');
     try {
       const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
+      version = Math.min(body.version, overview.version);
       renderOverview(overview);
+      shown.clear();
+      for (const a of body.applications) shown.set(appKey(a), a);
       renderRows(tbody, body.applications);
+      // The first rows on screen (the benchmark's "interactive" mark).
+      if (!performance.getEntriesByName('reach-rows').length) performance.mark('reach-rows');
       const c = body.counts;
       document.getElementById('summary').textContent =
         `${body.total} application${body.total === 1 ? '' : 's'} match (down ${c.down}, unhealthy ${c.unhealthy}, unknown ${c.unknown}, up ${c.up}).`;
@@ -288,7 +403,22 @@ function listPage() {
   });
   fill();
   load();
-  live(load);
+  // A change updates its row at once from the stream's data; the counts,
+  // the rows that enter or leave the filter and the order follow with one
+  // re-read per 2 s at most, however many changes arrive.
+  const refresh = coalesce(load, 2000);
+  live({
+    onOpen: (v) => { if (v === null || version === null || v > version) refresh(); },
+    onTransition: (t) => {
+      const a = shown.get(transitionKey(t));
+      if (a) {
+        applyTransition(a, t);
+        const tr = [...tbody.querySelectorAll('tr[data-app]')].find((r) => r.dataset.app === appKey(a));
+        if (tr) fillRow(tr, a);
+      }
+      refresh();
+    },
+  });
 }
 
 // ---- One application (/app) ------------------------------------------------
@@ -345,13 +475,21 @@ function appPage() {
   };
   loadApp();
   loadHistory();
-  live(loadApp, (t) => {
-    if (t.segment !== key.segment || t.host !== key.host || t.protocol !== key.protocol || String(t.port) !== key.port) return;
-    if (historyPage !== 1) return;
-    const tbody = document.querySelector('#history tbody');
-    for (const e of tbody.querySelectorAll('tr.empty')) e.remove();
-    tbody.prepend(historyRow(t, true));
-  }, () => { if (historyPage === 1) loadHistory(); });
+  // Only this application's changes matter here: its history row is
+  // prepended at once, its per-connector detail re-read (once per second
+  // at most).
+  const reloadApp = coalesce(loadApp, 1000);
+  live({
+    onOpen: () => { reloadApp(); if (historyPage === 1) loadHistory(); },
+    onTransition: (t) => {
+      if (t.segment !== key.segment || t.host !== key.host || t.protocol !== key.protocol || String(t.port) !== key.port) return;
+      reloadApp();
+      if (historyPage !== 1) return;
+      const tbody = document.querySelector('#history tbody');
+      for (const e of tbody.querySelectorAll('tr.empty')) e.remove();
+      tbody.prepend(historyRow(t, true));
+    },
+  });
 }
 
 // ---- Connectors (/connectors) ----------------------------------------------
@@ -409,8 +547,11 @@ function connectorsPage() {
     }
   };
   load();
-  live(load);
-  // Load figures change without status transitions.
+  // Sessions show in transitions (a disconnect turns its applications
+  // Unknown): re-read on those, once per 2 s at most; load figures change
+  // without transitions, so every 10 s too.
+  const refresh = coalesce(load, 2000);
+  live({ onOpen: refresh, onTransition: (t) => { if (t.cause === 'disconnected' || t.from === 'unknown') refresh(); } });
   setInterval(load, 10000);
 }
 

@@ -49,6 +49,8 @@ pub struct Authority {
     store: Store,
     /// The live stream of status transitions (`history`).
     history: crate::history::History,
+    /// One-time tickets that open that stream from a browser.
+    stream_tickets: crate::auth::StreamTickets,
     /// Failed bearer tokens, per source address (`throttle`).
     token_throttle: crate::throttle::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
@@ -126,6 +128,7 @@ impl Authority {
             pki,
             store,
             history: crate::history::History::default(),
+            stream_tickets: crate::auth::StreamTickets::default(),
             token_throttle: crate::throttle::Throttle::new(quotas),
             enroll_throttle: crate::throttle::Throttle::new(quotas),
             renew_limit: crate::renew::RenewLimit::new(),
@@ -184,6 +187,11 @@ impl Authority {
     /// The live stream of status transitions.
     pub fn history(&self) -> &crate::history::History {
         &self.history
+    }
+
+    /// The change stream's one-time tickets.
+    pub fn stream_tickets(&self) -> &crate::auth::StreamTickets {
+        &self.stream_tickets
     }
 
     /// Runs `f` on tokio's blocking pool: for SQLite writes (each waits for

@@ -135,7 +135,8 @@ type Hasher = foldhash::fast::RandomState;
 
 type Shard = RwLock<HashMap<AppKey, AppRecord, Hasher>>;
 
-/// The table. Cloning the data out is the only way to read it.
+/// The table. Its data is read by cloning it out, or through `inspect`
+/// under a shard's read lock.
 #[derive(Debug)]
 pub struct HealthTable {
     /// Picks a key's shard.
@@ -345,6 +346,19 @@ impl HealthTable {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// What `f` makes of `key`'s reports and latest transition, under the
+    /// shard's read lock (nothing is copied out; `f` must not take other
+    /// locks). `None` when no connector reported `key`.
+    pub fn inspect<R>(
+        &self,
+        key: &AppKey,
+        f: impl FnOnce(&BTreeMap<String, Report>, Option<&Transition>) -> R,
+    ) -> Option<R> {
+        read(self.shard(key))
+            .get(key)
+            .map(|r| f(&r.reports, r.transitions.back()))
     }
 
     /// A copy of everything known about `key`.

@@ -61,6 +61,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/assets/dashboard.css", get(crate::dashboard::style))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
+        .route("/api/v1/health/stream/ticket", post(stream_ticket))
         .route("/api/v1/application", get(application))
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/events", get(events))
@@ -445,9 +446,16 @@ async fn health(
     };
     // Read before the table: a transition after it shows in the stream.
     let version = a.history().version();
-    let apps = a.applications(q.segment.as_deref());
+    // Cheap rows first; views only for the page's rows.
+    let rows = a.rows(&crate::views::RowFilter {
+        segment: q.segment.as_deref(),
+        group: q.group.as_deref(),
+        connector: q.connector.as_deref(),
+    });
+    let mut page = crate::listing::run(rows, &q);
+    let views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
     axum::Json(HealthBody {
-        listing: crate::listing::run(apps, &q),
+        listing: crate::listing::Listing::new(page, views),
         version,
     })
     .into_response()
@@ -498,11 +506,14 @@ async fn application(
         .into_response();
     };
     let host = host.to_lowercase();
-    match a
-        .applications(Some(&segment))
+    let row = a
+        .rows(&crate::views::RowFilter {
+            segment: Some(&segment),
+            ..Default::default()
+        })
         .into_iter()
-        .find(|v| v.host == host && v.protocol == protocol && v.port == port)
-    {
+        .find(|r| r.host == host && r.protocol == protocol && r.port == port);
+    match row.and_then(|r| a.views([r.item]).pop()) {
         Some(app) => axum::Json(json!({ "application": app })).into_response(),
         None => error_body(
             StatusCode::NOT_FOUND,
@@ -513,20 +524,55 @@ async fn application(
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct StreamQuery {
+    ticket: Option<String>,
+}
+
 /// `GET /api/v1/health/stream`: server-sent events, one `transition` per
 /// status change (data: the `GET /api/v1/events` shape plus `seq`), a
 /// `lagged` event when this client fell behind (re-read the listing), and
-/// a comment every 15 s to keep proxies from closing it.
-async fn health_stream(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+/// a comment every 15 s to keep proxies from closing it. Authorized by the
+/// read scope (`Authorization`, or `anonymous_read`) or by a one-time
+/// `ticket` (`POST /api/v1/health/stream/ticket`), since a browser's
+/// `EventSource` cannot send a header.
+async fn health_stream(
+    State(a): State<Shared>,
+    Query(q): Query<StreamQuery>,
+    parts: axum::http::request::Parts,
+) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt as _;
     use tokio_stream::wrappers::BroadcastStream;
     use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
+    match q.ticket.as_deref() {
+        Some(ticket) => {
+            if !a.stream_tickets().redeem(ticket, std::time::Instant::now()) {
+                return error_body(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "ticket: unknown, already used or expired (a stream ticket opens one \
+                     stream within 30 s; get one with POST /api/v1/health/stream/ticket)",
+                    None,
+                );
+            }
+        }
+        None => {
+            let mut parts = parts;
+            if let Err(e) = RequireScope::<scope::Read>::from_request_parts(&mut parts, &a).await {
+                return e.into_response();
+            }
+        }
+    }
+    // Subscribe before reading the version: every transition numbered
+    // after the version the hello names is then in this stream, so a page
+    // whose data is at least that version missed nothing.
+    let events = BroadcastStream::new(a.history().subscribe());
     let hello = Event::default()
         .event("hello")
         .data(json!({ "version": a.history().version() }).to_string());
-    let events = BroadcastStream::new(a.history().subscribe()).map(|item| {
+    let events = events.map(|item| {
         Ok::<_, std::convert::Infallible>(match item {
             Ok(e) => {
                 let data = serde_json::to_string(&*e).unwrap_or_default();
@@ -554,6 +600,24 @@ async fn health_stream(State(a): State<Shared>, _: RequireScope<scope::Read>) ->
     response
 }
 
+/// `POST /api/v1/health/stream/ticket`: a one-time ticket for
+/// `GET /api/v1/health/stream?ticket=` (read scope; the body is ignored).
+async fn stream_ticket(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    match a.stream_tickets().issue(std::time::Instant::now()) {
+        Ok(ticket) => axum::Json(json!({
+            "ticket": ticket,
+            "expires_in_ms": u64::try_from(crate::auth::TICKET_TTL.as_millis()).unwrap_or(u64::MAX),
+        }))
+        .into_response(),
+        Err(e) => error_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            &e.to_string(),
+            None,
+        ),
+    }
+}
+
 #[derive(Serialize)]
 struct ConnectorCounts {
     total: usize,
@@ -570,10 +634,10 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
         return shutting_down();
     };
     let version = a.history().version();
-    let apps = a.applications(None);
+    let rows = a.rows(&crate::views::RowFilter::default());
     axum::Json(json!({
-        "applications": crate::listing::Counts::of(&apps),
-        "applications_total": apps.len(),
+        "applications": crate::listing::Counts::of(rows.iter().map(|r| r.status)),
+        "applications_total": rows.len(),
         "connectors": ConnectorCounts {
             total: connectors.len(),
             connected: connectors.iter().filter(|c| c.connected).count(),
@@ -1009,14 +1073,14 @@ async fn delete_connector(
     }
 }
 
-async fn dashboard(_: RequireScope<scope::Read>) -> Response {
+async fn dashboard() -> Response {
     crate::dashboard::page(crate::dashboard::Page::List)
 }
 
-async fn dashboard_app(_: RequireScope<scope::Read>) -> Response {
+async fn dashboard_app() -> Response {
     crate::dashboard::page(crate::dashboard::Page::Application)
 }
 
-async fn dashboard_connectors(_: RequireScope<scope::Read>) -> Response {
+async fn dashboard_connectors() -> Response {
     crate::dashboard::page(crate::dashboard::Page::Connectors)
 }

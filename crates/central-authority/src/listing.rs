@@ -1,12 +1,14 @@
 //! The health listing's query: filters, natural sort, paging and counts by
-//! status over the applications `views` builds (`GET /api/v1/health` and
-//! the dashboard's list). Pure functions on values: the handler parses the
-//! query string once (`ListQuery::parse`), then `run` answers it.
+//! status (`GET /api/v1/health` and the dashboard's list). Pure functions
+//! on values: the handler parses the query string once (`ListQuery::parse`),
+//! `views` gives one cheap [`Row`] per application (its sort and filter
+//! keys, no per-connector detail), `run` filters, counts, sorts and pages
+//! them, and only the rows of the page are built into full views.
 
 use std::cmp::Ordering;
 use std::net::IpAddr;
 
-use policy::{HealthReporting, Status};
+use policy::{HealthReporting, Protocol, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -206,24 +208,51 @@ impl ListQuery {
         })
     }
 
-    /// Whether `a` passes every filter but the status one (the counts by
-    /// status are taken over these, so each shows what choosing it gives).
-    fn keeps(&self, a: &ApplicationView) -> bool {
-        self.segment.as_ref().is_none_or(|s| *s == a.segment)
-            && self
-                .group
-                .as_ref()
-                .is_none_or(|g| a.connectors.iter().any(|c| c.group == *g))
-            && self
-                .connector
-                .as_ref()
-                .is_none_or(|n| a.connectors.iter().any(|c| c.connector == *n))
-            && self.mode.is_none_or(|m| m == a.health_reporting)
+    /// Whether `r` passes the filters judged on the row alone (mode and
+    /// search); segment, group and connector are judged where the rows are
+    /// made (`Authority::rows`), since they need the registry.
+    fn keeps<T>(&self, r: &Row<T>) -> bool {
+        self.mode.is_none_or(|m| m == r.mode)
             && self
                 .q
                 .as_ref()
-                .is_none_or(|q| a.host.to_lowercase().contains(q.as_str()))
+                .is_none_or(|q| contains_ignoring_case(&r.host, q))
     }
+}
+
+/// Whether `host` contains `needle` (already lower-case), ASCII letters
+/// compared case-insensitively (hosts are ASCII: IDNs are punycode).
+fn contains_ignoring_case(host: &str, needle: &str) -> bool {
+    let (h, n) = (host.as_bytes(), needle.as_bytes());
+    n.is_empty()
+        || h.windows(n.len())
+            .any(|w| w.iter().zip(n).all(|(a, b)| a.to_ascii_lowercase() == *b))
+        || (!host.is_ascii() && host.to_lowercase().contains(needle))
+}
+
+/// What the listing knows of one application before its view is built:
+/// the keys it filters, counts and sorts on. `item` says how to build the
+/// view of a row that lands on the page.
+#[derive(Clone, Debug)]
+pub struct Row<T> {
+    /// Segment.
+    pub segment: String,
+    /// Host (FQDN, IP, or a wildcard/subnet entry).
+    pub host: String,
+    /// The host as an IP address, parsed once (for the numeric sort).
+    pub ip: Option<IpAddr>,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port (0 for a wildcard/subnet entry's row).
+    pub port: u16,
+    /// Health reporting mode of the segment.
+    pub mode: HealthReporting,
+    /// Overall status.
+    pub status: Status,
+    /// Time of the latest transition, Unix ms (0: never changed).
+    pub changed: u64,
+    /// What builds the row's view.
+    pub item: T,
 }
 
 /// How many applications have each status.
@@ -240,11 +269,11 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Counts `apps` by status.
-    pub fn of<'a>(apps: impl IntoIterator<Item = &'a ApplicationView>) -> Counts {
+    /// Counts `statuses`.
+    pub fn of(statuses: impl IntoIterator<Item = Status>) -> Counts {
         let mut c = Counts::default();
-        for a in apps {
-            match a.status {
+        for s in statuses {
+            match s {
                 Status::Up => c.up += 1,
                 Status::Unhealthy => c.unhealthy += 1,
                 Status::Down => c.down += 1,
@@ -272,27 +301,69 @@ pub struct Listing {
     pub counts: Counts,
 }
 
-/// Filters, sorts and pages `apps`.
-pub fn run(apps: Vec<ApplicationView>, q: &ListQuery) -> Listing {
-    let mut kept: Vec<ApplicationView> = apps.into_iter().filter(|a| q.keeps(a)).collect();
-    let counts = Counts::of(&kept);
-    if !q.statuses.is_empty() {
-        kept.retain(|a| q.statuses.contains(&a.status));
+impl Listing {
+    /// The answer for `page` with the views of its rows.
+    pub fn new<T>(page: Page<T>, applications: Vec<ApplicationView>) -> Listing {
+        Listing {
+            applications,
+            total: page.total,
+            page: page.page,
+            per_page: page.per_page,
+            pages: page.pages,
+            counts: page.counts,
+        }
     }
-    kept.sort_by(|a, b| {
-        let o = compare(a, b, q.sort);
-        if q.descending { o.reverse() } else { o }
-    });
+}
+
+/// The rows of one page and the listing's totals.
+#[derive(Debug)]
+pub struct Page<T> {
+    /// The rows of the page, in order.
+    pub rows: Vec<Row<T>>,
+    /// Rows matching every filter.
+    pub total: usize,
+    /// The page shown, from 1.
+    pub page: usize,
+    /// Rows per page.
+    pub per_page: usize,
+    /// Number of pages (at least 1).
+    pub pages: usize,
+    /// Matching rows by status, before the status filter.
+    pub counts: Counts,
+}
+
+/// Filters, counts, sorts and pages `rows`. Only the page's rows are
+/// sorted into their final place (a partial sort), so a page of 50 out
+/// of 10,000 costs a selection, not a full sort.
+pub fn run<T>(rows: Vec<Row<T>>, q: &ListQuery) -> Page<T> {
+    let mut kept: Vec<Row<T>> = rows.into_iter().filter(|r| q.keeps(r)).collect();
+    let counts = Counts::of(kept.iter().map(|r| r.status));
+    if !q.statuses.is_empty() {
+        kept.retain(|r| q.statuses.contains(&r.status));
+    }
     let total = kept.len();
     let (page, per_page) = q.paging.unwrap_or((1, total.max(1)));
     let pages = total.div_ceil(per_page).max(1);
-    let applications: Vec<ApplicationView> = kept
-        .into_iter()
-        .skip(page.saturating_sub(1).saturating_mul(per_page))
-        .take(per_page)
-        .collect();
-    Listing {
-        applications,
+    let start = page.saturating_sub(1).saturating_mul(per_page).min(total);
+    let end = start.saturating_add(per_page).min(total);
+    let order = |a: &Row<T>, b: &Row<T>| {
+        let o = compare(a, b, q.sort);
+        if q.descending { o.reverse() } else { o }
+    };
+    // Everything before `start` ends up in front of it, everything after
+    // `end` behind: only the window itself needs sorting.
+    if start > 0 && start < total {
+        kept.select_nth_unstable_by(start, order);
+    }
+    let window = &mut kept[start..];
+    let len = end - start;
+    if len > 0 && len < window.len() {
+        window.select_nth_unstable_by(len - 1, order);
+    }
+    window[..len].sort_unstable_by(order);
+    let rows: Vec<Row<T>> = kept.drain(start..end).collect();
+    Page {
+        rows,
         total,
         page,
         per_page,
@@ -311,9 +382,11 @@ fn severity(s: Status) -> u8 {
     }
 }
 
-fn compare(a: &ApplicationView, b: &ApplicationView, key: SortKey) -> Ordering {
+/// The listing's order: the column, then host, port, protocol and segment
+/// (a total order, so pages are stable).
+fn compare<T>(a: &Row<T>, b: &Row<T>, key: SortKey) -> Ordering {
     let by_host = || {
-        natural_host_cmp(&a.host, &b.host)
+        host_cmp(a.ip.as_ref(), &a.host, b.ip.as_ref(), &b.host)
             .then(a.port.cmp(&b.port))
             .then(a.protocol.as_str().cmp(b.protocol.as_str()))
             .then_with(|| natural_cmp(&a.segment, &b.segment))
@@ -324,26 +397,26 @@ fn compare(a: &ApplicationView, b: &ApplicationView, key: SortKey) -> Ordering {
         SortKey::Status => severity(a.status).cmp(&severity(b.status)),
         SortKey::Port => a.port.cmp(&b.port),
         SortKey::Protocol => a.protocol.as_str().cmp(b.protocol.as_str()),
-        SortKey::Mode => a.health_reporting.as_str().cmp(b.health_reporting.as_str()),
-        SortKey::Changed => last_change(a).cmp(&last_change(b)),
+        SortKey::Mode => a.mode.as_str().cmp(b.mode.as_str()),
+        SortKey::Changed => a.changed.cmp(&b.changed),
     };
     first.then_with(by_host)
 }
 
-fn last_change(a: &ApplicationView) -> u64 {
-    a.transitions.last().map_or(0, |t| t.at)
+fn host_cmp(ip_a: Option<&IpAddr>, a: &str, ip_b: Option<&IpAddr>, b: &str) -> Ordering {
+    match (ip_a, ip_b) {
+        (Some(x), Some(y)) => x.cmp(y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => natural_cmp(a, b),
+    }
 }
 
 /// Host order: IP addresses first, numerically (IPv4 before IPv6), then
 /// names in natural order (`web2` before `web10`).
 pub fn natural_host_cmp(a: &str, b: &str) -> Ordering {
     let ip = |s: &str| s.parse::<IpAddr>().ok();
-    match (ip(a), ip(b)) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => natural_cmp(a, b),
-    }
+    host_cmp(ip(a).as_ref(), a, ip(b).as_ref(), b)
 }
 
 /// Natural order: runs of digits compare as numbers, everything else
@@ -433,6 +506,92 @@ mod tests {
         );
         assert_eq!(natural_cmp("", "a"), Ordering::Less);
         assert_eq!(natural_cmp("x", "x"), Ordering::Equal);
+    }
+
+    fn rows(n: usize) -> Vec<Row<usize>> {
+        (0..n)
+            .map(|i| {
+                // A scrambled order of hosts, statuses and change times.
+                let j = (i * 7919) % n;
+                let host = if j % 3 == 0 {
+                    format!("10.0.{}.{}", j / 250, j % 250)
+                } else {
+                    format!("web{j}.example")
+                };
+                Row {
+                    segment: format!("s{}", j % 4),
+                    ip: host.parse().ok(),
+                    host,
+                    protocol: Protocol::Tcp,
+                    port: 443,
+                    mode: HealthReporting::Continuous,
+                    status: [Status::Up, Status::Down, Status::Unhealthy, Status::Unknown][j % 4],
+                    changed: (j % 13) as u64,
+                    item: i,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_page_is_the_same_slice_of_the_full_sort() {
+        for sort in [
+            SortKey::Host,
+            SortKey::Status,
+            SortKey::Changed,
+            SortKey::Segment,
+        ] {
+            for descending in [false, true] {
+                let q = |paging| ListQuery {
+                    statuses: Vec::new(),
+                    segment: None,
+                    group: None,
+                    connector: None,
+                    mode: None,
+                    q: None,
+                    paging,
+                    sort,
+                    descending,
+                };
+                let all: Vec<usize> = run(rows(1000), &q(None))
+                    .rows
+                    .iter()
+                    .map(|r| r.item)
+                    .collect();
+                assert_eq!(all.len(), 1000);
+                for (page, per_page) in [(1, 50), (2, 50), (7, 33), (20, 50), (21, 50), (1, 1000)] {
+                    let p = run(rows(1000), &q(Some((page, per_page))));
+                    let got: Vec<usize> = p.rows.iter().map(|r| r.item).collect();
+                    let from = ((page - 1) * per_page).min(1000);
+                    let to = (from + per_page).min(1000);
+                    assert_eq!(got, all[from..to], "{sort:?} desc={descending} page {page}");
+                    assert_eq!(p.total, 1000);
+                    assert_eq!(p.pages, 1000usize.div_ceil(per_page));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn counts_are_taken_before_the_status_filter_and_search_ignores_case() {
+        let q = ListQuery::parse(&RawQuery {
+            status: Some("down".into()),
+            q: Some("WEB1".into()),
+            ..Default::default()
+        })
+        .expect("valid");
+        let p = run(rows(100), &q);
+        let matching: Vec<_> = rows(100)
+            .into_iter()
+            .filter(|r| r.host.contains("web1"))
+            .collect();
+        assert_eq!(p.counts, Counts::of(matching.iter().map(|r| r.status)));
+        assert_eq!(p.total, p.counts.down);
+        assert!(
+            p.rows
+                .iter()
+                .all(|r| r.status == Status::Down && r.host.contains("web1"))
+        );
     }
 
     #[test]

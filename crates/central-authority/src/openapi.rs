@@ -665,7 +665,7 @@ pub fn operations() -> Vec<Op> {
         Op {
             method: "get",
             path: "/",
-            auth: Auth::Scope(Read),
+            auth: Auth::None,
             spec: json!({
                 "operationId": "dashboard",
                 "summary": "The Health dashboard (HTML)",
@@ -705,7 +705,7 @@ pub fn operations() -> Vec<Op> {
         Op {
             method: "get",
             path: "/app",
-            auth: Auth::Scope(Read),
+            auth: Auth::None,
             spec: json!({
                 "operationId": "dashboardApplication",
                 "summary": "The dashboard's application detail page (HTML shell; data from the JSON API)",
@@ -717,7 +717,7 @@ pub fn operations() -> Vec<Op> {
         Op {
             method: "get",
             path: "/connectors",
-            auth: Auth::Scope(Read),
+            auth: Auth::None,
             spec: json!({
                 "operationId": "dashboardConnectors",
                 "summary": "The dashboard's connectors page (HTML shell; data from the JSON API)",
@@ -757,10 +757,32 @@ pub fn operations() -> Vec<Op> {
             spec: json!({
                 "operationId": "streamHealth",
                 "summary": "Status transitions as they happen (server-sent events)",
-                "description": "Events: `hello` (data `{\"version\"}`), `transition` (data: one entry of `GET /api/v1/events` plus `seq`, also the event id), `lagged` (this client fell behind: re-read the listing); a comment every 15 s keeps proxies from closing the stream. Ends when the CA shuts down.",
+                "description": "Events: `hello` (data `{\"version\"}`: every transition numbered after it is in this stream), `transition` (data: one entry of `GET /api/v1/events` plus `seq`, also the event id), `lagged` (this client fell behind: re-read the listing); a comment every 15 s keeps proxies from closing the stream. Ends when the CA shuts down. Auth: the read scope, or instead a one-time `ticket` from `POST /api/v1/health/stream/ticket` (for browsers: `EventSource` cannot send `Authorization`).",
                 "tags": ["health"],
+                "parameters": [{"name": "ticket", "in": "query", "required": false,
+                    "description": "a one-time stream ticket (64 hex digits; opens one stream within 30 s of its issue); replaces the bearer token",
+                    "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "the stream",
                     "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/health/stream/ticket",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "streamTicket",
+                "summary": "A one-time ticket that opens the change stream (for browsers)",
+                "description": "Trades the read token for a ticket to put in `GET /api/v1/health/stream?ticket=`: 256 random bits, valid for one stream opened within 30 s, granting nothing else. At most 10,000 unused tickets exist at once (503 past that). The request body is ignored (send `{}` as `application/json`).",
+                "tags": ["health"],
+                "responses": {
+                    "200": {"description": "the ticket",
+                        "content": {"application/json": {"schema": {"type": "object",
+                            "required": ["ticket", "expires_in_ms"],
+                            "properties": {"ticket": {"type": "string"}, "expires_in_ms": {"type": "integer"}}},
+                            "example": {"ticket": "9f2c…", "expires_in_ms": 30000}}}},
+                    "503": error_ref("Unavailable"),
+                },
             }),
         },
         Op {

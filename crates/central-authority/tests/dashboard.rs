@@ -416,7 +416,68 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         .await;
     assert!(html.contains(r#"data-page="connectors""#));
     assert!(!html.contains("<script>") && !html.contains("<style"));
-    // Pages need the read scope like the API.
-    assert_eq!(http.send("GET", "/app", None, None).await.0, 401);
+    // The pages hold no data, so they load without a token (the script
+    // then asks for one when the API answers 401); the data does not.
+    let (s, html) = http.send("GET", "/app", None, None).await;
+    assert_eq!(s, 200);
+    assert!(
+        !html.contains("jira.test.reach"),
+        "a page without a token holds data"
+    );
+    assert_eq!(http.get_json("/api/v1/health", None).await.0, 401);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_ticket_opens_the_stream_once_without_a_header() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    let ticket = |token: Option<&'static str>| {
+        let http = &http;
+        async move {
+            let (s, body) = http
+                .send(
+                    "POST",
+                    "/api/v1/health/stream/ticket",
+                    token,
+                    Some(serde_json::json!({})),
+                )
+                .await;
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            (s, v)
+        }
+    };
+    // A ticket needs the read scope.
+    assert_eq!(ticket(None).await.0, 401);
+    assert_eq!(ticket(Some(ACCESS_TOKEN)).await.0, 403);
+    let (s, v) = ticket(Some(READ_TOKEN)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["expires_in_ms"], 30_000);
+    let t = v["ticket"].as_str().expect("ticket").to_owned();
+    assert_eq!(t.len(), 64, "{t}");
+
+    // It opens the stream without `Authorization`, once.
+    let path = format!("/api/v1/health/stream?ticket={t}");
+    let (s, _, mut sse) = http.open(&path, None).await;
+    assert_eq!(s, 200);
+    assert!(
+        sse.read_until("event: hello", Duration::from_secs(5))
+            .await
+            .is_some(),
+        "{}",
+        sse.text()
+    );
+    let (s, _, mut again) = http.open(&path, None).await;
+    assert_eq!(s, 401, "a ticket used twice");
+    assert!(
+        again
+            .read_until("ticket:", Duration::from_secs(5))
+            .await
+            .is_some(),
+        "the refusal names the ticket: {}",
+        again.text()
+    );
+    let (s, _, _) = http.open("/api/v1/health/stream?ticket=guess", None).await;
+    assert_eq!(s, 401);
     ca.stop().await;
 }

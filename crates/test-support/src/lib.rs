@@ -7,6 +7,7 @@
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
 pub mod apps;
+pub mod browser;
 pub mod dns;
 pub mod http;
 pub mod poll;

@@ -8,7 +8,8 @@
 //! for configs and logs, fresh processes, shortened intervals, and a hard
 //! timeout; on failure the processes' logs are printed.
 
-pub mod browser;
+/// The headless browser (shared with the benchmark).
+pub use test_support::browser;
 pub mod procs;
 
 use std::future::Future;

@@ -1,6 +1,6 @@
-//! A real browser for dashboard tests: Debian's headless Chromium driven
-//! through ChromeDriver's W3C WebDriver HTTP API (plain JSON over HTTP, so no
-//! extra client library).
+//! A real browser for the dashboard's end-to-end test and benchmark:
+//! Debian's headless Chromium driven through ChromeDriver's W3C WebDriver
+//! HTTP API (plain JSON over HTTP, so no extra client library).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -25,17 +25,24 @@ pub struct Browser {
     http: reqwest::Client,
 }
 
+/// Whether Chromium and ChromeDriver are installed (the error says which
+/// is missing and how to get it).
+pub fn available() -> Result<()> {
+    for tool in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(tool).exists() {
+            bail!(
+                "{tool} is missing: install Debian's chromium and chromium-driver (.ci/run does)"
+            );
+        }
+    }
+    Ok(())
+}
+
 impl Browser {
     /// Starts ChromeDriver and a headless Chromium with a fresh profile in
     /// `profile_dir`.
     pub async fn start(profile_dir: &Path) -> Result<Self> {
-        for tool in [CHROMIUM, CHROMEDRIVER] {
-            if !Path::new(tool).exists() {
-                bail!(
-                    "{tool} is missing: install Debian's chromium and chromium-driver (.ci/run does)"
-                );
-            }
-        }
+        available()?;
         let port = {
             let l = TcpListener::bind("127.0.0.1:0")?;
             l.local_addr()?.port()
@@ -49,10 +56,12 @@ impl Browser {
             .spawn()
             .context("starting chromedriver")?;
         let base = format!("http://127.0.0.1:{port}");
-        let http = crate::client_builder()
+        // ChromeDriver speaks plain HTTP; reqwest still wants a TLS provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()?;
-        crate::retry(Duration::from_secs(15), || async {
+        crate::poll::retry(Duration::from_secs(15), || async {
             let v: Value = http
                 .get(format!("{base}/status"))
                 .send()
@@ -137,6 +146,28 @@ impl Browser {
             Some(json!({"script": script, "args": args})),
         )
         .await
+    }
+
+    /// Opens a new tab and makes it the current one; returns its handle.
+    pub async fn new_tab(&self) -> Result<String> {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/window/new",
+                Some(json!({"type": "tab"})),
+            )
+            .await?;
+        let handle = v["handle"]
+            .as_str()
+            .with_context(|| format!("no window handle: {v}"))?
+            .to_owned();
+        self.call(
+            reqwest::Method::POST,
+            "/window",
+            Some(json!({"handle": handle})),
+        )
+        .await?;
+        Ok(handle)
     }
 
     /// Saves a PNG screenshot of the viewport.
