@@ -513,7 +513,7 @@ mod tests {
             .map(|i| {
                 // A scrambled order of hosts, statuses and change times.
                 let j = (i * 7919) % n;
-                let host = if j % 3 == 0 {
+                let host = if j.is_multiple_of(3) {
                     format!("10.0.{}.{}", j / 250, j % 250)
                 } else {
                     format!("web{j}.example")
