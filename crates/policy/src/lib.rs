@@ -23,7 +23,7 @@ pub mod window;
 
 pub use damping::{Damper, Damping};
 pub use dryrun::{
-    GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange, SegmentPlan,
+    DnsResolutionChange, GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange, SegmentPlan,
     diff_policies, plan_policy,
 };
 pub use host::{Host, HostError};
