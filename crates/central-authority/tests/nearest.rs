@@ -301,6 +301,26 @@ async fn nearest_follows_the_smoothed_rtt_the_connectors_report() {
             .is_some_and(|ms| (ms - 28.3).abs() < 0.01)
     })
     .await;
+    // The application's detail (`GET /api/v1/application`, the dashboard's
+    // application page) shows the same smoothed RTT per connector.
+    let (s, detail) = http
+        .get_json(
+            &format!("/api/v1/application?segment=jira&host={host}&protocol=tcp&port=80"),
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{detail}");
+    let rtt_of = |name: &str| {
+        detail["application"]["connectors"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["connector"] == name))
+            .and_then(|c| c["smoothed_rtt_ms"].as_f64())
+    };
+    assert!(
+        rtt_of("e1").is_some_and(|ms| (ms - 28.3).abs() < 0.01),
+        "{detail}"
+    );
+    assert_eq!(rtt_of("e2"), Some(1.0), "{detail}");
     for _ in 0..9 {
         slow.report(vec![app_rtt(host, true, 1)], false).await;
     }
