@@ -13,6 +13,7 @@ pub mod dns;
 pub mod icmp;
 pub mod ingest;
 pub mod memory;
+pub mod onaccess;
 pub mod pacing;
 pub mod scale;
 pub mod starve;
@@ -57,6 +58,7 @@ pub const GROUPS: &[&str] = &[
     "cold",
     "detect",
     "scale",
+    "onaccess",
     "starve",
     "dashboard",
 ];
@@ -76,6 +78,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "cold" => cold::SPECS,
         "detect" => detect::SPECS,
         "scale" => scale::SPECS,
+        "onaccess" => onaccess::SPECS,
         "starve" => starve::SPECS,
         "dashboard" => dashboard::SPECS,
         _ => &[],
