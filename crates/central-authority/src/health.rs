@@ -38,6 +38,9 @@ pub enum UnknownCause {
     NotInFullState,
     /// The connector itself reported Unknown.
     Reported,
+    /// On-access: a result no verified access asked for (no valid access
+    /// id); kept and listed, never routed on.
+    Unsolicited,
 }
 
 impl UnknownCause {
@@ -49,6 +52,7 @@ impl UnknownCause {
             UnknownCause::Stale => "stale",
             UnknownCause::NotInFullState => "not_in_full_state",
             UnknownCause::Reported => "reported",
+            UnknownCause::Unsolicited => "unsolicited",
         }
     }
 }

@@ -206,6 +206,7 @@ pub fn unknown_cause() -> Object {
         C::Stale,
         C::NotInFullState,
         C::Reported,
+        C::Unsolicited,
     ]
     .iter()
     .map(|c| c.as_str().to_owned())

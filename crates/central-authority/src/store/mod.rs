@@ -666,6 +666,13 @@ impl Store {
         each!(self, s => s.replicas())
     }
 
+    /// The secret `name` every replica sharing this store uses: the first
+    /// caller's `candidate` (fresh random bytes) is stored and returned to
+    /// every later caller, on any replica.
+    pub fn shared_secret(&self, name: &str, candidate: &[u8]) -> Result<Vec<u8>, StoreError> {
+        each!(self, s => s.shared_secret(name, candidate))
+    }
+
     /// Drops the tables, so every later query fails (tests of how callers
     /// handle a failing database).
     #[cfg(test)]
@@ -690,6 +697,16 @@ mod suite {
             not_after_ms: 10,
             now_ms: 1,
         }
+    }
+
+    pub(super) fn a_shared_secret_is_created_once(a: &Store, b: &Store) {
+        let first = a.shared_secret("access", &[1; 32]).expect("db");
+        assert_eq!(first, vec![1; 32]);
+        // Another replica's candidate loses: both use the first one.
+        assert_eq!(b.shared_secret("access", &[2; 32]).expect("db"), first);
+        assert_eq!(a.shared_secret("access", &[3; 32]).expect("db"), first);
+        // Names are separate.
+        assert_eq!(b.shared_secret("other", &[4; 32]).expect("db"), vec![4; 32]);
     }
 
     pub(super) fn disabled_is_looked_up_by_name(s: &Store) {
@@ -1101,6 +1118,12 @@ macro_rules! suite {
             fn changes_and_replicas_are_shared() {
                 let (a, b) = $pair();
                 super::suite::changes_and_replicas_are_shared(&a, &b);
+            }
+
+            #[test]
+            fn a_shared_secret_is_created_once() {
+                let (a, b) = $pair();
+                super::suite::a_shared_secret_is_created_once(&a, &b);
             }
         }
     };

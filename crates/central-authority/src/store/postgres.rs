@@ -105,6 +105,12 @@ CREATE TABLE health_events (
 CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
 CREATE INDEX health_events_by_time ON health_events(at_ms);
 "#,
+    r#"
+CREATE TABLE shared_secrets (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);
+"#,
 ];
 
 /// How often a transaction is tried before its serialization failure is
@@ -855,6 +861,28 @@ impl PgStore {
                 .execute("DELETE FROM replicas WHERE id = $1", &[&id])
                 .await?;
             Ok(())
+        })
+    }
+
+    pub(crate) fn shared_secret(
+        &self,
+        name: &str,
+        candidate: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            // One statement: concurrent first uses agree on one value.
+            client
+                .execute(
+                    "INSERT INTO shared_secrets (name, value) VALUES ($1, $2)
+                     ON CONFLICT (name) DO NOTHING",
+                    &[&name, &candidate],
+                )
+                .await?;
+            let row = client
+                .query_one("SELECT value FROM shared_secrets WHERE name = $1", &[&name])
+                .await?;
+            Ok(row.get(0))
         })
     }
 

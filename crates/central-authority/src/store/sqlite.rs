@@ -92,6 +92,14 @@ CREATE TABLE health_events (
 CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
 CREATE INDEX health_events_by_time ON health_events(at_ms);
 "#,
+    r#"
+-- Version 6: secrets every replica sharing the store uses (the key of
+-- on-access ids), created once by whichever replica needs one first.
+CREATE TABLE shared_secrets (
+    name  TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"#,
 ];
 
 /// The record of certificate `serial` (with its connector's standing), if
@@ -687,6 +695,28 @@ impl SqliteStore {
     pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
         lock(&self.conn).execute("DELETE FROM replicas WHERE id = ?1", params![id])?;
         Ok(())
+    }
+
+    /// The shared secret `name`: `candidate` if none was stored yet (it is
+    /// stored then), else the stored one.
+    pub(crate) fn shared_secret(
+        &self,
+        name: &str,
+        candidate: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO shared_secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+            params![name, candidate],
+        )?;
+        let value: Vec<u8> = tx.query_row(
+            "SELECT value FROM shared_secrets WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(value)
     }
 
     /// Every replica the database knows, by id.

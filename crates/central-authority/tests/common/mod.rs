@@ -465,6 +465,7 @@ pub fn app(
         dns_error: String::new(),
         expired: false,
         age_ms: 0,
+        access_id: String::new(),
     }
 }
 
