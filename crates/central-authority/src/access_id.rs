@@ -109,7 +109,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
     };
     s.as_bytes()
         .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .map(|p| Some((digit(p[0])? << 4) | digit(p[1])?))
         .collect()
 }
 
