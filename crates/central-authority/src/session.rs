@@ -803,10 +803,13 @@ impl Authority {
         } = report;
         let mut changed = false;
         if mode == HealthReporting::OnAccess {
-            let accessed =
-                access_id.and_then(|id| self.verified_access(identity, &key, &id, now, wall));
-            let (window_changed, keep) =
-                self.follow_window(identity, settings, &key, status, expired, accessed, now);
+            let entry = WindowReport {
+                status,
+                expired,
+                accessed: access_id
+                    .and_then(|id| self.verified_access(identity, &key, &id, now, wall)),
+            };
+            let (window_changed, keep) = self.follow_window(identity, settings, &key, entry, now);
             changed |= window_changed;
             if !keep {
                 return changed;
@@ -888,11 +891,14 @@ impl Authority {
         identity: &Identity,
         settings: &Settings,
         key: &AppKey,
-        status: Status,
-        expired: bool,
-        accessed: Option<Instant>,
+        entry: WindowReport,
         now: Instant,
     ) -> (bool, bool) {
+        let WindowReport {
+            status,
+            expired,
+            accessed,
+        } = entry;
         let wk = (key.clone(), identity.name.clone());
         // A report answers a forced re-check: an access waiting on it must
         // look again even if the status did not change.
@@ -952,6 +958,16 @@ impl Authority {
             self.close_session(name, session, reason);
         }
     }
+}
+
+/// What one on-access report entry says about its window.
+struct WindowReport {
+    status: Status,
+    /// The connector stopped checking (the window ended).
+    expired: bool,
+    /// When the access the entry's verified access id names happened
+    /// (`None`: no id, or one that does not verify).
+    accessed: Option<Instant>,
 }
 
 /// One accepted report entry with what its segment says about it.
