@@ -230,8 +230,9 @@ impl HealthTable {
         };
         // The key stays ours for the published transition; it is cloned
         // only when the application is new. One search of the map for a
-        // known application (a `contains_key` before the `get_mut` was ~5%
-        // of the CA's CPU under report load: each compares the key's strings).
+        // known application, not two (each search compares the key's
+        // strings: part of the table's share of the CA's CPU under report
+        // load).
         let (before, published, old) = match apps.get_mut(&key) {
             Some(record) => store(record),
             None => store(apps.entry(key.clone()).or_default()),
