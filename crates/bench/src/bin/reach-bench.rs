@@ -26,7 +26,8 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
-        /// pacing, memory, ingest, access, cold, scale, starve, dashboard.
+        /// pacing, memory, ingest, access, cold, scale, onaccess, starve,
+        /// dashboard.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -112,6 +113,7 @@ async fn run(
             "access" => figures::access::run(mode).await,
             "cold" => figures::cold::run(mode).await,
             "scale" => figures::scale::run(mode).await,
+            "onaccess" => figures::onaccess::run(mode).await,
             "starve" => figures::starve::run(mode).await,
             "dashboard" => figures::dashboard::run(mode).await,
             _ => Ok(Vec::new()),

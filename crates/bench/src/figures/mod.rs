@@ -11,6 +11,7 @@ pub mod dns;
 pub mod icmp;
 pub mod ingest;
 pub mod memory;
+pub mod onaccess;
 pub mod pacing;
 pub mod scale;
 pub mod starve;
@@ -53,6 +54,7 @@ pub const GROUPS: &[&str] = &[
     "access",
     "cold",
     "scale",
+    "onaccess",
     "starve",
     "dashboard",
 ];
@@ -70,6 +72,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "access" => access::SPECS,
         "cold" => cold::SPECS,
         "scale" => scale::SPECS,
+        "onaccess" => onaccess::SPECS,
         "starve" => starve::SPECS,
         "dashboard" => dashboard::SPECS,
         _ => &[],
