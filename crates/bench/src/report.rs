@@ -16,6 +16,17 @@ pub enum Goal {
         /// The smallest acceptable ratio.
         ratio: f64,
     },
+    /// value / baseline ≤ ratio (CPU and other costs against a bare
+    /// baseline).
+    RatioAtMost {
+        /// The largest acceptable ratio.
+        ratio: f64,
+    },
+    /// value ≥ limit, in the figure's unit.
+    AtLeast {
+        /// The limit.
+        limit: f64,
+    },
     /// value ≤ limit, in the figure's unit.
     AtMost {
         /// The limit.
@@ -71,6 +82,16 @@ impl Figure {
                 Some(g),
                 Some(ratio.is_some_and(|r| r >= g)),
                 format!("≥ {:.0}% of baseline", g * 100.0),
+            ),
+            Goal::RatioAtMost { ratio: g } => (
+                Some(g),
+                Some(ratio.is_some_and(|r| r <= g)),
+                format!("≤ {}× baseline", trim(g)),
+            ),
+            Goal::AtLeast { limit } => (
+                Some(limit),
+                Some(value >= limit),
+                format!("≥ {} {unit}", trim(limit)),
             ),
             Goal::AtMost { limit } => (
                 Some(limit),
@@ -236,6 +257,32 @@ mod tests {
         assert_eq!(f.met, Some(false));
         let json = serde_json::to_value(&f).unwrap();
         assert!(json["value"].is_null());
+    }
+
+    #[test]
+    fn cost_goals_compare_value_over_baseline_from_above() {
+        let g = Goal::RatioAtMost { ratio: 1.2 };
+        let f = Figure::new("cpu", "µs CPU", 11.0, Some(10.0), g, "");
+        assert_eq!(f.met, Some(true));
+        assert_eq!(f.goal_text, "≤ 1.2× baseline");
+        assert_eq!(
+            Figure::new("cpu", "µs CPU", 13.0, Some(10.0), g, "").met,
+            Some(false)
+        );
+        // No baseline: the ratio is unknown, so the goal is not met.
+        assert_eq!(
+            Figure::new("cpu", "µs CPU", 1.0, None, g, "").met,
+            Some(false)
+        );
+        let floor = Goal::AtLeast { limit: 10000.0 };
+        assert_eq!(
+            Figure::new("r", "/s", 9999.0, None, floor, "").met,
+            Some(false)
+        );
+        assert_eq!(
+            Figure::new("r", "/s", 10000.0, None, floor, "").met,
+            Some(true)
+        );
     }
 
     #[test]

@@ -318,7 +318,12 @@ function appPage() {
           a.note ? ` · ${NOTE_LABEL[a.note] || a.note}` : ''));
       tbody.replaceChildren(...a.connectors.map((c) => h('tr', { 'data-connector': c.connector, 'data-status': c.status },
         h('td', {}, c.connector, h('br'), h('span', { class: 'muted' }, c.group)),
-        h('td', {}, badge(c.status), c.unknown_cause ? h('div', { class: 'muted' }, c.unknown_cause.replace(/_/g, ' ')) : ''),
+        h('td', {}, badge(c.status), c.unknown_cause ? h('div', { class: 'muted' }, c.unknown_cause.replace(/_/g, ' ')) : '',
+          // The smoothed RTT the `nearest` strategy compares.
+          c.smoothed_rtt_ms !== null && c.smoothed_rtt_ms !== undefined
+            ? h('div', { class: 'muted rtt', 'data-rtt-ms': String(c.smoothed_rtt_ms), title: 'smoothed round-trip time (what the nearest strategy compares)' },
+              `smoothed RTT ${c.smoothed_rtt_ms.toFixed(2)} ms`)
+            : ''),
         h('td', {}, c.dns_error ? h('div', { class: 'error' }, `DNS: ${c.dns_error}`) : '',
           c.addresses.length ? h('ul', { class: 'addresses' }, c.addresses.map((ad) =>
             h('li', { class: 'address', 'data-address': ad.address, 'data-status': ad.status, 'data-method': ad.method },

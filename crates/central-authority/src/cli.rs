@@ -671,6 +671,10 @@ fn access_text(v: &Value) -> String {
                     if c["connected"] == true { "yes" } else { "no" }.to_owned(),
                     cell(&c["status"]),
                     if c["eligible"] == true { "yes" } else { "no" }.to_owned(),
+                    // The smoothed RTT `nearest` compares, when reported.
+                    c["rtt_ms"]
+                        .as_f64()
+                        .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.2} ms")),
                     cell(&c["reason"]),
                 ]
             })
@@ -682,6 +686,7 @@ fn access_text(v: &Value) -> String {
                 "CONNECTED",
                 "STATUS",
                 "ELIGIBLE",
+                "RTT",
                 "WHY",
             ],
             &rows,

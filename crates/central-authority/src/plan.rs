@@ -209,6 +209,9 @@ fn diff_text(d: &GroupDiff) -> String {
         d.checks_per_cycle_after,
         d.checks_delta()
     );
+    if let Some(c) = d.dns_resolution {
+        let _ = writeln!(out, "  ~ dns_resolution {} -> {}", c.before, c.after);
+    }
     for s in &d.segments_added {
         let _ = writeln!(out, "  + segment {s:?}");
     }

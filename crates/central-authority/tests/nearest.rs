@@ -1,125 +1,23 @@
 //! The `nearest` strategy with real connectors (the agent library, in this
 //! process) against an in-process CA, where one connector's path to the
 //! application is slower: its DNS server points it at an address inside a
-//! network namespace this test creates, behind a veth whose host side
-//! delays every packet by 30 ms (`tc netem`). The application is a UDP
+//! network namespace this test creates, behind a `test_support::DelayLink`
+//! (TUN devices and a forwarder in this process that holds every packet
+//! 30 ms each way; the CI kernel has no `tc netem`). The application is a UDP
 //! port, which the kernel answers by itself (ICMP echo, or a TCP reset in
 //! the fallback), so nothing has to run inside the namespace.
 
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use test_support::DnsServer;
 use test_support::dns::Mode;
+use test_support::{DelayLink, DnsServer};
 
 const HOST: &str = "app.near.test";
 const PORT: u32 = 5353;
-
-/// Runs a command; errors carry its stderr.
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// A namespace with one address (`far`) reached over a veth that delays
-/// every packet leaving the host by 30 ms; removed on drop.
-struct SlowPath {
-    ns: String,
-    host_if: String,
-    far: String,
-}
-
-impl SlowPath {
-    fn create() -> Result<SlowPath, String> {
-        let tag = std::process::id() % 100_000;
-        let net = tag % 250;
-        let path = SlowPath {
-            ns: format!("reach-near-{tag}"),
-            host_if: format!("rnh{tag}"),
-            far: format!("198.19.{net}.2"),
-        };
-        let peer_if = format!("rnn{tag}");
-        let _ = run("ip", &["netns", "del", &path.ns]);
-        let _ = run("ip", &["link", "del", &path.host_if]);
-        run("ip", &["netns", "add", &path.ns])?;
-        let in_ns = |args: &[&str]| {
-            let mut full = vec!["netns", "exec", path.ns.as_str()];
-            full.extend_from_slice(args);
-            run("ip", &full)
-        };
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &path.host_if,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &peer_if,
-            ],
-        )?;
-        run("ip", &["link", "set", &peer_if, "netns", &path.ns])?;
-        run(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("198.19.{net}.1/30"),
-                "dev",
-                &path.host_if,
-            ],
-        )?;
-        run("ip", &["link", "set", &path.host_if, "up"])?;
-        in_ns(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{}/30", path.far),
-            "dev",
-            &peer_if,
-        ])?;
-        in_ns(&["ip", "link", "set", &peer_if, "up"])?;
-        in_ns(&["ip", "link", "set", "lo", "up"])?;
-        run(
-            "tc",
-            &[
-                "qdisc",
-                "add",
-                "dev",
-                &path.host_if,
-                "root",
-                "netem",
-                "delay",
-                "30ms",
-            ],
-        )?;
-        Ok(path)
-    }
-}
-
-impl Drop for SlowPath {
-    fn drop(&mut self) {
-        let _ = run("ip", &["link", "del", &self.host_if]);
-        let _ = run("ip", &["netns", "del", &self.ns]);
-    }
-}
 
 /// A DNS server answering `HOST` with `ip`.
 async fn dns(ip: &str) -> DnsServer {
@@ -181,22 +79,14 @@ where
 /// Issue 16.1: the connector with the slower path is chosen only when no
 /// near one is healthy; the explanation shows each candidate's RTT and why.
 ///
-/// Needs the `sch_netem` kernel module, which the CI machine's kernel lacks
-/// (`tc` answers "Specified qdisc kind is unknown"): ignored by default,
-/// run with `cargo test -p central-authority --test nearest -- --ignored`
-/// where it exists. It fails, never skips, when the slow path cannot be
-/// built. `nearest_follows_the_smoothed_rtt_the_connectors_report` covers
-/// the selection with real sessions everywhere.
+/// Needs root, `/dev/net/tun` and `ip` for the delayed path; it fails,
+/// never skips, with a message naming what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the sch_netem kernel module (absent on CI's kernel)"]
 async fn nearest_takes_the_slow_path_only_when_the_near_one_is_down() {
-    let slow = SlowPath::create().unwrap_or_else(|e| {
-        panic!(
-            "cannot create a network namespace with netem here ({e}); needs root, iproute2 and the sch_netem kernel module"
-        )
-    });
+    let slow = DelayLink::create(Duration::from_millis(30))
+        .unwrap_or_else(|e| panic!("cannot build the delayed path: {e:#}"));
     let near_dns = dns("127.0.18.1").await;
-    let far_dns = dns(&slow.far).await;
+    let far_dns = dns(&slow.far().to_string()).await;
     // The CA's strategy stays healthy; the segment asks for nearest.
     let text = config_text(
         "",
@@ -411,6 +301,26 @@ async fn nearest_follows_the_smoothed_rtt_the_connectors_report() {
             .is_some_and(|ms| (ms - 28.3).abs() < 0.01)
     })
     .await;
+    // The application's detail (`GET /api/v1/application`, the dashboard's
+    // application page) shows the same smoothed RTT per connector.
+    let (s, detail) = http
+        .get_json(
+            &format!("/api/v1/application?segment=jira&host={host}&protocol=tcp&port=80"),
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{detail}");
+    let rtt_of = |name: &str| {
+        detail["application"]["connectors"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["connector"] == name))
+            .and_then(|c| c["smoothed_rtt_ms"].as_f64())
+    };
+    assert!(
+        rtt_of("e1").is_some_and(|ms| (ms - 28.3).abs() < 0.01),
+        "{detail}"
+    );
+    assert_eq!(rtt_of("e2"), Some(1.0), "{detail}");
     for _ in 0..9 {
         slow.report(vec![app_rtt(host, true, 1)], false).await;
     }

@@ -38,6 +38,23 @@ name = "dc-west"
 provisioning_key = "key-west-0123456789"
 "#;
 
+/// `GROUPS` with dc-west asking for A records only.
+const GROUPS_V4_WEST: &str = r#"
+[server]
+grpc_listen = "127.0.0.1:1"
+http_listen = "127.0.0.1:2"
+data_dir = "must-not-exist"
+
+[[connector_groups]]
+name = "dc-east"
+provisioning_key = "key-east-0123456789"
+
+[[connector_groups]]
+name = "dc-west"
+provisioning_key = "key-west-0123456789"
+dns_resolution = "ipv4"
+"#;
+
 const CURRENT: &str = r#"
 [[segments]]
 name = "jira"
@@ -126,6 +143,50 @@ fn plan_with_current_shows_what_each_group_gains_and_loses() {
     ] {
         assert!(stdout.contains(needle), "{needle:?} missing in:\n{stdout}");
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn plan_with_current_reports_a_changed_dns_resolution_per_group() {
+    let dir = scratch_dir("plan-dns");
+    std::fs::write(dir.join("current.toml"), format!("{GROUPS}{CURRENT}")).expect("write");
+    std::fs::write(dir.join("new.toml"), format!("{GROUPS_V4_WEST}{CURRENT}")).expect("write");
+    let out = run(&["plan", "new.toml", "--current", "current.toml"], &dir);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "group \"dc-east\": no change (4 checks per cycle)\n",
+        "group \"dc-west\" (changed): checks per cycle 1 -> 1 (+0)\n  ~ dns_resolution dual -> ipv4\n",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} missing in:\n{stdout}");
+    }
+    let out = run(
+        &[
+            "plan",
+            "new.toml",
+            "--current",
+            "current.toml",
+            "--format",
+            "json",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let west = json["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|g| g["group"] == "dc-west"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(west["change"], "changed", "{west}");
+    assert_eq!(west["dns_resolution"]["before"], "dual", "{west}");
+    assert_eq!(west["dns_resolution"]["after"], "ipv4", "{west}");
+    let east = json["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|g| g["group"] == "dc-east"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(east["dns_resolution"], serde_json::Value::Null, "{east}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use crate::model::{AppKey, HealthReporting, Policy, Segment};
+use crate::model::{AppKey, DnsResolution, HealthReporting, Policy, Segment};
 use crate::plan::{estimate_budget, estimated_checks};
 
 /// What the estimate assumes about the connectors that will run the policy.
@@ -196,6 +196,19 @@ pub struct GroupDiff {
     pub checks_per_cycle_before: u64,
     /// Checks per cycle under the new policy (0 for a removed group).
     pub checks_per_cycle_after: u64,
+    /// The group's `dns_resolution` when the change alters it (a group in
+    /// both policies only): which records its connectors will ask for, so
+    /// which addresses they will check.
+    pub dns_resolution: Option<DnsResolutionChange>,
+}
+
+/// A group's `dns_resolution` before and after a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DnsResolutionChange {
+    /// Under the current policy.
+    pub before: DnsResolution,
+    /// Under the new policy.
+    pub after: DnsResolution,
 }
 
 impl GroupDiff {
@@ -253,13 +266,21 @@ pub fn diff_group(current: &Policy, new: &Policy, group: &str, params: PlanParam
     );
     let checks = |p: &Policy| plan_group(p, group, params).checks_per_cycle;
     let (in_current, in_new) = (current.has_group(group), new.has_group(group));
+    let dns_resolution = match (current.group(group), new.group(group)) {
+        (Some(b), Some(a)) if b.dns_resolution != a.dns_resolution => Some(DnsResolutionChange {
+            before: b.dns_resolution,
+            after: a.dns_resolution,
+        }),
+        _ => None,
+    };
     let change = match (in_current, in_new) {
         (false, _) => GroupChange::Added,
         (true, false) => GroupChange::Removed,
         (true, true)
             if segments_added.is_empty()
                 && segments_removed.is_empty()
-                && segments_changed.is_empty() =>
+                && segments_changed.is_empty()
+                && dns_resolution.is_none() =>
         {
             GroupChange::Unchanged
         }
@@ -275,6 +296,7 @@ pub fn diff_group(current: &Policy, new: &Policy, group: &str, params: PlanParam
         targets_removed: targets_before.difference(&targets_after).cloned().collect(),
         checks_per_cycle_before: if in_current { checks(current) } else { 0 },
         checks_per_cycle_after: if in_new { checks(new) } else { 0 },
+        dns_resolution,
     }
 }
 
@@ -615,6 +637,52 @@ mod tests {
         // Back the other way, the same targets are added.
         let back = &diff_policies(&new, &current, PARAMS)[0];
         assert_eq!(back.targets_added, d.targets_removed);
+    }
+
+    #[test]
+    fn a_changed_dns_resolution_changes_the_group() {
+        let segs = || {
+            vec![seg(
+                "jira",
+                &["jira.corp.test"],
+                &["80"],
+                "continuous",
+                &["east", "west"],
+            )]
+        };
+        let current = policy(&["east", "west"], segs());
+        let mut spec = PolicySpec {
+            connector_groups: ["east", "west"]
+                .iter()
+                .map(|&g| GroupSpec {
+                    name: g.into(),
+                    ..GroupSpec::default()
+                })
+                .collect(),
+            segments: segs(),
+        };
+        spec.connector_groups[0].dns_resolution = Some("ipv4".into());
+        let new = validate(&spec).expect("valid policy");
+        let diffs = diff_policies(&current, &new, PARAMS);
+        let east = &diffs[0];
+        assert_eq!(east.change, GroupChange::Changed);
+        assert_eq!(
+            east.dns_resolution,
+            Some(DnsResolutionChange {
+                before: DnsResolution::Dual,
+                after: DnsResolution::Ipv4
+            })
+        );
+        assert!(east.segments_changed.is_empty() && east.targets_added.is_empty());
+        let west = &diffs[1];
+        assert_eq!(west.change, GroupChange::Unchanged);
+        assert_eq!(west.dns_resolution, None);
+        // Back again, the other way round.
+        let back = &diff_policies(&new, &current, PARAMS)[0];
+        assert_eq!(
+            back.dns_resolution.map(|c| (c.before, c.after)),
+            Some((DnsResolution::Ipv4, DnsResolution::Dual))
+        );
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Fixtures the workspace's tests share, so each is written once: a real
 //! authoritative DNS server on loopback, TCP and UDP test applications that
-//! record what reached them, HTTP test clients, polling helpers for events
+//! record what reached them, a network path with a real delay (TUN devices
+//! and a network namespace), HTTP test clients, polling helpers for events
 //! whose timing a test does not control, a real PostgreSQL server, and a builder for segments in both
 //! their config (TOML) and wire (protobuf) forms.
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
 pub mod apps;
+pub mod delay;
 pub mod dns;
 pub mod http;
 pub mod poll;
@@ -14,6 +16,7 @@ pub mod postgres;
 pub mod segment;
 
 pub use apps::{TcpApp, UdpApp, closed_port, listeners, max_in_window};
+pub use delay::DelayLink;
 pub use dns::DnsServer;
 pub use http::{HttpsClient, client_tls, http_get};
 pub use poll::{eventually, retry};

@@ -1995,3 +1995,211 @@ async fn s17_dns_resolution_and_damping() -> Result<()> {
     })
     .await
 }
+
+/// The smoothed RTT (ms) of every connector reporting `app` Up, from
+/// `GET /api/v1/application`.
+async fn smoothed_rtts(ca: &Ca, app: &App) -> Result<HashMap<String, f64>> {
+    let v = ca
+        .get(&format!(
+            "/api/v1/application?segment={}&host={}&protocol={}&port={}",
+            app.segment, app.host, app.protocol, app.port
+        ))
+        .await?;
+    Ok(v["application"]["connectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "up")
+        .filter_map(|c| {
+            Some((
+                c["connector"].as_str()?.to_owned(),
+                c["smoothed_rtt_ms"].as_f64()?,
+            ))
+        })
+        .collect())
+}
+
+/// One candidate's note in an access answer's explanation.
+fn candidate(answer: &serde_json::Value, name: &str) -> Result<serde_json::Value> {
+    answer["explanation"]["candidates"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["connector"] == name))
+        .cloned()
+        .with_context(|| format!("{name} in {answer}"))
+}
+
+/// The smoothed RTT the detail page shows per connector.
+const DETAIL_RTT_SCRIPT: &str = r#"
+const rtts = {};
+for (const r of document.querySelectorAll('#app-connectors tbody tr[data-connector]')) {
+  const e = r.querySelector('.rtt');
+  rtts[r.dataset.connector] = e ? {ms: Number(e.dataset.rttMs), text: e.textContent} : null;
+}
+return rtts;
+"#;
+
+/// 18. Issue 16.1 with real processes: strategy `nearest` between two
+/// connectors of one group, each with its own DNS server (split horizon).
+/// The near one's resolves the application to a loopback address; the far
+/// one's to the namespace address of a `DelayLink` (30 ms each way, in
+/// this test process), so its checks really take 60 ms. Accesses go to the
+/// near connector; the explanation (API and CLI) shows both RTTs and why;
+/// the detail page shows each connector's smoothed RTT. When the near
+/// one's application goes down (its name stops resolving) the far one
+/// carries; when it is back, the near one again; when the near connector
+/// stops, the far one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s18_nearest_over_a_delayed_path() -> Result<()> {
+    const HOST: &str = "app.near.test";
+    const PORT: u16 = 5353;
+    let sc = Scenario::new("s18_nearest", 48)?;
+    sc.run(LIMIT, |sc| async move {
+        let link = test_support::DelayLink::create(Duration::from_millis(30))
+            .context("the delayed path (needs root, /dev/net/tun and ip)")?;
+        let near_dns =
+            DnsServer::start_with_ttl(sc.dns(), "near.test", &[(HOST, sc.ip(1, 1))], 1).await?;
+        let far_dns_addr = sc.addr(0, 54, 5353);
+        let _far_dns = DnsServer::start_with_ttl(
+            far_dns_addr,
+            "near.test",
+            &[(HOST, std::net::IpAddr::V4(link.far()))],
+            1,
+        )
+        .await?;
+        let mut cfg = ca_config_head(&sc, &["dc"], "", "nearest")
+            .replace("anonymous_read = false", "anonymous_read = true");
+        cfg += &Segment::new("near")
+            .apps([HOST])
+            .udp([PORT.to_string()])
+            .interval_ms(500)
+            .groups(["dc"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let mut near = Connector::start(&sc, &ca, "near", "dc", &["--dns-stale-grace-s", "0"])?;
+        let far_dns = far_dns_addr.to_string();
+        let _far = Connector::start(
+            &sc,
+            &ca,
+            "far",
+            "dc",
+            &["--dns-server", &far_dns, "--dns-stale-grace-s", "0"],
+        )?;
+        let app = App::new("near", HOST, "udp", PORT);
+        let limit = Duration::from_secs(30);
+
+        // Both Up; every one of far's samples took at least 60 ms, so its
+        // smoothed RTT is at least that.
+        let rtts = retry(limit, || async {
+            let rtts = smoothed_rtts(&ca, &app).await?;
+            ensure!(
+                rtts.contains_key("near") && rtts.get("far").is_some_and(|ms| *ms >= 60.0),
+                "both up with an RTT: {rtts:?}"
+            );
+            Ok(rtts)
+        })
+        .await?;
+        ensure!(rtts["near"] < 10.0, "near is on loopback: {rtts:?}");
+
+        let chosen = choose_many(&ca, HOST, "udp", PORT, 40).await?;
+        ensure!(chosen.get("near") == Some(&40), "near carries: {chosen:?}");
+        let (status, answer) = ca.access(HOST, "udp", PORT).await?;
+        ensure!(status == 200, "{answer}");
+        ensure!(answer["explanation"]["strategy"] == "nearest", "{answer}");
+        let (n, f) = (candidate(&answer, "near")?, candidate(&answer, "far")?);
+        ensure!(
+            n["eligible"] == true
+                && n["rtt_ms"].as_f64().is_some()
+                && n["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("within the tolerance of the nearest")),
+            "near's note: {n}"
+        );
+        ensure!(
+            f["eligible"] == false
+                && f["rtt_ms"].as_f64().is_some_and(|ms| ms >= 60.0)
+                && f["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("a nearer connector is reachable")),
+            "far's note: {f}"
+        );
+        // The operator CLI prints the same: a row per candidate with its RTT.
+        let (code, out) = ca.cli(&["access", HOST, "udp", &PORT.to_string()]).await?;
+        ensure!(code == 0, "cli access: {code} {out}");
+        ensure!(
+            out.contains("selected: connector near")
+                && out.contains("strategy nearest")
+                && out.contains("RTT")
+                && out.lines().any(|l| l.starts_with("far ")
+                    && l.contains(" ms ")
+                    && l.contains("a nearer connector is reachable")),
+            "cli access shows: {out}"
+        );
+
+        // The detail page shows each connector's smoothed RTT.
+        let browser = e2e::browser::Browser::start(&sc.dir.join("chromium-profile")).await?;
+        let shown: Result<serde_json::Value> = async {
+            browser
+                .goto(&format!(
+                    "https://{}/app?segment=near&host={HOST}&protocol=udp&port={PORT}",
+                    ca.http
+                ))
+                .await?;
+            retry(Duration::from_secs(10), || async {
+                let v = browser
+                    .eval(DETAIL_RTT_SCRIPT, serde_json::json!([]))
+                    .await?;
+                ensure!(
+                    v["far"]["ms"].as_f64().is_some_and(|ms| ms >= 60.0)
+                        && v["far"]["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("smoothed RTT ") && t.ends_with(" ms"))
+                        && v["near"]["ms"].as_f64().is_some(),
+                    "detail page shows {v}"
+                );
+                Ok(v)
+            })
+            .await
+        }
+        .await;
+        browser.close().await;
+        eprintln!("detail page RTTs: {}", shown?);
+
+        // The near connector's application goes down: the far one carries.
+        near_dns.set_mode(test_support::dns::Mode::NxDomain);
+        wait_status(&ca, &app, "near", "down", limit).await?;
+        let chosen = choose_many(&ca, HOST, "udp", PORT, 20).await?;
+        ensure!(chosen.get("far") == Some(&20), "far carries: {chosen:?}");
+        let (_, answer) = ca.access(HOST, "udp", PORT).await?;
+        let (n, f) = (candidate(&answer, "near")?, candidate(&answer, "far")?);
+        ensure!(n["eligible"] == false, "near's note: {n}");
+        ensure!(
+            f["eligible"] == true
+                && f["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("within the tolerance of the nearest")),
+            "far's note: {f}"
+        );
+
+        // Back: the near one again.
+        near_dns.set_mode(test_support::dns::Mode::Answer);
+        wait_status(&ca, &app, "near", "up", limit).await?;
+        let chosen = choose_many(&ca, HOST, "udp", PORT, 20).await?;
+        ensure!(
+            chosen.get("near") == Some(&20),
+            "near carries again: {chosen:?}"
+        );
+
+        // The near connector stops: the far one carries.
+        near.proc.kill().await;
+        wait_status(&ca, &app, "near", "unknown", limit).await?;
+        let chosen = choose_many(&ca, HOST, "udp", PORT, 20).await?;
+        ensure!(
+            chosen.get("far") == Some(&20),
+            "far carries alone: {chosen:?}"
+        );
+        drop(link);
+        Ok(())
+    })
+    .await
+}

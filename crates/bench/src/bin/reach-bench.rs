@@ -26,8 +26,8 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
-        /// pacing, memory, ingest, access, cold, scale, onaccess, starve,
-        /// dashboard.
+        /// pacing, memory, ingest, batching, access, cold, detect, scale,
+        /// onaccess, starve, dashboard.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -110,8 +110,10 @@ async fn run(
             "pacing" => figures::pacing::run(mode).await,
             "memory" => figures::memory::run(mode).await,
             "ingest" => figures::ingest::run(mode).await,
+            "batching" => figures::batching::run(mode).await,
             "access" => figures::access::run(mode).await,
             "cold" => figures::cold::run(mode).await,
+            "detect" => figures::detect::run(mode).await,
             "scale" => figures::scale::run(mode).await,
             "onaccess" => figures::onaccess::run(mode).await,
             "starve" => figures::starve::run(mode).await,

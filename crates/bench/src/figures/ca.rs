@@ -256,3 +256,22 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A counter of the CA's `/metrics` (`reach_ca_…_total`), 0 when absent
+/// (a counter not incremented yet is still listed, so absent means renamed:
+/// the figure's note then shows 0, which the reader can check).
+pub async fn counter(http: &reqwest::Client, base: &str, name: &str) -> Result<u64> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64))
+}

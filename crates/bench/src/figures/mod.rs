@@ -3,10 +3,12 @@
 //! its figures with `value: null`, `met: false` and the error as the note.
 
 pub mod access;
+pub mod batching;
 pub mod ca;
 pub mod cold;
 pub mod criterion;
 pub mod dashboard;
+pub mod detect;
 pub mod dns;
 pub mod icmp;
 pub mod ingest;
@@ -51,8 +53,10 @@ pub const GROUPS: &[&str] = &[
     "pacing",
     "memory",
     "ingest",
+    "batching",
     "access",
     "cold",
+    "detect",
     "scale",
     "onaccess",
     "starve",
@@ -69,8 +73,10 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "pacing" => pacing::SPECS,
         "memory" => memory::SPECS,
         "ingest" => ingest::SPECS,
+        "batching" => batching::SPECS,
         "access" => access::SPECS,
         "cold" => cold::SPECS,
+        "detect" => detect::SPECS,
         "scale" => scale::SPECS,
         "onaccess" => onaccess::SPECS,
         "starve" => starve::SPECS,

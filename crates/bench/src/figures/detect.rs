@@ -1,0 +1,467 @@
+//! Detection and recovery latency with the real connector agent
+//! (`connector_agent::run` in the driver, as in `cold`) and the CA in a
+//! child process: application servers are loopback listeners in continuous
+//! segments with a report interval of 1 s and 60 s. A server is stopped
+//! (its listening socket closed, so checks are refused) and the driver asks
+//! `Access/Resolve` for it every few milliseconds until the CA refuses it
+//! with `all_down`: that is the detection latency. Then the server starts
+//! again and the driver asks until the CA selects the connector for it: the
+//! recovery latency.
+//!
+//! A change is seen at the connector's next check of the application (up
+//! to one report interval later), reported through its outbox (at most
+//! `BATCH_WINDOW` later) and applied by the CA, so the bound is one
+//! interval plus one check (the check timeout at most; a refused handshake
+//! takes microseconds) plus one batch window, plus the driver's polling
+//! period. The stops and starts of the applications fall at phases spread
+//! evenly over their check schedule (taken from the time each listener
+//! last accepted a check), so the largest latency shows how close the
+//! worst case comes to the bound and the median sits near half an
+//! interval. The 60-s applications run side by side, one stop and one start
+//! each, so the figure takes about two intervals, not forty.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use connector_agent::outbox::BATCH_WINDOW;
+use connector_agent::{Config, IcmpPreference};
+use protocol::v1;
+use protocol::v1::access_decision::Outcome;
+use tokio::net::TcpSocket;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+use super::Spec;
+use super::ca::{self, CaSetup};
+use crate::Mode;
+use crate::report::{Figure, Goal};
+use crate::stats::{ms, quantile};
+
+/// The agent's check timeout (`Config::new`'s default, 1 s).
+const CHECK_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// (detection, recovery) latencies, one pair per cycle.
+type Samples = Vec<(Duration, Duration)>;
+
+/// One report interval's runs: the applications, cycles and polling.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    interval: Duration,
+    apps: usize,
+    cycles: usize,
+    poll: Duration,
+    /// Third octet of the applications' loopback addresses.
+    octet: u8,
+    segment: &'static str,
+}
+
+impl Plan {
+    /// One interval plus one check plus one batch window plus one poll.
+    fn bound(&self) -> Duration {
+        self.interval + CHECK_TIMEOUT + BATCH_WINDOW + self.poll
+    }
+}
+
+/// Goals: the bound of each plan (`Plan::bound`), in the figure's unit.
+const BOUND_1S_MS: f64 = 1000.0 + 1000.0 + 100.0 + 5.0;
+const BOUND_60S_S: f64 = 60.0 + 1.0 + 0.1 + 0.05;
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "detect_down_max_ms_1s",
+        unit: "ms",
+        goal: Goal::AtMost { limit: BOUND_1S_MS },
+    },
+    Spec {
+        name: "detect_down_p50_ms_1s",
+        unit: "ms",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "detect_recovery_max_ms_1s",
+        unit: "ms",
+        goal: Goal::AtMost { limit: BOUND_1S_MS },
+    },
+    Spec {
+        name: "detect_recovery_p50_ms_1s",
+        unit: "ms",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "detect_down_max_s_60s",
+        unit: "s",
+        goal: Goal::AtMost { limit: BOUND_60S_S },
+    },
+    Spec {
+        name: "detect_down_p50_s_60s",
+        unit: "s",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "detect_recovery_max_s_60s",
+        unit: "s",
+        goal: Goal::AtMost { limit: BOUND_60S_S },
+    },
+    Spec {
+        name: "detect_recovery_p50_s_60s",
+        unit: "s",
+        goal: Goal::Info,
+    },
+];
+
+const PLAN_1S: Plan = Plan {
+    interval: Duration::from_secs(1),
+    apps: 10,
+    cycles: 4,
+    poll: Duration::from_millis(5),
+    octet: 1,
+    segment: "detect-1s",
+};
+
+const PLAN_60S: Plan = Plan {
+    interval: Duration::from_secs(60),
+    apps: 20,
+    cycles: 1,
+    poll: Duration::from_millis(50),
+    octet: 2,
+    segment: "detect-60s",
+};
+
+/// A loopback application server that records when it last accepted.
+struct AppServer {
+    addr: SocketAddr,
+    last_accept: Arc<Mutex<Option<Instant>>>,
+    stop: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+}
+
+impl AppServer {
+    /// Listens on `addr` (again); returns when the socket listens.
+    fn start(&mut self) -> Result<()> {
+        let socket = TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket
+            .bind(self.addr)
+            .with_context(|| format!("binding {}", self.addr))?;
+        let listener = socket.listen(1024)?;
+        let (tx, mut rx) = oneshot::channel();
+        let last = self.last_accept.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut rx => break,
+                    accepted = listener.accept() => {
+                        if let Ok((s, _)) = accepted {
+                            if let Ok(mut l) = last.lock() {
+                                *l = Some(Instant::now());
+                            }
+                            drop(s);
+                        }
+                    }
+                }
+            }
+        });
+        self.stop = Some((tx, task));
+        Ok(())
+    }
+
+    /// Closes the listening socket; returns once it is closed.
+    async fn stop(&mut self) {
+        if let Some((tx, task)) = self.stop.take() {
+            let _ = tx.send(());
+            let _ = task.await;
+        }
+    }
+
+    fn last_accept(&self) -> Option<Instant> {
+        self.last_accept.lock().ok().and_then(|l| *l)
+    }
+}
+
+/// Asks for `addr` every `poll` until `want` holds for the decision;
+/// returns when the answer that showed it arrived.
+async fn poll_until(
+    ch: &Channel,
+    addr: SocketAddr,
+    poll: Duration,
+    limit: Duration,
+    want: fn(&v1::AccessDecision) -> bool,
+) -> Result<Instant> {
+    let t0 = Instant::now();
+    loop {
+        let d = ca::resolve(ch.clone(), &addr.ip().to_string(), addr.port()).await?;
+        if want(&d) {
+            return Ok(Instant::now());
+        }
+        if t0.elapsed() > limit {
+            bail!("{addr}: no change within {limit:?} (last decision {d:?})");
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+fn all_down(d: &v1::AccessDecision) -> bool {
+    matches!(&d.outcome, Some(Outcome::Refusal(r)) if r.reason == v1::RefusalReason::AllDown as i32)
+}
+
+/// The first instant `phase` after a check at `last` (on the grid of
+/// `interval`) that is not before `not_before`.
+fn next_on_grid(
+    last: Instant,
+    interval: Duration,
+    phase: Duration,
+    not_before: Instant,
+) -> Instant {
+    let mut at = last + phase;
+    while at < not_before {
+        at += interval;
+    }
+    at
+}
+
+/// One application's cycles: stop, wait for `all_down`, start, wait for a
+/// selection. Returns (detection, recovery) latencies.
+async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Result<Samples> {
+    let limit = plan.interval * 3 + Duration::from_secs(10);
+    let mut since = Instant::now() - Duration::from_secs(3600);
+    let mut out = Vec::with_capacity(plan.cycles);
+    // Until the CA shows the application up, a stop would time nothing.
+    poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
+    for c in 0..plan.cycles {
+        // Phases spread over the interval across applications and cycles.
+        let slots = (plan.apps * plan.cycles) as f64;
+        let frac = ((k * plan.cycles + c) as f64 + 0.5) / slots;
+        let t = Instant::now();
+        let last = loop {
+            match server.last_accept() {
+                Some(l) if l >= since => break l,
+                _ if t.elapsed() > limit => bail!("{}: no check accepted", server.addr),
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        let stop_at = next_on_grid(
+            last,
+            plan.interval,
+            plan.interval.mul_f64(frac),
+            Instant::now(),
+        );
+        tokio::time::sleep_until(stop_at.into()).await;
+        server.stop().await;
+        let stopped = Instant::now();
+        let seen = poll_until(&ch, server.addr, plan.poll, limit, all_down).await?;
+        let detection = seen - stopped;
+        // Start again at the mirrored phase of the check grid, so
+        // recoveries spread over the interval too.
+        let start_at = next_on_grid(
+            last,
+            plan.interval,
+            plan.interval.mul_f64(1.0 - frac),
+            Instant::now() + Duration::from_millis(1),
+        );
+        tokio::time::sleep_until(start_at.into()).await;
+        server.start()?;
+        let started = Instant::now();
+        let routed = poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
+        out.push((detection, routed - started));
+        since = started;
+    }
+    server.stop().await;
+    Ok(out)
+}
+
+/// The segments of the plans, for the CA configuration.
+fn segments(plans: &[Plan], port: u16) -> String {
+    plans
+        .iter()
+        .map(|p| {
+            let apps: Vec<String> = (0..p.apps)
+                .map(|k| format!("\"127.79.{}.{}\"", p.octet, k + 1))
+                .collect();
+            let interval = if p.interval < Duration::from_secs(60) {
+                format!("report_interval_ms = {}", p.interval.as_millis())
+            } else {
+                format!("report_interval_s = {}", p.interval.as_secs())
+            };
+            format!(
+                "\n[[segments]]\nname = \"{}\"\napplications = [{}]\ntcp_ports = [\"{port}\"]\n\
+                 health_reporting = \"continuous\"\n{interval}\nconnector_groups = [\"{}\"]\n",
+                p.segment,
+                apps.join(", "),
+                ca::GROUP
+            )
+        })
+        .collect()
+}
+
+/// Measures the plans side by side (quick: the 1-s interval only, 3 apps,
+/// one cycle).
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let plans: Vec<Plan> = match mode {
+        Mode::Quick => vec![Plan {
+            apps: 3,
+            cycles: 1,
+            ..PLAN_1S
+        }],
+        Mode::Full => vec![PLAN_1S, PLAN_60S],
+    };
+    // One port for every application: a free one on the first address.
+    let port = {
+        let probe = std::net::TcpListener::bind("127.79.1.1:0")?;
+        probe.local_addr()?.port()
+    };
+    let mut servers: Vec<Vec<AppServer>> = Vec::new();
+    for p in &plans {
+        let mut v = Vec::new();
+        for k in 0..p.apps {
+            let ip = IpAddr::V4(Ipv4Addr::new(127, 79, p.octet, k as u8 + 1));
+            let mut s = AppServer {
+                addr: SocketAddr::new(ip, port),
+                last_accept: Arc::new(Mutex::new(None)),
+                stop: None,
+            };
+            s.start()?;
+            v.push(s);
+        }
+        servers.push(v);
+    }
+    let text = ca::config_text(&CaSetup {
+        filler_segments: 0,
+        ingest_apps: 0,
+        ..CaSetup::default()
+    }) + &segments(&plans, port);
+    let (ca_server, _dir) = ca::start_text(&text).await?;
+
+    let mut config = Config::new(ca_server.grpc_url(), "detect-1", ca::GROUP);
+    config.provisioning_key = Some(ca::KEY.into());
+    config.icmp = IcmpPreference::Off;
+    config.state_dir =
+        std::env::temp_dir().join(format!("reach-bench-{}-detect", std::process::id()));
+    // Names (the `web` segment's FQDN) resolve against a loopback port where
+    // nothing answers: no query leaves the machine.
+    config.dns_server = Some("127.0.5.2:53".parse()?);
+    let rate = config.checks_per_second;
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let agent = tokio::spawn(connector_agent::run(config, async move {
+        let _ = stop_rx.await;
+    }));
+
+    let channels = crate::sim::channels(&ca_server.grpc_url(), 2).await?;
+    let mut tasks = Vec::new();
+    for (p, group) in plans.iter().zip(servers) {
+        for (k, server) in group.into_iter().enumerate() {
+            let ch = channels[k % channels.len()].clone();
+            tasks.push((*p, tokio::spawn(cycles(*p, k, server, ch))));
+        }
+    }
+    let mut results: Vec<(Plan, Result<Samples>)> = Vec::new();
+    for (p, t) in tasks {
+        results.push((p, t.await.map_err(anyhow::Error::from).and_then(|r| r)));
+    }
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), agent).await;
+    drop(ca_server);
+
+    let mut figures = Vec::new();
+    for (i, plan) in [PLAN_1S, PLAN_60S].iter().enumerate() {
+        let specs = &SPECS[i * 4..i * 4 + 4];
+        let mine: Vec<_> = results
+            .iter()
+            .filter(|(p, _)| p.segment == plan.segment)
+            .collect();
+        if mine.is_empty() {
+            figures.extend(
+                specs
+                    .iter()
+                    .map(|s| s.missing("quick mode measures the 1-s interval only")),
+            );
+            continue;
+        }
+        let mut errors = Vec::new();
+        let (mut down, mut up) = (Vec::new(), Vec::new());
+        for (_, r) in &mine {
+            match r {
+                Ok(v) => {
+                    for (d, u) in v {
+                        down.push(*d);
+                        up.push(*u);
+                    }
+                }
+                Err(e) => errors.push(format!("{e:#}")),
+            }
+        }
+        if down.is_empty() {
+            let why = format!("not measured: {}", errors.join("; "));
+            figures.extend(specs.iter().map(|s| s.missing(why.clone())));
+            continue;
+        }
+        down.sort();
+        up.sort();
+        let p = mine[0].0;
+        let unit = |d: Duration| {
+            if p.interval < Duration::from_secs(60) {
+                ms(d)
+            } else {
+                d.as_secs_f64()
+            }
+        };
+        let bound = p.bound();
+        let failed = if errors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} applications failed: {}",
+                errors.len(),
+                errors.join("; ")
+            )
+        };
+        let common = format!(
+            "{} samples ({} apps × {} cycles) in a continuous segment, report interval {:?}, real \
+             connector-agent at {rate} checks/s, CA in a child process, Access/Resolve polled \
+             every {:?}; bound = interval + check timeout {:?} + batch window {:?} + poll = \
+             {:.3} s{failed}",
+            down.len(),
+            p.apps,
+            p.cycles,
+            p.interval,
+            p.poll,
+            CHECK_TIMEOUT,
+            BATCH_WINDOW,
+            bound.as_secs_f64(),
+        );
+        let max_down = quantile(&down, 1.0);
+        let max_up = quantile(&up, 1.0);
+        figures.push(specs[0].figure(
+            unit(max_down),
+            None,
+            format!(
+                "largest time from a server's listening socket closing to the CA answering \
+                 all_down ({:.1}% of the bound; min {:.3} s); {common}",
+                max_down.as_secs_f64() * 100.0 / bound.as_secs_f64(),
+                quantile(&down, 0.0).as_secs_f64(),
+            ),
+        ));
+        figures.push(specs[1].figure(
+            unit(quantile(&down, 0.5)),
+            None,
+            format!("median of the same detections (half an interval expected); {common}"),
+        ));
+        figures.push(specs[2].figure(
+            unit(max_up),
+            None,
+            format!(
+                "largest time from a server listening again to the CA first selecting the \
+                 connector for it ({:.1}% of the bound; min {:.3} s); {common}",
+                max_up.as_secs_f64() * 100.0 / bound.as_secs_f64(),
+                quantile(&up, 0.0).as_secs_f64(),
+            ),
+        ));
+        figures.push(specs[3].figure(
+            unit(quantile(&up, 0.5)),
+            None,
+            format!("median of the same recoveries; {common}"),
+        ));
+    }
+    Ok(figures)
+}
