@@ -607,6 +607,7 @@ impl Authority {
         if !expected.matches(key.as_bytes()) {
             return Err(AuthError::WrongKey(group.to_owned()));
         }
+        self.check_key_not_revoked(group)?;
         Ok(Identity {
             name: name.to_owned(),
             group: group.into(),
