@@ -41,7 +41,25 @@ impl Server {
     /// Starts `reach-bench <args>` and waits for its `READY` line.
     pub async fn spawn(args: &[&str]) -> Result<Server> {
         let exe = std::env::current_exe().context("locating reach-bench")?;
-        let mut child = Command::new(exe)
+        // Profiling aid: `REACH_BENCH_WRAP_CA="valgrind --tool=callgrind"`
+        // runs the CA child under that command (the driver and the bare
+        // servers run as usual).
+        let wrap: Vec<String> = std::env::var("REACH_BENCH_WRAP_CA")
+            .ok()
+            .filter(|_| args.first() == Some(&"serve-ca"))
+            .map(|w| w.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        let mut command = match wrap.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        // A wrapped child (e.g. under valgrind) starts far more slowly.
+        let ready_within = Duration::from_secs(if wrap.is_empty() { 30 } else { 600 });
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -54,9 +72,9 @@ impl Server {
             .take()
             .ok_or_else(|| anyhow!("child has no stdout"))?;
         let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        let line = tokio::time::timeout(ready_within, lines.next_line())
             .await
-            .context("child did not get ready within 30 s")??
+            .with_context(|| format!("child did not get ready within {ready_within:?}"))??
             .ok_or_else(|| anyhow!("child exited before it was ready"))?;
         let (mut grpc, mut http) = (None, None);
         for word in line.split_whitespace() {

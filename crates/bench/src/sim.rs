@@ -108,6 +108,7 @@ pub fn report(segment: &str, host: &str, port: u16, up: bool, rtt_us: u64) -> v1
                 dns_error: String::new(),
                 expired: false,
                 age_ms: 0,
+                access_id: String::new(),
             }],
             full_state: false,
             sequence: 0,

@@ -4,7 +4,7 @@
 //! first reachable report up to the discovery timeout.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use policy::{
     AppKey, Candidate, CandidateNote, Decision, Explanation, HealthReporting, Host, MatchOutcome,
@@ -482,11 +482,17 @@ impl Authority {
         accessed: Instant,
         now: Instant,
     ) -> bool {
+        let ago = now.saturating_duration_since(accessed);
+        // The access's wall time names it for every replica (`access_id`).
+        let accessed_unix_ms = SystemTime::now()
+            .checked_sub(ago)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let event = v1::AuthorityMessage {
             kind: Some(Out::Access(v1::AccessEvent {
                 app: Some(v1::ApplicationKey::from(&wk.0)),
-                accessed_ms_ago: u64::try_from(now.saturating_duration_since(accessed).as_millis())
-                    .unwrap_or(u64::MAX),
+                accessed_ms_ago: u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
+                access_id: self.access_ids().issue(name, &wk.0, accessed_unix_ms),
             })),
         };
         if tx.try_send(Ok(event)).is_ok() {

@@ -165,6 +165,10 @@ pub enum AuthError {
     /// A connector's provisioning key does not match its group's.
     #[error("wrong provisioning key for connector group {0:?}")]
     WrongKey(String),
+    /// The group's provisioning key was revoked (metadata authentication,
+    /// `[tls] enabled = false`).
+    #[error("the provisioning key of connector group {0:?} was revoked")]
+    KeyRevoked(String),
     /// A connector name that cannot be used.
     #[error("invalid connector name: {0}")]
     InvalidName(String),
@@ -208,6 +212,7 @@ impl AuthError {
             AuthError::MissingMetadata(_) => "missing_metadata",
             AuthError::UnknownGroup(_) => "unknown_group",
             AuthError::WrongKey(_) => "wrong_key",
+            AuthError::KeyRevoked(_) => "key_revoked",
             AuthError::InvalidName(_) => "invalid_name",
             AuthError::NoClientCertificate => "no_certificate",
             AuthError::BadCertificate(_) => "bad_certificate",

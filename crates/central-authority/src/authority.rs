@@ -60,6 +60,14 @@ pub struct Authority {
     /// This process's id among the replicas sharing the store (set once
     /// `run` knows its listeners).
     replica_id: std::sync::OnceLock<String>,
+    /// Issues and verifies on-access ids with the key the replicas share.
+    access_ids: crate::access_id::AccessIds,
+}
+
+/// Fresh random bytes for a shared secret (kept only if no replica stored
+/// one before).
+fn fresh_secret() -> [u8; crate::access_id::SECRET_BYTES] {
+    rand::random()
 }
 
 /// Why the CA's trust state could not be opened.
@@ -101,6 +109,13 @@ impl Authority {
             source,
         })?;
         tracing::info!(store = %location, "store opened");
+        // The on-access id key: created here on first start (any replica).
+        store
+            .shared_secret(crate::access_id::SECRET_NAME, &fresh_secret())
+            .map_err(|source| TrustError::Store {
+                location: location.to_string(),
+                source,
+            })?;
         let pki = if tls {
             let s = &config.settings;
             let hosts = [s.grpc_listen.ip(), s.http_listen.ip()];
@@ -124,7 +139,17 @@ impl Authority {
         let window = config.settings.on_access_window;
         let gap = config.settings.access_forward_interval;
         let quotas = crate::throttle::Quotas::DEFAULT;
+        let fresh = fresh_secret();
+        let secret = store
+            .shared_secret(crate::access_id::SECRET_NAME, &fresh)
+            .unwrap_or_else(|e| {
+                // `open` read it already; only tests get here with a
+                // failing store. Ids then verify on this replica only.
+                tracing::error!(error = %e, "cannot read the shared on-access id key; using a key of this process");
+                fresh.to_vec()
+            });
         Authority {
+            access_ids: crate::access_id::AccessIds::new(&secret),
             pki,
             store,
             history: crate::history::History::default(),
@@ -167,6 +192,12 @@ impl Authority {
     /// The on-access windows and coalescing.
     pub(crate) fn on_access(&self) -> &OnAccess {
         &self.on_access
+    }
+
+    /// The on-access ids (issued with forwarded accesses, verified in
+    /// reports).
+    pub(crate) fn access_ids(&self) -> &crate::access_id::AccessIds {
+        &self.access_ids
     }
 
     /// This replica's id, once `run` set it.

@@ -110,6 +110,7 @@ impl From<AuthError> for tonic::Status {
             | AuthError::CertificateExpired(_) => tonic::Status::unauthenticated(message),
             AuthError::MissingScope { .. }
             | AuthError::UnknownGroup(_)
+            | AuthError::KeyRevoked(_)
             | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
             AuthError::Unavailable => tonic::Status::unavailable(message),
             AuthError::Throttled => tonic::Status::resource_exhausted(message),

@@ -38,6 +38,9 @@ pub enum UnknownCause {
     NotInFullState,
     /// The connector itself reported Unknown.
     Reported,
+    /// On-access: a result no verified access asked for (no valid access
+    /// id); kept and listed, never routed on.
+    Unsolicited,
 }
 
 impl UnknownCause {
@@ -49,6 +52,7 @@ impl UnknownCause {
             UnknownCause::Stale => "stale",
             UnknownCause::NotInFullState => "not_in_full_state",
             UnknownCause::Reported => "reported",
+            UnknownCause::Unsolicited => "unsolicited",
         }
     }
 }
@@ -189,12 +193,6 @@ impl HealthTable {
         keep: usize,
     ) -> Option<(Status, Instant)> {
         let mut apps = write(self.shard(&key));
-        // The key stays ours for the published transition; it is cloned
-        // only when the application is new.
-        if !apps.contains_key(&key) {
-            apps.insert(key.clone(), AppRecord::default());
-        }
-        let record = apps.get_mut(&key)?;
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
                 at: report.received_wall,
@@ -213,26 +211,37 @@ impl HealthTable {
                 .map(|sample| policy::smooth_rtt(previous, sample))
                 .or(previous)
         };
-        // One search of the connector's slot, then replace or insert.
-        let (before, change, old) = match record.reports.get_mut(connector) {
-            Some(slot) => {
-                report.rtt = smooth(slot.rtt, &report);
-                let before = (slot.status, slot.checked_at);
-                let change = transition(slot.status, &report);
-                let old = std::mem::replace(slot, report);
-                (Some(before), change, Some(old))
+        let store = |record: &mut AppRecord| {
+            // One search of the connector's slot, then replace or insert.
+            let (before, change, old) = match record.reports.get_mut(connector) {
+                Some(slot) => {
+                    report.rtt = smooth(slot.rtt, &report);
+                    let before = (slot.status, slot.checked_at);
+                    let change = transition(slot.status, &report);
+                    let old = std::mem::replace(slot, report);
+                    (Some(before), change, Some(old))
+                }
+                None => {
+                    report.rtt = smooth(None, &report);
+                    let change = transition(Status::Unknown, &report);
+                    record.reports.insert(connector.to_owned(), report);
+                    (None, change, None)
+                }
+            };
+            if let Some(t) = &change {
+                record.push(t.clone(), keep);
             }
-            None => {
-                report.rtt = smooth(None, &report);
-                let change = transition(Status::Unknown, &report);
-                record.reports.insert(connector.to_owned(), report);
-                (None, change, None)
-            }
+            (before, change, old)
         };
-        let published = change.clone();
-        if let Some(t) = change {
-            record.push(t, keep);
-        }
+        // The key stays ours for the published transition; it is cloned
+        // only when the application is new. One search of the map for a
+        // known application, not two (each search compares the key's
+        // strings: part of the table's share of the CA's CPU under report
+        // load).
+        let (before, published, old) = match apps.get_mut(&key) {
+            Some(record) => store(record),
+            None => store(apps.entry(key.clone()).or_default()),
+        };
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);

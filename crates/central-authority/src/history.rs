@@ -64,35 +64,6 @@ pub struct EventView {
 }
 
 impl EventView {
-    fn new(key: &AppKey, t: &Transition) -> EventView {
-        EventView {
-            seq: None,
-            at: i64::try_from(unix_ms(t.at)).unwrap_or(i64::MAX),
-            segment: key.segment.clone(),
-            host: key.host.to_string(),
-            protocol: key.protocol.as_str().to_owned(),
-            port: i64::from(key.port),
-            connector: t.connector.clone(),
-            from: t.from.as_str().to_owned(),
-            to: t.to.as_str().to_owned(),
-            cause: t.cause.to_owned(),
-        }
-    }
-
-    fn record(&self) -> EventRecord {
-        EventRecord {
-            at_ms: self.at,
-            segment: self.segment.clone(),
-            host: self.host.clone(),
-            protocol: self.protocol.clone(),
-            port: self.port,
-            connector: self.connector.clone(),
-            from: self.from.clone(),
-            to: self.to.clone(),
-            cause: self.cause.clone(),
-        }
-    }
-
     fn stored(r: EventRecord) -> EventView {
         EventView {
             seq: None,
@@ -111,6 +82,23 @@ impl EventView {
     /// The status after, parsed.
     pub fn to_status(&self) -> Status {
         crate::listing::parse_status(&self.to).unwrap_or(Status::Unknown)
+    }
+}
+
+impl EventRecord {
+    /// The stored form of transition `t` of `key`.
+    fn new(key: AppKey, t: Transition) -> EventRecord {
+        EventRecord {
+            at_ms: i64::try_from(unix_ms(t.at)).unwrap_or(i64::MAX),
+            segment: key.segment,
+            host: key.host.to_string(),
+            protocol: key.protocol.as_str().to_owned(),
+            port: i64::from(key.port),
+            connector: t.connector,
+            from: t.from.as_str().to_owned(),
+            to: t.to.as_str().to_owned(),
+            cause: t.cause.to_owned(),
+        }
     }
 }
 
@@ -183,20 +171,34 @@ impl Authority {
             return Vec::new();
         }
         let state = self.snapshot();
+        let history = self.history();
+        // Transitions come in runs of one segment: its visibility is looked
+        // up once per run.
+        let mut visible: Option<(&str, bool)> = None;
         let mut records = Vec::with_capacity(taken.len());
-        for (key, t) in &taken {
-            let mut view = EventView::new(key, t);
-            records.push(view.record());
-            let hidden = state
-                .policy()
-                .segment(&key.segment)
-                .is_none_or(|s| s.client_hostname_validation);
-            if hidden {
-                continue;
+        for (key, t) in taken {
+            let shown = match visible {
+                Some((segment, shown)) if segment == key.segment => shown,
+                _ => {
+                    let segment = state.policy().segment(&key.segment);
+                    let shown = segment.is_some_and(|s| !s.client_hostname_validation);
+                    visible = segment.map(|s| (s.name.as_str(), shown));
+                    shown
+                }
+            };
+            let record = EventRecord::new(key, t);
+            if shown {
+                let seq = history.seq.fetch_add(1, Ordering::AcqRel) + 1;
+                // The view (and its copies of the strings) only for a
+                // listener: most of the time nobody has the stream open.
+                if history.tx.receiver_count() > 0 {
+                    let mut view = EventView::stored(record.clone());
+                    view.seq = Some(seq);
+                    // A listener that left meanwhile is no error.
+                    let _ = history.tx.send(Arc::new(view));
+                }
             }
-            view.seq = Some(self.history().seq.fetch_add(1, Ordering::AcqRel) + 1);
-            // No subscriber is no error.
-            let _ = self.history().tx.send(Arc::new(view));
+            records.push(record);
         }
         records
     }

@@ -897,8 +897,29 @@ async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Respo
         .into_response()
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// How long `/healthz` waits for the store before it answers not ready.
+const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /healthz`: readiness. `ok` while the CA serves and its store
+/// answers; 503 (`unavailable`) when the store does not answer within
+/// `READY_STORE_TIMEOUT`, so a load balancer or Kubernetes sends users to
+/// the other replicas (this one could not enroll, renew or check a
+/// certificate). The store's error is logged, not shown (no token needed).
+async fn healthz(State(a): State<Shared>) -> Response {
+    let ping = tokio::time::timeout(READY_STORE_TIMEOUT, a.blocking(|a| a.store().ping())).await;
+    let problem = match ping {
+        Ok(Some(Ok(()))) => return "ok\n".into_response(),
+        Ok(Some(Err(e))) => e.to_string(),
+        Ok(None) => "the check was cancelled".to_owned(),
+        Err(_) => format!("no answer within {READY_STORE_TIMEOUT:?}"),
+    };
+    tracing::warn!(error = %problem, "not ready: the store does not answer");
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "not ready: the store (database) does not answer",
+        None,
+    )
 }
 
 /// `GET /api/v1/openapi.json`: the document (no token: it is public).

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+mod access_id;
 pub mod auth;
 pub mod authority;
 pub mod cli;

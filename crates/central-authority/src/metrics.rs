@@ -57,6 +57,9 @@ pub struct Metrics {
     /// On-access windows refused by `max_windows_per_connector`, by origin
     /// (`access` or `report`).
     pub windows_refused: Family<OutcomeLabel, Counter>,
+    /// On-access report entries no verified access asked for (no access
+    /// id, a forged one, or one a window old): stored, never routed on.
+    pub unsolicited_entries: Counter,
     /// Configuration reloads by result.
     pub reloads: Family<OutcomeLabel, Counter>,
     /// Connector messages dropped by the per-connector rate cap.
@@ -87,6 +90,12 @@ impl Default for Metrics {
             "on_access_windows_refused",
             "On-access windows refused by max_windows_per_connector, by origin (access or report)",
             windows_refused.clone(),
+        );
+        let unsolicited_entries = Counter::default();
+        registry.register(
+            "on_access_unsolicited_entries",
+            "On-access report entries no verified access asked for (stored, never routed on)",
+            unsolicited_entries.clone(),
         );
         let reloads = Family::<OutcomeLabel, Counter>::default();
         let messages_rate_limited = Counter::default();
@@ -163,6 +172,7 @@ impl Default for Metrics {
             decision_seconds,
             access_events_forwarded,
             windows_refused,
+            unsolicited_entries,
             reloads,
             messages_rate_limited,
             reports_deferred,

@@ -13,6 +13,14 @@
 //! re-check, at most once per `RECHECK_MIN_GAP`) and the CA tracks it until
 //! the connector answers (`answered`).
 //!
+//! Only a window an access opened is routed on (issue 12.5): one this CA
+//! forwarded, or one a report proves with an access id any replica issued
+//! (`adopt` with the access's time, see `access_id`). A report no verified
+//! access asked for is kept as an *unsolicited* entry: it holds a place
+//! under the per-connector cap (so reports cannot grow the CA beyond it)
+//! and ends like a window, but `is_live` is false for it, so no decision
+//! rests on it, and no renewal is ever sent for it.
+//!
 //! **Invariant:** the lock is taken only here, for short synchronous
 //! sections, never across an `.await` and never together with another lock
 //! of CA state.
@@ -49,6 +57,8 @@ struct Inner {
     gap: Duration,
     /// Windows per connector (kept in step with `windows`), for the cap.
     per_connector: HashMap<String, usize>,
+    /// Entries of `windows` that only an unsolicited report opened.
+    unsolicited: HashSet<WindowKey>,
 }
 
 impl Inner {
@@ -64,6 +74,30 @@ impl Inner {
         }
         self.windows.record(wk, at);
         true
+    }
+
+    /// Whether `wk`'s window is live at `now` and an access opened it.
+    fn opened_by_access(&self, wk: &WindowKey, now: Instant) -> bool {
+        self.windows.is_live(wk, now) && !self.unsolicited.contains(wk)
+    }
+
+    /// Removes `wk`'s window (of either kind), keeping the counts.
+    fn remove(&mut self, wk: &WindowKey) {
+        if self.windows.remove(wk)
+            && let Some(n) = self.per_connector.get_mut(&wk.1)
+        {
+            *n = n.saturating_sub(1);
+        }
+        self.unsolicited.remove(wk);
+    }
+
+    /// An access at `accessed` opened `wk`'s window: an unsolicited entry
+    /// becomes a window counted from the access. Returns whether recorded.
+    fn open(&mut self, wk: WindowKey, accessed: Instant, cap: usize) -> bool {
+        if self.unsolicited.contains(&wk) {
+            self.remove(&wk);
+        }
+        self.record(wk, accessed, cap)
     }
 
     /// Recounts `per_connector` after a bulk change of `windows`.
@@ -89,10 +123,13 @@ pub(crate) enum Claim {
 /// What a report did to a window the CA did not start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Adoption {
-    /// The window was live already.
+    /// The window (or unsolicited entry) was live already.
     Live,
-    /// The window was adopted.
+    /// A verified access opened the window: it was adopted.
     Adopted,
+    /// No verified access asked for the report: kept as an unsolicited
+    /// entry, never routed on.
+    Unsolicited,
     /// The connector has `max_windows_per_connector` windows already.
     Full,
 }
@@ -113,42 +150,72 @@ impl OnAccess {
                 rechecks: HashSet::new(),
                 gap,
                 per_connector: HashMap::new(),
+                unsolicited: HashSet::new(),
             }),
         }
     }
 
-    /// Whether `key`'s window for `connector` is live at `now`.
+    /// Whether `key`'s window for `connector` is live at `now` and an
+    /// access opened it (what decisions may rest on).
     pub(crate) fn is_live(&self, key: &AppKey, connector: &str, now: Instant) -> bool {
-        lock(&self.inner)
-            .windows
-            .is_live(&(key.clone(), connector.to_owned()), now)
+        lock(&self.inner).opened_by_access(&(key.clone(), connector.to_owned()), now)
+    }
+
+    /// Whether `key`'s entry for `connector` is an unsolicited one (live,
+    /// opened by no verified access), for the listing's Unknown cause.
+    pub(crate) fn is_unsolicited(&self, key: &AppKey, connector: &str, now: Instant) -> bool {
+        let inner = lock(&self.inner);
+        let wk = (key.clone(), connector.to_owned());
+        inner.unsolicited.contains(&wk) && inner.windows.is_live(&wk, now)
     }
 
     /// The connector reported that it stopped checking `wk`: the window
     /// ends, and the next access must reach it again, not be coalesced away.
     pub(crate) fn end(&self, wk: &WindowKey) {
         let mut inner = lock(&self.inner);
-        if inner.windows.remove(wk)
-            && let Some(n) = inner.per_connector.get_mut(&wk.1)
-        {
-            *n = n.saturating_sub(1);
-        }
+        inner.remove(wk);
         inner.coalescer.forget(wk);
         inner.rechecks.remove(wk);
     }
 
-    /// Adopts a window the CA did not start (e.g. after a CA restart the
-    /// connector still checks): records it unless it is live, or the
-    /// connector has `cap` windows already.
-    pub(crate) fn adopt(&self, wk: WindowKey, now: Instant, cap: usize) -> Adoption {
+    /// Follows a report of a window the CA may not have started (another
+    /// replica forwarded the access, or this CA restarted). `accessed`:
+    /// when the access the report's verified id names happened (`None`
+    /// without a valid id). A verified access less than a window back
+    /// opens (or lengthens) the window; anything else is at most an
+    /// unsolicited entry. Nothing is recorded beyond `cap` per connector.
+    pub(crate) fn adopt(
+        &self,
+        wk: WindowKey,
+        accessed: Option<Instant>,
+        now: Instant,
+        cap: usize,
+    ) -> Adoption {
         let mut inner = lock(&self.inner);
-        if inner.windows.is_live(&wk, now) {
-            return Adoption::Live;
-        }
-        if inner.record(wk, now, cap) {
-            Adoption::Adopted
-        } else {
-            Adoption::Full
+        let window = inner.windows.window();
+        let accessed = accessed.filter(|at| at.checked_add(window).is_some_and(|end| end > now));
+        match accessed {
+            Some(at) if inner.opened_by_access(&wk, now) => {
+                // Another replica's renewal: follow it (never shortens).
+                inner.windows.record(wk, at);
+                Adoption::Live
+            }
+            Some(at) => {
+                if inner.open(wk, at, cap) {
+                    Adoption::Adopted
+                } else {
+                    Adoption::Full
+                }
+            }
+            None if inner.windows.is_live(&wk, now) => Adoption::Live,
+            None => {
+                if inner.record(wk.clone(), now, cap) {
+                    inner.unsolicited.insert(wk);
+                    Adoption::Unsolicited
+                } else {
+                    Adoption::Full
+                }
+            }
         }
     }
 
@@ -175,8 +242,9 @@ impl OnAccess {
     /// when so.
     pub(crate) fn claim_recheck(&self, wk: &WindowKey, now: Instant) -> bool {
         let mut inner = lock(&self.inner);
-        if !inner.windows.contains(wk) {
-            // No window (it ended): an ordinary forward starts one.
+        if !inner.windows.contains(wk) || inner.unsolicited.contains(wk) {
+            // No window (it ended, or no access opened it): an ordinary
+            // forward starts one.
             return false;
         }
         let forced = inner.coalescer.force_forward(wk, now, RECHECK_MIN_GAP);
@@ -201,7 +269,7 @@ impl OnAccess {
     /// renews the window to end a window after it.
     pub(crate) fn forwarded(&self, wk: WindowKey, accessed: Instant) {
         // Uncapped: `claim_forward` checked the cap.
-        lock(&self.inner).record(wk, accessed, usize::MAX);
+        lock(&self.inner).open(wk, accessed, usize::MAX);
     }
 
     /// The renewals owed at `now` (accesses held back by coalescing whose
@@ -211,7 +279,7 @@ impl OnAccess {
         let mut inner = lock(&self.inner);
         let due = inner.coalescer.due_renewals(now);
         due.into_iter()
-            .filter(|(wk, _)| inner.windows.is_live(wk, now))
+            .filter(|(wk, _)| inner.opened_by_access(wk, now))
             .collect()
     }
 
@@ -229,6 +297,7 @@ impl OnAccess {
         inner.windows.retain(|(_, c)| c != connector);
         inner.coalescer.retain(|(_, c)| c != connector);
         inner.rechecks.retain(|(_, c)| c != connector);
+        inner.unsolicited.retain(|(_, c)| c != connector);
         inner.per_connector.remove(connector);
     }
 
@@ -248,6 +317,12 @@ impl OnAccess {
             inner.coalescer = Coalescer::new(effective_gap(window, gap));
         }
         inner.windows.retain(|(key, _)| keep(key));
+        let Inner {
+            windows,
+            unsolicited,
+            ..
+        } = &mut *inner;
+        unsolicited.retain(|wk| windows.contains(wk));
         inner.recount();
     }
 
@@ -259,6 +334,7 @@ impl OnAccess {
         for k in &expired {
             inner.coalescer.forget(k);
             inner.rechecks.remove(k);
+            inner.unsolicited.remove(k);
         }
         inner.coalescer.prune(now);
         if !expired.is_empty() {
@@ -388,14 +464,15 @@ mod tests {
         }
         let extra = wk("extra.lab.test");
         assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Full);
-        assert_eq!(o.adopt(extra.clone(), t0, CAP), Adoption::Full);
+        assert_eq!(o.adopt(extra.clone(), Some(t0), t0, CAP), Adoption::Full);
+        assert_eq!(o.adopt(extra.clone(), None, t0, CAP), Adoption::Full);
         // Another connector has its own allowance.
         let other = (extra.0.clone(), "c2".to_owned());
-        assert_eq!(o.adopt(other.clone(), t0, CAP), Adoption::Adopted);
-        assert_eq!(o.adopt(other, t0, CAP), Adoption::Live);
+        assert_eq!(o.adopt(other.clone(), Some(t0), t0, CAP), Adoption::Adopted);
+        assert_eq!(o.adopt(other, None, t0, CAP), Adoption::Live);
         assert_eq!(o.count("c1"), CAP as u64);
         o.end(&wk("h0.lab.test"));
-        assert_eq!(o.adopt(extra, t0, CAP), Adoption::Adopted);
+        assert_eq!(o.adopt(extra, Some(t0), t0, CAP), Adoption::Adopted);
         assert_eq!(o.expire(t0 + window).len(), CAP + 1);
         assert_eq!(o.count("c1"), 0);
         assert_eq!(o.sizes().0, 0);
@@ -547,5 +624,282 @@ mod bounded {
         a.housekeeping(now + Duration::from_secs(60));
         assert_eq!((a.health().len(), a.on_access().sizes()), baseline);
         drain.abort();
+    }
+}
+
+/// Issue 12.5: decisions rest only on windows an access opened. A report no
+/// access asked for is listed but not routed on; an access id issued by
+/// another replica sharing the store opens the window; a forged, moved,
+/// lapsed or foreign id does not. Each replica's connector queue is closed
+/// so that no access can open a window on it: only the report can.
+#[cfg(test)]
+mod opened_by_access {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use policy::{AppKey, Host, Protocol};
+    use protocol::v1;
+    use tokio::sync::{Notify, mpsc};
+
+    use crate::access::{AccessOutcome, AccessRequest};
+    use crate::authority::Authority;
+    use crate::registry::{Arrival, LiveSession};
+    use crate::session::Identity;
+    use crate::store::{Store, StoreLocation};
+
+    const CONFIG: &str = r#"
+        [selection]
+        discovery_timeout_ms = 1
+        [health]
+        on_access_window_s = 30
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k-0123456789abcdef"
+        [[segments]]
+        name = "wild"
+        applications = ["*.wild.test"]
+        tcp_ports = ["443"]
+        health_reporting = "on_access"
+        connector_groups = ["g"]
+    "#;
+
+    type Queue = mpsc::Receiver<Result<v1::AuthorityMessage, tonic::Status>>;
+
+    /// A replica on `store` with connector `c1` connected; the receiving end
+    /// of c1's queue.
+    fn replica(store: Store) -> (Authority, Queue) {
+        let config = crate::Config::from_toml(CONFIG, std::path::Path::new(".")).expect("valid");
+        let a = Authority::with_trust(config, None, store);
+        let (tx, rx) = mpsc::channel(16);
+        let hello = v1::Hello::default();
+        let session = LiveSession {
+            id: 1,
+            label: "test".into(),
+            cert_serial: None,
+            tx,
+            kill: Arc::new(Notify::new()),
+        };
+        a.registry().open_pending("c1", session);
+        a.registry()
+            .register(
+                Arrival {
+                    name: "c1",
+                    group: "g",
+                    hello: &hello,
+                },
+                1,
+                |_| 0,
+            )
+            .expect("the pending stream registers");
+        (a, rx)
+    }
+
+    fn key(host: &str) -> AppKey {
+        AppKey {
+            segment: "wild".into(),
+            host: Host::parse(host).expect("host"),
+            protocol: Protocol::Tcp,
+            port: 443,
+        }
+    }
+
+    /// c1 reports `host` Up, echoing `access_id`.
+    fn report(a: &Authority, host: &str, access_id: &str) {
+        let entry = v1::ApplicationHealth {
+            app: Some(v1::ApplicationKey::from(&key(host))),
+            status: v1::HealthStatus::Up as i32,
+            addresses: vec![v1::AddressResult {
+                address: "10.0.0.1".into(),
+                status: v1::HealthStatus::Up as i32,
+                method: v1::CheckMethod::Tcp as i32,
+                ..Default::default()
+            }],
+            checked_at_unix_ms: 1,
+            access_id: access_id.into(),
+            ..Default::default()
+        };
+        let identity = Identity {
+            name: "c1".into(),
+            group: Arc::from("g"),
+        };
+        let report = v1::HealthReport {
+            applications: vec![entry],
+            ..Default::default()
+        };
+        a.intake(
+            &identity,
+            &a.snapshot(),
+            report,
+            Instant::now(),
+            SystemTime::now(),
+        );
+    }
+
+    async fn access(a: &Authority, host: &str) -> AccessOutcome {
+        a.resolve(AccessRequest {
+            host: host.into(),
+            protocol: Protocol::Tcp,
+            port: 443,
+        })
+        .await
+        .expect("a valid request")
+    }
+
+    /// Whether an access to `host` is routed to c1.
+    async fn routed(a: &Authority, host: &str) -> bool {
+        match access(a, host).await.decision {
+            Ok(s) => s.connector == "c1",
+            Err(_) => false,
+        }
+    }
+
+    fn unix_ms_now() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unsolicited_report_is_listed_but_not_routed_on() {
+        let (a, rx) = replica(Store::in_memory().expect("db"));
+        drop(rx);
+        report(&a, "nobody.wild.test", "");
+        assert!(
+            !routed(&a, "nobody.wild.test").await,
+            "routed on a result no access asked for"
+        );
+        let apps = a.applications(None);
+        let app = apps
+            .iter()
+            .find(|v| v.host == "nobody.wild.test")
+            .expect("the report is listed");
+        assert_eq!(app.connectors[0].status, policy::Status::Unknown);
+        assert_eq!(app.connectors[0].unknown_cause, Some("unsolicited"));
+        assert_eq!(a.metrics().unsolicited_entries.get(), 1);
+        // The entry opened no window: nothing is counted live for c1's
+        // load, beyond the place it holds under the cap.
+        assert!(
+            !a.on_access()
+                .is_live(&key("nobody.wild.test"), "c1", Instant::now())
+        );
+    }
+
+    /// Replicas A and B share `pair`'s store; A forwards the access, B
+    /// sees only c1's report.
+    async fn ids_cross_replicas(pair: (Store, Store)) {
+        let (a, mut to_c1) = replica(pair.0);
+        let (b, rx) = replica(pair.1);
+        drop(rx);
+        let _ = access(&a, "seen.wild.test").await;
+        let id = match to_c1.try_recv() {
+            Ok(Ok(v1::AuthorityMessage {
+                kind: Some(v1::authority_message::Kind::Access(e)),
+            })) => e.access_id,
+            other => panic!("A forwards the access to c1: {other:?}"),
+        };
+        assert!(!id.is_empty(), "the forward carries an access id");
+
+        // Forged ids: another application's, another deployment's, one
+        // whose tag is wrong, one a window old, one from the future.
+        let foreign = replica(Store::in_memory().expect("db")).0;
+        let now_ms = unix_ms_now();
+        let forged = [
+            ("moved.wild.test", id.clone()),
+            (
+                "foreign.wild.test",
+                foreign
+                    .access_ids()
+                    .issue("c1", &key("foreign.wild.test"), now_ms),
+            ),
+            ("tag.wild.test", format!("a1.{now_ms}.{}", "0".repeat(32))),
+            (
+                "lapsed.wild.test",
+                a.access_ids()
+                    .issue("c1", &key("lapsed.wild.test"), now_ms - 31_000),
+            ),
+            (
+                "future.wild.test",
+                a.access_ids()
+                    .issue("c1", &key("future.wild.test"), now_ms + 600_000),
+            ),
+        ];
+        for (host, forged_id) in &forged {
+            report(&b, host, forged_id);
+            assert!(
+                !routed(&b, host).await,
+                "B routed {host} on a forged id {forged_id:?}"
+            );
+        }
+        assert_eq!(b.metrics().unsolicited_entries.get(), forged.len() as u64);
+
+        // The genuine id, issued by A, opens the window on B.
+        report(&b, "seen.wild.test", &id);
+        assert!(
+            routed(&b, "seen.wild.test").await,
+            "B honours the access id A issued"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_id_from_another_replica_is_honoured_and_a_forged_one_is_not() {
+        let dir = std::env::temp_dir().join(format!(
+            "reach-access-id-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = StoreLocation::Sqlite(dir.join("reach.db"));
+        ids_cross_replicas((
+            Store::open(&path).expect("db"),
+            Store::open(&path).expect("db"),
+        ))
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_id_from_another_replica_is_honoured_on_postgres() {
+        let url = test_support::Postgres::shared()
+            .fresh_database()
+            .expect("database");
+        let open = || {
+            Store::open(&StoreLocation::Postgres {
+                url: url.clone(),
+                password: None,
+            })
+            .expect("PostgreSQL store")
+        };
+        ids_cross_replicas((open(), open())).await;
+    }
+
+    /// A window opened by a verified id ends a window after the access it
+    /// names, not after the report.
+    #[test]
+    fn an_adopted_window_counts_from_the_access() {
+        let o = super::OnAccess::new(Duration::from_secs(30), Duration::from_secs(10));
+        let t0 = Instant::now();
+        let wk = (key("a.wild.test"), "c1".to_owned());
+        let accessed = t0;
+        let reported = t0 + Duration::from_secs(20);
+        assert_eq!(
+            o.adopt(wk.clone(), Some(accessed), reported, 10),
+            super::Adoption::Adopted
+        );
+        assert!(o.is_live(&wk.0, "c1", t0 + Duration::from_secs(29)));
+        assert!(!o.is_live(&wk.0, "c1", t0 + Duration::from_secs(30)));
+        // An unsolicited entry is never live, and an access turns it into
+        // a window.
+        let other = (key("b.wild.test"), "c1".to_owned());
+        assert_eq!(
+            o.adopt(other.clone(), None, t0, 10),
+            super::Adoption::Unsolicited
+        );
+        assert!(!o.is_live(&other.0, "c1", t0));
+        assert!(o.is_unsolicited(&other.0, "c1", t0));
+        assert_eq!(o.count("c1"), 2, "it holds a place under the cap");
+        o.forwarded(other.clone(), t0);
+        assert!(o.is_live(&other.0, "c1", t0));
+        assert!(!o.is_unsolicited(&other.0, "c1", t0));
+        assert_eq!(o.count("c1"), 2);
     }
 }

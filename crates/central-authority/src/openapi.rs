@@ -79,7 +79,11 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             "too many failed tokens from this address; retry later",
         ),
         ("internal", 500, "the CA's database failed (see its log)"),
-        ("unavailable", 503, "the CA is shutting down"),
+        (
+            "unavailable",
+            503,
+            "the CA is shutting down, or (`/healthz`) its store does not answer",
+        ),
     ];
     for r in REFUSALS {
         let doc = match r {
@@ -206,6 +210,7 @@ pub fn unknown_cause() -> Object {
         C::Stale,
         C::NotInFullState,
         C::Reported,
+        C::Unsolicited,
     ]
     .iter()
     .map(|c| c.as_str().to_owned())
@@ -924,11 +929,12 @@ pub fn operations() -> Vec<Op> {
             auth: Auth::None,
             spec: json!({
                 "operationId": "healthz",
-                "summary": "Liveness: `ok` while the CA serves",
+                "summary": "Readiness: `ok` while the CA serves and its store answers",
                 "tags": ["operations"],
-                "responses": {"200": {"description": "alive",
+                "responses": {"200": {"description": "ready",
                     "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
-                        "example": "ok\n"}}}},
+                        "example": "ok\n"}}},
+                    "503": error_ref("Unavailable")},
             }),
         },
         Op {
@@ -1053,7 +1059,7 @@ fn error_responses() -> Value {
             "a request body that is not `application/json`"),
         "Throttled": response(&["throttled"], "too many failed tokens from this address"),
         "Internal": response(&["internal"], "the CA's database failed"),
-        "Unavailable": response(&["unavailable"], "the CA is shutting down"),
+        "Unavailable": response(&["unavailable"], "the CA is shutting down, or its store does not answer"),
     })
 }
 

@@ -40,6 +40,20 @@ pub(crate) struct LiveSession {
     pub kill: Arc<Notify>,
 }
 
+/// A live session as the reconcile sees it (`Registry::live_sessions`).
+#[derive(Clone, Debug)]
+pub(crate) struct LiveRef {
+    /// The connector.
+    pub name: String,
+    /// The session's id.
+    pub id: u64,
+    /// The connector's group.
+    pub group: String,
+    /// The client certificate's serial; `None` for a session authenticated
+    /// by its group's provisioning key (`[tls] enabled = false`).
+    pub serial: Option<String>,
+}
+
 /// Everything the CA knows about one connector. Handed out only as a
 /// reference inside the registry's lock (`Registry::list`).
 #[derive(Debug)]
@@ -250,14 +264,20 @@ impl Registry {
         closed
     }
 
-    /// Every live session: connector, session id and certificate serial.
-    pub(crate) fn live_sessions(&self) -> Vec<(String, u64, Option<String>)> {
+    /// Every live session: connector, session id, group and certificate
+    /// serial.
+    pub(crate) fn live_sessions(&self) -> Vec<LiveRef> {
         lock(&self.conns)
             .map
             .iter()
             .filter_map(|(name, e)| {
                 let s = e.session.as_ref()?;
-                Some((name.clone(), s.id, s.cert_serial.clone()))
+                Some(LiveRef {
+                    name: name.clone(),
+                    id: s.id,
+                    group: e.group.clone(),
+                    serial: s.cert_serial.clone(),
+                })
             })
             .collect()
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::auth::AuthError;
 use crate::authority::Authority;
 use crate::policy_state::PolicyState;
 use crate::store::{ReplicaRecord, StoreError};
@@ -114,35 +115,52 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Authority {
-    /// Closes every live session whose certificate the store no longer
-    /// stands behind (revoked, its connector disabled or deleted, expired),
-    /// whichever replica changed it; returns how many. When the store
-    /// cannot answer, sessions are left alone (they were admitted, and
-    /// registration still fails closed).
+    /// Closes every live session the store no longer stands behind,
+    /// whichever replica changed it; returns how many. A session with a
+    /// client certificate: the certificate revoked, its connector disabled
+    /// or deleted, expired. A session authenticated by its group's
+    /// provisioning key (`[tls] enabled = false`): that key revoked, or the
+    /// connector disabled. When the store cannot answer, sessions are left
+    /// alone (they were admitted, and registration still fails closed).
     pub fn reconcile_sessions(&self) -> usize {
         let live = self.registry().live_sessions();
-        let serials: Vec<String> = live.iter().filter_map(|(_, _, s)| s.clone()).collect();
-        if serials.is_empty() {
+        if live.is_empty() {
             return 0;
         }
-        let records = match self.store().certificates(&serials) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot reconcile sessions with the store");
-                return 0;
+        let serials: Vec<String> = live.iter().filter_map(|s| s.serial.clone()).collect();
+        let records = if serials.is_empty() {
+            std::collections::HashMap::new()
+        } else {
+            match self.store().certificates(&serials) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot reconcile sessions with the store");
+                    return 0;
+                }
             }
         };
         let now = crate::trust::now_ms();
+        // One key lookup per group with key-authenticated sessions.
+        let mut keys: std::collections::HashMap<String, Result<(), AuthError>> =
+            std::collections::HashMap::new();
         let mut closed = 0;
-        for (name, id, serial) in live {
-            // Plain-text sessions have no certificate; a disable reaches
-            // them through `check_not_disabled` when they reconnect.
-            let Some(serial) = serial else { continue };
-            let verdict = crate::trust::cert_standing(records.get(&serial), &serial, &name, now);
+        for s in live {
+            let verdict = match &s.serial {
+                Some(serial) => {
+                    crate::trust::cert_standing(records.get(serial), serial, &s.name, now)
+                }
+                None => keys
+                    .entry(s.group.clone())
+                    .or_insert_with(|| self.check_key_not_revoked(&s.group))
+                    .clone()
+                    .and_then(|()| self.check_not_disabled(&s.name)),
+            };
+            // The store not answering is no verdict on the session.
             if let Err(e) = verdict
-                && let Some(session) = self.registry().end(&name, id)
+                && !matches!(e, AuthError::Unavailable)
+                && let Some(session) = self.registry().end(&s.name, s.id)
             {
-                self.close_session(&name, session, &e.to_string());
+                self.close_session(&s.name, session, &e.to_string());
                 closed += 1;
             }
         }

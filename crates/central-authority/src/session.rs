@@ -40,6 +40,11 @@ use crate::trust::SessionCert;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Rejected report entries logged one by one per report.
 const LOGGED_REJECTIONS: u64 = 3;
+
+/// How far ahead of this CA's wall clock another replica's clock may be
+/// for an access id it issued to count (replicas run NTP; more skew than
+/// this is a broken clock or a forged time).
+const MAX_ACCESS_CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// Messages queued toward one connector before it counts as not reading.
 const OUTBOUND_CAPACITY: usize = 1024;
 
@@ -602,6 +607,7 @@ impl Authority {
         if !expected.matches(key.as_bytes()) {
             return Err(AuthError::WrongKey(group.to_owned()));
         }
+        self.check_key_not_revoked(group)?;
         Ok(Identity {
             name: name.to_owned(),
             group: group.into(),
@@ -794,11 +800,17 @@ impl Authority {
             dns_error,
             expired,
             age,
+            access_id,
         } = report;
         let mut changed = false;
         if mode == HealthReporting::OnAccess {
-            let (window_changed, keep) =
-                self.follow_window(identity, settings, &key, status, expired, now);
+            let entry = WindowReport {
+                status,
+                expired,
+                accessed: access_id
+                    .and_then(|id| self.verified_access(identity, &key, &id, now, wall)),
+            };
+            let (window_changed, keep) = self.follow_window(identity, settings, &key, entry, now);
             changed |= window_changed;
             if !keep {
                 return changed;
@@ -843,6 +855,32 @@ impl Authority {
             }
     }
 
+    /// When the access that report entry's `id` names happened, on this
+    /// CA's monotonic clock, if any replica of this deployment issued `id`
+    /// for this connector and application (`access_id`). Replicas' wall
+    /// clocks are assumed synchronised (NTP); an access time more than
+    /// `MAX_ACCESS_CLOCK_SKEW` ahead of this CA's clock is refused.
+    fn verified_access(
+        &self,
+        identity: &Identity,
+        key: &AppKey,
+        id: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Option<Instant> {
+        let at_ms = self.access_ids().verify(&identity.name, key, id)?;
+        let wall_ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let skew = i64::try_from(MAX_ACCESS_CLOCK_SKEW.as_millis()).unwrap_or(i64::MAX);
+        if at_ms > wall_ms.saturating_add(skew) {
+            return None;
+        }
+        let ago = u64::try_from(wall_ms.saturating_sub(at_ms)).unwrap_or(0);
+        // Too far back for this clock: certainly more than a window.
+        now.checked_sub(Duration::from_millis(ago))
+    }
+
     /// Keeps the CA's on-access window for (`key`, connector) in step with
     /// what the connector reports. Returns whether a window was adopted or
     /// a forced re-check answered (either may change a decision), and
@@ -854,10 +892,14 @@ impl Authority {
         identity: &Identity,
         settings: &Settings,
         key: &AppKey,
-        status: Status,
-        expired: bool,
+        entry: WindowReport,
         now: Instant,
     ) -> (bool, bool) {
+        let WindowReport {
+            status,
+            expired,
+            accessed,
+        } = entry;
         let wk = (key.clone(), identity.name.clone());
         // A report answers a forced re-check: an access waiting on it must
         // look again even if the status did not change.
@@ -868,14 +910,19 @@ impl Authority {
             self.on_access().end(&wk);
             (false, true)
         } else if status != Status::Unknown {
-            // Adopt windows the CA did not start (e.g. after a CA restart
-            // the connector still checks).
+            // Adopt windows the CA did not start (another replica forwarded
+            // the access, or this CA restarted) when a verified access
+            // opened them; keep the rest as unsolicited entries.
             match self
                 .on_access()
-                .adopt(wk, now, settings.max_windows_per_connector)
+                .adopt(wk, accessed, now, settings.max_windows_per_connector)
             {
                 Adoption::Live => (false, true),
                 Adoption::Adopted => (true, true),
+                Adoption::Unsolicited => {
+                    self.metrics().unsolicited_entries.inc();
+                    (false, true)
+                }
                 Adoption::Full => {
                     Metrics::count(&self.metrics().windows_refused, "report");
                     (false, false)
@@ -912,6 +959,16 @@ impl Authority {
             self.close_session(name, session, reason);
         }
     }
+}
+
+/// What one on-access report entry says about its window.
+struct WindowReport {
+    status: Status,
+    /// The connector stopped checking (the window ended).
+    expired: bool,
+    /// When the access the entry's verified access id names happened
+    /// (`None`: no id, or one that does not verify).
+    accessed: Option<Instant>,
 }
 
 /// One accepted report entry with what its segment says about it.

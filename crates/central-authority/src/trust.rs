@@ -365,6 +365,24 @@ impl Authority {
     /// Refuses a connector an administrator disabled (also checked for
     /// plain-text sessions). Fails closed: when the database cannot answer,
     /// the connector is refused too.
+    /// Refuses a session authenticated by `group`'s current provisioning
+    /// key (metadata authentication) once that key is revoked, on any
+    /// replica; fails closed when the store cannot answer.
+    pub(crate) fn check_key_not_revoked(&self, group: &str) -> Result<(), AuthError> {
+        let state = self.snapshot();
+        let Some(policy) = state.config.key_policies.get(group) else {
+            return Ok(());
+        };
+        match self.store().key_usage(group, &policy.key_sha256) {
+            Ok(u) if u.revoked_ms.is_some() => Err(AuthError::KeyRevoked(group.to_owned())),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot look up whether a provisioning key is revoked");
+                Err(AuthError::Unavailable)
+            }
+        }
+    }
+
     pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
         match self.store().is_disabled(name) {
             Ok(false) => Ok(()),
@@ -443,7 +461,9 @@ impl Authority {
 
     /// Revokes the current provisioning key of `group`; `Ok(false)` when the
     /// group has no key. Connectors already enrolled keep working; a new key
-    /// in the config is a new, unrevoked key.
+    /// in the config is a new, unrevoked key. Sessions that the key itself
+    /// authenticated (metadata authentication, `[tls] enabled = false`)
+    /// end: here at once, on the other replicas at their next reconcile.
     pub fn revoke_provisioning_key(&self, group: &str) -> Result<bool, StoreError> {
         let state = self.snapshot();
         let Some(policy) = state.config.key_policies.get(group) else {
@@ -452,6 +472,7 @@ impl Authority {
         self.store()
             .revoke_key(group, &policy.key_sha256, now_ms())?;
         tracing::info!(group, "provisioning key revoked");
+        self.reconcile_sessions();
         Ok(true)
     }
 

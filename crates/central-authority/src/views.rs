@@ -10,7 +10,7 @@ use protocol::v1;
 use serde::Serialize;
 
 use crate::authority::Authority;
-use crate::health::Transition;
+use crate::health::{Transition, UnknownCause};
 use crate::listing::Row;
 use crate::policy_state::PolicyState;
 use crate::registry::ConnSnap;
@@ -26,7 +26,8 @@ pub struct ConnectorHealthView {
     #[schema(schema_with = crate::openapi::status)]
     pub status: Status,
     /// Why it is Unknown, when it is (`disconnected`, `stale`,
-    /// `window_expired`, `not_in_full_state`, `reported`, `no_report`).
+    /// `window_expired`, `not_in_full_state`, `reported`, `unsolicited`,
+    /// `no_report`).
     #[schema(schema_with = crate::openapi::unknown_cause)]
     pub unknown_cause: Option<&'static str>,
     /// When the CA received the latest report, Unix milliseconds.
@@ -617,6 +618,16 @@ impl Authority {
                     let age = now.saturating_duration_since(r.checked_at);
                     let (status, cause) =
                         Self::effective(state, segment, r.status, age, conns.get(name), live);
+                    // A result no verified access asked for is listed,
+                    // with why no decision rests on it.
+                    let cause = match cause {
+                        Some(UnknownCause::WindowExpired)
+                            if self.on_access().is_unsolicited(&key, name, now) =>
+                        {
+                            Some(UnknownCause::Unsolicited)
+                        }
+                        other => other,
+                    };
                     let cause = cause.or(r.unknown_cause);
                     ConnectorHealthView {
                         connector: name.to_owned(),

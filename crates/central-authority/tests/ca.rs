@@ -384,6 +384,50 @@ async fn on_access_discovery_waits_for_the_first_reachable_report() {
     ca.stop().await;
 }
 
+/// Issue 12.5 over real sessions: an on-access result no access asked for
+/// (a hand-written connector's report without an access id) is listed as
+/// Unknown "unsolicited" and not routed on: the next access is forwarded,
+/// with an access id, and decided on the connector's answer to it.
+#[tokio::test]
+async fn an_unsolicited_on_access_report_is_listed_but_not_routed_on() {
+    let ca = Ca::start(&config_text("", "discovery_timeout_ms = 3000", "")).await;
+    let http = ca.web();
+    let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
+    west.report(
+        vec![app(
+            "lab",
+            "nobody.lab.test.reach",
+            8003,
+            &["127.0.1.7"],
+            &[],
+        )],
+        false,
+    )
+    .await;
+    eventually("listed as unsolicited", || async {
+        http.app("lab", "nobody.lab.test.reach", 8003)
+            .await
+            .is_some_and(|a| {
+                a["status"] == "unknown" && a["connectors"][0]["unknown_cause"] == "unsolicited"
+            })
+    })
+    .await;
+    let h = ca.web();
+    let request = tokio::spawn(async move { h.access("nobody.lab.test.reach", "tcp", 8003).await });
+    match west.next().await {
+        Some(Out::Access(e)) => assert!(e.access_id.starts_with("a1."), "{e:?}"),
+        other => panic!("expected AccessEvent, got {other:?}"),
+    }
+    let mut answer = app("lab", "nobody.lab.test.reach", 8003, &[], &["127.0.1.7"]);
+    answer.access_id = "a1.0.forged".into();
+    west.report(vec![answer], false).await;
+    let (s, v) = request.await.expect("join");
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["error"]["reason"], "all_down", "{v}");
+    assert_eq!(v["explanation"]["discovery_waited"], true, "{v}");
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
     let ca = Ca::start(&config_text(

@@ -240,3 +240,115 @@ async fn two_replicas_on_one_sqlite_file_close_revoked_sessions_by_reconcile() {
     b.stop().await;
     a.stop().await;
 }
+
+/// Readiness follows the store: `/healthz` answers 200 while PostgreSQL
+/// serves and 503 (`unavailable`, naming the store) once it is stopped, so
+/// users are sent to the other replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_not_ready_while_the_store_is_unreachable() {
+    let pg = test_support::Postgres::start().expect("a PostgreSQL of this test's own");
+    let url = pg.fresh_database().expect("database");
+    let ca = Ca::start(&replica_config(&url, None, "replica-ready")).await;
+    let (s, body) = ca.web().send("GET", "/healthz", None, None).await;
+    assert_eq!(s, 200, "{body}");
+    drop(pg);
+    eventually("healthz turns not ready", || async {
+        ca.web().send("GET", "/healthz", None, None).await.0 == 503
+    })
+    .await;
+    let (s, body) = ca.web().send("GET", "/healthz", None, None).await;
+    assert_eq!(s, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
+    assert_eq!(v["error"]["reason"], "unavailable", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("store")),
+        "{v}"
+    );
+    // Served routes that need no store still answer.
+    let (s, _) = ca
+        .web()
+        .send_raw("GET", "/api/v1/openapi.json", &[], "")
+        .await;
+    assert_eq!(s, 200);
+}
+
+/// A session authenticated by its group's provisioning key in metadata
+/// (`[tls] enabled = false`), on the replica at `grpc`.
+async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, tonic::Status> {
+    use protocol::metadata as md;
+    let channel = Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connects in plain text");
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tx.send(hello(name, "dc-east")).await.expect("queue hello");
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    for (k, v) in [
+        (md::CONNECTOR, name),
+        (md::GROUP, "dc-east"),
+        (md::PROVISIONING_KEY, KEY_EAST),
+    ] {
+        request
+            .metadata_mut()
+            .insert(k, v.parse().expect("ASCII metadata"));
+    }
+    let response = v1::connector_session_client::ConnectorSessionClient::new(channel)
+        .connect(request)
+        .await?;
+    Ok(Conn {
+        tx,
+        rx: response.into_inner(),
+        name: name.into(),
+        group: "dc-east".into(),
+    })
+}
+
+/// Without TLS a connector authenticates with its group's provisioning
+/// key: revoking that key on replica A closes the sessions it
+/// authenticated on A and on B, and B lets no new one in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revocation_closes_the_sessions_it_authenticated_on_every_replica() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let plain = |id: &str| {
+        replica_config(&url, None, id).replacen("[tls]\n", "[tls]\nenabled = false\n", 1)
+    };
+    let a = Ca::start_plain(&plain("plain-a")).await;
+    let b = Ca::start_plain(&plain("plain-b")).await;
+    let mut on_a = open_plain(a.grpc, "p1").await.expect("session on A");
+    assert!(matches!(on_a.next().await, Some(Out::Welcome(_))));
+    let mut on_b = open_plain(b.grpc, "p1").await.expect("session on B");
+    assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
+
+    let authority = a.authority.clone();
+    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    assert!(revoked, "dc-east has a key");
+    let local = shut_down(&mut on_a, "p1 on A (where the key was revoked)").await;
+    assert!(local.reason.contains("revoked"), "{local:?}");
+    let remote = shut_down(&mut on_b, "p1 on B (key revoked on A)").await;
+    assert!(
+        remote.reason.contains("provisioning key") && remote.reason.contains("revoked"),
+        "{remote:?}"
+    );
+    // And the key lets nobody in again, on either replica.
+    let mut refused = Vec::new();
+    for grpc in [a.grpc, b.grpc] {
+        let Err(e) = open_plain(grpc, "p2").await else {
+            panic!("a revoked key authenticates no session")
+        };
+        refused.push(e);
+    }
+    for e in refused {
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("revoked"), "{e:?}");
+    }
+    b.stop().await;
+    a.stop().await;
+}

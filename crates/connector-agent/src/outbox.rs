@@ -304,6 +304,7 @@ mod tests {
             }),
             expired: false,
             checked: Some(checked),
+            access_id: None,
         }
     }
 

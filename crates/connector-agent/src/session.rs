@@ -366,6 +366,7 @@ pub fn application_report(
         age: report
             .checked
             .map_or(Duration::ZERO, |at| sent.saturating_duration_since(at)),
+        access_id: report.access_id.clone(),
     }
 }
 
@@ -689,9 +690,14 @@ async fn handle(
             return Ok(Some(beat));
         }
         Some(FromCa::Access(event)) => match event.app.map(AppKey::try_from) {
-            Some(Ok(key)) => parts
-                .scheduler
-                .access(key, Duration::from_millis(event.accessed_ms_ago)),
+            // An over-long id is not echoed (the CA would refuse the entry).
+            Some(Ok(key)) => parts.scheduler.access_with_id(
+                key,
+                Duration::from_millis(event.accessed_ms_ago),
+                (!event.access_id.is_empty()
+                    && event.access_id.len() <= policy::report::MAX_ACCESS_ID_BYTES)
+                    .then_some(event.access_id),
+            ),
             Some(Err(e)) => tracing::warn!(error = %e, "ignoring an invalid access event"),
             None => tracing::warn!("ignoring an access event without application"),
         },

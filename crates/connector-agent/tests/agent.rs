@@ -315,11 +315,16 @@ async fn on_access_checks_report_and_expire() {
     ca.send(FromCa::Access(v1::AccessEvent {
         accessed_ms_ago: 0,
         app: Some(app.clone()),
+        access_id: "a1.1.from-the-test".into(),
     }))
     .await;
     let report = ca.next_report(WAIT).await;
     assert_eq!(report.applications.len(), 1);
     assert_eq!(report.applications[0].status, HealthStatus::Up as i32);
+    assert_eq!(
+        report.applications[0].access_id, "a1.1.from-the-test",
+        "the access's id is echoed"
+    );
     assert!(
         accessed.elapsed() < Duration::from_millis(500),
         "checked at once"
@@ -333,6 +338,7 @@ async fn on_access_checks_report_and_expire() {
             break a.clone();
         }
         assert_eq!(a.status, HealthStatus::Up as i32);
+        assert_eq!(a.access_id, "a1.1.from-the-test", "in every report");
         rounds += 1;
     };
     assert_eq!(expired.status, HealthStatus::Unknown as i32);
@@ -692,6 +698,7 @@ async fn dns_resolution_ipv6_checks_only_aaaa_addresses() {
             port: u32::from(port),
         }),
         accessed_ms_ago: 0,
+        access_id: String::new(),
     }))
     .await;
     let subnet = ("subnet6".to_owned(), "::1".to_owned());

@@ -17,6 +17,9 @@ pub const MAX_DETAIL_CHARS: usize = 512;
 /// entry with more: one entry cannot make the CA hold an unbounded list.
 pub const MAX_ADDRESSES_PER_ENTRY: usize = 256;
 
+/// Longest access id (bytes) an entry may echo; the CA's ids are shorter.
+pub const MAX_ACCESS_ID_BYTES: usize = 128;
+
 /// What a connector reports about one application.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApplicationReport {
@@ -40,4 +43,8 @@ pub struct ApplicationReport {
     /// monotonic clock (zero: checked just now). The CA judges staleness
     /// from its receive time minus this age, immune to clock skew.
     pub age: std::time::Duration,
+    /// On-access applications: the id of the access that opened (or last
+    /// renewed) the window, echoed from the CA's `AccessEvent` so that any
+    /// CA replica can verify an access asked for this result. Opaque here.
+    pub access_id: Option<String>,
 }

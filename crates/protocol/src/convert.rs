@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use policy::report::{MAX_ADDRESSES_PER_ENTRY, MAX_DETAIL_CHARS};
+use policy::report::{MAX_ACCESS_ID_BYTES, MAX_ADDRESSES_PER_ENTRY, MAX_DETAIL_CHARS};
 use policy::validate::{PortSpec, SegmentSpec};
 use policy::{
     AddressResult, AppKey, ApplicationReport, CandidateNote, DnsResolution, Failure, FailureKind,
@@ -398,6 +398,7 @@ impl From<ApplicationReport> for v1::ApplicationHealth {
             dns_error: r.dns_error.unwrap_or_default(),
             expired: r.expired,
             age_ms: u64::try_from(r.age.as_millis()).unwrap_or(u64::MAX),
+            access_id: r.access_id.unwrap_or_default(),
         }
     }
 }
@@ -422,6 +423,16 @@ impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
             .map(AddressResult::try_from)
             .collect::<Result<Vec<_>, _>>()?;
         let dns_error = (!app.dns_error.is_empty()).then(|| bounded(app.dns_error));
+        if app.access_id.len() > MAX_ACCESS_ID_BYTES {
+            return Err(WireError::InvalidText {
+                field: "access_id",
+                problem: format!(
+                    "has {} bytes (max {MAX_ACCESS_ID_BYTES})",
+                    app.access_id.len()
+                ),
+            });
+        }
+        let access_id = (!app.access_id.is_empty()).then_some(app.access_id);
         Ok(ApplicationReport {
             key,
             status,
@@ -430,6 +441,7 @@ impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
             dns_error,
             expired: app.expired,
             age: Duration::from_millis(app.age_ms),
+            access_id,
         })
     }
 }
@@ -1057,6 +1069,7 @@ mod tests {
             dns_error: None,
             expired: false,
             age: Duration::from_millis(1_250),
+            access_id: Some("1.1700000000000.00ff".into()),
         }
     }
 
@@ -1125,6 +1138,19 @@ mod tests {
                 WireError::InvalidAddress {
                     field: "address",
                     value: "nope".into(),
+                },
+            ),
+            (
+                v1::ApplicationHealth {
+                    access_id: "x".repeat(MAX_ACCESS_ID_BYTES + 1),
+                    ..wire()
+                },
+                WireError::InvalidText {
+                    field: "access_id",
+                    problem: format!(
+                        "has {} bytes (max {MAX_ACCESS_ID_BYTES})",
+                        MAX_ACCESS_ID_BYTES + 1
+                    ),
                 },
             ),
             (

@@ -80,7 +80,18 @@ impl Postgres {
         Self::start_inner(true)
     }
 
+    /// A server of the caller's own that also serves TLS (`ssl = on`) with
+    /// `cert_pem` (the server certificate, then any intermediates) and
+    /// `key_pem`; plain connections are still accepted.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> anyhow::Result<Postgres> {
+        Self::start_with(true, Some((cert_pem, key_pem)))
+    }
+
     fn start_inner(owned: bool) -> anyhow::Result<Postgres> {
+        Self::start_with(owned, None)
+    }
+
+    fn start_with(owned: bool, tls: Option<(&str, &str)>) -> anyhow::Result<Postgres> {
         let bin = find_bin_dir()?;
         remove_stale_dirs();
         let dir =
@@ -97,11 +108,33 @@ impl Postgres {
             .args(["-A", "trust", "-U", SUPERUSER, "-E", "UTF8", "--locale=C"])
             .arg("--no-sync");
         run(&mut initdb, "initdb")?;
+        let mut settings = Vec::new();
+        if let Some((cert, key)) = tls {
+            // The server reads them as its own user; the key must not be
+            // readable by others.
+            let (cert_path, key_path) = (dir.join("server.crt"), dir.join("server.key"));
+            std::fs::write(&cert_path, cert).context("cannot write server.crt")?;
+            std::fs::write(&key_path, key).context("cannot write server.key")?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))
+                .context("cannot restrict server.key")?;
+            if let Some(owner) = owner(&run_as) {
+                for p in [&cert_path, &key_path] {
+                    std::os::unix::fs::chown(p, Some(owner.0), Some(owner.1))
+                        .with_context(|| format!("cannot hand {} to the server", p.display()))?;
+                }
+            }
+            settings.extend([
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", cert_path.display()),
+                format!("ssl_key_file={}", key_path.display()),
+            ]);
+        }
         // Free ports can be taken between the probe and the bind: retry.
         let mut last = None;
         for _ in 0..3 {
             let port = free_port()?;
-            match start_server(&run_as, &bin, &dir, port) {
+            match start_server(&run_as, &bin, &dir, port, &settings) {
                 Ok(child) => {
                     return Ok(Postgres {
                         dir,
@@ -200,7 +233,13 @@ fn unique() -> u32 {
 
 /// Starts `postgres` as a child with a parent-death signal (fast shutdown)
 /// and waits until it accepts connections.
-fn start_server(run_as: &[String], bin: &Path, dir: &Path, port: u16) -> anyhow::Result<Child> {
+fn start_server(
+    run_as: &[String],
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    settings: &[String],
+) -> anyhow::Result<Child> {
     let log = std::fs::File::create(dir.join("server.log")).context("cannot create server.log")?;
     let err = log.try_clone().context("cannot clone server.log")?;
     let mut cmd = Command::new("setpriv");
@@ -215,6 +254,7 @@ fn start_server(run_as: &[String], bin: &Path, dir: &Path, port: u16) -> anyhow:
         .args(["-c", "listen_addresses=127.0.0.1"])
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
         .args(["-c", "full_page_writes=off", "-c", "max_connections=300"])
+        .args(settings.iter().flat_map(|s| ["-c", s.as_str()]))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err);
@@ -265,6 +305,17 @@ fn run_as(dir: &Path) -> anyhow::Result<Vec<String>> {
         format!("--regid={g}"),
         "--clear-groups".into(),
     ])
+}
+
+/// The (uid, gid) `run_as` switches to, if any.
+fn owner(run_as: &[String]) -> Option<(u32, u32)> {
+    let get = |prefix: &str| {
+        run_as
+            .iter()
+            .find_map(|a| a.strip_prefix(prefix))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((get("--reuid=")?, get("--regid=")?))
 }
 
 /// `id ARGS` as a number.

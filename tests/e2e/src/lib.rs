@@ -7,6 +7,12 @@
 //! parallel without port clashes), its own directory under `target/e2e/`
 //! for configs and logs, fresh processes, shortened intervals, and a hard
 //! timeout; on failure the processes' logs are printed.
+//!
+//! The CA's store: the embedded SQLite file by default; with
+//! `REACH_E2E_STORE=postgres` every scenario gets a fresh database on one
+//! real PostgreSQL server (`test_support::Postgres`, started by the test
+//! binary) and every CA config the harness writes names it in `[store] url`
+//! (`cargo xtask e2e` runs the store-touching scenarios both ways).
 
 /// The headless browser (shared with the benchmark).
 pub use test_support::browser;
@@ -61,6 +67,36 @@ pub struct Scenario {
     pub block: u8,
     /// Where configs and logs go.
     pub dir: PathBuf,
+    /// The PostgreSQL database of this scenario's CA (`REACH_E2E_STORE=postgres`);
+    /// `None`: the embedded SQLite file.
+    pub store: Option<String>,
+}
+
+/// The store backend the scenarios run on, from `REACH_E2E_STORE`
+/// (`sqlite`, the default, or `postgres`).
+pub fn store_backend() -> Result<&'static str> {
+    match std::env::var("REACH_E2E_STORE").as_deref() {
+        Err(_) | Ok("" | "sqlite") => Ok("sqlite"),
+        Ok("postgres") => Ok("postgres"),
+        Ok(other) => bail!("REACH_E2E_STORE={other:?}: want \"sqlite\" or \"postgres\""),
+    }
+}
+
+/// A fresh database on the test binary's one PostgreSQL server.
+pub fn fresh_postgres_database() -> Result<String> {
+    test_support::Postgres::shared().fresh_database()
+}
+
+/// `config` with `[store] url = store` appended (a table after the last
+/// array table is valid TOML); unchanged when `store` is `None` or the
+/// config names a store itself.
+pub fn with_store(config: &str, store: Option<&str>) -> String {
+    match store {
+        Some(url) if !config.contains("\n[store]") => {
+            format!("{config}\n[store]\nurl = {url:?}\n")
+        }
+        _ => config.to_owned(),
+    }
 }
 
 impl Scenario {
@@ -71,10 +107,15 @@ impl Scenario {
             std::fs::remove_dir_all(&dir).with_context(|| format!("cleaning {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir)?;
+        let store = match store_backend()? {
+            "postgres" => Some(fresh_postgres_database()?),
+            _ => None,
+        };
         Ok(Scenario {
             name: name.to_owned(),
             block,
             dir,
+            store,
         })
     }
 
@@ -176,6 +217,8 @@ pub struct Ca {
     pub http: SocketAddr,
     /// gRPC address.
     pub grpc: SocketAddr,
+    /// The PostgreSQL store its config names (written by the harness).
+    store: Option<String>,
     client: reqwest::Client,
 }
 
@@ -230,7 +273,7 @@ impl Ca {
     /// Writes `config` and starts the CA; waits until `/healthz` answers.
     pub async fn start(sc: &Scenario, config: &str) -> Result<Self> {
         let path = sc.dir.join("ca.toml");
-        std::fs::write(&path, config)?;
+        std::fs::write(&path, with_store(config, sc.store.as_deref()))?;
         let proc = Proc::spawn(
             "ca",
             "central-authority",
@@ -252,6 +295,7 @@ impl Ca {
             root,
             http: sc.ca_http(),
             grpc: sc.ca_grpc(),
+            store: sc.store.clone(),
             client: tls_client(&pem)?,
         };
         ca.wait_ready().await?;
@@ -271,7 +315,7 @@ impl Ca {
         data_dir: &std::path::Path,
     ) -> Result<Self> {
         let path = sc.dir.join(format!("{name}.toml"));
-        std::fs::write(&path, config)?;
+        std::fs::write(&path, with_store(config, sc.store.as_deref()))?;
         let proc = Proc::spawn(
             name,
             "central-authority",
@@ -291,6 +335,7 @@ impl Ca {
             root,
             http,
             grpc,
+            store: sc.store.clone(),
             client: tls_client(&pem)?,
         };
         ca.wait_ready().await?;
@@ -429,7 +474,7 @@ impl Ca {
 
     /// Replaces the config file and sends SIGHUP.
     pub fn reload(&self, config: &str) -> Result<()> {
-        std::fs::write(&self.config, config)?;
+        std::fs::write(&self.config, with_store(config, self.store.as_deref()))?;
         self.proc.signal("HUP")
     }
 }

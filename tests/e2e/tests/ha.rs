@@ -1,47 +1,83 @@
 //! End-to-end scenario "ha" (issue 14): three CA replicas on 127.B.0.{1,2,3}
-//! sharing one data directory (SQLite trust store, issuing root) behind one
-//! name that the test DNS server resolves to all three, three connectors
-//! attached to every replica, and a client sending access requests
-//! round-robin to the replicas while one of them is killed and restarted.
-//!
-//! Not here yet (they need the PostgreSQL store of issue 14's other part):
-//! `max_uses = 1` enrollment races across replicas, and a revoke on one
-//! replica closing the sessions on the others.
+//! on one real PostgreSQL database (a server `test_support::Postgres` starts
+//! for this test binary), sharing the issuing root through `[tls]
+//! issuer_*_file` (the first replica generates it), behind one name that
+//! the test DNS server resolves to all three; three connectors attached to
+//! every replica, and a client sending access requests round-robin to the
+//! replicas while one of them is killed and restarted. Then: a key with
+//! `max_uses = 1` raced by two enrollments on two replicas, and a revoke
+//! on replica 2 closing the connector's sessions on replicas 1 and 3.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::{Ca, Connector, DnsServer, Scenario, TOKEN, TcpApp, ca_config_head, retry, tls_client};
+use e2e::{
+    Ca, Connector, DnsServer, Proc, Scenario, TOKEN, TcpApp, ca_config_head, group_key, retry,
+    tls_client,
+};
 use serde_json::Value;
 use test_support::Segment;
 
-const LIMIT: Duration = Duration::from_secs(180);
+const LIMIT: Duration = Duration::from_secs(240);
 const NAME: &str = "ca.reach.test";
 const CONNECTORS: [&str; 3] = ["c1", "c2", "c3"];
 const INTERVAL: Duration = Duration::from_secs(4);
 
-/// The replicas' one policy file, for the replica listening on `grpc` / `http`.
-fn replica_config(sc: &Scenario, grpc: SocketAddr, http: SocketAddr) -> String {
-    let head = ca_config_head(sc, &["g"], "", "healthy")
+/// The data directory of replica `i` (1-based); replica 1's holds the
+/// issuing root the others load.
+fn data_dir(sc: &Scenario, i: usize) -> PathBuf {
+    sc.dir.join(format!("ca-data-{i}"))
+}
+
+/// The replicas' one policy, for replica `i` listening on `grpc` / `http`
+/// with the store at `store`: group `g` for the connectors, group `once`
+/// whose key allows one enrollment.
+fn replica_config(
+    sc: &Scenario,
+    i: usize,
+    grpc: SocketAddr,
+    http: SocketAddr,
+    store: &str,
+) -> String {
+    let head = ca_config_head(sc, &["g", "once"], "", "healthy")
         .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
         .replace(&sc.ca_http().to_string(), &http.to_string());
-    let data = sc.dir.join("ca-data");
-    // `[tls]` goes before the first array table (`[[api_tokens]]`).
+    let root = data_dir(sc, 1);
+    let issuer = if i == 1 {
+        String::new()
+    } else {
+        format!(
+            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
+            root.join("ca.pem").display().to_string(),
+            root.join("ca.key").display().to_string()
+        )
+    };
+    // `[tls]`, `[store]` and `[replica]` go before the first array table
+    // (`[[api_tokens]]`).
     let head = head.replacen(
         "[[api_tokens]]",
-        &format!("[tls]\nserver_names = [\"{NAME}\"]\n\n[[api_tokens]]"),
+        &format!(
+            "[tls]\nserver_names = [\"{NAME}\"]\n{issuer}\n[store]\nurl = {store:?}\n\n\
+             [replica]\nid = \"ca{i}\"\n\n[[api_tokens]]"
+        ),
         1,
     );
     let head = head.replacen(
         "anonymous_read = false",
         &format!(
             "anonymous_read = false\ndata_dir = {:?}",
-            data.display().to_string()
+            data_dir(sc, i).display().to_string()
         ),
+        1,
+    );
+    let head = head.replacen(
+        &format!("provisioning_key = \"{}\"", group_key("once")),
+        &format!("provisioning_key = \"{}\"\nmax_uses = 1", group_key("once")),
         1,
     );
     head + &Segment::new("app")
@@ -50,6 +86,52 @@ fn replica_config(sc: &Scenario, grpc: SocketAddr, http: SocketAddr) -> String {
         .interval_ms(INTERVAL.as_millis() as u64)
         .groups(["g"])
         .toml()
+}
+
+/// Starts replica `i` (1-based) of `at`.
+async fn start_replica(
+    sc: &Scenario,
+    i: usize,
+    at: &[(SocketAddr, SocketAddr)],
+    store: &str,
+) -> Result<Ca> {
+    let (grpc, http) = at[i - 1];
+    let cfg = replica_config(sc, i, grpc, http, store);
+    Ca::start_replica(sc, &format!("ca{i}"), &cfg, http, grpc, &data_dir(sc, 1)).await
+}
+
+/// `connector-agent enroll` for `name` in group `once` against the one
+/// replica at `grpc` (dialled by address).
+fn enroll_once(sc: &Scenario, root: &Path, name: &str, grpc: SocketAddr) -> Result<Proc> {
+    let args: Vec<String> = vec![
+        "--ca".into(),
+        format!("https://{grpc}"),
+        "--ca-cert".into(),
+        root.display().to_string(),
+        "--state-dir".into(),
+        sc.dir.join(format!("state-{name}")).display().to_string(),
+        "--name".into(),
+        name.into(),
+        "--group".into(),
+        "once".into(),
+        "enroll".into(),
+    ];
+    Proc::spawn(
+        &format!("{name}-enroll"),
+        "connector-agent",
+        &args,
+        &[("REACH_PROVISIONING_KEY", group_key("once"))],
+        &sc.dir,
+    )
+}
+
+/// Whether `ca` lists connector `name` as connected.
+async fn connected(ca: &Ca, name: &str) -> Result<bool> {
+    let v = ca.get("/api/v1/connectors").await?;
+    Ok(v["connectors"].as_array().is_some_and(|list| {
+        list.iter()
+            .any(|c| c["name"] == name && c["connected"] == true)
+    }))
 }
 
 /// Every (host, connector) → status in a replica's `/api/v1/health`.
@@ -144,13 +226,20 @@ async fn ha_replicas() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &records).await?;
         let mut app = TcpApp::start((a1, 8080).into()).await?;
         let _web = TcpApp::start((a2, 8080).into()).await?;
-        let data = sc.dir.join("ca-data");
+        // One database for the three replicas, whatever REACH_E2E_STORE says.
+        let store = e2e::fresh_postgres_database()?;
         let mut cas = Vec::new();
         // The first replica generates the shared root; the others load it.
-        for (i, (grpc, http)) in replicas_at.iter().enumerate() {
-            let cfg = replica_config(&sc, *grpc, *http);
-            cas.push(Ca::start_replica(&sc, &format!("ca{}", i + 1), &cfg, *http, *grpc, &data).await?);
+        for i in 1..=3 {
+            cas.push(start_replica(&sc, i, &replicas_at, &store).await?);
         }
+        // Each lists the three, live, with one policy hash.
+        let listed = cas[0].get("/api/v1/replicas").await?;
+        let ids: Vec<&str> = listed["replicas"].as_array().into_iter().flatten()
+            .filter(|r| r["live"] == true)
+            .filter_map(|r| r["id"].as_str())
+            .collect();
+        ensure!(ids == ["ca1", "ca2", "ca3"], "replica list: {listed}");
         let url = format!("https://{NAME}:7443");
         let root = cas[0].root.clone();
         let mut connectors = Vec::new();
@@ -257,8 +346,7 @@ async fn ha_replicas() -> Result<()> {
 
         // Replica 2 returns: the connectors re-attach, its table is whole
         // within two report intervals.
-        let cfg = replica_config(&sc, replicas_at[1].0, replicas_at[1].1);
-        cas[1] = Ca::start_replica(&sc, "ca2", &cfg, replicas_at[1].1, replicas_at[1].0, &data).await?;
+        cas[1] = start_replica(&sc, 2, &replicas_at, &store).await?;
         let ready = Instant::now();
         let whole_after = retry(2 * INTERVAL, || async {
             ensure!(whole(&table(&cas[1]).await?, "up"), "replica 2's table is not whole yet");
@@ -267,6 +355,15 @@ async fn ha_replicas() -> Result<()> {
         .await
         .context("the restarted replica's table was not whole within two report intervals")?;
         eprintln!("restarted replica's table whole {whole_after:?} after it was ready");
+        // Every connector is attached to all three again.
+        for c in CONNECTORS {
+            retry(2 * INTERVAL, || async {
+                let r = replicas(&cas[0], c).await?;
+                ensure!(r["sessions"] == 3, "{c} after replica 2 returned: {r}");
+                Ok(())
+            })
+            .await?;
+        }
         let ok2 = before(&tally, 1).0;
 
         // A change: the application goes down, then up; every replica's
@@ -294,6 +391,47 @@ async fn ha_replicas() -> Result<()> {
         // Zero failed decisions at the replicas that stayed up.
         ensure!(failed1 == 0 && failed3 == 0, "failed decisions at live replicas: {failed1} / {failed3}");
         ensure!(ok2_end > ok2, "the restarted replica decides again");
+
+        // Group `once`'s key allows one enrollment: two at the same time,
+        // on replicas 1 and 3, and exactly one succeeds.
+        let mut racers = [
+            enroll_once(&sc, &root, "o1", replicas_at[0].0)?,
+            enroll_once(&sc, &root, "o3", replicas_at[2].0)?,
+        ];
+        let mut codes = Vec::new();
+        for r in &mut racers {
+            codes.push(r.wait_exit(Duration::from_secs(30)).await?);
+        }
+        let ok = codes.iter().filter(|c| **c == Some(0)).count();
+        ensure!(ok == 1, "want exactly one enrollment, exit codes {codes:?}");
+        let loser = racers.iter().zip(&codes).find(|(_, c)| **c != Some(0)).map(|(r, _)| r.log());
+        ensure!(
+            loser.as_deref().is_some_and(|l| l.contains("exhausted")),
+            "the refused enrollment names the exhausted key: {loser:?}"
+        );
+        eprintln!("max_uses = 1 raced on replicas 1 and 3: exit codes {codes:?}");
+
+        // A revoke on replica 2 closes c3's sessions on replicas 1 and 3
+        // within 2 s.
+        for ca in &cas {
+            ensure!(connected(ca, "c3").await?, "c3 is attached to every replica");
+        }
+        let status = cas[1].admin("/api/v1/connectors/c3/revoke").await?;
+        ensure!(status == 200, "revoke on replica 2: {status}");
+        let revoked = Instant::now();
+        let mut closed = Vec::new();
+        for ca in [&cas[0], &cas[2]] {
+            retry(Duration::from_secs(10), || async {
+                ensure!(!connected(ca, "c3").await?, "c3 still connected at {}", ca.http);
+                Ok(())
+            })
+            .await?;
+            closed.push(revoked.elapsed());
+        }
+        eprintln!("revoke on replica 2 to c3's sessions closed on replicas 1 and 3: {closed:?}");
+        let slowest = closed.iter().max().copied().unwrap_or_default();
+        ensure!(slowest <= Duration::from_secs(2), "sessions closed only after {slowest:?}");
+        ensure!(!connected(&cas[1], "c3").await?, "c3 is closed where it was revoked too");
         drop(connectors);
         Ok(())
     })

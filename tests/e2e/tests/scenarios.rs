@@ -1792,6 +1792,225 @@ async fn s15_hostile_revocation_and_takeover() -> Result<()> {
     .await
 }
 
+/// Slow clients for s15's flood: silent TCP connections and TLS clients
+/// that dribble a real ClientHello a byte at a time, each reopened as soon
+/// as the CA closes it, from chosen loopback source addresses.
+mod flood {
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use anyhow::Result;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpSocket, TcpStream};
+
+    /// A real TLS 1.3/1.2 ClientHello (rustls, for `server`), as bytes.
+    pub fn client_hello(server: IpAddr) -> Result<Vec<u8>> {
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let mut conn = rustls::ClientConnection::new(
+            Arc::new(config),
+            rustls::pki_types::ServerName::IpAddress(server.into()),
+        )?;
+        let mut hello = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut hello)?;
+        }
+        Ok(hello)
+    }
+
+    async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+        let socket = TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(to).await
+    }
+
+    /// Holds one hostile connection from `from` until `stop`: silent when
+    /// `hello` is empty, else sending it a byte every 200 ms and then
+    /// staying silent; reopened whenever the CA closes it. Returns how
+    /// often the CA closed it.
+    pub async fn hold(
+        from: IpAddr,
+        to: SocketAddr,
+        hello: Arc<Vec<u8>>,
+        stop: Arc<AtomicBool>,
+    ) -> u64 {
+        let mut closed = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(mut s) = connect_from(from, to).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let mut buf = [0u8; 4096];
+            let mut sent = 0;
+            loop {
+                if stop.load(Ordering::Relaxed) {
+                    return closed;
+                }
+                if sent < hello.len() {
+                    if s.write_all(&hello[sent..=sent]).await.is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+                match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(_)) | Err(_) => {}
+                }
+            }
+            closed += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        closed
+    }
+
+    /// Open descriptors of process `pid` (`/proc/PID/fd`).
+    pub fn open_fds(pid: u32) -> Result<usize> {
+        Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+    }
+
+    /// The soft "Max open files" of process `pid` (`/proc/PID/limits`).
+    pub fn fd_cap(pid: u32) -> Result<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/limits"))?;
+        text.lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no \"Max open files\" in /proc/{pid}/limits"))
+    }
+}
+
+/// 15. Hostile listeners (issue 13.4) with the real binaries: while 400
+/// idle TCP connections and 80 TLS clients dribbling a ClientHello a byte
+/// every 200 ms are held against the CA's HTTPS listener from eight
+/// 127.x source addresses (60 each, under the default per-source cap of 64;
+/// each reopened as soon as the CA closes it), a client makes 60 accesses to
+/// an on-access application, each on a fresh TLS connection. Every access is
+/// answered 200 with the connector (no timing bound beyond the client's
+/// generous 10 s timeout: speed is the `starve` benchmark's figure), the
+/// crowd really reached the CA (its descriptor count rose by at least 200),
+/// and the CA's descriptors stay below its cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s15_hostile_slow_client_flood() -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const IDLE: usize = 400;
+    const SLOW_TLS: usize = 80;
+    const PER_ADDRESS: usize = 60;
+    const ACCESSES: usize = 60;
+    let sc = Scenario::new("s15_hostile_slow_client_flood", 51)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
+        let _web = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &Segment::new("web")
+            .apps([a1])
+            .tcp(["8080"])
+            .mode("on_access")
+            .interval_ms(1000)
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let mut c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let host = a1.to_string();
+        retry(Duration::from_secs(30), || async {
+            let (status, body) = ca.access(&host, "tcp", 8080).await?;
+            ensure!(status == 200, "first access: {status} {body}");
+            Ok(())
+        })
+        .await?;
+        let pid = ca.proc.pid().context("the CA has no process id")?;
+        let cap = flood::fd_cap(pid)?;
+        let before = flood::open_fds(pid)?;
+
+        let hello = Arc::new(flood::client_hello(ca.http.ip())?);
+        let silent = Arc::new(Vec::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut crowd = Vec::new();
+        for i in 0..IDLE + SLOW_TLS {
+            let from = sc.ip(9, (i / PER_ADDRESS + 1) as u8);
+            let bytes = if i < IDLE { &silent } else { &hello };
+            crowd.push(tokio::spawn(flood::hold(
+                from,
+                ca.http,
+                bytes.clone(),
+                stop.clone(),
+            )));
+        }
+        // Let the crowd fill the listener.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+
+        // A client that opens a fresh connection (TCP + TLS) per request.
+        let root = reqwest::Certificate::from_pem(&std::fs::read(&ca.root)?)?;
+        let fresh = e2e::client_builder()
+            .tls_certs_only([root])
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(10))
+            .build()?;
+        let body = serde_json::json!({"host": host, "protocol": "tcp", "port": 8080});
+        let mut most = before;
+        let mut slowest = Duration::ZERO;
+        for i in 0..ACCESSES {
+            let t = Instant::now();
+            let r = fresh
+                .post(format!("https://{}/api/v1/access", ca.http))
+                .bearer_auth(e2e::TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .with_context(|| format!("access {i} during the flood"))?;
+            let status = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.context("access body")?;
+            slowest = slowest.max(t.elapsed());
+            ensure!(
+                status == 200 && v["connector"] == "c1",
+                "access {i} during the flood: {status} {v}"
+            );
+            most = most.max(flood::open_fds(pid)?);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut closed = 0;
+        for t in crowd {
+            let abort = t.abort_handle();
+            match tokio::time::timeout(Duration::from_secs(2), t).await {
+                Ok(Ok(n)) => closed += n,
+                _ => abort.abort(),
+            }
+        }
+        eprintln!(
+            "s15 flood: {ACCESSES} accesses answered, slowest {slowest:?}; CA descriptors \
+             {before} before, at most {most} of a cap of {cap}; crowd reopened {closed} times"
+        );
+        ensure!(
+            most >= before + 200,
+            "the crowd did not reach the CA: {before} descriptors before, at most {most} during"
+        );
+        ensure!(
+            (most as u64) < cap,
+            "the CA held {most} descriptors, its cap is {cap}"
+        );
+        // The CA is still well: health and the connector.
+        ensure!(
+            ca.status(&App::new("web", &host, "tcp", 8080), "c1")
+                .await?
+                == Some("up".into()),
+            "c1's result is not up after the flood"
+        );
+        c1.proc.stop().await;
+        Ok(())
+    })
+    .await
+}
+
 /// 16. Overload: 2,000 continuous targets (closed loopback ports: Down) at
 /// 500 checks/s, plus on-access windows demanding more than the rate
 /// (600 accessed applications re-checked every second): nothing is lost,

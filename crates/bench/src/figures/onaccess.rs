@@ -121,8 +121,9 @@ connector_groups = ["{GROUP}"]
     )
 }
 
-/// One report entry: `host:443` Up on 127.0.9.1, checked just now.
-fn entry(host: String, rtt_us: u64) -> v1::ApplicationHealth {
+/// One report entry: `host:443` Up on 127.0.9.1, checked just now, echoing
+/// `access_id` (the forwarded access's; empty for an unsolicited entry).
+fn entry(host: String, rtt_us: u64, access_id: String) -> v1::ApplicationHealth {
     let up = v1::HealthStatus::Up as i32;
     v1::ApplicationHealth {
         app: Some(v1::ApplicationKey {
@@ -144,6 +145,7 @@ fn entry(host: String, rtt_us: u64) -> v1::ApplicationHealth {
         dns_error: String::new(),
         expired: false,
         age_ms: 0,
+        access_id,
     }
 }
 
@@ -217,7 +219,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                         Ok(Some(v1::AuthorityMessage { kind: Some(Out::Access(ev)) })) => {
                             if let Some(app) = ev.app {
                                 forwarded.fetch_add(1, Ordering::Relaxed);
-                                pending.push(entry(app.host, 300));
+                                pending.push(entry(app.host, 300, ev.access_id));
                             }
                         }
                         Ok(Some(_)) => {}
@@ -284,7 +286,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     for (k, chunk) in (0..n).collect::<Vec<_>>().chunks(PER_REPORT).enumerate() {
         let batch = chunk
             .iter()
-            .map(|i| entry(format!("r{i}.{DOMAIN}"), 300))
+            .map(|i| entry(format!("r{i}.{DOMAIN}"), 300, String::new()))
             .collect();
         out_tx
             .send(report(batch, k as u64 + 1))

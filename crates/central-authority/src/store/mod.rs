@@ -512,6 +512,12 @@ impl Store {
         }
     }
 
+    /// Whether the database answers a trivial query (readiness,
+    /// `/healthz`).
+    pub fn ping(&self) -> Result<(), StoreError> {
+        each!(self, s => s.ping())
+    }
+
     /// Records an enrollment if the key has uses left and is not revoked,
     /// and the connector is not disabled or of another group; supersedes
     /// the connector's earlier certificates. All or nothing.
@@ -666,6 +672,13 @@ impl Store {
         each!(self, s => s.replicas())
     }
 
+    /// The secret `name` every replica sharing this store uses: the first
+    /// caller's `candidate` (fresh random bytes) is stored and returned to
+    /// every later caller, on any replica.
+    pub fn shared_secret(&self, name: &str, candidate: &[u8]) -> Result<Vec<u8>, StoreError> {
+        each!(self, s => s.shared_secret(name, candidate))
+    }
+
     /// Drops the tables, so every later query fails (tests of how callers
     /// handle a failing database).
     #[cfg(test)]
@@ -690,6 +703,16 @@ mod suite {
             not_after_ms: 10,
             now_ms: 1,
         }
+    }
+
+    pub(super) fn a_shared_secret_is_created_once(a: &Store, b: &Store) {
+        let first = a.shared_secret("access", &[1; 32]).expect("db");
+        assert_eq!(first, vec![1; 32]);
+        // Another replica's candidate loses: both use the first one.
+        assert_eq!(b.shared_secret("access", &[2; 32]).expect("db"), first);
+        assert_eq!(a.shared_secret("access", &[3; 32]).expect("db"), first);
+        // Names are separate.
+        assert_eq!(b.shared_secret("other", &[4; 32]).expect("db"), vec![4; 32]);
     }
 
     pub(super) fn disabled_is_looked_up_by_name(s: &Store) {
@@ -1042,6 +1065,42 @@ mod suite {
         assert_eq!(total, 2);
         assert!(page.iter().all(|e| e.at_ms >= 3_000));
     }
+
+    /// Two replicas (two stores on one database) both record every
+    /// transition they see: each is kept once, whichever came first, and a
+    /// flap (up, down, up) stays three rows.
+    pub(super) fn history_rows_are_recorded_once_across_replicas(a: &Store, b: &Store) {
+        for (i, to) in ["up", "down", "up"].into_iter().enumerate() {
+            let at = 1_000 * (i as i64 + 1);
+            a.record_events(&[event(at, "a.test", "c1", to)])
+                .expect("recorded");
+            // The other replica saw it a little later, with another
+            // connector's transition in the same batch.
+            b.record_events(&[
+                event(at + 7, "a.test", "c1", to),
+                event(at + 7, "a.test", "c2", to),
+            ])
+            .expect("recorded");
+        }
+        let c1 = EventFilter {
+            connector: Some("c1".into()),
+            ..Default::default()
+        };
+        let (page, total) = a.events(&c1, 10, 0).expect("read");
+        assert_eq!(total, 3, "{page:?}");
+        assert_eq!(
+            page.iter()
+                .map(|e| (e.at_ms, e.to.as_str()))
+                .collect::<Vec<_>>(),
+            [(3_000, "up"), (2_000, "down"), (1_000, "up")],
+            "the first replica's copy of each"
+        );
+        let c2 = EventFilter {
+            connector: Some("c2".into()),
+            ..Default::default()
+        };
+        assert_eq!(b.events(&c2, 10, 0).expect("read").1, 3, "c2's own rows");
+    }
 }
 
 #[cfg(test)]
@@ -1098,9 +1157,21 @@ macro_rules! suite {
             }
 
             #[test]
+            fn history_rows_are_recorded_once_across_replicas() {
+                let (a, b) = $pair();
+                super::suite::history_rows_are_recorded_once_across_replicas(&a, &b);
+            }
+
+            #[test]
             fn changes_and_replicas_are_shared() {
                 let (a, b) = $pair();
                 super::suite::changes_and_replicas_are_shared(&a, &b);
+            }
+
+            #[test]
+            fn a_shared_secret_is_created_once() {
+                let (a, b) = $pair();
+                super::suite::a_shared_secret_is_created_once(&a, &b);
             }
         }
     };
@@ -1216,4 +1287,68 @@ fn postgres_sslmode_is_honoured_and_bad_urls_are_named() {
     // `prefer` falls back to plain text on this server.
     let preferred = open(url.replace("sslmode=disable", "sslmode=prefer")).expect("prefer");
     assert!(preferred.connectors().expect("db").is_empty());
+}
+
+/// PostgreSQL only, over TLS: a server with `ssl = on` and a certificate
+/// from its own root (rcgen) is reached with `sslmode=verify-full` and that
+/// root as `sslrootcert`; the same URL with another root is refused, the
+/// error saying the certificate was not trusted.
+#[cfg(test)]
+#[test]
+fn postgres_tls_verify_full_works_and_a_wrong_root_is_refused() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let root = |name: &str| {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).expect("root");
+        (cert.pem(), Issuer::new(params, key))
+    };
+    let (root_pem, issuer) = root("test database root");
+    let (other_pem, _) = root("another root");
+    let server_key = KeyPair::generate().expect("key");
+    let server = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("names")
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate");
+    let pg = test_support::Postgres::start_tls(&server.pem(), &server_key.serialize_pem())
+        .expect("PostgreSQL with TLS");
+    let url = pg.fresh_database().expect("database");
+    let dir = std::env::temp_dir().join(format!(
+        "reach-pg-tls-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (good, wrong) = (dir.join("root.pem"), dir.join("other.pem"));
+    std::fs::write(&good, &root_pem).expect("write root");
+    std::fs::write(&wrong, &other_pem).expect("write other root");
+    let with_root = |path: &std::path::Path| {
+        url.replace(
+            "sslmode=disable",
+            &format!("sslmode=verify-full&sslrootcert={}", path.display()),
+        )
+    };
+    let open = |url: String| {
+        Store::open(&StoreLocation::Postgres {
+            url,
+            password: None,
+        })
+    };
+    let store = open(with_root(&good)).expect("verify-full with the server's root");
+    store.ping().expect("answers over TLS");
+    assert!(store.connectors().expect("db").is_empty());
+    let Err(e) = open(with_root(&wrong)) else {
+        panic!("a server certificate from another root is refused")
+    };
+    let shown = e.to_string();
+    assert!(
+        shown.contains("certificate")
+            && (shown.contains("UnknownIssuer") || shown.contains("issuer")),
+        "{shown}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

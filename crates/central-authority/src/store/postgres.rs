@@ -105,6 +105,15 @@ CREATE TABLE health_events (
 CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
 CREATE INDEX health_events_by_time ON health_events(at_ms);
 "#,
+    r#"
+CREATE TABLE shared_secrets (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);
+"#,
+    r#"
+CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol, seq);
+"#,
 ];
 
 /// How often a transaction is tried before its serialization failure is
@@ -616,11 +625,23 @@ impl PgStore {
         self.block(async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
+            // Every replica sees every transition (each connector reports to
+            // each replica) and records it: a transition to the status the
+            // history already ends with for this (application, connector)
+            // is a copy and is skipped. Writers take turns (a transaction
+            // lock), so each sees the rows the one before it committed.
+            tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
+                .await?;
             let stmt = tx
                 .prepare(
                     "INSERT INTO health_events
                      (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                     SELECT $1::BIGINT, $2::TEXT, $3::TEXT, $4::TEXT, $5::BIGINT, $6::TEXT,
+                            $7::TEXT, $8::TEXT, $9::TEXT
+                     WHERE $8::TEXT IS DISTINCT FROM (SELECT to_status FROM health_events
+                         WHERE host = $3 AND port = $5 AND connector = $6
+                           AND segment = $2 AND protocol = $4
+                         ORDER BY seq DESC LIMIT 1)",
                 )
                 .await?;
             for e in events {
@@ -848,6 +869,16 @@ impl PgStore {
         })
     }
 
+    /// A trivial query on a pooled connection (a dead pooled connection
+    /// or a stopped server is an error).
+    pub(crate) fn ping(&self) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client.simple_query("SELECT 1").await?;
+            Ok(())
+        })
+    }
+
     pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
         self.block(async {
             let client = self.client().await?;
@@ -855,6 +886,28 @@ impl PgStore {
                 .execute("DELETE FROM replicas WHERE id = $1", &[&id])
                 .await?;
             Ok(())
+        })
+    }
+
+    pub(crate) fn shared_secret(
+        &self,
+        name: &str,
+        candidate: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            // One statement: concurrent first uses agree on one value.
+            client
+                .execute(
+                    "INSERT INTO shared_secrets (name, value) VALUES ($1, $2)
+                     ON CONFLICT (name) DO NOTHING",
+                    &[&name, &candidate],
+                )
+                .await?;
+            let row = client
+                .query_one("SELECT value FROM shared_secrets WHERE name = $1", &[&name])
+                .await?;
+            Ok(row.get(0))
         })
     }
 

@@ -92,6 +92,20 @@ CREATE TABLE health_events (
 CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
 CREATE INDEX health_events_by_time ON health_events(at_ms);
 "#,
+    r#"
+-- Version 6: secrets every replica sharing the store uses (the key of
+-- on-access ids), created once by whichever replica needs one first.
+CREATE TABLE shared_secrets (
+    name  TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"#,
+    r#"
+-- Version 7: the latest history row of one (application, connector), which
+-- a new row is compared with (CA processes sharing the file each see every
+-- transition; it is recorded once).
+CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol);
+"#,
 ];
 
 /// The record of certificate `serial` (with its connector's standing), if
@@ -514,10 +528,17 @@ impl SqliteStore {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction()?;
         {
+            // A transition to the status the history already ends with for
+            // this (application, connector) is another replica's copy of a
+            // row already recorded: skipped (docs/decisions.md).
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO health_events
                  (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+                 WHERE ?8 IS NOT (SELECT to_status FROM health_events
+                     WHERE host = ?3 AND port = ?5 AND connector = ?6
+                       AND segment = ?2 AND protocol = ?4
+                     ORDER BY rowid DESC LIMIT 1)",
             )?;
             for e in events {
                 stmt.execute(params![
@@ -684,9 +705,37 @@ impl SqliteStore {
     }
 
     /// Removes replica `id` (it stopped cleanly).
+    /// A trivial query (the file is open; it answers unless broken).
+    pub(crate) fn ping(&self) -> Result<(), StoreError> {
+        lock(&self.conn).query_row("SELECT 1", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {
         lock(&self.conn).execute("DELETE FROM replicas WHERE id = ?1", params![id])?;
         Ok(())
+    }
+
+    /// The shared secret `name`: `candidate` if none was stored yet (it is
+    /// stored then), else the stored one.
+    pub(crate) fn shared_secret(
+        &self,
+        name: &str,
+        candidate: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO shared_secrets (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+            params![name, candidate],
+        )?;
+        let value: Vec<u8> = tx.query_row(
+            "SELECT value FROM shared_secrets WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(value)
     }
 
     /// Every replica the database knows, by id.

@@ -244,6 +244,24 @@ impl Ca {
 
     /// Starts on the config's own data dir (a restart keeps its state).
     pub async fn start_in(config: Config) -> Ca {
+        Self::start_with_tls(config, true).await
+    }
+
+    /// Starts without TLS (`[tls] enabled = false`): connectors
+    /// authenticate with provisioning keys in metadata, and `root`/`web`
+    /// are not available.
+    pub async fn start_plain(text: &str) -> Ca {
+        let mut config = Config::from_toml(text, Path::new("."))
+            .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+        config.settings.data_dir = scratch_dir("data");
+        assert!(
+            !config.settings.tls_enabled,
+            "a config with [tls] enabled = false"
+        );
+        Self::start_with_tls(config, false).await
+    }
+
+    async fn start_with_tls(config: Config, tls: bool) -> Ca {
         let data_dir = config.settings.data_dir.clone();
         let g = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -252,7 +270,7 @@ impl Ca {
             .await
             .expect("bind");
         let (grpc, http) = (g.local_addr().expect("addr"), h.local_addr().expect("addr"));
-        let authority = Arc::new(Authority::open(config, true).expect("trust state opens"));
+        let authority = Arc::new(Authority::open(config, tls).expect("trust state opens"));
         let (tx, rx) = oneshot::channel::<()>();
         let a = authority.clone();
         let task = tokio::spawn(async move {
@@ -465,6 +483,7 @@ pub fn app(
         dns_error: String::new(),
         expired: false,
         age_ms: 0,
+        access_id: String::new(),
     }
 }
 

@@ -59,6 +59,9 @@ pub struct AppReport {
     /// for an expired application): the report's age is measured from
     /// here when it is sent, so a re-sent result keeps its true age.
     pub checked: Option<Instant>,
+    /// On-access: the CA's id of the access that opened or last renewed
+    /// the window, echoed so that every CA replica can verify it.
+    pub access_id: Option<String>,
 }
 
 /// What the driver must do.
@@ -127,6 +130,9 @@ struct App {
     fresh: bool,
     /// The status shown (reported), damped by the segment's rise/fall.
     damper: Damper,
+    /// On-access: the id of the latest access (by when it happened) and
+    /// when that was; echoed in every report of the window.
+    access: Option<(String, Instant)>,
 }
 
 impl App {
@@ -145,7 +151,23 @@ impl App {
             last_report: None,
             fresh: false,
             damper: Damper::default(),
+            access: None,
         }
+    }
+
+    /// Keeps `id` as the window's access id unless the access it names
+    /// happened before the one kept (a late renewal).
+    fn note_access(&mut self, id: Option<String>, accessed: Instant) {
+        if let Some(id) = id
+            && self.access.as_ref().is_none_or(|(_, at)| *at <= accessed)
+        {
+            self.access = Some((id, accessed));
+        }
+    }
+
+    /// The access id to echo in this application's reports.
+    fn access_id(&self) -> Option<String> {
+        self.access.as_ref().map(|(id, _)| id.clone())
     }
 
     /// The status to report for the latest round: the damped one.
@@ -304,6 +326,19 @@ impl Schedule {
         accessed: Instant,
         now: Instant,
     ) -> Result<Vec<Action>, AccessRejected> {
+        self.access_event(key, accessed, None, now)
+    }
+
+    /// `access_at` for an `AccessEvent` that carries the CA's `id` for the
+    /// access: the latest access's id is echoed in every report of the
+    /// window (`AppReport::access_id`).
+    pub fn access_event(
+        &mut self,
+        key: AppKey,
+        accessed: Instant,
+        id: Option<String>,
+        now: Instant,
+    ) -> Result<Vec<Action>, AccessRejected> {
         let interval = self.check_access(&key)?.report_interval;
         let accessed = accessed.min(now);
         if accessed
@@ -321,10 +356,12 @@ impl Schedule {
                     app.due = Some(now);
                     app.fresh = true;
                 }
+                app.note_access(id, accessed);
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.targets_version += 1;
-                e.insert(App::new(true, interval, now));
+                e.insert(App::new(true, interval, now))
+                    .note_access(id, accessed);
             }
         }
         Ok(self.poll(now))
@@ -376,6 +413,7 @@ impl Schedule {
                 round: Some(round),
                 expired: false,
                 checked: Some(now),
+                access_id: app.access_id(),
             }]));
         }
         actions.extend(self.poll(now));
@@ -388,7 +426,7 @@ impl Schedule {
         let mut actions = Vec::new();
         let mut expired = Vec::new();
         for key in self.windows.expire(now) {
-            if self.apps.remove(&key).is_some() {
+            if let Some(app) = self.apps.remove(&key) {
                 self.targets_version += 1;
                 expired.push(AppReport {
                     key,
@@ -396,6 +434,7 @@ impl Schedule {
                     round: None,
                     expired: true,
                     checked: None,
+                    access_id: app.access_id(),
                 });
             }
         }
@@ -456,6 +495,7 @@ impl Schedule {
                     round: Some(Round::clone(round)),
                     expired: false,
                     checked: app.last_checked,
+                    access_id: app.access_id(),
                 });
             }
         }
@@ -488,6 +528,7 @@ impl Schedule {
                     round: Some(Round::clone(round)),
                     expired: false,
                     checked: app.last_checked,
+                    access_id: app.access_id(),
                 })
             })
             .collect();
@@ -1037,5 +1078,43 @@ mod tests {
         let late = t0 + window + Duration::from_secs(1);
         assert!(s.access_at(other.clone(), t0, late).expect("ok").is_empty());
         assert!(!s.is_scheduled(&other));
+    }
+
+    /// Issue 12.5: every report of an on-access window echoes the id of the
+    /// latest access (by when it happened) the CA sent, the expiry too; a
+    /// late renewal of an older access does not replace it.
+    #[test]
+    fn reports_echo_the_latest_access_id() {
+        let t0 = Instant::now();
+        let window = Duration::from_secs(1800);
+        let mut s = Schedule::new();
+        s.apply(
+            vec![segment("jira", &["*.corp.test"], &[443], "on_access", 60)],
+            window,
+            t0,
+        );
+        let k = key("jira", "wiki.corp.test", 443);
+        let id = |n: &str| Some(n.to_owned());
+        let a = s
+            .access_event(k.clone(), t0, id("first"), t0)
+            .expect("accepted");
+        let (_, g) = checks(&a)[0].clone();
+        let r = reports(&s.round_done(&k, g, up_round("10.0.0.9"), t0));
+        assert_eq!(r[0].access_id, id("first"));
+        // A renewal for a later access replaces it; one for an earlier
+        // access (arriving late) does not.
+        let t1 = t0 + Duration::from_secs(50);
+        s.access_event(k.clone(), t1, id("second"), t1 + MIN)
+            .expect("accepted");
+        s.access_event(k.clone(), t0 + MIN / 2, id("older"), t1 + MIN)
+            .expect("accepted");
+        // An event without an id (an old CA) keeps the one there is.
+        s.access_event(k.clone(), t1, None, t1 + MIN)
+            .expect("accepted");
+        let full = s.full_state();
+        assert_eq!(full[0].access_id, id("second"));
+        let r = reports(&s.poll(t1 + window));
+        assert!(r[0].expired);
+        assert_eq!(r[0].access_id, id("second"));
     }
 }

@@ -35,8 +35,9 @@ enum Command {
         window: Duration,
         done: oneshot::Sender<()>,
     },
-    /// An access and how long before it reached us it happened.
-    Access(AppKey, Duration),
+    /// An access, how long before it reached us it happened, and the CA's
+    /// id for it (echoed in reports).
+    Access(AppKey, Duration, Option<String>),
     FullState(oneshot::Sender<Vec<AppReport>>),
     /// A session wants every report from now on, after the full state.
     Subscribe(oneshot::Sender<Subscription>),
@@ -141,7 +142,13 @@ impl Scheduler {
     /// Forwards an access event that happened `ago` before now (0 for a
     /// fresh access; a CA renewal of coalesced accesses says how long ago).
     pub fn access(&self, key: AppKey, ago: Duration) {
-        let _ = self.commands.send(Command::Access(key, ago));
+        self.access_with_id(key, ago, None);
+    }
+
+    /// `access` for an event that carries the CA's access id (echoed in
+    /// every report of the window it opens or renews).
+    pub fn access_with_id(&self, key: AppKey, ago: Duration, id: Option<String>) {
+        let _ = self.commands.send(Command::Access(key, ago, id));
     }
 
     /// Every application with a result.
@@ -190,10 +197,10 @@ async fn drive(
                     let _ = done.send(());
                     actions
                 }
-                Some(Command::Access(key, ago)) => {
+                Some(Command::Access(key, ago, id)) => {
                     let now = now();
                     let accessed = now.checked_sub(ago).unwrap_or(now);
-                    match schedule.access_at(key.clone(), accessed, now) {
+                    match schedule.access_event(key.clone(), accessed, id, now) {
                     Ok(actions) => {
                         tracing::debug!(app = %key, "access: checking");
                         actions
