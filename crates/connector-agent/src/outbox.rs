@@ -3,8 +3,11 @@
 //! and bytes, coalesced to the latest result per application, and paced to
 //! the CA's entry limit. A report the CA refuses with `FlowControl` comes
 //! back: its entries are pending again (unless a newer result of the same
-//! application is pending or was sent since), so no result is lost. Pure:
-//! time comes in as arguments.
+//! application is pending or was sent since), so no result is lost. A
+//! result a user waits for (`AppReport::awaited`: the round an access
+//! triggered; the CA holds the access until it arrives) does not wait for
+//! the batch window: it goes out at once, with whatever else is pending.
+//! Pure: time comes in as arguments.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -59,6 +62,8 @@ pub struct Outbox {
     pending: BTreeMap<AppKey, AppReport>,
     /// When the oldest pending result arrived.
     oldest: Option<Instant>,
+    /// Pending results include one a user waits for (`AppReport::awaited`).
+    awaited: usize,
     next_sequence: u64,
     /// Recently sent reports by sequence, for `FlowControl`.
     sent: VecDeque<(u64, Vec<AppReport>)>,
@@ -82,6 +87,7 @@ impl Outbox {
         Outbox {
             pending: BTreeMap::new(),
             oldest: None,
+            awaited: 0,
             next_sequence: 1,
             sent: VecDeque::new(),
             last_sent: HashMap::new(),
@@ -114,8 +120,16 @@ impl Outbox {
             return;
         }
         self.oldest.get_or_insert(now);
-        for report in reports {
-            self.pending.insert(report.key.clone(), report);
+        for mut report in reports {
+            let key = report.key.clone();
+            // A newer result of an application a user waits for is still
+            // awaited: it replaces the one the user waits for.
+            if let Some(old) = self.pending.get(&key) {
+                report.awaited |= old.awaited;
+                self.awaited -= usize::from(old.awaited);
+            }
+            self.awaited += usize::from(report.awaited);
+            self.pending.insert(key, report);
         }
     }
 
@@ -126,15 +140,15 @@ impl Outbox {
 
     /// When the next report is due, if anything waits: when the oldest
     /// result has waited `BATCH_WINDOW` (at once when a full report's worth
-    /// waits), but not before the CA's `retry_after` nor before the entry
-    /// limit allows it.
+    /// waits or a user waits for one of them), but not before the CA's
+    /// `retry_after` nor before the entry limit allows it.
     pub fn next_send(&self) -> Option<Instant> {
         let oldest = self.oldest?;
         if self.pending.is_empty() {
             return None;
         }
         let count = self.pending.len().min(self.max_entries);
-        let mut at = if self.pending.len() >= self.max_entries {
+        let mut at = if self.pending.len() >= self.max_entries || self.awaited > 0 {
             oldest
         } else {
             oldest + BATCH_WINDOW
@@ -171,7 +185,9 @@ impl Outbox {
                 break;
             }
             bytes += size;
-            apps.push(entry.remove());
+            let report = entry.remove();
+            self.awaited -= usize::from(report.awaited);
+            apps.push(report);
             entries.push(wire);
         }
         if self.pending.is_empty() {
@@ -197,6 +213,7 @@ impl Outbox {
     ) -> v1::HealthReport {
         self.pending.clear();
         self.oldest = None;
+        self.awaited = 0;
         let entries = state
             .iter()
             .map(|r| crate::session::application_report(r, wall, now).into())
@@ -258,6 +275,7 @@ impl Outbox {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.pending.entry(app.key.clone())
             {
+                self.awaited += usize::from(app.awaited);
                 slot.insert(app);
                 again += 1;
             }
@@ -305,6 +323,7 @@ mod tests {
             expired: false,
             checked: Some(checked),
             access_id: None,
+            awaited: false,
         }
     }
 
@@ -341,6 +360,32 @@ mod tests {
         assert_eq!(r.applications[0].status, v1::HealthStatus::Down as i32);
         assert_eq!(r.applications[0].age_ms, 100);
         assert_eq!(o.next_send(), None);
+    }
+
+    #[test]
+    fn a_result_a_user_waits_for_goes_out_at_once_with_what_is_pending() {
+        let t0 = Instant::now();
+        let mut o = Outbox::new();
+        o.push(vec![report("a.test", true, t0)], t0);
+        assert_eq!(o.next_send(), Some(t0 + BATCH_WINDOW));
+        let t1 = t0 + Duration::from_millis(10);
+        let mut awaited = report("b.test", true, t1);
+        awaited.awaited = true;
+        o.push(vec![awaited], t1);
+        // Due at once (the oldest pending arrived at t0), not at t0 + 100 ms.
+        assert_eq!(o.next_send(), Some(t0));
+        let r = o.take(t1, SystemTime::now()).expect("due at once");
+        assert_eq!(r.applications.len(), 2);
+        // Nothing awaited is left: the next result waits for the window.
+        let t2 = t1 + Duration::from_millis(5);
+        o.push(vec![report("c.test", true, t2)], t2);
+        assert_eq!(o.next_send(), Some(t2 + BATCH_WINDOW));
+        // A newer, periodic result of an awaited application keeps it awaited.
+        let mut d = report("d.test", false, t2);
+        d.awaited = true;
+        o.push(vec![d], t2);
+        o.push(vec![report("d.test", true, t2)], t2);
+        assert_eq!(o.next_send(), Some(t2));
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct AppReport {
     /// On-access: the CA's id of the access that opened or last renewed
     /// the window, echoed so that every CA replica can verify it.
     pub access_id: Option<String>,
+    /// The result of a round a user's access triggered: the CA holds that
+    /// user's request until it arrives, so it goes out at once rather than
+    /// after the outbox's batch window.
+    pub awaited: bool,
 }
 
 /// What the driver must do.
@@ -117,6 +121,9 @@ struct App {
     running: Option<u64>,
     /// The next round is one an access asked for (see `Action::Check`).
     triggered: bool,
+    /// The running round is one an access asked for: its result is
+    /// `AppReport::awaited`.
+    running_triggered: bool,
     round_started: Option<Instant>,
     /// Boxed: most applications wait without a result for a long time
     /// (a queued cycle), and a `Round` inline would cost every one of them.
@@ -144,6 +151,7 @@ impl App {
             running: None,
             // An on-access application exists because a user accessed it.
             triggered: on_access,
+            running_triggered: false,
             round_started: None,
             last: None,
             last_checked: None,
@@ -414,6 +422,7 @@ impl Schedule {
                 expired: false,
                 checked: Some(now),
                 access_id: app.access_id(),
+                awaited: std::mem::take(&mut app.running_triggered),
             }]));
         }
         actions.extend(self.poll(now));
@@ -435,6 +444,7 @@ impl Schedule {
                     expired: true,
                     checked: None,
                     access_id: app.access_id(),
+                    awaited: false,
                 });
             }
         }
@@ -469,6 +479,7 @@ impl Schedule {
                 let triggered = std::mem::take(&mut app.triggered) | std::mem::take(&mut app.fresh);
                 app.due = None;
                 app.running = Some(generation);
+                app.running_triggered = triggered;
                 app.round_started = Some(now);
                 actions.push(Action::Check {
                     key: key.clone(),
@@ -496,6 +507,7 @@ impl Schedule {
                     expired: false,
                     checked: app.last_checked,
                     access_id: app.access_id(),
+                    awaited: false,
                 });
             }
         }
@@ -529,6 +541,7 @@ impl Schedule {
                     expired: false,
                     checked: app.last_checked,
                     access_id: app.access_id(),
+                    awaited: false,
                 })
             })
             .collect();
@@ -801,7 +814,9 @@ mod tests {
         let a = s.access(k.clone(), t0).expect("accepted");
         assert_eq!(triggered(&a), vec![true], "the access's own round");
         let (_, g) = checks(&a)[0].clone();
-        s.round_done(&k, g, up_round("10.0.0.9"), t0);
+        let done = s.round_done(&k, g, up_round("10.0.0.9"), t0);
+        // Its result is awaited (the outbox sends it at once).
+        assert_eq!(awaited(&done, &k), vec![true]);
         // The periodic re-check inside the window is on-access, not
         // triggered: it shares the rate with continuous checks.
         let a = s.poll(t0 + MIN);
@@ -818,6 +833,31 @@ mod tests {
             })
             .collect();
         assert_eq!(rounds, vec![(true, false)]);
+        let g = a
+            .iter()
+            .find_map(|a| match a {
+                Action::Check {
+                    key, generation, ..
+                } if *key == k => Some(*generation),
+                _ => None,
+            })
+            .expect("the periodic round");
+        let done = s.round_done(&k, g, up_round("10.0.0.9"), t0 + MIN);
+        assert_eq!(awaited(&done, &k), vec![false], "nobody waits for it");
+    }
+
+    /// `AppReport::awaited` of `k`'s entries in `actions`' reports.
+    fn awaited(actions: &[Action], k: &AppKey) -> Vec<bool> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Report(r) => Some(r),
+                _ => None,
+            })
+            .flatten()
+            .filter(|r| r.key == *k)
+            .map(|r| r.awaited)
+            .collect()
     }
 
     #[test]
