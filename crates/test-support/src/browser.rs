@@ -43,38 +43,55 @@ impl Browser {
     /// `profile_dir`.
     pub async fn start(profile_dir: &Path) -> Result<Self> {
         available()?;
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0")?;
-            l.local_addr()?.port()
-        };
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .arg("--allowed-ips=127.0.0.1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting chromedriver")?;
-        let base = format!("http://127.0.0.1:{port}");
         // ChromeDriver speaks plain HTTP; reqwest still wants a TLS provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()?;
-        crate::poll::retry(Duration::from_secs(15), || async {
-            let v: Value = http
-                .get(format!("{base}/status"))
-                .send()
-                .await?
-                .json()
-                .await?;
-            if v["value"]["ready"] == true {
-                Ok(())
-            } else {
-                bail!("chromedriver not ready: {v}")
+        // The port is picked by binding and releasing it, so another process
+        // can take it before ChromeDriver binds it (ChromeDriver then exits);
+        // seen once in CI. Up to three tries, each on a fresh port.
+        let mut tries = Vec::new();
+        let (driver, base) = loop {
+            let port = {
+                let l = TcpListener::bind("127.0.0.1:0")?;
+                l.local_addr()?.port()
+            };
+            let mut driver = Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .arg("--allowed-ips=127.0.0.1")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting chromedriver")?;
+            let base = format!("http://127.0.0.1:{port}");
+            let ready = crate::poll::retry(Duration::from_secs(15), || async {
+                let v: Value = http
+                    .get(format!("{base}/status"))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                if v["value"]["ready"] == true {
+                    Ok(())
+                } else {
+                    bail!("chromedriver not ready: {v}")
+                }
+            })
+            .await;
+            match ready {
+                Ok(()) => break (driver, base),
+                Err(e) => {
+                    let exited = driver.try_wait().ok().flatten();
+                    tries.push(format!("port {port}: {e:#} (exited: {exited:?})"));
+                    let _ = driver.kill().await;
+                    if tries.len() == 3 {
+                        bail!("chromedriver did not become ready: {}", tries.join("; "));
+                    }
+                }
             }
-        })
-        .await?;
+        };
         let profile: PathBuf = profile_dir.to_path_buf();
         std::fs::create_dir_all(&profile)?;
         let caps = json!({"capabilities": {"alwaysMatch": {
