@@ -51,22 +51,11 @@ pub fn ingest_host(i: usize) -> String {
     format!("127.20.{}.{}", (i / 250) % 256, i % 250 + 1)
 }
 
-/// The configuration text.
-pub fn config_text(setup: &CaSetup) -> String {
-    let mut s = format!(
-        r#"[server]
-grpc_listen = "127.0.0.1:1"
-http_listen = "127.0.0.1:2"
-anonymous_read = false
-
-[selection]
-strategy = "healthy"
-discovery_timeout_ms = 3000
-
-[health]
-heartbeat_interval_ms = {hb}
-
-# Plain text: connectors authenticate with the provisioning key in
+/// The sections every benchmark CA shares: plain-text transport, lifted
+/// limits, the API token and the connector group (then its segments).
+pub fn shared_sections() -> String {
+    format!(
+        r#"# Plain text: connectors authenticate with the provisioning key in
 # metadata, so thousands of simulated sessions cost no certificates. The
 # session, report and access paths measured are the same as over TLS.
 [tls]
@@ -94,7 +83,26 @@ scopes = ["access", "read", "admin"]
 name = "{GROUP}"
 provisioning_key = "{KEY}"
 
-[[segments]]
+"#
+    )
+}
+
+/// The configuration text.
+pub fn config_text(setup: &CaSetup) -> String {
+    let mut s = format!(
+        r#"[server]
+grpc_listen = "127.0.0.1:1"
+http_listen = "127.0.0.1:2"
+anonymous_read = false
+
+[selection]
+strategy = "healthy"
+discovery_timeout_ms = 3000
+
+[health]
+heartbeat_interval_ms = {hb}
+
+{shared}[[segments]]
 name = "web"
 applications = ["{APP_HOST}"]
 tcp_ports = ["{APP_PORT}"]
@@ -110,7 +118,8 @@ health_reporting = "on_access"
 report_interval_s = 60
 connector_groups = ["{GROUP}"]
 "#,
-        hb = setup.heartbeat_ms
+        hb = setup.heartbeat_ms,
+        shared = shared_sections(),
     );
     if setup.ingest_apps > 0 {
         let apps: Vec<String> = (0..setup.ingest_apps)
@@ -221,6 +230,13 @@ pub async fn connectors(channel: Channel) -> Result<Vec<v1::ConnectorView>> {
 
 /// The CA's `reach_ca_reports_received` counter, from `/metrics`.
 pub async fn reports_received(http: &reqwest::Client, base: &str) -> Result<u64> {
+    metric(http, base, "reach_ca_reports_received_total")
+        .await?
+        .ok_or_else(|| anyhow!("no reach_ca_reports_received_total in /metrics"))
+}
+
+/// The value of the CA's `/metrics` line `name`, if listed.
+async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<Option<u64>> {
     let text = http
         .get(format!("{base}/metrics"))
         .bearer_auth(TOKEN)
@@ -229,11 +245,11 @@ pub async fn reports_received(http: &reqwest::Client, base: &str) -> Result<u64>
         .error_for_status()?
         .text()
         .await?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("reach_ca_reports_received_total "))
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .ok_or_else(|| anyhow!("no reach_ca_reports_received_total in /metrics"))
+        .map(|v| v as u64))
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
@@ -261,17 +277,5 @@ where
 /// (a counter not incremented yet is still listed, so absent means renamed:
 /// the figure's note then shows 0, which the reader can check).
 pub async fn counter(http: &reqwest::Client, base: &str, name: &str) -> Result<u64> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64))
+    Ok(metric(http, base, name).await?.unwrap_or(0))
 }

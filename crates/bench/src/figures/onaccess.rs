@@ -89,35 +89,15 @@ on_access_window_s = {WINDOW_S}
 on_access_retention_s = {RETENTION_S}
 max_windows_per_connector = {MAX_WINDOWS}
 
-[tls]
-enabled = false
-
-[limits]
-connector_messages_per_second = 10000000
-connector_message_burst = 10000000
-connector_entries_per_second = 10000000
-connector_entries_burst = 10000000
-max_connections = 100000
-http_max_connections_per_source = 100000
-grpc_max_connections_per_source = 100000
-
-[[api_tokens]]
-name = "bench"
-token = "{TOKEN}"
-scopes = ["access", "read", "admin"]
-
-[[connector_groups]]
-name = "{GROUP}"
-provisioning_key = "{KEY}"
-
-[[segments]]
+{shared}[[segments]]
 name = "{SEGMENT}"
 applications = ["*.{DOMAIN}"]
 tcp_ports = ["443"]
 health_reporting = "on_access"
 report_interval_s = 60
 connector_groups = ["{GROUP}"]
-"#
+"#,
+        shared = ca::shared_sections(),
     )
 }
 
