@@ -129,9 +129,7 @@ impl DnsServer {
         let zone: Zone = Arc::new(handler);
         let mut catalog = Catalog::new();
         catalog.upsert(LowerName::new(&origin), vec![zone.clone()]);
-        let socket = tokio::net::UdpSocket::bind(addr)
-            .await
-            .with_context(|| format!("binding DNS server to {addr}"))?;
+        let (socket, tcp) = bind_pair(addr).await?;
         let addr = socket.local_addr()?;
         let queries = Arc::new(AtomicU64::new(0));
         let mode = Arc::new(AtomicU8::new(Mode::Answer as u8));
@@ -141,11 +139,6 @@ impl DnsServer {
             mode: mode.clone(),
         });
         server.register_socket(socket);
-        // TCP on the same port: answers too large for UDP are truncated
-        // there, and resolvers ask again over TCP.
-        let tcp = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding DNS server (TCP) to {addr}"))?;
         server.register_listener(tcp, std::time::Duration::from_secs(5), 65_535);
         let task = tokio::spawn(async move {
             let _ = server.block_until_done().await;
@@ -237,4 +230,30 @@ fn record(name: &str, ip: IpAddr, ttl: u32) -> Result<Record> {
         IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
     };
     Ok(Record::from_rdata(name, ttl, rdata))
+}
+
+/// A UDP socket and a TCP listener on the same port: answers too large for
+/// UDP are truncated there, and resolvers ask again over TCP. With port 0
+/// the kernel picks a free UDP port, which another process may hold for TCP;
+/// then a fresh pair is tried (up to 20 times) instead of failing the test.
+async fn bind_pair(addr: SocketAddr) -> Result<(tokio::net::UdpSocket, tokio::net::TcpListener)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let socket = tokio::net::UdpSocket::bind(addr)
+            .await
+            .with_context(|| format!("binding DNS server to {addr}"))?;
+        let bound = socket.local_addr()?;
+        match tokio::net::TcpListener::bind(bound).await {
+            Ok(tcp) => return Ok((socket, tcp)),
+            Err(e)
+                if addr.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse && tries < 20 =>
+            {
+                continue;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("binding DNS server (TCP) to {bound}"));
+            }
+        }
+    }
 }
