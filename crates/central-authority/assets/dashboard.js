@@ -137,13 +137,70 @@ function askToken(message) {
 // changes between the page's fetch and the opening are not in the
 // stream, so the page re-reads when it may have missed one. A `lagged`
 // event (this page fell behind) counts as an opening.
-function live({ onOpen, onTransition }) {
+//
+// Over HTTP/1.1 a browser holds at most 6 connections to a host and a
+// stream holds one for good: one stream per tab would leave a 7th tab
+// unable to load. There the tabs share one stream through a SharedWorker
+// (/assets/dashboard-stream.js); over HTTP/2 (and where SharedWorker is
+// missing) each tab opens its own.
+function live(handlers) {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const proto = nav ? nav.nextHopProtocol : '';
+  const multiplexed = proto === 'h2' || proto === 'h3';
+  if (!multiplexed && typeof SharedWorker === 'function' && sharedLive(handlers)) return;
+  ownLive(handlers);
+}
+
+// Whether this tab's stream is the browser's shared one (the indicator's
+// `data-shared`).
+let liveShared = false;
+
+function liveIndicator(state, text) {
   const indicator = document.getElementById('live');
-  const set = (state, text) => {
-    if (!indicator) return;
-    indicator.dataset.live = state;
-    indicator.textContent = text;
-  };
+  if (!indicator) return;
+  indicator.dataset.live = state;
+  indicator.dataset.shared = String(liveShared);
+  indicator.textContent = text;
+}
+
+// Joins the browser's shared stream; false when the worker cannot start
+// (the caller then opens its own).
+function sharedLive({ onOpen, onTransition }) {
+  let worker;
+  try {
+    worker = new SharedWorker('/assets/dashboard-stream.js', { name: 'reach-stream' });
+  } catch (_) {
+    return false;
+  }
+  liveShared = true;
+  let heard = false;
+  const port = worker.port;
+  port.addEventListener('message', (ev) => {
+    heard = true;
+    const m = ev.data || {};
+    if (m.type === 'state') liveIndicator(m.state, m.text);
+    else if (m.type === 'open') { if (onOpen) onOpen(m.version); }
+    else if (m.type === 'transition') { if (m.transition && onTransition) onTransition(m.transition); }
+  });
+  // A worker that fails to start (never spoke): this tab opens its own.
+  worker.addEventListener('error', () => {
+    if (heard) return;
+    heard = true;
+    liveShared = false;
+    port.close();
+    ownLive({ onOpen, onTransition });
+  });
+  port.start();
+  port.postMessage({ type: 'join', token: token() });
+  window.addEventListener('pagehide', () => port.postMessage({ type: 'leave' }));
+  window.addEventListener('pageshow', (ev) => {
+    if (ev.persisted) port.postMessage({ type: 'join', token: token() });
+  });
+  return true;
+}
+
+function ownLive({ onOpen, onTransition }) {
+  const set = liveIndicator;
   let retry = 1000;
   const open = async () => {
     let ticket;

@@ -59,6 +59,10 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/connectors", get(dashboard_connectors))
         .route("/assets/dashboard.js", get(crate::dashboard::script))
         .route("/assets/dashboard.css", get(crate::dashboard::style))
+        .route(
+            "/assets/dashboard-stream.js",
+            get(crate::dashboard::stream_worker),
+        )
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))

@@ -745,6 +745,18 @@ pub fn operations() -> Vec<Op> {
         },
         Op {
             method: "get",
+            path: "/assets/dashboard-stream.js",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardStreamWorker",
+                "summary": "The dashboard's SharedWorker: one change stream shared by a browser's tabs over HTTP/1.1",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "JavaScript",
+                    "content": {"text/javascript": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
             path: "/assets/dashboard.css",
             auth: Auth::None,
             spec: json!({
