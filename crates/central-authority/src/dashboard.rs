@@ -171,7 +171,7 @@ pub async fn script() -> Response {
 }
 
 /// `GET /assets/dashboard-stream.js` (the shared stream's worker).
-pub async fn stream_worker() -> Response {
+pub async fn worker() -> Response {
     secured(
         (
             [

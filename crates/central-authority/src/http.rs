@@ -59,10 +59,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/connectors", get(dashboard_connectors))
         .route("/assets/dashboard.js", get(crate::dashboard::script))
         .route("/assets/dashboard.css", get(crate::dashboard::style))
-        .route(
-            "/assets/dashboard-stream.js",
-            get(crate::dashboard::stream_worker),
-        )
+        .route("/assets/dashboard-stream.js", get(crate::dashboard::worker))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))
