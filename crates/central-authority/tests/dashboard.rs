@@ -579,16 +579,24 @@ async fn eight_dashboard_tabs_load_and_go_live_over_http1() {
             if tab > 0 {
                 b.new_tab().await?;
             }
-            b.goto(&format!("{base}/")).await?;
+            b.goto(&format!("{base}/"))
+                .await
+                .map_err(|e| e.context(format!("tab {}: loading the list", tab + 1)))?;
             tab_wait(
                 &b,
                 TAB_STATE,
                 serde_json::json!([]),
                 &format!("tab {}", tab + 1),
-                |v| v["live"] == "live" && v["shared"] == "true" && v["rows"].as_u64() > Some(0),
+                |v| v["live"] == "live" && v["rows"].as_u64() > Some(0),
             )
             .await?;
         }
+        // Over HTTP/1.1 the tabs hold one stream between them.
+        let v = b.eval(TAB_STATE, serde_json::json!([])).await?;
+        anyhow::ensure!(
+            v["shared"] == "true",
+            "the tab's stream is not the shared one: {v}"
+        );
         let mut east = open_plain(ca.grpc, "east-1").await;
         assert!(matches!(east.next().await, Some(Out::Welcome(_))));
         east.report(
