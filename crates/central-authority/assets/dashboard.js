@@ -380,6 +380,10 @@ function listPage() {
   const shown = new Map();
   // The stream version the shown data includes (null: unknown).
   let version = null;
+  // The version a stream opening named before the first data arrived: the
+  // first load compares with it when done (re-reading at once would fetch
+  // the first page twice on every load).
+  let openedAt = null;
   const fill = () => {
     const p = listParams();
     for (const f of LIST_FIELDS) {
@@ -403,6 +407,10 @@ function listPage() {
     try {
       const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
       version = Math.min(body.version, overview.version);
+      if (openedAt !== null) {
+        if (openedAt > version) refresh();
+        openedAt = null;
+      }
       renderOverview(overview);
       shown.clear();
       for (const a of body.applications) shown.set(appKey(a), a);
@@ -458,14 +466,18 @@ function listPage() {
     links[j].focus();
     ev.preventDefault();
   });
-  fill();
-  load();
   // A change updates its row at once from the stream's data; the counts,
   // the rows that enter or leave the filter and the order follow with one
   // re-read per 2 s at most, however many changes arrive.
   const refresh = coalesce(load, 2000);
+  fill();
+  load();
   live({
-    onOpen: (v) => { if (v === null || version === null || v > version) refresh(); },
+    onOpen: (v) => {
+      // Opened before the first data arrived: that load decides.
+      if (v !== null && version === null) openedAt = v;
+      else if (v === null || v > version) refresh();
+    },
     onTransition: (t) => {
       const a = shown.get(transitionKey(t));
       if (a) {

@@ -279,15 +279,19 @@ async fn page_wait(
     }
 }
 
-/// When the list first showed rows (ms after navigation start) and the
-/// bytes the page transferred.
+/// When the list first showed rows (ms after navigation start), the bytes
+/// the page transferred and how many pages of rows it fetched (so far).
 const SHOWN: &str = r#"
 const m = performance.getEntriesByName('reach-rows');
 if (!m.length) return null;
 const nav = performance.getEntriesByType('navigation')[0];
 let bytes = nav ? nav.transferSize : 0;
-for (const r of performance.getEntriesByType('resource')) bytes += r.transferSize;
-return {ms: m[0].startTime, bytes};
+let pages = 0;
+for (const r of performance.getEntriesByType('resource')) {
+  bytes += r.transferSize;
+  if (r.name.includes('/api/v1/health?')) pages += 1;
+}
+return {ms: m[0].startTime, bytes, pages};
 "#;
 
 /// The domain whose names the browser resolves to the CA (one origin per
@@ -408,7 +412,7 @@ async fn in_browser(mode: Mode) -> Result<Vec<Figure>> {
         s.abort();
     }
     drop(server);
-    let (interactive, bytes, updates, cpu, cpu_idle) = result?;
+    let (interactive, (bytes, pages), updates, cpu, cpu_idle) = result?;
     let setup = format!(
         "{apps} applications, {connectors} connectors ({} groups of {}, each serving a segment of {} \
          applications that all its connectors report), headless Chromium",
@@ -420,7 +424,8 @@ async fn in_browser(mode: Mode) -> Result<Vec<Figure>> {
             None,
             format!(
                 "{setup}: navigation start to the first page of rows shown (`/`, 50 rows), \
-                 median of {} loads ({}); {:.1} KiB transferred",
+                 median of {} loads ({}); the last load had transferred {:.1} KiB \
+                 ({pages} page(s) of rows fetched) when its rows showed",
                 interactive.len(),
                 interactive
                     .iter()
@@ -460,9 +465,9 @@ async fn in_browser(mode: Mode) -> Result<Vec<Figure>> {
     ])
 }
 
-/// (interactive ms per load, bytes of a load, update ms per change, CPU %
-/// with dashboards, CPU % without).
-type Measured = (Vec<f64>, f64, Vec<f64>, f64, f64);
+/// (interactive ms per load, bytes of a load and its pages of rows fetched,
+/// update ms per change, CPU % with dashboards, CPU % without).
+type Measured = (Vec<f64>, (f64, u64), Vec<f64>, f64, f64);
 
 async fn measure_in(
     b: &Browser,
@@ -488,6 +493,7 @@ async fn measure_in(
     // Interactive: fresh navigations of the list.
     let mut interactive = Vec::new();
     let mut bytes = 0.0;
+    let mut pages = 0;
     for load in 1..=5 {
         b.goto("about:blank").await?;
         b.goto(&format!("{base}/"))
@@ -502,6 +508,7 @@ async fn measure_in(
         .await?;
         interactive.push(v["ms"].as_f64().context("no time")?);
         bytes = v["bytes"].as_f64().unwrap_or(0.0);
+        pages = v["pages"].as_u64().unwrap_or(0);
     }
 
     // Updates: the first segment's first application, one connector's
@@ -558,5 +565,5 @@ async fn measure_in(
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = cpu_pct(f.rest).await;
-    Ok((interactive, bytes, updates, cpu, cpu_idle))
+    Ok((interactive, (bytes, pages), updates, cpu, cpu_idle))
 }
