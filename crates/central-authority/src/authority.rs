@@ -524,13 +524,24 @@ impl Authority {
             ended.entry(k.0).or_default().insert(k.1);
         }
         let conns = self.registry.snapshot();
+        // The table hands every connector's result of one application in
+        // a row: its segment is looked up once (a name compare instead of a
+        // hash per result).
+        let mut last: Option<&Segment> = None;
         let changed = self
             .health
             .mark_unknown(SystemTime::now(), keep, |key, c, report| {
                 if ended.get(key).is_some_and(|s| s.contains(c)) {
                     return Some(UnknownCause::WindowExpired);
                 }
-                let segment = state.segment(&key.segment)?;
+                let segment = match last {
+                    Some(s) if s.name == key.segment => s,
+                    _ => {
+                        let s = state.segment(&key.segment)?;
+                        last = Some(s);
+                        s
+                    }
+                };
                 // Windows are checked through `ended` above; pass `true` here.
                 Self::effective(
                     &state,

@@ -90,6 +90,12 @@ impl ConnectorEntry {
     }
 }
 
+/// Every connector's snapshot by name. foldhash: the housekeeping sweep
+/// looks a connector up for every (application, connector) result twice a
+/// second, and std's SipHash was most of that sweep's CPU at 100,000
+/// results (BENCHMARKS.md, dashboard at rest).
+pub(crate) type ConnSnaps = HashMap<String, ConnSnap, foldhash::fast::RandomState>;
+
 /// A cheap copy of one connector's state for the access path.
 #[derive(Clone, Debug)]
 pub(crate) struct ConnSnap {
@@ -332,7 +338,7 @@ impl Registry {
     }
 
     /// A copy of every connector's group, connection state and cycle.
-    pub(crate) fn snapshot(&self) -> HashMap<String, ConnSnap> {
+    pub(crate) fn snapshot(&self) -> ConnSnaps {
         lock(&self.conns)
             .map
             .iter()
