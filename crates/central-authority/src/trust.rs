@@ -399,7 +399,6 @@ impl Authority {
     /// Refuses a connector an administrator disabled (also checked for
     /// plain-text sessions). Fails closed: when the database cannot answer,
     /// the connector is refused too.
-
     pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
         match self.store().is_disabled(name) {
             Ok(false) => Ok(()),
