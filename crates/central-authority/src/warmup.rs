@@ -140,9 +140,12 @@ impl Warmup {
             self.warm.store(true, Ordering::Release);
             reported.clear();
             drop(reported);
-            if waiting.is_empty() {
+            if expected.is_empty() {
+                tracing::info!("warm: the store knows no connector to wait for");
+            } else if waiting.is_empty() {
                 tracing::info!(
                     connectors = expected.len(),
+                    after_ms = elapsed.as_millis(),
                     "warm: every expected connector re-attached and reported"
                 );
             } else {
