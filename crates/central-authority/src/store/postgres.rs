@@ -31,9 +31,8 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventKey, EventRecord,
-    EventValue, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
-    fresh_rows,
+    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
+    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::auth::Secret;
 
@@ -653,7 +652,7 @@ impl PgStore {
                 .await?;
             // One row per key, keyed by the batch's own strings (the rows
             // found are among them).
-            let mut index: HashMap<EventKey<'_>, &EventRecord> = HashMap::new();
+            let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
             for e in events {
                 index.entry(e.key()).or_insert(e);
             }
@@ -674,7 +673,7 @@ impl PgStore {
                     ],
                 )
                 .await?;
-            let mut latest = HashMap::new();
+            let mut latest = KeyMap::default();
             for row in &found {
                 let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
                     (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));

@@ -5,7 +5,6 @@
 //! The schema is versioned with `PRAGMA user_version`; `MIGRATIONS[i]`
 //! takes it from version `i` to `i + 1`.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -13,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
-    KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
+    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::sync::lock;
 
@@ -554,7 +553,7 @@ impl SqliteStore {
         // this commits (another CA process on the file waits).
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
-            let mut latest = HashMap::new();
+            let mut latest = KeyMap::default();
             let mut get = tx.prepare_cached(
                 "SELECT to_status FROM health_latest
                  WHERE host = ?1 AND port = ?2 AND connector = ?3 AND segment = ?4 AND protocol = ?5",
