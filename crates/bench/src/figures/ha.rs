@@ -136,11 +136,15 @@ impl Targets {
 
     /// The CA's group `ha` and its continuous segment of the targets.
     fn toml(&self) -> String {
-        let apps: Vec<String> = (0..self.n)
-            .map(|k| format!("\"{}\"", target_ip(k)))
-            .collect();
-        format!(
-            r#"
+        targets_toml(self.port, self.n)
+    }
+}
+
+/// Group `ha` and its continuous segment of `n` targets on `port`.
+fn targets_toml(port: u16, n: usize) -> String {
+    let apps: Vec<String> = (0..n).map(|k| format!("\"{}\"", target_ip(k))).collect();
+    format!(
+        r#"
 [[connector_groups]]
 name = "{HA_GROUP}"
 provisioning_key = "{HA_KEY}"
@@ -150,15 +154,13 @@ max_uses = 1000000
 [[segments]]
 name = "{SEGMENT}"
 applications = [{}]
-tcp_ports = ["{}"]
+tcp_ports = ["{port}"]
 health_reporting = "continuous"
 report_interval_s = {INTERVAL_S}
 connector_groups = ["{HA_GROUP}"]
 "#,
-            apps.join(", "),
-            self.port
-        )
-    }
+        apps.join(", ")
+    )
 }
 
 impl Drop for Targets {
@@ -173,13 +175,13 @@ impl Drop for Targets {
 /// data directory), `[replica] id`, TLS on (with the issuing root of
 /// `issuer`, another replica's data directory, when given) or off, the
 /// shared sections, the `ingest` segment of `ingest_apps` applications
-/// and the targets' segment.
+/// and the targets' segment (`targets`, from [`targets_toml`]).
 fn replica_config(
     store: Option<&str>,
     id: &str,
     tls: Option<Option<&Path>>,
     ingest_apps: usize,
-    targets: &Targets,
+    targets: &str,
 ) -> String {
     let mut head = String::new();
     if let Some(url) = store {
@@ -205,7 +207,7 @@ fn replica_config(
             base.replacen("[tls]\nenabled = false\n", &section, 1)
         }
     };
-    format!("{head}{base}{}", targets.toml())
+    format!("{head}{base}{targets}")
 }
 
 /// A running replica and its data directory.
@@ -729,7 +731,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let db = pg.fresh_database().await?;
     figures.extend(part(
         &SPECS[..3],
-        enroll_and_revoke(mode, &db, &targets).await,
+        enroll_and_revoke(mode, &db, &targets.toml()).await,
     ));
     // 3 and 4 on three plain-text replicas of another database.
     let db = pg.fresh_database().await?;
@@ -741,7 +743,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 &format!("r{i}"),
                 None,
                 ingest::APPS,
-                &targets,
+                &targets.toml(),
             ))
             .await?,
         );
@@ -761,7 +763,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
 }
 
 /// `ha_enroll_*` and `ha_revoke_to_close_ms` on database `db`.
-async fn enroll_and_revoke(mode: Mode, db: &str, targets: &Targets) -> Result<Vec<Figure>> {
+async fn enroll_and_revoke(mode: Mode, db: &str, targets: &str) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     // 1. Enrollment latency, PostgreSQL against SQLite.
     let n = mode.pick(20usize, 300);
@@ -964,4 +966,55 @@ async fn ingest_figure(mode: Mode, replicas: &[Replica]) -> Result<Figure> {
             median(&sums)
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_are_summed_over_every_label_set() {
+        let text = "# HELP reach_agent_checks Checks finished\n\
+            reach_agent_checks_total{method=\"tcp\",result=\"up\"} 40\n\
+            reach_agent_checks_total{method=\"tcp\",result=\"down\"} 2\n\
+            reach_agent_checks_in_flight 3\n\
+            reach_agent_check_duration_seconds_count 99\n";
+        assert_eq!(checks_in(text), 42);
+        assert_eq!(checks_in(""), 0);
+    }
+
+    #[test]
+    fn replica_configurations_are_valid_ca_configurations() {
+        let dir = std::env::temp_dir();
+        let targets = targets_toml(9000, 3);
+        let issuer = dir.join("issuer");
+        for (store, tls) in [
+            (None, Some(None)),
+            (
+                Some("postgres://reach@127.0.0.1:5432/x?sslmode=disable"),
+                Some(None),
+            ),
+            (
+                Some("postgres://reach@127.0.0.1:5432/x?sslmode=disable"),
+                Some(Some(issuer.as_path())),
+            ),
+            (
+                Some("postgres://reach@127.0.0.1:5432/x?sslmode=disable"),
+                None,
+            ),
+        ] {
+            let text = replica_config(store, "r1", tls, 10, &targets);
+            let config = central_authority::Config::from_toml(&text, &dir);
+            assert!(
+                config.is_ok(),
+                "{text}\n{:?}",
+                config.err().map(|e| e.messages())
+            );
+            assert_eq!(text.contains("enabled = false"), tls.is_none(), "{text}");
+            assert_eq!(
+                text.contains("issuer_key_file"),
+                matches!(tls, Some(Some(_)))
+            );
+        }
+    }
 }
