@@ -28,6 +28,14 @@ use crate::views::unix_ms;
 /// How often new transitions are taken, streamed and stored: well inside
 /// the one second an update may take to reach an open page.
 pub const PUMP_EVERY: Duration = Duration::from_millis(200);
+/// How often the transitions streamed meanwhile are appended to the
+/// database, in one transaction: each commit writes the pages of the
+/// per-application index it touched, so under flapping fewer, larger
+/// batches write far less (docs/decisions.md). `GET /api/v1/events` lags
+/// the live stream by at most this much.
+pub const STORE_EVERY: Duration = Duration::from_secs(1);
+/// Transitions held for the database before they are written early.
+const STORE_BATCH: usize = 50_000;
 /// How often history past its retention is deleted.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Transitions a live subscriber may fall behind by before it is told it
@@ -239,19 +247,20 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // `None`: not pruned yet in this process (prune at once).
     let mut pruned: Option<Instant> = None;
+    // Streamed, not stored yet.
+    let mut pending: Vec<EventRecord> = Vec::new();
+    let mut stored_at = Instant::now();
     loop {
         tokio::select! {
             _ = &mut stop => break,
             _ = tick.tick() => {}
         }
-        let records = authority.stream_transitions();
-        if !records.is_empty() {
-            let stored = authority
-                .blocking(move |a| a.store().record_events(&records))
-                .await;
-            if let Some(Err(e)) = stored {
-                tracing::error!(error = %e, "status history: transitions not stored");
-            }
+        pending.append(&mut authority.stream_transitions());
+        if !pending.is_empty()
+            && (stored_at.elapsed() >= STORE_EVERY || pending.len() >= STORE_BATCH)
+        {
+            stored_at = Instant::now();
+            store(&authority, std::mem::take(&mut pending)).await;
         }
         if pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
             pruned = Some(Instant::now());
@@ -272,10 +281,18 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
         }
     }
     // What happened just before the stop is kept too.
-    let records = authority.stream_transitions();
-    if !records.is_empty() {
-        let _ = authority
-            .blocking(move |a| a.store().record_events(&records))
-            .await;
+    pending.append(&mut authority.stream_transitions());
+    if !pending.is_empty() {
+        store(&authority, pending).await;
+    }
+}
+
+/// Appends `records` to the stored history (off the async workers).
+async fn store(authority: &Arc<Authority>, records: Vec<EventRecord>) {
+    let stored = authority
+        .blocking(move |a| a.store().record_events(&records))
+        .await;
+    if let Some(Err(e)) = stored {
+        tracing::error!(error = %e, "status history: transitions not stored");
     }
 }

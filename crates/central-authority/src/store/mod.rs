@@ -380,6 +380,62 @@ pub struct EventRecord {
     pub cause: String,
 }
 
+/// What one history row is about: (segment, host, protocol, port,
+/// connector). The history keeps, per key, the status its last row ended
+/// with (`health_latest`), which a new row is compared with.
+pub(crate) type EventKey<'a> = (&'a str, &'a str, &'a str, i64, &'a str);
+
+/// A map by [`EventKey`] (foldhash: a batch hashes each row's five fields
+/// a few times, and std's SipHash showed in the ingest profile).
+pub(crate) type KeyMap<'a, V> =
+    std::collections::HashMap<EventKey<'a>, V, foldhash::fast::RandomState>;
+
+impl EventRecord {
+    /// The (application, connector) this row is about.
+    pub(crate) fn key(&self) -> EventKey<'_> {
+        (
+            &self.segment,
+            &self.host,
+            &self.protocol,
+            self.port,
+            &self.connector,
+        )
+    }
+}
+
+/// The rows of `events` to append, in order, and the last of them per key
+/// (the keys' new latest rows). `latest` holds the status the history ends
+/// with for the keys that have one; a row whose status is the one its key
+/// ends with (at that point of the batch) is another replica's copy of a
+/// transition already recorded and is skipped (docs/decisions.md). One rule
+/// for both backends: each reads `latest` in one go and writes both lists
+/// in one go, instead of one comparison query per row.
+pub(crate) fn fresh_rows<'a>(
+    events: &'a [EventRecord],
+    mut latest: KeyMap<'a, String>,
+) -> (Vec<&'a EventRecord>, Vec<&'a EventRecord>) {
+    let mut rows = Vec::new();
+    // Per key, the index in `rows` of its last row.
+    let mut last: std::collections::HashMap<EventKey<'a>, usize> = std::collections::HashMap::new();
+    for e in events {
+        let key = e.key();
+        match latest.get_mut(&key) {
+            Some(status) if *status == e.to => continue,
+            Some(status) => status.clone_from(&e.to),
+            None => {
+                latest.insert(key, e.to.clone());
+            }
+        }
+        last.insert(key, rows.len());
+        rows.push(e);
+    }
+    // In the order the rows were appended (a stable order for the writes).
+    let mut at: Vec<usize> = last.into_values().collect();
+    at.sort_unstable();
+    let last = at.into_iter().map(|i| rows[i]).collect();
+    (rows, last)
+}
+
 /// Which history to read (`None`: any).
 #[derive(Clone, Debug, Default)]
 pub struct EventFilter {
@@ -1101,6 +1157,44 @@ mod suite {
         };
         assert_eq!(b.events(&c2, 10, 0).expect("read").1, 3, "c2's own rows");
     }
+
+    /// One batch holding several transitions of a key (a flap inside one
+    /// pump) and copies of them: each change is kept once, in order; after
+    /// the retention the key's latest status goes with its rows.
+    pub(super) fn a_batch_is_compared_row_by_row_and_pruned_with_its_latest(s: &Store) {
+        s.record_events(&[
+            event(1_000, "a.test", "c1", "up"),
+            event(1_001, "a.test", "c1", "up"),
+            event(1_002, "a.test", "c2", "up"),
+            event(1_003, "a.test", "c1", "down"),
+            event(1_004, "a.test", "c1", "down"),
+            event(1_005, "a.test", "c1", "up"),
+        ])
+        .expect("recorded");
+        let c1 = EventFilter {
+            connector: Some("c1".into()),
+            ..Default::default()
+        };
+        let (page, _) = s.events(&c1, 10, 0).expect("read");
+        assert_eq!(
+            page.iter()
+                .map(|e| (e.at_ms, e.to.as_str()))
+                .collect::<Vec<_>>(),
+            [(1_005, "up"), (1_003, "down"), (1_000, "up")]
+        );
+        // The next batch continues from where the last one ended.
+        s.record_events(&[event(2_000, "a.test", "c1", "up")])
+            .expect("recorded");
+        assert_eq!(s.events(&c1, 10, 0).expect("read").1, 3, "a copy");
+        assert_eq!(s.prune_events(3_000).expect("pruned"), 4);
+        s.record_events(&[event(4_000, "a.test", "c1", "up")])
+            .expect("recorded");
+        assert_eq!(
+            s.events(&c1, 10, 0).expect("read").1,
+            1,
+            "past the retention, the status is recorded afresh"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -1149,6 +1243,11 @@ macro_rules! suite {
             fn concurrent_enrollments_use_a_key_once() {
                 let (a, b) = $pair();
                 super::suite::concurrent_enrollments_use_a_key_once(&a, &b);
+            }
+
+            #[test]
+            fn a_batch_is_compared_row_by_row_and_pruned_with_its_latest() {
+                super::suite::a_batch_is_compared_row_by_row_and_pruned_with_its_latest(&$open());
             }
 
             #[test]

@@ -32,7 +32,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
-    KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::auth::Secret;
 
@@ -113,6 +113,23 @@ CREATE TABLE shared_secrets (
 "#,
     r#"
 CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol, seq);
+"#,
+    r#"
+CREATE TABLE health_latest (
+    host      TEXT NOT NULL,
+    port      BIGINT NOT NULL,
+    connector TEXT NOT NULL,
+    segment   TEXT NOT NULL,
+    protocol  TEXT NOT NULL,
+    to_status TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL,
+    PRIMARY KEY (host, port, connector, segment, protocol)
+);
+INSERT INTO health_latest
+    SELECT DISTINCT ON (host, port, connector, segment, protocol)
+           host, port, connector, segment, protocol, to_status, at_ms
+    FROM health_events ORDER BY host, port, connector, segment, protocol, seq DESC;
+DROP INDEX health_events_latest;
 "#,
 ];
 
@@ -629,38 +646,87 @@ impl PgStore {
             // each replica) and records it: a transition to the status the
             // history already ends with for this (application, connector)
             // is a copy and is skipped. Writers take turns (a transaction
-            // lock), so each sees the rows the one before it committed.
+            // lock), so each sees the latest statuses the one before it
+            // committed. Three statements per batch, whatever its size.
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            let stmt = tx
-                .prepare(
-                    "INSERT INTO health_events
-                     (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                     SELECT $1::BIGINT, $2::TEXT, $3::TEXT, $4::TEXT, $5::BIGINT, $6::TEXT,
-                            $7::TEXT, $8::TEXT, $9::TEXT
-                     WHERE $8::TEXT IS DISTINCT FROM (SELECT to_status FROM health_events
-                         WHERE host = $3 AND port = $5 AND connector = $6
-                           AND segment = $2 AND protocol = $4
-                         ORDER BY seq DESC LIMIT 1)",
-                )
-                .await?;
+            // One row per key, keyed by the batch's own strings (the rows
+            // found are among them).
+            let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
             for e in events {
-                tx.execute(
-                    &stmt,
+                index.entry(e.key()).or_insert(e);
+            }
+            let keys = Columns::of(index.values().copied());
+            let found = tx
+                .query(
+                    "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
+                     FROM health_latest l
+                     JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                          AS k(host, port, connector, segment, protocol)
+                     USING (host, port, connector, segment, protocol)",
                     &[
-                        &e.at_ms,
-                        &e.segment,
-                        &e.host,
-                        &e.protocol,
-                        &e.port,
-                        &e.connector,
-                        &e.from,
-                        &e.to,
-                        &e.cause,
+                        &keys.host,
+                        &keys.port,
+                        &keys.connector,
+                        &keys.segment,
+                        &keys.protocol,
                     ],
                 )
                 .await?;
+            let mut latest = KeyMap::default();
+            for row in &found {
+                let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+                if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
+                    latest.insert(e.key(), row.get::<_, String>(5));
+                }
             }
+            let (rows, last) = fresh_rows(events, latest);
+            if rows.is_empty() {
+                tx.commit().await?;
+                return Ok(());
+            }
+            let new = Columns::of(rows.iter().copied());
+            tx.execute(
+                "INSERT INTO health_events
+                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+                 SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+                 FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
+                      WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
+                                           from_status, to_status, cause, n)
+                 ORDER BY n",
+                &[
+                    &new.at_ms,
+                    &new.segment,
+                    &new.host,
+                    &new.protocol,
+                    &new.port,
+                    &new.connector,
+                    &new.from,
+                    &new.to,
+                    &new.cause,
+                ],
+            )
+            .await?;
+            let last = Columns::of(last.iter().copied());
+            tx.execute(
+                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                                      $6::TEXT[], $7::BIGINT[])
+                 ON CONFLICT (host, port, connector, segment, protocol)
+                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
+                &[
+                    &last.host,
+                    &last.port,
+                    &last.connector,
+                    &last.segment,
+                    &last.protocol,
+                    &last.to,
+                    &last.at_ms,
+                ],
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -723,10 +789,16 @@ impl PgStore {
 
     pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         self.block(async {
-            let client = self.client().await?;
-            let n = client
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let n = tx
                 .execute("DELETE FROM health_events WHERE at_ms < $1", &[&before_ms])
                 .await?;
+            // A key whose last row is older than the retention: no copy of
+            // that row can still be on its way from another replica.
+            tx.execute("DELETE FROM health_latest WHERE at_ms < $1", &[&before_ms])
+                .await?;
+            tx.commit().await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
     }
@@ -1136,5 +1208,38 @@ async fn listen(
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// History rows as one array per column, for `unnest` (one statement per
+/// batch instead of one per row).
+#[derive(Default)]
+struct Columns<'a> {
+    at_ms: Vec<i64>,
+    segment: Vec<&'a str>,
+    host: Vec<&'a str>,
+    protocol: Vec<&'a str>,
+    port: Vec<i64>,
+    connector: Vec<&'a str>,
+    from: Vec<&'a str>,
+    to: Vec<&'a str>,
+    cause: Vec<&'a str>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(rows: impl Iterator<Item = &'a EventRecord>) -> Columns<'a> {
+        let mut c = Columns::default();
+        for e in rows {
+            c.at_ms.push(e.at_ms);
+            c.segment.push(&e.segment);
+            c.host.push(&e.host);
+            c.protocol.push(&e.protocol);
+            c.port.push(e.port);
+            c.connector.push(&e.connector);
+            c.from.push(&e.from);
+            c.to.push(&e.to);
+            c.cause.push(&e.cause);
+        }
+        c
     }
 }

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
-    KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError,
+    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::sync::lock;
 
@@ -105,6 +105,26 @@ CREATE TABLE shared_secrets (
 -- a new row is compared with (CA processes sharing the file each see every
 -- transition; it is recorded once).
 CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol);
+"#,
+    r#"
+-- Version 8: the status each (application, connector)'s history ends with,
+-- one small row per key, which new rows are compared with. It replaces the
+-- index of version 7 (an index entry per history row at a random place of
+-- a growing tree: one 4-KiB page written per row under flapping).
+CREATE TABLE health_latest (
+    host      TEXT NOT NULL,
+    port      INTEGER NOT NULL,
+    connector TEXT NOT NULL,
+    segment   TEXT NOT NULL,
+    protocol  TEXT NOT NULL,
+    to_status TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL,
+    PRIMARY KEY (host, port, connector, segment, protocol)
+) WITHOUT ROWID;
+INSERT OR REPLACE INTO health_latest
+    SELECT host, port, connector, segment, protocol, to_status, at_ms
+    FROM health_events ORDER BY rowid;
+DROP INDEX health_events_latest;
 "#,
 ];
 
@@ -525,23 +545,42 @@ impl SqliteStore {
 
     /// Appends status transitions to the history, in one transaction.
     pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let mut conn = lock(&self.conn);
-        let tx = conn.transaction()?;
+        // Immediate: the latest statuses read below stay the latest until
+        // this commits (another CA process on the file waits).
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
-            // A transition to the status the history already ends with for
-            // this (application, connector) is another replica's copy of a
-            // row already recorded: skipped (docs/decisions.md).
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO health_events
-                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
-                 WHERE ?8 IS NOT (SELECT to_status FROM health_events
-                     WHERE host = ?3 AND port = ?5 AND connector = ?6
-                       AND segment = ?2 AND protocol = ?4
-                     ORDER BY rowid DESC LIMIT 1)",
+            let mut latest = KeyMap::default();
+            let mut get = tx.prepare_cached(
+                "SELECT to_status FROM health_latest
+                 WHERE host = ?1 AND port = ?2 AND connector = ?3 AND segment = ?4 AND protocol = ?5",
             )?;
             for e in events {
-                stmt.execute(params![
+                let key = e.key();
+                if latest.contains_key(&key) {
+                    continue;
+                }
+                let status: Option<String> = get
+                    .query_row(
+                        params![e.host, e.port, e.connector, e.segment, e.protocol],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(status) = status {
+                    latest.insert(key, status);
+                }
+            }
+            let (rows, last) = fresh_rows(events, latest);
+            let mut append = tx.prepare_cached(
+                "INSERT INTO health_events
+                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for e in rows {
+                append.execute(params![
                     e.at_ms,
                     e.segment,
                     e.host,
@@ -551,6 +590,23 @@ impl SqliteStore {
                     e.from,
                     e.to,
                     e.cause
+                ])?;
+            }
+            let mut set = tx.prepare_cached(
+                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (host, port, connector, segment, protocol)
+                 DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
+            )?;
+            for e in last {
+                set.execute(params![
+                    e.host,
+                    e.port,
+                    e.connector,
+                    e.segment,
+                    e.protocol,
+                    e.to,
+                    e.at_ms
                 ])?;
             }
         }
@@ -603,11 +659,20 @@ impl SqliteStore {
 
     /// Deletes the history from before `before_ms`; returns how many went.
     pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
-        let conn = lock(&self.conn);
-        Ok(conn.execute(
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction()?;
+        let n = tx.execute(
             "DELETE FROM health_events WHERE at_ms < ?1",
             params![before_ms],
-        )?)
+        )?;
+        // A key whose last row is older than the retention: no copy of that
+        // row can still be on its way from another replica.
+        tx.execute(
+            "DELETE FROM health_latest WHERE at_ms < ?1",
+            params![before_ms],
+        )?;
+        tx.commit()?;
+        Ok(n)
     }
 
     /// Every enrolled connector with its current certificate.
@@ -807,6 +872,49 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .expect("version");
         assert_eq!(version, MIGRATIONS.len() as i64);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Version 8 fills `health_latest` from the history a version-7 file
+    /// holds, so a copy of the last transition is still recognised.
+    #[test]
+    fn a_version_7_history_keeps_its_latest_statuses() {
+        let dir = std::env::temp_dir().join(format!("reach-store-v7-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("reach.db");
+        {
+            let conn = Connection::open(&path).expect("db");
+            for m in &MIGRATIONS[..7] {
+                conn.execute_batch(m).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", 7)
+                .expect("version");
+            conn.execute_batch(
+                "INSERT INTO health_events VALUES (1, 's', 'a.test', 'tcp', 80, 'c1', 'unknown', 'up', 'report');
+                 INSERT INTO health_events VALUES (2, 's', 'a.test', 'tcp', 80, 'c1', 'up', 'down', 'report');",
+            )
+            .expect("v7 rows");
+        }
+        let s = SqliteStore::open(&path).expect("migrated");
+        let event = |at_ms, to: &str| EventRecord {
+            at_ms,
+            segment: "s".into(),
+            host: "a.test".into(),
+            protocol: "tcp".into(),
+            port: 80,
+            connector: "c1".into(),
+            from: "up".into(),
+            to: to.into(),
+            cause: "report".into(),
+        };
+        // Another replica's copy of the down, then a real change.
+        s.record_events(&[event(3, "down"), event(4, "up")])
+            .expect("recorded");
+        let (rows, total) = s.events(&EventFilter::default(), 10, 0).expect("read");
+        assert_eq!(total, 3, "{rows:?}");
+        assert_eq!(rows.iter().map(|e| e.at_ms).collect::<Vec<_>>(), [4, 2, 1]);
+        drop(s);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
