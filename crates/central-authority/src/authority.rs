@@ -99,7 +99,7 @@ impl Authority {
     /// the data directory, the database and, with TLS, the certificates.
     pub fn open(config: Config, tls: bool) -> Result<Self, TrustError> {
         let dir = config.settings.data_dir.clone();
-        crate::pki::create_private_dir(&dir).map_err(|source| TrustError::DataDir {
+        private_files::create_private_dir(&dir).map_err(|source| TrustError::DataDir {
             path: dir.clone(),
             source,
         })?;

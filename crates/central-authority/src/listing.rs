@@ -251,6 +251,10 @@ pub struct Row<T> {
     pub status: Status,
     /// Time of the latest transition, Unix ms (0: never changed).
     pub changed: u64,
+    /// The row's view carries a note: nothing is checked for it (a `none`
+    /// application, an on-access one nobody accessed, a wildcard or subnet
+    /// entry). Listed, but left out of the status gauges.
+    pub noted: bool,
     /// What builds the row's view.
     pub item: T,
 }
@@ -527,6 +531,7 @@ mod tests {
                     mode: HealthReporting::Continuous,
                     status: [Status::Up, Status::Down, Status::Unhealthy, Status::Unknown][j % 4],
                     changed: (j % 13) as u64,
+                    noted: false,
                     item: i,
                 }
             })

@@ -142,87 +142,13 @@ fn read(path: &Path) -> Result<String, PkiError> {
     })
 }
 
-/// Writes `text` to `path` atomically. The temporary file has a unique
-/// name and is opened exclusively (`create_new`, so a planted file or
-/// symlink is never followed) with mode 0600, synced, renamed over `path`,
-/// and the directory is synced so the rename survives a crash. Every file
-/// the CA writes to its data directory is its owner's alone; `secret` only
-/// says whether the file holds a private key (kept for the call sites).
-pub fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), PkiError> {
-    let _ = secret;
-    let io = |source| PkiError::Io {
+/// Writes `text` to `path` atomically and durably, readable by the CA's
+/// owner only (`private_files::write_atomic`).
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), PkiError> {
+    private_files::write_atomic(path, text).map_err(|source| PkiError::Io {
         path: path.to_owned(),
         source,
-    };
-    use std::io::Write;
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let unique = format!(
-        ".{}.{}.{}.{}.tmp",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        hex(&serial()[..8]),
-    );
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = dir.join(unique);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let written = (|| {
-        let mut f = options.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    // The rename is durable only once the directory entry is.
-    #[cfg(unix)]
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
-    Ok(())
-}
-
-/// Creates `dir` (and missing parents) with mode 0700: the CA's data
-/// directory holds its keys and database.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir)
-}
-
-/// A warning when the secret file at `path` is readable by group or
-/// others (`None` when it is not, or cannot be inspected).
-pub fn loose_permissions(path: &Path) -> Option<String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then(|| {
-            format!(
-                "secret file {} is readable by group or others (mode {mode:04o}); chmod 600 it",
-                path.display()
-            )
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
+    })
 }
 
 /// Where the CA's certificates come from (`[tls]` in the config).
@@ -270,7 +196,7 @@ impl Pki {
         listen_hosts: &[IpAddr],
         validity: Duration,
     ) -> Result<Pki, PkiError> {
-        create_private_dir(data_dir).map_err(|source| PkiError::Io {
+        private_files::create_private_dir(data_dir).map_err(|source| PkiError::Io {
             path: data_dir.to_owned(),
             source,
         })?;
@@ -286,8 +212,8 @@ impl Pki {
             (Some(c), Some(k)) => (read(c)?, read(k)?),
             _ => {
                 let (cert, key) = server_cert(&issuer, &sources.server_names, listen_hosts)?;
-                write_atomic(&data_dir.join(SERVER_CERT_FILE), &cert, false)?;
-                write_atomic(&data_dir.join(SERVER_KEY_FILE), &key, true)?;
+                write_atomic(&data_dir.join(SERVER_CERT_FILE), &cert)?;
+                write_atomic(&data_dir.join(SERVER_KEY_FILE), &key)?;
                 (cert, key)
             }
         };
@@ -304,7 +230,7 @@ impl Pki {
     fn root(data_dir: &Path) -> Result<(String, String), PkiError> {
         let (cert_path, key_path) = (data_dir.join(ROOT_CERT_FILE), data_dir.join(ROOT_KEY_FILE));
         if cert_path.exists() && key_path.exists() {
-            if let Some(warning) = loose_permissions(&key_path) {
+            if let Some(warning) = private_files::loose_permissions(&key_path) {
                 tracing::warn!("{warning}");
             }
             return Ok((read(&cert_path)?, read(&key_path)?));
@@ -325,8 +251,8 @@ impl Pki {
             .self_signed(&key)
             .map_err(cert_err("signing the root"))?;
         // Key first: a crash in between leaves no certificate without key.
-        write_atomic(&key_path, &key.serialize_pem(), true)?;
-        write_atomic(&cert_path, &cert.pem(), false)?;
+        write_atomic(&key_path, &key.serialize_pem())?;
+        write_atomic(&cert_path, &cert.pem())?;
         tracing::info!(path = %cert_path.display(), "generated the CA's root certificate");
         Ok((cert.pem(), key.serialize_pem()))
     }
@@ -525,7 +451,7 @@ mod tests {
         );
         // A planted file at a predictable temporary name is never followed.
         std::fs::write(data.join("ca.tmp"), "planted").expect("plant");
-        write_atomic(&data.join(ROOT_CERT_FILE), "new", false).expect("write");
+        write_atomic(&data.join(ROOT_CERT_FILE), "new").expect("write");
         assert_eq!(
             std::fs::read_to_string(data.join("ca.tmp")).expect("read"),
             "planted"

@@ -205,6 +205,7 @@ fn row(
     segment: &Segment,
     status: Status,
     changed: u64,
+    noted: bool,
     item: RowItem,
 ) -> Row<RowItem> {
     let host = key.host.to_string();
@@ -217,6 +218,7 @@ fn row(
         mode: segment.health_reporting,
         status,
         changed,
+        noted,
         item,
     }
 }
@@ -481,11 +483,15 @@ impl Authority {
                 if !(group_ok && conn_ok) {
                     continue;
                 }
+                // The view's note: `none` is never checked, and an
+                // on-access application nobody accessed has no report.
+                let noted = segment.health_reporting != HealthReporting::Continuous;
                 out.push(row(
                     &key,
                     segment,
                     Status::Unknown,
                     0,
+                    noted,
                     RowItem::App(key.clone()),
                 ));
                 continue;
@@ -503,6 +509,7 @@ impl Authority {
                 segment,
                 status,
                 summary.changed,
+                unchecked,
                 RowItem::App(key.clone()),
             ));
         }
@@ -518,6 +525,7 @@ impl Authority {
                         mode: v.health_reporting,
                         status: v.status,
                         changed: 0,
+                        noted: true,
                         item: RowItem::Entry(Box::new(v)),
                     }));
                 }

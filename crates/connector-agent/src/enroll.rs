@@ -222,82 +222,13 @@ pub fn read_ca_cert(path: Option<&Path>) -> Result<String, EnrollError> {
     std::fs::read_to_string(path).map_err(io(path))
 }
 
-/// Writes `text` atomically: a uniquely named temporary file opened
-/// exclusively (`create_new`: a planted file or symlink is never followed)
-/// with mode 0600, synced, renamed over `path`, then the directory synced.
-/// Every file in the state directory is the owner's alone; `secret` says
-/// only whether it holds the private key (kept for the call sites).
-fn write_atomic(path: &Path, text: &str, secret: bool) -> Result<(), EnrollError> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let _ = secret;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.{}.{}.{:016x}.tmp",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        rand::random::<u64>(),
-    ));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let written = (|| {
-        let mut f = options.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(path)(e));
-    }
-    #[cfg(unix)]
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
+/// Writes `text` to `path` atomically and durably, readable by the
+/// connector's owner only (`private_files::write_atomic`).
+fn write_atomic(path: &Path, text: &str) -> Result<(), EnrollError> {
+    private_files::write_atomic(path, text).map_err(io(path))
 }
 
-/// Creates the state directory (and missing parents) with mode 0700: it
-/// holds the connector's private key.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir)
-}
-
-/// A warning when the secret file at `path` is readable by group or
-/// others (`None` when it is not, or cannot be inspected).
-pub fn loose_permissions(path: &Path) -> Option<String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then(|| {
-            format!(
-                "secret file {} is readable by group or others (mode {mode:04o}); chmod 600 it",
-                path.display()
-            )
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
-}
+pub use private_files::{create_private_dir, loose_permissions};
 
 /// Warnings about the connector's secret files (`--provisioning-key-file`
 /// and the enrolled key in `state_dir`) that group or others can read.
@@ -451,8 +382,8 @@ pub async fn renew(
     // Both new files complete and durable first; then the key, then the
     // certificate replace the old ones (see `finish_renewal`).
     let (new_key, new_cert) = (dir.join(NEW_KEY_FILE), dir.join(NEW_CERT_FILE));
-    write_atomic(&new_key, &key_pem, true)?;
-    write_atomic(&new_cert, &response.certificate_pem, false)?;
+    write_atomic(&new_key, &key_pem)?;
+    write_atomic(&new_cert, &response.certificate_pem)?;
     sync_dir(dir)?;
     let (key_path, cert_path) = (dir.join(KEY_FILE), dir.join(CERT_FILE));
     std::fs::rename(&new_key, &key_path).map_err(io(&key_path))?;
@@ -461,7 +392,6 @@ pub async fn renew(
     write_atomic(
         &dir.join(IDENTITY_FILE),
         &format!("{name}\n{group}\n{}\n{issued_ms}\n", response.serial),
-        false,
     )?;
     tracing::info!(
         old_serial = %current.serial,
@@ -550,12 +480,11 @@ pub async fn enroll(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(&id_path)(e)),
     }
-    write_atomic(&dir.join(KEY_FILE), &key_pem, true)?;
-    write_atomic(&dir.join(CERT_FILE), &response.certificate_pem, false)?;
+    write_atomic(&dir.join(KEY_FILE), &key_pem)?;
+    write_atomic(&dir.join(CERT_FILE), &response.certificate_pem)?;
     write_atomic(
         &id_path,
         &format!("{name}\n{group}\n{}\n{issued_ms}\n", response.serial),
-        false,
     )?;
     let not_after_ms =
         validity(&response.certificate_pem).map_or(response.not_after_unix_ms, |(_, n)| n);
@@ -651,7 +580,7 @@ mod tests {
     fn a_written_key_is_readable_by_the_owner_only() {
         use std::os::unix::fs::PermissionsExt;
         let d = dir("mode");
-        write_atomic(&d.join(NEW_KEY_FILE), "key", true).expect("written");
+        write_atomic(&d.join(NEW_KEY_FILE), "key").expect("written");
         let mode = std::fs::metadata(d.join(NEW_KEY_FILE))
             .expect("meta")
             .permissions()
@@ -662,7 +591,7 @@ mod tests {
 }
 
 #[cfg(all(test, unix))]
-mod private_files {
+mod owner_only_files {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
@@ -681,8 +610,8 @@ mod private_files {
         // The old temporary name was predictable: a file planted there
         // was truncated and renamed into place.
         std::fs::write(dir.join("connector.tmp"), "planted").expect("plant");
-        write_atomic(&dir.join(KEY_FILE), "key", true).expect("key");
-        write_atomic(&dir.join(CERT_FILE), "cert", false).expect("cert");
+        write_atomic(&dir.join(KEY_FILE), "key").expect("key");
+        write_atomic(&dir.join(CERT_FILE), "cert").expect("cert");
         assert_eq!(
             std::fs::read_to_string(dir.join("connector.tmp")).expect("read"),
             "planted"

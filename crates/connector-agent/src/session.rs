@@ -384,6 +384,10 @@ fn report_message(report: v1::HealthReport) -> ConnectorMessage {
 /// Completes at `at`, or never.
 async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
+        // Due already (a result a user waits for): at once. tokio's timer
+        // rounds a deadline up to its next millisecond tick, so a sleep
+        // until "now" held that result up to a millisecond longer.
+        Some(at) if at <= std::time::Instant::now() => {}
         Some(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
         None => std::future::pending().await,
     }

@@ -221,7 +221,7 @@ fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
     tokens
         .chain(keys)
         .chain(tls)
-        .filter_map(|p| crate::pki::loose_permissions(&base.join(p)))
+        .filter_map(|p| private_files::loose_permissions(&base.join(p)))
         .collect()
 }
 

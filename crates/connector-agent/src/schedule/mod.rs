@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::num::NonZeroU64;
 use std::time::{Duration, Instant, SystemTime};
 
 use policy::{
@@ -118,7 +119,8 @@ struct App {
     interval: Duration,
     /// When the next round is due; None while one runs.
     due: Option<Instant>,
-    running: Option<u64>,
+    /// The running round's generation (generations start at 1).
+    running: Option<NonZeroU64>,
     /// The next round is one an access asked for (see `Action::Check`).
     triggered: bool,
     /// The running round is one an access asked for: its result is
@@ -139,7 +141,9 @@ struct App {
     damper: Damper,
     /// On-access: the id of the latest access (by when it happened) and
     /// when that was; echoed in every report of the window.
-    access: Option<(String, Instant)>,
+    /// Boxed: only on-access applications that were accessed have one
+    /// (inline it would cost every application 32 bytes more).
+    access: Option<Box<(String, Instant)>>,
 }
 
 impl App {
@@ -167,15 +171,15 @@ impl App {
     /// happened before the one kept (a late renewal).
     fn note_access(&mut self, id: Option<String>, accessed: Instant) {
         if let Some(id) = id
-            && self.access.as_ref().is_none_or(|(_, at)| *at <= accessed)
+            && self.access.as_ref().is_none_or(|a| a.1 <= accessed)
         {
-            self.access = Some((id, accessed));
+            self.access = Some(Box::new((id, accessed)));
         }
     }
 
     /// The access id to echo in this application's reports.
     fn access_id(&self) -> Option<String> {
-        self.access.as_ref().map(|(id, _)| id.clone())
+        self.access.as_ref().map(|a| a.0.clone())
     }
 
     /// The status to report for the latest round: the damped one.
@@ -391,7 +395,7 @@ impl Schedule {
             .get(&key.segment)
             .map_or_else(Damping::default, |s| s.damping);
         if let Some(app) = self.apps.get_mut(key)
-            && app.running == Some(generation)
+            && app.running == NonZeroU64::new(generation)
         {
             app.running = None;
             let started = app.round_started.unwrap_or(now);
@@ -478,7 +482,7 @@ impl Schedule {
                 // queue and gets a fresh probe.
                 let triggered = std::mem::take(&mut app.triggered) | std::mem::take(&mut app.fresh);
                 app.due = None;
-                app.running = Some(generation);
+                app.running = NonZeroU64::new(generation);
                 app.running_triggered = triggered;
                 app.round_started = Some(now);
                 actions.push(Action::Check {
