@@ -137,13 +137,70 @@ function askToken(message) {
 // changes between the page's fetch and the opening are not in the
 // stream, so the page re-reads when it may have missed one. A `lagged`
 // event (this page fell behind) counts as an opening.
-function live({ onOpen, onTransition }) {
+//
+// Over HTTP/1.1 a browser holds at most 6 connections to a host and a
+// stream holds one for good: one stream per tab would leave a 7th tab
+// unable to load. There the tabs share one stream through a SharedWorker
+// (/assets/dashboard-stream.js); over HTTP/2 (and where SharedWorker is
+// missing) each tab opens its own.
+function live(handlers) {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const proto = nav ? nav.nextHopProtocol : '';
+  const multiplexed = proto === 'h2' || proto === 'h3';
+  if (!multiplexed && typeof SharedWorker === 'function' && sharedLive(handlers)) return;
+  ownLive(handlers);
+}
+
+// Whether this tab's stream is the browser's shared one (the indicator's
+// `data-shared`).
+let liveShared = false;
+
+function liveIndicator(state, text) {
   const indicator = document.getElementById('live');
-  const set = (state, text) => {
-    if (!indicator) return;
-    indicator.dataset.live = state;
-    indicator.textContent = text;
-  };
+  if (!indicator) return;
+  indicator.dataset.live = state;
+  indicator.dataset.shared = String(liveShared);
+  indicator.textContent = text;
+}
+
+// Joins the browser's shared stream; false when the worker cannot start
+// (the caller then opens its own).
+function sharedLive({ onOpen, onTransition }) {
+  let worker;
+  try {
+    worker = new SharedWorker('/assets/dashboard-stream.js', { name: 'reach-stream' });
+  } catch (_) {
+    return false;
+  }
+  liveShared = true;
+  let heard = false;
+  const port = worker.port;
+  port.addEventListener('message', (ev) => {
+    heard = true;
+    const m = ev.data || {};
+    if (m.type === 'state') liveIndicator(m.state, m.text);
+    else if (m.type === 'open') { if (onOpen) onOpen(m.version); }
+    else if (m.type === 'transition') { if (m.transition && onTransition) onTransition(m.transition); }
+  });
+  // A worker that fails to start (never spoke): this tab opens its own.
+  worker.addEventListener('error', () => {
+    if (heard) return;
+    heard = true;
+    liveShared = false;
+    port.close();
+    ownLive({ onOpen, onTransition });
+  });
+  port.start();
+  port.postMessage({ type: 'join', token: token() });
+  window.addEventListener('pagehide', () => port.postMessage({ type: 'leave' }));
+  window.addEventListener('pageshow', (ev) => {
+    if (ev.persisted) port.postMessage({ type: 'join', token: token() });
+  });
+  return true;
+}
+
+function ownLive({ onOpen, onTransition }) {
+  const set = liveIndicator;
   let retry = 1000;
   const open = async () => {
     let ticket;
@@ -323,6 +380,10 @@ function listPage() {
   const shown = new Map();
   // The stream version the shown data includes (null: unknown).
   let version = null;
+  // The version a stream opening named before the first data arrived: the
+  // first load compares with it when done (re-reading at once would fetch
+  // the first page twice on every load).
+  let openedAt = null;
   const fill = () => {
     const p = listParams();
     for (const f of LIST_FIELDS) {
@@ -346,6 +407,10 @@ function listPage() {
     try {
       const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
       version = Math.min(body.version, overview.version);
+      if (openedAt !== null) {
+        if (openedAt > version) refresh();
+        openedAt = null;
+      }
       renderOverview(overview);
       shown.clear();
       for (const a of body.applications) shown.set(appKey(a), a);
@@ -401,14 +466,18 @@ function listPage() {
     links[j].focus();
     ev.preventDefault();
   });
-  fill();
-  load();
   // A change updates its row at once from the stream's data; the counts,
   // the rows that enter or leave the filter and the order follow with one
   // re-read per 2 s at most, however many changes arrive.
   const refresh = coalesce(load, 2000);
+  fill();
+  load();
   live({
-    onOpen: (v) => { if (v === null || version === null || v > version) refresh(); },
+    onOpen: (v) => {
+      // Opened before the first data arrived: that load decides.
+      if (v !== null && version === null) openedAt = v;
+      else if (v === null || v > version) refresh();
+    },
     onTransition: (t) => {
       const a = shown.get(transitionKey(t));
       if (a) {

@@ -62,6 +62,8 @@ pub struct Authority {
     replica_id: std::sync::OnceLock<String>,
     /// Issues and verifies on-access ids with the key the replicas share.
     access_ids: crate::access_id::AccessIds,
+    /// Readiness until the health table is warm after the start.
+    warmup: crate::warmup::Warmup,
 }
 
 /// Fresh random bytes for a shared secret (kept only if no replica stored
@@ -166,6 +168,7 @@ impl Authority {
             next_session: AtomicU64::new(1),
             policy_version: AtomicU64::new(0),
             replica_id: std::sync::OnceLock::new(),
+            warmup: crate::warmup::Warmup::new(Instant::now(), crate::trust::now_ms()),
         }
     }
 
@@ -187,6 +190,11 @@ impl Authority {
     /// The health table.
     pub(crate) fn health(&self) -> &HealthTable {
         &self.health
+    }
+
+    /// The readiness warm-up after the start.
+    pub(crate) fn warmup(&self) -> &crate::warmup::Warmup {
+        &self.warmup
     }
 
     /// The on-access windows and coalescing.
@@ -524,13 +532,24 @@ impl Authority {
             ended.entry(k.0).or_default().insert(k.1);
         }
         let conns = self.registry.snapshot();
+        // The table hands every connector's result of one application in
+        // a row: its segment is looked up once (a name compare instead of a
+        // hash per result).
+        let mut last: Option<&Segment> = None;
         let changed = self
             .health
             .mark_unknown(SystemTime::now(), keep, |key, c, report| {
                 if ended.get(key).is_some_and(|s| s.contains(c)) {
                     return Some(UnknownCause::WindowExpired);
                 }
-                let segment = state.segment(&key.segment)?;
+                let segment = match last {
+                    Some(s) if s.name == key.segment => s,
+                    _ => {
+                        let s = state.segment(&key.segment)?;
+                        last = Some(s);
+                        s
+                    }
+                };
                 // Windows are checked through `ended` above; pass `true` here.
                 Self::effective(
                     &state,

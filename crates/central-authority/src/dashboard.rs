@@ -1,7 +1,8 @@
 //! The Health dashboard: three small HTML pages (applications with the
 //! overview at `/`, one application at `/app`, connectors at
-//! `/connectors`) and one script and one style sheet (`/assets/…`), all
-//! compiled into the binary. The pages hold no data: the script fetches one
+//! `/connectors`), one script, the worker that shares one change stream
+//! between a browser's tabs over HTTP/1.1, and one style sheet
+//! (`/assets/…`), all compiled into the binary. The pages hold no data: the script fetches one
 //! page of rows at a time from the JSON API (`GET /api/v1/health` with the
 //! filters of the page's URL) and updates them in place from the change
 //! stream (`GET /api/v1/health/stream`), so the browser never holds the
@@ -19,6 +20,9 @@ use axum::response::{IntoResponse, Response};
 
 /// The page's script (plain ES2020, no build step).
 const SCRIPT: &str = include_str!("../assets/dashboard.js");
+/// The change stream the tabs of one browser share over HTTP/1.1 (a
+/// SharedWorker: one stream, not one connection per tab).
+const STREAM_WORKER: &str = include_str!("../assets/dashboard-stream.js");
 /// The page's styles (light and dark through `prefers-color-scheme`).
 const STYLE: &str = include_str!("../assets/dashboard.css");
 
@@ -166,6 +170,20 @@ pub async fn script() -> Response {
     )
 }
 
+/// `GET /assets/dashboard-stream.js` (the shared stream's worker).
+pub async fn worker() -> Response {
+    secured(
+        (
+            [
+                (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            STREAM_WORKER,
+        )
+            .into_response(),
+    )
+}
+
 /// `GET /assets/dashboard.css`.
 pub async fn style() -> Response {
     secured(
@@ -202,7 +220,9 @@ mod tests {
             }
             assert!(!h.contains("http://") && !h.contains("https://"));
         }
-        assert!(!SCRIPT.contains("http://") && !SCRIPT.contains("https://"));
-        assert!(!SCRIPT.contains("innerHTML"), "the script builds the DOM");
+        for script in [SCRIPT, STREAM_WORKER] {
+            assert!(!script.contains("http://") && !script.contains("https://"));
+            assert!(!script.contains("innerHTML"), "the script builds the DOM");
+        }
     }
 }

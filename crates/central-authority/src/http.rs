@@ -23,6 +23,7 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -41,6 +42,7 @@ use crate::auth::AuthError;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::views::ConnectorView;
+use crate::warmup::Warmth;
 
 type Shared = Arc<Authority>;
 
@@ -59,6 +61,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/connectors", get(dashboard_connectors))
         .route("/assets/dashboard.js", get(crate::dashboard::script))
         .route("/assets/dashboard.css", get(crate::dashboard::style))
+        .route("/assets/dashboard-stream.js", get(crate::dashboard::worker))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))
@@ -900,15 +903,32 @@ async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Respo
 /// How long `/healthz` waits for the store before it answers not ready.
 const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `GET /healthz`: readiness. `ok` while the CA serves and its store
-/// answers; 503 (`unavailable`) when the store does not answer within
-/// `READY_STORE_TIMEOUT`, so a load balancer or Kubernetes sends users to
-/// the other replicas (this one could not enroll, renew or check a
-/// certificate). The store's error is logged, not shown (no token needed).
+/// `GET /healthz`: readiness. `ok` while the CA serves, its store answers
+/// and its health table is warm. 503 `unavailable` when the store does not
+/// answer within `READY_STORE_TIMEOUT`, so a load balancer or Kubernetes
+/// sends users to the other replicas (this one could not enroll, renew or
+/// check a certificate); the store's error is logged, not shown (no token
+/// needed). 503 `warming_up` after a start until the connectors the store
+/// knows have re-attached and reported, at most `[health] warmup_ms`
+/// (`warmup`): until then this replica would answer `no_connector`.
 async fn healthz(State(a): State<Shared>) -> Response {
-    let ping = tokio::time::timeout(READY_STORE_TIMEOUT, a.blocking(|a| a.store().ping())).await;
-    let problem = match ping {
-        Ok(Some(Ok(()))) => return "ok\n".into_response(),
+    let now = Instant::now();
+    let check = a.blocking(
+        move |a: &Authority| -> Result<Warmth, crate::store::StoreError> {
+            a.store().ping()?;
+            a.warmth(now)
+        },
+    );
+    let problem = match tokio::time::timeout(READY_STORE_TIMEOUT, check).await {
+        Ok(Some(Ok(Warmth::Warm))) => return "ok\n".into_response(),
+        Ok(Some(Ok(warming))) => {
+            return error_body(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "warming_up",
+                &format!("not ready: {}", warming.message()),
+                None,
+            );
+        }
         Ok(Some(Err(e))) => e.to_string(),
         Ok(None) => "the check was cancelled".to_owned(),
         Err(_) => format!("no answer within {READY_STORE_TIMEOUT:?}"),

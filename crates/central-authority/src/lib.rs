@@ -40,6 +40,7 @@ mod sync;
 pub mod throttle;
 pub mod trust;
 pub mod views;
+pub mod warmup;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -551,6 +551,7 @@ mod bounded {
             id: 1,
             label: "test".into(),
             cert_serial: None,
+            key_sha256: None,
             tx,
             kill: Arc::new(Notify::new()),
         };
@@ -676,6 +677,7 @@ mod opened_by_access {
             id: 1,
             label: "test".into(),
             cert_serial: None,
+            key_sha256: None,
             tx,
             kill: Arc::new(Notify::new()),
         };

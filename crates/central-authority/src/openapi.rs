@@ -84,6 +84,11 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             503,
             "the CA is shutting down, or (`/healthz`) its store does not answer",
         ),
+        (
+            "warming_up",
+            503,
+            "(`/healthz`) the CA started recently and the connectors its store knows have not all re-attached and reported (at most `[health] warmup_ms`)",
+        ),
     ];
     for r in REFUSALS {
         let doc = match r {
@@ -745,6 +750,18 @@ pub fn operations() -> Vec<Op> {
         },
         Op {
             method: "get",
+            path: "/assets/dashboard-stream.js",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardStreamWorker",
+                "summary": "The dashboard's SharedWorker: one change stream shared by a browser's tabs over HTTP/1.1",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "JavaScript",
+                    "content": {"text/javascript": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
             path: "/assets/dashboard.css",
             auth: Auth::None,
             spec: json!({
@@ -929,12 +946,13 @@ pub fn operations() -> Vec<Op> {
             auth: Auth::None,
             spec: json!({
                 "operationId": "healthz",
-                "summary": "Readiness: `ok` while the CA serves and its store answers",
+                "summary": "Readiness: `ok` while the CA serves, its store answers and its health table is warm",
+                "description": "After a start, not ready (`warming_up`) until every connector the store knows (enrolled before the start, not disabled, with a valid certificate) has re-attached and sent its full state, or `[health] warmup_ms` (default 30 s) has passed; then ready for good as far as the warm-up goes. The message says how many connectors reported and names the first ones awaited.",
                 "tags": ["operations"],
                 "responses": {"200": {"description": "ready",
                     "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
                         "example": "ok\n"}}},
-                    "503": error_ref("Unavailable")},
+                    "503": error_ref("NotReady")},
             }),
         },
         Op {
@@ -1060,6 +1078,8 @@ fn error_responses() -> Value {
         "Throttled": response(&["throttled"], "too many failed tokens from this address"),
         "Internal": response(&["internal"], "the CA's database failed"),
         "Unavailable": response(&["unavailable"], "the CA is shutting down, or its store does not answer"),
+        "NotReady": response(&["unavailable", "warming_up"],
+            "the store does not answer, or the health table is still warming up after a start"),
     })
 }
 

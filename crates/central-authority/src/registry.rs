@@ -36,6 +36,10 @@ pub(crate) struct LiveSession {
     /// Serial of the certificate the session stands on (`None` for a
     /// plain-text session): the reconcile checks it against the store.
     pub cert_serial: Option<String>,
+    /// SHA-256 of the provisioning key that authenticated a plain-text
+    /// session (`None` with a certificate): the reconcile checks that key,
+    /// not whichever key the group has now.
+    pub key_sha256: Option<String>,
     pub tx: Outbound,
     pub kill: Arc<Notify>,
 }
@@ -52,6 +56,8 @@ pub(crate) struct LiveRef {
     /// The client certificate's serial; `None` for a session authenticated
     /// by its group's provisioning key (`[tls] enabled = false`).
     pub serial: Option<String>,
+    /// For such a session: the SHA-256 of the key that authenticated it.
+    pub key_sha256: Option<String>,
 }
 
 /// Everything the CA knows about one connector. Handed out only as a
@@ -89,6 +95,12 @@ impl ConnectorEntry {
         self.session.take()
     }
 }
+
+/// Every connector's snapshot by name. foldhash: the housekeeping sweep
+/// looks a connector up for every (application, connector) result twice a
+/// second, and std's SipHash was most of that sweep's CPU at 100,000
+/// results (BENCHMARKS.md, dashboard at rest).
+pub(crate) type ConnSnaps = HashMap<String, ConnSnap, foldhash::fast::RandomState>;
 
 /// A cheap copy of one connector's state for the access path.
 #[derive(Clone, Debug)]
@@ -277,6 +289,7 @@ impl Registry {
                     id: s.id,
                     group: e.group.clone(),
                     serial: s.cert_serial.clone(),
+                    key_sha256: s.key_sha256.clone(),
                 })
             })
             .collect()
@@ -332,7 +345,7 @@ impl Registry {
     }
 
     /// A copy of every connector's group, connection state and cycle.
-    pub(crate) fn snapshot(&self) -> HashMap<String, ConnSnap> {
+    pub(crate) fn snapshot(&self) -> ConnSnaps {
         lock(&self.conns)
             .map
             .iter()

@@ -118,9 +118,9 @@ impl Authority {
     /// Closes every live session the store no longer stands behind,
     /// whichever replica changed it; returns how many. A session with a
     /// client certificate: the certificate revoked, its connector disabled
-    /// or deleted, expired. A session authenticated by its group's
-    /// provisioning key (`[tls] enabled = false`): that key revoked, or the
-    /// connector disabled. When the store cannot answer, sessions are left
+    /// or deleted, expired. A session authenticated by a provisioning key
+    /// (`[tls] enabled = false`): that very key revoked or no longer its
+    /// group's key here, or the connector disabled. When the store cannot answer, sessions are left
     /// alone (they were admitted, and registration still fails closed).
     pub fn reconcile_sessions(&self) -> usize {
         let live = self.registry().live_sessions();
@@ -140,8 +140,8 @@ impl Authority {
             }
         };
         let now = crate::trust::now_ms();
-        // One key lookup per group with key-authenticated sessions.
-        let mut keys: std::collections::HashMap<String, Result<(), AuthError>> =
+        // One key lookup per (group, key) of key-authenticated sessions.
+        let mut keys: std::collections::HashMap<(String, String), Result<(), AuthError>> =
             std::collections::HashMap::new();
         let mut closed = 0;
         for s in live {
@@ -149,11 +149,14 @@ impl Authority {
                 Some(serial) => {
                     crate::trust::cert_standing(records.get(serial), serial, &s.name, now)
                 }
-                None => keys
-                    .entry(s.group.clone())
-                    .or_insert_with(|| self.check_key_not_revoked(&s.group))
-                    .clone()
-                    .and_then(|()| self.check_not_disabled(&s.name)),
+                None => match &s.key_sha256 {
+                    Some(key) => keys
+                        .entry((s.group.clone(), key.clone()))
+                        .or_insert_with(|| self.check_key_standing(&s.group, key))
+                        .clone(),
+                    None => Ok(()),
+                }
+                .and_then(|()| self.check_not_disabled(&s.name)),
             };
             // The store not answering is no verdict on the session.
             if let Err(e) = verdict

@@ -48,6 +48,17 @@ const MAX_ACCESS_CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// Messages queued toward one connector before it counts as not reading.
 const OUTBOUND_CAPACITY: usize = 1024;
 
+/// What authenticated a session: checked again at registration and by
+/// the reconcile for as long as the session lives.
+#[derive(Debug)]
+enum Credential {
+    /// A client certificate the CA issued.
+    Cert(SessionCert),
+    /// The SHA-256 of the group's provisioning key in metadata (`[tls]
+    /// enabled = false`).
+    Key(String),
+}
+
 /// Who a session belongs to, from its (authenticated) metadata.
 #[derive(Clone, Debug)]
 pub struct Identity {
@@ -85,17 +96,20 @@ impl ConnectorSession for SessionService {
             self.authority
                 .blocking(move |a| {
                     a.authenticate_session_cert(certs.as_deref().map(Vec::as_slice))
-                        .map(|(identity, cert)| (identity, Some(cert)))
+                        .map(|(identity, cert)| (identity, Credential::Cert(cert)))
                 })
                 .await
         } else {
             let metadata = request.metadata().clone();
             self.authority
-                .blocking(move |a| a.authenticate(&metadata).map(|identity| (identity, None)))
+                .blocking(move |a| {
+                    a.authenticate_key(&metadata)
+                        .map(|(identity, key)| (identity, Credential::Key(key)))
+                })
                 .await
         }
         .unwrap_or(Err(AuthError::Unavailable));
-        let (identity, cert) = match authenticated {
+        let (identity, credential) = match authenticated {
             Ok(identity) => identity,
             Err(e) => {
                 // The reason is logged without the key.
@@ -112,7 +126,8 @@ impl ConnectorSession for SessionService {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let name = identity.name.clone();
-            if let Err(e) = run_session(&authority, identity, cert, inbound, tx.clone()).await {
+            if let Err(e) = run_session(&authority, identity, credential, inbound, tx.clone()).await
+            {
                 tracing::warn!(connector = %name, error = %e, "session ended with an error");
                 // Never wait on a peer that does not read.
                 let _ = tx.try_send(Err(e.into()));
@@ -220,10 +235,14 @@ impl WallClock {
 async fn run_session(
     authority: &Arc<Authority>,
     identity: Identity,
-    cert: Option<SessionCert>,
+    credential: Credential,
     mut inbound: Streaming<v1::ConnectorMessage>,
     tx: Outbound,
 ) -> Result<(), SessionError> {
+    let (cert, key) = match credential {
+        Credential::Cert(cert) => (Some(cert), None),
+        Credential::Key(key) => (None, Some(key)),
+    };
     let id = authority.next_session_id();
     let kill = Arc::new(Notify::new());
     // The receiver answers refused reports (`FlowControl`) on the stream.
@@ -234,6 +253,7 @@ async fn run_session(
             id,
             label: format!("{}-{:08x}", id, rand::random::<u32>()),
             cert_serial: cert.as_ref().map(|c| c.serial.clone()),
+            key_sha256: key.clone(),
             tx,
             kill: kill.clone(),
         },
@@ -256,7 +276,7 @@ async fn run_session(
     // became: the registry decides under one lock.
     let (who, held) = (identity.clone(), cert.clone());
     let standing = authority
-        .blocking(move |a| a.check_standing(&who, held.as_ref()))
+        .blocking(move |a| a.check_standing(&who, held.as_ref(), key.as_deref()))
         .await
         .unwrap_or(Err(AuthError::Unavailable));
     if let Err(e) = standing {
@@ -585,6 +605,16 @@ impl Authority {
     /// Authenticates a connector from its metadata: a known group and that
     /// group's provisioning key (compared in constant time).
     pub fn authenticate(&self, metadata: &MetadataMap) -> Result<Identity, AuthError> {
+        self.authenticate_key(metadata)
+            .map(|(identity, _)| identity)
+    }
+
+    /// `authenticate`, also returning the SHA-256 of the key that
+    /// authenticated the connector (the session stands on that key).
+    pub(crate) fn authenticate_key(
+        &self,
+        metadata: &MetadataMap,
+    ) -> Result<(Identity, String), AuthError> {
         use protocol::metadata as md;
         let get = |key: &'static str| {
             metadata
@@ -607,11 +637,15 @@ impl Authority {
         if !expected.matches(key.as_bytes()) {
             return Err(AuthError::WrongKey(group.to_owned()));
         }
-        self.check_key_not_revoked(group)?;
-        Ok(Identity {
-            name: name.to_owned(),
-            group: group.into(),
-        })
+        let key_sha256 = expected.sha256();
+        self.check_key_standing(group, &key_sha256)?;
+        Ok((
+            Identity {
+                name: name.to_owned(),
+                group: group.into(),
+            },
+            key_sha256,
+        ))
     }
 
     /// Registers pending stream `id` as a session after `Hello`: queues
@@ -672,7 +706,12 @@ impl Authority {
         match message.kind {
             Some(In::Report(report)) => {
                 self.seen(identity, wall, seen_ms);
+                let full_state = report.full_state;
                 self.intake(identity, state, report, now, wall);
+                // Only once it is in the table: readiness may follow.
+                if full_state {
+                    self.warmup().full_state(&identity.name);
+                }
             }
             Some(In::Heartbeat(hb)) => {
                 // Only the sender's load changed: its estimate alone is

@@ -4,7 +4,7 @@
 //! not take the whole CA down with it.
 //!
 //! Only the owners of CA state (`authority`, `registry`, `on_access`,
-//! `health`, `store`, `throttle`, `listen`) lock anything; everyone else goes through their APIs.
+//! `health`, `store`, `throttle`, `listen`, `warmup`) lock anything; everyone else goes through their APIs.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

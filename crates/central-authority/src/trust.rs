@@ -342,17 +342,24 @@ impl Authority {
 
     /// Checks again, when a session registers (after `Hello`), what was
     /// checked when its stream opened: its certificate (`None` for a
-    /// plain-text session) is not revoked or expired and the connector is
-    /// not disabled. Fails closed when the database cannot answer.
+    /// plain-text session) is not revoked or expired, or the provisioning
+    /// key that authenticated a plain-text session (its SHA-256,
+    /// `key_sha256`) is still its group's and not revoked; and the
+    /// connector is not disabled. Fails closed when the database cannot
+    /// answer.
     pub(crate) fn check_standing(
         &self,
         identity: &Identity,
         cert: Option<&SessionCert>,
+        key_sha256: Option<&str>,
     ) -> Result<(), AuthError> {
         if !self.snapshot().policy().has_group(&identity.group) {
             return Err(AuthError::UnknownGroup(identity.group.to_string()));
         }
         let Some(cert) = cert else {
+            if let Some(key) = key_sha256 {
+                self.check_key_standing(&identity.group, key)?;
+            }
             return self.check_not_disabled(&identity.name);
         };
         let record = self.store().certificate(&cert.serial).map_err(|e| {
@@ -362,18 +369,24 @@ impl Authority {
         cert_standing(record.as_ref(), &cert.serial, &identity.name, now_ms())
     }
 
-    /// Refuses a connector an administrator disabled (also checked for
-    /// plain-text sessions). Fails closed: when the database cannot answer,
-    /// the connector is refused too.
-    /// Refuses a session authenticated by `group`'s current provisioning
-    /// key (metadata authentication) once that key is revoked, on any
-    /// replica; fails closed when the store cannot answer.
-    pub(crate) fn check_key_not_revoked(&self, group: &str) -> Result<(), AuthError> {
+    /// Whether a session authenticated by the provisioning key of `group`
+    /// whose SHA-256 is `key_sha256` (metadata authentication) may go on:
+    /// that key is still the group's key in this replica's configuration
+    /// (a reload that replaced it ends the sessions it authenticated) and
+    /// not revoked, on any replica. The key checked is the session's own,
+    /// whichever key the group had when it was revoked. Fails closed when
+    /// the store cannot answer.
+    pub(crate) fn check_key_standing(
+        &self,
+        group: &str,
+        key_sha256: &str,
+    ) -> Result<(), AuthError> {
         let state = self.snapshot();
-        let Some(policy) = state.config.key_policies.get(group) else {
-            return Ok(());
-        };
-        match self.store().key_usage(group, &policy.key_sha256) {
+        let current = state.config.key_policies.get(group);
+        if current.is_none_or(|p| p.key_sha256 != key_sha256) {
+            return Err(AuthError::WrongKey(group.to_owned()));
+        }
+        match self.store().key_usage(group, key_sha256) {
             Ok(u) if u.revoked_ms.is_some() => Err(AuthError::KeyRevoked(group.to_owned())),
             Ok(_) => Ok(()),
             Err(e) => {
@@ -383,6 +396,9 @@ impl Authority {
         }
     }
 
+    /// Refuses a connector an administrator disabled (also checked for
+    /// plain-text sessions). Fails closed: when the database cannot answer,
+    /// the connector is refused too.
     pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
         match self.store().is_disabled(name) {
             Ok(false) => Ok(()),
@@ -461,9 +477,12 @@ impl Authority {
 
     /// Revokes the current provisioning key of `group`; `Ok(false)` when the
     /// group has no key. Connectors already enrolled keep working; a new key
-    /// in the config is a new, unrevoked key. Sessions that the key itself
+    /// in the config is a new, unrevoked key, and a key once revoked stays
+    /// revoked if a reload brings it back. Sessions that the key itself
     /// authenticated (metadata authentication, `[tls] enabled = false`)
-    /// end: here at once, on the other replicas at their next reconcile.
+    /// end: here at once, on the other replicas at their next reconcile;
+    /// streams it authenticated that have not registered yet are refused at
+    /// registration (`check_standing` checks the session's own key).
     pub fn revoke_provisioning_key(&self, group: &str) -> Result<bool, StoreError> {
         let state = self.snapshot();
         let Some(policy) = state.config.key_policies.get(group) else {
@@ -592,7 +611,7 @@ mod tests {
                 serial: name.into(),
                 not_after_ms: 0,
             };
-            a.check_standing(&identity, Some(&cert))
+            a.check_standing(&identity, Some(&cert), None)
         };
         assert_eq!(standing("c1"), Ok(()));
         assert!(a.revoke_connector("c2").expect("db") == 1);

@@ -13,7 +13,7 @@ use crate::authority::Authority;
 use crate::health::{Transition, UnknownCause};
 use crate::listing::Row;
 use crate::policy_state::PolicyState;
-use crate::registry::ConnSnap;
+use crate::registry::ConnSnaps;
 
 /// One connector's view of one application.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -384,7 +384,7 @@ pub struct RowFilter<'a> {
 /// of one request.
 struct Ctx {
     state: Arc<PolicyState>,
-    conns: HashMap<String, ConnSnap>,
+    conns: ConnSnaps,
     now: Instant,
 }
 

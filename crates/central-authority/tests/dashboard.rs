@@ -2,7 +2,9 @@
 //! sort, paging and counts; on-access and `none` applications listed with
 //! their note; the status history (stored, paged, filtered) and its live
 //! streams (server-sent events and gRPC `WatchHealth`); the pages' strict
-//! Content-Security-Policy. Over real TLS against a CA on 127.0.0.1:0.
+//! Content-Security-Policy. Over real TLS against a CA on 127.0.0.1:0;
+//! the pages in headless Chromium over HTTP/1.1 (a CA without TLS), where a
+//! browser holds at most 6 connections to the CA.
 
 mod common;
 
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use protocol::v1;
+use protocol::v1::authority_message::Kind as Out;
 
 /// A segment of five hosts whose text order differs from their natural one.
 const FARM: &str = r#"
@@ -393,6 +396,7 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         ),
         ("/connectors", "text/html"),
         ("/assets/dashboard.js", "text/javascript"),
+        ("/assets/dashboard-stream.js", "text/javascript"),
         ("/assets/dashboard.css", "text/css"),
     ] {
         let (s, headers, _) = http.open(path, Some(READ_TOKEN)).await;
@@ -480,4 +484,149 @@ async fn a_stream_ticket_opens_the_stream_once_without_a_header() {
     let (s, _, _) = http.open("/api/v1/health/stream?ticket=guess", None).await;
     assert_eq!(s, 401);
     ca.stop().await;
+}
+
+/// Whether the current tab's list shows rows and its stream is live (and
+/// whether that stream is the browser's shared one).
+const TAB_STATE: &str = r#"
+const live = document.getElementById('live');
+return {
+  live: live ? live.dataset.live : null,
+  shared: live ? live.dataset.shared : null,
+  rows: document.querySelectorAll('#applications tr[data-app]').length,
+};
+"#;
+
+/// The status the list shows for connector `arguments[1]` in the row of
+/// application `arguments[0]` (null: not shown).
+const CELL_STATUS: &str = r#"
+const [key, conn] = arguments;
+const tr = [...document.querySelectorAll('tr[data-app]')].find((r) => r.dataset.app === key);
+const s = tr && tr.querySelector(`[data-connector="${conn}"] [data-status]`);
+return s ? s.dataset.status : null;
+"#;
+
+/// A session authenticated by its group's provisioning key in metadata
+/// (`[tls] enabled = false`).
+async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Conn {
+    use protocol::metadata as md;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connects in plain text");
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tx.send(hello(name, "dc-east")).await.expect("queue hello");
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    for (k, v) in [
+        (md::CONNECTOR, name),
+        (md::GROUP, "dc-east"),
+        (md::PROVISIONING_KEY, KEY_EAST),
+    ] {
+        request
+            .metadata_mut()
+            .insert(k, v.parse().expect("ASCII metadata"));
+    }
+    let response = v1::connector_session_client::ConnectorSessionClient::new(channel)
+        .connect(request)
+        .await
+        .expect("session opens");
+    Conn {
+        tx,
+        rx: response.into_inner(),
+        name: name.into(),
+        group: "dc-east".into(),
+    }
+}
+
+/// Polls `script` in the current tab until `done` accepts its value.
+async fn tab_wait(
+    b: &test_support::browser::Browser,
+    script: &str,
+    args: serde_json::Value,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<()> {
+    test_support::poll::retry(Duration::from_secs(20), || async {
+        let v = b.eval(script, args.clone()).await?;
+        anyhow::ensure!(done(&v), "{what}: {v}");
+        Ok(())
+    })
+    .await
+}
+
+/// Over HTTP/1.1 (a CA without TLS here; in production, a CA behind a proxy
+/// that speaks HTTP/1.1 to browsers) a browser opens at most 6 connections
+/// to one host, and a change stream holds one for as long as its page is
+/// open. With a stream per tab, the 7th dashboard tab never loaded and no
+/// tab's API call got through (the full benchmark's 20 dashboards hung on
+/// the 7th). The tabs now share one stream: 8 tabs load, show rows, go
+/// live, and a change reaches the first tab and the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_dashboard_tabs_load_and_go_live_over_http1() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text("", "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let base = format!("http://{}", ca.http);
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let result: anyhow::Result<()> = async {
+        let first = b.current_tab().await?;
+        for tab in 0..8 {
+            if tab > 0 {
+                b.new_tab().await?;
+            }
+            b.goto(&format!("{base}/"))
+                .await
+                .map_err(|e| e.context(format!("tab {}: loading the list", tab + 1)))?;
+            tab_wait(
+                &b,
+                TAB_STATE,
+                serde_json::json!([]),
+                &format!("tab {}", tab + 1),
+                |v| v["live"] == "live" && v["rows"].as_u64() > Some(0),
+            )
+            .await?;
+        }
+        // Over HTTP/1.1 the tabs hold one stream between them.
+        let v = b.eval(TAB_STATE, serde_json::json!([])).await?;
+        anyhow::ensure!(
+            v["shared"] == "true",
+            "the tab's stream is not the shared one: {v}"
+        );
+        let mut east = open_plain(ca.grpc, "east-1").await;
+        assert!(matches!(east.next().await, Some(Out::Welcome(_))));
+        east.report(
+            vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.9"])],
+            false,
+        )
+        .await;
+        let key = serde_json::json!(["jira/jira.test.reach/tcp/80", "east-1"]);
+        tab_wait(
+            &b,
+            CELL_STATUS,
+            key.clone(),
+            "the last tab shows the change",
+            |v| v == "down",
+        )
+        .await?;
+        b.switch_tab(&first).await?;
+        tab_wait(
+            &b,
+            CELL_STATUS,
+            key,
+            "the first tab shows the change",
+            |v| v == "down",
+        )
+        .await
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
 }

@@ -277,6 +277,17 @@ async fn healthz_is_not_ready_while_the_store_is_unreachable() {
 /// A session authenticated by its group's provisioning key in metadata
 /// (`[tls] enabled = false`), on the replica at `grpc`.
 async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, tonic::Status> {
+    open_plain_with(grpc, name, KEY_EAST, true).await
+}
+
+/// A dc-east stream authenticated by `key` in metadata; its `Hello` queued
+/// at once when `hello`, else left to the test (the stream stays pending).
+async fn open_plain_with(
+    grpc: std::net::SocketAddr,
+    name: &str,
+    key: &str,
+    hello_now: bool,
+) -> Result<Conn, tonic::Status> {
     use protocol::metadata as md;
     let channel = Endpoint::from_shared(format!("http://{grpc}"))
         .expect("endpoint")
@@ -284,12 +295,14 @@ async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, toni
         .await
         .expect("connects in plain text");
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tx.send(hello(name, "dc-east")).await.expect("queue hello");
+    if hello_now {
+        tx.send(hello(name, "dc-east")).await.expect("queue hello");
+    }
     let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
     for (k, v) in [
         (md::CONNECTOR, name),
         (md::GROUP, "dc-east"),
-        (md::PROVISIONING_KEY, KEY_EAST),
+        (md::PROVISIONING_KEY, key),
     ] {
         request
             .metadata_mut()
@@ -304,6 +317,160 @@ async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, toni
         name: name.into(),
         group: "dc-east".into(),
     })
+}
+
+/// dc-east's key after a rotation.
+const KEY_EAST_ROTATED: &str = "key-east-rotated-0123456789";
+
+/// The common policy without TLS, on its own SQLite file.
+fn plain_config() -> String {
+    config_text("", "discovery_timeout_ms = 400", "[tls]\nenabled = false\n")
+}
+
+/// Sends `Hello` on a pending stream; the CA's first answer must be an
+/// error with `code`, not `Welcome`. Returns its message.
+async fn refused_at_hello(conn: &mut Conn, code: tonic::Code, what: &str) -> String {
+    conn.tx
+        .send(hello(&conn.name, &conn.group))
+        .await
+        .expect("send Hello");
+    match tokio::time::timeout(Duration::from_secs(10), conn.rx.message()).await {
+        Ok(Err(status)) => {
+            assert_eq!(status.code(), code, "{what}: {status:?}");
+            status.message().to_owned()
+        }
+        other => panic!("{what}: admitted or silent: {other:?}"),
+    }
+}
+
+/// A stream authenticated by a key that is revoked before it says `Hello`
+/// is refused when it registers: the standing check at registration
+/// looks at the key that authenticated the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_before_hello_refuses_the_stream_it_authenticated() {
+    let ca = Ca::start_plain(&plain_config()).await;
+    let mut pending = open_plain_with(ca.grpc, "p1", KEY_EAST, false)
+        .await
+        .expect("authenticated while the key is good");
+    let authority = ca.authority.clone();
+    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    assert!(revoked);
+    let message = refused_at_hello(
+        &mut pending,
+        tonic::Code::PermissionDenied,
+        "p1 after its key was revoked",
+    )
+    .await;
+    assert!(message.contains("revoked"), "{message}");
+    ca.stop().await;
+}
+
+/// A rotation (a reload with a new key) ends what the old key
+/// authenticated, including a stream that had not said `Hello` when the
+/// key changed; the new key admits sessions; and the old key, revoked
+/// before the rotation, stays refused if a reload brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_on_a_replaced_key_is_refused_and_a_revoked_key_stays_revoked() {
+    let text = plain_config();
+    let ca = Ca::start_plain(&text).await;
+    let load = |text: &str| {
+        let mut config = central_authority::Config::from_toml(text, Path::new("."))
+            .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+        config.settings.data_dir = ca.data_dir.clone();
+        config
+    };
+    let mut pending = open_plain_with(ca.grpc, "p1", KEY_EAST, false)
+        .await
+        .expect("authenticated by the old key");
+    let rotated = text.replace(KEY_EAST, KEY_EAST_ROTATED);
+    ca.authority.apply(load(&rotated));
+    let message = refused_at_hello(
+        &mut pending,
+        tonic::Code::Unauthenticated,
+        "p1 on the replaced key",
+    )
+    .await;
+    assert!(message.contains("provisioning key"), "{message}");
+    let mut fresh = open_plain_with(ca.grpc, "p2", KEY_EAST_ROTATED, true)
+        .await
+        .expect("the new key authenticates");
+    assert!(matches!(fresh.next().await, Some(Out::Welcome(_))));
+
+    // Revoke the new key, rotate back to the old one, then to the revoked
+    // one again: the revocation belongs to that key, not to the group.
+    let authority = ca.authority.clone();
+    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    let closed = shut_down(&mut fresh, "p2 on the revoked key").await;
+    assert!(closed.reason.contains("revoked"), "{closed:?}");
+    ca.authority.apply(load(&text));
+    let mut back = open_plain_with(ca.grpc, "p3", KEY_EAST, true)
+        .await
+        .expect("the old key was never revoked");
+    assert!(matches!(back.next().await, Some(Out::Welcome(_))));
+    ca.authority.apply(load(&rotated));
+    let Err(e) = open_plain_with(ca.grpc, "p4", KEY_EAST_ROTATED, true).await else {
+        panic!("a revoked key authenticates nobody after it comes back")
+    };
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("revoked"), "{e:?}");
+    ca.stop().await;
+}
+
+/// Mid-rollout, replicas A and B hold different keys for one group: a
+/// revocation on B ends B's sessions on B's key and leaves A's sessions on
+/// A's (unrevoked) key alone, on the reconcile too; revoking A's key then
+/// ends them. Each session stands on its own key, on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_replica_checks_the_key_its_sessions_stand_on() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let plain = |id: &str| {
+        replica_config(&url, None, id).replacen("[tls]\n", "[tls]\nenabled = false\n", 1)
+    };
+    let a = Ca::start_plain(&plain("keys-a")).await;
+    let b = Ca::start_plain(&plain("keys-b").replace(KEY_EAST, KEY_EAST_ROTATED)).await;
+    let mut on_a = open_plain_with(a.grpc, "p1", KEY_EAST, true)
+        .await
+        .expect("A takes its key");
+    assert!(matches!(on_a.next().await, Some(Out::Welcome(_))));
+    let mut on_b = open_plain_with(b.grpc, "p2", KEY_EAST_ROTATED, true)
+        .await
+        .expect("B takes its key");
+    assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
+
+    let authority = b.authority.clone();
+    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    let closed = shut_down(&mut on_b, "p2 on B's revoked key").await;
+    assert!(closed.reason.contains("revoked"), "{closed:?}");
+    let authority = a.authority.clone();
+    let closed_on_a = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
+        .await
+        .expect("reconcile task");
+    assert_eq!(closed_on_a, 0, "A's session stands on a key nobody revoked");
+    let Err(e) = open_plain_with(a.grpc, "p3", KEY_EAST_ROTATED, true).await else {
+        panic!("A does not take B's key")
+    };
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+
+    let authority = a.authority.clone();
+    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    let closed = shut_down(&mut on_a, "p1 on A's revoked key").await;
+    assert!(closed.reason.contains("revoked"), "{closed:?}");
+    b.stop().await;
+    a.stop().await;
 }
 
 /// Without TLS a connector authenticates with its group's provisioning

@@ -521,6 +521,97 @@ async fn enrolled_state_survives_a_restart() {
     ca.stop().await;
 }
 
+/// Readiness after a restart (issue 14): `/healthz` answers 503
+/// `warming_up` until every connector the store knows (enrolled, not
+/// disabled) has re-attached and sent its full state, then 200 for good;
+/// the bound is `[health] warmup_ms` (0: ready at once).
+#[tokio::test]
+async fn a_restarted_ca_is_not_ready_until_the_connectors_it_knows_report() {
+    let text = |warmup_ms: u64| {
+        config_text(
+            &format!("warmup_ms = {warmup_ms}"),
+            "discovery_timeout_ms = 400",
+            &admin_token(),
+        )
+    };
+    let mut cfg = central_authority::Config::from_toml(&text(600_000), std::path::Path::new("."))
+        .expect("valid");
+    cfg.settings.data_dir = scratch_dir("warmup");
+    let ca = Ca::start_in(cfg.clone()).await;
+    let t = ca.target();
+    let c1 = enroll(&t, "c1", "dc-east", KEY_EAST).await.expect("c1");
+    let c2 = enroll(&t, "c2", "dc-west", KEY_WEST).await.expect("c2");
+    enroll(&t, "c3", "dc-east", KEY_EAST).await.expect("c3");
+    // A disabled connector may not attach: nobody waits for it.
+    let (s, _) = ca
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c3/disable",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    ca.stop().await;
+
+    let ca = Ca::start_in(cfg.clone()).await;
+    let web = ca.web();
+    let healthz = || web.send("GET", "/healthz", None, None);
+    let (s, body) = healthz().await;
+    assert_eq!(s, 503, "a fresh start with known connectors: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
+    assert_eq!(v["error"]["reason"], "warming_up", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("0 of 2") && message.contains("c1, c2"),
+        "{message}"
+    );
+    let t = ca.target();
+    let mut east = open_with(&t, &c1, "c1", "dc-east")
+        .await
+        .expect("c1 re-attaches");
+    assert!(matches!(east.next().await, Some(Out::Welcome(_))));
+    // Attached is not enough: its state is not in the table yet.
+    let (s, body) = healthz().await;
+    assert!(s == 503 && body.contains("0 of 2"), "{s} {body}");
+    east.report(
+        vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+        true,
+    )
+    .await;
+    eventually("c1's full state counts", || async {
+        healthz().await.1.contains("1 of 2")
+    })
+    .await;
+    let (s, body) = healthz().await;
+    assert!(s == 503 && body.contains("waiting for c2"), "{s} {body}");
+    let mut west = open_with(&t, &c2, "c2", "dc-west")
+        .await
+        .expect("c2 re-attaches");
+    assert!(matches!(west.next().await, Some(Out::Welcome(_))));
+    west.report(Vec::new(), true).await;
+    eventually("ready once c2 reported too", || async {
+        healthz().await.0 == 200
+    })
+    .await;
+    // Warm for good: connectors leaving later is ordinary operation.
+    drop((east, west));
+    assert_eq!(healthz().await, (200, "ok\n".to_owned()));
+    drop(web);
+    ca.stop().await;
+
+    // The bound is the configuration's: with `warmup_ms = 0` the same
+    // restart is ready at once although neither connector re-attached.
+    let mut zero =
+        central_authority::Config::from_toml(&text(0), std::path::Path::new(".")).expect("valid");
+    zero.settings.data_dir = cfg.settings.data_dir.clone();
+    let ca = Ca::start_in(zero).await;
+    let (s, body) = ca.web().send("GET", "/healthz", None, None).await;
+    assert_eq!((s, body.as_str()), (200, "ok\n"));
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn plain_text_and_garbage_against_the_tls_ports_close_that_connection_only() {
     let ca = Ca::start(&config("")).await;

@@ -42,6 +42,13 @@ impl Browser {
     /// Starts ChromeDriver and a headless Chromium with a fresh profile in
     /// `profile_dir`.
     pub async fn start(profile_dir: &Path) -> Result<Self> {
+        Self::start_with(profile_dir, &[]).await
+    }
+
+    /// Like `start`, with extra Chromium command-line arguments (such as
+    /// `--host-resolver-rules=MAP *.reach.test 127.0.0.1`, so that pages
+    /// can be opened from several origins of one loopback server).
+    pub async fn start_with(profile_dir: &Path, extra_args: &[String]) -> Result<Self> {
         available()?;
         // ChromeDriver speaks plain HTTP; reqwest still wants a TLS provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -94,21 +101,31 @@ impl Browser {
         };
         let profile: PathBuf = profile_dir.to_path_buf();
         std::fs::create_dir_all(&profile)?;
+        let mut args: Vec<String> = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+            // The CA serves its dashboard over TLS with its own generated
+            // root, which this throwaway profile does not trust; the
+            // scenario checks the page, not the PKI.
+            "--ignore-certificate-errors",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        args.push(format!("--user-data-dir={}", profile.display()));
+        args.extend(extra_args.iter().cloned());
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": CHROMIUM,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                    "--window-size=1400,1000",
-                    // The CA serves its dashboard over TLS with its own
-                    // generated root, which this throwaway profile does not
-                    // trust; the scenario checks the page, not the PKI.
-                    "--ignore-certificate-errors",
-                    format!("--user-data-dir={}", profile.display()),
-                ]
+                "args": args,
             }
         }}});
         let v: Value = http
@@ -185,6 +202,25 @@ impl Browser {
         )
         .await?;
         Ok(handle)
+    }
+
+    /// The current tab's handle.
+    pub async fn current_tab(&self) -> Result<String> {
+        let v = self.call(reqwest::Method::GET, "/window", None).await?;
+        Ok(v.as_str()
+            .with_context(|| format!("no window handle: {v}"))?
+            .to_owned())
+    }
+
+    /// Makes the tab `handle` the current one.
+    pub async fn switch_tab(&self, handle: &str) -> Result<()> {
+        self.call(
+            reqwest::Method::POST,
+            "/window",
+            Some(json!({"handle": handle})),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Saves a PNG screenshot of the viewport.

@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
 pub use procs::{Proc, bin_dir, out_dir};
@@ -270,7 +270,9 @@ pub fn group_key(g: &str) -> String {
 }
 
 impl Ca {
-    /// Writes `config` and starts the CA; waits until `/healthz` answers.
+    /// Writes `config` and starts the CA; waits until it serves (`/healthz`
+    /// ready, or still warming up: a restarted CA waits for connectors the
+    /// scenario may start only after this returns).
     pub async fn start(sc: &Scenario, config: &str) -> Result<Self> {
         let path = sc.dir.join("ca.toml");
         std::fs::write(&path, with_store(config, sc.store.as_deref()))?;
@@ -298,7 +300,7 @@ impl Ca {
             store: sc.store.clone(),
             client: tls_client(&pem)?,
         };
-        ca.wait_ready().await?;
+        ca.wait_serving().await?;
         Ok(ca)
     }
 
@@ -342,22 +344,43 @@ impl Ca {
         Ok(ca)
     }
 
-    /// Waits for `/healthz`.
+    /// Waits until `/healthz` says ready (200): the store answers and the
+    /// health table is warm (every connector the store knows re-attached
+    /// and reported, or `[health] warmup_ms` passed).
     pub async fn wait_ready(&self) -> Result<()> {
-        retry(Duration::from_secs(15), || async {
-            let r = self
-                .client
-                .get(format!("https://{}/healthz", self.http))
-                .send()
-                .await?;
-            if r.status().is_success() {
-                Ok(())
-            } else {
-                bail!("healthz: {}", r.status())
-            }
+        retry(Duration::from_secs(30), || async {
+            let (status, body) = self.healthz().await?;
+            ensure!(status == 200, "healthz: {status} {body}");
+            Ok(())
         })
         .await
         .context("CA did not become ready")
+    }
+
+    /// Waits until the CA serves: `/healthz` ready, or not ready only
+    /// because it is warming up (connectors it knows have not re-attached).
+    pub async fn wait_serving(&self) -> Result<()> {
+        retry(Duration::from_secs(15), || async {
+            let (status, body) = self.healthz().await?;
+            ensure!(
+                status == 200 || body.contains("warming_up"),
+                "healthz: {status} {body}"
+            );
+            Ok(())
+        })
+        .await
+        .context("CA did not start serving")
+    }
+
+    /// `GET /healthz`: status and body.
+    pub async fn healthz(&self) -> Result<(u16, String)> {
+        let r = self
+            .client
+            .get(format!("https://{}/healthz", self.http))
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        Ok((status, r.text().await?))
     }
 
     /// The gRPC URL connectors dial.

@@ -174,6 +174,7 @@ pub(super) struct HealthSection {
     pub(super) on_access_retention_s: u64,
     pub(super) max_windows_per_connector: usize,
     pub(super) history_retention_s: u64,
+    pub(super) warmup_ms: u64,
 }
 
 impl Default for HealthSection {
@@ -194,6 +195,7 @@ impl Default for HealthSection {
             on_access_retention_s: 3600,
             max_windows_per_connector: 10_000,
             history_retention_s: 7 * 24 * 3600,
+            warmup_ms: 30_000,
         }
     }
 }

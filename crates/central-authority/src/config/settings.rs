@@ -79,6 +79,10 @@ pub struct Settings {
     /// /api/v1/events`) is kept in the database (`[health]
     /// history_retention_s`, default 604800: 7 days).
     pub history_retention: Duration,
+    /// Longest a freshly started CA stays not ready (`/healthz` 503) while
+    /// the connectors the store knows re-attach and report (`[health]
+    /// warmup_ms`, default 30000; 0: ready at once).
+    pub warmup: Duration,
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -298,6 +302,7 @@ pub(super) fn settings(
         on_access_retention: Duration::from_secs(h.on_access_retention_s),
         max_windows_per_connector: h.max_windows_per_connector,
         history_retention: Duration::from_secs(h.history_retention_s),
+        warmup: Duration::from_millis(h.warmup_ms),
     })
 }
 
@@ -496,6 +501,7 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         h.history_retention_s,
         60..=31_536_000,
     );
+    range(problems, "health.warmup_ms", h.warmup_ms, 0..=3_600_000);
     range(
         problems,
         "health.max_windows_per_connector",
