@@ -422,6 +422,11 @@ fn bench(extra: &[String]) -> Result<()> {
         "bench",
         "--bin",
         "reach-bench",
+        // The `ha` group runs the real connector binary next to the driver.
+        "-p",
+        "connector-agent",
+        "--bin",
+        "connector-agent",
     ]);
     run(build, "load driver build")?;
     let target = target_dir();

@@ -27,7 +27,7 @@ enum Cmd {
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
-        /// onaccess, starve, dashboard.
+        /// onaccess, starve, dashboard, ha.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -46,6 +46,15 @@ enum Cmd {
     },
     /// (child) A connector assigned this many targets; prints its RSS.
     ConnectorMem { targets: usize },
+    /// (child) The connector's checks alone (no session): `targets`
+    /// loopback targets on `port`, at most `rate` checks/s; prints its CPU
+    /// and checks over `seconds`.
+    ConnectorChecks {
+        port: u16,
+        targets: usize,
+        rate: u32,
+        seconds: f64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -78,6 +87,12 @@ fn main() -> Result<()> {
                 bench::servers::serve_bare(decision.as_deref(), json.as_deref()).await
             }
             Cmd::ConnectorMem { targets } => figures::memory::child(targets).await,
+            Cmd::ConnectorChecks {
+                port,
+                targets,
+                rate,
+                seconds,
+            } => figures::ha::checks_child(port, targets, rate, seconds).await,
         }
     })
 }
@@ -118,6 +133,7 @@ async fn run(
             "onaccess" => figures::onaccess::run(mode).await,
             "starve" => figures::starve::run(mode).await,
             "dashboard" => figures::dashboard::run(mode).await,
+            "ha" => figures::ha::run(mode).await,
             _ => Ok(Vec::new()),
         };
         let figures = match result {

@@ -48,8 +48,9 @@ fn cpu_us_per_update(run: &(u64, f64, f64)) -> f64 {
 }
 
 /// Connector streams, each on its own HTTP/2 connection.
-const STREAMS: usize = 8;
-const APPS: usize = 1000;
+pub(crate) const STREAMS: usize = 8;
+/// Applications of the `ingest` segment the reports cycle through.
+pub(crate) const APPS: usize = 1000;
 
 /// Reports (one application each) until `deadline`; counts them in `sent`.
 fn reports(
@@ -123,7 +124,7 @@ async fn bare(server: &Server, run: Duration) -> Result<(u64, f64)> {
 
 /// Streams to the CA; returns updates and seconds until its
 /// `reports_received` counter had them all.
-async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> {
+pub(crate) async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> {
     let http = reqwest::Client::new();
     let base = format!("http://{}", server.http);
     let channels: Vec<Channel> = sim::channels(&server.grpc_url(), STREAMS).await?;

@@ -10,6 +10,7 @@ pub mod criterion;
 pub mod dashboard;
 pub mod detect;
 pub mod dns;
+pub mod ha;
 pub mod icmp;
 pub mod ingest;
 pub mod memory;
@@ -61,6 +62,7 @@ pub const GROUPS: &[&str] = &[
     "onaccess",
     "starve",
     "dashboard",
+    "ha",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -81,6 +83,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "onaccess" => onaccess::SPECS,
         "starve" => starve::SPECS,
         "dashboard" => dashboard::SPECS,
+        "ha" => ha::SPECS,
         _ => &[],
     }
 }
