@@ -456,7 +456,12 @@ async fn health(
         connector: q.connector.as_deref(),
     });
     let mut page = crate::listing::run(rows, &q);
-    let views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    let mut views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    if q.summary {
+        for v in &mut views {
+            v.summarise();
+        }
+    }
     axum::Json(HealthBody {
         listing: crate::listing::Listing::new(page, views),
         version,

@@ -853,6 +853,19 @@ fn transition_view(t: &Transition) -> TransitionView {
 }
 
 impl ApplicationView {
+    /// The listing's summary form (`view=summary`): per connector no
+    /// per-address results and no DNS error, and the latest transition
+    /// only. The dashboard's list shows no more; at 500 connectors a page
+    /// of full views was over the first load's 200-KB budget.
+    pub fn summarise(&mut self) {
+        for c in &mut self.connectors {
+            c.addresses = Vec::new();
+            c.dns_error = None;
+        }
+        let n = self.transitions.len();
+        self.transitions.drain(..n.saturating_sub(1));
+    }
+
     /// The wire form.
     pub fn to_wire(&self) -> v1::ApplicationView {
         v1::ApplicationView {

@@ -144,6 +144,7 @@ async fn health_listing_filters_sorts_and_pages() {
 
     // Bad input is named.
     for (q, field) in [
+        ("view=everything", "view"),
         ("status=sideways", "status"),
         ("per_page=5000", "per_page"),
         ("page=0", "page"),
@@ -173,6 +174,49 @@ async fn health_listing_filters_sorts_and_pages() {
     assert_eq!(o["connectors"]["connected"], 1, "{o}");
     assert_eq!(o["applications"]["down"], 2, "{o}");
     assert_eq!(o["applications_total"], list(&http, "").await["total"]);
+
+    // The dashboard's summary: the same rows, per connector its status
+    // without per-address results, and the latest transition only
+    // (10.0.0.1 changes a second time for that).
+    east.report(vec![app("farm", "10.0.0.1", 80, &[], &["10.0.0.1"])], false)
+        .await;
+    eventually("10.0.0.1 changed twice", || async {
+        list(&http, "segment=farm&per_page=50&page=1").await["applications"][0]["transitions"]
+            .as_array()
+            .map_or(0, Vec::len)
+            == 2
+    })
+    .await;
+    let full = list(&http, "segment=farm&per_page=50&page=1").await;
+    let summary = list(&http, "segment=farm&per_page=50&page=1&view=summary").await;
+    assert_eq!(hosts(&summary), hosts(&full));
+    assert_eq!(summary["counts"], full["counts"]);
+    let web2 = |v: &serde_json::Value| v["applications"][3].clone();
+    assert_eq!(web2(&full)["host"], "web2.test.reach");
+    assert_eq!(
+        web2(&full)["connectors"][0]["addresses"]
+            .as_array()
+            .map_or(0, Vec::len),
+        2,
+        "{full}"
+    );
+    let c = &web2(&summary)["connectors"][0];
+    assert_eq!(
+        (&c["connector"], &c["status"]),
+        (
+            &serde_json::json!("east-1"),
+            &serde_json::json!("unhealthy")
+        )
+    );
+    assert_eq!(c["addresses"], serde_json::json!([]), "{summary}");
+    let last = &full["applications"][0]["transitions"][1];
+    assert_eq!(
+        summary["applications"][0]["transitions"],
+        serde_json::json!([last]),
+        "{summary}"
+    );
+    assert!(summary.to_string().len() < full.to_string().len());
+
     ca.stop().await;
 }
 
