@@ -64,7 +64,17 @@ pub struct Authority {
     access_ids: crate::access_id::AccessIds,
     /// Readiness until the health table is warm after the start.
     warmup: crate::warmup::Warmup,
+    /// When housekeeping last swept every result of the table (`None`:
+    /// not yet in this process).
+    swept: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How often housekeeping sweeps every (application, connector) result for
+/// staleness and the on-access retention, unless a window ended. Reads
+/// judge staleness themselves (access decisions, the listing), so the sweep
+/// only records the transition for the history and the stream: at 100,000
+/// results a sweep every 500 ms was most of an idle CA's CPU.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
 /// Fresh random bytes for a shared secret (kept only if no replica stored
 /// one before).
@@ -169,6 +179,7 @@ impl Authority {
             policy_version: AtomicU64::new(0),
             replica_id: std::sync::OnceLock::new(),
             warmup: crate::warmup::Warmup::new(Instant::now(), crate::trust::now_ms()),
+            swept: std::sync::Mutex::new(None),
         }
     }
 
@@ -525,12 +536,36 @@ impl Authority {
     /// effective statuses are computed when read.
     pub fn housekeeping(&self, now: Instant) {
         self.renew_windows(now);
-        let state = self.snapshot();
-        let keep = state.settings().transitions_kept;
         let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();
         for k in self.on_access.expire(now) {
             ended.entry(k.0).or_default().insert(k.1);
         }
+        // The whole table is swept every `SWEEP_EVERY`, or at once when a
+        // window ended (its results turn Unknown now).
+        let due = {
+            let mut swept = crate::sync::lock(&self.swept);
+            let due = !ended.is_empty()
+                || swept.is_none_or(|t| now.saturating_duration_since(t) >= SWEEP_EVERY);
+            if due {
+                *swept = Some(now);
+            }
+            due
+        };
+        if due && self.sweep(now, &ended) {
+            self.bump();
+        }
+        self.recompute_budgets();
+        self.token_throttle.retain_recent();
+        self.enroll_throttle.retain_recent();
+        self.renew_limit.retain_recent();
+    }
+
+    /// Turns stale results (and those of the `ended` windows) Unknown,
+    /// recording the transitions, and removes on-access entries past their
+    /// retention. Returns whether anything changed.
+    fn sweep(&self, now: Instant, ended: &HashMap<AppKey, HashSet<String>>) -> bool {
+        let state = self.snapshot();
+        let keep = state.settings().transitions_kept;
         let conns = self.registry.snapshot();
         // The table hands every connector's result of one application in
         // a row: its segment is looked up once (a name compare instead of a
@@ -577,12 +612,6 @@ impl Authority {
         if removed > 0 {
             tracing::debug!(removed, "on-access entries past their retention removed");
         }
-        self.recompute_budgets();
-        self.token_throttle.retain_recent();
-        self.enroll_throttle.retain_recent();
-        self.renew_limit.retain_recent();
-        if changed > 0 || removed > 0 {
-            self.bump();
-        }
+        changed > 0 || removed > 0
     }
 }
