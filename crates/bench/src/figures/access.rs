@@ -30,12 +30,12 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "access_grpc_decisions_per_s",
         unit: "decisions/s",
-        goal: Goal::RatioAtLeast { ratio: 0.8 },
+        goal: Goal::RatioAtLeast { ratio: 0.9 },
     },
     Spec {
         name: "access_grpc_p99_half_load_ms",
         unit: "ms",
-        goal: Goal::AtMost { limit: 1.0 },
+        goal: Goal::RatioAtMost { ratio: 1.0 },
     },
     Spec {
         name: "access_grpc_p50_half_load_ms",
@@ -50,7 +50,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "access_http_p99_ms",
         unit: "ms",
-        goal: Goal::Info,
+        goal: Goal::RatioAtMost { ratio: 1.1 },
     },
 ];
 

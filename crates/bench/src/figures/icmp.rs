@@ -26,7 +26,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "icmp_echoes_per_s",
         unit: "echoes/s",
-        goal: Goal::RatioAtLeast { ratio: 0.8 },
+        goal: Goal::RatioAtLeast { ratio: 0.95 },
     },
     Spec {
         name: "icmp_cpu_us_per_echo",

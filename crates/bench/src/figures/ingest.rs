@@ -29,7 +29,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "ca_ingest_updates_per_s",
         unit: "updates/s",
-        goal: Goal::RatioAtLeast { ratio: 0.5 },
+        goal: Goal::RatioAtLeast { ratio: 0.8 },
     },
     CPU_PER_ENTRY,
 ];

@@ -26,7 +26,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "tcp_checks_per_s",
         unit: "checks/s",
-        goal: Goal::RatioAtLeast { ratio: 0.8 },
+        goal: Goal::RatioAtLeast { ratio: 0.95 },
     },
     Spec {
         name: "tcp_cpu_us_per_check",
