@@ -235,6 +235,18 @@ pub async fn reports_received(http: &reqwest::Client, base: &str) -> Result<u64>
         .ok_or_else(|| anyhow!("no reach_ca_reports_received_total in /metrics"))
 }
 
+/// `GET {base}{path}` with the bench's admin token, as JSON.
+pub async fn get_json(http: &reqwest::Client, base: &str, path: &str) -> Result<serde_json::Value> {
+    Ok(http
+        .get(format!("{base}{path}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
 /// The value of the CA's `/metrics` line `name`, if listed.
 async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<Option<u64>> {
     let text = http

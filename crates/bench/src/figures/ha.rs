@@ -244,14 +244,7 @@ impl Replica {
 
 /// Whether `base`'s `GET /api/v1/connectors` lists `name` as connected.
 async fn connected(http: &reqwest::Client, base: &str, name: &str) -> Result<bool> {
-    let v: serde_json::Value = http
-        .get(format!("{base}/api/v1/connectors"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let v = ca::get_json(http, base, "/api/v1/connectors").await?;
     Ok(v["connectors"].as_array().is_some_and(|list| {
         list.iter()
             .any(|c| c["name"] == name && c["connected"] == true)

@@ -26,7 +26,7 @@ use protocol::v1::connector_message::Kind as In;
 use tokio::sync::mpsc;
 
 use super::Spec;
-use super::ca::{self, GROUP, KEY, TOKEN};
+use super::ca::{self, GROUP, KEY};
 use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::sim::{self, Identity};
@@ -142,14 +142,12 @@ fn report(entries: Vec<v1::ApplicationHealth>, sequence: u64) -> v1::ConnectorMe
 /// Applications the CA lists for the segment (the wildcard's own row
 /// included).
 async fn held(http: &reqwest::Client, base: &str) -> Result<usize> {
-    let v: serde_json::Value = http
-        .get(format!("{base}/api/v1/health?segment={SEGMENT}&per_page=1"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let v = ca::get_json(
+        http,
+        base,
+        &format!("/api/v1/health?segment={SEGMENT}&per_page=1"),
+    )
+    .await?;
     v.get("total")
         .and_then(serde_json::Value::as_u64)
         .map(|t| t as usize)
