@@ -27,6 +27,30 @@ use tokio::process::{Child, Command};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+/// Runs `reach-bench <args>` to completion and parses the last line of its
+/// output that starts with `{` (the child's JSON result; `what` names it in
+/// errors).
+pub async fn child_result<T: serde::de::DeserializeOwned>(
+    args: &[String],
+    what: &str,
+) -> Result<T> {
+    let exe = std::env::current_exe().context("locating reach-bench")?;
+    let out = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .with_context(|| format!("running the {what} child"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| anyhow!("{what} printed no result ({})", out.status))?;
+    Ok(serde_json::from_str(line)?)
+}
+
 /// A running child server; killed when dropped.
 #[derive(Debug)]
 pub struct Server {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use connector_agent::{Config, IcmpPreference};
 use policy::{AppEntry, HealthReporting, PortRange, Segment};
 use serde::{Deserialize, Serialize};
@@ -620,25 +620,17 @@ pub async fn checks_child(port: u16, targets: usize, rate: u32, seconds: f64) ->
 
 /// Runs the `connector-checks` child on `targets`.
 async fn checks_only(targets: &Targets, rate: u32, window: Duration) -> Result<ChecksReport> {
-    let exe = std::env::current_exe()?;
-    let out = tokio::process::Command::new(exe)
-        .arg("connector-checks")
-        .arg(targets.port.to_string())
-        .arg(targets.n.to_string())
-        .arg(rate.to_string())
-        .arg(window.as_secs_f64().to_string())
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .await
-        .context("running the connector-checks child")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| anyhow!("connector-checks printed no result ({})", out.status))?;
-    Ok(serde_json::from_str(line)?)
+    crate::servers::child_result(
+        &[
+            "connector-checks".to_owned(),
+            targets.port.to_string(),
+            targets.n.to_string(),
+            rate.to_string(),
+            window.as_secs_f64().to_string(),
+        ],
+        "connector-checks",
+    )
+    .await
 }
 
 /// A PostgreSQL server owned by a thread of its own: the server's

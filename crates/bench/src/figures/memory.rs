@@ -8,11 +8,10 @@
 //! target waits in the queue: the connector's worst case).
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::Result;
 use connector_agent::IcmpPreference;
 use connector_agent::metrics::Metrics;
 use connector_agent::pacer::Pacer;
@@ -133,21 +132,11 @@ pub async fn child(targets: usize) -> Result<()> {
 }
 
 async fn measure(targets: usize) -> Result<MemReport> {
-    let exe = std::env::current_exe()?;
-    let out = tokio::process::Command::new(exe)
-        .args(["connector-mem", &targets.to_string()])
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .await
-        .context("running the connector-mem child")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| anyhow!("connector-mem printed no result ({})", out.status))?;
-    Ok(serde_json::from_str(line)?)
+    crate::servers::child_result(
+        &["connector-mem".to_owned(), targets.to_string()],
+        "connector-mem",
+    )
+    .await
 }
 
 /// Measures both sizes (quick: 1k and 10k).
