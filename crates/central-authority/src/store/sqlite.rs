@@ -558,11 +558,13 @@ impl SqliteStore {
                 "SELECT to_status FROM health_latest
                  WHERE host = ?1 AND port = ?2 AND connector = ?3 AND segment = ?4 AND protocol = ?5",
             )?;
+            // Each key once, including keys with no history yet (a
+            // `latest` miss would otherwise look them up again per row).
+            let mut keys = KeyMap::default();
             for e in events {
-                let key = e.key();
-                if latest.contains_key(&key) {
-                    continue;
-                }
+                keys.entry(e.key()).or_insert(e);
+            }
+            for (key, e) in keys {
                 let status: Option<String> = get
                     .query_row(
                         params![e.host, e.port, e.connector, e.segment, e.protocol],
