@@ -25,6 +25,7 @@ fn candidates(n: usize) -> Vec<Candidate> {
             // Smoothed RTTs spread over 0.5-50 ms, a handful within the
             // tolerance of the best.
             rtt: Some(Duration::from_micros(500 + (i as u64 * 7919) % 49_500)),
+            location: None,
         })
         .collect()
 }
