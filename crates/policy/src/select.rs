@@ -424,8 +424,11 @@ pub struct Eligibility<'a> {
     /// largest score within the tolerance (None: no reachable candidate
     /// has an RTT).
     nearest: Option<(Duration, Duration)>,
-    /// Nearest strategy: the user's location, when it counts (`Used`).
-    user: Option<Location>,
+    /// Nearest strategy, when the user's location counts (`Used`): each
+    /// distinct group location of a candidate with its distance
+    /// from the user (km) and estimated RTT, computed once per decision
+    /// (groups are few; candidates many).
+    places: Vec<(Location, f64, Duration)>,
     /// Whether and why (not) the user's location counts.
     location: LocationUse<'a>,
 }
@@ -450,6 +453,7 @@ impl<'a> Eligibility<'a> {
         let proximity = proximity.into();
         let mut groups: Vec<&str> = Vec::new();
         let mut nearest = None;
+        let mut places = Vec::new();
         let mut location = match proximity.user {
             None => LocationUse::NotGiven,
             Some(_) if strategy != Strategy::Nearest => LocationUse::OtherStrategy(strategy),
@@ -480,9 +484,18 @@ impl<'a> Eligibility<'a> {
                         LocationUse::Used
                     };
                 }
-                let user = proximity.user.filter(|_| location == LocationUse::Used);
+                if let (LocationUse::Used, Some(user)) = (location, proximity.user) {
+                    // Every candidate's, so the explanation shows the
+                    // distance of unreachable ones too.
+                    for place in candidates.iter().filter_map(|c| c.location) {
+                        if !places.iter().any(|(p, _, _)| *p == place) {
+                            let km = user.distance_km(place);
+                            places.push((place, km, estimated_rtt(km)));
+                        }
+                    }
+                }
                 nearest = pool
-                    .filter_map(|c| score(c, user))
+                    .filter_map(|c| Some(c.rtt?.saturating_add(user_rtt(&places, c)?)))
                     .min()
                     .map(|best| (best, proximity.tolerance.threshold(best)));
             }
@@ -493,7 +506,7 @@ impl<'a> Eligibility<'a> {
             strategy,
             groups,
             nearest,
-            user: proximity.user.filter(|_| location == LocationUse::Used),
+            places,
             location,
         }
     }
@@ -540,7 +553,18 @@ impl<'a> Eligibility<'a> {
     /// The estimated round trip from the user to `c`'s group, when the
     /// user's location counts.
     fn user_rtt(&self, c: &Candidate) -> Option<Duration> {
-        user_distance(c, self.user).map(estimated_rtt)
+        self.place(c).map(|(_, _, rtt)| rtt)
+    }
+
+    /// The distance from the user to `c`'s group (km), when the user's
+    /// location counts.
+    fn user_distance(&self, c: &Candidate) -> Option<f64> {
+        self.place(c).map(|(_, km, _)| km)
+    }
+
+    fn place(&self, c: &Candidate) -> Option<(Location, f64, Duration)> {
+        let at = c.location?;
+        self.places.iter().copied().find(|(p, _, _)| *p == at)
     }
 
     /// Whether and why (not) the user's location counts.
@@ -559,16 +583,19 @@ impl<'a> Eligibility<'a> {
     }
 }
 
-/// The distance from `user` to `c`'s group, when both are known.
-fn user_distance(c: &Candidate, user: Option<Location>) -> Option<f64> {
-    Some(user?.distance_km(c.location?))
-}
-
-/// A nearest candidate's score: its RTT plus, when `user` is given, the
-/// estimated round trip from there to its group (None without an RTT).
-fn score(c: &Candidate, user: Option<Location>) -> Option<Duration> {
-    let user_rtt = user_distance(c, user).map_or(Duration::ZERO, estimated_rtt);
-    Some(c.rtt?.saturating_add(user_rtt))
+/// The estimated user RTT of `c`'s group among `places` (zero when the
+/// user's location does not count, i.e. `places` is empty; None when it
+/// counts but `c`'s group has no location, which only unreachable
+/// candidates lack).
+fn user_rtt(places: &[(Location, f64, Duration)], c: &Candidate) -> Option<Duration> {
+    if places.is_empty() {
+        return Some(Duration::ZERO);
+    }
+    let at = c.location?;
+    places
+        .iter()
+        .find(|(p, _, _)| *p == at)
+        .map(|(_, _, rtt)| *rtt)
 }
 
 /// Chooses a connector for a request: uniformly among the eligible
@@ -733,13 +760,14 @@ pub fn explain_with(
     let proximity = proximity.into();
     let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, proximity);
     let location = eligibility.location_use();
-    let counted = proximity.user.filter(|_| location == LocationUse::Used);
+    let used = location == LocationUse::Used;
     let nearest = strategy == Strategy::Nearest && mode != HealthReporting::None;
     let notes = candidates
         .iter()
         .map(|c| {
             let verdict = eligibility.verdict(c);
-            let km = user_distance(c, counted);
+            let km = eligibility.user_distance(c);
+            let user_rtt = eligibility.user_rtt(c);
             CandidateNote {
                 connector: c.connector.clone(),
                 group: c.group.clone(),
@@ -753,8 +781,16 @@ pub fn explain_with(
                 reason: verdict.reason(c, km),
                 rtt: c.rtt,
                 distance_km: km,
-                user_rtt: km.map(estimated_rtt),
-                score: score(c, counted).filter(|_| nearest),
+                user_rtt,
+                // Without a location of its own while the user's counts,
+                // an (unreachable) candidate has no comparable score.
+                score: c
+                    .rtt
+                    .and_then(|rtt| match (used, user_rtt) {
+                        (false, _) => Some(rtt),
+                        (true, u) => Some(rtt.saturating_add(u?)),
+                    })
+                    .filter(|_| nearest),
             }
         })
         .collect();
@@ -1350,6 +1386,24 @@ mod tests {
         assert_eq!(chosen_near(&cs, from_paris()), set(&["fra-1"]));
         let e = explain_with(&cs, Continuous, Strategy::Nearest, from_paris());
         assert_eq!(e.user_location.map(|u| u.used), Some(true));
+        // The unplaced ones have no distance and no comparable score.
+        assert_eq!(
+            (e.candidates[2].distance_km, e.candidates[2].score),
+            (None, None)
+        );
+        let cs_down = [
+            located("fra-1", "eu-central", 5.0, Some(FRANKFURT)),
+            Candidate {
+                status: Down,
+                ..located("ny-1", "us-east", 1.0, Some(NEW_YORK))
+            },
+        ];
+        let e = explain_with(&cs_down, Continuous, Strategy::Nearest, from_paris());
+        assert!(
+            e.candidates[1].distance_km.is_some_and(|km| km > 5000.0),
+            "an unreachable candidate's distance is shown too: {:?}",
+            e.candidates[1]
+        );
         // Other strategies and `none` segments do not weigh it.
         for (mode, strategy, why) in [
             (Continuous, Strategy::Healthy, "strategy healthy"),
