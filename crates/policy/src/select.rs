@@ -241,16 +241,13 @@ pub enum Verdict {
     /// Group strategy: its group is eligible and it does not report Down.
     InEligibleGroup(Status),
     /// Nearest strategy: reachable, and its score (RTT, plus the user's
-    /// estimated RTT when the location counts) is within the tolerance of
-    /// the best reachable candidate's.
+    /// estimated RTT when the location counts: `Eligibility::user_rtt`) is
+    /// within the tolerance of the best reachable candidate's.
     Near {
         /// Its status (reachable).
         status: Status,
         /// Its smoothed RTT.
         rtt: Duration,
-        /// The estimated user→group RTT added to it, when the user's
-        /// location counts.
-        user: Option<Duration>,
         /// The best reachable candidate's score.
         best: Duration,
         /// The largest score within the tolerance.
@@ -261,9 +258,6 @@ pub enum Verdict {
     Farther {
         /// Its smoothed RTT.
         rtt: Duration,
-        /// The estimated user→group RTT added to it, when the user's
-        /// location counts.
-        user: Option<Duration>,
         /// The best reachable candidate's score.
         best: Duration,
         /// The largest score within the tolerance.
@@ -288,9 +282,9 @@ impl Verdict {
         }
     }
 
-    /// The sentence an explanation shows for `c`, which is `km` from the
-    /// user when the user's location counts.
-    fn reason(self, c: &Candidate, km: Option<f64>) -> String {
+    /// The sentence an explanation shows for `c`, whose group is `km` from
+    /// the user, a round trip of `user`, when the user's location counts.
+    fn reason(self, c: &Candidate, user: Option<(f64, Duration)>) -> String {
         match self {
             Verdict::NotConnected => "not connected".to_owned(),
             Verdict::AssumedReachable => {
@@ -309,23 +303,21 @@ impl Verdict {
             Verdict::Near {
                 status,
                 rtt,
-                user,
                 best,
                 threshold,
             } => format!(
                 "reports the application {status}; {} is within the tolerance of the nearest ({} best, up to {}): drawn at random among these",
-                score_terms(rtt, user, km),
+                score_terms(rtt, user),
                 ms(best),
                 ms(threshold)
             ),
             Verdict::Farther {
                 rtt,
-                user,
                 best,
                 threshold,
             } => format!(
                 "reports the application reachable, but {} is beyond {} (best {} plus tolerance): a nearer connector is reachable",
-                score_terms(rtt, user, km),
+                score_terms(rtt, user),
                 ms(threshold),
                 ms(best)
             ),
@@ -344,14 +336,13 @@ fn ms(d: Duration) -> String {
 /// What a nearest score is made of: `rtt 1.000 ms`, or with the user's
 /// location `rtt 1.000 ms + 3.436 ms from the user (343.6 km) = score
 /// 4.436 ms`.
-fn score_terms(rtt: Duration, user: Option<Duration>, km: Option<f64>) -> String {
+fn score_terms(rtt: Duration, user: Option<(f64, Duration)>) -> String {
     match user {
         None => format!("rtt {}", ms(rtt)),
-        Some(u) => format!(
-            "rtt {} + {} from the user ({:.1} km) = score {}",
+        Some((km, u)) => format!(
+            "rtt {} + {} from the user ({km:.1} km) = score {}",
             ms(rtt),
             ms(u),
-            km.unwrap_or_default(),
             ms(rtt.saturating_add(u))
         ),
     }
@@ -494,10 +485,13 @@ impl<'a> Eligibility<'a> {
                         }
                     }
                 }
-                nearest = pool
-                    .filter_map(|c| Some(c.rtt?.saturating_add(user_rtt(&places, c)?)))
-                    .min()
-                    .map(|best| (best, proximity.tolerance.threshold(best)));
+                let best = if places.is_empty() {
+                    pool.filter_map(|c| c.rtt).min()
+                } else {
+                    pool.filter_map(|c| Some(c.rtt?.saturating_add(user_rtt(&places, c)?)))
+                        .min()
+                };
+                nearest = best.map(|best| (best, proximity.tolerance.threshold(best)));
             }
             Strategy::Nearest | Strategy::Healthy => {}
         }
@@ -512,6 +506,7 @@ impl<'a> Eligibility<'a> {
     }
 
     /// Whether and why `c` may be chosen.
+    #[inline]
     pub fn verdict(&self, c: &Candidate) -> Verdict {
         if !c.connected {
             return Verdict::NotConnected;
@@ -524,19 +519,21 @@ impl<'a> Eligibility<'a> {
                 _ if !c.status.is_reachable() => Verdict::Reports(c.status),
                 (None, _) => Verdict::Reports(c.status),
                 (Some((best, threshold)), Some(rtt)) => {
-                    let user = self.user_rtt(c);
-                    if rtt.saturating_add(user.unwrap_or_default()) <= threshold {
+                    // The common case, no location, stays a comparison.
+                    let score = match self.user_rtt(c) {
+                        None => rtt,
+                        Some(u) => rtt.saturating_add(u),
+                    };
+                    if score <= threshold {
                         Verdict::Near {
                             status: c.status,
                             rtt,
-                            user,
                             best,
                             threshold,
                         }
                     } else {
                         Verdict::Farther {
                             rtt,
-                            user,
                             best,
                             threshold,
                         }
@@ -552,13 +549,17 @@ impl<'a> Eligibility<'a> {
 
     /// The estimated round trip from the user to `c`'s group, when the
     /// user's location counts.
-    fn user_rtt(&self, c: &Candidate) -> Option<Duration> {
+    #[inline]
+    pub fn user_rtt(&self, c: &Candidate) -> Option<Duration> {
+        if self.places.is_empty() {
+            return None;
+        }
         self.place(c).map(|(_, _, rtt)| rtt)
     }
 
     /// The distance from the user to `c`'s group (km), when the user's
     /// location counts.
-    fn user_distance(&self, c: &Candidate) -> Option<f64> {
+    pub fn user_distance(&self, c: &Candidate) -> Option<f64> {
         self.place(c).map(|(_, km, _)| km)
     }
 
@@ -583,14 +584,10 @@ impl<'a> Eligibility<'a> {
     }
 }
 
-/// The estimated user RTT of `c`'s group among `places` (zero when the
-/// user's location does not count, i.e. `places` is empty; None when it
-/// counts but `c`'s group has no location, which only unreachable
-/// candidates lack).
+/// The estimated user RTT of `c`'s group among `places` (None when `c`'s
+/// group has no location, which only unreachable candidates lack when the
+/// user's location counts).
 fn user_rtt(places: &[(Location, f64, Duration)], c: &Candidate) -> Option<Duration> {
-    if places.is_empty() {
-        return Some(Duration::ZERO);
-    }
     let at = c.location?;
     places
         .iter()
@@ -778,7 +775,7 @@ pub fn explain_with(
                     c.status
                 },
                 eligible: verdict.is_eligible(),
-                reason: verdict.reason(c, km),
+                reason: verdict.reason(c, km.zip(user_rtt)),
                 rtt: c.rtt,
                 distance_km: km,
                 user_rtt,
