@@ -374,7 +374,25 @@ pub enum LocationUse<'a> {
     },
 }
 
-impl LocationUse<'_> {
+impl<'a> LocationUse<'a> {
+    /// Whether a given user location counts among the reachable
+    /// candidates `pool` of a measured segment under `nearest`: only when
+    /// every one has a group location and one has an RTT.
+    fn among(pool: impl Iterator<Item = &'a Candidate> + Clone) -> Self {
+        if pool.clone().next().is_none() {
+            LocationUse::NoneReachable
+        } else if let Some(c) = pool.clone().find(|c| c.location.is_none()) {
+            LocationUse::GroupWithout {
+                group: &c.group,
+                connector: &c.connector,
+            }
+        } else if pool.clone().all(|c| c.rtt.is_none()) {
+            LocationUse::NoRtt
+        } else {
+            LocationUse::Used
+        }
+    }
+
     /// The sentence an explanation shows.
     fn reason(self) -> String {
         match self {
@@ -462,18 +480,7 @@ impl<'a> Eligibility<'a> {
             Strategy::Nearest if mode != HealthReporting::None => {
                 let pool = candidates.iter().filter(|c| reachable(c, mode));
                 if location == LocationUse::Used {
-                    location = if pool.clone().next().is_none() {
-                        LocationUse::NoneReachable
-                    } else if let Some(c) = pool.clone().find(|c| c.location.is_none()) {
-                        LocationUse::GroupWithout {
-                            group: &c.group,
-                            connector: &c.connector,
-                        }
-                    } else if pool.clone().all(|c| c.rtt.is_none()) {
-                        LocationUse::NoRtt
-                    } else {
-                        LocationUse::Used
-                    };
+                    location = LocationUse::among(pool.clone());
                 }
                 if let (LocationUse::Used, Some(user)) = (location, proximity.user) {
                     // Every candidate's, so the explanation shows the
