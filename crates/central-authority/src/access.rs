@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::on_access::{Claim, WindowKey};
+use crate::on_access::{Caps, Claim, WindowKey};
 use crate::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
@@ -283,9 +283,9 @@ impl Authority {
             } else {
                 Vec::new()
             };
-            let cap = state.settings().max_windows_per_connector;
+            let caps = state.settings().window_caps();
             (explanation.forwarded_to, rechecking) =
-                self.forward_access(&key, &candidates, &recheck, cap, now);
+                self.forward_access(&key, &candidates, &recheck, caps, now);
         }
         let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
             || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
@@ -468,7 +468,7 @@ impl Authority {
     /// `access_forward_interval` per (application, connector) (held-back
     /// accesses follow as a renewal, see `renew_windows`), and starts or
     /// renews the CA's own window for each forward; not to connectors with
-    /// `cap` windows already (counted in `windows_refused`). Those in
+    /// no room under `caps` (counted in `windows_refused`). Those in
     /// `recheck` get it regardless of the interval (a re-check; see
     /// `OnAccess`). Returns
     /// who got it, and who of those as a re-check.
@@ -477,7 +477,7 @@ impl Authority {
         key: &AppKey,
         candidates: &[Candidate],
         recheck: &[String],
-        cap: usize,
+        caps: Caps,
         now: Instant,
     ) -> (Vec<String>, Vec<String>) {
         let targets = self.registry().senders(
@@ -492,14 +492,14 @@ impl Authority {
             let wk = (key.clone(), name.clone());
             let forced = recheck.contains(&name) && self.on_access().claim_recheck(&wk, now);
             if !forced {
-                match self.on_access().claim_forward(&wk, now, cap) {
+                match self.on_access().claim_forward(&wk, now, caps) {
                     Claim::Forward => {}
                     Claim::Coalesced => continue,
-                    Claim::Full => {
-                        // Bounded state: this connector checks enough
-                        // applications on access already.
+                    Claim::Full(limit) => {
+                        // Bounded state: this connector (or segment) checks
+                        // enough applications on access already.
                         Metrics::count(&self.metrics().windows_refused, "access");
-                        tracing::debug!(connector = %name, app = %key, "access not forwarded: max_windows_per_connector reached");
+                        tracing::debug!(connector = %name, app = %key, "access not forwarded: {} reached", limit.setting());
                         continue;
                     }
                 }

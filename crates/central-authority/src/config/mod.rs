@@ -608,6 +608,7 @@ mod tests {
             heartbeat_interval_ms = 9
             access_forward_interval_ms = 0
             assumed_checks_per_second = 0
+            max_windows_per_segment = 0
             [tls]
             connector_cert_days = 3651
             connector_cert_validity_s = 2
@@ -633,6 +634,7 @@ mod tests {
                 "health.heartbeat_interval_ms: must be at least 10",
                 "health.access_forward_interval_ms: must be at least 1",
                 "health.assumed_checks_per_second: must be at least 1",
+                "health.max_windows_per_segment: 0 is out of range (1-10000000)",
                 "tls.connector_cert_days: 3651 is out of range (1-3650)",
                 "tls.connector_cert_validity_s: 2 is out of range (3-315360000)",
                 "tls.renewal_grace_s: 0 is out of range (1-604800)",
