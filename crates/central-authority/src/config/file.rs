@@ -227,4 +227,8 @@ pub(super) struct GroupSection {
     /// `ipv4`, `ipv6` or `dual` (default).
     #[serde(default)]
     pub(super) dns_resolution: Option<String>,
+    /// `{ latitude, longitude }` in degrees: where its connectors are, for
+    /// `nearest` with a user's location (optional).
+    #[serde(default)]
+    pub(super) location: Option<policy::LocationSpec>,
 }

@@ -175,6 +175,7 @@ impl Config {
                 .map(|g| GroupSpec {
                     name: g.name.clone(),
                     dns_resolution: g.dns_resolution.clone(),
+                    location: g.location,
                 })
                 .collect(),
             segments: file.segments,
@@ -322,6 +323,48 @@ mod tests {
         assert_eq!(s.grpc_listen.to_string(), "127.0.0.1:7443");
         assert!(!s.anonymous_read);
         assert_eq!(c.policy.segments.len(), 1);
+    }
+
+    #[test]
+    fn a_group_location_is_read_and_checked() {
+        let with = |location: &str| {
+            MINIMAL.replace(
+                "provisioning_key = \"k-east-0123456789\"",
+                &format!("provisioning_key = \"k-east-0123456789\"\n{location}"),
+            )
+        };
+        let c = Config::from_toml(
+            &with("location = { latitude = 48.85, longitude = 2 }"),
+            Path::new("."),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.policy.group("dc-east").and_then(|g| g.location),
+            policy::Location::new(48.85, 2.0).ok()
+        );
+        let err = Config::from_toml(
+            &with("location = { latitude = 48.85, longitude = 200.0 }"),
+            Path::new("."),
+        )
+        .expect_err("out of range");
+        assert_eq!(
+            err.messages(),
+            vec![
+                r#"connector group "dc-east": location.longitude 200 is not a number of degrees in -180..=180"#
+            ]
+        );
+        let err = Config::from_toml(
+            &with("location = { latitude = nan, longitude = 2.0 }"),
+            Path::new("."),
+        )
+        .expect_err("not finite");
+        assert!(err.messages()[0].contains("location.latitude NaN"), "{err}");
+        let err = Config::from_toml(
+            &with("location = { lat = 1.0, longitude = 2.0 }"),
+            Path::new("."),
+        )
+        .expect_err("unknown field");
+        assert!(err.to_string().contains("lat"), "{err}");
     }
 
     #[test]
