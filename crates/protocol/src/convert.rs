@@ -2,6 +2,7 @@
 //! Wire → policy is `TryFrom` with a typed `WireError`; policy → wire is
 //! `From` and cannot fail.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use policy::report::{MAX_ACCESS_ID_BYTES, MAX_ADDRESSES_PER_ENTRY, MAX_DETAIL_CHARS};
@@ -103,7 +104,7 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
             field,
             problem: format!("is {} bytes long (max {MAX_NAME})", s.len()),
         })
-    } else if has_control_or_space(&s) {
+    } else if s.chars().any(|c| c.is_control() || c.is_whitespace()) {
         // Names and hosts end up in logs, metrics labels and the dashboard.
         Err(WireError::InvalidText {
             field,
@@ -111,16 +112,6 @@ fn text(field: &'static str, s: String) -> Result<String, WireError> {
         })
     } else {
         Ok(s)
-    }
-}
-
-/// Whether `s` holds a control or whitespace character, with a byte scan
-/// for ASCII text (every name on the report path).
-fn has_control_or_space(s: &str) -> bool {
-    if s.is_ascii() {
-        s.bytes().any(|b| b.is_ascii_control() || b.is_ascii_whitespace())
-    } else {
-        s.chars().any(|c| c.is_control() || c.is_whitespace())
     }
 }
 
@@ -369,7 +360,7 @@ impl From<&AddressResult> for v1::AddressResult {
 impl TryFrom<v1::AddressResult> for AddressResult {
     type Error = WireError;
     fn try_from(r: v1::AddressResult) -> Result<Self, WireError> {
-        let address = policy::host::parse_ip(&r.address).ok_or_else(|| WireError::InvalidAddress {
+        let address: IpAddr = r.address.parse().map_err(|_| WireError::InvalidAddress {
             field: "address",
             value: truncated(&r.address),
         })?;
@@ -563,8 +554,6 @@ impl TryFrom<v1::Segment> for Segment {
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
-
     use policy::validate::validate_segment;
     use proptest::prelude::*;
 
