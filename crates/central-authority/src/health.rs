@@ -527,6 +527,42 @@ mod tests {
     }
 
     #[test]
+    fn an_update_takes_every_field_of_the_new_report() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        t.record(key(), "c1", report(Status::Up, now), 4);
+        let later = now + Duration::from_secs(5);
+        let address = AddressResult {
+            address: "10.0.0.1".parse().expect("ip"),
+            reachable: true,
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(3),
+            failure: None,
+        };
+        let new = Report {
+            group: "other".into(),
+            addresses: vec![address.clone()],
+            dns_error: Some("none".into()),
+            checked_at: now + Duration::from_secs(4),
+            checked_at_unix_ms: 42,
+            unknown_cause: Some(UnknownCause::Reported),
+            ..report(Status::Unknown, later)
+        };
+        assert_eq!(t.record(key(), "c1", new, 4), Status::Up);
+        let (reports, _) = t.app(&key()).expect("app");
+        let r = &reports["c1"];
+        assert_eq!(&*r.group, "other");
+        assert_eq!(r.status, Status::Unknown);
+        assert_eq!(r.addresses, vec![address]);
+        assert_eq!(r.dns_error.as_deref(), Some("none"));
+        assert_eq!(r.received_at, later);
+        assert_eq!(r.checked_at, now + Duration::from_secs(4));
+        assert_eq!(r.checked_at_unix_ms, 42);
+        assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
+        assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    #[test]
     fn every_shard_is_visited() {
         let t = HealthTable::default();
         let now = Instant::now();
