@@ -137,9 +137,8 @@ impl ConnectorSession for SessionService {
     }
 }
 
-/// At most this many messages (or report entries) are handled as one batch
-/// (at one receive time) before the session checks its kill switch and
-/// timer again.
+/// At most this many messages are handled as one batch (at one receive
+/// time) before the session checks its kill switch and timer again.
 const RECEIVE_BATCH: usize = 64;
 
 /// The next message of `inbound` if one is ready now (`None` when it is
@@ -448,9 +447,6 @@ struct Receiver<'a> {
     /// The Unix millisecond last written to the registry's `last_seen`.
     seen_ms: SeenMs,
     clock: WallClock,
-    /// A batch's messages, decoded before any is handled (kept to reuse
-    /// its allocation).
-    pending: Vec<v1::ConnectorMessage>,
 }
 
 impl<'a> Receiver<'a> {
@@ -474,7 +470,6 @@ impl<'a> Receiver<'a> {
             version,
             seen_ms: SeenMs::default(),
             clock: WallClock::new(),
-            pending: Vec::with_capacity(RECEIVE_BATCH),
         }
     }
 
@@ -542,16 +537,8 @@ impl<'a> Receiver<'a> {
     /// Handles `first` and the messages that arrived with it (already
     /// decoded or in the stream's buffer) as one batch at one receive time
     /// `now`: one clock read and one pass through the `select!` per batch,
-    /// not per message. The batch is decoded first and handled after, in
-    /// order: decoding and intake each run for the whole batch while their
-    /// code is in the instruction cache, instead of evicting each other at
-    /// every message (callgrind's cache simulation of the `ingest` bench,
-    /// interleaved: 111 L1 instruction misses per update, against 0.2 for a
-    /// bare server that only decodes). A batch holds at most
-    /// `RECEIVE_BATCH` report entries besides its first message, so it
-    /// never holds many large reports at once. Returns how the session
-    /// ends if the stream ended inside the batch (after handling what came
-    /// before the end).
+    /// not per message. Returns how the session ends if the stream ended
+    /// inside the batch.
     async fn batch(
         &mut self,
         inbound: &mut Streaming<v1::ConnectorMessage>,
@@ -560,28 +547,9 @@ impl<'a> Receiver<'a> {
     ) -> Option<Result<(), SessionError>> {
         let wall = self.clock.at(now);
         self.cap.clock.set(now);
-        let mut messages = std::mem::take(&mut self.pending);
-        let mut weight = entries(&first);
-        messages.push(first);
-        let mut end = None;
-        while messages.len() < RECEIVE_BATCH && weight < RECEIVE_BATCH {
-            match ready(inbound).await {
-                None => break,
-                Some(Some(Ok(m))) => {
-                    weight += entries(&m);
-                    messages.push(m);
-                }
-                Some(Some(Err(status))) => {
-                    end = Some(Err(status.into()));
-                    break;
-                }
-                Some(None) => {
-                    end = Some(Ok(()));
-                    break;
-                }
-            }
-        }
-        for message in messages.drain(..) {
+        let mut message = first;
+        let mut handled = 0;
+        loop {
             if self.cap.admit(self.authority, self.identity) && self.within_budget(&message, now) {
                 self.authority.handle(
                     self.identity,
@@ -592,17 +560,17 @@ impl<'a> Receiver<'a> {
                     &mut self.seen_ms,
                 );
             }
+            handled += 1;
+            if handled == RECEIVE_BATCH {
+                return None;
+            }
+            match ready(inbound).await {
+                None => return None,
+                Some(Some(Ok(m))) => message = m,
+                Some(Some(Err(status))) => return Some(Err(status.into())),
+                Some(None) => return Some(Ok(())),
+            }
         }
-        self.pending = messages;
-        end
-    }
-}
-
-/// How much of a batch `message` takes: its report entries, at least one.
-fn entries(message: &v1::ConnectorMessage) -> usize {
-    match &message.kind {
-        Some(In::Report(report)) => report.applications.len().max(1),
-        _ => 1,
     }
 }
 
