@@ -112,6 +112,10 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
+    // A directory of an earlier run whose process had the same id (ids are
+    // reused) would hand this CA its old root and enrollments: a test then
+    // found "east-1" enrolled already and was refused.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
@@ -206,6 +210,11 @@ pub async fn enrolled(
     group: &str,
     key: &str,
 ) -> Result<Creds, tonic::Status> {
+    // One enrollment at a time: two connects of one name racing past the
+    // cache would enroll it twice, and the CA refuses the second as a
+    // takeover ("… is enrolled with a valid certificate").
+    static ENROLLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = ENROLLING.lock().await;
     let k = (t.root.clone(), name.to_owned(), group.to_owned());
     if let Some(c) = CREDS.lock().expect("lock").get(&k).cloned() {
         return Ok(c);
