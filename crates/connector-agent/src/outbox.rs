@@ -138,6 +138,11 @@ impl Outbox {
         self.pending.len()
     }
 
+    /// How many more results make a full report's worth (at least 1).
+    pub fn room(&self) -> usize {
+        self.max_entries.saturating_sub(self.pending.len()).max(1)
+    }
+
     /// When the next report is due, if anything waits: when the oldest
     /// result has waited `BATCH_WINDOW` (at once when a full report's worth
     /// waits or a user waits for one of them), but not before the CA's

@@ -38,7 +38,7 @@ use crate::config::Ceilings;
 use crate::enroll::{Enrollment, ProvisioningKey};
 use crate::follow::Assignments;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::{BATCH_WINDOW, Outbox};
 use crate::pacer::Pacer;
 use crate::probe::Prober;
 use crate::schedule::Scheduler;
@@ -381,6 +381,17 @@ fn report_message(report: v1::HealthReport) -> ConnectorMessage {
     }
 }
 
+/// The earlier of two optional instants.
+fn earliest(
+    a: Option<std::time::Instant>,
+    b: Option<std::time::Instant>,
+) -> Option<std::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Completes at `at`, or never.
 async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
@@ -499,7 +510,7 @@ async fn session(
 
     // The full state, then every later report (the same ones every other
     // replica's session gets).
-    let (state, mut reports) = parts.scheduler.subscribe().await;
+    let (state, inbox) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
     out.send(report_message(full))
         .await
@@ -508,6 +519,11 @@ async fn session(
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
     loop {
+        // The inbox wakes this task only when its results start to wait,
+        // are awaited or make a full report (not for every round the
+        // scheduler finishes); they reach the outbox when due.
+        inbox.wake_at(outbox.room());
+        let due = earliest(outbox.next_send(), inbox.due(BATCH_WINDOW));
         tokio::select! {
             message = inbound.message() => {
                 let Some(message) = message? else {
@@ -520,11 +536,15 @@ async fn session(
                     ticker = tokio::time::interval(heartbeat);
                 }
             }
-            batch = reports.recv() => {
-                let Some(batch) = batch else { return Ok(()) };
-                outbox.push(batch, now());
+            () = inbox.changed() => {
+                if inbox.is_finished() {
+                    return Ok(());
+                }
             }
-            () = sleep_until(outbox.next_send()) => {
+            () = sleep_until(due) => {
+                if let Some((batch, first)) = inbox.take() {
+                    outbox.push(batch, first);
+                }
                 while let Some(report) = outbox.take(now(), SystemTime::now()) {
                     out.send(report_message(report)).await.map_err(|_| SessionError::Closed)?;
                 }

@@ -15,6 +15,7 @@ use policy::{
     MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, plan_checks,
 };
 
+pub mod inbox;
 pub mod task;
 
 pub use task::Scheduler;
