@@ -23,8 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use policy::{AppKey, ApplicationReport, Segment};
 use protocol::v1::authority_message::Kind as FromCa;
 use protocol::v1::connector_message::Kind as ToCa;
-use protocol::v1::connector_session_client::ConnectorSessionClient;
-use protocol::v1::{self, AuthorityMessage, ConnectorMessage};
+use protocol::v1::{self, AuthorityMessage};
 use rand::RngExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -101,7 +100,7 @@ pub struct Handover {
 
 /// An open session: outbound queue, inbound stream, the CA's Welcome.
 type Opened = (
-    mpsc::Sender<ConnectorMessage>,
+    mpsc::Sender<Encoded>,
     Streaming<AuthorityMessage>,
     v1::Welcome,
 );
@@ -375,11 +374,9 @@ pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
     application_report(report, SystemTime::now(), Instant::now().into_std()).into()
 }
 
-fn report_message(report: v1::HealthReport) -> ConnectorMessage {
-    ConnectorMessage {
-        kind: Some(ToCa::Report(report)),
-    }
-}
+/// An encoded `ConnectorMessage` for the `Connect` stream
+/// ([`crate::wire::RawCodec`]).
+type Encoded = Vec<u8>;
 
 /// The earlier of two optional instants.
 fn earliest(
@@ -470,8 +467,8 @@ pub(crate) fn apply_settings(
     window
 }
 
-async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), SessionError> {
-    out.send(ConnectorMessage { kind: Some(kind) })
+async fn send(out: &mpsc::Sender<Encoded>, kind: ToCa) -> Result<(), SessionError> {
+    out.send(crate::wire::encode(kind))
         .await
         .map_err(|_| SessionError::Closed)
 }
@@ -512,7 +509,7 @@ async fn session(
     // replica's session gets).
     let (state, inbox) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
-    out.send(report_message(full))
+    out.send(full.encode())
         .await
         .map_err(|_| SessionError::Closed)?;
 
@@ -546,7 +543,7 @@ async fn session(
                     outbox.push(batch, first);
                 }
                 while let Some(report) = outbox.take(now(), SystemTime::now()) {
-                    out.send(report_message(report)).await.map_err(|_| SessionError::Closed)?;
+                    out.send(report.encode()).await.map_err(|_| SessionError::Closed)?;
                 }
             }
             _ = ticker.tick() => {
@@ -618,7 +615,7 @@ async fn open(
     target: &CaTarget,
     options: &SessionOptions,
     parts: &Parts,
-) -> Result<(mpsc::Sender<ConnectorMessage>, Streaming<AuthorityMessage>), SessionError> {
+) -> Result<(mpsc::Sender<Encoded>, Streaming<AuthorityMessage>), SessionError> {
     let tls = match &options.credentials {
         Credentials::Certificate(enrollment) => Some(enrollment.tls()),
         Credentials::ProvisioningKey(_) => None,
@@ -631,10 +628,13 @@ async fn open(
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10));
     let channel = endpoint.connect().await?;
-    let mut client = ConnectorSessionClient::new(channel)
+    // The generated client's `connect`, with a codec that sends messages
+    // already encoded (reports share their entries' encodings across
+    // replicas: `crate::wire`).
+    let mut client = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
-    let (out, rx) = mpsc::channel::<ConnectorMessage>(64);
+    let (out, rx) = mpsc::channel::<Encoded>(64);
     send(&out, ToCa::Hello(hello(options, parts))).await?;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     let identity = &options.identity;
@@ -653,7 +653,20 @@ async fn open(
             metadata(key.expose(), "the provisioning key")?,
         );
     }
-    let inbound = client.connect(request).await?.into_inner();
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    request.extensions_mut().insert(tonic::GrpcMethod::new(
+        "reach.v1.ConnectorSession",
+        "Connect",
+    ));
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/reach.v1.ConnectorSession/Connect");
+    let inbound = client
+        .streaming(request, path, crate::wire::RawCodec)
+        .await?
+        .into_inner();
     Ok((out, inbound))
 }
 
@@ -699,7 +712,7 @@ async fn handle(
     id: u64,
     options: &SessionOptions,
     parts: &Parts,
-    out: &mpsc::Sender<ConnectorMessage>,
+    out: &mpsc::Sender<Encoded>,
     outbox: &mut Outbox,
 ) -> Result<Option<Duration>, SessionError> {
     match message.kind {

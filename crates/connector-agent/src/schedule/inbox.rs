@@ -185,6 +185,7 @@ mod tests {
             checked: None,
             access_id: None,
             awaited,
+            wire: Default::default(),
         }
     }
 
