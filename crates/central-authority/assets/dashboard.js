@@ -535,6 +535,14 @@ function appPage() {
         h('td', {}, age(c.checked_age_ms)),
         h('td', {}, when(c.reported_at)))));
       if (!a.connectors.length) tbody.append(h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No connector results.')));
+      // Flap damping: the history lists damped transitions only.
+      const note = document.getElementById('history-note');
+      note.textContent = 'Every status change of a connector for this application, newest first.';
+      if (a.damping) {
+        note.dataset.rise = String(a.damping.rise);
+        note.dataset.fall = String(a.damping.fall);
+        note.append(` Damped (segment rise ${a.damping.rise}, fall ${a.damping.fall}): a connector's status gets worse only after ${a.damping.fall} worse checks in a row and better only after ${a.damping.rise} better ones, so an address shown Down under an Up status is a change not yet confirmed.`);
+      }
     } catch (e) {
       box.replaceChildren(h('p', { class: 'error' }, `Cannot load: ${e.message}`));
     }

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use policy::{
-    AppKey, Candidate, CandidateNote, Decision, Explanation, HealthReporting, Host, MatchOutcome,
-    Protocol, RefusalReason, Request, Segment, Status, Strategy, Tolerance,
+    AppKey, Candidate, CandidateNote, Decision, Explanation, HealthReporting, Host, Location,
+    MatchOutcome, Protocol, Proximity, RefusalReason, Request, Segment, Status, Strategy,
+    UserLocationNote,
 };
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
@@ -18,7 +19,7 @@ use tokio::sync::watch;
 use crate::authority::Authority;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::on_access::{Claim, WindowKey};
+use crate::on_access::{Caps, Claim, WindowKey};
 use crate::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
@@ -90,7 +91,8 @@ impl ExplanationView {
 }
 
 /// The JSON shape of an explanation (README's interface): policy's fields
-/// inline, `mode` null and the lists empty before a segment matched.
+/// inline, `mode` and `user_location` null and the lists empty before a
+/// segment matched.
 #[derive(Serialize)]
 struct ExplanationJson<'a> {
     segment: &'a Option<String>,
@@ -99,6 +101,7 @@ struct ExplanationJson<'a> {
     mode: Option<HealthReporting>,
     candidates: &'a [CandidateNote],
     eligible_groups: &'a [String],
+    user_location: Option<&'a UserLocationNote>,
     chosen_group: &'a Option<String>,
     forwarded_to: &'a [String],
     discovery_waited: bool,
@@ -115,6 +118,7 @@ impl Serialize for ExplanationView {
             mode: selection.map(|e| e.mode),
             candidates: selection.map_or(&[], |e| &e.candidates),
             eligible_groups: selection.map_or(&[], |e| &e.eligible_groups),
+            user_location: selection.and_then(|e| e.user_location.as_ref()),
             chosen_group: &self.chosen_group,
             forwarded_to: &self.forwarded_to,
             discovery_waited: self.discovery_waited,
@@ -164,6 +168,11 @@ impl AccessOutcome {
                 discovery_ms: e.discovery_ms,
                 matched_entry: e.matched_entry.clone().unwrap_or_default(),
                 chosen_group: e.chosen_group.clone().unwrap_or_default(),
+                user_location: e
+                    .selection
+                    .as_ref()
+                    .and_then(|s| s.user_location.as_ref())
+                    .map(v1::UserLocationExplanation::from),
             }),
         }
     }
@@ -179,6 +188,17 @@ impl Authority {
     /// Resolves one access request. Refusals are answers; errors mean the
     /// request was unusable.
     pub async fn resolve(&self, request: AccessRequest) -> Result<AccessOutcome, ApiError> {
+        self.resolve_from(request, None).await
+    }
+
+    /// `resolve` for a user at `user_location`, when the caller knows it:
+    /// the `nearest` strategy then adds the estimated round trip from there
+    /// to each candidate's group (`policy::select`).
+    pub async fn resolve_from(
+        &self,
+        request: AccessRequest,
+        user_location: Option<Location>,
+    ) -> Result<AccessOutcome, ApiError> {
         let started = Instant::now();
         let host = request_host(&request.host)?;
         let port = u16::try_from(request.port)
@@ -187,7 +207,9 @@ impl Authority {
             .ok_or_else(|| {
                 ApiError::InvalidRequest(format!("port {} is outside 1-65535", request.port))
             })?;
-        let outcome = self.decide(host, request.protocol, port).await;
+        let outcome = self
+            .decide(host, request.protocol, port, user_location)
+            .await;
         let label = match &outcome.decision {
             Ok(_) => "selected",
             Err(r) => r.reason.as_str(),
@@ -207,7 +229,13 @@ impl Authority {
         Ok(outcome)
     }
 
-    async fn decide(&self, host: Host, protocol: Protocol, port: u16) -> AccessOutcome {
+    async fn decide(
+        &self,
+        host: Host,
+        protocol: Protocol,
+        port: u16,
+        user: Option<Location>,
+    ) -> AccessOutcome {
         let state = self.snapshot();
         let mut explanation = ExplanationView::new(state.settings().strategy);
         let request = Request {
@@ -227,7 +255,10 @@ impl Authority {
         let mode = segment.health_reporting;
         let strategy = strategy_of(&state, segment);
         explanation.strategy = strategy;
-        let tolerance = state.settings().nearest_tolerance;
+        let proximity = Proximity {
+            tolerance: state.settings().nearest_tolerance,
+            user,
+        };
         let key = AppKey {
             segment: segment.name.clone(),
             host: request.host,
@@ -241,7 +272,7 @@ impl Authority {
         changes.borrow_and_update();
         let now = Instant::now();
         let mut candidates = self.candidates(&state, segment, &key, now);
-        let mut decision = self.pick(&candidates, mode, strategy, tolerance);
+        let mut decision = self.pick(&candidates, mode, strategy, proximity);
         let mut rechecking = Vec::new();
         if mode == HealthReporting::OnAccess {
             // Nobody reachable, but some connector's latest result is Down
@@ -252,22 +283,30 @@ impl Authority {
             } else {
                 Vec::new()
             };
-            let cap = state.settings().max_windows_per_connector;
+            let caps = state.settings().window_caps();
             (explanation.forwarded_to, rechecking) =
-                self.forward_access(&key, &candidates, &recheck, cap, now);
+                self.forward_access(&key, &candidates, &recheck, caps, now);
         }
         let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
             || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
         if mode == HealthReporting::OnAccess && waits {
             let started = Instant::now();
             (decision, candidates) = self
-                .discover(&state, segment, &key, changes, candidates, &rechecking)
+                .discover(
+                    &state,
+                    segment,
+                    &key,
+                    proximity,
+                    changes,
+                    candidates,
+                    &rechecking,
+                )
                 .await;
             explanation.discovery_waited = true;
             explanation.discovery_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-        explanation.selection = Some(policy::explain_with(&candidates, mode, strategy, tolerance));
+        explanation.selection = Some(policy::explain_with(&candidates, mode, strategy, proximity));
         match decision {
             Decision::Selected { index } => {
                 let c = &candidates[index];
@@ -299,24 +338,25 @@ impl Authority {
     /// Down) are unanswered, an all-Down decision waits too; once all are
     /// answered (or at the deadline) it stands. Returns the decision and the
     /// candidates it was made on (those seen last).
+    #[allow(clippy::too_many_arguments)] // the decision's inputs, as `decide` holds them
     async fn discover(
         &self,
         state: &PolicyState,
         segment: &Segment,
         key: &AppKey,
+        proximity: Proximity,
         mut changes: watch::Receiver<u64>,
         mut candidates: Vec<Candidate>,
         rechecking: &[String],
     ) -> (Decision, Vec<Candidate>) {
         let (mode, strategy) = (segment.health_reporting, strategy_of(state, segment));
-        let tolerance = state.settings().nearest_tolerance;
         let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
         let pending = |this: &Self| {
             rechecking
                 .iter()
                 .any(|c| this.on_access().recheck_pending(&(key.clone(), c.clone())))
         };
-        let mut decision = self.pick(&candidates, mode, strategy, tolerance);
+        let mut decision = self.pick(&candidates, mode, strategy, proximity);
         loop {
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Err(_) | Ok(Err(_)) => {
@@ -331,7 +371,7 @@ impl Authority {
                 Ok(Ok(())) => {
                     changes.borrow_and_update();
                     candidates = self.candidates(state, segment, key, Instant::now());
-                    decision = self.pick(&candidates, mode, strategy, tolerance);
+                    decision = self.pick(&candidates, mode, strategy, proximity);
                     match decision {
                         Decision::Refused(RefusalReason::NoHealthReport) => continue,
                         Decision::Refused(RefusalReason::AllDown) if pending(self) => continue,
@@ -371,13 +411,14 @@ impl Authority {
         candidates: &[Candidate],
         mode: HealthReporting,
         strategy: Strategy,
-        tolerance: Tolerance,
+        proximity: Proximity,
     ) -> Decision {
-        policy::select_with(candidates, mode, strategy, tolerance, &mut rand::rng())
+        policy::select_with(candidates, mode, strategy, proximity, &mut rand::rng())
     }
 
     /// Every known connector of the segment's groups with its effective
-    /// status for `key`, in group order, then by name.
+    /// status for `key` and its group's location, in group order, then by
+    /// name.
     pub(crate) fn candidates(
         &self,
         state: &PolicyState,
@@ -389,6 +430,7 @@ impl Authority {
         let reports = self.health().selection_inputs(key);
         let mut out = Vec::new();
         for group in &segment.connector_groups {
+            let location = state.policy().group(group).and_then(|g| g.location);
             let mut names: Vec<_> = conns.iter().filter(|(_, c)| &c.group == group).collect();
             names.sort_by(|a, b| a.0.cmp(b.0));
             for (name, conn) in names {
@@ -415,6 +457,7 @@ impl Authority {
                     connected: conn.connected,
                     status,
                     rtt: report.and_then(|r| r.3),
+                    location,
                 });
             }
         }
@@ -425,7 +468,7 @@ impl Authority {
     /// `access_forward_interval` per (application, connector) (held-back
     /// accesses follow as a renewal, see `renew_windows`), and starts or
     /// renews the CA's own window for each forward; not to connectors with
-    /// `cap` windows already (counted in `windows_refused`). Those in
+    /// no room under `caps` (counted in `windows_refused`). Those in
     /// `recheck` get it regardless of the interval (a re-check; see
     /// `OnAccess`). Returns
     /// who got it, and who of those as a re-check.
@@ -434,7 +477,7 @@ impl Authority {
         key: &AppKey,
         candidates: &[Candidate],
         recheck: &[String],
-        cap: usize,
+        caps: Caps,
         now: Instant,
     ) -> (Vec<String>, Vec<String>) {
         let targets = self.registry().senders(
@@ -449,14 +492,14 @@ impl Authority {
             let wk = (key.clone(), name.clone());
             let forced = recheck.contains(&name) && self.on_access().claim_recheck(&wk, now);
             if !forced {
-                match self.on_access().claim_forward(&wk, now, cap) {
+                match self.on_access().claim_forward(&wk, now, caps) {
                     Claim::Forward => {}
                     Claim::Coalesced => continue,
-                    Claim::Full => {
-                        // Bounded state: this connector checks enough
-                        // applications on access already.
+                    Claim::Full(limit) => {
+                        // Bounded state: this connector (or segment) checks
+                        // enough applications on access already.
                         Metrics::count(&self.metrics().windows_refused, "access");
-                        tracing::debug!(connector = %name, app = %key, "access not forwarded: max_windows_per_connector reached");
+                        tracing::debug!(connector = %name, app = %key, "access not forwarded: {} reached", limit.setting());
                         continue;
                     }
                 }
@@ -622,7 +665,8 @@ mod tests {
             empty,
             serde_json::json!({
                 "segment": null, "matched_entry": null, "strategy": "group", "mode": null,
-                "candidates": [], "eligible_groups": [], "chosen_group": null,
+                "candidates": [], "eligible_groups": [], "user_location": null,
+                "chosen_group": null,
                 "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0
             })
         );
@@ -632,6 +676,7 @@ mod tests {
             connected: true,
             status: Status::Up,
             rtt: None,
+            location: None,
         }];
         let mut view = ExplanationView::new(Strategy::Group);
         view.segment = Some("jira".into());

@@ -79,6 +79,13 @@ pub enum ApiCommand {
         protocol: String,
         /// Port.
         port: u16,
+        /// The user's latitude in degrees (with `--longitude`): `nearest`
+        /// then weighs the distance to each connector group's location.
+        #[arg(long, requires = "longitude", allow_negative_numbers = true)]
+        latitude: Option<f64>,
+        /// The user's longitude in degrees (with `--latitude`).
+        #[arg(long, requires = "latitude", allow_negative_numbers = true)]
+        longitude: Option<f64>,
     },
     /// Provisioning keys (scope `admin`).
     Keys {
@@ -214,8 +221,13 @@ pub async fn run(args: &ApiArgs) -> Result<(String, u8), CliError> {
             host,
             protocol,
             port,
+            latitude,
+            longitude,
         } => {
-            let body = json!({"host": host, "protocol": protocol, "port": port});
+            let mut body = json!({"host": host, "protocol": protocol, "port": port});
+            if let (Some(latitude), Some(longitude)) = (latitude, longitude) {
+                body["user_location"] = json!({"latitude": latitude, "longitude": longitude});
+            }
             let answer = client.call("POST", "/api/v1/access", Some(body)).await?;
             let refused = answer.is_refusal();
             let v = if refused { answer.body } else { answer.ok()? };
@@ -671,10 +683,9 @@ fn access_text(v: &Value) -> String {
                     if c["connected"] == true { "yes" } else { "no" }.to_owned(),
                     cell(&c["status"]),
                     if c["eligible"] == true { "yes" } else { "no" }.to_owned(),
-                    // The smoothed RTT `nearest` compares, when reported.
-                    c["rtt_ms"]
-                        .as_f64()
-                        .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.2} ms")),
+                    // The smoothed RTT `nearest` compares, when reported,
+                    // plus the user's estimated RTT when that counts.
+                    rtt_cell(c),
                     cell(&c["reason"]),
                 ]
             })
@@ -692,6 +703,16 @@ fn access_text(v: &Value) -> String {
             &rows,
         ));
     }
+    let user = &e["user_location"];
+    if user.is_object() {
+        let _ = writeln!(
+            out,
+            "user location: {}, {}: {}",
+            cell(&user["latitude"]),
+            cell(&user["longitude"]),
+            cell(&user["reason"])
+        );
+    }
     let forwarded = items(e, "forwarded_to");
     if !forwarded.is_empty() {
         let names: Vec<String> = forwarded.iter().map(cell).collect();
@@ -703,9 +724,46 @@ fn access_text(v: &Value) -> String {
     out
 }
 
+/// A candidate's RTT cell: `1.00 ms`, with the user's location counted
+/// `1.00 ms + 4.78 ms (478 km) = 5.78 ms`, `-` without an RTT.
+fn rtt_cell(c: &Value) -> String {
+    let Some(rtt) = c["rtt_ms"].as_f64() else {
+        return "-".to_owned();
+    };
+    match (c["user_rtt_ms"].as_f64(), c["distance_km"].as_f64()) {
+        (Some(user), Some(km)) => format!(
+            "{rtt:.2} ms + {user:.2} ms ({km:.0} km) = {:.2} ms",
+            rtt + user
+        ),
+        _ => format!("{rtt:.2} ms"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_text_shows_the_user_location_and_combined_rtt() {
+        let v = json!({"connector": "fra-1", "group": "eu", "segment": "jira",
+            "explanation": {"segment": "jira", "matched_entry": "jira.example", "mode": "continuous",
+            "strategy": "nearest", "forwarded_to": [], "discovery_waited": false,
+            "user_location": {"latitude": 48.85, "longitude": 2.35, "used": true, "reason": "used: …"},
+            "candidates": [
+                {"connector": "fra-1", "group": "eu", "connected": true, "status": "up", "eligible": true,
+                 "rtt_ms": 5.0, "distance_km": 477.9, "user_rtt_ms": 4.779, "score_ms": 9.779, "reason": "near"},
+                {"connector": "x", "group": "us", "connected": true, "status": "up", "eligible": false,
+                 "rtt_ms": null, "reason": "no rtt"}]}});
+        let text = access_text(&v);
+        assert!(
+            text.contains("user location: 48.85, 2.35: used: …"),
+            "{text}"
+        );
+        assert!(
+            text.contains("5.00 ms + 4.78 ms (478 km) = 9.78 ms"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn tables_align_and_show_null_as_dash() {

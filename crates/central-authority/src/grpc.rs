@@ -46,13 +46,21 @@ impl Access for AccessService {
         let r = request.into_inner();
         let protocol = protocol::convert::protocol_from_wire("protocol", r.protocol)
             .map_err(ApiError::from)?;
+        let user_location = r
+            .user_location
+            .map(|l| policy::Location::new(l.latitude, l.longitude))
+            .transpose()
+            .map_err(|e| ApiError::InvalidRequest(format!("user_location.{e}")))?;
         let outcome = self
             .authority
-            .resolve(AccessRequest {
-                host: r.host,
-                protocol,
-                port: r.port,
-            })
+            .resolve_from(
+                AccessRequest {
+                    host: r.host,
+                    protocol,
+                    port: r.port,
+                },
+                user_location,
+            )
             .await?;
         Ok(Response::new(outcome.to_wire()))
     }

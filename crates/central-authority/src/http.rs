@@ -32,7 +32,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use policy::{Protocol, RefusalReason};
+use policy::{Location, Protocol, RefusalReason};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -826,6 +826,26 @@ pub(crate) struct AccessBody {
     /// Schema counts it as an integer).
     #[schema(value_type = i64, minimum = 1, maximum = 65535)]
     port: serde_json::Number,
+    /// Where the user is (optional). Under the `nearest` strategy, when
+    /// every reachable candidate's connector group has a `location`, each
+    /// candidate's score is its smoothed RTT plus the round trip the
+    /// distance from here to its group costs at least (1 ms per 100 km);
+    /// otherwise it is ignored and the explanation's `user_location` says
+    /// why.
+    #[serde(default)]
+    user_location: Option<UserLocationBody>,
+}
+
+/// A user's location in `POST /api/v1/access`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserLocationBody {
+    /// Degrees north (negative: south).
+    #[schema(minimum = -90, maximum = 90)]
+    latitude: f64,
+    /// Degrees east (negative: west).
+    #[schema(minimum = -180, maximum = 180)]
+    longitude: f64,
 }
 
 /// `POST /api/v1/access`'s answer when a connector was selected.
@@ -849,8 +869,11 @@ async fn access(State(a): State<Shared>, _: RequireScope<scope::Access>, body: B
 }
 
 /// Parses a `POST /api/v1/access` body (untrusted JSON: the fuzz target
-/// `http_bodies` runs it on arbitrary bytes).
-pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> {
+/// `http_bodies` runs it on arbitrary bytes): the request and the user's
+/// location, if it names one.
+pub(crate) fn parse_access_body(
+    body: &[u8],
+) -> Result<(AccessRequest, Option<Location>), ApiError> {
     let body: AccessBody =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))?;
     let protocol = body
@@ -868,15 +891,24 @@ pub(crate) fn parse_access_body(body: &[u8]) -> Result<AccessRequest, ApiError> 
         .ok_or_else(|| {
             ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port))
         })?;
-    Ok(AccessRequest {
-        host: body.host,
-        protocol,
-        port,
-    })
+    let user_location = body
+        .user_location
+        .map(|l| Location::new(l.latitude, l.longitude))
+        .transpose()
+        .map_err(|e| ApiError::InvalidRequest(format!("user_location.{e}")))?;
+    Ok((
+        AccessRequest {
+            host: body.host,
+            protocol,
+            port,
+        },
+        user_location,
+    ))
 }
 
 async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
-    let outcome = a.resolve(parse_access_body(body)?).await?;
+    let (request, user_location) = parse_access_body(body)?;
+    let outcome = a.resolve_from(request, user_location).await?;
     Ok(match outcome.decision {
         Ok(s) => axum::Json(SelectedBody {
             connector: s.connector,

@@ -55,7 +55,8 @@ pub struct Metrics {
     pub decision_seconds: Histogram,
     /// Access events forwarded to connectors.
     pub access_events_forwarded: Counter,
-    /// On-access windows refused by `max_windows_per_connector`, by origin
+    /// On-access windows refused by `max_windows_per_connector` or
+    /// `max_windows_per_segment`, by origin
     /// (`access` or `report`).
     pub windows_refused: Family<OutcomeLabel, Counter>,
     /// On-access report entries no verified access asked for (no access
@@ -89,7 +90,7 @@ impl Default for Metrics {
         let windows_refused = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "on_access_windows_refused",
-            "On-access windows refused by max_windows_per_connector, by origin (access or report)",
+            "On-access windows refused by max_windows_per_connector or max_windows_per_segment, by origin (access or report)",
             windows_refused.clone(),
         );
         let unsolicited_entries = Counter::default();

@@ -21,6 +21,12 @@
 //! and ends like a window, but `is_live` is false for it, so no decision
 //! rests on it, and no renewal is ever sent for it.
 //!
+//! Windows are capped per connector and per segment (`Caps`): a flood of
+//! distinct names under one wildcard segment can take at most the
+//! segment's allowance, so the connectors keep room for other segments. A
+//! forward claims its place when it is decided (`claim_forward`), not when
+//! it has been sent, so concurrent accesses cannot overshoot a cap.
+//!
 //! **Invariant:** the lock is taken only here, for short synchronous
 //! sections, never across an `.await` and never together with another lock
 //! of CA state.
@@ -40,6 +46,43 @@ pub(crate) type WindowKey = (AppKey, String);
 /// connector) at most this often, however many users wait on it.
 pub(crate) const RECHECK_MIN_GAP: Duration = Duration::from_secs(1);
 
+/// How many on-access windows (of either kind) may exist at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Per connector (`[health] max_windows_per_connector`).
+    pub(crate) connector: usize,
+    /// Per segment, all its connectors together (`[health]
+    /// max_windows_per_segment`).
+    pub(crate) segment: usize,
+}
+
+impl Caps {
+    /// No cap (a renewal of a window that holds its place already).
+    const NONE: Caps = Caps {
+        connector: usize::MAX,
+        segment: usize::MAX,
+    };
+}
+
+/// Which cap refused a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// `max_windows_per_connector`.
+    Connector,
+    /// `max_windows_per_segment`.
+    Segment,
+}
+
+impl Limit {
+    /// The setting's name, for logs.
+    pub(crate) fn setting(self) -> &'static str {
+        match self {
+            Limit::Connector => "max_windows_per_connector",
+            Limit::Segment => "max_windows_per_segment",
+        }
+    }
+}
+
 /// The forward interval in force for `window`: the configured `gap`, but at
 /// most half the window, so a renewal sent at the end of the gap (plus the
 /// housekeeping tick) still reaches the connector inside its window.
@@ -57,23 +100,40 @@ struct Inner {
     gap: Duration,
     /// Windows per connector (kept in step with `windows`), for the cap.
     per_connector: HashMap<String, usize>,
+    /// Windows per segment (kept in step with `windows`), for the cap.
+    per_segment: HashMap<String, usize>,
     /// Entries of `windows` that only an unsolicited report opened.
     unsolicited: HashSet<WindowKey>,
+    /// Windows a forward claimed (`claim_forward`) and that are not yet
+    /// confirmed sent (`forwarded`): a failed send gives the place back.
+    claimed: HashSet<WindowKey>,
 }
 
 impl Inner {
+    /// The cap a new window for `wk` would exceed, if any.
+    fn full(&self, wk: &WindowKey, caps: Caps) -> Option<Limit> {
+        let count = |m: &HashMap<String, usize>, k: &str| m.get(k).copied().unwrap_or(0);
+        if count(&self.per_connector, &wk.1) >= caps.connector {
+            Some(Limit::Connector)
+        } else if count(&self.per_segment, &wk.0.segment) >= caps.segment {
+            Some(Limit::Segment)
+        } else {
+            None
+        }
+    }
+
     /// Records a window for `wk` at `at` unless that would open one more
-    /// than `cap` for its connector. Returns whether it was recorded.
-    fn record(&mut self, wk: WindowKey, at: Instant, cap: usize) -> bool {
+    /// than `caps` allow. Returns the cap that refused it, if one did.
+    fn record(&mut self, wk: WindowKey, at: Instant, caps: Caps) -> Result<(), Limit> {
         if !self.windows.contains(&wk) {
-            let n = self.per_connector.entry(wk.1.clone()).or_default();
-            if *n >= cap {
-                return false;
+            if let Some(limit) = self.full(&wk, caps) {
+                return Err(limit);
             }
-            *n += 1;
+            *self.per_connector.entry(wk.1.clone()).or_default() += 1;
+            *self.per_segment.entry(wk.0.segment.clone()).or_default() += 1;
         }
         self.windows.record(wk, at);
-        true
+        Ok(())
     }
 
     /// Whether `wk`'s window is live at `now` and an access opened it.
@@ -83,29 +143,54 @@ impl Inner {
 
     /// Removes `wk`'s window (of either kind), keeping the counts.
     fn remove(&mut self, wk: &WindowKey) {
-        if self.windows.remove(wk)
-            && let Some(n) = self.per_connector.get_mut(&wk.1)
-        {
-            *n = n.saturating_sub(1);
+        if self.windows.remove(wk) {
+            for (counts, k) in [
+                (&mut self.per_connector, &wk.1),
+                (&mut self.per_segment, &wk.0.segment),
+            ] {
+                if let Some(n) = counts.get_mut(k) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        counts.remove(k);
+                    }
+                }
+            }
         }
         self.unsolicited.remove(wk);
+        self.claimed.remove(wk);
     }
 
     /// An access at `accessed` opened `wk`'s window: an unsolicited entry
-    /// becomes a window counted from the access. Returns whether recorded.
-    fn open(&mut self, wk: WindowKey, accessed: Instant, cap: usize) -> bool {
-        if self.unsolicited.contains(&wk) {
-            self.remove(&wk);
+    /// becomes a window counted from the access. Returns the cap that
+    /// refused it, if one did.
+    fn open(&mut self, wk: WindowKey, accessed: Instant, caps: Caps) -> Result<(), Limit> {
+        if self.unsolicited.remove(&wk) {
+            // It holds its place already; the window counts from the access
+            // (`record` alone never moves a window's start back).
+            self.windows.remove(&wk);
+            self.windows.record(wk, accessed);
+            return Ok(());
         }
-        self.record(wk, accessed, cap)
+        self.record(wk, accessed, caps)
     }
 
-    /// Recounts `per_connector` after a bulk change of `windows`.
+    /// Recounts after a bulk change of `windows`, dropping what refers to
+    /// windows that are gone.
     fn recount(&mut self) {
         self.per_connector.clear();
-        for (_, c) in self.windows.keys() {
+        self.per_segment.clear();
+        for (key, c) in self.windows.keys() {
             *self.per_connector.entry(c.clone()).or_default() += 1;
+            *self.per_segment.entry(key.segment.clone()).or_default() += 1;
         }
+        let Inner {
+            windows,
+            unsolicited,
+            claimed,
+            ..
+        } = self;
+        unsolicited.retain(|wk| windows.contains(wk));
+        claimed.retain(|wk| windows.contains(wk));
     }
 }
 
@@ -116,8 +201,10 @@ pub(crate) enum Claim {
     Forward,
     /// Held back by coalescing (renewed later).
     Coalesced,
-    /// The connector has `max_windows_per_connector` windows already.
-    Full,
+    /// A cap refused the window: the connector has
+    /// `max_windows_per_connector` windows already, or the segment
+    /// `max_windows_per_segment`.
+    Full(Limit),
 }
 
 /// What a report did to a window the CA did not start.
@@ -130,8 +217,8 @@ pub(crate) enum Adoption {
     /// No verified access asked for the report: kept as an unsolicited
     /// entry, never routed on.
     Unsolicited,
-    /// The connector has `max_windows_per_connector` windows already.
-    Full,
+    /// A cap refused it (see `Claim::Full`).
+    Full(Limit),
 }
 
 /// The windows and the coalescer. One per `Authority`.
@@ -150,7 +237,9 @@ impl OnAccess {
                 rechecks: HashSet::new(),
                 gap,
                 per_connector: HashMap::new(),
+                per_segment: HashMap::new(),
                 unsolicited: HashSet::new(),
+                claimed: HashSet::new(),
             }),
         }
     }
@@ -183,13 +272,13 @@ impl OnAccess {
     /// when the access the report's verified id names happened (`None`
     /// without a valid id). A verified access less than a window back
     /// opens (or lengthens) the window; anything else is at most an
-    /// unsolicited entry. Nothing is recorded beyond `cap` per connector.
+    /// unsolicited entry. Nothing is recorded beyond `caps`.
     pub(crate) fn adopt(
         &self,
         wk: WindowKey,
         accessed: Option<Instant>,
         now: Instant,
-        cap: usize,
+        caps: Caps,
     ) -> Adoption {
         let mut inner = lock(&self.inner);
         let window = inner.windows.window();
@@ -200,40 +289,40 @@ impl OnAccess {
                 inner.windows.record(wk, at);
                 Adoption::Live
             }
-            Some(at) => {
-                if inner.open(wk, at, cap) {
-                    Adoption::Adopted
-                } else {
-                    Adoption::Full
-                }
-            }
+            Some(at) => match inner.open(wk, at, caps) {
+                Ok(()) => Adoption::Adopted,
+                Err(limit) => Adoption::Full(limit),
+            },
             None if inner.windows.is_live(&wk, now) => Adoption::Live,
-            None => {
-                if inner.record(wk.clone(), now, cap) {
+            None => match inner.record(wk.clone(), now, caps) {
+                Ok(()) => {
                     inner.unsolicited.insert(wk);
                     Adoption::Unsolicited
-                } else {
-                    Adoption::Full
                 }
-            }
+                Err(limit) => Adoption::Full(limit),
+            },
         }
     }
 
     /// Whether an access to `wk` at `now` is to be forwarded (at most once
-    /// per gap; never when it would open a window beyond `cap` for the
-    /// connector); counts it as forwarded when so.
-    pub(crate) fn claim_forward(&self, wk: &WindowKey, now: Instant, cap: usize) -> Claim {
+    /// per gap; never when it would open a window beyond `caps`); counts it
+    /// as forwarded when so. A new window takes its place under the caps
+    /// here, under the same lock as the check, so concurrent accesses
+    /// cannot overshoot a cap; `forwarded` confirms it, `forward_failed`
+    /// gives the place back.
+    pub(crate) fn claim_forward(&self, wk: &WindowKey, now: Instant, caps: Caps) -> Claim {
         let mut inner = lock(&self.inner);
-        if !inner.windows.contains(wk)
-            && inner.per_connector.get(&wk.1).copied().unwrap_or(0) >= cap
-        {
-            return Claim::Full;
+        let new = !inner.windows.contains(wk);
+        if new && let Some(limit) = inner.full(wk, caps) {
+            return Claim::Full(limit);
         }
-        if inner.coalescer.should_forward(wk, now) {
-            Claim::Forward
-        } else {
-            Claim::Coalesced
+        if !inner.coalescer.should_forward(wk, now) {
+            return Claim::Coalesced;
         }
+        if new && inner.record(wk.clone(), now, caps).is_ok() {
+            inner.claimed.insert(wk.clone());
+        }
+        Claim::Forward
     }
 
     /// Whether a re-check of `wk` is to be forwarded at `now` although the
@@ -268,8 +357,11 @@ impl OnAccess {
     /// The access at `accessed` was forwarded (or renewed): starts or
     /// renews the window to end a window after it.
     pub(crate) fn forwarded(&self, wk: WindowKey, accessed: Instant) {
-        // Uncapped: `claim_forward` checked the cap.
-        lock(&self.inner).open(wk, accessed, usize::MAX);
+        let mut inner = lock(&self.inner);
+        inner.claimed.remove(&wk);
+        // Uncapped: `claim_forward` took the window's place (or a renewal
+        // renews a window that holds one).
+        let _ = inner.open(wk, accessed, Caps::NONE);
     }
 
     /// The renewals owed at `now` (accesses held back by coalescing whose
@@ -288,6 +380,10 @@ impl OnAccess {
         let mut inner = lock(&self.inner);
         inner.coalescer.forget(wk);
         inner.rechecks.remove(wk);
+        if inner.claimed.contains(wk) {
+            // The place `claim_forward` took for a window never sent.
+            inner.remove(wk);
+        }
     }
 
     /// Forgets every window and forward of `connector` (it disconnected and
@@ -297,8 +393,7 @@ impl OnAccess {
         inner.windows.retain(|(_, c)| c != connector);
         inner.coalescer.retain(|(_, c)| c != connector);
         inner.rechecks.retain(|(_, c)| c != connector);
-        inner.unsolicited.retain(|(_, c)| c != connector);
-        inner.per_connector.remove(connector);
+        inner.recount();
     }
 
     /// After a reload: the new window length, a fresh coalescer when the gap
@@ -317,12 +412,6 @@ impl OnAccess {
             inner.coalescer = Coalescer::new(effective_gap(window, gap));
         }
         inner.windows.retain(|(key, _)| keep(key));
-        let Inner {
-            windows,
-            unsolicited,
-            ..
-        } = &mut *inner;
-        unsolicited.retain(|wk| windows.contains(wk));
         inner.recount();
     }
 
@@ -334,7 +423,6 @@ impl OnAccess {
         for k in &expired {
             inner.coalescer.forget(k);
             inner.rechecks.remove(k);
-            inner.unsolicited.remove(k);
         }
         inner.coalescer.prune(now);
         if !expired.is_empty() {
@@ -375,16 +463,25 @@ mod tests {
 
     use super::*;
 
-    const CAP: usize = 10;
+    const N: usize = 10;
+    /// `N` windows per connector, no segment cap.
+    const CAP: Caps = Caps {
+        connector: N,
+        segment: usize::MAX,
+    };
 
     fn wk(host: &str) -> WindowKey {
+        wk_in("lab", host, "c1")
+    }
+
+    fn wk_in(segment: &str, host: &str, connector: &str) -> WindowKey {
         let key = AppKey {
-            segment: "lab".into(),
+            segment: segment.into(),
             host: Host::parse(host).expect("host"),
             protocol: Protocol::Tcp,
             port: 443,
         };
-        (key, "c1".into())
+        (key, connector.into())
     }
 
     /// Issue 12.7: with the default 60 s interval, accesses held back by
@@ -457,25 +554,120 @@ mod tests {
         let window = Duration::from_secs(60);
         let o = OnAccess::new(window, Duration::from_secs(10));
         let t0 = Instant::now();
-        for i in 0..CAP {
+        for i in 0..N {
             let k = wk(&format!("h{i}.lab.test"));
             assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
             o.forwarded(k, t0);
         }
         let extra = wk("extra.lab.test");
-        assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Full);
-        assert_eq!(o.adopt(extra.clone(), Some(t0), t0, CAP), Adoption::Full);
-        assert_eq!(o.adopt(extra.clone(), None, t0, CAP), Adoption::Full);
+        let full = Limit::Connector;
+        assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Full(full));
+        assert_eq!(
+            o.adopt(extra.clone(), Some(t0), t0, CAP),
+            Adoption::Full(full)
+        );
+        assert_eq!(o.adopt(extra.clone(), None, t0, CAP), Adoption::Full(full));
         // Another connector has its own allowance.
         let other = (extra.0.clone(), "c2".to_owned());
         assert_eq!(o.adopt(other.clone(), Some(t0), t0, CAP), Adoption::Adopted);
         assert_eq!(o.adopt(other, None, t0, CAP), Adoption::Live);
-        assert_eq!(o.count("c1"), CAP as u64);
+        assert_eq!(o.count("c1"), N as u64);
         o.end(&wk("h0.lab.test"));
         assert_eq!(o.adopt(extra, Some(t0), t0, CAP), Adoption::Adopted);
-        assert_eq!(o.expire(t0 + window).len(), CAP + 1);
+        assert_eq!(o.expire(t0 + window).len(), N + 1);
         assert_eq!(o.count("c1"), 0);
         assert_eq!(o.sizes().0, 0);
+    }
+
+    /// A forward takes its window's place when it is claimed: accesses
+    /// racing on other threads between the claim and the send cannot
+    /// overshoot the cap (the bench once held cap + 1). A failed send gives
+    /// the place back.
+    #[test]
+    fn a_claimed_forward_holds_its_place_under_the_cap() {
+        let o = OnAccess::new(Duration::from_secs(60), Duration::from_secs(10));
+        let t0 = Instant::now();
+        let keys: Vec<_> = (0..N).map(|i| wk(&format!("h{i}.lab.test"))).collect();
+        for k in &keys {
+            assert_eq!(o.claim_forward(k, t0, CAP), Claim::Forward);
+        }
+        // None of them is sent yet: the next one is refused all the same.
+        let extra = wk("extra.lab.test");
+        assert_eq!(
+            o.claim_forward(&extra, t0, CAP),
+            Claim::Full(Limit::Connector)
+        );
+        assert_eq!(
+            o.adopt(extra.clone(), None, t0, CAP),
+            Adoption::Full(Limit::Connector)
+        );
+        assert_eq!(o.count("c1"), N as u64);
+        // One send fails: its place is free again, and its window is gone.
+        o.forward_failed(&keys[0]);
+        assert!(!o.is_live(&keys[0].0, "c1", t0));
+        assert_eq!(o.count("c1"), (N - 1) as u64);
+        assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Forward);
+        // A sent one that later fails to renew keeps its window.
+        o.forwarded(keys[1].clone(), t0);
+        o.forward_failed(&keys[1]);
+        assert!(o.is_live(&keys[1].0, "c1", t0));
+        assert_eq!(o.count("c1"), N as u64);
+    }
+
+    /// Issue 12.5: windows are capped per segment too, all its connectors
+    /// together, so names sprayed under one segment leave the connectors
+    /// room for the others; ended windows free their place.
+    #[test]
+    fn windows_per_segment_are_capped() {
+        let window = Duration::from_secs(60);
+        let o = OnAccess::new(window, Duration::from_secs(10));
+        let caps = Caps {
+            connector: 10,
+            segment: 3,
+        };
+        let t0 = Instant::now();
+        let flood = ["a", "b", "c"].map(|h| wk_in("wild", &format!("{h}.wild.test"), "c1"));
+        for k in &flood[..2] {
+            assert_eq!(o.claim_forward(k, t0, caps), Claim::Forward);
+            o.forwarded(k.clone(), t0);
+        }
+        // The segment's third window, on another connector, by a report.
+        let on_c2 = wk_in("wild", "c.wild.test", "c2");
+        assert_eq!(
+            o.adopt(on_c2.clone(), Some(t0), t0, caps),
+            Adoption::Adopted
+        );
+        let full = Limit::Segment;
+        assert_eq!(o.claim_forward(&flood[2], t0, caps), Claim::Full(full));
+        assert_eq!(
+            o.adopt(flood[2].clone(), None, t0, caps),
+            Adoption::Full(full)
+        );
+        assert_eq!(
+            o.adopt(flood[2].clone(), Some(t0), t0, caps),
+            Adoption::Full(full)
+        );
+        // Renewing a window the segment holds is no new window.
+        assert_eq!(
+            o.claim_forward(&flood[0], t0 + Duration::from_secs(20), caps),
+            Claim::Forward
+        );
+        o.forwarded(flood[0].clone(), t0 + Duration::from_secs(20));
+        // Another segment on the same connectors still gets its windows.
+        let other = wk_in("lab", "x.lab.test", "c1");
+        assert_eq!(o.claim_forward(&other, t0, caps), Claim::Forward);
+        o.forwarded(other, t0);
+        // An ended window frees the segment's place.
+        o.end(&on_c2);
+        assert_eq!(o.claim_forward(&flood[2], t0, caps), Claim::Forward);
+        o.forwarded(flood[2].clone(), t0);
+        assert_eq!(o.count("c1"), 4);
+        assert_eq!(o.expire(t0 + window).len(), 3);
+        assert_eq!(o.expire(t0 + Duration::from_secs(20) + window).len(), 1);
+        assert_eq!(
+            o.claim_forward(&on_c2, t0 + window * 2, caps),
+            Claim::Forward
+        );
     }
 }
 
@@ -874,6 +1066,11 @@ mod opened_by_access {
         ids_cross_replicas((open(), open())).await;
     }
 
+    const CAPS: super::Caps = super::Caps {
+        connector: 10,
+        segment: 10,
+    };
+
     /// A window opened by a verified id ends a window after the access it
     /// names, not after the report.
     #[test]
@@ -884,7 +1081,7 @@ mod opened_by_access {
         let accessed = t0;
         let reported = t0 + Duration::from_secs(20);
         assert_eq!(
-            o.adopt(wk.clone(), Some(accessed), reported, 10),
+            o.adopt(wk.clone(), Some(accessed), reported, CAPS),
             super::Adoption::Adopted
         );
         assert!(o.is_live(&wk.0, "c1", t0 + Duration::from_secs(29)));
@@ -893,7 +1090,7 @@ mod opened_by_access {
         // a window.
         let other = (key("b.wild.test"), "c1".to_owned());
         assert_eq!(
-            o.adopt(other.clone(), None, t0, 10),
+            o.adopt(other.clone(), None, t0, CAPS),
             super::Adoption::Unsolicited
         );
         assert!(!o.is_live(&other.0, "c1", t0));

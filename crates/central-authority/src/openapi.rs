@@ -336,6 +336,58 @@ fn strings(description: &str) -> ArrayBuilder {
         .description(Some(description))
 }
 
+fn nullable_number(description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(
+            [Type::Number, Type::Null]
+                .into_iter()
+                .collect::<SchemaType>(),
+        )
+        .description(Some(description))
+        .build()
+}
+
+/// The user's location in an explanation (`policy::UserLocationNote`),
+/// null when the request named none.
+fn user_location_note() -> Object {
+    let number = |d: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .description(Some(d))
+    };
+    ObjectBuilder::new()
+        .schema_type(
+            [Type::Object, Type::Null]
+                .into_iter()
+                .collect::<SchemaType>(),
+        )
+        .description(Some(
+            "the request's `user_location` and whether `nearest` counted it (null when the \
+             request named none)",
+        ))
+        .property("latitude", number("degrees north"))
+        .property("longitude", number("degrees east"))
+        .property(
+            "used",
+            ObjectBuilder::new()
+                .schema_type(Type::Boolean)
+                .description(Some("whether each candidate's score includes its user RTT")),
+        )
+        .property(
+            "reason",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(
+                    "why (not): e.g. a reachable candidate's group has no location",
+                )),
+        )
+        .required("latitude")
+        .required("longitude")
+        .required("used")
+        .required("reason")
+        .build()
+}
+
 fn nullable_string(description: &str) -> Object {
     ObjectBuilder::new()
         .schema_type(
@@ -373,6 +425,33 @@ impl PartialSchema for CandidateNoteSchema {
             .property("status", status())
             .property("eligible", boolean("whether it could have been chosen"))
             .property("reason", string("why (not)"))
+            .property(
+                "rtt_ms",
+                nullable_number(
+                    "its smoothed RTT to the application in milliseconds, when it has reported one",
+                ),
+            )
+            .property(
+                "distance_km",
+                nullable_number(
+                    "nearest, with the user's location counted: great-circle distance from the \
+                     user to its group's location, kilometres",
+                ),
+            )
+            .property(
+                "user_rtt_ms",
+                nullable_number(
+                    "… and the round trip that distance costs at least (1 ms per 100 km), \
+                     milliseconds",
+                ),
+            )
+            .property(
+                "score_ms",
+                nullable_number(
+                    "nearest: what it was compared by, `rtt_ms` plus `user_rtt_ms` when the \
+                     location counts (null without an RTT)",
+                ),
+            )
             .required("connector")
             .required("group")
             .required("connected")
@@ -423,6 +502,7 @@ impl PartialSchema for ExplanationView {
                 "eligible_groups",
                 strings("group strategy: the eligible groups"),
             )
+            .property("user_location", user_location_note())
             .property(
                 "chosen_group",
                 nullable_string("group strategy: the group chosen first"),
@@ -639,19 +719,24 @@ pub fn operations() -> Vec<Op> {
     let access_ok = json!({
         "connector": "c1", "group": "dc-east", "segment": "jira",
         "explanation": {
-            "segment": "jira", "matched_entry": "jira.lanukcorp.com", "strategy": "healthy",
+            "segment": "jira", "matched_entry": "jira.lanukcorp.com", "strategy": "nearest",
             "mode": "continuous",
             "candidates": [{"connector": "c1", "group": "dc-east", "connected": true,
-                            "status": "up", "eligible": true, "reason": "reports the application up"}],
-            "eligible_groups": [], "chosen_group": null, "forwarded_to": [],
+                            "status": "up", "eligible": true, "rtt_ms": 5.0,
+                            "distance_km": 477.9, "user_rtt_ms": 4.779, "score_ms": 9.779,
+                            "reason": "reports the application up; rtt 5.000 ms + 4.779 ms from the user (477.9 km) = score 9.779 ms is within the tolerance of the nearest (9.779 ms best, up to 11.779 ms): drawn at random among these"}],
+            "eligible_groups": [],
+            "user_location": {"latitude": 48.85, "longitude": 2.35, "used": true,
+                "reason": "used: each candidate's score is its rtt plus the round trip from the user to its group's location (1 ms per 100 km of great-circle distance)"},
+            "chosen_group": null, "forwarded_to": [],
             "discovery_waited": false, "discovery_ms": 0,
         },
     });
     let refusal = |reason: &str, message: &str| {
         json!({"error": {"reason": reason, "message": message}, "explanation": {
             "segment": null, "matched_entry": null, "strategy": "healthy", "mode": null,
-            "candidates": [], "eligible_groups": [], "chosen_group": null, "forwarded_to": [],
-            "discovery_waited": false, "discovery_ms": 0,
+            "candidates": [], "eligible_groups": [], "user_location": null, "chosen_group": null,
+            "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0,
         }})
     };
     let refusal_response = |reasons: &[RefusalReason], description: &str| {
@@ -913,7 +998,8 @@ pub fn operations() -> Vec<Op> {
                 "description": "Matches the request to a segment and picks a connector that reports the application reachable (on-access segments: forwards the access and waits for discovery). A refusal is an answer with its reason and the explanation.",
                 "tags": ["access"],
                 "requestBody": {"required": true, "content": json_body("AccessBody",
-                    json!({"host": "jira.lanukcorp.com", "protocol": "tcp", "port": 80}))},
+                    json!({"host": "jira.lanukcorp.com", "protocol": "tcp", "port": 80,
+                        "user_location": {"latitude": 48.85, "longitude": 2.35}}))},
                 "responses": {
                     "200": {"description": "the selected connector",
                         "content": json_body("SelectedBody", access_ok)},

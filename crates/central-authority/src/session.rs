@@ -924,8 +924,9 @@ impl Authority {
     /// what the connector reports. Returns whether a window was adopted or
     /// a forced re-check answered (either may change a decision), and
     /// whether to store the entry: not when its window would be one more
-    /// than `max_windows_per_connector` (counted in `windows_refused`), so
-    /// a report cannot grow the CA beyond the cap.
+    /// than the caps allow (`max_windows_per_connector`,
+    /// `max_windows_per_segment`; counted in `windows_refused`), so a
+    /// report cannot grow the CA beyond them.
     fn follow_window(
         &self,
         identity: &Identity,
@@ -954,7 +955,7 @@ impl Authority {
             // opened them; keep the rest as unsolicited entries.
             match self
                 .on_access()
-                .adopt(wk, accessed, now, settings.max_windows_per_connector)
+                .adopt(wk, accessed, now, settings.window_caps())
             {
                 Adoption::Live => (false, true),
                 Adoption::Adopted => (true, true),
@@ -962,7 +963,7 @@ impl Authority {
                     self.metrics().unsolicited_entries.inc();
                     (false, true)
                 }
-                Adoption::Full => {
+                Adoption::Full(_) => {
                     Metrics::count(&self.metrics().windows_refused, "report");
                     (false, false)
                 }

@@ -142,6 +142,31 @@ pub struct ApplicationView {
     /// ports as configured, e.g. `tcp 80, 443; udp 53`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ports: Option<String>,
+    /// The segment's flap damping when it is not the default 1/1: each
+    /// connector's status (and so every transition listed) changes only
+    /// after this many consecutive results.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damping: Option<DampingView>,
+}
+
+/// A segment's flap damping (`rise`/`fall`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct DampingView {
+    /// Consecutive better results before a status improves (e.g. to Up).
+    pub rise: u32,
+    /// Consecutive worse results before a status degrades (e.g. to Down).
+    pub fall: u32,
+}
+
+impl DampingView {
+    /// `segment`'s damping, unless it is the default (every result shows).
+    fn of(segment: &Segment) -> Option<DampingView> {
+        let d = segment.damping;
+        (d != policy::Damping::default()).then_some(DampingView {
+            rise: d.rise(),
+            fall: d.fall(),
+        })
+    }
 }
 
 /// A connector as the CA sees it.
@@ -689,6 +714,7 @@ impl Authority {
         ApplicationView {
             note,
             ports: None,
+            damping: DampingView::of(segment),
             status: Status::best(connectors.iter().map(|c| c.status)),
             segment: key.segment,
             host: key.host.into_string(),
@@ -838,6 +864,7 @@ fn discovery_rows(s: &policy::Segment) -> Vec<ApplicationView> {
                 "checked_on_access"
             }),
             ports: Some(described.clone()),
+            damping: DampingView::of(s),
         })
         .collect()
 }

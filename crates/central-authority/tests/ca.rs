@@ -281,6 +281,7 @@ async fn every_refusal_reason_is_reachable() {
         host: "nothing.test.reach".into(),
         protocol: v1::Protocol::Tcp as i32,
         port: 80,
+        user_location: None,
     });
     req.metadata_mut().insert(
         "authorization",
@@ -297,6 +298,7 @@ async fn every_refusal_reason_is_reachable() {
         host: "x".into(),
         protocol: 0,
         port: 80,
+        user_location: None,
     });
     req.metadata_mut().insert(
         "authorization",

@@ -408,6 +408,8 @@ async fn application_detail_is_one_row_of_the_listing() {
     assert_eq!(c["connector"], "east-1");
     assert_eq!(c["addresses"][1]["error"], "refused: connection refused");
     assert!(c["checked_age_ms"].is_u64(), "{c}");
+    // Default damping (1/1) is not shown.
+    assert!(v["application"].get("damping").is_none(), "{v}");
     let (s, v) = http
         .get_json(
             "/api/v1/application?segment=jira&host=nowhere.test.reach&protocol=tcp&port=80",
@@ -425,6 +427,44 @@ async fn application_detail_is_one_row_of_the_listing() {
             .is_some_and(|m| m.starts_with("host:")),
         "{v}"
     );
+    ca.stop().await;
+}
+
+/// Issue 16.2: the detail of an application in a damped segment says so
+/// (the page's history note names rise and fall), and only there.
+#[tokio::test]
+async fn a_damped_segment_shows_its_thresholds_in_the_detail() {
+    let flappy = r#"
+[[segments]]
+name = "flappy"
+applications = ["flappy.test.reach"]
+tcp_ports = ["80"]
+health_reporting = "continuous"
+rise = 2
+fall = 3
+connector_groups = ["dc-east"]
+"#;
+    let ca = Ca::start(&config_text("", "discovery_timeout_ms = 400", flappy)).await;
+    let http = ca.web();
+    let (s, v) = http
+        .get_json(
+            "/api/v1/application?segment=flappy&host=flappy.test.reach&protocol=tcp&port=80",
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["application"]["damping"],
+        serde_json::json!({ "rise": 2, "fall": 3 })
+    );
+    let (s, v) = http
+        .get_json(
+            "/api/v1/application?segment=jira&host=jira.test.reach&protocol=tcp&port=80",
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert!(v["application"].get("damping").is_none(), "{v}");
     ca.stop().await;
 }
 

@@ -352,3 +352,237 @@ async fn nearest_follows_the_smoothed_rtt_the_connectors_report() {
     assert_eq!(draw(10).await.0.get("e1"), Some(&10));
     ca.stop().await;
 }
+
+/// An application result of segment `geo` for `127.0.0.22:80`, Up with
+/// every address at `rtt_ms`.
+fn geo_app(rtt_ms: u64) -> protocol::v1::ApplicationHealth {
+    let mut a = app("geo", "127.0.0.22", 80, &["127.0.0.22"], &[]);
+    for r in &mut a.addresses {
+        r.rtt_us = rtt_ms * 1000;
+    }
+    a
+}
+
+/// Paris, where the user of most requests below is.
+const PARIS: (f64, f64) = (48.8566, 2.3522);
+
+/// `POST /api/v1/access` for the `geo` application, with the user at
+/// `at` when given.
+async fn access_from(http: &Http, at: Option<(f64, f64)>) -> (u16, serde_json::Value) {
+    let mut body = serde_json::json!({"host": "127.0.0.22", "protocol": "tcp", "port": 80});
+    if let Some((latitude, longitude)) = at {
+        body["user_location"] = serde_json::json!({"latitude": latitude, "longitude": longitude});
+    }
+    let (s, text) = http
+        .send("POST", "/api/v1/access", Some(ACCESS_TOKEN), Some(body))
+        .await;
+    (
+        s,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}")),
+    )
+}
+
+/// Issue 16.1, the user's location: with dc-east in Frankfurt and dc-west
+/// in New York, a request from Paris goes to dc-east's connector although
+/// dc-west's reports a lower RTT to the application (5 ms + ~4.8 ms for the
+/// 478 km against 1 ms + ~58 ms for 5,837 km); without a location the
+/// lower RTT wins, and from Boston dc-west wins. Through the real HTTP API
+/// and gRPC; bad locations are refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearest_weighs_the_users_distance_to_each_group() {
+    let text = config_text(
+        "",
+        "strategy = \"nearest\"",
+        r#"
+[[segments]]
+name = "geo"
+applications = ["127.0.0.22"]
+tcp_ports = ["80"]
+health_reporting = "continuous"
+report_interval_s = 60
+connector_groups = ["dc-east", "dc-west"]
+"#,
+    )
+    .replace(
+        &format!("provisioning_key = \"{KEY_EAST}\""),
+        &format!(
+            "provisioning_key = \"{KEY_EAST}\"\nlocation = {{ latitude = 50.1109, longitude = 8.6821 }}"
+        ),
+    )
+    .replace(
+        &format!("provisioning_key = \"{KEY_WEST}\""),
+        &format!(
+            "provisioning_key = \"{KEY_WEST}\"\nlocation = {{ latitude = 40.7128, longitude = -74.006 }}"
+        ),
+    );
+    let ca = Ca::start(&text).await;
+    let (east, _) = connect(&ca, "fra-1", "dc-east").await;
+    let (west, _) = connect(&ca, "ny-1", "dc-west").await;
+    east.report(vec![geo_app(5)], true).await;
+    west.report(vec![geo_app(1)], true).await;
+    let http: &'static Http = Box::leak(Box::new(ca.web()));
+    eventually("both connectors up with their RTTs", || async {
+        http.app("geo", "127.0.0.22", 80).await.is_some_and(|v| {
+            v["connectors"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .filter(|c| c["status"] == "up" && c["smoothed_rtt_ms"].as_f64().is_some())
+                    .count()
+                    == 2
+            })
+        })
+    })
+    .await;
+
+    let draw = |at: Option<(f64, f64)>, n: usize| async move {
+        let mut chosen: HashMap<String, usize> = HashMap::new();
+        let mut last = serde_json::Value::Null;
+        for _ in 0..n {
+            let (s, v) = access_from(http, at).await;
+            assert_eq!(s, 200, "{v}");
+            *chosen
+                .entry(v["connector"].as_str().unwrap_or_default().to_owned())
+                .or_default() += 1;
+            last = v;
+        }
+        (chosen, last)
+    };
+    // No location: the lower application RTT wins.
+    let (chosen, last) = draw(None, 20).await;
+    assert_eq!(chosen.get("ny-1"), Some(&20), "{chosen:?}");
+    assert_eq!(
+        last["explanation"]["user_location"],
+        serde_json::Value::Null
+    );
+
+    // From Paris: Frankfurt's connector, and the explanation says why.
+    let (chosen, last) = draw(Some(PARIS), 20).await;
+    assert_eq!(chosen.get("fra-1"), Some(&20), "{chosen:?}");
+    let e = &last["explanation"];
+    assert_eq!(e["user_location"]["used"], true, "{e}");
+    assert_eq!(e["user_location"]["latitude"], PARIS.0, "{e}");
+    let note = |name: &str| {
+        e["candidates"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["connector"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {e}"))
+    };
+    let (fra, ny) = (note("fra-1"), note("ny-1"));
+    assert_eq!(fra["eligible"], true, "{fra}");
+    assert_eq!(ny["eligible"], false, "{ny}");
+    assert!(
+        fra["distance_km"]
+            .as_f64()
+            .is_some_and(|km| (km - 478.0).abs() < 5.0),
+        "{fra}"
+    );
+    assert!(
+        ny["distance_km"]
+            .as_f64()
+            .is_some_and(|km| (km - 5837.0).abs() < 10.0),
+        "{ny}"
+    );
+    let score = |n: &serde_json::Value| n["score_ms"].as_f64().unwrap_or_default();
+    assert!(
+        (score(&fra) - 5.0 - fra["user_rtt_ms"].as_f64().unwrap_or_default()).abs() < 1e-6,
+        "{fra}"
+    );
+    assert!(score(&ny) > score(&fra) + 40.0, "{ny} {fra}");
+    assert!(
+        fra["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("from the user (477.9 km) = score")
+                && r.contains("within the tolerance")),
+        "{fra}"
+    );
+    assert!(
+        ny["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("a nearer connector is reachable")),
+        "{ny}"
+    );
+
+    // From Boston, New York's connector is both nearer and faster.
+    let (chosen, _) = draw(Some((42.3601, -71.0589)), 10).await;
+    assert_eq!(chosen.get("ny-1"), Some(&10), "{chosen:?}");
+
+    // Out of range or wrongly shaped: 400 naming the field.
+    for (body, field) in [
+        (
+            serde_json::json!({"latitude": 91.0, "longitude": 2.0}),
+            "user_location.latitude 91",
+        ),
+        (
+            serde_json::json!({"latitude": 48.0, "longitude": -181}),
+            "user_location.longitude -181",
+        ),
+        (serde_json::json!({"latitude": 48.0}), "longitude"),
+    ] {
+        let (s, text) = http
+            .send(
+                "POST",
+                "/api/v1/access",
+                Some(ACCESS_TOKEN),
+                Some(
+                    serde_json::json!({"host": "127.0.0.22", "protocol": "tcp", "port": 80,
+                    "user_location": body}),
+                ),
+            )
+            .await;
+        assert_eq!(s, 400, "{text}");
+        assert!(
+            text.contains("invalid_request") && text.contains(field),
+            "{field}: {text}"
+        );
+    }
+
+    // The same through gRPC.
+    let mut client = protocol::v1::access_client::AccessClient::new(ca.channel().await);
+    let grpc = |latitude: f64, longitude: f64| {
+        let mut req = tonic::Request::new(protocol::v1::AccessRequest {
+            host: "127.0.0.22".into(),
+            protocol: protocol::v1::Protocol::Tcp as i32,
+            port: 80,
+            user_location: Some(protocol::v1::GeoLocation {
+                latitude,
+                longitude,
+            }),
+        });
+        req.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
+        );
+        req
+    };
+    let d = client
+        .resolve(grpc(PARIS.0, PARIS.1))
+        .await
+        .expect("answered")
+        .into_inner();
+    match d.outcome {
+        Some(protocol::v1::access_decision::Outcome::Selected(s)) => {
+            assert_eq!(s.connector, "fra-1")
+        }
+        other => panic!("expected a selection, got {other:?}"),
+    }
+    let e = d.explanation.expect("explanation");
+    assert!(e.user_location.is_some_and(|u| u.used));
+    assert!(
+        e.candidates
+            .iter()
+            .all(|c| c.distance_km.is_some() && c.user_rtt_us.is_some() && c.score_us.is_some()),
+        "{:?}",
+        e.candidates
+    );
+    let err = client
+        .resolve(grpc(f64::NAN, 2.0))
+        .await
+        .expect_err("invalid");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("user_location.latitude"),
+        "{}",
+        err.message()
+    );
+    ca.stop().await;
+}

@@ -1,5 +1,6 @@
 //! Criterion benchmarks of `policy`'s access-path hot spots: connector
-//! selection (healthy, nearest, group) with 10, 100 and 1,000 candidates, and request matching against
+//! selection (healthy, nearest, group) with 10, 100 and 1,000 candidates (nearest also with
+//! the user's location at 100), and request matching against
 //! 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
 
 use std::hint::black_box;
@@ -7,8 +8,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use policy::{
-    AppEntry, Candidate, HealthReporting, Host, PortRange, Protocol, Request, Segment,
-    SegmentIndex, Status, Strategy, select,
+    AppEntry, Candidate, HealthReporting, Host, Location, PortRange, Protocol, Proximity, Request,
+    Segment, SegmentIndex, Status, Strategy, Tolerance, select, select_with,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -25,6 +26,7 @@ fn candidates(n: usize) -> Vec<Candidate> {
             // Smoothed RTTs spread over 0.5-50 ms, a handful within the
             // tolerance of the best.
             rtt: Some(Duration::from_micros(500 + (i as u64 * 7919) % 49_500)),
+            location: None,
         })
         .collect()
 }
@@ -54,6 +56,41 @@ fn bench_select(c: &mut Criterion) {
                 )
             });
         });
+        if n == 100 {
+            // The same with the user's location counted: every group
+            // placed, the user in Paris (a haversine per candidate).
+            let placed: Vec<Candidate> = cands
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Candidate {
+                    location: Location::new(
+                        40.0 + i as f64 % 4.0 * 3.0,
+                        -70.0 + i as f64 % 4.0 * 25.0,
+                    )
+                    .ok(),
+                    ..c.clone()
+                })
+                .collect();
+            let proximity = Proximity {
+                tolerance: Tolerance::default(),
+                user: Location::new(48.8566, 2.3522).ok(),
+            };
+            group.bench_with_input(
+                BenchmarkId::new("nearest_located", n),
+                &placed,
+                |b, cands| {
+                    b.iter(|| {
+                        select_with(
+                            black_box(cands),
+                            HealthReporting::Continuous,
+                            Strategy::Nearest,
+                            proximity,
+                            &mut rng,
+                        )
+                    });
+                },
+            );
+        }
         group.bench_with_input(BenchmarkId::new("group", n), &cands, |b, cands| {
             b.iter(|| {
                 select(

@@ -1,6 +1,6 @@
 //! reach's pure domain logic: the policy model, its validation, check
 //! planning and policy dry-runs, application status, request matching,
-//! connector selection and on-access window bookkeeping.
+//! connector selection (with the user→group distance `location` measures) and on-access window bookkeeping.
 //!
 //! **Invariant:** this crate does no I/O and depends on neither tokio nor
 //! tonic. It never reads a clock (time comes in as an argument) and draws
@@ -12,6 +12,7 @@
 pub mod damping;
 pub mod dryrun;
 pub mod host;
+pub mod location;
 pub mod matching;
 pub mod model;
 pub mod plan;
@@ -27,6 +28,9 @@ pub use dryrun::{
     SegmentPlan, diff_policies, plan_policy,
 };
 pub use host::{Host, HostError};
+pub use location::{
+    EARTH_RADIUS_KM, KM_PER_RTT_MS, Location, LocationError, LocationSpec, estimated_rtt,
+};
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol,
@@ -37,9 +41,9 @@ pub use plan::{
 };
 pub use report::ApplicationReport;
 pub use select::{
-    Candidate, CandidateNote, Decision, Eligibility, Explanation, RTT_WEIGHT, RefusalReason,
-    Strategy, Tolerance, Verdict, explain, explain_with, rtt_sample, select, select_with,
-    smooth_rtt,
+    Candidate, CandidateNote, Decision, Eligibility, Explanation, LocationUse, Proximity,
+    RTT_WEIGHT, RefusalReason, Strategy, Tolerance, UserLocationNote, Verdict, explain,
+    explain_with, rtt_sample, select, select_with, smooth_rtt,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

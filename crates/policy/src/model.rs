@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::damping::Damping;
 use crate::host::Host;
+use crate::location::Location;
 use crate::select::Strategy;
 
 /// Transport protocol of an application port.
@@ -379,6 +380,9 @@ pub struct ConnectorGroup {
     pub name: String,
     /// Which DNS records its connectors ask for.
     pub dns_resolution: DnsResolution,
+    /// Where its connectors are, if configured: `nearest` adds the round
+    /// trip from the user's location to it (see `select`).
+    pub location: Option<Location>,
 }
 
 /// A validated policy: every segment's groups exist and names are unique.

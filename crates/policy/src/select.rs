@@ -12,7 +12,10 @@
 //!   (`Tolerance`: a percentage or an absolute margin, whichever is
 //!   larger); uniformly at random among them. Candidates without an RTT
 //!   come after any with one; when no reachable candidate has an RTT it is
-//!   `Healthy`.
+//!   `Healthy`. When the request names the user's location and every
+//!   reachable candidate's group has one, a candidate's score is its RTT
+//!   plus the round trip the user→group distance costs at least
+//!   (`location::estimated_rtt`), and the band is taken over scores.
 //!
 //! For `none` segments every connected candidate counts as Up.
 //!
@@ -29,6 +32,7 @@ use std::time::Duration;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
+use crate::location::{Location, estimated_rtt};
 use crate::model::HealthReporting;
 use crate::status::Status;
 
@@ -91,6 +95,8 @@ pub struct Candidate {
     /// Its smoothed round-trip time to the application (`smooth_rtt` over
     /// its reports), if it has reported one.
     pub rtt: Option<Duration>,
+    /// Its group's configured location, if the group has one.
+    pub location: Option<Location>,
 }
 
 /// How far from the best RTT a candidate may be and still count as
@@ -118,6 +124,26 @@ impl Tolerance {
     pub fn threshold(self, best: Duration) -> Duration {
         let relative = best.saturating_mul(self.percent) / 100;
         best.saturating_add(relative.max(self.absolute))
+    }
+}
+
+/// What the nearest strategy measures candidates by besides their RTT: the
+/// band's tolerance and, when the access request names one, the user's
+/// location.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Proximity {
+    /// How far above the best score a candidate may be.
+    pub tolerance: Tolerance,
+    /// Where the user is, if the request says.
+    pub user: Option<Location>,
+}
+
+impl From<Tolerance> for Proximity {
+    fn from(tolerance: Tolerance) -> Self {
+        Proximity {
+            tolerance,
+            user: None,
+        }
     }
 }
 
@@ -214,16 +240,17 @@ pub enum Verdict {
     Down,
     /// Group strategy: its group is eligible and it does not report Down.
     InEligibleGroup(Status),
-    /// Nearest strategy: reachable, and its RTT is within the tolerance of
-    /// the best reachable candidate's.
+    /// Nearest strategy: reachable, and its score (RTT, plus the user's
+    /// estimated RTT when the location counts: `Eligibility::user_rtt`) is
+    /// within the tolerance of the best reachable candidate's.
     Near {
         /// Its status (reachable).
         status: Status,
         /// Its smoothed RTT.
         rtt: Duration,
-        /// The best reachable candidate's smoothed RTT.
+        /// The best reachable candidate's score.
         best: Duration,
-        /// The largest RTT within the tolerance.
+        /// The largest score within the tolerance.
         threshold: Duration,
     },
     /// Nearest strategy: reachable, but a reachable candidate is nearer by
@@ -231,9 +258,9 @@ pub enum Verdict {
     Farther {
         /// Its smoothed RTT.
         rtt: Duration,
-        /// The best reachable candidate's smoothed RTT.
+        /// The best reachable candidate's score.
         best: Duration,
-        /// The largest RTT within the tolerance.
+        /// The largest score within the tolerance.
         threshold: Duration,
     },
     /// Nearest strategy: reachable, but it has reported no RTT while other
@@ -255,8 +282,9 @@ impl Verdict {
         }
     }
 
-    /// The sentence an explanation shows for `c`.
-    fn reason(self, c: &Candidate) -> String {
+    /// The sentence an explanation shows for `c`, whose group is `km` from
+    /// the user, a round trip of `user`, when the user's location counts.
+    fn reason(self, c: &Candidate, user: Option<(f64, Duration)>) -> String {
         match self {
             Verdict::NotConnected => "not connected".to_owned(),
             Verdict::AssumedReachable => {
@@ -278,8 +306,8 @@ impl Verdict {
                 best,
                 threshold,
             } => format!(
-                "reports the application {status}; rtt {} is within the tolerance of the nearest ({} best, up to {}): drawn at random among these",
-                ms(rtt),
+                "reports the application {status}; {} is within the tolerance of the nearest ({} best, up to {}): drawn at random among these",
+                score_terms(rtt, user),
                 ms(best),
                 ms(threshold)
             ),
@@ -288,8 +316,8 @@ impl Verdict {
                 best,
                 threshold,
             } => format!(
-                "reports the application reachable, but rtt {} is beyond {} (best {} plus tolerance): a nearer connector is reachable",
-                ms(rtt),
+                "reports the application reachable, but {} is beyond {} (best {} plus tolerance): a nearer connector is reachable",
+                score_terms(rtt, user),
                 ms(threshold),
                 ms(best)
             ),
@@ -305,6 +333,91 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// What a nearest score is made of: `rtt 1.000 ms`, or with the user's
+/// location `rtt 1.000 ms + 3.436 ms from the user (343.6 km) = score
+/// 4.436 ms`.
+fn score_terms(rtt: Duration, user: Option<(f64, Duration)>) -> String {
+    match user {
+        None => format!("rtt {}", ms(rtt)),
+        Some((km, u)) => format!(
+            "rtt {} + {} from the user ({km:.1} km) = score {}",
+            ms(rtt),
+            ms(u),
+            ms(rtt.saturating_add(u))
+        ),
+    }
+}
+
+/// Whether the user's location counted in a nearest decision, and if not,
+/// why not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocationUse<'a> {
+    /// The request named no location.
+    NotGiven,
+    /// Each reachable candidate's score includes its estimated user RTT.
+    Used,
+    /// The strategy is not `nearest`.
+    OtherStrategy(Strategy),
+    /// A `none` segment measures nothing to add a distance to.
+    NothingMeasured,
+    /// No reachable candidate has reported an RTT (nearest is healthy).
+    NoRtt,
+    /// No connected candidate reports the application reachable.
+    NoneReachable,
+    /// This reachable candidate's group has no location: distances would
+    /// not compare fairly, so none counts.
+    GroupWithout {
+        /// The group without a location.
+        group: &'a str,
+        /// One of its reachable connectors.
+        connector: &'a str,
+    },
+}
+
+impl<'a> LocationUse<'a> {
+    /// Whether a given user location counts among the reachable
+    /// candidates `pool` of a measured segment under `nearest`: only when
+    /// every one has a group location and one has an RTT.
+    fn among(pool: impl Iterator<Item = &'a Candidate> + Clone) -> Self {
+        if pool.clone().next().is_none() {
+            LocationUse::NoneReachable
+        } else if let Some(c) = pool.clone().find(|c| c.location.is_none()) {
+            LocationUse::GroupWithout {
+                group: &c.group,
+                connector: &c.connector,
+            }
+        } else if pool.clone().all(|c| c.rtt.is_none()) {
+            LocationUse::NoRtt
+        } else {
+            LocationUse::Used
+        }
+    }
+
+    /// The sentence an explanation shows.
+    fn reason(self) -> String {
+        match self {
+            LocationUse::NotGiven => "the request names no location".to_owned(),
+            LocationUse::Used => format!(
+                "used: each candidate's score is its rtt plus the round trip from the user to its group's location (1 ms per {} km of great-circle distance)",
+                crate::location::KM_PER_RTT_MS
+            ),
+            LocationUse::OtherStrategy(s) => {
+                format!("not used: strategy {s} does not weigh distance")
+            }
+            LocationUse::NothingMeasured => {
+                "not used: the segment has health_reporting = \"none\", so no rtt is measured to add it to".to_owned()
+            }
+            LocationUse::NoRtt => {
+                "not used: no reachable connector has reported an rtt yet".to_owned()
+            }
+            LocationUse::NoneReachable => "not used: no connector is reachable".to_owned(),
+            LocationUse::GroupWithout { group, connector } => format!(
+                "not used: group {group:?} (of reachable connector {connector:?}) has no location, so distances would not compare fairly"
+            ),
+        }
+    }
+}
+
 /// Who may carry a request: the one place the eligibility rule is written.
 /// `select` draws from it and `explain` reports it, so the two cannot
 /// disagree.
@@ -316,27 +429,46 @@ pub struct Eligibility<'a> {
     /// reporting reachable, in first-seen order (empty, and not allocated,
     /// for the healthy strategy).
     groups: Vec<&'a str>,
-    /// Nearest strategy: the best reachable candidate's RTT and the largest
-    /// RTT within the tolerance (None: no reachable candidate has an RTT).
+    /// Nearest strategy: the best reachable candidate's score and the
+    /// largest score within the tolerance (None: no reachable candidate
+    /// has an RTT).
     nearest: Option<(Duration, Duration)>,
+    /// Nearest strategy, when the user's location counts (`Used`): each
+    /// distinct group location of a candidate with its distance
+    /// from the user (km) and estimated RTT, computed once per decision
+    /// (groups are few; candidates many).
+    places: Vec<(Location, f64, Duration)>,
+    /// Whether and why (not) the user's location counts.
+    location: LocationUse<'a>,
 }
 
 impl<'a> Eligibility<'a> {
     /// The eligibility rule for `candidates` of a segment in `mode`, with
     /// the default `Tolerance` for the nearest strategy.
     pub fn new(candidates: &'a [Candidate], mode: HealthReporting, strategy: Strategy) -> Self {
-        Self::with_tolerance(candidates, mode, strategy, Tolerance::default())
+        Self::with_tolerance(candidates, mode, strategy, Proximity::default())
     }
 
-    /// The eligibility rule, with `tolerance` for the nearest strategy.
+    /// The eligibility rule, with `proximity` (tolerance and the user's
+    /// location) for the nearest strategy. The user's location counts only
+    /// when every reachable candidate's group has one: a candidate without
+    /// would otherwise be compared on half its path.
     pub fn with_tolerance(
         candidates: &'a [Candidate],
         mode: HealthReporting,
         strategy: Strategy,
-        tolerance: Tolerance,
+        proximity: impl Into<Proximity>,
     ) -> Self {
+        let proximity = proximity.into();
         let mut groups: Vec<&str> = Vec::new();
         let mut nearest = None;
+        let mut places = Vec::new();
+        let mut location = match proximity.user {
+            None => LocationUse::NotGiven,
+            Some(_) if strategy != Strategy::Nearest => LocationUse::OtherStrategy(strategy),
+            Some(_) if mode == HealthReporting::None => LocationUse::NothingMeasured,
+            Some(_) => LocationUse::Used,
+        };
         match strategy {
             Strategy::Group => {
                 for c in candidates {
@@ -346,12 +478,27 @@ impl<'a> Eligibility<'a> {
                 }
             }
             Strategy::Nearest if mode != HealthReporting::None => {
-                nearest = candidates
-                    .iter()
-                    .filter(|c| reachable(c, mode))
-                    .filter_map(|c| c.rtt)
-                    .min()
-                    .map(|best| (best, tolerance.threshold(best)));
+                let pool = candidates.iter().filter(|c| reachable(c, mode));
+                if location == LocationUse::Used {
+                    location = LocationUse::among(pool.clone());
+                }
+                if let (LocationUse::Used, Some(user)) = (location, proximity.user) {
+                    // Every candidate's, so the explanation shows the
+                    // distance of unreachable ones too.
+                    for place in candidates.iter().filter_map(|c| c.location) {
+                        if !places.iter().any(|(p, _, _)| *p == place) {
+                            let km = user.distance_km(place);
+                            places.push((place, km, estimated_rtt(km)));
+                        }
+                    }
+                }
+                let best = if places.is_empty() {
+                    pool.filter_map(|c| c.rtt).min()
+                } else {
+                    pool.filter_map(|c| Some(c.rtt?.saturating_add(user_rtt(&places, c)?)))
+                        .min()
+                };
+                nearest = best.map(|best| (best, proximity.tolerance.threshold(best)));
             }
             Strategy::Nearest | Strategy::Healthy => {}
         }
@@ -360,10 +507,13 @@ impl<'a> Eligibility<'a> {
             strategy,
             groups,
             nearest,
+            places,
+            location,
         }
     }
 
     /// Whether and why `c` may be chosen.
+    #[inline]
     pub fn verdict(&self, c: &Candidate) -> Verdict {
         if !c.connected {
             return Verdict::NotConnected;
@@ -375,23 +525,59 @@ impl<'a> Eligibility<'a> {
             Strategy::Nearest => match (self.nearest, c.rtt) {
                 _ if !c.status.is_reachable() => Verdict::Reports(c.status),
                 (None, _) => Verdict::Reports(c.status),
-                (Some((best, threshold)), Some(rtt)) if rtt <= threshold => Verdict::Near {
-                    status: c.status,
-                    rtt,
-                    best,
-                    threshold,
-                },
-                (Some((best, threshold)), Some(rtt)) => Verdict::Farther {
-                    rtt,
-                    best,
-                    threshold,
-                },
+                (Some((best, threshold)), Some(rtt)) => {
+                    // The common case, no location, stays a comparison.
+                    let score = match self.user_rtt(c) {
+                        None => rtt,
+                        Some(u) => rtt.saturating_add(u),
+                    };
+                    if score <= threshold {
+                        Verdict::Near {
+                            status: c.status,
+                            rtt,
+                            best,
+                            threshold,
+                        }
+                    } else {
+                        Verdict::Farther {
+                            rtt,
+                            best,
+                            threshold,
+                        }
+                    }
+                }
                 (Some(_), None) => Verdict::NoRtt,
             },
             Strategy::Group if !self.groups.contains(&c.group.as_str()) => Verdict::GroupIneligible,
             Strategy::Group if c.status == Status::Down => Verdict::Down,
             Strategy::Group => Verdict::InEligibleGroup(c.status),
         }
+    }
+
+    /// The estimated round trip from the user to `c`'s group, when the
+    /// user's location counts.
+    #[inline]
+    pub fn user_rtt(&self, c: &Candidate) -> Option<Duration> {
+        if self.places.is_empty() {
+            return None;
+        }
+        self.place(c).map(|(_, _, rtt)| rtt)
+    }
+
+    /// The distance from the user to `c`'s group (km), when the user's
+    /// location counts.
+    pub fn user_distance(&self, c: &Candidate) -> Option<f64> {
+        self.place(c).map(|(_, km, _)| km)
+    }
+
+    fn place(&self, c: &Candidate) -> Option<(Location, f64, Duration)> {
+        let at = c.location?;
+        self.places.iter().copied().find(|(p, _, _)| *p == at)
+    }
+
+    /// Whether and why (not) the user's location counts.
+    pub fn location_use(&self) -> LocationUse<'a> {
+        self.location
     }
 
     /// Whether `c` may be chosen.
@@ -403,6 +589,17 @@ impl<'a> Eligibility<'a> {
     pub fn groups(&self) -> &[&'a str] {
         &self.groups
     }
+}
+
+/// The estimated user RTT of `c`'s group among `places` (None when `c`'s
+/// group has no location, which only unreachable candidates lack when the
+/// user's location counts).
+fn user_rtt(places: &[(Location, f64, Duration)], c: &Candidate) -> Option<Duration> {
+    let at = c.location?;
+    places
+        .iter()
+        .find(|(p, _, _)| *p == at)
+        .map(|(_, _, rtt)| *rtt)
 }
 
 /// Chooses a connector for a request: uniformly among the eligible
@@ -417,17 +614,18 @@ pub fn select<R: Rng + ?Sized>(
     select_with(candidates, mode, strategy, Tolerance::default(), rng)
 }
 
-/// `select` with the nearest strategy's `tolerance`: uniformly among the
+/// `select` with the nearest strategy's `proximity` (a `Tolerance`, and the
+/// user's location if the request names one): uniformly among the
 /// eligible candidates, which for `Nearest` are the reachable ones within
-/// the tolerance of the best RTT.
+/// the tolerance of the best score.
 pub fn select_with<R: Rng + ?Sized>(
     candidates: &[Candidate],
     mode: HealthReporting,
     strategy: Strategy,
-    tolerance: Tolerance,
+    proximity: impl Into<Proximity>,
     rng: &mut R,
 ) -> Decision {
-    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, tolerance);
+    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, proximity);
     let group = match strategy {
         Strategy::Healthy | Strategy::Nearest => None,
         Strategy::Group => {
@@ -468,7 +666,7 @@ fn refusal(candidates: &[Candidate], mode: HealthReporting) -> RefusalReason {
 }
 
 /// One candidate in an explanation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CandidateNote {
     /// Connector name.
     pub connector: String,
@@ -486,6 +684,19 @@ pub struct CandidateNote {
     /// milliseconds, or null).
     #[serde(rename = "rtt_ms", with = "millis")]
     pub rtt: Option<Duration>,
+    /// Nearest strategy, when the user's location counts: the great-circle
+    /// distance from the user to its group's location, in kilometres.
+    #[serde(default)]
+    pub distance_km: Option<f64>,
+    /// … and the round trip that distance costs at least (JSON:
+    /// `user_rtt_ms`).
+    #[serde(rename = "user_rtt_ms", with = "millis", default)]
+    pub user_rtt: Option<Duration>,
+    /// Nearest strategy: what it was compared by, its RTT plus its user
+    /// RTT when that counts (JSON: `score_ms`; null without an RTT or for
+    /// other strategies).
+    #[serde(rename = "score_ms", with = "millis", default)]
+    pub score: Option<Duration>,
 }
 
 /// `Option<Duration>` as a JSON number of milliseconds (or null).
@@ -508,7 +719,7 @@ mod millis {
 }
 
 /// How a decision was reached.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
     /// Strategy used.
     pub strategy: Strategy,
@@ -518,6 +729,23 @@ pub struct Explanation {
     pub candidates: Vec<CandidateNote>,
     /// Group strategy: the groups that were eligible.
     pub eligible_groups: Vec<String>,
+    /// The user's location when the request named one, and whether it
+    /// counted.
+    #[serde(default)]
+    pub user_location: Option<UserLocationNote>,
+}
+
+/// The user's location in an explanation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserLocationNote {
+    /// Degrees north.
+    pub latitude: f64,
+    /// Degrees east.
+    pub longitude: f64,
+    /// Whether it counted in the scores.
+    pub used: bool,
+    /// Why (not).
+    pub reason: String,
 }
 
 /// Explains which candidates were eligible and why (by the rule `select`
@@ -526,18 +754,24 @@ pub fn explain(candidates: &[Candidate], mode: HealthReporting, strategy: Strate
     explain_with(candidates, mode, strategy, Tolerance::default())
 }
 
-/// `explain` with the nearest strategy's `tolerance`.
+/// `explain` with the nearest strategy's `proximity` (see `select_with`).
 pub fn explain_with(
     candidates: &[Candidate],
     mode: HealthReporting,
     strategy: Strategy,
-    tolerance: Tolerance,
+    proximity: impl Into<Proximity>,
 ) -> Explanation {
-    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, tolerance);
+    let proximity = proximity.into();
+    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, proximity);
+    let location = eligibility.location_use();
+    let used = location == LocationUse::Used;
+    let nearest = strategy == Strategy::Nearest && mode != HealthReporting::None;
     let notes = candidates
         .iter()
         .map(|c| {
             let verdict = eligibility.verdict(c);
+            let km = eligibility.user_distance(c);
+            let user_rtt = eligibility.user_rtt(c);
             CandidateNote {
                 connector: c.connector.clone(),
                 group: c.group.clone(),
@@ -548,8 +782,19 @@ pub fn explain_with(
                     c.status
                 },
                 eligible: verdict.is_eligible(),
-                reason: verdict.reason(c),
+                reason: verdict.reason(c, km.zip(user_rtt)),
                 rtt: c.rtt,
+                distance_km: km,
+                user_rtt,
+                // Without a location of its own while the user's counts,
+                // an (unreachable) candidate has no comparable score.
+                score: c
+                    .rtt
+                    .and_then(|rtt| match (used, user_rtt) {
+                        (false, _) => Some(rtt),
+                        (true, u) => Some(rtt.saturating_add(u?)),
+                    })
+                    .filter(|_| nearest),
             }
         })
         .collect();
@@ -562,6 +807,12 @@ pub fn explain_with(
             .iter()
             .map(|g| (*g).to_owned())
             .collect(),
+        user_location: proximity.user.map(|u| UserLocationNote {
+            latitude: u.latitude(),
+            longitude: u.longitude(),
+            used: location == LocationUse::Used,
+            reason: location.reason(),
+        }),
     }
 }
 
@@ -583,6 +834,7 @@ mod tests {
             connected,
             status,
             rtt: None,
+            location: None,
         }
     }
 
@@ -998,6 +1250,225 @@ mod tests {
     /// A candidate note through serde (TOML: no JSON dependency here).
     fn serde_json_like(note: &CandidateNote) -> String {
         toml::to_string(note).expect("serialize")
+    }
+
+    const PARIS: (f64, f64) = (48.8566, 2.3522);
+    const LONDON: (f64, f64) = (51.5074, -0.1278);
+    const FRANKFURT: (f64, f64) = (50.1109, 8.6821);
+    const NEW_YORK: (f64, f64) = (40.7128, -74.0060);
+
+    fn place((lat, lon): (f64, f64)) -> Location {
+        Location::new(lat, lon).expect("valid")
+    }
+
+    /// An Up candidate of `group`, which is at `at`, with an RTT of `rtt_ms`.
+    fn located(connector: &str, group: &str, rtt_ms: f64, at: Option<(f64, f64)>) -> Candidate {
+        Candidate {
+            group: group.into(),
+            location: at.map(place),
+            ..near(connector, Up, Some(rtt_ms))
+        }
+    }
+
+    /// The user in Paris.
+    fn from_paris() -> Proximity {
+        Proximity {
+            tolerance: Tolerance::default(),
+            user: Some(place(PARIS)),
+        }
+    }
+
+    /// The set `select_with` chooses over many draws with `proximity`.
+    fn chosen_near(candidates: &[Candidate], proximity: Proximity) -> BTreeSet<String> {
+        let mut rng = SmallRng::seed_from_u64(5);
+        (0..2000)
+            .map(|_| {
+                match select_with(
+                    candidates,
+                    Continuous,
+                    Strategy::Nearest,
+                    proximity,
+                    &mut rng,
+                ) {
+                    Decision::Selected { index } => candidates[index].connector.clone(),
+                    Decision::Refused(r) => panic!("refused: {r}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_equal_rtts_the_group_nearer_the_user_wins() {
+        let cs = [
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+            located("fra-1", "eu-central", 1.0, Some(FRANKFURT)),
+        ];
+        // Without a location the two are near-equals ...
+        assert_eq!(
+            chosen_near(&cs, Tolerance::default().into()),
+            set(&["ny-1", "fra-1"])
+        );
+        // ... from Paris Frankfurt (478 km, ~4.8 ms) beats New York
+        // (5,837 km, ~58 ms).
+        assert_eq!(chosen_near(&cs, from_paris()), set(&["fra-1"]));
+    }
+
+    #[test]
+    fn the_user_distance_can_outweigh_a_lower_application_rtt() {
+        let cs = [
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+            located("fra-1", "eu-central", 5.0, Some(FRANKFURT)),
+        ];
+        assert_eq!(
+            chosen_near(&cs, Tolerance::default().into()),
+            set(&["ny-1"])
+        );
+        assert_eq!(chosen_near(&cs, from_paris()), set(&["fra-1"]));
+        // The band is over the combined score: London (343 km, 3.4 ms + 1)
+        // and Frankfurt (4.8 ms + 1) are within 2 ms of each other.
+        let cs = [
+            located("lon-1", "uk", 1.0, Some(LONDON)),
+            located("fra-1", "eu-central", 1.0, Some(FRANKFURT)),
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+        ];
+        assert_eq!(chosen_near(&cs, from_paris()), set(&["lon-1", "fra-1"]));
+        // … and the draw among them stays uniform (chi-square, df = 1,
+        // p = 0.001: 10.828).
+        let mut rng = SmallRng::seed_from_u64(16);
+        let n = 20_000;
+        let mut got = [0usize; 3];
+        for _ in 0..n {
+            match select_with(&cs, Continuous, Strategy::Nearest, from_paris(), &mut rng) {
+                Decision::Selected { index } => got[index] += 1,
+                Decision::Refused(r) => panic!("refused: {r}"),
+            }
+        }
+        assert_eq!(got[2], 0);
+        let expected = n as f64 / 2.0;
+        let chi2: f64 = got[..2]
+            .iter()
+            .map(|&o| (o as f64 - expected).powi(2) / expected)
+            .sum();
+        assert!(chi2 < 10.828, "chi-square {chi2:.2} over {got:?}");
+    }
+
+    #[test]
+    fn the_location_counts_only_when_every_reachable_candidates_group_has_one() {
+        // A reachable candidate without a group location: the location is
+        // ignored and the RTTs alone decide.
+        let cs = [
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+            located("x-1", "unplaced", 5.0, None),
+        ];
+        assert_eq!(chosen_near(&cs, from_paris()), set(&["ny-1"]));
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, from_paris());
+        let u = e.user_location.as_ref().expect("noted");
+        assert!(!u.used);
+        assert_eq!(
+            u.reason,
+            r#"not used: group "unplaced" (of reachable connector "x-1") has no location, so distances would not compare fairly"#
+        );
+        assert!(e.candidates.iter().all(|n| n.distance_km.is_none()));
+        assert_eq!(
+            e.candidates[0].reason,
+            "reports the application up; rtt 1.000 ms is within the tolerance of the nearest (1.000 ms best, up to 3.000 ms): drawn at random among these"
+        );
+        // An unreachable one without a location is never compared: the
+        // location still counts.
+        let cs = [
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+            located("fra-1", "eu-central", 5.0, Some(FRANKFURT)),
+            Candidate {
+                status: Down,
+                ..located("x-1", "unplaced", 0.5, None)
+            },
+            Candidate {
+                connected: false,
+                ..located("x-2", "unplaced", 0.5, None)
+            },
+        ];
+        assert_eq!(chosen_near(&cs, from_paris()), set(&["fra-1"]));
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, from_paris());
+        assert_eq!(e.user_location.map(|u| u.used), Some(true));
+        // The unplaced ones have no distance and no comparable score.
+        assert_eq!(
+            (e.candidates[2].distance_km, e.candidates[2].score),
+            (None, None)
+        );
+        let cs_down = [
+            located("fra-1", "eu-central", 5.0, Some(FRANKFURT)),
+            Candidate {
+                status: Down,
+                ..located("ny-1", "us-east", 1.0, Some(NEW_YORK))
+            },
+        ];
+        let e = explain_with(&cs_down, Continuous, Strategy::Nearest, from_paris());
+        assert!(
+            e.candidates[1].distance_km.is_some_and(|km| km > 5000.0),
+            "an unreachable candidate's distance is shown too: {:?}",
+            e.candidates[1]
+        );
+        // Other strategies and `none` segments do not weigh it.
+        for (mode, strategy, why) in [
+            (Continuous, Strategy::Healthy, "strategy healthy"),
+            (NoChecks, Strategy::Nearest, "health_reporting = \"none\""),
+        ] {
+            let e = explain_with(&cs, mode, strategy, from_paris());
+            let u = e.user_location.expect("noted");
+            assert!(!u.used && u.reason.contains(why), "{}", u.reason);
+        }
+        // No location in the request: no note.
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, Tolerance::default());
+        assert_eq!(e.user_location, None);
+    }
+
+    #[test]
+    fn explain_shows_each_candidates_distance_user_rtt_and_score() {
+        let cs = [
+            located("ny-1", "us-east", 1.0, Some(NEW_YORK)),
+            located("fra-1", "eu-central", 5.0, Some(FRANKFURT)),
+        ];
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, from_paris());
+        let u = e.user_location.as_ref().expect("noted");
+        assert_eq!((u.latitude, u.longitude, u.used), (PARIS.0, PARIS.1, true));
+        assert!(u.reason.contains("1 ms per 100 km"), "{}", u.reason);
+        let (ny, fra) = (&e.candidates[0], &e.candidates[1]);
+        let km = |n: &CandidateNote| n.distance_km.expect("distance");
+        assert!((km(ny) - 5837.0).abs() < 10.0, "{ny:?}");
+        assert!((km(fra) - 478.0).abs() < 5.0, "{fra:?}");
+        assert_eq!(fra.user_rtt, Some(estimated_rtt(km(fra))));
+        assert_eq!(
+            fra.score,
+            Some(Duration::from_millis(5) + estimated_rtt(km(fra)))
+        );
+        assert!(fra.eligible && !ny.eligible);
+        assert_eq!(
+            fra.reason,
+            "reports the application up; rtt 5.000 ms + 4.779 ms from the user (477.9 km) = score 9.779 ms is within the tolerance of the nearest (9.779 ms best, up to 11.779 ms): drawn at random among these"
+        );
+        assert!(
+            ny.reason.starts_with(
+                "reports the application reachable, but rtt 1.000 ms + 58."
+            ) && ny
+                .reason
+                .ends_with("is beyond 11.779 ms (best 9.779 ms plus tolerance): a nearer connector is reachable"),
+            "{}",
+            ny.reason
+        );
+        // Without the user's location the score is the RTT.
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, Tolerance::default());
+        assert_eq!(e.candidates[1].score, Some(Duration::from_millis(5)));
+        assert_eq!(e.candidates[1].distance_km, None);
+        assert_eq!(e.candidates[1].user_rtt, None);
+        // Eligibility in the explanation agrees with what select chooses.
+        let e = explain_with(&cs, Continuous, Strategy::Nearest, from_paris());
+        let eligible: BTreeSet<String> = e
+            .candidates
+            .iter()
+            .filter(|n| n.eligible)
+            .map(|n| n.connector.clone())
+            .collect();
+        assert_eq!(eligible, chosen_near(&cs, from_paris()));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::damping::{Damping, MAX_THRESHOLD};
 use crate::host::Host;
+use crate::location::{Location, LocationSpec};
 use crate::model::{
     AppEntry, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol, Segment,
 };
@@ -121,17 +122,21 @@ pub struct SegmentSpec {
 }
 
 /// A connector group as written by an operator.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupSpec {
     /// Unique name.
     pub name: String,
     /// `ipv4`, `ipv6` or `dual` (default).
     #[serde(default)]
     pub dns_resolution: Option<String>,
+    /// Where its connectors are (`{ latitude, longitude }`, degrees);
+    /// optional.
+    #[serde(default)]
+    pub location: Option<LocationSpec>,
 }
 
 /// A whole policy as written by an operator.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolicySpec {
     /// Connector groups.
     #[serde(default)]
@@ -225,20 +230,34 @@ pub fn validate_with(spec: &PolicySpec, limits: Limits) -> Result<Policy, Valida
                 message: "name is used by another connector group".into(),
             });
         } else {
-            match g
+            let dns_resolution = g
                 .dns_resolution
                 .as_deref()
                 .map_or(Ok(DnsResolution::Dual), str::parse)
-            {
-                Ok(dns_resolution) => groups.push(ConnectorGroup {
-                    name: g.name.clone(),
-                    dns_resolution,
-                }),
-                Err(m) => errors.push(ValidationError {
-                    subject,
+                .map_err(|m| ValidationError {
+                    subject: subject.clone(),
                     field: "dns_resolution",
                     message: format!("dns_resolution has {m}"),
+                });
+            let location =
+                g.location
+                    .map(Location::try_from)
+                    .transpose()
+                    .map_err(|e| ValidationError {
+                        subject: subject.clone(),
+                        field: "location",
+                        message: format!("location.{e}"),
+                    });
+            match (dns_resolution, location) {
+                (Ok(dns_resolution), Ok(location)) => groups.push(ConnectorGroup {
+                    name: g.name.clone(),
+                    dns_resolution,
+                    location,
                 }),
+                (dns_resolution, location) => {
+                    errors.extend(dns_resolution.err());
+                    errors.extend(location.err());
+                }
             }
         }
     }
@@ -1220,6 +1239,53 @@ mod tests {
                 r#"connector group "dc-east": dns_resolution has unknown value "v6" (expected "ipv4", "ipv6" or "dual")"#
             ]
         );
+    }
+
+    #[test]
+    fn group_locations_are_optional_and_checked() {
+        let mut spec = policy(vec![seg("jira")]);
+        assert_eq!(
+            validate(&spec).expect("valid").connector_groups[0].location,
+            None
+        );
+        spec.connector_groups[0].location = Some(LocationSpec {
+            latitude: 48.85,
+            longitude: 2.35,
+        });
+        let p = validate(&spec).expect("valid");
+        assert_eq!(
+            p.group("dc-east").and_then(|g| g.location),
+            Location::new(48.85, 2.35).ok()
+        );
+        for (latitude, longitude, message) in [
+            (
+                90.5,
+                2.35,
+                "location.latitude 90.5 is not a number of degrees in -90..=90",
+            ),
+            (
+                f64::NAN,
+                2.35,
+                "location.latitude NaN is not a number of degrees in -90..=90",
+            ),
+            (
+                48.85,
+                -180.5,
+                "location.longitude -180.5 is not a number of degrees in -180..=180",
+            ),
+        ] {
+            spec.connector_groups[0].location = Some(LocationSpec {
+                latitude,
+                longitude,
+            });
+            assert_eq!(
+                errors(&spec),
+                vec![format!(r#"connector group "dc-east": {message}"#)]
+            );
+        }
+        // Both of a group's fields are reported in one pass.
+        spec.connector_groups[0].dns_resolution = Some("v6".into());
+        assert_eq!(errors(&spec).len(), 2, "{:?}", errors(&spec));
     }
 
     #[test]

@@ -126,6 +126,7 @@ fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
             .enumerate()
             .map(|(i, (group, connected, status))| Candidate {
                 rtt: None,
+                location: None,
                 connector: format!("c{i}"),
                 group: format!("g{group}"),
                 connected,
@@ -358,6 +359,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
     for i in 0..k {
         out.push(Candidate {
             rtt: None,
+            location: None,
             connector: format!("ok{i}"),
             group: format!("g{}", i % 3),
             connected: true,
@@ -369,6 +371,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
         });
         out.push(Candidate {
             rtt: None,
+            location: None,
             connector: format!("down{i}"),
             group: format!("g{}", i % 3),
             connected: true,
@@ -376,6 +379,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
         });
         out.push(Candidate {
             rtt: None,
+            location: None,
             connector: format!("gone{i}"),
             group: format!("g{}", i % 3),
             connected: false,
@@ -444,6 +448,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
         for i in 0..size {
             cs.push(Candidate {
                 rtt: None,
+                location: None,
                 connector: format!("g{g}c{i}"),
                 group: format!("g{g}"),
                 connected: true,
@@ -454,6 +459,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
         }
         cs.push(Candidate {
             rtt: None,
+            location: None,
             connector: format!("g{g}down"),
             group: format!("g{g}"),
             connected: true,
@@ -462,6 +468,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
     }
     cs.push(Candidate {
         rtt: None,
+        location: None,
         connector: "x".into(),
         group: "ineligible".into(),
         connected: true,

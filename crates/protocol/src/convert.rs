@@ -446,6 +446,24 @@ impl TryFrom<v1::ApplicationHealth> for ApplicationReport {
     }
 }
 
+/// A duration in whole microseconds (saturating).
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl From<&policy::UserLocationNote> for v1::UserLocationExplanation {
+    fn from(u: &policy::UserLocationNote) -> Self {
+        v1::UserLocationExplanation {
+            location: Some(v1::GeoLocation {
+                latitude: u.latitude,
+                longitude: u.longitude,
+            }),
+            used: u.used,
+            reason: u.reason.clone(),
+        }
+    }
+}
+
 impl From<&CandidateNote> for v1::CandidateExplanation {
     fn from(c: &CandidateNote) -> Self {
         v1::CandidateExplanation {
@@ -455,9 +473,10 @@ impl From<&CandidateNote> for v1::CandidateExplanation {
             status: v1::HealthStatus::from(c.status) as i32,
             eligible: c.eligible,
             reason: c.reason.clone(),
-            rtt_us: c
-                .rtt
-                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            rtt_us: c.rtt.map(micros),
+            distance_km: c.distance_km,
+            user_rtt_us: c.user_rtt.map(micros),
+            score_us: c.score.map(micros),
         }
     }
 }

@@ -70,6 +70,10 @@ impl Browser {
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .kill_on_drop(true)
+                // Its own process group, Chromium included, so that it all
+                // ends with the Browser (`kill_group`), even when the
+                // session could not be deleted or the test failed early.
+                .process_group(0)
                 .spawn()
                 .context("starting chromedriver")?;
             let base = format!("http://127.0.0.1:{port}");
@@ -92,7 +96,7 @@ impl Browser {
                 Err(e) => {
                     let exited = driver.try_wait().ok().flatten();
                     tries.push(format!("port {port}: {e:#} (exited: {exited:?})"));
-                    let _ = driver.kill().await;
+                    kill_group(&mut driver).await;
                     if tries.len() == 3 {
                         bail!("chromedriver did not become ready: {}", tries.join("; "));
                     }
@@ -232,9 +236,42 @@ impl Browser {
         Ok(())
     }
 
-    /// Ends the session and ChromeDriver.
+    /// Ends the session and ChromeDriver (and whatever of Chromium a failed
+    /// session left running).
     pub async fn close(mut self) {
-        let _ = self.call(reqwest::Method::DELETE, "", None).await;
-        let _ = self.driver.kill().await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.call(reqwest::Method::DELETE, "", None),
+        )
+        .await;
+        kill_group(&mut self.driver).await;
     }
+}
+
+impl Drop for Browser {
+    /// A Browser dropped without `close` (a test that failed) still takes
+    /// Chromium with it: ChromeDriver alone would leave it running.
+    fn drop(&mut self) {
+        signal_group(&self.driver);
+    }
+}
+
+/// SIGKILL to the process group `driver` leads (ChromeDriver and the
+/// Chromium it started).
+#[allow(unsafe_code)]
+fn signal_group(driver: &Child) {
+    if let Some(pid) = driver.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: kill(2) with a negative pid signals that process group;
+        // it touches no memory of ours. The group is ChromeDriver's own
+        // (`process_group(0)`), so nothing else is signalled.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills `driver`'s process group and reaps ChromeDriver.
+async fn kill_group(driver: &mut Child) {
+    signal_group(driver);
+    let _ = driver.kill().await;
 }

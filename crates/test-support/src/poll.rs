@@ -36,14 +36,17 @@ where
         .map_err(|e| e.context(format!("still failing after {limit:?}")))
 }
 
-/// Waits (up to 5 s) until `f` returns true, checking every 20 ms; panics
-/// naming `what` if it never does.
+/// Waits (up to 15 s) until `f` returns true, checking every 20 ms; panics
+/// naming `what` if it never does. The limit is generous on purpose: it
+/// only bounds a hang, and on a 2-core machine busy with parallel builds
+/// a TLS session plus a report can take seconds (a trust test failed once
+/// that way at 5 s, by all signs; its output was not kept).
 pub async fn eventually<F, Fut>(what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let checked = poll(Duration::from_secs(5), Duration::from_millis(20), || {
+    let checked = poll(Duration::from_secs(15), Duration::from_millis(20), || {
         let done = f();
         async move { if done.await { Ok(()) } else { Err(()) } }
     })

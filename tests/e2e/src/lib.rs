@@ -470,11 +470,18 @@ impl Ca {
 
     /// `POST /api/v1/access`; returns the HTTP status and the JSON body.
     pub async fn access(&self, host: &str, protocol: &str, port: u16) -> Result<(u16, Value)> {
+        self.access_body(&serde_json::json!({"host": host, "protocol": protocol, "port": port}))
+            .await
+    }
+
+    /// `POST /api/v1/access` with `body` as it is (e.g. with a
+    /// `user_location`); the status and the answer.
+    pub async fn access_body(&self, body: &Value) -> Result<(u16, Value)> {
         let r = self
             .client
             .post(format!("https://{}/api/v1/access", self.http))
             .bearer_auth(TOKEN)
-            .json(&serde_json::json!({"host": host, "protocol": protocol, "port": port}))
+            .json(body)
             .send()
             .await?;
         let status = r.status().as_u16();

@@ -2286,22 +2286,33 @@ async fn s18_nearest_over_a_delayed_path() -> Result<()> {
             1,
         )
         .await?;
-        let mut cfg = ca_config_head(&sc, &["dc"], "", "nearest")
-            .replace("anonymous_read = false", "anonymous_read = true");
+        // Each connector in a group of its own, with a location: the near
+        // path's group in Sydney, the slow path's in Paris.
+        let mut cfg = ca_config_head(&sc, &["dc-near", "dc-far"], "", "nearest")
+            .replace("anonymous_read = false", "anonymous_read = true")
+            .replace(
+                "name = \"dc-near\"\n",
+                "name = \"dc-near\"\nlocation = { latitude = -33.87, longitude = 151.21 }\n",
+            )
+            .replace(
+                "name = \"dc-far\"\n",
+                "name = \"dc-far\"\nlocation = { latitude = 48.86, longitude = 2.35 }\n",
+            );
         cfg += &Segment::new("near")
             .apps([HOST])
             .udp([PORT.to_string()])
             .interval_ms(500)
-            .groups(["dc"])
+            .groups(["dc-near", "dc-far"])
             .toml();
         let ca = Ca::start(&sc, &cfg).await?;
-        let mut near = Connector::start(&sc, &ca, "near", "dc", &["--dns-stale-grace-s", "0"])?;
+        let mut near =
+            Connector::start(&sc, &ca, "near", "dc-near", &["--dns-stale-grace-s", "0"])?;
         let far_dns = far_dns_addr.to_string();
         let _far = Connector::start(
             &sc,
             &ca,
             "far",
-            "dc",
+            "dc-far",
             &["--dns-server", &far_dns, "--dns-stale-grace-s", "0"],
         )?;
         let app = App::new("near", HOST, "udp", PORT);
@@ -2353,6 +2364,32 @@ async fn s18_nearest_over_a_delayed_path() -> Result<()> {
                     && l.contains(" ms ")
                     && l.contains("a nearer connector is reachable")),
             "cli access shows: {out}"
+        );
+
+        // A user in Paris: ~170 ms of estimated round trip to Sydney's group
+        // outweighs the slow path's ≥ 60 ms, so the far connector carries.
+        let from_paris = serde_json::json!({
+            "host": HOST, "protocol": "udp", "port": PORT,
+            "user_location": {"latitude": 48.85, "longitude": 2.35},
+        });
+        for _ in 0..20 {
+            let (status, answer) = ca.access_body(&from_paris).await?;
+            ensure!(
+                status == 200 && answer["connector"] == "far",
+                "from Paris: {status} {answer}"
+            );
+        }
+        let (_, answer) = ca.access_body(&from_paris).await?;
+        ensure!(
+            answer["explanation"]["user_location"]["used"] == true,
+            "the location counted: {answer}"
+        );
+        let (n, f) = (candidate(&answer, "near")?, candidate(&answer, "far")?);
+        ensure!(
+            n["distance_km"].as_f64().is_some_and(|km| km > 15_000.0)
+                && f["distance_km"].as_f64().is_some_and(|km| km < 10.0)
+                && n["score_ms"].as_f64() > f["score_ms"].as_f64(),
+            "distances and scores: near {n}, far {f}"
         );
 
         // The detail page shows each connector's smoothed RTT.

@@ -201,6 +201,7 @@ pub fn access_request(host: &str, port: u16) -> v1::AccessRequest {
         host: host.to_owned(),
         protocol: v1::Protocol::Tcp as i32,
         port: u32::from(port),
+        user_location: None,
     }
 }
 

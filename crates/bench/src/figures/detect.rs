@@ -17,8 +17,10 @@
 //! evenly over their check schedule (taken from the time each listener
 //! last accepted a check), so the largest latency shows how close the
 //! worst case comes to the bound and the median sits near half an
-//! interval. The 60-s applications run side by side, one stop and one start
-//! each, so the figure takes about two intervals, not forty.
+//! interval. The 60-s applications run side by side and split in two
+//! halves: one half is stopped once (detection), the other starts down and
+//! is started once (recovery, from the Down its first check found), so the
+//! figure takes about one interval, not forty.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -42,8 +44,12 @@ use crate::stats::{ms, quantile};
 /// The agent's check timeout (`Config::new`'s default, 1 s).
 const CHECK_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// (detection, recovery) latencies, one pair per cycle.
-type Samples = Vec<(Duration, Duration)>;
+/// Detection and recovery latencies.
+#[derive(Debug, Default)]
+struct Samples {
+    down: Vec<Duration>,
+    up: Vec<Duration>,
+}
 
 /// One report interval's runs: the applications, cycles and polling.
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +61,28 @@ struct Plan {
     /// Third octet of the applications' loopback addresses.
     octet: u8,
     segment: &'static str,
+    /// One cycle per application, half of them measuring detection only
+    /// and half recovery only (from a server that was never up), so the
+    /// plan takes one interval instead of two.
+    split: bool,
+}
+
+impl Plan {
+    /// Whether application `k` starts down and measures recovery only.
+    fn starts_down(&self, k: usize) -> bool {
+        self.split && k % 2 == 1
+    }
+
+    /// Application `k`'s `c`-th phase, as a fraction of the interval,
+    /// spread evenly over the applications (of its half) and cycles.
+    fn phase(&self, k: usize, c: usize) -> f64 {
+        let (k, apps) = if self.split {
+            (k / 2, self.apps.div_ceil(2))
+        } else {
+            (k, self.apps)
+        };
+        ((k * self.cycles + c) as f64 + 0.5) / (apps * self.cycles) as f64
+    }
 }
 
 impl Plan {
@@ -119,15 +147,17 @@ const PLAN_1S: Plan = Plan {
     poll: Duration::from_millis(5),
     octet: 1,
     segment: "detect-1s",
+    split: false,
 };
 
 const PLAN_60S: Plan = Plan {
     interval: Duration::from_secs(60),
-    apps: 20,
+    apps: 40,
     cycles: 1,
     poll: Duration::from_millis(50),
     octet: 2,
     segment: "detect-60s",
+    split: true,
 };
 
 /// A loopback application server that records when it last accepted.
@@ -221,18 +251,49 @@ fn next_on_grid(
     at
 }
 
+/// A server that starts down: wait for the CA's `all_down` (its first
+/// check), start it at its phase of the check grid (taken from that
+/// answer), wait for a selection. Returns the recovery latency.
+async fn recovery_only(
+    plan: Plan,
+    k: usize,
+    mut server: AppServer,
+    ch: Channel,
+) -> Result<Samples> {
+    let limit = plan.interval * 3 + Duration::from_secs(10);
+    let down = poll_until(&ch, server.addr, plan.poll, limit, all_down).await?;
+    let start_at = next_on_grid(
+        down,
+        plan.interval,
+        plan.interval.mul_f64(plan.phase(k, 0)),
+        Instant::now() + Duration::from_millis(1),
+    );
+    tokio::time::sleep_until(start_at.into()).await;
+    server.start()?;
+    let started = Instant::now();
+    let routed = poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
+    server.stop().await;
+    Ok(Samples {
+        down: Vec::new(),
+        up: vec![routed - started],
+    })
+}
+
 /// One application's cycles: stop, wait for `all_down`, start, wait for a
-/// selection. Returns (detection, recovery) latencies.
+/// selection (a split plan's detection half: stop and wait only). Returns
+/// the latencies.
 async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Result<Samples> {
+    if plan.starts_down(k) {
+        return recovery_only(plan, k, server, ch).await;
+    }
     let limit = plan.interval * 3 + Duration::from_secs(10);
     let mut since = Instant::now() - Duration::from_secs(3600);
-    let mut out = Vec::with_capacity(plan.cycles);
+    let mut out = Samples::default();
     // Until the CA shows the application up, a stop would time nothing.
     poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
     for c in 0..plan.cycles {
         // Phases spread over the interval across applications and cycles.
-        let slots = (plan.apps * plan.cycles) as f64;
-        let frac = ((k * plan.cycles + c) as f64 + 0.5) / slots;
+        let frac = plan.phase(k, c);
         let t = Instant::now();
         let last = loop {
             match server.last_accept() {
@@ -251,7 +312,10 @@ async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Res
         server.stop().await;
         let stopped = Instant::now();
         let seen = poll_until(&ch, server.addr, plan.poll, limit, all_down).await?;
-        let detection = seen - stopped;
+        out.down.push(seen - stopped);
+        if plan.split {
+            return Ok(out);
+        }
         // Start again at the mirrored phase of the check grid, so
         // recoveries spread over the interval too.
         let start_at = next_on_grid(
@@ -264,7 +328,7 @@ async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Res
         server.start()?;
         let started = Instant::now();
         let routed = poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
-        out.push((detection, routed - started));
+        out.up.push(routed - started);
         since = started;
     }
     server.stop().await;
@@ -321,7 +385,9 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 last_accept: Arc::new(Mutex::new(None)),
                 stop: None,
             };
-            s.start()?;
+            if !p.starts_down(k) {
+                s.start()?;
+            }
             v.push(s);
         }
         servers.push(v);
@@ -383,15 +449,13 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         for (_, r) in &mine {
             match r {
                 Ok(v) => {
-                    for (d, u) in v {
-                        down.push(*d);
-                        up.push(*u);
-                    }
+                    down.extend(&v.down);
+                    up.extend(&v.up);
                 }
                 Err(e) => errors.push(format!("{e:#}")),
             }
         }
-        if down.is_empty() {
+        if down.is_empty() || up.is_empty() {
             let why = format!("not measured: {}", errors.join("; "));
             figures.extend(specs.iter().map(|s| s.missing(why.clone())));
             continue;
@@ -416,14 +480,27 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 errors.join("; ")
             )
         };
+        let samples = if p.split {
+            format!(
+                "{} detections and {} recoveries ({} apps, half stopped once, half started \
+                 once from the Down their first check found)",
+                down.len(),
+                up.len(),
+                p.apps
+            )
+        } else {
+            format!(
+                "{} samples each ({} apps × {} cycles)",
+                down.len(),
+                p.apps,
+                p.cycles
+            )
+        };
         let common = format!(
-            "{} samples ({} apps × {} cycles) in a continuous segment, report interval {:?}, real \
+            "{samples} in a continuous segment, report interval {:?}, real \
              connector-agent at {rate} checks/s, CA in a child process, Access/Resolve polled \
              every {:?}; bound = interval + check timeout {:?} + batch window {:?} + poll = \
              {:.3} s{failed}",
-            down.len(),
-            p.apps,
-            p.cycles,
             p.interval,
             p.poll,
             CHECK_TIMEOUT,

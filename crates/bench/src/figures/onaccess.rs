@@ -58,7 +58,9 @@ pub const SPECS: &[Spec] = &[
     },
 ];
 
-/// `[health] max_windows_per_connector` (the default).
+/// `[health] max_windows_per_connector` (the default); the bench's one
+/// segment gets as many (`max_windows_per_segment`, default 5,000), so the
+/// per-connector cap is what is measured.
 const MAX_WINDOWS: usize = 10_000;
 /// The wildcard segment's name.
 const SEGMENT: &str = "mem";
@@ -88,6 +90,7 @@ discovery_timeout_ms = 100
 on_access_window_s = {WINDOW_S}
 on_access_retention_s = {RETENTION_S}
 max_windows_per_connector = {MAX_WINDOWS}
+max_windows_per_segment = {MAX_WINDOWS}
 
 {shared}[[segments]]
 name = "{SEGMENT}"

@@ -122,7 +122,7 @@ async fn bare(checks: usize) -> Vec<f64> {
 
 /// Runs both for the mode's duration, side by side.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let seconds = mode.pick(2usize, 90);
+    let seconds = mode.pick(2usize, 30);
     let checks = seconds * RATE as usize + 1;
     let (r, b) = tokio::join!(reach(checks), bare(checks));
     let (rr, br) = (rate(&r), rate(&b));

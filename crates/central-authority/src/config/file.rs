@@ -173,6 +173,7 @@ pub(super) struct HealthSection {
     pub(super) min_subnet_prefix_v6: u8,
     pub(super) on_access_retention_s: u64,
     pub(super) max_windows_per_connector: usize,
+    pub(super) max_windows_per_segment: usize,
     pub(super) history_retention_s: u64,
     pub(super) warmup_ms: u64,
 }
@@ -194,6 +195,7 @@ impl Default for HealthSection {
             min_subnet_prefix_v6: policy::DEFAULT_MIN_SUBNET_PREFIX_V6,
             on_access_retention_s: 3600,
             max_windows_per_connector: 10_000,
+            max_windows_per_segment: 5_000,
             history_retention_s: 7 * 24 * 3600,
             warmup_ms: 30_000,
         }
@@ -225,4 +227,8 @@ pub(super) struct GroupSection {
     /// `ipv4`, `ipv6` or `dual` (default).
     #[serde(default)]
     pub(super) dns_resolution: Option<String>,
+    /// `{ latitude, longitude }` in degrees: where its connectors are, for
+    /// `nearest` with a user's location (optional).
+    #[serde(default)]
+    pub(super) location: Option<policy::LocationSpec>,
 }

@@ -175,6 +175,7 @@ impl Config {
                 .map(|g| GroupSpec {
                     name: g.name.clone(),
                     dns_resolution: g.dns_resolution.clone(),
+                    location: g.location,
                 })
                 .collect(),
             segments: file.segments,
@@ -322,6 +323,48 @@ mod tests {
         assert_eq!(s.grpc_listen.to_string(), "127.0.0.1:7443");
         assert!(!s.anonymous_read);
         assert_eq!(c.policy.segments.len(), 1);
+    }
+
+    #[test]
+    fn a_group_location_is_read_and_checked() {
+        let with = |location: &str| {
+            MINIMAL.replace(
+                "provisioning_key = \"k-east-0123456789\"",
+                &format!("provisioning_key = \"k-east-0123456789\"\n{location}"),
+            )
+        };
+        let c = Config::from_toml(
+            &with("location = { latitude = 48.85, longitude = 2 }"),
+            Path::new("."),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.policy.group("dc-east").and_then(|g| g.location),
+            policy::Location::new(48.85, 2.0).ok()
+        );
+        let err = Config::from_toml(
+            &with("location = { latitude = 48.85, longitude = 200.0 }"),
+            Path::new("."),
+        )
+        .expect_err("out of range");
+        assert_eq!(
+            err.messages(),
+            vec![
+                r#"connector group "dc-east": location.longitude 200 is not a number of degrees in -180..=180"#
+            ]
+        );
+        let err = Config::from_toml(
+            &with("location = { latitude = nan, longitude = 2.0 }"),
+            Path::new("."),
+        )
+        .expect_err("not finite");
+        assert!(err.messages()[0].contains("location.latitude NaN"), "{err}");
+        let err = Config::from_toml(
+            &with("location = { lat = 1.0, longitude = 2.0 }"),
+            Path::new("."),
+        )
+        .expect_err("unknown field");
+        assert!(err.to_string().contains("lat"), "{err}");
     }
 
     #[test]
@@ -565,6 +608,7 @@ mod tests {
             heartbeat_interval_ms = 9
             access_forward_interval_ms = 0
             assumed_checks_per_second = 0
+            max_windows_per_segment = 0
             [tls]
             connector_cert_days = 3651
             connector_cert_validity_s = 2
@@ -590,6 +634,7 @@ mod tests {
                 "health.heartbeat_interval_ms: must be at least 10",
                 "health.access_forward_interval_ms: must be at least 1",
                 "health.assumed_checks_per_second: must be at least 1",
+                "health.max_windows_per_segment: 0 is out of range (1-10000000)",
                 "tls.connector_cert_days: 3651 is out of range (1-3650)",
                 "tls.connector_cert_validity_s: 2 is out of range (3-315360000)",
                 "tls.renewal_grace_s: 0 is out of range (1-604800)",

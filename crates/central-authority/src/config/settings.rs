@@ -75,6 +75,11 @@ pub struct Settings {
     /// connector and reports do not open windows (`[health]
     /// max_windows_per_connector`, default 10000).
     pub max_windows_per_connector: usize,
+    /// Live on-access windows per segment, all its connectors together:
+    /// a flood of names under one wildcard segment cannot take a
+    /// connector's whole allowance (`[health] max_windows_per_segment`,
+    /// default 5000).
+    pub max_windows_per_segment: usize,
     /// How long the status history (every transition, `GET
     /// /api/v1/events`) is kept in the database (`[health]
     /// history_retention_s`, default 604800: 7 days).
@@ -181,6 +186,14 @@ impl Settings {
     /// heartbeat intervals.
     pub fn idle_timeout(&self) -> Duration {
         (self.heartbeat_interval * 3).max(Duration::from_secs(1))
+    }
+
+    /// The on-access window caps.
+    pub(crate) fn window_caps(&self) -> crate::on_access::Caps {
+        crate::on_access::Caps {
+            connector: self.max_windows_per_connector,
+            segment: self.max_windows_per_segment,
+        }
     }
 }
 /// The settings `file` asks for, or `None` with every problem added to
@@ -301,6 +314,7 @@ pub(super) fn settings(
         min_subnet_prefix: (h.min_subnet_prefix_v4, h.min_subnet_prefix_v6),
         on_access_retention: Duration::from_secs(h.on_access_retention_s),
         max_windows_per_connector: h.max_windows_per_connector,
+        max_windows_per_segment: h.max_windows_per_segment,
         history_retention: Duration::from_secs(h.history_retention_s),
         warmup: Duration::from_millis(h.warmup_ms),
     })
@@ -506,6 +520,12 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         problems,
         "health.max_windows_per_connector",
         h.max_windows_per_connector,
+        1..=10_000_000,
+    );
+    range(
+        problems,
+        "health.max_windows_per_segment",
+        h.max_windows_per_segment,
         1..=10_000_000,
     );
     (window, Duration::from_millis(forward))
