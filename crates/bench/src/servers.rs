@@ -66,11 +66,16 @@ impl Server {
     pub async fn spawn(args: &[&str]) -> Result<Server> {
         let exe = std::env::current_exe().context("locating reach-bench")?;
         // Profiling aid: `REACH_BENCH_WRAP_CA="valgrind --tool=callgrind"`
-        // runs the CA child under that command (the driver and the bare
-        // servers run as usual).
-        let wrap: Vec<String> = std::env::var("REACH_BENCH_WRAP_CA")
-            .ok()
-            .filter(|_| args.first() == Some(&"serve-ca"))
+        // runs the CA child under that command, `REACH_BENCH_WRAP_BARE` the
+        // bare servers (the driver runs as usual), so both sides' instruction
+        // counts per message can be compared.
+        let variable = match args.first() {
+            Some(&"serve-ca") => Some("REACH_BENCH_WRAP_CA"),
+            Some(&"serve-bare") => Some("REACH_BENCH_WRAP_BARE"),
+            _ => None,
+        };
+        let wrap: Vec<String> = variable
+            .and_then(|v| std::env::var(v).ok())
             .map(|w| w.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
         let mut command = match wrap.split_first() {

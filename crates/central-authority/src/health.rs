@@ -86,11 +86,61 @@ pub struct Report {
     pub rtt: Option<Duration>,
 }
 
+/// What an updated report no longer holds, freed by the caller after the
+/// shard's lock is released.
+#[derive(Debug)]
+struct Replaced {
+    _group: Arc<str>,
+    _addresses: Vec<AddressResult>,
+    _dns_error: Option<String>,
+}
+
+impl Report {
+    /// Takes `new`'s fields in place (the entry is not moved as a whole,
+    /// and its group is kept when it is the same one); returns what was
+    /// replaced.
+    fn update(&mut self, new: Report) -> Replaced {
+        let Report {
+            group,
+            status,
+            addresses,
+            dns_error,
+            received_at,
+            checked_at,
+            received_wall,
+            checked_at_unix_ms,
+            unknown_cause,
+            rtt,
+        } = new;
+        let group = if Arc::ptr_eq(&self.group, &group) {
+            group
+        } else {
+            std::mem::replace(&mut self.group, group)
+        };
+        self.status = status;
+        self.received_at = received_at;
+        self.checked_at = checked_at;
+        self.received_wall = received_wall;
+        self.checked_at_unix_ms = checked_at_unix_ms;
+        self.unknown_cause = unknown_cause;
+        self.rtt = rtt;
+        Replaced {
+            _group: group,
+            _addresses: std::mem::replace(&mut self.addresses, addresses),
+            _dns_error: std::mem::replace(&mut self.dns_error, dns_error),
+        }
+    }
+}
+
 /// When a check `age` old at `received_at` ran, on the same monotonic
 /// clock. An age beyond what the clock can represent (a hostile or broken
 /// connector) counts as a year, which is stale under any interval.
 pub fn checked_at(received_at: Instant, age: std::time::Duration) -> Instant {
     const LONGEST: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+    // A fresh result (the usual case under load) needs no clock arithmetic.
+    if age.is_zero() {
+        return received_at;
+    }
     received_at
         .checked_sub(age)
         .or_else(|| received_at.checked_sub(age.min(LONGEST)))
@@ -212,14 +262,13 @@ impl HealthTable {
                 .or(previous)
         };
         let store = |record: &mut AppRecord| {
-            // One search of the connector's slot, then replace or insert.
+            // One search of the connector's slot, then update or insert.
             let (before, change, old) = match record.reports.get_mut(connector) {
                 Some(slot) => {
                     report.rtt = smooth(slot.rtt, &report);
                     let before = (slot.status, slot.checked_at);
                     let change = transition(slot.status, &report);
-                    let old = std::mem::replace(slot, report);
-                    (Some(before), change, Some(old))
+                    (Some(before), change, Some(slot.update(report)))
                 }
                 None => {
                     report.rtt = smooth(None, &report);
@@ -475,6 +524,42 @@ mod tests {
             (transitions[0].from, transitions[0].to),
             (Status::Up, Status::Down)
         );
+    }
+
+    #[test]
+    fn an_update_takes_every_field_of_the_new_report() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        t.record(key(), "c1", report(Status::Up, now), 4);
+        let later = now + Duration::from_secs(5);
+        let address = AddressResult {
+            address: "10.0.0.1".parse().expect("ip"),
+            reachable: true,
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(3),
+            failure: None,
+        };
+        let new = Report {
+            group: "other".into(),
+            addresses: vec![address.clone()],
+            dns_error: Some("none".into()),
+            checked_at: now + Duration::from_secs(4),
+            checked_at_unix_ms: 42,
+            unknown_cause: Some(UnknownCause::Reported),
+            ..report(Status::Unknown, later)
+        };
+        assert_eq!(t.record(key(), "c1", new, 4), Status::Up);
+        let (reports, _) = t.app(&key()).expect("app");
+        let r = &reports["c1"];
+        assert_eq!(&*r.group, "other");
+        assert_eq!(r.status, Status::Unknown);
+        assert_eq!(r.addresses, vec![address]);
+        assert_eq!(r.dns_error.as_deref(), Some("none"));
+        assert_eq!(r.received_at, later);
+        assert_eq!(r.checked_at, now + Duration::from_secs(4));
+        assert_eq!(r.checked_at_unix_ms, 42);
+        assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
+        assert_eq!(r.rtt, Some(Duration::from_millis(3)));
     }
 
     #[test]

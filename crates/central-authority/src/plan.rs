@@ -212,6 +212,16 @@ fn diff_text(d: &GroupDiff) -> String {
     if let Some(c) = d.dns_resolution {
         let _ = writeln!(out, "  ~ dns_resolution {} -> {}", c.before, c.after);
     }
+    if let Some(c) = d.location {
+        let shown =
+            |l: Option<policy::Location>| l.map_or_else(|| "none".to_owned(), |l| l.to_string());
+        let _ = writeln!(
+            out,
+            "  ~ location {} -> {}",
+            shown(c.before),
+            shown(c.after)
+        );
+    }
     for s in &d.segments_added {
         let _ = writeln!(out, "  + segment {s:?}");
     }

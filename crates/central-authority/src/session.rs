@@ -411,9 +411,13 @@ impl EntryBudget {
     /// Takes a report of `entries` at `now`, or says how long until it can
     /// be taken. A report larger than the burst is taken from a full bucket.
     fn take(&mut self, entries: usize, full_state: bool, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = self.at.max(now);
-        self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        // A batch's messages share one receive time: the bucket is
+        // refilled once per batch, not per message.
+        if now > self.at {
+            let elapsed = now.duration_since(self.at).as_secs_f64();
+            self.at = now;
+            self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        }
         let entries = entries as f64;
         let need = entries.min(self.burst);
         if full_state || self.tokens >= need {

@@ -147,7 +147,7 @@ fn plan_with_current_shows_what_each_group_gains_and_loses() {
 }
 
 #[test]
-fn plan_with_current_reports_a_changed_dns_resolution_per_group() {
+fn plan_with_current_reports_a_changed_dns_resolution_and_location_per_group() {
     let dir = scratch_dir("plan-dns");
     std::fs::write(dir.join("current.toml"), format!("{GROUPS}{CURRENT}")).expect("write");
     std::fs::write(dir.join("new.toml"), format!("{GROUPS_V4_WEST}{CURRENT}")).expect("write");
@@ -157,6 +157,21 @@ fn plan_with_current_reports_a_changed_dns_resolution_per_group() {
     for needle in [
         "group \"dc-east\": no change (4 checks per cycle)\n",
         "group \"dc-west\" (changed): checks per cycle 1 -> 1 (+0)\n  ~ dns_resolution dual -> ipv4\n",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} missing in:\n{stdout}");
+    }
+    // dc-east gets a location (what `nearest` weighs a user's distance to).
+    let located = GROUPS_V4_WEST.replace(
+        "name = \"dc-east\"\n",
+        "name = \"dc-east\"\nlocation = { latitude = 48.85, longitude = 2.35 }\n",
+    );
+    std::fs::write(dir.join("located.toml"), format!("{located}{CURRENT}")).expect("write");
+    let out = run(&["plan", "located.toml", "--current", "new.toml"], &dir);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "group \"dc-east\" (changed): checks per cycle 4 -> 4 (+0)\n  ~ location none -> (48.85, 2.35)\n",
+        "group \"dc-west\": no change (1 checks per cycle)\n",
     ] {
         assert!(stdout.contains(needle), "{needle:?} missing in:\n{stdout}");
     }

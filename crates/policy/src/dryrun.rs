@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use crate::location::Location;
 use crate::model::{AppKey, DnsResolution, HealthReporting, Policy, Segment};
 use crate::plan::{estimate_budget, estimated_checks};
 
@@ -200,6 +201,18 @@ pub struct GroupDiff {
     /// both policies only): which records its connectors will ask for, so
     /// which addresses they will check.
     pub dns_resolution: Option<DnsResolutionChange>,
+    /// The group's `location` when the change alters it (a group in both
+    /// policies only): what `nearest` weighs a user's distance against.
+    pub location: Option<LocationChange>,
+}
+
+/// A group's `location` before and after a change (`None`: none set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LocationChange {
+    /// Under the current policy.
+    pub before: Option<Location>,
+    /// Under the new policy.
+    pub after: Option<Location>,
 }
 
 /// A group's `dns_resolution` before and after a change.
@@ -273,6 +286,13 @@ pub fn diff_group(current: &Policy, new: &Policy, group: &str, params: PlanParam
         }),
         _ => None,
     };
+    let location = match (current.group(group), new.group(group)) {
+        (Some(b), Some(a)) if b.location != a.location => Some(LocationChange {
+            before: b.location,
+            after: a.location,
+        }),
+        _ => None,
+    };
     let change = match (in_current, in_new) {
         (false, _) => GroupChange::Added,
         (true, false) => GroupChange::Removed,
@@ -280,7 +300,8 @@ pub fn diff_group(current: &Policy, new: &Policy, group: &str, params: PlanParam
             if segments_added.is_empty()
                 && segments_removed.is_empty()
                 && segments_changed.is_empty()
-                && dns_resolution.is_none() =>
+                && dns_resolution.is_none()
+                && location.is_none() =>
         {
             GroupChange::Unchanged
         }
@@ -297,6 +318,7 @@ pub fn diff_group(current: &Policy, new: &Policy, group: &str, params: PlanParam
         checks_per_cycle_before: if in_current { checks(current) } else { 0 },
         checks_per_cycle_after: if in_new { checks(new) } else { 0 },
         dns_resolution,
+        location,
     }
 }
 
@@ -358,6 +380,7 @@ fn seconds<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::location::LocationSpec;
     use crate::model::Protocol;
     use crate::validate::{GroupSpec, PolicySpec, SegmentSpec, validate};
 
@@ -682,6 +705,44 @@ mod tests {
         assert_eq!(
             back.dns_resolution.map(|c| (c.before, c.after)),
             Some((DnsResolution::Ipv4, DnsResolution::Dual))
+        );
+    }
+
+    #[test]
+    fn a_changed_location_changes_the_group() {
+        let segs = || {
+            vec![seg(
+                "jira",
+                &["jira.corp.test"],
+                &["80"],
+                "on_access",
+                &["east"],
+            )]
+        };
+        let spec = |location: Option<LocationSpec>| PolicySpec {
+            connector_groups: vec![GroupSpec {
+                name: "east".into(),
+                location,
+                ..GroupSpec::default()
+            }],
+            segments: segs(),
+        };
+        let paris = LocationSpec {
+            latitude: 48.85,
+            longitude: 2.35,
+        };
+        let none = validate(&spec(None)).expect("valid policy");
+        let located = validate(&spec(Some(paris))).expect("valid policy");
+        let d = &diff_policies(&none, &located, PARAMS)[0];
+        assert_eq!(d.change, GroupChange::Changed);
+        let c = d.location.expect("a location change");
+        assert_eq!(c.before, None);
+        assert_eq!(c.after, Location::new(48.85, 2.35).ok());
+        assert!(d.segments_changed.is_empty() && d.dns_resolution.is_none());
+        assert_eq!(diff_policies(&located, &located, PARAMS)[0].location, None);
+        assert_eq!(
+            diff_policies(&located, &none, PARAMS)[0].change,
+            GroupChange::Changed
         );
     }
 

@@ -24,8 +24,8 @@ pub mod window;
 
 pub use damping::{Damper, Damping};
 pub use dryrun::{
-    DnsResolutionChange, GroupChange, GroupDiff, GroupPlan, PlanParams, PolicyPlan, SegmentChange,
-    SegmentPlan, diff_policies, plan_policy,
+    DnsResolutionChange, GroupChange, GroupDiff, GroupPlan, LocationChange, PlanParams, PolicyPlan,
+    SegmentChange, SegmentPlan, diff_policies, plan_policy,
 };
 pub use host::{Host, HostError};
 pub use location::{
