@@ -34,6 +34,59 @@ pub fn cpu_time(pid: Option<u32>) -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / USER_HZ)
 }
 
+/// What a process's live threads have run and how often they were switched
+/// out, summed over `/proc/PID/task/*` (this process when `pid` is `None`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTimes {
+    /// Time on a CPU (the scheduler's `sum_exec_runtime`, `schedstat`'s
+    /// first field): nanosecond resolution, not the 10-ms ticks of `stat`.
+    pub cpu: Duration,
+    /// Voluntary and involuntary context switches (`status`): every time a
+    /// thread parked (a task woke on another worker, an idle wait) or was
+    /// preempted.
+    pub switches: u64,
+}
+
+impl ThreadTimes {
+    /// What ran between `self` (earlier) and `later`.
+    pub fn until(&self, later: &ThreadTimes) -> ThreadTimes {
+        ThreadTimes {
+            cpu: later.cpu.saturating_sub(self.cpu),
+            switches: later.switches.saturating_sub(self.switches),
+        }
+    }
+}
+
+/// [`ThreadTimes`] of a process's live threads (a thread that ended takes
+/// its time along: for processes whose threads live as long as they do,
+/// such as a tokio runtime's workers); zero when it cannot be read.
+pub fn thread_times(pid: Option<u32>) -> ThreadTimes {
+    let mut out = ThreadTimes::default();
+    let Ok(tasks) = std::fs::read_dir(proc_path(pid, "task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            out.cpu += Duration::from_nanos(ns);
+        }
+        if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
+            out.switches += status
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    out
+}
+
 /// Resident set size of a process in bytes (this one when `pid` is `None`);
 /// zero when it cannot be read.
 pub fn rss_bytes(pid: Option<u32>) -> u64 {
@@ -86,5 +139,31 @@ mod tests {
         std::hint::black_box(x);
         assert!(cpu_time(None) > Duration::ZERO);
         assert!(machine().contains("cores"));
+    }
+
+    #[test]
+    fn thread_times_grow_with_work_on_any_thread() {
+        let before = thread_times(None);
+        assert!(before.cpu > Duration::ZERO);
+        // Work on another thread, which then parks on a channel until read.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let mut x = 0u64;
+            for i in 0..50_000_000u64 {
+                x = x.wrapping_add(std::hint::black_box(i));
+            }
+            std::hint::black_box(x);
+            let _ = done_tx.send(());
+            let _ = rx.recv();
+        });
+        done_rx.recv().expect("worker done");
+        let after = thread_times(None);
+        let _ = tx.send(());
+        worker.join().expect("worker");
+        let spent = before.until(&after);
+        assert!(spent.cpu > Duration::from_millis(1), "{spent:?}");
+        assert!(spent.switches >= 1, "{spent:?}");
+        assert_eq!(after.until(&before), ThreadTimes::default());
     }
 }

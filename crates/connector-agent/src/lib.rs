@@ -69,6 +69,7 @@ pub mod renewal;
 pub mod resolver;
 pub mod schedule;
 pub mod session;
+pub mod wire;
 
 use std::future::Future;
 use std::path::PathBuf;

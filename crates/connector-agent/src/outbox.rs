@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use policy::AppKey;
-use prost::Message;
 use protocol::v1;
 
 use crate::schedule::AppReport;
+use crate::wire::{Entry, Report};
 
 /// Longest a result waits before it is sent: results produced within it go
 /// out together.
@@ -138,6 +138,11 @@ impl Outbox {
         self.pending.len()
     }
 
+    /// How many more results make a full report's worth (at least 1).
+    pub fn room(&self) -> usize {
+        self.max_entries.saturating_sub(self.pending.len()).max(1)
+    }
+
     /// When the next report is due, if anything waits: when the oldest
     /// result has waited `BATCH_WINDOW` (at once when a full report's worth
     /// waits or a user waits for one of them), but not before the CA's
@@ -164,7 +169,7 @@ impl Outbox {
 
     /// The next report if it is due at `now` (`sent` and `wall` stamp the
     /// entries' ages and, for expired ones, their time).
-    pub fn take(&mut self, now: Instant, wall: SystemTime) -> Option<v1::HealthReport> {
+    pub fn take(&mut self, now: Instant, wall: SystemTime) -> Option<Report> {
         if self.next_send().is_none_or(|at| at > now) {
             return None;
         }
@@ -178,9 +183,8 @@ impl Outbox {
             let Some(entry) = self.pending.first_entry() else {
                 break;
             };
-            let wire: v1::ApplicationHealth =
-                crate::session::application_report(entry.get(), wall, now).into();
-            let size = wire.encoded_len() + 8;
+            let wire = Entry::new(entry.get(), wall, now);
+            let size = wire.len() + 8;
             if !apps.is_empty() && bytes + size > MAX_REPORT_BYTES {
                 break;
             }
@@ -205,19 +209,11 @@ impl Outbox {
 
     /// The complete state after a (re)connect: supersedes everything
     /// pending and is always taken by the CA.
-    pub fn full_state(
-        &mut self,
-        state: Vec<AppReport>,
-        now: Instant,
-        wall: SystemTime,
-    ) -> v1::HealthReport {
+    pub fn full_state(&mut self, state: Vec<AppReport>, now: Instant, wall: SystemTime) -> Report {
         self.pending.clear();
         self.oldest = None;
         self.awaited = 0;
-        let entries = state
-            .iter()
-            .map(|r| crate::session::application_report(r, wall, now).into())
-            .collect();
+        let entries = state.iter().map(|r| Entry::new(r, wall, now)).collect();
         if let Some(pace) = &mut self.pace {
             pace.refill(now);
             pace.tokens = (pace.tokens - state.len() as f64).max(-pace.burst);
@@ -225,12 +221,7 @@ impl Outbox {
         self.record(state, entries, true)
     }
 
-    fn record(
-        &mut self,
-        apps: Vec<AppReport>,
-        entries: Vec<v1::ApplicationHealth>,
-        full_state: bool,
-    ) -> v1::HealthReport {
+    fn record(&mut self, apps: Vec<AppReport>, entries: Vec<Entry>, full_state: bool) -> Report {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         for app in &apps {
@@ -246,8 +237,8 @@ impl Outbox {
                 }
             }
         }
-        v1::HealthReport {
-            applications: entries,
+        Report {
+            entries,
             full_state,
             sequence,
         }
@@ -324,7 +315,12 @@ mod tests {
             checked: Some(checked),
             access_id: None,
             awaited: false,
+            wire: Default::default(),
         }
+    }
+
+    fn decoded(r: Report) -> v1::HealthReport {
+        r.message().expect("a report decodes")
     }
 
     fn limits(per_second: u32, burst: u32, max: u32) -> v1::ConnectorSettings {
@@ -354,7 +350,10 @@ mod tests {
             o.take(t0 + Duration::from_millis(99), SystemTime::now())
                 .is_none()
         );
-        let r = o.take(t0 + BATCH_WINDOW, SystemTime::now()).expect("due");
+        let r = o
+            .take(t0 + BATCH_WINDOW, SystemTime::now())
+            .map(decoded)
+            .expect("due");
         assert_eq!(r.applications.len(), 2);
         // Only the latest result of a.test, with its age at send time.
         assert_eq!(r.applications[0].status, v1::HealthStatus::Down as i32);
@@ -374,7 +373,10 @@ mod tests {
         o.push(vec![awaited], t1);
         // Due at once (the oldest pending arrived at t0), not at t0 + 100 ms.
         assert_eq!(o.next_send(), Some(t0));
-        let r = o.take(t1, SystemTime::now()).expect("due at once");
+        let r = o
+            .take(t1, SystemTime::now())
+            .map(decoded)
+            .expect("due at once");
         assert_eq!(r.applications.len(), 2);
         // Nothing awaited is left: the next result waits for the window.
         let t2 = t1 + Duration::from_millis(5);
@@ -399,14 +401,13 @@ mod tests {
         o.push(many, t0);
         // A full report's worth waits: due at once.
         let sizes: Vec<usize> =
-            std::iter::from_fn(|| o.take(t0, SystemTime::now()).map(|r| r.applications.len()))
-                .collect();
+            std::iter::from_fn(|| o.take(t0, SystemTime::now()).map(|r| r.entries.len())).collect();
         // The burst of 50 allows two reports of 20, then 10 tokens are left.
         assert_eq!(sizes, [20, 20]);
         // 10 more tokens at 100/s: 100 ms later.
         assert_eq!(o.next_send(), Some(t0 + Duration::from_millis(100)));
         let r = o.take(t0 + Duration::from_millis(100), SystemTime::now());
-        assert_eq!(r.map(|r| r.applications.len()), Some(20));
+        assert_eq!(r.map(|r| r.entries.len()), Some(20));
     }
 
     #[test]
@@ -417,11 +418,17 @@ mod tests {
             vec![report("a.test", true, t0), report("b.test", true, t0)],
             t0,
         );
-        let first = o.take(t0 + BATCH_WINDOW, SystemTime::now()).expect("due");
+        let first = o
+            .take(t0 + BATCH_WINDOW, SystemTime::now())
+            .map(decoded)
+            .expect("due");
         // b.test changed and went out in a later report; a.test did not.
         let t1 = t0 + Duration::from_millis(150);
         o.push(vec![report("b.test", false, t1)], t1);
-        let second = o.take(t1 + BATCH_WINDOW, SystemTime::now()).expect("due");
+        let second = o
+            .take(t1 + BATCH_WINDOW, SystemTime::now())
+            .map(decoded)
+            .expect("due");
         assert_eq!(second.applications.len(), 1);
         let t2 = t1 + Duration::from_millis(200);
         // The CA refuses the first: only a.test waits again (b.test's newer
@@ -431,6 +438,7 @@ mod tests {
         assert_eq!(o.next_send(), Some(t2 + Duration::from_millis(500)));
         let again = o
             .take(t2 + Duration::from_millis(500), SystemTime::now())
+            .map(decoded)
             .expect("due");
         assert_eq!(again.applications.len(), 1);
         assert_eq!(

@@ -23,8 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use policy::{AppKey, ApplicationReport, Segment};
 use protocol::v1::authority_message::Kind as FromCa;
 use protocol::v1::connector_message::Kind as ToCa;
-use protocol::v1::connector_session_client::ConnectorSessionClient;
-use protocol::v1::{self, AuthorityMessage, ConnectorMessage};
+use protocol::v1::{self, AuthorityMessage};
 use rand::RngExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -38,7 +37,7 @@ use crate::config::Ceilings;
 use crate::enroll::{Enrollment, ProvisioningKey};
 use crate::follow::Assignments;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::{BATCH_WINDOW, Outbox};
 use crate::pacer::Pacer;
 use crate::probe::Prober;
 use crate::schedule::Scheduler;
@@ -101,7 +100,7 @@ pub struct Handover {
 
 /// An open session: outbound queue, inbound stream, the CA's Welcome.
 type Opened = (
-    mpsc::Sender<ConnectorMessage>,
+    mpsc::Sender<Encoded>,
     Streaming<AuthorityMessage>,
     v1::Welcome,
 );
@@ -375,9 +374,18 @@ pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
     application_report(report, SystemTime::now(), Instant::now().into_std()).into()
 }
 
-fn report_message(report: v1::HealthReport) -> ConnectorMessage {
-    ConnectorMessage {
-        kind: Some(ToCa::Report(report)),
+/// An encoded `ConnectorMessage` for the `Connect` stream
+/// ([`crate::wire::RawCodec`]).
+type Encoded = Vec<u8>;
+
+/// The earlier of two optional instants.
+fn earliest(
+    a: Option<std::time::Instant>,
+    b: Option<std::time::Instant>,
+) -> Option<std::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -459,8 +467,8 @@ pub(crate) fn apply_settings(
     window
 }
 
-async fn send(out: &mpsc::Sender<ConnectorMessage>, kind: ToCa) -> Result<(), SessionError> {
-    out.send(ConnectorMessage { kind: Some(kind) })
+async fn send(out: &mpsc::Sender<Encoded>, kind: ToCa) -> Result<(), SessionError> {
+    out.send(crate::wire::encode(kind))
         .await
         .map_err(|_| SessionError::Closed)
 }
@@ -499,15 +507,20 @@ async fn session(
 
     // The full state, then every later report (the same ones every other
     // replica's session gets).
-    let (state, mut reports) = parts.scheduler.subscribe().await;
+    let (state, inbox) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
-    out.send(report_message(full))
+    out.send(full.encode())
         .await
         .map_err(|_| SessionError::Closed)?;
 
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
     loop {
+        // The inbox wakes this task only when its results start to wait,
+        // are awaited or make a full report (not for every round the
+        // scheduler finishes); they reach the outbox when due.
+        inbox.wake_at(outbox.room());
+        let due = earliest(outbox.next_send(), inbox.due(BATCH_WINDOW));
         tokio::select! {
             message = inbound.message() => {
                 let Some(message) = message? else {
@@ -520,13 +533,17 @@ async fn session(
                     ticker = tokio::time::interval(heartbeat);
                 }
             }
-            batch = reports.recv() => {
-                let Some(batch) = batch else { return Ok(()) };
-                outbox.push(batch, now());
+            () = inbox.changed() => {
+                if inbox.is_finished() {
+                    return Ok(());
+                }
             }
-            () = sleep_until(outbox.next_send()) => {
+            () = sleep_until(due) => {
+                if let Some((batch, first)) = inbox.take() {
+                    outbox.push(batch, first);
+                }
                 while let Some(report) = outbox.take(now(), SystemTime::now()) {
-                    out.send(report_message(report)).await.map_err(|_| SessionError::Closed)?;
+                    out.send(report.encode()).await.map_err(|_| SessionError::Closed)?;
                 }
             }
             _ = ticker.tick() => {
@@ -598,7 +615,7 @@ async fn open(
     target: &CaTarget,
     options: &SessionOptions,
     parts: &Parts,
-) -> Result<(mpsc::Sender<ConnectorMessage>, Streaming<AuthorityMessage>), SessionError> {
+) -> Result<(mpsc::Sender<Encoded>, Streaming<AuthorityMessage>), SessionError> {
     let tls = match &options.credentials {
         Credentials::Certificate(enrollment) => Some(enrollment.tls()),
         Credentials::ProvisioningKey(_) => None,
@@ -611,10 +628,13 @@ async fn open(
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10));
     let channel = endpoint.connect().await?;
-    let mut client = ConnectorSessionClient::new(channel)
+    // The generated client's `connect`, with a codec that sends messages
+    // already encoded (reports share their entries' encodings across
+    // replicas: `crate::wire`).
+    let mut client = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
-    let (out, rx) = mpsc::channel::<ConnectorMessage>(64);
+    let (out, rx) = mpsc::channel::<Encoded>(64);
     send(&out, ToCa::Hello(hello(options, parts))).await?;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     let identity = &options.identity;
@@ -633,7 +653,20 @@ async fn open(
             metadata(key.expose(), "the provisioning key")?,
         );
     }
-    let inbound = client.connect(request).await?.into_inner();
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    request.extensions_mut().insert(tonic::GrpcMethod::new(
+        "reach.v1.ConnectorSession",
+        "Connect",
+    ));
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/reach.v1.ConnectorSession/Connect");
+    let inbound = client
+        .streaming(request, path, crate::wire::RawCodec)
+        .await?
+        .into_inner();
     Ok((out, inbound))
 }
 
@@ -679,7 +712,7 @@ async fn handle(
     id: u64,
     options: &SessionOptions,
     parts: &Parts,
-    out: &mpsc::Sender<ConnectorMessage>,
+    out: &mpsc::Sender<Encoded>,
     outbox: &mut Outbox,
 ) -> Result<Option<Duration>, SessionError> {
     match message.kind {

@@ -424,6 +424,7 @@ impl Drop for Relay {
 #[derive(Clone, Copy, Debug, Default)]
 struct AgentRun {
     cpu_s: f64,
+    switches: u64,
     bytes: u64,
     checks: u64,
     window_s: f64,
@@ -432,6 +433,9 @@ struct AgentRun {
 impl AgentRun {
     fn cpu_us_per_check(&self) -> f64 {
         self.cpu_s * 1e6 / self.checks.max(1) as f64
+    }
+    fn switches_per_check(&self) -> f64 {
+        self.switches as f64 / self.checks.max(1) as f64
     }
     fn bytes_per_check(&self) -> f64 {
         self.bytes as f64 / self.checks.max(1) as f64
@@ -483,7 +487,33 @@ async fn agent_run(
     let name = format!("ha-agent-{tag}");
     let state = scratch(&format!("agent-{tag}"))?;
     let metrics = free_port()?;
-    let mut command = tokio::process::Command::new(agent_binary()?);
+    // Profiling aid: `REACH_BENCH_WRAP_AGENT="valgrind --tool=callgrind"`
+    // runs the agent under that command; under callgrind its counts are
+    // zeroed when the window starts and dumped when it ends
+    // (`callgrind.out.PID.N` in the working directory), so the dump holds
+    // the window's instructions alone.
+    let wrap: Vec<String> = std::env::var("REACH_BENCH_WRAP_AGENT")
+        .map(|w| w.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let callgrind = wrap.iter().any(|w| w.contains("callgrind"));
+    let (warm, window, attach) = if wrap.is_empty() {
+        (warm, window, Duration::from_secs(30))
+    } else {
+        // A wrapped agent starts and runs far more slowly.
+        (
+            warm.max(Duration::from_secs(10)),
+            window.max(Duration::from_secs(20)),
+            Duration::from_secs(300),
+        )
+    };
+    let mut command = match wrap.split_first() {
+        Some((program, rest)) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(rest).arg(agent_binary()?);
+            c
+        }
+        None => tokio::process::Command::new(agent_binary()?),
+    };
     for r in relays {
         command.arg("--ca").arg(format!("http://{}", r.addr));
     }
@@ -506,17 +536,16 @@ async fn agent_run(
     let pid = child.id();
     let http = reqwest::Client::new();
     for base in bases {
-        ca::wait_until(
-            Duration::from_secs(30),
-            "the connector to attach to every replica",
-            || {
-                let (http, base, name) = (http.clone(), base.clone(), name.clone());
-                async move { connected(&http, &base, &name).await }
-            },
-        )
+        ca::wait_until(attach, "the connector to attach to every replica", || {
+            let (http, base, name) = (http.clone(), base.clone(), name.clone());
+            async move { connected(&http, &base, &name).await }
+        })
         .await?;
     }
     tokio::time::sleep(warm).await;
+    if callgrind && let Some(pid) = pid {
+        callgrind_control("-z", pid).await?;
+    }
     let metrics_url = format!("http://127.0.0.1:{metrics}/metrics");
     let sent = || {
         relays
@@ -525,28 +554,48 @@ async fn agent_run(
             .sum::<u64>()
     };
     let (cpu0, bytes0, checks0, t0) = (
-        sys::cpu_time(pid),
+        sys::thread_times(pid),
         sent(),
         scrape_checks(&http, &metrics_url).await?,
         Instant::now(),
     );
     tokio::time::sleep(window).await;
     let (cpu1, bytes1, checks1, window_s) = (
-        sys::cpu_time(pid),
+        sys::thread_times(pid),
         sent(),
         scrape_checks(&http, &metrics_url).await?,
         t0.elapsed().as_secs_f64(),
     );
+    if callgrind && let Some(pid) = pid {
+        callgrind_control("-d", pid).await?;
+    }
     if let Some(status) = child.try_wait()? {
         bail!("connector-agent exited during the run: {status}");
     }
     let _ = child.kill().await;
+    let spent = cpu0.until(&cpu1);
     Ok(AgentRun {
-        cpu_s: cpu1.saturating_sub(cpu0).as_secs_f64(),
+        cpu_s: spent.cpu.as_secs_f64(),
+        switches: spent.switches,
         bytes: bytes1.saturating_sub(bytes0),
         checks: checks1.saturating_sub(checks0),
         window_s,
     })
+}
+
+/// `callgrind_control FLAG PID` (`-z` zeroes the counts, `-d` dumps them).
+async fn callgrind_control(flag: &str, pid: u32) -> Result<()> {
+    let status = tokio::process::Command::new("callgrind_control")
+        .arg(flag)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .context("running callgrind_control")?;
+    if !status.success() {
+        bail!("callgrind_control {flag} {pid}: {status}");
+    }
+    Ok(())
 }
 
 /// The agent's checks so far, from its `/metrics` at `url`.
@@ -566,6 +615,8 @@ async fn scrape_checks(http: &reqwest::Client, url: &str) -> Result<u64> {
 pub struct ChecksReport {
     /// CPU over the window, seconds.
     pub cpu_s: f64,
+    /// Context switches over the window.
+    pub switches: u64,
     /// Checks finished in the window.
     pub checks: u64,
 }
@@ -607,11 +658,13 @@ pub async fn checks_child(port: u16, targets: usize, rate: u32, seconds: f64) ->
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let checks = || -> Result<u64> { Ok(checks_in(&metrics.encode()?)) };
-    let (cpu0, checks0) = (sys::cpu_time(None), checks()?);
+    let (cpu0, checks0) = (sys::thread_times(None), checks()?);
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    let (cpu1, checks1) = (sys::cpu_time(None), checks()?);
+    let (cpu1, checks1) = (sys::thread_times(None), checks()?);
+    let spent = cpu0.until(&cpu1);
     let report = ChecksReport {
-        cpu_s: cpu1.saturating_sub(cpu0).as_secs_f64(),
+        cpu_s: spent.cpu.as_secs_f64(),
+        switches: spent.switches,
         checks: checks1.saturating_sub(checks0),
     };
     println!("{}", serde_json::to_string(&report)?);
@@ -825,9 +878,11 @@ async fn connector_figures(
     targets: &Targets,
     replicas: &[Replica],
 ) -> Result<Vec<Figure>> {
-    let trials = mode.pick(1usize, 3);
+    // More, shorter alternating trials than one long window each: the
+    // medians follow the machine's load less.
+    let trials = mode.pick(1usize, 5);
     let warm = mode.pick(Duration::from_millis(1500), Duration::from_secs(3));
-    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(20));
+    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(12));
     // Room above the targets' natural rate (one check each per second).
     let rate = (targets.n as u32 * 2).max(20);
     let mut relays = Vec::new();
@@ -858,6 +913,9 @@ async fn connector_figures(
         alone.push(checks_only(targets, rate, window).await?);
     }
     let check_us = median_of(&alone, |a| a.cpu_s * 1e6 / a.checks.max(1) as f64);
+    let check_switches = median_of(&alone, |a| a.switches as f64 / a.checks.max(1) as f64);
+    let switches1 = median_of(&one, AgentRun::switches_per_check);
+    let switches3 = median_of(&three, AgentRun::switches_per_check);
     let alone_checks: u64 = alone.iter().map(|a| a.checks).sum();
     let cpu1 = median_of(&one, AgentRun::cpu_us_per_check);
     let cpu3 = median_of(&three, AgentRun::cpu_us_per_check);
@@ -869,8 +927,8 @@ async fn connector_figures(
         runs.iter()
             .map(|r| {
                 format!(
-                    "{:.2} s CPU, {} B, {} checks in {:.1} s",
-                    r.cpu_s, r.bytes, r.checks, r.window_s
+                    "{:.3} s CPU, {} switches, {} B, {} checks in {:.1} s",
+                    r.cpu_s, r.switches, r.bytes, r.checks, r.window_s
                 )
             })
             .collect::<Vec<_>>()
@@ -893,17 +951,20 @@ async fn connector_figures(
     // ratio.
     let reporting1 = cpu1 - check_us;
     let cpu_note = format!(
-        "CPU (user+sys, /proc) per check of what each extra replica adds, (3 replicas − \
-         1 replica) / 2 = ({cpu3:.1} − {cpu1:.1}) / 2, against the single replica's \
-         reporting part: its CPU per check minus the checks alone ({check_us:.1} µs, median: \
-         the agent's scheduler, pacer and prober without a session, in a child, {alone_checks} \
-         checks in {trials} runs alternating with the others){}; {setup}",
+        "CPU (time on a CPU of every thread, /proc/PID/task/*/schedstat, ns resolution) per \
+         check of what each extra replica adds, (3 replicas − 1 replica) / 2 = ({cpu3:.1} − \
+         {cpu1:.1}) / 2, against the single replica's reporting part: its CPU per check minus \
+         the checks alone ({check_us:.1} µs, median: the agent's scheduler, pacer and prober \
+         without a session, in a child, {alone_checks} checks in {trials} runs alternating with \
+         the others){}; context switches per check (load-independent: task wake-ups across \
+         threads): checks alone {check_switches:.2}, 1 replica {switches1:.2}, 3 replicas \
+         {switches3:.2}; {setup}",
         if reporting1 > 0.0 {
             String::new()
         } else {
             format!(
                 "; the single replica's reporting part came out at {reporting1:.1} µs/check, \
-                 within the noise of the CPU readings (10-ms ticks, machine load): not measured"
+                 within the noise of the CPU readings (machine load): not measured"
             )
         }
     );

@@ -15,6 +15,7 @@ use policy::{
     MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, plan_checks,
 };
 
+pub mod inbox;
 pub mod task;
 
 pub use task::Scheduler;
@@ -67,6 +68,9 @@ pub struct AppReport {
     /// user's request until it arrives, so it goes out at once rather than
     /// after the outbox's batch window.
     pub awaited: bool,
+    /// The result's encoding for the CA, computed by the first session that
+    /// sends it and shared by every replica's copy ([`crate::wire`]).
+    pub wire: crate::wire::WireCache,
 }
 
 /// What the driver must do.
@@ -427,6 +431,7 @@ impl Schedule {
                 checked: Some(now),
                 access_id: app.access_id(),
                 awaited: std::mem::take(&mut app.running_triggered),
+                wire: Default::default(),
             }]));
         }
         actions.extend(self.poll(now));
@@ -449,6 +454,7 @@ impl Schedule {
                     checked: None,
                     access_id: app.access_id(),
                     awaited: false,
+                    wire: Default::default(),
                 });
             }
         }
@@ -512,6 +518,7 @@ impl Schedule {
                     checked: app.last_checked,
                     access_id: app.access_id(),
                     awaited: false,
+                    wire: Default::default(),
                 });
             }
         }
@@ -546,6 +553,7 @@ impl Schedule {
                     checked: app.last_checked,
                     access_id: app.access_id(),
                     awaited: false,
+                    wire: Default::default(),
                 })
             })
             .collect();

@@ -13,6 +13,7 @@ use policy::{AddressResult, AppKey, CheckTarget, Segment, cycle_time};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::inbox::{Inbox, InboxSender, inbox};
 use super::{Action, AppReport, Round, Schedule};
 use crate::metrics::Metrics;
 use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
@@ -44,9 +45,37 @@ enum Command {
 }
 
 /// What a subscribing session gets: the complete current state, then every
-/// report produced after it, in order (nothing between the two is lost or
-/// duplicated: both come from the scheduler task in one step).
-pub type Subscription = (Vec<AppReport>, mpsc::UnboundedReceiver<Vec<AppReport>>);
+/// report produced after it, in order, in its [`Inbox`] (nothing between the
+/// two is lost or duplicated: both come from the scheduler task in one
+/// step).
+pub type Subscription = (Vec<AppReport>, Inbox);
+
+/// Where the task hands its reports: a channel given at spawn (every
+/// report, as produced) or a session's inbox.
+enum Subscriber {
+    Channel(mpsc::UnboundedSender<Vec<AppReport>>),
+    Inbox(InboxSender),
+}
+
+impl Subscriber {
+    fn is_closed(&self) -> bool {
+        match self {
+            Subscriber::Channel(s) => s.is_closed(),
+            Subscriber::Inbox(s) => s.is_closed(),
+        }
+    }
+
+    fn send(&self, batch: Vec<AppReport>, now: std::time::Instant) {
+        match self {
+            Subscriber::Channel(s) => {
+                let _ = s.send(batch);
+            }
+            Subscriber::Inbox(s) => {
+                s.deliver(batch, now);
+            }
+        }
+    }
+}
 
 /// Handle to the scheduler task. Cloning is shallow.
 #[derive(Clone, Debug)]
@@ -79,7 +108,7 @@ impl Scheduler {
         metrics: Metrics,
         reports: mpsc::UnboundedSender<Vec<AppReport>>,
     ) -> (Scheduler, tokio::task::JoinHandle<()>) {
-        Self::spawn_with(resolver, pacer, metrics, vec![reports])
+        Self::spawn_with(resolver, pacer, metrics, vec![Subscriber::Channel(reports)])
     }
 
     /// Starts the scheduler task with no subscriber: sessions
@@ -96,7 +125,7 @@ impl Scheduler {
         resolver: Resolver,
         pacer: Pacer,
         metrics: Metrics,
-        subscribers: Vec<mpsc::UnboundedSender<Vec<AppReport>>>,
+        subscribers: Vec<Subscriber>,
     ) -> (Scheduler, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let load = Arc::new(Mutex::new(Load::default()));
@@ -120,7 +149,7 @@ impl Scheduler {
             return subscription;
         }
         // The scheduler is gone (the connector stops): nothing will come.
-        (Vec::new(), mpsc::unbounded_channel().1)
+        (Vec::new(), inbox().1)
     }
 
     /// Replaces the assignment; returns once it is in effect.
@@ -173,7 +202,7 @@ fn now() -> std::time::Instant {
 async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
     runner: Runner,
-    mut subscribers: Vec<mpsc::UnboundedSender<Vec<AppReport>>>,
+    mut subscribers: Vec<Subscriber>,
     load: Arc<Mutex<Load>>,
 ) {
     let mut schedule = Schedule::new();
@@ -216,9 +245,9 @@ async fn drive(
                     Vec::new()
                 }
                 Some(Command::Subscribe(tx)) => {
-                    let (reports, rx) = mpsc::unbounded_channel();
+                    let (reports, rx) = inbox();
                     if tx.send((schedule.full_state(), rx)).is_ok() {
-                        subscribers.push(reports);
+                        subscribers.push(Subscriber::Inbox(reports));
                     }
                     Vec::new()
                 }
@@ -277,15 +306,16 @@ async fn drive(
 
 /// Sends `batch` to every subscriber (one per CA session), forgetting the
 /// ones whose session ended.
-fn fan_out(subscribers: &mut Vec<mpsc::UnboundedSender<Vec<AppReport>>>, batch: Vec<AppReport>) {
+fn fan_out(subscribers: &mut Vec<Subscriber>, batch: Vec<AppReport>) {
     subscribers.retain(|s| !s.is_closed());
     let Some((last, rest)) = subscribers.split_last() else {
         return;
     };
+    let now = now();
     for s in rest {
-        let _ = s.send(batch.clone());
+        s.send(batch.clone(), now);
     }
-    let _ = last.send(batch);
+    last.send(batch, now);
 }
 
 /// A resolution's outcome for a round: the addresses (with the DNS error
