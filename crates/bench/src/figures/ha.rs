@@ -880,9 +880,9 @@ async fn connector_figures(
 ) -> Result<Vec<Figure>> {
     // More, shorter alternating trials than one long window each: the
     // medians follow the machine's load less.
-    let trials = mode.pick(1usize, 5);
-    let warm = mode.pick(Duration::from_millis(1500), Duration::from_secs(3));
-    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(12));
+    let trials = mode.pick(1usize, 3);
+    let warm = mode.pick(Duration::from_millis(1500), Duration::from_secs(2));
+    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(10));
     // Room above the targets' natural rate (one check each per second).
     let rate = (targets.n as u32 * 2).max(20);
     let mut relays = Vec::new();
