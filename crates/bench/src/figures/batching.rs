@@ -169,7 +169,7 @@ async fn reach(server: &Server, n: usize, run: Duration) -> Result<f64> {
 /// servers up throughout; each figure is the median of its trials.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let trials = mode.pick(1, 3);
-    let duration = mode.pick(Duration::from_millis(300), Duration::from_secs(3));
+    let duration = mode.pick(Duration::from_millis(300), Duration::from_secs(2));
     let bare_server = Server::spawn(&["serve-bare"]).await?;
     let ca_server = ca::start(&CaSetup {
         ingest_apps: APPS,

@@ -170,7 +170,7 @@ fn without_limits(text: &str) -> Result<String> {
 /// Measures both figures.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let (idle, slow) = mode.pick((IDLE / 10, SLOW_TLS / 10), (IDLE, SLOW_TLS));
-    let requests = mode.pick(50, 1000);
+    let requests = mode.pick(50, 600);
     // This process holds every hostile connection.
     let need = (idle + slow + 256) as u64;
     if fd_cap(None).is_some_and(|cap| cap < need) {
