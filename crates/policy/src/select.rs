@@ -1085,7 +1085,8 @@ mod tests {
     }
 
     /// How often each candidate is chosen over `n` seeded draws.
-    fn counts(candidates: &[Candidate], tolerance: Tolerance, n: usize) -> Vec<usize> {
+    fn counts(candidates: &[Candidate], proximity: impl Into<Proximity>, n: usize) -> Vec<usize> {
+        let proximity = proximity.into();
         let mut rng = SmallRng::seed_from_u64(16);
         let mut counts = vec![0; candidates.len()];
         for _ in 0..n {
@@ -1093,7 +1094,7 @@ mod tests {
                 candidates,
                 Continuous,
                 Strategy::Nearest,
-                tolerance,
+                proximity,
                 &mut rng,
             ) {
                 Decision::Selected { index } => counts[index] += 1,
@@ -1101,6 +1102,14 @@ mod tests {
             }
         }
         counts
+    }
+
+    /// Pearson's chi-square of `got` against a uniform draw of `n`.
+    fn chi_square_uniform(got: &[usize], n: usize) -> f64 {
+        let expected = n as f64 / got.len() as f64;
+        got.iter()
+            .map(|&o| (o as f64 - expected).powi(2) / expected)
+            .sum()
     }
 
     #[test]
@@ -1187,11 +1196,7 @@ mod tests {
         let n = 40_000;
         let got = counts(&cs, Tolerance::default(), n);
         assert_eq!(&got[4..], &[0, 0], "{got:?}");
-        let expected = n as f64 / 4.0;
-        let chi2: f64 = got[..4]
-            .iter()
-            .map(|&o| (o as f64 - expected).powi(2) / expected)
-            .sum();
+        let chi2 = chi_square_uniform(&got[..4], n);
         assert!(chi2 < 16.266, "chi-square {chi2:.2} over {got:?}");
     }
 
@@ -1280,20 +1285,11 @@ mod tests {
 
     /// The set `select_with` chooses over many draws with `proximity`.
     fn chosen_near(candidates: &[Candidate], proximity: Proximity) -> BTreeSet<String> {
-        let mut rng = SmallRng::seed_from_u64(5);
-        (0..2000)
-            .map(|_| {
-                match select_with(
-                    candidates,
-                    Continuous,
-                    Strategy::Nearest,
-                    proximity,
-                    &mut rng,
-                ) {
-                    Decision::Selected { index } => candidates[index].connector.clone(),
-                    Decision::Refused(r) => panic!("refused: {r}"),
-                }
-            })
+        counts(candidates, proximity, 2000)
+            .iter()
+            .zip(candidates)
+            .filter(|(n, _)| **n > 0)
+            .map(|(_, c)| c.connector.clone())
             .collect()
     }
 
@@ -1334,21 +1330,10 @@ mod tests {
         assert_eq!(chosen_near(&cs, from_paris()), set(&["lon-1", "fra-1"]));
         // … and the draw among them stays uniform (chi-square, df = 1,
         // p = 0.001: 10.828).
-        let mut rng = SmallRng::seed_from_u64(16);
         let n = 20_000;
-        let mut got = [0usize; 3];
-        for _ in 0..n {
-            match select_with(&cs, Continuous, Strategy::Nearest, from_paris(), &mut rng) {
-                Decision::Selected { index } => got[index] += 1,
-                Decision::Refused(r) => panic!("refused: {r}"),
-            }
-        }
+        let got = counts(&cs, from_paris(), n);
         assert_eq!(got[2], 0);
-        let expected = n as f64 / 2.0;
-        let chi2: f64 = got[..2]
-            .iter()
-            .map(|&o| (o as f64 - expected).powi(2) / expected)
-            .sum();
+        let chi2 = chi_square_uniform(&got[..2], n);
         assert!(chi2 < 10.828, "chi-square {chi2:.2} over {got:?}");
     }
 
