@@ -24,7 +24,7 @@ use crate::health::{HealthTable, UnknownCause};
 use crate::metrics::Metrics;
 use crate::on_access::OnAccess;
 use crate::policy_state::{PolicyState, app_allowed};
-use crate::registry::{ConnSnap, LiveSession, Registry};
+use crate::registry::{ConnSnap, Link, LiveSession, Registry};
 use crate::store::Store;
 use crate::sync::{read, write};
 
@@ -322,7 +322,7 @@ impl Authority {
         segment: &Segment,
         stored: Status,
         age: Duration,
-        conn: Option<&ConnSnap>,
+        conn: Option<Link>,
         window_live: bool,
     ) -> (Status, Option<UnknownCause>) {
         let Some(conn) = conn.filter(|c| c.connected) else {
@@ -591,7 +591,7 @@ impl Authority {
                     segment,
                     report.status,
                     now.saturating_duration_since(report.checked_at),
-                    conns.get(c),
+                    conns.get(c).map(ConnSnap::link),
                     true,
                 )
                 .1

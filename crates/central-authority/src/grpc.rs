@@ -62,7 +62,7 @@ impl Access for AccessService {
                 user_location,
             )
             .await?;
-        Ok(Response::new(outcome.to_wire()))
+        Ok(Response::new(outcome.into_wire()))
     }
 }
 

@@ -110,6 +110,24 @@ pub(crate) struct ConnSnap {
     pub cycle: Duration,
 }
 
+impl ConnSnap {
+    /// What a stored result's effective status depends on.
+    pub fn link(&self) -> Link {
+        Link {
+            connected: self.connected,
+            cycle: self.cycle,
+        }
+    }
+}
+
+/// A connector's connection state and check cycle: what the effective
+/// status of its stored results depends on (`Authority::effective`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Link {
+    pub connected: bool,
+    pub cycle: Duration,
+}
+
 /// What a connector says about itself in its `Hello`.
 #[derive(Debug)]
 pub(crate) struct Arrival<'a> {
@@ -360,6 +378,28 @@ impl Registry {
                 )
             })
             .collect()
+    }
+
+    /// The connectors of `group`, sorted by name, with their connection
+    /// state and cycle. The access path asks this for each decision: it
+    /// copies only the group's names, not every connector's entry.
+    pub(crate) fn members(&self, group: &str) -> Vec<(String, Link)> {
+        let mut members: Vec<(String, Link)> = lock(&self.conns)
+            .map
+            .iter()
+            .filter(|(_, e)| e.group == group)
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    Link {
+                        connected: e.session.is_some(),
+                        cycle: e.cycle(),
+                    },
+                )
+            })
+            .collect();
+        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        members
     }
 
     /// The outbound channels of those of `names` that have a live session.

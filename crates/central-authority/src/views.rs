@@ -13,7 +13,7 @@ use crate::authority::Authority;
 use crate::health::{Transition, UnknownCause};
 use crate::listing::Row;
 use crate::policy_state::PolicyState;
-use crate::registry::ConnSnaps;
+use crate::registry::{ConnSnap, ConnSnaps};
 
 /// One connector's view of one application.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -590,7 +590,17 @@ impl Authority {
                 if on_access {
                     pending.push((name.clone(), r.status, age));
                 } else {
-                    best.push(Self::effective(&ctx.state, segment, r.status, age, conn, true).0);
+                    best.push(
+                        Self::effective(
+                            &ctx.state,
+                            segment,
+                            r.status,
+                            age,
+                            conn.map(ConnSnap::link),
+                            true,
+                        )
+                        .0,
+                    );
                 }
             }
             Summary {
@@ -603,7 +613,7 @@ impl Authority {
         if on_access {
             summary.status = Status::best(pending.into_iter().map(|(name, stored, age)| {
                 let live = self.on_access().is_live(key, &name, ctx.now);
-                let conn = ctx.conns.get(&name);
+                let conn = ctx.conns.get(&name).map(ConnSnap::link);
                 Self::effective(&ctx.state, segment, stored, age, conn, live).0
             }));
         }
@@ -649,8 +659,14 @@ impl Authority {
                     let live = segment.health_reporting != HealthReporting::OnAccess
                         || self.on_access().is_live(&key, name, now);
                     let age = now.saturating_duration_since(r.checked_at);
-                    let (status, cause) =
-                        Self::effective(state, segment, r.status, age, conns.get(name), live);
+                    let (status, cause) = Self::effective(
+                        state,
+                        segment,
+                        r.status,
+                        age,
+                        conns.get(name).map(ConnSnap::link),
+                        live,
+                    );
                     // A result no verified access asked for is listed,
                     // with why no decision rests on it.
                     let cause = match cause {

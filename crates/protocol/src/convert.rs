@@ -466,13 +466,21 @@ impl From<&policy::UserLocationNote> for v1::UserLocationExplanation {
 
 impl From<&CandidateNote> for v1::CandidateExplanation {
     fn from(c: &CandidateNote) -> Self {
+        Self::from(c.clone())
+    }
+}
+
+/// The owned form moves the note's strings instead of copying them (the
+/// access path builds one per candidate per decision).
+impl From<CandidateNote> for v1::CandidateExplanation {
+    fn from(c: CandidateNote) -> Self {
         v1::CandidateExplanation {
-            connector: c.connector.clone(),
-            group: c.group.clone(),
+            connector: c.connector,
+            group: c.group,
             connected: c.connected,
             status: v1::HealthStatus::from(c.status) as i32,
             eligible: c.eligible,
-            reason: c.reason.clone(),
+            reason: c.reason,
             rtt_us: c.rtt.map(micros),
             distance_km: c.distance_km,
             user_rtt_us: c.user_rtt.map(micros),
