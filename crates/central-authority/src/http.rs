@@ -910,13 +910,12 @@ async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> 
     let (request, user_location) = parse_access_body(body)?;
     let outcome = a.resolve_from(request, user_location).await?;
     Ok(match outcome.decision {
-        Ok(s) => axum::Json(SelectedBody {
+        Ok(s) => json_response(selected_json(&SelectedBody {
             connector: s.connector,
             group: s.group,
             segment: s.segment,
             explanation: outcome.explanation,
-        })
-        .into_response(),
+        })),
         Err(Refusal { reason, message }) => error_body(
             refusal_status(reason),
             reason.as_str(),
@@ -924,6 +923,41 @@ async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> 
             serde_json::to_value(&outcome.explanation).ok(),
         ),
     })
+}
+
+/// The JSON of `body` (the same bytes as serde's; a test compares them),
+/// written by hand into a buffer sized for it (see
+/// `ExplanationView::write_json`).
+fn selected_json(body: &SelectedBody) -> Vec<u8> {
+    use crate::access::json;
+    let candidates = body
+        .explanation
+        .selection
+        .as_ref()
+        .map_or(0, |e| e.candidates.len());
+    let mut out = Vec::with_capacity(512 + 160 * candidates);
+    out.extend_from_slice(b"{\"connector\":");
+    json::str(&mut out, &body.connector);
+    out.extend_from_slice(b",\"group\":");
+    json::str(&mut out, &body.group);
+    out.extend_from_slice(b",\"segment\":");
+    json::str(&mut out, &body.segment);
+    out.extend_from_slice(b",\"explanation\":");
+    body.explanation.write_json(&mut out);
+    out.push(b'}');
+    out
+}
+
+/// JSON `body` as a 200 response, as `axum::Json` answers it.
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
@@ -1161,4 +1195,38 @@ async fn dashboard_app() -> Response {
 
 async fn dashboard_connectors() -> Response {
     crate::dashboard::page(crate::dashboard::Page::Connectors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The access answer written by hand is serde's JSON of `SelectedBody`.
+    #[test]
+    fn selected_json_is_serdes() {
+        let candidates = [policy::Candidate {
+            connector: "c\"1".into(),
+            group: "g".into(),
+            connected: true,
+            status: policy::Status::Up,
+            rtt: Some(std::time::Duration::from_micros(500)),
+            location: None,
+        }];
+        let mut explanation = ExplanationView::new(policy::Strategy::Healthy);
+        explanation.selection = Some(policy::explain(
+            &candidates,
+            policy::HealthReporting::Continuous,
+            policy::Strategy::Healthy,
+        ));
+        let body = SelectedBody {
+            connector: "c\"1".into(),
+            group: "g\\".into(),
+            segment: "web".into(),
+            explanation,
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&selected_json(&body)),
+            String::from_utf8_lossy(&serde_json::to_vec(&body).expect("json"))
+        );
+    }
 }
