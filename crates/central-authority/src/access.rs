@@ -462,23 +462,31 @@ impl Authority {
             explanation.discovery_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-        explanation.selection = Some(policy::explain_with(&candidates, mode, strategy, proximity));
+        // The selection's names are copied out first: the candidates then
+        // move into the explanation (`policy::explain_owned`).
+        let decision = match decision {
+            Decision::Selected { index } => Ok((
+                candidates[index].connector.clone(),
+                candidates[index].group.clone(),
+            )),
+            Decision::Refused(reason) => Err(reason),
+        };
+        explanation.selection = Some(policy::explain_owned(candidates, mode, strategy, proximity));
         match decision {
-            Decision::Selected { index } => {
-                let c = &candidates[index];
+            Ok((connector, group)) => {
                 if strategy == Strategy::Group {
-                    explanation.chosen_group = Some(c.group.clone());
+                    explanation.chosen_group = Some(group.clone());
                 }
                 AccessOutcome {
                     decision: Ok(Selected {
-                        connector: c.connector.clone(),
-                        group: c.group.clone(),
-                        segment: key.segment.clone(),
+                        connector,
+                        group,
+                        segment: key.segment,
                     }),
                     explanation,
                 }
             }
-            Decision::Refused(reason) => AccessOutcome {
+            Err(reason) => AccessOutcome {
                 decision: Err(Refusal {
                     reason,
                     message: refusal_message(reason, segment, &key, &state),

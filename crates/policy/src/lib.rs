@@ -43,7 +43,7 @@ pub use report::ApplicationReport;
 pub use select::{
     Candidate, CandidateNote, Decision, Eligibility, Explanation, LocationUse, Proximity,
     RTT_WEIGHT, RefusalReason, Strategy, Tolerance, UserLocationNote, Verdict, explain,
-    explain_with, rtt_sample, select, select_with, smooth_rtt,
+    explain_owned, explain_with, rtt_sample, select, select_with, smooth_rtt,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

@@ -761,58 +761,89 @@ pub fn explain_with(
     strategy: Strategy,
     proximity: impl Into<Proximity>,
 ) -> Explanation {
+    explain_owned(candidates.to_vec(), mode, strategy, proximity)
+}
+
+/// `explain_with`, taking the candidates: their names move into the notes
+/// instead of being copied (a caller that explains every decision, as the
+/// CA does, saves two strings per candidate).
+pub fn explain_owned(
+    candidates: Vec<Candidate>,
+    mode: HealthReporting,
+    strategy: Strategy,
+    proximity: impl Into<Proximity>,
+) -> Explanation {
     let proximity = proximity.into();
-    let eligibility = Eligibility::with_tolerance(candidates, mode, strategy, proximity);
+    let eligibility = Eligibility::with_tolerance(&candidates, mode, strategy, proximity);
     let location = eligibility.location_use();
     let used = location == LocationUse::Used;
     let nearest = strategy == Strategy::Nearest && mode != HealthReporting::None;
-    let notes = candidates
+    // Everything that borrows the candidates first, then they move.
+    let judged: Vec<_> = candidates
         .iter()
         .map(|c| {
             let verdict = eligibility.verdict(c);
             let km = eligibility.user_distance(c);
             let user_rtt = eligibility.user_rtt(c);
-            CandidateNote {
-                connector: c.connector.clone(),
-                group: c.group.clone(),
-                connected: c.connected,
-                status: if verdict == Verdict::AssumedReachable {
-                    Status::Up
-                } else {
-                    c.status
-                },
-                eligible: verdict.is_eligible(),
-                reason: verdict.reason(c, km.zip(user_rtt)),
-                rtt: c.rtt,
-                distance_km: km,
+            let status = if verdict == Verdict::AssumedReachable {
+                Status::Up
+            } else {
+                c.status
+            };
+            // Without a location of its own while the user's counts,
+            // an (unreachable) candidate has no comparable score.
+            let score = c
+                .rtt
+                .and_then(|rtt| match (used, user_rtt) {
+                    (false, _) => Some(rtt),
+                    (true, u) => Some(rtt.saturating_add(u?)),
+                })
+                .filter(|_| nearest);
+            (
+                status,
+                verdict.is_eligible(),
+                verdict.reason(c, km.zip(user_rtt)),
+                km,
                 user_rtt,
-                // Without a location of its own while the user's counts,
-                // an (unreachable) candidate has no comparable score.
-                score: c
-                    .rtt
-                    .and_then(|rtt| match (used, user_rtt) {
-                        (false, _) => Some(rtt),
-                        (true, u) => Some(rtt.saturating_add(u?)),
-                    })
-                    .filter(|_| nearest),
-            }
+                score,
+            )
         })
+        .collect();
+    let eligible_groups = eligibility
+        .groups()
+        .iter()
+        .map(|g| (*g).to_owned())
+        .collect();
+    let user_location = proximity.user.map(|u| UserLocationNote {
+        latitude: u.latitude(),
+        longitude: u.longitude(),
+        used: location == LocationUse::Used,
+        reason: location.reason(),
+    });
+    let notes = candidates
+        .into_iter()
+        .zip(judged)
+        .map(
+            |(c, (status, eligible, reason, distance_km, user_rtt, score))| CandidateNote {
+                connector: c.connector,
+                group: c.group,
+                connected: c.connected,
+                status,
+                eligible,
+                reason,
+                rtt: c.rtt,
+                distance_km,
+                user_rtt,
+                score,
+            },
+        )
         .collect();
     Explanation {
         strategy,
         mode,
         candidates: notes,
-        eligible_groups: eligibility
-            .groups()
-            .iter()
-            .map(|g| (*g).to_owned())
-            .collect(),
-        user_location: proximity.user.map(|u| UserLocationNote {
-            latitude: u.latitude(),
-            longitude: u.longitude(),
-            used: location == LocationUse::Used,
-            reason: location.reason(),
-        }),
+        eligible_groups,
+        user_location,
     }
 }
 
