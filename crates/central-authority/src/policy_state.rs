@@ -23,6 +23,10 @@ pub struct PolicyState {
     /// Each segment's position in `config.policy.segments` and its report
     /// hosts, by segment name (report intake looks every entry up here).
     segments: FastMap<String, (usize, SegmentHosts)>,
+    /// The policy's hash as replicas show it (`replicas::policy_hash`),
+    /// computed on first use: it formats the whole policy, which every
+    /// replica heartbeat would otherwise redo.
+    hash: std::sync::OnceLock<String>,
 }
 
 /// A hash map with foldhash (seeded per process) for the maps every report
@@ -90,7 +94,13 @@ impl PolicyState {
             config,
             index,
             segments,
+            hash: std::sync::OnceLock::new(),
         }
+    }
+
+    /// `compute` of this version's policy, the first time; then that value.
+    pub(crate) fn hash_with(&self, compute: impl FnOnce(&Self) -> String) -> &str {
+        self.hash.get_or_init(|| compute(self))
     }
 
     /// The segment named `name` (what `Policy::segment` finds, by hash).
