@@ -1,14 +1,14 @@
 //! Prometheus metrics (prometheus-client) and the `/metrics` HTTP endpoint.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use policy::AddressResult;
+use policy::{AddressResult, FailureKind, Method};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -75,6 +75,35 @@ pub struct Metrics {
     pub reports_deferred: Counter,
     /// DNS lookups by result.
     pub dns_lookups: Family<DnsLabels, Counter>,
+    /// `checks`' counters by (method, result), each taken from the family
+    /// on its first use: counting a check is then one atomic add, not two
+    /// label strings built and hashed into the family's map per check.
+    check_counters: Arc<[OnceLock<Counter>; CHECK_SLOTS]>,
+}
+
+/// Results a check can have: up, or one of the failure kinds.
+const CHECK_RESULTS: usize = 7;
+
+/// (method, result) pairs of `reach_agent_checks`.
+const CHECK_SLOTS: usize = 3 * CHECK_RESULTS;
+
+/// The slot of a check's (method, result) in `Metrics::check_counters`.
+fn check_slot(method: Method, failure: Option<FailureKind>) -> usize {
+    let method = match method {
+        Method::Tcp => 0,
+        Method::Icmp => 1,
+        Method::TcpFallback => 2,
+    };
+    let result = match failure {
+        None => 0,
+        Some(FailureKind::Timeout) => 1,
+        Some(FailureKind::Refused) => 2,
+        Some(FailureKind::Unreachable) => 3,
+        Some(FailureKind::Dns) => 4,
+        Some(FailureKind::Other) => 5,
+        Some(FailureKind::NotAllowed) => 6,
+    };
+    method * CHECK_RESULTS + result
 }
 
 impl Default for Metrics {
@@ -183,19 +212,22 @@ impl Metrics {
             sessions,
             reports_deferred,
             dns_lookups,
+            check_counters: Arc::new(std::array::from_fn(|_| OnceLock::new())),
         }
     }
 
     /// Counts a finished check.
     pub fn observe_check(&self, result: &AddressResult) {
-        let outcome = match &result.failure {
-            None => "up",
-            Some(f) => f.kind.as_str(),
-        };
-        self.checks
-            .get_or_create(&CheckLabels {
-                method: result.method.as_str().to_owned(),
-                result: outcome.to_owned(),
+        let failure = result.failure.as_ref().map(|f| f.kind);
+        self.check_counters[check_slot(result.method, failure)]
+            .get_or_init(|| {
+                // A family's counters share their value with their clones.
+                self.checks
+                    .get_or_create(&CheckLabels {
+                        method: result.method.as_str().to_owned(),
+                        result: failure.map_or("up", FailureKind::as_str).to_owned(),
+                    })
+                    .clone()
             })
             .inc();
     }
@@ -251,4 +283,73 @@ pub async fn serve(
 /// Binds the metrics listener.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    use policy::Failure;
+
+    use super::*;
+
+    fn result(method: Method, failure: Option<FailureKind>) -> AddressResult {
+        AddressResult {
+            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            reachable: failure.is_none(),
+            method,
+            rtt: Duration::ZERO,
+            failure: failure.map(|kind| Failure {
+                kind,
+                detail: String::new(),
+            }),
+        }
+    }
+
+    /// Every (method, result) pair counts into its own labelled series,
+    /// through the cached counters as through the family.
+    #[test]
+    fn each_method_and_result_is_counted_under_its_own_labels() {
+        let metrics = Metrics::new();
+        let methods = [Method::Tcp, Method::Icmp, Method::TcpFallback];
+        let results = [
+            None,
+            Some(FailureKind::Timeout),
+            Some(FailureKind::Refused),
+            Some(FailureKind::Unreachable),
+            Some(FailureKind::Dns),
+            Some(FailureKind::Other),
+            Some(FailureKind::NotAllowed),
+        ];
+        let mut times = 1;
+        for method in methods {
+            for failure in results {
+                for _ in 0..times {
+                    metrics.observe_check(&result(method, failure));
+                }
+                times += 1;
+            }
+        }
+        let mut times = 1;
+        for method in methods {
+            for failure in results {
+                let labels = CheckLabels {
+                    method: method.as_str().to_owned(),
+                    result: failure.map_or("up", FailureKind::as_str).to_owned(),
+                };
+                assert_eq!(
+                    metrics.checks.get_or_create(&labels).get(),
+                    times,
+                    "{labels:?}"
+                );
+                times += 1;
+            }
+        }
+        let text = metrics.encode().expect("encode");
+        assert!(
+            text.contains(r#"reach_agent_checks_total{method="icmp",result="refused"} 10"#),
+            "{text}"
+        );
+    }
 }

@@ -370,11 +370,17 @@ struct Pending {
     enqueued: Instant,
 }
 
+/// The hasher of the pacer's maps: foldhash, randomly seeded per process
+/// (targets come from DNS answers, so they must not be able to choose
+/// collisions), and a fraction of SipHash's cost on a check's path, which
+/// looks a target up three times.
+type TargetHasher = foldhash::fast::RandomState;
+
 #[derive(Default)]
 struct Queues {
     lanes: Lanes<CheckTarget>,
-    pending: HashMap<CheckTarget, Pending>,
-    recent: HashMap<CheckTarget, (Instant, AddressResult)>,
+    pending: HashMap<CheckTarget, Pending, TargetHasher>,
+    recent: HashMap<CheckTarget, (Instant, AddressResult), TargetHasher>,
     waiting: usize,
     completions: u64,
 }
@@ -521,7 +527,9 @@ impl Pacer {
             return Err(not_allowed(target));
         }
         let mut q = self.inner.lock();
-        if let Some((at, result)) = q.recent.get(&target)
+        // No reuse asked for (a continuous round): no lookup, no clock read.
+        if !max_age.is_zero()
+            && let Some((at, result)) = q.recent.get(&target)
             && at.elapsed() <= max_age
         {
             return Err(result.clone());
