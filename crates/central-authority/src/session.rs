@@ -579,6 +579,10 @@ impl<'a> Receiver<'a> {
             if handled == RECEIVE_BATCH {
                 return None;
             }
+            // The handled message's bytes are a slice of the stream's receive
+            // buffer: freed before the next read, the buffer is not shared
+            // and is reused, not reallocated and copied.
+            drop(std::mem::take(&mut message));
             match ready(inbound).await {
                 None => return None,
                 Some(Some(Ok(m))) => message = m,
