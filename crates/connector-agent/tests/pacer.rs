@@ -10,7 +10,7 @@ use connector_agent::metrics::Metrics;
 use connector_agent::pacer::{AllowNetworks, Pacer, Priority};
 use connector_agent::probe::Prober;
 use policy::{CheckTarget, FailureKind, Protocol};
-use test_support::listeners;
+use test_support::{Blackhole, eventually, listeners};
 
 fn target(ip: &str, port: u16) -> CheckTarget {
     CheckTarget {
@@ -175,4 +175,71 @@ async fn addresses_outside_allow_networks_are_never_probed() {
     );
     assert_eq!(pacer.stats().started, 1);
     task.abort();
+}
+
+/// Probes run side by side up to the bound on checks in flight: handshakes
+/// that hang hold their slots, not the other checks' probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_probes_do_not_hold_back_the_others() {
+    let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_secs(60)));
+    let (pacer, task) = Pacer::spawn(prober, 1000, 4, Metrics::new());
+    let mut holes = Vec::new();
+    let mut hung = Vec::new();
+    for ip in ["127.0.8.21", "127.0.8.22", "127.0.8.23"] {
+        let hole = Blackhole::start(ip).await.expect("blackhole");
+        let (pacer, t) = (pacer.clone(), target(ip, hole.port()));
+        hung.push(tokio::spawn(async move {
+            pacer.check(t, Priority::Continuous, Duration::ZERO).await
+        }));
+        holes.push(hole);
+    }
+    eventually("three hung handshakes in flight", || {
+        let in_flight = pacer.stats().in_flight;
+        async move { in_flight == 3 }
+    })
+    .await;
+    let (port, _) = listeners(&["127.0.8.24".to_string()]).await;
+    let up = tokio::time::timeout(
+        Duration::from_secs(20),
+        pacer.check(
+            target("127.0.8.24", port),
+            Priority::Continuous,
+            Duration::ZERO,
+        ),
+    )
+    .await
+    .expect("a free slot's check is not held back by the hung ones");
+    assert!(up.reachable, "{up:?}");
+    assert_eq!(pacer.stats().in_flight, 3, "the hung handshakes still hang");
+    assert!(hung.iter().all(|h| !h.is_finished()));
+    task.abort();
+}
+
+/// A check that started before the pacer task ends still gets its own
+/// result (the probe is not cut off with the pacer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_check_completes_after_the_pacer_task_ends() {
+    let prober = Arc::new(Prober::new(IcmpPreference::Off, Duration::from_millis(500)));
+    let (pacer, task) = Pacer::spawn(prober, 1000, 4, Metrics::new());
+    let hole = Blackhole::start("127.0.8.25").await.expect("blackhole");
+    let t = target("127.0.8.25", hole.port());
+    let check = tokio::spawn({
+        let pacer = pacer.clone();
+        async move { pacer.check(t, Priority::Continuous, Duration::ZERO).await }
+    });
+    eventually("the check started", || {
+        let started = pacer.stats().started;
+        async move { started == 1 }
+    })
+    .await;
+    task.abort();
+    let result = tokio::time::timeout(Duration::from_secs(20), check)
+        .await
+        .expect("the started check completes")
+        .expect("join");
+    assert_eq!(
+        result.failure.as_ref().map(|f| f.kind),
+        Some(FailureKind::Timeout),
+        "{result:?}"
+    );
 }

@@ -2,14 +2,14 @@
 //! loopback: TCP up / refused / timeout, ICMP echo vs the TCP fallback, and
 //! resolution of every A/AAAA record with TTL-driven re-resolution.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use connector_agent::IcmpPreference;
 use connector_agent::probe::{IcmpMode, Prober};
 use connector_agent::resolver::{Resolver, TtlBounds};
 use policy::{CheckTarget, FailureKind, Method, Protocol};
-use test_support::{DnsServer, closed_port, listeners};
+use test_support::{Blackhole, DnsServer, closed_port, listeners};
 
 fn target(ip: &str, protocol: Protocol, port: u16) -> CheckTarget {
     CheckTarget {
@@ -17,35 +17,6 @@ fn target(ip: &str, protocol: Protocol, port: u16) -> CheckTarget {
         protocol,
         port,
     }
-}
-
-/// A listener whose accept queue is full: the kernel drops further SYNs
-/// silently, which is what a blackholed host looks like to a TCP check.
-async fn blackhole(ip: &str) -> (u16, Vec<tokio::net::TcpStream>, socket2::Socket) {
-    let addr: SocketAddr = format!("{ip}:0").parse().expect("addr");
-    let socket =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    socket.bind(&addr.into()).expect("bind");
-    socket.listen(0).expect("listen");
-    let port = socket
-        .local_addr()
-        .expect("addr")
-        .as_socket()
-        .expect("inet")
-        .port();
-    // Fill the queue (backlog 0 admits one connection).
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            tokio::net::TcpStream::connect((ip, port)),
-        )
-        .await
-        {
-            held.push(s);
-        }
-    }
-    (port, held, socket)
 }
 
 #[tokio::test]
@@ -66,7 +37,8 @@ async fn tcp_up_refused_and_timeout() {
         Some(FailureKind::Refused)
     );
 
-    let (port, _held, _socket) = blackhole("127.0.3.2").await;
+    let hole = Blackhole::start("127.0.3.2").await.expect("blackhole");
+    let port = hole.port();
     let started = tokio::time::Instant::now();
     let timed_out = prober.check(target("127.0.3.2", Protocol::Tcp, port)).await;
     assert!(!timed_out.reachable, "{timed_out:?}");
@@ -116,7 +88,8 @@ async fn udp_port_falls_back_to_tcp_when_icmp_is_unavailable() {
     assert!(handshake.reachable);
     assert_eq!(handshake.method, Method::TcpFallback);
     // A timeout does not.
-    let (port, _held, _socket) = blackhole("127.0.3.5").await;
+    let hole = Blackhole::start("127.0.3.5").await.expect("blackhole");
+    let port = hole.port();
     let silent = prober.check(target("127.0.3.5", Protocol::Udp, port)).await;
     assert!(!silent.reachable);
     assert_eq!(silent.method, Method::TcpFallback);

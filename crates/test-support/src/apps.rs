@@ -149,6 +149,58 @@ pub fn closed_port(ip: &str) -> u16 {
     port
 }
 
+/// A listener on loopback whose accept queue is full: the kernel drops
+/// further SYNs silently, which is what a blackholed host looks like to a
+/// TCP check (the handshake hangs until the checker's timeout).
+#[derive(Debug)]
+pub struct Blackhole {
+    port: u16,
+    _held: Vec<tokio::net::TcpStream>,
+    _socket: socket2::Socket,
+}
+
+impl Blackhole {
+    /// Listens on `ip` (a loopback address) with a backlog of 0 and fills
+    /// the queue.
+    pub async fn start(ip: &str) -> Result<Self> {
+        let ip: IpAddr = ip.parse().with_context(|| format!("ip {ip}"))?;
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(SocketAddr::new(ip, 0)),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.bind(&SocketAddr::new(ip, 0).into())?;
+        socket.listen(0)?;
+        let port = socket
+            .local_addr()?
+            .as_socket()
+            .context("not an inet socket")?
+            .port();
+        // Fill the queue (backlog 0 admits one connection).
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            if let Ok(Ok(s)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect((ip, port)),
+            )
+            .await
+            {
+                held.push(s);
+            }
+        }
+        Ok(Blackhole {
+            port,
+            _held: held,
+            _socket: socket,
+        })
+    }
+
+    /// The port whose handshakes hang.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
 /// A UDP application: a bound socket that echoes datagrams. (UDP checks
 /// reach the host by ICMP echo or TCP fallback, so it mostly exists to make
 /// the example realistic.)

@@ -16,7 +16,7 @@ pub mod poll;
 pub mod postgres;
 pub mod segment;
 
-pub use apps::{TcpApp, UdpApp, closed_port, listeners, max_in_window};
+pub use apps::{Blackhole, TcpApp, UdpApp, closed_port, listeners, max_in_window};
 pub use delay::DelayLink;
 pub use dns::DnsServer;
 pub use http::{HttpsClient, client_tls, http_get};

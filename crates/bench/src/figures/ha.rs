@@ -882,7 +882,7 @@ async fn connector_figures(
     // medians follow the machine's load less.
     let trials = mode.pick(1usize, 3);
     let warm = mode.pick(Duration::from_millis(1500), Duration::from_secs(2));
-    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(8));
+    let window = mode.pick(Duration::from_secs(3), Duration::from_secs(6));
     // Room above the targets' natural rate (one check each per second).
     let rate = (targets.n as u32 * 2).max(20);
     let mut relays = Vec::new();

@@ -20,6 +20,7 @@ use super::Spec;
 use super::tcp::{CONCURRENCY, LIFTED_RATE, closed_loop};
 use crate::Mode;
 use crate::report::{Figure, Goal};
+use crate::stats::{median_of, per_trial};
 
 /// The figures.
 pub const SPECS: &[Spec] = &[
@@ -40,11 +41,11 @@ fn address(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 2, (i % 250) as u8 + 1))
 }
 
-/// Measures both loops.
-pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(8));
-    let timeout = Duration::from_secs(1);
-
+/// One trial of the bare loop: a RAW surge-ping client of its own (opened
+/// for the trial and closed after it: a RAW socket gets a copy of every
+/// echo reply, so the other side's socket must not be open meanwhile), 64
+/// pingers with their own identifiers; (echoes, elapsed, process CPU).
+async fn bare_trial(run: Duration, timeout: Duration) -> Result<(u64, Duration, Duration)> {
     let config = surge_ping::Config::builder()
         .kind(ICMP::V4)
         .sock_type_hint(socket2::Type::RAW)
@@ -54,7 +55,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         bail!("surge-ping gave a datagram socket, not RAW: run as root or with CAP_NET_RAW");
     }
     // Distinct identifiers per pinger (RAW replies are matched by
-    // (source, identifier, sequence)); a fresh base per run.
+    // (source, identifier, sequence)); a fresh base per trial.
     let base: u16 = rand::random();
     let mut pingers = Vec::with_capacity(CONCURRENCY);
     for i in 0..CONCURRENCY {
@@ -77,12 +78,16 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             }
         })
     };
-    bare(Duration::from_millis(200)).await;
-    let (bare_n, bare_t, bare_cpu) = bare(duration).await;
+    bare(WARM_UP).await;
+    let measured = bare(run).await;
     drop(pingers);
     drop(client);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(measured)
+}
 
+/// One trial of the agent's check engine: a prober (its own RAW socket)
+/// and a pacer, built for the trial and dropped after it.
+async fn reach_trial(run: Duration, timeout: Duration) -> Result<(u64, Duration, Duration)> {
     let prober = Prober::new(IcmpPreference::Raw, timeout);
     if prober.icmp_mode() != IcmpMode::Raw {
         bail!("the agent's prober could not open a RAW ICMP socket");
@@ -112,27 +117,63 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             }
         })
     };
-    reach(Duration::from_millis(200)).await;
-    let (reach_n, reach_t, reach_cpu) = reach(duration).await;
+    reach(WARM_UP).await;
+    let measured = reach(run).await;
     pacer_task.abort();
+    Ok(measured)
+}
 
-    let bare_rate = bare_n as f64 / bare_t.as_secs_f64();
-    let reach_rate = reach_n as f64 / reach_t.as_secs_f64();
-    let per = |cpu: Duration, n: u64| cpu.as_secs_f64() * 1e6 / n.max(1) as f64;
+/// Each trial's warm-up (pages the code path in; not counted).
+const WARM_UP: Duration = Duration::from_millis(200);
+
+/// Measures both loops in alternating trials, in the order bare, agent,
+/// agent, bare, bare, agent, … (each pair's first side alternates, so a
+/// drift of the machine's speed during the run does not favour the side
+/// that always runs first); medians of the trials.
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let trials = mode.pick(1, 4);
+    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(2));
+    let timeout = Duration::from_secs(1);
+    let (mut bare, mut reach) = (Vec::new(), Vec::new());
+    for k in 0..trials {
+        if k % 2 == 0 {
+            bare.push(bare_trial(duration, timeout).await?);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reach.push(reach_trial(duration, timeout).await?);
+        } else {
+            reach.push(reach_trial(duration, timeout).await?);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            bare.push(bare_trial(duration, timeout).await?);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let rate = |(n, t, _): &(u64, Duration, Duration)| *n as f64 / t.as_secs_f64();
+    let per =
+        |(n, _, cpu): &(u64, Duration, Duration)| cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64;
+    let pairs: Vec<_> = reach.iter().zip(&bare).collect();
+    let (reach_n, bare_n): (u64, u64) = (
+        reach.iter().map(|r| r.0).sum(),
+        bare.iter().map(|b| b.0).sum(),
+    );
     Ok(vec![
         SPECS[0].figure(
-            reach_rate,
-            Some(bare_rate),
+            median_of(&reach, rate),
+            Some(median_of(&bare, rate)),
             format!(
-                "{reach_n} UDP-port checks answered by ICMP in {:.1} s (Pacer+Prober, RAW socket, \
-                 {CONCURRENCY} in flight, 127.0.2.x) vs {bare_n} bare surge-ping echoes",
-                reach_t.as_secs_f64()
+                "{reach_n} UDP-port checks answered by ICMP (Pacer+Prober, RAW socket, \
+                 {CONCURRENCY} in flight, 127.0.2.x) vs {bare_n} bare surge-ping echoes, {} \
+                 alternating trials of {:.1} s, each pair's first side alternating (median; \
+                 per-trial ratios {})",
+                reach.len(),
+                duration.as_secs_f64(),
+                per_trial(&pairs, |(r, b)| rate(r) / rate(b))
             ),
         ),
         SPECS[1].figure(
-            per(reach_cpu, reach_n),
-            Some(per(bare_cpu, bare_n)),
-            "process CPU (user+sys) / answered echoes",
+            median_of(&reach, per),
+            Some(median_of(&bare, per)),
+            "process CPU (user+sys) / answered echoes, median of the trials",
         ),
     ])
 }

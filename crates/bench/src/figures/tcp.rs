@@ -104,7 +104,7 @@ where
 
 /// Measures both loops.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let duration = mode.pick(Duration::from_millis(500), Duration::from_secs(3));
+    let duration = mode.pick(Duration::from_millis(500), Duration::from_millis(2250));
     let (addrs, servers) = listeners(CONCURRENCY, 1).await?;
     let addrs = Arc::new(addrs);
 
@@ -128,32 +128,41 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             })
             .collect(),
     );
-    // Alternating trials (bare, reach, bare, …): a change in the shared
-    // machine's speed reaches both sides alike; medians of the trials.
-    let (mut bare, mut reach) = (Vec::new(), Vec::new());
-    for _ in 0..mode.pick(1, 3) {
+    let bare_trial = || {
         let a = addrs.clone();
-        bare.push(
-            closed_loop(CONCURRENCY, duration, move |i| {
-                let addr = a[i];
-                async move { TcpStream::connect(addr).await.is_ok() }
-            })
-            .await,
-        );
-        // Let TIME_WAIT sockets of one loop not favour either side.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        closed_loop(CONCURRENCY, duration, move |i| {
+            let addr = a[i];
+            async move { TcpStream::connect(addr).await.is_ok() }
+        })
+    };
+    let reach_trial = || {
         let (p, t) = (pacer.clone(), targets.clone());
-        reach.push(
-            closed_loop(CONCURRENCY, duration, move |i| {
-                let (p, target) = (p.clone(), t[i]);
-                async move {
-                    p.check(target, Priority::Continuous, Duration::ZERO)
-                        .await
-                        .reachable
-                }
-            })
-            .await,
-        );
+        closed_loop(CONCURRENCY, duration, move |i| {
+            let (p, target) = (p.clone(), t[i]);
+            async move {
+                p.check(target, Priority::Continuous, Duration::ZERO)
+                    .await
+                    .reachable
+            }
+        })
+    };
+    // Alternating trials in the order bare, agent, agent, bare, bare, …: a
+    // change in the shared machine's speed reaches both sides alike, and a
+    // drift during the run (the kernel's TIME_WAIT table fills as the
+    // trials go on) does not favour the side that would always run first;
+    // medians of the trials.
+    let (mut bare, mut reach) = (Vec::new(), Vec::new());
+    for k in 0..mode.pick(1, 4) {
+        if k % 2 == 0 {
+            bare.push(bare_trial().await);
+            // Let TIME_WAIT sockets of one loop not favour either side.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            reach.push(reach_trial().await);
+        } else {
+            reach.push(reach_trial().await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            bare.push(bare_trial().await);
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     pacer_task.abort();
@@ -175,8 +184,9 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             Some(median_of(&bare, rate)),
             format!(
                 "{reach_n} checks through Pacer+Prober (rate {LIFTED_RATE}/s, {CONCURRENCY} in \
-                 flight) vs {bare_n} bare TcpStream::connect, {} alternating trials of {:.1} s \
-                 (median; per-trial ratios {}); {CONCURRENCY} loopback listeners in the same process",
+                 flight) vs {bare_n} bare TcpStream::connect, {} alternating trials of {:.2} s, \
+                 each pair's first side alternating (median; per-trial ratios {}); \
+                 {CONCURRENCY} loopback listeners in the same process",
                 reach.len(),
                 duration.as_secs_f64(),
                 per_trial(&pairs, |(r, b)| rate(r) / rate(b))
