@@ -298,7 +298,7 @@ fn health_report(bytes: &[u8]) -> Option<ScannedReport<'_>> {
 
 fn entry(bytes: &[u8]) -> Option<EntryView<'_>> {
     let mut r = Reader(bytes);
-    let mut key = None;
+    let mut key: Option<(&str, HostRef<'_>, Protocol, u16)> = None;
     let mut status = 0i32;
     let mut addresses = Vec::new();
     let (mut checked_at_unix_ms, mut dns_error, mut expired, mut age_ms, mut access_id) =
@@ -311,7 +311,11 @@ fn entry(bytes: &[u8]) -> Option<EntryView<'_>> {
             if addresses.len() == MAX_ADDRESSES_PER_ENTRY {
                 return None;
             }
-            addresses.push(address(r.len_delimited()?)?);
+            // An IP application's address is usually its own host: the
+            // host's parse is reused for the same text (keys come first in
+            // field order, as every encoder writes them).
+            let own = key.and_then(|(_, host, _, _)| Some((host.as_str(), host.ip()?)));
+            addresses.push(address(r.len_delimited()?, own)?);
             continue;
         }
         once(&mut seen, field)?;
@@ -379,7 +383,9 @@ fn app_key(bytes: &[u8]) -> Option<(&str, HostRef<'_>, Protocol, u16)> {
     ))
 }
 
-fn address(bytes: &[u8]) -> Option<AddressResult> {
+/// One `AddressResult`; `own` is the entry's host text and address when
+/// it is an IP literal (the same text parses to the same address).
+fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
     let mut r = Reader(bytes);
     let (mut text, mut status, mut method, mut rtt_us, mut failure, mut detail) =
         ("", 0i32, 0i32, 0u64, 0i32, "");
@@ -395,7 +401,10 @@ fn address(bytes: &[u8]) -> Option<AddressResult> {
             _ => return None,
         }
     }
-    let address: IpAddr = text.parse().ok()?;
+    let address: IpAddr = match own {
+        Some((host, ip)) if host == text => ip,
+        _ => text.parse().ok()?,
+    };
     let reachable = match status_from_wire("address.status", status).ok()? {
         Status::Up => true,
         Status::Down => false,
@@ -527,6 +536,15 @@ mod tests {
             app("seg", "127.0.0.1", 80),
             app("seg", "db.example.test", 65535),
             app("seg", "::1", 1),
+            // The address is the host itself (its parse is reused).
+            app("seg", "127.0.9.1", 80),
+            v1::ApplicationHealth {
+                addresses: vec![
+                    address("::1", v1::HealthStatus::Up as i32, 0, ""),
+                    address("::2", v1::HealthStatus::Down as i32, 0, ""),
+                ],
+                ..app("seg", "::1", 443)
+            },
             v1::ApplicationHealth {
                 status: v1::HealthStatus::Down as i32,
                 addresses: vec![
