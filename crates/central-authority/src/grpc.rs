@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use protocol::v1;
 use protocol::v1::access_server::{Access, AccessServer};
-use protocol::v1::connector_session_server::ConnectorSessionServer;
 use protocol::v1::enrollment_server::EnrollmentServer;
 use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
 use tokio::net::TcpListener;
@@ -257,7 +256,7 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(reflection_v1alpha)
         .add_service(
-            ConnectorSessionServer::new(SessionService::new(authority.clone()))
+            crate::connect::ConnectServer::new(SessionService::new(authority.clone()))
                 .max_decoding_message_size(max),
         )
         .add_service(

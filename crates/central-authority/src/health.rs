@@ -13,12 +13,13 @@
 //! two at once: what it decides, it decides per report, so it needs no
 //! snapshot of the whole table.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use policy::{AddressResult, AppKey, Status};
+use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
 use crate::sync::{read, write};
@@ -177,6 +178,100 @@ impl AppRecord {
     }
 }
 
+/// An application key as the table looks it up: owned ([`AppKey`]) or
+/// borrowed from a report message ([`KeyRef`]). Both hash and compare as
+/// the same parts, so a borrowed key finds the owned one in the maps
+/// without being copied.
+pub trait KeyLike {
+    /// Segment name, normalised host text, protocol and port.
+    fn parts(&self) -> (&str, &str, Protocol, u16);
+}
+
+impl KeyLike for AppKey {
+    fn parts(&self) -> (&str, &str, Protocol, u16) {
+        (&self.segment, &self.host, self.protocol, self.port)
+    }
+}
+
+/// Hashes as `AppKey`'s derived `Hash` does (`Host` hashes as its text).
+impl Hash for dyn KeyLike + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (segment, host, protocol, port) = self.parts();
+        segment.hash(state);
+        host.hash(state);
+        protocol.hash(state);
+        port.hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyLike + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyLike + '_ {}
+
+impl<'a> Borrow<dyn KeyLike + 'a> for AppKey {
+    fn borrow(&self) -> &(dyn KeyLike + 'a) {
+        self
+    }
+}
+
+/// A borrowed application key: the report intake's, read from the message
+/// (`protocol::scan`).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRef<'a> {
+    /// Segment name.
+    pub segment: &'a str,
+    /// The host, in normal form.
+    pub host: HostRef<'a>,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port.
+    pub port: u16,
+}
+
+impl KeyLike for KeyRef<'_> {
+    fn parts(&self) -> (&str, &str, Protocol, u16) {
+        (self.segment, self.host.as_str(), self.protocol, self.port)
+    }
+}
+
+/// A key [`HealthTable::replace`] takes: looked up as it is, owned only
+/// when the table keeps it (a new application, a published transition).
+pub trait TableKey: KeyLike {
+    /// The owned key, copied.
+    fn to_key(&self) -> AppKey;
+    /// The owned key.
+    fn into_key(self) -> AppKey;
+}
+
+impl TableKey for AppKey {
+    fn to_key(&self) -> AppKey {
+        self.clone()
+    }
+
+    fn into_key(self) -> AppKey {
+        self
+    }
+}
+
+impl TableKey for KeyRef<'_> {
+    fn to_key(&self) -> AppKey {
+        AppKey {
+            segment: self.segment.to_owned(),
+            host: self.host.to_host(),
+            protocol: self.protocol,
+            port: self.port,
+        }
+    }
+
+    fn into_key(self) -> AppKey {
+        self.to_key()
+    }
+}
+
 /// How many shards the table has (a power of two, comfortably more than
 /// the worker threads that store reports at once).
 pub const SHARDS: usize = 16;
@@ -220,7 +315,7 @@ const OUTBOX_CAP: usize = 100_000;
 impl HealthTable {
     /// The shard that holds `key`. The top bits of the hash pick it (each
     /// shard's map has its own seed, so they are independent of its slots).
-    fn shard(&self, key: &AppKey) -> &Shard {
+    fn shard(&self, key: &dyn KeyLike) -> &Shard {
         let hash = self.hasher.hash_one(key);
         // SHARDS is a power of two, so this is the top log2(SHARDS) bits.
         &self.shards[(hash >> (u64::BITS - SHARDS.trailing_zeros())) as usize]
@@ -237,7 +332,7 @@ impl HealthTable {
     /// previous report's status and check time, if there was one.
     pub fn replace(
         &self,
-        key: AppKey,
+        key: impl TableKey,
         connector: &str,
         report: Report,
         keep: usize,
@@ -257,7 +352,13 @@ impl HealthTable {
         // distance).
         let mut report = report;
         let smooth = |previous: Option<Duration>, report: &Report| {
-            policy::rtt_sample(&report.addresses)
+            // One address (the usual report): its RTT is the sample, as
+            // `rtt_sample` would compute it, without iterating twice.
+            let sample = match report.addresses.as_slice() {
+                [only] => only.reachable.then_some(only.rtt),
+                all => policy::rtt_sample(all),
+            };
+            sample
                 .map(|sample| policy::smooth_rtt(previous, sample))
                 .or(previous)
         };
@@ -287,9 +388,9 @@ impl HealthTable {
         // known application, not two (each search compares the key's
         // strings: part of the table's share of the CA's CPU under report
         // load).
-        let (before, published, old) = match apps.get_mut(&key) {
+        let (before, published, old) = match apps.get_mut(&key as &dyn KeyLike) {
             Some(record) => store(record),
-            None => store(apps.entry(key.clone()).or_default()),
+            None => store(apps.entry(key.to_key()).or_default()),
         };
         // The replaced report is freed after the lock is released.
         drop(apps);
@@ -297,7 +398,7 @@ impl HealthTable {
         // The outbox is one lock for the whole table: only a transition
         // takes it (most reports change nothing).
         if let Some(t) = published {
-            self.publish(std::iter::once((key, t)));
+            self.publish(std::iter::once((key.into_key(), t)));
         }
         before
     }
@@ -560,6 +661,52 @@ mod tests {
         assert_eq!(r.checked_at_unix_ms, 42);
         assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
         assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    #[test]
+    fn a_borrowed_key_finds_the_owned_one() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let hosts = ["127.20.0.1", "db.example.test", "::1"];
+        for (i, host) in hosts.iter().enumerate() {
+            let owned = AppKey {
+                host: host.parse().expect("host"),
+                port: 80 + i as u16,
+                ..key()
+            };
+            let borrowed = KeyRef {
+                segment: &owned.segment,
+                host: policy::Host::normal(host).expect("normal"),
+                protocol: owned.protocol,
+                port: owned.port,
+            };
+            // Same hash (so the same shard and slot) and equal.
+            let h = foldhash::fast::RandomState::default();
+            assert_eq!(h.hash_one(&owned), h.hash_one(&borrowed as &dyn KeyLike));
+            assert!(std::ptr::eq(t.shard(&owned), t.shard(&borrowed)));
+            assert_eq!(TableKey::to_key(&borrowed), owned);
+            // Stored under the owned key, updated through the borrowed one.
+            t.record(owned.clone(), "c1", report(Status::Up, now), 4);
+            let previous = t.replace(borrowed, "c1", report(Status::Down, now), 4);
+            assert_eq!(previous.map(|(s, _)| s), Some(Status::Up));
+            assert_eq!(t.statuses(&owned).len(), 1);
+            assert_eq!(t.statuses(&owned)[0].1, Status::Down);
+        }
+        // A new application stored through a borrowed key is owned by the
+        // table, and its transition names it.
+        t.take_transitions();
+        let fresh = KeyRef {
+            segment: "s",
+            host: policy::Host::normal("new.example.test").expect("normal"),
+            protocol: Protocol::Udp,
+            port: 53,
+        };
+        assert!(t.replace(fresh, "c2", report(Status::Up, now), 4).is_none());
+        assert_eq!(t.statuses(&fresh.to_key())[0].1, Status::Up);
+        let published = t.take_transitions();
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[0].0, fresh.to_key());
+        assert_eq!(t.keys().len(), hosts.len() + 1);
     }
 
     #[test]

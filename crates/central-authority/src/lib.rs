@@ -13,6 +13,7 @@ pub mod auth;
 pub mod authority;
 pub mod cli;
 pub mod config;
+pub mod connect;
 pub mod dashboard;
 pub mod error;
 pub mod fuzzing;

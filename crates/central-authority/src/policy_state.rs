@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use policy::{AppEntry, AppKey, HealthReporting, Policy, Segment, SegmentIndex};
+use policy::{AppEntry, AppKey, HealthReporting, Policy, Protocol, Segment, SegmentIndex};
 use protocol::v1;
 
 use crate::config::{Config, Settings};
@@ -173,16 +173,36 @@ pub(crate) fn app_allowed_ip<'a>(
     key: &AppKey,
     ip: Option<IpAddr>,
 ) -> Result<&'a Segment, crate::error::ReportError> {
+    app_allowed_parts(
+        state,
+        group,
+        (&key.segment, &key.host),
+        ip,
+        key.protocol,
+        key.port,
+    )
+}
+
+/// [`app_allowed_ip`] for a key given by its parts (`names`: segment and
+/// normalised host), as the report intake reads them from the message.
+pub(crate) fn app_allowed_parts<'a>(
+    state: &'a PolicyState,
+    group: &str,
+    (segment_name, host): (&str, &str),
+    ip: Option<IpAddr>,
+    protocol: Protocol,
+    port: u16,
+) -> Result<&'a Segment, crate::error::ReportError> {
     use crate::error::ReportError;
     let (segment, hosts) = state
         .segments
-        .get(key.segment.as_str())
+        .get(segment_name)
         .and_then(|(i, hosts)| Some((state.policy().segments.get(*i)?, hosts)))
-        .ok_or_else(|| ReportError::UnknownSegment(key.segment.clone()))?;
+        .ok_or_else(|| ReportError::UnknownSegment(segment_name.to_owned()))?;
     if !segment.served_by(group) {
         return Err(ReportError::NotServed {
             group: group.to_owned(),
-            segment: key.segment.clone(),
+            segment: segment_name.to_owned(),
         });
     }
     if segment.health_reporting == HealthReporting::None {
@@ -191,16 +211,16 @@ pub(crate) fn app_allowed_ip<'a>(
             segment.name
         )));
     }
-    if !segment.includes(key.protocol, key.port) {
+    if !segment.includes(protocol, port) {
         return Err(ReportError::NotInSegment(format!(
             "segment {:?} does not include {}/{}",
-            segment.name, key.protocol, key.port
+            segment.name, protocol, port
         )));
     }
-    if !hosts.contains(&key.host, ip) {
+    if !hosts.contains(host, ip) {
         return Err(ReportError::NotInSegment(format!(
             "host {:?} is not an application of segment {:?}",
-            key.host, segment.name
+            host, segment.name
         )));
     }
     Ok(segment)

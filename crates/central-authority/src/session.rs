@@ -16,12 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use policy::{AppKey, ApplicationReport, HealthReporting, Status};
+use protocol::scan::{EntryView, ScannedReport, decode_connector_message, scan_report};
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use protocol::v1::connector_message::Kind as In;
-use protocol::v1::connector_session_server::ConnectorSession;
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::Bytes;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
@@ -29,10 +30,10 @@ use crate::auth::{AuthError, check_connector_name};
 use crate::authority::Authority;
 use crate::config::Settings;
 use crate::error::{ReportError, SessionError};
-use crate::health::{Report, UnknownCause};
+use crate::health::{KeyRef, Report, TableKey, UnknownCause};
 use crate::metrics::Metrics;
 use crate::on_access::Adoption;
-use crate::policy_state::{PolicyState, app_allowed_ip};
+use crate::policy_state::{PolicyState, app_allowed_ip, app_allowed_parts};
 use crate::registry::{Arrival, LiveSession, Outbound};
 use crate::trust::SessionCert;
 
@@ -68,7 +69,11 @@ pub struct Identity {
     pub group: Arc<str>,
 }
 
-/// The `ConnectorSession` gRPC service.
+/// What `Connect` answers with.
+pub type ConnectStream = ReceiverStream<Result<v1::AuthorityMessage, GrpcStatus>>;
+
+/// The `ConnectorSession` gRPC service (served by `connect::ConnectServer`,
+/// which hands the inbound messages over still encoded).
 #[derive(Clone, Debug)]
 pub struct SessionService {
     authority: Arc<Authority>,
@@ -81,14 +86,13 @@ impl SessionService {
     }
 }
 
-#[tonic::async_trait]
-impl ConnectorSession for SessionService {
-    type ConnectStream = ReceiverStream<Result<v1::AuthorityMessage, GrpcStatus>>;
-
-    async fn connect(
+impl SessionService {
+    /// `ConnectorSession.Connect`: authenticates the stream and runs its
+    /// session on a task of its own.
+    pub(crate) async fn connect(
         &self,
-        request: Request<Streaming<v1::ConnectorMessage>>,
-    ) -> Result<Response<Self::ConnectStream>, GrpcStatus> {
+        request: Request<Streaming<Bytes>>,
+    ) -> Result<Response<ConnectStream>, GrpcStatus> {
         // Both look the connector up in the database, which may wait for
         // an enrollment's write: off the async workers.
         let authenticated = if self.authority.pki().is_some() {
@@ -236,7 +240,7 @@ async fn run_session(
     authority: &Arc<Authority>,
     identity: Identity,
     credential: Credential,
-    mut inbound: Streaming<v1::ConnectorMessage>,
+    mut inbound: Streaming<Bytes>,
     tx: Outbound,
 ) -> Result<(), SessionError> {
     let (cert, key) = match credential {
@@ -311,13 +315,13 @@ async fn run_session(
 /// when the stream ended first.
 async fn await_hello(
     identity: &Identity,
-    inbound: &mut Streaming<v1::ConnectorMessage>,
+    inbound: &mut Streaming<Bytes>,
 ) -> Result<Option<v1::Hello>, SessionError> {
     let first = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
         Err(_) => return Err(SessionError::HelloTimeout(HELLO_TIMEOUT)),
         Ok(Err(status)) => return Err(status.into()),
         Ok(Ok(None)) => return Ok(None),
-        Ok(Ok(Some(m))) => m,
+        Ok(Ok(Some(m))) => decode_connector_message(m)?,
     };
     let Some(In::Hello(hello)) = first.kind else {
         return Err(SessionError::ExpectedHello);
@@ -476,7 +480,7 @@ impl<'a> Receiver<'a> {
     /// The message loop.
     async fn run(
         mut self,
-        inbound: &mut Streaming<v1::ConnectorMessage>,
+        inbound: &mut Streaming<Bytes>,
         kill: &Notify,
         expires: Option<tokio::time::Instant>,
     ) -> Result<(), SessionError> {
@@ -541,8 +545,8 @@ impl<'a> Receiver<'a> {
     /// inside the batch.
     async fn batch(
         &mut self,
-        inbound: &mut Streaming<v1::ConnectorMessage>,
-        first: v1::ConnectorMessage,
+        inbound: &mut Streaming<Bytes>,
+        first: Bytes,
         now: Instant,
     ) -> Option<Result<(), SessionError>> {
         let wall = self.clock.at(now);
@@ -550,11 +554,22 @@ impl<'a> Receiver<'a> {
         let mut message = first;
         let mut handled = 0;
         loop {
-            if self.cap.admit(self.authority, self.identity) && self.within_budget(&message, now) {
+            // A report is read straight from its bytes; any other message,
+            // and any report the scan leaves alone, is decoded with prost.
+            let inbound_message = match scan_report(&message) {
+                Some(report) => Inbound::Scanned(report),
+                None => match decode_connector_message(message.clone()) {
+                    Ok(decoded) => Inbound::Decoded(decoded),
+                    Err(status) => return Some(Err(status.into())),
+                },
+            };
+            if self.cap.admit(self.authority, self.identity)
+                && self.within_budget(&inbound_message, now)
+            {
                 self.authority.handle(
                     self.identity,
                     &self.state,
-                    message,
+                    inbound_message,
                     now,
                     wall,
                     &mut self.seen_ms,
@@ -564,6 +579,10 @@ impl<'a> Receiver<'a> {
             if handled == RECEIVE_BATCH {
                 return None;
             }
+            // The handled message's bytes are a slice of the stream's receive
+            // buffer: freed before the next read, the buffer is not shared
+            // and is reused, not reallocated and copied.
+            drop(std::mem::take(&mut message));
             match ready(inbound).await {
                 None => return None,
                 Some(Some(Ok(m))) => message = m,
@@ -578,20 +597,25 @@ impl Receiver<'_> {
     /// Whether `message` fits the session's entry limit; a report that does
     /// not is refused with `FlowControl` (the connector keeps its entries
     /// and sends them again after `retry_after_ms`).
-    fn within_budget(&mut self, message: &v1::ConnectorMessage, now: Instant) -> bool {
-        let Some(In::Report(report)) = &message.kind else {
-            return true;
+    fn within_budget(&mut self, message: &Inbound<'_>, now: Instant) -> bool {
+        let (entries, full_state, sequence) = match message {
+            Inbound::Scanned(report) => (report.entries.len(), report.full_state, report.sequence),
+            Inbound::Decoded(v1::ConnectorMessage {
+                kind: Some(In::Report(report)),
+            }) => (
+                report.applications.len(),
+                report.full_state,
+                report.sequence,
+            ),
+            Inbound::Decoded(_) => return true,
         };
-        let Err(wait) = self
-            .entries
-            .take(report.applications.len(), report.full_state, now)
-        else {
+        let Err(wait) = self.entries.take(entries, full_state, now) else {
             return true;
         };
         self.authority.metrics().reports_deferred.inc();
         let refusal = v1::AuthorityMessage {
             kind: Some(Out::FlowControl(v1::FlowControl {
-                sequence: report.sequence,
+                sequence,
                 retry_after_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 max_entries_per_second: self.state.settings().limits.connector_entries_per_second,
             })),
@@ -702,12 +726,31 @@ impl Authority {
         &self,
         identity: &Identity,
         state: &PolicyState,
-        message: v1::ConnectorMessage,
+        message: Inbound<'_>,
         now: Instant,
         wall: SystemTime,
         seen_ms: &mut SeenMs,
     ) {
-        match message.kind {
+        let kind = match message {
+            Inbound::Scanned(report) => {
+                self.seen(identity, wall, seen_ms);
+                let full_state = report.full_state;
+                self.intake_entries(
+                    identity,
+                    state,
+                    full_state,
+                    report.entries.into_iter().map(Entry::Scanned),
+                    now,
+                    wall,
+                );
+                if full_state {
+                    self.warmup().full_state(&identity.name);
+                }
+                return;
+            }
+            Inbound::Decoded(message) => message.kind,
+        };
+        match kind {
             Some(In::Report(report)) => {
                 self.seen(identity, wall, seen_ms);
                 let full_state = report.full_state;
@@ -767,18 +810,48 @@ impl Authority {
         now: Instant,
         wall: SystemTime,
     ) {
+        self.intake_entries(
+            identity,
+            state,
+            report.full_state,
+            report.applications.into_iter().map(Entry::Wire),
+            now,
+            wall,
+        );
+    }
+
+    /// [`Authority::intake`] of a report's entries as they arrived
+    /// (`full_state` is the report's flag).
+    fn intake_entries<'e>(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        full_state: bool,
+        entries: impl Iterator<Item = Entry<'e>>,
+        now: Instant,
+        wall: SystemTime,
+    ) {
         let settings = state.settings();
         let mut seen = HashSet::new();
         let mut accepted = 0u64;
         let mut rejected = 0u64;
         let mut changed = false;
-        for app in report.applications {
-            match accept(state, &identity.group, app) {
-                Ok(entry) => {
-                    if report.full_state {
+        for entry in entries {
+            let stored = match entry {
+                // Not a full-state report: nothing needs the key owned.
+                Entry::Scanned(view) if !full_state => {
+                    self.store_scanned(identity, state, view, now, wall)
+                }
+                other => other.accept(state, &identity.group).map(|entry| {
+                    if full_state {
                         seen.insert(entry.report.key.clone());
                     }
-                    changed |= self.store_entry(identity, settings, entry, now, wall);
+                    self.store_entry(identity, settings, entry, now, wall)
+                }),
+            };
+            match stored {
+                Ok(entry_changed) => {
+                    changed |= entry_changed;
                     accepted += 1;
                 }
                 Err(e) => {
@@ -794,7 +867,7 @@ impl Authority {
                 "rejected health report entries (only the first {LOGGED_REJECTIONS} logged)"
             );
         }
-        if report.full_state {
+        if full_state {
             changed |= self.mark_missing(identity, &seen, settings, wall);
         }
         self.metrics().reports_received.inc_by(accepted);
@@ -859,43 +932,95 @@ impl Authority {
                 return changed;
             }
         }
-        let unknown_cause = match (status, expired) {
-            (_, true) => Some(UnknownCause::WindowExpired),
-            (Status::Unknown, false) => Some(UnknownCause::Reported),
-            _ => None,
+        let report = Report {
+            addresses,
+            dns_error,
+            checked_at: crate::health::checked_at(now, age),
+            checked_at_unix_ms,
+            ..table_report(identity, status, expired, now, wall)
         };
-        let stored = if expired { Status::Unknown } else { status };
-        let previous = self.health().replace(
+        changed | self.store_report(identity, settings, key, report, report_interval, now)
+    }
+
+    /// Stores an accepted entry of a segment that is not on-access, with
+    /// its key as read from the message; see `store_entry`.
+    fn store_scanned(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        view: EntryView<'_>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<bool, ReportError> {
+        let segment = app_allowed_parts(
+            state,
+            &identity.group,
+            (view.segment, view.host.as_str()),
+            view.host.ip(),
+            view.protocol,
+            view.port,
+        )?;
+        let settings = state.settings();
+        if segment.health_reporting == HealthReporting::OnAccess {
+            // The on-access window's bookkeeping keeps owned keys.
+            let entry = Accepted {
+                mode: segment.health_reporting,
+                report_interval: segment.report_interval,
+                report: view.into_report(),
+            };
+            return Ok(self.store_entry(identity, settings, entry, now, wall));
+        }
+        let report = Report {
+            dns_error: view.dns_error(),
+            checked_at: crate::health::checked_at(now, view.age),
+            checked_at_unix_ms: view.checked_at_unix_ms,
+            addresses: view.addresses,
+            ..table_report(identity, view.status, view.expired, now, wall)
+        };
+        let key = KeyRef {
+            segment: view.segment,
+            host: view.host,
+            protocol: view.protocol,
+            port: view.port,
+        };
+        Ok(self.store_report(
+            identity,
+            settings,
             key,
-            &identity.name,
-            Report {
-                group: Arc::clone(&identity.group),
-                status: stored,
-                addresses,
-                dns_error,
-                received_at: now,
-                checked_at: crate::health::checked_at(now, age),
-                received_wall: wall,
-                checked_at_unix_ms,
-                unknown_cause,
-                rtt: None,
-            },
-            settings.transitions_kept,
-        );
+            report,
+            segment.report_interval,
+            now,
+        ))
+    }
+
+    /// Puts `report` in the health table as `identity`'s latest for `key`.
+    /// Returns whether the application's effective status may have changed.
+    fn store_report(
+        &self,
+        identity: &Identity,
+        settings: &Settings,
+        key: impl TableKey,
+        report: Report,
+        report_interval: Duration,
+        now: Instant,
+    ) -> bool {
+        let stored = report.status;
+        let previous =
+            self.health()
+                .replace(key, &identity.name, report, settings.transitions_kept);
         // The effective status can change only if the stored one does, or
         // if the previous report may have been stale (older than the
         // staleness limit's lower bound; a fresh report makes it current
         // again).
-        changed
-            || match previous {
-                None => stored != Status::Unknown,
-                Some((was, at)) => {
-                    was != stored
-                        || (was != Status::Unknown
-                            && now.saturating_duration_since(at)
-                                > report_interval.saturating_mul(settings.stale_after_intervals))
-                }
+        match previous {
+            None => stored != Status::Unknown,
+            Some((was, at)) => {
+                was != stored
+                    || (was != Status::Unknown
+                        && now.saturating_duration_since(at)
+                            > report_interval.saturating_mul(settings.stale_after_intervals))
             }
+        }
     }
 
     /// When the access that report entry's `id` names happened, on this
@@ -1005,6 +1130,61 @@ impl Authority {
     }
 }
 
+/// The table's form of an entry with `status` (`expired`: its on-access
+/// window ended) received at `now`: no addresses, no resolver reason,
+/// checked when received; the caller fills those in.
+fn table_report(
+    identity: &Identity,
+    status: Status,
+    expired: bool,
+    now: Instant,
+    wall: SystemTime,
+) -> Report {
+    let unknown_cause = match (status, expired) {
+        (_, true) => Some(UnknownCause::WindowExpired),
+        (Status::Unknown, false) => Some(UnknownCause::Reported),
+        _ => None,
+    };
+    Report {
+        group: Arc::clone(&identity.group),
+        status: if expired { Status::Unknown } else { status },
+        addresses: Vec::new(),
+        dns_error: None,
+        received_at: now,
+        checked_at: now,
+        received_wall: wall,
+        checked_at_unix_ms: 0,
+        unknown_cause,
+        rtt: None,
+    }
+}
+
+/// One inbound message of a live session.
+enum Inbound<'a> {
+    /// A health report read from its bytes (`protocol::scan`).
+    Scanned(ScannedReport<'a>),
+    /// Any other message, decoded with prost.
+    Decoded(v1::ConnectorMessage),
+}
+
+/// One report entry as it arrived.
+pub(crate) enum Entry<'a> {
+    /// Decoded with prost; converted (and checked) on intake.
+    Wire(v1::ApplicationHealth),
+    /// Read and checked by `protocol::scan`.
+    Scanned(EntryView<'a>),
+}
+
+impl Entry<'_> {
+    /// `accept` of the entry.
+    fn accept(self, state: &PolicyState, group: &str) -> Result<Accepted, ReportError> {
+        match self {
+            Entry::Wire(app) => accept(state, group, app),
+            Entry::Scanned(view) => accept_report(state, group, view.into_report()),
+        }
+    }
+}
+
 /// What one on-access report entry says about its window.
 struct WindowReport {
     status: Status,
@@ -1031,7 +1211,15 @@ fn accept(
     group: &str,
     app: v1::ApplicationHealth,
 ) -> Result<Accepted, ReportError> {
-    let report = ApplicationReport::try_from(app)?;
+    accept_report(state, group, ApplicationReport::try_from(app)?)
+}
+
+/// `accept` of an entry converted already.
+fn accept_report(
+    state: &PolicyState,
+    group: &str,
+    report: ApplicationReport,
+) -> Result<Accepted, ReportError> {
     let segment = app_allowed_ip(state, group, &report.key, report.key.host.ip())?;
     Ok(Accepted {
         mode: segment.health_reporting,

@@ -115,6 +115,36 @@ impl Host {
         }
     }
 
+    /// `s` as a host when it is already in normal form (what
+    /// [`Host::parse`] would give back unchanged), without copying it: the
+    /// report intake looks applications up by the text it received. `None`
+    /// for anything else, malformed or not yet normalised (upper case, a
+    /// trailing dot, a non-canonical IPv6 spelling); [`Host::parse`] says
+    /// which.
+    pub fn normal(s: &str) -> Option<HostRef<'_>> {
+        if s.is_empty() || s.len() > MAX_HOST_LEN || s.ends_with('.') {
+            return None;
+        }
+        let ip = match s.parse::<IpAddr>() {
+            Ok(ip @ IpAddr::V4(_)) => Some(ip),
+            Ok(ip) => {
+                if ip.to_string() != s {
+                    return None;
+                }
+                Some(ip)
+            }
+            Err(_) => {
+                // `check_name` admits only ASCII letters, digits, `-`, `_`
+                // and dots (so no control character either).
+                if check_name(s).is_err() || s.bytes().any(|b| b.is_ascii_uppercase()) {
+                    return None;
+                }
+                None
+            }
+        };
+        Some(HostRef { text: s, ip })
+    }
+
     /// The normalised text.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -129,6 +159,34 @@ impl Host {
     /// The normalised text, owned.
     pub fn into_string(self) -> String {
         self.text
+    }
+}
+
+/// A borrowed host already in normal form ([`Host::normal`]): the text a
+/// [`Host`] would hold, and its IP parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRef<'a> {
+    text: &'a str,
+    ip: Option<IpAddr>,
+}
+
+impl<'a> HostRef<'a> {
+    /// The normalised text.
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+
+    /// The address, when the host is an IP literal.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.ip
+    }
+
+    /// The owned [`Host`] (the text is copied, nothing is parsed again).
+    pub fn to_host(&self) -> Host {
+        Host {
+            text: self.text.to_owned(),
+            ip: self.ip,
+        }
     }
 }
 
@@ -302,6 +360,49 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    proptest! {
+        /// `Host::normal` takes exactly the texts `Host::parse` keeps as
+        /// they are, with the same IP parse.
+        #[test]
+        fn normal_agrees_with_parse(s in "[a-zA-Z0-9:._ -]{0,24}|[0-9.]{1,16}|[0-9a-fA-F:.]{1,24}") {
+            let parsed = Host::parse(&s).ok().filter(|h| h.as_str() == s);
+            let normal = Host::normal(&s);
+            prop_assert_eq!(normal.map(|h| (h.as_str(), h.ip())), parsed.as_ref().map(|h| (h.as_str(), h.ip())));
+            if let (Some(n), Some(p)) = (normal, parsed) {
+                prop_assert_eq!(n.to_host(), p);
+            }
+        }
+    }
+
+    #[test]
+    fn normal_refuses_what_parse_would_change_or_reject() {
+        for s in [
+            "a.example.test",
+            "127.0.0.1",
+            "::1",
+            "_sip._tcp.example",
+            "010.1.1.1",
+        ] {
+            assert_eq!(Host::normal(s).map(|h| h.as_str()), Some(s), "{s}");
+        }
+        assert_eq!(
+            Host::normal("127.0.0.1").and_then(|h| h.ip()),
+            "127.0.0.1".parse().ok()
+        );
+        for s in [
+            "",
+            "A.example.test",
+            "a.example.test.",
+            "::0001",
+            "a..b",
+            "a b",
+            "-a.test",
+            "\u{7}",
+        ] {
+            assert!(Host::normal(s).is_none(), "{s:?}");
+        }
+    }
 
     fn ok(s: &str) -> String {
         match Host::parse(s) {

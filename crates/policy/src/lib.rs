@@ -27,7 +27,7 @@ pub use dryrun::{
     DnsResolutionChange, GroupChange, GroupDiff, GroupPlan, LocationChange, PlanParams, PolicyPlan,
     SegmentChange, SegmentPlan, diff_policies, plan_policy,
 };
-pub use host::{Host, HostError};
+pub use host::{Host, HostError, HostRef};
 pub use location::{
     EARTH_RADIUS_KM, KM_PER_RTT_MS, Location, LocationError, LocationSpec, estimated_rtt,
 };

@@ -93,6 +93,11 @@ fn truncated(s: &str) -> String {
 /// Longest segment name accepted on the wire (hosts follow `policy::Host`).
 const MAX_NAME: usize = 253;
 
+/// Whether `s` passes [`text`].
+pub(crate) fn text_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
 fn text(field: &'static str, s: String) -> Result<String, WireError> {
     if s.is_empty() {
         Err(WireError::InvalidText {
@@ -126,14 +131,14 @@ fn host(field: &'static str, s: String) -> Result<Host, WireError> {
 
 /// `s` cut to `MAX_DETAIL_CHARS` characters; reuses its buffer (the
 /// common case, a short text, costs nothing).
-fn bounded(mut s: String) -> String {
+pub(crate) fn bounded(mut s: String) -> String {
     if let Some((at, _)) = s.char_indices().nth(MAX_DETAIL_CHARS) {
         s.truncate(at);
     }
     s
 }
 
-fn port(field: &'static str, value: u32) -> Result<u16, WireError> {
+pub(crate) fn port(field: &'static str, value: u32) -> Result<u16, WireError> {
     match u16::try_from(value) {
         Ok(p) if p >= 1 => Ok(p),
         _ => Err(WireError::InvalidPort {

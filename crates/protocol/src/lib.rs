@@ -10,6 +10,7 @@
 
 pub mod convert;
 pub mod fuzzing;
+pub mod scan;
 
 pub use convert::WireError;
 

@@ -175,6 +175,13 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // A page cache that holds what one status-history batch touches (a
+        // second of transitions: under report load tens of thousands of
+        // rows, spread over the events table, its two indexes and
+        // `health_latest`). With SQLite's default 2 MiB the batch spilled
+        // pages to the WAL mid-transaction and read them back (issue 17).
+        // Negative: KiB, an upper bound; pages are allocated as used.
+        conn.pragma_update(None, "cache_size", -32_768)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let known = MIGRATIONS.len();
         if version > known as i64 {
@@ -830,6 +837,15 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_cache_holds_a_history_batch() {
+        let store = SqliteStore::in_memory().expect("store");
+        let size: i64 = lock(&store.conn)
+            .pragma_query_value(None, "cache_size", |r| r.get(0))
+            .expect("cache_size");
+        assert_eq!(size, -32_768);
+    }
 
     fn cert<'a>(name: &'a str, group: &'a str, serial: &'a str) -> NewCertificate<'a> {
         NewCertificate {
