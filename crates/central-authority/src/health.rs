@@ -490,23 +490,6 @@ impl HealthTable {
             .unwrap_or_default()
     }
 
-    /// Every connector's stored status, check time and smoothed RTT for
-    /// `key` (what selection needs).
-    pub fn selection_inputs(
-        &self,
-        key: &AppKey,
-    ) -> Vec<(String, Status, Instant, Option<Duration>)> {
-        read(self.shard(key))
-            .get(key)
-            .map(|r| {
-                r.reports
-                    .iter()
-                    .map(|(c, rep)| (c.clone(), rep.status, rep.checked_at, rep.rtt))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// What `f` makes of `key`'s reports and latest transition, under the
     /// shard's read lock (nothing is copied out; `f` must not take other
     /// locks). `None` when no connector reported `key`.
