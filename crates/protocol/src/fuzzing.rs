@@ -10,8 +10,11 @@ use prost::Message;
 use crate::v1;
 
 /// Decodes `data` as each message that carries policy types and converts
-/// what decodes; the results are dropped.
+/// what decodes; the results are dropped. Also reads it as the CA's report
+/// scan does, which must agree with prost and the conversion
+/// ([`scan_agrees`]).
 pub fn wire_policy(data: &[u8]) {
+    scan_agrees(data);
     if let Ok(segment) = v1::Segment::decode(data) {
         let _ = policy::Segment::try_from(segment);
     }
@@ -43,6 +46,32 @@ pub fn wire_policy(data: &[u8]) {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// The CA's report scan (`scan::scan_report`) against the prost path: when
+/// the scan reads `data`, prost must decode it as a report whose every
+/// entry converts to what the scan gives. A disagreement panics: it is what
+/// the fuzzer looks for, since the scan exists only as a faster form of the
+/// prost path.
+pub fn scan_agrees(data: &[u8]) {
+    let Some(scanned) = crate::scan::scan_report(data) else {
+        return;
+    };
+    let report = match v1::ConnectorMessage::decode(data) {
+        Ok(v1::ConnectorMessage {
+            kind: Some(v1::connector_message::Kind::Report(report)),
+        }) => report,
+        other => panic!("the scan read a report that prost reads as {other:?}"),
+    };
+    assert_eq!(scanned.full_state, report.full_state, "full_state");
+    assert_eq!(scanned.sequence, report.sequence, "sequence");
+    assert_eq!(scanned.entries.len(), report.applications.len(), "entries");
+    for (view, app) in scanned.entries.into_iter().zip(report.applications) {
+        match policy::ApplicationReport::try_from(app) {
+            Ok(expected) => assert_eq!(view.into_report(), expected),
+            Err(e) => panic!("the scan took an entry that the conversion refuses: {e}"),
         }
     }
 }
