@@ -502,9 +502,15 @@ impl Ca {
         }))
     }
 
-    /// Replaces the config file and sends SIGHUP.
+    /// Replaces the config file and sends SIGHUP. The file is replaced
+    /// atomically (written beside it, then renamed over it), as an
+    /// operator's deploy would: the CA also watches the file, and a poll
+    /// that fell between a truncating write's start and end would load a
+    /// truncated policy.
     pub fn reload(&self, config: &str) -> Result<()> {
-        std::fs::write(&self.config, with_store(config, self.store.as_deref()))?;
+        let next = self.config.with_extension("toml.next");
+        std::fs::write(&next, with_store(config, self.store.as_deref()))?;
+        std::fs::rename(&next, &self.config)?;
         self.proc.signal("HUP")
     }
 }
