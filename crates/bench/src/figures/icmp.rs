@@ -17,7 +17,7 @@ use policy::{CheckTarget, Method, Protocol};
 use surge_ping::{Client, ICMP, PingIdentifier, PingSequence};
 
 use super::Spec;
-use super::tcp::{CONCURRENCY, LIFTED_RATE, closed_loop};
+use super::tcp::{CONCURRENCY, LIFTED_RATE, LoopRun, closed_loop, per, rate};
 use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::stats::{median_of, per_trial};
@@ -45,7 +45,7 @@ fn address(i: usize) -> IpAddr {
 /// for the trial and closed after it: a RAW socket gets a copy of every
 /// echo reply, so the other side's socket must not be open meanwhile), 64
 /// pingers with their own identifiers; (echoes, elapsed, process CPU).
-async fn bare_trial(run: Duration, timeout: Duration) -> Result<(u64, Duration, Duration)> {
+async fn bare_trial(run: Duration, timeout: Duration) -> Result<LoopRun> {
     let config = surge_ping::Config::builder()
         .kind(ICMP::V4)
         .sock_type_hint(socket2::Type::RAW)
@@ -87,7 +87,7 @@ async fn bare_trial(run: Duration, timeout: Duration) -> Result<(u64, Duration, 
 
 /// One trial of the agent's check engine: a prober (its own RAW socket)
 /// and a pacer, built for the trial and dropped after it.
-async fn reach_trial(run: Duration, timeout: Duration) -> Result<(u64, Duration, Duration)> {
+async fn reach_trial(run: Duration, timeout: Duration) -> Result<LoopRun> {
     let prober = Prober::new(IcmpPreference::Raw, timeout);
     if prober.icmp_mode() != IcmpMode::Raw {
         bail!("the agent's prober could not open a RAW ICMP socket");
@@ -148,9 +148,6 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let rate = |(n, t, _): &(u64, Duration, Duration)| *n as f64 / t.as_secs_f64();
-    let per =
-        |(n, _, cpu): &(u64, Duration, Duration)| cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64;
     let pairs: Vec<_> = reach.iter().zip(&bare).collect();
     let (reach_n, bare_n): (u64, u64) = (
         reach.iter().map(|r| r.0).sum(),

@@ -102,6 +102,19 @@ where
     (count, elapsed, cpu)
 }
 
+/// A closed loop's result: completed iterations, elapsed time, CPU time.
+pub type LoopRun = (u64, Duration, Duration);
+
+/// Iterations per second of a closed-loop run.
+pub fn rate((n, t, _): &LoopRun) -> f64 {
+    *n as f64 / t.as_secs_f64()
+}
+
+/// CPU µs per iteration of a closed-loop run.
+pub fn per((n, _, cpu): &LoopRun) -> f64 {
+    cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64
+}
+
 /// Measures both loops.
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let duration = mode.pick(Duration::from_millis(500), Duration::from_millis(2250));
@@ -170,9 +183,6 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         s.abort();
     }
 
-    let rate = |(n, t, _): &(u64, Duration, Duration)| *n as f64 / t.as_secs_f64();
-    let per =
-        |(n, _, cpu): &(u64, Duration, Duration)| cpu.as_secs_f64() * 1e6 / (*n).max(1) as f64;
     let pairs: Vec<_> = reach.iter().zip(&bare).collect();
     let (reach_n, bare_n): (u64, u64) = (
         reach.iter().map(|r| r.0).sum(),
