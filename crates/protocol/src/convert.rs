@@ -95,7 +95,16 @@ const MAX_NAME: usize = 253;
 
 /// Whether `s` passes [`text`].
 pub(crate) fn text_ok(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+    if s.is_empty() || s.len() > MAX_NAME {
+        return false;
+    }
+    // An ASCII character is neither a control character nor white space
+    // exactly when it is printable and not a space: checked byte by byte
+    // for the names a connector sends, by character otherwise.
+    if s.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return true;
+    }
+    !s.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
 fn text(field: &'static str, s: String) -> Result<String, WireError> {
@@ -590,6 +599,18 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// `text_ok`'s byte check for ASCII gives what the character rule
+        /// gives, on every character class near the boundaries.
+        #[test]
+        fn text_ok_is_the_character_rule(s in "[\\x00-\\x7f]{0,8}|[ -~]{0,12}|.{0,6}|[a-z\u{85}\u{a0}\u{2028}\u{3000}\u{80}-\u{9f}é]{0,6}|x{250,256}") {
+            let rule = !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(|c| c.is_control() || c.is_whitespace());
+            prop_assert_eq!(text_ok(&s), rule, "{:?}", s);
+        }
+    }
 
     fn segment_spec() -> SegmentSpec {
         SegmentSpec {

@@ -65,6 +65,12 @@ impl<'a> Entries<'a> {
     pub fn is_empty(&self) -> bool {
         self.first.is_none()
     }
+
+    /// The entries in message order, in place (the report intake moves
+    /// out what it keeps instead of copying each entry out first).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut EntryView<'a>> {
+        self.first.iter_mut().chain(self.rest.iter_mut())
+    }
 }
 
 impl<'a> IntoIterator for Entries<'a> {
@@ -122,7 +128,13 @@ impl EntryView<'_> {
     }
 
     /// The entry as `ApplicationReport::try_from` gives it.
-    pub fn into_report(self) -> ApplicationReport {
+    pub fn into_report(mut self) -> ApplicationReport {
+        self.take_report()
+    }
+
+    /// [`EntryView::into_report`] of an entry in place: its addresses are
+    /// moved out (left empty), the rest copied.
+    pub fn take_report(&mut self) -> ApplicationReport {
         ApplicationReport {
             key: self.key(),
             status: self.status,
@@ -131,7 +143,7 @@ impl EntryView<'_> {
             expired: self.expired,
             age: self.age,
             access_id: (!self.access_id.is_empty()).then(|| self.access_id.to_owned()),
-            addresses: self.addresses,
+            addresses: std::mem::take(&mut self.addresses),
         }
     }
 }
@@ -222,26 +234,32 @@ impl<'a> Reader<'a> {
     #[inline(never)]
     fn varint_long(&mut self) -> Option<u64> {
         let mut value = 0u64;
-        for i in 0..10 {
-            let (&byte, rest) = self.0.split_first()?;
-            self.0 = rest;
-            if i == 9 && byte > 1 {
-                return None;
-            }
+        for (i, &byte) in self.0.iter().take(10).enumerate() {
             value |= u64::from(byte & 0x7f) << (7 * i);
             if byte < 0x80 {
+                if i == 9 && byte > 1 {
+                    return None;
+                }
+                self.0 = self.0.get(i + 1..)?;
                 return Some(value);
             }
         }
         None
     }
 
-    /// The next field's number and wire type.
+    /// The next field's number and wire type, from a key of one byte:
+    /// every field of a report has a number below 16, which an encoder
+    /// writes in one byte. A longer key (an unknown field, or a known one
+    /// spelled in more bytes than it needs) is `None`: prost's to read.
     #[inline]
     fn key(&mut self) -> Option<(u32, u8)> {
-        let key = u32::try_from(self.varint()?).ok()?;
-        let field = key >> 3;
-        (field >= 1).then_some((field, (key & 7) as u8))
+        let (&key, rest) = self.0.split_first()?;
+        if key >= 0x80 {
+            return None;
+        }
+        self.0 = rest;
+        let field = u32::from(key >> 3);
+        (field >= 1).then_some((field, key & 7))
     }
 
     /// A length-delimited field's bytes.
@@ -387,12 +405,14 @@ fn app_key(bytes: &[u8]) -> Option<(&str, HostRef<'_>, Protocol, u16)> {
 /// it is an IP literal (the same text parses to the same address).
 fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
     let mut r = Reader(bytes);
+    // The text is read as bytes: only its parse is kept, and the host's
+    // text or a dotted quad is valid UTF-8 without checking it again.
     let (mut text, mut status, mut method, mut rtt_us, mut failure, mut detail) =
-        ("", 0i32, 0i32, 0u64, 0i32, "");
+        (&[][..], 0i32, 0i32, 0u64, 0i32, "");
     let mut seen = 0;
     while !r.0.is_empty() {
         match r.field(&mut seen)? {
-            (1, LEN) => text = r.str()?,
+            (1, LEN) => text = r.len_delimited()?,
             (2, VARINT) => status = r.varint()? as i32,
             (3, VARINT) => method = r.varint()? as i32,
             (4, VARINT) => rtt_us = r.varint()?,
@@ -402,8 +422,12 @@ fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
         }
     }
     let address: IpAddr = match own {
-        Some((host, ip)) if host == text => ip,
-        _ => text.parse().ok()?,
+        Some((host, ip)) if host.as_bytes() == text => ip,
+        _ => match policy::host::parse_ipv4(text) {
+            Some(v4) => IpAddr::V4(v4),
+            // Anything else must be UTF-8, as prost requires of a string.
+            None => policy::host::parse_ip(std::str::from_utf8(text).ok()?)?,
+        },
     };
     let reachable = match status_from_wire("address.status", status).ok()? {
         Status::Up => true,
@@ -613,6 +637,19 @@ mod tests {
                 addresses: vec![address("bad", 1, 0, "")],
                 ..app("seg", "a.test", 80)
             },
+            // Not std's dotted quads: the address parse refuses them.
+            v1::ApplicationHealth {
+                addresses: vec![address("010.0.0.1", 1, 0, "")],
+                ..app("seg", "a.test", 80)
+            },
+            v1::ApplicationHealth {
+                addresses: vec![address("10.0.0.1.", 1, 0, "")],
+                ..app("seg", "10.0.0.1", 80)
+            },
+            v1::ApplicationHealth {
+                addresses: vec![address("10.0.0.256", 1, 0, "")],
+                ..app("seg", "a.test", 80)
+            },
             v1::ApplicationHealth {
                 addresses: vec![address("10.0.0.1", v1::HealthStatus::Unknown as i32, 0, "")],
                 ..app("seg", "a.test", 80)
@@ -648,9 +685,49 @@ mod tests {
         let mut unknown = good.clone();
         unknown.extend([0x58, 0x01]); // field 11, varint
         assert!(!agree(&unknown));
+        let mut far = good.clone();
+        far.extend([0x80, 0x01, 0x01]); // field 16, varint
+        assert!(!agree(&far));
+        // A key in two bytes where one does: prost takes it, the scan
+        // leaves it to prost.
+        let mut long_key = vec![0x92, 0x00];
+        long_key.extend_from_slice(&good[1..]);
+        assert!(decode_connector_message(Bytes::from(long_key.clone())).is_ok());
+        assert!(!agree(&long_key));
         let mut twice = good.clone();
         twice.extend_from_slice(&good);
         assert!(!agree(&twice));
+    }
+
+    /// An address is read as bytes (its text is not kept); one that is
+    /// not UTF-8 still fails prost's decoding, so the scan leaves the
+    /// message alone, whether or not its first bytes look like the host's
+    /// or a dotted quad.
+    #[test]
+    fn an_address_that_is_not_utf8_is_left_to_prost() {
+        for (host, text) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("a.test", "10.0.0.1"),
+            ("a.test", "::1"),
+            ("::1", "::1"),
+        ] {
+            let good = message(vec![v1::ApplicationHealth {
+                addresses: vec![address(text, 1, 0, "")],
+                ..app("seg", host, 80)
+            }]);
+            assert!(agree(&good), "{host} {text}");
+            // The address's last byte, then its first, made invalid UTF-8.
+            let at = good
+                .windows(text.len())
+                .rposition(|w| w == text.as_bytes())
+                .unwrap_or_default();
+            for i in [at + text.len() - 1, at] {
+                let mut bad = good.clone();
+                bad[i] = 0xff;
+                assert!(decode_connector_message(Bytes::from(bad.clone())).is_err());
+                assert!(!agree(&bad), "{host} {text} at {i}");
+            }
+        }
     }
 
     fn arb_text() -> impl Strategy<Value = String> {
