@@ -556,7 +556,7 @@ impl<'a> Receiver<'a> {
         loop {
             // A report is read straight from its bytes; any other message,
             // and any report the scan leaves alone, is decoded with prost.
-            let inbound_message = match scan_report(&message) {
+            let mut inbound_message = match scan_report(&message) {
                 Some(report) => Inbound::Scanned(report),
                 None => match decode_connector_message(message.clone()) {
                     Ok(decoded) => Inbound::Decoded(decoded),
@@ -569,7 +569,7 @@ impl<'a> Receiver<'a> {
                 self.authority.handle(
                     self.identity,
                     &self.state,
-                    inbound_message,
+                    &mut inbound_message,
                     now,
                     wall,
                     &mut self.seen_ms,
@@ -721,12 +721,15 @@ impl Authority {
         Ok(())
     }
 
-    /// Handles one message of a live session.
+    /// Handles one message of a live session. The message is borrowed
+    /// (what the intake keeps is moved out of it): a scanned report's
+    /// entries are worked on where the scan put them, not copied from
+    /// frame to frame.
     fn handle(
         &self,
         identity: &Identity,
         state: &PolicyState,
-        message: Inbound<'_>,
+        message: &mut Inbound<'_>,
         now: Instant,
         wall: SystemTime,
         seen_ms: &mut SeenMs,
@@ -739,7 +742,7 @@ impl Authority {
                     identity,
                     state,
                     full_state,
-                    report.entries.into_iter().map(Entry::Scanned),
+                    report.entries.iter_mut().map(Entry::Scanned),
                     now,
                     wall,
                 );
@@ -748,7 +751,7 @@ impl Authority {
                 }
                 return;
             }
-            Inbound::Decoded(message) => message.kind,
+            Inbound::Decoded(message) => message.kind.take(),
         };
         match kind {
             Some(In::Report(report)) => {
@@ -822,17 +825,18 @@ impl Authority {
 
     /// [`Authority::intake`] of a report's entries as they arrived
     /// (`full_state` is the report's flag).
-    fn intake_entries<'e>(
+    fn intake_entries<'e, 'm: 'e>(
         &self,
         identity: &Identity,
         state: &PolicyState,
         full_state: bool,
-        entries: impl Iterator<Item = Entry<'e>>,
+        entries: impl Iterator<Item = Entry<'e, 'm>>,
         now: Instant,
         wall: SystemTime,
     ) {
         let settings = state.settings();
-        let mut seen = HashSet::new();
+        // Only a full-state report needs the keys it names.
+        let mut seen = full_state.then(HashSet::new);
         let mut accepted = 0u64;
         let mut rejected = 0u64;
         let mut changed = false;
@@ -843,7 +847,7 @@ impl Authority {
                     self.store_scanned(identity, state, view, now, wall)
                 }
                 other => other.accept(state, &identity.group).map(|entry| {
-                    if full_state {
+                    if let Some(seen) = &mut seen {
                         seen.insert(entry.report.key.clone());
                     }
                     self.store_entry(identity, settings, entry, now, wall)
@@ -867,8 +871,8 @@ impl Authority {
                 "rejected health report entries (only the first {LOGGED_REJECTIONS} logged)"
             );
         }
-        if full_state {
-            changed |= self.mark_missing(identity, &seen, settings, wall);
+        if let Some(seen) = &seen {
+            changed |= self.mark_missing(identity, seen, settings, wall);
         }
         self.metrics().reports_received.inc_by(accepted);
         if changed {
@@ -948,7 +952,7 @@ impl Authority {
         &self,
         identity: &Identity,
         state: &PolicyState,
-        view: EntryView<'_>,
+        view: &mut EntryView<'_>,
         now: Instant,
         wall: SystemTime,
     ) -> Result<bool, ReportError> {
@@ -966,7 +970,7 @@ impl Authority {
             let entry = Accepted {
                 mode: segment.health_reporting,
                 report_interval: segment.report_interval,
-                report: view.into_report(),
+                report: view.take_report(),
             };
             return Ok(self.store_entry(identity, settings, entry, now, wall));
         }
@@ -974,7 +978,7 @@ impl Authority {
             dns_error: view.dns_error(),
             checked_at: crate::health::checked_at(now, view.age),
             checked_at_unix_ms: view.checked_at_unix_ms,
-            addresses: view.addresses,
+            addresses: std::mem::take(&mut view.addresses),
             ..table_report(identity, view.status, view.expired, now, wall)
         };
         let key = KeyRef {
@@ -1168,19 +1172,20 @@ enum Inbound<'a> {
 }
 
 /// One report entry as it arrived.
-pub(crate) enum Entry<'a> {
+pub(crate) enum Entry<'e, 'm> {
     /// Decoded with prost; converted (and checked) on intake.
     Wire(v1::ApplicationHealth),
-    /// Read and checked by `protocol::scan`.
-    Scanned(EntryView<'a>),
+    /// Read and checked by `protocol::scan` (borrowed from the scanned
+    /// report; the intake moves out what it keeps).
+    Scanned(&'e mut EntryView<'m>),
 }
 
-impl Entry<'_> {
+impl Entry<'_, '_> {
     /// `accept` of the entry.
     fn accept(self, state: &PolicyState, group: &str) -> Result<Accepted, ReportError> {
         match self {
             Entry::Wire(app) => accept(state, group, app),
-            Entry::Scanned(view) => accept_report(state, group, view.into_report()),
+            Entry::Scanned(view) => accept_report(state, group, view.take_report()),
         }
     }
 }
