@@ -12,9 +12,11 @@ use crate::v1;
 /// Decodes `data` as each message that carries policy types and converts
 /// what decodes; the results are dropped. Also reads it as the CA's report
 /// scan does, which must agree with prost and the conversion
-/// ([`scan_agrees`]).
+/// ([`scan_agrees`]), and as an IP literal, where the scan's and the host
+/// rules' own parse must agree with std's ([`ip_parse_agrees`]).
 pub fn wire_policy(data: &[u8]) {
     scan_agrees(data);
+    ip_parse_agrees(data);
     if let Ok(segment) = v1::Segment::decode(data) {
         let _ = policy::Segment::try_from(segment);
     }
@@ -47,6 +49,22 @@ pub fn wire_policy(data: &[u8]) {
             }
             _ => {}
         }
+    }
+}
+
+/// `policy::host::parse_ip` and `parse_ipv4` (the scan's and `Host`'s IP
+/// parse) against std's: a disagreement panics.
+pub fn ip_parse_agrees(data: &[u8]) {
+    let v4 = std::str::from_utf8(data)
+        .ok()
+        .and_then(|s| s.parse::<std::net::Ipv4Addr>().ok());
+    assert_eq!(policy::host::parse_ipv4(data), v4, "parse_ipv4 {data:?}");
+    if let Ok(s) = std::str::from_utf8(data) {
+        assert_eq!(
+            policy::host::parse_ip(s),
+            s.parse::<std::net::IpAddr>().ok(),
+            "parse_ip {s:?}"
+        );
     }
 }
 
