@@ -209,32 +209,42 @@ pub fn parse_ip(s: &str) -> Option<IpAddr> {
 /// decimal parts separated by dots, each of one to three digits, at most
 /// 255, without a leading zero (a lone `0` is fine), nothing else.
 pub fn parse_ipv4(bytes: &[u8]) -> Option<Ipv4Addr> {
-    // "0.0.0.0" to "255.255.255.255".
-    if !(7..=15).contains(&bytes.len()) {
-        return None;
-    }
     let mut octets = [0u8; 4];
-    let (mut part, mut value, mut digits) = (0usize, 0u32, 0u32);
-    for &b in bytes {
-        if b.is_ascii_digit() {
-            // A leading zero, or a fourth digit.
-            if (digits == 1 && value == 0) || digits == 3 {
-                return None;
-            }
-            value = value * 10 + u32::from(b - b'0');
-            digits += 1;
-        } else if b == b'.' && digits > 0 {
-            *octets.get_mut(part)? = u8::try_from(value).ok()?;
-            (part, value, digits) = (part + 1, 0, 0);
-        } else {
-            return None;
+    let mut rest = bytes;
+    for (i, octet) in octets.iter_mut().enumerate() {
+        if i > 0 {
+            rest = rest.strip_prefix(b".")?;
         }
+        let (value, used) = decimal_octet(rest)?;
+        *octet = value;
+        rest = rest.get(used..)?;
     }
-    if part != 3 || digits == 0 {
+    rest.is_empty().then_some(Ipv4Addr::from(octets))
+}
+
+/// The decimal number at the start of `bytes` as [`parse_ipv4`] reads
+/// one part (one to three digits, no leading zero, at most 255), and how
+/// many bytes it took. A fourth digit is left for the caller to refuse.
+#[inline]
+fn decimal_octet(bytes: &[u8]) -> Option<(u8, usize)> {
+    let digit = |at: usize| {
+        bytes
+            .get(at)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|d| *d <= 9)
+    };
+    let d0 = digit(0)?;
+    let Some(d1) = digit(1) else {
+        return Some((d0, 1));
+    };
+    if d0 == 0 {
         return None;
     }
-    octets[3] = u8::try_from(value).ok()?;
-    Some(Ipv4Addr::from(octets))
+    let Some(d2) = digit(2) else {
+        return Some((d0 * 10 + d1, 2));
+    };
+    let value = u16::from(d0) * 100 + u16::from(d1) * 10 + u16::from(d2);
+    Some((u8::try_from(value).ok()?, 3))
 }
 
 /// RFC 1035/1123 host name syntax on a name without trailing dot: labels of

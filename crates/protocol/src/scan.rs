@@ -234,13 +234,14 @@ impl<'a> Reader<'a> {
     #[inline(never)]
     fn varint_long(&mut self) -> Option<u64> {
         let mut value = 0u64;
-        for (i, &byte) in self.0.iter().take(10).enumerate() {
+        for i in 0..10 {
+            let (&byte, rest) = self.0.split_first()?;
+            self.0 = rest;
+            if i == 9 && byte > 1 {
+                return None;
+            }
             value |= u64::from(byte & 0x7f) << (7 * i);
             if byte < 0x80 {
-                if i == 9 && byte > 1 {
-                    return None;
-                }
-                self.0 = self.0.get(i + 1..)?;
                 return Some(value);
             }
         }
