@@ -14,7 +14,7 @@
 //! snapshot of the whole table.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -385,7 +385,61 @@ pub const SHARDS: usize = 16;
 /// cannot be chosen to collide.
 type Hasher = foldhash::fast::RandomState;
 
-type Shard = RwLock<HashMap<AppKey, AppRecord, Hasher>>;
+type Shard = RwLock<ShardMap>;
+
+/// One shard's applications: a hash table looked up with the hash that
+/// also picked the shard (`HealthTable::hash`), so a key is hashed once per
+/// lookup, not twice (a `HashMap` hashes again with its own hasher).
+#[derive(Debug, Default)]
+struct ShardMap {
+    entries: hashbrown::HashTable<(AppKey, AppRecord)>,
+}
+
+impl ShardMap {
+    fn find(&self, hash: u64, key: &dyn KeyLike) -> Option<&AppRecord> {
+        let parts = key.parts();
+        self.entries
+            .find(hash, |(k, _)| KeyLike::parts(k) == parts)
+            .map(|(_, r)| r)
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &dyn KeyLike) -> Option<&mut AppRecord> {
+        let parts = key.parts();
+        self.entries
+            .find_mut(hash, |(k, _)| KeyLike::parts(k) == parts)
+            .map(|(_, r)| r)
+    }
+
+    /// Adds `key`, which the shard does not hold, with an empty record.
+    fn insert_new(&mut self, hash: u64, key: AppKey, hasher: &Hasher) -> &mut AppRecord {
+        let entry = self
+            .entries
+            .insert_unique(hash, (key, AppRecord::default()), |(k, _)| {
+                hasher.hash_one(k as &dyn KeyLike)
+            });
+        &mut entry.into_mut().1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&AppKey, &AppRecord)> + '_ {
+        self.entries.iter().map(|(k, r)| (k, r))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&AppKey, &mut AppRecord)> + '_ {
+        self.entries.iter_mut().map(|(k, r)| (&*k, r))
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&AppKey, &mut AppRecord) -> bool) {
+        self.entries.retain(|(k, r)| keep(k, r));
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
 
 /// The table. Its data is read by cloning it out, or through `inspect`
 /// under a shard's read lock.
@@ -416,12 +470,24 @@ impl Default for HealthTable {
 const OUTBOX_CAP: usize = 100_000;
 
 impl HealthTable {
-    /// The shard that holds `key`. The top bits of the hash pick it (each
-    /// shard's map has its own seed, so they are independent of its slots).
-    fn shard(&self, key: &dyn KeyLike) -> &Shard {
-        let hash = self.hasher.hash_one(key);
-        // SHARDS is a power of two, so this is the top log2(SHARDS) bits.
-        &self.shards[(hash >> (u64::BITS - SHARDS.trailing_zeros())) as usize]
+    /// `key`'s hash, which picks its shard and its slot in the shard.
+    fn hash(&self, key: &dyn KeyLike) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a key with `hash`: bits 32 and up pick it. A shard's
+    /// table takes its slot from the low bits and its tags from the top 7,
+    /// so the shard's bits must be neither: every key of a shard shares
+    /// them.
+    fn shard_of(&self, hash: u64) -> &Shard {
+        // SHARDS is a power of two.
+        &self.shards[((hash >> 32) as usize) & (SHARDS - 1)]
+    }
+
+    /// The shard that holds `key`, and `key`'s hash.
+    fn shard(&self, key: &dyn KeyLike) -> (&Shard, u64) {
+        let hash = self.hash(key);
+        (self.shard_of(hash), hash)
     }
 
     /// Stores `report` as `connector`'s latest for `key`; returns the
@@ -440,7 +506,8 @@ impl HealthTable {
         report: Report,
         keep: usize,
     ) -> Option<(Status, Instant)> {
-        let mut apps = write(self.shard(&key));
+        let (shard, hash) = self.shard(&key);
+        let mut apps = write(shard);
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
                 at: report.received_wall,
@@ -492,9 +559,9 @@ impl HealthTable {
         // known application, not two (each search compares the key's
         // strings: part of the table's share of the CA's CPU under report
         // load).
-        let (before, published, old) = match apps.get_mut(&key as &dyn KeyLike) {
+        let (before, published, old) = match apps.find_mut(hash, &key) {
             Some(record) => store(record),
-            None => store(apps.entry(key.to_key()).or_default()),
+            None => store(apps.insert_new(hash, key.to_key(), &self.hasher)),
         };
         // The replaced report is freed after the lock is released.
         drop(apps);
@@ -544,7 +611,7 @@ impl HealthTable {
     }
 
     fn mark_shard(
-        apps: &mut HashMap<AppKey, AppRecord, Hasher>,
+        apps: &mut ShardMap,
         wall: SystemTime,
         keep: usize,
         decide: &mut impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
@@ -583,8 +650,9 @@ impl HealthTable {
     /// Every connector's stored status and check time (`Report::checked_at`)
     /// for `key`.
     pub fn statuses(&self, key: &AppKey) -> Vec<(String, Status, Instant)> {
-        read(self.shard(key))
-            .get(key)
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
             .map(|r| {
                 r.reports
                     .iter()
@@ -602,15 +670,17 @@ impl HealthTable {
         key: &AppKey,
         f: impl FnOnce(&Reports, Option<&Transition>) -> R,
     ) -> Option<R> {
-        read(self.shard(key))
-            .get(key)
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
             .map(|r| f(&r.reports, r.transitions.back()))
     }
 
     /// A copy of everything known about `key`.
     pub fn app(&self, key: &AppKey) -> Option<(Reports, Vec<Transition>)> {
-        read(self.shard(key))
-            .get(key)
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
             .map(|r| (r.reports.clone(), r.transitions.iter().cloned().collect()))
     }
 
@@ -644,7 +714,7 @@ impl HealthTable {
     pub fn keys(&self) -> Vec<AppKey> {
         let mut keys = Vec::new();
         for shard in &self.shards {
-            keys.extend(read(shard).keys().cloned());
+            keys.extend(read(shard).iter().map(|(k, _)| k.clone()));
         }
         keys
     }
@@ -770,7 +840,7 @@ mod tests {
             // Same hash (so the same shard and slot) and equal.
             let h = foldhash::fast::RandomState::default();
             assert_eq!(h.hash_one(&owned), h.hash_one(&borrowed as &dyn KeyLike));
-            assert!(std::ptr::eq(t.shard(&owned), t.shard(&borrowed)));
+            assert!(std::ptr::eq(t.shard(&owned).0, t.shard(&borrowed).0));
             assert_eq!(TableKey::to_key(&borrowed), owned);
             // Stored under the owned key, updated through the borrowed one.
             t.record(owned.clone(), "c1", report(Status::Up, now), 4);
@@ -858,7 +928,9 @@ mod tests {
             t.record(key(i), "c1", report(Status::Up, now), 4);
         }
         let used = t.shards.iter().filter(|s| !read(s).is_empty()).count();
-        assert!(used > 1, "200 keys in {used} shard");
+        // Spread over the shards (bits of the hash that no shard's own
+        // table uses pick them).
+        assert!(used >= SHARDS / 2, "200 keys in {used} shards");
         assert_eq!(t.keys().len(), 200);
         // Each key is found in its own shard.
         assert!((0..200).all(|i| t.statuses(&key(i)).len() == 1));
