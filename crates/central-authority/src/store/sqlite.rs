@@ -161,8 +161,11 @@ const LATEST_STATUS: &str = "SELECT to_status FROM health_latest
 /// statement): a statement's fixed cost (opening and closing a cursor per
 /// tree, finding the table's last rowid, descending each index from its
 /// root) is paid once per chunk, and the cursors stay where the last row
-/// went (docs/decisions.md "Status history writes, round 2").
-const INSERT_CHUNK: usize = 64;
+/// went. Eight: their 56 texts still fit SQLite's lookaside memory (93
+/// small slots by default), so binding them does not go to `malloc`; 64
+/// rows cost more per row in binding than they saved (docs/decisions.md
+/// "Status history writes, round 2").
+const INSERT_CHUNK: usize = 8;
 
 /// Columns of one history row, in the order `bind_event` binds them.
 const EVENT_COLUMNS: usize = 9;
@@ -216,7 +219,10 @@ fn bind_event(
 /// An `INSERT` of `rows` history rows.
 fn insert_events_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO health_events
+        // `OR FAIL`: a row breaking a constraint ends the statement without
+        // undoing its earlier rows, so SQLite keeps no statement journal for
+        // a multi-row insert (an error rolls the whole batch back anyway).
+        "INSERT OR FAIL INTO health_events
          (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause) VALUES ",
     );
     for r in 0..rows {
