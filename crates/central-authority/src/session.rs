@@ -64,7 +64,7 @@ enum Credential {
 #[derive(Clone, Debug)]
 pub struct Identity {
     /// Connector name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Connector group (shared with every report the session stores).
     pub group: Arc<str>,
 }
@@ -326,11 +326,11 @@ async fn await_hello(
     let Some(In::Hello(hello)) = first.kind else {
         return Err(SessionError::ExpectedHello);
     };
-    if hello.name != identity.name || *hello.group != *identity.group {
+    if *hello.name != *identity.name || *hello.group != *identity.group {
         return Err(SessionError::HelloMismatch {
             name: hello.name.chars().take(128).collect(),
             group: hello.group.chars().take(128).collect(),
-            authenticated_name: identity.name.clone(),
+            authenticated_name: identity.name.to_string(),
             authenticated_group: identity.group.to_string(),
         });
     }
@@ -669,7 +669,7 @@ impl Authority {
         self.check_key_standing(group, &key_sha256)?;
         Ok((
             Identity {
-                name: name.to_owned(),
+                name: name.into(),
                 group: group.into(),
             },
             key_sha256,
@@ -1069,7 +1069,7 @@ impl Authority {
             expired,
             accessed,
         } = entry;
-        let wk = (key.clone(), identity.name.clone());
+        let wk = (key.clone(), identity.name.to_string());
         // A report answers a forced re-check: an access waiting on it must
         // look again even if the status did not change.
         let answered = self.on_access().answered(&wk);
@@ -1112,7 +1112,7 @@ impl Authority {
         settings: &Settings,
         wall: SystemTime,
     ) -> bool {
-        let name = identity.name.as_str();
+        let name = &*identity.name;
         let marked = self
             .health()
             .mark_unknown(wall, settings.transitions_kept, |key, c, _| {

@@ -333,7 +333,7 @@ impl Authority {
         };
         Ok((
             Identity {
-                name: id.name,
+                name: id.name.into(),
                 group: id.group.into(),
             },
             cert,

@@ -585,10 +585,10 @@ impl Authority {
                     .filter(|c| segment.served_by(&c.group))
                     .map_or(&*r.group, |c| c.group.as_str());
                 group_hit |= filter.group == Some(group);
-                connector_hit |= filter.connector == Some(name.as_str());
+                connector_hit |= filter.connector == Some(name);
                 let age = ctx.now.saturating_duration_since(r.checked_at);
                 if on_access {
-                    pending.push((name.clone(), r.status, age));
+                    pending.push((name.to_owned(), r.status, age));
                 } else {
                     best.push(
                         Self::effective(
@@ -650,7 +650,7 @@ impl Authority {
             .map(|(n, c)| (n.as_str(), c.group.as_str()))
             .collect();
         for (n, r) in &reports {
-            names.entry(n.as_str()).or_insert(&*r.group);
+            names.entry(n).or_insert(&*r.group);
         }
         let mut connectors = Vec::new();
         for (name, group) in names {

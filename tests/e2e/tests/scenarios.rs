@@ -1506,10 +1506,13 @@ async fn s15_hostile_renewal() -> Result<()> {
         let _dns = DnsServer::start(sc.dns(), "reach.test", &[]).await?;
         let mut web = TcpApp::start((a1, 8080).into()).await?;
         let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
-        // Lifetime 8 s: the connector renews every ~5 s; grace 2 s.
+        // Lifetime 15 s: the connector renews every ~10 s; grace 2 s. (With
+        // 8 s, one CI run under load delivered the first certificate 5.7 s
+        // after the CA issued it, too late to renew before it expired: the
+        // connector enrolled again and spent a second key use.)
         cfg = cfg.replace(
             "[[api_tokens]]",
-            "[tls]\nconnector_cert_validity_s = 8\nrenewal_grace_s = 2\n\n[[api_tokens]]",
+            "[tls]\nconnector_cert_validity_s = 15\nrenewal_grace_s = 2\n\n[[api_tokens]]",
         );
         cfg += &Segment::new("web")
             .apps([a1])

@@ -129,12 +129,27 @@ impl Config {
     /// Reads and validates a config file; relative `*_file` paths are
     /// resolved against the file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
+        Self::load_bytes(path, &bytes)
+    }
+
+    /// Validates `bytes`, the content of the config file at `path` as read
+    /// by the caller (the reload watcher loads the very bytes it saw
+    /// settle); relative `*_file` paths are resolved against the file's
+    /// directory.
+    pub fn load_bytes(path: &Path, bytes: &[u8]) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Read {
+            path: path.to_owned(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not UTF-8 text ({e})"),
+            ),
+        })?;
         let base = path.parent().unwrap_or_else(|| Path::new("."));
-        let mut config = Self::parse(&text, path, base)?;
+        let mut config = Self::parse(text, path, base)?;
         config.path = Some(path.to_owned());
         Ok(config)
     }
