@@ -55,6 +55,18 @@ enum Cmd {
         rate: u32,
         seconds: f64,
     },
+    /// (profiling) The `ingest` group's status-history writes alone:
+    /// `batches` batches of `rows` transitions into a fresh SQLite file in
+    /// `dir`, written by `replicas` stores sharing it.
+    HistoryBatches {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 20)]
+        batches: usize,
+        #[arg(long, default_value_t = 22_000)]
+        rows: usize,
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -93,6 +105,12 @@ fn main() -> Result<()> {
                 rate,
                 seconds,
             } => figures::ha::checks_child(port, targets, rate, seconds).await,
+            Cmd::HistoryBatches {
+                dir,
+                batches,
+                rows,
+                replicas,
+            } => figures::ingest::history_child(&dir, batches, rows, replicas),
         }
     })
 }

@@ -234,3 +234,77 @@ fn cpu_per_entry_figure(reach_runs: &[(u64, f64, f64)], bare_runs: &[(u64, f64, 
         ),
     )
 }
+
+/// (child, for profiling) The status-history writes of the `ingest` group
+/// without the rest of the CA: `batches` one-second batches of `rows`
+/// transitions each (the group's ~700,000 updates/s with one in 32 a
+/// transition: ~22,000), shaped like its reports (8 connectors × 1,000
+/// applications, each down report followed by an up one on the
+/// application's next report), appended through `Store::record_events` to a
+/// fresh SQLite file in `dir`; `replicas` stores on that file write each
+/// batch in turn, as CA processes sharing it do (each sees every
+/// transition). Prints the time each batch took. Under callgrind,
+/// `--toggle-collect='*record_events*'` counts the history writes alone.
+pub fn history_child(
+    dir: &std::path::Path,
+    batches: usize,
+    rows: usize,
+    replicas: usize,
+) -> Result<()> {
+    use central_authority::store::{EventRecord, Store, StoreLocation};
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("reach.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("reach.db{suffix}")));
+    }
+    let stores = (0..replicas.max(1))
+        .map(|_| Store::open(&StoreLocation::Sqlite(path.clone())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let hosts: Vec<String> = (0..APPS).map(ca::ingest_host).collect();
+    let connectors: Vec<String> = (0..STREAMS).map(|s| format!("ingest-{s}")).collect();
+    // Per stream, its report counter; per (stream, application), down.
+    let mut k = [0usize; STREAMS];
+    let mut down = vec![false; STREAMS * APPS];
+    let start_ms: i64 = 1_800_000_000_000;
+    for batch in 0..batches {
+        let mut events = Vec::with_capacity(rows);
+        let mut s = 0;
+        while events.len() < rows {
+            let i = (s * 7919 + k[s]) % APPS;
+            let up = k[s] % 64 != 63;
+            k[s] += 1;
+            if down[s * APPS + i] == up {
+                down[s * APPS + i] = !up;
+                let (from, to) = if up { ("down", "up") } else { ("up", "down") };
+                let at_ms = start_ms + (batch * 1000 + events.len() * 1000 / rows) as i64;
+                events.push(EventRecord {
+                    at_ms,
+                    segment: "ingest".to_owned(),
+                    host: hosts[i].clone(),
+                    protocol: "tcp".to_owned(),
+                    port: i64::from(ca::APP_PORT),
+                    connector: connectors[s].clone(),
+                    from: from.to_owned(),
+                    to: to.to_owned(),
+                    cause: "report".to_owned(),
+                });
+            }
+            s = (s + 1) % STREAMS;
+        }
+        for (r, store) in stores.iter().enumerate() {
+            let mut copy = events.clone();
+            // Another replica saw each transition a little later.
+            for e in &mut copy {
+                e.at_ms += r as i64 * 7;
+            }
+            let t = Instant::now();
+            store.record_events(&copy)?;
+            println!(
+                "batch {batch} replica {r}: {} rows in {:.1} ms",
+                copy.len(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+    Ok(())
+}

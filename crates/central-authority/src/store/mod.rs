@@ -416,7 +416,7 @@ pub(crate) fn fresh_rows<'a>(
 ) -> (Vec<&'a EventRecord>, Vec<&'a EventRecord>) {
     let mut rows = Vec::new();
     // Per key, the index in `rows` of its last row.
-    let mut last: std::collections::HashMap<EventKey<'a>, usize> = std::collections::HashMap::new();
+    let mut last: KeyMap<'a, usize> = KeyMap::default();
     for e in events {
         let key = e.key();
         match latest.get_mut(&key) {

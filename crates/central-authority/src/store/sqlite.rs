@@ -152,10 +152,108 @@ fn cert_record(conn: &Connection, serial: &str) -> rusqlite::Result<Option<CertR
     .optional()
 }
 
+/// A key's latest status, looked up once per key and batch while what this
+/// connection knows may be stale.
+const LATEST_STATUS: &str = "SELECT to_status FROM health_latest
+     WHERE host = ?1 AND port = ?2 AND connector = ?3 AND segment = ?4 AND protocol = ?5";
+
+/// History rows per `INSERT` statement (the rest of a batch one row per
+/// statement): a statement's fixed cost (opening and closing a cursor per
+/// tree, finding the table's last rowid, descending each index from its
+/// root) is paid once per chunk, and the cursors stay where the last row
+/// went. Eight: their 56 texts still fit SQLite's lookaside memory (93
+/// small slots by default), so binding them does not go to `malloc`; 64
+/// rows cost more per row in binding than they saved (docs/decisions.md
+/// "Status history writes, round 2").
+const INSERT_CHUNK: usize = 8;
+
+/// Columns of one history row, in the order `bind_event` binds them.
+const EVENT_COLUMNS: usize = 9;
+
+/// At most this many keys' latest statuses are kept in memory (~150 B
+/// each); past it the map starts afresh (its keys are looked up again).
+const LATEST_KEYS: usize = 200_000;
+
+/// The status each key's history ends with as this connection last read or
+/// wrote it, trusted while no other connection committed to the file: the
+/// `PRAGMA data_version` it was valid at (changed only by another
+/// connection's commit). Saves a batch the lookup of each key when this
+/// process is the only writer.
+#[derive(Debug, Default)]
+struct LatestStatuses {
+    /// The `data_version` the statuses are valid at; `None`: not valid.
+    version: Option<i64>,
+    /// By encoded key ([`encode_key`]): the status, or `None` when the key
+    /// has no history.
+    statuses: std::collections::HashMap<Box<[u8]>, Option<Box<str>>, foldhash::fast::RandomState>,
+}
+
+/// `e`'s key as bytes, each text field prefixed by its length (so no two
+/// keys encode alike), into `out`.
+fn encode_key(e: &EventRecord, out: &mut Vec<u8>) {
+    out.clear();
+    for text in [&e.segment, &e.host, &e.protocol, &e.connector] {
+        out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    out.extend_from_slice(&e.port.to_le_bytes());
+}
+
+/// Binds `e` as the history row whose first placeholder is `first`.
+fn bind_event(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    first: usize,
+    e: &EventRecord,
+) -> rusqlite::Result<()> {
+    stmt.raw_bind_parameter(first, e.at_ms)?;
+    stmt.raw_bind_parameter(first + 1, &e.segment)?;
+    stmt.raw_bind_parameter(first + 2, &e.host)?;
+    stmt.raw_bind_parameter(first + 3, &e.protocol)?;
+    stmt.raw_bind_parameter(first + 4, e.port)?;
+    stmt.raw_bind_parameter(first + 5, &e.connector)?;
+    stmt.raw_bind_parameter(first + 6, &e.from)?;
+    stmt.raw_bind_parameter(first + 7, &e.to)?;
+    stmt.raw_bind_parameter(first + 8, &e.cause)
+}
+
+/// An `INSERT` of `rows` history rows.
+fn insert_events_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        // `OR FAIL`: a row breaking a constraint ends the statement without
+        // undoing its earlier rows, so SQLite keeps no statement journal for
+        // a multi-row insert (an error rolls the whole batch back anyway).
+        "INSERT OR FAIL INTO health_events
+         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause) VALUES ",
+    );
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        let n = r * EVENT_COLUMNS;
+        sql.push_str(&format!(
+            "(?{},?{},?{},?{},?{},?{},?{},?{},?{})",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6,
+            n + 7,
+            n + 8,
+            n + 9
+        ));
+    }
+    sql
+}
+
 /// The SQLite database.
 #[derive(Debug)]
 pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Locked after `conn`, only while `conn` is.
+    latest: Mutex<LatestStatuses>,
+    /// `insert_events_sql(INSERT_CHUNK)` and `insert_events_sql(1)`.
+    insert_sql: (String, String),
 }
 
 impl SqliteStore {
@@ -199,6 +297,8 @@ impl SqliteStore {
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            latest: Mutex::default(),
+            insert_sql: (insert_events_sql(INSERT_CHUNK), insert_events_sql(1)),
         })
     }
 
@@ -556,50 +656,59 @@ impl SqliteStore {
             return Ok(());
         }
         let mut conn = lock(&self.conn);
+        let mut known = lock(&self.latest);
         // Immediate: the latest statuses read below stay the latest until
         // this commits (another CA process on the file waits).
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: i64 = tx.pragma_query_value(None, "data_version", |r| r.get(0))?;
+        if known.version != Some(version) || known.statuses.len() > LATEST_KEYS {
+            known.statuses.clear();
+        }
+        // Not valid until this commits.
+        known.version = None;
+        let mut buf = Vec::new();
+        // Each key once, including keys with no history yet (a `latest`
+        // miss would otherwise look them up again per row).
+        let mut keys = KeyMap::default();
+        for e in events {
+            keys.entry(e.key()).or_insert(e);
+        }
+        let mut latest = KeyMap::default();
         {
-            let mut latest = KeyMap::default();
-            let mut get = tx.prepare_cached(
-                "SELECT to_status FROM health_latest
-                 WHERE host = ?1 AND port = ?2 AND connector = ?3 AND segment = ?4 AND protocol = ?5",
-            )?;
-            // Each key once, including keys with no history yet (a
-            // `latest` miss would otherwise look them up again per row).
-            let mut keys = KeyMap::default();
-            for e in events {
-                keys.entry(e.key()).or_insert(e);
-            }
-            for (key, e) in keys {
-                let status: Option<String> = get
-                    .query_row(
-                        params![e.host, e.port, e.connector, e.segment, e.protocol],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
+            let mut get = tx.prepare_cached(LATEST_STATUS)?;
+            for (key, e) in &keys {
+                encode_key(e, &mut buf);
+                let status = match known.statuses.get(buf.as_slice()) {
+                    Some(status) => status.as_deref().map(str::to_owned),
+                    None => get
+                        .query_row(
+                            params![e.host, e.port, e.connector, e.segment, e.protocol],
+                            |r| r.get::<_, String>(0),
+                        )
+                        .optional()?,
+                };
                 if let Some(status) = status {
-                    latest.insert(key, status);
+                    latest.insert(*key, status);
                 }
             }
-            let (rows, last) = fresh_rows(events, latest);
-            let mut append = tx.prepare_cached(
-                "INSERT INTO health_events
-                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for e in rows {
-                append.execute(params![
-                    e.at_ms,
-                    e.segment,
-                    e.host,
-                    e.protocol,
-                    e.port,
-                    e.connector,
-                    e.from,
-                    e.to,
-                    e.cause
-                ])?;
+        }
+        // The statuses the batch's keys end with once it is written.
+        let mut ends: KeyMap<'_, &str> = latest.iter().map(|(k, s)| (*k, s.as_str())).collect();
+        let (rows, last) = fresh_rows(events, latest.clone());
+        {
+            let (many, one) = &self.insert_sql;
+            let mut chunks = rows.chunks_exact(INSERT_CHUNK);
+            let mut append = tx.prepare_cached(many)?;
+            for chunk in &mut chunks {
+                for (i, e) in chunk.iter().enumerate() {
+                    bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
+                }
+                append.raw_execute()?;
+            }
+            let mut append = tx.prepare_cached(one)?;
+            for e in chunks.remainder() {
+                bind_event(&mut append, 1, e)?;
+                append.raw_execute()?;
             }
             let mut set = tx.prepare_cached(
                 "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
@@ -607,7 +716,7 @@ impl SqliteStore {
                  ON CONFLICT (host, port, connector, segment, protocol)
                  DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
             )?;
-            for e in last {
+            for e in &last {
                 set.execute(params![
                     e.host,
                     e.port,
@@ -617,9 +726,24 @@ impl SqliteStore {
                     e.to,
                     e.at_ms
                 ])?;
+                ends.insert(e.key(), &e.to);
             }
         }
         tx.commit()?;
+        // Committed: what the file holds for these keys is known until
+        // another connection commits (this one's commits leave
+        // `data_version` as it was).
+        for (key, e) in &keys {
+            encode_key(e, &mut buf);
+            let status = ends.get(key).map(|s| Box::<str>::from(*s));
+            match known.statuses.get_mut(buf.as_slice()) {
+                Some(held) => *held = status,
+                None => {
+                    known.statuses.insert(buf.as_slice().into(), status);
+                }
+            }
+        }
+        known.version = Some(version);
         Ok(())
     }
 
@@ -669,6 +793,8 @@ impl SqliteStore {
     /// Deletes the history from before `before_ms`; returns how many went.
     pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         let mut conn = lock(&self.conn);
+        // Keys' latest statuses go below: what this store knew is stale.
+        *lock(&self.latest) = LatestStatuses::default();
         let tx = conn.transaction()?;
         let n = tx.execute(
             "DELETE FROM health_events WHERE at_ms < ?1",
@@ -845,6 +971,111 @@ mod tests {
             .pragma_query_value(None, "cache_size", |r| r.get(0))
             .expect("cache_size");
         assert_eq!(size, -32_768);
+    }
+
+    fn flap(at_ms: i64, connector: &str, to: &str) -> EventRecord {
+        EventRecord {
+            at_ms,
+            segment: "s".into(),
+            host: "a.test".into(),
+            protocol: "tcp".into(),
+            port: 80,
+            connector: connector.into(),
+            from: "unknown".into(),
+            to: to.into(),
+            cause: "report".into(),
+        }
+    }
+
+    /// How many times this store's lookup of a key's latest status ran.
+    fn latest_lookups(s: &SqliteStore) -> i32 {
+        let conn = lock(&s.conn);
+        let stmt = conn.prepare_cached(LATEST_STATUS).expect("statement");
+        stmt.get_status(rusqlite::StatementStatus::Run)
+    }
+
+    fn two_stores(name: &str) -> (std::path::PathBuf, SqliteStore, SqliteStore) {
+        let dir = std::env::temp_dir().join(format!("reach-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("reach.db");
+        let a = SqliteStore::open(&path).expect("db");
+        let b = SqliteStore::open(&path).expect("db");
+        (dir, a, b)
+    }
+
+    /// While no other connection committed to the file (`PRAGMA
+    /// data_version` unchanged), a batch takes its keys' latest statuses
+    /// from what this store last wrote: no lookup. Once another store
+    /// wrote, they are read again, so its transitions still dedupe.
+    #[test]
+    fn latest_statuses_are_read_again_only_after_another_store_wrote() {
+        let (dir, a, b) = two_stores("latest-cache");
+        a.record_events(&[flap(1_000, "c1", "up"), flap(1_001, "c2", "up")])
+            .expect("recorded");
+        let first = latest_lookups(&a);
+        assert_eq!(first, 2, "a key with no history yet is looked up");
+        a.record_events(&[flap(2_000, "c1", "down"), flap(2_001, "c1", "down")])
+            .expect("recorded");
+        assert_eq!(latest_lookups(&a), first, "nobody else wrote: no lookup");
+        // Pruning through this store forgets what it knew: c2's latest
+        // status went with its rows.
+        assert_eq!(a.prune_events(1_500).expect("pruned"), 2);
+        a.record_events(&[flap(2_500, "c2", "up")])
+            .expect("recorded");
+        assert_eq!(latest_lookups(&a), first + 1, "read again after a prune");
+        // The other replica records c1 going up; this one's copy of it,
+        // a moment later, is the same transition.
+        b.record_events(&[flap(3_000, "c1", "up")])
+            .expect("recorded");
+        a.record_events(&[flap(3_007, "c1", "up")])
+            .expect("recorded");
+        assert_eq!(latest_lookups(&a), first + 2, "read again after b wrote");
+        let (rows, total) = a.events(&EventFilter::default(), 10, 0).expect("read");
+        assert_eq!(
+            rows.iter()
+                .map(|e| (e.at_ms, e.connector.as_str(), e.to.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (3_000, "c1", "up"),
+                (2_500, "c2", "up"),
+                (2_000, "c1", "down")
+            ],
+            "{total}"
+        );
+        drop((a, b));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A batch larger than one multi-row `INSERT` keeps its rows, in order,
+    /// copies skipped wherever they fall.
+    #[test]
+    fn a_large_batch_keeps_every_transition_in_order() {
+        let s = SqliteStore::in_memory().expect("db");
+        let mut events = Vec::new();
+        for i in 0..(3 * INSERT_CHUNK as i64 + 5) {
+            let to = if i % 2 == 0 { "up" } else { "down" };
+            events.push(flap(i * 10, "c1", to));
+            // A copy of it, one ms later (another replica's).
+            events.push(flap(i * 10 + 1, "c1", to));
+        }
+        s.record_events(&events).expect("recorded");
+        let (rows, total) = s.events(&EventFilter::default(), 1_000, 0).expect("read");
+        assert_eq!(total, 3 * INSERT_CHUNK as u64 + 5);
+        let expected: Vec<(i64, &str)> = (0..(3 * INSERT_CHUNK as i64 + 5))
+            .rev()
+            .map(|i| (i * 10, if i % 2 == 0 { "up" } else { "down" }))
+            .collect();
+        assert_eq!(
+            rows.iter()
+                .map(|e| (e.at_ms, e.to.as_str()))
+                .collect::<Vec<_>>(),
+            expected
+        );
+        assert!(
+            rows.iter()
+                .all(|e| e.host == "a.test" && e.port == 80 && e.cause == "report")
+        );
     }
 
     fn cert<'a>(name: &'a str, group: &'a str, serial: &'a str) -> NewCertificate<'a> {
