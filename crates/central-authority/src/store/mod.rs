@@ -1068,7 +1068,8 @@ mod suite {
         assert!(a.replicas().expect("db").is_empty());
     }
 
-    fn event(at_ms: i64, host: &str, connector: &str, to: &str) -> EventRecord {
+    /// A transition to `to` of `connector` for `host`:80/tcp in segment `s`.
+    pub(super) fn event(at_ms: i64, host: &str, connector: &str, to: &str) -> EventRecord {
         EventRecord {
             at_ms,
             segment: "s".into(),

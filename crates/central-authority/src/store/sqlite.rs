@@ -974,17 +974,7 @@ mod tests {
     }
 
     fn flap(at_ms: i64, connector: &str, to: &str) -> EventRecord {
-        EventRecord {
-            at_ms,
-            segment: "s".into(),
-            host: "a.test".into(),
-            protocol: "tcp".into(),
-            port: 80,
-            connector: connector.into(),
-            from: "unknown".into(),
-            to: to.into(),
-            cause: "report".into(),
-        }
+        crate::store::suite::event(at_ms, "a.test", connector, to)
     }
 
     /// How many times this store's lookup of a key's latest status ran.
