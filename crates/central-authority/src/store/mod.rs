@@ -407,12 +407,13 @@ impl EventRecord {
 /// (the keys' new latest rows). `latest` holds the status the history ends
 /// with for the keys that have one; a row whose status is the one its key
 /// ends with (at that point of the batch) is another replica's copy of a
-/// transition already recorded and is skipped (docs/decisions.md). One rule
-/// for both backends: each reads `latest` in one go and writes both lists
-/// in one go, instead of one comparison query per row.
+/// transition already recorded and is skipped (docs/decisions.md). On
+/// return, `latest` holds the status each key ends with once the rows are
+/// written. One rule for both backends: each reads `latest` in one go and
+/// writes both lists in one go, instead of one comparison query per row.
 pub(crate) fn fresh_rows<'a>(
     events: &'a [EventRecord],
-    mut latest: KeyMap<'a, String>,
+    latest: &mut KeyMap<'a, String>,
 ) -> (Vec<&'a EventRecord>, Vec<&'a EventRecord>) {
     let mut rows = Vec::new();
     // Per key, the index in `rows` of its last row.

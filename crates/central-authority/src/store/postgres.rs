@@ -681,7 +681,7 @@ impl PgStore {
                     latest.insert(e.key(), row.get::<_, String>(5));
                 }
             }
-            let (rows, last) = fresh_rows(events, latest);
+            let (rows, last) = fresh_rows(events, &mut latest);
             if rows.is_empty() {
                 tx.commit().await?;
                 return Ok(());

@@ -692,9 +692,9 @@ impl SqliteStore {
                 }
             }
         }
-        // The statuses the batch's keys end with once it is written.
-        let mut ends: KeyMap<'_, &str> = latest.iter().map(|(k, s)| (*k, s.as_str())).collect();
-        let (rows, last) = fresh_rows(events, latest.clone());
+        // From here on `latest` holds the statuses the batch's keys end
+        // with once it is written.
+        let (rows, last) = fresh_rows(events, &mut latest);
         {
             let (many, one) = &self.insert_sql;
             let mut chunks = rows.chunks_exact(INSERT_CHUNK);
@@ -726,7 +726,6 @@ impl SqliteStore {
                     e.to,
                     e.at_ms
                 ])?;
-                ends.insert(e.key(), &e.to);
             }
         }
         tx.commit()?;
@@ -735,7 +734,7 @@ impl SqliteStore {
         // `data_version` as it was).
         for (key, e) in &keys {
             encode_key(e, &mut buf);
-            let status = ends.get(key).map(|s| Box::<str>::from(*s));
+            let status = latest.get(key).map(|s| Box::<str>::from(s.as_str()));
             match known.statuses.get_mut(buf.as_slice()) {
                 Some(held) => *held = status,
                 None => {
