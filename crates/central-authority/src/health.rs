@@ -66,7 +66,7 @@ pub struct Report {
     /// The status as last reported (or set Unknown by the CA).
     pub status: Status,
     /// Per-address results (empty once the status is set Unknown).
-    pub addresses: Vec<AddressResult>,
+    pub addresses: protocol::scan::Addresses,
     /// The resolver's reason when DNS failed.
     pub dns_error: Option<String>,
     /// When the CA received it.
@@ -88,7 +88,8 @@ pub struct Report {
 }
 
 /// What an updated report no longer holds, freed by the caller after the
-/// shard's lock is released.
+/// shard's lock is released: the allocations only (results held inline are
+/// dropped in place, which frees nothing but a failure's detail text).
 #[derive(Debug)]
 struct Replaced {
     _group: Arc<str>,
@@ -125,9 +126,15 @@ impl Report {
         self.checked_at_unix_ms = checked_at_unix_ms;
         self.unknown_cause = unknown_cause;
         self.rtt = rtt;
+        let old_addresses = if self.addresses.spilled() {
+            std::mem::replace(&mut self.addresses, addresses).into_vec()
+        } else {
+            self.addresses = addresses;
+            Vec::new()
+        };
         Replaced {
             _group: group,
-            _addresses: std::mem::replace(&mut self.addresses, addresses),
+            _addresses: old_addresses,
             _dns_error: std::mem::replace(&mut self.dns_error, dns_error),
         }
     }
@@ -751,7 +758,7 @@ mod tests {
         Report {
             group: "g".into(),
             status,
-            addresses: Vec::new(),
+            addresses: protocol::scan::Addresses::new(),
             dns_error: None,
             received_at: at,
             checked_at: at,
@@ -790,7 +797,7 @@ mod tests {
         let now = Instant::now();
         t.record(key(), "c1", report(Status::Up, now), 4);
         let later = now + Duration::from_secs(5);
-        let address = AddressResult {
+        let address = policy::AddressResult {
             address: "10.0.0.1".parse().expect("ip"),
             reachable: true,
             method: policy::Method::Tcp,
@@ -799,7 +806,7 @@ mod tests {
         };
         let new = Report {
             group: "other".into(),
-            addresses: vec![address.clone()],
+            addresses: smallvec::smallvec![address.clone()],
             dns_error: Some("none".into()),
             checked_at: now + Duration::from_secs(4),
             checked_at_unix_ms: 42,
@@ -811,13 +818,49 @@ mod tests {
         let r = &reports["c1"];
         assert_eq!(&*r.group, "other");
         assert_eq!(r.status, Status::Unknown);
-        assert_eq!(r.addresses, vec![address]);
+        assert_eq!(r.addresses.as_slice(), [address]);
         assert_eq!(r.dns_error.as_deref(), Some("none"));
         assert_eq!(r.received_at, later);
         assert_eq!(r.checked_at, now + Duration::from_secs(4));
         assert_eq!(r.checked_at_unix_ms, 42);
         assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
         assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    #[test]
+    fn one_address_is_held_inline_and_any_count_replaces_any_other() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let result = |last: u8, failure: Option<&str>| policy::AddressResult {
+            address: std::net::IpAddr::from([10, 0, 0, last]),
+            reachable: failure.is_none(),
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(u64::from(last)),
+            failure: failure.map(|detail| policy::Failure {
+                kind: policy::FailureKind::Refused,
+                detail: detail.to_owned(),
+            }),
+        };
+        // Inline → two (on the heap) → inline with a failure's text →
+        // inline: each time the table holds exactly the new results.
+        let rounds = [
+            vec![result(1, None)],
+            vec![result(2, None), result(3, Some("refused"))],
+            vec![result(4, Some("connection refused"))],
+            vec![result(5, None)],
+        ];
+        for addresses in rounds {
+            let new = Report {
+                addresses: protocol::scan::Addresses::from_vec(addresses.clone()),
+                ..report(Status::Up, now)
+            };
+            t.record(key(), "c1", new, 4);
+            let (reports, _) = t.app(&key()).expect("app");
+            let stored = &reports["c1"].addresses;
+            assert_eq!(stored.as_slice(), addresses.as_slice());
+            // One result needs no allocation of its own.
+            assert_eq!(stored.spilled(), addresses.len() > 1);
+        }
     }
 
     #[test]

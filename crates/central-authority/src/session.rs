@@ -937,7 +937,7 @@ impl Authority {
             }
         }
         let report = Report {
-            addresses,
+            addresses: protocol::scan::Addresses::from_vec(addresses),
             dns_error,
             checked_at: crate::health::checked_at(now, age),
             checked_at_unix_ms,
@@ -1152,7 +1152,7 @@ fn table_report(
     Report {
         group: Arc::clone(&identity.group),
         status: if expired { Status::Unknown } else { status },
-        addresses: Vec::new(),
+        addresses: protocol::scan::Addresses::new(),
         dns_error: None,
         received_at: now,
         checked_at: now,

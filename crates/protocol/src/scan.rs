@@ -27,6 +27,11 @@ use crate::convert::{
 };
 use crate::v1;
 
+/// An entry's per-address results. Nearly every entry has one address,
+/// which is then held inline: the CA stores it in its health table without
+/// an allocation of its own, and replacing a report frees none.
+pub type Addresses = smallvec::SmallVec<[AddressResult; 1]>;
+
 /// A health report read by [`scan_report`].
 #[derive(Debug, PartialEq)]
 pub struct ScannedReport<'a> {
@@ -97,7 +102,7 @@ pub struct EntryView<'a> {
     /// The reported status.
     pub status: Status,
     /// The per-address results.
-    pub addresses: Vec<AddressResult>,
+    pub addresses: Addresses,
     /// `ApplicationHealth.checked_at_unix_ms`.
     pub checked_at_unix_ms: i64,
     /// The resolver's reason as sent (empty: none); see [`EntryView::dns_error`].
@@ -143,7 +148,7 @@ impl EntryView<'_> {
             expired: self.expired,
             age: self.age,
             access_id: (!self.access_id.is_empty()).then(|| self.access_id.to_owned()),
-            addresses: std::mem::take(&mut self.addresses),
+            addresses: std::mem::take(&mut self.addresses).into_vec(),
         }
     }
 }
@@ -319,7 +324,7 @@ fn entry(bytes: &[u8]) -> Option<EntryView<'_>> {
     let mut r = Reader(bytes);
     let mut key: Option<(&str, HostRef<'_>, Protocol, u16)> = None;
     let mut status = 0i32;
-    let mut addresses = Vec::new();
+    let mut addresses = Addresses::new();
     let (mut checked_at_unix_ms, mut dns_error, mut expired, mut age_ms, mut access_id) =
         (0i64, "", false, 0u64, "");
     let mut seen = 0;
