@@ -58,28 +58,49 @@ const CHANNELS: usize = 4;
 const CONCURRENCY: usize = 64;
 const CONNECTORS: usize = 4;
 
+/// A closed loop's result.
+struct ClosedLoop {
+    /// Decisions per second.
+    rate: f64,
+    /// Sorted latencies.
+    lat: Vec<Duration>,
+    /// Per request: its task, when it started (from the loop's start) and
+    /// its latency.
+    timeline: Vec<(usize, Duration, Duration)>,
+}
+
+/// What one closed-loop task measured: each request's start (from the
+/// loop's start) and latency.
+type Measured = Vec<(Duration, Duration)>;
+
 /// Ends a closed loop: lets `tasks` run until `run` after `t0`, stops them
-/// and returns decisions/s and their sorted latencies.
+/// and collects what each task measured (each request's start, from `t0`,
+/// and latency).
 async fn finish_closed(
-    tasks: Vec<tokio::task::JoinHandle<Result<Vec<Duration>>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<Measured>>>,
     stop: &AtomicBool,
     t0: Instant,
     run: Duration,
-) -> Result<(f64, Vec<Duration>)> {
+) -> Result<ClosedLoop> {
     tokio::time::sleep(run).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = t0.elapsed();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
+    let mut timeline = Vec::new();
+    for (n, t) in tasks.into_iter().enumerate() {
+        timeline.extend(t.await??.into_iter().map(|(at, l)| (n, at, l)));
     }
-    all.sort();
-    Ok((all.len() as f64 / elapsed.as_secs_f64(), all))
+    let mut lat: Vec<Duration> = timeline.iter().map(|&(_, _, l)| l).collect();
+    lat.sort();
+    Ok(ClosedLoop {
+        rate: lat.len() as f64 / elapsed.as_secs_f64(),
+        lat,
+        timeline,
+    })
 }
 
 /// Closed loop: `CONCURRENCY` tasks over `channels` for `run`; returns
 /// decisions/s and sorted latencies.
-async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Duration>)> {
+async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<ClosedLoop> {
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -97,7 +118,7 @@ async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Du
                     ))?)
                     .await?;
                 std::hint::black_box(r);
-                lat.push(t.elapsed());
+                lat.push((t - t0, t.elapsed()));
             }
             Ok::<_, anyhow::Error>(lat)
         }));
@@ -109,6 +130,9 @@ async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<(f64, Vec<Du
 struct OpenLoop {
     /// Sorted latencies.
     lat: Vec<Duration>,
+    /// Each answered request's release time (from the loop's start) and
+    /// latency, in release order.
+    timeline: Vec<(Duration, Duration)>,
     /// Server CPU over wall time (1.0 = one core busy).
     server_cores: f64,
     /// Load generator CPU (this process) over wall time.
@@ -135,8 +159,8 @@ async fn grpc_open(
     let handle = tokio::runtime::Handle::current();
     let channels = channels.to_vec();
     let (server0, client0, wall0) = (sys::cpu_time(server), sys::cpu_time(None), Instant::now());
+    let t0 = Instant::now();
     let pacer = std::thread::spawn(move || {
-        let t0 = Instant::now();
         for i in 0..total {
             let due = t0 + Duration::from_secs_f64(i as f64 / rate);
             let now = Instant::now();
@@ -151,15 +175,17 @@ async fn grpc_open(
                 if let Ok(request) = request
                     && client.resolve(request).await.is_ok()
                 {
-                    let _ = tx.send(sent.elapsed());
+                    let _ = tx.send((sent - t0, sent.elapsed()));
                 }
             });
         }
     });
-    let mut lat = Vec::with_capacity(total as usize);
+    let mut timeline = Vec::with_capacity(total as usize);
     while let Some(l) = rx.recv().await {
-        lat.push(l);
+        timeline.push(l);
     }
+    timeline.sort();
+    let mut lat: Vec<Duration> = timeline.iter().map(|&(_, l)| l).collect();
     let wall = wall0.elapsed().as_secs_f64();
     let server_cores = (sys::cpu_time(server) - server0).as_secs_f64() / wall;
     let client_cores = (sys::cpu_time(None) - client0).as_secs_f64() / wall;
@@ -172,14 +198,51 @@ async fn grpc_open(
     lat.sort();
     Ok(OpenLoop {
         lat,
+        timeline,
         server_cores,
         client_cores,
     })
 }
 
+/// Writes the timelines `REACH_BENCH_TIMELINE=DIR` asks for, to tell a
+/// stall (slow answers bunched in time) from queueing spread over a run or
+/// from an unfair connection: per open-loop trial `access-{ca,bare}-N.csv`
+/// (each request's release and latency in µs, in release order), and
+/// `http-{ca,bare}.csv` for the HTTP closed loops (each request's task,
+/// i.e. its connection, start and latency).
+fn write_timelines(
+    dir: &std::path::Path,
+    open: [(&str, &[OpenLoop]); 2],
+    http: [(&str, &ClosedLoop); 2],
+) -> Result<()> {
+    use std::fmt::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let write = |name: String, csv: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))
+    };
+    for (side, trials) in open {
+        for (n, trial) in trials.iter().enumerate() {
+            let mut csv = String::from("release_us,latency_us\n");
+            for (at, lat) in &trial.timeline {
+                let _ = writeln!(csv, "{},{}", at.as_micros(), lat.as_micros());
+            }
+            write(format!("access-{side}-{n}.csv"), csv)?;
+        }
+    }
+    for (side, run) in http {
+        let mut csv = String::from("task,start_us,latency_us\n");
+        for (task, at, lat) in &run.timeline {
+            let _ = writeln!(csv, "{task},{},{}", at.as_micros(), lat.as_micros());
+        }
+        write(format!("http-{side}.csv"), csv)?;
+    }
+    Ok(())
+}
+
 /// Closed loop over HTTP/1.1 keep-alive connections (one per concurrent
 /// request); returns decisions/s and sorted latencies.
-async fn http_closed(base: &str, run: Duration) -> Result<(f64, Vec<Duration>)> {
+async fn http_closed(base: &str, run: Duration) -> Result<ClosedLoop> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(CONCURRENCY)
         .build()?;
@@ -206,7 +269,7 @@ async fn http_closed(base: &str, run: Duration) -> Result<(f64, Vec<Duration>)> 
                     .bytes()
                     .await?;
                 std::hint::black_box(r);
-                lat.push(t.elapsed());
+                lat.push((t - t0, t.elapsed()));
             }
             Ok::<_, anyhow::Error>(lat)
         }));
@@ -291,23 +354,43 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let bare_base = format!("http://{}", bare.http);
 
     grpc_closed(&channels, Duration::from_millis(200)).await?;
-    let (reach_rate, _) = grpc_closed(&channels, duration).await?;
+    let reach_rate = grpc_closed(&channels, duration).await?.rate;
     grpc_closed(&bare_channels, Duration::from_millis(200)).await?;
-    let (bare_rate, _) = grpc_closed(&bare_channels, duration).await?;
+    let bare_rate = grpc_closed(&bare_channels, duration).await?.rate;
     // Latency in alternating trials (CA, bare, CA, …), both servers up, so
     // a change in the machine's speed reaches both alike; medians of the
     // trials' quantiles.
-    let half = reach_rate / 2.0;
+    // `REACH_BENCH_ACCESS_LOAD` (a fraction of the CA's closed-loop rate,
+    // 0.5 unless set) runs the open loop at another load, to see how the
+    // tail depends on how busy the machine is; the figures keep their names.
+    let load = match std::env::var("REACH_BENCH_ACCESS_LOAD") {
+        Err(_) => 0.5,
+        Ok(v) => match v.parse::<f64>() {
+            Ok(l) if l > 0.0 && l <= 1.0 => l,
+            _ => bail!("REACH_BENCH_ACCESS_LOAD={v:?}: expected a fraction in (0, 1]"),
+        },
+    };
+    let half = reach_rate * load;
     let (mut reach_half, mut bare_half) = (Vec::new(), Vec::new());
-    for _ in 0..mode.pick(1, 3) {
-        let trial = mode.pick(duration, Duration::from_secs(3));
+    // Five short trials rather than three long ones: a trial that meets a
+    // pause of the shared machine (single trials' p99 have spread from 3 to
+    // 500 ms) then moves the median less.
+    for _ in 0..mode.pick(1, 5) {
+        let trial = mode.pick(duration, Duration::from_secs(2));
         reach_half.push(grpc_open(&channels, ca_server.pid(), half, trial).await?);
         bare_half.push(grpc_open(&bare_channels, bare.pid(), half, trial).await?);
     }
     http_closed(&base, Duration::from_millis(200)).await?;
-    let (reach_http, reach_http_lat) = http_closed(&base, duration).await?;
+    let reach_http = http_closed(&base, duration).await?;
     http_closed(&bare_base, Duration::from_millis(200)).await?;
-    let (bare_http, bare_http_lat) = http_closed(&bare_base, duration).await?;
+    let bare_http = http_closed(&bare_base, duration).await?;
+    if let Some(dir) = std::env::var_os("REACH_BENCH_TIMELINE") {
+        write_timelines(
+            std::path::Path::new(&dir),
+            [("ca", &reach_half), ("bare", &bare_half)],
+            [("ca", &reach_http), ("bare", &bare_http)],
+        )?;
+    }
     for t in sims {
         t.abort();
     }
@@ -330,7 +413,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             median_of(&reach_half, p99),
             Some(median_of(&bare_half, p99)),
             format!(
-                "open loop at {half:.0}/s (half the CA's closed-loop rate), evenly spaced, latency \
+                "open loop at {half:.0}/s ({load} of the CA's closed-loop rate), evenly spaced, latency \
                  from each send, {} alternating trials (median; CA {}, bare {}); baseline = bare \
                  echo at the same rate; CPU in cores: CA {:.2} + load generator {:.2} (bare {:.2} \
                  + {:.2}) of 2",
@@ -352,8 +435,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             ),
         ),
         SPECS[3].figure(
-            reach_http,
-            Some(bare_http),
+            reach_http.rate,
+            Some(bare_http.rate),
             format!(
                 "POST /api/v1/access, {CONCURRENCY} concurrent HTTP/1.1 keep-alive connections \
                  (reqwest), closed loop; answer {} B; bare = axum handler returning the CA's JSON",
@@ -361,12 +444,12 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             ),
         ),
         SPECS[4].figure(
-            p(&reach_http_lat, 0.99),
-            Some(p(&bare_http_lat, 0.99)),
+            p(&reach_http.lat, 0.99),
+            Some(p(&bare_http.lat, 0.99)),
             format!(
                 "closed loop at full load (p50 {:.2} ms vs {:.2} ms bare)",
-                p(&reach_http_lat, 0.5),
-                p(&bare_http_lat, 0.5)
+                p(&reach_http.lat, 0.5),
+                p(&bare_http.lat, 0.5)
             ),
         ),
     ])
