@@ -12,8 +12,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use policy::{
     AccessWindows, AddressResult, AppKey, CheckTarget, Damper, Damping, HealthReporting,
-    MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, plan_checks,
+    MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, cycle_time,
+    plan_checks,
 };
+
+use crate::pacer::{CONTINUOUS_WEIGHT, ON_ACCESS_WEIGHT};
 
 pub mod inbox;
 pub mod task;
@@ -576,15 +579,67 @@ impl Schedule {
     /// `plan_checks` over the continuous segments plus the live on-access
     /// applications.
     pub fn targets(&self) -> BTreeSet<CheckTarget> {
-        self.collect_targets()
+        let resolved = self.resolved();
+        let mut targets = BTreeSet::new();
+        for segment in self.segments.values() {
+            if segment.health_reporting == HealthReporting::Continuous {
+                targets.extend(plan_checks(segment, &resolved));
+            }
+        }
+        for (key, app) in &self.apps {
+            if app.on_access {
+                targets.extend(on_access_targets(key, &resolved));
+            }
+        }
+        targets
     }
 
-    /// How many targets `targets()` holds, without ordering them.
-    pub fn target_count(&self) -> usize {
-        self.collect_targets::<HashSet<CheckTarget>>().len()
+    /// How many distinct targets `targets()` holds (counted, not ordered)
+    /// and how long one cycle of checks takes at `rate` checks per second:
+    /// the heartbeat tells the CA, which lets a result age that much on top
+    /// of its report intervals before it shows it as stale. Every distinct
+    /// target once at the full rate, or, while on-access windows are
+    /// re-checked, the continuous targets at the share of the rate the pacer
+    /// guarantees them, whichever is longer: periodic on-access re-checks
+    /// take what they ask for (their addresses once per interval), up to
+    /// their weight's share of the turns, and continuous checks the rest.
+    /// Without that share, 2,000 continuous targets at 500/s next to 600
+    /// re-checks a second were declared a 5.2-s cycle but took 8 s, and
+    /// their results were shown stale before their turn came again.
+    pub fn load(&self, rate: u32) -> (usize, Duration) {
+        let resolved = self.resolved();
+        let mut continuous: HashSet<CheckTarget> = HashSet::new();
+        for segment in self.segments.values() {
+            if segment.health_reporting == HealthReporting::Continuous {
+                continuous.extend(plan_checks(segment, &resolved));
+            }
+        }
+        // On-access targets no continuous segment checks already.
+        let mut extra: HashSet<CheckTarget> = HashSet::new();
+        // Periodic on-access re-checks asked for, per second.
+        let mut demand = 0.0;
+        for (key, app) in &self.apps {
+            if app.on_access {
+                let targets = on_access_targets(key, &resolved);
+                demand += targets.len() as f64 / app.interval.as_secs_f64().max(1e-3);
+                extra.extend(targets.into_iter().filter(|t| !continuous.contains(t)));
+            }
+        }
+        let targets = continuous.len() + extra.len();
+        let at_full_rate = cycle_time(targets as u64, rate);
+        if demand == 0.0 {
+            return (targets, at_full_rate);
+        }
+        let rate = f64::from(rate.max(1));
+        let weights = f64::from(ON_ACCESS_WEIGHT + CONTINUOUS_WEIGHT);
+        let share = (rate - demand).max(rate * f64::from(CONTINUOUS_WEIGHT) / weights);
+        let continuous_cycle =
+            Duration::try_from_secs_f64(continuous.len() as f64 / share).unwrap_or(Duration::MAX);
+        (targets, at_full_rate.max(continuous_cycle))
     }
 
-    fn collect_targets<T: Default + Extend<CheckTarget>>(&self) -> T {
+    /// Each host's addresses, from the latest answers.
+    fn resolved(&self) -> BTreeMap<String, Vec<IpAddr>> {
         let mut resolved: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
         for (key, app) in &self.apps {
             if let Some(round) = &app.last {
@@ -596,28 +651,25 @@ impl Schedule {
                 }
             }
         }
-        let mut targets = T::default();
-        for segment in self.segments.values() {
-            if segment.health_reporting == HealthReporting::Continuous {
-                targets.extend(plan_checks(segment, &resolved));
-            }
-        }
-        for (key, app) in &self.apps {
-            if !app.on_access {
-                continue;
-            }
-            let addresses: Vec<IpAddr> = match key.host.ip() {
-                Some(ip) => vec![ip],
-                None => resolved.get(key.host.as_str()).cloned().unwrap_or_default(),
-            };
-            targets.extend(addresses.into_iter().map(|address| CheckTarget {
-                address,
-                protocol: key.protocol,
-                port: key.port,
-            }));
-        }
-        targets
+        resolved
     }
+}
+
+/// What an on-access application's round checks: its address, or its
+/// host's latest answers.
+fn on_access_targets(key: &AppKey, resolved: &BTreeMap<String, Vec<IpAddr>>) -> Vec<CheckTarget> {
+    let addresses: Vec<IpAddr> = match key.host.ip() {
+        Some(ip) => vec![ip],
+        None => resolved.get(key.host.as_str()).cloned().unwrap_or_default(),
+    };
+    addresses
+        .into_iter()
+        .map(|address| CheckTarget {
+            address,
+            protocol: key.protocol,
+            port: key.port,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1130,6 +1182,50 @@ mod tests {
         let late = t0 + window + Duration::from_secs(1);
         assert!(s.access_at(other.clone(), t0, late).expect("ok").is_empty());
         assert!(!s.is_scheduled(&other));
+    }
+
+    /// The cycle the heartbeat declares: every target at the full rate
+    /// while nothing else competes; the continuous targets at what the
+    /// pacer leaves them once on-access windows are re-checked (the rest of
+    /// the rate, at least the continuous weight's share).
+    #[test]
+    fn the_cycle_counts_the_share_on_access_rechecks_leave_to_continuous_targets() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let hosts: Vec<String> = (1..=10).map(|i| format!("10.0.0.{i}")).collect();
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let ports: Vec<u16> = (20001..=20010).collect();
+        s.apply(
+            vec![
+                segment("bulk", &hosts, &ports, "continuous", 1),
+                segment("burst", &["10.1.0.0/24"], &[30001], "on_access", 1),
+            ],
+            DEFAULT_WINDOW,
+            t0,
+        );
+        let ms = |d: Duration| d.as_millis();
+        // 100 continuous targets at 20/s.
+        assert_eq!(s.load(20).0, 100);
+        assert_eq!(ms(s.load(20).1), 5000);
+        let open = |s: &mut Schedule, from: u8, to: u8| {
+            for i in from..=to {
+                s.access_at(key("burst", &format!("10.1.0.{i}"), 30001), t0, t0)
+                    .expect("accepted");
+            }
+        };
+        // 5 windows re-checked every second: continuous targets get the
+        // other 15 checks a second.
+        open(&mut s, 1, 5);
+        assert_eq!(s.load(20).0, 105);
+        assert_eq!(ms(s.load(20).1), 6666);
+        // 30 a second ask for more than their half: continuous targets
+        // still get 10 a second.
+        open(&mut s, 6, 30);
+        assert_eq!(s.load(20).0, 130);
+        assert_eq!(ms(s.load(20).1), 10_000);
+        // Everything at the full rate is longer still at 2 checks a second
+        // (130 targets, 65 s; the continuous ones alone at 1/s: 100 s).
+        assert_eq!(ms(s.load(2).1), 100_000);
     }
 
     /// Issue 12.5: every report of an on-access window echoes the id of the

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use policy::{AddressResult, AppKey, CheckTarget, Segment, cycle_time};
+use policy::{AddressResult, AppKey, CheckTarget, Segment};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -289,16 +289,16 @@ async fn drive(
         // have changed (not after every check).
         if targets_version != Some(schedule.targets_version()) {
             targets_version = Some(schedule.targets_version());
-            let targets = schedule.target_count();
+            let rate = flights.runner.pacer.rate();
+            let (targets, cycle) = schedule.load(rate);
             let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
             flights.runner.metrics.targets.set(targets as i64);
-            let rate = flights.runner.pacer.rate();
             *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
                 targets: targets_u32,
                 // Shared targets are probed once per round: a cycle is one
                 // check per distinct target.
                 checks_per_cycle: targets_u32,
-                cycle: cycle_time(u64::from(targets_u32), rate),
+                cycle,
             };
         }
     }
