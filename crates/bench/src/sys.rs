@@ -45,6 +45,10 @@ pub struct ThreadTimes {
     /// thread parked (a task woke on another worker, an idle wait) or was
     /// preempted.
     pub switches: u64,
+    /// Of those, the involuntary ones: preempted while runnable.
+    pub preempted: u64,
+    /// Time runnable but waiting for a CPU (`schedstat`'s second field).
+    pub waited: Duration,
 }
 
 impl ThreadTimes {
@@ -53,6 +57,8 @@ impl ThreadTimes {
         ThreadTimes {
             cpu: later.cpu.saturating_sub(self.cpu),
             switches: later.switches.saturating_sub(self.switches),
+            preempted: later.preempted.saturating_sub(self.preempted),
+            waited: later.waited.saturating_sub(self.waited),
         }
     }
 }
@@ -67,21 +73,31 @@ pub fn thread_times(pid: Option<u32>) -> ThreadTimes {
     };
     for task in tasks.flatten() {
         let dir = task.path();
-        if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            out.cpu += Duration::from_nanos(ns);
+        if let Ok(stat) = std::fs::read_to_string(dir.join("schedstat")) {
+            let mut fields = stat.split_whitespace().map(|f| f.parse::<u64>().ok());
+            if let Some(Some(ns)) = fields.next() {
+                out.cpu += Duration::from_nanos(ns);
+            }
+            if let Some(Some(ns)) = fields.next() {
+                out.waited += Duration::from_nanos(ns);
+            }
         }
         if let Ok(status) = std::fs::read_to_string(dir.join("status")) {
-            out.switches += status
-                .lines()
-                .filter_map(|l| {
-                    l.strip_prefix("voluntary_ctxt_switches:")
-                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
-                })
-                .filter_map(|v| v.trim().parse::<u64>().ok())
-                .sum::<u64>();
+            for line in status.lines() {
+                let (voluntary, n) = if let Some(n) = line.strip_prefix("voluntary_ctxt_switches:")
+                {
+                    (true, n)
+                } else if let Some(n) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                    (false, n)
+                } else {
+                    continue;
+                };
+                let n = n.trim().parse::<u64>().unwrap_or(0);
+                out.switches += n;
+                if !voluntary {
+                    out.preempted += n;
+                }
+            }
         }
     }
     out

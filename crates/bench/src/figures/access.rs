@@ -137,6 +137,43 @@ struct OpenLoop {
     server_cores: f64,
     /// Load generator CPU (this process) over wall time.
     client_cores: f64,
+    /// What the server's threads did meanwhile, per answered request.
+    server: PerRequest,
+}
+
+/// What a server's threads did per request over a trial: CPU, time
+/// runnable but waiting for a core, and preemptions (from the scheduler's
+/// per-thread counters), to tell extra work from waiting for a turn.
+#[derive(Clone, Copy, Debug)]
+struct PerRequest {
+    /// CPU time, µs per request.
+    cpu_us: f64,
+    /// Time runnable but not running, µs per request.
+    waited_us: f64,
+    /// Involuntary context switches per 1000 requests.
+    preempted_per_1000: f64,
+}
+
+impl PerRequest {
+    /// `delta` spread over `requests`.
+    fn of(delta: sys::ThreadTimes, requests: usize) -> Self {
+        let n = requests.max(1) as f64;
+        PerRequest {
+            cpu_us: delta.cpu.as_secs_f64() * 1e6 / n,
+            waited_us: delta.waited.as_secs_f64() * 1e6 / n,
+            preempted_per_1000: delta.preempted as f64 * 1000.0 / n,
+        }
+    }
+}
+
+/// The medians of `trials`' per-request figures, for a note.
+fn per_request_note(trials: &[PerRequest]) -> String {
+    format!(
+        "{:.1} µs CPU, {:.1} µs waiting for a core, {:.1} preemptions per 1000",
+        median_of(trials, |t| t.cpu_us),
+        median_of(trials, |t| t.waited_us),
+        median_of(trials, |t| t.preempted_per_1000),
+    )
 }
 
 /// Open loop at `rate`/s for `run`: request *i* is released at
@@ -159,6 +196,7 @@ async fn grpc_open(
     let handle = tokio::runtime::Handle::current();
     let channels = channels.to_vec();
     let (server0, client0, wall0) = (sys::cpu_time(server), sys::cpu_time(None), Instant::now());
+    let threads0 = sys::thread_times(server);
     let t0 = Instant::now();
     let pacer = std::thread::spawn(move || {
         for i in 0..total {
@@ -189,6 +227,7 @@ async fn grpc_open(
     let wall = wall0.elapsed().as_secs_f64();
     let server_cores = (sys::cpu_time(server) - server0).as_secs_f64() / wall;
     let client_cores = (sys::cpu_time(None) - client0).as_secs_f64() / wall;
+    let threads = threads0.until(&sys::thread_times(server));
     if pacer.join().is_err() {
         bail!("the open-loop pacing thread panicked");
     }
@@ -196,11 +235,13 @@ async fn grpc_open(
         bail!("{} of {total} requests failed", total - lat.len() as u64);
     }
     lat.sort();
+    let server = PerRequest::of(threads, lat.len());
     Ok(OpenLoop {
         lat,
         timeline,
         server_cores,
         client_cores,
+        server,
     })
 }
 
@@ -208,12 +249,12 @@ async fn grpc_open(
 /// stall (slow answers bunched in time) from queueing spread over a run or
 /// from an unfair connection: per open-loop trial `access-{ca,bare}-N.csv`
 /// (each request's release and latency in µs, in release order), and
-/// `http-{ca,bare}.csv` for the HTTP closed loops (each request's task,
-/// i.e. its connection, start and latency).
+/// `http-{ca,bare}-N.csv` for the HTTP closed-loop trials (each request's
+/// task, i.e. its connection, start and latency).
 fn write_timelines(
     dir: &std::path::Path,
     open: [(&str, &[OpenLoop]); 2],
-    http: [(&str, &ClosedLoop); 2],
+    http: [(&str, &[HttpTrial]); 2],
 ) -> Result<()> {
     use std::fmt::Write as _;
     std::fs::create_dir_all(dir)?;
@@ -230,12 +271,14 @@ fn write_timelines(
             write(format!("access-{side}-{n}.csv"), csv)?;
         }
     }
-    for (side, run) in http {
-        let mut csv = String::from("task,start_us,latency_us\n");
-        for (task, at, lat) in &run.timeline {
-            let _ = writeln!(csv, "{task},{},{}", at.as_micros(), lat.as_micros());
+    for (side, trials) in http {
+        for (n, trial) in trials.iter().enumerate() {
+            let mut csv = String::from("task,start_us,latency_us\n");
+            for (task, at, lat) in &trial.run.timeline {
+                let _ = writeln!(csv, "{task},{},{}", at.as_micros(), lat.as_micros());
+            }
+            write(format!("http-{side}-{n}.csv"), csv)?;
         }
-        write(format!("http-{side}.csv"), csv)?;
     }
     Ok(())
 }
@@ -275,6 +318,23 @@ async fn http_closed(base: &str, run: Duration) -> Result<ClosedLoop> {
         }));
     }
     finish_closed(tasks, &stop, t0, run).await
+}
+
+/// One HTTP closed-loop trial and what the server's threads did meanwhile.
+struct HttpTrial {
+    run: ClosedLoop,
+    server: PerRequest,
+}
+
+/// [`http_closed`] against the server `pid`, with its threads' counters.
+async fn http_trial(base: &str, pid: Option<u32>, run: Duration) -> Result<HttpTrial> {
+    let before = sys::thread_times(pid);
+    let closed = http_closed(base, run).await?;
+    let server = PerRequest::of(before.until(&sys::thread_times(pid)), closed.lat.len());
+    Ok(HttpTrial {
+        run: closed,
+        server,
+    })
 }
 
 /// Connects `CONNECTORS` simulated connectors that report the application
@@ -380,10 +440,16 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         reach_half.push(grpc_open(&channels, ca_server.pid(), half, trial).await?);
         bare_half.push(grpc_open(&bare_channels, bare.pid(), half, trial).await?);
     }
+    // HTTP in alternating trials too (one run each before session 28: a
+    // pause of the machine during one of them decided the ratio).
     http_closed(&base, Duration::from_millis(200)).await?;
-    let reach_http = http_closed(&base, duration).await?;
     http_closed(&bare_base, Duration::from_millis(200)).await?;
-    let bare_http = http_closed(&bare_base, duration).await?;
+    let (mut reach_http, mut bare_http) = (Vec::new(), Vec::new());
+    for _ in 0..mode.pick(1, 3) {
+        let trial = mode.pick(duration, Duration::from_secs(2));
+        reach_http.push(http_trial(&base, ca_server.pid(), trial).await?);
+        bare_http.push(http_trial(&bare_base, bare.pid(), trial).await?);
+    }
     if let Some(dir) = std::env::var_os("REACH_BENCH_TIMELINE") {
         write_timelines(
             std::path::Path::new(&dir),
@@ -399,6 +465,10 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
 
     let p = |l: &[Duration], q| ms(quantile(l, q));
     let p99 = |r: &OpenLoop| p(&r.lat, 0.99);
+    let http_p99 = |t: &HttpTrial| p(&t.run.lat, 0.99);
+    let http_p50 = |t: &HttpTrial| p(&t.run.lat, 0.5);
+    let servers = |trials: &[OpenLoop]| trials.iter().map(|t| t.server).collect::<Vec<_>>();
+    let http_servers = |trials: &[HttpTrial]| trials.iter().map(|t| t.server).collect::<Vec<_>>();
     Ok(vec![
         SPECS[0].figure(
             reach_rate,
@@ -416,7 +486,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 "open loop at {half:.0}/s ({load} of the CA's closed-loop rate), evenly spaced, latency \
                  from each send, {} alternating trials (median; CA {}, bare {}); baseline = bare \
                  echo at the same rate; CPU in cores: CA {:.2} + load generator {:.2} (bare {:.2} \
-                 + {:.2}) of 2",
+                 + {:.2}) of 2; server threads per request: CA {}; bare {}",
                 reach_half.len(),
                 per_trial(&reach_half, p99),
                 per_trial(&bare_half, p99),
@@ -424,6 +494,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 median_of(&reach_half, |r| r.client_cores),
                 median_of(&bare_half, |r| r.server_cores),
                 median_of(&bare_half, |r| r.client_cores),
+                per_request_note(&servers(&reach_half)),
+                per_request_note(&servers(&bare_half)),
             ),
         ),
         SPECS[2].figure(
@@ -435,21 +507,28 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             ),
         ),
         SPECS[3].figure(
-            reach_http.rate,
-            Some(bare_http.rate),
+            median_of(&reach_http, |t| t.run.rate),
+            Some(median_of(&bare_http, |t| t.run.rate)),
             format!(
                 "POST /api/v1/access, {CONCURRENCY} concurrent HTTP/1.1 keep-alive connections \
-                 (reqwest), closed loop; answer {} B; bare = axum handler returning the CA's JSON",
+                 (reqwest), closed loop, {} alternating trials (median); answer {} B; bare = axum \
+                 handler returning the CA's JSON",
+                reach_http.len(),
                 json.len()
             ),
         ),
         SPECS[4].figure(
-            p(&reach_http.lat, 0.99),
-            Some(p(&bare_http.lat, 0.99)),
+            median_of(&reach_http, http_p99),
+            Some(median_of(&bare_http, http_p99)),
             format!(
-                "closed loop at full load (p50 {:.2} ms vs {:.2} ms bare)",
-                p(&reach_http.lat, 0.5),
-                p(&bare_http.lat, 0.5)
+                "closed loop at full load, median of the trials (CA {}, bare {}); p50 {:.2} ms vs \
+                 {:.2} ms bare; server threads per request: CA {}; bare {}",
+                per_trial(&reach_http, http_p99),
+                per_trial(&bare_http, http_p99),
+                median_of(&reach_http, http_p50),
+                median_of(&bare_http, http_p50),
+                per_request_note(&http_servers(&reach_http)),
+                per_request_note(&http_servers(&bare_http)),
             ),
         ),
     ])

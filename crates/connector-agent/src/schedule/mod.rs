@@ -5,7 +5,7 @@
 //! module is the thin async task that owns a `Schedule` and carries its
 //! actions out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant, SystemTime};
@@ -213,7 +213,7 @@ pub struct Schedule {
     apps: HashMap<AppKey, App>,
     windows: AccessWindows<AppKey>,
     next_generation: u64,
-    /// Changes whenever `targets()` may have changed.
+    /// Changes whenever `load()`'s targets may have changed.
     targets_version: u64,
 }
 
@@ -564,8 +564,8 @@ impl Schedule {
         out
     }
 
-    /// Changes whenever the result of `targets()` may have changed (it is
-    /// rebuilt from every application, so callers rebuild only then).
+    /// Changes whenever `load()`'s targets may have changed (they are
+    /// counted from every application, so callers count only then).
     pub fn targets_version(&self) -> u64 {
         self.targets_version
     }
@@ -575,29 +575,12 @@ impl Schedule {
         self.apps.contains_key(key)
     }
 
-    /// Distinct targets of everything scheduled, from the latest answers:
-    /// `plan_checks` over the continuous segments plus the live on-access
-    /// applications.
-    pub fn targets(&self) -> BTreeSet<CheckTarget> {
-        let resolved = self.resolved();
-        let mut targets = BTreeSet::new();
-        for segment in self.segments.values() {
-            if segment.health_reporting == HealthReporting::Continuous {
-                targets.extend(plan_checks(segment, &resolved));
-            }
-        }
-        for (key, app) in &self.apps {
-            if app.on_access {
-                targets.extend(on_access_targets(key, &resolved));
-            }
-        }
-        targets
-    }
-
-    /// How many distinct targets `targets()` holds (counted, not ordered)
-    /// and how long one cycle of checks takes at `rate` checks per second:
-    /// the heartbeat tells the CA, which lets a result age that much on top
-    /// of its report intervals before it shows it as stale. Every distinct
+    /// How many distinct targets everything scheduled has, from the latest
+    /// answers (`plan_checks` over the continuous segments plus the live
+    /// on-access applications' addresses), and how long one cycle of checks
+    /// takes at `rate` checks per second: the heartbeat tells the CA, which
+    /// lets a result age that much on top of its report intervals before it
+    /// shows it as stale. Every distinct
     /// target once at the full rate, or, while on-access windows are
     /// re-checked, the continuous targets at the share of the rate the pacer
     /// guarantees them, whichever is longer: periodic on-access re-checks
