@@ -9,11 +9,11 @@
 //!
 //! Owner of its state (the per-source counts and the idle connections).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -25,22 +25,38 @@ use tokio::time::{Instant, Sleep};
 use crate::sync::lock;
 
 /// Connection accounting of one listener.
+///
+/// A request starting or ending touches only its connection's atomics (no
+/// lock: on a saturated machine a worker preempted while holding a lock
+/// every request takes stalls the others); the lock is taken when a
+/// connection opens or closes and when the listener, full, looks for the
+/// connection idle longest (a scan of at most `max_connections`).
 #[derive(Debug)]
 pub struct Admission {
     per_source_cap: usize,
     inner: Mutex<Inner>,
+    /// Orders the moments connections became idle (larger: later).
+    idle_clock: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     /// Open connections per source address (no entry: none).
     per_source: HashMap<IpAddr, usize>,
-    /// Connections with no request in flight, by the order they became
-    /// idle (the key) — the oldest gives way first.
-    idle: BTreeMap<u64, Arc<Notify>>,
-    /// Each connection's key in `idle`, while it is idle.
-    idle_key: HashMap<u64, u64>,
+    /// Every open connection, by id.
+    open: HashMap<u64, Arc<Conn>>,
     next: u64,
+}
+
+/// What the listener and a connection share.
+#[derive(Debug)]
+struct Conn {
+    evict: Notify,
+    in_flight: AtomicUsize,
+    /// When it last became idle, on `Admission::idle_clock`.
+    idle_since: AtomicU64,
+    /// Asked to close already (not chosen again).
+    evicted: AtomicBool,
 }
 
 impl Admission {
@@ -49,7 +65,13 @@ impl Admission {
         Arc::new(Admission {
             per_source_cap: per_source_cap.max(1),
             inner: Mutex::new(Inner::default()),
+            idle_clock: AtomicU64::new(0),
         })
+    }
+
+    /// The next moment on the idle clock.
+    fn tick(&self) -> u64 {
+        self.idle_clock.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Admits a connection from `source`, idle until its first request;
@@ -63,27 +85,40 @@ impl Admission {
         *open += 1;
         inner.next += 1;
         let id = inner.next;
-        let evict = Arc::new(Notify::new());
-        inner.set_idle(id, &evict);
+        let conn = Arc::new(Conn {
+            evict: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(self.tick()),
+            evicted: AtomicBool::new(false),
+        });
+        inner.open.insert(id, conn.clone());
         Some(Ticket {
             admission: self.clone(),
             source,
             id,
-            evict,
-            in_flight: AtomicUsize::new(0),
+            conn,
         })
     }
 
     /// Asks the connection that has been idle longest to close (to make
-    /// room for a new one); `false` when every connection is busy.
+    /// room for a new one); `false` when every connection is busy (or
+    /// already asked).
     pub fn evict_oldest_idle(&self) -> bool {
-        let mut inner = lock(&self.inner);
-        let Some((_, notify)) = inner.idle.pop_first() else {
+        let inner = lock(&self.inner);
+        let oldest = inner
+            .open
+            .values()
+            .filter(|c| {
+                c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Relaxed)
+            })
+            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+        let Some(conn) = oldest else {
             return false;
         };
+        conn.evicted.store(true, Ordering::Relaxed);
         // `notify_one` keeps the signal if the connection is not waiting
         // on it yet.
-        notify.notify_one();
+        conn.evict.notify_one();
         true
     }
 
@@ -97,58 +132,38 @@ impl Admission {
     }
 }
 
-impl Inner {
-    fn set_idle(&mut self, id: u64, notify: &Arc<Notify>) {
-        self.next += 1;
-        let key = self.next;
-        self.idle.insert(key, notify.clone());
-        if let Some(old) = self.idle_key.insert(id, key) {
-            self.idle.remove(&old);
-        }
-    }
-
-    fn set_busy(&mut self, id: u64) {
-        if let Some(key) = self.idle_key.remove(&id) {
-            self.idle.remove(&key);
-        }
-    }
-}
-
 /// One admitted connection: counted against its source until dropped.
 #[derive(Debug)]
 pub struct Ticket {
     admission: Arc<Admission>,
     source: IpAddr,
     id: u64,
-    evict: Arc<Notify>,
-    in_flight: AtomicUsize,
+    conn: Arc<Conn>,
 }
 
 impl Ticket {
     /// Resolves when the listener needs this (idle) connection's slot.
     pub fn evicted(&self) -> impl Future<Output = ()> + '_ {
-        self.evict.notified()
+        self.conn.evict.notified()
     }
 
     /// Marks a request in flight until the guard drops: the connection is
     /// neither evicted nor closed as idle meanwhile.
     pub fn busy(self: &Arc<Self>) -> Busy {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            lock(&self.admission.inner).set_busy(self.id);
-        }
+        self.conn.in_flight.fetch_add(1, Ordering::AcqRel);
         Busy(self.clone())
     }
 
     /// Whether a request is in flight.
     pub fn is_busy(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0
+        self.conn.in_flight.load(Ordering::Acquire) > 0
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut inner = lock(&self.admission.inner);
-        inner.set_busy(self.id);
+        inner.open.remove(&self.id);
         if let Some(open) = inner.per_source.get_mut(&self.source) {
             *open = open.saturating_sub(1);
             if *open == 0 {
@@ -164,8 +179,10 @@ pub struct Busy(Arc<Ticket>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            lock(&self.0.admission.inner).set_idle(self.0.id, &self.0.evict);
+        let ticket = &self.0;
+        if ticket.conn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let now = ticket.admission.tick();
+            ticket.conn.idle_since.store(now, Ordering::Relaxed);
         }
     }
 }
@@ -436,6 +453,29 @@ mod tests {
             .await
             .expect("then the next idle one");
         assert!(!a.evict_oldest_idle(), "the busy one stays");
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_again_after_a_request_counts_from_then() {
+        let a = Admission::new(10);
+        let first = Arc::new(a.admit(A).expect("admitted"));
+        let second = Arc::new(a.admit(B).expect("admitted"));
+        drop(first.busy());
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), second.evicted())
+            .await
+            .expect("the one idle since it opened gives way first");
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), first.evicted())
+            .await
+            .expect("then the one whose request ended");
+        drop(second);
+        assert_eq!(
+            a.open_from(B),
+            0,
+            "a closed connection leaves the accounting"
+        );
+        assert_eq!(a.open_from(A), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -106,6 +107,12 @@ pub struct Throttle<C: Clock = DefaultClock> {
     /// Everyone refused until the given time (the whole-CA allowance is
     /// used up).
     global_blocked: Mutex<Option<C::Instant>>,
+    /// Whether either of the above may refuse anyone: while neither holds
+    /// an entry (nobody guessed lately), `admit` takes no lock, so a
+    /// request with a good token does not serialise the workers on them.
+    /// Set under the lock that adds an entry, cleared by `retain_recent`
+    /// once both are empty.
+    refusing: AtomicBool,
 }
 
 impl<C: Clock> std::fmt::Debug for Throttle<C> {
@@ -142,12 +149,16 @@ impl<C: Clock + Clone> Throttle<C> {
             clock,
             blocked: Mutex::new(HashMap::new()),
             global_blocked: Mutex::new(None),
+            refusing: AtomicBool::new(false),
         }
     }
 
     /// Whether an attempt from `source` may be evaluated now: `Err` names
     /// the limit that refuses it. The source's own limit is consulted first.
     pub fn admit(&self, source: Option<IpAddr>) -> Result<(), Refused> {
+        if !self.refusing.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let source = source.unwrap_or(UNKNOWN_SOURCE);
         let now = self.clock.now();
         if lock(&self.blocked)
@@ -168,11 +179,15 @@ impl<C: Clock + Clone> Throttle<C> {
     pub fn failed(&self, source: Option<IpAddr>) {
         let source = source.unwrap_or(UNKNOWN_SOURCE);
         if let Err(not_until) = self.source.check_key(&source) {
-            lock(&self.blocked).insert(source, not_until.earliest_possible());
+            let mut blocked = lock(&self.blocked);
+            blocked.insert(source, not_until.earliest_possible());
+            self.refusing.store(true, Ordering::Release);
             return;
         }
         if let Err(not_until) = self.global.check() {
-            *lock(&self.global_blocked) = Some(not_until.earliest_possible());
+            let mut global = lock(&self.global_blocked);
+            *global = Some(not_until.earliest_possible());
+            self.refusing.store(true, Ordering::Release);
         }
     }
 
@@ -182,10 +197,15 @@ impl<C: Clock + Clone> Throttle<C> {
         self.source.retain_recent();
         self.source.shrink_to_fit();
         let now = self.clock.now();
-        lock(&self.blocked).retain(|_, until| now < *until);
+        let mut blocked = lock(&self.blocked);
+        blocked.retain(|_, until| now < *until);
         let mut global = lock(&self.global_blocked);
         if global.is_some_and(|until| now >= until) {
             *global = None;
+        }
+        // Both locks held: `failed` cannot add an entry meanwhile.
+        if blocked.is_empty() && global.is_none() {
+            self.refusing.store(false, Ordering::Release);
         }
     }
 
@@ -337,5 +357,22 @@ mod tests {
         t.retain_recent();
         assert_eq!(t.tracked(), 0);
         assert_eq!(t.admit(ip(7)), Ok(()));
+    }
+
+    /// `admit` skips its locks while nobody is refused; forgetting every
+    /// refused source must not turn refusing off for good.
+    #[test]
+    fn a_source_that_guesses_again_after_the_maps_were_cleared_is_refused_again() {
+        let clock = FakeRelativeClock::default();
+        let t = Throttle::with_clock(quotas(), clock.clone());
+        for round in 0..2 {
+            for _ in 0..4 {
+                t.failed(ip(2));
+            }
+            assert_eq!(t.admit(ip(2)), Err(Refused::Source), "round {round}");
+            clock.advance(Duration::from_secs(60));
+            t.retain_recent();
+            assert_eq!(t.admit(ip(2)), Ok(()), "round {round}: refilled");
+        }
     }
 }
