@@ -163,7 +163,15 @@ pub async fn serve_ca(config: &Path) -> Result<()> {
     let base = config.parent().unwrap_or_else(|| Path::new("."));
     let config = central_authority::Config::from_toml(&text, base)
         .map_err(|e| anyhow!("invalid CA config: {}", e.messages().join("; ")))?;
-    let (grpc, http) = bind_pair().await?;
+    // Bound as the CA's binary binds them (`listen::bind`'s backlog).
+    let loopback: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+    let grpc = central_authority::listen::bind(loopback)?;
+    let http = central_authority::listen::bind(loopback)?;
+    println!(
+        "READY grpc={} http={}",
+        grpc.local_addr()?,
+        http.local_addr()?
+    );
     central_authority::run(config, grpc, http, stdin_closed()).await?;
     Ok(())
 }

@@ -35,8 +35,8 @@ use crate::sync::lock;
 pub struct Admission {
     per_source_cap: usize,
     inner: Mutex<Inner>,
-    /// Orders the moments connections became idle (larger: later).
-    idle_clock: AtomicU64,
+    /// What `Conn::idle_since` counts from.
+    epoch: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -53,7 +53,9 @@ struct Inner {
 struct Conn {
     evict: Notify,
     in_flight: AtomicUsize,
-    /// When it last became idle, on `Admission::idle_clock`.
+    /// When it last moved a byte or ended a request, in nanoseconds from
+    /// `Admission::epoch` (a relaxed store into the connection's own
+    /// atomic: no shared counter on the hot path).
     idle_since: AtomicU64,
     /// Asked to close already (not chosen again).
     evicted: AtomicBool,
@@ -65,13 +67,13 @@ impl Admission {
         Arc::new(Admission {
             per_source_cap: per_source_cap.max(1),
             inner: Mutex::new(Inner::default()),
-            idle_clock: AtomicU64::new(0),
+            epoch: Instant::now(),
         })
     }
 
-    /// The next moment on the idle clock.
-    fn tick(&self) -> u64 {
-        self.idle_clock.fetch_add(1, Ordering::Relaxed) + 1
+    /// `at` on the idle clock.
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Admits a connection from `source`, idle until its first request;
@@ -88,7 +90,7 @@ impl Admission {
         let conn = Arc::new(Conn {
             evict: Notify::new(),
             in_flight: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(self.tick()),
+            idle_since: AtomicU64::new(self.since_epoch(Instant::now())),
             evicted: AtomicBool::new(false),
         });
         inner.open.insert(id, conn.clone());
@@ -100,26 +102,33 @@ impl Admission {
         })
     }
 
-    /// Asks the connection that has been idle longest to close (to make
-    /// room for a new one); `false` when every connection is busy (or
-    /// already asked).
-    pub fn evict_oldest_idle(&self) -> bool {
+    /// Asks the `count` connections that have been idle longest to close
+    /// (to make room for new ones); returns how many were asked (fewer when
+    /// the rest are busy or already asked).
+    pub fn evict_oldest_idle(&self, count: usize) -> usize {
         let inner = lock(&self.inner);
-        let oldest = inner
+        let mut idle: Vec<(u64, &Arc<Conn>)> = inner
             .open
             .values()
             .filter(|c| {
                 c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Relaxed)
             })
-            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
-        let Some(conn) = oldest else {
-            return false;
-        };
-        conn.evicted.store(true, Ordering::Relaxed);
-        // `notify_one` keeps the signal if the connection is not waiting
-        // on it yet.
-        conn.evict.notify_one();
-        true
+            .map(|c| (c.idle_since.load(Ordering::Relaxed), c))
+            .collect();
+        let count = count.min(idle.len());
+        if count == 0 {
+            return 0;
+        }
+        if count < idle.len() {
+            idle.select_nth_unstable_by_key(count - 1, |&(since, _)| since);
+        }
+        for (_, conn) in &idle[..count] {
+            conn.evicted.store(true, Ordering::Relaxed);
+            // `notify_one` keeps the signal if the connection is not
+            // waiting on it yet.
+            conn.evict.notify_one();
+        }
+        count
     }
 
     /// Open connections from `source` (tests).
@@ -154,6 +163,14 @@ impl Ticket {
         Busy(self.clone())
     }
 
+    /// Records that the connection moved a byte (or finished its TLS
+    /// handshake, or a request) at `at`: the connection idle longest is
+    /// the one that has been silent longest.
+    pub fn touch_at(&self, at: Instant) {
+        let since = self.admission.since_epoch(at);
+        self.conn.idle_since.store(since, Ordering::Relaxed);
+    }
+
     /// Whether a request is in flight.
     pub fn is_busy(&self) -> bool {
         self.conn.in_flight.load(Ordering::Acquire) > 0
@@ -181,8 +198,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let ticket = &self.0;
         if ticket.conn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let now = ticket.admission.tick();
-            ticket.conn.idle_since.store(now, Ordering::Relaxed);
+            ticket.touch_at(Instant::now());
         }
     }
 }
@@ -213,8 +229,9 @@ impl<S> Deadlines<S> {
 
     fn moved(&mut self) {
         self.started = true;
-        let idle = self.idle;
-        self.deadline.as_mut().reset(Instant::now() + idle);
+        let (idle, now) = (self.idle, Instant::now());
+        self.ticket.touch_at(now);
+        self.deadline.as_mut().reset(now + idle);
     }
 
     /// Pending until the deadline passes with no request in flight.
@@ -237,6 +254,80 @@ impl<S> Deadlines<S> {
             };
             return Poll::Ready(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
         }
+    }
+}
+
+/// A stream under a TLS handshake that records every byte it reads on its
+/// connection's ticket ([`Ticket::touch_at`]): a client in the middle of
+/// its handshake is not idle, one that sent a few bytes long ago is.
+/// [`Handshaking::done`] stops it once the handshake is over ([`Deadlines`]
+/// records movement from then on).
+#[derive(Debug)]
+pub struct Handshaking<S> {
+    io: S,
+    ticket: Option<Arc<Ticket>>,
+}
+
+impl<S> Handshaking<S> {
+    /// Wraps `io`, recording its reads on `ticket`.
+    pub fn new(io: S, ticket: Arc<Ticket>) -> Self {
+        Handshaking {
+            io,
+            ticket: Some(ticket),
+        }
+    }
+
+    /// Stops recording.
+    pub fn done(&mut self) {
+        self.ticket = None;
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Handshaking<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(ticket)) = (&read, &this.ticket)
+            && buf.filled().len() > before
+        {
+            ticket.touch_at(Instant::now());
+        }
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Handshaking<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
@@ -376,6 +467,29 @@ impl AsyncWrite for Admitted {
     }
 }
 
+/// How many connections the kernel holds for a listener before it accepts
+/// them (`listen(2)`'s backlog; the kernel caps it at
+/// `net.core.somaxconn`, 4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`], as both of
+/// the CA's listeners are bound. `tokio::net::TcpListener::bind` asks for
+/// 128, as the standard library does: when the HTTPS listener is full and
+/// a crowd of idle connections waits to be accepted, a queue of 128
+/// overflows and the kernel drops new connections' SYNs, which a client
+/// retries only after a second; a queue longer than the crowd keeps a new
+/// user's connection in line instead.
+pub fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The gRPC listener's accepted connections: at most `max` open at once
 /// (more wait in the kernel's accept queue), at most `per_source` from one
 /// address (more are closed at once). Accept errors (out of file
@@ -424,6 +538,41 @@ mod tests {
     const A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
     const B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
+    /// A listener the CA binds keeps every connection a crowd opens
+    /// before it accepts any, up to the kernel's cap: with the default
+    /// backlog of 128 the rest had their SYNs dropped and waited a second
+    /// for the retry.
+    #[tokio::test]
+    async fn a_bound_listener_queues_more_connections_than_the_default_backlog() {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4096);
+        // Past 128 with room to spare, within the kernel's cap and the
+        // test's open-file limit.
+        let n = somaxconn.min(LISTEN_BACKLOG as usize).min(400);
+        if n <= 200 {
+            eprintln!("net.core.somaxconn is {somaxconn}: too low to tell the backlogs apart");
+            return;
+        }
+        let listener = bind((A, 0).into()).expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let mut clients = Vec::new();
+        for i in 0..n {
+            let connected = tokio::time::timeout(
+                Duration::from_millis(500),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await;
+            match connected {
+                Ok(Ok(c)) => clients.push(c),
+                other => panic!("connection {i} of {n} not queued: {other:?}"),
+            }
+        }
+        assert_eq!(clients.len(), n);
+        drop(listener);
+    }
+
     #[test]
     fn a_source_gets_its_cap_and_no_more() {
         let a = Admission::new(2);
@@ -441,31 +590,91 @@ mod tests {
     async fn the_oldest_idle_connection_gives_way_and_a_busy_one_never() {
         let a = Admission::new(10);
         let old = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
         let busy = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
         let young = Arc::new(a.admit(B).expect("admitted"));
         let _request = busy.busy();
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_oldest_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), old.evicted())
             .await
             .expect("the oldest idle connection is asked to close");
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_oldest_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), young.evicted())
             .await
             .expect("then the next idle one");
-        assert!(!a.evict_oldest_idle(), "the busy one stays");
+        assert_eq!(a.evict_oldest_idle(1), 0, "the busy one stays");
+    }
+
+    /// Several at once: the `count` idle longest, never a busy one.
+    #[tokio::test]
+    async fn a_batch_of_evictions_takes_the_oldest_idle_ones() {
+        let a = Admission::new(100);
+        let tickets: Vec<Arc<Ticket>> = (0..10)
+            .map(|_| {
+                // Idle times in nanoseconds: apart, so their order is sure.
+                std::thread::sleep(Duration::from_millis(1));
+                Arc::new(a.admit(A).expect("admitted"))
+            })
+            .collect();
+        let _request = tickets[1].busy();
+        assert_eq!(a.evict_oldest_idle(3), 3);
+        for i in [0, 2, 3] {
+            tokio::time::timeout(Duration::from_secs(1), tickets[i].evicted())
+                .await
+                .unwrap_or_else(|_| panic!("connection {i} is among the oldest idle"));
+        }
+        for i in [1, 4] {
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), tickets[i].evicted())
+                    .await
+                    .is_err(),
+                "connection {i} stays"
+            );
+        }
+        assert_eq!(a.evict_oldest_idle(100), 6, "the rest but the busy one");
+        assert_eq!(a.evict_oldest_idle(1), 0);
+    }
+
+    /// Idle means silent: a connection that moves bytes through its
+    /// stream is younger than one opened after it that sent nothing.
+    #[tokio::test]
+    async fn a_connection_that_moves_bytes_is_not_the_oldest_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let a = Admission::new(10);
+        let talking = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let silent = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            talking.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        );
+        client.write_all(b"x").await.expect("write");
+        let mut buf = [0u8; 1];
+        s.read_exact(&mut buf).await.expect("read");
+        assert_eq!(a.evict_oldest_idle(1), 1);
+        tokio::time::timeout(Duration::from_secs(1), silent.evicted())
+            .await
+            .expect("the silent one gives way although it opened later");
     }
 
     #[tokio::test]
     async fn a_connection_idle_again_after_a_request_counts_from_then() {
         let a = Admission::new(10);
         let first = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
         let second = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
         drop(first.busy());
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_oldest_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), second.evicted())
             .await
             .expect("the one idle since it opened gives way first");
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_oldest_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), first.evicted())
             .await
             .expect("then the one whose request ended");

@@ -106,12 +106,10 @@ async fn main() -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (grpc, http) = (config.settings.grpc_listen, config.settings.http_listen);
-    let grpc = tokio::net::TcpListener::bind(grpc)
-        .await
-        .with_context(|| format!("binding gRPC on {grpc}"))?;
-    let http = tokio::net::TcpListener::bind(http)
-        .await
-        .with_context(|| format!("binding HTTP on {http}"))?;
+    let grpc =
+        central_authority::listen::bind(grpc).with_context(|| format!("binding gRPC on {grpc}"))?;
+    let http =
+        central_authority::listen::bind(http).with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -213,10 +213,15 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     tokio::time::sleep(mode.pick(Duration::from_secs(1), Duration::from_secs(5))).await;
 
     let (mut lat, mut max_fds, mut failed) = (Vec::with_capacity(requests), 0usize, 0usize);
+    // The first failure's error, for the note.
+    let mut first_error = None;
     for _ in 0..requests {
         match access(&tls, server.http, &body).await {
             Ok(d) => lat.push(d),
-            Err(_) => failed += 1,
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
         }
         max_fds = max_fds.max(open_fds(pid).unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -234,9 +239,10 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let note = format!(
         "{idle} idle TCP + {slow} slow TLS connections held from {} addresses ({PER_ADDRESS} \
          each, reopened when closed); {} access requests on fresh TLS connections from 127.0.0.1, \
-         {failed} failed; p50 {:.2} ms",
+         {failed} failed{}; p50 {:.2} ms",
         (idle + slow).div_ceil(PER_ADDRESS),
         lat.len() + failed,
+        first_error.map_or_else(String::new, |e| format!(" (first: {e})")),
         ms(quantile(&lat, 0.5)),
     );
     let percent = if cap > 0 {
