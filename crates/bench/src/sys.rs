@@ -180,6 +180,17 @@ mod tests {
         let spent = before.until(&after);
         assert!(spent.cpu > Duration::from_millis(1), "{spent:?}");
         assert!(spent.switches >= 1, "{spent:?}");
-        assert_eq!(after.until(&before), ThreadTimes::default());
+        // The other way round saturates at zero. (Only the CPU time is
+        // sure to have grown: a test thread of the harness that ended in
+        // between took its switches and waits out of the sum.)
+        assert_eq!(after.until(&before).cpu, Duration::ZERO);
+        let some = ThreadTimes {
+            cpu: Duration::from_secs(1),
+            switches: 5,
+            preempted: 2,
+            waited: Duration::from_secs(1),
+        };
+        assert_eq!(ThreadTimes::default().until(&some), some);
+        assert_eq!(some.until(&ThreadTimes::default()), ThreadTimes::default());
     }
 }
