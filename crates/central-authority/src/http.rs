@@ -172,7 +172,7 @@ pub async fn serve(
                 // a user behind a crowd in the accept queue, but the
                 // crowd's faster churn overflowed the kernel's SYN queue
                 // and 0.2-2 % of new users were reset (session 28).
-                admission.evict_oldest_idle(1);
+                admission.evict_oldest_idle();
                 tokio::select! {
                     _ = &mut shutdown => break,
                     p = slots.clone().acquire_owned() => match p {
@@ -217,9 +217,7 @@ pub async fn serve(
                         let handshaken = tokio::time::timeout(handshake, async {
                             let mut first = [0u8; 1];
                             match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
-                                Ok(Ok(n)) if n > 0 => {
-                                    ticket.touch_at(tokio::time::Instant::now());
-                                }
+                                Ok(Ok(n)) if n > 0 => {}
                                 _ => return Err("no first byte in time".to_owned()),
                             }
                             // Each byte of the handshake keeps it from
@@ -230,9 +228,7 @@ pub async fn serve(
                         .await;
                         let tls = match handshaken {
                             Ok(Ok(mut tls)) => {
-                                // Not idle: it just finished its handshake;
                                 // `Deadlines` records movement from here.
-                                ticket.touch_at(tokio::time::Instant::now());
                                 tls.get_mut().0.done();
                                 tls
                             }

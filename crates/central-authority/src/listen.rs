@@ -102,33 +102,26 @@ impl Admission {
         })
     }
 
-    /// Asks the `count` connections that have been idle longest to close
-    /// (to make room for new ones); returns how many were asked (fewer when
-    /// the rest are busy or already asked).
-    pub fn evict_oldest_idle(&self, count: usize) -> usize {
+    /// Asks the connection that has been idle longest to close (to make
+    /// room for a new one); `false` when every connection is busy (or
+    /// already asked).
+    pub fn evict_oldest_idle(&self) -> bool {
         let inner = lock(&self.inner);
-        let mut idle: Vec<(u64, &Arc<Conn>)> = inner
+        let oldest = inner
             .open
             .values()
             .filter(|c| {
                 c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Relaxed)
             })
-            .map(|c| (c.idle_since.load(Ordering::Relaxed), c))
-            .collect();
-        let count = count.min(idle.len());
-        if count == 0 {
-            return 0;
-        }
-        if count < idle.len() {
-            idle.select_nth_unstable_by_key(count - 1, |&(since, _)| since);
-        }
-        for (_, conn) in &idle[..count] {
-            conn.evicted.store(true, Ordering::Relaxed);
-            // `notify_one` keeps the signal if the connection is not
-            // waiting on it yet.
-            conn.evict.notify_one();
-        }
-        count
+            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+        let Some(conn) = oldest else {
+            return false;
+        };
+        conn.evicted.store(true, Ordering::Relaxed);
+        // `notify_one` keeps the signal if the connection is not waiting
+        // on it yet.
+        conn.evict.notify_one();
+        true
     }
 
     /// Open connections from `source` (tests).
@@ -257,6 +250,40 @@ impl<S> Deadlines<S> {
     }
 }
 
+/// `AsyncWrite`'s methods, each passed on to the wrapper's `io` field
+/// unchanged (wrappers that only watch reads, or only hold a slot).
+macro_rules! forward_writes {
+    () => {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.io.is_write_vectored()
+        }
+    };
+}
+
 /// A stream under a TLS handshake that records every byte it reads on its
 /// connection's ticket ([`Ticket::touch_at`]): a client in the middle of
 /// its handshake is not idle, one that sent a few bytes long ago is.
@@ -302,33 +329,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Handshaking<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Handshaking<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
+    forward_writes!();
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
@@ -438,33 +439,7 @@ impl AsyncRead for Admitted {
 }
 
 impl AsyncWrite for Admitted {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
+    forward_writes!();
 }
 
 /// How many connections the kernel holds for a listener before it accepts
@@ -595,20 +570,21 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1));
         let young = Arc::new(a.admit(B).expect("admitted"));
         let _request = busy.busy();
-        assert_eq!(a.evict_oldest_idle(1), 1);
+        assert!(a.evict_oldest_idle());
         tokio::time::timeout(Duration::from_secs(1), old.evicted())
             .await
             .expect("the oldest idle connection is asked to close");
-        assert_eq!(a.evict_oldest_idle(1), 1);
+        assert!(a.evict_oldest_idle());
         tokio::time::timeout(Duration::from_secs(1), young.evicted())
             .await
             .expect("then the next idle one");
-        assert_eq!(a.evict_oldest_idle(1), 0, "the busy one stays");
+        assert!(!a.evict_oldest_idle(), "the busy one stays");
     }
 
-    /// Several at once: the `count` idle longest, never a busy one.
+    /// One after another: the idle longest first, never a busy one, never
+    /// one already asked.
     #[tokio::test]
-    async fn a_batch_of_evictions_takes_the_oldest_idle_ones() {
+    async fn evictions_take_the_oldest_idle_ones_in_turn() {
         let a = Admission::new(100);
         let tickets: Vec<Arc<Ticket>> = (0..10)
             .map(|_| {
@@ -618,8 +594,8 @@ mod tests {
             })
             .collect();
         let _request = tickets[1].busy();
-        assert_eq!(a.evict_oldest_idle(3), 3);
         for i in [0, 2, 3] {
+            assert!(a.evict_oldest_idle());
             tokio::time::timeout(Duration::from_secs(1), tickets[i].evicted())
                 .await
                 .unwrap_or_else(|_| panic!("connection {i} is among the oldest idle"));
@@ -632,8 +608,10 @@ mod tests {
                 "connection {i} stays"
             );
         }
-        assert_eq!(a.evict_oldest_idle(100), 6, "the rest but the busy one");
-        assert_eq!(a.evict_oldest_idle(1), 0);
+        for _ in 0..6 {
+            assert!(a.evict_oldest_idle(), "the rest but the busy one");
+        }
+        assert!(!a.evict_oldest_idle());
     }
 
     /// Idle means silent: a connection that moves bytes through its
@@ -656,7 +634,7 @@ mod tests {
         client.write_all(b"x").await.expect("write");
         let mut buf = [0u8; 1];
         s.read_exact(&mut buf).await.expect("read");
-        assert_eq!(a.evict_oldest_idle(1), 1);
+        assert!(a.evict_oldest_idle());
         tokio::time::timeout(Duration::from_secs(1), silent.evicted())
             .await
             .expect("the silent one gives way although it opened later");
@@ -670,11 +648,11 @@ mod tests {
         let second = Arc::new(a.admit(B).expect("admitted"));
         std::thread::sleep(Duration::from_millis(1));
         drop(first.busy());
-        assert_eq!(a.evict_oldest_idle(1), 1);
+        assert!(a.evict_oldest_idle());
         tokio::time::timeout(Duration::from_secs(1), second.evicted())
             .await
             .expect("the one idle since it opened gives way first");
-        assert_eq!(a.evict_oldest_idle(1), 1);
+        assert!(a.evict_oldest_idle());
         tokio::time::timeout(Duration::from_secs(1), first.evicted())
             .await
             .expect("then the one whose request ended");
