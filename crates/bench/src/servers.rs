@@ -148,12 +148,18 @@ async fn stdin_closed() {
 async fn bind_pair() -> Result<(TcpListener, TcpListener)> {
     let grpc = TcpListener::bind("127.0.0.1:0").await?;
     let http = TcpListener::bind("127.0.0.1:0").await?;
+    announce(&grpc, &http)?;
+    Ok((grpc, http))
+}
+
+/// Tells the driver where the server listens (the `READY` line it waits for).
+fn announce(grpc: &TcpListener, http: &TcpListener) -> Result<()> {
     println!(
         "READY grpc={} http={}",
         grpc.local_addr()?,
         http.local_addr()?
     );
-    Ok((grpc, http))
+    Ok(())
 }
 
 /// `reach-bench serve-ca CONFIG`: the real CA on loopback.
@@ -167,11 +173,7 @@ pub async fn serve_ca(config: &Path) -> Result<()> {
     let loopback: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
     let grpc = central_authority::listen::bind(loopback)?;
     let http = central_authority::listen::bind(loopback)?;
-    println!(
-        "READY grpc={} http={}",
-        grpc.local_addr()?,
-        http.local_addr()?
-    );
+    announce(&grpc, &http)?;
     central_authority::run(config, grpc, http, stdin_closed()).await?;
     Ok(())
 }

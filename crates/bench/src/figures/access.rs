@@ -166,13 +166,14 @@ impl PerRequest {
     }
 }
 
-/// The medians of `trials`' per-request figures, for a note.
-fn per_request_note(trials: &[PerRequest]) -> String {
+/// The medians of `trials`' per-request figures (`server` of each), for a
+/// note.
+fn per_request_note<T>(trials: &[T], server: impl Fn(&T) -> PerRequest) -> String {
     format!(
         "{:.1} µs CPU, {:.1} µs waiting for a core, {:.1} preemptions per 1000",
-        median_of(trials, |t| t.cpu_us),
-        median_of(trials, |t| t.waited_us),
-        median_of(trials, |t| t.preempted_per_1000),
+        median_of(trials, |t| server(t).cpu_us),
+        median_of(trials, |t| server(t).waited_us),
+        median_of(trials, |t| server(t).preempted_per_1000),
     )
 }
 
@@ -467,8 +468,6 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let p99 = |r: &OpenLoop| p(&r.lat, 0.99);
     let http_p99 = |t: &HttpTrial| p(&t.run.lat, 0.99);
     let http_p50 = |t: &HttpTrial| p(&t.run.lat, 0.5);
-    let servers = |trials: &[OpenLoop]| trials.iter().map(|t| t.server).collect::<Vec<_>>();
-    let http_servers = |trials: &[HttpTrial]| trials.iter().map(|t| t.server).collect::<Vec<_>>();
     Ok(vec![
         SPECS[0].figure(
             reach_rate,
@@ -494,8 +493,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 median_of(&reach_half, |r| r.client_cores),
                 median_of(&bare_half, |r| r.server_cores),
                 median_of(&bare_half, |r| r.client_cores),
-                per_request_note(&servers(&reach_half)),
-                per_request_note(&servers(&bare_half)),
+                per_request_note(&reach_half, |t| t.server),
+                per_request_note(&bare_half, |t| t.server),
             ),
         ),
         SPECS[2].figure(
@@ -527,8 +526,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 per_trial(&bare_http, http_p99),
                 median_of(&reach_http, http_p50),
                 median_of(&bare_http, http_p50),
-                per_request_note(&http_servers(&reach_http)),
-                per_request_note(&http_servers(&bare_http)),
+                per_request_note(&reach_http, |t| t.server),
+                per_request_note(&bare_http, |t| t.server),
             ),
         ),
     ])
