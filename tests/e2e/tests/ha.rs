@@ -1,4 +1,4 @@
-//! End-to-end scenario "ha" (issue 14): three CA replicas on 127.B.0.{1,2,3}
+//! End-to-end scenario "ha": three CA replicas on 127.B.0.{1,2,3}
 //! on one real PostgreSQL database (a server `test_support::Postgres` starts
 //! for this test binary), sharing the issuing root through `[tls]
 //! issuer_*_file` (the first replica generates it), behind one name that
@@ -378,7 +378,7 @@ async fn ha_replicas() -> Result<()> {
             whole(&table(&cas[1]).await?, "up"),
             "replica 2 said ready with a table that is not whole"
         );
-        // Two report intervals, as the issue asks of a whole table, plus
+        // Two report intervals, the bound for a whole table, plus
         // the process's own start (spawn, store, listeners).
         ensure!(
             ready_after <= 2 * INTERVAL + Duration::from_secs(2),

@@ -1,4 +1,4 @@
-//! The end-to-end scenarios of issue 5, one test each. They start the real
+//! The end-to-end scenarios, one test each. They start the real
 //! release binaries, so they are `#[ignore]`d in a plain `cargo test` and run
 //! by `cargo xtask e2e` (which builds the binaries and passes `--ignored`).
 
@@ -1493,7 +1493,7 @@ async fn s14_trust() -> Result<()> {
     .await
 }
 
-/// Issue 13.3: certificates that live seconds renew themselves. The real
+/// Renewal: certificates that live seconds renew themselves. The real
 /// connector stays connected and reporting across at least two renewals,
 /// each renewal is a new serial in the admin API (the old one revoked after
 /// its grace), and no renewal spends a provisioning key use.
@@ -1888,7 +1888,7 @@ mod flood {
     }
 }
 
-/// 15. Hostile listeners (issue 13.4) with the real binaries: while 400
+/// 15. Hostile listeners with the real binaries: while 400
 /// idle TCP connections and 80 TLS clients dribbling a ClientHello a byte
 /// every 200 ms are held against the CA's HTTPS listener from eight
 /// 127.x source addresses (60 each, under the default per-source cap of 64;
@@ -2129,7 +2129,7 @@ async fn s16_overload() -> Result<()> {
     .await
 }
 
-/// 17. Issue 16 with real processes. `dns_resolution` per connector group:
+/// 17. With real processes: `dns_resolution` per connector group:
 /// one dual-stack name (A → a closed 127.x address, AAAA → ::1 where the
 /// application listens) served by three groups whose connectors ask only A,
 /// only AAAA, or both: Down, Up and Unhealthy. Flap damping: with
@@ -2260,7 +2260,7 @@ for (const r of document.querySelectorAll('#app-connectors tbody tr[data-connect
 return rtts;
 "#;
 
-/// 18. Issue 16.1 with real processes: strategy `nearest` between two
+/// 18. Strategy `nearest` with real processes, between two
 /// connectors of one group, each with its own DNS server (split horizon).
 /// The near one's resolves the application to a loopback address; the far
 /// one's to the namespace address of a `DelayLink` (30 ms each way, in

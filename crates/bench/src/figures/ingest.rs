@@ -35,7 +35,7 @@ pub const SPECS: &[Spec] = &[
 ];
 
 /// The CA's CPU per report entry against the bare server's per message,
-/// from the same trials (issue 17: within 20%).
+/// from the same trials (goal: within 20%).
 const CPU_PER_ENTRY: Spec = Spec {
     name: "ca_cpu_us_per_entry",
     unit: "µs CPU",
