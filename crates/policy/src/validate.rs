@@ -15,8 +15,8 @@ use crate::host::Host;
 use crate::location::{Location, LocationSpec};
 use crate::model::{
     AppEntry, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol, Segment,
+    Strategy,
 };
-use crate::select::Strategy;
 
 /// Limits that validation enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
