@@ -59,14 +59,18 @@
 
 pub mod attach;
 pub mod config;
+pub mod dial;
 pub mod enroll;
 pub mod follow;
 pub mod metrics;
+pub mod options;
 pub mod outbox;
 pub mod pacer;
 pub mod probe;
 pub mod renewal;
+pub mod report;
 pub mod resolver;
+pub mod retry;
 pub mod schedule;
 pub mod session;
 pub mod wire;
@@ -124,7 +128,7 @@ pub enum AgentError {
 /// The provisioning key from `--provisioning-key-file` or
 /// `--provisioning-key`, trimmed; present and printable ASCII, or an error
 /// naming what is wrong.
-fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentError> {
+fn provisioning_key(config: &Config) -> Result<config::ProvisioningKey, AgentError> {
     let key = match (&config.provisioning_key_file, &config.provisioning_key) {
         (Some(path), _) => std::fs::read_to_string(path)
             .map_err(|source| AgentError::ReadKey {
@@ -140,7 +144,7 @@ fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentErr
         return Err(AgentError::MissingProvisioningKey);
     }
     printable(&key, "the provisioning key")?;
-    Ok(enroll::ProvisioningKey::new(key))
+    Ok(config::ProvisioningKey::new(key))
 }
 
 fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
@@ -151,12 +155,12 @@ fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
 }
 
 /// The `--ca` URLs, parsed: at least one, all `https://` or all `http://`.
-fn ca_urls(config: &Config) -> Result<Vec<attach::CaUrl>, AgentError> {
+fn ca_urls(config: &Config) -> Result<Vec<dial::CaUrl>, AgentError> {
     let urls = config
         .ca
         .iter()
         .map(|url| {
-            attach::CaUrl::parse(url.trim()).map_err(|reason| AgentError::InvalidCa {
+            dial::CaUrl::parse(url.trim()).map_err(|reason| AgentError::InvalidCa {
                 url: url.clone(),
                 reason,
             })
@@ -179,7 +183,7 @@ fn ca_urls(config: &Config) -> Result<Vec<attach::CaUrl>, AgentError> {
 
 /// Whether the CA URLs ask for TLS (`https://`).
 fn wants_tls(config: &Config) -> bool {
-    ca_urls(config).is_ok_and(|u| u.first().is_some_and(attach::CaUrl::tls))
+    ca_urls(config).is_ok_and(|u| u.first().is_some_and(dial::CaUrl::tls))
 }
 
 fn check_identity(config: &Config) -> Result<(), AgentError> {
@@ -191,9 +195,9 @@ fn check_identity(config: &Config) -> Result<(), AgentError> {
 
 /// The `--ca` replicas, resolved through `--dns-server` (when given) like
 /// application names.
-fn dialer(config: &Config) -> Result<attach::Dialer, AgentError> {
+fn dialer(config: &Config) -> Result<dial::Dialer, AgentError> {
     let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
-    Ok(attach::Dialer::new(ca_urls(config)?, resolver))
+    Ok(dial::Dialer::new(ca_urls(config)?, resolver))
 }
 
 /// `connector-agent enroll`: enrolls (replacing an earlier enrollment in
@@ -283,7 +287,7 @@ async fn enrollment(
         match enrolled {
             Ok(c) => return Ok(Some(c)),
             Err(e) if e.retryable() => {
-                let delay = session::backoff(attempt, &mut rand::rng());
+                let delay = retry::backoff(attempt, &mut rand::rng());
                 attempt = attempt.saturating_add(1);
                 tracing::warn!(error = %e, delay_ms = delay.as_millis(), "enrollment failed; retrying");
                 tokio::select! {
@@ -310,14 +314,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut shutdown = std::pin::pin!(shutdown);
     let credentials = if wants_tls(&config) {
         match enrollment(&config, &mut shutdown).await? {
-            Some(e) => session::Credentials::Certificate(e),
+            Some(e) => options::Credentials::Certificate(e),
             None => return Ok(()),
         }
     } else {
         tracing::warn!(
             "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
         );
-        session::Credentials::ProvisioningKey(provisioning_key(&config)?)
+        options::Credentials::ProvisioningKey(provisioning_key(&config)?)
     };
 
     let metrics = metrics::Metrics::new();
@@ -360,7 +364,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let dialer = dialer(&config)?;
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
-        session::Credentials::Certificate(current) => {
+        options::Credentials::Certificate(current) => {
             let (tx, rx) = watch::channel(current.clone());
             let renewer = renewal::Renewer {
                 ca: dialer.clone(),
@@ -376,10 +380,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             )));
             Some(rx)
         }
-        session::Credentials::ProvisioningKey(_) => None,
+        options::Credentials::ProvisioningKey(_) => None,
     };
-    let options = session::SessionOptions {
-        identity: session::Identity {
+    let options = options::SessionOptions {
+        identity: options::Identity {
             name: config.name.clone(),
             group: config.group.clone(),
         },
@@ -388,9 +392,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         checks_per_second: config.checks_per_second,
         check_timeout: config.check_timeout(),
         ceilings: config.ceilings(),
-        reconnect_max: session::BACKOFF_MAX,
+        reconnect_max: retry::BACKOFF_MAX,
     };
-    let parts = session::Parts {
+    let parts = options::Parts {
         scheduler,
         pacer,
         prober,

@@ -66,8 +66,8 @@ async fn one_name_with_ten_ports_is_one_lookup() {
             .expect("reports in time")
             .expect("scheduler running");
         for app in batch {
-            assert!(app.round.is_some_and(|r| r.dns_error.is_none()));
-            reported.insert(app.key.port);
+            assert!(app.checked.is_some() && app.report.dns_error.is_none());
+            reported.insert(app.key().port);
         }
     }
     // One lookup: an A and an AAAA query, not 10 of each.

@@ -14,9 +14,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::inbox::{Inbox, InboxSender, inbox};
-use super::{Action, AppReport, Round, Schedule};
+use super::{Action, Round, Schedule};
 use crate::metrics::Metrics;
 use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
+use crate::report::Outgoing;
 use crate::resolver::Resolver;
 
 /// Load figures the heartbeat reports.
@@ -39,7 +40,7 @@ enum Command {
     /// An access, how long before it reached us it happened, and the CA's
     /// id for it (echoed in reports).
     Access(AppKey, Duration, Option<String>),
-    FullState(oneshot::Sender<Vec<AppReport>>),
+    FullState(oneshot::Sender<Vec<Outgoing>>),
     /// A session wants every report from now on, after the full state.
     Subscribe(oneshot::Sender<Subscription>),
 }
@@ -48,12 +49,12 @@ enum Command {
 /// report produced after it, in order, in its [`Inbox`] (nothing between the
 /// two is lost or duplicated: both come from the scheduler task in one
 /// step).
-pub type Subscription = (Vec<AppReport>, Inbox);
+pub type Subscription = (Vec<Outgoing>, Inbox);
 
 /// Where the task hands its reports: a channel given at spawn (every
 /// report, as produced) or a session's inbox.
 enum Subscriber {
-    Channel(mpsc::UnboundedSender<Vec<AppReport>>),
+    Channel(mpsc::UnboundedSender<Vec<Outgoing>>),
     Inbox(InboxSender),
 }
 
@@ -65,7 +66,7 @@ impl Subscriber {
         }
     }
 
-    fn send(&self, batch: Vec<AppReport>, now: std::time::Instant) {
+    fn send(&self, batch: Vec<Outgoing>, now: std::time::Instant) {
         match self {
             Subscriber::Channel(s) => {
                 let _ = s.send(batch);
@@ -106,7 +107,7 @@ impl Scheduler {
         resolver: Resolver,
         pacer: Pacer,
         metrics: Metrics,
-        reports: mpsc::UnboundedSender<Vec<AppReport>>,
+        reports: mpsc::UnboundedSender<Vec<Outgoing>>,
     ) -> (Scheduler, tokio::task::JoinHandle<()>) {
         Self::spawn_with(resolver, pacer, metrics, vec![Subscriber::Channel(reports)])
     }
@@ -181,7 +182,7 @@ impl Scheduler {
     }
 
     /// Every application with a result.
-    pub async fn full_state(&self) -> Vec<AppReport> {
+    pub async fn full_state(&self) -> Vec<Outgoing> {
         let (tx, rx) = oneshot::channel();
         if self.commands.send(Command::FullState(tx)).is_err() {
             return Vec::new();
@@ -306,7 +307,7 @@ async fn drive(
 
 /// Sends `batch` to every subscriber (one per CA session), forgetting the
 /// ones whose session ended.
-fn fan_out(subscribers: &mut Vec<Subscriber>, batch: Vec<AppReport>) {
+fn fan_out(subscribers: &mut Vec<Subscriber>, batch: Vec<Outgoing>) {
     subscribers.retain(|s| !s.is_closed());
     let Some((last, rest)) = subscribers.split_last() else {
         return;
