@@ -213,22 +213,29 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     let key = provisioning_key(config)?;
     let dialer = dialer(config)?;
-    enroll::on_any(&dialer, |target| {
-        let (ca_pem, key) = (&ca_pem, &key);
-        async move {
-            enroll::enroll(
-                &target,
-                ca_pem,
-                &config.state_dir,
-                &config.name,
-                &config.group,
-                key,
-            )
-            .await
-        }
-    })
-    .await?;
+    enroll_on_any(config, &dialer, &ca_pem, &key).await?;
     Ok(())
+}
+
+/// Enrolls with the first CA replica that answers.
+async fn enroll_on_any(
+    config: &Config,
+    dialer: &dial::Dialer,
+    ca_pem: &str,
+    key: &config::ProvisioningKey,
+) -> Result<enroll::Enrollment, enroll::EnrollError> {
+    enroll::on_any(dialer, |target| async move {
+        enroll::enroll(
+            &target,
+            ca_pem,
+            &config.state_dir,
+            &config.name,
+            &config.group,
+            key,
+        )
+        .await
+    })
+    .await
 }
 
 /// The enrollment in the state directory, enrolling first when there is
@@ -269,22 +276,7 @@ async fn enrollment(
     let dialer = dialer(config)?;
     let mut attempt = 0u32;
     loop {
-        let enrolled = enroll::on_any(&dialer, |target| {
-            let (ca_pem, key) = (&ca_pem, &key);
-            async move {
-                enroll::enroll(
-                    &target,
-                    ca_pem,
-                    &config.state_dir,
-                    &config.name,
-                    &config.group,
-                    key,
-                )
-                .await
-            }
-        })
-        .await;
-        match enrolled {
+        match enroll_on_any(config, &dialer, &ca_pem, &key).await {
             Ok(c) => return Ok(Some(c)),
             Err(e) if e.retryable() => {
                 let delay = retry::backoff(attempt, &mut rand::rng());
@@ -312,96 +304,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     check_identity(&config)?;
     let mut shutdown = std::pin::pin!(shutdown);
-    let credentials = if wants_tls(&config) {
-        match enrollment(&config, &mut shutdown).await? {
-            Some(e) => options::Credentials::Certificate(e),
-            None => return Ok(()),
-        }
-    } else {
-        tracing::warn!(
-            "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
-        );
-        options::Credentials::ProvisioningKey(provisioning_key(&config)?)
+    let Some(credentials) = credentials(&config, &mut shutdown).await? else {
+        return Ok(());
     };
-
     let metrics = metrics::Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     if let Some(addr) = config.metrics_listen {
-        let listener = metrics::bind(addr)
-            .await
-            .map_err(|source| AgentError::Metrics { addr, source })?;
-        tracing::info!(%addr, "serving metrics at /metrics");
-        let mut stop = stop_rx.clone();
-        let m = metrics.clone();
-        tasks.push(tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = metrics::serve(listener, m, stopped).await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        }));
+        tasks.push(serve_metrics(addr, metrics.clone(), stop_rx.clone()).await?);
     }
-
-    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
-        .with_stale_grace(config.dns_stale_grace());
-    let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
-    if !config.allow_networks.is_empty() {
-        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
-    }
-    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
-        prober.clone(),
-        config.checks_per_second,
-        config.max_in_flight,
-        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
-        metrics.clone(),
-    );
-    // One schedule and one pacer for every CA replica: sessions subscribe
-    // to its reports.
-    let (scheduler, scheduler_task) =
-        schedule::Scheduler::spawn_shared(resolver.clone(), pacer.clone(), metrics.clone());
+    let (parts, checks) = start_checks(&config, metrics)?;
     let dialer = dialer(&config)?;
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
         options::Credentials::Certificate(current) => {
-            let (tx, rx) = watch::channel(current.clone());
-            let renewer = renewal::Renewer {
-                ca: dialer.clone(),
-                state_dir: config.state_dir.clone(),
-                name: config.name.clone(),
-                group: config.group.clone(),
-                provisioning_key: provisioning_key(&config).ok(),
-            };
-            tasks.push(tokio::spawn(renewer.run(
-                current.clone(),
-                tx,
-                stop_rx.clone(),
-            )));
-            Some(rx)
+            let (renewals, task) = start_renewal(&config, &dialer, current, stop_rx.clone());
+            tasks.push(task);
+            Some(renewals)
         }
         options::Credentials::ProvisioningKey(_) => None,
     };
-    let options = options::SessionOptions {
-        identity: options::Identity {
-            name: config.name.clone(),
-            group: config.group.clone(),
-        },
-        credentials,
-        renewals,
-        checks_per_second: config.checks_per_second,
-        check_timeout: config.check_timeout(),
-        ceilings: config.ceilings(),
-        reconnect_max: retry::BACKOFF_MAX,
-    };
-    let parts = options::Parts {
-        scheduler,
-        pacer,
-        prober,
-        metrics,
-        resolver,
-        assignments: Arc::new(follow::Assignments::new()),
-    };
+    let options = session_options(&config, credentials, renewals);
     parts.metrics.set_session_state("connecting");
     tracing::info!(ca = %config.ca.join(","), name = %config.name, group = %config.group, "connector starting");
     let mut session = tokio::spawn(attach::run(
@@ -411,7 +334,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         parts,
         stop_rx,
     ));
-
     tokio::select! {
         () = &mut shutdown => tracing::info!("shutting down"),
         _ = &mut session => tracing::warn!("session task ended"),
@@ -427,7 +349,125 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
-    scheduler_task.abort();
-    pacer_task.abort();
+    for task in checks {
+        task.abort();
+    }
     Ok(())
+}
+
+/// How the sessions prove the connector's identity: the enrolled
+/// certificate (enrolling first when there is none) with an `https://` CA,
+/// else the provisioning key. `Ok(None)` when shut down while enrolling.
+async fn credentials(
+    config: &Config,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Result<Option<options::Credentials>, AgentError> {
+    if wants_tls(config) {
+        return Ok(enrollment(config, shutdown)
+            .await?
+            .map(options::Credentials::Certificate));
+    }
+    tracing::warn!(
+        "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
+    );
+    Ok(Some(options::Credentials::ProvisioningKey(
+        provisioning_key(config)?,
+    )))
+}
+
+/// Serves `/metrics` at `addr` until `stop` turns true.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: metrics::Metrics,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, AgentError> {
+    let listener = metrics::bind(addr)
+        .await
+        .map_err(|source| AgentError::Metrics { addr, source })?;
+    tracing::info!(%addr, "serving metrics at /metrics");
+    Ok(tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = metrics::serve(listener, metrics, stopped).await {
+            tracing::error!(error = %e, "metrics endpoint failed");
+        }
+    }))
+}
+
+/// Starts what checks: the resolver, the prober, one pacer and one
+/// schedule for every CA replica (sessions subscribe to its reports).
+/// Returns the parts the sessions drive and the pacer's and scheduler's
+/// tasks.
+fn start_checks(
+    config: &Config,
+    metrics: metrics::Metrics,
+) -> Result<(options::Parts, [tokio::task::JoinHandle<()>; 2]), AgentError> {
+    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
+        .with_stale_grace(config.dns_stale_grace());
+    let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
+    if !config.allow_networks.is_empty() {
+        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
+    }
+    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
+        prober.clone(),
+        config.checks_per_second,
+        config.max_in_flight,
+        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
+        metrics.clone(),
+    );
+    let (scheduler, scheduler_task) =
+        schedule::Scheduler::spawn_shared(resolver.clone(), pacer.clone(), metrics.clone());
+    let parts = options::Parts {
+        scheduler,
+        pacer,
+        prober,
+        metrics,
+        resolver,
+        assignments: Arc::new(follow::Assignments::new()),
+    };
+    Ok((parts, [scheduler_task, pacer_task]))
+}
+
+/// Starts renewing the `current` certificate: the renewed ones arrive on
+/// the returned channel.
+fn start_renewal(
+    config: &Config,
+    dialer: &dial::Dialer,
+    current: &enroll::Enrollment,
+    stop: watch::Receiver<bool>,
+) -> (
+    watch::Receiver<enroll::Enrollment>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = watch::channel(current.clone());
+    let renewer = renewal::Renewer {
+        ca: dialer.clone(),
+        state_dir: config.state_dir.clone(),
+        name: config.name.clone(),
+        group: config.group.clone(),
+        provisioning_key: provisioning_key(config).ok(),
+    };
+    (rx, tokio::spawn(renewer.run(current.clone(), tx, stop)))
+}
+
+/// What every session is given: identity, credentials and the connector's
+/// own check settings.
+fn session_options(
+    config: &Config,
+    credentials: options::Credentials,
+    renewals: Option<watch::Receiver<enroll::Enrollment>>,
+) -> options::SessionOptions {
+    options::SessionOptions {
+        identity: options::Identity {
+            name: config.name.clone(),
+            group: config.group.clone(),
+        },
+        credentials,
+        renewals,
+        checks_per_second: config.checks_per_second,
+        check_timeout: config.check_timeout(),
+        ceilings: config.ceilings(),
+        reconnect_max: retry::BACKOFF_MAX,
+    }
 }

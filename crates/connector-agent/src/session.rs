@@ -36,6 +36,7 @@ use crate::enroll::Enrollment;
 use crate::options::{Credentials, Parts, SessionOptions};
 use crate::outbox::{BATCH_WINDOW, Outbox};
 use crate::retry::{backoff_within, error_chain, stopped};
+use crate::schedule::inbox::Inbox;
 
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -253,10 +254,10 @@ async fn session(
     parts: &Parts,
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
-    mut renewals: Option<&mut watch::Receiver<Enrollment>>,
+    renewals: Option<&mut watch::Receiver<Enrollment>>,
     opened: Option<Opened>,
 ) -> Result<(), SessionError> {
-    let (out, mut inbound, welcome) = match opened {
+    let opened = match opened {
         Some(o) => o,
         None => {
             let (out, mut inbound) = open(target, options, parts).await?;
@@ -265,23 +266,70 @@ async fn session(
         }
     };
     *attempt = 0;
+    let live = welcomed(target, id, options, parts, opened).await?;
+    exchange(target, id, options, parts, shutdown, renewals, live).await
+}
+
+/// A welcomed session: its streams, its outbox and inbox, its heartbeat
+/// interval.
+struct Live {
+    out: mpsc::Sender<Encoded>,
+    inbound: Streaming<AuthorityMessage>,
+    outbox: Outbox,
+    inbox: Inbox,
+    heartbeat: Duration,
+}
+
+/// Takes in the CA's `Welcome` (its assignment and limits), subscribes to
+/// the scheduler and sends the full state: every later report follows it
+/// (the same ones every other replica's session gets).
+async fn welcomed(
+    target: &CaTarget,
+    id: u64,
+    options: &SessionOptions,
+    parts: &Parts,
+    (out, inbound, welcome): Opened,
+) -> Result<Live, SessionError> {
     parts.metrics.sessions.inc();
     tracing::info!(ca = %target.label(), session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
-    let mut heartbeat = heartbeat_interval(welcome.settings.as_ref());
+    let heartbeat = heartbeat_interval(welcome.settings.as_ref());
     let mut outbox = Outbox::new();
     outbox.set_limits(&welcome.settings.unwrap_or_default(), now());
     parts
         .assigned(id, welcome.segments, welcome.settings, options)
         .await;
-
-    // The full state, then every later report (the same ones every other
-    // replica's session gets).
     let (state, inbox) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
     out.send(full.encode())
         .await
         .map_err(|_| SessionError::Closed)?;
+    Ok(Live {
+        out,
+        inbound,
+        outbox,
+        inbox,
+        heartbeat,
+    })
+}
 
+/// The message loop of a welcomed session: the CA's messages, reports when
+/// due, heartbeats, a renewed certificate, the stop flag.
+async fn exchange(
+    target: &CaTarget,
+    id: u64,
+    options: &SessionOptions,
+    parts: &Parts,
+    shutdown: &mut watch::Receiver<bool>,
+    mut renewals: Option<&mut watch::Receiver<Enrollment>>,
+    live: Live,
+) -> Result<(), SessionError> {
+    let Live {
+        out,
+        mut inbound,
+        mut outbox,
+        inbox,
+        mut heartbeat,
+    } = live;
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
     loop {

@@ -200,6 +200,9 @@ fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
 
+/// The scheduler task: carries out commands, rounds finishing and the
+/// schedule's wake-ups, hands the reports to the subscribers and keeps the
+/// load figures current.
 async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
     runner: Runner,
@@ -222,36 +225,7 @@ async fn drive(
         let actions = tokio::select! {
             command = commands.recv() => match command {
                 None => return,
-                Some(Command::Apply { segments, window, done }) => {
-                    let actions = schedule.apply(segments, window, now());
-                    let _ = done.send(());
-                    actions
-                }
-                Some(Command::Access(key, ago, id)) => {
-                    let now = now();
-                    let accessed = now.checked_sub(ago).unwrap_or(now);
-                    match schedule.access_event(key.clone(), accessed, id, now) {
-                    Ok(actions) => {
-                        tracing::debug!(app = %key, "access: checking");
-                        actions
-                    }
-                    Err(e) => {
-                        tracing::warn!(app = %key, reason = %e, "access event ignored");
-                        Vec::new()
-                    }
-                    }
-                }
-                Some(Command::FullState(tx)) => {
-                    let _ = tx.send(schedule.full_state());
-                    Vec::new()
-                }
-                Some(Command::Subscribe(tx)) => {
-                    let (reports, rx) = inbox();
-                    if tx.send((schedule.full_state(), rx)).is_ok() {
-                        subscribers.push(Subscriber::Inbox(reports));
-                    }
-                    Vec::new()
-                }
+                Some(command) => obey(&mut schedule, &mut subscribers, command),
             },
             Some(completion) = done_rx.recv() => {
                 flights.completed(completion);
@@ -263,26 +237,7 @@ async fn drive(
             }
             () = sleep_until(wake) => schedule.poll(now()),
         };
-        let mut batch = Vec::new();
-        let mut actions = VecDeque::from(actions);
-        loop {
-            while let Some(action) = actions.pop_front() {
-                match action {
-                    check @ Action::Check { .. } => flights.start(check),
-                    Action::Report(apps) => batch.extend(apps),
-                }
-            }
-            // Several rounds finishing together go out as one report.
-            while let Ok(completion) = done_rx.try_recv() {
-                flights.completed(completion);
-            }
-            if flights.finished.is_empty() {
-                break;
-            }
-            for (key, generation, round) in std::mem::take(&mut flights.finished) {
-                actions.extend(schedule.round_done(&key, generation, round, now()));
-            }
-        }
+        let batch = flights.carry_out(&mut schedule, actions, &mut done_rx);
         if !batch.is_empty() {
             fan_out(&mut subscribers, batch);
         }
@@ -290,19 +245,68 @@ async fn drive(
         // have changed (not after every check).
         if targets_version != Some(schedule.targets_version()) {
             targets_version = Some(schedule.targets_version());
-            let rate = flights.runner.pacer.rate();
-            let (targets, cycle) = schedule.load(rate);
-            let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
-            flights.runner.metrics.targets.set(targets as i64);
-            *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
-                targets: targets_u32,
-                // Shared targets are probed once per round: a cycle is one
-                // check per distinct target.
-                checks_per_cycle: targets_u32,
-                cycle,
-            };
+            publish_load(&schedule, &flights.runner, &load);
         }
     }
+}
+
+/// Carries out one command; returns the schedule's actions.
+fn obey(
+    schedule: &mut Schedule,
+    subscribers: &mut Vec<Subscriber>,
+    command: Command,
+) -> Vec<Action> {
+    match command {
+        Command::Apply {
+            segments,
+            window,
+            done,
+        } => {
+            let actions = schedule.apply(segments, window, now());
+            let _ = done.send(());
+            actions
+        }
+        Command::Access(key, ago, id) => {
+            let now = now();
+            let accessed = now.checked_sub(ago).unwrap_or(now);
+            match schedule.access_event(key.clone(), accessed, id, now) {
+                Ok(actions) => {
+                    tracing::debug!(app = %key, "access: checking");
+                    actions
+                }
+                Err(e) => {
+                    tracing::warn!(app = %key, reason = %e, "access event ignored");
+                    Vec::new()
+                }
+            }
+        }
+        Command::FullState(tx) => {
+            let _ = tx.send(schedule.full_state());
+            Vec::new()
+        }
+        Command::Subscribe(tx) => {
+            let (reports, rx) = inbox();
+            if tx.send((schedule.full_state(), rx)).is_ok() {
+                subscribers.push(Subscriber::Inbox(reports));
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// The schedule's load at the pacer's rate, for the heartbeat and the
+/// metrics.
+fn publish_load(schedule: &Schedule, runner: &Runner, load: &Mutex<Load>) {
+    let (targets, cycle) = schedule.load(runner.pacer.rate());
+    let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
+    runner.metrics.targets.set(targets as i64);
+    *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
+        targets: targets_u32,
+        // Shared targets are probed once per round: a cycle is one
+        // check per distinct target.
+        checks_per_cycle: targets_u32,
+        cycle,
+    };
 }
 
 /// Sends `batch` to every subscriber (one per CA session), forgetting the
@@ -353,6 +357,37 @@ struct Flights {
 }
 
 impl Flights {
+    /// Carries out `actions`: starts the rounds they ask for and feeds the
+    /// rounds that finish meanwhile back to `schedule`, until nothing is
+    /// left to do; returns the reports made on the way. Several rounds
+    /// finishing together go out as one report.
+    fn carry_out(
+        &mut self,
+        schedule: &mut Schedule,
+        actions: Vec<Action>,
+        done: &mut mpsc::UnboundedReceiver<Completion>,
+    ) -> Vec<Outgoing> {
+        let mut batch = Vec::new();
+        let mut actions = VecDeque::from(actions);
+        loop {
+            while let Some(action) = actions.pop_front() {
+                match action {
+                    check @ Action::Check { .. } => self.start(check),
+                    Action::Report(apps) => batch.extend(apps),
+                }
+            }
+            while let Ok(completion) = done.try_recv() {
+                self.completed(completion);
+            }
+            if self.finished.is_empty() {
+                return batch;
+            }
+            for (key, generation, round) in std::mem::take(&mut self.finished) {
+                actions.extend(schedule.round_done(&key, generation, round, now()));
+            }
+        }
+    }
+
     /// Starts the round a `Check` action asks for: an IP literal goes to the
     /// pacer at once; a name is resolved first (in a task).
     fn start(&mut self, action: Action) {
