@@ -147,7 +147,7 @@ async fn nxdomain_is_a_failure_at_once_despite_a_previous_answer() {
     assert!(err.reason.starts_with("NXDOMAIN"), "{}", err.reason);
 }
 
-/// Issue 16.3: the group's `dns_resolution` decides which records are
+/// The group's `dns_resolution` decides which records are
 /// asked for: only A, only AAAA, or both (one query each).
 #[tokio::test]
 async fn dns_resolution_asks_only_the_records_of_its_family() {

@@ -1019,7 +1019,7 @@ mod tests {
         assert_eq!(round.status(), Status::Down);
     }
 
-    /// Issue 16.2: with `fall = 3` a target that alternates between open
+    /// With `fall = 3` a target that alternates between open
     /// and closed every round keeps showing Up; three failures in a row
     /// turn it Down, and `rise = 2` successes bring it back. Re-sent and
     /// full-state reports carry the damped status too.
@@ -1062,7 +1062,7 @@ mod tests {
         assert_eq!(s.full_state()[0].report.status, Up);
     }
 
-    /// Issue 12.6: an access to an application whose latest result is Down
+    /// An access to an application whose latest result is Down
     /// re-checks it at once with a fresh probe, although its window is live
     /// and its next round is an interval away.
     #[test]
@@ -1098,7 +1098,7 @@ mod tests {
         );
     }
 
-    /// Issue 12.7: a renewal says when the access happened; the window ends
+    /// A renewal says when the access happened; the window ends
     /// a window after it, and a renewal of a lapsed access is ignored.
     #[test]
     fn a_renewal_ends_the_window_a_window_after_the_access_it_carries() {
@@ -1176,7 +1176,7 @@ mod tests {
         assert_eq!(ms(s.load(2).1), 100_000);
     }
 
-    /// Issue 12.5: every report of an on-access window echoes the id of the
+    /// Every report of an on-access window echoes the id of the
     /// latest access (by when it happened) the CA sent, the expiry too; a
     /// late renewal of an older access does not replace it.
     #[test]
