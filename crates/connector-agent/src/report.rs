@@ -13,10 +13,9 @@
 //! (`protocol`'s conversion to `v1::ApplicationHealth`, then prost) is
 //! computed once, by the first session that sends it, and shared by every
 //! copy; each session writes the shared bytes followed by its own `age_ms`
-//! field ([`Entry`]). A repeated embedded message is its tag, its length
-//! and its bytes, and a message's fields may come in any order, so the
-//! result is valid protobuf that decodes to exactly the report with its age
-//! (the test below checks every field). An expired on-access application's
+//! field ([`Entry`], with `protocol::compose`): the result decodes to
+//! exactly the report with its age (the test below checks every field).
+//! An expired on-access application's
 //! report is made when it is sent (it is stamped with that time), so it is
 //! encoded per send.
 
@@ -25,12 +24,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use policy::{AppKey, ApplicationReport};
 use prost::Message;
+use protocol::compose::{self, ReportWriter};
 use protocol::v1;
-
-/// `HealthReport.applications` (field 1, length-delimited).
-const TAG_APPLICATIONS: u8 = 1 << 3 | 2;
-/// `ApplicationHealth.age_ms` (field 7, varint).
-const TAG_AGE_MS: u8 = 7 << 3;
 
 /// A report's shared encoding (without `age_ms`), computed by the first
 /// session that sends it. Clones share it; it is not part of the report's
@@ -181,7 +176,7 @@ impl Entry {
 
     /// The entry's encoded length (without its tag and length prefix).
     pub fn len(&self) -> usize {
-        self.body().len() + age_len(self.age_ms)
+        compose::entry_len(self.body().len(), self.age_ms)
     }
 
     /// Whether the entry encodes to nothing (never: an entry has a key).
@@ -189,23 +184,9 @@ impl Entry {
         self.len() == 0
     }
 
-    /// Appends the entry as a `HealthReport.applications` field.
-    pub fn write(&self, out: &mut Vec<u8>) {
-        out.push(TAG_APPLICATIONS);
-        prost::encoding::encode_varint(self.len() as u64, out);
-        out.extend_from_slice(self.body());
-        if self.age_ms != 0 {
-            out.push(TAG_AGE_MS);
-            prost::encoding::encode_varint(self.age_ms, out);
-        }
-    }
-}
-
-fn age_len(age_ms: u64) -> usize {
-    if age_ms == 0 {
-        0
-    } else {
-        1 + prost::encoding::encoded_len_varint(age_ms)
+    /// Appends the entry to a report.
+    pub fn write(&self, report: &mut ReportWriter) {
+        report.entry(self.body(), self.age_ms);
     }
 }
 

@@ -1,23 +1,17 @@
 //! The `Connect` stream's outbound side: a `HealthReport` assembled from
 //! entries already encoded ([`crate::report`]: each report's encoding is
-//! shared by every replica's session, its `age_ms` written per send), and
-//! the codec that sends bytes as they are ([`RawCodec`]); every other
-//! message is encoded with prost ([`encode`]).
+//! shared by every replica's session, its `age_ms` written per send, with
+//! `protocol::compose`), and the codec that sends bytes as they are
+//! ([`RawCodec`]); every other message is encoded with prost ([`encode`]).
 
 use prost::Message;
 use prost::bytes::{Buf, BufMut};
+use protocol::compose::ReportWriter;
 use protocol::v1;
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::report::Entry;
-
-/// `HealthReport.full_state` (field 2, varint).
-const TAG_FULL_STATE: u8 = 2 << 3;
-/// `HealthReport.sequence` (field 3, varint).
-const TAG_SEQUENCE: u8 = 3 << 3;
-/// `ConnectorMessage.report` (field 2, length-delimited).
-const TAG_REPORT: u8 = 2 << 3 | 2;
 
 /// A `HealthReport` ready to send.
 #[derive(Clone, Debug)]
@@ -33,29 +27,11 @@ pub struct Report {
 impl Report {
     /// The `ConnectorMessage` carrying it, encoded.
     pub fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::with_capacity(
-            self.entries
-                .iter()
-                .map(|e| e.len() + 1 + prost::encoding::encoded_len_varint(e.len() as u64))
-                .sum::<usize>()
-                + 12,
-        );
+        let mut writer = ReportWriter::for_entries(self.entries.iter().map(Entry::len));
         for entry in &self.entries {
-            entry.write(&mut body);
+            entry.write(&mut writer);
         }
-        if self.full_state {
-            body.push(TAG_FULL_STATE);
-            body.push(1);
-        }
-        if self.sequence != 0 {
-            body.push(TAG_SEQUENCE);
-            prost::encoding::encode_varint(self.sequence, &mut body);
-        }
-        let mut out = Vec::with_capacity(body.len() + 6);
-        out.push(TAG_REPORT);
-        prost::encoding::encode_varint(body.len() as u64, &mut out);
-        out.extend_from_slice(&body);
-        out
+        writer.finish(self.full_state, self.sequence)
     }
 
     /// The message it encodes, decoded again (for tests); `None` if it
