@@ -8,11 +8,12 @@
 //! - [`enroll`]: on first start the connector makes a key pair and CSR and
 //!   calls `Enrollment.Enroll` with its group's provisioning key; the signed
 //!   client certificate and its key stay in `--state-dir`.
-//! - [`attach`]: every address a `--ca` name resolves to is a CA replica;
-//!   the connector holds one session per address (verified against the
-//!   name), re-resolving periodically and after lost sessions. Every report
-//!   goes to every session; [`follow`] decides whose assignment is in force
-//!   when replicas disagree (the session connected longest).
+//! - [`attach`]: every address a `--ca` name resolves to is a CA replica
+//!   ([`dial`]); the connector holds one session per address (verified
+//!   against the name), re-resolving periodically and after lost sessions.
+//!   Every report goes to every session; [`follow`] decides whose
+//!   assignment is in force when replicas disagree (the session connected
+//!   longest).
 //! - [`session`]: one gRPC `ConnectorSession.Connect` stream to a CA replica,
 //!   mutual TLS with that certificate (only against a CA run with
 //!   `[tls] enabled = false`, for local experiments, an `http://` URL and
@@ -22,7 +23,12 @@
 //!   on-access checks; `Ping`s are answered; `HealthReport`s (the first after
 //!   every (re)connect with `full_state = true`) and `Heartbeat`s with the
 //!   check load go back. A lost session is re-established with exponential
-//!   backoff (0.5 s doubling to 30 s, full jitter) while checks go on.
+//!   backoff ([`retry`]: 0.5 s doubling to 30 s, full jitter) while checks
+//!   go on. What every session shares is in [`options`].
+//! - [`report`]: one application's report, a `policy::ApplicationReport`
+//!   from the round that made it to the bytes, encoded once for every
+//!   replica's session; [`outbox`] batches and paces a session's reports,
+//!   [`wire`] sends them.
 //! - [`schedule`] (pure, time passed in) and [`schedule::task`] (the task
 //!   that drives it, handle [`schedule::Scheduler`]): per
 //!   segment mode — `continuous` applications are checked every report
