@@ -531,7 +531,7 @@ async fn alternating_server(ip: &str, closed_for: Duration) -> u16 {
     addr.port()
 }
 
-/// Issue 16.2: a server that alternates open/closed every check does not
+/// A server that alternates open/closed every check does not
 /// flap the reported status with `fall = 3`, while the same server under
 /// the default 1 / 1 does; the per-address results show the raw
 /// alternation in both.
@@ -599,7 +599,7 @@ async fn fall_three_keeps_an_alternating_server_up() {
     agent.await.expect("agent stopped");
 }
 
-/// Issue 16.3: IPv6 end to end, and the group's `dns_resolution`. A name
+/// IPv6 end to end, and the group's `dns_resolution`. A name
 /// with an A record (nothing listens there) and an AAAA record (::1,
 /// listening) is Unhealthy under `dual`, Up with only ::1 under `ipv6`
 /// (sent in a `PolicyUpdate`); an explicit IPv6 entry and an IPv6 subnet

@@ -186,7 +186,7 @@ async fn an_unanswering_dns_server_is_a_dns_failure_with_a_reason() {
     assert!(err.reason.contains("timed out"), "{}", err.reason);
 }
 
-/// Issue 16.3: a UDP port on an IPv6 address is checked by ICMPv6 echo
+/// A UDP port on an IPv6 address is checked by ICMPv6 echo
 /// where ICMP sockets are permitted.
 #[tokio::test]
 async fn udp_on_ipv6_is_answered_by_icmpv6_echo() {
