@@ -195,7 +195,7 @@ pub fn follow_reconnect(to: &str) -> Option<String> {
 }
 
 /// An encoded `ConnectorMessage` for the `Connect` stream
-/// ([`crate::wire::RawCodec`]).
+/// ([`protocol::compose::RawCodec`]).
 type Encoded = Vec<u8>;
 
 /// The earlier of two optional instants.
@@ -481,7 +481,7 @@ async fn open(
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/reach.v1.ConnectorSession/Connect");
     let inbound = client
-        .streaming(request, path, crate::wire::RawCodec)
+        .streaming(request, path, protocol::compose::RawCodec)
         .await?
         .into_inner();
     Ok((out, inbound))

@@ -1,15 +1,12 @@
 //! The `Connect` stream's outbound side: a `HealthReport` assembled from
 //! entries already encoded ([`crate::report`]: each report's encoding is
 //! shared by every replica's session, its `age_ms` written per send, with
-//! `protocol::compose`), and the codec that sends bytes as they are
-//! ([`RawCodec`]); every other message is encoded with prost ([`encode`]).
+//! `protocol::compose`), sent as they are by `protocol::compose::RawCodec`;
+//! every other message is encoded with prost ([`encode`]).
 
 use prost::Message;
-use prost::bytes::{Buf, BufMut};
 use protocol::compose::ReportWriter;
 use protocol::v1;
-use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::report::Entry;
 
@@ -50,57 +47,6 @@ impl Report {
 /// A message for the `Connect` stream, encoded.
 pub fn encode(kind: v1::connector_message::Kind) -> Vec<u8> {
     v1::ConnectorMessage { kind: Some(kind) }.encode_to_vec()
-}
-
-/// The `Connect` stream's codec: outbound messages arrive encoded (a
-/// [`Report`] with its shared entries, or [`encode`]), inbound ones are
-/// decoded with prost.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RawCodec;
-
-/// [`RawCodec`]'s encoder: copies the bytes.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RawEncoder;
-
-/// [`RawCodec`]'s decoder: an `AuthorityMessage` per frame.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AuthorityDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = v1::AuthorityMessage;
-    type Encoder = RawEncoder;
-    type Decoder = AuthorityDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawEncoder
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        AuthorityDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for AuthorityDecoder {
-    type Item = v1::AuthorityMessage;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        let len = src.remaining();
-        v1::AuthorityMessage::decode(src.copy_to_bytes(len))
-            .map(Some)
-            .map_err(|e| Status::internal(format!("cannot decode a message from the CA: {e}")))
-    }
 }
 
 #[cfg(test)]

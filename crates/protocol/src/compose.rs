@@ -4,7 +4,8 @@
 //! replica's session, so an entry's encoding without its `age_ms` (the
 //! `ApplicationHealth` of an `ApplicationReport` whose age is zero, by the
 //! conversion in [`crate::convert`]) is computed once and shared, and each
-//! session appends its own `age_ms` field ([`entry_len`], [`ReportWriter`]).
+//! session appends its own `age_ms` field ([`entry_len`], [`ReportWriter`]);
+//! [`RawCodec`] sends such bytes on the `Connect` stream as they are.
 //!
 //! **Invariant:** a composed message is valid protobuf that decodes to
 //! exactly what prost would have encoded for the same report with each
@@ -12,7 +13,11 @@
 //! bytes, a message's fields may come in any order, and defaults are left
 //! out as prost leaves them out (tested below and in the connector).
 
+use prost::Message;
+use prost::bytes::{Buf, BufMut};
 use prost::encoding::{encode_varint, encoded_len_varint};
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 /// `HealthReport.applications` (field 1, length-delimited).
 const TAG_APPLICATIONS: u8 = 1 << 3 | 2;
@@ -82,6 +87,57 @@ impl ReportWriter {
         encode_varint(self.body.len() as u64, &mut out);
         out.extend_from_slice(&self.body);
         out
+    }
+}
+
+/// The `Connect` stream's codec: outbound messages arrive encoded (a
+/// a report written with [`ReportWriter`], or a message encoded with prost), inbound ones are
+/// decoded with prost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawCodec;
+
+/// [`RawCodec`]'s encoder: copies the bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawEncoder;
+
+/// [`RawCodec`]'s decoder: an `AuthorityMessage` per frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AuthorityDecoder;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = crate::v1::AuthorityMessage;
+    type Encoder = RawEncoder;
+    type Decoder = AuthorityDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        AuthorityDecoder
+    }
+}
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for AuthorityDecoder {
+    type Item = crate::v1::AuthorityMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        let len = src.remaining();
+        crate::v1::AuthorityMessage::decode(src.copy_to_bytes(len))
+            .map(Some)
+            .map_err(|e| Status::internal(format!("cannot decode a message from the CA: {e}")))
     }
 }
 
