@@ -1,7 +1,8 @@
 //! Tidy checks: the architecture's written invariants, checked on every
 //! `cargo test` (and so by `cargo xtask ci`), in the spirit of
 //! rust-analyzer's `xtask/src/tidy.rs`. Each failure names the file and line
-//! that breaks the rule.
+//! that breaks the rule. Every rule is a function over file texts, so each
+//! has a self-test that plants a violation and a clean input.
 //!
 //! The rules:
 //! - `policy`'s `[dependencies]` name no crate called `tokio*` or `tonic*`,
@@ -14,11 +15,18 @@
 //! - ARCHITECTURE.md's code map has a `` ### `path` `` heading for every
 //!   workspace member, and each such section names every top-level module of
 //!   that crate in backticks.
+//! - No import circle inside any crate (`graph`).
+//! - No function over 80 lines in a shipped crate, but the data tables
+//!   named with a reason (`length`).
+//! - Only the central-authority modules ARCHITECTURE.md lists take locks;
+//!   its gRPC statuses are made in one file; hand-written codecs only in
+//!   `protocol`; host syntax only in `policy` (`invariants`).
 //!
 //! Test code is what `#[cfg(test)]` or `#[cfg(all(test, …))]` marks (the
 //! item after the attribute: an inline module, a function, an impl, or a
-//! `mod x;` whose file is then
-//! skipped whole). Comments and string literals are never searched.
+//! `mod x;` whose file is then skipped whole). Comments and string literals
+//! are never searched. A directory or file that cannot be read fails the
+//! check naming it.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -26,7 +34,11 @@ use std::path::{Path, PathBuf};
 
 use crate::root;
 
-/// A broken rule at `file:line`.
+mod graph;
+mod invariants;
+mod length;
+
+/// A broken rule at `file:line` (line 0: the file or directory as a whole).
 struct Violation {
     file: PathBuf,
     line: usize,
@@ -40,7 +52,11 @@ fn report(rule: &str, violations: &[Violation]) {
     }
     let mut text = format!("tidy: {rule}: {} violation(s)\n", violations.len());
     for v in violations {
-        let _ = writeln!(text, "  {}:{}: {}", v.file.display(), v.line, v.what);
+        if v.line == 0 {
+            let _ = writeln!(text, "  {}: {}", v.file.display(), v.what);
+        } else {
+            let _ = writeln!(text, "  {}:{}: {}", v.file.display(), v.line, v.what);
+        }
     }
     panic!("{text}");
 }
@@ -60,6 +76,8 @@ fn manifest(path: &Path) -> toml::Table {
 /// ships (`publish = false` marks the harnesses and tools).
 struct Member {
     dir: PathBuf,
+    /// The package name, as a Rust path segment (`-` → `_`).
+    name: String,
     shipped: bool,
 }
 
@@ -73,29 +91,40 @@ fn members() -> Vec<Member> {
         .map(|dir| {
             let dir = PathBuf::from(dir);
             let package = manifest(&dir.join("Cargo.toml"));
-            let publish = package
+            let package = package
                 .get("package")
-                .and_then(|p| p.get("publish"))
-                .and_then(toml::Value::as_bool);
+                .unwrap_or_else(|| panic!("tidy: {}: no [package]", dir.display()));
+            let publish = package.get("publish").and_then(toml::Value::as_bool);
+            let name = package
+                .get("name")
+                .and_then(toml::Value::as_str)
+                .unwrap_or_else(|| panic!("tidy: {}: no package name", dir.display()))
+                .replace('-', "_");
             Member {
                 dir,
+                name,
                 shipped: publish != Some(false),
             }
         })
         .collect()
 }
 
-/// Every `.rs` file below `dir` (relative to the root), sorted.
+/// Every `.rs` file below `dir` (relative to the root, or absolute), sorted.
+/// A directory or entry that cannot be read fails the check naming it: a
+/// rule must never pass because it saw less than the whole tree.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(root().join(&d)) else {
-            continue;
-        };
-        for e in entries.flatten() {
+        let entries = std::fs::read_dir(root().join(&d))
+            .unwrap_or_else(|e| panic!("tidy: reading directory {}: {e}", d.display()));
+        for e in entries {
+            let e = e.unwrap_or_else(|e| panic!("tidy: reading directory {}: {e}", d.display()));
             let path = d.join(e.file_name());
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let kind = e
+                .file_type()
+                .unwrap_or_else(|e| panic!("tidy: reading {}: {e}", path.display()));
+            if kind.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|x| x == "rs") {
                 out.push(path);
@@ -285,24 +314,65 @@ fn declared_mod(trimmed: &str) -> Option<String> {
     Some(name.to_owned())
 }
 
-/// The non-test lines of every `.rs` file under `src`, by file; files of
-/// test-only modules are left out.
-fn non_test_sources(src: &Path) -> Vec<(PathBuf, Vec<(usize, String)>)> {
-    let files = rust_files(src);
+/// One source file as the rules see it: its code outside tests (comments
+/// and literals blanked, see `code_lines`), numbered from 1, and its raw
+/// lines (for the few patterns that look inside a literal).
+#[derive(Debug)]
+struct Source {
+    path: PathBuf,
+    code: Vec<(usize, String)>,
+    raw: Vec<String>,
+}
+
+impl Source {
+    /// Raw line `n` (from 1).
+    fn raw_line(&self, n: usize) -> &str {
+        self.raw.get(n - 1).map_or("", String::as_str)
+    }
+}
+
+/// The non-test code of a crate's files, given as (path, text): the test
+/// items are blanked out of each file, and the files of test-only modules
+/// (`#[cfg(test)] mod x;`) are left out.
+fn non_test(files: Vec<(PathBuf, String)>) -> Vec<Source> {
     let mut test_files = BTreeSet::new();
     let mut out = Vec::new();
-    for file in &files {
-        let (lines, test_mods) = non_test_lines(&read(file));
-        let dir = module_dir(file);
+    for (path, text) in files {
+        let (code, test_mods) = non_test_lines(&text);
+        let dir = module_dir(&path);
         for m in test_mods {
             test_files.insert(dir.join(format!("{m}.rs")));
             test_files.insert(dir.join(&m).join("mod.rs"));
             test_files.insert(dir.join(&m));
         }
-        out.push((file.clone(), lines));
+        let raw = text.lines().map(str::to_owned).collect();
+        out.push(Source { path, code, raw });
     }
-    out.retain(|(file, _)| !test_files.iter().any(|t| file.starts_with(t)));
+    out.retain(|s| !test_files.iter().any(|t| s.path.starts_with(t)));
     out
+}
+
+/// The non-test code of every `.rs` file under `src` (see `non_test`).
+fn non_test_sources(src: &Path) -> Vec<Source> {
+    non_test(
+        rust_files(src)
+            .into_iter()
+            .map(|f| {
+                let text = read(&f);
+                (f, text)
+            })
+            .collect(),
+    )
+}
+
+/// Planted sources for the rules' self-tests: (path, text) pairs.
+fn planted(files: &[(&str, &str)]) -> Vec<Source> {
+    non_test(
+        files
+            .iter()
+            .map(|(p, t)| (PathBuf::from(p), (*t).to_owned()))
+            .collect(),
+    )
 }
 
 /// Where the submodules of the module in `file` live.
@@ -312,6 +382,192 @@ fn module_dir(file: &Path) -> PathBuf {
         Some("lib.rs" | "main.rs" | "mod.rs") => parent,
         _ => parent.join(file.file_stem().unwrap_or_default()),
     }
+}
+
+/// A module's path inside its crate (`[]` is the crate root).
+type ModulePath = Vec<String>;
+
+/// Where a file under a crate's `src/` sits: the crate root it belongs to
+/// (`""` for `lib.rs`/`main.rs`, `bin/x` for a binary under `src/bin`) and
+/// its module path (`foo.rs` and `foo/mod.rs` are `foo`).
+fn locate(rel: &Path) -> (String, ModulePath) {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let Some(last) = parts.last_mut()
+        && let Some(stem) = last.strip_suffix(".rs")
+    {
+        *last = stem.to_owned();
+    }
+    let mut crate_root = String::new();
+    if parts.len() >= 2 && parts[0] == "bin" {
+        crate_root = format!("bin/{}", parts[1]);
+        parts.drain(..2);
+        if parts == ["main"] {
+            parts.clear();
+        }
+    }
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    if crate_root.is_empty() && (parts == ["lib"] || parts == ["main"]) {
+        parts.clear();
+    }
+    (crate_root, parts)
+}
+
+/// `a::b` (or `<root>` for the crate root).
+fn module_name(m: &[String]) -> String {
+    if m.is_empty() {
+        "<root>".to_owned()
+    } else {
+        m.join("::")
+    }
+}
+
+/// A `use` declaration: whether it is public (`pub`, `pub(crate)`, …), the
+/// line it starts on, and the paths it imports, a group `a::{b, c::d}`
+/// expanded into `a::b` and `a::c::d`.
+struct Use {
+    public: bool,
+    line: usize,
+    paths: Vec<UsePath>,
+}
+
+/// One imported path and its `as` name.
+struct UsePath {
+    segments: Vec<String>,
+    alias: Option<String>,
+}
+
+impl UsePath {
+    /// The name the import binds in the file.
+    fn bound_name(&self) -> Option<&str> {
+        self.alias
+            .as_deref()
+            .or_else(|| self.segments.last().map(String::as_str))
+    }
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// A file's code lines joined with `\n`, and where each line starts (byte
+/// offset, line number), to map an offset back to its line.
+fn joined(code: &[(usize, String)]) -> (String, Vec<(usize, usize)>) {
+    let mut text = String::new();
+    let mut starts = Vec::new();
+    for (n, line) in code {
+        starts.push((text.len(), *n));
+        text.push_str(line);
+        text.push('\n');
+    }
+    (text, starts)
+}
+
+/// The line number of byte `offset` of a `joined` text.
+fn line_at(starts: &[(usize, usize)], offset: usize) -> usize {
+    let i = starts.partition_point(|(o, _)| *o <= offset);
+    i.checked_sub(1).map_or(0, |i| starts[i].1)
+}
+
+/// Every `use` declaration in a file's code.
+fn uses(code: &[(usize, String)]) -> Vec<Use> {
+    let (text, starts) = joined(code);
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("use") {
+        let i = from + at;
+        from = i + 3;
+        let starts_word = !text[..i].ends_with(is_ident_char);
+        let ends_word = text[i + 3..].starts_with(char::is_whitespace);
+        if !(starts_word && ends_word) {
+            continue;
+        }
+        let Some(end) = text[i..].find(';') else {
+            break;
+        };
+        out.push(Use {
+            public: is_pub_before(&text[..i]),
+            line: line_at(&starts, i),
+            paths: expand_use(&[], &text[i + 3..i + end]),
+        });
+        from = i + end + 1;
+    }
+    out
+}
+
+/// Whether the text before a `use` ends with a visibility (`pub`,
+/// `pub(crate)`, `pub(super)`, …).
+fn is_pub_before(before: &str) -> bool {
+    let mut b = before.trim_end();
+    if b.ends_with(')')
+        && let Some(open) = b.rfind('(')
+    {
+        b = b[..open].trim_end();
+    }
+    b.strip_suffix("pub")
+        .is_some_and(|rest| !rest.ends_with(is_ident_char))
+}
+
+/// The paths of a `use` body below `prefix`: `a::{b, c::{d, e}} ` gives
+/// `a::b`, `a::c::d`, `a::c::e`.
+fn expand_use(prefix: &[String], body: &str) -> Vec<UsePath> {
+    let mut items = Vec::new();
+    let mut depth = 0;
+    let mut current = String::new();
+    for c in body.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if c == ',' && depth == 0 {
+            items.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    items.push(current);
+    let segments = |p: &str| -> Vec<String> {
+        p.split("::")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for item in &items {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let group = if let Some(inner) = item.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+            Some(("", inner))
+        } else {
+            item.split_once("::{")
+                .and_then(|(head, rest)| Some((head, rest.strip_suffix('}')?)))
+        };
+        let mut path = prefix.to_vec();
+        if let Some((head, inner)) = group {
+            path.extend(segments(head));
+            out.extend(expand_use(&path, inner));
+        } else {
+            let words: Vec<&str> = item.split_whitespace().collect();
+            let (p, alias) = match words.as_slice() {
+                [p, "as", alias] => ((*p).to_owned(), Some((*alias).to_owned())),
+                _ => (words.concat(), None),
+            };
+            path.extend(segments(&p));
+            out.push(UsePath {
+                segments: path,
+                alias,
+            });
+        }
+    }
+    out
 }
 
 /// The line (from 1) of dependency `name` in a manifest: the first line
@@ -373,8 +629,11 @@ fn policy_depends_on_neither_tokio_nor_tonic() {
 #[test]
 fn policy_reads_no_clock() {
     let mut violations = Vec::new();
-    for (file, lines) in non_test_sources(Path::new("crates/policy/src")) {
-        for (n, line) in lines {
+    for Source {
+        path: file, code, ..
+    } in non_test_sources(Path::new("crates/policy/src"))
+    {
+        for (n, line) in code {
             for pattern in ["::now(", ".elapsed("] {
                 if line.contains(pattern) {
                     violations.push(Violation {
@@ -399,8 +658,11 @@ const UNWRAP_ALLOWED: &[(&str, &str, &str)] = &[];
 fn no_unwrap_or_expect_outside_tests() {
     let mut violations = Vec::new();
     for member in members().into_iter().filter(|m| m.shipped) {
-        for (file, lines) in non_test_sources(&member.dir.join("src")) {
-            for (n, line) in lines {
+        for Source {
+            path: file, code, ..
+        } in non_test_sources(&member.dir.join("src"))
+        {
+            for (n, line) in code {
                 for pattern in [".unwrap()", ".expect("] {
                     if !line.contains(pattern) {
                         continue;
@@ -443,8 +705,10 @@ fn every_proto_message_and_field_is_documented() {
     let dir = Path::new("proto/reach/v1");
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
         .unwrap_or_else(|e| panic!("tidy: reading {}: {e}", dir.display()))
-        .flatten()
-        .map(|e| dir.join(e.file_name()))
+        .map(|e| {
+            let e = e.unwrap_or_else(|e| panic!("tidy: reading {}: {e}", dir.display()));
+            dir.join(e.file_name())
+        })
         .filter(|p| p.extension().is_some_and(|x| x == "proto"))
         .collect();
     files.sort();
@@ -498,17 +762,21 @@ fn top_level_modules(src: &Path) -> BTreeSet<String> {
             }
         }
     }
-    if let Ok(entries) = std::fs::read_dir(root().join(src)) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            if is_dir && name != "bin" {
-                modules.insert(name);
-            } else if let Some(stem) = name.strip_suffix(".rs")
-                && !matches!(stem, "lib" | "main")
-            {
-                modules.insert(stem.to_owned());
-            }
+    let entries = std::fs::read_dir(root().join(src))
+        .unwrap_or_else(|e| panic!("tidy: reading directory {}: {e}", src.display()));
+    for e in entries {
+        let e = e.unwrap_or_else(|e| panic!("tidy: reading directory {}: {e}", src.display()));
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_dir = e
+            .file_type()
+            .unwrap_or_else(|e| panic!("tidy: reading {}/{name}: {e}", src.display()))
+            .is_dir();
+        if is_dir && name != "bin" {
+            modules.insert(name);
+        } else if let Some(stem) = name.strip_suffix(".rs")
+            && !matches!(stem, "lib" | "main")
+        {
+            modules.insert(stem.to_owned());
         }
     }
     modules
@@ -567,4 +835,43 @@ fn architecture_code_map_names_every_crate_and_module() {
         "ARCHITECTURE.md's code map names every crate and module",
         &violations,
     );
+}
+
+/// The message of a caught panic.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_walk_fails_on_what_it_cannot_read() {
+    let scratch = std::env::temp_dir().join(format!("tidy-walk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    // A directory that cannot be listed (here: is not there).
+    let missing = scratch.join("missing");
+    let err = std::panic::catch_unwind(|| rust_files(&missing))
+        .expect_err("an unlistable directory must fail the walk");
+    let text = panic_text(err.as_ref());
+    assert!(
+        text.contains("reading directory") && text.contains(&missing.display().to_string()),
+        "{text}"
+    );
+    // A file that cannot be read as text.
+    let src = scratch.join("src");
+    std::fs::create_dir_all(&src).expect("scratch dir");
+    std::fs::write(src.join("lib.rs"), "//! fine\n").expect("lib.rs");
+    std::fs::write(src.join("bad.rs"), [0xff, 0xfe, 0x00]).expect("bad.rs");
+    let err = std::panic::catch_unwind(|| non_test_sources(&src))
+        .expect_err("an unreadable file must fail the walk");
+    let text = panic_text(err.as_ref());
+    assert!(
+        text.contains(&src.join("bad.rs").display().to_string()),
+        "{text}"
+    );
+    std::fs::remove_file(src.join("bad.rs")).expect("remove bad.rs");
+    assert_eq!(non_test_sources(&src).len(), 1);
+    let _ = std::fs::remove_dir_all(&scratch);
 }
