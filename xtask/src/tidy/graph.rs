@@ -5,10 +5,10 @@
 //!
 //! Nodes are module files (`foo.rs` and `foo/mod.rs` are `foo`; `lib.rs`
 //! and `main.rs` are the crate root; every `src/bin/x` is a root of its
-//! own). An edge is a path in non-test code that starts with `crate::`,
-//! `super::` or `self::` (anywhere), or with a child module's name (in a
-//! `use`), groups `use a::{b, c::d}` expanded, resolved to the longest
-//! prefix that is a module. Not edges: a `pub use` in the crate root (the
+//! own). An edge is a path in non-test code (in a `use`, groups
+//! `use a::{b, c::d}` expanded, or anywhere in the code) that starts with
+//! `crate::`, `super::`, `self::` or a child module's name, resolved to the
+//! longest prefix that is a module. Not edges: a `pub use` in the crate root (the
 //! crate's public face), and a path from a module to itself or one of its
 //! ancestors (the parent declares the child; the child may use what the
 //! parent holds).
@@ -31,36 +31,41 @@ struct Graph {
     edges: BTreeMap<ModulePath, BTreeMap<ModulePath, Place>>,
 }
 
-/// Paths written as `crate::…`, `super::…` or `self::…` on a code line.
-fn relative_paths(line: &str) -> Vec<Vec<String>> {
+/// The paths on a code line that start with `crate`, `super`, `self` or
+/// one of `children` (the module's own submodules), each as its segments.
+fn relative_paths(line: &str, children: &BTreeSet<&str>) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    for start in ["crate", "super", "self"] {
-        let mut from = 0;
-        while let Some(at) = line[from..].find(start) {
-            let i = from + at;
-            from = i + start.len();
-            if line[..i].ends_with(is_ident_char) {
-                continue;
-            }
-            let mut segments = vec![start.to_owned()];
-            let mut rest = &line[i + start.len()..];
-            while let Some(after) = rest.strip_prefix("::") {
-                let len = after
-                    .find(|c: char| !is_ident_char(c))
-                    .unwrap_or(after.len());
-                if len == 0 {
-                    break;
-                }
-                segments.push(after[..len].to_owned());
-                rest = &after[len..];
-            }
-            // `self::super::x` and `super::super::x` are found once, from
-            // their first word.
-            let inside_longer = line[..i].ends_with("::");
-            if segments.len() > 1 && !inside_longer {
-                out.push(segments);
-            }
+    let mut i = 0;
+    while i < line.len() {
+        let rest = &line[i..];
+        let Some(c) = rest.chars().next() else {
+            break;
+        };
+        if !is_ident_char(c) {
+            i += c.len_utf8();
+            continue;
         }
+        let len = rest.find(|c: char| !is_ident_char(c)).unwrap_or(rest.len());
+        let word = &rest[..len];
+        // A path's first word: not a later segment (`a::b`), a field or
+        // method (`x.b`), or a macro's `$crate`.
+        let before = &line[..i];
+        let starts_path = !before.ends_with("::") && !before.ends_with('.');
+        let relative = matches!(word, "crate" | "super" | "self") || children.contains(word);
+        let mut segments = vec![word.to_owned()];
+        let mut after = &rest[len..];
+        while let Some(tail) = after.strip_prefix("::") {
+            let n = tail.find(|c: char| !is_ident_char(c)).unwrap_or(tail.len());
+            if n == 0 {
+                break;
+            }
+            segments.push(tail[..n].to_owned());
+            after = &tail[n..];
+        }
+        if starts_path && relative && segments.len() > 1 {
+            out.push(segments);
+        }
+        i = line.len() - after.len();
     }
     out
 }
@@ -101,7 +106,7 @@ fn module_graphs(src: &Path, sources: &[Source]) -> BTreeMap<String, Graph> {
             paths.extend(u.paths.into_iter().map(|p| (p.segments, u.line)));
         }
         for (n, line) in &source.code {
-            paths.extend(relative_paths(line).into_iter().map(|p| (p, *n)));
+            paths.extend(relative_paths(line, &children).into_iter().map(|p| (p, *n)));
         }
         for (segments, line) in paths {
             let Some(first) = segments.first() else {
@@ -244,7 +249,11 @@ fn import_circles(src: &Path, sources: &[Source]) -> Vec<Violation> {
                 ));
             }
             out.push(Violation {
-                file: src.join(&root),
+                file: if root.is_empty() {
+                    src.to_path_buf()
+                } else {
+                    src.join(&root)
+                },
                 line: 0,
                 what,
             });
@@ -277,11 +286,11 @@ fn import_circle_rule_finds_a_planted_circle() {
         ("src/b.rs", "//! b\nuse super::c::C;\npub struct B;\n"),
         (
             "src/c/mod.rs",
-            "//! c\nmod inner;\npub fn f() {\n    let _ = crate::a::A;\n}\n",
+            "//! c\nmod inner;\npub fn f() {\n    let _ = crate::a::A;\n    inner::g();\n}\n",
         ),
         (
             "src/c/inner.rs",
-            "//! inner: the parent is not an edge\nuse super::C;\nuse crate::c;\n",
+            "//! inner: the parent is not an edge\nuse super::C;\nuse crate::c;\npub fn g() {\n    let _ = x.inner::<u8>();\n    crate::b::B\n}\n",
         ),
         ("src/bin/tool.rs", "//! a root of its own\nmod x;\n"),
         ("src/bin/tool/x.rs", "//! x\nuse crate::y;\n"),
@@ -295,12 +304,17 @@ fn import_circle_rule_finds_a_planted_circle() {
     );
     let what = &found[0].what;
     assert!(
-        what.starts_with("import circle of 3 modules: a, b, c"),
+        what.starts_with("import circle of 4 modules: a, b, c, c::inner"),
         "{what}"
     );
     assert!(what.contains("a -> b (src/a.rs:2)"), "{what}");
     assert!(what.contains("b -> c (src/b.rs:2)"), "{what}");
-    assert!(what.contains("c -> a (src/c/mod.rs:4)"), "{what}");
+    // A child module named in code, not only in a `use`.
+    assert!(
+        what.contains("c -> a (src/c/mod.rs:4), c::inner (src/c/mod.rs:5)"),
+        "{what}"
+    );
+    assert!(what.contains("c::inner -> b (src/c/inner.rs:6)"), "{what}");
     // Test code makes no edge: a -> c only exists in a's tests.
     assert!(!what.contains("a -> b (src/a.rs:2), c"), "{what}");
 }

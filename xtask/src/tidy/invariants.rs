@@ -191,7 +191,8 @@ fn listed_after(lines: &[&str], first: usize, marker: &str) -> Option<(usize, Ve
         let Some(close) = open.find('`') else {
             break;
         };
-        names.push(open[..close].to_owned());
+        let name = &open[..close];
+        names.push(name.strip_prefix("crate::").unwrap_or(name).to_owned());
         rest = &open[close + 1..];
     }
     Some((first + at, names))
