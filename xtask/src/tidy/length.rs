@@ -249,7 +249,6 @@ fn no_function_over_80_lines_in_shipped_crates() {
     report("no function over 80 lines in shipped crates", &violations);
 }
 
-#[cfg(test)]
 fn body(lines: usize) -> String {
     (0..lines)
         .map(|i| format!("    let _x{i} = {i};\n"))
