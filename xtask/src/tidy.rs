@@ -591,11 +591,12 @@ fn dependency_line(manifest: &str, name: &str) -> usize {
     0
 }
 
-#[test]
-fn policy_depends_on_neither_tokio_nor_tonic() {
-    let path = Path::new("crates/policy/Cargo.toml");
-    let text = read(path);
-    let package = manifest(path);
+/// The `tokio*`/`tonic*` dependencies of a manifest (`path`, `text`),
+/// platform-specific ones included; dev-dependencies are free.
+fn async_dependencies(path: &Path, text: &str) -> Vec<Violation> {
+    let package: toml::Table = text
+        .parse()
+        .unwrap_or_else(|e| panic!("tidy: parsing {}: {e}", path.display()));
     let mut tables: Vec<&toml::Table> = Vec::new();
     if let Some(t) = package.get("dependencies").and_then(toml::Value::as_table) {
         tables.push(t);
@@ -612,10 +613,9 @@ fn policy_depends_on_neither_tokio_nor_tonic() {
     for table in tables {
         for name in table.keys() {
             if name.starts_with("tokio") || name.starts_with("tonic") {
-                let line = dependency_line(&text, name);
                 violations.push(Violation {
                     file: path.to_path_buf(),
-                    line,
+                    line: dependency_line(text, name),
                     what: format!(
                         "`policy` depends on `{name}`; it stays free of async runtimes and RPC"
                     ),
@@ -623,22 +623,40 @@ fn policy_depends_on_neither_tokio_nor_tonic() {
             }
         }
     }
-    report("policy depends on neither tokio nor tonic", &violations);
+    violations
 }
 
 #[test]
-fn policy_reads_no_clock() {
+fn policy_depends_on_neither_tokio_nor_tonic() {
+    let path = Path::new("crates/policy/Cargo.toml");
+    report(
+        "policy depends on neither tokio nor tonic",
+        &async_dependencies(path, &read(path)),
+    );
+}
+
+#[test]
+fn dependency_rule_finds_planted_dependencies() {
+    let text = "[package]\nname = \"policy\"\n\n[dependencies]\nrand = \"0.10\"\ntokio.workspace = true\n\n[target.'cfg(unix)'.dependencies]\ntonic-health = \"0.14\"\n\n[dev-dependencies]\ntokio-test = \"0.4\"\n";
+    let found = async_dependencies(Path::new("Cargo.toml"), text);
+    let lines: Vec<(usize, &str)> = found.iter().map(|v| (v.line, v.what.as_str())).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0].0, 6, "{lines:?}");
+    assert!(lines[1].1.contains("`tonic-health`"), "{lines:?}");
+    let clean = "[package]\nname = \"policy\"\n\n[dependencies]\nrand = \"0.10\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
+    assert!(async_dependencies(Path::new("Cargo.toml"), clean).is_empty());
+}
+
+/// Every clock read (`::now(`, `.elapsed(`) in `sources`.
+fn clock_reads(sources: &[Source]) -> Vec<Violation> {
     let mut violations = Vec::new();
-    for Source {
-        path: file, code, ..
-    } in non_test_sources(Path::new("crates/policy/src"))
-    {
-        for (n, line) in code {
+    for source in sources {
+        for (n, line) in &source.code {
             for pattern in ["::now(", ".elapsed("] {
                 if line.contains(pattern) {
                     violations.push(Violation {
-                        file: file.clone(),
-                        line: n,
+                        file: source.path.clone(),
+                        line: *n,
                         what: format!(
                             "`{pattern}` reads a clock in `policy`; take the time as an argument"
                         ),
@@ -647,41 +665,96 @@ fn policy_reads_no_clock() {
             }
         }
     }
-    report("policy reads no clock outside tests", &violations);
+    violations
+}
+
+#[test]
+fn policy_reads_no_clock() {
+    report(
+        "policy reads no clock outside tests",
+        &clock_reads(&non_test_sources(Path::new("crates/policy/src"))),
+    );
+}
+
+#[test]
+fn clock_rule_finds_a_planted_clock_read() {
+    let fake = planted(&[
+        (
+            "src/a.rs",
+            "//! a\nfn f() {\n    let t = Instant::now();\n    // Instant::now() in a comment\n    let s = \"x.elapsed()\";\n}\n#[cfg(test)]\nmod tests {\n    fn t() { Instant::now(); }\n}\n",
+        ),
+        (
+            "src/b.rs",
+            "//! b\nfn f(now: Instant) -> bool {\n    now > deadline\n}\n",
+        ),
+    ]);
+    let found = clock_reads(&fake);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (found[0].file.as_path(), found[0].line),
+        (Path::new("src/a.rs"), 3)
+    );
+    assert!(clock_reads(&fake[1..]).is_empty());
 }
 
 /// Places where a panic is proven impossible and no rewrite reads better:
 /// (file, the trimmed line, why). Keep it tiny.
 const UNWRAP_ALLOWED: &[(&str, &str, &str)] = &[];
 
-#[test]
-fn no_unwrap_or_expect_outside_tests() {
+/// Every `.unwrap()` and `.expect(` in `sources`, but the allowed lines.
+fn unwraps(sources: &[Source], allowed: &[(&str, &str, &str)]) -> Vec<Violation> {
     let mut violations = Vec::new();
-    for member in members().into_iter().filter(|m| m.shipped) {
-        for Source {
-            path: file, code, ..
-        } in non_test_sources(&member.dir.join("src"))
-        {
-            for (n, line) in code {
-                for pattern in [".unwrap()", ".expect("] {
-                    if !line.contains(pattern) {
-                        continue;
-                    }
-                    let allowed = UNWRAP_ALLOWED
-                        .iter()
-                        .any(|(f, l, _)| file == Path::new(f) && line.trim() == *l);
-                    if !allowed {
-                        violations.push(Violation {
-                            file: file.clone(),
-                            line: n,
-                            what: format!("`{pattern}` outside tests: handle the error or make the case impossible by type"),
-                        });
-                    }
+    for source in sources {
+        for (n, line) in &source.code {
+            for pattern in [".unwrap()", ".expect("] {
+                if !line.contains(pattern) {
+                    continue;
+                }
+                let allowed = allowed
+                    .iter()
+                    .any(|(f, l, _)| source.path == Path::new(f) && line.trim() == *l);
+                if !allowed {
+                    violations.push(Violation {
+                        file: source.path.clone(),
+                        line: *n,
+                        what: format!("`{pattern}` outside tests: handle the error or make the case impossible by type"),
+                    });
                 }
             }
         }
     }
+    violations
+}
+
+#[test]
+fn no_unwrap_or_expect_outside_tests() {
+    let mut violations = Vec::new();
+    for member in members().into_iter().filter(|m| m.shipped) {
+        violations.extend(unwraps(
+            &non_test_sources(&member.dir.join("src")),
+            UNWRAP_ALLOWED,
+        ));
+    }
     report("no unwrap/expect outside tests", &violations);
+}
+
+#[test]
+fn unwrap_rule_finds_planted_unwraps() {
+    let fake = planted(&[
+        (
+            "src/a.rs",
+            "//! a\nfn f() {\n    let x = y.unwrap();\n    let z = w\n        .expect(\"z\");\n    let ok = v.unwrap_or(0);\n    let fine = proven.unwrap();\n}\n#[cfg(test)]\nmod tests {\n    fn t() { x.unwrap(); }\n}\n",
+        ),
+        (
+            "src/b.rs",
+            "//! b\nfn f() -> Option<u8> {\n    let s = \".unwrap()\";\n    y?.checked_add(1)\n}\n",
+        ),
+    ]);
+    let allowed = [("src/a.rs", "let fine = proven.unwrap();", "proven")];
+    let found = unwraps(&fake, &allowed);
+    let lines: Vec<usize> = found.iter().map(|v| v.line).collect();
+    assert_eq!(lines, [3, 5]);
+    assert!(unwraps(&fake[1..], &[]).is_empty());
 }
 
 /// Is `line` (trimmed, a `//` comment removed) a field of a message?
@@ -700,6 +773,41 @@ fn is_field(line: &str) -> bool {
     !words.is_empty() && !matches!(words[0], "reserved" | "option")
 }
 
+/// Every message, enum, field and enum value of a `.proto` file without a
+/// comment on the line before or at the end of its own line.
+fn undocumented_proto(path: &Path, text: &str) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let mut previous = "";
+    for (n, raw) in text.lines().enumerate() {
+        let trimmed = raw.trim();
+        let (code, trailing) = match trimmed.split_once("//") {
+            Some((code, _)) => (code.trim(), true),
+            None => (trimmed, false),
+        };
+        let what = if code.starts_with("message ") {
+            Some("message")
+        } else if code.starts_with("enum ") {
+            Some("enum")
+        } else if is_field(code) {
+            Some("field or enum value")
+        } else {
+            None
+        };
+        if let Some(what) = what
+            && !trailing
+            && !previous.starts_with("//")
+        {
+            violations.push(Violation {
+                file: path.to_path_buf(),
+                line: n + 1,
+                what: format!("{what} `{code}` has no comment"),
+            });
+        }
+        previous = trimmed;
+    }
+    violations
+}
+
 #[test]
 fn every_proto_message_and_field_is_documented() {
     let dir = Path::new("proto/reach/v1");
@@ -714,37 +822,19 @@ fn every_proto_message_and_field_is_documented() {
     files.sort();
     let mut violations = Vec::new();
     for file in files {
-        let text = read(&file);
-        let mut previous = "";
-        for (n, raw) in text.lines().enumerate() {
-            let trimmed = raw.trim();
-            let (code, trailing) = match trimmed.split_once("//") {
-                Some((code, _)) => (code.trim(), true),
-                None => (trimmed, false),
-            };
-            let what = if code.starts_with("message ") {
-                Some("message")
-            } else if code.starts_with("enum ") {
-                Some("enum")
-            } else if is_field(code) {
-                Some("field or enum value")
-            } else {
-                None
-            };
-            if let Some(what) = what
-                && !trailing
-                && !previous.starts_with("//")
-            {
-                violations.push(Violation {
-                    file: file.clone(),
-                    line: n + 1,
-                    what: format!("{what} `{code}` has no comment"),
-                });
-            }
-            previous = trimmed;
-        }
+        violations.extend(undocumented_proto(&file, &read(&file)));
     }
     report("every proto message and field has a comment", &violations);
+}
+
+#[test]
+fn proto_comment_rule_finds_planted_gaps() {
+    let text = "syntax = \"proto3\";\n// Documented.\nmessage A {\n  // Documented.\n  string a = 1;\n  uint32 b = 2; // Documented at the end.\n  repeated string c = 3;\n  reserved 4;\n}\nmessage B {\n}\nenum E {\n  // Documented.\n  E_UNSPECIFIED = 0;\n  E_ONE = 1;\n}\n";
+    let found = undocumented_proto(Path::new("x.proto"), text);
+    let lines: Vec<usize> = found.iter().map(|v| v.line).collect();
+    assert_eq!(lines, [7, 10, 12, 15]);
+    let clean = "// A.\nmessage A {\n  // a.\n  string a = 1;\n}\n";
+    assert!(undocumented_proto(Path::new("x.proto"), clean).is_empty());
 }
 
 /// The top-level modules of a crate: `mod x;` in `src/lib.rs` or
@@ -790,22 +880,23 @@ fn names_in_code(section: &str, word: &str) -> bool {
     })
 }
 
-#[test]
-fn architecture_code_map_names_every_crate_and_module() {
-    let path = Path::new("ARCHITECTURE.md");
-    let text = read(path);
+/// The code-map rule over ARCHITECTURE.md's text (`path`, `text`) and the
+/// workspace members, each as (directory, its top-level modules).
+fn code_map_gaps(path: &Path, text: &str, crates: &[(String, BTreeSet<String>)]) -> Vec<Violation> {
     let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.trim() == "## Code map")
-        .unwrap_or_else(|| panic!("tidy: {}: no `## Code map` section", path.display()));
+    let Some(start) = lines.iter().position(|l| l.trim() == "## Code map") else {
+        return vec![Violation {
+            file: path.to_path_buf(),
+            line: 0,
+            what: "no `## Code map` section".to_owned(),
+        }];
+    };
     let end = lines[start + 1..]
         .iter()
         .position(|l| l.starts_with("## "))
         .map_or(lines.len(), |i| start + 1 + i);
     let mut violations = Vec::new();
-    for member in members() {
-        let dir = member.dir.to_string_lossy().replace('\\', "/");
+    for (dir, modules) in crates {
         let heading = format!("### `{dir}`");
         let Some(at) = (start..end).find(|i| lines[*i].trim() == heading) else {
             violations.push(Violation {
@@ -819,8 +910,8 @@ fn architecture_code_map_names_every_crate_and_module() {
             .find(|i| lines[*i].starts_with("### "))
             .unwrap_or(end);
         let section = lines[at + 1..stop].join("\n");
-        for module in top_level_modules(&member.dir.join("src")) {
-            if !names_in_code(&section, &module) {
+        for module in modules {
+            if !names_in_code(&section, module) {
                 violations.push(Violation {
                     file: path.to_path_buf(),
                     line: at + 1,
@@ -831,10 +922,51 @@ fn architecture_code_map_names_every_crate_and_module() {
             }
         }
     }
+    violations
+}
+
+#[test]
+fn architecture_code_map_names_every_crate_and_module() {
+    let path = Path::new("ARCHITECTURE.md");
+    let crates: Vec<(String, BTreeSet<String>)> = members()
+        .into_iter()
+        .map(|m| {
+            let dir = m.dir.to_string_lossy().replace('\\', "/");
+            (dir, top_level_modules(&m.dir.join("src")))
+        })
+        .collect();
     report(
         "ARCHITECTURE.md's code map names every crate and module",
-        &violations,
+        &code_map_gaps(path, &read(path), &crates),
     );
+}
+
+#[test]
+fn code_map_rule_finds_planted_gaps() {
+    let text = "# A\n## Code map\n### `crates/a`\nHolds `one` and `two::x`.\n### `crates/b`\nNothing.\n## Later\n### `crates/c`\n";
+    let modules = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| (*n).to_owned())
+            .collect::<BTreeSet<_>>()
+    };
+    let crates = [
+        ("crates/a".to_owned(), modules(&["one", "two"])),
+        ("crates/b".to_owned(), modules(&["three"])),
+        ("crates/c".to_owned(), modules(&[])),
+    ];
+    let found = code_map_gaps(Path::new("A.md"), text, &crates);
+    let whats: Vec<(usize, &str)> = found.iter().map(|v| (v.line, v.what.as_str())).collect();
+    assert_eq!(whats.len(), 2, "{whats:?}");
+    assert!(
+        whats[0].1.contains("does not name module `three`"),
+        "{whats:?}"
+    );
+    assert!(
+        whats[1].1.contains("no `### `crates/c`` section"),
+        "{whats:?}"
+    );
+    assert!(code_map_gaps(Path::new("A.md"), text, &crates[..1]).is_empty());
 }
 
 /// The message of a caught panic.
