@@ -400,9 +400,17 @@ const STATUS_CONSTRUCTORS: &[&str] = &[
     "unauthenticated",
 ];
 
-/// Every `tonic::Status` constructed outside `mapping_file`.
+/// Every `tonic::Status` constructed outside `mapping_file` (and the
+/// mapping file itself if it is not among `sources`).
 fn status_constructions(mapping_file: &Path, sources: &[Source]) -> Vec<Violation> {
     let mut out = Vec::new();
+    if !sources.iter().any(|s| s.path == mapping_file) {
+        out.push(Violation {
+            file: mapping_file.to_path_buf(),
+            line: 0,
+            what: "STATUS_MAPPING_FILE names no source file: point it at the file that maps errors to statuses".to_owned(),
+        });
+    }
     for source in sources.iter().filter(|s| s.path != mapping_file) {
         // The names tonic's `Status` goes by in this file.
         let names: BTreeSet<String> = uses(&source.code)
@@ -482,6 +490,13 @@ fn status_rule_finds_planted_constructions() {
     );
     let clean = status_constructions(Path::new("src/error.rs"), &fake[..1]);
     assert!(clean.is_empty());
+    let moved = status_constructions(Path::new("src/api/error.rs"), &fake[..1]);
+    assert_eq!(moved.len(), 2);
+    assert!(
+        moved[0]
+            .what
+            .starts_with("STATUS_MAPPING_FILE names no source file")
+    );
 }
 
 // ---------------------------------------------------------------- codecs
