@@ -2,7 +2,8 @@
 
 use protocol::WireError;
 
-use crate::auth::AuthError;
+use crate::store::{EnrollRefusal, RenewRefusal};
+use crate::trust::auth::AuthError;
 
 /// Why a connector session ended abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +141,146 @@ impl From<ApiError> for tonic::Status {
         match e {
             ApiError::Auth(a) => a.into(),
             ApiError::InvalidRequest(m) => tonic::Status::invalid_argument(m),
+        }
+    }
+}
+
+/// Why an enrollment was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// The CA serves no TLS, so it cannot issue certificates.
+    #[error("this CA runs without TLS and does not enroll connectors")]
+    NoTls,
+    /// Too many enrollment attempts.
+    #[error("too many enrollment attempts; retry later")]
+    RateLimited,
+    /// Name, group or key is wrong.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The key's expiry passed.
+    #[error("the provisioning key of connector group {0:?} has expired")]
+    KeyExpired(String),
+    /// The database refused it (uses, revocation, disabled, other group).
+    #[error(transparent)]
+    Refused(#[from] EnrollRefusal),
+    /// The CSR is unusable.
+    #[error("{0}")]
+    Csr(String),
+    /// Something failed inside the CA (logged there).
+    #[error("enrollment failed inside the CA; see its log")]
+    Internal,
+}
+
+impl EnrollError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EnrollError::NoTls => "no_tls",
+            EnrollError::RateLimited => "rate_limited",
+            EnrollError::Auth(AuthError::WrongKey(_)) => "wrong_key",
+            EnrollError::Auth(AuthError::UnknownGroup(_)) => "unknown_group",
+            EnrollError::Auth(_) => "invalid",
+            EnrollError::KeyExpired(_) => "key_expired",
+            EnrollError::Refused(EnrollRefusal::KeyRevoked(_)) => "key_revoked",
+            EnrollError::Refused(EnrollRefusal::KeyExhausted { .. }) => "key_exhausted",
+            EnrollError::Refused(EnrollRefusal::Disabled(_)) => "disabled",
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => "other_group",
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => "name_taken",
+            EnrollError::Csr(_) => "invalid_csr",
+            EnrollError::Internal => "internal",
+        }
+    }
+}
+
+impl From<EnrollError> for tonic::Status {
+    fn from(e: EnrollError) -> Self {
+        let message = e.to_string();
+        match e {
+            EnrollError::Auth(a) => a.into(),
+            EnrollError::NoTls => tonic::Status::failed_precondition(message),
+            EnrollError::RateLimited => tonic::Status::resource_exhausted(message),
+            // The name rules say what would make the enrollment go
+            // through: renewal or an administrator's action.
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => {
+                tonic::Status::failed_precondition(message)
+            }
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => {
+                tonic::Status::already_exists(message)
+            }
+            EnrollError::KeyExpired(_) | EnrollError::Refused(_) => {
+                tonic::Status::permission_denied(message)
+            }
+            EnrollError::Csr(_) => tonic::Status::invalid_argument(message),
+            EnrollError::Internal => tonic::Status::internal(message),
+        }
+    }
+}
+
+/// Why a renewal was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    /// The CA serves no TLS, so it cannot issue certificates.
+    #[error("this CA runs without TLS and does not renew certificates")]
+    NoTls,
+    /// No usable client certificate, or its group left the policy.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The database refused it (unknown, revoked, expired, disabled).
+    #[error(transparent)]
+    Refused(#[from] RenewRefusal),
+    /// The CSR is unusable.
+    #[error("{0}")]
+    Csr(String),
+    /// The connector renewed too often (see `state::limits::RenewLimit`).
+    #[error(
+        "connector {name:?} renews too often: at most {burst} renewals, then one per {period_s} s; retry in {retry_after_s} s"
+    )]
+    TooFrequent {
+        /// The connector.
+        name: String,
+        /// Renewals allowed in a burst.
+        burst: u32,
+        /// One more per this many seconds after the burst.
+        period_s: u64,
+        /// When the next one is allowed.
+        retry_after_s: u64,
+    },
+    /// Something failed inside the CA (logged there).
+    #[error("renewal failed inside the CA; see its log")]
+    Internal,
+}
+
+impl RenewError {
+    /// A short label for metrics (`enrollments` family, prefixed `renew_`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            RenewError::NoTls => "renew_no_tls",
+            RenewError::Auth(AuthError::NoClientCertificate) => "renew_no_certificate",
+            RenewError::Auth(_) => "renew_bad_certificate",
+            RenewError::Refused(RenewRefusal::Unknown(_)) => "renew_unknown_certificate",
+            RenewError::Refused(RenewRefusal::Revoked { .. }) => "renew_revoked",
+            RenewError::Refused(RenewRefusal::Expired(_)) => "renew_expired",
+            RenewError::Refused(RenewRefusal::Disabled(_)) => "renew_disabled",
+            RenewError::Csr(_) => "renew_invalid_csr",
+            RenewError::TooFrequent { .. } => "renew_rate_limited",
+            RenewError::Internal => "renew_internal",
+        }
+    }
+}
+
+impl From<RenewError> for tonic::Status {
+    fn from(e: RenewError) -> Self {
+        let message = e.to_string();
+        match e {
+            RenewError::Auth(a) => a.into(),
+            RenewError::NoTls => tonic::Status::failed_precondition(message),
+            RenewError::Refused(RenewRefusal::Unknown(_)) => {
+                tonic::Status::unauthenticated(message)
+            }
+            RenewError::Refused(_) => tonic::Status::permission_denied(message),
+            RenewError::Csr(_) => tonic::Status::invalid_argument(message),
+            RenewError::TooFrequent { .. } => tonic::Status::resource_exhausted(message),
+            RenewError::Internal => tonic::Status::internal(message),
         }
     }
 }

@@ -8,40 +8,16 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-mod access_id;
-pub mod auth;
-pub mod authority;
-pub mod cli;
+pub mod api;
 pub mod config;
-pub mod connect;
-pub mod dashboard;
 pub mod error;
-pub mod fuzzing;
-pub mod grpc;
-pub mod guard;
-pub mod health;
-pub mod history;
-pub mod http;
-pub mod import;
-pub mod listen;
-pub mod listing;
-pub mod metrics;
-mod on_access;
-pub mod openapi;
-pub mod pki;
-pub mod plan;
-pub mod policy_state;
-mod registry;
-pub mod reload;
-pub mod renew;
+pub mod housekeeping;
+pub mod intake;
 pub mod replicas;
-pub mod session;
+pub mod state;
 pub mod store;
-mod sync;
-pub mod throttle;
+pub mod tools;
 pub mod trust;
-pub mod views;
-pub mod warmup;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,8 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use authority::{Authority, TrustError};
 pub use config::{Config, ConfigError, Settings};
+pub use state::authority::{Authority, TrustError};
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);
@@ -155,7 +131,7 @@ pub async fn run_with(
         );
     }
     if let Some(path) = state.config.path.clone() {
-        tokio::spawn(reload::watch_config(
+        tokio::spawn(config::reload::watch_config(
             authority.clone(),
             path,
             stop_rx.clone(),
@@ -190,17 +166,20 @@ pub async fn run_with(
             tokio::select! {
                 _ = &mut hk_stop => return,
                 _ = tick.tick() => {
-                    hk.housekeeping(Instant::now());
+                    housekeeping::run_once(&hk, Instant::now());
                     // A database write: off the async workers.
                     if hk.pki().is_some() {
-                        let _ = hk.blocking(authority::Authority::revoke_superseded).await;
+                        let _ = hk.blocking(Authority::revoke_superseded).await;
                     }
                 }
             }
         }
     });
 
-    tokio::spawn(history::run(authority.clone(), stopped(stop_rx.clone())));
+    tokio::spawn(intake::transitions::run(
+        authority.clone(),
+        stopped(stop_rx.clone()),
+    ));
 
     // Long-lived session streams would hold a graceful gRPC shutdown open
     // forever: close them first, telling each connector why.
@@ -213,8 +192,8 @@ pub async fn run_with(
             closer.history().close();
         }
     };
-    let grpc = grpc::serve(authority.clone(), grpc, grpc_stop);
-    let http = http::serve(authority.clone(), http, stopped(stop_rx));
+    let grpc = api::grpc::serve(authority.clone(), grpc, grpc_stop);
+    let http = api::http::serve(authority.clone(), http, stopped(stop_rx));
     tokio::try_join!(grpc, http)?;
     tracing::info!("central authority stopped");
     Ok(())

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::file::{GroupSection, TokenSection};
 use super::{Problem, range, setting};
-use crate::auth::{ApiToken, Scope, Secret};
+use crate::trust::auth::{ApiToken, Scope, Secret};
 
 /// How a group's provisioning key may be used (`[[connector_groups]]`).
 #[derive(Clone, Debug, PartialEq, Eq)]

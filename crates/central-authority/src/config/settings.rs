@@ -96,7 +96,7 @@ pub struct Settings {
     /// for benchmarks and local experiments only.
     pub tls_enabled: bool,
     /// TLS material (`[tls]`).
-    pub tls: crate::pki::TlsSources,
+    pub tls: crate::trust::pki::TlsSources,
     /// Validity of issued connector certificates
     /// (`[tls] connector_cert_days`, default 365).
     pub connector_cert_validity: Duration,
@@ -189,8 +189,8 @@ impl Settings {
     }
 
     /// The on-access window caps.
-    pub(crate) fn window_caps(&self) -> crate::on_access::Caps {
-        crate::on_access::Caps {
+    pub(crate) fn window_caps(&self) -> crate::state::on_access::Caps {
+        crate::state::on_access::Caps {
             connector: self.max_windows_per_connector,
             segment: self.max_windows_per_segment,
         }
@@ -266,7 +266,7 @@ pub(super) fn settings(
         advertise: file.replica.advertise.clone(),
         data_dir,
         tls_enabled: t.enabled.unwrap_or(true),
-        tls: crate::pki::TlsSources {
+        tls: crate::trust::pki::TlsSources {
             cert_file: t.cert_file.as_ref().map(path),
             key_file: t.key_file.as_ref().map(path),
             issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
@@ -351,7 +351,7 @@ fn store_rules(
             Some(f) => {
                 let full = base.join(f);
                 match std::fs::read_to_string(&full) {
-                    Ok(v) => Some(crate::auth::Secret::new(v).trimmed()),
+                    Ok(v) => Some(crate::trust::auth::Secret::new(v).trimmed()),
                     Err(e) => {
                         setting(
                             problems,
@@ -364,7 +364,7 @@ fn store_rules(
             }
             None => std::env::var(STORE_PASSWORD_ENV)
                 .ok()
-                .map(|p| crate::auth::Secret::new(p).trimmed()),
+                .map(|p| crate::trust::auth::Secret::new(p).trimmed()),
         };
         return Some(StoreLocation::Postgres {
             url: url.to_owned(),

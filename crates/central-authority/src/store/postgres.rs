@@ -34,7 +34,7 @@ use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
-use crate::auth::Secret;
+use crate::trust::auth::Secret;
 
 /// The channel changes that may end sessions are announced on.
 const CHANNEL: &str = "reach_trust";

@@ -14,7 +14,7 @@ use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
-use crate::sync::lock;
+use crate::state::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 const MIGRATIONS: &[&str] = &[
@@ -277,7 +277,7 @@ impl SqliteStore {
         // second of transitions: under report load tens of thousands of
         // rows, spread over the events table, its two indexes and
         // `health_latest`). With SQLite's default 2 MiB the batch spilled
-        // pages to the WAL mid-transaction and read them back (issue 17).
+        // pages to the WAL mid-transaction and read them back.
         // Negative: KiB, an upper bound; pages are allocated as used.
         conn.pragma_update(None, "cache_size", -32_768)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
