@@ -1,6 +1,8 @@
 //! Error types of the CA and the one place where they become gRPC statuses.
 
+use axum::http::StatusCode;
 use protocol::WireError;
+use tonic::Code;
 
 use crate::store::{EnrollRefusal, RenewRefusal};
 use crate::trust::auth::AuthError;
@@ -86,6 +88,9 @@ pub enum ApiError {
     /// The request is malformed.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The CA is shutting down (its blocking pool no longer runs work).
+    #[error("the CA is shutting down")]
+    ShuttingDown,
 }
 
 impl From<WireError> for ApiError {
@@ -94,10 +99,40 @@ impl From<WireError> for ApiError {
     }
 }
 
-impl From<AuthError> for tonic::Status {
-    fn from(e: AuthError) -> Self {
-        let message = e.to_string();
-        match e {
+/// How one kind of error answers on each surface: the HTTP status with the
+/// `reason` of its error body (`{"error":{"reason","message"}}`), and the
+/// gRPC status code. Each error kind has one table of these, so the two
+/// surfaces cannot drift apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub http: StatusCode,
+    /// The error body's `reason`.
+    pub reason: &'static str,
+    /// The gRPC status code.
+    pub grpc: Code,
+}
+
+impl Answer {
+    const fn new(http: StatusCode, reason: &'static str, grpc: Code) -> Self {
+        Answer { http, reason, grpc }
+    }
+
+    /// The gRPC status with `message`.
+    pub fn status(self, message: impl Into<String>) -> tonic::Status {
+        tonic::Status::new(self.grpc, message)
+    }
+}
+
+impl AuthError {
+    /// How this refusal answers over HTTP and gRPC.
+    pub fn answer(&self) -> Answer {
+        const UNAUTHENTICATED: Answer = Answer::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            Code::Unauthenticated,
+        );
+        match self {
             AuthError::MissingToken
             | AuthError::Malformed
             | AuthError::UnknownToken
@@ -108,14 +143,34 @@ impl From<AuthError> for tonic::Status {
             | AuthError::BadCertificate(_)
             | AuthError::UnknownCertificate(_)
             | AuthError::CertificateRevoked { .. }
-            | AuthError::CertificateExpired(_) => tonic::Status::unauthenticated(message),
-            AuthError::MissingScope { .. }
-            | AuthError::UnknownGroup(_)
+            | AuthError::CertificateExpired(_) => UNAUTHENTICATED,
+            AuthError::MissingScope { .. } => {
+                Answer::new(StatusCode::FORBIDDEN, "forbidden", Code::PermissionDenied)
+            }
+            // Connector credentials: refused over gRPC only; an HTTP
+            // caller gets them as unauthorized.
+            AuthError::UnknownGroup(_)
             | AuthError::KeyRevoked(_)
-            | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
-            AuthError::Unavailable => tonic::Status::unavailable(message),
-            AuthError::Throttled => tonic::Status::resource_exhausted(message),
+            | AuthError::ConnectorDisabled(_) => Answer::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                Code::PermissionDenied,
+            ),
+            AuthError::Unavailable => {
+                Answer::new(StatusCode::UNAUTHORIZED, "unauthorized", Code::Unavailable)
+            }
+            AuthError::Throttled => Answer::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled",
+                Code::ResourceExhausted,
+            ),
         }
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(e: AuthError) -> Self {
+        e.answer().status(e.to_string())
     }
 }
 
@@ -136,12 +191,36 @@ impl From<SessionError> for tonic::Status {
     }
 }
 
+impl ApiError {
+    /// How this error answers over HTTP and gRPC.
+    pub fn answer(&self) -> Answer {
+        match self {
+            ApiError::Auth(a) => a.answer(),
+            ApiError::InvalidRequest(_) => Answer::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                Code::InvalidArgument,
+            ),
+            ApiError::ShuttingDown => Answer::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                Code::Unavailable,
+            ),
+        }
+    }
+
+    /// The message shown with it (an invalid request's own words).
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::InvalidRequest(m) => m.clone(),
+            _ => self.to_string(),
+        }
+    }
+}
+
 impl From<ApiError> for tonic::Status {
     fn from(e: ApiError) -> Self {
-        match e {
-            ApiError::Auth(a) => a.into(),
-            ApiError::InvalidRequest(m) => tonic::Status::invalid_argument(m),
-        }
+        e.answer().status(e.message())
     }
 }
 

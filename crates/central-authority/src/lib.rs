@@ -111,25 +111,8 @@ pub async fn run_with(
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    log_start(&authority, &grpc, &http);
     let state = authority.snapshot();
-    tracing::info!(
-        grpc = %grpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-        http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-        segments = state.policy().segments.len(),
-        groups = state.policy().connector_groups.len(),
-        strategy = %state.settings().strategy,
-        tls = authority.pki().is_some(),
-        data_dir = %state.settings().data_dir.display(),
-        "central authority listening"
-    );
-    for warning in &state.config.warnings {
-        tracing::warn!("{warning}");
-    }
-    if authority.pki().is_none() {
-        tracing::warn!(
-            "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"
-        );
-    }
     if let Some(path) = state.config.path.clone() {
         tokio::spawn(config::reload::watch_config(
             authority.clone(),
@@ -157,24 +140,7 @@ pub async fn run_with(
         stopped(stop_rx.clone()),
     ));
 
-    let hk = authority.clone();
-    let hk_stop = stopped(stop_rx.clone());
-    tokio::spawn(async move {
-        let mut hk_stop = std::pin::pin!(hk_stop);
-        let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
-        loop {
-            tokio::select! {
-                _ = &mut hk_stop => return,
-                _ = tick.tick() => {
-                    housekeeping::run_once(&hk, Instant::now());
-                    // A database write: off the async workers.
-                    if hk.pki().is_some() {
-                        let _ = hk.blocking(Authority::revoke_superseded).await;
-                    }
-                }
-            }
-        }
-    });
+    tokio::spawn(keep_house(authority.clone(), stopped(stop_rx.clone())));
 
     tokio::spawn(intake::transitions::run(
         authority.clone(),
@@ -197,4 +163,47 @@ pub async fn run_with(
     tokio::try_join!(grpc, http)?;
     tracing::info!("central authority stopped");
     Ok(())
+}
+
+/// Logs where the CA listens and with what, and its configuration's
+/// warnings.
+fn log_start(authority: &Authority, grpc: &TcpListener, http: &TcpListener) {
+    let state = authority.snapshot();
+    tracing::info!(
+        grpc = %grpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        segments = state.policy().segments.len(),
+        groups = state.policy().connector_groups.len(),
+        strategy = %state.settings().strategy,
+        tls = authority.pki().is_some(),
+        data_dir = %state.settings().data_dir.display(),
+        "central authority listening"
+    );
+    for warning in &state.config.warnings {
+        tracing::warn!("{warning}");
+    }
+    if authority.pki().is_none() {
+        tracing::warn!(
+            "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"
+        );
+    }
+}
+
+/// Runs `housekeeping::run_once` every `HOUSEKEEPING_EVERY` (and, with
+/// TLS, revokes superseded certificates) until `stop` resolves.
+async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                housekeeping::run_once(&hk, Instant::now());
+                // A database write: off the async workers.
+                if hk.pki().is_some() {
+                    let _ = hk.blocking(Authority::revoke_superseded).await;
+                }
+            }
+        }
+    }
 }

@@ -431,17 +431,10 @@ impl Authority {
         let mut decision = self.pick(&candidates, mode, strategy, proximity);
         let mut rechecking = Vec::new();
         if mode == HealthReporting::OnAccess {
-            // Nobody reachable, but some connector's latest result is Down
-            // or old: it may have come back. Re-check now (even within the
-            // forward interval) and wait for the answer before refusing.
-            let recheck = if decision == Decision::Refused(RefusalReason::AllDown) {
-                self.needs_recheck(segment, &key, &candidates, now)
-            } else {
-                Vec::new()
-            };
+            let all_down = decision == Decision::Refused(RefusalReason::AllDown);
             let caps = state.settings().window_caps();
             (explanation.forwarded_to, rechecking) =
-                self.forward_access(&key, &candidates, &recheck, caps, now);
+                self.forward_on_access(segment, &key, &candidates, all_down, caps, now);
         }
         let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
             || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
@@ -462,38 +455,15 @@ impl Authority {
             explanation.discovery_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-        // The selection's names are copied out first: the candidates then
-        // move into the explanation (`policy::explain_owned`).
-        let decision = match decision {
-            Decision::Selected { index } => Ok((
-                candidates[index].connector.clone(),
-                candidates[index].group.clone(),
-            )),
-            Decision::Refused(reason) => Err(reason),
-        };
-        explanation.selection = Some(policy::explain_owned(candidates, mode, strategy, proximity));
-        match decision {
-            Ok((connector, group)) => {
-                if strategy == Strategy::Group {
-                    explanation.chosen_group = Some(group.clone());
-                }
-                AccessOutcome {
-                    decision: Ok(Selected {
-                        connector,
-                        group,
-                        segment: key.segment,
-                    }),
-                    explanation,
-                }
-            }
-            Err(reason) => AccessOutcome {
-                decision: Err(Refusal {
-                    reason,
-                    message: refusal_message(reason, segment, &key, &state),
-                }),
-                explanation,
-            },
-        }
+        outcome(
+            explanation,
+            decision,
+            candidates,
+            (mode, strategy, proximity),
+            segment,
+            key,
+            &state,
+        )
     }
 
     /// On-access discovery: nothing is reachable yet, so wait (up to the
@@ -640,6 +610,29 @@ impl Authority {
         out
     }
 
+    /// Forwards the access to the candidates' connectors (on-access
+    /// segments). When nobody is reachable (`all_down`) but some
+    /// connector's latest result is Down or old, it may have come back:
+    /// those re-check now (even within the forward interval), and the
+    /// decision waits for their answer before refusing. Returns the
+    /// connectors forwarded to and those re-checking.
+    fn forward_on_access(
+        &self,
+        segment: &Segment,
+        key: &AppKey,
+        candidates: &[Candidate],
+        all_down: bool,
+        caps: Caps,
+        now: Instant,
+    ) -> (Vec<String>, Vec<String>) {
+        let recheck = if all_down {
+            self.needs_recheck(segment, key, candidates, now)
+        } else {
+            Vec::new()
+        };
+        self.forward_access(key, candidates, &recheck, caps, now)
+    }
+
     /// Forwards an access to the connected candidates, at most once per
     /// `access_forward_interval` per (application, connector) (held-back
     /// accesses follow as a renewal, see `renew_windows`), and starts or
@@ -749,6 +742,53 @@ impl Authority {
                 self.send_access(&name, &tx, (key, name.clone()), accessed, now);
             }
         }
+    }
+}
+
+/// The outcome of `decision` among `candidates` (decided under `how`: the
+/// segment's mode, the strategy and the user's proximity), with its
+/// explanation completed.
+fn outcome(
+    mut explanation: ExplanationView,
+    decision: Decision,
+    candidates: Vec<Candidate>,
+    how: (HealthReporting, Strategy, Proximity),
+    segment: &Segment,
+    key: AppKey,
+    state: &PolicyState,
+) -> AccessOutcome {
+    let (mode, strategy, proximity) = how;
+    // The selection's names are copied out first: the candidates then
+    // move into the explanation (`policy::explain_owned`).
+    let decision = match decision {
+        Decision::Selected { index } => Ok((
+            candidates[index].connector.clone(),
+            candidates[index].group.clone(),
+        )),
+        Decision::Refused(reason) => Err(reason),
+    };
+    explanation.selection = Some(policy::explain_owned(candidates, mode, strategy, proximity));
+    match decision {
+        Ok((connector, group)) => {
+            if strategy == Strategy::Group {
+                explanation.chosen_group = Some(group.clone());
+            }
+            AccessOutcome {
+                decision: Ok(Selected {
+                    connector,
+                    group,
+                    segment: key.segment,
+                }),
+                explanation,
+            }
+        }
+        Err(reason) => AccessOutcome {
+            decision: Err(Refusal {
+                reason,
+                message: refusal_message(reason, segment, &key, state),
+            }),
+            explanation,
+        },
     }
 }
 

@@ -151,7 +151,7 @@ impl HealthQuery for HealthQueryService {
             .authority
             .blocking(Authority::connectors)
             .await
-            .ok_or_else(|| Status::unavailable("the CA is shutting down"))?;
+            .ok_or(ApiError::ShuttingDown)?;
         Ok(Response::new(v1::ListConnectorsResponse {
             connectors: connectors
                 .into_iter()
@@ -169,17 +169,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), crate::RunError> {
     let max = protocol::MAX_MESSAGE_BYTES;
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for name in [
-        "reach.v1.ConnectorSession",
-        "reach.v1.Access",
-        "reach.v1.HealthQuery",
-        "reach.v1.Enrollment",
-    ] {
-        health
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
+    let health_service = health_service().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1()
@@ -199,33 +189,7 @@ pub async fn serve(
         limits.grpc_max_connections,
         limits.grpc_max_connections_per_source,
     );
-    let mut builder = tonic::transport::Server::builder()
-        // No connection lives forever: GOAWAY at the age, closed a minute
-        // later (connectors reconnect).
-        .max_connection_age(limits.grpc_max_connection_age)
-        .max_connection_age_grace(std::time::Duration::from_secs(60))
-        // Dead peers are noticed even when a connector sends nothing.
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
-        // Hostile input: bounded streams and headers per connection, and
-        // HTTP/2 reset floods end the offending connection only.
-        .max_concurrent_streams(settings.limits.max_concurrent_streams)
-        .http2_max_header_list_size(16 * 1024)
-        .http2_max_pending_accept_reset_streams(Some(20))
-        .http2_max_local_error_reset_streams(Some(100))
-        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
-    if let Some(pki) = authority.pki() {
-        let (cert, key) = pki.server_identity();
-        // Client certificates are optional at the TLS layer so that
-        // `Enroll` works before a connector has one; `Connect` refuses a
-        // session without one.
-        let tls = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert, key))
-            .client_ca_root(tonic::transport::Certificate::from_pem(&pki.issuer_pem))
-            .client_auth_optional(true)
-            .timeout(settings.handshake_timeout);
-        builder = builder.tls_config(tls)?;
-    }
+    let mut builder = transport(&authority, &settings)?;
     // Reflection lists every service and message: reconnaissance, so it
     // needs a `read` token (or `anonymous_read`) like the health query. The
     // standard health service stays open: load balancers probe it without
@@ -273,4 +237,58 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())
+}
+
+/// The standard health service, saying every reach service is serving.
+async fn health_service()
+-> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in [
+        "reach.v1.ConnectorSession",
+        "reach.v1.Access",
+        "reach.v1.HealthQuery",
+        "reach.v1.Enrollment",
+    ] {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    health_service
+}
+
+/// The gRPC server's transport: connection ages, keep-alives, the bounds
+/// against hostile input and, with TLS, the CA's certificate.
+fn transport(
+    authority: &Authority,
+    settings: &crate::config::Settings,
+) -> Result<tonic::transport::Server, crate::RunError> {
+    let limits = &settings.limits;
+    let mut builder = tonic::transport::Server::builder()
+        // No connection lives forever: GOAWAY at the age, closed a minute
+        // later (connectors reconnect).
+        .max_connection_age(limits.grpc_max_connection_age)
+        .max_connection_age_grace(std::time::Duration::from_secs(60))
+        // Dead peers are noticed even when a connector sends nothing.
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        // Hostile input: bounded streams and headers per connection, and
+        // HTTP/2 reset floods end the offending connection only.
+        .max_concurrent_streams(settings.limits.max_concurrent_streams)
+        .http2_max_header_list_size(16 * 1024)
+        .http2_max_pending_accept_reset_streams(Some(20))
+        .http2_max_local_error_reset_streams(Some(100))
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
+    if let Some(pki) = authority.pki() {
+        let (cert, key) = pki.server_identity();
+        // Client certificates are optional at the TLS layer so that
+        // `Enroll` works before a connector has one; `Connect` refuses a
+        // session without one.
+        let tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert, key))
+            .client_ca_root(tonic::transport::Certificate::from_pem(&pki.issuer_pem))
+            .client_auth_optional(true)
+            .timeout(settings.handshake_timeout);
+        builder = builder.tls_config(tls)?;
+    }
+    Ok(builder)
 }

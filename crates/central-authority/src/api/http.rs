@@ -32,6 +32,8 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
 use policy::{Location, Protocol};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -41,10 +43,11 @@ use crate::access::decide::{AccessRequest, Refusal};
 use crate::api::body::{
     AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
 };
+use crate::api::dashboard as assets;
+use crate::api::listen::{Admission, Deadlines, Handshaking, Ticket};
 use crate::error::ApiError;
 use crate::state::authority::Authority;
 use crate::state::warmup::Warmth;
-use crate::trust::auth::AuthError;
 
 type Shared = Arc<Authority>;
 
@@ -61,12 +64,9 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/", get(dashboard))
         .route("/app", get(dashboard_app))
         .route("/connectors", get(dashboard_connectors))
-        .route("/assets/dashboard.js", get(crate::api::dashboard::script))
-        .route("/assets/dashboard.css", get(crate::api::dashboard::style))
-        .route(
-            "/assets/dashboard-stream.js",
-            get(crate::api::dashboard::worker),
-        )
+        .route("/assets/dashboard.js", get(assets::script))
+        .route("/assets/dashboard.css", get(assets::style))
+        .route("/assets/dashboard-stream.js", get(assets::worker))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))
@@ -132,11 +132,6 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), crate::RunError> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto::Builder;
-
-    use crate::api::listen::{Admission, Deadlines};
-
     let settings = authority.snapshot().settings().clone();
     let limits = settings.limits.clone();
     let acceptor = match authority.pki() {
@@ -147,45 +142,20 @@ pub async fn serve(
         None => None,
     };
     let router = router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEADER_BYTES as usize * 4);
-    // No HTTP/2 keep-alive pings: they would keep an idle connection
-    // "moving"; `Deadlines` closes idle and dead peers instead.
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .max_header_list_size(MAX_HEADER_BYTES)
-        .max_pending_accept_reset_streams(Some(20))
-        .max_local_error_reset_streams(Some(100));
-    let builder = Arc::new(builder);
+    let server = Server {
+        builder: Arc::new(connection_builder(&limits)),
+        acceptor,
+        router,
+        handshake: settings.handshake_timeout,
+        limits: limits.clone(),
+    };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let admission = Admission::new(limits.http_max_connections_per_source);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        // Full: the connection idle longest (silent, mid-handshake, or
-        // between requests) gives way, so new clients are not locked out.
-        let permit = match slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                // One per new connection. Batches of 8 halved the wait of
-                // a user behind a crowd in the accept queue, but the
-                // crowd's faster churn overflowed the kernel's SYN queue
-                // and 0.2-2 % of new users were reset.
-                admission.evict_oldest_idle();
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    p = slots.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                }
-            }
+        let Some(permit) = slot(&slots, &admission, &mut shutdown).await else {
+            break;
         };
         let (tcp, peer) = tokio::select! {
             _ = &mut shutdown => break,
@@ -205,72 +175,11 @@ pub async fn serve(
         };
         let ticket = Arc::new(ticket);
         let _ = tcp.set_nodelay(true);
-        let (builder, acceptor, router) = (builder.clone(), acceptor.clone(), router.clone());
+        let server = server.clone();
         let watcher = graceful.watcher();
-        let handshake = settings.handshake_timeout;
-        let limits = limits.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let service = connection_service(router, peer, ticket.clone(), limits.body_timeout);
-            let (first_byte, idle) = (limits.first_byte_timeout, limits.idle_timeout);
-            let serve = async {
-                match acceptor {
-                    Some(acceptor) => {
-                        // The first byte (of the ClientHello) within
-                        // `first_byte_timeout`, the whole handshake within
-                        // the handshake timeout, both counted from accept.
-                        let handshaken = tokio::time::timeout(handshake, async {
-                            let mut first = [0u8; 1];
-                            match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
-                                Ok(Ok(n)) if n > 0 => {}
-                                _ => return Err("no first byte in time".to_owned()),
-                            }
-                            // Each byte of the handshake keeps it from
-                            // counting as idle (`Admission::evict_oldest_idle`).
-                            let tcp = crate::api::listen::Handshaking::new(tcp, ticket.clone());
-                            acceptor.accept(tcp).await.map_err(|e| e.to_string())
-                        })
-                        .await;
-                        let tls = match handshaken {
-                            Ok(Ok(mut tls)) => {
-                                // `Deadlines` records movement from here.
-                                tls.get_mut().0.done();
-                                tls
-                            }
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
-                                return Ok(());
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
-                                return Ok(());
-                            }
-                        };
-                        let conn = builder.serve_connection(
-                            TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
-                            service,
-                        );
-                        watcher.watch(conn.into_owned()).await
-                    }
-                    None => {
-                        let conn = builder.serve_connection(
-                            TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
-                            service,
-                        );
-                        watcher.watch(conn.into_owned()).await
-                    }
-                }
-            };
-            let result = tokio::select! {
-                r = serve => r,
-                () = ticket.evicted() => {
-                    tracing::debug!(%peer, "HTTPS: idle connection closed to make room");
-                    return;
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
-            }
+            server.connection(tcp, peer, ticket, watcher).await;
         });
     }
     drop(listener);
@@ -279,6 +188,150 @@ pub async fn serve(
         _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
     }
     Ok(())
+}
+
+/// HTTP/1.1 and HTTP/2 connection settings from the listener's limits.
+fn connection_builder(limits: &crate::config::Limits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES as usize * 4);
+    // No HTTP/2 keep-alive pings: they would keep an idle connection
+    // "moving"; `Deadlines` closes idle and dead peers instead.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(MAX_HEADER_BYTES)
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(100));
+    builder
+}
+
+/// A connection slot, waiting for one when all are taken; `None` when the
+/// CA stops meanwhile. Full: the connection idle longest (silent,
+/// mid-handshake, or between requests) gives way, so new clients are not
+/// locked out.
+async fn slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    admission: &Arc<Admission>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    // One per new connection. Batches of 8 halved the wait of a user
+    // behind a crowd in the accept queue, but the crowd's faster churn
+    // overflowed the kernel's SYN queue and 0.2-2 % of new users were
+    // reset.
+    admission.evict_oldest_idle();
+    tokio::select! {
+        _ = shutdown => None,
+        p = slots.clone().acquire_owned() => p.ok(),
+    }
+}
+
+/// What every connection of the HTTP listener is served with.
+#[derive(Clone)]
+struct Server {
+    builder: Arc<Builder<TokioExecutor>>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    handshake: std::time::Duration,
+    limits: crate::config::Limits,
+}
+
+impl Server {
+    /// Serves one accepted connection (after the TLS handshake, when TLS
+    /// is on) until it ends, the CA stops or it gives way to a new one.
+    async fn connection(
+        self,
+        tcp: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        ticket: Arc<Ticket>,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let service =
+            connection_service(self.router, peer, ticket.clone(), self.limits.body_timeout);
+        let (first_byte, idle) = (self.limits.first_byte_timeout, self.limits.idle_timeout);
+        let builder = self.builder;
+        let serve = async {
+            match self.acceptor {
+                Some(acceptor) => {
+                    let handshake = self.handshake;
+                    let Some(tls) =
+                        tls_handshake(&acceptor, tcp, peer, &ticket, first_byte, handshake).await
+                    else {
+                        return Ok(());
+                    };
+                    let conn = builder.serve_connection(
+                        TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
+                        service,
+                    );
+                    watcher.watch(conn.into_owned()).await
+                }
+                None => {
+                    let conn = builder.serve_connection(
+                        TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
+                        service,
+                    );
+                    watcher.watch(conn.into_owned()).await
+                }
+            }
+        };
+        let result = tokio::select! {
+            r = serve => r,
+            () = ticket.evicted() => {
+                tracing::debug!(%peer, "HTTPS: idle connection closed to make room");
+                return;
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+        }
+    }
+}
+
+/// The TLS handshake of an accepted connection: the first byte (of the
+/// ClientHello) within `first_byte`, the whole handshake within
+/// `handshake`, both counted from accept. `None` (logged) when it failed.
+async fn tls_handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    ticket: &Arc<Ticket>,
+    first_byte: std::time::Duration,
+    handshake: std::time::Duration,
+) -> Option<tokio_rustls::server::TlsStream<Handshaking<tokio::net::TcpStream>>> {
+    let handshaken = tokio::time::timeout(handshake, async {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err("no first byte in time".to_owned()),
+        }
+        // Each byte of the handshake keeps it from counting as idle
+        // (`Admission::evict_oldest_idle`).
+        let tcp = Handshaking::new(tcp, ticket.clone());
+        acceptor.accept(tcp).await.map_err(|e| e.to_string())
+    })
+    .await;
+    match handshaken {
+        Ok(Ok(mut tls)) => {
+            // `Deadlines` records movement from here.
+            tls.get_mut().0.done();
+            Some(tls)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
+            None
+        }
+    }
 }
 
 /// The address a request came from (a request extension the listener
@@ -341,26 +394,15 @@ fn connection_service(
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let message = self.to_string();
-        match self {
-            ApiError::InvalidRequest(m) => {
-                error_body(StatusCode::BAD_REQUEST, "invalid_request", &m, None)
-            }
-            ApiError::Auth(AuthError::MissingScope { .. }) => {
-                error_body(StatusCode::FORBIDDEN, "forbidden", &message, None)
-            }
-            ApiError::Auth(AuthError::Throttled) => {
-                error_body(StatusCode::TOO_MANY_REQUESTS, "throttled", &message, None)
-            }
-            ApiError::Auth(_) => {
-                let mut r = error_body(StatusCode::UNAUTHORIZED, "unauthorized", &message, None);
-                r.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Bearer"),
-                );
-                r
-            }
+        let answer = self.answer();
+        let mut r = error_body(answer.http, answer.reason, &self.message(), None);
+        if answer.http == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
         }
+        r
     }
 }
 
@@ -973,12 +1015,7 @@ async fn admin<T: Send + 'static>(
 
 /// The answer when blocking work cannot run because the runtime stops.
 fn shutting_down() -> Response {
-    error_body(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        "the CA is shutting down",
-        None,
-    )
+    ApiError::ShuttingDown.into_response()
 }
 
 /// `GET /api/v1/replicas`: the CA replicas sharing this one's store, with

@@ -118,110 +118,8 @@ impl StateMetrics {
         check_budget: u64,
     ) -> Self {
         let mut registry = Registry::with_prefix("reach_ca");
-
-        let by_status = Family::<StatusLabel, Gauge>::default();
-        // Every status gets a series, zero included, so a panel or an alert
-        // on "down > 0" sees 0 rather than no data.
-        for status in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
-            let n = applications.iter().filter(|a| a.status == status).count();
-            by_status
-                .get_or_create(&StatusLabel {
-                    status: status.as_str().to_owned(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        registry.register(
-            "applications",
-            "Visible applications by overall status (the best over their connectors)",
-            by_status,
-        );
-
-        // Only Down applications get a series: at 10,000 applications a
-        // series each would make every scrape megabytes for a value that is
-        // nearly always "not down".
-        let down = Family::<ApplicationLabels, Gauge>::default();
-        for a in applications.iter().filter(|a| a.status == Status::Down) {
-            down.get_or_create(&ApplicationLabels {
-                segment: a.segment.clone(),
-                host: a.host.clone(),
-                protocol: a.protocol.as_str().to_owned(),
-                port: a.port,
-            })
-            .set(1);
-        }
-        registry.register(
-            "application_down",
-            "1 for each application whose overall status is Down (no connector reaches it); other applications have no series",
-            down,
-        );
-
-        let connected = Family::<ConnectorLabels, Gauge>::default();
-        let over_budget = Family::<ConnectorLabels, Gauge>::default();
-        let checks_per_cycle = Family::<ConnectorLabels, Gauge>::default();
-        let checks_per_second = Family::<ConnectorLabels, Gauge<f64, AtomicU64>>::default();
-        let last_seen = Family::<ConnectorLabels, Gauge>::default();
-        let cert_expiry = Family::<ConnectorLabels, Gauge>::default();
-        // A disabled connector is disconnected on purpose: it gets no
-        // series, so "disconnected" means a connector that should be there.
-        for c in connectors.iter().filter(|c| !c.disabled) {
-            let labels = ConnectorLabels {
-                connector: c.name.clone(),
-                group: c.group.clone(),
-            };
-            connected.get_or_create(&labels).set(i64::from(c.connected));
-            over_budget
-                .get_or_create(&labels)
-                .set(i64::from(c.over_budget));
-            checks_per_cycle
-                .get_or_create(&labels)
-                .set(i64::try_from(c.checks_per_cycle).unwrap_or(i64::MAX));
-            // The load a disconnected connector reported last is history,
-            // not its rate now.
-            if let Some(load) = c.load.as_ref().filter(|_| c.connected) {
-                checks_per_second
-                    .get_or_create(&labels)
-                    .set(load.checks_per_second);
-            }
-            if let Some(t) = c.last_seen {
-                last_seen
-                    .get_or_create(&labels)
-                    .set(i64::try_from(t / 1000).unwrap_or(i64::MAX));
-            }
-            if let Some(t) = c.certificate_not_after {
-                cert_expiry.get_or_create(&labels).set(t.div_euclid(1000));
-            }
-        }
-        registry.register(
-            "connector_connected",
-            "1 when the connector has a live session with the CA, 0 when it is known but disconnected (disabled connectors have no series)",
-            connected,
-        );
-        registry.register(
-            "connector_over_budget",
-            "1 when the connector's checks per cycle exceed the check budget",
-            over_budget,
-        );
-        registry.register(
-            "connector_checks_per_cycle",
-            "The CA's estimate of the connector's checks per full cycle",
-            checks_per_cycle,
-        );
-        registry.register(
-            "connector_checks_per_second",
-            "Checks per second a connected connector last reported starting",
-            checks_per_second,
-        );
-        registry.register(
-            "connector_last_seen_timestamp_seconds",
-            "When the CA last heard from the connector, Unix seconds",
-            last_seen,
-        );
-        registry.register(
-            "connector_certificate_expiry_timestamp_seconds",
-            "End of the validity of the connector's current certificate, Unix seconds",
-            cert_expiry,
-        );
-
+        register_applications(&mut registry, applications);
+        register_connectors(&mut registry, connectors);
         let budget: Gauge = Gauge::default();
         budget.set(i64::try_from(check_budget).unwrap_or(i64::MAX));
         registry.register(
@@ -246,6 +144,115 @@ impl StateMetrics {
 
         StateMetrics { registry }
     }
+}
+
+/// The gauges of the applications: how many by status, and which are down.
+fn register_applications<T>(registry: &mut Registry, applications: &[Row<T>]) {
+    let by_status = Family::<StatusLabel, Gauge>::default();
+    // Every status gets a series, zero included, so a panel or an alert
+    // on "down > 0" sees 0 rather than no data.
+    for status in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+        let n = applications.iter().filter(|a| a.status == status).count();
+        by_status
+            .get_or_create(&StatusLabel {
+                status: status.as_str().to_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "applications",
+        "Visible applications by overall status (the best over their connectors)",
+        by_status,
+    );
+
+    // Only Down applications get a series: at 10,000 applications a
+    // series each would make every scrape megabytes for a value that is
+    // nearly always "not down".
+    let down = Family::<ApplicationLabels, Gauge>::default();
+    for a in applications.iter().filter(|a| a.status == Status::Down) {
+        down.get_or_create(&ApplicationLabels {
+            segment: a.segment.clone(),
+            host: a.host.clone(),
+            protocol: a.protocol.as_str().to_owned(),
+            port: a.port,
+        })
+        .set(1);
+    }
+    registry.register(
+        "application_down",
+        "1 for each application whose overall status is Down (no connector reaches it); other applications have no series",
+        down,
+    );
+}
+
+/// The per-connector gauges.
+fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
+    let connected = Family::<ConnectorLabels, Gauge>::default();
+    let over_budget = Family::<ConnectorLabels, Gauge>::default();
+    let checks_per_cycle = Family::<ConnectorLabels, Gauge>::default();
+    let checks_per_second = Family::<ConnectorLabels, Gauge<f64, AtomicU64>>::default();
+    let last_seen = Family::<ConnectorLabels, Gauge>::default();
+    let cert_expiry = Family::<ConnectorLabels, Gauge>::default();
+    // A disabled connector is disconnected on purpose: it gets no
+    // series, so "disconnected" means a connector that should be there.
+    for c in connectors.iter().filter(|c| !c.disabled) {
+        let labels = ConnectorLabels {
+            connector: c.name.clone(),
+            group: c.group.clone(),
+        };
+        connected.get_or_create(&labels).set(i64::from(c.connected));
+        over_budget
+            .get_or_create(&labels)
+            .set(i64::from(c.over_budget));
+        checks_per_cycle
+            .get_or_create(&labels)
+            .set(i64::try_from(c.checks_per_cycle).unwrap_or(i64::MAX));
+        // The load a disconnected connector reported last is history,
+        // not its rate now.
+        if let Some(load) = c.load.as_ref().filter(|_| c.connected) {
+            checks_per_second
+                .get_or_create(&labels)
+                .set(load.checks_per_second);
+        }
+        if let Some(t) = c.last_seen {
+            last_seen
+                .get_or_create(&labels)
+                .set(i64::try_from(t / 1000).unwrap_or(i64::MAX));
+        }
+        if let Some(t) = c.certificate_not_after {
+            cert_expiry.get_or_create(&labels).set(t.div_euclid(1000));
+        }
+    }
+    registry.register(
+        "connector_connected",
+        "1 when the connector has a live session with the CA, 0 when it is known but disconnected (disabled connectors have no series)",
+        connected,
+    );
+    registry.register(
+        "connector_over_budget",
+        "1 when the connector's checks per cycle exceed the check budget",
+        over_budget,
+    );
+    registry.register(
+        "connector_checks_per_cycle",
+        "The CA's estimate of the connector's checks per full cycle",
+        checks_per_cycle,
+    );
+    registry.register(
+        "connector_checks_per_second",
+        "Checks per second a connected connector last reported starting",
+        checks_per_second,
+    );
+    registry.register(
+        "connector_last_seen_timestamp_seconds",
+        "When the CA last heard from the connector, Unix seconds",
+        last_seen,
+    );
+    registry.register(
+        "connector_certificate_expiry_timestamp_seconds",
+        "End of the validity of the connector's current certificate, Unix seconds",
+        cert_expiry,
+    );
 }
 
 /// The end of the validity of the first certificate in `pem`, Unix seconds.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::api::listing::Row;
 use crate::state::authority::Authority;
 use crate::state::clock::unix_ms;
-use crate::state::health::{Transition, UnknownCause};
+use crate::state::health::{Report, Transition, UnknownCause};
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{ConnSnap, ConnSnaps};
 
@@ -47,7 +47,9 @@ pub struct ConnectorHealthView {
     pub dns_error: Option<String>,
     /// The connector's smoothed RTT to the application in milliseconds
     /// (what the `nearest` strategy compares), once it reported one.
-    pub smoothed_rtt_ms: Option<f64>,
+    #[serde(rename = "smoothed_rtt_ms", serialize_with = "millis")]
+    #[schema(value_type = Option<f64>)]
+    pub smoothed_rtt: Option<Duration>,
 }
 
 /// One address's result.
@@ -62,7 +64,9 @@ pub struct AddressView {
     #[schema(schema_with = crate::api::schema::method)]
     pub method: Method,
     /// Round-trip time in milliseconds (`null` when the check failed).
-    pub rtt_ms: Option<f64>,
+    #[serde(rename = "rtt_ms", serialize_with = "millis")]
+    #[schema(value_type = Option<f64>)]
+    pub rtt: Option<Duration>,
     /// Why it failed (`"refused: connection refused"`), `null` when it did not.
     pub error: Option<String>,
     /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
@@ -80,7 +84,7 @@ impl From<&AddressResult> for AddressView {
                 Status::Down
             },
             method: r.method,
-            rtt_ms: r.reachable.then_some(r.rtt.as_secs_f64() * 1000.0),
+            rtt: r.reachable.then_some(r.rtt),
             error: r.failure.as_ref().map(|f| {
                 if f.detail.is_empty() {
                     f.kind.to_string()
@@ -91,6 +95,12 @@ impl From<&AddressResult> for AddressView {
             failure: r.failure.as_ref().map(|f| f.kind),
         }
     }
+}
+
+/// A round-trip time as the JSON API shows it: (fractional) milliseconds.
+/// Inside the CA it stays a `Duration`.
+fn millis<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&d.map(|d| d.as_secs_f64() * 1000.0), s)
 }
 
 /// A status transition for the dashboard.
@@ -454,35 +464,8 @@ impl Authority {
             .filter(|s| !s.client_hostname_validation)
             .map(|s| (s.name.as_str(), s))
             .collect();
-        // Every exact host × port of every mode: on-access ones nobody
-        // accessed and `none` ones are listed too, with a note.
-        let mut keys: BTreeSet<AppKey> = BTreeSet::new();
-        for s in &policy.segments {
-            if segments.contains_key(s.name.as_str()) && !listed_per_entry(s) {
-                keys.extend(s.applications());
-            }
-        }
-        keys.extend(
-            self.health()
-                .keys()
-                .into_iter()
-                .filter(|k| segments.contains_key(k.segment.as_str())),
-        );
-        // The connector named by the filter, when it is in the registry.
-        let named = filter.connector.and_then(|n| ctx.conns.get(n));
-        // Per segment: whether a connector of the registry already makes
-        // it pass the group / connector filter.
-        let served: HashMap<&str, (bool, bool)> = segments
-            .iter()
-            .map(|(name, s)| {
-                let group = filter
-                    .group
-                    .is_none_or(|g| s.served_by(g) && ctx.conns.values().any(|c| c.group == g));
-                let conn =
-                    filter.connector.is_none() || named.is_some_and(|c| s.served_by(&c.group));
-                (*name, (group, conn))
-            })
-            .collect();
+        let keys = self.listed_keys(&policy.segments, &segments);
+        let served = served_by_registry(ctx, &segments, filter);
 
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -534,24 +517,28 @@ impl Authority {
             ));
         }
         if filter.group.is_none() && filter.connector.is_none() {
-            for s in &policy.segments {
-                if segments.contains_key(s.name.as_str()) {
-                    out.extend(discovery_rows(s).into_iter().map(|v| Row {
-                        segment: v.segment.clone(),
-                        ip: None,
-                        host: v.host.clone(),
-                        protocol: v.protocol,
-                        port: v.port,
-                        mode: v.health_reporting,
-                        status: v.status,
-                        changed: 0,
-                        noted: true,
-                        item: RowItem::Entry(Box::new(v)),
-                    }));
-                }
-            }
+            out.extend(entry_rows(&policy.segments, &segments));
         }
         out
+    }
+
+    /// The applications listed of the `shown` segments: every exact host ×
+    /// port of every mode (on-access ones nobody accessed and `none` ones
+    /// too, with a note), and whatever the health table holds.
+    fn listed_keys(&self, all: &[Segment], shown: &HashMap<&str, &Segment>) -> BTreeSet<AppKey> {
+        let mut keys: BTreeSet<AppKey> = BTreeSet::new();
+        for s in all {
+            if shown.contains_key(s.name.as_str()) && !listed_per_entry(s) {
+                keys.extend(s.applications());
+            }
+        }
+        keys.extend(
+            self.health()
+                .keys()
+                .into_iter()
+                .filter(|k| shown.contains_key(k.segment.as_str())),
+        );
+        keys
     }
 
     /// The overall status and latest change of `key` from its reports
@@ -635,7 +622,7 @@ impl Authority {
 
     /// The full view of one application.
     fn view(&self, ctx: &Ctx, segment: &Segment, key: AppKey) -> ApplicationView {
-        let (state, conns, now) = (&ctx.state, &ctx.conns, ctx.now);
+        let conns = &ctx.conns;
         let (reports, transitions) = self.health().app(&key).unwrap_or_default();
         // Every known connector of the segment's groups, plus any that
         // reported (it may have changed group since).
@@ -650,65 +637,8 @@ impl Authority {
         let mut connectors = Vec::new();
         for (name, group) in names {
             let view = match reports.get(name) {
-                Some(r) => {
-                    let live = segment.health_reporting != HealthReporting::OnAccess
-                        || self.on_access().is_live(&key, name, now);
-                    let age = now.saturating_duration_since(r.checked_at);
-                    let (status, cause) = Self::effective(
-                        state,
-                        segment,
-                        r.status,
-                        age,
-                        conns.get(name).map(ConnSnap::link),
-                        live,
-                    );
-                    // A result no verified access asked for is listed,
-                    // with why no decision rests on it.
-                    let cause = match cause {
-                        Some(UnknownCause::WindowExpired)
-                            if self.on_access().is_unsolicited(&key, name, now) =>
-                        {
-                            Some(UnknownCause::Unsolicited)
-                        }
-                        other => other,
-                    };
-                    let cause = cause.or(r.unknown_cause);
-                    ConnectorHealthView {
-                        connector: name.to_owned(),
-                        group: group.to_owned(),
-                        status,
-                        unknown_cause: (status == Status::Unknown)
-                            .then(|| cause.map_or("no_report", |c| c.as_str())),
-                        reported_at: Some(unix_ms(r.received_wall)),
-                        report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
-                        checked_age_ms: Some(ms(age)),
-                        checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
-                        addresses: if status == Status::Unknown {
-                            Vec::new()
-                        } else {
-                            r.addresses.iter().map(AddressView::from).collect()
-                        },
-                        dns_error: r.dns_error.clone(),
-                        smoothed_rtt_ms: r.rtt.map(|d| d.as_secs_f64() * 1000.0),
-                    }
-                }
-                None => ConnectorHealthView {
-                    connector: name.to_owned(),
-                    group: group.to_owned(),
-                    status: Status::Unknown,
-                    unknown_cause: Some(if conns.get(name).is_some_and(|c| c.connected) {
-                        "no_report"
-                    } else {
-                        "disconnected"
-                    }),
-                    reported_at: None,
-                    report_age_ms: None,
-                    checked_age_ms: None,
-                    checked_at: None,
-                    addresses: Vec::new(),
-                    dns_error: None,
-                    smoothed_rtt_ms: None,
-                },
+                Some(r) => self.reported_view(ctx, segment, &key, (name, group), r),
+                None => unreported_view(name, group, conns.get(name).is_some_and(|c| c.connected)),
             };
             connectors.push(view);
         }
@@ -734,6 +664,58 @@ impl Authority {
             health_reporting: segment.health_reporting,
             connectors,
             transitions: transitions.iter().map(transition_view).collect(),
+        }
+    }
+
+    /// One connector's view of an application it reported on.
+    fn reported_view(
+        &self,
+        ctx: &Ctx,
+        segment: &Segment,
+        key: &AppKey,
+        (name, group): (&str, &str),
+        r: &Report,
+    ) -> ConnectorHealthView {
+        let (state, conns, now) = (&ctx.state, &ctx.conns, ctx.now);
+        let live = segment.health_reporting != HealthReporting::OnAccess
+            || self.on_access().is_live(key, name, now);
+        let age = now.saturating_duration_since(r.checked_at);
+        let (status, cause) = Self::effective(
+            state,
+            segment,
+            r.status,
+            age,
+            conns.get(name).map(ConnSnap::link),
+            live,
+        );
+        // A result no verified access asked for is listed,
+        // with why no decision rests on it.
+        let cause = match cause {
+            Some(UnknownCause::WindowExpired)
+                if self.on_access().is_unsolicited(key, name, now) =>
+            {
+                Some(UnknownCause::Unsolicited)
+            }
+            other => other,
+        };
+        let cause = cause.or(r.unknown_cause);
+        ConnectorHealthView {
+            connector: name.to_owned(),
+            group: group.to_owned(),
+            status,
+            unknown_cause: (status == Status::Unknown)
+                .then(|| cause.map_or("no_report", |c| c.as_str())),
+            reported_at: Some(unix_ms(r.received_wall)),
+            report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
+            checked_age_ms: Some(ms(age)),
+            checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
+            addresses: if status == Status::Unknown {
+                Vec::new()
+            } else {
+                r.addresses.iter().map(AddressView::from).collect()
+            },
+            dns_error: r.dns_error.clone(),
+            smoothed_rtt: r.rtt,
         }
     }
 
@@ -816,6 +798,70 @@ impl Authority {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+}
+
+/// Per segment: whether a connector of the registry already makes it pass
+/// the group / connector filter.
+fn served_by_registry<'s>(
+    ctx: &Ctx,
+    segments: &HashMap<&'s str, &Segment>,
+    filter: &RowFilter<'_>,
+) -> HashMap<&'s str, (bool, bool)> {
+    // The connector named by the filter, when it is in the registry.
+    let named = filter.connector.and_then(|n| ctx.conns.get(n));
+    segments
+        .iter()
+        .map(|(name, s)| {
+            let group = filter
+                .group
+                .is_none_or(|g| s.served_by(g) && ctx.conns.values().any(|c| c.group == g));
+            let conn = filter.connector.is_none() || named.is_some_and(|c| s.served_by(&c.group));
+            (*name, (group, conn))
+        })
+        .collect()
+}
+
+/// The per-entry rows of the `shown` segments (`discovery_rows`).
+fn entry_rows(all: &[Segment], shown: &HashMap<&str, &Segment>) -> Vec<Row<RowItem>> {
+    let mut out = Vec::new();
+    for s in all {
+        if shown.contains_key(s.name.as_str()) {
+            out.extend(discovery_rows(s).into_iter().map(|v| Row {
+                segment: v.segment.clone(),
+                ip: None,
+                host: v.host.clone(),
+                protocol: v.protocol,
+                port: v.port,
+                mode: v.health_reporting,
+                status: v.status,
+                changed: 0,
+                noted: true,
+                item: RowItem::Entry(Box::new(v)),
+            }));
+        }
+    }
+    out
+}
+
+/// The view of a connector that has no report on an application.
+fn unreported_view(name: &str, group: &str, connected: bool) -> ConnectorHealthView {
+    ConnectorHealthView {
+        connector: name.to_owned(),
+        group: group.to_owned(),
+        status: Status::Unknown,
+        unknown_cause: Some(if connected {
+            "no_report"
+        } else {
+            "disconnected"
+        }),
+        reported_at: None,
+        report_age_ms: None,
+        checked_age_ms: None,
+        checked_at: None,
+        addresses: Vec::new(),
+        dns_error: None,
+        smoothed_rtt: None,
     }
 }
 
@@ -931,7 +977,9 @@ impl ApplicationView {
                             address: a.address.clone(),
                             status: v1::HealthStatus::from(a.status) as i32,
                             method: v1::CheckMethod::from(a.method) as i32,
-                            rtt_us: a.rtt_ms.map_or(0, |m| (m * 1000.0) as u64),
+                            rtt_us: a
+                                .rtt
+                                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
                             failure: a
                                 .failure
                                 .map_or(v1::FailureKind::Unspecified, v1::FailureKind::from)

@@ -23,9 +23,12 @@ use crate::state::counters::Metrics;
 use crate::state::health::{HealthTable, UnknownCause};
 use crate::state::on_access::OnAccess;
 use crate::state::policy_state::{PolicyState, app_allowed};
-use crate::state::registry::{Link, LiveSession, Registry};
+use crate::state::registry::{Link, LiveSession, Outbound, Registry};
 use crate::state::sync::{lock, read, write};
 use crate::store::Store;
+
+/// A connector's assignment: its segments and settings on the wire.
+type Assignment = (Vec<v1::Segment>, v1::ConnectorSettings);
 
 /// The CA's shared state. One per `run`; handed around as `Arc<Authority>`.
 #[derive(Debug)]
@@ -432,32 +435,7 @@ impl Authority {
     /// assignment changed, and closes sessions whose group was removed or
     /// whose provisioning key changed.
     pub fn apply(&self, mut config: Config) {
-        {
-            // The data directory and TLS material are opened once, at start.
-            let before = self.snapshot();
-            let (a, b) = (before.settings(), &mut config.settings);
-            if a.data_dir != b.data_dir
-                || a.tls_enabled != b.tls_enabled
-                || a.tls != b.tls
-                || a.store != b.store
-                || a.replica_id != b.replica_id
-                || a.connector_cert_validity != b.connector_cert_validity
-                || a.handshake_timeout != b.handshake_timeout
-                || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
-                || a.limits.max_connections != b.limits.max_connections
-            {
-                tracing::warn!(
-                    "[server] data_dir, [tls], [store], [replica] and listener [limits] changed; they take effect only after a restart"
-                );
-            }
-            b.data_dir = a.data_dir.clone();
-            b.store = a.store.clone();
-            b.replica_id = a.replica_id.clone();
-            b.tls_enabled = a.tls_enabled;
-            b.tls = a.tls.clone();
-            b.connector_cert_validity = a.connector_cert_validity;
-            b.handshake_timeout = a.handshake_timeout;
-        }
+        keep_restart_settings(self.snapshot().settings(), &mut config.settings);
         let new = Arc::new(PolicyState::new(config));
         let old = std::mem::replace(&mut *write(&self.policy), new.clone());
         self.policy_version.fetch_add(1, Ordering::Release);
@@ -501,6 +479,17 @@ impl Authority {
             }
             None
         });
+        self.push_updates(updates);
+        for (name, session, reason) in closed {
+            self.close_session(&name, session, reason);
+        }
+        self.recompute_budgets();
+        self.bump();
+    }
+
+    /// Pushes each connector its new assignment (`PolicyUpdate`); one whose
+    /// queue is full is closed instead.
+    fn push_updates(&self, updates: Vec<(String, Outbound, Assignment)>) {
         for (name, tx, (segments, settings)) in updates {
             let count = segments.len();
             let msg = v1::AuthorityMessage {
@@ -518,11 +507,6 @@ impl Authority {
                 self.close_connector(&name, "outbound queue full during policy update");
             }
         }
-        for (name, session, reason) in closed {
-            self.close_session(&name, session, reason);
-        }
-        self.recompute_budgets();
-        self.bump();
     }
 
     /// Recomputes every connector's check-load estimate (continuous targets
@@ -545,4 +529,33 @@ impl Authority {
         }
         due
     }
+}
+
+/// Carries over from the settings in force (`a`) those a reload cannot
+/// change (`b` is the new configuration's): the data directory, TLS
+/// material, store, replica id and listener limits are taken once, at
+/// start. Warns when the new file changes them.
+fn keep_restart_settings(a: &crate::config::Settings, b: &mut crate::config::Settings) {
+    // The data directory and TLS material are opened once, at start.
+    if a.data_dir != b.data_dir
+        || a.tls_enabled != b.tls_enabled
+        || a.tls != b.tls
+        || a.store != b.store
+        || a.replica_id != b.replica_id
+        || a.connector_cert_validity != b.connector_cert_validity
+        || a.handshake_timeout != b.handshake_timeout
+        || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
+        || a.limits.max_connections != b.limits.max_connections
+    {
+        tracing::warn!(
+            "[server] data_dir, [tls], [store], [replica] and listener [limits] changed; they take effect only after a restart"
+        );
+    }
+    b.data_dir = a.data_dir.clone();
+    b.store = a.store.clone();
+    b.replica_id = a.replica_id.clone();
+    b.tls_enabled = a.tls_enabled;
+    b.tls = a.tls.clone();
+    b.connector_cert_validity = a.connector_cert_validity;
+    b.handshake_timeout = a.handshake_timeout;
 }

@@ -78,109 +78,108 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("reach_ca");
-        let connectors_connected = Gauge::default();
-        let reports_received = Counter::default();
-        let reports_rejected = Counter::default();
-        let decisions = Family::<OutcomeLabel, Counter>::default();
-        let decision_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
-        let access_events_forwarded = Counter::default();
-        let windows_refused = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("reach_ca"),
+            decision_series: Default::default(),
+            connectors_connected: Gauge::default(),
+            reports_received: Counter::default(),
+            reports_rejected: Counter::default(),
+            decisions: Family::default(),
+            decision_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
+            access_events_forwarded: Counter::default(),
+            windows_refused: Family::default(),
+            unsolicited_entries: Counter::default(),
+            reloads: Family::default(),
+            messages_rate_limited: Counter::default(),
+            reports_deferred: Counter::default(),
+            enrollments: Family::default(),
+            sessions_refused: Family::default(),
+            throttled: Family::default(),
+        };
+        // The exposition lists families in registration order.
+        metrics.register_refusals();
+        metrics.register_traffic();
+        metrics
+    }
+}
+
+impl Metrics {
+    /// Registers the families of refused or held-back work.
+    fn register_refusals(&mut self) {
+        self.registry.register(
             "on_access_windows_refused",
             "On-access windows refused by max_windows_per_connector or max_windows_per_segment, by origin (access or report)",
-            windows_refused.clone(),
+            self.windows_refused.clone(),
         );
-        let unsolicited_entries = Counter::default();
-        registry.register(
+        self.registry.register(
             "on_access_unsolicited_entries",
             "On-access report entries no verified access asked for (stored, never routed on)",
-            unsolicited_entries.clone(),
+            self.unsolicited_entries.clone(),
         );
-        let reloads = Family::<OutcomeLabel, Counter>::default();
-        let messages_rate_limited = Counter::default();
-        let reports_deferred = Counter::default();
-        let enrollments = Family::<OutcomeLabel, Counter>::default();
-        let sessions_refused = Family::<OutcomeLabel, Counter>::default();
-        let throttled = Family::<ThrottleLabel, Counter>::default();
-        registry.register(
+        self.registry.register(
             "throttled",
             "Token and enrollment attempts refused unevaluated after too many failures, by the limit (source address or whole CA)",
-            throttled.clone(),
+            self.throttled.clone(),
         );
-        registry.register(
+        self.registry.register(
             "messages_rate_limited",
             "Connector messages dropped by the per-connector rate cap",
-            messages_rate_limited.clone(),
+            self.messages_rate_limited.clone(),
         );
-        registry.register(
+        self.registry.register(
             "reports_deferred",
             "Connector reports refused with flow control (re-sent by the connector)",
-            reports_deferred.clone(),
+            self.reports_deferred.clone(),
         );
-        registry.register(
+        self.registry.register(
             "enrollments",
             "Connector enrollments by outcome (enrolled or the refusal)",
-            enrollments.clone(),
+            self.enrollments.clone(),
         );
-        registry.register(
+        self.registry.register(
             "sessions_refused",
             "Connector sessions refused at authentication, by reason",
-            sessions_refused.clone(),
+            self.sessions_refused.clone(),
         );
-        registry.register(
+    }
+
+    /// Registers the families of sessions, reports, decisions and reloads.
+    fn register_traffic(&mut self) {
+        self.registry.register(
             "connectors_connected",
             "Connectors with a live session",
-            connectors_connected.clone(),
+            self.connectors_connected.clone(),
         );
-        registry.register(
+        self.registry.register(
             "reports_received",
             "Application health results accepted from connectors",
-            reports_received.clone(),
+            self.reports_received.clone(),
         );
-        registry.register(
+        self.registry.register(
             "reports_rejected",
             "Application health results rejected (malformed or not served by the connector's group)",
-            reports_rejected.clone(),
+            self.reports_rejected.clone(),
         );
-        registry.register(
+        self.registry.register(
             "decisions",
             "Access decisions by outcome (selected or the refusal reason)",
-            decisions.clone(),
+            self.decisions.clone(),
         );
-        registry.register(
+        self.registry.register(
             "decision_duration_seconds",
             "Time to decide an access request, including on-access discovery",
-            decision_seconds.clone(),
+            self.decision_seconds.clone(),
         );
-        registry.register(
+        self.registry.register(
             "access_events_forwarded",
             "Access events forwarded to connectors (after coalescing)",
-            access_events_forwarded.clone(),
+            self.access_events_forwarded.clone(),
         );
-        registry.register(
+        self.registry.register(
             "config_reloads",
             "Configuration reloads by outcome (applied or rejected)",
-            reloads.clone(),
+            self.reloads.clone(),
         );
-        Metrics {
-            registry,
-            decision_series: Default::default(),
-            connectors_connected,
-            reports_received,
-            reports_rejected,
-            decisions,
-            decision_seconds,
-            access_events_forwarded,
-            windows_refused,
-            unsolicited_entries,
-            reloads,
-            messages_rate_limited,
-            reports_deferred,
-            enrollments,
-            sessions_refused,
-            throttled,
-        }
     }
 }
 

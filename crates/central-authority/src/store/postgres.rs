@@ -222,8 +222,26 @@ fn parse(
         config.application_name("reach-central-authority");
     }
     config.connect_timeout(Duration::from_secs(10));
+    let roots = root_store(root.as_deref(), mode)?;
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(format!("TLS: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok((config, MakeRustlsConnect::new(tls)))
+}
+
+/// The roots the server's certificate is verified against: the PEM file
+/// `root` (`sslrootcert`), or the system's unless TLS is off.
+fn root_store(
+    root: Option<&std::path::Path>,
+    mode: SslMode,
+) -> Result<rustls::RootCertStore, StoreError> {
+    let bad = |m: String| StoreError::Config(m);
     let mut roots = rustls::RootCertStore::empty();
-    match &root {
+    match root {
         Some(path) => {
             let pem = std::fs::read(path)
                 .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
@@ -250,14 +268,7 @@ fn parse(
         }
         None => {}
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| bad(format!("TLS: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok((config, MakeRustlsConnect::new(tls)))
+    Ok(roots)
 }
 
 /// Whether `e` is a serialization failure or deadlock (try again).
@@ -650,83 +661,13 @@ impl PgStore {
             // committed. Three statements per batch, whatever its size.
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            // One row per key, keyed by the batch's own strings (the rows
-            // found are among them).
-            let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
-            for e in events {
-                index.entry(e.key()).or_insert(e);
-            }
-            let keys = Columns::of(index.values().copied());
-            let found = tx
-                .query(
-                    "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
-                     FROM health_latest l
-                     JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-                          AS k(host, port, connector, segment, protocol)
-                     USING (host, port, connector, segment, protocol)",
-                    &[
-                        &keys.host,
-                        &keys.port,
-                        &keys.connector,
-                        &keys.segment,
-                        &keys.protocol,
-                    ],
-                )
-                .await?;
-            let mut latest = KeyMap::default();
-            for row in &found {
-                let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
-                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-                if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
-                    latest.insert(e.key(), row.get::<_, String>(5));
-                }
-            }
+            let mut latest = latest_statuses(&tx, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if rows.is_empty() {
                 tx.commit().await?;
                 return Ok(());
             }
-            let new = Columns::of(rows.iter().copied());
-            tx.execute(
-                "INSERT INTO health_events
-                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                 SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
-                 FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-                             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
-                      WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
-                                           from_status, to_status, cause, n)
-                 ORDER BY n",
-                &[
-                    &new.at_ms,
-                    &new.segment,
-                    &new.host,
-                    &new.protocol,
-                    &new.port,
-                    &new.connector,
-                    &new.from,
-                    &new.to,
-                    &new.cause,
-                ],
-            )
-            .await?;
-            let last = Columns::of(last.iter().copied());
-            tx.execute(
-                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
-                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
-                                      $6::TEXT[], $7::BIGINT[])
-                 ON CONFLICT (host, port, connector, segment, protocol)
-                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
-                &[
-                    &last.host,
-                    &last.port,
-                    &last.connector,
-                    &last.segment,
-                    &last.protocol,
-                    &last.to,
-                    &last.at_ms,
-                ],
-            )
-            .await?;
+            insert_events(&tx, &rows, &last).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -1209,6 +1150,97 @@ async fn listen(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The latest status the history holds for each (application, connector)
+/// of `events`, keyed by the batch's own strings.
+async fn latest_statuses<'e>(
+    tx: &Transaction<'_>,
+    events: &'e [EventRecord],
+) -> Result<KeyMap<'e, String>, StoreError> {
+    // One row per key, keyed by the batch's own strings (the rows
+    // found are among them).
+    let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
+    for e in events {
+        index.entry(e.key()).or_insert(e);
+    }
+    let keys = Columns::of(index.values().copied());
+    let found = tx
+        .query(
+            "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
+             FROM health_latest l
+             JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                  AS k(host, port, connector, segment, protocol)
+             USING (host, port, connector, segment, protocol)",
+            &[
+                &keys.host,
+                &keys.port,
+                &keys.connector,
+                &keys.segment,
+                &keys.protocol,
+            ],
+        )
+        .await?;
+    let mut latest = KeyMap::default();
+    for row in &found {
+        let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
+            latest.insert(e.key(), row.get::<_, String>(5));
+        }
+    }
+    Ok(latest)
+}
+
+/// Appends the `rows` not yet in the history and moves each key's latest
+/// status to its `last` row.
+async fn insert_events(
+    tx: &Transaction<'_>,
+    rows: &[&EventRecord],
+    last: &[&EventRecord],
+) -> Result<(), StoreError> {
+    let new = Columns::of(rows.iter().copied());
+    tx.execute(
+        "INSERT INTO health_events
+         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+         SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+         FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                     $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
+              WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
+                                   from_status, to_status, cause, n)
+         ORDER BY n",
+        &[
+            &new.at_ms,
+            &new.segment,
+            &new.host,
+            &new.protocol,
+            &new.port,
+            &new.connector,
+            &new.from,
+            &new.to,
+            &new.cause,
+        ],
+    )
+    .await?;
+    let last = Columns::of(last.iter().copied());
+    tx.execute(
+        "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+         SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::BIGINT[])
+         ON CONFLICT (host, port, connector, segment, protocol)
+         DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
+        &[
+            &last.host,
+            &last.port,
+            &last.connector,
+            &last.segment,
+            &last.protocol,
+            &last.to,
+            &last.at_ms,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 /// History rows as one array per column, for `unnest` (one statement per

@@ -380,23 +380,9 @@ impl Conversion {
         None
     }
 
-    fn segment(&mut self, record: Value, options: &Options) -> Option<ImportedSegment> {
-        if !record.is_object() {
-            return self.refuse("is not a JSON object".into());
-        }
-        let app: AppSegment = match serde_json::from_value(record) {
-            Ok(app) => app,
-            Err(e) => return self.refuse(format!("cannot be read: {e}")),
-        };
-        let Some(source_name) = app.name.clone().filter(|n| !n.trim().is_empty()) else {
-            return self.refuse("has no name".into());
-        };
-        if app.enabled == Some(false) {
-            return self.refuse(
-                "is disabled (enabled = false); reach has no disabled segments, so it is left out"
-                    .into(),
-            );
-        }
+    /// The segment's health reporting (reach's name) and whether it
+    /// matches inclusively, or a refusal when either is unknown.
+    fn modes(&mut self, app: &AppSegment) -> Option<(&'static str, bool)> {
         let health_reporting = match app.health_reporting.as_deref() {
             // The product's own default.
             None | Some("ON_ACCESS") => "on_access",
@@ -417,6 +403,27 @@ impl Conversion {
                 ));
             }
         };
+        Some((health_reporting, multimatch))
+    }
+
+    fn segment(&mut self, record: Value, options: &Options) -> Option<ImportedSegment> {
+        if !record.is_object() {
+            return self.refuse("is not a JSON object".into());
+        }
+        let app: AppSegment = match serde_json::from_value(record) {
+            Ok(app) => app,
+            Err(e) => return self.refuse(format!("cannot be read: {e}")),
+        };
+        let Some(source_name) = app.name.clone().filter(|n| !n.trim().is_empty()) else {
+            return self.refuse("has no name".into());
+        };
+        if app.enabled == Some(false) {
+            return self.refuse(
+                "is disabled (enabled = false); reach has no disabled segments, so it is left out"
+                    .into(),
+            );
+        }
+        let (health_reporting, multimatch) = self.modes(&app)?;
         let tcp_ports = self.ports(
             "tcpPortRanges",
             app.tcp_port_ranges.as_deref(),
