@@ -695,7 +695,7 @@ impl Authority {
         now: Instant,
     ) -> bool {
         let ago = now.saturating_duration_since(accessed);
-        // The access's wall time names it for every replica (`access_id`).
+        // The access's wall time names it for every replica (`state::access_ids`).
         let accessed_unix_ms = SystemTime::now()
             .checked_sub(ago)
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())

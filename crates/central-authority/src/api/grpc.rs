@@ -1,5 +1,5 @@
 //! The gRPC surface: the access and health query services (the connector
-//! session lives in `session`), plus the standard health and reflection
+//! session lives in `intake::session`), plus the standard health and reflection
 //! services, all on one tonic server.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::state::authority::Authority;
 use crate::trust::auth::Scope;
 
 /// Checks the `authorization` metadata for `scope` (`auth::authorize`).
-/// Guesses are throttled per source address (`throttle`).
+/// Guesses are throttled per source address (`trust::throttle`).
 fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
     let header = request
         .metadata()

@@ -451,7 +451,7 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        // Guesses are throttled per source address (`throttle`).
+        // Guesses are throttled per source address (`trust::throttle`).
         let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
         a.authorize_from(source, header, S::SCOPE)?;
         Ok(RequireScope(PhantomData))
@@ -949,7 +949,7 @@ const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// check a certificate); the store's error is logged, not shown (no token
 /// needed). 503 `warming_up` after a start until the connectors the store
 /// knows have re-attached and reported, at most `[health] warmup_ms`
-/// (`warmup`): until then this replica would answer `no_connector`.
+/// (`state::warmup`): until then this replica would answer `no_connector`.
 async fn healthz(State(a): State<Shared>) -> Response {
     let now = Instant::now();
     let check = a.blocking(

@@ -1,7 +1,7 @@
 //! The health listing's query: filters, natural sort, paging and counts by
 //! status (`GET /api/v1/health` and the dashboard's list). Pure functions
 //! on values: the handler parses the query string once (`ListQuery::parse`),
-//! `views` gives one cheap [`Row`] per application (its sort and filter
+//! `api::views` gives one cheap [`Row`] per application (its sort and filter
 //! keys, no per-connector detail), `run` filters, counts, sorts and pages
 //! them, and only the rows of the page are built into full views.
 

@@ -2,5 +2,6 @@
 //! loop and the intake of the reports it receives.
 
 pub mod connect;
+pub mod reports;
 pub mod session;
 pub mod transitions;

@@ -1,12 +1,16 @@
 //! The CA's shared state (`Authority`): the policy in force, and the owners
-//! of everything else — the connector registry (`registry`), the on-access
-//! windows and coalescing (`on_access`), the health table (`health`), the
-//! database (`store`) — plus the operations that change more than one of
-//! them (reload, disconnect, housekeeping).
+//! of everything else as private fields — the connector registry
+//! (`state::registry`), the on-access windows and coalescing
+//! (`state::on_access`), the health table (`state::health`), the rate
+//! limits (`state::limits`), the history stream (`state::history`), the
+//! database (`store`) and the rest of `state` — plus the operations that
+//! change more than one of them (reload, closing sessions). It composes the
+//! owners only: the features (`intake`, `access`, `trust`, `api`) work
+//! through it and it imports none of them.
 //!
 //! **Invariant:** each piece of state is locked only by its owner module, in
 //! short synchronous sections, one at a time, and never across an `.await`.
-//! Here that is the policy lock alone. Messages to connectors are queued
+//! Here that is the policy lock and the time of the last sweep. Messages to connectors are queued
 //! with `try_send` so no lock waits on a slow peer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,15 +53,15 @@ pub struct Authority {
     pki: Option<Arc<crate::trust::pki::Pki>>,
     /// Enrolled connectors, certificates, key uses.
     store: Store,
-    /// The live stream of status transitions (`history`).
+    /// The live stream of status transitions.
     history: crate::state::history::History,
     /// One-time tickets that open that stream from a browser.
     stream_tickets: crate::state::tickets::StreamTickets,
-    /// Failed bearer tokens, per source address (`throttle`).
+    /// Failed bearer tokens, per source address.
     token_throttle: crate::state::limits::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
     enroll_throttle: crate::state::limits::Throttle,
-    /// Renewals per connector (`renew`).
+    /// Renewals per connector.
     renew_limit: crate::state::limits::RenewLimit,
     /// This process's id among the replicas sharing the store (set once
     /// `run` knows its listeners).

@@ -72,7 +72,7 @@ pub struct Metrics {
     /// Connector sessions refused at authentication, by reason.
     pub sessions_refused: Family<OutcomeLabel, Counter>,
     /// Attempts refused unevaluated because their source (or the whole CA)
-    /// failed too often (`throttle`).
+    /// failed too often (`state::limits`).
     pub throttled: Family<ThrottleLabel, Counter>,
 }
 

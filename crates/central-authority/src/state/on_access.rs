@@ -15,7 +15,7 @@
 //!
 //! Only a window an access opened is routed on: one this CA
 //! forwarded, or one a report proves with an access id any replica issued
-//! (`adopt` with the access's time, see `access_id`). A report no verified
+//! (`adopt` with the access's time, see `state::access_ids`). A report no verified
 //! access asked for is kept as an *unsolicited* entry: it holds a place
 //! under the per-connector cap (so reports cannot grow the CA beyond it)
 //! and ends like a window, but `is_live` is false for it, so no decision

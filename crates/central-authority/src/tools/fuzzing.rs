@@ -3,7 +3,7 @@
 //! a `Config` or a `ConfigError`, never a panic. Kept here so that the fuzz
 //! target and the test that replays its stored inputs
 //! (`fuzz/regressions/config`) run the same code. (The `certificate` target
-//! is `pki::identity_of` alone; `wire_policy` is
+//! is `trust::pki::identity_of` alone; `wire_policy` is
 //! `protocol::fuzzing::wire_policy`.) `csr` and `http_bodies` are the two
 //! parsers reachable without authentication besides the TLS handshake:
 //! certificate issuance from an enrollment's CSR, and the HTTP API's JSON

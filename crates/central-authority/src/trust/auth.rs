@@ -143,7 +143,7 @@ pub enum AuthError {
     #[error("unknown API token")]
     UnknownToken,
     /// Too many failed attempts from this source address; the attempt was
-    /// not evaluated (`throttle`).
+    /// not evaluated (`trust::throttle`).
     #[error("too many failed attempts from this address; retry later")]
     Throttled,
     /// The token is valid but lacks the scope.

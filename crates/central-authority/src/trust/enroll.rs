@@ -1,4 +1,4 @@
-//! Trust: connector enrollment (the `Enrollment` gRPC service), session
+//! Connector enrollment (the `Enrollment` gRPC service), session
 //! authentication from the client certificate, and the administrator's
 //! controls (disable / enable a connector, revoke its certificates, revoke a
 //! group's provisioning key).
@@ -55,7 +55,7 @@ impl Enrollment for EnrollmentService {
     ) -> Result<Response<v1::EnrollResponse>, Status> {
         let peer = request.remote_addr();
         let source = peer.map(|p| p.ip());
-        // Throttled per source before the key is even compared (`throttle`).
+        // Throttled per source before the key is even compared (`trust::throttle`).
         if self
             .authority
             .admit(crate::state::limits::Guarded::Enrollment, source)
