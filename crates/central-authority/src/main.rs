@@ -164,7 +164,8 @@ fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
 /// Writes to stdout; a closed pipe (`| head`) is an error, not a panic.
 fn stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
+    // `Stdout` locks per call; one `write_all` is one call.
+    let mut out = std::io::stdout();
     out.write_all(text.as_bytes())?;
     out.flush()
 }
