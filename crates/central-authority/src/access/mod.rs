@@ -2,3 +2,4 @@
 //! candidate selection, on-access discovery) and its explanation.
 
 pub mod decide;
+pub mod explain;

@@ -7,7 +7,7 @@ use policy::RefusalReason;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::access::decide::ExplanationView;
+use crate::access::explain::ExplanationView;
 use crate::api::listing::{Counts, Page};
 use crate::api::views::{ApplicationView, ConnectorView};
 

@@ -897,7 +897,7 @@ async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> 
 /// written by hand into a buffer sized for it (see
 /// `ExplanationView::write_json`).
 fn selected_json(body: &SelectedBody) -> Vec<u8> {
-    use crate::access::decide::json;
+    use crate::access::explain::json;
     let candidates = body
         .explanation
         .selection
@@ -1201,7 +1201,7 @@ mod tests {
             location: None,
         }];
         let mut explanation =
-            crate::access::decide::ExplanationView::new(policy::Strategy::Healthy);
+            crate::access::explain::ExplanationView::new(policy::Strategy::Healthy);
         explanation.selection = Some(policy::explain(
             &candidates,
             policy::HealthReporting::Continuous,

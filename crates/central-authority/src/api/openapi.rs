@@ -24,7 +24,7 @@ use utoipa::openapi::schema::{ArrayBuilder, Object, ObjectBuilder, Schema, Type}
 use utoipa::openapi::{RefOr, path::ParameterIn};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
-use crate::access::decide::ExplanationView;
+use crate::access::explain::ExplanationView;
 use crate::api::schema::*;
 
 /// The document, rendered once (pretty JSON, keys sorted, newline at the end).
