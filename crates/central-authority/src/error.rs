@@ -174,19 +174,28 @@ impl From<AuthError> for tonic::Status {
     }
 }
 
+impl SessionError {
+    /// The gRPC code a session ends with (sessions are served over gRPC
+    /// only); `None` for a broken stream, whose own status is passed on.
+    pub fn code(&self) -> Option<Code> {
+        Some(match self {
+            SessionError::Auth(a) => a.answer().grpc,
+            SessionError::Stream(_) => return None,
+            SessionError::ExpectedHello | SessionError::HelloMismatch { .. } => {
+                Code::InvalidArgument
+            }
+            SessionError::HelloTimeout(_) | SessionError::Idle(_) => Code::DeadlineExceeded,
+            SessionError::ClosedBeforeHello => Code::PermissionDenied,
+            SessionError::CertificateExpired => Code::Unauthenticated,
+        })
+    }
+}
+
 impl From<SessionError> for tonic::Status {
     fn from(e: SessionError) -> Self {
         match e {
-            SessionError::Auth(a) => a.into(),
             SessionError::Stream(s) => s,
-            SessionError::ExpectedHello | SessionError::HelloMismatch { .. } => {
-                tonic::Status::invalid_argument(e.to_string())
-            }
-            SessionError::HelloTimeout(_) | SessionError::Idle(_) => {
-                tonic::Status::deadline_exceeded(e.to_string())
-            }
-            SessionError::ClosedBeforeHello => tonic::Status::permission_denied(e.to_string()),
-            SessionError::CertificateExpired => tonic::Status::unauthenticated(e.to_string()),
+            e => tonic::Status::new(e.code().unwrap_or(Code::Unknown), e.to_string()),
         }
     }
 }
@@ -271,27 +280,27 @@ impl EnrollError {
     }
 }
 
-impl From<EnrollError> for tonic::Status {
-    fn from(e: EnrollError) -> Self {
-        let message = e.to_string();
-        match e {
-            EnrollError::Auth(a) => a.into(),
-            EnrollError::NoTls => tonic::Status::failed_precondition(message),
-            EnrollError::RateLimited => tonic::Status::resource_exhausted(message),
+impl EnrollError {
+    /// The gRPC code of this refusal (enrollment is served over gRPC only).
+    pub fn code(&self) -> Code {
+        match self {
+            EnrollError::Auth(a) => a.answer().grpc,
+            EnrollError::NoTls => Code::FailedPrecondition,
+            EnrollError::RateLimited => Code::ResourceExhausted,
             // The name rules say what would make the enrollment go
             // through: renewal or an administrator's action.
-            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => {
-                tonic::Status::failed_precondition(message)
-            }
-            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => {
-                tonic::Status::already_exists(message)
-            }
-            EnrollError::KeyExpired(_) | EnrollError::Refused(_) => {
-                tonic::Status::permission_denied(message)
-            }
-            EnrollError::Csr(_) => tonic::Status::invalid_argument(message),
-            EnrollError::Internal => tonic::Status::internal(message),
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => Code::FailedPrecondition,
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => Code::AlreadyExists,
+            EnrollError::KeyExpired(_) | EnrollError::Refused(_) => Code::PermissionDenied,
+            EnrollError::Csr(_) => Code::InvalidArgument,
+            EnrollError::Internal => Code::Internal,
         }
+    }
+}
+
+impl From<EnrollError> for tonic::Status {
+    fn from(e: EnrollError) -> Self {
+        tonic::Status::new(e.code(), e.to_string())
     }
 }
 
@@ -347,19 +356,23 @@ impl RenewError {
     }
 }
 
+impl RenewError {
+    /// The gRPC code of this refusal (renewal is served over gRPC only).
+    pub fn code(&self) -> Code {
+        match self {
+            RenewError::Auth(a) => a.answer().grpc,
+            RenewError::NoTls => Code::FailedPrecondition,
+            RenewError::Refused(RenewRefusal::Unknown(_)) => Code::Unauthenticated,
+            RenewError::Refused(_) => Code::PermissionDenied,
+            RenewError::Csr(_) => Code::InvalidArgument,
+            RenewError::TooFrequent { .. } => Code::ResourceExhausted,
+            RenewError::Internal => Code::Internal,
+        }
+    }
+}
+
 impl From<RenewError> for tonic::Status {
     fn from(e: RenewError) -> Self {
-        let message = e.to_string();
-        match e {
-            RenewError::Auth(a) => a.into(),
-            RenewError::NoTls => tonic::Status::failed_precondition(message),
-            RenewError::Refused(RenewRefusal::Unknown(_)) => {
-                tonic::Status::unauthenticated(message)
-            }
-            RenewError::Refused(_) => tonic::Status::permission_denied(message),
-            RenewError::Csr(_) => tonic::Status::invalid_argument(message),
-            RenewError::TooFrequent { .. } => tonic::Status::resource_exhausted(message),
-            RenewError::Internal => tonic::Status::internal(message),
-        }
+        tonic::Status::new(e.code(), e.to_string())
     }
 }
