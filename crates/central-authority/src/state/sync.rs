@@ -3,11 +3,12 @@
 //! consistent before anything in it can panic, and one panicked task must
 //! not take the whole CA down with it.
 //!
-//! Only the owners of CA state lock anything (the list is the Architecture
-//! Invariant on lock owners in ARCHITECTURE.md: `state::authority`,
-//! `state::health`, `state::limits`, `state::on_access`, `state::registry`,
-//! `state::tickets`, `state::warmup`, `store::sqlite`, `api::listen`);
-//! everyone else goes through their APIs.
+//! Only the owners of CA state lock anything, through these helpers or
+//! directly (the list is the Architecture Invariant on lock owners in
+//! ARCHITECTURE.md: `state::authority`, `state::health`, `state::limits`,
+//! `state::on_access`, `state::registry`, `state::tickets`, `state::warmup`,
+//! `store::sqlite`, `api::listen`); everyone else goes through their APIs.
+//! The helpers lock on their callers' behalf: this module owns no lock.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
