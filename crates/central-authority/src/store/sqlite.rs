@@ -730,39 +730,7 @@ impl SqliteStore {
         // From here on `latest` holds the statuses the batch's keys end
         // with once it is written.
         let (rows, last) = fresh_rows(events, &mut latest);
-        {
-            let (many, one) = &self.insert_sql;
-            let mut chunks = rows.chunks_exact(INSERT_CHUNK);
-            let mut append = tx.prepare_cached(many)?;
-            for chunk in &mut chunks {
-                for (i, e) in chunk.iter().enumerate() {
-                    bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
-                }
-                append.raw_execute()?;
-            }
-            let mut append = tx.prepare_cached(one)?;
-            for e in chunks.remainder() {
-                bind_event(&mut append, 1, e)?;
-                append.raw_execute()?;
-            }
-            let mut set = tx.prepare_cached(
-                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (host, port, connector, segment, protocol)
-                 DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
-            )?;
-            for e in &last {
-                set.execute(params![
-                    e.host,
-                    e.port,
-                    e.connector,
-                    e.segment,
-                    e.protocol,
-                    e.to,
-                    e.at_ms
-                ])?;
-            }
-        }
+        self.write_events(&tx, &rows, &last)?;
         tx.commit()?;
         // Committed: what the file holds for these keys is known until
         // another connection commits (this one's commits leave
@@ -778,6 +746,48 @@ impl SqliteStore {
             }
         }
         known.version = Some(version);
+        Ok(())
+    }
+
+    /// Appends the `rows` not yet in the history (in chunks of
+    /// `INSERT_CHUNK`) and moves each key's latest status to its `last` row.
+    fn write_events(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        rows: &[&EventRecord],
+        last: &[&EventRecord],
+    ) -> Result<(), StoreError> {
+        let (many, one) = &self.insert_sql;
+        let mut chunks = rows.chunks_exact(INSERT_CHUNK);
+        let mut append = tx.prepare_cached(many)?;
+        for chunk in &mut chunks {
+            for (i, e) in chunk.iter().enumerate() {
+                bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
+            }
+            append.raw_execute()?;
+        }
+        let mut append = tx.prepare_cached(one)?;
+        for e in chunks.remainder() {
+            bind_event(&mut append, 1, e)?;
+            append.raw_execute()?;
+        }
+        let mut set = tx.prepare_cached(
+            "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (host, port, connector, segment, protocol)
+             DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
+        )?;
+        for e in last {
+            set.execute(params![
+                e.host,
+                e.port,
+                e.connector,
+                e.segment,
+                e.protocol,
+                e.to,
+                e.at_ms
+            ])?;
+        }
         Ok(())
     }
 
