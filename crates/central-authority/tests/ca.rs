@@ -386,7 +386,7 @@ async fn on_access_discovery_waits_for_the_first_reachable_report() {
     ca.stop().await;
 }
 
-/// Issue 12.5 over real sessions: an on-access result no access asked for
+/// Over real sessions: an on-access result no access asked for
 /// (a hand-written connector's report without an access id) is listed as
 /// Unknown "unsolicited" and not routed on: the next access is forwarded,
 /// with an access id, and decided on the connector's answer to it.
@@ -1092,7 +1092,7 @@ async fn a_burst_of_reports_is_taken_in_order_up_to_the_stream_end() {
     ca.stop().await;
 }
 
-/// Issue 12.6: an access to an on-access application whose latest result is
+/// An access to an on-access application whose latest result is
 /// Down re-checks it at once (forwarded although the forward interval has
 /// not passed) and waits for the answer: an application that came back is
 /// selected on the next access, not an interval later.

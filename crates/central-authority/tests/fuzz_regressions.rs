@@ -23,7 +23,7 @@ fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn config_inputs_never_panic() {
     for (_, data) in inputs("config") {
-        central_authority::fuzzing::config(&data);
+        central_authority::tools::fuzzing::config(&data);
     }
 }
 
@@ -37,7 +37,7 @@ fn wire_inputs_never_panic() {
 #[test]
 fn certificate_inputs_never_panic() {
     for (path, data) in inputs("certificate") {
-        let r = central_authority::pki::identity_of(&data);
+        let r = central_authority::trust::pki::identity_of(&data);
         if path.ends_with("seed-connector-cert.der") {
             let id = r.expect("the seed is a real connector certificate");
             assert_eq!((id.name.as_str(), id.group.as_str()), ("c1", "g"));
@@ -48,13 +48,13 @@ fn certificate_inputs_never_panic() {
 #[test]
 fn csr_inputs_never_panic() {
     for (_, data) in inputs("csr") {
-        central_authority::fuzzing::csr(&data);
+        central_authority::tools::fuzzing::csr(&data);
     }
 }
 
 #[test]
 fn http_body_inputs_never_panic() {
     for (_, data) in inputs("http_bodies") {
-        central_authority::fuzzing::http_bodies(&data);
+        central_authority::tools::fuzzing::http_bodies(&data);
     }
 }

@@ -1,4 +1,4 @@
-//! The listeners under a hostile crowd (issue 13, items 4 and 5): silent and
+//! The listeners under a hostile crowd: silent and
 //! half-handshaken connections cannot lock an access request out, a silent
 //! connection is closed after the first-byte timeout, one source address
 //! cannot take more than its share of connections, and a flood of bad

@@ -10,6 +10,7 @@
 //! - `secrets`: API tokens, provisioning keys and their use limits.
 
 mod file;
+pub mod reload;
 mod secrets;
 mod settings;
 
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use policy::{GroupSpec, Policy, PolicySpec, ValidationError};
 
-use crate::auth::{ApiToken, Secret};
+use crate::trust::auth::{ApiToken, Secret};
 use file::FileConfig;
 pub use secrets::{KeyPolicy, parse_utc};
 pub use settings::{Limits, Settings};
@@ -678,7 +679,7 @@ mod tests {
         );
     }
 
-    /// Issue 12.7: any valid window works alone (the forward interval's
+    /// Any valid window works alone (the forward interval's
     /// default adapts), and the connector overrides get the connector's
     /// own bounds.
     #[test]
