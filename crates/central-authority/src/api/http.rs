@@ -535,7 +535,7 @@ async fn application(
         ))
         .into_response();
     };
-    let host = host.to_lowercase();
+    let host = policy::host::lookup_key(&host);
     let row = a
         .rows(&crate::api::views::RowFilter {
             segment: Some(&segment),
@@ -718,7 +718,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
     let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let mut f = crate::store::EventFilter {
         segment: given(q.segment),
-        host: given(q.host).map(|h| h.to_lowercase()),
+        host: given(q.host).map(|h| policy::host::lookup_key(&h)),
         protocol: given(q.protocol),
         connector: given(q.connector),
         ..Default::default()
@@ -736,7 +736,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
             ));
         };
         f.segment = Some(segment.to_owned());
-        f.host = Some(host.to_lowercase());
+        f.host = Some(policy::host::lookup_key(host));
         f.protocol = Some(proto.to_owned());
         port = Some(p.to_owned());
     }

@@ -406,7 +406,7 @@ fn host_cmp(ip_a: Option<&IpAddr>, a: &str, ip_b: Option<&IpAddr>, b: &str) -> O
 /// Host order: IP addresses first, numerically (IPv4 before IPv6), then
 /// names in natural order (`web2` before `web10`).
 pub fn natural_host_cmp(a: &str, b: &str) -> Ordering {
-    let ip = |s: &str| s.parse::<IpAddr>().ok();
+    let ip = policy::host::parse_ip;
     host_cmp(ip(a).as_ref(), a, ip(b).as_ref(), b)
 }
 
