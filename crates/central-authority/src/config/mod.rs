@@ -2,8 +2,9 @@
 //! (every error at once, with the policy crate's messages for segments) and
 //! the runtime `Settings` it becomes.
 //!
-//! Names in the file are the contract in DESIGN.md ("Interfaces"); fields
-//! beyond it are additions (mostly knobs that let tests shorten time).
+//! Key names are a stable interface: operators' files keep working, so a key
+//! is added, never renamed; most keys beyond the core policy are knobs that
+//! let tests shorten time.
 //!
 //! - `file`: the TOML shapes serde reads, with their defaults;
 //! - `settings`: the runtime [`Settings`] and the rules for them;

@@ -164,7 +164,7 @@ const LATEST_STATUS: &str = "SELECT to_status FROM health_latest
 /// went. Eight: their 56 texts still fit SQLite's lookaside memory (93
 /// small slots by default), so binding them does not go to `malloc`; 64
 /// rows cost more per row in binding than they saved (docs/decisions.md
-/// "Status history writes, round 2").
+/// "Status history").
 const INSERT_CHUNK: usize = 8;
 
 /// Columns of one history row, in the order `bind_event` binds them.

@@ -4,7 +4,7 @@
 //! Every segment passes the policy crate's own validation before it is
 //! emitted; whatever cannot be carried over is a `Finding` naming the
 //! segment, never dropped silently. The mapping and its refusals are
-//! recorded in docs/decisions.md ("import").
+//! recorded in docs/decisions.md ("Plan and import").
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
