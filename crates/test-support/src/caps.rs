@@ -36,8 +36,10 @@ pub fn icmp_socket() -> Result<&'static str> {
     match Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4)) {
         Ok(_) => Ok("dgram"),
         Err(dgram) => {
-            let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range")
-                .map_or_else(|e| format!("unreadable: {e}"), |r| r.trim().to_owned());
+            let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").map_or_else(
+                |e| format!("unreadable: {e}"),
+                |r| r.split_whitespace().collect::<Vec<_>>().join(" "),
+            );
             bail!(
                 "no ICMP socket can be opened: raw needs root or CAP_NET_RAW ({raw}); \
                  unprivileged needs the process's group in net.ipv4.ping_group_range \
