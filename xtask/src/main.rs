@@ -382,7 +382,8 @@ fn demo(extra: &[String]) -> Result<()> {
 /// `cargo xtask bench [--quick] [--only GROUPS]`: criterion for the
 /// in-process figures, then the load driver (`crates/bench`) for the rest;
 /// the driver reads criterion's estimates, prints the table and writes
-/// `target/bench/results.json`. See BENCHMARKS.md.
+/// `target/bench/results.json`. It fails, naming why, when a group fails
+/// or a figure is not produced. See BENCHMARKS.md.
 fn bench(extra: &[String]) -> Result<()> {
     let quick = extra.iter().any(|a| a == "--quick");
     let only = extra
