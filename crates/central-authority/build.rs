@@ -1,7 +1,8 @@
 //! Build script: stamps the binary's `--version` with the git commit and
 //! the build date (`REACH_VERSION`), so a running or shipped binary names
 //! the source it came from. The date honours `SOURCE_DATE_EPOCH`
-//! (reproducible builds); outside a git checkout the commit is `unknown`.
+//! (reproducible builds); outside a git checkout the commit is
+//! `REACH_GIT_COMMIT`, or `unknown`.
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +39,16 @@ fn main() {
         }
     }
     println!("cargo::rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo::rerun-if-env-changed=REACH_GIT_COMMIT");
+    // Outside a checkout (a container build's context has no .git) the
+    // builder can say which commit it is.
+    let commit = git(&["rev-parse", "--short=12", "HEAD"])
+        .or_else(|| {
+            std::env::var("REACH_GIT_COMMIT")
+                .ok()
+                .filter(|c| !c.is_empty())
+        })
+        .unwrap_or_else(|| "unknown".into());
     let secs = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
