@@ -55,6 +55,10 @@ fn stop_signal() -> Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+fn ip(c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, c, d))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let config = PathBuf::from(
