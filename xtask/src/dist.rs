@@ -200,7 +200,6 @@ pub fn dist() -> Result<()> {
             "--no-build",
             "-p",
             bin,
-            "--strip",
             "--dbgsym",
             "--compress-debug-symbols=zlib",
             "--output",
@@ -209,32 +208,43 @@ pub fn dist() -> Result<()> {
         run(deb, &format!("cargo deb {package}"))?;
     }
 
-    // The SBOM: every crate the binaries are built from (cargo-cyclonedx
-    // writes one file beside each manifest; moved into dist).
+    // The SBOM: every crate each binary is built from. cargo-cyclonedx
+    // writes one file beside every workspace member's manifest; the two
+    // binaries' are moved into dist, the rest removed.
+    const SBOM: &str = "reach-sbom";
+    let mut sbom = cargo();
+    sbom.args([
+        "cyclonedx",
+        "--format",
+        "json",
+        "--spec-version",
+        "1.5",
+        "--all",
+        "--override-filename",
+        SBOM,
+    ]);
+    let sbom_result = run(sbom, "cargo cyclonedx");
+    let mut moved = Vec::new();
     for (bin, package) in BINARIES {
-        let manifest = root().join("crates").join(bin).join("Cargo.toml");
-        let mut sbom = cargo();
-        sbom.args([
-            "cyclonedx",
-            "--format",
-            "json",
-            "--spec-version",
-            "1.5",
-            "--all",
-            "--override-filename",
-        ])
-        .arg(format!("{package}-{version}.cdx"))
-        .arg("--manifest-path")
-        .arg(&manifest);
-        run(sbom, &format!("cargo cyclonedx {bin}"))?;
-        let written = root()
-            .join("crates")
-            .join(bin)
-            .join(format!("{package}-{version}.cdx.json"));
+        let written = root().join("crates").join(bin).join(format!("{SBOM}.json"));
         let to = dist.join(format!("{package}-{version}.cdx.json"));
-        std::fs::copy(&written, &to)
-            .with_context(|| format!("moving {} to {}", written.display(), to.display()))?;
-        std::fs::remove_file(&written)?;
+        moved.push(
+            std::fs::copy(&written, &to)
+                .with_context(|| format!("moving {} to {}", written.display(), to.display())),
+        );
+    }
+    let mut dirs = vec![root(), root().join("xtask")];
+    for parent in ["crates", "tests"] {
+        if let Ok(entries) = std::fs::read_dir(root().join(parent)) {
+            dirs.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+        }
+    }
+    for dir in dirs {
+        let _ = std::fs::remove_file(dir.join(format!("{SBOM}.json")));
+    }
+    sbom_result?;
+    for m in moved {
+        m?;
     }
 
     // SHA256SUMS over everything shipped (archives, packages, SBOMs, debug files).
