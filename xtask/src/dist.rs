@@ -543,6 +543,17 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
     }
     std::fs::write(env_file, edited)?;
 
+    // `--version` names the version, the commit and the build date.
+    let version = version()?;
+    for (bin, _) in BINARIES {
+        let mut cmd = Command::new(Path::new("/usr/bin").join(bin));
+        cmd.arg("--version");
+        let said = output(cmd, &format!("{bin} --version"))?;
+        eprintln!("xtask: package-test: {said}");
+        if !(said.contains(&version) && said.contains("commit ") && said.contains("built ")) {
+            bail!("`{bin} --version` says {said:?}: no version, commit and build date");
+        }
+    }
     let mut check = Command::new("/usr/bin/central-authority");
     check.args(["check-config", "/etc/reach/ca.toml"]);
     run(
