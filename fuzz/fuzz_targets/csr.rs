@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    central_authority::fuzzing::csr(data);
+    central_authority::tools::fuzzing::csr(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    central_authority::fuzzing::http_bodies(data);
+    central_authority::tools::fuzzing::http_bodies(data);
 });

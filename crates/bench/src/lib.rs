@@ -1,4 +1,4 @@
-//! reach's benchmark system: every figure of issue 7 measured next to its
+//! reach's benchmark system: every hot path's figure measured next to its
 //! bare baseline (the same work done by the underlying crate alone), in the
 //! same run on the same machine, and reported as a ratio.
 //!

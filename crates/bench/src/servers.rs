@@ -171,8 +171,8 @@ pub async fn serve_ca(config: &Path) -> Result<()> {
         .map_err(|e| anyhow!("invalid CA config: {}", e.messages().join("; ")))?;
     // Bound as the CA's binary binds them (`listen::bind`'s backlog).
     let loopback: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
-    let grpc = central_authority::listen::bind(loopback)?;
-    let http = central_authority::listen::bind(loopback)?;
+    let grpc = central_authority::api::listen::bind(loopback)?;
+    let http = central_authority::api::listen::bind(loopback)?;
     announce(&grpc, &http)?;
     central_authority::run(config, grpc, http, stdin_closed()).await?;
     Ok(())

@@ -1,8 +1,11 @@
 //! Error types of the CA and the one place where they become gRPC statuses.
 
+use axum::http::StatusCode;
 use protocol::WireError;
+use tonic::Code;
 
-use crate::auth::AuthError;
+use crate::store::{EnrollRefusal, RenewRefusal};
+use crate::trust::auth::AuthError;
 
 /// Why a connector session ended abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +88,9 @@ pub enum ApiError {
     /// The request is malformed.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The CA is shutting down (its blocking pool no longer runs work).
+    #[error("the CA is shutting down")]
+    ShuttingDown,
 }
 
 impl From<WireError> for ApiError {
@@ -93,10 +99,40 @@ impl From<WireError> for ApiError {
     }
 }
 
-impl From<AuthError> for tonic::Status {
-    fn from(e: AuthError) -> Self {
-        let message = e.to_string();
-        match e {
+/// How one kind of error answers on each surface: the HTTP status with the
+/// `reason` of its error body (`{"error":{"reason","message"}}`), and the
+/// gRPC status code. Each error kind has one table of these, so the two
+/// surfaces cannot drift apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub http: StatusCode,
+    /// The error body's `reason`.
+    pub reason: &'static str,
+    /// The gRPC status code.
+    pub grpc: Code,
+}
+
+impl Answer {
+    const fn new(http: StatusCode, reason: &'static str, grpc: Code) -> Self {
+        Answer { http, reason, grpc }
+    }
+
+    /// The gRPC status with `message`.
+    pub fn status(self, message: impl Into<String>) -> tonic::Status {
+        tonic::Status::new(self.grpc, message)
+    }
+}
+
+impl AuthError {
+    /// How this refusal answers over HTTP and gRPC.
+    pub fn answer(&self) -> Answer {
+        const UNAUTHENTICATED: Answer = Answer::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            Code::Unauthenticated,
+        );
+        match self {
             AuthError::MissingToken
             | AuthError::Malformed
             | AuthError::UnknownToken
@@ -107,39 +143,236 @@ impl From<AuthError> for tonic::Status {
             | AuthError::BadCertificate(_)
             | AuthError::UnknownCertificate(_)
             | AuthError::CertificateRevoked { .. }
-            | AuthError::CertificateExpired(_) => tonic::Status::unauthenticated(message),
-            AuthError::MissingScope { .. }
-            | AuthError::UnknownGroup(_)
+            | AuthError::CertificateExpired(_) => UNAUTHENTICATED,
+            AuthError::MissingScope { .. } => {
+                Answer::new(StatusCode::FORBIDDEN, "forbidden", Code::PermissionDenied)
+            }
+            // Connector credentials: refused over gRPC only; an HTTP
+            // caller gets them as unauthorized.
+            AuthError::UnknownGroup(_)
             | AuthError::KeyRevoked(_)
-            | AuthError::ConnectorDisabled(_) => tonic::Status::permission_denied(message),
-            AuthError::Unavailable => tonic::Status::unavailable(message),
-            AuthError::Throttled => tonic::Status::resource_exhausted(message),
+            | AuthError::ConnectorDisabled(_) => Answer::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                Code::PermissionDenied,
+            ),
+            AuthError::Unavailable => {
+                Answer::new(StatusCode::UNAUTHORIZED, "unauthorized", Code::Unavailable)
+            }
+            AuthError::Throttled => Answer::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled",
+                Code::ResourceExhausted,
+            ),
         }
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(e: AuthError) -> Self {
+        e.answer().status(e.to_string())
+    }
+}
+
+impl SessionError {
+    /// The gRPC code a session ends with (sessions are served over gRPC
+    /// only); `None` for a broken stream, whose own status is passed on.
+    pub fn code(&self) -> Option<Code> {
+        Some(match self {
+            SessionError::Auth(a) => a.answer().grpc,
+            SessionError::Stream(_) => return None,
+            SessionError::ExpectedHello | SessionError::HelloMismatch { .. } => {
+                Code::InvalidArgument
+            }
+            SessionError::HelloTimeout(_) | SessionError::Idle(_) => Code::DeadlineExceeded,
+            SessionError::ClosedBeforeHello => Code::PermissionDenied,
+            SessionError::CertificateExpired => Code::Unauthenticated,
+        })
     }
 }
 
 impl From<SessionError> for tonic::Status {
     fn from(e: SessionError) -> Self {
         match e {
-            SessionError::Auth(a) => a.into(),
             SessionError::Stream(s) => s,
-            SessionError::ExpectedHello | SessionError::HelloMismatch { .. } => {
-                tonic::Status::invalid_argument(e.to_string())
-            }
-            SessionError::HelloTimeout(_) | SessionError::Idle(_) => {
-                tonic::Status::deadline_exceeded(e.to_string())
-            }
-            SessionError::ClosedBeforeHello => tonic::Status::permission_denied(e.to_string()),
-            SessionError::CertificateExpired => tonic::Status::unauthenticated(e.to_string()),
+            e => tonic::Status::new(e.code().unwrap_or(Code::Unknown), e.to_string()),
+        }
+    }
+}
+
+impl ApiError {
+    /// How this error answers over HTTP and gRPC.
+    pub fn answer(&self) -> Answer {
+        match self {
+            ApiError::Auth(a) => a.answer(),
+            ApiError::InvalidRequest(_) => Answer::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                Code::InvalidArgument,
+            ),
+            ApiError::ShuttingDown => Answer::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                Code::Unavailable,
+            ),
+        }
+    }
+
+    /// The message shown with it (an invalid request's own words).
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::InvalidRequest(m) => m.clone(),
+            _ => self.to_string(),
         }
     }
 }
 
 impl From<ApiError> for tonic::Status {
     fn from(e: ApiError) -> Self {
-        match e {
-            ApiError::Auth(a) => a.into(),
-            ApiError::InvalidRequest(m) => tonic::Status::invalid_argument(m),
+        e.answer().status(e.message())
+    }
+}
+
+/// Why an enrollment was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// The CA serves no TLS, so it cannot issue certificates.
+    #[error("this CA runs without TLS and does not enroll connectors")]
+    NoTls,
+    /// Too many enrollment attempts.
+    #[error("too many enrollment attempts; retry later")]
+    RateLimited,
+    /// Name, group or key is wrong.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The key's expiry passed.
+    #[error("the provisioning key of connector group {0:?} has expired")]
+    KeyExpired(String),
+    /// The database refused it (uses, revocation, disabled, other group).
+    #[error(transparent)]
+    Refused(#[from] EnrollRefusal),
+    /// The CSR is unusable.
+    #[error("{0}")]
+    Csr(String),
+    /// Something failed inside the CA (logged there).
+    #[error("enrollment failed inside the CA; see its log")]
+    Internal,
+}
+
+impl EnrollError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            EnrollError::NoTls => "no_tls",
+            EnrollError::RateLimited => "rate_limited",
+            EnrollError::Auth(AuthError::WrongKey(_)) => "wrong_key",
+            EnrollError::Auth(AuthError::UnknownGroup(_)) => "unknown_group",
+            EnrollError::Auth(_) => "invalid",
+            EnrollError::KeyExpired(_) => "key_expired",
+            EnrollError::Refused(EnrollRefusal::KeyRevoked(_)) => "key_revoked",
+            EnrollError::Refused(EnrollRefusal::KeyExhausted { .. }) => "key_exhausted",
+            EnrollError::Refused(EnrollRefusal::Disabled(_)) => "disabled",
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => "other_group",
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => "name_taken",
+            EnrollError::Csr(_) => "invalid_csr",
+            EnrollError::Internal => "internal",
         }
+    }
+}
+
+impl EnrollError {
+    /// The gRPC code of this refusal (enrollment is served over gRPC only).
+    pub fn code(&self) -> Code {
+        match self {
+            EnrollError::Auth(a) => a.answer().grpc,
+            EnrollError::NoTls => Code::FailedPrecondition,
+            EnrollError::RateLimited => Code::ResourceExhausted,
+            // The name rules say what would make the enrollment go
+            // through: renewal or an administrator's action.
+            EnrollError::Refused(EnrollRefusal::NameTaken(_)) => Code::FailedPrecondition,
+            EnrollError::Refused(EnrollRefusal::OtherGroup { .. }) => Code::AlreadyExists,
+            EnrollError::KeyExpired(_) | EnrollError::Refused(_) => Code::PermissionDenied,
+            EnrollError::Csr(_) => Code::InvalidArgument,
+            EnrollError::Internal => Code::Internal,
+        }
+    }
+}
+
+impl From<EnrollError> for tonic::Status {
+    fn from(e: EnrollError) -> Self {
+        tonic::Status::new(e.code(), e.to_string())
+    }
+}
+
+/// Why a renewal was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    /// The CA serves no TLS, so it cannot issue certificates.
+    #[error("this CA runs without TLS and does not renew certificates")]
+    NoTls,
+    /// No usable client certificate, or its group left the policy.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The database refused it (unknown, revoked, expired, disabled).
+    #[error(transparent)]
+    Refused(#[from] RenewRefusal),
+    /// The CSR is unusable.
+    #[error("{0}")]
+    Csr(String),
+    /// The connector renewed too often (see `state::limits::RenewLimit`).
+    #[error(
+        "connector {name:?} renews too often: at most {burst} renewals, then one per {period_s} s; retry in {retry_after_s} s"
+    )]
+    TooFrequent {
+        /// The connector.
+        name: String,
+        /// Renewals allowed in a burst.
+        burst: u32,
+        /// One more per this many seconds after the burst.
+        period_s: u64,
+        /// When the next one is allowed.
+        retry_after_s: u64,
+    },
+    /// Something failed inside the CA (logged there).
+    #[error("renewal failed inside the CA; see its log")]
+    Internal,
+}
+
+impl RenewError {
+    /// A short label for metrics (`enrollments` family, prefixed `renew_`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            RenewError::NoTls => "renew_no_tls",
+            RenewError::Auth(AuthError::NoClientCertificate) => "renew_no_certificate",
+            RenewError::Auth(_) => "renew_bad_certificate",
+            RenewError::Refused(RenewRefusal::Unknown(_)) => "renew_unknown_certificate",
+            RenewError::Refused(RenewRefusal::Revoked { .. }) => "renew_revoked",
+            RenewError::Refused(RenewRefusal::Expired(_)) => "renew_expired",
+            RenewError::Refused(RenewRefusal::Disabled(_)) => "renew_disabled",
+            RenewError::Csr(_) => "renew_invalid_csr",
+            RenewError::TooFrequent { .. } => "renew_rate_limited",
+            RenewError::Internal => "renew_internal",
+        }
+    }
+}
+
+impl RenewError {
+    /// The gRPC code of this refusal (renewal is served over gRPC only).
+    pub fn code(&self) -> Code {
+        match self {
+            RenewError::Auth(a) => a.answer().grpc,
+            RenewError::NoTls => Code::FailedPrecondition,
+            RenewError::Refused(RenewRefusal::Unknown(_)) => Code::Unauthenticated,
+            RenewError::Refused(_) => Code::PermissionDenied,
+            RenewError::Csr(_) => Code::InvalidArgument,
+            RenewError::TooFrequent { .. } => Code::ResourceExhausted,
+            RenewError::Internal => Code::Internal,
+        }
+    }
+}
+
+impl From<RenewError> for tonic::Status {
+    fn from(e: RenewError) -> Self {
+        tonic::Status::new(e.code(), e.to_string())
     }
 }

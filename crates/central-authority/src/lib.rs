@@ -8,40 +8,16 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-mod access_id;
-pub mod auth;
-pub mod authority;
-pub mod cli;
+pub mod api;
 pub mod config;
-pub mod connect;
-pub mod dashboard;
 pub mod error;
-pub mod fuzzing;
-pub mod grpc;
-pub mod guard;
-pub mod health;
-pub mod history;
-pub mod http;
-pub mod import;
-pub mod listen;
-pub mod listing;
-pub mod metrics;
-mod on_access;
-pub mod openapi;
-pub mod pki;
-pub mod plan;
-pub mod policy_state;
-mod registry;
-pub mod reload;
-pub mod renew;
+pub mod housekeeping;
+pub mod intake;
 pub mod replicas;
-pub mod session;
+pub mod state;
 pub mod store;
-mod sync;
-pub mod throttle;
+pub mod tools;
 pub mod trust;
-pub mod views;
-pub mod warmup;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,8 +25,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use authority::{Authority, TrustError};
 pub use config::{Config, ConfigError, Settings};
+pub use state::authority::{Authority, TrustError};
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);
@@ -135,27 +111,10 @@ pub async fn run_with(
         let _ = rx.wait_for(|s| *s).await;
     };
 
+    log_start(&authority, &grpc, &http);
     let state = authority.snapshot();
-    tracing::info!(
-        grpc = %grpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-        http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-        segments = state.policy().segments.len(),
-        groups = state.policy().connector_groups.len(),
-        strategy = %state.settings().strategy,
-        tls = authority.pki().is_some(),
-        data_dir = %state.settings().data_dir.display(),
-        "central authority listening"
-    );
-    for warning in &state.config.warnings {
-        tracing::warn!("{warning}");
-    }
-    if authority.pki().is_none() {
-        tracing::warn!(
-            "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"
-        );
-    }
     if let Some(path) = state.config.path.clone() {
-        tokio::spawn(reload::watch_config(
+        tokio::spawn(config::reload::watch_config(
             authority.clone(),
             path,
             stop_rx.clone(),
@@ -181,26 +140,12 @@ pub async fn run_with(
         stopped(stop_rx.clone()),
     ));
 
-    let hk = authority.clone();
-    let hk_stop = stopped(stop_rx.clone());
-    tokio::spawn(async move {
-        let mut hk_stop = std::pin::pin!(hk_stop);
-        let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
-        loop {
-            tokio::select! {
-                _ = &mut hk_stop => return,
-                _ = tick.tick() => {
-                    hk.housekeeping(Instant::now());
-                    // A database write: off the async workers.
-                    if hk.pki().is_some() {
-                        let _ = hk.blocking(authority::Authority::revoke_superseded).await;
-                    }
-                }
-            }
-        }
-    });
+    tokio::spawn(keep_house(authority.clone(), stopped(stop_rx.clone())));
 
-    tokio::spawn(history::run(authority.clone(), stopped(stop_rx.clone())));
+    tokio::spawn(intake::transitions::run(
+        authority.clone(),
+        stopped(stop_rx.clone()),
+    ));
 
     // Long-lived session streams would hold a graceful gRPC shutdown open
     // forever: close them first, telling each connector why.
@@ -213,9 +158,52 @@ pub async fn run_with(
             closer.history().close();
         }
     };
-    let grpc = grpc::serve(authority.clone(), grpc, grpc_stop);
-    let http = http::serve(authority.clone(), http, stopped(stop_rx));
+    let grpc = api::grpc::serve(authority.clone(), grpc, grpc_stop);
+    let http = api::http::serve(authority.clone(), http, stopped(stop_rx));
     tokio::try_join!(grpc, http)?;
     tracing::info!("central authority stopped");
     Ok(())
+}
+
+/// Logs where the CA listens and with what, and its configuration's
+/// warnings.
+fn log_start(authority: &Authority, grpc: &TcpListener, http: &TcpListener) {
+    let state = authority.snapshot();
+    tracing::info!(
+        grpc = %grpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        segments = state.policy().segments.len(),
+        groups = state.policy().connector_groups.len(),
+        strategy = %state.settings().strategy,
+        tls = authority.pki().is_some(),
+        data_dir = %state.settings().data_dir.display(),
+        "central authority listening"
+    );
+    for warning in &state.config.warnings {
+        tracing::warn!("{warning}");
+    }
+    if authority.pki().is_none() {
+        tracing::warn!(
+            "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"
+        );
+    }
+}
+
+/// Runs `housekeeping::run_once` every `HOUSEKEEPING_EVERY` (and, with
+/// TLS, revokes superseded certificates) until `stop` resolves.
+async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                housekeeping::run_once(&hk, Instant::now());
+                // A database write: off the async workers.
+                if hk.pki().is_some() {
+                    let _ = hk.blocking(Authority::revoke_superseded).await;
+                }
+            }
+        }
+    }
 }

@@ -45,7 +45,7 @@ enum Command {
     /// Use the CA's HTTP API: health, connectors, access, admin actions.
     /// Exit codes: 0 done (access: selected), 3 access refused, 1 error,
     /// 2 usage.
-    Api(central_authority::cli::ApiArgs),
+    Api(central_authority::tools::cli::ApiArgs),
     /// Convert the commercial product's application segments (JSON) into
     /// `[[segments]]` TOML. Exit codes: 0 everything carried over, 3 some
     /// fields or server groups not, 4 some segments not, 1 nothing imported.
@@ -53,7 +53,7 @@ enum Command {
         /// The product's API output: an array, or a `{"list": [...]}` page.
         file: PathBuf,
         /// Map a server group (name or id) to a reach connector group.
-        #[arg(long, value_name = "SERVER_GROUP=CONNECTOR_GROUP", value_parser = central_authority::import::parse_group_map)]
+        #[arg(long, value_name = "SERVER_GROUP=CONNECTOR_GROUP", value_parser = central_authority::tools::import::parse_group_map)]
         group_map: Vec<(String, String)>,
         /// Write the TOML here instead of to stdout.
         #[arg(long)]
@@ -110,10 +110,10 @@ async fn main() -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (grpc, http) = (config.settings.grpc_listen, config.settings.http_listen);
-    let grpc =
-        central_authority::listen::bind(grpc).with_context(|| format!("binding gRPC on {grpc}"))?;
-    let http =
-        central_authority::listen::bind(http).with_context(|| format!("binding HTTP on {http}"))?;
+    let grpc = central_authority::api::listen::bind(grpc)
+        .with_context(|| format!("binding gRPC on {grpc}"))?;
+    let http = central_authority::api::listen::bind(http)
+        .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -170,14 +170,15 @@ fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
                     errors.extend(e.into_iter().map(|m| format!("{}: {m}", p.display())));
                 }
                 let name = file.display().to_string();
-                let _ = stdout(&(central_authority::plan::invalid_json(&name, &errors) + "\n"));
+                let _ =
+                    stdout(&(central_authority::tools::plan::invalid_json(&name, &errors) + "\n"));
             }
             return ExitCode::FAILURE;
         }
     };
     let name = |p: &Path| p.display().to_string();
     let old = old.map(|(p, c)| (name(p), c));
-    let report = central_authority::plan::report(
+    let report = central_authority::tools::plan::report(
         &name(file),
         &new,
         old.as_ref().map(|(p, c)| (p.as_str(), c)),
@@ -196,7 +197,8 @@ fn plan(file: &Path, current: Option<&Path>, json: bool) -> ExitCode {
 /// Writes to stdout; a closed pipe (`| head`) is an error, not a panic.
 fn stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
+    // `Stdout` locks per call; one `write_all` is one call.
+    let mut out = std::io::stdout();
     out.write_all(text.as_bytes())?;
     out.flush()
 }
@@ -206,7 +208,7 @@ fn import(
     group_map: &[(String, String)],
     output: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
-    use central_authority::import;
+    use central_authority::tools::import;
     let options = import::Options::from_pairs(group_map).map_err(anyhow::Error::msg)?;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -232,11 +234,11 @@ fn import(
 }
 
 /// `central-authority api …`: the table or JSON on stdout, errors on stderr.
-async fn api(args: &central_authority::cli::ApiArgs) -> ExitCode {
-    match central_authority::cli::run(args).await {
+async fn api(args: &central_authority::tools::cli::ApiArgs) -> ExitCode {
+    match central_authority::tools::cli::run(args).await {
         Ok((text, code)) => match stdout(&text) {
             Ok(()) => ExitCode::from(code),
-            Err(_) => ExitCode::from(central_authority::cli::EXIT_ERROR),
+            Err(_) => ExitCode::from(central_authority::tools::cli::EXIT_ERROR),
         },
         Err(e) => {
             eprintln!("error: {e}");

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::auth::AuthError;
-use crate::authority::Authority;
-use crate::policy_state::PolicyState;
+use crate::state::authority::Authority;
+use crate::state::policy_state::PolicyState;
 use crate::store::{ReplicaRecord, StoreError};
+use crate::trust::auth::AuthError;
 
 /// How often a replica checks its live sessions against the store.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
@@ -77,7 +77,7 @@ impl Me {
         Me {
             id,
             addresses,
-            started_ms: crate::trust::now_ms(),
+            started_ms: crate::state::clock::now_ms(),
         }
     }
 }
@@ -111,7 +111,8 @@ pub struct ReplicaView {
 pub fn policy_hash(state: &PolicyState) -> String {
     state
         .hash_with(|state| {
-            let digest = crate::pki::sha256_hex(format!("{:?}", state.config.policy).as_bytes());
+            let digest =
+                crate::trust::pki::sha256_hex(format!("{:?}", state.config.policy).as_bytes());
             digest.chars().take(16).collect()
         })
         .to_owned()
@@ -146,7 +147,7 @@ impl Authority {
                 }
             }
         };
-        let now = crate::trust::now_ms();
+        let now = crate::state::clock::now_ms();
         // One key lookup per (group, key) of key-authenticated sessions.
         let mut keys: std::collections::HashMap<(String, String), Result<(), AuthError>> =
             std::collections::HashMap::new();
@@ -154,7 +155,7 @@ impl Authority {
         for s in live {
             let verdict = match &s.serial {
                 Some(serial) => {
-                    crate::trust::cert_standing(records.get(serial), serial, &s.name, now)
+                    crate::trust::enroll::cert_standing(records.get(serial), serial, &s.name, now)
                 }
                 None => match &s.key_sha256 {
                     Some(key) => keys
@@ -179,7 +180,7 @@ impl Authority {
 
     /// Records this replica's heartbeat.
     pub fn replica_heartbeat(&self, me: &Me) -> Result<(), StoreError> {
-        let now = crate::trust::now_ms();
+        let now = crate::state::clock::now_ms();
         let record = ReplicaRecord {
             id: me.id.clone(),
             addresses: me.addresses.clone(),
@@ -194,7 +195,7 @@ impl Authority {
 
     /// Every replica the store knows (`this` marks `me`).
     pub fn replicas(&self, me: Option<&str>) -> Result<Vec<ReplicaView>, StoreError> {
-        let now = crate::trust::now_ms();
+        let now = crate::state::clock::now_ms();
         Ok(self
             .store()
             .replicas()?

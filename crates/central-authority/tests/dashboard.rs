@@ -1,4 +1,4 @@
-//! The Health dashboard's API (issue 15): the listing's filters, natural
+//! The Health dashboard's API: the listing's filters, natural
 //! sort, paging and counts; on-access and `none` applications listed with
 //! their note; the status history (stored, paged, filtered) and its live
 //! streams (server-sent events and gRPC `WatchHealth`); the pages' strict
@@ -430,7 +430,7 @@ async fn application_detail_is_one_row_of_the_listing() {
     ca.stop().await;
 }
 
-/// Issue 16.2: the detail of an application in a damped segment says so
+/// The detail of an application in a damped segment says so
 /// (the page's history note names rise and fall), and only there.
 #[tokio::test]
 async fn a_damped_segment_shows_its_thresholds_in_the_detail() {

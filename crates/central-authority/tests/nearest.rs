@@ -76,7 +76,7 @@ where
     }
 }
 
-/// Issue 16.1: the connector with the slower path is chosen only when no
+/// The connector with the slower path is chosen only when no
 /// near one is healthy; the explanation shows each candidate's RTT and why.
 ///
 /// Needs root, `/dev/net/tun` and `ip` for the delayed path; it fails,
@@ -224,7 +224,7 @@ fn app_rtt(host: &str, up: bool, rtt_ms: u64) -> protocol::v1::ApplicationHealth
     a
 }
 
-/// Issue 16.1 through the CA's real sessions: the CA smooths the RTTs the
+/// Through the CA's real sessions: the CA smooths the RTTs the
 /// connectors report (EWMA per connector and application), `nearest`
 /// (here the CA's global strategy) takes the nearer one, both once their
 /// smoothed RTTs are within the tolerance, and the farther one when the
@@ -382,7 +382,7 @@ async fn access_from(http: &Http, at: Option<(f64, f64)>) -> (u16, serde_json::V
     )
 }
 
-/// Issue 16.1, the user's location: with dc-east in Frankfurt and dc-west
+/// The user's location: with dc-east in Frankfurt and dc-west
 /// in New York, a request from Paris goes to dc-east's connector although
 /// dc-west's reports a lower RTT to the application (5 ms + ~4.8 ms for the
 /// 478 km against 1 ms + ~58 ms for 5,837 km); without a location the

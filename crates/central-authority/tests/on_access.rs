@@ -29,7 +29,7 @@ connector_groups = ["dc-west"]
     )
 }
 
-/// Issue 12.6: server down → the access is refused `all_down`; server back →
+/// Server down → the access is refused `all_down`; server back →
 /// the next access succeeds within the discovery timeout, although the
 /// report interval is 10 minutes and the window is live.
 #[tokio::test]

@@ -521,7 +521,7 @@ async fn enrolled_state_survives_a_restart() {
     ca.stop().await;
 }
 
-/// Readiness after a restart (issue 14): `/healthz` answers 503
+/// Readiness after a restart: `/healthz` answers 503
 /// `warming_up` until every connector the store knows (enrolled, not
 /// disabled) has re-attached and sent its full state, then 200 for good;
 /// the bound is `[health] warmup_ms` (0: ready at once).

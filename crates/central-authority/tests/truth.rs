@@ -1,4 +1,4 @@
-//! Truthful health under load (issue 12, items 1 and 3): a status's age is
+//! Truthful health under load: a status's age is
 //! the age of its check, and no result is lost to the CA's limits.
 
 mod common;

@@ -1,5 +1,6 @@
 //! The connector's command-line flags and environment variables (clap), and
-//! the settings derived from them.
+//! the settings derived from them, among them the group's provisioning key
+//! (redacted wherever it is printed).
 
 use std::net::SocketAddr;
 
@@ -90,7 +91,7 @@ pub struct Config {
     /// or `--provisioning-key-file`: command lines are visible to every user
     /// of the host.
     #[arg(long, env = "REACH_PROVISIONING_KEY", hide_env_values = true)]
-    pub provisioning_key: Option<crate::enroll::ProvisioningKey>,
+    pub provisioning_key: Option<ProvisioningKey>,
 
     /// DNS server (`ADDR:PORT`) to resolve application names with, instead
     /// of the system configuration (/etc/resolv.conf).
@@ -224,6 +225,47 @@ impl Config {
                 self.max_check_timeout_ms.max(self.check_timeout_ms),
             )),
         }
+    }
+}
+
+/// A group's provisioning key: what the connector shows once to enroll
+/// (and, against a CA without TLS, with every session). Its `Debug` output
+/// is redacted so that logging a value that holds it can never leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProvisioningKey(String);
+
+impl ProvisioningKey {
+    /// Wraps a key (the caller checks it is present and printable ASCII,
+    /// as `run` and `enroll_only` do).
+    pub fn new(key: impl Into<String>) -> Self {
+        ProvisioningKey(key.into())
+    }
+
+    /// The key itself, for the one place it is sent.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// For `--provisioning-key`: the flag is read straight into the redacted
+/// type, so `Debug` of the connector's `Config` never shows it.
+impl std::str::FromStr for ProvisioningKey {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(ProvisioningKey::new(s))
+    }
+}
+
+impl From<&str> for ProvisioningKey {
+    fn from(s: &str) -> Self {
+        ProvisioningKey::new(s)
+    }
+}
+
+impl std::fmt::Debug for ProvisioningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProvisioningKey(<redacted>)")
     }
 }
 

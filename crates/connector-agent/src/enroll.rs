@@ -24,7 +24,9 @@ use protocol::v1;
 use protocol::v1::enrollment_client::EnrollmentClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use crate::attach::{CaTarget, Dialer};
+use crate::config::ProvisioningKey;
+use crate::dial::{CaTarget, Dialer};
+use crate::retry::error_chain;
 
 /// The key file in the state directory.
 pub const KEY_FILE: &str = "connector.key";
@@ -103,47 +105,6 @@ impl EnrollError {
             ),
             _ => false,
         }
-    }
-}
-
-/// A group's provisioning key: what the connector shows once to enroll
-/// (and, against a CA without TLS, with every session). Its `Debug` output
-/// is redacted so that logging a value that holds it can never leak it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProvisioningKey(String);
-
-impl ProvisioningKey {
-    /// Wraps a key (the caller checks it is present and printable ASCII,
-    /// as `run` and `enroll_only` do).
-    pub fn new(key: impl Into<String>) -> Self {
-        ProvisioningKey(key.into())
-    }
-
-    /// The key itself, for the one place it is sent.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-/// For `--provisioning-key`: the flag is read straight into the redacted
-/// type, so `Debug` of the connector's `Config` never shows it.
-impl std::str::FromStr for ProvisioningKey {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(ProvisioningKey::new(s))
-    }
-}
-
-impl From<&str> for ProvisioningKey {
-    fn from(s: &str) -> Self {
-        ProvisioningKey::new(s)
-    }
-}
-
-impl std::fmt::Debug for ProvisioningKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProvisioningKey(<redacted>)")
     }
 }
 
@@ -366,7 +327,7 @@ pub async fn renew(
     let channel = endpoint
         .connect()
         .await
-        .map_err(|e| EnrollError::Unreachable(crate::session::error_chain(&e)))?;
+        .map_err(|e| EnrollError::Unreachable(error_chain(&e)))?;
     let issued_ms = now_ms();
     let response = EnrollmentClient::new(channel)
         .renew(v1::RenewRequest { csr_pem: csr })
@@ -442,7 +403,7 @@ async fn channel(target: &CaTarget, ca_pem: &str) -> Result<Channel, EnrollError
     endpoint
         .connect()
         .await
-        .map_err(|e| EnrollError::Unreachable(crate::session::error_chain(&e)))
+        .map_err(|e| EnrollError::Unreachable(error_chain(&e)))
 }
 
 /// Enrolls once: new key pair, CSR, `Enroll`, files written.

@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use prost::Message;
 use protocol::v1;
 
-use crate::session::{Parts, SessionOptions};
+use crate::metrics::Metrics;
 
 /// One session's assignment.
 #[derive(Clone, Debug)]
@@ -85,15 +85,15 @@ impl Assignments {
     }
 
     /// Session `id` was welcomed with, or updated to, this assignment;
-    /// returns once the assignment in force reflects it (applied when the
-    /// connector follows `id`).
-    pub async fn assigned(
+    /// returns once the assignment in force reflects it (put in force with
+    /// `apply` when the connector follows `id`).
+    pub async fn assigned<F: Future<Output = ()>>(
         &self,
         id: u64,
         segments: Vec<v1::Segment>,
         settings: Option<v1::ConnectorSettings>,
-        options: &SessionOptions,
-        parts: &Parts,
+        metrics: &Metrics,
+        apply: impl FnOnce(Vec<v1::Segment>, Option<v1::ConnectorSettings>) -> F,
     ) {
         {
             let mut state = self.lock();
@@ -115,16 +115,21 @@ impl Assignments {
                 },
             );
         }
-        self.enforce(options, parts).await;
+        self.enforce(metrics, apply).await;
     }
 
     /// Session `id` ended; when it was followed, the next-longest
-    /// connected one is.
-    pub async fn left(&self, id: u64, options: &SessionOptions, parts: &Parts) {
+    /// connected one is (put in force with `apply`).
+    pub async fn left<F: Future<Output = ()>>(
+        &self,
+        id: u64,
+        metrics: &Metrics,
+        apply: impl FnOnce(Vec<v1::Segment>, Option<v1::ConnectorSettings>) -> F,
+    ) {
         if self.lock().members.remove(&id).is_none() {
             return;
         }
-        self.enforce(options, parts).await;
+        self.enforce(metrics, apply).await;
     }
 
     /// The followed member: the one welcomed first.
@@ -136,22 +141,23 @@ impl Assignments {
             .map(|(id, m)| (*id, m))
     }
 
-    /// Applies the followed session's assignment if it is not in force.
-    async fn enforce(&self, options: &SessionOptions, parts: &Parts) {
+    /// Applies the followed session's assignment with `apply` if it is not
+    /// in force.
+    async fn enforce<F: Future<Output = ()>>(
+        &self,
+        metrics: &Metrics,
+        apply: impl FnOnce(Vec<v1::Segment>, Option<v1::ConnectorSettings>) -> F,
+    ) {
         let _applying = self.applying.lock().await;
         let chosen = {
             let mut state = self.lock();
             let view = self.view_locked(&state, None);
-            parts.metrics.ca_sessions.set(i64::from(view.sessions));
-            parts
-                .metrics
-                .ca_assignments
-                .set(i64::from(view.assignments));
-            parts
-                .metrics
+            metrics.ca_sessions.set(i64::from(view.sessions));
+            metrics.ca_assignments.set(i64::from(view.assignments));
+            metrics
                 .policy_disagreement
                 .set(i64::from(view.assignments > 1));
-            parts.metrics.set_session_state(if view.sessions > 0 {
+            metrics.set_session_state(if view.sessions > 0 {
                 "connected"
             } else {
                 "connecting"
@@ -180,11 +186,7 @@ impl Assignments {
         // Identical assignments (the normal case when the followed session
         // changes) are not applied again.
         if let Some((segments, settings)) = chosen {
-            let window = crate::session::apply_settings(settings.as_ref(), options, parts);
-            parts
-                .scheduler
-                .apply(crate::session::segments(segments), window)
-                .await;
+            apply(segments, settings).await;
         }
     }
 

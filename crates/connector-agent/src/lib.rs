@@ -8,11 +8,12 @@
 //! - [`enroll`]: on first start the connector makes a key pair and CSR and
 //!   calls `Enrollment.Enroll` with its group's provisioning key; the signed
 //!   client certificate and its key stay in `--state-dir`.
-//! - [`attach`]: every address a `--ca` name resolves to is a CA replica;
-//!   the connector holds one session per address (verified against the
-//!   name), re-resolving periodically and after lost sessions. Every report
-//!   goes to every session; [`follow`] decides whose assignment is in force
-//!   when replicas disagree (the session connected longest).
+//! - [`attach`]: every address a `--ca` name resolves to is a CA replica
+//!   ([`dial`]); the connector holds one session per address (verified
+//!   against the name), re-resolving periodically and after lost sessions.
+//!   Every report goes to every session; [`follow`] decides whose
+//!   assignment is in force when replicas disagree (the session connected
+//!   longest).
 //! - [`session`]: one gRPC `ConnectorSession.Connect` stream to a CA replica,
 //!   mutual TLS with that certificate (only against a CA run with
 //!   `[tls] enabled = false`, for local experiments, an `http://` URL and
@@ -22,7 +23,12 @@
 //!   on-access checks; `Ping`s are answered; `HealthReport`s (the first after
 //!   every (re)connect with `full_state = true`) and `Heartbeat`s with the
 //!   check load go back. A lost session is re-established with exponential
-//!   backoff (0.5 s doubling to 30 s, full jitter) while checks go on.
+//!   backoff ([`retry`]: 0.5 s doubling to 30 s, full jitter) while checks
+//!   go on. What every session shares is in [`options`].
+//! - [`report`]: one application's report, a `policy::ApplicationReport`
+//!   from the round that made it to the bytes, encoded once for every
+//!   replica's session; [`outbox`] batches and paces a session's reports,
+//!   [`wire`] sends them.
 //! - [`schedule`] (pure, time passed in) and [`schedule::task`] (the task
 //!   that drives it, handle [`schedule::Scheduler`]): per
 //!   segment mode — `continuous` applications are checked every report
@@ -59,14 +65,18 @@
 
 pub mod attach;
 pub mod config;
+pub mod dial;
 pub mod enroll;
 pub mod follow;
 pub mod metrics;
+pub mod options;
 pub mod outbox;
 pub mod pacer;
 pub mod probe;
 pub mod renewal;
+pub mod report;
 pub mod resolver;
+pub mod retry;
 pub mod schedule;
 pub mod session;
 pub mod wire;
@@ -124,7 +134,7 @@ pub enum AgentError {
 /// The provisioning key from `--provisioning-key-file` or
 /// `--provisioning-key`, trimmed; present and printable ASCII, or an error
 /// naming what is wrong.
-fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentError> {
+fn provisioning_key(config: &Config) -> Result<config::ProvisioningKey, AgentError> {
     let key = match (&config.provisioning_key_file, &config.provisioning_key) {
         (Some(path), _) => std::fs::read_to_string(path)
             .map_err(|source| AgentError::ReadKey {
@@ -140,7 +150,7 @@ fn provisioning_key(config: &Config) -> Result<enroll::ProvisioningKey, AgentErr
         return Err(AgentError::MissingProvisioningKey);
     }
     printable(&key, "the provisioning key")?;
-    Ok(enroll::ProvisioningKey::new(key))
+    Ok(config::ProvisioningKey::new(key))
 }
 
 fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
@@ -151,12 +161,12 @@ fn printable(value: &str, what: &'static str) -> Result<(), AgentError> {
 }
 
 /// The `--ca` URLs, parsed: at least one, all `https://` or all `http://`.
-fn ca_urls(config: &Config) -> Result<Vec<attach::CaUrl>, AgentError> {
+fn ca_urls(config: &Config) -> Result<Vec<dial::CaUrl>, AgentError> {
     let urls = config
         .ca
         .iter()
         .map(|url| {
-            attach::CaUrl::parse(url.trim()).map_err(|reason| AgentError::InvalidCa {
+            dial::CaUrl::parse(url.trim()).map_err(|reason| AgentError::InvalidCa {
                 url: url.clone(),
                 reason,
             })
@@ -179,7 +189,7 @@ fn ca_urls(config: &Config) -> Result<Vec<attach::CaUrl>, AgentError> {
 
 /// Whether the CA URLs ask for TLS (`https://`).
 fn wants_tls(config: &Config) -> bool {
-    ca_urls(config).is_ok_and(|u| u.first().is_some_and(attach::CaUrl::tls))
+    ca_urls(config).is_ok_and(|u| u.first().is_some_and(dial::CaUrl::tls))
 }
 
 fn check_identity(config: &Config) -> Result<(), AgentError> {
@@ -191,9 +201,9 @@ fn check_identity(config: &Config) -> Result<(), AgentError> {
 
 /// The `--ca` replicas, resolved through `--dns-server` (when given) like
 /// application names.
-fn dialer(config: &Config) -> Result<attach::Dialer, AgentError> {
+fn dialer(config: &Config) -> Result<dial::Dialer, AgentError> {
     let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?;
-    Ok(attach::Dialer::new(ca_urls(config)?, resolver))
+    Ok(dial::Dialer::new(ca_urls(config)?, resolver))
 }
 
 /// `connector-agent enroll`: enrolls (replacing an earlier enrollment in
@@ -209,22 +219,29 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
     let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
     let key = provisioning_key(config)?;
     let dialer = dialer(config)?;
-    enroll::on_any(&dialer, |target| {
-        let (ca_pem, key) = (&ca_pem, &key);
-        async move {
-            enroll::enroll(
-                &target,
-                ca_pem,
-                &config.state_dir,
-                &config.name,
-                &config.group,
-                key,
-            )
-            .await
-        }
-    })
-    .await?;
+    enroll_on_any(config, &dialer, &ca_pem, &key).await?;
     Ok(())
+}
+
+/// Enrolls with the first CA replica that answers.
+async fn enroll_on_any(
+    config: &Config,
+    dialer: &dial::Dialer,
+    ca_pem: &str,
+    key: &config::ProvisioningKey,
+) -> Result<enroll::Enrollment, enroll::EnrollError> {
+    enroll::on_any(dialer, |target| async move {
+        enroll::enroll(
+            &target,
+            ca_pem,
+            &config.state_dir,
+            &config.name,
+            &config.group,
+            key,
+        )
+        .await
+    })
+    .await
 }
 
 /// The enrollment in the state directory, enrolling first when there is
@@ -265,25 +282,10 @@ async fn enrollment(
     let dialer = dialer(config)?;
     let mut attempt = 0u32;
     loop {
-        let enrolled = enroll::on_any(&dialer, |target| {
-            let (ca_pem, key) = (&ca_pem, &key);
-            async move {
-                enroll::enroll(
-                    &target,
-                    ca_pem,
-                    &config.state_dir,
-                    &config.name,
-                    &config.group,
-                    key,
-                )
-                .await
-            }
-        })
-        .await;
-        match enrolled {
+        match enroll_on_any(config, &dialer, &ca_pem, &key).await {
             Ok(c) => return Ok(Some(c)),
             Err(e) if e.retryable() => {
-                let delay = session::backoff(attempt, &mut rand::rng());
+                let delay = retry::backoff(attempt, &mut rand::rng());
                 attempt = attempt.saturating_add(1);
                 tracing::warn!(error = %e, delay_ms = delay.as_millis(), "enrollment failed; retrying");
                 tokio::select! {
@@ -308,96 +310,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     check_identity(&config)?;
     let mut shutdown = std::pin::pin!(shutdown);
-    let credentials = if wants_tls(&config) {
-        match enrollment(&config, &mut shutdown).await? {
-            Some(e) => session::Credentials::Certificate(e),
-            None => return Ok(()),
-        }
-    } else {
-        tracing::warn!(
-            "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
-        );
-        session::Credentials::ProvisioningKey(provisioning_key(&config)?)
+    let Some(credentials) = credentials(&config, &mut shutdown).await? else {
+        return Ok(());
     };
-
     let metrics = metrics::Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     if let Some(addr) = config.metrics_listen {
-        let listener = metrics::bind(addr)
-            .await
-            .map_err(|source| AgentError::Metrics { addr, source })?;
-        tracing::info!(%addr, "serving metrics at /metrics");
-        let mut stop = stop_rx.clone();
-        let m = metrics.clone();
-        tasks.push(tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = metrics::serve(listener, m, stopped).await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        }));
+        tasks.push(serve_metrics(addr, metrics.clone(), stop_rx.clone()).await?);
     }
-
-    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
-        .with_stale_grace(config.dns_stale_grace());
-    let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
-    if !config.allow_networks.is_empty() {
-        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
-    }
-    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
-        prober.clone(),
-        config.checks_per_second,
-        config.max_in_flight,
-        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
-        metrics.clone(),
-    );
-    // One schedule and one pacer for every CA replica: sessions subscribe
-    // to its reports.
-    let (scheduler, scheduler_task) =
-        schedule::Scheduler::spawn_shared(resolver.clone(), pacer.clone(), metrics.clone());
+    let (parts, checks) = start_checks(&config, metrics)?;
     let dialer = dialer(&config)?;
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
-        session::Credentials::Certificate(current) => {
-            let (tx, rx) = watch::channel(current.clone());
-            let renewer = renewal::Renewer {
-                ca: dialer.clone(),
-                state_dir: config.state_dir.clone(),
-                name: config.name.clone(),
-                group: config.group.clone(),
-                provisioning_key: provisioning_key(&config).ok(),
-            };
-            tasks.push(tokio::spawn(renewer.run(
-                current.clone(),
-                tx,
-                stop_rx.clone(),
-            )));
-            Some(rx)
+        options::Credentials::Certificate(current) => {
+            let (renewals, task) = start_renewal(&config, &dialer, current, stop_rx.clone());
+            tasks.push(task);
+            Some(renewals)
         }
-        session::Credentials::ProvisioningKey(_) => None,
+        options::Credentials::ProvisioningKey(_) => None,
     };
-    let options = session::SessionOptions {
-        identity: session::Identity {
-            name: config.name.clone(),
-            group: config.group.clone(),
-        },
-        credentials,
-        renewals,
-        checks_per_second: config.checks_per_second,
-        check_timeout: config.check_timeout(),
-        ceilings: config.ceilings(),
-        reconnect_max: session::BACKOFF_MAX,
-    };
-    let parts = session::Parts {
-        scheduler,
-        pacer,
-        prober,
-        metrics,
-        resolver,
-        assignments: Arc::new(follow::Assignments::new()),
-    };
+    let options = session_options(&config, credentials, renewals);
     parts.metrics.set_session_state("connecting");
     tracing::info!(ca = %config.ca.join(","), name = %config.name, group = %config.group, "connector starting");
     let mut session = tokio::spawn(attach::run(
@@ -407,7 +340,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         parts,
         stop_rx,
     ));
-
     tokio::select! {
         () = &mut shutdown => tracing::info!("shutting down"),
         _ = &mut session => tracing::warn!("session task ended"),
@@ -423,7 +355,125 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
-    scheduler_task.abort();
-    pacer_task.abort();
+    for task in checks {
+        task.abort();
+    }
     Ok(())
+}
+
+/// How the sessions prove the connector's identity: the enrolled
+/// certificate (enrolling first when there is none) with an `https://` CA,
+/// else the provisioning key. `Ok(None)` when shut down while enrolling.
+async fn credentials(
+    config: &Config,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Result<Option<options::Credentials>, AgentError> {
+    if wants_tls(config) {
+        return Ok(enrollment(config, shutdown)
+            .await?
+            .map(options::Credentials::Certificate));
+    }
+    tracing::warn!(
+        "plain-text CA URL: the provisioning key is sent with every session; use https:// and enrollment"
+    );
+    Ok(Some(options::Credentials::ProvisioningKey(
+        provisioning_key(config)?,
+    )))
+}
+
+/// Serves `/metrics` at `addr` until `stop` turns true.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: metrics::Metrics,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, AgentError> {
+    let listener = metrics::bind(addr)
+        .await
+        .map_err(|source| AgentError::Metrics { addr, source })?;
+    tracing::info!(%addr, "serving metrics at /metrics");
+    Ok(tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = metrics::serve(listener, metrics, stopped).await {
+            tracing::error!(error = %e, "metrics endpoint failed");
+        }
+    }))
+}
+
+/// Starts what checks: the resolver, the prober, one pacer and one
+/// schedule for every CA replica (sessions subscribe to its reports).
+/// Returns the parts the sessions drive and the pacer's and scheduler's
+/// tasks.
+fn start_checks(
+    config: &Config,
+    metrics: metrics::Metrics,
+) -> Result<(options::Parts, [tokio::task::JoinHandle<()>; 2]), AgentError> {
+    let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
+        .with_stale_grace(config.dns_stale_grace());
+    let prober = Arc::new(probe::Prober::new(config.icmp, config.check_timeout()));
+    if !config.allow_networks.is_empty() {
+        tracing::info!(networks = ?config.allow_networks, "probing only --allow-networks");
+    }
+    let (pacer, pacer_task) = pacer::Pacer::spawn_restricted(
+        prober.clone(),
+        config.checks_per_second,
+        config.max_in_flight,
+        pacer::AllowNetworks::new(config.allow_networks.iter().copied()),
+        metrics.clone(),
+    );
+    let (scheduler, scheduler_task) =
+        schedule::Scheduler::spawn_shared(resolver.clone(), pacer.clone(), metrics.clone());
+    let parts = options::Parts {
+        scheduler,
+        pacer,
+        prober,
+        metrics,
+        resolver,
+        assignments: Arc::new(follow::Assignments::new()),
+    };
+    Ok((parts, [scheduler_task, pacer_task]))
+}
+
+/// Starts renewing the `current` certificate: the renewed ones arrive on
+/// the returned channel.
+fn start_renewal(
+    config: &Config,
+    dialer: &dial::Dialer,
+    current: &enroll::Enrollment,
+    stop: watch::Receiver<bool>,
+) -> (
+    watch::Receiver<enroll::Enrollment>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = watch::channel(current.clone());
+    let renewer = renewal::Renewer {
+        ca: dialer.clone(),
+        state_dir: config.state_dir.clone(),
+        name: config.name.clone(),
+        group: config.group.clone(),
+        provisioning_key: provisioning_key(config).ok(),
+    };
+    (rx, tokio::spawn(renewer.run(current.clone(), tx, stop)))
+}
+
+/// What every session is given: identity, credentials and the connector's
+/// own check settings.
+fn session_options(
+    config: &Config,
+    credentials: options::Credentials,
+    renewals: Option<watch::Receiver<enroll::Enrollment>>,
+) -> options::SessionOptions {
+    options::SessionOptions {
+        identity: options::Identity {
+            name: config.name.clone(),
+            group: config.group.clone(),
+        },
+        credentials,
+        renewals,
+        checks_per_second: config.checks_per_second,
+        check_timeout: config.check_timeout(),
+        ceilings: config.ceilings(),
+        reconnect_max: retry::BACKOFF_MAX,
+    }
 }

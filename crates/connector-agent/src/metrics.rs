@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Labels of `reach_agent_checks`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,6 +106,18 @@ fn check_slot(method: Method, failure: Option<FailureKind>) -> usize {
     method * CHECK_RESULTS + result
 }
 
+/// A registry being filled.
+struct Registering(Registry);
+
+impl Registering {
+    /// `metric`, registered as `name` with `help` (the registry keeps a
+    /// clone: both share the value).
+    fn add<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.0.register(name, help, metric.clone());
+        metric
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -115,104 +127,80 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric under the `reach_agent` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("reach_agent");
-        let checks = Family::<CheckLabels, Counter>::default();
-        registry.register(
-            "checks",
-            "Checks finished, by method and result",
-            checks.clone(),
-        );
-        let check_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
-        registry.register(
-            "check_duration_seconds",
-            "Duration of checks, timeouts included",
-            check_duration.clone(),
-        );
-        let limiter_wait = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register(
-            "rate_limiter_wait_seconds",
-            "Time a check waited for the rate limiter and a concurrency slot",
-            limiter_wait.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register("checks_in_flight", "Checks in flight", in_flight.clone());
-        let queue_depth = Gauge::default();
-        registry.register(
-            "check_queue_depth",
-            "Checks waiting for the rate limiter",
-            queue_depth.clone(),
-        );
-        let targets = Gauge::default();
-        registry.register(
-            "targets",
-            "Distinct (address, protocol, port) targets scheduled",
-            targets.clone(),
-        );
-        let session_state = Family::<StateLabels, Gauge>::default();
-        registry.register(
-            "session_state",
-            "Session with the CA: 1 for the current state (connecting, connected, backoff)",
-            session_state.clone(),
-        );
-        let ca_addresses = Gauge::default();
-        registry.register(
-            "ca_addresses",
-            "CA replica addresses attached to (one session each)",
-            ca_addresses.clone(),
-        );
-        let ca_sessions = Gauge::default();
-        registry.register(
-            "ca_sessions",
-            "CA sessions welcomed and live",
-            ca_sessions.clone(),
-        );
-        let ca_assignments = Gauge::default();
-        registry.register(
-            "ca_assignments",
-            "Distinct assignments among the live CA sessions (more than 1: the replicas disagree)",
-            ca_assignments.clone(),
-        );
-        let policy_disagreement = Gauge::default();
-        registry.register(
-            "policy_disagreement",
-            "1 while the CA replicas hand out different assignments (the longest-connected session's is followed)",
-            policy_disagreement.clone(),
-        );
-        let sessions = Counter::default();
-        registry.register(
-            "sessions",
-            "Sessions established with the CA",
-            sessions.clone(),
-        );
-        let reports_deferred = Counter::default();
-        registry.register(
-            "reports_deferred",
-            "Reports the CA deferred with flow control (their results are sent again)",
-            reports_deferred.clone(),
-        );
-        let dns_lookups = Family::<DnsLabels, Counter>::default();
-        registry.register(
-            "dns_lookups",
-            "DNS resolutions by result",
-            dns_lookups.clone(),
-        );
+        let mut r = Registering(Registry::with_prefix("reach_agent"));
         Metrics {
-            registry: Arc::new(registry),
-            checks,
-            check_duration,
-            limiter_wait,
-            in_flight,
-            queue_depth,
-            targets,
-            session_state,
-            ca_addresses,
-            ca_sessions,
-            ca_assignments,
-            policy_disagreement,
-            sessions,
-            reports_deferred,
-            dns_lookups,
+            checks: r.add(
+                "checks",
+                "Checks finished, by method and result",
+                Family::default(),
+            ),
+            check_duration: r.add(
+                "check_duration_seconds",
+                "Duration of checks, timeouts included",
+                Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            ),
+            limiter_wait: r.add(
+                "rate_limiter_wait_seconds",
+                "Time a check waited for the rate limiter and a concurrency slot",
+                Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            ),
+            in_flight: r.add(
+                "checks_in_flight",
+                "Checks in flight",
+                Gauge::default(),
+            ),
+            queue_depth: r.add(
+                "check_queue_depth",
+                "Checks waiting for the rate limiter",
+                Gauge::default(),
+            ),
+            targets: r.add(
+                "targets",
+                "Distinct (address, protocol, port) targets scheduled",
+                Gauge::default(),
+            ),
+            session_state: r.add(
+                "session_state",
+                "Session with the CA: 1 for the current state (connecting, connected, backoff)",
+                Family::default(),
+            ),
+            ca_addresses: r.add(
+                "ca_addresses",
+                "CA replica addresses attached to (one session each)",
+                Gauge::default(),
+            ),
+            ca_sessions: r.add(
+                "ca_sessions",
+                "CA sessions welcomed and live",
+                Gauge::default(),
+            ),
+            ca_assignments: r.add(
+                "ca_assignments",
+                "Distinct assignments among the live CA sessions (more than 1: the replicas disagree)",
+                Gauge::default(),
+            ),
+            policy_disagreement: r.add(
+                "policy_disagreement",
+                "1 while the CA replicas hand out different assignments (the longest-connected session's is followed)",
+                Gauge::default(),
+            ),
+            sessions: r.add(
+                "sessions",
+                "Sessions established with the CA",
+                Counter::default(),
+            ),
+            reports_deferred: r.add(
+                "reports_deferred",
+                "Reports the CA deferred with flow control (their results are sent again)",
+                Counter::default(),
+            ),
+            dns_lookups: r.add(
+                "dns_lookups",
+                "DNS resolutions by result",
+                Family::default(),
+            ),
             check_counters: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            registry: Arc::new(r.0),
         }
     }
 

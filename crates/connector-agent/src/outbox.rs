@@ -4,7 +4,7 @@
 //! the CA's entry limit. A report the CA refuses with `FlowControl` comes
 //! back: its entries are pending again (unless a newer result of the same
 //! application is pending or was sent since), so no result is lost. A
-//! result a user waits for (`AppReport::awaited`: the round an access
+//! result a user waits for (`Outgoing::awaited`: the round an access
 //! triggered; the CA holds the access until it arrives) does not wait for
 //! the batch window: it goes out at once, with whatever else is pending.
 //! Pure: time comes in as arguments.
@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::AppKey;
 use protocol::v1;
 
-use crate::schedule::AppReport;
-use crate::wire::{Entry, Report};
+use crate::report::{Entry, Outgoing};
+use crate::wire::Report;
 
 /// Longest a result waits before it is sent: results produced within it go
 /// out together.
@@ -59,14 +59,14 @@ impl Pace {
 /// Results waiting to be sent, and what was sent recently.
 #[derive(Debug)]
 pub struct Outbox {
-    pending: BTreeMap<AppKey, AppReport>,
+    pending: BTreeMap<AppKey, Outgoing>,
     /// When the oldest pending result arrived.
     oldest: Option<Instant>,
-    /// Pending results include one a user waits for (`AppReport::awaited`).
+    /// Pending results include one a user waits for (`Outgoing::awaited`).
     awaited: usize,
     next_sequence: u64,
     /// Recently sent reports by sequence, for `FlowControl`.
-    sent: VecDeque<(u64, Vec<AppReport>)>,
+    sent: VecDeque<(u64, Vec<Outgoing>)>,
     /// The sequence of the report that last carried each application.
     last_sent: HashMap<AppKey, u64>,
     /// No report before this (the CA's `retry_after_ms`).
@@ -115,13 +115,13 @@ impl Outbox {
     }
 
     /// Results to send: each replaces a pending result of its application.
-    pub fn push(&mut self, reports: Vec<AppReport>, now: Instant) {
+    pub fn push(&mut self, reports: Vec<Outgoing>, now: Instant) {
         if reports.is_empty() {
             return;
         }
         self.oldest.get_or_insert(now);
         for mut report in reports {
-            let key = report.key.clone();
+            let key = report.key().clone();
             // A newer result of an application a user waits for is still
             // awaited: it replaces the one the user waits for.
             if let Some(old) = self.pending.get(&key) {
@@ -183,7 +183,7 @@ impl Outbox {
             let Some(entry) = self.pending.first_entry() else {
                 break;
             };
-            let wire = Entry::new(entry.get(), wall, now);
+            let wire = entry.get().entry(wall, now);
             let size = wire.len() + 8;
             if !apps.is_empty() && bytes + size > MAX_REPORT_BYTES {
                 break;
@@ -209,11 +209,11 @@ impl Outbox {
 
     /// The complete state after a (re)connect: supersedes everything
     /// pending and is always taken by the CA.
-    pub fn full_state(&mut self, state: Vec<AppReport>, now: Instant, wall: SystemTime) -> Report {
+    pub fn full_state(&mut self, state: Vec<Outgoing>, now: Instant, wall: SystemTime) -> Report {
         self.pending.clear();
         self.oldest = None;
         self.awaited = 0;
-        let entries = state.iter().map(|r| Entry::new(r, wall, now)).collect();
+        let entries = state.iter().map(|r| r.entry(wall, now)).collect();
         if let Some(pace) = &mut self.pace {
             pace.refill(now);
             pace.tokens = (pace.tokens - state.len() as f64).max(-pace.burst);
@@ -221,18 +221,18 @@ impl Outbox {
         self.record(state, entries, true)
     }
 
-    fn record(&mut self, apps: Vec<AppReport>, entries: Vec<Entry>, full_state: bool) -> Report {
+    fn record(&mut self, apps: Vec<Outgoing>, entries: Vec<Entry>, full_state: bool) -> Report {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         for app in &apps {
-            self.last_sent.insert(app.key.clone(), sequence);
+            self.last_sent.insert(app.key().clone(), sequence);
         }
         self.sent.push_back((sequence, apps));
         while self.sent.len() > REMEMBERED {
             if let Some((seq, old)) = self.sent.pop_front() {
                 for app in old {
-                    if self.last_sent.get(&app.key) == Some(&seq) {
-                        self.last_sent.remove(&app.key);
+                    if self.last_sent.get(app.key()) == Some(&seq) {
+                        self.last_sent.remove(app.key());
                     }
                 }
             }
@@ -259,12 +259,12 @@ impl Outbox {
         };
         let mut again = 0;
         for app in apps {
-            if self.last_sent.get(&app.key) != Some(&sequence) {
+            if self.last_sent.get(app.key()) != Some(&sequence) {
                 continue;
             }
-            self.last_sent.remove(&app.key);
+            self.last_sent.remove(app.key());
             if let std::collections::btree_map::Entry::Vacant(slot) =
-                self.pending.entry(app.key.clone())
+                self.pending.entry(app.key().clone())
             {
                 self.awaited += usize::from(app.awaited);
                 slot.insert(app);
@@ -286,12 +286,10 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::{AddressResult, Method, Protocol, Status};
+    use policy::{AddressResult, ApplicationReport, Method, Protocol, Status};
 
-    use crate::schedule::Round;
-
-    fn report(host: &str, up: bool, checked: Instant) -> AppReport {
-        AppReport {
+    fn report(host: &str, up: bool, checked: Instant) -> Outgoing {
+        let report = ApplicationReport {
             key: AppKey {
                 segment: "s".into(),
                 host: host.parse().expect("host"),
@@ -299,24 +297,20 @@ mod tests {
                 port: 80,
             },
             status: if up { Status::Up } else { Status::Down },
-            round: Some(Round {
-                addresses: vec![AddressResult {
-                    address: "10.0.0.1".parse().expect("ip"),
-                    reachable: up,
-                    method: Method::Tcp,
-                    rtt: Duration::from_millis(1),
-                    failure: None,
-                }],
-                dns_error: None,
-                dns_stale: false,
-                finished_at: SystemTime::now(),
-            }),
+            addresses: vec![AddressResult {
+                address: "10.0.0.1".parse().expect("ip"),
+                reachable: up,
+                method: Method::Tcp,
+                rtt: Duration::from_millis(1),
+                failure: None,
+            }],
+            checked_at_unix_ms: crate::report::unix_ms(SystemTime::now()),
+            dns_error: None,
             expired: false,
-            checked: Some(checked),
+            age: Duration::ZERO,
             access_id: None,
-            awaited: false,
-            wire: Default::default(),
-        }
+        };
+        Outgoing::checked(report, checked, false)
     }
 
     fn decoded(r: Report) -> v1::HealthReport {

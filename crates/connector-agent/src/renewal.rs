@@ -14,7 +14,10 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::sync::watch;
 
-use crate::enroll::{self, Enrollment, ProvisioningKey};
+use crate::config::ProvisioningKey;
+use crate::dial::Dialer;
+use crate::enroll::{self, Enrollment};
+use crate::retry::{backoff, stopped};
 
 /// Fraction of the lifetime after which a certificate is renewed.
 pub const RENEW_AT: (i64, i64) = (2, 3);
@@ -51,14 +54,14 @@ pub fn retry_delay(
     not_after_ms: i64,
     rng: &mut impl rand::Rng,
 ) -> Duration {
-    crate::session::backoff(attempt, rng).min(delay_until(now_ms, not_after_ms))
+    backoff(attempt, rng).min(delay_until(now_ms, not_after_ms))
 }
 
 /// What the renewal task needs.
 #[derive(Clone, Debug)]
 pub struct Renewer {
     /// The CA replicas (any one renews: they share the database).
-    pub ca: crate::attach::Dialer,
+    pub ca: Dialer,
     /// The state directory the credentials live in.
     pub state_dir: PathBuf,
     /// Connector name.
@@ -85,11 +88,11 @@ impl Renewer {
             tracing::info!(serial = %current.serial, renew_in_ms = wait.as_millis(), "certificate renewal scheduled");
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = crate::session::stopped(&mut stop) => return,
+                () = stopped(&mut stop) => return,
             }
             let renewed = tokio::select! {
                 r = self.renew(&current) => r,
-                () = crate::session::stopped(&mut stop) => return,
+                () = stopped(&mut stop) => return,
             };
             let Some(next) = renewed else { return };
             current = next;
@@ -154,7 +157,7 @@ impl Renewer {
             match enrolled {
                 Ok(next) => return Some(next),
                 Err(e) if e.retryable() => {
-                    let delay = crate::session::backoff(attempt, &mut rand::rng());
+                    let delay = backoff(attempt, &mut rand::rng());
                     attempt = attempt.saturating_add(1);
                     tracing::warn!(error = %e, delay_ms = delay.as_millis(), "enrollment failed; retrying");
                     tokio::time::sleep(delay).await;

@@ -18,13 +18,12 @@
 //! events from any session are honoured.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use policy::{AppKey, ApplicationReport, Segment};
+use policy::AppKey;
 use protocol::v1::authority_message::Kind as FromCa;
 use protocol::v1::connector_message::Kind as ToCa;
 use protocol::v1::{self, AuthorityMessage};
-use rand::RngExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -32,26 +31,13 @@ use tonic::Streaming;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
-use crate::attach::CaTarget;
-use crate::config::Ceilings;
-use crate::enroll::{Enrollment, ProvisioningKey};
-use crate::follow::Assignments;
-use crate::metrics::Metrics;
+use crate::dial::{CaTarget, CaUrl};
+use crate::enroll::Enrollment;
+use crate::options::{Credentials, Parts, SessionOptions};
 use crate::outbox::{BATCH_WINDOW, Outbox};
-use crate::pacer::Pacer;
-use crate::probe::Prober;
-use crate::schedule::Scheduler;
-use crate::schedule::{AppReport, DEFAULT_WINDOW};
+use crate::retry::{backoff_within, error_chain, stopped};
+use crate::schedule::inbox::Inbox;
 
-/// First reconnect delay (before jitter).
-pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
-/// Longest reconnect delay (before jitter).
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Longest reconnect delay (before jitter) to one of several CA replicas:
-/// a replica that restarts must have every connector back within seconds
-/// (its table is whole within two report intervals), and retrying one
-/// address of several every few seconds costs little.
-pub const REPLICA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long the CA has to send its Welcome.
@@ -105,102 +91,6 @@ type Opened = (
     v1::Welcome,
 );
 
-/// An error with its sources (tonic's transport errors say only
-/// "transport error" at the top).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
-}
-
-/// The backoff before reconnect attempt `attempt` (0-based), before jitter:
-/// 0.5 s doubling to 30 s.
-pub fn backoff_cap(attempt: u32) -> Duration {
-    BACKOFF_MIN
-        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
-        .min(BACKOFF_MAX)
-}
-
-/// Full jitter: a uniformly random delay up to the cap.
-pub fn backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
-    backoff_within(attempt, BACKOFF_MAX, rng)
-}
-
-/// Full jitter up to the cap, the cap held to `max`.
-pub fn backoff_within(attempt: u32, max: Duration, rng: &mut impl rand::Rng) -> Duration {
-    let cap = u64::try_from(backoff_cap(attempt).min(max).as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rng.random_range(0..=cap))
-}
-
-/// Who the connector is: the name and group its `Hello` states (and, with
-/// TLS, its certificate already proves).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// Connector name, unique in the deployment.
-    pub name: String,
-    /// Connector group.
-    pub group: String,
-}
-
-/// How a session proves the connector's identity to the CA.
-#[derive(Clone, Debug)]
-pub enum Credentials {
-    /// Mutual TLS with the client certificate from `Enrollment.Enroll`: the
-    /// normal case, an `https://` CA.
-    Certificate(Enrollment),
-    /// The group's provisioning key in `x-reach-provisioning-key` metadata
-    /// on every session, over plain text: only a CA run with
-    /// `[tls] enabled = false` (local experiments) accepts it.
-    ProvisioningKey(ProvisioningKey),
-}
-
-/// What a session needs besides the CA's address: who the connector is,
-/// how it proves it, and the connector's own check settings.
-#[derive(Clone, Debug)]
-pub struct SessionOptions {
-    /// Name and group.
-    pub identity: Identity,
-    /// Certificate or (plain text only) provisioning key.
-    pub credentials: Credentials,
-    /// The connector's own rate limit: announced in `Hello`, and in force
-    /// whenever the CA's `ConnectorSettings` leave it at 0.
-    pub checks_per_second: u32,
-    /// The connector's own probe timeout, in force whenever the CA's
-    /// `ConnectorSettings` leave it at 0.
-    pub check_timeout: Duration,
-    /// Renewed certificates, when a renewal task runs: each one replaces
-    /// `credentials` and the session moves onto it.
-    pub renewals: Option<watch::Receiver<Enrollment>>,
-    /// The most the CA may ask for (`--max-checks-per-second`,
-    /// `--max-check-timeout-ms`).
-    pub ceilings: Ceilings,
-    /// Longest reconnect backoff: [`BACKOFF_MAX`], or
-    /// [`REPLICA_BACKOFF_MAX`] for one of several replicas.
-    pub reconnect_max: Duration,
-}
-
-/// Everything the sessions drive.
-#[derive(Clone, Debug)]
-pub struct Parts {
-    /// The scheduler.
-    pub scheduler: Scheduler,
-    /// The pacer (rate overrides, load).
-    pub pacer: Pacer,
-    /// The prober (timeout overrides, ICMP capability).
-    pub prober: Arc<Prober>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// The resolver (the group's `dns_resolution`).
-    pub resolver: crate::resolver::Resolver,
-    /// Every session's assignment and which one is in force.
-    pub assignments: Arc<Assignments>,
-}
-
 /// Session ids for [`Assignments`]: one per session, kept across a move to
 /// a renewed certificate (the same replica, still connected).
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -235,14 +125,14 @@ pub async fn run(
         let ended = tokio::select! {
             ended = session(&target, id, &options, &parts, &mut attempt, &mut stop, renewals.as_mut(), handover.take()) => ended,
             () = stopped(&mut shutdown) => {
-                parts.assignments.left(id, &options, &parts).await;
+                parts.left(id, &options).await;
                 return;
             }
         };
         if !matches!(ended, Err(SessionError::Renewed(_))) {
             // The replica's assignment no longer counts; a reconnect is a
             // new session (connected for the shortest time).
-            parts.assignments.left(id, &options, &parts).await;
+            parts.left(id, &options).await;
             id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let mut delay = backoff_within(attempt, options.reconnect_max, &mut rand::rng());
@@ -265,8 +155,7 @@ pub async fn run(
             }) => {
                 tracing::info!(%reason, retry_after_ms = retry_after.as_millis(), "the CA ended the session");
                 if let Some(to) = reconnect_to {
-                    match follow_reconnect(&to).and_then(|to| crate::attach::CaUrl::parse(&to).ok())
-                    {
+                    match follow_reconnect(&to).and_then(|to| CaUrl::parse(&to).ok()) {
                         Some(to) => target = to.by_name(),
                         None => tracing::warn!(
                             reconnect_to = %to.escape_debug(),
@@ -305,77 +194,8 @@ pub fn follow_reconnect(to: &str) -> Option<String> {
     plain.then(|| format!("https://{authority}"))
 }
 
-/// The CA's rate limit and probe timeout held to the local ceilings; a 0
-/// from the CA means the connector's own value. Returns the effective pair
-/// and whether anything was clamped.
-pub fn effective_limits(
-    ca_checks_per_second: u32,
-    ca_check_timeout_ms: u32,
-    options: &SessionOptions,
-) -> (u32, Duration, bool) {
-    let ceilings = options.ceilings;
-    let rate = match ca_checks_per_second {
-        0 => options.checks_per_second,
-        n => n.min(ceilings.checks_per_second),
-    };
-    let timeout = match ca_check_timeout_ms {
-        0 => options.check_timeout,
-        ms => Duration::from_millis(u64::from(ms)).min(ceilings.check_timeout),
-    };
-    let clamped = ca_checks_per_second > ceilings.checks_per_second
-        || Duration::from_millis(u64::from(ca_check_timeout_ms)) > ceilings.check_timeout;
-    (rate, timeout, clamped)
-}
-
-/// Completes when the stop flag turns true (or its sender is gone).
-pub async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// One application's report as `policy` states it, sent at `now` (wall
-/// clock, for display) and `sent` (monotonic: the check's age is measured
-/// from `AppReport::checked` to it, so a re-sent result keeps its true age
-/// whatever the clocks of connector and CA say); an expired application (no
-/// round) is stamped with `now` and age zero.
-pub fn application_report(
-    report: &AppReport,
-    now: SystemTime,
-    sent: std::time::Instant,
-) -> ApplicationReport {
-    let (addresses, dns_error, at) = match &report.round {
-        Some(round) => (
-            round.addresses.clone(),
-            round.dns_error.clone(),
-            round.finished_at,
-        ),
-        None => (Vec::new(), None, now),
-    };
-    ApplicationReport {
-        key: report.key.clone(),
-        status: report.status,
-        addresses,
-        checked_at_unix_ms: unix_ms(at),
-        dns_error,
-        expired: report.expired,
-        age: report
-            .checked
-            .map_or(Duration::ZERO, |at| sent.saturating_duration_since(at)),
-        access_id: report.access_id.clone(),
-    }
-}
-
-/// The wire form of one application's report, sent now.
-pub fn to_wire(report: &AppReport) -> v1::ApplicationHealth {
-    application_report(report, SystemTime::now(), Instant::now().into_std()).into()
-}
-
 /// An encoded `ConnectorMessage` for the `Connect` stream
-/// ([`crate::wire::RawCodec`]).
+/// ([`protocol::compose::RawCodec`]).
 type Encoded = Vec<u8>;
 
 /// The earlier of two optional instants.
@@ -409,20 +229,6 @@ fn metadata(
         .map_err(|_| SessionError::Protocol(format!("{field} is not valid in gRPC metadata")))
 }
 
-/// Segments from the wire; an invalid one is logged and skipped, never
-/// fatal.
-pub(crate) fn segments(wire: Vec<v1::Segment>) -> Vec<Segment> {
-    wire.into_iter()
-        .filter_map(|s| match Segment::try_from(s) {
-            Ok(segment) => Some(segment),
-            Err(e) => {
-                tracing::warn!(error = %e, "ignoring an invalid segment from the CA");
-                None
-            }
-        })
-        .collect()
-}
-
 /// The heartbeat interval a session's `ConnectorSettings` ask for (each
 /// replica's own).
 fn heartbeat_interval(settings: Option<&v1::ConnectorSettings>) -> Duration {
@@ -430,41 +236,6 @@ fn heartbeat_interval(settings: Option<&v1::ConnectorSettings>) -> Duration {
         0 => DEFAULT_HEARTBEAT,
         ms => Duration::from_millis(ms.max(100)),
     }
-}
-
-/// Applies the followed assignment's `ConnectorSettings` (rate and probe
-/// timeout, held to the ceilings); returns the on-access window.
-pub(crate) fn apply_settings(
-    settings: Option<&v1::ConnectorSettings>,
-    options: &SessionOptions,
-    parts: &Parts,
-) -> Duration {
-    let s = settings.cloned().unwrap_or_default();
-    let window = match s.on_access_window_ms {
-        0 => DEFAULT_WINDOW,
-        ms => Duration::from_millis(ms),
-    };
-    let (rate, timeout, clamped) =
-        effective_limits(s.checks_per_second, s.check_timeout_ms, options);
-    if clamped {
-        tracing::warn!(
-            ca_checks_per_second = s.checks_per_second,
-            ca_check_timeout_ms = s.check_timeout_ms,
-            checks_per_second = rate,
-            check_timeout_ms = timeout.as_millis(),
-            "the CA asks for more than --max-checks-per-second / --max-check-timeout-ms allow; clamped"
-        );
-    }
-    // The heartbeat's `rate_limit` and the metrics read the pacer, so they
-    // show the effective (clamped) rate.
-    parts.pacer.set_rate(rate);
-    parts.prober.set_timeout(timeout);
-    parts
-        .resolver
-        .set_dns_resolution(protocol::convert::dns_resolution_from_wire(
-            s.dns_resolution,
-        ));
-    window
 }
 
 async fn send(out: &mpsc::Sender<Encoded>, kind: ToCa) -> Result<(), SessionError> {
@@ -483,10 +254,10 @@ async fn session(
     parts: &Parts,
     attempt: &mut u32,
     shutdown: &mut watch::Receiver<bool>,
-    mut renewals: Option<&mut watch::Receiver<Enrollment>>,
+    renewals: Option<&mut watch::Receiver<Enrollment>>,
     opened: Option<Opened>,
 ) -> Result<(), SessionError> {
-    let (out, mut inbound, welcome) = match opened {
+    let opened = match opened {
         Some(o) => o,
         None => {
             let (out, mut inbound) = open(target, options, parts).await?;
@@ -495,24 +266,70 @@ async fn session(
         }
     };
     *attempt = 0;
+    let live = welcomed(target, id, options, parts, opened).await?;
+    exchange(target, id, options, parts, shutdown, renewals, live).await
+}
+
+/// A welcomed session: its streams, its outbox and inbox, its heartbeat
+/// interval.
+struct Live {
+    out: mpsc::Sender<Encoded>,
+    inbound: Streaming<AuthorityMessage>,
+    outbox: Outbox,
+    inbox: Inbox,
+    heartbeat: Duration,
+}
+
+/// Takes in the CA's `Welcome` (its assignment and limits), subscribes to
+/// the scheduler and sends the full state: every later report follows it
+/// (the same ones every other replica's session gets).
+async fn welcomed(
+    target: &CaTarget,
+    id: u64,
+    options: &SessionOptions,
+    parts: &Parts,
+    (out, inbound, welcome): Opened,
+) -> Result<Live, SessionError> {
     parts.metrics.sessions.inc();
     tracing::info!(ca = %target.label(), session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
-    let mut heartbeat = heartbeat_interval(welcome.settings.as_ref());
+    let heartbeat = heartbeat_interval(welcome.settings.as_ref());
     let mut outbox = Outbox::new();
     outbox.set_limits(&welcome.settings.unwrap_or_default(), now());
     parts
-        .assignments
-        .assigned(id, welcome.segments, welcome.settings, options, parts)
+        .assigned(id, welcome.segments, welcome.settings, options)
         .await;
-
-    // The full state, then every later report (the same ones every other
-    // replica's session gets).
     let (state, inbox) = parts.scheduler.subscribe().await;
     let full = outbox.full_state(state, now(), SystemTime::now());
     out.send(full.encode())
         .await
         .map_err(|_| SessionError::Closed)?;
+    Ok(Live {
+        out,
+        inbound,
+        outbox,
+        inbox,
+        heartbeat,
+    })
+}
 
+/// The message loop of a welcomed session: the CA's messages, reports when
+/// due, heartbeats, a renewed certificate, the stop flag.
+async fn exchange(
+    target: &CaTarget,
+    id: u64,
+    options: &SessionOptions,
+    parts: &Parts,
+    shutdown: &mut watch::Receiver<bool>,
+    mut renewals: Option<&mut watch::Receiver<Enrollment>>,
+    live: Live,
+) -> Result<(), SessionError> {
+    let Live {
+        out,
+        mut inbound,
+        mut outbox,
+        inbox,
+        mut heartbeat,
+    } = live;
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
     loop {
@@ -664,7 +481,7 @@ async fn open(
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/reach.v1.ConnectorSession/Connect");
     let inbound = client
-        .streaming(request, path, crate::wire::RawCodec)
+        .streaming(request, path, protocol::compose::RawCodec)
         .await?
         .into_inner();
     Ok((out, inbound))
@@ -720,8 +537,7 @@ async fn handle(
             let beat = heartbeat_interval(update.settings.as_ref());
             outbox.set_limits(&update.settings.unwrap_or_default(), now());
             parts
-                .assignments
-                .assigned(id, update.segments, update.settings, options, parts)
+                .assigned(id, update.segments, update.settings, options)
                 .await;
             tracing::info!("policy updated");
             return Ok(Some(beat));
@@ -825,75 +641,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_from_half_a_second_to_thirty() {
-        let caps: Vec<u64> = (0..10).map(|a| backoff_cap(a).as_millis() as u64).collect();
-        assert_eq!(
-            caps,
-            [
-                500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000
-            ]
-        );
-        assert_eq!(backoff_cap(u32::MAX), BACKOFF_MAX);
-    }
-
-    #[test]
-    fn options_never_print_the_provisioning_key() {
-        let options = SessionOptions {
-            identity: Identity {
-                name: "c1".into(),
-                group: "g".into(),
-            },
-            credentials: Credentials::ProvisioningKey(ProvisioningKey::new("s3cret-key")),
-            checks_per_second: 20,
-            check_timeout: Duration::from_secs(1),
-            renewals: None,
-            ceilings: Ceilings::default(),
-            reconnect_max: BACKOFF_MAX,
-        };
-        let printed = format!("{options:?}");
-        assert!(printed.contains("c1"), "{printed}");
-        assert!(!printed.contains("s3cret-key"), "{printed}");
-    }
-
-    fn options(rate: u32, timeout_ms: u64, max_rate: u32, max_timeout_ms: u64) -> SessionOptions {
-        SessionOptions {
-            identity: Identity {
-                name: "c1".into(),
-                group: "g".into(),
-            },
-            credentials: Credentials::ProvisioningKey(ProvisioningKey::new("k")),
-            checks_per_second: rate,
-            check_timeout: Duration::from_millis(timeout_ms),
-            renewals: None,
-            ceilings: Ceilings {
-                checks_per_second: max_rate,
-                check_timeout: Duration::from_millis(max_timeout_ms),
-            },
-            reconnect_max: BACKOFF_MAX,
-        }
-    }
-
-    #[test]
-    fn the_cas_rate_and_timeout_are_held_to_the_local_ceilings() {
-        let o = options(10, 1000, 20, 5000);
-        // A CA asking for a fast scan gets the ceiling.
-        assert_eq!(
-            effective_limits(10_000, 60_000, &o),
-            (20, Duration::from_secs(5), true)
-        );
-        // Within the ceilings the CA's values hold.
-        assert_eq!(
-            effective_limits(15, 2000, &o),
-            (15, Duration::from_secs(2), false)
-        );
-        // 0 means the connector's own.
-        assert_eq!(
-            effective_limits(0, 0, &o),
-            (10, Duration::from_secs(1), false)
-        );
-    }
-
-    #[test]
     fn reconnect_to_is_followed_only_as_https() {
         assert_eq!(
             follow_reconnect("https://ca2.example:7443").as_deref(),
@@ -913,16 +660,6 @@ mod tests {
             "",
         ] {
             assert_eq!(follow_reconnect(refused), None, "{refused}");
-        }
-    }
-
-    #[test]
-    fn jitter_stays_within_the_cap() {
-        let mut rng = rand::rng();
-        for attempt in 0..8 {
-            for _ in 0..100 {
-                assert!(backoff(attempt, &mut rng) <= backoff_cap(attempt));
-            }
         }
     }
 }

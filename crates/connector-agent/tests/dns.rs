@@ -66,8 +66,8 @@ async fn one_name_with_ten_ports_is_one_lookup() {
             .expect("reports in time")
             .expect("scheduler running");
         for app in batch {
-            assert!(app.round.is_some_and(|r| r.dns_error.is_none()));
-            reported.insert(app.key.port);
+            assert!(app.checked.is_some() && app.report.dns_error.is_none());
+            reported.insert(app.key().port);
         }
     }
     // One lookup: an A and an AAAA query, not 10 of each.
@@ -147,7 +147,7 @@ async fn nxdomain_is_a_failure_at_once_despite_a_previous_answer() {
     assert!(err.reason.starts_with("NXDOMAIN"), "{}", err.reason);
 }
 
-/// Issue 16.3: the group's `dns_resolution` decides which records are
+/// The group's `dns_resolution` decides which records are
 /// asked for: only A, only AAAA, or both (one query each).
 #[tokio::test]
 async fn dns_resolution_asks_only_the_records_of_its_family() {

@@ -190,6 +190,18 @@ impl<'a> HostRef<'a> {
     }
 }
 
+/// The text a host filter or lookup compares with the hosts of the health
+/// table: the normalised host when `s` is one, else `s` lower-cased (a
+/// wildcard or subnet entry, or text that names no host and so matches
+/// nothing). The API's host query parameters go through here, so a lookup
+/// by `Jira.Example.` finds `jira.example`.
+pub fn lookup_key(s: &str) -> String {
+    match Host::parse(s) {
+        Ok(host) => host.as_str().to_owned(),
+        Err(_) => s.to_lowercase(),
+    }
+}
+
 /// `s.parse::<IpAddr>().ok()`, cheaper: an IPv4 dotted quad is read in
 /// one pass over the bytes (std's parser reads it through a char-by-char
 /// cursor), and only a text with a `:` is tried as IPv6 (every IPv6
@@ -417,6 +429,14 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_lookup_key_is_the_normalised_host_or_the_lower_cased_text() {
+        assert_eq!(lookup_key("Jira.Example.COM."), "jira.example.com");
+        assert_eq!(lookup_key("2001:DB8:0:0::1"), "2001:db8::1");
+        assert_eq!(lookup_key("*.Example.com"), "*.example.com");
+        assert_eq!(lookup_key("10.122.0.0/16"), "10.122.0.0/16");
+    }
 
     proptest! {
         /// `Host::normal` takes exactly the texts `Host::parse` keeps as

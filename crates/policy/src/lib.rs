@@ -34,7 +34,7 @@ pub use location::{
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol,
-    Segment,
+    Segment, Strategy,
 };
 pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
@@ -42,8 +42,8 @@ pub use plan::{
 pub use report::ApplicationReport;
 pub use select::{
     Candidate, CandidateNote, Decision, Eligibility, Explanation, LocationUse, Proximity,
-    RTT_WEIGHT, RefusalReason, Strategy, Tolerance, UserLocationNote, Verdict, explain,
-    explain_owned, explain_with, rtt_sample, select, select_with, smooth_rtt,
+    RTT_WEIGHT, RefusalReason, Tolerance, UserLocationNote, Verdict, explain, explain_owned,
+    explain_with, rtt_sample, select, select_with, smooth_rtt,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use crate::damping::Damping;
 use crate::host::Host;
 use crate::location::Location;
-use crate::select::Strategy;
 
 /// Transport protocol of an application port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -221,6 +220,51 @@ impl FromStr for HealthReporting {
             "none" => Ok(HealthReporting::None),
             other => Err(format!(
                 "unknown value {other:?} (expected \"continuous\", \"on_access\" or \"none\")"
+            )),
+        }
+    }
+}
+
+/// Selection strategy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Random among connectors reporting the application reachable.
+    #[default]
+    Healthy,
+    /// Random eligible group, then a random non-Down connector of it.
+    Group,
+    /// Random among the reachable connectors nearest to the application
+    /// (smoothed RTT within a tolerance of the best).
+    Nearest,
+}
+
+impl Strategy {
+    /// The name used in config and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Healthy => "healthy",
+            Strategy::Group => "group",
+            Strategy::Nearest => "nearest",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "healthy" => Ok(Strategy::Healthy),
+            "group" => Ok(Strategy::Group),
+            "nearest" => Ok(Strategy::Nearest),
+            other => Err(format!(
+                "unknown strategy {other:?} (expected \"healthy\", \"group\" or \"nearest\")"
             )),
         }
     }

@@ -26,7 +26,6 @@
 //! `explain` builds the per-candidate explanation when a caller wants it.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use rand::{Rng, RngExt};
@@ -34,52 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::location::{Location, estimated_rtt};
 use crate::model::HealthReporting;
+pub use crate::model::Strategy;
 use crate::status::Status;
-
-/// Selection strategy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// Random among connectors reporting the application reachable.
-    #[default]
-    Healthy,
-    /// Random eligible group, then a random non-Down connector of it.
-    Group,
-    /// Random among the reachable connectors nearest to the application
-    /// (smoothed RTT within a tolerance of the best).
-    Nearest,
-}
-
-impl Strategy {
-    /// The name used in config and JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Healthy => "healthy",
-            Strategy::Group => "group",
-            Strategy::Nearest => "nearest",
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "healthy" => Ok(Strategy::Healthy),
-            "group" => Ok(Strategy::Group),
-            "nearest" => Ok(Strategy::Nearest),
-            other => Err(format!(
-                "unknown strategy {other:?} (expected \"healthy\", \"group\" or \"nearest\")"
-            )),
-        }
-    }
-}
 
 /// A connector of one of the matched segment's groups.
 #[derive(Clone, Debug, PartialEq, Eq)]

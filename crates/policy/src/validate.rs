@@ -15,8 +15,8 @@ use crate::host::Host;
 use crate::location::{Location, LocationSpec};
 use crate::model::{
     AppEntry, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol, Segment,
+    Strategy,
 };
-use crate::select::Strategy;
 
 /// Limits that validation enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,10 +212,23 @@ pub fn validate(spec: &PolicySpec) -> Result<Policy, ValidationErrors> {
 /// Validates a whole policy, collecting every error.
 pub fn validate_with(spec: &PolicySpec, limits: Limits) -> Result<Policy, ValidationErrors> {
     let mut errors = Vec::new();
+    let groups = validate_groups(&spec.connector_groups, &mut errors);
+    let segments = validate_segments(spec, limits, &mut errors);
+    if errors.is_empty() {
+        Ok(Policy {
+            connector_groups: groups,
+            segments,
+        })
+    } else {
+        Err(ValidationErrors(errors))
+    }
+}
 
+/// The valid connector groups of `specs`; every error goes to `errors`.
+fn validate_groups(specs: &[GroupSpec], errors: &mut Vec<ValidationError>) -> Vec<ConnectorGroup> {
     let mut groups = Vec::new();
     let mut group_names = HashSet::new();
-    for (i, g) in spec.connector_groups.iter().enumerate() {
+    for (i, g) in specs.iter().enumerate() {
         let subject = Subject::ConnectorGroup(display_name(&g.name, i));
         if let Err(message) = check_name(&g.name) {
             errors.push(ValidationError {
@@ -230,38 +243,58 @@ pub fn validate_with(spec: &PolicySpec, limits: Limits) -> Result<Policy, Valida
                 message: "name is used by another connector group".into(),
             });
         } else {
-            let dns_resolution = g
-                .dns_resolution
-                .as_deref()
-                .map_or(Ok(DnsResolution::Dual), str::parse)
-                .map_err(|m| ValidationError {
-                    subject: subject.clone(),
-                    field: "dns_resolution",
-                    message: format!("dns_resolution has {m}"),
-                });
-            let location =
-                g.location
-                    .map(Location::try_from)
-                    .transpose()
-                    .map_err(|e| ValidationError {
-                        subject: subject.clone(),
-                        field: "location",
-                        message: format!("location.{e}"),
-                    });
-            match (dns_resolution, location) {
-                (Ok(dns_resolution), Ok(location)) => groups.push(ConnectorGroup {
-                    name: g.name.clone(),
-                    dns_resolution,
-                    location,
-                }),
-                (dns_resolution, location) => {
-                    errors.extend(dns_resolution.err());
-                    errors.extend(location.err());
-                }
+            match validate_group(g, &subject) {
+                Ok(group) => groups.push(group),
+                Err(mut e) => errors.append(&mut e),
             }
         }
     }
+    groups
+}
 
+/// One connector group whose name is valid and unique.
+fn validate_group(
+    g: &GroupSpec,
+    subject: &Subject,
+) -> Result<ConnectorGroup, Vec<ValidationError>> {
+    let dns_resolution = g
+        .dns_resolution
+        .as_deref()
+        .map_or(Ok(DnsResolution::Dual), str::parse)
+        .map_err(|m| ValidationError {
+            subject: subject.clone(),
+            field: "dns_resolution",
+            message: format!("dns_resolution has {m}"),
+        });
+    let location = g
+        .location
+        .map(Location::try_from)
+        .transpose()
+        .map_err(|e| ValidationError {
+            subject: subject.clone(),
+            field: "location",
+            message: format!("location.{e}"),
+        });
+    match (dns_resolution, location) {
+        (Ok(dns_resolution), Ok(location)) => Ok(ConnectorGroup {
+            name: g.name.clone(),
+            dns_resolution,
+            location,
+        }),
+        (dns_resolution, location) => Err(dns_resolution
+            .err()
+            .into_iter()
+            .chain(location.err())
+            .collect()),
+    }
+}
+
+/// The valid segments of `spec`; every error goes to `errors`.
+fn validate_segments(
+    spec: &PolicySpec,
+    limits: Limits,
+    errors: &mut Vec<ValidationError>,
+) -> Vec<Segment> {
     let mut segments = Vec::new();
     let mut segment_names = HashSet::new();
     for (i, s) in spec.segments.iter().enumerate() {
@@ -287,15 +320,7 @@ pub fn validate_with(spec: &PolicySpec, limits: Limits) -> Result<Policy, Valida
             Err(mut e) => errors.append(&mut e),
         }
     }
-
-    if errors.is_empty() {
-        Ok(Policy {
-            connector_groups: groups,
-            segments,
-        })
-    } else {
-        Err(ValidationErrors(errors))
-    }
+    segments
 }
 
 /// Validates one segment on its own (every rule except that its connector

@@ -463,7 +463,7 @@ mod tests {
         assert!(!c.should_forward(&"jira", t0 + secs(1_000_000_001)));
     }
 
-    /// Issue 12.7: accesses held back by the gap are not lost; the window
+    /// Accesses held back by the gap are not lost; the window
     /// they renew ends a window after the last access, not after the last
     /// forwarded one.
     #[test]

@@ -402,18 +402,24 @@ impl TryFrom<v1::AddressResult> for AddressResult {
     }
 }
 
-impl From<ApplicationReport> for v1::ApplicationHealth {
-    fn from(r: ApplicationReport) -> Self {
+impl From<&ApplicationReport> for v1::ApplicationHealth {
+    fn from(r: &ApplicationReport) -> Self {
         v1::ApplicationHealth {
             app: Some(v1::ApplicationKey::from(&r.key)),
             status: v1::HealthStatus::from(r.status) as i32,
             addresses: r.addresses.iter().map(v1::AddressResult::from).collect(),
             checked_at_unix_ms: r.checked_at_unix_ms,
-            dns_error: r.dns_error.unwrap_or_default(),
+            dns_error: r.dns_error.clone().unwrap_or_default(),
             expired: r.expired,
             age_ms: u64::try_from(r.age.as_millis()).unwrap_or(u64::MAX),
-            access_id: r.access_id.unwrap_or_default(),
+            access_id: r.access_id.clone().unwrap_or_default(),
         }
+    }
+}
+
+impl From<ApplicationReport> for v1::ApplicationHealth {
+    fn from(r: ApplicationReport) -> Self {
+        v1::ApplicationHealth::from(&r)
     }
 }
 

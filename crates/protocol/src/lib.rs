@@ -1,6 +1,8 @@
 //! reach's wire contract: Rust bindings generated from `proto/reach/v1` (by
-//! protox + tonic-prost-build in `build.rs`; no protoc anywhere) and the
-//! conversions between wire messages and `policy` types.
+//! protox + tonic-prost-build in `build.rs`; no protoc anywhere), the
+//! conversions between wire messages and `policy` types, and the two
+//! hand-written codecs of health reports: the CA's reading ([`scan`]) and
+//! the connector's composing from shared entries ([`compose`]).
 //!
 //! **Invariant:** this crate holds no logic beyond conversions; a malformed
 //! message is rejected here, at the border, with a `WireError` naming what is
@@ -8,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compose;
 pub mod convert;
 pub mod fuzzing;
 pub mod scan;

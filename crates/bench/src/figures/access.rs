@@ -441,8 +441,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         reach_half.push(grpc_open(&channels, ca_server.pid(), half, trial).await?);
         bare_half.push(grpc_open(&bare_channels, bare.pid(), half, trial).await?);
     }
-    // HTTP in alternating trials too (one run each before session 28: a
-    // pause of the machine during one of them decided the ratio).
+    // HTTP in alternating trials too (with one run each, a pause of the
+    // machine during one of them decided the ratio).
     http_closed(&base, Duration::from_millis(200)).await?;
     http_closed(&bare_base, Duration::from_millis(200)).await?;
     let (mut reach_http, mut bare_http) = (Vec::new(), Vec::new());

@@ -29,7 +29,7 @@ use crate::stats::{median_of, per_trial};
 /// Entries per report, one figure each.
 const SIZES: [usize; 4] = [1, 50, 500, 2000];
 
-/// Issue 12.3's goal: 20× a connector at 500 checks/s, for N ≥ 50.
+/// The goal: 20× a connector at 500 checks/s, for N ≥ 50.
 const GOAL: Goal = Goal::AtLeast { limit: 10_000.0 };
 
 /// The figures, in the order of `SIZES`.

@@ -1,4 +1,4 @@
-//! The Health dashboard at 10,000 applications (issue 15): the bytes a
+//! The Health dashboard at 10,000 applications: the bytes a
 //! browser transfers for the first load of `/` (the page, its script and
 //! style sheet, the overview and one page of 50 rows), against the
 //! baseline of the whole listing as JSON (what a page showing every row
@@ -59,7 +59,7 @@ pub const SPECS: &[Spec] = &[
         unit: "% of a core",
         goal: Goal::AtMost { limit: 5.0 },
     },
-    // Issue 15's first-load goal is at 500 connectors: what the browser
+    // The first-load goal holds at 500 connectors too: what the browser
     // transferred (its Resource Timing) by the time the rows showed.
     Spec {
         name: "dashboard_first_load_browser_kib",

@@ -1,4 +1,4 @@
-//! High availability (issue 14): CA replicas sharing one real PostgreSQL
+//! High availability: CA replicas sharing one real PostgreSQL
 //! database (`test_support::Postgres` starts it for the run), each a
 //! `serve-ca` child process. Side by side in one run:
 //!

@@ -32,7 +32,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "icmp_cpu_us_per_echo",
         unit: "µs CPU",
-        // Issue 17: the agent's CPU per check within 20% of the bare loop's.
+        // The agent's CPU per check within 20% of the bare loop's.
         goal: Goal::RatioAtMost { ratio: 1.2 },
     },
 ];

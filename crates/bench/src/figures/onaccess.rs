@@ -1,4 +1,4 @@
-//! Bounded on-access state (issue 12.5): what a flood of accesses under a
+//! Bounded on-access state: what a flood of accesses under a
 //! wildcard and a flood of unsolicited report entries make the CA hold,
 //! and whether it lets go after the window and the retention.
 //!

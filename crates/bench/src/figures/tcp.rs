@@ -31,7 +31,7 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "tcp_cpu_us_per_check",
         unit: "µs CPU",
-        // Issue 17: the agent's CPU per check within 20% of the bare loop's.
+        // The agent's CPU per check within 20% of the bare loop's.
         goal: Goal::RatioAtMost { ratio: 1.2 },
     },
 ];

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use policy::SegmentSpec;
 use serde::Deserialize;
 
-use crate::auth::Secret;
+use crate::trust::auth::Secret;
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]

@@ -2,14 +2,16 @@
 //! (every error at once, with the policy crate's messages for segments) and
 //! the runtime `Settings` it becomes.
 //!
-//! Names in the file are the contract in DESIGN.md ("Interfaces"); fields
-//! beyond it are additions (mostly knobs that let tests shorten time).
+//! Key names are a stable interface: operators' files keep working, so a key
+//! is added, never renamed; most keys beyond the core policy are knobs that
+//! let tests shorten time.
 //!
 //! - `file`: the TOML shapes serde reads, with their defaults;
 //! - `settings`: the runtime [`Settings`] and the rules for them;
 //! - `secrets`: API tokens, provisioning keys and their use limits.
 
 mod file;
+pub mod reload;
 mod secrets;
 mod settings;
 
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use policy::{GroupSpec, Policy, PolicySpec, ValidationError};
 
-use crate::auth::{ApiToken, Secret};
+use crate::trust::auth::{ApiToken, Secret};
 use file::FileConfig;
 pub use secrets::{KeyPolicy, parse_utc};
 pub use settings::{Limits, Settings};
@@ -678,7 +680,7 @@ mod tests {
         );
     }
 
-    /// Issue 12.7: any valid window works alone (the forward interval's
+    /// Any valid window works alone (the forward interval's
     /// default adapts), and the connector overrides get the connector's
     /// own bounds.
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::file::{GroupSection, TokenSection};
 use super::{Problem, range, setting};
-use crate::auth::{ApiToken, Scope, Secret};
+use crate::trust::auth::{ApiToken, Scope, Secret};
 
 /// How a group's provisioning key may be used (`[[connector_groups]]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub struct KeyPolicy {
     pub key_sha256: String,
 }
 /// Shortest API token or provisioning key accepted: with guesses throttled
-/// per source (`throttle`), 16 random characters are out of reach.
+/// per source (`trust::throttle`), 16 random characters are out of reach.
 pub const MIN_SECRET_CHARS: usize = 16;
 
 /// Secrets are read from the file straight into `Secret`, whose `Debug` is

@@ -9,7 +9,8 @@ use std::time::Duration;
 use policy::{Strategy, Tolerance};
 
 use super::file::{
-    FileConfig, HealthSection, LimitsSection, ServerSection, StoreSection, TlsSection,
+    FileConfig, HealthSection, LimitsSection, ReplicaSection, SelectionSection, ServerSection,
+    StoreSection, TlsSection,
 };
 use super::{Problem, range, setting};
 
@@ -96,7 +97,7 @@ pub struct Settings {
     /// for benchmarks and local experiments only.
     pub tls_enabled: bool,
     /// TLS material (`[tls]`).
-    pub tls: crate::pki::TlsSources,
+    pub tls: crate::trust::pki::TlsSources,
     /// Validity of issued connector certificates
     /// (`[tls] connector_cert_days`, default 365).
     pub connector_cert_validity: Duration,
@@ -189,8 +190,8 @@ impl Settings {
     }
 
     /// The on-access window caps.
-    pub(crate) fn window_caps(&self) -> crate::on_access::Caps {
-        crate::on_access::Caps {
+    pub(crate) fn window_caps(&self) -> crate::state::on_access::Caps {
+        crate::state::on_access::Caps {
             connector: self.max_windows_per_connector,
             segment: self.max_windows_per_segment,
         }
@@ -212,29 +213,7 @@ pub(super) fn settings(
         10..,
     );
     let s = &file.selection;
-    let strategy = s
-        .strategy
-        .parse::<Strategy>()
-        .map_err(|m| setting(problems, "selection.strategy", m))
-        .ok();
-    range(
-        problems,
-        "selection.discovery_timeout_ms",
-        s.discovery_timeout_ms,
-        1..=60_000,
-    );
-    range(
-        problems,
-        "selection.nearest_tolerance_percent",
-        u64::from(s.nearest_tolerance_percent),
-        0..=1000,
-    );
-    range(
-        problems,
-        "selection.nearest_tolerance_ms",
-        s.nearest_tolerance_ms,
-        0..=60_000,
-    );
+    let strategy = selection_rules(s, problems);
     let h = &file.health;
     let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
@@ -248,15 +227,7 @@ pub(super) fn settings(
         .as_ref()
         .map_or_else(|| base.join("reach-ca-data"), path);
     let store = store_rules(&file.store, base, problems);
-    if let Some(id) = &file.replica.id
-        && (id.is_empty() || id.len() > 128 || id.contains(','))
-    {
-        setting(
-            problems,
-            "replica.id",
-            "must be 1 to 128 characters without commas",
-        );
-    }
+    replica_rules(&file.replica, problems);
     if problems.len() > before {
         return None;
     }
@@ -266,32 +237,11 @@ pub(super) fn settings(
         advertise: file.replica.advertise.clone(),
         data_dir,
         tls_enabled: t.enabled.unwrap_or(true),
-        tls: crate::pki::TlsSources {
-            cert_file: t.cert_file.as_ref().map(path),
-            key_file: t.key_file.as_ref().map(path),
-            issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
-            issuer_key_file: t.issuer_key_file.as_ref().map(path),
-            server_names: t.server_names.clone(),
-        },
+        tls: tls_sources(t, base),
         connector_cert_validity: validity,
         renewal_grace: grace,
         handshake_timeout: Duration::from_millis(handshake),
-        limits: Limits {
-            max_concurrent_streams: l.max_concurrent_streams,
-            max_connections: l.max_connections,
-            connector_messages_per_second: l.connector_messages_per_second,
-            connector_message_burst: l.connector_message_burst,
-            first_byte_timeout: Duration::from_millis(l.first_byte_timeout_ms),
-            idle_timeout: Duration::from_millis(l.idle_timeout_ms),
-            header_timeout: Duration::from_millis(l.header_timeout_ms),
-            body_timeout: Duration::from_millis(l.body_timeout_ms),
-            http_max_connections_per_source: l.http_max_connections_per_source,
-            grpc_max_connections: l.grpc_max_connections,
-            grpc_max_connections_per_source: l.grpc_max_connections_per_source,
-            grpc_max_connection_age: Duration::from_secs(l.grpc_max_connection_age_s),
-            connector_entries_per_second: l.connector_entries_per_second,
-            connector_entries_burst: l.connector_entries_burst,
-        },
+        limits: limits(l),
         grpc_listen: grpc?,
         http_listen: http?,
         anonymous_read: file.server.anonymous_read,
@@ -318,6 +268,80 @@ pub(super) fn settings(
         history_retention: Duration::from_secs(h.history_retention_s),
         warmup: Duration::from_millis(h.warmup_ms),
     })
+}
+
+/// `[selection]`'s rules; the strategy when it is valid.
+fn selection_rules(s: &SelectionSection, problems: &mut Vec<Problem>) -> Option<Strategy> {
+    let strategy = s
+        .strategy
+        .parse::<Strategy>()
+        .map_err(|m| setting(problems, "selection.strategy", m))
+        .ok();
+    range(
+        problems,
+        "selection.discovery_timeout_ms",
+        s.discovery_timeout_ms,
+        1..=60_000,
+    );
+    range(
+        problems,
+        "selection.nearest_tolerance_percent",
+        u64::from(s.nearest_tolerance_percent),
+        0..=1000,
+    );
+    range(
+        problems,
+        "selection.nearest_tolerance_ms",
+        s.nearest_tolerance_ms,
+        0..=60_000,
+    );
+    strategy
+}
+
+/// `[replica]`'s rules.
+fn replica_rules(r: &ReplicaSection, problems: &mut Vec<Problem>) {
+    if let Some(id) = &r.id
+        && (id.is_empty() || id.len() > 128 || id.contains(','))
+    {
+        setting(
+            problems,
+            "replica.id",
+            "must be 1 to 128 characters without commas",
+        );
+    }
+}
+
+/// `[tls]`'s files (relative to the config file's directory `base`).
+fn tls_sources(t: &TlsSection, base: &Path) -> crate::trust::pki::TlsSources {
+    let path = |p: &PathBuf| base.join(p);
+    crate::trust::pki::TlsSources {
+        cert_file: t.cert_file.as_ref().map(path),
+        key_file: t.key_file.as_ref().map(path),
+        issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
+        issuer_key_file: t.issuer_key_file.as_ref().map(path),
+        server_names: t.server_names.clone(),
+    }
+}
+
+/// The listeners' and sessions' limits of `[limits]` (checked by
+/// `limits_rules`).
+fn limits(l: &LimitsSection) -> Limits {
+    Limits {
+        max_concurrent_streams: l.max_concurrent_streams,
+        max_connections: l.max_connections,
+        connector_messages_per_second: l.connector_messages_per_second,
+        connector_message_burst: l.connector_message_burst,
+        first_byte_timeout: Duration::from_millis(l.first_byte_timeout_ms),
+        idle_timeout: Duration::from_millis(l.idle_timeout_ms),
+        header_timeout: Duration::from_millis(l.header_timeout_ms),
+        body_timeout: Duration::from_millis(l.body_timeout_ms),
+        http_max_connections_per_source: l.http_max_connections_per_source,
+        grpc_max_connections: l.grpc_max_connections,
+        grpc_max_connections_per_source: l.grpc_max_connections_per_source,
+        grpc_max_connection_age: Duration::from_secs(l.grpc_max_connection_age_s),
+        connector_entries_per_second: l.connector_entries_per_second,
+        connector_entries_burst: l.connector_entries_burst,
+    }
 }
 
 /// The password for a PostgreSQL store when `[store] password_file` is
@@ -351,7 +375,7 @@ fn store_rules(
             Some(f) => {
                 let full = base.join(f);
                 match std::fs::read_to_string(&full) {
-                    Ok(v) => Some(crate::auth::Secret::new(v).trimmed()),
+                    Ok(v) => Some(crate::trust::auth::Secret::new(v).trimmed()),
                     Err(e) => {
                         setting(
                             problems,
@@ -364,7 +388,7 @@ fn store_rules(
             }
             None => std::env::var(STORE_PASSWORD_ENV)
                 .ok()
-                .map(|p| crate::auth::Secret::new(p).trimmed()),
+                .map(|p| crate::trust::auth::Secret::new(p).trimmed()),
         };
         return Some(StoreLocation::Postgres {
             url: url.to_owned(),
@@ -477,6 +501,13 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         h.assumed_checks_per_second,
         1..,
     );
+    health_bounds(h, problems);
+    (window, Duration::from_millis(forward))
+}
+
+/// `[health]`'s plain bounds: subnet prefixes, the connector's own flags,
+/// retentions, warm-up and window caps.
+fn health_bounds(h: &HealthSection, problems: &mut Vec<Problem>) {
     range(
         problems,
         "health.min_subnet_prefix_v4",
@@ -528,7 +559,6 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         h.max_windows_per_segment,
         1..=10_000_000,
     );
-    (window, Duration::from_millis(forward))
 }
 
 /// `[tls]`: each certificate with its key; returns the connector

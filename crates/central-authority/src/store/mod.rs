@@ -45,7 +45,7 @@ pub enum StoreLocation {
         /// The password, from `[store] password_file` or the
         /// `REACH_STORE_PASSWORD` environment variable, when the URL has
         /// none.
-        password: Option<crate::auth::Secret>,
+        password: Option<crate::trust::auth::Secret>,
     },
 }
 

@@ -34,7 +34,7 @@ use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
-use crate::auth::Secret;
+use crate::trust::auth::Secret;
 
 /// The channel changes that may end sessions are announced on.
 const CHANNEL: &str = "reach_trust";
@@ -222,8 +222,26 @@ fn parse(
         config.application_name("reach-central-authority");
     }
     config.connect_timeout(Duration::from_secs(10));
+    let roots = root_store(root.as_deref(), mode)?;
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(format!("TLS: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok((config, MakeRustlsConnect::new(tls)))
+}
+
+/// The roots the server's certificate is verified against: the PEM file
+/// `root` (`sslrootcert`), or the system's unless TLS is off.
+fn root_store(
+    root: Option<&std::path::Path>,
+    mode: SslMode,
+) -> Result<rustls::RootCertStore, StoreError> {
+    let bad = |m: String| StoreError::Config(m);
     let mut roots = rustls::RootCertStore::empty();
-    match &root {
+    match root {
         Some(path) => {
             let pem = std::fs::read(path)
                 .map_err(|e| bad(format!("sslrootcert {}: {e}", path.display())))?;
@@ -250,14 +268,7 @@ fn parse(
         }
         None => {}
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| bad(format!("TLS: {e}")))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok((config, MakeRustlsConnect::new(tls)))
+    Ok(roots)
 }
 
 /// Whether `e` is a serialization failure or deadlock (try again).
@@ -650,83 +661,13 @@ impl PgStore {
             // committed. Three statements per batch, whatever its size.
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            // One row per key, keyed by the batch's own strings (the rows
-            // found are among them).
-            let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
-            for e in events {
-                index.entry(e.key()).or_insert(e);
-            }
-            let keys = Columns::of(index.values().copied());
-            let found = tx
-                .query(
-                    "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
-                     FROM health_latest l
-                     JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-                          AS k(host, port, connector, segment, protocol)
-                     USING (host, port, connector, segment, protocol)",
-                    &[
-                        &keys.host,
-                        &keys.port,
-                        &keys.connector,
-                        &keys.segment,
-                        &keys.protocol,
-                    ],
-                )
-                .await?;
-            let mut latest = KeyMap::default();
-            for row in &found {
-                let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
-                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-                if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
-                    latest.insert(e.key(), row.get::<_, String>(5));
-                }
-            }
+            let mut latest = latest_statuses(&tx, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if rows.is_empty() {
                 tx.commit().await?;
                 return Ok(());
             }
-            let new = Columns::of(rows.iter().copied());
-            tx.execute(
-                "INSERT INTO health_events
-                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-                 SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
-                 FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-                             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
-                      WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
-                                           from_status, to_status, cause, n)
-                 ORDER BY n",
-                &[
-                    &new.at_ms,
-                    &new.segment,
-                    &new.host,
-                    &new.protocol,
-                    &new.port,
-                    &new.connector,
-                    &new.from,
-                    &new.to,
-                    &new.cause,
-                ],
-            )
-            .await?;
-            let last = Columns::of(last.iter().copied());
-            tx.execute(
-                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
-                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
-                                      $6::TEXT[], $7::BIGINT[])
-                 ON CONFLICT (host, port, connector, segment, protocol)
-                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
-                &[
-                    &last.host,
-                    &last.port,
-                    &last.connector,
-                    &last.segment,
-                    &last.protocol,
-                    &last.to,
-                    &last.at_ms,
-                ],
-            )
-            .await?;
+            insert_events(&tx, &rows, &last).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -1030,75 +971,11 @@ async fn enroll(
     let (name, group, key) = (c.name.to_owned(), c.group.to_owned(), c.key_sha256);
     let (serial, fingerprint) = (c.serial, c.fingerprint);
     let (max_uses, now_ms, not_after_ms) = (c.max_uses, c.now_ms, c.not_after_ms);
-    let key_row = tx
-        .query_opt(
-            "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
-            &[&group, &key],
-        )
-        .await?;
-    let (uses, revoked): (i64, Option<i64>) = key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
-    if revoked.is_some() {
-        return Ok(Err(EnrollRefusal::KeyRevoked(group)));
+    if let Err(refused) = key_allows(tx, &group, key, max_uses).await? {
+        return Ok(Err(refused));
     }
-    if uses >= i64::from(max_uses) {
-        return Ok(Err(EnrollRefusal::KeyExhausted {
-            group,
-            uses: to_u32(uses),
-            max: max_uses,
-        }));
-    }
-    let existing = tx
-        .query_opt(
-            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
-            &[&name],
-        )
-        .await?;
-    let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
-        existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
-    match existing {
-        // A deleted connector's row is reused: the name is free.
-        Some((_, _, _, Some(_))) => {
-            tx.execute(
-                "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
-                         changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
-                     WHERE name = $1",
-                &[&name, &group, &now_ms],
-            )
-            .await?;
-        }
-        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name))),
-        Some((other, false, _, None)) if other != group => {
-            return Ok(Err(EnrollRefusal::OtherGroup { name, group: other }));
-        }
-        Some((_, false, allowed_until, None)) => {
-            let valid: i64 = tx
-                .query_one(
-                    "SELECT COUNT(*) FROM certificates
-                         WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
-                    &[&name, &now_ms],
-                )
-                .await?
-                .get(0);
-            if valid > 0 {
-                if allowed_until.is_none_or(|until| now_ms > until) {
-                    return Ok(Err(EnrollRefusal::NameTaken(name)));
-                }
-                // The administrator's permission is for one enrollment.
-                tx.execute(
-                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
-                        &[&name, &now_ms],
-                    )
-                    .await?;
-            }
-        }
-        None => {
-            tx.execute(
-                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
-                     VALUES ($1, $2, FALSE, $3, $3)",
-                &[&name, &group, &now_ms],
-            )
-            .await?;
-        }
+    if let Err(refused) = claim_name(tx, &name, &group, now_ms).await? {
+        return Ok(Err(refused));
     }
     tx.execute(
         "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES ($1, $2, 1, $3)
@@ -1123,6 +1000,102 @@ async fn enroll(
     .await?;
     if superseded > 0 {
         notify(tx, &name).await?;
+    }
+    Ok(Ok(()))
+}
+
+/// Whether the provisioning key (`key`, the SHA-256 of `group`'s key) may
+/// enroll one more connector: not revoked, uses left.
+async fn key_allows(
+    tx: &Transaction<'_>,
+    group: &str,
+    key: &str,
+    max_uses: u32,
+) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    let key_row = tx
+        .query_opt(
+            "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
+            &[&group, &key],
+        )
+        .await?;
+    let (uses, revoked): (i64, Option<i64>) = key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
+    if revoked.is_some() {
+        return Ok(Err(EnrollRefusal::KeyRevoked(group.to_owned())));
+    }
+    if uses >= i64::from(max_uses) {
+        return Ok(Err(EnrollRefusal::KeyExhausted {
+            group: group.to_owned(),
+            uses: to_u32(uses),
+            max: max_uses,
+        }));
+    }
+    Ok(Ok(()))
+}
+
+/// Takes `name` for `group`: a new or deleted connector's row, or the
+/// connector's own when it holds no valid certificate or the administrator
+/// allowed a re-enrollment (used up here).
+async fn claim_name(
+    tx: &Transaction<'_>,
+    name: &str,
+    group: &str,
+    now_ms: i64,
+) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    let existing = tx
+        .query_opt(
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
+        existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
+    match existing {
+        // A deleted connector's row is reused: the name is free.
+        Some((_, _, _, Some(_))) => {
+            tx.execute(
+                "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
+                         changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
+                     WHERE name = $1",
+                &[&name, &group, &now_ms],
+            )
+            .await?;
+        }
+        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name.to_owned()))),
+        Some((other, false, _, None)) if other != group => {
+            return Ok(Err(EnrollRefusal::OtherGroup {
+                name: name.to_owned(),
+                group: other,
+            }));
+        }
+        Some((_, false, allowed_until, None)) => {
+            let valid: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM certificates
+                         WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
+                    &[&name, &now_ms],
+                )
+                .await?
+                .get(0);
+            if valid > 0 {
+                if allowed_until.is_none_or(|until| now_ms > until) {
+                    return Ok(Err(EnrollRefusal::NameTaken(name.to_owned())));
+                }
+                // The administrator's permission is for one enrollment.
+                tx.execute(
+                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
+                        &[&name, &now_ms],
+                    )
+                    .await?;
+            }
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
+                     VALUES ($1, $2, FALSE, $3, $3)",
+                &[&name, &group, &now_ms],
+            )
+            .await?;
+        }
     }
     Ok(Ok(()))
 }
@@ -1209,6 +1182,97 @@ async fn listen(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The latest status the history holds for each (application, connector)
+/// of `events`, keyed by the batch's own strings.
+async fn latest_statuses<'e>(
+    tx: &Transaction<'_>,
+    events: &'e [EventRecord],
+) -> Result<KeyMap<'e, String>, StoreError> {
+    // One row per key, keyed by the batch's own strings (the rows
+    // found are among them).
+    let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
+    for e in events {
+        index.entry(e.key()).or_insert(e);
+    }
+    let keys = Columns::of(index.values().copied());
+    let found = tx
+        .query(
+            "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
+             FROM health_latest l
+             JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                  AS k(host, port, connector, segment, protocol)
+             USING (host, port, connector, segment, protocol)",
+            &[
+                &keys.host,
+                &keys.port,
+                &keys.connector,
+                &keys.segment,
+                &keys.protocol,
+            ],
+        )
+        .await?;
+    let mut latest = KeyMap::default();
+    for row in &found {
+        let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
+            latest.insert(e.key(), row.get::<_, String>(5));
+        }
+    }
+    Ok(latest)
+}
+
+/// Appends the `rows` not yet in the history and moves each key's latest
+/// status to its `last` row.
+async fn insert_events(
+    tx: &Transaction<'_>,
+    rows: &[&EventRecord],
+    last: &[&EventRecord],
+) -> Result<(), StoreError> {
+    let new = Columns::of(rows.iter().copied());
+    tx.execute(
+        "INSERT INTO health_events
+         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
+         SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+         FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                     $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
+              WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
+                                   from_status, to_status, cause, n)
+         ORDER BY n",
+        &[
+            &new.at_ms,
+            &new.segment,
+            &new.host,
+            &new.protocol,
+            &new.port,
+            &new.connector,
+            &new.from,
+            &new.to,
+            &new.cause,
+        ],
+    )
+    .await?;
+    let last = Columns::of(last.iter().copied());
+    tx.execute(
+        "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+         SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::BIGINT[])
+         ON CONFLICT (host, port, connector, segment, protocol)
+         DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
+        &[
+            &last.host,
+            &last.port,
+            &last.connector,
+            &last.segment,
+            &last.protocol,
+            &last.to,
+            &last.at_ms,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 /// History rows as one array per column, for `unnest` (one statement per

@@ -14,7 +14,7 @@ use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
-use crate::sync::lock;
+use crate::state::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 const MIGRATIONS: &[&str] = &[
@@ -164,7 +164,7 @@ const LATEST_STATUS: &str = "SELECT to_status FROM health_latest
 /// went. Eight: their 56 texts still fit SQLite's lookaside memory (93
 /// small slots by default), so binding them does not go to `malloc`; 64
 /// rows cost more per row in binding than they saved (docs/decisions.md
-/// "Status history writes, round 2").
+/// "Status history").
 const INSERT_CHUNK: usize = 8;
 
 /// Columns of one history row, in the order `bind_event` binds them.
@@ -256,6 +256,122 @@ pub(crate) struct SqliteStore {
     insert_sql: (String, String),
 }
 
+/// Whether `c`'s provisioning key may enroll one more connector (not
+/// revoked, uses left).
+fn key_allows(
+    tx: &rusqlite::Transaction<'_>,
+    c: &NewCertificate<'_>,
+) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    let key: Option<(u32, Option<i64>)> = tx
+        .query_row(
+            "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = ?1 AND key_sha256 = ?2",
+            params![c.group, c.key_sha256],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let (uses, revoked) = key.unwrap_or((0, None));
+    if revoked.is_some() {
+        return Ok(Err(EnrollRefusal::KeyRevoked(c.group.to_owned())));
+    }
+    if uses >= c.max_uses {
+        return Ok(Err(EnrollRefusal::KeyExhausted {
+            group: c.group.to_owned(),
+            uses,
+            max: c.max_uses,
+        }));
+    }
+    Ok(Ok(()))
+}
+
+/// Takes `c`'s name for its group: a new or deleted connector's row, or
+/// the connector's own when it holds no valid certificate or the
+/// administrator allowed a re-enrollment (used up here).
+fn claim_name(
+    tx: &rusqlite::Transaction<'_>,
+    c: &NewCertificate<'_>,
+) -> Result<Result<(), EnrollRefusal>, StoreError> {
+    let existing: Option<(String, bool, Option<i64>, Option<i64>)> = tx
+        .query_row(
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = ?1",
+            params![c.name],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    match existing {
+        // A deleted connector's row is reused: the name is free.
+        Some((_, _, _, Some(_))) => {
+            tx.execute(
+                "UPDATE connectors SET grp = ?2, disabled = 0, enrolled_ms = ?3, changed_ms = ?3,
+                 reenroll_until_ms = NULL, deleted_ms = NULL WHERE name = ?1",
+                params![c.name, c.group, c.now_ms],
+            )?;
+        }
+        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
+        Some((group, false, _, None)) if group != c.group => {
+            return Ok(Err(EnrollRefusal::OtherGroup {
+                name: c.name.to_owned(),
+                group,
+            }));
+        }
+        Some((_, false, allowed_until, None)) => {
+            let valid: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM certificates
+                 WHERE connector = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
+                params![c.name, c.now_ms],
+                |r| r.get(0),
+            )?;
+            if valid > 0 {
+                if allowed_until.is_none_or(|until| c.now_ms > until) {
+                    return Ok(Err(EnrollRefusal::NameTaken(c.name.to_owned())));
+                }
+                // The administrator's permission is for one enrollment.
+                tx.execute(
+                    "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
+                    params![c.name, c.now_ms],
+                )?;
+            }
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
+                params![c.name, c.group, c.now_ms],
+            )?;
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Counts the key's use and records `c`'s certificate, superseding the
+/// connector's earlier ones.
+fn record_enrollment(
+    tx: &rusqlite::Transaction<'_>,
+    c: &NewCertificate<'_>,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES (?1, ?2, 1, ?3)
+         ON CONFLICT (grp, key_sha256) DO UPDATE SET uses = uses + 1, last_used_ms = ?3",
+        params![c.group, c.key_sha256, c.now_ms],
+    )?;
+    tx.execute(
+        "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'superseded by a new enrollment'
+         WHERE connector = ?1 AND revoked_ms IS NULL",
+        params![c.name, c.now_ms],
+    )?;
+    tx.execute(
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            c.serial,
+            c.name,
+            c.group,
+            c.fingerprint,
+            c.now_ms,
+            c.not_after_ms
+        ],
+    )?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database at `path`.
     pub(crate) fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -277,7 +393,7 @@ impl SqliteStore {
         // second of transitions: under report load tens of thousands of
         // rows, spread over the events table, its two indexes and
         // `health_latest`). With SQLite's default 2 MiB the batch spilled
-        // pages to the WAL mid-transaction and read them back (issue 17).
+        // pages to the WAL mid-transaction and read them back.
         // Negative: KiB, an upper bound; pages are allocated as used.
         conn.pragma_update(None, "cache_size", -32_768)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -311,94 +427,13 @@ impl SqliteStore {
     ) -> Result<Result<(), EnrollRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let key: Option<(u32, Option<i64>)> = tx
-            .query_row(
-                "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = ?1 AND key_sha256 = ?2",
-                params![c.group, c.key_sha256],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let (uses, revoked) = key.unwrap_or((0, None));
-        if revoked.is_some() {
-            return Ok(Err(EnrollRefusal::KeyRevoked(c.group.to_owned())));
+        if let Err(refused) = key_allows(&tx, c)? {
+            return Ok(Err(refused));
         }
-        if uses >= c.max_uses {
-            return Ok(Err(EnrollRefusal::KeyExhausted {
-                group: c.group.to_owned(),
-                uses,
-                max: c.max_uses,
-            }));
+        if let Err(refused) = claim_name(&tx, c)? {
+            return Ok(Err(refused));
         }
-        let existing: Option<(String, bool, Option<i64>, Option<i64>)> = tx
-            .query_row(
-                "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = ?1",
-                params![c.name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .optional()?;
-        match existing {
-            // A deleted connector's row is reused: the name is free.
-            Some((_, _, _, Some(_))) => {
-                tx.execute(
-                    "UPDATE connectors SET grp = ?2, disabled = 0, enrolled_ms = ?3, changed_ms = ?3,
-                     reenroll_until_ms = NULL, deleted_ms = NULL WHERE name = ?1",
-                    params![c.name, c.group, c.now_ms],
-                )?;
-            }
-            Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
-            Some((group, false, _, None)) if group != c.group => {
-                return Ok(Err(EnrollRefusal::OtherGroup {
-                    name: c.name.to_owned(),
-                    group,
-                }));
-            }
-            Some((_, false, allowed_until, None)) => {
-                let valid: i64 = tx.query_row(
-                    "SELECT COUNT(*) FROM certificates
-                     WHERE connector = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
-                    params![c.name, c.now_ms],
-                    |r| r.get(0),
-                )?;
-                if valid > 0 {
-                    if allowed_until.is_none_or(|until| c.now_ms > until) {
-                        return Ok(Err(EnrollRefusal::NameTaken(c.name.to_owned())));
-                    }
-                    // The administrator's permission is for one enrollment.
-                    tx.execute(
-                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
-                        params![c.name, c.now_ms],
-                    )?;
-                }
-            }
-            None => {
-                tx.execute(
-                    "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
-                    params![c.name, c.group, c.now_ms],
-                )?;
-            }
-        }
-        tx.execute(
-            "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES (?1, ?2, 1, ?3)
-             ON CONFLICT (grp, key_sha256) DO UPDATE SET uses = uses + 1, last_used_ms = ?3",
-            params![c.group, c.key_sha256, c.now_ms],
-        )?;
-        tx.execute(
-            "UPDATE certificates SET revoked_ms = ?2, revoked_reason = 'superseded by a new enrollment'
-             WHERE connector = ?1 AND revoked_ms IS NULL",
-            params![c.name, c.now_ms],
-        )?;
-        tx.execute(
-            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                c.serial,
-                c.name,
-                c.group,
-                c.fingerprint,
-                c.now_ms,
-                c.not_after_ms
-            ],
-        )?;
+        record_enrollment(&tx, c)?;
         tx.commit()?;
         Ok(Ok(()))
     }
@@ -695,39 +730,7 @@ impl SqliteStore {
         // From here on `latest` holds the statuses the batch's keys end
         // with once it is written.
         let (rows, last) = fresh_rows(events, &mut latest);
-        {
-            let (many, one) = &self.insert_sql;
-            let mut chunks = rows.chunks_exact(INSERT_CHUNK);
-            let mut append = tx.prepare_cached(many)?;
-            for chunk in &mut chunks {
-                for (i, e) in chunk.iter().enumerate() {
-                    bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
-                }
-                append.raw_execute()?;
-            }
-            let mut append = tx.prepare_cached(one)?;
-            for e in chunks.remainder() {
-                bind_event(&mut append, 1, e)?;
-                append.raw_execute()?;
-            }
-            let mut set = tx.prepare_cached(
-                "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (host, port, connector, segment, protocol)
-                 DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
-            )?;
-            for e in &last {
-                set.execute(params![
-                    e.host,
-                    e.port,
-                    e.connector,
-                    e.segment,
-                    e.protocol,
-                    e.to,
-                    e.at_ms
-                ])?;
-            }
-        }
+        self.write_events(&tx, &rows, &last)?;
         tx.commit()?;
         // Committed: what the file holds for these keys is known until
         // another connection commits (this one's commits leave
@@ -743,6 +746,48 @@ impl SqliteStore {
             }
         }
         known.version = Some(version);
+        Ok(())
+    }
+
+    /// Appends the `rows` not yet in the history (in chunks of
+    /// `INSERT_CHUNK`) and moves each key's latest status to its `last` row.
+    fn write_events(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        rows: &[&EventRecord],
+        last: &[&EventRecord],
+    ) -> Result<(), StoreError> {
+        let (many, one) = &self.insert_sql;
+        let mut chunks = rows.chunks_exact(INSERT_CHUNK);
+        let mut append = tx.prepare_cached(many)?;
+        for chunk in &mut chunks {
+            for (i, e) in chunk.iter().enumerate() {
+                bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
+            }
+            append.raw_execute()?;
+        }
+        let mut append = tx.prepare_cached(one)?;
+        for e in chunks.remainder() {
+            bind_event(&mut append, 1, e)?;
+            append.raw_execute()?;
+        }
+        let mut set = tx.prepare_cached(
+            "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (host, port, connector, segment, protocol)
+             DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
+        )?;
+        for e in last {
+            set.execute(params![
+                e.host,
+                e.port,
+                e.connector,
+                e.segment,
+                e.protocol,
+                e.to,
+                e.at_ms
+            ])?;
+        }
         Ok(())
     }
 

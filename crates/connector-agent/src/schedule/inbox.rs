@@ -8,7 +8,7 @@
 //! per round and replica): the cost of an extra replica grew with the check
 //! rate. The inbox wakes its session only when the session has something to
 //! decide: when results start to wait (the session computes when they are
-//! due), when a user waits for one of them (`AppReport::awaited`: due at
+//! due), when a user waits for one of them (`Outgoing::awaited`: due at
 //! once), when a full report's worth waits, and when the scheduler is gone.
 //! Results arriving in between are only appended; the session takes them
 //! all when they are due and hands them to its outbox, which makes every
@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::AppReport;
+use crate::report::Outgoing;
 
 #[derive(Debug, Default)]
 struct State {
     /// Results not taken yet, in arrival order.
-    reports: Vec<AppReport>,
+    reports: Vec<Outgoing>,
     /// When the first of `reports` arrived.
     first: Option<Instant>,
     /// One of `reports` is awaited by a user.
@@ -76,7 +76,7 @@ impl InboxSender {
     /// Appends `batch` (arrived at `now`), waking the session when it has
     /// something to decide (see the module comment). False when the
     /// session is gone.
-    pub fn deliver(&self, batch: Vec<AppReport>, now: Instant) -> bool {
+    pub fn deliver(&self, batch: Vec<Outgoing>, now: Instant) -> bool {
         if batch.is_empty() {
             return !self.is_closed();
         }
@@ -135,7 +135,7 @@ impl Inbox {
     }
 
     /// Takes every waiting result and when the first arrived.
-    pub fn take(&self) -> Option<(Vec<AppReport>, Instant)> {
+    pub fn take(&self) -> Option<(Vec<Outgoing>, Instant)> {
         let mut s = self.shared.lock();
         let first = s.first.take()?;
         s.awaited = false;
@@ -167,26 +167,20 @@ impl Drop for Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::{AppKey, Protocol, Status};
+    use policy::{AppKey, Protocol};
 
     const WINDOW: Duration = Duration::from_millis(100);
 
-    fn report(host: &str, awaited: bool) -> AppReport {
-        AppReport {
-            key: AppKey {
-                segment: "s".into(),
-                host: host.parse().expect("host"),
-                protocol: Protocol::Tcp,
-                port: 80,
-            },
-            status: Status::Up,
-            round: None,
-            expired: false,
-            checked: None,
-            access_id: None,
-            awaited,
-            wire: Default::default(),
-        }
+    fn report(host: &str, awaited: bool) -> Outgoing {
+        let key = AppKey {
+            segment: "s".into(),
+            host: host.parse().expect("host"),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let mut report = Outgoing::expired(key, None);
+        report.awaited = awaited;
+        report
     }
 
     /// Whether a wake-up is pending (consumes it).
@@ -219,7 +213,7 @@ mod tests {
         assert_eq!(rx.due(WINDOW), Some(t0 + WINDOW));
         let (taken, first) = rx.take().expect("waiting");
         assert_eq!(first, t0);
-        let hosts: Vec<String> = taken.iter().map(|r| r.key.host.to_string()).collect();
+        let hosts: Vec<String> = taken.iter().map(|r| r.key().host.to_string()).collect();
         assert_eq!(hosts, ["a.test", "b.test", "c.test", "a.test"]);
         assert_eq!(rx.due(WINDOW), None);
         assert!(rx.take().is_none());

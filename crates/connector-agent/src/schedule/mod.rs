@@ -11,12 +11,13 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant, SystemTime};
 
 use policy::{
-    AccessWindows, AddressResult, AppKey, CheckTarget, Damper, Damping, HealthReporting,
-    MatchOutcome, Request, Segment, SegmentIndex, Status, application_status, cycle_time,
-    plan_checks,
+    AccessWindows, AddressResult, AppKey, ApplicationReport, CheckTarget, Damper, Damping,
+    HealthReporting, MatchOutcome, Request, Segment, SegmentIndex, Status, application_status,
+    cycle_time, plan_checks,
 };
 
 use crate::pacer::{CONTINUOUS_WEIGHT, ON_ACCESS_WEIGHT};
+use crate::report::{Outgoing, unix_ms};
 
 pub mod inbox;
 pub mod task;
@@ -47,33 +48,20 @@ impl Round {
     pub fn status(&self) -> Status {
         application_status(&self.addresses, self.dns_error.is_some() && !self.dns_stale)
     }
-}
 
-/// One application's entry in a health report.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AppReport {
-    /// Which application.
-    pub key: AppKey,
-    /// Its status.
-    pub status: Status,
-    /// The latest round (None for an expired on-access application).
-    pub round: Option<Round>,
-    /// True when the on-access window ended and checks stopped.
-    pub expired: bool,
-    /// When the round behind `round` finished, on the monotonic clock (None
-    /// for an expired application): the report's age is measured from
-    /// here when it is sent, so a re-sent result keeps its true age.
-    pub checked: Option<Instant>,
-    /// On-access: the CA's id of the access that opened or last renewed
-    /// the window, echoed so that every CA replica can verify it.
-    pub access_id: Option<String>,
-    /// The result of a round a user's access triggered: the CA holds that
-    /// user's request until it arrives, so it goes out at once rather than
-    /// after the outbox's batch window.
-    pub awaited: bool,
-    /// The result's encoding for the CA, computed by the first session that
-    /// sends it and shared by every replica's copy ([`crate::wire`]).
-    pub wire: crate::wire::WireCache,
+    /// `key`'s report of this round, showing `status` (the damped one).
+    fn report(&self, key: &AppKey, status: Status, access_id: Option<String>) -> ApplicationReport {
+        ApplicationReport {
+            key: key.clone(),
+            status,
+            addresses: self.addresses.clone(),
+            checked_at_unix_ms: unix_ms(self.finished_at),
+            dns_error: self.dns_error.clone(),
+            expired: false,
+            age: Duration::ZERO,
+            access_id,
+        }
+    }
 }
 
 /// What the driver must do.
@@ -97,8 +85,8 @@ pub enum Action {
         /// segments are probed once per round).
         max_age: Duration,
     },
-    /// Send these applications to the CA.
-    Report(Vec<AppReport>),
+    /// Send these reports to the CA.
+    Report(Vec<Outgoing>),
 }
 
 /// Why an access event was ignored.
@@ -131,7 +119,7 @@ struct App {
     /// The next round is one an access asked for (see `Action::Check`).
     triggered: bool,
     /// The running round is one an access asked for: its result is
-    /// `AppReport::awaited`.
+    /// `Outgoing::awaited`.
     running_triggered: bool,
     round_started: Option<Instant>,
     /// Boxed: most applications wait without a result for a long time
@@ -192,6 +180,16 @@ impl App {
     /// The status to report for the latest round: the damped one.
     fn shown(&self, round: &Round) -> Status {
         self.damper.shown().unwrap_or_else(|| round.status())
+    }
+
+    /// The latest round's report again (`round` is `last`), not awaited.
+    fn latest(&self, key: &AppKey, round: &Round) -> Outgoing {
+        Outgoing {
+            report: round.report(key, self.shown(round), self.access_id()),
+            checked: self.last_checked,
+            awaited: false,
+            encoding: Default::default(),
+        }
     }
 
     /// When the latest result must be reported again although nothing
@@ -350,7 +348,7 @@ impl Schedule {
 
     /// `access_at` for an `AccessEvent` that carries the CA's `id` for the
     /// access: the latest access's id is echoed in every report of the
-    /// window (`AppReport::access_id`).
+    /// window (`ApplicationReport::access_id`).
     pub fn access_event(
         &mut self,
         key: AppKey,
@@ -422,20 +420,15 @@ impl Schedule {
             if !same {
                 self.targets_version += 1;
             }
-            app.last = Some(Box::new(round.clone()));
+            let report = round.report(key, status, app.access_id());
+            app.last = Some(Box::new(round));
             app.last_checked = Some(now);
             app.reported_status = Some(status);
             app.last_report = Some(now);
-            actions.push(Action::Report(vec![AppReport {
-                key: key.clone(),
-                status,
-                round: Some(round),
-                expired: false,
-                checked: Some(now),
-                access_id: app.access_id(),
-                awaited: std::mem::take(&mut app.running_triggered),
-                wire: Default::default(),
-            }]));
+            let awaited = std::mem::take(&mut app.running_triggered);
+            actions.push(Action::Report(vec![Outgoing::checked(
+                report, now, awaited,
+            )]));
         }
         actions.extend(self.poll(now));
         actions
@@ -449,16 +442,7 @@ impl Schedule {
         for key in self.windows.expire(now) {
             if let Some(app) = self.apps.remove(&key) {
                 self.targets_version += 1;
-                expired.push(AppReport {
-                    key,
-                    status: Status::Unknown,
-                    round: None,
-                    expired: true,
-                    checked: None,
-                    access_id: app.access_id(),
-                    awaited: false,
-                    wire: Default::default(),
-                });
+                expired.push(Outgoing::expired(key, app.access_id()));
             }
         }
         let mut resend = Vec::new();
@@ -513,16 +497,7 @@ impl Schedule {
                 && let Some(round) = &app.last
             {
                 app.last_report = Some(now);
-                resend.push(AppReport {
-                    key: key.clone(),
-                    status: app.shown(round),
-                    round: Some(Round::clone(round)),
-                    expired: false,
-                    checked: app.last_checked,
-                    access_id: app.access_id(),
-                    awaited: false,
-                    wire: Default::default(),
-                });
+                resend.push(app.latest(&key, round));
             }
         }
         expired.extend(resend);
@@ -543,24 +518,13 @@ impl Schedule {
     }
 
     /// Every application with a result, for a `full_state` report.
-    pub fn full_state(&self) -> Vec<AppReport> {
-        let mut out: Vec<AppReport> = self
+    pub fn full_state(&self) -> Vec<Outgoing> {
+        let mut out: Vec<Outgoing> = self
             .apps
             .iter()
-            .filter_map(|(key, app)| {
-                app.last.as_ref().map(|round| AppReport {
-                    key: key.clone(),
-                    status: app.shown(round),
-                    round: Some(Round::clone(round)),
-                    expired: false,
-                    checked: app.last_checked,
-                    access_id: app.access_id(),
-                    awaited: false,
-                    wire: Default::default(),
-                })
-            })
+            .filter_map(|(key, app)| app.last.as_ref().map(|round| app.latest(key, round)))
             .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out.sort_by(|a, b| a.key().cmp(b.key()));
         out
     }
 
@@ -723,7 +687,7 @@ mod tests {
             .collect()
     }
 
-    fn reports(actions: &[Action]) -> Vec<AppReport> {
+    fn reports(actions: &[Action]) -> Vec<Outgoing> {
         actions
             .iter()
             .filter_map(|a| match a {
@@ -759,7 +723,7 @@ mod tests {
         );
         let r = reports(&done);
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0].status, Status::Up);
+        assert_eq!(r[0].report.status, Status::Up);
         assert_eq!(s.next_wakeup(), Some(t0 + MIN));
         assert!(checks(&s.poll(t0 + MIN - Duration::from_millis(1))).is_empty());
         let next = checks(&s.poll(t0 + MIN));
@@ -769,7 +733,7 @@ mod tests {
             reports(&s.round_done(&k, generation, down_round("10.0.0.1"), t0 + MIN)).is_empty()
         );
         let done = s.round_done(&k, next[0].1, down_round("10.0.0.1"), t0 + MIN);
-        assert_eq!(reports(&done)[0].status, Status::Down);
+        assert_eq!(reports(&done)[0].report.status, Status::Down);
     }
 
     #[test]
@@ -801,7 +765,11 @@ mod tests {
         let a = s.access(k.clone(), t0).expect("accepted");
         let (_, g) = checks(&a)[0].clone();
         let done = s.round_done(&k, g, up_round("10.0.0.9"), t0 + Duration::from_millis(5));
-        assert_eq!(reports(&done)[0].status, Status::Up, "reported at once");
+        assert_eq!(
+            reports(&done)[0].report.status,
+            Status::Up,
+            "reported at once"
+        );
         // Re-checked every interval while the window lasts.
         let mut now = t0;
         let mut rounds = 1;
@@ -819,10 +787,10 @@ mod tests {
                 s.round_done(&ck, g, up_round("10.0.0.9"), now);
             }
             let r = reports(&actions);
-            if r.iter().any(|r| r.expired) {
+            if r.iter().any(|r| r.report.expired) {
                 assert_eq!(r.len(), 1);
-                assert_eq!(r[0].status, Status::Unknown);
-                assert!(r[0].round.is_none());
+                assert_eq!(r[0].report.status, Status::Unknown);
+                assert!(r[0].checked.is_none() && r[0].report.addresses.is_empty());
                 break;
             }
         }
@@ -893,7 +861,7 @@ mod tests {
         assert_eq!(awaited(&done, &k), vec![false], "nobody waits for it");
     }
 
-    /// `AppReport::awaited` of `k`'s entries in `actions`' reports.
+    /// `Outgoing::awaited` of `k`'s entries in `actions`' reports.
     fn awaited(actions: &[Action], k: &AppKey) -> Vec<bool> {
         actions
             .iter()
@@ -902,7 +870,7 @@ mod tests {
                 _ => None,
             })
             .flatten()
-            .filter(|r| r.key == *k)
+            .filter(|r| *r.key() == *k)
             .map(|r| r.awaited)
             .collect()
     }
@@ -1017,7 +985,7 @@ mod tests {
         // That round hangs (a slow cycle); the last result is re-sent.
         let r = reports(&s.poll(t0 + MIN + MIN / 2));
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0].status, Status::Up);
+        assert_eq!(r[0].report.status, Status::Up);
         // ... with the time its check really ran, not the re-send time.
         assert_eq!(r[0].checked, Some(t0));
         let again = reports(&s.poll(t0 + 3 * MIN));
@@ -1051,7 +1019,7 @@ mod tests {
         assert_eq!(round.status(), Status::Down);
     }
 
-    /// Issue 16.2: with `fall = 3` a target that alternates between open
+    /// With `fall = 3` a target that alternates between open
     /// and closed every round keeps showing Up; three failures in a row
     /// turn it Down, and `rise = 2` successes bring it back. Re-sent and
     /// full-state reports carry the damped status too.
@@ -1079,12 +1047,9 @@ mod tests {
             let done = s.round_done(&k, g, round, now);
             let r = reports(&done);
             assert_eq!(r.len(), 1);
-            shown.push(r[0].status);
+            shown.push(r[0].report.status);
             // The per-address result is the round's own.
-            assert_eq!(
-                r[0].round.as_ref().map(|r| r.addresses[0].reachable),
-                Some(up)
-            );
+            assert_eq!(r[0].report.addresses.first().map(|a| a.reachable), Some(up));
             now += MIN;
             g = checks(&s.poll(now))[0].1;
         }
@@ -1094,10 +1059,10 @@ mod tests {
             vec![Up, Up, Up, Up, Up, Up, Up, Down, Down, Up],
             "raw {raw:?}"
         );
-        assert_eq!(s.full_state()[0].status, Up);
+        assert_eq!(s.full_state()[0].report.status, Up);
     }
 
-    /// Issue 12.6: an access to an application whose latest result is Down
+    /// An access to an application whose latest result is Down
     /// re-checks it at once with a fresh probe, although its window is live
     /// and its next round is an interval away.
     #[test]
@@ -1133,7 +1098,7 @@ mod tests {
         );
     }
 
-    /// Issue 12.7: a renewal says when the access happened; the window ends
+    /// A renewal says when the access happened; the window ends
     /// a window after it, and a renewal of a lapsed access is ignored.
     #[test]
     fn a_renewal_ends_the_window_a_window_after_the_access_it_carries() {
@@ -1211,7 +1176,7 @@ mod tests {
         assert_eq!(ms(s.load(2).1), 100_000);
     }
 
-    /// Issue 12.5: every report of an on-access window echoes the id of the
+    /// Every report of an on-access window echoes the id of the
     /// latest access (by when it happened) the CA sent, the expiry too; a
     /// late renewal of an older access does not replace it.
     #[test]
@@ -1231,7 +1196,7 @@ mod tests {
             .expect("accepted");
         let (_, g) = checks(&a)[0].clone();
         let r = reports(&s.round_done(&k, g, up_round("10.0.0.9"), t0));
-        assert_eq!(r[0].access_id, id("first"));
+        assert_eq!(r[0].report.access_id, id("first"));
         // A renewal for a later access replaces it; one for an earlier
         // access (arriving late) does not.
         let t1 = t0 + Duration::from_secs(50);
@@ -1243,9 +1208,9 @@ mod tests {
         s.access_event(k.clone(), t1, None, t1 + MIN)
             .expect("accepted");
         let full = s.full_state();
-        assert_eq!(full[0].access_id, id("second"));
+        assert_eq!(full[0].report.access_id, id("second"));
         let r = reports(&s.poll(t1 + window));
-        assert!(r[0].expired);
-        assert_eq!(r[0].access_id, id("second"));
+        assert!(r[0].report.expired);
+        assert_eq!(r[0].report.access_id, id("second"));
     }
 }

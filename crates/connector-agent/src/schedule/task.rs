@@ -14,9 +14,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::inbox::{Inbox, InboxSender, inbox};
-use super::{Action, AppReport, Round, Schedule};
+use super::{Action, Round, Schedule};
 use crate::metrics::Metrics;
 use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
+use crate::report::Outgoing;
 use crate::resolver::Resolver;
 
 /// Load figures the heartbeat reports.
@@ -39,7 +40,7 @@ enum Command {
     /// An access, how long before it reached us it happened, and the CA's
     /// id for it (echoed in reports).
     Access(AppKey, Duration, Option<String>),
-    FullState(oneshot::Sender<Vec<AppReport>>),
+    FullState(oneshot::Sender<Vec<Outgoing>>),
     /// A session wants every report from now on, after the full state.
     Subscribe(oneshot::Sender<Subscription>),
 }
@@ -48,12 +49,12 @@ enum Command {
 /// report produced after it, in order, in its [`Inbox`] (nothing between the
 /// two is lost or duplicated: both come from the scheduler task in one
 /// step).
-pub type Subscription = (Vec<AppReport>, Inbox);
+pub type Subscription = (Vec<Outgoing>, Inbox);
 
 /// Where the task hands its reports: a channel given at spawn (every
 /// report, as produced) or a session's inbox.
 enum Subscriber {
-    Channel(mpsc::UnboundedSender<Vec<AppReport>>),
+    Channel(mpsc::UnboundedSender<Vec<Outgoing>>),
     Inbox(InboxSender),
 }
 
@@ -65,7 +66,7 @@ impl Subscriber {
         }
     }
 
-    fn send(&self, batch: Vec<AppReport>, now: std::time::Instant) {
+    fn send(&self, batch: Vec<Outgoing>, now: std::time::Instant) {
         match self {
             Subscriber::Channel(s) => {
                 let _ = s.send(batch);
@@ -106,7 +107,7 @@ impl Scheduler {
         resolver: Resolver,
         pacer: Pacer,
         metrics: Metrics,
-        reports: mpsc::UnboundedSender<Vec<AppReport>>,
+        reports: mpsc::UnboundedSender<Vec<Outgoing>>,
     ) -> (Scheduler, tokio::task::JoinHandle<()>) {
         Self::spawn_with(resolver, pacer, metrics, vec![Subscriber::Channel(reports)])
     }
@@ -181,7 +182,7 @@ impl Scheduler {
     }
 
     /// Every application with a result.
-    pub async fn full_state(&self) -> Vec<AppReport> {
+    pub async fn full_state(&self) -> Vec<Outgoing> {
         let (tx, rx) = oneshot::channel();
         if self.commands.send(Command::FullState(tx)).is_err() {
             return Vec::new();
@@ -199,6 +200,9 @@ fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
 
+/// The scheduler task: carries out commands, rounds finishing and the
+/// schedule's wake-ups, hands the reports to the subscribers and keeps the
+/// load figures current.
 async fn drive(
     mut commands: mpsc::UnboundedReceiver<Command>,
     runner: Runner,
@@ -221,36 +225,7 @@ async fn drive(
         let actions = tokio::select! {
             command = commands.recv() => match command {
                 None => return,
-                Some(Command::Apply { segments, window, done }) => {
-                    let actions = schedule.apply(segments, window, now());
-                    let _ = done.send(());
-                    actions
-                }
-                Some(Command::Access(key, ago, id)) => {
-                    let now = now();
-                    let accessed = now.checked_sub(ago).unwrap_or(now);
-                    match schedule.access_event(key.clone(), accessed, id, now) {
-                    Ok(actions) => {
-                        tracing::debug!(app = %key, "access: checking");
-                        actions
-                    }
-                    Err(e) => {
-                        tracing::warn!(app = %key, reason = %e, "access event ignored");
-                        Vec::new()
-                    }
-                    }
-                }
-                Some(Command::FullState(tx)) => {
-                    let _ = tx.send(schedule.full_state());
-                    Vec::new()
-                }
-                Some(Command::Subscribe(tx)) => {
-                    let (reports, rx) = inbox();
-                    if tx.send((schedule.full_state(), rx)).is_ok() {
-                        subscribers.push(Subscriber::Inbox(reports));
-                    }
-                    Vec::new()
-                }
+                Some(command) => obey(&mut schedule, &mut subscribers, command),
             },
             Some(completion) = done_rx.recv() => {
                 flights.completed(completion);
@@ -262,26 +237,7 @@ async fn drive(
             }
             () = sleep_until(wake) => schedule.poll(now()),
         };
-        let mut batch = Vec::new();
-        let mut actions = VecDeque::from(actions);
-        loop {
-            while let Some(action) = actions.pop_front() {
-                match action {
-                    check @ Action::Check { .. } => flights.start(check),
-                    Action::Report(apps) => batch.extend(apps),
-                }
-            }
-            // Several rounds finishing together go out as one report.
-            while let Ok(completion) = done_rx.try_recv() {
-                flights.completed(completion);
-            }
-            if flights.finished.is_empty() {
-                break;
-            }
-            for (key, generation, round) in std::mem::take(&mut flights.finished) {
-                actions.extend(schedule.round_done(&key, generation, round, now()));
-            }
-        }
+        let batch = flights.carry_out(&mut schedule, actions, &mut done_rx);
         if !batch.is_empty() {
             fan_out(&mut subscribers, batch);
         }
@@ -289,24 +245,73 @@ async fn drive(
         // have changed (not after every check).
         if targets_version != Some(schedule.targets_version()) {
             targets_version = Some(schedule.targets_version());
-            let rate = flights.runner.pacer.rate();
-            let (targets, cycle) = schedule.load(rate);
-            let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
-            flights.runner.metrics.targets.set(targets as i64);
-            *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
-                targets: targets_u32,
-                // Shared targets are probed once per round: a cycle is one
-                // check per distinct target.
-                checks_per_cycle: targets_u32,
-                cycle,
-            };
+            publish_load(&schedule, &flights.runner, &load);
         }
     }
 }
 
+/// Carries out one command; returns the schedule's actions.
+fn obey(
+    schedule: &mut Schedule,
+    subscribers: &mut Vec<Subscriber>,
+    command: Command,
+) -> Vec<Action> {
+    match command {
+        Command::Apply {
+            segments,
+            window,
+            done,
+        } => {
+            let actions = schedule.apply(segments, window, now());
+            let _ = done.send(());
+            actions
+        }
+        Command::Access(key, ago, id) => {
+            let now = now();
+            let accessed = now.checked_sub(ago).unwrap_or(now);
+            match schedule.access_event(key.clone(), accessed, id, now) {
+                Ok(actions) => {
+                    tracing::debug!(app = %key, "access: checking");
+                    actions
+                }
+                Err(e) => {
+                    tracing::warn!(app = %key, reason = %e, "access event ignored");
+                    Vec::new()
+                }
+            }
+        }
+        Command::FullState(tx) => {
+            let _ = tx.send(schedule.full_state());
+            Vec::new()
+        }
+        Command::Subscribe(tx) => {
+            let (reports, rx) = inbox();
+            if tx.send((schedule.full_state(), rx)).is_ok() {
+                subscribers.push(Subscriber::Inbox(reports));
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// The schedule's load at the pacer's rate, for the heartbeat and the
+/// metrics.
+fn publish_load(schedule: &Schedule, runner: &Runner, load: &Mutex<Load>) {
+    let (targets, cycle) = schedule.load(runner.pacer.rate());
+    let targets_u32 = u32::try_from(targets).unwrap_or(u32::MAX);
+    runner.metrics.targets.set(targets as i64);
+    *load.lock().unwrap_or_else(|p| p.into_inner()) = Load {
+        targets: targets_u32,
+        // Shared targets are probed once per round: a cycle is one
+        // check per distinct target.
+        checks_per_cycle: targets_u32,
+        cycle,
+    };
+}
+
 /// Sends `batch` to every subscriber (one per CA session), forgetting the
 /// ones whose session ended.
-fn fan_out(subscribers: &mut Vec<Subscriber>, batch: Vec<AppReport>) {
+fn fan_out(subscribers: &mut Vec<Subscriber>, batch: Vec<Outgoing>) {
     subscribers.retain(|s| !s.is_closed());
     let Some((last, rest)) = subscribers.split_last() else {
         return;
@@ -352,6 +357,37 @@ struct Flights {
 }
 
 impl Flights {
+    /// Carries out `actions`: starts the rounds they ask for and feeds the
+    /// rounds that finish meanwhile back to `schedule`, until nothing is
+    /// left to do; returns the reports made on the way. Several rounds
+    /// finishing together go out as one report.
+    fn carry_out(
+        &mut self,
+        schedule: &mut Schedule,
+        actions: Vec<Action>,
+        done: &mut mpsc::UnboundedReceiver<Completion>,
+    ) -> Vec<Outgoing> {
+        let mut batch = Vec::new();
+        let mut actions = VecDeque::from(actions);
+        loop {
+            while let Some(action) = actions.pop_front() {
+                match action {
+                    check @ Action::Check { .. } => self.start(check),
+                    Action::Report(apps) => batch.extend(apps),
+                }
+            }
+            while let Ok(completion) = done.try_recv() {
+                self.completed(completion);
+            }
+            if self.finished.is_empty() {
+                return batch;
+            }
+            for (key, generation, round) in std::mem::take(&mut self.finished) {
+                actions.extend(schedule.round_done(&key, generation, round, now()));
+            }
+        }
+    }
+
     /// Starts the round a `Check` action asks for: an IP literal goes to the
     /// pacer at once; a name is resolved first (in a task).
     fn start(&mut self, action: Action) {

@@ -1,0 +1,294 @@
+//! The gRPC surface: the access and health query services (the connector
+//! session lives in `intake::session`), plus the standard health and reflection
+//! services, all on one tonic server.
+
+use std::sync::Arc;
+
+use protocol::v1;
+use protocol::v1::access_server::{Access, AccessServer};
+use protocol::v1::enrollment_server::EnrollmentServer;
+use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+use crate::access::decide::AccessRequest;
+use crate::error::ApiError;
+use crate::intake::session::SessionService;
+use crate::state::authority::Authority;
+use crate::trust::auth::Scope;
+
+/// Checks the `authorization` metadata for `scope` (`auth::authorize`).
+/// Guesses are throttled per source address (`trust::throttle`).
+fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result<(), Status> {
+    let header = request
+        .metadata()
+        .get(protocol::metadata::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    authority
+        .authorize_from(request.remote_addr().map(|a| a.ip()), header, scope)
+        .map_err(|e| ApiError::from(e).into())
+}
+
+/// The `Access` service.
+#[derive(Clone, Debug)]
+pub struct AccessService {
+    authority: Arc<Authority>,
+}
+
+#[tonic::async_trait]
+impl Access for AccessService {
+    async fn resolve(
+        &self,
+        request: Request<v1::AccessRequest>,
+    ) -> Result<Response<v1::AccessDecision>, Status> {
+        check(&self.authority, &request, Scope::Access)?;
+        let r = request.into_inner();
+        let protocol = protocol::convert::protocol_from_wire("protocol", r.protocol)
+            .map_err(ApiError::from)?;
+        let user_location = r
+            .user_location
+            .map(|l| policy::Location::new(l.latitude, l.longitude))
+            .transpose()
+            .map_err(|e| ApiError::InvalidRequest(format!("user_location.{e}")))?;
+        let outcome = self
+            .authority
+            .resolve_from(
+                AccessRequest {
+                    host: r.host,
+                    protocol,
+                    port: r.port,
+                },
+                user_location,
+            )
+            .await?;
+        Ok(Response::new(outcome.into_wire()))
+    }
+}
+
+/// The `HealthQuery` service.
+#[derive(Clone, Debug)]
+pub struct HealthQueryService {
+    authority: Arc<Authority>,
+}
+
+/// The stream `WatchHealth` answers with.
+type TransitionStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::HealthTransition, Status>> + Send>>;
+
+/// The wire form of a streamed transition.
+fn transition_to_wire(e: &crate::state::history::EventView) -> v1::HealthTransition {
+    let status = |s: policy::Status| v1::HealthStatus::from(s) as i32;
+    v1::HealthTransition {
+        app: Some(v1::ApplicationKey {
+            segment: e.segment.clone(),
+            host: e.host.clone(),
+            protocol: v1::Protocol::from(e.protocol) as i32,
+            port: u32::try_from(e.port).unwrap_or(0),
+        }),
+        connector: e.connector.clone(),
+        from: status(e.from),
+        to: status(e.to),
+        cause: e.cause.clone(),
+        at_unix_ms: e.at,
+        seq: e.seq.unwrap_or(0),
+        lagged: 0,
+    }
+}
+
+#[tonic::async_trait]
+impl HealthQuery for HealthQueryService {
+    type WatchHealthStream = TransitionStream;
+
+    async fn watch_health(
+        &self,
+        request: Request<v1::WatchHealthRequest>,
+    ) -> Result<Response<TransitionStream>, Status> {
+        use futures::StreamExt as _;
+        use tokio_stream::wrappers::BroadcastStream;
+        use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+        check(&self.authority, &request, Scope::Read)?;
+        let filter = request.into_inner();
+        let stream =
+            BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
+                let out = match item {
+                    Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
+                        && (filter.connector.is_empty() || filter.connector == e.connector))
+                        .then(|| Ok(transition_to_wire(&e))),
+                    Err(BroadcastStreamRecvError::Lagged(n)) => Some(Ok(v1::HealthTransition {
+                        lagged: n,
+                        ..Default::default()
+                    })),
+                };
+                std::future::ready(out)
+            });
+        let closed = self.authority.history().closed();
+        Ok(Response::new(Box::pin(stream.take_until(closed))))
+    }
+
+    async fn list_applications(
+        &self,
+        request: Request<v1::ListApplicationsRequest>,
+    ) -> Result<Response<v1::ListApplicationsResponse>, Status> {
+        check(&self.authority, &request, Scope::Read)?;
+        let filter = request.into_inner().segment;
+        let apps = self
+            .authority
+            .applications((!filter.is_empty()).then_some(filter.as_str()));
+        Ok(Response::new(v1::ListApplicationsResponse {
+            applications: apps.iter().map(|a| a.to_wire()).collect(),
+        }))
+    }
+
+    async fn list_connectors(
+        &self,
+        request: Request<v1::ListConnectorsRequest>,
+    ) -> Result<Response<v1::ListConnectorsResponse>, Status> {
+        check(&self.authority, &request, Scope::Read)?;
+        let admin = check(&self.authority, &request, Scope::Admin).is_ok();
+        // Enrolled connectors come from the database: off the async workers.
+        let connectors = self
+            .authority
+            .blocking(Authority::connectors)
+            .await
+            .ok_or(ApiError::ShuttingDown)?;
+        Ok(Response::new(v1::ListConnectorsResponse {
+            connectors: connectors
+                .into_iter()
+                .map(|c| if admin { c } else { c.without_admin_fields() })
+                .map(|c| c.to_wire())
+                .collect(),
+        }))
+    }
+}
+
+/// Serves every gRPC service on `listener` until `shutdown` resolves.
+pub async fn serve(
+    authority: Arc<Authority>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), crate::RunError> {
+    let max = protocol::MAX_MESSAGE_BYTES;
+    let health_service = health_service().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+    // The same descriptors under the older `v1alpha` name: grpcio-reflection
+    // and older grpcurl speak only that.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+    let settings = authority.snapshot().settings().clone();
+    let limits = &settings.limits;
+    // Capped in total and per source address (`listen`); tonic does the
+    // TLS handshake (within the handshake timeout) on what this yields.
+    let incoming = crate::api::listen::grpc_incoming(
+        listener,
+        limits.grpc_max_connections,
+        limits.grpc_max_connections_per_source,
+    );
+    let mut builder = transport(&authority, &settings)?;
+    // Reflection lists every service and message: reconnaissance, so it
+    // needs a `read` token (or `anonymous_read`) like the health query. The
+    // standard health service stays open: load balancers probe it without
+    // credentials and it says only "serving".
+    let reflection_auth = authority.clone();
+    let reflection = tonic::service::interceptor::InterceptedService::new(
+        reflection,
+        move |request: tonic::Request<()>| {
+            check(&reflection_auth, &request, Scope::Read).map(|()| request)
+        },
+    );
+    let reflection_auth = authority.clone();
+    let reflection_v1alpha = tonic::service::interceptor::InterceptedService::new(
+        reflection_v1alpha,
+        move |request: tonic::Request<()>| {
+            check(&reflection_auth, &request, Scope::Read).map(|()| request)
+        },
+    );
+    builder
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            crate::intake::connect::ConnectServer::new(SessionService::new(authority.clone()))
+                .max_decoding_message_size(max),
+        )
+        .add_service(
+            EnrollmentServer::new(crate::trust::enroll::EnrollmentService::new(
+                authority.clone(),
+            ))
+            .max_decoding_message_size(64 * 1024),
+        )
+        .add_service(
+            AccessServer::new(AccessService {
+                authority: authority.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .add_service(
+            HealthQueryServer::new(HealthQueryService {
+                authority: authority.clone(),
+            })
+            .max_decoding_message_size(max),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}
+
+/// The standard health service, saying every reach service is serving.
+async fn health_service()
+-> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in [
+        "reach.v1.ConnectorSession",
+        "reach.v1.Access",
+        "reach.v1.HealthQuery",
+        "reach.v1.Enrollment",
+    ] {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    health_service
+}
+
+/// The gRPC server's transport: connection ages, keep-alives, the bounds
+/// against hostile input and, with TLS, the CA's certificate.
+fn transport(
+    authority: &Authority,
+    settings: &crate::config::Settings,
+) -> Result<tonic::transport::Server, crate::RunError> {
+    let limits = &settings.limits;
+    let mut builder = tonic::transport::Server::builder()
+        // No connection lives forever: GOAWAY at the age, closed a minute
+        // later (connectors reconnect).
+        .max_connection_age(limits.grpc_max_connection_age)
+        .max_connection_age_grace(std::time::Duration::from_secs(60))
+        // Dead peers are noticed even when a connector sends nothing.
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+        // Hostile input: bounded streams and headers per connection, and
+        // HTTP/2 reset floods end the offending connection only.
+        .max_concurrent_streams(settings.limits.max_concurrent_streams)
+        .http2_max_header_list_size(16 * 1024)
+        .http2_max_pending_accept_reset_streams(Some(20))
+        .http2_max_local_error_reset_streams(Some(100))
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
+    if let Some(pki) = authority.pki() {
+        let (cert, key) = pki.server_identity();
+        // Client certificates are optional at the TLS layer so that
+        // `Enroll` works before a connector has one; `Connect` refuses a
+        // session without one.
+        let tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert, key))
+            .client_ca_root(tonic::transport::Certificate::from_pem(&pki.issuer_pem))
+            .client_auth_optional(true)
+            .timeout(settings.handshake_timeout);
+        builder = builder.tls_config(tls)?;
+    }
+    Ok(builder)
+}

@@ -1,0 +1,1221 @@
+//! The HTTP surface (axum): the Health dashboard's pages (`/`, `/app`,
+//! `/connectors`, `/assets/…`; see `dashboard`), the JSON API
+//! (`/api/v1/health` with filters and paging, `/api/v1/application`,
+//! `/api/v1/overview`, `/api/v1/events`, the change stream
+//! `/api/v1/health/stream` as server-sent events, `/api/v1/connectors`,
+//! `POST /api/v1/access`),
+//! `/metrics`, `/healthz` and `/api/v1/openapi.json` (the API's OpenAPI
+//! document, `openapi`), plus the admin API (scope `admin`):
+//! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
+//! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
+//! `DELETE /api/v1/connectors/{name}`.
+//!
+//! Served over TLS (rustls) when the CA has certificates: one task per
+//! connection, a TLS handshake timeout, a bound on open connections, header
+//! read timeouts and HTTP/2 stream limits, so a hostile client costs one
+//! connection and nothing else.
+//!
+//! Refusal reasons map to statuses as follows (also in docs/decisions.md):
+//! `invalid_request` 400, `unauthorized` 401, `forbidden` 403,
+//! `cross_origin` 403, `unsupported_media_type` 415 (both from `guard`),
+//! `port_not_in_segment` 403, `no_segment` 404, and `no_connector`,
+//! `all_down`, `no_health_report`, `discovery_timeout` 503.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use policy::{Location, Protocol};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::access::decide::{AccessRequest, Refusal};
+use crate::api::body::{
+    AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
+};
+use crate::api::dashboard as assets;
+use crate::api::listen::{Admission, Deadlines, Handshaking, Ticket};
+use crate::error::ApiError;
+use crate::state::authority::Authority;
+use crate::state::warmup::Warmth;
+
+type Shared = Arc<Authority>;
+
+/// The router over shared state, behind the browser-safety guard (`guard`:
+/// JSON bodies only, no cross-origin state changes).
+pub fn router(authority: Arc<Authority>) -> Router {
+    routes(authority).layer(axum::middleware::from_fn(crate::api::guard::check))
+}
+
+/// Every route (`docs/openapi.json` documents each one; a test keeps them
+/// in step).
+fn routes(authority: Arc<Authority>) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/app", get(dashboard_app))
+        .route("/connectors", get(dashboard_connectors))
+        .route("/assets/dashboard.js", get(assets::script))
+        .route("/assets/dashboard.css", get(assets::style))
+        .route("/assets/dashboard-stream.js", get(assets::worker))
+        .route("/api/v1/health", get(health))
+        .route("/api/v1/health/stream", get(health_stream))
+        .route("/api/v1/health/stream/ticket", post(stream_ticket))
+        .route("/api/v1/application", get(application))
+        .route("/api/v1/overview", get(overview))
+        .route("/api/v1/events", get(events))
+        .route("/api/v1/connectors", get(connectors))
+        .route("/api/v1/replicas", get(replicas))
+        .route("/api/v1/access", post(access))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/provisioning_keys", get(keys))
+        .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
+        .route("/api/v1/connectors/{name}/{action}", post(connector_action))
+        .route("/api/v1/connectors/{name}", delete(delete_connector))
+        .with_state(authority)
+}
+
+/// Largest request body the API reads (an access request is ~100 bytes).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest HTTP/2 header list and HTTP/1 read buffer.
+const MAX_HEADER_BYTES: u32 = 16 * 1024;
+
+/// The rustls server configuration of both listeners' certificate.
+pub fn server_tls(
+    pki: &crate::trust::pki::Pki,
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig, crate::RunError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (cert, key) = pki.server_identity();
+    let tls = |m: String| crate::RunError::Tls(m);
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls(format!("server certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+        .map_err(|e| tls(format!("server key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| tls(e.to_string()))?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// Serves the router on `listener` (HTTPS when the CA has certificates)
+/// until `shutdown` resolves; open connections get a few seconds to finish.
+///
+/// Against a hostile crowd: at most `[limits] max_connections` open, at
+/// most `http_max_connections_per_source` from one address (more are closed
+/// at once); when full, the connection idle longest gives way to a new one;
+/// a connection must send its first byte within `first_byte_timeout` (then
+/// finish TLS within the handshake timeout, then send its first byte of
+/// HTTP within `first_byte_timeout` again), HTTP/1 headers within
+/// `header_timeout`, a body within `body_timeout`, and is closed after
+/// `idle_timeout` without traffic while no request is in flight.
+pub async fn serve(
+    authority: Arc<Authority>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), crate::RunError> {
+    let settings = authority.snapshot().settings().clone();
+    let limits = settings.limits.clone();
+    let acceptor = match authority.pki() {
+        Some(pki) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_tls(
+            pki,
+            &[b"h2", b"http/1.1"],
+        )?))),
+        None => None,
+    };
+    let router = router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    let server = Server {
+        builder: Arc::new(connection_builder(&limits)),
+        acceptor,
+        router,
+        handshake: settings.handshake_timeout,
+        limits: limits.clone(),
+    };
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.http_max_connections_per_source);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let Some(permit) = slot(&slots, &admission, &mut shutdown).await else {
+            break;
+        };
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::debug!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(ticket) = admission.admit(peer.ip()) else {
+            tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed");
+            continue;
+        };
+        let ticket = Arc::new(ticket);
+        let _ = tcp.set_nodelay(true);
+        let server = server.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _permit = permit;
+            server.connection(tcp, peer, ticket, watcher).await;
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+    }
+    Ok(())
+}
+
+/// HTTP/1.1 and HTTP/2 connection settings from the listener's limits.
+fn connection_builder(limits: &crate::config::Limits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES as usize * 4);
+    // No HTTP/2 keep-alive pings: they would keep an idle connection
+    // "moving"; `Deadlines` closes idle and dead peers instead.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(MAX_HEADER_BYTES)
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(100));
+    builder
+}
+
+/// A connection slot, waiting for one when all are taken; `None` when the
+/// CA stops meanwhile. Full: the connection idle longest (silent,
+/// mid-handshake, or between requests) gives way, so new clients are not
+/// locked out.
+async fn slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    admission: &Arc<Admission>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    // One per new connection. Batches of 8 halved the wait of a user
+    // behind a crowd in the accept queue, but the crowd's faster churn
+    // overflowed the kernel's SYN queue and 0.2-2 % of new users were
+    // reset.
+    admission.evict_oldest_idle();
+    tokio::select! {
+        _ = shutdown => None,
+        p = slots.clone().acquire_owned() => p.ok(),
+    }
+}
+
+/// What every connection of the HTTP listener is served with.
+#[derive(Clone)]
+struct Server {
+    builder: Arc<Builder<TokioExecutor>>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    handshake: std::time::Duration,
+    limits: crate::config::Limits,
+}
+
+impl Server {
+    /// Serves one accepted connection (after the TLS handshake, when TLS
+    /// is on) until it ends, the CA stops or it gives way to a new one.
+    async fn connection(
+        self,
+        tcp: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        ticket: Arc<Ticket>,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let service =
+            connection_service(self.router, peer, ticket.clone(), self.limits.body_timeout);
+        let (first_byte, idle) = (self.limits.first_byte_timeout, self.limits.idle_timeout);
+        let builder = self.builder;
+        let serve = async {
+            match self.acceptor {
+                Some(acceptor) => {
+                    let handshake = self.handshake;
+                    let Some(tls) =
+                        tls_handshake(&acceptor, tcp, peer, &ticket, first_byte, handshake).await
+                    else {
+                        return Ok(());
+                    };
+                    let conn = builder.serve_connection(
+                        TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
+                        service,
+                    );
+                    watcher.watch(conn.into_owned()).await
+                }
+                None => {
+                    let conn = builder.serve_connection(
+                        TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
+                        service,
+                    );
+                    watcher.watch(conn.into_owned()).await
+                }
+            }
+        };
+        let result = tokio::select! {
+            r = serve => r,
+            () = ticket.evicted() => {
+                tracing::debug!(%peer, "HTTPS: idle connection closed to make room");
+                return;
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+        }
+    }
+}
+
+/// The TLS handshake of an accepted connection: the first byte (of the
+/// ClientHello) within `first_byte`, the whole handshake within
+/// `handshake`, both counted from accept. `None` (logged) when it failed.
+async fn tls_handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    ticket: &Arc<Ticket>,
+    first_byte: std::time::Duration,
+    handshake: std::time::Duration,
+) -> Option<tokio_rustls::server::TlsStream<Handshaking<tokio::net::TcpStream>>> {
+    let handshaken = tokio::time::timeout(handshake, async {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err("no first byte in time".to_owned()),
+        }
+        // Each byte of the handshake keeps it from counting as idle
+        // (`Admission::evict_oldest_idle`).
+        let tcp = Handshaking::new(tcp, ticket.clone());
+        acceptor.accept(tcp).await.map_err(|e| e.to_string())
+    })
+    .await;
+    match handshaken {
+        Ok(Ok(mut tls)) => {
+            // `Deadlines` records movement from here.
+            tls.get_mut().0.done();
+            Some(tls)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "HTTPS: TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "HTTPS: TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// The address a request came from (a request extension the listener
+/// sets; absent when the router is called directly, as in unit tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+/// One connection's service: marks the connection busy while a request is
+/// in flight, reads the body within `body_timeout` (408 otherwise), records
+/// the peer's address, then runs the router.
+fn connection_service(
+    router: Router,
+    peer: std::net::SocketAddr,
+    ticket: Arc<crate::api::listen::Ticket>,
+    body_timeout: std::time::Duration,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone {
+    use hyper::service::Service as _;
+    let router = hyper_util::service::TowerToHyperService::new(router);
+    hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let (router, ticket) = (router.clone(), ticket.clone());
+        async move {
+            let _busy = ticket.busy();
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(Peer(peer));
+            let body = axum::body::Body::new(body);
+            let body = match tokio::time::timeout(
+                body_timeout,
+                axum::body::to_bytes(body, MAX_BODY_BYTES),
+            )
+            .await
+            {
+                Ok(Ok(bytes)) => bytes,
+                Ok(Err(_)) => {
+                    return Ok(error_body(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "invalid_request",
+                        &format!("request body over {MAX_BODY_BYTES} bytes or broken"),
+                        None,
+                    ));
+                }
+                Err(_) => {
+                    return Ok(error_body(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request_timeout",
+                        "the request body did not arrive in time",
+                        None,
+                    ));
+                }
+            };
+            let request = hyper::Request::from_parts(parts, axum::body::Body::from(body));
+            router.call(request).await
+        }
+    })
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let answer = self.answer();
+        let mut r = error_body(answer.http, answer.reason, &self.message(), None);
+        if answer.http == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
+    }
+}
+
+/// A handler argument that lets the request through only if its caller may
+/// use scope `S` (`auth::authorize`; the rejection is the `ApiError`), so a
+/// handler declares its scope in its signature.
+#[derive(Debug)]
+pub struct RequireScope<S>(PhantomData<S>);
+
+/// The scopes as types, for [`RequireScope`].
+pub mod scope {
+    use crate::trust::auth::Scope;
+
+    /// A scope as a type.
+    pub trait Required: Send + Sync + 'static {
+        /// The scope.
+        const SCOPE: Scope;
+    }
+
+    /// `Scope::Read`.
+    #[derive(Debug)]
+    pub struct Read;
+    /// `Scope::Access`.
+    #[derive(Debug)]
+    pub struct Access;
+    /// `Scope::Admin`.
+    #[derive(Debug)]
+    pub struct Admin;
+
+    impl Required for Read {
+        const SCOPE: Scope = Scope::Read;
+    }
+    impl Required for Access {
+        const SCOPE: Scope = Scope::Access;
+    }
+    impl Required for Admin {
+        const SCOPE: Scope = Scope::Admin;
+    }
+}
+
+impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        // Guesses are throttled per source address (`trust::throttle`).
+        let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        a.authorize_from(source, header, S::SCOPE)?;
+        Ok(RequireScope(PhantomData))
+    }
+}
+
+/// `GET /api/v1/health`: filtered, sorted and (when `page` or `per_page`
+/// is given) paged; without them every row, as before paging existed.
+async fn health(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    Query(raw): Query<crate::api::listing::RawQuery>,
+) -> Response {
+    let q = match crate::api::listing::ListQuery::parse(&raw) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    // Read before the table: a transition after it shows in the stream.
+    let version = a.history().version();
+    // Cheap rows first; views only for the page's rows.
+    let rows = a.rows(&crate::api::views::RowFilter {
+        segment: q.segment.as_deref(),
+        group: q.group.as_deref(),
+        connector: q.connector.as_deref(),
+    });
+    let mut page = crate::api::listing::run(rows, &q);
+    let mut views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    if q.summary {
+        for v in &mut views {
+            v.summarise();
+        }
+    }
+    axum::Json(HealthBody {
+        listing: crate::api::body::Listing::new(page, views),
+        version,
+    })
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct AppQuery {
+    segment: Option<String>,
+    host: Option<String>,
+    protocol: Option<String>,
+    port: Option<String>,
+}
+
+/// `GET /api/v1/application?segment=&host=&protocol=&port=`: one row of
+/// the listing (port 0 for a wildcard or subnet entry's row).
+async fn application(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    Query(q): Query<AppQuery>,
+) -> Response {
+    let missing = |name: &str| {
+        ApiError::InvalidRequest(format!(
+            "{name}: missing (segment, host, protocol and port are required)"
+        ))
+        .into_response()
+    };
+    let Some(segment) = q.segment.filter(|s| !s.is_empty()) else {
+        return missing("segment");
+    };
+    let Some(host) = q.host.filter(|s| !s.is_empty()) else {
+        return missing("host");
+    };
+    let Some(protocol) = q.protocol else {
+        return missing("protocol");
+    };
+    let protocol = match protocol.parse::<Protocol>() {
+        Ok(p) => p,
+        Err(m) => return ApiError::InvalidRequest(format!("protocol: {m}")).into_response(),
+    };
+    let Some(port) = q.port else {
+        return missing("port");
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return ApiError::InvalidRequest(format!(
+            "port: {:?} is not a port (0-65535)",
+            port.chars().take(16).collect::<String>()
+        ))
+        .into_response();
+    };
+    let host = policy::host::lookup_key(&host);
+    let row = a
+        .rows(&crate::api::views::RowFilter {
+            segment: Some(&segment),
+            ..Default::default()
+        })
+        .into_iter()
+        .find(|r| r.host == host && r.protocol == protocol && r.port == port);
+    match row.and_then(|r| a.views([r.item]).pop()) {
+        Some(app) => axum::Json(json!({ "application": app })).into_response(),
+        None => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such application (or it is hidden)",
+            None,
+        ),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamQuery {
+    ticket: Option<String>,
+}
+
+/// `GET /api/v1/health/stream`: server-sent events, one `transition` per
+/// status change (data: the `GET /api/v1/events` shape plus `seq`), a
+/// `lagged` event when this client fell behind (re-read the listing), and
+/// a comment every 15 s to keep proxies from closing it. Authorized by the
+/// read scope (`Authorization`, or `anonymous_read`) or by a one-time
+/// `ticket` (`POST /api/v1/health/stream/ticket`), since a browser's
+/// `EventSource` cannot send a header.
+async fn health_stream(
+    State(a): State<Shared>,
+    Query(q): Query<StreamQuery>,
+    parts: axum::http::request::Parts,
+) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt as _;
+    use tokio_stream::wrappers::BroadcastStream;
+    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+    match q.ticket.as_deref() {
+        Some(ticket) => {
+            if !a.stream_tickets().redeem(ticket, std::time::Instant::now()) {
+                return error_body(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "ticket: unknown, already used or expired (a stream ticket opens one \
+                     stream within 30 s; get one with POST /api/v1/health/stream/ticket)",
+                    None,
+                );
+            }
+        }
+        None => {
+            let mut parts = parts;
+            if let Err(e) = RequireScope::<scope::Read>::from_request_parts(&mut parts, &a).await {
+                return e.into_response();
+            }
+        }
+    }
+    // Subscribe before reading the version: every transition numbered
+    // after the version the hello names is then in this stream, so a page
+    // whose data is at least that version missed nothing.
+    let events = BroadcastStream::new(a.history().subscribe());
+    let hello = Event::default()
+        .event("hello")
+        .data(json!({ "version": a.history().version() }).to_string());
+    let events = events.map(|item| {
+        Ok::<_, std::convert::Infallible>(match item {
+            Ok(e) => {
+                let data = serde_json::to_string(&*e).unwrap_or_default();
+                let event = Event::default().event("transition").data(data);
+                match e.seq {
+                    Some(seq) => event.id(seq.to_string()),
+                    None => event,
+                }
+            }
+            Err(BroadcastStreamRecvError::Lagged(n)) => {
+                Event::default().event("lagged").data(n.to_string())
+            }
+        })
+    });
+    let stream = futures::stream::once(async move { Ok(hello) })
+        .chain(events)
+        .take_until(a.history().closed());
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    response
+}
+
+/// `POST /api/v1/health/stream/ticket`: a one-time ticket for
+/// `GET /api/v1/health/stream?ticket=` (read scope; the body is ignored).
+async fn stream_ticket(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    match a.stream_tickets().issue(std::time::Instant::now()) {
+        Ok(ticket) => axum::Json(json!({
+            "ticket": ticket,
+            "expires_in_ms": u64::try_from(crate::state::tickets::TICKET_TTL.as_millis()).unwrap_or(u64::MAX),
+        }))
+        .into_response(),
+        Err(e) => error_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            &e.to_string(),
+            None,
+        ),
+    }
+}
+
+#[derive(Serialize)]
+struct ConnectorCounts {
+    total: usize,
+    connected: usize,
+    disconnected: usize,
+    over_budget: usize,
+    disabled: usize,
+}
+
+/// `GET /api/v1/overview`: counts by status of every visible application
+/// and of the connectors.
+async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    let Some(connectors) = a.blocking(Authority::connectors).await else {
+        return shutting_down();
+    };
+    let version = a.history().version();
+    let rows = a.rows(&crate::api::views::RowFilter::default());
+    axum::Json(json!({
+        "applications": crate::api::listing::Counts::of(rows.iter().map(|r| r.status)),
+        "applications_total": rows.len(),
+        "connectors": ConnectorCounts {
+            total: connectors.len(),
+            connected: connectors.iter().filter(|c| c.connected).count(),
+            disconnected: connectors.iter().filter(|c| !c.connected).count(),
+            over_budget: connectors.iter().filter(|c| c.over_budget).count(),
+            disabled: connectors.iter().filter(|c| c.disabled).count(),
+        },
+        "check_budget": a.snapshot().settings().check_budget,
+        "version": version,
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    app: Option<String>,
+    segment: Option<String>,
+    host: Option<String>,
+    protocol: Option<String>,
+    port: Option<String>,
+    connector: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+/// Most transitions one page of `GET /api/v1/events` holds.
+const MAX_EVENTS_PER_PAGE: u32 = 1000;
+
+/// A time parameter: Unix milliseconds or RFC 3339.
+fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
+    if let Ok(ms) = v.parse::<i64>() {
+        return Ok(ms);
+    }
+    time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+        .map(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX))
+        .map_err(|_| {
+            ApiError::InvalidRequest(format!(
+                "{name}: {:?} is neither Unix milliseconds nor an RFC 3339 time",
+                v.chars().take(64).collect::<String>()
+            ))
+        })
+}
+
+/// Parses `GET /api/v1/events`' query into a filter and paging.
+fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32), ApiError> {
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let mut f = crate::store::EventFilter {
+        segment: given(q.segment),
+        host: given(q.host).map(|h| policy::host::lookup_key(&h)),
+        protocol: given(q.protocol),
+        connector: given(q.connector),
+        ..Default::default()
+    };
+    let mut port = given(q.port);
+    if let Some(app) = given(q.app) {
+        // segment/host/protocol/port; a subnet host has a '/' of its own.
+        let mut tail = app.rsplitn(3, '/');
+        let (p, proto, rest) = (tail.next(), tail.next(), tail.next());
+        let (Some(p), Some(proto), Some((segment, host))) =
+            (p, proto, rest.and_then(|r| r.split_once('/')))
+        else {
+            return Err(ApiError::InvalidRequest(
+                "app: expected segment/host/protocol/port".into(),
+            ));
+        };
+        f.segment = Some(segment.to_owned());
+        f.host = Some(policy::host::lookup_key(host));
+        f.protocol = Some(proto.to_owned());
+        port = Some(p.to_owned());
+    }
+    if let Some(p) = &f.protocol {
+        p.parse::<Protocol>()
+            .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
+    }
+    if let Some(p) = port {
+        f.port = Some(p.parse::<u16>().map(i64::from).map_err(|_| {
+            ApiError::InvalidRequest(format!(
+                "port: {:?} is not a port (0-65535)",
+                p.chars().take(16).collect::<String>()
+            ))
+        })?);
+    }
+    f.since_ms = given(q.since)
+        .map(|v| parse_time("since", &v))
+        .transpose()?;
+    f.until_ms = given(q.until)
+        .map(|v| parse_time("until", &v))
+        .transpose()?;
+    let page =
+        match given(q.page) {
+            None => 1,
+            Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                ApiError::InvalidRequest("page: not a whole number from 1".into())
+            })?,
+        };
+    let per_page = match given(q.per_page) {
+        None => 100,
+        Some(p) => p
+            .parse::<u32>()
+            .ok()
+            .filter(|p| (1..=MAX_EVENTS_PER_PAGE).contains(p))
+            .ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "per_page: not a whole number from 1 to {MAX_EVENTS_PER_PAGE}"
+                ))
+            })?,
+    };
+    Ok((f, page, per_page))
+}
+
+/// `GET /api/v1/events`: the stored status history, newest first.
+async fn events(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    Query(q): Query<EventsQuery>,
+) -> Response {
+    let (filter, page, per_page) = match events_query(q) {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match admin(&a, move |a| {
+        crate::intake::transitions::events(a, filter, page, per_page)
+    })
+    .await
+    {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn connectors(
+    State(a): State<Shared>,
+    headers: axum::http::HeaderMap,
+    _: RequireScope<scope::Read>,
+) -> Response {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let admin = crate::trust::auth::authorize(
+        &a.snapshot().config.tokens,
+        false,
+        header,
+        crate::trust::auth::Scope::Admin,
+    )
+    .is_ok();
+    // Enrolled connectors come from the database: off the async workers.
+    match a.blocking(Authority::connectors).await {
+        Some(connectors) => axum::Json(ConnectorsBody {
+            connectors: connectors
+                .into_iter()
+                .map(|c| if admin { c } else { c.without_admin_fields() })
+                .collect(),
+            check_budget: a.snapshot().settings().check_budget,
+        })
+        .into_response(),
+        None => shutting_down(),
+    }
+}
+
+async fn access(State(a): State<Shared>, _: RequireScope<scope::Access>, body: Bytes) -> Response {
+    match access_inner(&a, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Parses a `POST /api/v1/access` body (untrusted JSON: the fuzz target
+/// `http_bodies` runs it on arbitrary bytes): the request and the user's
+/// location, if it names one.
+pub(crate) fn parse_access_body(
+    body: &[u8],
+) -> Result<(AccessRequest, Option<Location>), ApiError> {
+    let body: AccessBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))?;
+    let protocol = body
+        .protocol
+        .parse::<Protocol>()
+        .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
+    let integral = body.port.as_i64().or_else(|| {
+        body.port
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+            .map(|f| f as i64)
+    });
+    let port = integral
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port))
+        })?;
+    let user_location = body
+        .user_location
+        .map(|l| Location::new(l.latitude, l.longitude))
+        .transpose()
+        .map_err(|e| ApiError::InvalidRequest(format!("user_location.{e}")))?;
+    Ok((
+        AccessRequest {
+            host: body.host,
+            protocol,
+            port,
+        },
+        user_location,
+    ))
+}
+
+async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
+    let (request, user_location) = parse_access_body(body)?;
+    let outcome = a.resolve_from(request, user_location).await?;
+    Ok(match outcome.decision {
+        Ok(s) => json_response(selected_json(&SelectedBody {
+            connector: s.connector,
+            group: s.group,
+            segment: s.segment,
+            explanation: outcome.explanation,
+        })),
+        Err(Refusal { reason, message }) => error_body(
+            refusal_status(reason),
+            reason.as_str(),
+            &message,
+            serde_json::to_value(&outcome.explanation).ok(),
+        ),
+    })
+}
+
+/// The JSON of `body` (the same bytes as serde's; a test compares them),
+/// written by hand into a buffer sized for it (see
+/// `ExplanationView::write_json`).
+fn selected_json(body: &SelectedBody) -> Vec<u8> {
+    use crate::access::explain::json;
+    let candidates = body
+        .explanation
+        .selection
+        .as_ref()
+        .map_or(0, |e| e.candidates.len());
+    let mut out = Vec::with_capacity(512 + 160 * candidates);
+    out.extend_from_slice(b"{\"connector\":");
+    json::str(&mut out, &body.connector);
+    out.extend_from_slice(b",\"group\":");
+    json::str(&mut out, &body.group);
+    out.extend_from_slice(b",\"segment\":");
+    json::str(&mut out, &body.segment);
+    out.extend_from_slice(b",\"explanation\":");
+    body.explanation.write_json(&mut out);
+    out.push(b'}');
+    out
+}
+
+/// JSON `body` as a 200 response, as `axum::Json` answers it.
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::api::metrics::scrape(&a),
+    )
+        .into_response()
+}
+
+/// How long `/healthz` waits for the store before it answers not ready.
+const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /healthz`: readiness. `ok` while the CA serves, its store answers
+/// and its health table is warm. 503 `unavailable` when the store does not
+/// answer within `READY_STORE_TIMEOUT`, so a load balancer or Kubernetes
+/// sends users to the other replicas (this one could not enroll, renew or
+/// check a certificate); the store's error is logged, not shown (no token
+/// needed). 503 `warming_up` after a start until the connectors the store
+/// knows have re-attached and reported, at most `[health] warmup_ms`
+/// (`state::warmup`): until then this replica would answer `no_connector`.
+async fn healthz(State(a): State<Shared>) -> Response {
+    let now = Instant::now();
+    let check = a.blocking(
+        move |a: &Authority| -> Result<Warmth, crate::store::StoreError> {
+            a.store().ping()?;
+            warmth(a, now)
+        },
+    );
+    let problem = match tokio::time::timeout(READY_STORE_TIMEOUT, check).await {
+        Ok(Some(Ok(Warmth::Warm))) => return "ok\n".into_response(),
+        Ok(Some(Ok(warming))) => {
+            return error_body(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "warming_up",
+                &format!("not ready: {}", warming.message()),
+                None,
+            );
+        }
+        Ok(Some(Err(e))) => e.to_string(),
+        Ok(None) => "the check was cancelled".to_owned(),
+        Err(_) => format!("no answer within {READY_STORE_TIMEOUT:?}"),
+    };
+    tracing::warn!(error = %problem, "not ready: the store does not answer");
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "not ready: the store (database) does not answer",
+        None,
+    )
+}
+
+/// `GET /api/v1/openapi.json`: the document (no token: it is public).
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::api::openapi::document_text(),
+    )
+        .into_response()
+}
+
+fn storage(e: crate::store::StoreError) -> Response {
+    tracing::error!(error = %e, "admin API: database error");
+    error_body(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the CA's database failed; see its log",
+        None,
+    )
+}
+
+/// The admin API's database work, off the async workers (`None`: the
+/// runtime is shutting down).
+async fn admin<T: Send + 'static>(
+    a: &Shared,
+    f: impl FnOnce(&Authority) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, Response> {
+    match a.blocking(f).await {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(storage(e)),
+        None => Err(shutting_down()),
+    }
+}
+
+/// The answer when blocking work cannot run because the runtime stops.
+fn shutting_down() -> Response {
+    ApiError::ShuttingDown.into_response()
+}
+
+/// `GET /api/v1/replicas`: the CA replicas sharing this one's store, with
+/// their last heartbeat and policy hash.
+async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    match admin(&a, |a| a.replicas(a.replica_id())).await {
+        Ok(replicas) => axum::Json(json!({
+            "this": a.replica_id(),
+            "replicas": replicas,
+        }))
+        .into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
+    match admin(&a, |a| a.provisioning_keys()).await {
+        Ok(keys) => axum::Json(json!({ "provisioning_keys": keys })).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn revoke_key(
+    State(a): State<Shared>,
+    Path(group): Path<String>,
+    _: RequireScope<scope::Admin>,
+) -> Response {
+    let revoke = group.clone();
+    match admin(&a, move |a| a.revoke_provisioning_key(&revoke)).await {
+        Ok(true) => axum::Json(json!({ "group": group, "revoked": true })).into_response(),
+        Ok(false) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!(
+                "no connector group {:?}",
+                group.chars().take(128).collect::<String>()
+            ),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn connector_action(
+    State(a): State<Shared>,
+    Path((name, action)): Path<(String, String)>,
+    _: RequireScope<scope::Admin>,
+) -> Response {
+    let shown: String = name.chars().take(128).collect();
+    let body = shown.clone();
+    let result = match action.as_str() {
+        "disable" => {
+            admin(&a, move |a| {
+                a.set_connector_disabled(&name, true)
+                    .map(|found| found.then(|| json!({ "name": body, "disabled": true })))
+            })
+            .await
+        }
+        "enable" => {
+            admin(&a, move |a| {
+                a.set_connector_disabled(&name, false)
+                    .map(|found| found.then(|| json!({ "name": body, "disabled": false })))
+            })
+            .await
+        }
+        "revoke" => {
+            admin(&a, move |a| {
+                a.revoke_connector(&name)
+                    .map(|n| Some(json!({ "name": body, "certificates_revoked": n })))
+            })
+            .await
+        }
+        "allow-reenroll" => {
+            admin(&a, move |a| {
+                a.allow_reenroll(&name).map(|found| {
+                    found.then(|| {
+                    json!({
+                        "name": body,
+                        "reenroll_allowed_for_s": crate::trust::enroll::REENROLL_WINDOW.as_secs(),
+                    })
+                })
+                })
+            })
+            .await
+        }
+        _ => {
+            return error_body(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "unknown action (expected disable, enable, revoke or allow-reenroll)",
+                None,
+            );
+        }
+    };
+    match result {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no enrolled connector {shown:?}"),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+/// `DELETE /api/v1/connectors/{name}`: revokes the connector's
+/// certificates, ends its session and frees its name.
+async fn delete_connector(
+    State(a): State<Shared>,
+    Path(name): Path<String>,
+    _: RequireScope<scope::Admin>,
+) -> Response {
+    let shown: String = name.chars().take(128).collect();
+    let body = shown.clone();
+    match admin(&a, move |a| a.delete_connector(&name)).await {
+        Ok(Some(n)) => axum::Json(json!({
+            "name": body,
+            "deleted": true,
+            "certificates_revoked": n,
+        }))
+        .into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no enrolled connector {shown:?}"),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+async fn dashboard() -> Response {
+    crate::api::dashboard::page(crate::api::dashboard::Page::List)
+}
+
+async fn dashboard_app() -> Response {
+    crate::api::dashboard::page(crate::api::dashboard::Page::Application)
+}
+
+async fn dashboard_connectors() -> Response {
+    crate::api::dashboard::page(crate::api::dashboard::Page::Connectors)
+}
+
+/// Whether the health table is warm at `now` (see the module doc). Reads
+/// the enrolled connectors from the store while warming up, never after.
+fn warmth(a: &Authority, now: Instant) -> Result<Warmth, crate::store::StoreError> {
+    let warmup = a.warmup();
+    if warmup.is_warm() {
+        return Ok(Warmth::Warm);
+    }
+    let state = a.snapshot();
+    let policy = state.policy();
+    let wall = crate::state::clock::now_ms();
+    let known = a.store().connectors()?;
+    let expected = known.iter().filter(|c| {
+        c.enrolled_ms < warmup.started_ms()
+            && !c.disabled
+            && c.serial.is_some()
+            && c.not_after_ms.is_some_and(|t| t > wall)
+            && policy.has_group(&c.group)
+    });
+    Ok(warmup.check(
+        expected.map(|c| c.name.as_str()),
+        state.settings().warmup,
+        now,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The access answer written by hand is serde's JSON of `SelectedBody`.
+    #[test]
+    fn selected_json_is_serdes() {
+        let candidates = [policy::Candidate {
+            connector: "c\"1".into(),
+            group: "g".into(),
+            connected: true,
+            status: policy::Status::Up,
+            rtt: Some(std::time::Duration::from_micros(500)),
+            location: None,
+        }];
+        let mut explanation =
+            crate::access::explain::ExplanationView::new(policy::Strategy::Healthy);
+        explanation.selection = Some(policy::explain(
+            &candidates,
+            policy::HealthReporting::Continuous,
+            policy::Strategy::Healthy,
+        ));
+        let body = SelectedBody {
+            connector: "c\"1".into(),
+            group: "g\\".into(),
+            segment: "web".into(),
+            explanation,
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&selected_json(&body)),
+            String::from_utf8_lossy(&serde_json::to_vec(&body).expect("json"))
+        );
+    }
+}

@@ -1,0 +1,705 @@
+//! What the HTTPS and gRPC listeners share against a hostile crowd:
+//! admission (a cap on connections per source address, and the choice of
+//! which idle connection gives way when the HTTPS listener is full) and
+//! [`Deadlines`], a stream wrapper that closes a connection that sends
+//! nothing: no first byte within `first_byte_timeout`, or no byte for
+//! `idle_timeout` while no request is in flight. The wrapper sits under
+//! hyper-util's protocol sniffing and HTTP/2, which have no such deadline
+//! of their own.
+//!
+//! Owner of its state (the per-source counts and the idle connections).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
+
+use crate::state::sync::lock;
+
+/// Connection accounting of one listener.
+///
+/// A request starting or ending touches only its connection's atomics (no
+/// lock: on a saturated machine a worker preempted while holding a lock
+/// every request takes stalls the others); the lock is taken when a
+/// connection opens or closes and when the listener, full, looks for the
+/// connection idle longest (a scan of at most `max_connections`).
+#[derive(Debug)]
+pub struct Admission {
+    per_source_cap: usize,
+    inner: Mutex<Inner>,
+    /// What `Conn::idle_since` counts from.
+    epoch: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Open connections per source address (no entry: none).
+    per_source: HashMap<IpAddr, usize>,
+    /// Every open connection, by id.
+    open: HashMap<u64, Arc<Conn>>,
+    next: u64,
+}
+
+/// What the listener and a connection share.
+#[derive(Debug)]
+struct Conn {
+    evict: Notify,
+    in_flight: AtomicUsize,
+    /// When it last moved a byte or ended a request, in nanoseconds from
+    /// `Admission::epoch` (a relaxed store into the connection's own
+    /// atomic: no shared counter on the hot path).
+    idle_since: AtomicU64,
+    /// Asked to close already (not chosen again).
+    evicted: AtomicBool,
+}
+
+impl Admission {
+    /// Accounting with at most `per_source_cap` connections per address.
+    pub fn new(per_source_cap: usize) -> Arc<Self> {
+        Arc::new(Admission {
+            per_source_cap: per_source_cap.max(1),
+            inner: Mutex::new(Inner::default()),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// `at` on the idle clock.
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Admits a connection from `source`, idle until its first request;
+    /// `None` when the source already has its cap of connections open.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Option<Ticket> {
+        let mut inner = lock(&self.inner);
+        let open = inner.per_source.entry(source).or_insert(0);
+        if *open >= self.per_source_cap {
+            return None;
+        }
+        *open += 1;
+        inner.next += 1;
+        let id = inner.next;
+        let conn = Arc::new(Conn {
+            evict: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(self.since_epoch(Instant::now())),
+            evicted: AtomicBool::new(false),
+        });
+        inner.open.insert(id, conn.clone());
+        Some(Ticket {
+            admission: self.clone(),
+            source,
+            id,
+            conn,
+        })
+    }
+
+    /// Asks the connection that has been idle longest to close (to make
+    /// room for a new one); `false` when every connection is busy (or
+    /// already asked).
+    pub fn evict_oldest_idle(&self) -> bool {
+        let inner = lock(&self.inner);
+        let oldest = inner
+            .open
+            .values()
+            .filter(|c| {
+                c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Relaxed)
+            })
+            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+        let Some(conn) = oldest else {
+            return false;
+        };
+        conn.evicted.store(true, Ordering::Relaxed);
+        // `notify_one` keeps the signal if the connection is not waiting
+        // on it yet.
+        conn.evict.notify_one();
+        true
+    }
+
+    /// Open connections from `source` (tests).
+    pub fn open_from(&self, source: IpAddr) -> usize {
+        lock(&self.inner)
+            .per_source
+            .get(&source)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// One admitted connection: counted against its source until dropped.
+#[derive(Debug)]
+pub struct Ticket {
+    admission: Arc<Admission>,
+    source: IpAddr,
+    id: u64,
+    conn: Arc<Conn>,
+}
+
+impl Ticket {
+    /// Resolves when the listener needs this (idle) connection's slot.
+    pub fn evicted(&self) -> impl Future<Output = ()> + '_ {
+        self.conn.evict.notified()
+    }
+
+    /// Marks a request in flight until the guard drops: the connection is
+    /// neither evicted nor closed as idle meanwhile.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// Records that the connection moved a byte (or finished its TLS
+    /// handshake, or a request) at `at`: the connection idle longest is
+    /// the one that has been silent longest.
+    pub fn touch_at(&self, at: Instant) {
+        let since = self.admission.since_epoch(at);
+        self.conn.idle_since.store(since, Ordering::Relaxed);
+    }
+
+    /// Whether a request is in flight.
+    pub fn is_busy(&self) -> bool {
+        self.conn.in_flight.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.admission.inner);
+        inner.open.remove(&self.id);
+        if let Some(open) = inner.per_source.get_mut(&self.source) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                inner.per_source.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection ([`Ticket::busy`]).
+#[derive(Debug)]
+pub struct Busy(Arc<Ticket>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let ticket = &self.0;
+        if ticket.conn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            ticket.touch_at(Instant::now());
+        }
+    }
+}
+
+/// A stream that fails reads with `TimedOut` when its peer sends no first
+/// byte within `first_byte`, or, after that, moves no byte for `idle` while
+/// its connection has no request in flight.
+#[derive(Debug)]
+pub struct Deadlines<S> {
+    io: S,
+    ticket: Arc<Ticket>,
+    deadline: Pin<Box<Sleep>>,
+    started: bool,
+    idle: Duration,
+}
+
+impl<S> Deadlines<S> {
+    /// Wraps `io`, whose first byte is due within `first_byte`.
+    pub fn new(io: S, ticket: Arc<Ticket>, first_byte: Duration, idle: Duration) -> Self {
+        Deadlines {
+            io,
+            ticket,
+            deadline: Box::pin(tokio::time::sleep(first_byte)),
+            started: false,
+            idle,
+        }
+    }
+
+    fn moved(&mut self) {
+        self.started = true;
+        let (idle, now) = (self.idle, Instant::now());
+        self.ticket.touch_at(now);
+        self.deadline.as_mut().reset(now + idle);
+    }
+
+    /// Pending until the deadline passes with no request in flight.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.started && self.ticket.is_busy() {
+                // A handler is working (an access request waiting for
+                // discovery): not idle.
+                let idle = self.idle;
+                self.deadline.as_mut().reset(Instant::now() + idle);
+                continue;
+            }
+            let what = if self.started {
+                "idle timeout"
+            } else {
+                "no first byte in time"
+            };
+            return Poll::Ready(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
+        }
+    }
+}
+
+/// `AsyncWrite`'s methods, each passed on to the wrapper's `io` field
+/// unchanged (wrappers that only watch reads, or only hold a slot).
+macro_rules! forward_writes {
+    () => {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.io.is_write_vectored()
+        }
+    };
+}
+
+/// A stream under a TLS handshake that records every byte it reads on its
+/// connection's ticket ([`Ticket::touch_at`]): a client in the middle of
+/// its handshake is not idle, one that sent a few bytes long ago is.
+/// [`Handshaking::done`] stops it once the handshake is over ([`Deadlines`]
+/// records movement from then on).
+#[derive(Debug)]
+pub struct Handshaking<S> {
+    io: S,
+    ticket: Option<Arc<Ticket>>,
+}
+
+impl<S> Handshaking<S> {
+    /// Wraps `io`, recording its reads on `ticket`.
+    pub fn new(io: S, ticket: Arc<Ticket>) -> Self {
+        Handshaking {
+            io,
+            ticket: Some(ticket),
+        }
+    }
+
+    /// Stops recording.
+    pub fn done(&mut self) {
+        self.ticket = None;
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Handshaking<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(ticket)) = (&read, &this.ticket)
+            && buf.filled().len() > before
+        {
+            ticket.touch_at(Instant::now());
+        }
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Handshaking<S> {
+    forward_writes!();
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.moved();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_deadline(cx).map(Err),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if this.started && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.moved();
+        }
+        written
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if this.started && matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.moved();
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// A gRPC connection admitted by the accept loop: the TCP stream with its
+/// slot (global permit and per-source ticket), released when tonic drops
+/// the connection.
+#[derive(Debug)]
+pub struct Admitted {
+    io: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _ticket: Ticket,
+}
+
+impl Admitted {
+    /// Wraps an accepted stream with its slot.
+    pub fn new(
+        io: tokio::net::TcpStream,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        ticket: Ticket,
+    ) -> Self {
+        Admitted {
+            io,
+            _permit: permit,
+            _ticket: ticket,
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Admitted {
+    // The TCP stream's own, so `Request::remote_addr` and `peer_certs`
+    // work as before.
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+impl AsyncRead for Admitted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Admitted {
+    forward_writes!();
+}
+
+/// How many connections the kernel holds for a listener before it accepts
+/// them (`listen(2)`'s backlog; the kernel caps it at
+/// `net.core.somaxconn`, 4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`], as both of
+/// the CA's listeners are bound. `tokio::net::TcpListener::bind` asks for
+/// 128, as the standard library does: when the HTTPS listener is full and
+/// a crowd of idle connections waits to be accepted, a queue of 128
+/// overflows and the kernel drops new connections' SYNs, which a client
+/// retries only after a second; a queue longer than the crowd keeps a new
+/// user's connection in line instead.
+pub fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// The gRPC listener's accepted connections: at most `max` open at once
+/// (more wait in the kernel's accept queue), at most `per_source` from one
+/// address (more are closed at once). Accept errors (out of file
+/// descriptors) back off and keep serving.
+pub fn grpc_incoming(
+    listener: tokio::net::TcpListener,
+    max: usize,
+    per_source: usize,
+) -> impl futures::Stream<Item = Result<Admitted, std::io::Error>> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    let admission = Admission::new(per_source);
+    futures::stream::unfold(
+        (listener, slots, admission),
+        |(listener, slots, admission)| async move {
+            loop {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return None;
+                };
+                let (tcp, peer): (tokio::net::TcpStream, SocketAddr) = match listener.accept().await
+                {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Some(ticket) = admission.admit(peer.ip()) else {
+                    tracing::debug!(%peer, "gRPC: connection over the per-source cap closed");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let admitted = Admitted::new(tcp, permit, ticket);
+                return Some((Ok(admitted), (listener, slots, admission)));
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+    /// A listener the CA binds keeps every connection a crowd opens
+    /// before it accepts any, up to the kernel's cap: with the default
+    /// backlog of 128 the rest had their SYNs dropped and waited a second
+    /// for the retry.
+    #[tokio::test]
+    async fn a_bound_listener_queues_more_connections_than_the_default_backlog() {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4096);
+        // Past 128 with room to spare, within the kernel's cap and the
+        // test's open-file limit.
+        let n = somaxconn.min(LISTEN_BACKLOG as usize).min(400);
+        assert!(
+            n > 200,
+            "net.core.somaxconn is {somaxconn}: this test needs more than 200 \
+             (`sysctl net.core.somaxconn=4096`) to tell the backlogs apart"
+        );
+        let listener = bind((A, 0).into()).expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let mut clients = Vec::new();
+        for i in 0..n {
+            let connected = tokio::time::timeout(
+                Duration::from_millis(500),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await;
+            match connected {
+                Ok(Ok(c)) => clients.push(c),
+                other => panic!("connection {i} of {n} not queued: {other:?}"),
+            }
+        }
+        assert_eq!(clients.len(), n);
+        drop(listener);
+    }
+
+    #[test]
+    fn a_source_gets_its_cap_and_no_more() {
+        let a = Admission::new(2);
+        let one = a.admit(B);
+        let two = a.admit(B);
+        assert!(one.is_some() && two.is_some());
+        assert!(a.admit(B).is_none());
+        assert!(a.admit(A).is_some(), "another source is not affected");
+        drop(one);
+        assert!(a.admit(B).is_some(), "a closed connection frees its place");
+        drop(two);
+    }
+
+    #[tokio::test]
+    async fn the_oldest_idle_connection_gives_way_and_a_busy_one_never() {
+        let a = Admission::new(10);
+        let old = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let busy = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let young = Arc::new(a.admit(B).expect("admitted"));
+        let _request = busy.busy();
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), old.evicted())
+            .await
+            .expect("the oldest idle connection is asked to close");
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), young.evicted())
+            .await
+            .expect("then the next idle one");
+        assert!(!a.evict_oldest_idle(), "the busy one stays");
+    }
+
+    /// One after another: the idle longest first, never a busy one, never
+    /// one already asked.
+    #[tokio::test]
+    async fn evictions_take_the_oldest_idle_ones_in_turn() {
+        let a = Admission::new(100);
+        let tickets: Vec<Arc<Ticket>> = (0..10)
+            .map(|_| {
+                // Idle times in nanoseconds: apart, so their order is sure.
+                std::thread::sleep(Duration::from_millis(1));
+                Arc::new(a.admit(A).expect("admitted"))
+            })
+            .collect();
+        let _request = tickets[1].busy();
+        for i in [0, 2, 3] {
+            assert!(a.evict_oldest_idle());
+            tokio::time::timeout(Duration::from_secs(1), tickets[i].evicted())
+                .await
+                .unwrap_or_else(|_| panic!("connection {i} is among the oldest idle"));
+        }
+        for i in [1, 4] {
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), tickets[i].evicted())
+                    .await
+                    .is_err(),
+                "connection {i} stays"
+            );
+        }
+        for _ in 0..6 {
+            assert!(a.evict_oldest_idle(), "the rest but the busy one");
+        }
+        assert!(!a.evict_oldest_idle());
+    }
+
+    /// Idle means silent: a connection that moves bytes through its
+    /// stream is younger than one opened after it that sent nothing.
+    #[tokio::test]
+    async fn a_connection_that_moves_bytes_is_not_the_oldest_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let a = Admission::new(10);
+        let talking = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let silent = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            talking.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        );
+        client.write_all(b"x").await.expect("write");
+        let mut buf = [0u8; 1];
+        s.read_exact(&mut buf).await.expect("read");
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), silent.evicted())
+            .await
+            .expect("the silent one gives way although it opened later");
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_again_after_a_request_counts_from_then() {
+        let a = Admission::new(10);
+        let first = Arc::new(a.admit(A).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        let second = Arc::new(a.admit(B).expect("admitted"));
+        std::thread::sleep(Duration::from_millis(1));
+        drop(first.busy());
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), second.evicted())
+            .await
+            .expect("the one idle since it opened gives way first");
+        assert!(a.evict_oldest_idle());
+        tokio::time::timeout(Duration::from_secs(1), first.evicted())
+            .await
+            .expect("then the one whose request ended");
+        drop(second);
+        assert_eq!(
+            a.open_from(B),
+            0,
+            "a closed connection leaves the accounting"
+        );
+        assert_eq!(a.open_from(A), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_times_out_and_a_busy_one_does_not() {
+        use tokio::io::AsyncReadExt;
+        let a = Admission::new(10);
+        let ticket = Arc::new(a.admit(A).expect("admitted"));
+        let (_client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            ticket.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        let mut buf = [0u8; 8];
+        let e = s.read(&mut buf).await.expect_err("no first byte");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        // A stream that started: idle while a request is in flight is
+        // fine; idle without one is not.
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut s = Deadlines::new(
+            server,
+            ticket.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"G")
+            .await
+            .expect("write");
+        assert_eq!(s.read(&mut buf).await.expect("first byte"), 1);
+        let request = ticket.busy();
+        let waited = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await;
+        assert!(waited.is_err(), "closed while a request was in flight");
+        drop(request);
+        let e = s.read(&mut buf).await.expect_err("idle");
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    }
+}

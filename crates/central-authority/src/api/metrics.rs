@@ -1,0 +1,340 @@
+//! The `/metrics` exposition (prometheus-client text): the counters the CA
+//! updates as things happen (`state::counters`) and gauges of its state
+//! (applications by status, connectors connected, over budget, certificate
+//! expiry) computed at scrape time from the same read models the dashboard
+//! uses ([`StateMetrics`]), so no code path that changes the state has to
+//! remember to update a gauge. `deploy/grafana` and `deploy/prometheus` use
+//! these names; the `observability` test checks that every name they use is
+//! exported.
+
+use std::sync::atomic::AtomicU64;
+
+use policy::Status;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::api::listing::Row;
+use crate::api::views::{ConnectorView, RowFilter};
+use crate::state::authority::Authority;
+
+/// The exposition `/metrics` serves: the CA's counters plus the state
+/// gauges of `authority` as it is now.
+pub fn scrape(authority: &Authority) -> String {
+    let state = StateMetrics::observe(authority);
+    let mut out = String::new();
+    let encoded = authority
+        .metrics()
+        .encode_into(&mut out)
+        .and_then(|()| {
+            prometheus_client::encoding::text::encode_registry(&mut out, &state.registry)
+        })
+        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut out));
+    if let Err(e) = encoded {
+        tracing::warn!(error = %e, "cannot encode metrics");
+    }
+    out
+}
+
+/// Label of `reach_ca_applications`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// `up`, `unhealthy`, `down` or `unknown`.
+    pub status: String,
+}
+
+/// Labels of a per-application series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplicationLabels {
+    /// Segment name.
+    pub segment: String,
+    /// FQDN or IP address.
+    pub host: String,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// Labels of a per-connector series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectorLabels {
+    /// Connector name.
+    pub connector: String,
+    /// Its connector group.
+    pub group: String,
+}
+
+/// Label of `reach_ca_certificate_expiry_timestamp_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabel {
+    /// `server` (the CA's TLS certificate) or `root` (the issuing CA that
+    /// connectors trust).
+    pub certificate: String,
+}
+
+/// Gauges of the CA's state, built afresh for one scrape (a registry of its
+/// own, so a connector or application that went away leaves no stale
+/// series behind).
+#[derive(Debug)]
+pub struct StateMetrics {
+    registry: Registry,
+}
+
+impl StateMetrics {
+    /// Reads `authority`'s applications, connectors and certificates.
+    pub fn observe(authority: &Authority) -> Self {
+        let mut certificates = Vec::new();
+        if let Some(pki) = authority.pki() {
+            for (name, pem) in [("server", &pki.server_cert_pem), ("root", &pki.issuer_pem)] {
+                match not_after_unix_seconds(pem) {
+                    Some(t) => certificates.push((name, t)),
+                    None => tracing::warn!(certificate = name, "cannot read its expiry"),
+                }
+            }
+        }
+        // Rows with a note (on-access applications nobody accessed,
+        // `none` ones) were never checked: an alert on Unknown must not
+        // fire for them. The listing's rows (status without per-connector
+        // views) are all a scrape needs: building every application's view
+        // cost each scrape tens of milliseconds at 10,000 applications.
+        let mut applications = authority.rows(&RowFilter::default());
+        applications.retain(|a| !a.noted);
+        Self::from_views(
+            &applications,
+            &authority.connectors(),
+            &certificates,
+            authority.snapshot().settings().check_budget,
+        )
+    }
+
+    /// The gauges for these read models; `certificates` are (name, expiry
+    /// in Unix seconds).
+    fn from_views<T>(
+        applications: &[Row<T>],
+        connectors: &[ConnectorView],
+        certificates: &[(&str, i64)],
+        check_budget: u64,
+    ) -> Self {
+        let mut registry = Registry::with_prefix("reach_ca");
+        register_applications(&mut registry, applications);
+        register_connectors(&mut registry, connectors);
+        let budget: Gauge = Gauge::default();
+        budget.set(i64::try_from(check_budget).unwrap_or(i64::MAX));
+        registry.register(
+            "check_budget",
+            "Checks per cycle a connector may have before it counts as over budget",
+            budget,
+        );
+
+        let ca_certs = Family::<CertificateLabel, Gauge>::default();
+        for (name, t) in certificates {
+            ca_certs
+                .get_or_create(&CertificateLabel {
+                    certificate: (*name).to_owned(),
+                })
+                .set(*t);
+        }
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "End of the validity of the CA's own certificates (server, root), Unix seconds",
+            ca_certs,
+        );
+
+        StateMetrics { registry }
+    }
+}
+
+/// The gauges of the applications: how many by status, and which are down.
+fn register_applications<T>(registry: &mut Registry, applications: &[Row<T>]) {
+    let by_status = Family::<StatusLabel, Gauge>::default();
+    // Every status gets a series, zero included, so a panel or an alert
+    // on "down > 0" sees 0 rather than no data.
+    for status in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+        let n = applications.iter().filter(|a| a.status == status).count();
+        by_status
+            .get_or_create(&StatusLabel {
+                status: status.as_str().to_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "applications",
+        "Visible applications by overall status (the best over their connectors)",
+        by_status,
+    );
+
+    // Only Down applications get a series: at 10,000 applications a
+    // series each would make every scrape megabytes for a value that is
+    // nearly always "not down".
+    let down = Family::<ApplicationLabels, Gauge>::default();
+    for a in applications.iter().filter(|a| a.status == Status::Down) {
+        down.get_or_create(&ApplicationLabels {
+            segment: a.segment.clone(),
+            host: a.host.clone(),
+            protocol: a.protocol.as_str().to_owned(),
+            port: a.port,
+        })
+        .set(1);
+    }
+    registry.register(
+        "application_down",
+        "1 for each application whose overall status is Down (no connector reaches it); other applications have no series",
+        down,
+    );
+}
+
+/// The per-connector gauges.
+fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
+    let connected = Family::<ConnectorLabels, Gauge>::default();
+    let over_budget = Family::<ConnectorLabels, Gauge>::default();
+    let checks_per_cycle = Family::<ConnectorLabels, Gauge>::default();
+    let checks_per_second = Family::<ConnectorLabels, Gauge<f64, AtomicU64>>::default();
+    let last_seen = Family::<ConnectorLabels, Gauge>::default();
+    let cert_expiry = Family::<ConnectorLabels, Gauge>::default();
+    // A disabled connector is disconnected on purpose: it gets no
+    // series, so "disconnected" means a connector that should be there.
+    for c in connectors.iter().filter(|c| !c.disabled) {
+        let labels = ConnectorLabels {
+            connector: c.name.clone(),
+            group: c.group.clone(),
+        };
+        connected.get_or_create(&labels).set(i64::from(c.connected));
+        over_budget
+            .get_or_create(&labels)
+            .set(i64::from(c.over_budget));
+        checks_per_cycle
+            .get_or_create(&labels)
+            .set(i64::try_from(c.checks_per_cycle).unwrap_or(i64::MAX));
+        // The load a disconnected connector reported last is history,
+        // not its rate now.
+        if let Some(load) = c.load.as_ref().filter(|_| c.connected) {
+            checks_per_second
+                .get_or_create(&labels)
+                .set(load.checks_per_second);
+        }
+        if let Some(t) = c.last_seen {
+            last_seen
+                .get_or_create(&labels)
+                .set(i64::try_from(t / 1000).unwrap_or(i64::MAX));
+        }
+        if let Some(t) = c.certificate_not_after {
+            cert_expiry.get_or_create(&labels).set(t.div_euclid(1000));
+        }
+    }
+    registry.register(
+        "connector_connected",
+        "1 when the connector has a live session with the CA, 0 when it is known but disconnected (disabled connectors have no series)",
+        connected,
+    );
+    registry.register(
+        "connector_over_budget",
+        "1 when the connector's checks per cycle exceed the check budget",
+        over_budget,
+    );
+    registry.register(
+        "connector_checks_per_cycle",
+        "The CA's estimate of the connector's checks per full cycle",
+        checks_per_cycle,
+    );
+    registry.register(
+        "connector_checks_per_second",
+        "Checks per second a connected connector last reported starting",
+        checks_per_second,
+    );
+    registry.register(
+        "connector_last_seen_timestamp_seconds",
+        "When the CA last heard from the connector, Unix seconds",
+        last_seen,
+    );
+    registry.register(
+        "connector_certificate_expiry_timestamp_seconds",
+        "End of the validity of the connector's current certificate, Unix seconds",
+        cert_expiry,
+    );
+}
+
+/// The end of the validity of the first certificate in `pem`, Unix seconds.
+fn not_after_unix_seconds(pem: &str) -> Option<i64> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::views::LoadView;
+
+    fn connector(name: &str, connected: bool, disabled: bool) -> ConnectorView {
+        ConnectorView {
+            name: name.to_owned(),
+            group: "g".to_owned(),
+            connected,
+            session_id: None,
+            version: String::new(),
+            checks_per_cycle: 7,
+            cycle_seconds: 0.5,
+            over_budget: true,
+            check_budget: 5,
+            load: Some(LoadView {
+                targets: 7,
+                checks_per_cycle: 7,
+                cycle_seconds: 0.5,
+                queue_depth: 0,
+                checks_per_second: 14.0,
+                in_flight: 0,
+                rate_limit: 20,
+            }),
+            replicas: None,
+            connected_since: None,
+            last_seen: Some(1_700_000_000_500),
+            enrolled: true,
+            disabled,
+            certificate_serial: None,
+            certificate_not_after: Some(1_800_000_000_999),
+            certificates: Vec::new(),
+        }
+    }
+
+    fn render(m: &StateMetrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn connectors_are_exported_unless_disabled_and_load_only_while_connected() {
+        let text = render(&StateMetrics::from_views::<()>(
+            &[],
+            &[
+                connector("on", true, false),
+                connector("off", false, false),
+                connector("retired", false, true),
+            ],
+            &[("root", 1_900_000_000)],
+            5,
+        ));
+        for line in [
+            r#"reach_ca_connector_connected{connector="on",group="g"} 1"#,
+            r#"reach_ca_connector_connected{connector="off",group="g"} 0"#,
+            r#"reach_ca_connector_over_budget{connector="on",group="g"} 1"#,
+            r#"reach_ca_connector_checks_per_cycle{connector="off",group="g"} 7"#,
+            r#"reach_ca_connector_checks_per_second{connector="on",group="g"} 14.0"#,
+            r#"reach_ca_connector_last_seen_timestamp_seconds{connector="on",group="g"} 1700000000"#,
+            r#"reach_ca_connector_certificate_expiry_timestamp_seconds{connector="off",group="g"} 1800000000"#,
+            r#"reach_ca_certificate_expiry_timestamp_seconds{certificate="root"} 1900000000"#,
+            "reach_ca_check_budget 5",
+            // No application at all: every status is still a series.
+            r#"reach_ca_applications{status="down"} 0"#,
+        ] {
+            assert!(text.contains(line), "no `{line}` in\n{text}");
+        }
+        assert!(!text.contains("retired"), "{text}");
+        assert!(
+            !text.contains(r#"reach_ca_connector_checks_per_second{connector="off""#),
+            "{text}"
+        );
+    }
+}

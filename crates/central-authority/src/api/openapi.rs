@@ -1,0 +1,1085 @@
+//! The HTTP API's OpenAPI 3.1 document, served at `GET /api/v1/openapi.json`
+//! and kept in the repository as `docs/openapi.json`.
+//!
+//! Schemas come from the handlers' own types (`utoipa::ToSchema` derived on
+//! the views and bodies; the policy enums through the `schema_with`
+//! functions here, each guarded by an exhaustive `match` so a new variant
+//! does not compile until it is documented). Operations are listed in
+//! [`operations`], one entry per route. Tests keep the three in step: every
+//! route in the router's source is documented, `docs/openapi.json` equals
+//! what this module generates (`REACH_BLESS=1 cargo test -p
+//! central-authority openapi` rewrites it), and the integration tests call
+//! every documented operation against a real CA.
+//!
+//! To document a new route: add its body types (derive `utoipa::ToSchema`)
+//! to [`schemas`], an [`Op`] to [`operations`], then bless.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use policy::{HealthReporting, RefusalReason};
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::openapi::schema::{ArrayBuilder, Object, ObjectBuilder, Schema, Type};
+use utoipa::openapi::{RefOr, path::ParameterIn};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+
+use crate::access::explain::ExplanationView;
+use crate::api::schema::*;
+
+/// The document, rendered once (pretty JSON, keys sorted, newline at the end).
+pub fn document_text() -> &'static str {
+    static TEXT: LazyLock<String> = LazyLock::new(|| {
+        let mut text = serde_json::to_string_pretty(&document()).unwrap_or_default();
+        text.push('\n');
+        text
+    });
+    &TEXT
+}
+
+/// Every reason an error answer (`{"error":{"reason","message"}}`) can
+/// carry, with its HTTP status.
+pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
+    let mut out = vec![
+        (
+            "invalid_request",
+            400,
+            "malformed body, field, path or query (also 413: body over 64 KiB)",
+        ),
+        ("unauthorized", 401, "no, malformed or unknown bearer token"),
+        ("forbidden", 403, "the token lacks the route's scope"),
+        (
+            crate::api::guard::CROSS_ORIGIN,
+            403,
+            "a state change from another origin (`Origin`, `Sec-Fetch-Site`)",
+        ),
+        (
+            "not_found",
+            404,
+            "no such connector group or enrolled connector",
+        ),
+        (crate::api::guard::NO_ROUTE, 404, "no route serves the path"),
+        (
+            crate::api::guard::METHOD_NOT_ALLOWED,
+            405,
+            "the path does not serve the method",
+        ),
+        (
+            "request_timeout",
+            408,
+            "the body did not arrive within `[limits] body_timeout_ms`",
+        ),
+        (
+            crate::api::guard::UNSUPPORTED_MEDIA_TYPE,
+            415,
+            "a request body that is not `application/json`",
+        ),
+        (
+            "throttled",
+            429,
+            "too many failed tokens from this address; retry later",
+        ),
+        ("internal", 500, "the CA's database failed (see its log)"),
+        (
+            "unavailable",
+            503,
+            "the CA is shutting down, or (`/healthz`) its store does not answer",
+        ),
+        (
+            "warming_up",
+            503,
+            "(`/healthz`) the CA started recently and the connectors its store knows have not all re-attached and reported (at most `[health] warmup_ms`)",
+        ),
+    ];
+    for r in REFUSALS {
+        let doc = match r {
+            RefusalReason::NoSegment => "access refused: no segment matches the host",
+            RefusalReason::PortNotInSegment => {
+                "access refused: the deciding segment does not include the protocol/port"
+            }
+            RefusalReason::NoConnector => {
+                "access refused: no connector of the segment is connected"
+            }
+            RefusalReason::AllDown => {
+                "access refused: every candidate reports the application down"
+            }
+            RefusalReason::NoHealthReport => "access refused: no candidate has a current report",
+            RefusalReason::DiscoveryTimeout => {
+                "access refused: on-access discovery found nothing reachable in time"
+            }
+        };
+        out.push((
+            r.as_str(),
+            crate::api::body::refusal_status(r).as_u16(),
+            doc,
+        ));
+    }
+    out
+}
+
+const REFUSALS: [RefusalReason; 6] = [
+    RefusalReason::NoSegment,
+    RefusalReason::PortNotInSegment,
+    RefusalReason::NoConnector,
+    RefusalReason::AllDown,
+    RefusalReason::NoHealthReport,
+    RefusalReason::DiscoveryTimeout,
+];
+
+/// One candidate of an explanation (`policy::CandidateNote`).
+#[derive(Debug)]
+pub struct CandidateNoteSchema;
+
+impl PartialSchema for CandidateNoteSchema {
+    fn schema() -> RefOr<Schema> {
+        let boolean = |d: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Boolean)
+                .description(Some(d))
+        };
+        let string = |d: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(d))
+        };
+        ObjectBuilder::new()
+            .description(Some(
+                "one candidate connector and whether it could carry the request",
+            ))
+            .property("connector", string("connector name"))
+            .property("group", string("its group"))
+            .property("connected", boolean("whether it has a live session"))
+            .property("status", status())
+            .property("eligible", boolean("whether it could have been chosen"))
+            .property("reason", string("why (not)"))
+            .property(
+                "rtt_ms",
+                nullable_number(
+                    "its smoothed RTT to the application in milliseconds, when it has reported one",
+                ),
+            )
+            .property(
+                "distance_km",
+                nullable_number(
+                    "nearest, with the user's location counted: great-circle distance from the \
+                     user to its group's location, kilometres",
+                ),
+            )
+            .property(
+                "user_rtt_ms",
+                nullable_number(
+                    "… and the round trip that distance costs at least (1 ms per 100 km), \
+                     milliseconds",
+                ),
+            )
+            .property(
+                "score_ms",
+                nullable_number(
+                    "nearest: what it was compared by, `rtt_ms` plus `user_rtt_ms` when the \
+                     location counts (null without an RTT)",
+                ),
+            )
+            .required("connector")
+            .required("group")
+            .required("connected")
+            .required("status")
+            .required("eligible")
+            .required("reason")
+            .into()
+    }
+}
+
+impl ToSchema for CandidateNoteSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("CandidateNote")
+    }
+}
+
+impl PartialSchema for ExplanationView {
+    fn schema() -> RefOr<Schema> {
+        let candidate = utoipa::openapi::Ref::from_schema_name(CandidateNoteSchema::name());
+        let mode = string_enum(
+            names(&[
+                HealthReporting::Continuous,
+                HealthReporting::OnAccess,
+                HealthReporting::None,
+            ]),
+            "the matched segment's mode (null before a segment matched)",
+            true,
+        );
+        ObjectBuilder::new()
+            .description(Some(
+                "how the decision was reached: matching, every candidate with its \
+                 eligibility, forwarding and discovery",
+            ))
+            .property("segment", nullable_string("matched segment"))
+            .property(
+                "matched_entry",
+                nullable_string("the segment entry that matched (FQDN, IP, wildcard or subnet)"),
+            )
+            .property("strategy", strategy())
+            .property("mode", mode)
+            .property(
+                "candidates",
+                ArrayBuilder::new()
+                    .items(candidate)
+                    .description(Some("every candidate and its eligibility")),
+            )
+            .property(
+                "eligible_groups",
+                strings("group strategy: the eligible groups"),
+            )
+            .property("user_location", user_location_note())
+            .property(
+                "chosen_group",
+                nullable_string("group strategy: the group chosen first"),
+            )
+            .property(
+                "forwarded_to",
+                strings("connectors this access was forwarded to (on-access)"),
+            )
+            .property(
+                "discovery_waited",
+                ObjectBuilder::new()
+                    .schema_type(Type::Boolean)
+                    .description(Some("whether the CA waited for on-access discovery")),
+            )
+            .property(
+                "discovery_ms",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .description(Some("how long it waited, milliseconds")),
+            )
+            .required("strategy")
+            .required("candidates")
+            .required("eligible_groups")
+            .required("forwarded_to")
+            .required("discovery_waited")
+            .required("discovery_ms")
+            .into()
+    }
+}
+
+impl ToSchema for ExplanationView {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Explanation")
+    }
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            CandidateNoteSchema::name().into_owned(),
+            CandidateNoteSchema::schema(),
+        ));
+    }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+    /// `POST /api/v1/access` refusals only: how the decision was reached.
+    pub explanation: Option<ExplanationView>,
+}
+
+/// `error` of an error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable reason (one of a fixed list; see each response).
+    #[schema(schema_with = reason)]
+    pub reason: String,
+    /// For people; names what was wrong.
+    pub message: String,
+}
+
+fn reason() -> Object {
+    let reasons = error_reasons();
+    let text: Vec<String> = reasons
+        .iter()
+        .map(|(r, s, d)| format!("`{r}` ({s}): {d}"))
+        .collect();
+    string_enum(
+        reasons.iter().map(|(r, _, _)| (*r).to_owned()).collect(),
+        &format!("machine-readable reason: {}", text.join("; ")),
+        false,
+    )
+}
+
+/// `GET /api/v1/replicas`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplicasBody {
+    /// The id of the replica that answered (null without a shared store).
+    pub this: Option<String>,
+    /// Every replica the store knows.
+    pub replicas: Vec<crate::replicas::ReplicaView>,
+}
+
+/// `GET /api/v1/provisioning_keys`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProvisioningKeysBody {
+    /// One entry per connector group (never the key itself).
+    pub provisioning_keys: Vec<crate::trust::enroll::KeyView>,
+}
+
+/// `POST /api/v1/provisioning_keys/{group}/revoke`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyRevokedBody {
+    /// The group whose key was revoked.
+    pub group: String,
+    /// Always true.
+    pub revoked: bool,
+}
+
+/// `POST /api/v1/connectors/{name}/{action}`: one shape per action.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConnectorActionBody {
+    /// The connector.
+    pub name: String,
+    /// `disable` / `enable`: whether it is now disabled.
+    pub disabled: Option<bool>,
+    /// `revoke`: how many certificates were revoked.
+    pub certificates_revoked: Option<u64>,
+    /// `allow-reenroll`: how long (seconds) the next enrollment of the
+    /// name is allowed.
+    pub reenroll_allowed_for_s: Option<u64>,
+}
+
+/// `DELETE /api/v1/connectors/{name}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConnectorDeletedBody {
+    /// The connector.
+    pub name: String,
+    /// Always true.
+    pub deleted: bool,
+    /// How many certificates were revoked.
+    pub certificates_revoked: u64,
+}
+
+/// Every schema in `components.schemas` (with the ones they refer to).
+fn schemas() -> Vec<(String, RefOr<Schema>)> {
+    fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
+        out.push((T::name().into_owned(), T::schema()));
+        T::schemas(out);
+    }
+    let mut out = Vec::new();
+    add::<crate::api::body::HealthBody>(&mut out);
+    add::<crate::api::body::ConnectorsBody>(&mut out);
+    add::<crate::api::body::AccessBody>(&mut out);
+    add::<crate::api::body::SelectedBody>(&mut out);
+    add::<ErrorBody>(&mut out);
+    add::<ReplicasBody>(&mut out);
+    add::<ProvisioningKeysBody>(&mut out);
+    add::<KeyRevokedBody>(&mut out);
+    add::<ConnectorActionBody>(&mut out);
+    add::<ConnectorDeletedBody>(&mut out);
+    out
+}
+
+/// Who may call a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auth {
+    /// No token (load balancers, the document itself).
+    None,
+    /// A token with this scope (`admin` grants every scope).
+    Scope(crate::trust::auth::Scope),
+}
+
+/// One documented operation.
+#[derive(Debug)]
+pub struct Op {
+    /// `get`, `post`, `delete`, …
+    pub method: &'static str,
+    /// The router's path, `{param}` for parameters.
+    pub path: &'static str,
+    /// The operation's JSON (summary, parameters, bodies, responses).
+    pub spec: Value,
+    /// Who may call it.
+    pub auth: Auth,
+}
+
+fn json_body(schema: &str, example: Value) -> Value {
+    json!({"application/json": {
+        "schema": {"$ref": format!("#/components/schemas/{schema}")},
+        "example": example,
+    }})
+}
+
+fn error_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/responses/{name}")})
+}
+
+/// The standard error responses of a route with this auth and method.
+fn standard_errors(
+    auth: Auth,
+    changes_state: bool,
+    responses: &mut serde_json::Map<String, Value>,
+) {
+    if let Auth::Scope(_) = auth {
+        responses.insert("401".into(), error_ref("Unauthorized"));
+        responses.insert("403".into(), error_ref("Forbidden"));
+        responses.insert("429".into(), error_ref("Throttled"));
+    }
+    if changes_state {
+        responses.insert("403".into(), error_ref("Forbidden"));
+        responses.insert("408".into(), error_ref("RequestTimeout"));
+        responses.insert("413".into(), error_ref("PayloadTooLarge"));
+        responses.insert("415".into(), error_ref("UnsupportedMediaType"));
+    }
+}
+
+fn name_param(name: &str, description: &str) -> Value {
+    json!({
+        "name": name, "in": "path", "required": true, "description": description,
+        "schema": {"type": "string", "minLength": 1},
+    })
+}
+
+/// Every route the router serves, documented.
+pub fn operations() -> Vec<Op> {
+    use crate::trust::auth::Scope::{Access, Admin, Read};
+    let health_params: Vec<Value> =
+        crate::api::listing::RawQuery::into_params(|| Some(ParameterIn::Query))
+            .into_iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect();
+    let access_ok = json!({
+        "connector": "c1", "group": "dc-east", "segment": "jira",
+        "explanation": {
+            "segment": "jira", "matched_entry": "jira.lanukcorp.com", "strategy": "nearest",
+            "mode": "continuous",
+            "candidates": [{"connector": "c1", "group": "dc-east", "connected": true,
+                            "status": "up", "eligible": true, "rtt_ms": 5.0,
+                            "distance_km": 477.9, "user_rtt_ms": 4.779, "score_ms": 9.779,
+                            "reason": "reports the application up; rtt 5.000 ms + 4.779 ms from the user (477.9 km) = score 9.779 ms is within the tolerance of the nearest (9.779 ms best, up to 11.779 ms): drawn at random among these"}],
+            "eligible_groups": [],
+            "user_location": {"latitude": 48.85, "longitude": 2.35, "used": true,
+                "reason": "used: each candidate's score is its rtt plus the round trip from the user to its group's location (1 ms per 100 km of great-circle distance)"},
+            "chosen_group": null, "forwarded_to": [],
+            "discovery_waited": false, "discovery_ms": 0,
+        },
+    });
+    let refusal = |reason: &str, message: &str| {
+        json!({"error": {"reason": reason, "message": message}, "explanation": {
+            "segment": null, "matched_entry": null, "strategy": "healthy", "mode": null,
+            "candidates": [], "eligible_groups": [], "user_location": null, "chosen_group": null,
+            "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0,
+        }})
+    };
+    let refusal_response = |reasons: &[RefusalReason], description: &str| {
+        let r = reasons[0];
+        json!({
+            "description": format!(
+                "{description} (reason {})",
+                reasons.iter().map(|r| format!("`{}`", r.as_str())).collect::<Vec<_>>().join(", ")
+            ),
+            "content": json_body("Error", refusal(r.as_str(), "no segment matches host \"nope.example\"")),
+        })
+    };
+    let not_found = |what: &str| {
+        json!({
+            "description": format!("no such {what} (reason `not_found`)"),
+            "content": json_body("Error", json!({"error": {"reason": "not_found",
+                "message": format!("no {what} \"x\"")}})),
+        })
+    };
+    vec![
+        Op {
+            method: "get",
+            path: "/",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboard",
+                "summary": "The Health dashboard (HTML)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "the dashboard page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/health",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listHealth",
+                "summary": "Every visible application with its status per connector and address",
+                "description": "Applications of segments with `client_hostname_validation = true` are not listed. Filtered by the parameters; sorted naturally (IP addresses numerically, then names); paged when `page` or `per_page` is given (else every row). `counts` are taken before the status filter.",
+                "tags": ["health"],
+                "parameters": health_params,
+                "responses": {"200": {"description": "the health table",
+                    "content": json_body("HealthBody", json!({"applications": [{
+                        "segment": "jira", "host": "jira.lanukcorp.com", "protocol": "tcp",
+                        "port": 80, "health_reporting": "continuous", "status": "up",
+                        "connectors": [{"connector": "c1", "group": "dc-east", "status": "up",
+                            "unknown_cause": null, "reported_at": 1_764_000_000_000u64,
+                            "report_age_ms": 1200, "checked_age_ms": 1300,
+                            "checked_at": 1_763_999_999_900u64,
+                            "addresses": [{"address": "10.1.2.1", "status": "up",
+                                "method": "tcp", "rtt_ms": 0.8, "error": null, "failure": null}],
+                            "dns_error": null}],
+                        "transitions": []}],
+                        "total": 1, "page": 1, "per_page": 1, "pages": 1,
+                        "counts": {"up": 1, "unhealthy": 0, "down": 0, "unknown": 0},
+                        "version": 0}))},
+                    "400": error_ref("InvalidRequest")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/app",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardApplication",
+                "summary": "The dashboard's application detail page (HTML shell; data from the JSON API)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "the page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/connectors",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardConnectors",
+                "summary": "The dashboard's connectors page (HTML shell; data from the JSON API)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "the page",
+                    "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/assets/dashboard.js",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardScript",
+                "summary": "The dashboard's script",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "JavaScript",
+                    "content": {"text/javascript": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/assets/dashboard-stream.js",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardStreamWorker",
+                "summary": "The dashboard's SharedWorker: one change stream shared by a browser's tabs over HTTP/1.1",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "JavaScript",
+                    "content": {"text/javascript": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/assets/dashboard.css",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "dashboardStyle",
+                "summary": "The dashboard's style sheet",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "CSS",
+                    "content": {"text/css": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/health/stream",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "streamHealth",
+                "summary": "Status transitions as they happen (server-sent events)",
+                "description": "Events: `hello` (data `{\"version\"}`: every transition numbered after it is in this stream), `transition` (data: one entry of `GET /api/v1/events` plus `seq`, also the event id), `lagged` (this client fell behind: re-read the listing); a comment every 15 s keeps proxies from closing the stream. Ends when the CA shuts down. Auth: the read scope, or instead a one-time `ticket` from `POST /api/v1/health/stream/ticket` (for browsers: `EventSource` cannot send `Authorization`).",
+                "tags": ["health"],
+                "parameters": [{"name": "ticket", "in": "query", "required": false,
+                    "description": "a one-time stream ticket (64 hex digits; opens one stream within 30 s of its issue); replaces the bearer token",
+                    "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/health/stream/ticket",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "streamTicket",
+                "summary": "A one-time ticket that opens the change stream (for browsers)",
+                "description": "Trades the read token for a ticket to put in `GET /api/v1/health/stream?ticket=`: 256 random bits, valid for one stream opened within 30 s, granting nothing else. At most 10,000 unused tickets exist at once (503 past that). The request body is ignored (send `{}` as `application/json`).",
+                "tags": ["health"],
+                "responses": {
+                    "200": {"description": "the ticket",
+                        "content": {"application/json": {"schema": {"type": "object",
+                            "required": ["ticket", "expires_in_ms"],
+                            "properties": {"ticket": {"type": "string"}, "expires_in_ms": {"type": "integer"}}},
+                            "example": {"ticket": "9f2c…", "expires_in_ms": 30000}}}},
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/application",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "getApplication",
+                "summary": "One row of the health listing (port 0 for a wildcard or subnet entry's row)",
+                "tags": ["health"],
+                "parameters": [
+                    {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "the application",
+                        "content": {"application/json": {"schema": {"type": "object",
+                            "required": ["application"],
+                            "properties": {"application": {"$ref": "#/components/schemas/ApplicationView"}}}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("application"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/overview",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "getOverview",
+                "summary": "Counts by status of the applications, and of the connectors",
+                "tags": ["health"],
+                "responses": {"200": {"description": "the counts",
+                    "content": {"application/json": {"schema": {"type": "object"},
+                        "example": {"applications": {"up": 3, "unhealthy": 0, "down": 1, "unknown": 2},
+                            "applications_total": 6,
+                            "connectors": {"total": 2, "connected": 2, "disconnected": 0, "over_budget": 0, "disabled": 0},
+                            "check_budget": 6000, "version": 12}}}},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/events",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listEvents",
+                "summary": "The status history: every transition, newest first, paged",
+                "tags": ["health"],
+                "parameters": [
+                    {"name": "app", "in": "query", "required": false, "description": "segment/host/protocol/port in one", "schema": {"type": "string"}}, {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}, {"name": "connector", "in": "query", "required": false, "description": "connector name", "schema": {"type": "string"}}, {"name": "since", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "until", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "page", "in": "query", "required": false, "description": "page from 1", "schema": {"type": "string"}}, {"name": "per_page", "in": "query", "required": false, "description": "1-1000", "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "one page of transitions",
+                        "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/connectors",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listConnectors",
+                "summary": "Every known connector: session, check load, budget, enrollment",
+                "description": "`session_id`, `version` and `certificate_serial` only for an `admin` token.",
+                "tags": ["connectors"],
+                "responses": {"200": {"description": "the connectors, sorted by name",
+                    "content": json_body("ConnectorsBody", json!({"check_budget": 6000, "connectors": [{
+                        "name": "c1", "group": "dc-east", "connected": true,
+                        "checks_per_cycle": 6, "cycle_seconds": 0.3, "over_budget": false,
+                        "check_budget": 6000, "load": null, "connected_since": 1_764_000_000_000u64,
+                        "last_seen": 1_764_000_005_000u64, "enrolled": true, "disabled": false,
+                        "certificate_not_after": 1_795_536_000_000u64, "certificates": []}]}))}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/replicas",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "listReplicas",
+                "summary": "The CA replicas sharing this one's store: heartbeat, version, policy hash",
+                "tags": ["operations"],
+                "responses": {
+                    "200": {"description": "every replica the store knows",
+                        "content": json_body("ReplicasBody", json!({"this": "ca-1", "replicas": [{
+                            "id": "ca-1", "addresses": ["10.0.0.1:7443"], "version": "0.1.0",
+                            "started_at": 1_764_000_000_000u64, "last_heartbeat": 1_764_000_005_000u64,
+                            "policy_hash": "3f2a…", "live": true, "this": true}]}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/access",
+            auth: Auth::Scope(Access),
+            spec: json!({
+                "operationId": "resolveAccess",
+                "summary": "Select a connector for a user's request",
+                "description": "Matches the request to a segment and picks a connector that reports the application reachable (on-access segments: forwards the access and waits for discovery). A refusal is an answer with its reason and the explanation.",
+                "tags": ["access"],
+                "requestBody": {"required": true, "content": json_body("AccessBody",
+                    json!({"host": "jira.lanukcorp.com", "protocol": "tcp", "port": 80,
+                        "user_location": {"latitude": 48.85, "longitude": 2.35}}))},
+                "responses": {
+                    "200": {"description": "the selected connector",
+                        "content": json_body("SelectedBody", access_ok)},
+                    "400": error_ref("InvalidRequest"),
+                    "403": refusal_response(&[RefusalReason::PortNotInSegment],
+                        "the deciding segment does not include the port; also `forbidden` and `cross_origin`"),
+                    "404": refusal_response(&[RefusalReason::NoSegment], "no segment matches"),
+                    "503": refusal_response(&[RefusalReason::NoConnector, RefusalReason::AllDown,
+                        RefusalReason::NoHealthReport, RefusalReason::DiscoveryTimeout],
+                        "no connector can carry it; also `unavailable` while the CA shuts down"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/metrics",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "metrics",
+                "summary": "Prometheus metrics (OpenMetrics text)",
+                "tags": ["operations"],
+                "responses": {"200": {"description": "the metrics",
+                    "content": {"application/openmetrics-text": {"schema": {"type": "string"},
+                        "example": "# TYPE reach_ca_connectors_connected gauge\nreach_ca_connectors_connected 1\n# EOF\n"}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/healthz",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "healthz",
+                "summary": "Readiness: `ok` while the CA serves, its store answers and its health table is warm",
+                "description": "After a start, not ready (`warming_up`) until every connector the store knows (enrolled before the start, not disabled, with a valid certificate) has re-attached and sent its full state, or `[health] warmup_ms` (default 30 s) has passed; then ready for good as far as the warm-up goes. The message says how many connectors reported and names the first ones awaited.",
+                "tags": ["operations"],
+                "responses": {"200": {"description": "ready",
+                    "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
+                        "example": "ok\n"}}},
+                    "503": error_ref("NotReady")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/openapi.json",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "openapi",
+                "summary": "This document",
+                "tags": ["operations"],
+                "responses": {"200": {"description": "the OpenAPI 3.1 document",
+                    "content": {"application/json": {"schema": {"type": "object"}}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/provisioning_keys",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "listProvisioningKeys",
+                "summary": "Each group's provisioning key: uses, expiry, revocation (never the key)",
+                "tags": ["admin"],
+                "responses": {
+                    "200": {"description": "one entry per connector group",
+                        "content": json_body("ProvisioningKeysBody", json!({"provisioning_keys": [{
+                            "group": "dc-east", "uses": 1, "max_uses": 10, "expires_at": null,
+                            "revoked_at": null, "last_used_at": 1_764_000_000_000u64, "usable": true}]}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/provisioning_keys/{group}/revoke",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "revokeProvisioningKey",
+                "summary": "Revoke a group's provisioning key (no more enrollments with it)",
+                "tags": ["admin"],
+                "parameters": [name_param("group", "connector group")],
+                "responses": {
+                    "200": {"description": "revoked",
+                        "content": json_body("KeyRevokedBody", json!({"group": "dc-east", "revoked": true}))},
+                    "404": not_found("connector group"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/connectors/{name}/{action}",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "connectorAction",
+                "summary": "Disable, enable, revoke a connector, or allow it to re-enroll",
+                "description": "`disable` ends its session; it can neither reconnect nor re-enroll. `enable` undoes that. `revoke` revokes its certificates and ends its session. `allow-reenroll`: the next enrollment of that name with its group's key is allowed although it holds a valid certificate (once, within 15 minutes).",
+                "tags": ["admin"],
+                "parameters": [
+                    name_param("name", "enrolled connector"),
+                    {"name": "action", "in": "path", "required": true,
+                     "schema": {"type": "string", "enum": ["disable", "enable", "revoke", "allow-reenroll"]}},
+                ],
+                "responses": {
+                    "200": {"description": "done; the fields depend on the action",
+                        "content": json_body("ConnectorActionBody", json!({"name": "c1", "disabled": true}))},
+                    "404": not_found("enrolled connector (or unknown action)"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "delete",
+            path: "/api/v1/connectors/{name}",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "deleteConnector",
+                "summary": "Revoke a connector's certificates, end its session and forget it",
+                "tags": ["admin"],
+                "parameters": [name_param("name", "enrolled connector")],
+                "responses": {
+                    "200": {"description": "deleted; the name is free for any group",
+                        "content": json_body("ConnectorDeletedBody",
+                            json!({"name": "c1", "deleted": true, "certificates_revoked": 1}))},
+                    "404": not_found("enrolled connector"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+    ]
+}
+
+/// The reusable error responses.
+fn error_responses() -> Value {
+    let reasons = error_reasons();
+    let response = |reasons_here: &[&str], description: &str| {
+        let (first, _, doc) = reasons
+            .iter()
+            .find(|(r, _, _)| *r == reasons_here[0])
+            .copied()
+            .unwrap_or((reasons_here[0], 0, ""));
+        json!({
+            "description": format!("{description} (reason {})",
+                reasons_here.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")),
+            "content": json_body("Error", json!({"error": {"reason": first, "message": doc}})),
+        })
+    };
+    let mut unauthorized = response(&["unauthorized"], "missing, malformed or unknown token");
+    unauthorized["headers"] =
+        json!({"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}});
+    json!({
+        "InvalidRequest": response(&["invalid_request"], "malformed request"),
+        "Unauthorized": unauthorized,
+        "Forbidden": response(&["forbidden", crate::api::guard::CROSS_ORIGIN],
+            "the token lacks the scope, or a state change came from another origin"),
+        "RequestTimeout": response(&["request_timeout"], "the body did not arrive in time"),
+        "PayloadTooLarge": response(&["invalid_request"], "body over 64 KiB"),
+        "UnsupportedMediaType": response(&[crate::api::guard::UNSUPPORTED_MEDIA_TYPE],
+            "a request body that is not `application/json`"),
+        "Throttled": response(&["throttled"], "too many failed tokens from this address"),
+        "Internal": response(&["internal"], "the CA's database failed"),
+        "Unavailable": response(&["unavailable"], "the CA is shutting down, or its store does not answer"),
+        "NotReady": response(&["unavailable", "warming_up"],
+            "the store does not answer, or the health table is still warming up after a start"),
+    })
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for op in operations() {
+        let mut spec = op.spec;
+        let changes_state = matches!(op.method, "post" | "put" | "patch" | "delete");
+        if let Some(responses) = spec.get_mut("responses").and_then(Value::as_object_mut) {
+            standard_errors(op.auth, changes_state, responses);
+        }
+        if let Some(obj) = spec.as_object_mut() {
+            match op.auth {
+                Auth::None => {
+                    obj.insert("security".into(), json!([]));
+                }
+                Auth::Scope(scope) => {
+                    obj.insert("security".into(), json!([{"bearer": [scope.as_str()]}]));
+                    obj.insert("x-reach-scope".into(), json!(scope.as_str()));
+                }
+            }
+        }
+        let item = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
+        item[op.method] = spec;
+    }
+    let schemas: serde_json::Map<String, Value> = schemas()
+        .into_iter()
+        .filter_map(|(name, schema)| Some((name, serde_json::to_value(schema).ok()?)))
+        .collect();
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "reach central authority HTTP API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The CA's JSON API, dashboard, metrics and liveness. Clients send `Authorization: Bearer TOKEN`; a token has scopes `access`, `read` and/or `admin` (admin implies both others), named per operation in `security` and `x-reach-scope`. With `[server] anonymous_read = true` the `read` routes need no token. Errors are `{\"error\":{\"reason\",\"message\"}}` with the reasons listed in the `Error` schema. Request bodies must be `application/json`; POST and DELETE from another origin (`Origin` not the CA's own, or `Sec-Fetch-Site: cross-site|same-site`) are refused with `cross_origin`. JSON fields are snake_case; fields may be added, never renamed.",
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "tags": [
+            {"name": "access", "description": "connector selection for user requests"},
+            {"name": "health", "description": "the health table"},
+            {"name": "connectors", "description": "connectors and their load"},
+            {"name": "admin", "description": "provisioning keys and connector controls (scope `admin`)"},
+            {"name": "dashboard", "description": "the Health dashboard"},
+            {"name": "operations", "description": "metrics, liveness, this document"},
+        ],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "responses": error_responses(),
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "an API token from `[[api_tokens]]`; the scopes an operation needs are listed in its security requirement",
+            }},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed_path() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json")
+    }
+
+    /// `docs/openapi.json` is what this module generates (`REACH_BLESS=1`
+    /// rewrites it).
+    #[test]
+    fn committed_document_is_fresh() {
+        let generated = document_text();
+        let path = committed_path();
+        if std::env::var_os("REACH_BLESS").is_some() {
+            std::fs::write(&path, generated).expect("write docs/openapi.json");
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/openapi.json is stale: run `REACH_BLESS=1 cargo test -p central-authority --lib openapi` and commit it"
+        );
+    }
+
+    /// The route calls in the crate's source (`.route(` with a path
+    /// literal and a method router): (method, path) pairs.
+    fn routes_in_source() -> Vec<(String, String)> {
+        let mut files = Vec::new();
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("src dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(std::fs::read_to_string(&path).expect("read"));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for text in files {
+            for chunk in text.split(".route(\"").skip(1) {
+                let Some((path, rest)) = chunk.split_once('"') else {
+                    continue;
+                };
+                // The method router: up to the call's closing parenthesis.
+                let mut depth = 1;
+                let mut end = rest.len();
+                for (i, c) in rest.char_indices() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = i;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let router = &rest[..end];
+                for method in ["get", "post", "put", "patch", "delete"] {
+                    let called = router.match_indices(&format!("{method}(")).any(|(i, _)| {
+                        i == 0
+                            || !router[..i]
+                                .chars()
+                                .last()
+                                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    });
+                    if called {
+                        out.push((method.to_owned(), path.to_owned()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_route_is_documented_and_nothing_else() {
+        let routes = routes_in_source();
+        assert!(
+            routes.len() >= 10,
+            "the scan found too few routes: {routes:?}"
+        );
+        let doc = document();
+        for (method, path) in &routes {
+            assert!(
+                doc["paths"][path][method].is_object(),
+                "{} {path} is served but not documented in openapi.rs",
+                method.to_uppercase()
+            );
+        }
+        let paths = doc["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            for method in item.as_object().expect("item").keys() {
+                assert!(
+                    routes.iter().any(|(m, p)| m == method && p == path),
+                    "{} {path} is documented but not served",
+                    method.to_uppercase()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_names_its_auth_and_every_reason_is_listed() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("item") {
+                assert!(op["security"].is_array(), "{method} {path}: no security");
+                assert!(op["operationId"].is_string(), "{method} {path}");
+            }
+        }
+        let listed = doc["components"]["schemas"]["ErrorDetail"]["properties"]["reason"]["enum"]
+            .as_array()
+            .expect("reason enum")
+            .clone();
+        for reason in [
+            "cross_origin",
+            "unsupported_media_type",
+            "no_segment",
+            "throttled",
+        ] {
+            assert!(
+                listed.contains(&json!(reason)),
+                "{reason} not in {listed:?}"
+            );
+        }
+    }
+}

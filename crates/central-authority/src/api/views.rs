@@ -1,0 +1,1037 @@
+//! Read models of the health table and the connector registry, shared by
+//! the JSON API, the gRPC `HealthQuery` service and the dashboard.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use policy::{AddressResult, AppKey, HealthReporting, Method, Protocol, Segment, Status};
+use protocol::v1;
+use serde::Serialize;
+
+use crate::api::listing::Row;
+use crate::state::authority::Authority;
+use crate::state::clock::unix_ms;
+use crate::state::health::{Report, Transition, UnknownCause};
+use crate::state::policy_state::PolicyState;
+use crate::state::registry::{ConnSnap, ConnSnaps};
+
+/// One connector's view of one application.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct ConnectorHealthView {
+    /// Connector name.
+    pub connector: String,
+    /// Its group.
+    pub group: String,
+    /// Effective status.
+    #[schema(schema_with = crate::api::schema::status)]
+    pub status: Status,
+    /// Why it is Unknown, when it is (`disconnected`, `stale`,
+    /// `window_expired`, `not_in_full_state`, `reported`, `unsolicited`,
+    /// `no_report`).
+    #[schema(schema_with = crate::api::schema::unknown_cause)]
+    pub unknown_cause: Option<&'static str>,
+    /// When the CA received the latest report, Unix milliseconds.
+    pub reported_at: Option<u64>,
+    /// Age of that report in milliseconds.
+    pub report_age_ms: Option<u64>,
+    /// Age in milliseconds of the check behind the status: the report's
+    /// age plus the age the connector gave it when sending (staleness is
+    /// judged on this).
+    pub checked_age_ms: Option<u64>,
+    /// When the connector finished the check round (its clock), Unix ms.
+    pub checked_at: Option<i64>,
+    /// Per-address results.
+    pub addresses: Vec<AddressView>,
+    /// The resolver's reason when DNS failed.
+    pub dns_error: Option<String>,
+    /// The connector's smoothed RTT to the application in milliseconds
+    /// (what the `nearest` strategy compares), once it reported one.
+    #[serde(rename = "smoothed_rtt_ms", serialize_with = "millis")]
+    #[schema(value_type = Option<f64>)]
+    pub smoothed_rtt: Option<Duration>,
+}
+
+/// One address's result.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct AddressView {
+    /// The address.
+    pub address: String,
+    /// `up` or `down`.
+    #[schema(schema_with = crate::api::schema::address_status)]
+    pub status: Status,
+    /// `tcp`, `icmp` or `tcp_fallback`.
+    #[schema(schema_with = crate::api::schema::method)]
+    pub method: Method,
+    /// Round-trip time in milliseconds (`null` when the check failed).
+    #[serde(rename = "rtt_ms", serialize_with = "millis")]
+    #[schema(value_type = Option<f64>)]
+    pub rtt: Option<Duration>,
+    /// Why it failed (`"refused: connection refused"`), `null` when it did not.
+    pub error: Option<String>,
+    /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
+    #[schema(schema_with = crate::api::schema::failure)]
+    pub failure: Option<policy::FailureKind>,
+}
+
+impl From<&AddressResult> for AddressView {
+    fn from(r: &AddressResult) -> Self {
+        AddressView {
+            address: r.address.to_string(),
+            status: if r.reachable {
+                Status::Up
+            } else {
+                Status::Down
+            },
+            method: r.method,
+            rtt: r.reachable.then_some(r.rtt),
+            error: r.failure.as_ref().map(|f| {
+                if f.detail.is_empty() {
+                    f.kind.to_string()
+                } else {
+                    format!("{}: {}", f.kind, f.detail)
+                }
+            }),
+            failure: r.failure.as_ref().map(|f| f.kind),
+        }
+    }
+}
+
+/// A round-trip time as the JSON API shows it: (fractional) milliseconds.
+/// Inside the CA it stays a `Duration`.
+fn millis<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&d.map(|d| d.as_secs_f64() * 1000.0), s)
+}
+
+/// A status transition for the dashboard.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct TransitionView {
+    /// Unix milliseconds.
+    pub at: u64,
+    /// Connector.
+    pub connector: String,
+    /// Before.
+    #[schema(schema_with = crate::api::schema::status)]
+    pub from: Status,
+    /// After.
+    #[schema(schema_with = crate::api::schema::status)]
+    pub to: Status,
+    /// Why.
+    #[schema(schema_with = crate::api::schema::transition_cause)]
+    pub cause: &'static str,
+}
+
+/// One application with its status per connector.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct ApplicationView {
+    /// Segment.
+    pub segment: String,
+    /// Host (FQDN or IP).
+    pub host: String,
+    /// Protocol.
+    #[schema(schema_with = crate::api::schema::protocol)]
+    pub protocol: Protocol,
+    /// Port.
+    pub port: u16,
+    /// Health reporting mode of the segment.
+    #[schema(schema_with = crate::api::schema::health_reporting)]
+    pub health_reporting: HealthReporting,
+    /// Overall status: the best over its connectors.
+    #[schema(schema_with = crate::api::schema::status)]
+    pub status: Status,
+    /// Per connector of the segment's groups.
+    pub connectors: Vec<ConnectorHealthView>,
+    /// Latest status transitions, oldest first.
+    pub transitions: Vec<TransitionView>,
+    /// Why the application has no checked status: `checked_on_access` (an
+    /// on-access application nobody accessed lately, or a wildcard/subnet
+    /// entry whose hosts are known only once accessed) or `not_checked`
+    /// (mode `none`: assumed reachable). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<&'static str>,
+    /// For the row of a wildcard or subnet entry (`port` is 0 there): its
+    /// ports as configured, e.g. `tcp 80, 443; udp 53`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<String>,
+    /// The segment's flap damping when it is not the default 1/1: each
+    /// connector's status (and so every transition listed) changes only
+    /// after this many consecutive results.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damping: Option<DampingView>,
+}
+
+/// A segment's flap damping (`rise`/`fall`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct DampingView {
+    /// Consecutive better results before a status improves (e.g. to Up).
+    pub rise: u32,
+    /// Consecutive worse results before a status degrades (e.g. to Down).
+    pub fall: u32,
+}
+
+impl DampingView {
+    /// `segment`'s damping, unless it is the default (every result shows).
+    fn of(segment: &Segment) -> Option<DampingView> {
+        let d = segment.damping;
+        (d != policy::Damping::default()).then_some(DampingView {
+            rise: d.rise(),
+            fall: d.fall(),
+        })
+    }
+}
+
+/// A connector as the CA sees it.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct ConnectorView {
+    /// Name.
+    pub name: String,
+    /// Group.
+    pub group: String,
+    /// Whether it has a live session.
+    pub connected: bool,
+    /// Session id of the live session (admin only: omitted otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Software version from its Hello, sanitized (admin only: omitted
+    /// otherwise).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The CA's estimate of checks per cycle (continuous targets plus live
+    /// on-access applications, or the connector's own count when larger).
+    pub checks_per_cycle: u64,
+    /// Cycle time at its rate limit, seconds.
+    pub cycle_seconds: f64,
+    /// Whether `checks_per_cycle` exceeds the budget.
+    pub over_budget: bool,
+    /// The configured budget.
+    pub check_budget: u64,
+    /// The connector's own latest load report.
+    pub load: Option<LoadView>,
+    /// How the connector sees the CA replicas it reports to (its latest
+    /// heartbeat to this replica); `None` before one arrived.
+    pub replicas: Option<ReplicasView>,
+    /// When the live session started, Unix ms.
+    pub connected_since: Option<u64>,
+    /// When the CA last heard from it, Unix ms.
+    pub last_seen: Option<u64>,
+    /// Whether it is enrolled (holds a certificate the CA issued).
+    pub enrolled: bool,
+    /// Whether an administrator disabled it.
+    pub disabled: bool,
+    /// Serial of its current certificate (admin only: omitted otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_serial: Option<String>,
+    /// End of that certificate's validity, Unix ms.
+    pub certificate_not_after: Option<i64>,
+    /// Its certificates, newest first (at most `CERTIFICATES_SHOWN`): each
+    /// renewal adds one.
+    pub certificates: Vec<CertificateView>,
+}
+
+/// What `Authority::summary` finds in the health table for one application.
+struct Summary {
+    status: Status,
+    changed: u64,
+    group_hit: bool,
+    connector_hit: bool,
+}
+
+fn row(
+    key: &AppKey,
+    segment: &Segment,
+    status: Status,
+    changed: u64,
+    noted: bool,
+    item: RowItem,
+) -> Row<RowItem> {
+    let host = key.host.to_string();
+    Row {
+        segment: key.segment.clone(),
+        ip: host.parse().ok(),
+        host,
+        protocol: key.protocol,
+        port: key.port,
+        mode: segment.health_reporting,
+        status,
+        changed,
+        noted,
+        item,
+    }
+}
+
+/// How many certificates of a connector the views list.
+pub const CERTIFICATES_SHOWN: usize = 10;
+
+/// One certificate of a connector, as the admin API shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CertificateView {
+    /// Serial, lower-case hex.
+    pub serial: String,
+    /// Issued at, Unix ms.
+    pub issued_at: i64,
+    /// End of validity, Unix ms.
+    pub not_after: i64,
+    /// Revoked at, Unix ms.
+    pub revoked_at: Option<i64>,
+    /// Superseded by a renewal: revoked at this time, Unix ms.
+    pub grace_until: Option<i64>,
+    /// `current` (the newest valid one), `grace` (superseded, still
+    /// accepted until `grace_until`), `revoked` or `expired`.
+    #[schema(schema_with = crate::api::schema::certificate_state)]
+    pub state: &'static str,
+}
+
+impl CertificateView {
+    fn new(h: crate::store::CertHistory, current: Option<&str>, now_ms: i64) -> Self {
+        let state = if h.revoked_ms.is_some() {
+            "revoked"
+        } else if h.not_after_ms <= now_ms {
+            "expired"
+        } else if current == Some(h.serial.as_str()) {
+            "current"
+        } else if h.grace_until_ms.is_some() {
+            "grace"
+        } else {
+            // Unrevoked, unexpired, not the newest and never superseded:
+            // cannot happen (enrollment revokes, renewal starts a grace).
+            "current"
+        };
+        CertificateView {
+            serial: h.serial,
+            issued_at: h.issued_ms,
+            not_after: h.not_after_ms,
+            revoked_at: h.revoked_ms,
+            grace_until: h.grace_until_ms,
+            state,
+        }
+    }
+}
+
+/// A connector's self-reported load.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct LoadView {
+    /// Distinct targets scheduled.
+    pub targets: u32,
+    /// Checks per full cycle.
+    pub checks_per_cycle: u32,
+    /// Cycle time, seconds.
+    pub cycle_seconds: f64,
+    /// Checks waiting for the rate limiter.
+    pub queue_depth: u32,
+    /// Checks started per second recently.
+    pub checks_per_second: f64,
+    /// Checks in flight.
+    pub in_flight: u32,
+    /// The connector's rate limit.
+    pub rate_limit: u32,
+}
+
+/// How a connector attached to several CA replicas sees them (one session
+/// per replica; see the connector's `follow` module for the rule).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ReplicasView {
+    /// Its live CA sessions (one per replica).
+    pub sessions: u32,
+    /// Distinct assignments among them.
+    pub assignments: u32,
+    /// True when the replicas hand it different assignments (policy
+    /// files differ, e.g. mid-rollout).
+    pub disagreement: bool,
+    /// Whether it follows this replica's assignment (the session connected
+    /// longest is followed).
+    pub follows_this_replica: bool,
+    /// Whether this replica's assignment equals the one it follows.
+    pub agrees_with_followed: bool,
+    /// Hash of this replica's assignment as the connector computed it.
+    pub assignment_hash: String,
+    /// Hash of the assignment it follows.
+    pub followed_assignment_hash: String,
+}
+
+impl From<&v1::ReplicaAttachment> for ReplicasView {
+    fn from(r: &v1::ReplicaAttachment) -> Self {
+        // Hashes are 16 hex digits; anything else from a peer is cut short.
+        let hash = |h: &str| {
+            h.chars()
+                .take(64)
+                .filter(char::is_ascii_alphanumeric)
+                .collect()
+        };
+        ReplicasView {
+            sessions: r.sessions,
+            assignments: r.assignments,
+            disagreement: r.assignments > 1,
+            follows_this_replica: r.follows_this_session,
+            agrees_with_followed: r.agrees_with_followed,
+            assignment_hash: hash(&r.assignment_hash),
+            followed_assignment_hash: hash(&r.followed_assignment_hash),
+        }
+    }
+}
+
+impl From<&v1::CheckLoad> for LoadView {
+    fn from(l: &v1::CheckLoad) -> Self {
+        LoadView {
+            targets: l.targets,
+            checks_per_cycle: l.checks_per_cycle,
+            cycle_seconds: l.cycle_seconds,
+            queue_depth: l.queue_depth,
+            checks_per_second: l.checks_per_second,
+            in_flight: l.in_flight,
+            rate_limit: l.rate_limit,
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What builds a listing row's view: an application of the policy or the
+/// health table, or a wildcard/subnet entry's row (built already: it has
+/// no state of its own).
+#[derive(Clone, Debug)]
+pub enum RowItem {
+    /// An application.
+    App(AppKey),
+    /// A wildcard or subnet entry.
+    Entry(Box<ApplicationView>),
+}
+
+/// The listing's filters that need the registry (judged while the rows are
+/// made); `None` keeps everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowFilter<'a> {
+    /// Only this segment.
+    pub segment: Option<&'a str>,
+    /// Only applications one of whose connectors is of this group.
+    pub group: Option<&'a str>,
+    /// Only applications this connector serves.
+    pub connector: Option<&'a str>,
+}
+
+/// One read of the policy and the registry, shared by the rows and views
+/// of one request.
+struct Ctx {
+    state: Arc<PolicyState>,
+    conns: ConnSnaps,
+    now: Instant,
+}
+
+impl Authority {
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            state: self.snapshot(),
+            conns: self.registry().snapshot(),
+            now: Instant::now(),
+        }
+    }
+
+    /// Every visible application (segments with client hostname validation
+    /// are hidden), optionally of one segment: every FQDN/IP × port of
+    /// continuous segments, plus every application any connector reported
+    /// (on-access). Sorted by segment, host, protocol, port.
+    pub fn applications(&self, segment_filter: Option<&str>) -> Vec<ApplicationView> {
+        let filter = RowFilter {
+            segment: segment_filter,
+            ..RowFilter::default()
+        };
+        let ctx = self.ctx();
+        let rows = self.rows_in(&ctx, &filter);
+        self.views_in(&ctx, rows.into_iter().map(|r| r.item))
+    }
+
+    /// The views of `items`, in their order (an application that vanished
+    /// since its row was made is left out).
+    pub fn views(&self, items: impl IntoIterator<Item = RowItem>) -> Vec<ApplicationView> {
+        self.views_in(&self.ctx(), items)
+    }
+
+    /// The listing's rows of every visible application that passes
+    /// `filter`, in the order of `applications`: status and latest change
+    /// per application, without building its per-connector views (what
+    /// makes a filtered page cheap at 10,000 applications).
+    pub fn rows(&self, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
+        self.rows_in(&self.ctx(), filter)
+    }
+
+    fn rows_in(&self, ctx: &Ctx, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
+        let policy = ctx.state.policy();
+        let segments: HashMap<&str, &Segment> = policy
+            .segments
+            .iter()
+            .filter(|s| filter.segment.is_none_or(|f| f == s.name))
+            .filter(|s| !s.client_hostname_validation)
+            .map(|s| (s.name.as_str(), s))
+            .collect();
+        let keys = self.listed_keys(&policy.segments, &segments);
+        let served = served_by_registry(ctx, &segments, filter);
+
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(segment) = segments.get(key.segment.as_str()) else {
+                continue;
+            };
+            let (group_ok, conn_ok) = served
+                .get(key.segment.as_str())
+                .copied()
+                .unwrap_or((false, false));
+            let unchecked = segment.health_reporting == HealthReporting::None;
+            if unchecked && (filter.group.is_some() || filter.connector.is_some()) {
+                // A `none` application lists no connector, so none matches.
+                continue;
+            }
+            let Some(summary) = self.summary(ctx, segment, &key, filter) else {
+                // No report: only the registry's connectors count.
+                if !(group_ok && conn_ok) {
+                    continue;
+                }
+                // The view's note: `none` is never checked, and an
+                // on-access application nobody accessed has no report.
+                let noted = segment.health_reporting != HealthReporting::Continuous;
+                out.push(row(
+                    &key,
+                    segment,
+                    Status::Unknown,
+                    0,
+                    noted,
+                    RowItem::App(key.clone()),
+                ));
+                continue;
+            };
+            if !(group_ok || summary.group_hit) || !(conn_ok || summary.connector_hit) {
+                continue;
+            }
+            let status = if unchecked {
+                Status::Unknown
+            } else {
+                summary.status
+            };
+            out.push(row(
+                &key,
+                segment,
+                status,
+                summary.changed,
+                unchecked,
+                RowItem::App(key.clone()),
+            ));
+        }
+        if filter.group.is_none() && filter.connector.is_none() {
+            out.extend(entry_rows(&policy.segments, &segments));
+        }
+        out
+    }
+
+    /// The applications listed of the `shown` segments: every exact host ×
+    /// port of every mode (on-access ones nobody accessed and `none` ones
+    /// too, with a note), and whatever the health table holds.
+    fn listed_keys(&self, all: &[Segment], shown: &HashMap<&str, &Segment>) -> BTreeSet<AppKey> {
+        let mut keys: BTreeSet<AppKey> = BTreeSet::new();
+        for s in all {
+            if shown.contains_key(s.name.as_str()) && !listed_per_entry(s) {
+                keys.extend(s.applications());
+            }
+        }
+        keys.extend(
+            self.health()
+                .keys()
+                .into_iter()
+                .filter(|k| shown.contains_key(k.segment.as_str())),
+        );
+        keys
+    }
+
+    /// The overall status and latest change of `key` from its reports
+    /// (`None` when no connector reported it), and whether a reporting
+    /// connector passes the group / connector filter.
+    fn summary(
+        &self,
+        ctx: &Ctx,
+        segment: &Segment,
+        key: &AppKey,
+        filter: &RowFilter<'_>,
+    ) -> Option<Summary> {
+        let on_access = segment.health_reporting == HealthReporting::OnAccess;
+        // On-access windows are another lock: their reports are copied out
+        // and judged after the shard's lock is released.
+        let mut pending: Vec<(String, Status, Duration)> = Vec::new();
+        let mut summary = self.health().inspect(key, |reports, last| {
+            let mut best = Vec::with_capacity(reports.len());
+            let mut group_hit = false;
+            let mut connector_hit = false;
+            for (name, r) in reports {
+                let conn = ctx.conns.get(name);
+                // The group shown for a reporter: the registry's when it
+                // serves the segment, else the one it reported with.
+                let group = conn
+                    .filter(|c| segment.served_by(&c.group))
+                    .map_or(&*r.group, |c| c.group.as_str());
+                group_hit |= filter.group == Some(group);
+                connector_hit |= filter.connector == Some(name);
+                let age = ctx.now.saturating_duration_since(r.checked_at);
+                if on_access {
+                    pending.push((name.to_owned(), r.status, age));
+                } else {
+                    best.push(
+                        Self::effective(
+                            &ctx.state,
+                            segment,
+                            r.status,
+                            age,
+                            conn.map(ConnSnap::link),
+                            true,
+                        )
+                        .0,
+                    );
+                }
+            }
+            Summary {
+                status: Status::best(best),
+                changed: last.map_or(0, |t| unix_ms(t.at)),
+                group_hit,
+                connector_hit,
+            }
+        })?;
+        if on_access {
+            summary.status = Status::best(pending.into_iter().map(|(name, stored, age)| {
+                let live = self.on_access().is_live(key, &name, ctx.now);
+                let conn = ctx.conns.get(&name).map(ConnSnap::link);
+                Self::effective(&ctx.state, segment, stored, age, conn, live).0
+            }));
+        }
+        Some(summary)
+    }
+
+    fn views_in(
+        &self,
+        ctx: &Ctx,
+        items: impl IntoIterator<Item = RowItem>,
+    ) -> Vec<ApplicationView> {
+        let policy = ctx.state.policy();
+        items
+            .into_iter()
+            .filter_map(|item| match item {
+                RowItem::Entry(v) => Some(*v),
+                RowItem::App(key) => {
+                    let segment = policy.segment(&key.segment)?;
+                    Some(self.view(ctx, segment, key))
+                }
+            })
+            .collect()
+    }
+
+    /// The full view of one application.
+    fn view(&self, ctx: &Ctx, segment: &Segment, key: AppKey) -> ApplicationView {
+        let conns = &ctx.conns;
+        let (reports, transitions) = self.health().app(&key).unwrap_or_default();
+        // Every known connector of the segment's groups, plus any that
+        // reported (it may have changed group since).
+        let mut names: BTreeMap<&str, &str> = conns
+            .iter()
+            .filter(|(_, c)| segment.served_by(&c.group))
+            .map(|(n, c)| (n.as_str(), c.group.as_str()))
+            .collect();
+        for (n, r) in &reports {
+            names.entry(n).or_insert(&*r.group);
+        }
+        let mut connectors = Vec::new();
+        for (name, group) in names {
+            let view = match reports.get(name) {
+                Some(r) => self.reported_view(ctx, segment, &key, (name, group), r),
+                None => unreported_view(name, group, conns.get(name).is_some_and(|c| c.connected)),
+            };
+            connectors.push(view);
+        }
+        let note = match segment.health_reporting {
+            HealthReporting::Continuous => None,
+            HealthReporting::OnAccess => reports.is_empty().then_some("checked_on_access"),
+            HealthReporting::None => {
+                // Nothing is checked: per-connector Unknowns would only
+                // look like a fault.
+                connectors.clear();
+                Some("not_checked")
+            }
+        };
+        ApplicationView {
+            note,
+            ports: None,
+            damping: DampingView::of(segment),
+            status: Status::best(connectors.iter().map(|c| c.status)),
+            segment: key.segment,
+            host: key.host.into_string(),
+            protocol: key.protocol,
+            port: key.port,
+            health_reporting: segment.health_reporting,
+            connectors,
+            transitions: transitions.iter().map(transition_view).collect(),
+        }
+    }
+
+    /// One connector's view of an application it reported on.
+    fn reported_view(
+        &self,
+        ctx: &Ctx,
+        segment: &Segment,
+        key: &AppKey,
+        (name, group): (&str, &str),
+        r: &Report,
+    ) -> ConnectorHealthView {
+        let (state, conns, now) = (&ctx.state, &ctx.conns, ctx.now);
+        let live = segment.health_reporting != HealthReporting::OnAccess
+            || self.on_access().is_live(key, name, now);
+        let age = now.saturating_duration_since(r.checked_at);
+        let (status, cause) = Self::effective(
+            state,
+            segment,
+            r.status,
+            age,
+            conns.get(name).map(ConnSnap::link),
+            live,
+        );
+        // A result no verified access asked for is listed,
+        // with why no decision rests on it.
+        let cause = match cause {
+            Some(UnknownCause::WindowExpired)
+                if self.on_access().is_unsolicited(key, name, now) =>
+            {
+                Some(UnknownCause::Unsolicited)
+            }
+            other => other,
+        };
+        let cause = cause.or(r.unknown_cause);
+        ConnectorHealthView {
+            connector: name.to_owned(),
+            group: group.to_owned(),
+            status,
+            unknown_cause: (status == Status::Unknown)
+                .then(|| cause.map_or("no_report", |c| c.as_str())),
+            reported_at: Some(unix_ms(r.received_wall)),
+            report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
+            checked_age_ms: Some(ms(age)),
+            checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
+            addresses: if status == Status::Unknown {
+                Vec::new()
+            } else {
+                r.addresses.iter().map(AddressView::from).collect()
+            },
+            dns_error: r.dns_error.clone(),
+            smoothed_rtt: r.rtt,
+        }
+    }
+
+    /// Every known connector, sorted by name.
+    pub fn connectors(&self) -> Vec<ConnectorView> {
+        let budget = self.snapshot().settings().check_budget;
+        let mut out: Vec<ConnectorView> = self.registry().list(|name, e| ConnectorView {
+            name: name.to_owned(),
+            group: e.group.clone(),
+            connected: e.session.is_some(),
+            session_id: e.session.as_ref().map(|s| s.label.clone()),
+            version: e.version.clone(),
+            checks_per_cycle: e.estimate.checks_per_cycle,
+            cycle_seconds: e.estimate.cycle.as_secs_f64(),
+            over_budget: e.estimate.over_budget,
+            check_budget: budget,
+            load: e.load.as_ref().map(LoadView::from),
+            replicas: e.replicas.as_ref().map(ReplicasView::from),
+            connected_since: e.connected_since.map(unix_ms),
+            last_seen: e.last_seen.map(unix_ms),
+            enrolled: false,
+            disabled: false,
+            certificate_serial: None,
+            certificate_not_after: None,
+            certificates: Vec::new(),
+        });
+        // Enrolled connectors, also those that never connected.
+        match self.store().connectors() {
+            Ok(records) => {
+                for r in records {
+                    let view = match out.iter_mut().find(|v| v.name == r.name) {
+                        Some(v) => v,
+                        None => {
+                            out.push(ConnectorView {
+                                name: r.name.clone(),
+                                group: r.group.clone(),
+                                connected: false,
+                                session_id: None,
+                                version: String::new(),
+                                checks_per_cycle: 0,
+                                cycle_seconds: 0.0,
+                                over_budget: false,
+                                check_budget: budget,
+                                load: None,
+                                replicas: None,
+                                connected_since: None,
+                                last_seen: None,
+                                enrolled: false,
+                                disabled: false,
+                                certificate_serial: None,
+                                certificate_not_after: None,
+                                certificates: Vec::new(),
+                            });
+                            let last = out.len() - 1;
+                            &mut out[last]
+                        }
+                    };
+                    view.enrolled = true;
+                    view.disabled = r.disabled;
+                    view.certificate_serial = r.serial;
+                    view.certificate_not_after = r.not_after_ms;
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list enrolled connectors"),
+        }
+        match self.store().certificate_history(CERTIFICATES_SHOWN) {
+            Ok(mut history) => {
+                let now = crate::state::clock::now_ms();
+                for view in &mut out {
+                    let current = view.certificate_serial.as_deref();
+                    view.certificates = history
+                        .remove(&view.name)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|h| CertificateView::new(h, current, now))
+                        .collect();
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list certificates"),
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+/// Per segment: whether a connector of the registry already makes it pass
+/// the group / connector filter.
+fn served_by_registry<'s>(
+    ctx: &Ctx,
+    segments: &HashMap<&'s str, &Segment>,
+    filter: &RowFilter<'_>,
+) -> HashMap<&'s str, (bool, bool)> {
+    // The connector named by the filter, when it is in the registry.
+    let named = filter.connector.and_then(|n| ctx.conns.get(n));
+    segments
+        .iter()
+        .map(|(name, s)| {
+            let group = filter
+                .group
+                .is_none_or(|g| s.served_by(g) && ctx.conns.values().any(|c| c.group == g));
+            let conn = filter.connector.is_none() || named.is_some_and(|c| s.served_by(&c.group));
+            (*name, (group, conn))
+        })
+        .collect()
+}
+
+/// The per-entry rows of the `shown` segments (`discovery_rows`).
+fn entry_rows(all: &[Segment], shown: &HashMap<&str, &Segment>) -> Vec<Row<RowItem>> {
+    let mut out = Vec::new();
+    for s in all {
+        if shown.contains_key(s.name.as_str()) {
+            out.extend(discovery_rows(s).into_iter().map(|v| Row {
+                segment: v.segment.clone(),
+                ip: None,
+                host: v.host.clone(),
+                protocol: v.protocol,
+                port: v.port,
+                mode: v.health_reporting,
+                status: v.status,
+                changed: 0,
+                noted: true,
+                item: RowItem::Entry(Box::new(v)),
+            }));
+        }
+    }
+    out
+}
+
+/// The view of a connector that has no report on an application.
+fn unreported_view(name: &str, group: &str, connected: bool) -> ConnectorHealthView {
+    ConnectorHealthView {
+        connector: name.to_owned(),
+        group: group.to_owned(),
+        status: Status::Unknown,
+        unknown_cause: Some(if connected {
+            "no_report"
+        } else {
+            "disconnected"
+        }),
+        reported_at: None,
+        report_age_ms: None,
+        checked_age_ms: None,
+        checked_at: None,
+        addresses: Vec::new(),
+        dns_error: None,
+        smoothed_rtt: None,
+    }
+}
+
+/// Most ports an unchecked (on-access or `none`) segment is listed with
+/// one row per host and port; past it, one row per entry (a range such as
+/// `1-65535` would otherwise be 65,535 rows per host).
+const PORTS_LISTED: usize = 10;
+
+/// Whether `s`'s unchecked applications are listed one row per entry.
+fn listed_per_entry(s: &policy::Segment) -> bool {
+    let ports: usize = [Protocol::Tcp, Protocol::Udp]
+        .into_iter()
+        .flat_map(|p| s.ports(p))
+        .map(|r| r.ports().count())
+        .sum();
+    s.health_reporting != HealthReporting::Continuous && ports > PORTS_LISTED
+}
+
+/// One row per wildcard or subnet entry of `s` (every entry when
+/// `listed_per_entry`): hosts under them are known only when accessed, and
+/// those then have rows of their own.
+fn discovery_rows(s: &policy::Segment) -> Vec<ApplicationView> {
+    let every_entry = listed_per_entry(s);
+    let ports = |p: Protocol| {
+        s.ports(p)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (tcp, udp) = (ports(Protocol::Tcp), ports(Protocol::Udp));
+    let described = match (tcp.is_empty(), udp.is_empty()) {
+        (false, false) => format!("tcp {tcp}; udp {udp}"),
+        (false, true) => format!("tcp {tcp}"),
+        (true, false) => format!("udp {udp}"),
+        (true, true) => String::new(),
+    };
+    s.applications
+        .iter()
+        .filter(|e| every_entry || e.host().is_none())
+        .map(|e| ApplicationView {
+            segment: s.name.clone(),
+            host: e.to_string(),
+            protocol: if tcp.is_empty() && !udp.is_empty() {
+                Protocol::Udp
+            } else {
+                Protocol::Tcp
+            },
+            port: 0,
+            health_reporting: s.health_reporting,
+            status: Status::Unknown,
+            connectors: Vec::new(),
+            transitions: Vec::new(),
+            note: Some(if s.health_reporting == HealthReporting::None {
+                "not_checked"
+            } else {
+                "checked_on_access"
+            }),
+            ports: Some(described.clone()),
+            damping: DampingView::of(s),
+        })
+        .collect()
+}
+
+fn transition_view(t: &Transition) -> TransitionView {
+    TransitionView {
+        at: unix_ms(t.at),
+        connector: t.connector.clone(),
+        from: t.from,
+        to: t.to,
+        cause: t.cause,
+    }
+}
+
+impl ApplicationView {
+    /// The listing's summary form (`view=summary`): per connector no
+    /// per-address results and no DNS error, and the latest transition
+    /// only. The dashboard's list shows no more; at 500 connectors a page
+    /// of full views was over the first load's 200-KB budget.
+    pub fn summarise(&mut self) {
+        for c in &mut self.connectors {
+            c.addresses = Vec::new();
+            c.dns_error = None;
+        }
+        let n = self.transitions.len();
+        self.transitions.drain(..n.saturating_sub(1));
+    }
+
+    /// The wire form.
+    pub fn to_wire(&self) -> v1::ApplicationView {
+        v1::ApplicationView {
+            app: Some(v1::ApplicationKey {
+                segment: self.segment.clone(),
+                host: self.host.clone(),
+                protocol: v1::Protocol::from(self.protocol) as i32,
+                port: u32::from(self.port),
+            }),
+            status: v1::HealthStatus::from(self.status) as i32,
+            connectors: self
+                .connectors
+                .iter()
+                .map(|c| v1::ConnectorHealth {
+                    connector: c.connector.clone(),
+                    group: c.group.clone(),
+                    status: v1::HealthStatus::from(c.status) as i32,
+                    reported_at_unix_ms: c
+                        .reported_at
+                        .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
+                    addresses: c
+                        .addresses
+                        .iter()
+                        .map(|a| v1::AddressResult {
+                            address: a.address.clone(),
+                            status: v1::HealthStatus::from(a.status) as i32,
+                            method: v1::CheckMethod::from(a.method) as i32,
+                            rtt_us: a
+                                .rtt
+                                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+                            failure: a
+                                .failure
+                                .map_or(v1::FailureKind::Unspecified, v1::FailureKind::from)
+                                as i32,
+                            detail: a.error.clone().unwrap_or_default(),
+                        })
+                        .collect(),
+                    checked_age_ms: c.checked_age_ms.unwrap_or(0),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl ConnectorView {
+    /// The view for a caller without the `admin` scope: session id,
+    /// version and certificate serial are what an attacker would use to
+    /// target one connector, so only administrators see them.
+    pub fn without_admin_fields(mut self) -> Self {
+        self.session_id = None;
+        self.version = String::new();
+        self.certificate_serial = None;
+        self
+    }
+
+    /// The wire form.
+    pub fn to_wire(&self) -> v1::ConnectorView {
+        v1::ConnectorView {
+            name: self.name.clone(),
+            group: self.group.clone(),
+            connected: self.connected,
+            load: self.load.as_ref().map(|l| v1::CheckLoad {
+                targets: l.targets,
+                checks_per_cycle: l.checks_per_cycle,
+                cycle_seconds: l.cycle_seconds,
+                queue_depth: l.queue_depth,
+                checks_per_second: l.checks_per_second,
+                in_flight: l.in_flight,
+                rate_limit: l.rate_limit,
+            }),
+            checks_per_cycle: u32::try_from(self.checks_per_cycle).unwrap_or(u32::MAX),
+            cycle_seconds: self.cycle_seconds,
+            over_budget: self.over_budget,
+            version: self.version.clone(),
+            replicas: self.replicas.as_ref().map(|r| v1::ReplicaAttachment {
+                sessions: r.sessions,
+                assignments: r.assignments,
+                follows_this_session: r.follows_this_replica,
+                agrees_with_followed: r.agrees_with_followed,
+                assignment_hash: r.assignment_hash.clone(),
+                followed_assignment_hash: r.followed_assignment_hash.clone(),
+            }),
+        }
+    }
+}

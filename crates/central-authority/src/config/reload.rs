@@ -1,0 +1,197 @@
+//! Configuration reload: on SIGHUP and when the file changes (its content
+//! hash, polled every `reload_poll_ms`). A changed file is loaded once two
+//! polls in a row read the same content, so a file caught while a tool
+//! writes it in place (truncated, half written) is never applied. A valid
+//! new config is applied at once; an invalid one is refused with every error
+//! logged and the running policy stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::state::authority::Authority;
+use crate::state::counters::Metrics;
+
+/// The file's current content and its hash, if it can be read.
+async fn current(path: &Path) -> Option<(Vec<u8>, u64)> {
+    let bytes = tokio::fs::read(path).await.ok()?;
+    let hash = crate::config::content_hash(&bytes);
+    Some((bytes, hash))
+}
+
+/// When the file watcher loads a changed file: once two polls in a row read
+/// the same changed content. A file written in place is truncated and then
+/// filled, and a poll can fall in between: that content is seen once and
+/// replaced by the next poll's, so it is never loaded. The cost: a change
+/// takes effect one to two poll intervals after it is written, not zero to
+/// one.
+#[derive(Debug)]
+struct Settle {
+    /// The content last loaded (applied or refused).
+    loaded: u64,
+    /// A changed content seen by the last poll, not yet loaded.
+    seen: Option<u64>,
+}
+
+impl Settle {
+    fn new(loaded: u64) -> Settle {
+        Settle { loaded, seen: None }
+    }
+
+    /// Takes one poll's content hash; true when it is to be loaded now.
+    fn poll(&mut self, hash: u64) -> bool {
+        if hash == self.loaded {
+            self.seen = None;
+            return false;
+        }
+        if self.seen == Some(hash) {
+            self.loaded = hash;
+            self.seen = None;
+            return true;
+        }
+        self.seen = Some(hash);
+        false
+    }
+
+    /// Content loaded another way (SIGHUP).
+    fn loaded(&mut self, hash: u64) {
+        self.loaded = hash;
+        self.seen = None;
+    }
+}
+
+/// Reloads `path` now; returns whether the new config was applied.
+pub fn reload(authority: &Authority, path: &Path, trigger: &str) -> bool {
+    apply(authority, path, trigger, Config::load(path))
+}
+
+/// Applies `loaded` (the config read from `path`), or logs why not.
+fn apply(
+    authority: &Authority,
+    path: &Path,
+    trigger: &str,
+    loaded: Result<Config, crate::config::ConfigError>,
+) -> bool {
+    match loaded {
+        Ok(config) => {
+            let segments = config.policy.segments.len();
+            authority.apply(config);
+            Metrics::count(&authority.metrics().reloads, "applied");
+            tracing::info!(trigger, path = %path.display(), segments, "configuration reloaded");
+            true
+        }
+        Err(e) => {
+            Metrics::count(&authority.metrics().reloads, "rejected");
+            for message in e.messages() {
+                tracing::error!(trigger, path = %path.display(), "{message}");
+            }
+            tracing::error!(
+                trigger,
+                "configuration reload refused; the running policy stays"
+            );
+            false
+        }
+    }
+}
+
+/// Watches for SIGHUP and file changes until `stop` turns true. The file's
+/// content hash is compared every `reload_poll_ms` (reading a config file
+/// once a second is cheaper than trusting coarse mtimes), starting from the
+/// hash of the text the running config was loaded from; a change is loaded
+/// once it has settled (`Settle`), from the very bytes that settled.
+pub async fn watch_config(
+    authority: Arc<Authority>,
+    path: PathBuf,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut stopped = std::pin::pin!(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    let poll = authority.snapshot().settings().reload_poll;
+    let mut settle = Settle::new(authority.snapshot().config.content_hash);
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    #[cfg(unix)]
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
+            None
+        }
+    };
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<Option<()>>();
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = hup => {
+                if let Some((_, hash)) = current(&path).await {
+                    settle.loaded(hash);
+                }
+                reload(&authority, &path, "SIGHUP");
+            }
+            _ = tick.tick() => {
+                let Some((bytes, hash)) = current(&path).await else {
+                    continue;
+                };
+                if settle.poll(hash) {
+                    let loaded = Config::load_bytes(&path, &bytes);
+                    apply(&authority, &path, "file change", loaded);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settle;
+
+    #[test]
+    fn a_change_is_loaded_once_two_polls_agree() {
+        let mut s = Settle::new(1);
+        // Unchanged: nothing to do.
+        assert!(!s.poll(1));
+        // Truncated (or half written) on one poll, complete on the next,
+        // and the same again on the one after: only the complete content
+        // is loaded, once.
+        assert!(!s.poll(2));
+        assert!(!s.poll(3));
+        assert!(s.poll(3));
+        assert!(!s.poll(3));
+        // A change that is undone before it settles loads nothing.
+        assert!(!s.poll(4));
+        assert!(!s.poll(3));
+        assert!(!s.poll(3));
+        // Content that keeps changing is loaded once it stops.
+        assert!(!s.poll(5));
+        assert!(!s.poll(6));
+        assert!(!s.poll(7));
+        assert!(s.poll(7));
+    }
+
+    #[test]
+    fn what_sighup_loaded_is_not_loaded_again() {
+        let mut s = Settle::new(1);
+        assert!(!s.poll(2));
+        s.loaded(2);
+        assert!(!s.poll(2));
+        assert!(!s.poll(2));
+        // A refused content is not retried until the file changes again.
+        let mut s = Settle::new(1);
+        assert!(!s.poll(9));
+        assert!(s.poll(9));
+        assert!(!s.poll(9));
+        assert!(!s.poll(10));
+        assert!(s.poll(10));
+    }
+}

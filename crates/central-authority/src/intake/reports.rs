@@ -1,0 +1,448 @@
+//! Report intake: the entries of a connector's health report are checked
+//! one by one (well-formed, for an application its group serves) and stored
+//! in the health table (`state::health`), keeping the CA's on-access
+//! windows in step (`state::on_access`). Entries come either read in place
+//! from the report's bytes (`protocol::scan`) or decoded by prost; a
+//! full-state report also marks what it left out Unknown.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use policy::{AppKey, ApplicationReport, HealthReporting, Status};
+use protocol::scan::EntryView;
+use protocol::v1;
+
+use crate::config::Settings;
+use crate::error::ReportError;
+use crate::state::authority::Authority;
+use crate::state::counters::Metrics;
+use crate::state::health::{KeyRef, Report, TableKey, UnknownCause};
+use crate::state::on_access::Adoption;
+use crate::state::policy_state::{PolicyState, app_allowed_ip, app_allowed_parts};
+use crate::trust::identity::Identity;
+
+/// Rejected report entries logged one by one per report.
+const LOGGED_REJECTIONS: u64 = 3;
+
+/// How far ahead of this CA's wall clock another replica's clock may be
+/// for an access id it issued to count (replicas run NTP; more skew than
+/// this is a broken clock or a forged time).
+const MAX_ACCESS_CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+impl Authority {
+    /// Takes a health report: each entry is checked on its own; entries for
+    /// applications the connector's group does not serve are rejected and
+    /// logged, the rest are stored. Discovery waiters are woken only when an
+    /// application's effective status may have changed.
+    pub(crate) fn intake(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        report: v1::HealthReport,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        self.intake_entries(
+            identity,
+            state,
+            report.full_state,
+            report.applications.into_iter().map(Entry::Wire),
+            now,
+            wall,
+        );
+    }
+
+    /// [`Authority::intake`] of a report's entries as they arrived
+    /// (`full_state` is the report's flag).
+    pub(crate) fn intake_entries<'e, 'm: 'e>(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        full_state: bool,
+        entries: impl Iterator<Item = Entry<'e, 'm>>,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        let settings = state.settings();
+        // Only a full-state report needs the keys it names.
+        let mut seen = full_state.then(HashSet::new);
+        let mut accepted = 0u64;
+        let mut rejected = 0u64;
+        let mut changed = false;
+        for entry in entries {
+            let stored = match entry {
+                // Not a full-state report: nothing needs the key owned.
+                Entry::Scanned(view) if !full_state => {
+                    self.store_scanned(identity, state, view, now, wall)
+                }
+                other => other.accept(state, &identity.group).map(|entry| {
+                    if let Some(seen) = &mut seen {
+                        seen.insert(entry.report.key.clone());
+                    }
+                    self.store_entry(identity, settings, entry, now, wall)
+                }),
+            };
+            match stored {
+                Ok(entry_changed) => {
+                    changed |= entry_changed;
+                    accepted += 1;
+                }
+                Err(e) => {
+                    rejected += 1;
+                    self.rejected_entry(identity, &e, rejected);
+                }
+            }
+        }
+        if rejected > LOGGED_REJECTIONS {
+            tracing::warn!(
+                connector = %identity.name,
+                rejected,
+                "rejected health report entries (only the first {LOGGED_REJECTIONS} logged)"
+            );
+        }
+        if let Some(seen) = &seen {
+            changed |= self.mark_missing(identity, seen, settings, wall);
+        }
+        self.metrics().reports_received.inc_by(accepted);
+        if changed {
+            self.bump();
+        }
+    }
+
+    /// Counts a rejected report entry; logs it when it is one of the first
+    /// `LOGGED_REJECTIONS` of its report (the `nth`).
+    fn rejected_entry(&self, identity: &Identity, error: &ReportError, nth: u64) {
+        self.metrics().reports_rejected.inc();
+        // A broken or hostile connector must not flood the log: a few
+        // entries in detail, then a count.
+        if nth <= LOGGED_REJECTIONS {
+            tracing::warn!(
+                connector = %identity.name,
+                group = %identity.group,
+                error = %error,
+                "rejected a health report entry"
+            );
+        }
+    }
+
+    /// Stores one accepted entry in the health table (and, on-access, keeps
+    /// the CA's window in step). Returns whether an application's effective
+    /// status may have changed.
+    fn store_entry(
+        &self,
+        identity: &Identity,
+        settings: &Settings,
+        entry: Accepted,
+        now: Instant,
+        wall: SystemTime,
+    ) -> bool {
+        let Accepted {
+            report,
+            mode,
+            report_interval,
+        } = entry;
+        let ApplicationReport {
+            key,
+            status,
+            addresses,
+            checked_at_unix_ms,
+            dns_error,
+            expired,
+            age,
+            access_id,
+        } = report;
+        let mut changed = false;
+        if mode == HealthReporting::OnAccess {
+            let entry = WindowReport {
+                status,
+                expired,
+                accessed: access_id
+                    .and_then(|id| self.verified_access(identity, &key, &id, now, wall)),
+            };
+            let (window_changed, keep) = self.follow_window(identity, settings, &key, entry, now);
+            changed |= window_changed;
+            if !keep {
+                return changed;
+            }
+        }
+        let report = Report {
+            addresses: protocol::scan::Addresses::from_vec(addresses),
+            dns_error,
+            checked_at: crate::state::health::checked_at(now, age),
+            checked_at_unix_ms,
+            ..table_report(identity, status, expired, now, wall)
+        };
+        changed | self.store_report(identity, settings, key, report, report_interval, now)
+    }
+
+    /// Stores an accepted entry of a segment that is not on-access, with
+    /// its key as read from the message; see `store_entry`.
+    fn store_scanned(
+        &self,
+        identity: &Identity,
+        state: &PolicyState,
+        view: &mut EntryView<'_>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<bool, ReportError> {
+        let segment = app_allowed_parts(
+            state,
+            &identity.group,
+            (view.segment, view.host.as_str()),
+            view.host.ip(),
+            view.protocol,
+            view.port,
+        )?;
+        let settings = state.settings();
+        if segment.health_reporting == HealthReporting::OnAccess {
+            // The on-access window's bookkeeping keeps owned keys.
+            let entry = Accepted {
+                mode: segment.health_reporting,
+                report_interval: segment.report_interval,
+                report: view.take_report(),
+            };
+            return Ok(self.store_entry(identity, settings, entry, now, wall));
+        }
+        let report = Report {
+            dns_error: view.dns_error(),
+            checked_at: crate::state::health::checked_at(now, view.age),
+            checked_at_unix_ms: view.checked_at_unix_ms,
+            addresses: std::mem::take(&mut view.addresses),
+            ..table_report(identity, view.status, view.expired, now, wall)
+        };
+        let key = KeyRef {
+            segment: view.segment,
+            host: view.host,
+            protocol: view.protocol,
+            port: view.port,
+        };
+        Ok(self.store_report(
+            identity,
+            settings,
+            key,
+            report,
+            segment.report_interval,
+            now,
+        ))
+    }
+
+    /// Puts `report` in the health table as `identity`'s latest for `key`.
+    /// Returns whether the application's effective status may have changed.
+    fn store_report(
+        &self,
+        identity: &Identity,
+        settings: &Settings,
+        key: impl TableKey,
+        report: Report,
+        report_interval: Duration,
+        now: Instant,
+    ) -> bool {
+        let stored = report.status;
+        let previous =
+            self.health()
+                .replace(key, &identity.name, report, settings.transitions_kept);
+        // The effective status can change only if the stored one does, or
+        // if the previous report may have been stale (older than the
+        // staleness limit's lower bound; a fresh report makes it current
+        // again).
+        match previous {
+            None => stored != Status::Unknown,
+            Some((was, at)) => {
+                was != stored
+                    || (was != Status::Unknown
+                        && now.saturating_duration_since(at)
+                            > report_interval.saturating_mul(settings.stale_after_intervals))
+            }
+        }
+    }
+
+    /// When the access that report entry's `id` names happened, on this
+    /// CA's monotonic clock, if any replica of this deployment issued `id`
+    /// for this connector and application (`state::access_ids`). Replicas' wall
+    /// clocks are assumed synchronised (NTP); an access time more than
+    /// `MAX_ACCESS_CLOCK_SKEW` ahead of this CA's clock is refused.
+    fn verified_access(
+        &self,
+        identity: &Identity,
+        key: &AppKey,
+        id: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Option<Instant> {
+        let at_ms = self.access_ids().verify(&identity.name, key, id)?;
+        let wall_ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let skew = i64::try_from(MAX_ACCESS_CLOCK_SKEW.as_millis()).unwrap_or(i64::MAX);
+        if at_ms > wall_ms.saturating_add(skew) {
+            return None;
+        }
+        let ago = u64::try_from(wall_ms.saturating_sub(at_ms)).unwrap_or(0);
+        // Too far back for this clock: certainly more than a window.
+        now.checked_sub(Duration::from_millis(ago))
+    }
+
+    /// Keeps the CA's on-access window for (`key`, connector) in step with
+    /// what the connector reports. Returns whether a window was adopted or
+    /// a forced re-check answered (either may change a decision), and
+    /// whether to store the entry: not when its window would be one more
+    /// than the caps allow (`max_windows_per_connector`,
+    /// `max_windows_per_segment`; counted in `windows_refused`), so a
+    /// report cannot grow the CA beyond them.
+    fn follow_window(
+        &self,
+        identity: &Identity,
+        settings: &Settings,
+        key: &AppKey,
+        entry: WindowReport,
+        now: Instant,
+    ) -> (bool, bool) {
+        let WindowReport {
+            status,
+            expired,
+            accessed,
+        } = entry;
+        let wk = (key.clone(), identity.name.to_string());
+        // A report answers a forced re-check: an access waiting on it must
+        // look again even if the status did not change.
+        let answered = self.on_access().answered(&wk);
+        let (adopted, keep) = if expired {
+            // The connector stopped checking: the next access must reach it
+            // again, not be coalesced away.
+            self.on_access().end(&wk);
+            (false, true)
+        } else if status != Status::Unknown {
+            // Adopt windows the CA did not start (another replica forwarded
+            // the access, or this CA restarted) when a verified access
+            // opened them; keep the rest as unsolicited entries.
+            match self
+                .on_access()
+                .adopt(wk, accessed, now, settings.window_caps())
+            {
+                Adoption::Live => (false, true),
+                Adoption::Adopted => (true, true),
+                Adoption::Unsolicited => {
+                    self.metrics().unsolicited_entries.inc();
+                    (false, true)
+                }
+                Adoption::Full(_) => {
+                    Metrics::count(&self.metrics().windows_refused, "report");
+                    (false, false)
+                }
+            }
+        } else {
+            (false, true)
+        };
+        (answered || adopted, keep)
+    }
+
+    /// A full-state report lists everything the connector checks: what it
+    /// left out is Unknown for it now. Returns whether anything changed.
+    fn mark_missing(
+        &self,
+        identity: &Identity,
+        seen: &HashSet<AppKey>,
+        settings: &Settings,
+        wall: SystemTime,
+    ) -> bool {
+        let name = &*identity.name;
+        let marked = self
+            .health()
+            .mark_unknown(wall, settings.transitions_kept, |key, c, _| {
+                (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
+            });
+        marked > 0
+    }
+}
+
+/// The table's form of an entry with `status` (`expired`: its on-access
+/// window ended) received at `now`: no addresses, no resolver reason,
+/// checked when received; the caller fills those in.
+fn table_report(
+    identity: &Identity,
+    status: Status,
+    expired: bool,
+    now: Instant,
+    wall: SystemTime,
+) -> Report {
+    let unknown_cause = match (status, expired) {
+        (_, true) => Some(UnknownCause::WindowExpired),
+        (Status::Unknown, false) => Some(UnknownCause::Reported),
+        _ => None,
+    };
+    Report {
+        group: Arc::clone(&identity.group),
+        status: if expired { Status::Unknown } else { status },
+        addresses: protocol::scan::Addresses::new(),
+        dns_error: None,
+        received_at: now,
+        checked_at: now,
+        received_wall: wall,
+        checked_at_unix_ms: 0,
+        unknown_cause,
+        rtt: None,
+    }
+}
+
+/// One report entry as it arrived.
+pub(crate) enum Entry<'e, 'm> {
+    /// Decoded with prost; converted (and checked) on intake.
+    Wire(v1::ApplicationHealth),
+    /// Read and checked by `protocol::scan` (borrowed from the scanned
+    /// report; the intake moves out what it keeps).
+    Scanned(&'e mut EntryView<'m>),
+}
+
+impl Entry<'_, '_> {
+    /// `accept` of the entry.
+    fn accept(self, state: &PolicyState, group: &str) -> Result<Accepted, ReportError> {
+        match self {
+            Entry::Wire(app) => accept(state, group, app),
+            Entry::Scanned(view) => accept_report(state, group, view.take_report()),
+        }
+    }
+}
+
+/// What one on-access report entry says about its window.
+struct WindowReport {
+    status: Status,
+    /// The connector stopped checking (the window ended).
+    expired: bool,
+    /// When the access the entry's verified access id names happened
+    /// (`None`: no id, or one that does not verify).
+    accessed: Option<Instant>,
+}
+
+/// One accepted report entry with what its segment says about it.
+struct Accepted {
+    report: ApplicationReport,
+    /// The segment's mode and report interval.
+    mode: HealthReporting,
+    report_interval: Duration,
+}
+
+/// Checks one report entry: well-formed (`protocol` rejects malformed
+/// input, and parses an IP host once) and for an application the group
+/// serves.
+fn accept(
+    state: &PolicyState,
+    group: &str,
+    app: v1::ApplicationHealth,
+) -> Result<Accepted, ReportError> {
+    accept_report(state, group, ApplicationReport::try_from(app)?)
+}
+
+/// `accept` of an entry converted already.
+fn accept_report(
+    state: &PolicyState,
+    group: &str,
+    report: ApplicationReport,
+) -> Result<Accepted, ReportError> {
+    let segment = app_allowed_ip(state, group, &report.key, report.key.host.ip())?;
+    Ok(Accepted {
+        mode: segment.health_reporting,
+        report_interval: segment.report_interval,
+        report,
+    })
+}

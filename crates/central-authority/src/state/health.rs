@@ -1,0 +1,1026 @@
+//! The health table: the latest report per (application, connector), with
+//! its per-address detail, and the last status transitions per application.
+//!
+//! **Invariant:** every method takes a shard's lock for one short, purely
+//! synchronous critical section; nothing here awaits, so the access path can
+//! never queue behind a lock held across an `.await`.
+//!
+//! The table is split into [`SHARDS`] shards by a hash of the application
+//! key, each behind its own lock, so sessions storing reports of different
+//! applications on different threads rarely contend (one lock for the whole
+//! table was the CA's most contended point under report load). A method that
+//! visits every application takes the shards' locks one after another, never
+//! two at once: what it decides, it decides per report, so it needs no
+//! snapshot of the whole table.
+
+use std::borrow::Borrow;
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
+use serde::Serialize;
+
+use crate::state::sync::{read, write};
+
+/// Why a connector's status for an application is Unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownCause {
+    /// The connector's session ended.
+    Disconnected,
+    /// The on-access window ended (reported by the connector or noticed by
+    /// the CA).
+    WindowExpired,
+    /// No report for longer than the staleness limit.
+    Stale,
+    /// A full-state report of the connector left the application out.
+    NotInFullState,
+    /// The connector itself reported Unknown.
+    Reported,
+    /// On-access: a result no verified access asked for (no valid access
+    /// id); kept and listed, never routed on.
+    Unsolicited,
+}
+
+impl UnknownCause {
+    /// The snake_case name used in JSON and on the dashboard.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownCause::Disconnected => "disconnected",
+            UnknownCause::WindowExpired => "window_expired",
+            UnknownCause::Stale => "stale",
+            UnknownCause::NotInFullState => "not_in_full_state",
+            UnknownCause::Reported => "reported",
+            UnknownCause::Unsolicited => "unsolicited",
+        }
+    }
+}
+
+/// One connector's latest report for one application.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The connector's group (shared by all of a session's reports).
+    pub group: Arc<str>,
+    /// The status as last reported (or set Unknown by the CA).
+    pub status: Status,
+    /// Per-address results (empty once the status is set Unknown).
+    pub addresses: protocol::scan::Addresses,
+    /// The resolver's reason when DNS failed.
+    pub dns_error: Option<String>,
+    /// When the CA received it.
+    pub received_at: Instant,
+    /// When the check behind it ran, on the CA's monotonic clock: the
+    /// receive time minus the age the connector reported (staleness counts
+    /// from here, so a re-sent old result does not look fresh).
+    pub checked_at: Instant,
+    /// When the CA received it (for display).
+    pub received_wall: SystemTime,
+    /// When the connector finished the check round (its clock), Unix ms.
+    pub checked_at_unix_ms: i64,
+    /// Why the status is Unknown, when it is.
+    pub unknown_cause: Option<UnknownCause>,
+    /// The connector's smoothed RTT to the application
+    /// (`policy::smooth_rtt` over its reports' reachable addresses); set by
+    /// the table when it stores a report, whatever the caller put here.
+    pub rtt: Option<Duration>,
+}
+
+/// What an updated report no longer holds, freed by the caller after the
+/// shard's lock is released: the allocations only (results held inline are
+/// dropped in place, which frees nothing but a failure's detail text).
+#[derive(Debug)]
+struct Replaced {
+    _group: Arc<str>,
+    _addresses: Vec<AddressResult>,
+    _dns_error: Option<String>,
+}
+
+impl Report {
+    /// Takes `new`'s fields in place (the entry is not moved as a whole,
+    /// and its group is kept when it is the same one); returns what was
+    /// replaced.
+    fn update(&mut self, new: Report) -> Replaced {
+        let Report {
+            group,
+            status,
+            addresses,
+            dns_error,
+            received_at,
+            checked_at,
+            received_wall,
+            checked_at_unix_ms,
+            unknown_cause,
+            rtt,
+        } = new;
+        let group = if Arc::ptr_eq(&self.group, &group) {
+            group
+        } else {
+            std::mem::replace(&mut self.group, group)
+        };
+        self.status = status;
+        self.received_at = received_at;
+        self.checked_at = checked_at;
+        self.received_wall = received_wall;
+        self.checked_at_unix_ms = checked_at_unix_ms;
+        self.unknown_cause = unknown_cause;
+        self.rtt = rtt;
+        let old_addresses = if self.addresses.spilled() {
+            std::mem::replace(&mut self.addresses, addresses).into_vec()
+        } else {
+            self.addresses = addresses;
+            Vec::new()
+        };
+        Replaced {
+            _group: group,
+            _addresses: old_addresses,
+            _dns_error: std::mem::replace(&mut self.dns_error, dns_error),
+        }
+    }
+}
+
+/// When a check `age` old at `received_at` ran, on the same monotonic
+/// clock. An age beyond what the clock can represent (a hostile or broken
+/// connector) counts as a year, which is stale under any interval.
+pub fn checked_at(received_at: Instant, age: std::time::Duration) -> Instant {
+    const LONGEST: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+    // A fresh result (the usual case under load) needs no clock arithmetic.
+    if age.is_zero() {
+        return received_at;
+    }
+    received_at
+        .checked_sub(age)
+        .or_else(|| received_at.checked_sub(age.min(LONGEST)))
+        .unwrap_or(received_at)
+}
+
+/// A status change of one connector for one application.
+#[derive(Clone, Debug)]
+pub struct Transition {
+    /// When the CA saw it.
+    pub at: SystemTime,
+    /// Which connector.
+    pub connector: String,
+    /// Status before.
+    pub from: Status,
+    /// Status after.
+    pub to: Status,
+    /// Why (`report`, or an `UnknownCause` name).
+    pub cause: &'static str,
+}
+
+#[derive(Debug, Default)]
+struct AppRecord {
+    reports: Reports,
+    transitions: VecDeque<Transition>,
+}
+
+/// The connectors' latest reports for one application, in name order.
+///
+/// Names and reports are two parallel vectors, sorted by name. A session
+/// stores its reports under one shared name (`Arc<str>`), so the slot of a
+/// known connector is found by comparing pointers in the contiguous name
+/// vector, without reading any name's text; only a miss (a new connector,
+/// or the first report of a new session) searches by text, and a hit by
+/// text adopts the caller's pointer for the next time. With a `BTreeMap<String,
+/// Report>` each update compared the text of several names, each in its own
+/// allocation: under report load that was a third of the table's CPU.
+#[derive(Clone, Debug, Default)]
+pub struct Reports {
+    names: Vec<Arc<str>>,
+    reports: Vec<Report>,
+}
+
+impl Reports {
+    /// `name`'s report.
+    pub fn get(&self, name: &str) -> Option<&Report> {
+        self.search(name).ok().map(|i| &self.reports[i])
+    }
+
+    /// How many connectors reported.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether no connector reported.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every connector's name and report, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &Report)> + '_ {
+        self.names.iter().map(|n| &**n).zip(&self.reports)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&Arc<str>, &mut Report)> + '_ {
+        self.names.iter().zip(&mut self.reports)
+    }
+
+    /// Where `name` is (`Ok`) or would go (`Err`), by its text.
+    fn search(&self, name: &str) -> Result<usize, usize> {
+        self.names.binary_search_by(|n| (**n).cmp(name))
+    }
+
+    /// The slot of `name`: by pointer first, then by text (adopting
+    /// `name`'s pointer when its text is found).
+    fn slot(&mut self, name: &Arc<str>) -> Result<usize, usize> {
+        if let Some(i) = self.names.iter().position(|n| Arc::ptr_eq(n, name)) {
+            return Ok(i);
+        }
+        let found = self.search(name);
+        if let Ok(i) = found {
+            self.names[i] = Arc::clone(name);
+        }
+        found
+    }
+
+    fn insert_at(&mut self, at: usize, name: &Arc<str>, report: Report) {
+        self.names.insert(at, Arc::clone(name));
+        self.reports.insert(at, report);
+    }
+
+    /// Keeps the reports for which `keep` is true.
+    fn retain(&mut self, mut keep: impl FnMut(&str, &mut Report) -> bool) {
+        let mut i = 0;
+        while i < self.names.len() {
+            if keep(&self.names[i], &mut self.reports[i]) {
+                i += 1;
+            } else {
+                self.names.remove(i);
+                self.reports.remove(i);
+            }
+        }
+    }
+}
+
+impl std::ops::Index<&str> for Reports {
+    type Output = Report;
+
+    /// `name`'s report; panics when it has none (as a map's index does).
+    fn index(&self, name: &str) -> &Report {
+        match self.get(name) {
+            Some(r) => r,
+            None => panic!("no report of connector {name:?}"),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Reports {
+    type Item = (&'a str, &'a Report);
+    type IntoIter = std::iter::Zip<
+        std::iter::Map<std::slice::Iter<'a, Arc<str>>, fn(&Arc<str>) -> &str>,
+        std::slice::Iter<'a, Report>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let name: fn(&Arc<str>) -> &str = |n| n;
+        self.names.iter().map(name).zip(self.reports.iter())
+    }
+}
+
+impl AppRecord {
+    fn push(&mut self, t: Transition, keep: usize) {
+        self.transitions.push_back(t);
+        while self.transitions.len() > keep {
+            self.transitions.pop_front();
+        }
+    }
+}
+
+/// An application key as the table looks it up: owned ([`AppKey`]) or
+/// borrowed from a report message ([`KeyRef`]). Both hash and compare as
+/// the same parts, so a borrowed key finds the owned one in the maps
+/// without being copied.
+pub trait KeyLike {
+    /// Segment name, normalised host text, protocol and port.
+    fn parts(&self) -> (&str, &str, Protocol, u16);
+}
+
+impl KeyLike for AppKey {
+    fn parts(&self) -> (&str, &str, Protocol, u16) {
+        (&self.segment, &self.host, self.protocol, self.port)
+    }
+}
+
+/// Hashes as `AppKey`'s derived `Hash` does (`Host` hashes as its text).
+impl Hash for dyn KeyLike + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (segment, host, protocol, port) = self.parts();
+        segment.hash(state);
+        host.hash(state);
+        protocol.hash(state);
+        port.hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyLike + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyLike + '_ {}
+
+impl<'a> Borrow<dyn KeyLike + 'a> for AppKey {
+    fn borrow(&self) -> &(dyn KeyLike + 'a) {
+        self
+    }
+}
+
+/// A borrowed application key: the report intake's, read from the message
+/// (`protocol::scan`).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRef<'a> {
+    /// Segment name.
+    pub segment: &'a str,
+    /// The host, in normal form.
+    pub host: HostRef<'a>,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port.
+    pub port: u16,
+}
+
+impl KeyLike for KeyRef<'_> {
+    fn parts(&self) -> (&str, &str, Protocol, u16) {
+        (self.segment, self.host.as_str(), self.protocol, self.port)
+    }
+}
+
+/// A key [`HealthTable::replace`] takes: looked up as it is, owned only
+/// when the table keeps it (a new application, a published transition).
+pub trait TableKey: KeyLike {
+    /// The owned key, copied.
+    fn to_key(&self) -> AppKey;
+    /// The owned key.
+    fn into_key(self) -> AppKey;
+}
+
+impl TableKey for AppKey {
+    fn to_key(&self) -> AppKey {
+        self.clone()
+    }
+
+    fn into_key(self) -> AppKey {
+        self
+    }
+}
+
+impl TableKey for KeyRef<'_> {
+    fn to_key(&self) -> AppKey {
+        AppKey {
+            segment: self.segment.to_owned(),
+            host: self.host.to_host(),
+            protocol: self.protocol,
+            port: self.port,
+        }
+    }
+
+    fn into_key(self) -> AppKey {
+        self.to_key()
+    }
+}
+
+/// How many shards the table has (a power of two, comfortably more than
+/// the worker threads that store reports at once).
+pub const SHARDS: usize = 16;
+
+/// The hasher of the table's maps: foldhash (what hashbrown uses by default;
+/// several times faster than std's SipHash on these short keys), with a
+/// per-process random seed, so hosts a connector reports under a wildcard
+/// cannot be chosen to collide.
+type Hasher = foldhash::fast::RandomState;
+
+type Shard = RwLock<ShardMap>;
+
+/// One shard's applications: a hash table looked up with the hash that
+/// also picked the shard (`HealthTable::hash`), so a key is hashed once per
+/// lookup, not twice (a `HashMap` hashes again with its own hasher).
+#[derive(Debug, Default)]
+struct ShardMap {
+    entries: hashbrown::HashTable<(AppKey, AppRecord)>,
+}
+
+impl ShardMap {
+    fn find(&self, hash: u64, key: &dyn KeyLike) -> Option<&AppRecord> {
+        let parts = key.parts();
+        self.entries
+            .find(hash, |(k, _)| KeyLike::parts(k) == parts)
+            .map(|(_, r)| r)
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &dyn KeyLike) -> Option<&mut AppRecord> {
+        let parts = key.parts();
+        self.entries
+            .find_mut(hash, |(k, _)| KeyLike::parts(k) == parts)
+            .map(|(_, r)| r)
+    }
+
+    /// Adds `key`, which the shard does not hold, with an empty record.
+    fn insert_new(&mut self, hash: u64, key: AppKey, hasher: &Hasher) -> &mut AppRecord {
+        let entry = self
+            .entries
+            .insert_unique(hash, (key, AppRecord::default()), |(k, _)| {
+                hasher.hash_one(k as &dyn KeyLike)
+            });
+        &mut entry.into_mut().1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&AppKey, &AppRecord)> + '_ {
+        self.entries.iter().map(|(k, r)| (k, r))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&AppKey, &mut AppRecord)> + '_ {
+        self.entries.iter_mut().map(|(k, r)| (&*k, r))
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&AppKey, &mut AppRecord) -> bool) {
+        self.entries.retain(|(k, r)| keep(k, r));
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The table. Its data is read by cloning it out, or through `inspect`
+/// under a shard's read lock.
+#[derive(Debug)]
+pub struct HealthTable {
+    /// Picks a key's shard.
+    hasher: Hasher,
+    shards: Box<[Shard]>,
+    /// Transitions not yet taken by `take_transitions` (the history and the
+    /// live streams): pushed after the shard's lock is released, so this
+    /// lock is never held with a shard's.
+    outbox: std::sync::Mutex<Vec<(AppKey, Transition)>>,
+}
+
+impl Default for HealthTable {
+    fn default() -> Self {
+        HealthTable {
+            hasher: Hasher::default(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            outbox: std::sync::Mutex::default(),
+        }
+    }
+}
+
+/// Most transitions the outbox holds between two `take_transitions`; past
+/// it the oldest are dropped (and counted in the log), so a stalled taker
+/// cannot grow memory without bound.
+const OUTBOX_CAP: usize = 100_000;
+
+impl HealthTable {
+    /// `key`'s hash, which picks its shard and its slot in the shard.
+    fn hash(&self, key: &dyn KeyLike) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a key with `hash`: bits 32 and up pick it. A shard's
+    /// table takes its slot from the low bits and its tags from the top 7,
+    /// so the shard's bits must be neither: every key of a shard shares
+    /// them.
+    fn shard_of(&self, hash: u64) -> &Shard {
+        // SHARDS is a power of two.
+        &self.shards[((hash >> 32) as usize) & (SHARDS - 1)]
+    }
+
+    /// The shard that holds `key`, and `key`'s hash.
+    fn shard(&self, key: &dyn KeyLike) -> (&Shard, u64) {
+        let hash = self.hash(key);
+        (self.shard_of(hash), hash)
+    }
+
+    /// Stores `report` as `connector`'s latest for `key`; returns the
+    /// previous status (Unknown when there was none).
+    pub fn record(&self, key: AppKey, connector: &str, report: Report, keep: usize) -> Status {
+        self.replace(key, &Arc::from(connector), report, keep)
+            .map_or(Status::Unknown, |(status, _)| status)
+    }
+
+    /// Stores `report` as `connector`'s latest for `key`; returns the
+    /// previous report's status and check time, if there was one.
+    pub fn replace(
+        &self,
+        key: impl TableKey,
+        connector: &Arc<str>,
+        report: Report,
+        keep: usize,
+    ) -> Option<(Status, Instant)> {
+        let (shard, hash) = self.shard(&key);
+        let mut apps = write(shard);
+        let transition = |previous: Status, report: &Report| {
+            (previous != report.status).then(|| Transition {
+                at: report.received_wall,
+                connector: connector.to_string(),
+                from: previous,
+                to: report.status,
+                cause: report.unknown_cause.map_or("report", UnknownCause::as_str),
+            })
+        };
+        // The smoothed RTT goes on from the previous report's; a report
+        // with no reachable address keeps it (a failure says nothing about
+        // distance).
+        let mut report = report;
+        let smooth = |previous: Option<Duration>, report: &Report| {
+            // One address (the usual report): its RTT is the sample, as
+            // `rtt_sample` would compute it, without iterating twice.
+            let sample = match report.addresses.as_slice() {
+                [only] => only.reachable.then_some(only.rtt),
+                all => policy::rtt_sample(all),
+            };
+            sample
+                .map(|sample| policy::smooth_rtt(previous, sample))
+                .or(previous)
+        };
+        let store = |record: &mut AppRecord| {
+            // One search of the connector's slot, then update or insert.
+            let (before, change, old) = match record.reports.slot(connector) {
+                Ok(i) => {
+                    let slot = &mut record.reports.reports[i];
+                    report.rtt = smooth(slot.rtt, &report);
+                    let before = (slot.status, slot.checked_at);
+                    let change = transition(slot.status, &report);
+                    (Some(before), change, Some(slot.update(report)))
+                }
+                Err(at) => {
+                    report.rtt = smooth(None, &report);
+                    let change = transition(Status::Unknown, &report);
+                    record.reports.insert_at(at, connector, report);
+                    (None, change, None)
+                }
+            };
+            if let Some(t) = &change {
+                record.push(t.clone(), keep);
+            }
+            (before, change, old)
+        };
+        // The key stays ours for the published transition; it is cloned
+        // only when the application is new. One search of the map for a
+        // known application, not two (each search compares the key's
+        // strings: part of the table's share of the CA's CPU under report
+        // load).
+        let (before, published, old) = match apps.find_mut(hash, &key) {
+            Some(record) => store(record),
+            None => store(apps.insert_new(hash, key.to_key(), &self.hasher)),
+        };
+        // The replaced report is freed after the lock is released.
+        drop(apps);
+        drop(old);
+        // The outbox is one lock for the whole table: only a transition
+        // takes it (most reports change nothing).
+        if let Some(t) = published {
+            self.publish(std::iter::once((key.into_key(), t)));
+        }
+        before
+    }
+
+    /// Queues transitions for `take_transitions`.
+    fn publish(&self, transitions: impl IntoIterator<Item = (AppKey, Transition)>) {
+        let mut outbox = crate::state::sync::lock(&self.outbox);
+        outbox.extend(transitions);
+        if outbox.len() > OUTBOX_CAP {
+            let excess = outbox.len() - OUTBOX_CAP;
+            outbox.drain(..excess);
+            tracing::warn!(
+                dropped = excess,
+                "status history: transitions dropped (nobody took them)"
+            );
+        }
+    }
+
+    /// Every transition since the last call, oldest first.
+    pub fn take_transitions(&self) -> Vec<(AppKey, Transition)> {
+        std::mem::take(&mut *crate::state::sync::lock(&self.outbox))
+    }
+
+    /// Sets every entry for which `decide` names a cause to Unknown (entries
+    /// already Unknown are left alone); returns how many changed.
+    pub fn mark_unknown(
+        &self,
+        wall: SystemTime,
+        keep: usize,
+        mut decide: impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
+    ) -> usize {
+        let mut changed = 0;
+        for shard in &self.shards {
+            let mut published = Vec::new();
+            changed += Self::mark_shard(&mut write(shard), wall, keep, &mut decide, &mut published);
+            self.publish(published);
+        }
+        changed
+    }
+
+    fn mark_shard(
+        apps: &mut ShardMap,
+        wall: SystemTime,
+        keep: usize,
+        decide: &mut impl FnMut(&AppKey, &str, &Report) -> Option<UnknownCause>,
+        published: &mut Vec<(AppKey, Transition)>,
+    ) -> usize {
+        let mut changed = 0;
+        for (key, record) in apps.iter_mut() {
+            let mut transitions = Vec::new();
+            for (connector, report) in record.reports.iter_mut() {
+                if report.status == Status::Unknown {
+                    continue;
+                }
+                if let Some(cause) = decide(key, connector, report) {
+                    transitions.push(Transition {
+                        at: wall,
+                        connector: connector.to_string(),
+                        from: report.status,
+                        to: Status::Unknown,
+                        cause: cause.as_str(),
+                    });
+                    report.status = Status::Unknown;
+                    report.addresses.clear();
+                    report.dns_error = None;
+                    report.unknown_cause = Some(cause);
+                    changed += 1;
+                }
+            }
+            for t in transitions {
+                published.push((key.clone(), t.clone()));
+                record.push(t, keep);
+            }
+        }
+        changed
+    }
+
+    /// Every connector's stored status and check time (`Report::checked_at`)
+    /// for `key`.
+    pub fn statuses(&self, key: &AppKey) -> Vec<(String, Status, Instant)> {
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
+            .map(|r| {
+                r.reports
+                    .iter()
+                    .map(|(c, rep)| (c.to_owned(), rep.status, rep.checked_at))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What `f` makes of `key`'s reports and latest transition, under the
+    /// shard's read lock (nothing is copied out; `f` must not take other
+    /// locks). `None` when no connector reported `key`.
+    pub fn inspect<R>(
+        &self,
+        key: &AppKey,
+        f: impl FnOnce(&Reports, Option<&Transition>) -> R,
+    ) -> Option<R> {
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
+            .map(|r| f(&r.reports, r.transitions.back()))
+    }
+
+    /// A copy of everything known about `key`.
+    pub fn app(&self, key: &AppKey) -> Option<(Reports, Vec<Transition>)> {
+        let (shard, hash) = self.shard(key);
+        read(shard)
+            .find(hash, key)
+            .map(|r| (r.reports.clone(), r.transitions.iter().cloned().collect()))
+    }
+
+    /// Removes every connector's entry for which `remove` is true, and
+    /// applications left without any; returns how many entries went.
+    pub fn remove_where(&self, mut remove: impl FnMut(&AppKey, &str, &Report) -> bool) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut apps = write(shard);
+            apps.retain(|key, record| {
+                let before = record.reports.len();
+                record.reports.retain(|c, r| !remove(key, c, r));
+                removed += before - record.reports.len();
+                !record.reports.is_empty()
+            });
+        }
+        removed
+    }
+
+    /// How many applications the table holds.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| read(s).len()).sum()
+    }
+
+    /// Whether the table holds no application.
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| read(s).is_empty())
+    }
+
+    /// Every application with at least one report.
+    pub fn keys(&self) -> Vec<AppKey> {
+        let mut keys = Vec::new();
+        for shard in &self.shards {
+            keys.extend(read(shard).iter().map(|(k, _)| k.clone()));
+        }
+        keys
+    }
+
+    /// Drops every report for which `keep` is false, and applications left
+    /// without reports (after a policy change removed them).
+    pub fn retain(&self, mut keep: impl FnMut(&AppKey, &str, &Report) -> bool) {
+        for shard in &self.shards {
+            let mut apps = write(shard);
+            for (key, record) in apps.iter_mut() {
+                record.reports.retain(|c, r| keep(key, c, r));
+            }
+            apps.retain(|_, r| !r.reports.is_empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy::Protocol;
+    use std::time::Duration;
+
+    fn key() -> AppKey {
+        AppKey {
+            segment: "s".into(),
+            host: "h.example.test".parse().expect("host"),
+            protocol: Protocol::Tcp,
+            port: 80,
+        }
+    }
+
+    fn report(status: Status, at: Instant) -> Report {
+        Report {
+            group: "g".into(),
+            status,
+            addresses: protocol::scan::Addresses::new(),
+            dns_error: None,
+            received_at: at,
+            checked_at: at,
+            received_wall: SystemTime::now(),
+            checked_at_unix_ms: 0,
+            unknown_cause: None,
+            rtt: None,
+        }
+    }
+
+    #[test]
+    fn transitions_are_kept_and_bounded() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        assert_eq!(
+            t.record(key(), "c1", report(Status::Up, now), 2),
+            Status::Unknown
+        );
+        assert_eq!(
+            t.record(key(), "c1", report(Status::Up, now), 2),
+            Status::Up
+        );
+        t.record(key(), "c1", report(Status::Down, now), 2);
+        t.record(key(), "c1", report(Status::Up, now), 2);
+        let (_, transitions) = t.app(&key()).expect("app");
+        assert_eq!(transitions.len(), 2);
+        assert_eq!(
+            (transitions[0].from, transitions[0].to),
+            (Status::Up, Status::Down)
+        );
+    }
+
+    #[test]
+    fn an_update_takes_every_field_of_the_new_report() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        t.record(key(), "c1", report(Status::Up, now), 4);
+        let later = now + Duration::from_secs(5);
+        let address = policy::AddressResult {
+            address: "10.0.0.1".parse().expect("ip"),
+            reachable: true,
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(3),
+            failure: None,
+        };
+        let new = Report {
+            group: "other".into(),
+            addresses: smallvec::smallvec![address.clone()],
+            dns_error: Some("none".into()),
+            checked_at: now + Duration::from_secs(4),
+            checked_at_unix_ms: 42,
+            unknown_cause: Some(UnknownCause::Reported),
+            ..report(Status::Unknown, later)
+        };
+        assert_eq!(t.record(key(), "c1", new, 4), Status::Up);
+        let (reports, _) = t.app(&key()).expect("app");
+        let r = &reports["c1"];
+        assert_eq!(&*r.group, "other");
+        assert_eq!(r.status, Status::Unknown);
+        assert_eq!(r.addresses.as_slice(), [address]);
+        assert_eq!(r.dns_error.as_deref(), Some("none"));
+        assert_eq!(r.received_at, later);
+        assert_eq!(r.checked_at, now + Duration::from_secs(4));
+        assert_eq!(r.checked_at_unix_ms, 42);
+        assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
+        assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    #[test]
+    fn one_address_is_held_inline_and_any_count_replaces_any_other() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let result = |last: u8, failure: Option<&str>| policy::AddressResult {
+            address: std::net::IpAddr::from([10, 0, 0, last]),
+            reachable: failure.is_none(),
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(u64::from(last)),
+            failure: failure.map(|detail| policy::Failure {
+                kind: policy::FailureKind::Refused,
+                detail: detail.to_owned(),
+            }),
+        };
+        // Inline → two (on the heap) → inline with a failure's text →
+        // inline: each time the table holds exactly the new results.
+        let rounds = [
+            vec![result(1, None)],
+            vec![result(2, None), result(3, Some("refused"))],
+            vec![result(4, Some("connection refused"))],
+            vec![result(5, None)],
+        ];
+        for addresses in rounds {
+            let new = Report {
+                addresses: protocol::scan::Addresses::from_vec(addresses.clone()),
+                ..report(Status::Up, now)
+            };
+            t.record(key(), "c1", new, 4);
+            let (reports, _) = t.app(&key()).expect("app");
+            let stored = &reports["c1"].addresses;
+            assert_eq!(stored.as_slice(), addresses.as_slice());
+            // One result needs no allocation of its own.
+            assert_eq!(stored.spilled(), addresses.len() > 1);
+        }
+    }
+
+    #[test]
+    fn a_borrowed_key_finds_the_owned_one() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let hosts = ["127.20.0.1", "db.example.test", "::1"];
+        for (i, host) in hosts.iter().enumerate() {
+            let owned = AppKey {
+                host: host.parse().expect("host"),
+                port: 80 + i as u16,
+                ..key()
+            };
+            let borrowed = KeyRef {
+                segment: &owned.segment,
+                host: policy::Host::normal(host).expect("normal"),
+                protocol: owned.protocol,
+                port: owned.port,
+            };
+            // Same hash (so the same shard and slot) and equal.
+            let h = foldhash::fast::RandomState::default();
+            assert_eq!(h.hash_one(&owned), h.hash_one(&borrowed as &dyn KeyLike));
+            assert!(std::ptr::eq(t.shard(&owned).0, t.shard(&borrowed).0));
+            assert_eq!(TableKey::to_key(&borrowed), owned);
+            // Stored under the owned key, updated through the borrowed one.
+            t.record(owned.clone(), "c1", report(Status::Up, now), 4);
+            let previous = t.replace(borrowed, &Arc::from("c1"), report(Status::Down, now), 4);
+            assert_eq!(previous.map(|(s, _)| s), Some(Status::Up));
+            assert_eq!(t.statuses(&owned).len(), 1);
+            assert_eq!(t.statuses(&owned)[0].1, Status::Down);
+        }
+        // A new application stored through a borrowed key is owned by the
+        // table, and its transition names it.
+        t.take_transitions();
+        let fresh = KeyRef {
+            segment: "s",
+            host: policy::Host::normal("new.example.test").expect("normal"),
+            protocol: Protocol::Udp,
+            port: 53,
+        };
+        assert!(
+            t.replace(fresh, &Arc::from("c2"), report(Status::Up, now), 4)
+                .is_none()
+        );
+        assert_eq!(t.statuses(&fresh.to_key())[0].1, Status::Up);
+        let published = t.take_transitions();
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[0].0, fresh.to_key());
+        assert_eq!(t.keys().len(), hosts.len() + 1);
+    }
+
+    #[test]
+    fn reports_are_kept_in_name_order_and_found_by_any_copy_of_a_name() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let names: Vec<Arc<str>> = ["c3", "c1", "c2", "c10"].map(Arc::from).into();
+        for n in &names {
+            assert!(t.replace(key(), n, report(Status::Up, now), 4).is_none());
+        }
+        let order = |t: &HealthTable| {
+            t.inspect(&key(), |reports, _| {
+                reports
+                    .iter()
+                    .map(|(n, _)| n.to_owned())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            order(&t),
+            Some(vec!["c1".into(), "c10".into(), "c2".into(), "c3".into()])
+        );
+        // A new session's name is another allocation of the same text: it
+        // updates the connector's slot, never adds a second one.
+        let again: Arc<str> = Arc::from("c2");
+        assert!(!Arc::ptr_eq(&again, &names[2]));
+        let previous = t.replace(key(), &again, report(Status::Down, now), 4);
+        assert_eq!(previous.map(|(s, _)| s), Some(Status::Up));
+        // And the old pointer still finds it (by text, adopting it back).
+        let previous = t.replace(key(), &names[2], report(Status::Up, now), 4);
+        assert_eq!(previous.map(|(s, _)| s), Some(Status::Down));
+        let (reports, _) = t.app(&key()).expect("app");
+        assert_eq!(reports.len(), 4);
+        assert_eq!(reports["c2"].status, Status::Up);
+        assert!(reports.get("c4").is_none());
+        assert!(reports.get("c").is_none());
+        // Removal keeps the rest in order, each with its own report.
+        let removed = t.remove_where(|_, c, _| c == "c10" || c == "c3");
+        assert_eq!(removed, 2);
+        assert_eq!(order(&t), Some(vec!["c1".into(), "c2".into()]));
+        t.record(key(), "c0", report(Status::Down, now), 4);
+        let (reports, _) = t.app(&key()).expect("app");
+        let statuses: Vec<_> = reports.iter().map(|(n, r)| (n, r.status)).collect();
+        assert_eq!(
+            statuses,
+            [("c0", Status::Down), ("c1", Status::Up), ("c2", Status::Up)]
+        );
+    }
+
+    #[test]
+    fn every_shard_is_visited() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let key = |i: usize| AppKey {
+            host: format!("h{i}.example.test").parse().expect("host"),
+            ..key()
+        };
+        for i in 0..200 {
+            t.record(key(i), "c1", report(Status::Up, now), 4);
+        }
+        let used = t.shards.iter().filter(|s| !read(s).is_empty()).count();
+        // Spread over the shards (bits of the hash that no shard's own
+        // table uses pick them).
+        assert!(used >= SHARDS / 2, "200 keys in {used} shards");
+        assert_eq!(t.keys().len(), 200);
+        // Each key is found in its own shard.
+        assert!((0..200).all(|i| t.statuses(&key(i)).len() == 1));
+        // Whole-table passes reach every shard.
+        let even = |k: &AppKey| {
+            k.host[1..]
+                .split('.')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n % 2 == 0)
+        };
+        let marked = t.mark_unknown(SystemTime::now(), 4, |k, _, _| {
+            even(k).then_some(UnknownCause::Stale)
+        });
+        assert_eq!(marked, 100);
+        t.retain(|k, _, _| !even(k));
+        assert_eq!(t.keys().len(), 100);
+        assert!(t.keys().iter().all(|k| !even(k)));
+        assert_eq!(t.statuses(&key(1))[0].1, Status::Up);
+        assert!(t.statuses(&key(2)).is_empty());
+    }
+
+    #[test]
+    fn staleness_with_an_injected_clock() {
+        // The sweep decides with a caller-supplied `now`: no sleeping.
+        let t = HealthTable::default();
+        let start = Instant::now();
+        t.record(key(), "c1", report(Status::Up, start), 10);
+        let interval = Duration::from_secs(60);
+        let sweep = |now: Instant| {
+            t.mark_unknown(SystemTime::now(), 10, |_, _, r| {
+                let s = policy::effective_status(
+                    r.status,
+                    now.saturating_duration_since(r.checked_at),
+                    interval,
+                    3,
+                    Duration::from_secs(30),
+                );
+                (s == Status::Unknown).then_some(UnknownCause::Stale)
+            })
+        };
+        assert_eq!(sweep(start + Duration::from_secs(209)), 0);
+        assert_eq!(t.statuses(&key())[0].1, Status::Up);
+        assert_eq!(sweep(start + Duration::from_secs(211)), 1);
+        assert_eq!(t.statuses(&key())[0].1, Status::Unknown);
+        let (reports, transitions) = t.app(&key()).expect("app");
+        assert_eq!(reports["c1"].unknown_cause, Some(UnknownCause::Stale));
+        assert_eq!(transitions.last().map(|t| t.cause), Some("stale"));
+    }
+}

@@ -1,0 +1,502 @@
+//! The connector registry: every connector the CA has seen, with its live
+//! session (the outbound channel and kill switch), its stated and reported
+//! load and the CA's check-load estimate. Entries are kept after a
+//! connector disconnects, so the API can list it as disconnected.
+//!
+//! It also holds the *pending* streams: authenticated, not yet registered
+//! (before `Hello`). Disable, revoke, re-enrollment and delete close those
+//! too, and registration takes a stream out of the pending set under the
+//! same lock as it records the session: a stream closed while pending can
+//! never register later.
+//!
+//! **Invariant:** the registry's lock is taken only here, for short
+//! synchronous sections, never across an `.await` and never together with
+//! another lock of CA state. Messages to connectors are queued with
+//! `try_send`, so no section waits on a slow peer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use policy::{BudgetEstimate, HealthReporting};
+use protocol::v1;
+use tokio::sync::{Notify, mpsc};
+
+use crate::state::policy_state::PolicyState;
+use crate::state::sync::lock;
+
+/// The sending half of a session's outbound stream.
+pub(crate) type Outbound = mpsc::Sender<Result<v1::AuthorityMessage, tonic::Status>>;
+
+/// A live session of a connector.
+#[derive(Debug)]
+pub(crate) struct LiveSession {
+    pub id: u64,
+    pub label: String,
+    /// Serial of the certificate the session stands on (`None` for a
+    /// plain-text session): the reconcile checks it against the store.
+    pub cert_serial: Option<String>,
+    /// SHA-256 of the provisioning key that authenticated a plain-text
+    /// session (`None` with a certificate): the reconcile checks that key,
+    /// not whichever key the group has now.
+    pub key_sha256: Option<String>,
+    pub tx: Outbound,
+    pub kill: Arc<Notify>,
+}
+
+/// A live session as the reconcile sees it (`Registry::live_sessions`).
+#[derive(Clone, Debug)]
+pub(crate) struct LiveRef {
+    /// The connector.
+    pub name: String,
+    /// The session's id.
+    pub id: u64,
+    /// The connector's group.
+    pub group: String,
+    /// The client certificate's serial; `None` for a session authenticated
+    /// by its group's provisioning key (`[tls] enabled = false`).
+    pub serial: Option<String>,
+    /// For such a session: the SHA-256 of the key that authenticated it.
+    pub key_sha256: Option<String>,
+}
+
+/// Everything the CA knows about one connector. Handed out only as a
+/// reference inside the registry's lock (`Registry::list`).
+#[derive(Debug)]
+pub(crate) struct ConnectorEntry {
+    pub group: String,
+    pub version: String,
+    pub session: Option<LiveSession>,
+    pub load: Option<v1::CheckLoad>,
+    /// How the connector sees the CA replicas (its latest heartbeat).
+    pub replicas: Option<v1::ReplicaAttachment>,
+    /// Checks per second from the connector's Hello (0 = not stated).
+    pub stated_rate: u32,
+    pub connected_since: Option<SystemTime>,
+    pub last_seen: Option<SystemTime>,
+    pub estimate: BudgetEstimate,
+}
+
+impl ConnectorEntry {
+    /// The cycle time used for staleness: the connector's own measurement
+    /// when it sent one, else the CA's estimate.
+    pub fn cycle(&self) -> Duration {
+        match &self.load {
+            Some(l) if l.cycle_seconds.is_finite() && l.cycle_seconds >= 0.0 => {
+                Duration::from_secs_f64(l.cycle_seconds.min(86_400.0))
+            }
+            _ => self.estimate.cycle,
+        }
+    }
+
+    /// Takes the live session, if any, and marks the connector disconnected.
+    fn disconnect(&mut self) -> Option<LiveSession> {
+        self.connected_since = None;
+        self.session.take()
+    }
+}
+
+/// Every connector's snapshot by name. foldhash: the housekeeping sweep
+/// looks a connector up for every (application, connector) result twice a
+/// second, and std's SipHash was most of that sweep's CPU at 100,000
+/// results (BENCHMARKS.md, dashboard at rest).
+pub(crate) type ConnSnaps = HashMap<String, ConnSnap, foldhash::fast::RandomState>;
+
+/// A cheap copy of one connector's state for the access path.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnSnap {
+    pub group: String,
+    pub connected: bool,
+    pub cycle: Duration,
+}
+
+impl ConnSnap {
+    /// What a stored result's effective status depends on.
+    pub fn link(&self) -> Link {
+        Link {
+            connected: self.connected,
+            cycle: self.cycle,
+        }
+    }
+}
+
+/// A connector's connection state and check cycle: what the effective
+/// status of its stored results depends on (`Authority::effective`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Link {
+    pub connected: bool,
+    pub cycle: Duration,
+}
+
+/// What a connector says about itself in its `Hello`.
+#[derive(Debug)]
+pub(crate) struct Arrival<'a> {
+    pub name: &'a str,
+    pub group: &'a str,
+    pub hello: &'a v1::Hello,
+}
+
+/// The registry. One per `Authority`.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    conns: Mutex<Conns>,
+}
+
+/// What the registry's lock guards.
+#[derive(Debug, Default)]
+struct Conns {
+    map: HashMap<String, ConnectorEntry>,
+    /// Authenticated streams that have not registered yet, by session id,
+    /// with their connector's name.
+    pending: HashMap<u64, (String, LiveSession)>,
+}
+
+/// Registration refused: the stream was closed while pending (its
+/// connector was disabled, revoked, re-enrolled or deleted).
+#[derive(Debug)]
+pub(crate) struct NotPending;
+
+impl Registry {
+    /// Records an authenticated stream of `name` that has not sent `Hello`
+    /// yet (`session.id` is the id it registers with).
+    pub(crate) fn open_pending(&self, name: &str, session: LiveSession) {
+        lock(&self.conns)
+            .pending
+            .insert(session.id, (name.to_owned(), session));
+    }
+
+    /// Forgets pending stream `id` (it ended before registering).
+    pub(crate) fn drop_pending(&self, id: u64) {
+        lock(&self.conns).pending.remove(&id);
+    }
+
+    /// Records pending stream `id` as the live session of `arrival.name`
+    /// and returns the session it replaces, if any; `NotPending` when the
+    /// stream was closed meanwhile. `welcome` queues the session's Welcome
+    /// and returns how many segments it assigns: it runs under the
+    /// registry's lock, so a concurrent reload either is reflected in the
+    /// Welcome or sees this session and sends a PolicyUpdate after it.
+    pub(crate) fn register(
+        &self,
+        arrival: Arrival<'_>,
+        id: u64,
+        welcome: impl FnOnce(&LiveSession) -> usize,
+    ) -> Result<Option<LiveSession>, NotPending> {
+        let Arrival { name, group, hello } = arrival;
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        let Some((_, session)) = conns.pending.remove(&id) else {
+            return Err(NotPending);
+        };
+        let count = welcome(&session);
+        let entry = conns
+            .map
+            .entry(name.to_owned())
+            .or_insert_with(|| ConnectorEntry {
+                group: group.to_owned(),
+                version: String::new(),
+                session: None,
+                load: None,
+                replicas: None,
+                stated_rate: 0,
+                connected_since: None,
+                last_seen: None,
+                estimate: policy::estimate_budget(0, 20, u64::MAX),
+            });
+        group.clone_into(&mut entry.group);
+        entry.version = sanitize_version(&hello.version);
+        entry.stated_rate = hello
+            .capabilities
+            .as_ref()
+            .map_or(0, |c| c.checks_per_second);
+        entry.load = None;
+        entry.replicas = None;
+        entry.connected_since = Some(SystemTime::now());
+        entry.last_seen = Some(SystemTime::now());
+        tracing::info!(
+            connector = %name,
+            group = %group,
+            session = %session.label,
+            version = %entry.version,
+            segments = count,
+            "connector connected"
+        );
+        Ok(entry.session.replace(session))
+    }
+
+    /// Takes session `id` of `name` if it is still the live one (a replaced
+    /// session was already closed by its replacement).
+    pub(crate) fn end(&self, name: &str, id: u64) -> Option<LiveSession> {
+        match lock(&self.conns).map.get_mut(name) {
+            Some(e) if e.session.as_ref().is_some_and(|s| s.id == id) => e.disconnect(),
+            _ => None,
+        }
+    }
+
+    /// Takes `name`'s live session, whichever it is.
+    pub(crate) fn close(&self, name: &str) -> Option<LiveSession> {
+        lock(&self.conns)
+            .map
+            .get_mut(name)
+            .and_then(ConnectorEntry::disconnect)
+    }
+
+    /// Takes `name`'s live session and its pending streams, under one lock
+    /// (so none of them can register after).
+    pub(crate) fn close_streams(&self, name: &str) -> (Option<LiveSession>, Vec<LiveSession>) {
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        let live = conns.map.get_mut(name).and_then(ConnectorEntry::disconnect);
+        let ids: Vec<u64> = conns
+            .pending
+            .iter()
+            .filter(|(_, (n, _))| n == name)
+            .map(|(id, _)| *id)
+            .collect();
+        let pending = ids
+            .iter()
+            .filter_map(|id| conns.pending.remove(id).map(|(_, s)| s))
+            .collect();
+        (live, pending)
+    }
+
+    /// Forgets `name` (a deleted connector): it is no longer listed.
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.conns).map.remove(name);
+    }
+
+    /// Takes every live session (at shutdown).
+    pub(crate) fn close_all(&self) -> Vec<(String, LiveSession)> {
+        lock(&self.conns)
+            .map
+            .iter_mut()
+            .filter_map(|(n, e)| e.disconnect().map(|s| (n.clone(), s)))
+            .collect()
+    }
+
+    /// Takes the live sessions for which `reason` (given the connector's
+    /// name, group and outbound channel) names a reason to close them.
+    pub(crate) fn close_where(
+        &self,
+        mut reason: impl FnMut(&str, &str, &Outbound) -> Option<&'static str>,
+    ) -> Vec<(String, LiveSession, &'static str)> {
+        let mut closed = Vec::new();
+        for (name, entry) in lock(&self.conns).map.iter_mut() {
+            let Some(session) = &entry.session else {
+                continue;
+            };
+            if let Some(why) = reason(name, &entry.group, &session.tx)
+                && let Some(s) = entry.disconnect()
+            {
+                closed.push((name.clone(), s, why));
+            }
+        }
+        closed
+    }
+
+    /// Every live session: connector, session id, group and certificate
+    /// serial.
+    pub(crate) fn live_sessions(&self) -> Vec<LiveRef> {
+        lock(&self.conns)
+            .map
+            .iter()
+            .filter_map(|(name, e)| {
+                let s = e.session.as_ref()?;
+                Some(LiveRef {
+                    name: name.clone(),
+                    id: s.id,
+                    group: e.group.clone(),
+                    serial: s.cert_serial.clone(),
+                    key_sha256: s.key_sha256.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Records that `name` was heard from at `wall`.
+    pub(crate) fn seen(&self, name: &str, wall: SystemTime) {
+        if let Some(e) = lock(&self.conns).map.get_mut(name) {
+            e.last_seen = Some(wall);
+        }
+    }
+
+    /// Records `name`'s heartbeat (its load and how it sees the CA
+    /// replicas) and recomputes its check-load estimate from it: `live` is
+    /// its count of live on-access windows.
+    pub(crate) fn heartbeat(
+        &self,
+        state: &PolicyState,
+        name: &str,
+        wall: SystemTime,
+        heartbeat: v1::Heartbeat,
+        live: u64,
+    ) {
+        let v1::Heartbeat { load, replicas } = heartbeat;
+        let mut conns = lock(&self.conns);
+        let Some(e) = conns.map.get_mut(name) else {
+            return;
+        };
+        e.last_seen = Some(wall);
+        e.load = load;
+        e.replicas = replicas;
+        let group = if state.policy().has_group(&e.group) {
+            group_checks(state, &e.group)
+        } else {
+            0
+        };
+        update_estimate(state, name, e, group + live);
+    }
+
+    /// Recomputes every connector's check-load estimate (continuous targets
+    /// of its group plus `live`, its count of live on-access windows).
+    pub(crate) fn estimate_all(&self, state: &PolicyState, live: &HashMap<String, u64>) {
+        let mut per_group: HashMap<&str, u64> = HashMap::new();
+        for g in &state.policy().connector_groups {
+            per_group.insert(&g.name, group_checks(state, &g.name));
+        }
+        let mut conns = lock(&self.conns);
+        for (name, e) in conns.map.iter_mut() {
+            let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
+                + live.get(name).copied().unwrap_or(0);
+            update_estimate(state, name, e, estimated);
+        }
+    }
+
+    /// A copy of every connector's group, connection state and cycle.
+    pub(crate) fn snapshot(&self) -> ConnSnaps {
+        lock(&self.conns)
+            .map
+            .iter()
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    ConnSnap {
+                        group: e.group.clone(),
+                        connected: e.session.is_some(),
+                        cycle: e.cycle(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The connectors of `group`, sorted by name, with their connection
+    /// state and cycle. The access path asks this for each decision: it
+    /// copies only the group's names, not every connector's entry.
+    pub(crate) fn members(&self, group: &str) -> Vec<(String, Link)> {
+        let mut members: Vec<(String, Link)> = lock(&self.conns)
+            .map
+            .iter()
+            .filter(|(_, e)| e.group == group)
+            .map(|(name, e)| {
+                (
+                    name.clone(),
+                    Link {
+                        connected: e.session.is_some(),
+                        cycle: e.cycle(),
+                    },
+                )
+            })
+            .collect();
+        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        members
+    }
+
+    /// The outbound channels of those of `names` that have a live session.
+    pub(crate) fn senders<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(String, Outbound)> {
+        let conns = lock(&self.conns);
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let s = conns.map.get(name)?.session.as_ref()?;
+                Some((name.to_owned(), s.tx.clone()))
+            })
+            .collect()
+    }
+
+    /// `view` of every connector, in no particular order.
+    pub(crate) fn list<T>(&self, mut view: impl FnMut(&str, &ConnectorEntry) -> T) -> Vec<T> {
+        lock(&self.conns)
+            .map
+            .iter()
+            .map(|(name, e)| view(name, e))
+            .collect()
+    }
+}
+
+/// Checks per cycle of the continuous segments `group` serves.
+fn group_checks(state: &PolicyState, group: &str) -> u64 {
+    state
+        .policy()
+        .segments_for_group(group)
+        .filter(|seg| seg.health_reporting == HealthReporting::Continuous)
+        .map(|seg| policy::estimated_checks(seg, 1))
+        .sum()
+}
+
+/// Sets `e`'s budget estimate from `estimated` checks per cycle (or the
+/// connector's own count, if larger) and warns when it crosses the budget.
+fn update_estimate(state: &PolicyState, name: &str, e: &mut ConnectorEntry, estimated: u64) {
+    let s = state.settings();
+    let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
+    let rate = [
+        s.connector_checks_per_second,
+        e.load.as_ref().map_or(0, |l| l.rate_limit),
+        e.stated_rate,
+        s.assumed_checks_per_second,
+    ]
+    .into_iter()
+    .find(|r| *r > 0)
+    .unwrap_or(20);
+    let was = e.estimate.over_budget;
+    e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
+    if e.estimate.over_budget && !was {
+        tracing::warn!(
+            connector = %name,
+            checks_per_cycle = e.estimate.checks_per_cycle,
+            cycle_seconds = e.estimate.cycle.as_secs_f64(),
+            budget = s.check_budget,
+            "connector is over its check budget: reports will be slow to reflect changes"
+        );
+    }
+}
+
+/// Longest `Hello.version` the CA keeps.
+pub const MAX_VERSION_CHARS: usize = 64;
+
+/// `Hello.version` as the CA logs, stores and shows it: printable ASCII
+/// only (anything else, such as a newline that would forge a log line or an
+/// ANSI escape that would rewrite a terminal, becomes `?`), at most
+/// `MAX_VERSION_CHARS` characters. A connector states its version; it does
+/// not get to write into the CA's logs.
+pub fn sanitize_version(raw: &str) -> String {
+    raw.chars()
+        .take(MAX_VERSION_CHARS)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_versions_are_printable_ascii_and_bounded() {
+        assert_eq!(sanitize_version("0.3.1 (abc)"), "0.3.1 (abc)");
+        assert_eq!(
+            sanitize_version("1.0\nERROR forged line\u{1b}[31m"),
+            "1.0?ERROR forged line?[31m"
+        );
+        assert_eq!(sanitize_version("é\t\0"), "???");
+        assert_eq!(sanitize_version(&"v".repeat(1000)).len(), MAX_VERSION_CHARS);
+    }
+}

@@ -1,0 +1,11 @@
+//! Who may talk to the CA: certificates (`pki`), provisioning keys and
+//! API tokens (`auth`), enrollment and connector administration
+//! (`enroll`), certificate renewal (`renew`) and the throttle of failed
+//! attempts (`throttle`).
+
+pub mod auth;
+pub mod enroll;
+pub mod identity;
+pub mod pki;
+pub mod renew;
+pub mod throttle;
