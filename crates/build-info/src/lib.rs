@@ -1,6 +1,9 @@
-//! What both binaries' build scripts do: stamp `--version` with the git
-//! commit and the build date (`REACH_VERSION`), so a running or shipped
-//! binary names the source it came from. The date honours
+//! What a shipped binary says about itself. Both binaries' build scripts
+//! call [`stamp`]: `--version` names the git commit and the build date
+//! (`REACH_VERSION`), so a running or shipped binary names the source it
+//! came from. With the `docs` feature, [`docs`] writes a binary's man pages
+//! and shell completions (`--generate-docs DIR`, packed by `cargo xtask
+//! dist`). The date honours
 //! `SOURCE_DATE_EPOCH` (reproducible builds); outside a git checkout (a
 //! container build's context has no `.git`) the commit is
 //! `REACH_GIT_COMMIT`, or `unknown`.
@@ -9,6 +12,9 @@
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+#[cfg(feature = "docs")]
+pub mod docs;
 
 /// Emits the cargo instructions of a build script: `REACH_VERSION` for
 /// the crate being built (read it with `env!("REACH_VERSION")`), and when
