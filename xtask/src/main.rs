@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
+mod dist;
+#[cfg(test)]
+mod packaging;
 mod proto;
 #[cfg(test)]
 mod tidy;
@@ -40,6 +43,12 @@ tasks:
   bench   criterion + load driver: table and target/bench/results.json
           (--quick: smoke mode, seconds; --only tcp,access,…: some groups)
   demo    run a CA, a connector and sample applications on loopback
+          (REACH_BIN_DIR=DIR: that directory's binaries, no build)
+  dist    release archives, Debian packages (cargo-deb), SHA256SUMS and a
+          CycloneDX SBOM (cargo-cyclonedx) in target/dist
+  package-test  install target/dist's packages here (root), run them as the
+          packaged units would, see an application Up and an access routed,
+          purge them and check nothing is left
 ";
 
 fn main() -> ExitCode {
@@ -55,6 +64,8 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("demo") => demo(&args[1..]),
+        Some("dist") => dist::dist(),
+        Some("package-test") => dist::package_test(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -168,6 +179,9 @@ fn ci() -> Result<()> {
     test()?;
     schemathesis(&["30".to_owned()])?;
     e2e(&[])?;
+    // On the release build the scenarios just used.
+    dist::dist()?;
+    dist::package_test()?;
     fuzz(&[])?;
     // Benchmarks are not tests: CI only checks that every figure can still
     // be produced (quick mode, seconds), never their values.
@@ -341,6 +355,8 @@ fn e2e(extra: &[String]) -> Result<()> {
     ])
     .args(extra)
     .env("REACH_BIN_DIR", &bin_dir)
+    // The demo scenario runs `xtask demo` itself.
+    .env("REACH_XTASK", std::env::current_exe()?)
     .env("REACH_E2E_OUT", &out)
     .env("REACH_E2E_STORE", "sqlite");
     run_tests(test, "end-to-end scenarios")?;
@@ -369,20 +385,30 @@ fn e2e(extra: &[String]) -> Result<()> {
     run_tests(pg, "end-to-end scenarios on PostgreSQL")
 }
 
+/// `cargo xtask demo`: builds the release binaries (or takes them from
+/// `REACH_BIN_DIR`) and becomes `reach-demo` (exec): the process `cargo
+/// xtask demo` started (cargo itself execs this one) is the demo, so Ctrl-C
+/// or `kill <pid>` reaches it and it stops everything it started.
 fn demo(extra: &[String]) -> Result<()> {
-    let bin_dir = build_release()?;
+    use std::os::unix::process::CommandExt;
+    let bin_dir = match std::env::var_os("REACH_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => build_release()?,
+    };
     let mut testbed = Command::new(bin_dir.join("reach-demo"));
     testbed
         .current_dir(root())
         .env("REACH_BIN_DIR", &bin_dir)
         .args(extra);
-    run(testbed, "demo")
+    let error = testbed.exec();
+    Err(error).with_context(|| format!("starting {:?}", bin_dir.join("reach-demo")))
 }
 
 /// `cargo xtask bench [--quick] [--only GROUPS]`: criterion for the
 /// in-process figures, then the load driver (`crates/bench`) for the rest;
 /// the driver reads criterion's estimates, prints the table and writes
-/// `target/bench/results.json`. See BENCHMARKS.md.
+/// `target/bench/results.json`. It fails, naming why, when a group fails
+/// or a figure is not produced. See BENCHMARKS.md.
 fn bench(extra: &[String]) -> Result<()> {
     let quick = extra.iter().any(|a| a == "--quick");
     let only = extra

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use central_authority::Config;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(version, about = "reach central authority")]
+#[command(version = env!("REACH_VERSION"), about = "reach central authority")]
 struct Cli {
     /// Configuration file (TOML).
     #[arg(long, env = "REACH_CONFIG")]
@@ -69,6 +69,10 @@ enum LogFormat {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    if let Some(dir) = generate_docs_dir() {
+        generate_docs(&dir)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let cli = Cli::parse();
     central_authority::init_logging(cli.log_format == LogFormat::Json);
     let path = match &cli.command {
@@ -112,6 +116,35 @@ async fn main() -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `central-authority --generate-docs DIR` (hidden, the only argument):
+/// the directory to write the man pages and shell completions to. Kept out
+/// of `Cli` so it shows in neither `--help` nor the pages it writes.
+fn generate_docs_dir() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next(), args.next()) {
+        (Some(flag), Some(dir), None) if flag == "--generate-docs" => Some(dir.into()),
+        _ => None,
+    }
+}
+
+/// Writes `central-authority.1` (and one page per subcommand) and the bash,
+/// zsh and fish completions into `dir` (`cargo xtask dist` packs them).
+fn generate_docs(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command().name("central-authority");
+    clap_mangen::generate_to(cmd.clone(), dir)
+        .with_context(|| format!("writing man pages to {}", dir.display()))?;
+    for shell in [
+        clap_complete::Shell::Bash,
+        clap_complete::Shell::Zsh,
+        clap_complete::Shell::Fish,
+    ] {
+        clap_complete::generate_to(shell, &mut cmd, "central-authority", dir)
+            .with_context(|| format!("writing {shell} completions to {}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// Loads a config, printing every error on stderr when it is invalid.

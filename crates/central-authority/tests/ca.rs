@@ -185,6 +185,7 @@ async fn stale_reports_turn_unknown() {
         ..Default::default()
     })
     .await;
+    let reported = std::time::Instant::now();
     c.report(
         vec![app("fast", "127.0.0.31", 80, &["127.0.0.31"], &[])],
         false,
@@ -197,7 +198,17 @@ async fn stale_reports_turn_unknown() {
     })
     .await;
     // 2 intervals of 200 ms plus a zero cycle: unknown after 400 ms.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    eventually("stale → unknown", || async {
+        http.app("fast", "127.0.0.31", 80)
+            .await
+            .is_some_and(|a| a["status"] == "unknown")
+    })
+    .await;
+    let stale_after = reported.elapsed();
+    assert!(
+        stale_after >= Duration::from_millis(400),
+        "unknown {stale_after:?} after the report, before 2 intervals of 200 ms"
+    );
     let a = http.app("fast", "127.0.0.31", 80).await.expect("listed");
     assert_eq!(a["status"], "unknown", "{a}");
     assert_eq!(a["connectors"][0]["unknown_cause"], "stale");
@@ -462,6 +473,7 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
     })
     .await;
     let h = ca.web();
+    let accessed = std::time::Instant::now();
     let request = tokio::spawn(async move { h.access("a.lab.test.reach", "tcp", 8000).await });
     assert!(
         matches!(west.next().await, Some(Out::Access(_))),
@@ -473,10 +485,26 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
     )
     .await;
     assert_eq!(request.await.expect("join").0, 200);
+    eventually("up again after the report", || async {
+        http.app("lab", "a.lab.test.reach", 8000)
+            .await
+            .is_some_and(|a| a["status"] == "up")
+    })
+    .await;
 
     // Without further accesses the CA's own window (800 ms) ends, even if
     // the connector never says so.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    eventually("the CA's window ends → unknown", || async {
+        http.app("lab", "a.lab.test.reach", 8000)
+            .await
+            .is_some_and(|a| a["status"] == "unknown")
+    })
+    .await;
+    let ended = accessed.elapsed();
+    assert!(
+        ended >= Duration::from_millis(800),
+        "window ended {ended:?} after the access, before its 800 ms"
+    );
     let a = http
         .app("lab", "a.lab.test.reach", 8000)
         .await
@@ -987,15 +1015,13 @@ async fn messages_keep_a_session_past_its_idle_timeout() {
     let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
     assert_eq!(v["connectors"][0]["connected"], true, "{v}");
     let silent = std::time::Instant::now();
-    match tokio::time::timeout(Duration::from_secs(5), east.next()).await {
+    // The deadline only bounds a hang; how soon is not this test's business.
+    match tokio::time::timeout(Duration::from_secs(15), east.next()).await {
         Ok(Some(Out::Shutdown(s))) => assert!(s.reason.contains("no message"), "{s:?}"),
         other => panic!("expected Shutdown, got {other:?}"),
     }
     let waited = silent.elapsed();
-    assert!(
-        waited >= Duration::from_millis(550) && waited < Duration::from_millis(2500),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(550), "{waited:?}");
     ca.stop().await;
 }
 

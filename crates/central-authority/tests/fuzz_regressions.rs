@@ -47,9 +47,29 @@ fn certificate_inputs_never_panic() {
 
 #[test]
 fn csr_inputs_never_panic() {
-    for (_, data) in inputs("csr") {
+    // `fuzzing::csr` skips every input if its CA root cannot be made: load
+    // one the same way here and fail naming why, so the replay cannot pass
+    // without issuing anything; the seed must give a certificate.
+    let dir = std::env::temp_dir().join(format!("reach-csr-replay-{}", std::process::id()));
+    let pki = central_authority::trust::pki::Pki::load(
+        &dir,
+        &central_authority::trust::pki::TlsSources::default(),
+        &[],
+        std::time::Duration::from_secs(86_400),
+    )
+    .unwrap_or_else(|e| panic!("the CSR replay needs a CA root in {}: {e}", dir.display()));
+    let mut issued = 0;
+    for (path, data) in inputs("csr") {
         central_authority::tools::fuzzing::csr(&data);
+        let r = pki.issue("c1", "g", &String::from_utf8_lossy(&data));
+        if path.ends_with("seed-p256.pem") {
+            let cert = r.unwrap_or_else(|e| panic!("the seed is a valid CSR: {e}"));
+            assert!(cert.identity_uri.contains("c1"), "{}", cert.identity_uri);
+            issued += 1;
+        }
     }
+    assert_eq!(issued, 1, "the seed CSR was replayed");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub enum LogFormat {
 /// Every flag can also be set through the environment variable shown with
 /// it. `RUST_LOG` filters the logs (default `info`).
 #[derive(Clone, Debug, Parser)]
-#[command(name = "connector-agent", version, about, long_about)]
+#[command(name = "connector-agent", version = env!("REACH_VERSION"), about, long_about)]
 pub struct Config {
     /// What to do: run (default) or only enroll.
     #[command(subcommand)]

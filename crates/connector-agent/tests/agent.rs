@@ -96,17 +96,21 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
         }
         other => panic!("expected a connection, saw {other:?}"),
     }
-    let icmp_mode = match ca.next(WAIT).await {
+    match ca.next(WAIT).await {
         Seen::Message(ToCa::Hello(h)) => {
             assert_eq!(h.name, "c1");
             assert_eq!(h.group, "dc-east");
             assert!(!h.version.is_empty());
             let caps = h.capabilities.expect("capabilities");
-            assert!(["raw", "dgram", "none"].contains(&caps.icmp_mode.as_str()));
-            caps.icmp_mode
+            // The agent opens the ICMP socket type the machine permits (raw
+            // as root, which CI is); a machine with none fails here naming
+            // what is missing, so UDP checks below are ICMP echoes.
+            let permitted = test_support::caps::icmp_socket().unwrap_or_else(|e| panic!("{e:#}"));
+            assert_eq!(caps.icmp_mode, permitted, "{caps:?}");
+            assert!(caps.icmp, "{caps:?}");
         }
         other => panic!("expected Hello, saw {other:?}"),
-    };
+    }
     let first = ca.next_report(WAIT).await;
     assert!(
         first.full_state,
@@ -126,8 +130,6 @@ async fn seed_example_on_loopback_reports_six_up_addresses() {
             assert_eq!(a.status, HealthStatus::Up as i32);
             let method = if *protocol == Protocol::Tcp as i32 {
                 CheckMethod::Tcp
-            } else if icmp_mode == "none" {
-                CheckMethod::TcpFallback
             } else {
                 CheckMethod::Icmp
             };
@@ -325,13 +327,17 @@ async fn on_access_checks_report_and_expire() {
         report.applications[0].access_id, "a1.1.from-the-test",
         "the access's id is echoed"
     );
-    assert!(
-        accessed.elapsed() < Duration::from_millis(500),
-        "checked at once"
-    );
-    // Re-checked every interval, then expired once.
+    // Checked because of the access (an on-access segment is never checked
+    // otherwise); how soon is the `onaccess` benchmark's figure, not this
+    // test's.
+    // Re-checked every interval, then expired once (the deadline only bounds
+    // a hang: the window is 700 ms).
     let mut rounds = 1;
     let expired = loop {
+        assert!(
+            accessed.elapsed() < WAIT,
+            "still checked {WAIT:?} after an access with a 700-ms window"
+        );
         let r = ca.next_report(WAIT).await;
         let a = &r.applications[0];
         if a.expired {
@@ -348,8 +354,8 @@ async fn on_access_checks_report_and_expire() {
     );
     let elapsed = accessed.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(700) && elapsed < Duration::from_millis(1500),
-        "{elapsed:?}"
+        elapsed >= Duration::from_millis(700),
+        "expired {elapsed:?} after the access, before its 700-ms window"
     );
     // And then it stops touching it.
     let quiet = tokio::time::timeout(Duration::from_millis(600), ca.next_report(WAIT)).await;
@@ -442,6 +448,104 @@ async fn shutdown_from_the_ca_is_honoured_and_pings_answered() {
     agent.await.expect("agent stopped");
 }
 
+/// Kills the child if the test ends before it does.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The seed's default: 20 checks per second when nobody says otherwise.
+/// The real `connector-agent` binary, started with no rate flag against a
+/// CA that sets none, says 20 in its `Hello`, paces at 20 (its heartbeat's
+/// `rate_limit`), and its first round over 40 loopback applications takes
+/// at least 39 periods of 50 ms with no more than 20 starts in a second at
+/// the listeners (what 40/s would break; 10/s breaks the two figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_checks_twenty_per_second_by_default() {
+    let _serial = SERIAL.lock().await;
+    let addrs: Vec<String> = (1..=40).map(|i| format!("127.0.18.{i}")).collect();
+    let (p, accepted) = listeners(&addrs).await;
+    let apps: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let mut ca = Authority::start(Assignment {
+        segments: vec![
+            Segment::new("many")
+                .apps(&apps)
+                .tcp([p])
+                .interval_ms(60_000)
+                .groups(["dc-east"])
+                .proto(),
+        ],
+        settings: v1::ConnectorSettings {
+            heartbeat_interval_ms: 200,
+            ..Default::default()
+        },
+    })
+    .await;
+    let state =
+        std::env::temp_dir().join(format!("reach-agent-default-rate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let _agent = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_connector-agent"))
+            .args(["--ca", &ca.url(), "--name", "c1", "--group", "dc-east"])
+            .args(["--provisioning-key", "secret", "--icmp", "off"])
+            // Names are not used; any query would go to a closed loopback
+            // port, never off the machine.
+            .args([
+                "--dns-server",
+                &format!("127.0.0.1:{}", closed_port("127.0.0.1")),
+            ])
+            .arg("--state-dir")
+            .arg(&state)
+            .env_remove("REACH_CHECKS_PER_SECOND")
+            .env_remove("REACH_MAX_CHECKS_PER_SECOND")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting connector-agent"),
+    );
+    let deadline = tokio::time::Instant::now() + 3 * WAIT;
+    let mut latest = Latest::new();
+    let (mut announced, mut paced) = (None, None);
+    while latest.len() < 40 || paced.is_none() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "Hello {announced:?}, rate_limit {paced:?}, {} applications reported",
+            latest.len()
+        );
+        match ca.next(left).await {
+            Seen::Message(ToCa::Hello(h)) => {
+                announced = h.capabilities.map(|c| c.checks_per_second);
+            }
+            Seen::Message(ToCa::Heartbeat(hb)) => {
+                if let Some(load) = hb.load {
+                    paced = Some(load.rate_limit);
+                }
+            }
+            Seen::Message(ToCa::Report(r)) => {
+                for app in r.applications {
+                    latest.insert(key_of(&app), app);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(announced, Some(20), "checks_per_second in the Hello");
+    assert_eq!(paced, Some(20), "the pacer's rate_limit in the heartbeat");
+    let times = accepted.lock().expect("lock").clone();
+    assert_eq!(times.len(), 40, "each target probed once");
+    let span =
+        times.iter().max().copied().expect("times") - times.iter().min().copied().expect("times");
+    assert!(span >= Duration::from_millis(1930), "40 checks in {span:?}");
+    let max = test_support::max_in_window(&times, Duration::from_millis(985));
+    assert!(max <= 20, "{max} checks started within one second");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     let _serial = SERIAL.lock().await;
@@ -469,11 +573,9 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     times.sort();
     assert_eq!(times.len(), 40, "each target probed once");
     let span = times[39] - times[0];
-    // 39 periods of 50 ms.
-    assert!(
-        span >= Duration::from_millis(1930) && span <= Duration::from_millis(2100),
-        "{span:?}"
-    );
+    // 39 periods of 50 ms at least (how much longer a busy machine makes
+    // it is not the rate's business).
+    assert!(span >= Duration::from_millis(1930), "{span:?}");
     // No one-second window holds more than 20 connections. The pacer's own
     // start times obey this exactly (see the unit tests in pacer.rs); accept
     // instants at the listener add connect latency and the test runtime's
@@ -607,10 +709,10 @@ async fn fall_three_keeps_an_alternating_server_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_resolution_ipv6_checks_only_aaaa_addresses() {
     let _serial = SERIAL.lock().await;
-    let Ok(l6) = tokio::net::TcpListener::bind("[::1]:0").await else {
-        println!("SKIPPED: no IPv6 loopback here");
-        return;
-    };
+    test_support::caps::ipv6_loopback().unwrap_or_else(|e| panic!("{e:#}"));
+    let l6 = tokio::net::TcpListener::bind("[::1]:0")
+        .await
+        .expect("[::1]");
     let port = l6.local_addr().expect("addr").port();
     tokio::spawn(async move {
         loop {

@@ -38,7 +38,13 @@ async fn triggered_checks_go_ahead_of_continuous_ones() {
         }));
         tokio::task::yield_now().await;
     }
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Every continuous check is queued (or already started) before the
+    // triggered one is asked for.
+    eventually("the five continuous checks queued or started", || {
+        let s = pacer.stats();
+        async move { s.started + u64::from(s.queue_depth) >= 5 }
+    })
+    .await;
     let r = pacer
         .check(target(&ips[5], port), Priority::Triggered, Duration::ZERO)
         .await;

@@ -19,6 +19,22 @@ fn target(ip: &str, protocol: Protocol, port: u16) -> CheckTarget {
     }
 }
 
+/// A prober asking for ICMP (`auto`), after checking that the machine
+/// permits an ICMP socket (failing naming what is missing if not) and that
+/// the prober opened the type the machine permits (raw where it can: as
+/// root, which CI is): an agent that lost ICMP fails here.
+fn icmp_prober() -> Prober {
+    let permitted = test_support::caps::icmp_socket().unwrap_or_else(|e| panic!("{e:#}"));
+    let prober = Prober::new(IcmpPreference::Auto, Duration::from_millis(500));
+    assert_eq!(
+        prober.icmp_mode().as_str(),
+        permitted,
+        "the machine permits {permitted} ICMP sockets; the prober opened {:?}",
+        prober.icmp_mode()
+    );
+    prober
+}
+
 #[tokio::test]
 async fn tcp_up_refused_and_timeout() {
     let prober = Prober::new(IcmpPreference::Off, Duration::from_millis(300));
@@ -46,20 +62,15 @@ async fn tcp_up_refused_and_timeout() {
         timed_out.failure.as_ref().map(|f| f.kind),
         Some(FailureKind::Timeout)
     );
+    // At least the timeout: the handshake hung, it was not refused. (How
+    // long past it a busy machine takes is no business of this test.)
     let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_millis(800),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(300), "{took:?}");
 }
 
 #[tokio::test]
 async fn udp_port_answered_by_icmp_echo() {
-    let prober = Prober::new(IcmpPreference::Auto, Duration::from_millis(500));
-    if prober.icmp_mode() == IcmpMode::None {
-        println!("SKIPPED: neither raw nor unprivileged ICMP sockets are permitted here");
-        return;
-    }
+    let prober = icmp_prober();
     let udp = tokio::net::UdpSocket::bind("127.0.3.3:0")
         .await
         .expect("udp");
@@ -98,12 +109,12 @@ async fn udp_port_falls_back_to_tcp_when_icmp_is_unavailable() {
 
 #[tokio::test]
 async fn ipv6_loopback_is_checked_too() {
-    let Ok(l) = tokio::net::TcpListener::bind("[::1]:0").await else {
-        println!("SKIPPED: no IPv6 loopback here");
-        return;
-    };
+    test_support::caps::ipv6_loopback().unwrap_or_else(|e| panic!("{e:#}"));
+    let l = tokio::net::TcpListener::bind("[::1]:0")
+        .await
+        .expect("[::1]");
     let port = l.local_addr().expect("addr").port();
-    let prober = Prober::new(IcmpPreference::Auto, Duration::from_millis(500));
+    let prober = icmp_prober();
     let r = prober.check(target("::1", Protocol::Tcp, port)).await;
     assert!(r.reachable, "{r:?}");
     let r = prober.check(target("::1", Protocol::Udp, port)).await;
@@ -190,15 +201,9 @@ async fn an_unanswering_dns_server_is_a_dns_failure_with_a_reason() {
 /// where ICMP sockets are permitted.
 #[tokio::test]
 async fn udp_on_ipv6_is_answered_by_icmpv6_echo() {
-    let prober = Prober::new(IcmpPreference::Auto, Duration::from_millis(500));
-    if prober.icmp_mode() == IcmpMode::None {
-        println!("SKIPPED: neither raw nor unprivileged ICMP sockets are permitted here");
-        return;
-    }
-    let Ok(udp) = tokio::net::UdpSocket::bind("[::1]:0").await else {
-        println!("SKIPPED: no IPv6 loopback here");
-        return;
-    };
+    let prober = icmp_prober();
+    test_support::caps::ipv6_loopback().unwrap_or_else(|e| panic!("{e:#}"));
+    let udp = tokio::net::UdpSocket::bind("[::1]:0").await.expect("[::1]");
     let q = udp.local_addr().expect("addr").port();
     let checks = (0..4).map(|i| prober.check(target("::1", Protocol::Udp, q + i)));
     for r in futures::future::join_all(checks).await {

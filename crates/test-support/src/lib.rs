@@ -2,13 +2,16 @@
 //! authoritative DNS server on loopback, TCP and UDP test applications that
 //! record what reached them, a network path with a real delay (TUN devices
 //! and a network namespace), HTTP test clients, polling helpers for events
-//! whose timing a test does not control, a real PostgreSQL server, free loopback ports, and a builder for segments in both
-//! their config (TOML) and wire (protobuf) forms.
+//! whose timing a test does not control, a real PostgreSQL server, free
+//! loopback ports, a builder for segments in both their config (TOML) and
+//! wire (protobuf) forms, and checks of what the machine permits (ICMP
+//! sockets, IPv6 loopback) that fail naming what is missing.
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
 pub mod apps;
 pub mod browser;
+pub mod caps;
 pub mod delay;
 pub mod dns;
 pub mod http;

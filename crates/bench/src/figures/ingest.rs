@@ -1,13 +1,18 @@
 //! CA ingestion: application-status updates per second over N connector
 //! streams, next to a bare tonic server that only decodes and counts the
 //! same messages on the same number of streams. Both rates are messages
-//! sent / time until the server has handled the last of them.
+//! sent / time until the server has handled the last of them; for the CA
+//! that includes writing the status history: its clock stops when the
+//! reports-received counter has every update and the stored history
+//! (`/api/v1/events`) holds every transition they made (counted by
+//! `/api/v1/overview`'s `version`), so a history written behind the intake
+//! is inside the figure, batching lag (the CA stores every second) and all.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use futures::{Stream, StreamExt};
 use prost::Message;
 use protocol::v1;
@@ -123,12 +128,89 @@ async fn bare(server: &Server, run: Duration) -> Result<(u64, f64)> {
 }
 
 /// Streams to the CA; returns updates and seconds until its
-/// `reports_received` counter had them all.
+/// `reports_received` counter had them all (the `ha` group's per-replica
+/// intake, where replicas share one store).
 pub(crate) async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> {
+    let (n, t, _) = streamed(server, run, false).await?;
+    Ok((n, t))
+}
+
+/// Streams to the CA; returns updates and seconds until its
+/// `reports_received` counter had them all and the status history had
+/// every transition they made written (the `ingest` group's figure); the
+/// transitions written are added to `written`.
+async fn reach_written(server: &Server, run: Duration, written: &mut u64) -> Result<(u64, f64)> {
+    let (n, t, transitions) = streamed(server, run, true).await?;
+    *written += transitions;
+    Ok((n, t))
+}
+
+/// The history's progress as the CA shows it: transitions taken from the
+/// health table and numbered (`/api/v1/overview`'s `version`), then
+/// transitions stored (`/api/v1/events`' `total`), read in that order.
+async fn history_counts(http: &reqwest::Client, base: &str) -> Result<(u64, u64)> {
+    let version = ca::get_json(http, base, "/api/v1/overview").await?["version"]
+        .as_u64()
+        .context("no version in /api/v1/overview")?;
+    let stored = ca::get_json(http, base, "/api/v1/events?per_page=1").await?["total"]
+        .as_u64()
+        .context("no total in /api/v1/events")?;
+    Ok((version, stored))
+}
+
+/// Waits until every transition the CA made so far is in its stored
+/// history; returns when that was first seen. The CA's pump takes the
+/// table's transitions (numbering them) every `PUMP_EVERY` and stores them
+/// in batches behind: written once the stored count has caught up with the
+/// numbered one (counted from `start`) and stays so, with no new number,
+/// over two pump periods (so a pump that ran meanwhile found nothing left).
+/// Also returns how many were stored.
+async fn history_written(
+    http: &reqwest::Client,
+    base: &str,
+    start: (u64, u64),
+    limit: Duration,
+) -> Result<(Instant, u64)> {
+    let period = central_authority::intake::transitions::PUMP_EVERY;
+    let t0 = Instant::now();
+    let mut held: Option<(Instant, u64)> = None;
+    loop {
+        let now = Instant::now();
+        let (version, stored) = history_counts(http, base).await?;
+        let caught_up = stored.saturating_sub(start.1) >= version.saturating_sub(start.0);
+        match held {
+            Some((since, v)) if caught_up && v == version => {
+                if now.duration_since(since) >= 2 * period {
+                    return Ok((since, stored.saturating_sub(start.1)));
+                }
+            }
+            _ if caught_up => held = Some((now, version)),
+            _ => held = None,
+        }
+        if t0.elapsed() > limit {
+            bail!(
+                "the status history not written within {limit:?}: {} transitions numbered, {} \
+                 stored",
+                version.saturating_sub(start.0),
+                stored.saturating_sub(start.1)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Streams for `run`; (updates, seconds, transitions written) with the
+/// clock stopped at intake or, with `history`, once the history is written.
+async fn streamed(server: &Server, run: Duration, history: bool) -> Result<(u64, f64, u64)> {
     let http = reqwest::Client::new();
     let base = format!("http://{}", server.http);
     let channels: Vec<Channel> = sim::channels(&server.grpc_url(), STREAMS).await?;
     let before = ca::reports_received(&http, &base).await?;
+    let counts = if history {
+        Some(history_counts(&http, &base).await?)
+    } else {
+        None
+    };
     let sent = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let deadline = t0 + run;
@@ -148,11 +230,15 @@ pub(crate) async fn reach(server: &Server, run: Duration) -> Result<(u64, f64)> 
         },
     )
     .await?;
-    let elapsed = t0.elapsed().as_secs_f64();
+    let (done, transitions) = match counts {
+        Some(start) => history_written(&http, &base, start, Duration::from_secs(60)).await?,
+        None => (Instant::now(), 0),
+    };
+    let elapsed = done.duration_since(t0).as_secs_f64();
     for s in sessions {
         s.abort();
     }
-    Ok((total, elapsed))
+    Ok((total, elapsed, transitions))
 }
 
 /// One trial against `server`: updates, updates/s and the server's CPU in
@@ -184,14 +270,27 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     bare(&bare_server, Duration::from_millis(200)).await?;
     // Per trial: (updates, updates/s, server cores).
     let (mut bare_runs, mut reach_runs) = (Vec::new(), Vec::new());
+    let mut written = 0;
     for k in 0..trials {
         // Each pair's first side alternates (bare, CA, CA, bare, …), so a
         // drift during the run does not favour the side that runs first.
         if k % 2 == 0 {
             bare_runs.push(trial(&bare_server, bare(&bare_server, duration)).await?);
-            reach_runs.push(trial(&ca_server, reach(&ca_server, duration)).await?);
+            reach_runs.push(
+                trial(
+                    &ca_server,
+                    reach_written(&ca_server, duration, &mut written),
+                )
+                .await?,
+            );
         } else {
-            reach_runs.push(trial(&ca_server, reach(&ca_server, duration)).await?);
+            reach_runs.push(
+                trial(
+                    &ca_server,
+                    reach_written(&ca_server, duration, &mut written),
+                )
+                .await?,
+            );
             bare_runs.push(trial(&bare_server, bare(&bare_server, duration)).await?);
         }
     }
@@ -205,9 +304,10 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         Some(median_of(&bare_runs, |r| r.1)),
         format!(
             "HealthReports of one application ({size} B encoded) over {STREAMS} connector \
-             streams, {trials} alternating trials of {:.1} s each (median; per-trial ratios \
-             {}): {} handled by the CA, {} by a bare tonic ConnectorSession that decodes and \
-             counts; servers in child processes, CPU in cores: CA {:.2}, bare {:.2}",
+             streams, {trials} alternating trials of {:.1} s of sending each (median; per-trial \
+             ratios {}): {} handled by the CA, its clock stopped once its status history was \
+             written too ({written} transitions), {} by a bare tonic ConnectorSession that decodes and counts; servers \
+             in child processes, CPU in cores: CA {:.2}, bare {:.2}",
             duration.as_secs_f64(),
             per_trial(&pairs, |(r, b)| r.1 / b.1),
             total(&reach_runs),

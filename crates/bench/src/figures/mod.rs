@@ -1,6 +1,7 @@
 //! The figures, one module per group. Each group measures reach and its
 //! bare baseline back to back in the same run; a group that fails yields
-//! its figures with `value: null`, `met: false` and the error as the note.
+//! its figures with `value: null`, `met: false` and the error as the note,
+//! and the driver's run then exits non-zero naming them.
 
 pub mod access;
 pub mod batching;

@@ -5,7 +5,9 @@
 //! root and database in `target/demo/ca-data`) and one `connector-agent`
 //! that enrolls with the demo group's provisioning key on its first start
 //! (its key and certificate in `target/demo/connector-state`), prints the
-//! dashboard URL and runs until Ctrl-C.
+//! dashboard URL and runs until Ctrl-C or SIGTERM, then stops everything
+//! it started. `cargo xtask demo` execs this binary, so the pid of
+//! `cargo xtask demo` is this process.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -15,6 +17,43 @@ use anyhow::{Context, Result};
 use e2e::{DnsServer, Proc, TcpApp, UdpApp};
 
 const DNS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 5354);
+/// The CA's listeners in `deploy/examples/demo.toml`.
+const CA_PORTS: [u16; 2] = [7443, 7480];
+
+/// Fails, naming the port and the likely cause, when a fixed port the demo
+/// needs is taken: usually by a demo still running.
+fn check_ports_free() -> Result<()> {
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let taken = |what: String, e: std::io::Error| {
+        anyhow::anyhow!(
+            "{what}: {e}; a demo may still be running (find it with `ss -ltnup | grep -E ':(5354|7443|7480)'` and stop it)"
+        )
+    };
+    for port in CA_PORTS {
+        std::net::TcpListener::bind(SocketAddr::new(loopback, port))
+            .map_err(|e| taken(format!("binding 127.0.0.1:{port} (the CA)"), e))?;
+    }
+    std::net::UdpSocket::bind(DNS).map_err(|e| taken(format!("binding DNS server to {DNS}"), e))?;
+    std::net::TcpListener::bind(DNS)
+        .map_err(|e| taken(format!("binding DNS server to {DNS} (TCP)"), e))?;
+    Ok(())
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM, whichever comes first. Both are taken over
+/// when this is called (not when the future is first polled), so a signal
+/// during start-up is kept and stops the demo once it is up, with
+/// everything it started.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
+}
 
 fn ip(c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, c, d))
@@ -29,6 +68,11 @@ async fn main() -> Result<()> {
     );
     let dir = PathBuf::from("target/demo");
     std::fs::create_dir_all(&dir)?;
+    check_ports_free()?;
+    // Listened for from the start, so a signal during start-up also stops
+    // what was started so far.
+    let stop = stop_signal()?;
+    tokio::pin!(stop);
 
     // intranet: both addresses listen → Up. wiki: one of two listens →
     // Unhealthy. erp: nothing listens → Down. tools: on access.
@@ -46,7 +90,7 @@ async fn main() -> Result<()> {
         ],
     )
     .await
-    .context("starting the demo DNS server")?;
+    .context("starting the demo DNS server (a demo may still be running)")?;
     let mut keep = Vec::new();
     for (c, d, port) in [
         (10, 1, 8080),
@@ -120,9 +164,9 @@ async fn main() -> Result<()> {
         "  access:     curl --cacert {cacert} -H 'Authorization: Bearer demo-token-change-me' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' https://127.0.0.1:7480/api/v1/access"
     );
     println!("  logs:       {}/", dir.display());
-    println!("Ctrl-C stops everything.");
+    println!("Ctrl-C (or SIGTERM) stops everything.");
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        () = &mut stop => {}
         _ = async {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
