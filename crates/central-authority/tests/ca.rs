@@ -170,15 +170,12 @@ async fn disconnect_turns_the_connectors_applications_unknown() {
 
 #[tokio::test]
 async fn stale_reports_turn_unknown() {
-    let extra = r#"
-[[segments]]
-name = "fast"
-applications = ["127.0.0.31"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-report_interval_ms = 200
-connector_groups = ["dc-east"]
-"#;
+    let extra = &Segment::new("fast")
+        .apps(["127.0.0.31"])
+        .tcp(["80"])
+        .interval_ms(200)
+        .groups(["dc-east"])
+        .toml();
     let ca = Ca::start(&config_text("stale_after_intervals = 2", "", extra)).await;
     let http = ca.web();
     let (c, _) = connect(&ca, "east-1", "dc-east").await;
@@ -519,14 +516,11 @@ async fn on_access_windows_end_by_report_and_by_the_cas_own_clock() {
 
 #[tokio::test]
 async fn none_segments_select_any_connected_connector_and_group_strategy_works() {
-    let extra = r#"
-[[segments]]
-name = "shared"
-applications = ["shared.test.reach"]
-tcp_ports = ["80"]
-report_interval_s = 60
-connector_groups = ["dc-east", "dc-west"]
-"#;
+    let extra = &segment("shared")
+        .apps(["shared.test.reach"])
+        .tcp(["80"])
+        .groups(["dc-east", "dc-west"])
+        .toml();
     let ca = Ca::start(&config_text("", "strategy = \"group\"", extra)).await;
     let http = ca.web();
     let (_w, _) = connect(&ca, "west-1", "dc-west").await;
@@ -574,14 +568,12 @@ async fn reload_pushes_valid_policy_and_refuses_invalid() {
     let (mut west, _) = connect(&ca, "west-1", "dc-west").await;
     assert_eq!(w.segments.len(), 3);
 
-    let added = r#"
-[[segments]]
-name = "new"
-applications = ["new.test.reach"]
-tcp_ports = ["80"]
-health_reporting = "none"
-connector_groups = ["dc-east"]
-"#;
+    let added = &segment("new")
+        .apps(["new.test.reach"])
+        .tcp(["80"])
+        .mode("none")
+        .groups(["dc-east"])
+        .toml();
     std::fs::write(&path, config_text("", "discovery_timeout_ms = 400", added)).expect("write");
     match east.next().await {
         Some(Out::PolicyUpdate(u)) => {

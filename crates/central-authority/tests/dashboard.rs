@@ -15,15 +15,19 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 
 /// A segment of five hosts whose text order differs from their natural one.
-const FARM: &str = r#"
-[[segments]]
-name = "farm"
-applications = ["web10.test.reach", "10.0.0.10", "web2.test.reach", "10.0.0.2", "10.0.0.1"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-report_interval_s = 60
-connector_groups = ["dc-east"]
-"#;
+fn farm() -> String {
+    segment("farm")
+        .apps([
+            "web10.test.reach",
+            "10.0.0.10",
+            "web2.test.reach",
+            "10.0.0.2",
+            "10.0.0.1",
+        ])
+        .tcp(["80"])
+        .groups(["dc-east"])
+        .toml()
+}
 
 fn hosts(v: &serde_json::Value) -> Vec<String> {
     v["applications"]
@@ -46,7 +50,7 @@ async fn list(http: &Http, query: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn health_listing_filters_sorts_and_pages() {
-    let ca = Ca::start(&config_text("", "", FARM)).await;
+    let ca = Ca::start(&config_text("", "", &farm())).await;
     let http = ca.web();
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
     east.report(
@@ -434,17 +438,13 @@ async fn application_detail_is_one_row_of_the_listing() {
 /// (the page's history note names rise and fall), and only there.
 #[tokio::test]
 async fn a_damped_segment_shows_its_thresholds_in_the_detail() {
-    let flappy = r#"
-[[segments]]
-name = "flappy"
-applications = ["flappy.test.reach"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-rise = 2
-fall = 3
-connector_groups = ["dc-east"]
-"#;
-    let ca = Ca::start(&config_text("", "discovery_timeout_ms = 400", flappy)).await;
+    let flappy = segment("flappy")
+        .apps(["flappy.test.reach"])
+        .tcp(["80"])
+        .groups(["dc-east"])
+        .extra("rise = 2\nfall = 3")
+        .toml();
+    let ca = Ca::start(&config_text("", "discovery_timeout_ms = 400", &flappy)).await;
     let http = ca.web();
     let (s, v) = http
         .get_json(
@@ -590,39 +590,6 @@ const s = tr && tr.querySelector(`[data-connector="${conn}"] [data-status]`);
 return s ? s.dataset.status : null;
 "#;
 
-/// A session authenticated by its group's provisioning key in metadata
-/// (`[tls] enabled = false`).
-async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Conn {
-    use protocol::metadata as md;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connects in plain text");
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tx.send(hello(name, "dc-east")).await.expect("queue hello");
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    for (k, v) in [
-        (md::CONNECTOR, name),
-        (md::GROUP, "dc-east"),
-        (md::PROVISIONING_KEY, KEY_EAST),
-    ] {
-        request
-            .metadata_mut()
-            .insert(k, v.parse().expect("ASCII metadata"));
-    }
-    let response = v1::connector_session_client::ConnectorSessionClient::new(channel)
-        .connect(request)
-        .await
-        .expect("session opens");
-    Conn {
-        tx,
-        rx: response.into_inner(),
-        name: name.into(),
-        group: "dc-east".into(),
-    }
-}
-
 /// Polls `script` in the current tab until `done` accepts its value.
 async fn tab_wait(
     b: &test_support::browser::Browser,
@@ -681,7 +648,7 @@ async fn eight_dashboard_tabs_load_and_go_live_over_http1() {
             v["shared"] == "true",
             "the tab's stream is not the shared one: {v}"
         );
-        let mut east = open_plain(ca.grpc, "east-1").await;
+        let mut east = open_plain(ca.grpc, "east-1").await.expect("session opens");
         assert!(matches!(east.next().await, Some(Out::Welcome(_))));
         east.report(
             vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.9"])],

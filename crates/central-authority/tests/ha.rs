@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use central_authority::{Authority, Config};
-use common::{Http, KEY_EAST, READ_TOKEN, scratch_dir};
+use common::{Http, KEY_EAST, READ_TOKEN, scratch_dir, spawn_agent};
 use test_support::{DnsServer, Segment, TcpApp, retry};
 use tokio::sync::oneshot;
 
@@ -219,14 +219,7 @@ async fn a_connector_reports_to_every_replica_with_one_schedule_and_reattaches()
     )
     .expect("root");
     let config = agent(root, &dir, dns.addr(), grpc_port);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        connector_agent::run(config, async {
-            let _ = stopped.await;
-        })
-        .await
-        .map_err(|e| e.to_string())
-    });
+    let (stop, task) = spawn_agent(config);
 
     // Every replica's own table shows the connector's report.
     for r in [&r1, &r2, &r3] {

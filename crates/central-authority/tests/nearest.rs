@@ -38,29 +38,12 @@ fn agent(
     group: &str,
     key: &str,
     dns: &DnsServer,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let dir = scratch_dir(name);
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut config = connector_agent::Config::new(format!("https://{}", ca.grpc), name, group);
-    config.ca_cert = Some(root);
-    config.state_dir = dir.join("state");
-    config.provisioning_key = Some(key.into());
+) -> (tokio::sync::oneshot::Sender<()>, AgentTask) {
+    let mut config = agent_config(ca, name, name, group, key);
     config.dns_server = Some(dns.addr());
     config.dns_stale_grace_s = 0;
     config.check_timeout_ms = 1000;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        connector_agent::run(config, async move {
-            let _ = stopped.await;
-        })
-        .await
-        .map_err(anyhow::Error::from)
-    });
-    (stop, task)
+    spawn_agent(config)
 }
 
 /// Waits up to `limit` for `f`, checking every 100 ms; panics with `what`.
@@ -91,18 +74,13 @@ async fn nearest_takes_the_slow_path_only_when_the_near_one_is_down() {
     let text = config_text(
         "",
         "discovery_timeout_ms = 400",
-        &format!(
-            r#"
-[[segments]]
-name = "near"
-applications = ["{HOST}"]
-udp_ports = ["{PORT}"]
-health_reporting = "continuous"
-report_interval_ms = 300
-strategy = "nearest"
-connector_groups = ["dc-east", "dc-west"]
-"#
-        ),
+        &Segment::new("near")
+            .apps([HOST])
+            .udp([PORT])
+            .interval_ms(300)
+            .groups(["dc-east", "dc-west"])
+            .extra("strategy = \"nearest\"")
+            .toml(),
     );
     let ca = Ca::start(&text).await;
     let (stop_near, near) = agent(&ca, "near-1", "dc-east", KEY_EAST, &near_dns);
@@ -393,15 +371,11 @@ async fn nearest_weighs_the_users_distance_to_each_group() {
     let text = config_text(
         "",
         "strategy = \"nearest\"",
-        r#"
-[[segments]]
-name = "geo"
-applications = ["127.0.0.22"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-report_interval_s = 60
-connector_groups = ["dc-east", "dc-west"]
-"#,
+        &segment("geo")
+            .apps(["127.0.0.22"])
+            .tcp(["80"])
+            .groups(["dc-east", "dc-west"])
+            .toml(),
     )
     .replace(
         &format!("provisioning_key = \"{KEY_EAST}\""),

@@ -15,17 +15,13 @@ fn config(port: u16) -> String {
     config_text(
         "",
         "discovery_timeout_ms = 5000",
-        &format!(
-            r#"
-[[segments]]
-name = "back"
-applications = ["127.0.0.1"]
-tcp_ports = ["{port}"]
-health_reporting = "on_access"
-report_interval_s = 600
-connector_groups = ["dc-west"]
-"#
-        ),
+        &Segment::new("back")
+            .apps(["127.0.0.1"])
+            .tcp([port])
+            .mode("on_access")
+            .interval_ms(600_000)
+            .groups(["dc-west"])
+            .toml(),
     )
 }
 
@@ -40,19 +36,9 @@ async fn an_application_that_came_back_is_reachable_at_once() {
         .expect("free port")
         .port();
     let ca = Ca::start(&config(port)).await;
-    let dir = scratch_dir("onaccess-back");
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut agent =
-        connector_agent::Config::new(format!("https://{}", ca.grpc), "west-1", "dc-west");
-    agent.ca_cert = Some(root);
-    agent.state_dir = dir.join("state");
-    agent.provisioning_key = Some(KEY_WEST.into());
+    let mut agent = agent_config(&ca, "onaccess-back", "west-1", "dc-west", KEY_WEST);
     agent.icmp = connector_agent::IcmpPreference::Off;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(connector_agent::run(agent, async move {
-        let _ = stopped.await;
-    }));
+    let (stop, task) = spawn_agent(agent);
     let http = ca.web();
     eventually("connected, and the access refused all_down", || async {
         http.access("127.0.0.1", "tcp", u32::from(port)).await.1["error"]["reason"] == "all_down"

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use protocol::v1::authority_message::Kind as Out;
+use test_support::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_central-authority");
 
@@ -19,13 +20,6 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 #[test]
@@ -93,7 +87,7 @@ connector_groups = ["g"]
 async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
     let dir = scratch_dir("proc");
     let path = dir.join("ca.toml");
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http) = (free_port().expect("port"), free_port().expect("port"));
     let config = |extra: &str| {
         config_text("", "discovery_timeout_ms = 400", extra)
             .replace(
@@ -153,7 +147,14 @@ async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
 
     std::fs::write(
         &path,
-        config("[[segments]]\nname = \"added\"\napplications = [\"added.test.reach\"]\ntcp_ports = [\"80\"]\nhealth_reporting = \"none\"\nconnector_groups = [\"dc-east\"]\n"),
+        config(
+            &segment("added")
+                .apps(["added.test.reach"])
+                .tcp(["80"])
+                .mode("none")
+                .groups(["dc-east"])
+                .toml(),
+        ),
     )
     .expect("write");
     let status = Command::new("kill")

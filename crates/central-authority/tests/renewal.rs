@@ -259,24 +259,9 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
         "connector_cert_validity_s = 6\nrenewal_grace_s = 2",
     ))
     .await;
-    let dir = scratch_dir("agent");
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut agent =
-        connector_agent::Config::new(format!("https://{}", ca.grpc), "east-1", "dc-east");
-    agent.ca_cert = Some(root);
-    agent.state_dir = dir.join("state");
-    agent.provisioning_key = Some(KEY_EAST.into());
+    let mut agent = agent_config(&ca, "agent", "east-1", "dc-east", KEY_EAST);
     agent.check_timeout_ms = 300;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        connector_agent::run(agent, shutdown)
-            .await
-            .map_err(|e| e.to_string())
-    });
+    let (stop, task) = spawn_agent(agent);
     let mut seen = BTreeSet::new();
     let mut last_seen = 0;
     // Three renewals: four serials, and across each the connector is

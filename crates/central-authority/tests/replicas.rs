@@ -274,51 +274,6 @@ async fn healthz_is_not_ready_while_the_store_is_unreachable() {
     assert_eq!(s, 200);
 }
 
-/// A session authenticated by its group's provisioning key in metadata
-/// (`[tls] enabled = false`), on the replica at `grpc`.
-async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, tonic::Status> {
-    open_plain_with(grpc, name, KEY_EAST, true).await
-}
-
-/// A dc-east stream authenticated by `key` in metadata; its `Hello` queued
-/// at once when `hello`, else left to the test (the stream stays pending).
-async fn open_plain_with(
-    grpc: std::net::SocketAddr,
-    name: &str,
-    key: &str,
-    hello_now: bool,
-) -> Result<Conn, tonic::Status> {
-    use protocol::metadata as md;
-    let channel = Endpoint::from_shared(format!("http://{grpc}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connects in plain text");
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    if hello_now {
-        tx.send(hello(name, "dc-east")).await.expect("queue hello");
-    }
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    for (k, v) in [
-        (md::CONNECTOR, name),
-        (md::GROUP, "dc-east"),
-        (md::PROVISIONING_KEY, key),
-    ] {
-        request
-            .metadata_mut()
-            .insert(k, v.parse().expect("ASCII metadata"));
-    }
-    let response = v1::connector_session_client::ConnectorSessionClient::new(channel)
-        .connect(request)
-        .await?;
-    Ok(Conn {
-        tx,
-        rx: response.into_inner(),
-        name: name.into(),
-        group: "dc-east".into(),
-    })
-}
-
 /// dc-east's key after a rotation.
 const KEY_EAST_ROTATED: &str = "key-east-rotated-0123456789";
 

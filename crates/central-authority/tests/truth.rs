@@ -10,15 +10,23 @@ use policy::Status;
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 
-const FAST: &str = r#"
-[[segments]]
-name = "fast"
-applications = ["127.0.0.31"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-report_interval_ms = 200
-connector_groups = ["dc-east"]
-"#;
+/// 200 hosts on ten TCP ports each: 2,000 targets for one connector.
+fn bulk() -> Segment {
+    segment("bulk")
+        .apps((1..=200).map(|i| format!("127.0.3.{i}")))
+        .tcp(["20001-20010"])
+        .groups(["dc-east"])
+}
+
+/// A segment reported every 200 ms, so staleness shows within a test.
+fn fast() -> String {
+    Segment::new("fast")
+        .apps(["127.0.0.31"])
+        .tcp(["80"])
+        .interval_ms(200)
+        .groups(["dc-east"])
+        .toml()
+}
 
 fn fast_status(ca: &Ca) -> (Status, Option<&'static str>, Option<u64>) {
     let apps = ca.authority.applications(Some("fast"));
@@ -33,7 +41,7 @@ fn fast_status(ca: &Ca) -> (Status, Option<&'static str>, Option<u64>) {
 /// staleness limit, although reports keep arriving.
 #[tokio::test]
 async fn a_result_re_sent_without_a_new_check_turns_unknown_on_time() {
-    let ca = Ca::start(&config_text("stale_after_intervals = 2", "", FAST)).await;
+    let ca = Ca::start(&config_text("stale_after_intervals = 2", "", &fast())).await;
     let (c, _) = connect(&ca, "east-1", "dc-east").await;
     c.heartbeat(v1::CheckLoad {
         cycle_seconds: 0.0,
@@ -85,7 +93,7 @@ async fn a_result_re_sent_without_a_new_check_turns_unknown_on_time() {
 /// only) turns Unknown on time.
 #[tokio::test]
 async fn a_connector_that_stops_checking_turns_unknown_with_its_session_up() {
-    let ca = Ca::start(&config_text("stale_after_intervals = 2", "", FAST)).await;
+    let ca = Ca::start(&config_text("stale_after_intervals = 2", "", &fast())).await;
     let (c, _) = connect(&ca, "east-1", "dc-east").await;
     // The result was 150 ms old when sent.
     c.report(
@@ -130,7 +138,8 @@ async fn a_connector_that_stops_checking_turns_unknown_with_its_session_up() {
 #[tokio::test]
 async fn a_report_over_the_entry_limit_is_refused_with_flow_control() {
     let extra = format!(
-        "{FAST}\n[limits]\nconnector_entries_per_second = 10\nconnector_entries_burst = 2\n"
+        "{}\n[limits]\nconnector_entries_per_second = 10\nconnector_entries_burst = 2\n",
+        fast()
     );
     let ca = Ca::start(&config_text("", "", &extra)).await;
     let (mut c, w) = connect(&ca, "east-1", "dc-east").await;
@@ -181,31 +190,11 @@ async fn a_report_over_the_entry_limit_is_refused_with_flow_control() {
 
 /// The real connector agent `bulk-1` of `dc-east` at 500 checks/s against
 /// `ca`, in process; send on the sender to stop it.
-fn bulk_agent(
-    ca: &Ca,
-    tag: &str,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), connector_agent::AgentError>>,
-) {
-    let dir = scratch_dir(tag);
-    let root = dir.join("ca.pem");
-    std::fs::write(&root, ca.root()).expect("root");
-    let mut config =
-        connector_agent::Config::new(format!("https://{}", ca.grpc), "bulk-1", "dc-east");
-    config.ca_cert = Some(root);
-    config.state_dir = dir.join("state");
-    config.provisioning_key = Some(KEY_EAST.into());
+fn bulk_agent(ca: &Ca, tag: &str) -> (tokio::sync::oneshot::Sender<()>, AgentTask) {
+    let mut config = agent_config(ca, tag, "bulk-1", "dc-east", KEY_EAST);
     config.checks_per_second = 500;
     config.check_timeout_ms = 500;
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(async move {
-        connector_agent::run(config, async {
-            let _ = rx.await;
-        })
-        .await
-    });
-    (stop, agent)
+    spawn_agent(config)
 }
 
 /// 2,000 targets at 500 checks/s with the real connector: every
@@ -213,19 +202,7 @@ fn bulk_agent(
 /// limits (closed loopback ports are fine targets: they report Down).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_result_of_2000_targets_at_500_checks_per_second_reaches_the_ca() {
-    let hosts: Vec<String> = (1..=200).map(|i| format!("\"127.0.3.{i}\"")).collect();
-    let extra = format!(
-        r#"
-[[segments]]
-name = "bulk"
-applications = [{}]
-tcp_ports = ["20001-20010"]
-health_reporting = "continuous"
-report_interval_s = 60
-connector_groups = ["dc-east"]
-"#,
-        hosts.join(", ")
-    );
+    let extra = bulk().toml();
     let ca = Ca::start(&config_text(
         "checks_per_second = 500\ncheck_timeout_ms = 500\ncheck_budget = 100000",
         "",
@@ -259,27 +236,13 @@ connector_groups = ["dc-east"]
 /// reaches the CA with a result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continuous_and_on_access_results_all_reach_the_ca_under_overload() {
-    let hosts: Vec<String> = (1..=200).map(|i| format!("\"127.0.3.{i}\"")).collect();
-    let extra = format!(
-        r#"
-[[segments]]
-name = "bulk"
-applications = [{}]
-tcp_ports = ["20001-20010"]
-health_reporting = "continuous"
-report_interval_s = 60
-connector_groups = ["dc-east"]
-
-[[segments]]
-name = "burst"
-applications = ["127.0.4.0/24"]
-tcp_ports = ["30001-30003"]
-health_reporting = "on_access"
-report_interval_ms = 1000
-connector_groups = ["dc-east"]
-"#,
-        hosts.join(", ")
-    );
+    let burst = Segment::new("burst")
+        .apps(["127.0.4.0/24"])
+        .tcp(["30001-30003"])
+        .mode("on_access")
+        .interval_ms(1000)
+        .groups(["dc-east"]);
+    let extra = bulk().toml() + &burst.toml();
     let ca = Ca::start(&config_text(
         "checks_per_second = 500\ncheck_timeout_ms = 500\ncheck_budget = 100000",
         "",

@@ -2,10 +2,10 @@
 //! authoritative DNS server on loopback, TCP and UDP test applications that
 //! record what reached them, a network path with a real delay (TUN devices
 //! and a network namespace), HTTP test clients, polling helpers for events
-//! whose timing a test does not control, a real PostgreSQL server, a builder for segments in both
-//! their config (TOML) and wire (protobuf) forms, and checks of what the
-//! machine permits (ICMP sockets, IPv6 loopback) that fail naming what is
-//! missing.
+//! whose timing a test does not control, a real PostgreSQL server, free
+//! loopback ports, a builder for segments in both their config (TOML) and
+//! wire (protobuf) forms, and checks of what the machine permits (ICMP
+//! sockets, IPv6 loopback) that fail naming what is missing.
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
@@ -15,6 +15,7 @@ pub mod caps;
 pub mod delay;
 pub mod dns;
 pub mod http;
+pub mod net;
 pub mod poll;
 pub mod postgres;
 pub mod segment;
@@ -23,6 +24,7 @@ pub use apps::{Blackhole, TcpApp, UdpApp, closed_port, listeners, max_in_window}
 pub use delay::DelayLink;
 pub use dns::DnsServer;
 pub use http::{HttpsClient, client_tls, http_get};
+pub use net::free_port;
 pub use poll::{eventually, retry};
 pub use postgres::Postgres;
 pub use segment::Segment;

@@ -15,7 +15,6 @@
 //! when the test binary exits without running destructors; each test takes
 //! a database of its own from it (`fresh_database`).
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -23,6 +22,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use crate::net::free_port;
 
 /// The superuser the tests connect as (trust authentication on loopback).
 pub const SUPERUSER: &str = "reach";
@@ -358,11 +359,6 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot probe a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
 /// The directory holding `initdb`, `postgres`, `pg_ctl`, `pg_isready`,
 /// `createdb` and `psql`: the one of `initdb` on `PATH`, else the newest
 /// Debian-style `/usr/lib/postgresql/*/bin`.
@@ -448,7 +444,7 @@ mod tests {
         let dir = pg.dir.clone();
         drop(pg);
         assert!(
-            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
+            std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).is_err(),
             "stopped"
         );
         assert!(!dir.exists(), "directory removed");

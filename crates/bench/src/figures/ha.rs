@@ -453,12 +453,6 @@ fn checks_in(text: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// The `connector-agent` binary built next to `reach-bench`.
 fn agent_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating reach-bench")?;
@@ -486,7 +480,7 @@ async fn agent_run(
 ) -> Result<AgentRun> {
     let name = format!("ha-agent-{tag}");
     let state = scratch(&format!("agent-{tag}"))?;
-    let metrics = free_port()?;
+    let metrics = test_support::free_port()?;
     // Profiling aid: `REACH_BENCH_WRAP_AGENT="valgrind --tool=callgrind"`
     // runs the agent under that command; under callgrind its counts are
     // zeroed when the window starts and dumped when it ends

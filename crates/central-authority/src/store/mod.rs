@@ -13,7 +13,8 @@
 //! atomically); on PostgreSQL transactions run `SERIALIZABLE` and are
 //! retried on serialization failures, so `max_uses`, revocation and disable
 //! hold across replicas. Both backends migrate their versioned schema at
-//! start.
+//! start. Who may enroll is decided once, in `rules`, from the rows a
+//! backend read in its transaction; the backends only read and write.
 //!
 //! Changes that end sessions (revocations, disables, deletes,
 //! re-enrollments) are announced to the other replicas (`changes`): on
@@ -22,6 +23,7 @@
 //! missed notification and CA processes sharing one SQLite file.
 
 mod postgres;
+mod rules;
 mod sqlite;
 
 use std::path::PathBuf;

@@ -30,6 +30,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
@@ -970,13 +971,13 @@ async fn enroll(
 ) -> Result<Result<(), EnrollRefusal>, StoreError> {
     let (name, group, key) = (c.name.to_owned(), c.group.to_owned(), c.key_sha256);
     let (serial, fingerprint) = (c.serial, c.fingerprint);
-    let (max_uses, now_ms, not_after_ms) = (c.max_uses, c.now_ms, c.not_after_ms);
-    if let Err(refused) = key_allows(tx, &group, key, max_uses).await? {
-        return Ok(Err(refused));
-    }
-    if let Err(refused) = claim_name(tx, &name, &group, now_ms).await? {
-        return Ok(Err(refused));
-    }
+    let (now_ms, not_after_ms) = (c.now_ms, c.not_after_ms);
+    let (key_row, existing) = enrollment_rows(tx, c).await?;
+    let claim = match rules::decide(c.name, c.group, c.max_uses, now_ms, key_row, existing) {
+        Ok(claim) => claim,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    claim_name(tx, c, claim).await?;
     tx.execute(
         "INSERT INTO provisioning_keys (grp, key_sha256, uses, last_used_ms) VALUES ($1, $2, 1, $3)
              ON CONFLICT (grp, key_sha256)
@@ -1004,54 +1005,59 @@ async fn enroll(
     Ok(Ok(()))
 }
 
-/// Whether the provisioning key (`key`, the SHA-256 of `group`'s key) may
-/// enroll one more connector: not revoked, uses left.
-async fn key_allows(
+/// The rows the rules of enrollment read (`rules::decide`): `c`'s
+/// provisioning key and the connector row of its name.
+async fn enrollment_rows(
     tx: &Transaction<'_>,
-    group: &str,
-    key: &str,
-    max_uses: u32,
-) -> Result<Result<(), EnrollRefusal>, StoreError> {
-    let key_row = tx
+    c: &NewCertificate<'_>,
+) -> Result<(Option<KeyRow>, Option<NameRow>), StoreError> {
+    let key = tx
         .query_opt(
             "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = $1 AND key_sha256 = $2",
-            &[&group, &key],
+            &[&c.group, &c.key_sha256],
         )
-        .await?;
-    let (uses, revoked): (i64, Option<i64>) = key_row.map_or((0, None), |r| (r.get(0), r.get(1)));
-    if revoked.is_some() {
-        return Ok(Err(EnrollRefusal::KeyRevoked(group.to_owned())));
-    }
-    if uses >= i64::from(max_uses) {
-        return Ok(Err(EnrollRefusal::KeyExhausted {
-            group: group.to_owned(),
-            uses: to_u32(uses),
-            max: max_uses,
-        }));
-    }
-    Ok(Ok(()))
-}
-
-/// Takes `name` for `group`: a new or deleted connector's row, or the
-/// connector's own when it holds no valid certificate or the administrator
-/// allowed a re-enrollment (used up here).
-async fn claim_name(
-    tx: &Transaction<'_>,
-    name: &str,
-    group: &str,
-    now_ms: i64,
-) -> Result<Result<(), EnrollRefusal>, StoreError> {
+        .await?
+        .map(|r| KeyRow {
+            uses: to_u32(r.get(0)),
+            revoked: r.get::<_, Option<i64>>(1).is_some(),
+        });
     let existing = tx
         .query_opt(
-            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = $1",
-            &[&name],
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms,
+                    (SELECT COUNT(*) FROM certificates
+                     WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2)
+             FROM connectors WHERE name = $1",
+            &[&c.name, &c.now_ms],
         )
-        .await?;
-    let existing: Option<(String, bool, Option<i64>, Option<i64>)> =
-        existing.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)));
-    match existing {
-        // A deleted connector's row is reused: the name is free.
-        Some((_, _, _, Some(_))) => {
+        .await?
+        .map(|r| NameRow {
+            group: r.get(0),
+            disabled: r.get(1),
+            reenroll_until_ms: r.get(2),
+            deleted: r.get::<_, Option<i64>>(3).is_some(),
+            valid_certificate: r.get::<_, i64>(4) > 0,
+        });
+    Ok((key, existing))
+}
+
+/// Writes what `claim` does to the row of `c`'s name.
+async fn claim_name(
+    tx: &Transaction<'_>,
+    c: &NewCertificate<'_>,
+    claim: NameClaim,
+) -> Result<(), StoreError> {
+    let (name, group, now_ms) = (c.name, c.group, c.now_ms);
+    match claim {
+        NameClaim::Keep => {}
+        NameClaim::Insert => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
+                     VALUES ($1, $2, FALSE, $3, $3)",
+                &[&name, &group, &now_ms],
+            )
+            .await?;
+        }
+        NameClaim::ReuseDeleted => {
             tx.execute(
                 "UPDATE connectors SET grp = $2, disabled = FALSE, enrolled_ms = $3,
                          changed_ms = $3, reenroll_until_ms = NULL, deleted_ms = NULL
@@ -1060,44 +1066,15 @@ async fn claim_name(
             )
             .await?;
         }
-        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(name.to_owned()))),
-        Some((other, false, _, None)) if other != group => {
-            return Ok(Err(EnrollRefusal::OtherGroup {
-                name: name.to_owned(),
-                group: other,
-            }));
-        }
-        Some((_, false, allowed_until, None)) => {
-            let valid: i64 = tx
-                .query_one(
-                    "SELECT COUNT(*) FROM certificates
-                         WHERE connector = $1 AND revoked_ms IS NULL AND not_after_ms > $2",
-                    &[&name, &now_ms],
-                )
-                .await?
-                .get(0);
-            if valid > 0 {
-                if allowed_until.is_none_or(|until| now_ms > until) {
-                    return Ok(Err(EnrollRefusal::NameTaken(name.to_owned())));
-                }
-                // The administrator's permission is for one enrollment.
-                tx.execute(
-                        "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
-                        &[&name, &now_ms],
-                    )
-                    .await?;
-            }
-        }
-        None => {
+        NameClaim::UseLeave => {
             tx.execute(
-                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
-                     VALUES ($1, $2, FALSE, $3, $3)",
-                &[&name, &group, &now_ms],
+                "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
+                &[&name, &now_ms],
             )
             .await?;
         }
     }
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// The renewal transaction's body (see `Store::renew`).

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
     KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
@@ -256,89 +257,74 @@ pub(crate) struct SqliteStore {
     insert_sql: (String, String),
 }
 
-/// Whether `c`'s provisioning key may enroll one more connector (not
-/// revoked, uses left).
-fn key_allows(
+/// The rows the rules of enrollment read (`rules::decide`): `c`'s
+/// provisioning key and the connector row of its name.
+fn enrollment_rows(
     tx: &rusqlite::Transaction<'_>,
     c: &NewCertificate<'_>,
-) -> Result<Result<(), EnrollRefusal>, StoreError> {
-    let key: Option<(u32, Option<i64>)> = tx
+) -> rusqlite::Result<(Option<KeyRow>, Option<NameRow>)> {
+    let key = tx
         .query_row(
             "SELECT uses, revoked_ms FROM provisioning_keys WHERE grp = ?1 AND key_sha256 = ?2",
             params![c.group, c.key_sha256],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| {
+                Ok(KeyRow {
+                    uses: r.get(0)?,
+                    revoked: r.get::<_, Option<i64>>(1)?.is_some(),
+                })
+            },
         )
         .optional()?;
-    let (uses, revoked) = key.unwrap_or((0, None));
-    if revoked.is_some() {
-        return Ok(Err(EnrollRefusal::KeyRevoked(c.group.to_owned())));
-    }
-    if uses >= c.max_uses {
-        return Ok(Err(EnrollRefusal::KeyExhausted {
-            group: c.group.to_owned(),
-            uses,
-            max: c.max_uses,
-        }));
-    }
-    Ok(Ok(()))
+    let existing = tx
+        .query_row(
+            "SELECT grp, disabled, reenroll_until_ms, deleted_ms,
+                    (SELECT COUNT(*) FROM certificates
+                     WHERE connector = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2)
+             FROM connectors WHERE name = ?1",
+            params![c.name, c.now_ms],
+            |r| {
+                Ok(NameRow {
+                    group: r.get(0)?,
+                    disabled: r.get(1)?,
+                    reenroll_until_ms: r.get(2)?,
+                    deleted: r.get::<_, Option<i64>>(3)?.is_some(),
+                    valid_certificate: r.get::<_, i64>(4)? > 0,
+                })
+            },
+        )
+        .optional()?;
+    Ok((key, existing))
 }
 
-/// Takes `c`'s name for its group: a new or deleted connector's row, or
-/// the connector's own when it holds no valid certificate or the
-/// administrator allowed a re-enrollment (used up here).
+/// Writes what `claim` does to the row of `c`'s name.
 fn claim_name(
     tx: &rusqlite::Transaction<'_>,
     c: &NewCertificate<'_>,
-) -> Result<Result<(), EnrollRefusal>, StoreError> {
-    let existing: Option<(String, bool, Option<i64>, Option<i64>)> = tx
-        .query_row(
-            "SELECT grp, disabled, reenroll_until_ms, deleted_ms FROM connectors WHERE name = ?1",
-            params![c.name],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?;
-    match existing {
-        // A deleted connector's row is reused: the name is free.
-        Some((_, _, _, Some(_))) => {
+    claim: NameClaim,
+) -> rusqlite::Result<()> {
+    match claim {
+        NameClaim::Keep => {}
+        NameClaim::Insert => {
+            tx.execute(
+                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
+                params![c.name, c.group, c.now_ms],
+            )?;
+        }
+        NameClaim::ReuseDeleted => {
             tx.execute(
                 "UPDATE connectors SET grp = ?2, disabled = 0, enrolled_ms = ?3, changed_ms = ?3,
                  reenroll_until_ms = NULL, deleted_ms = NULL WHERE name = ?1",
                 params![c.name, c.group, c.now_ms],
             )?;
         }
-        Some((_, true, _, None)) => return Ok(Err(EnrollRefusal::Disabled(c.name.to_owned()))),
-        Some((group, false, _, None)) if group != c.group => {
-            return Ok(Err(EnrollRefusal::OtherGroup {
-                name: c.name.to_owned(),
-                group,
-            }));
-        }
-        Some((_, false, allowed_until, None)) => {
-            let valid: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM certificates
-                 WHERE connector = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
-                params![c.name, c.now_ms],
-                |r| r.get(0),
-            )?;
-            if valid > 0 {
-                if allowed_until.is_none_or(|until| c.now_ms > until) {
-                    return Ok(Err(EnrollRefusal::NameTaken(c.name.to_owned())));
-                }
-                // The administrator's permission is for one enrollment.
-                tx.execute(
-                    "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
-                    params![c.name, c.now_ms],
-                )?;
-            }
-        }
-        None => {
+        NameClaim::UseLeave => {
             tx.execute(
-                "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
-                params![c.name, c.group, c.now_ms],
+                "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
+                params![c.name, c.now_ms],
             )?;
         }
     }
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// Counts the key's use and records `c`'s certificate, superseding the
@@ -427,12 +413,12 @@ impl SqliteStore {
     ) -> Result<Result<(), EnrollRefusal>, StoreError> {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Err(refused) = key_allows(&tx, c)? {
-            return Ok(Err(refused));
-        }
-        if let Err(refused) = claim_name(&tx, c)? {
-            return Ok(Err(refused));
-        }
+        let (key, existing) = enrollment_rows(&tx, c)?;
+        let claim = match rules::decide(c.name, c.group, c.max_uses, c.now_ms, key, existing) {
+            Ok(claim) => claim,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        claim_name(&tx, c, claim)?;
         record_enrollment(&tx, c)?;
         tx.commit()?;
         Ok(Ok(()))

@@ -24,7 +24,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 // its stream), shared with the other crates' tests. Not every test binary
 // polls.
 #[allow(unused_imports)]
-pub use test_support::{HttpsClient, eventually};
+pub use test_support::{HttpsClient, Segment, eventually};
 
 pub const KEY_EAST: &str = "key-east-0123456789";
 pub const KEY_WEST: &str = "key-west-0123456789";
@@ -34,6 +34,30 @@ pub const READ_TOKEN: &str = "tok-read-0123456789";
 /// A config with two groups and a segment of each mode; `extra` is
 /// appended (more segments or sections must not repeat the ones here).
 pub fn config_text(health: &str, selection: &str, extra: &str) -> String {
+    let segments: String = [
+        segment("jira")
+            .apps(["jira.test.reach", "127.0.0.21"])
+            .tcp(["80"])
+            .groups(["dc-east"]),
+        segment("lab")
+            .apps(["*.lab.test.reach"])
+            .tcp(["8000-8100"])
+            .mode("on_access")
+            .groups(["dc-east", "dc-west"]),
+        segment("legacy")
+            .apps(["legacy.test.reach"])
+            .tcp(["9000"])
+            .mode("none")
+            .groups(["dc-west"]),
+        segment("payroll")
+            .apps(["payroll.test.reach"])
+            .tcp(["443"])
+            .groups(["dc-east"])
+            .extra("client_hostname_validation = true"),
+    ]
+    .iter()
+    .map(Segment::toml)
+    .collect();
     format!(
         r#"
 [server]
@@ -65,39 +89,15 @@ provisioning_key = "{KEY_EAST}"
 name = "dc-west"
 provisioning_key = "{KEY_WEST}"
 
-[[segments]]
-name = "jira"
-applications = ["jira.test.reach", "127.0.0.21"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-report_interval_s = 60
-connector_groups = ["dc-east"]
-
-[[segments]]
-name = "lab"
-applications = ["*.lab.test.reach"]
-tcp_ports = ["8000-8100"]
-health_reporting = "on_access"
-report_interval_s = 60
-connector_groups = ["dc-east", "dc-west"]
-
-[[segments]]
-name = "legacy"
-applications = ["legacy.test.reach"]
-tcp_ports = ["9000"]
-health_reporting = "none"
-connector_groups = ["dc-west"]
-
-[[segments]]
-name = "payroll"
-applications = ["payroll.test.reach"]
-tcp_ports = ["443"]
-health_reporting = "continuous"
-client_hostname_validation = true
-connector_groups = ["dc-east"]
-{extra}
+{segments}{extra}
 "#
     )
+}
+
+/// A segment with the config's default report interval (60 s); the
+/// builder's own default (1 s) suits agents, not these CA tests.
+pub fn segment(name: &str) -> Segment {
+    Segment::new(name).interval_ms(60_000)
 }
 
 pub fn default_config() -> String {
@@ -368,6 +368,51 @@ pub async fn open_with(
     })
 }
 
+/// A session authenticated by its group's provisioning key in metadata
+/// (`[tls] enabled = false`), on the replica at `grpc`.
+pub async fn open_plain(grpc: std::net::SocketAddr, name: &str) -> Result<Conn, tonic::Status> {
+    open_plain_with(grpc, name, KEY_EAST, true).await
+}
+
+/// A dc-east stream authenticated by `key` in metadata; its `Hello` queued
+/// at once when `hello_now`, else left to the test (the stream stays pending).
+pub async fn open_plain_with(
+    grpc: std::net::SocketAddr,
+    name: &str,
+    key: &str,
+    hello_now: bool,
+) -> Result<Conn, tonic::Status> {
+    use protocol::metadata as md;
+    let channel = Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connects in plain text");
+    let (tx, rx) = mpsc::channel(64);
+    if hello_now {
+        tx.send(hello(name, "dc-east")).await.expect("queue hello");
+    }
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    for (k, v) in [
+        (md::CONNECTOR, name),
+        (md::GROUP, "dc-east"),
+        (md::PROVISIONING_KEY, key),
+    ] {
+        request
+            .metadata_mut()
+            .insert(k, v.parse().expect("ASCII metadata"));
+    }
+    let response = ConnectorSessionClient::new(channel)
+        .connect(request)
+        .await?;
+    Ok(Conn {
+        tx,
+        rx: response.into_inner(),
+        name: name.into(),
+        group: "dc-east".into(),
+    })
+}
+
 pub fn hello(name: &str, group: &str) -> v1::ConnectorMessage {
     v1::ConnectorMessage {
         kind: Some(In::Hello(v1::Hello {
@@ -550,4 +595,37 @@ impl Http {
             })
             .cloned()
     }
+}
+
+/// The config of a real connector agent `name` of `group` for `ca`,
+/// enrolling with `key`: it trusts the CA's root from a file and keeps its
+/// state in a scratch directory (`tag`).
+pub fn agent_config(
+    ca: &Ca,
+    tag: &str,
+    name: &str,
+    group: &str,
+    key: &str,
+) -> connector_agent::Config {
+    let dir = scratch_dir(tag);
+    let root = dir.join("ca.pem");
+    std::fs::write(&root, ca.root()).expect("root");
+    let mut config = connector_agent::Config::new(format!("https://{}", ca.grpc), name, group);
+    config.ca_cert = Some(root);
+    config.state_dir = dir.join("state");
+    config.provisioning_key = Some(key.into());
+    config
+}
+
+/// A connector agent running in this process.
+pub type AgentTask = tokio::task::JoinHandle<Result<(), connector_agent::AgentError>>;
+
+/// Runs the agent of `config` in this process until the sender sends or is
+/// dropped.
+pub fn spawn_agent(config: connector_agent::Config) -> (oneshot::Sender<()>, AgentTask) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(connector_agent::run(config, async move {
+        let _ = stopped.await;
+    }));
+    (stop, task)
 }
