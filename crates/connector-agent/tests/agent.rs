@@ -464,13 +464,16 @@ impl Drop for KillOnDrop {
 /// `rate_limit`), and its first round over 40 loopback applications takes
 /// at least 39 periods of 50 ms with no more than 20 starts in a second at
 /// the listeners (what 40/s would break; 10/s breaks the two figures).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_checks_twenty_per_second_by_default() {
-    let _serial = SERIAL.lock().await;
-    let addrs: Vec<String> = (1..=40).map(|i| format!("127.0.18.{i}")).collect();
+/// A CA assigning one continuous segment of 40 applications,
+/// 127.0.`octet`.1 to .40, on one port each listener records accepts on.
+async fn forty_targets(
+    octet: u8,
+    settings: v1::ConnectorSettings,
+) -> (Authority, test_support::apps::Arrivals) {
+    let addrs: Vec<String> = (1..=40).map(|i| format!("127.0.{octet}.{i}")).collect();
     let (p, accepted) = listeners(&addrs).await;
     let apps: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let mut ca = Authority::start(Assignment {
+    let ca = Authority::start(Assignment {
         segments: vec![
             Segment::new("many")
                 .apps(&apps)
@@ -479,11 +482,22 @@ async fn the_binary_checks_twenty_per_second_by_default() {
                 .groups(["dc-east"])
                 .proto(),
         ],
-        settings: v1::ConnectorSettings {
+        settings,
+    })
+    .await;
+    (ca, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_checks_twenty_per_second_by_default() {
+    let _serial = SERIAL.lock().await;
+    let (mut ca, accepted) = forty_targets(
+        18,
+        v1::ConnectorSettings {
             heartbeat_interval_ms: 200,
             ..Default::default()
         },
-    })
+    )
     .await;
     let state =
         std::env::temp_dir().join(format!("reach-agent-default-rate-{}", std::process::id()));
@@ -549,21 +563,7 @@ async fn the_binary_checks_twenty_per_second_by_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     let _serial = SERIAL.lock().await;
-    let addrs: Vec<String> = (1..=40).map(|i| format!("127.0.5.{i}")).collect();
-    let (p, accepted) = listeners(&addrs).await;
-    let apps: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let mut ca = Authority::start(Assignment {
-        segments: vec![
-            Segment::new("many")
-                .apps(&apps)
-                .tcp([p])
-                .interval_ms(60_000)
-                .groups(["dc-east"])
-                .proto(),
-        ],
-        settings: v1::ConnectorSettings::default(),
-    })
-    .await;
+    let (mut ca, accepted) = forty_targets(5, v1::ConnectorSettings::default()).await;
     let mut config = agent_config(&ca.url(), None);
     config.checks_per_second = 20;
     let (stop, agent) = start_agent(config);
@@ -581,22 +581,9 @@ async fn forty_targets_at_twenty_per_second_never_exceed_the_rate() {
     // instants at the listener add connect latency and the test runtime's
     // scheduling jitter (a few ms on a busy 2-core machine), which is
     // discounted from the window here.
-    let window = Duration::from_millis(985);
-    let mut max = 0;
-    for (i, t) in times.iter().enumerate() {
-        let n = times[i..].iter().take_while(|u| **u - *t < window).count();
-        max = max.max(n);
-    }
+    let max = test_support::max_in_window(&times, Duration::from_millis(985));
     assert!(max <= 20, "{max} connections within one second");
-    let strict = (0..times.len())
-        .map(|i| {
-            times[i..]
-                .iter()
-                .take_while(|u| **u - times[i] < Duration::from_secs(1))
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
+    let strict = test_support::max_in_window(&times, Duration::from_secs(1));
     println!("40 checks at 20/s: span {span:?}, at most {max} per 985 ms, {strict} per exact 1 s");
     let _ = stop.send(());
     agent.await.expect("agent stopped");
