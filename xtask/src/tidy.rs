@@ -45,6 +45,17 @@ struct Violation {
     what: String,
 }
 
+impl Violation {
+    /// `file:line: what` (`file: what` for line 0), as a failure lists it.
+    fn line(&self) -> String {
+        if self.line == 0 {
+            format!("{}: {}", self.file.display(), self.what)
+        } else {
+            format!("{}:{}: {}", self.file.display(), self.line, self.what)
+        }
+    }
+}
+
 /// Fails the test with every violation, one per line.
 fn report(rule: &str, violations: &[Violation]) {
     if violations.is_empty() {
@@ -52,11 +63,7 @@ fn report(rule: &str, violations: &[Violation]) {
     }
     let mut text = format!("tidy: {rule}: {} violation(s)\n", violations.len());
     for v in violations {
-        if v.line == 0 {
-            let _ = writeln!(text, "  {}: {}", v.file.display(), v.what);
-        } else {
-            let _ = writeln!(text, "  {}:{}: {}", v.file.display(), v.line, v.what);
-        }
+        let _ = writeln!(text, "  {}", v.line());
     }
     panic!("{text}");
 }

@@ -308,10 +308,7 @@ fn lock_owner_rule_finds_planted_lockers() {
         ),
     ]);
     let found = lock_owner_violations((Path::new("A.md"), arch), Path::new("fake/src"), &fake);
-    let whats: Vec<String> = found
-        .iter()
-        .map(|v| format!("{}:{}: {}", v.file.display(), v.line, v.what))
-        .collect();
+    let whats: Vec<String> = found.iter().map(Violation::line).collect();
     assert_eq!(whats.len(), 4, "{whats:#?}");
     assert!(
         whats[0].starts_with("fake/src/sneaky.rs:3: `sneaky` takes a lock"),
@@ -475,10 +472,7 @@ fn status_rule_finds_planted_constructions() {
         ),
     ]);
     let found = status_constructions(Path::new("src/error.rs"), &fake);
-    let whats: Vec<String> = found
-        .iter()
-        .map(|v| format!("{}:{}: {}", v.file.display(), v.line, v.what))
-        .collect();
+    let whats: Vec<String> = found.iter().map(Violation::line).collect();
     assert_eq!(whats.len(), 2, "{whats:#?}");
     assert!(
         whats[0].starts_with("src/a.rs:4: `Status::unavailable` outside src/error.rs"),
@@ -579,10 +573,7 @@ fn codec_rule_finds_planted_codecs() {
         ),
     ]);
     let found = hand_written_codecs(&fake);
-    let whats: Vec<String> = found
-        .iter()
-        .map(|v| format!("{}:{}: {}", v.file.display(), v.line, v.what))
-        .collect();
+    let whats: Vec<String> = found.iter().map(Violation::line).collect();
     assert_eq!(
         whats,
         [
@@ -722,10 +713,7 @@ fn host_syntax_rule_finds_planted_parsing() {
         ("crates/a/src/lib.rs", "never there", "stale"),
     ];
     let found = host_syntax_by_hand(&fake, &allowed);
-    let whats: Vec<String> = found
-        .iter()
-        .map(|v| format!("{}:{}: {}", v.file.display(), v.line, v.what))
-        .collect();
+    let whats: Vec<String> = found.iter().map(Violation::line).collect();
     assert_eq!(whats.len(), 4, "{whats:#?}");
     assert!(
         whats[0].starts_with("crates/a/src/lib.rs:3: parses an IP address"),

@@ -307,10 +307,7 @@ fn long_function_rule_finds_a_planted_long_function() {
     ]);
     let allowed = [("fake::b::table", "a table"), ("fake::gone", "stale")];
     let found = long_functions("fake", Path::new("src"), &fake, &allowed);
-    let whats: Vec<String> = found
-        .iter()
-        .map(|v| format!("{}:{}: {}", v.file.display(), v.line, v.what))
-        .collect();
+    let whats: Vec<String> = found.iter().map(Violation::line).collect();
     assert_eq!(found.len(), 2, "{whats:#?}");
     assert!(
         whats[0].starts_with("src/a/mod.rs:2: `fake::a::long` is 81 lines"),
