@@ -156,6 +156,15 @@ impl Host {
         self.ip
     }
 
+    /// The host borrowed, as [`Host::normal`] gives it for text already
+    /// in normal form (nothing is parsed again).
+    pub fn as_host_ref(&self) -> HostRef<'_> {
+        HostRef {
+            text: &self.text,
+            ip: self.ip,
+        }
+    }
+
     /// The normalised text, owned.
     pub fn into_string(self) -> String {
         self.text

@@ -1,9 +1,11 @@
 //! Report intake: the entries of a connector's health report are checked
 //! one by one (well-formed, for an application its group serves) and stored
 //! in the health table (`state::health`), keeping the CA's on-access
-//! windows in step (`state::on_access`). Entries come either read in place
-//! from the report's bytes (`protocol::scan`) or decoded by prost; a
-//! full-state report also marks what it left out Unknown.
+//! windows in step (`state::on_access`). Every entry takes one route, as a
+//! `protocol::scan::EntryView`: read in place from the report's bytes
+//! (`protocol::scan`), or lent by an entry prost decoded and `policy`
+//! converted (a report the scan does not take); a full-state report also
+//! marks what it left out Unknown.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::state::health::{KeyRef, Report, TableKey, UnknownCause};
 use crate::state::on_access::Adoption;
-use crate::state::policy_state::{PolicyState, app_allowed_ip, app_allowed_parts};
+use crate::state::policy_state::{PolicyState, app_allowed_parts};
 use crate::trust::identity::Identity;
 
 /// Rejected report entries logged one by one per report.
@@ -31,10 +33,10 @@ const LOGGED_REJECTIONS: u64 = 3;
 const MAX_ACCESS_CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 impl Authority {
-    /// Takes a health report: each entry is checked on its own; entries for
-    /// applications the connector's group does not serve are rejected and
-    /// logged, the rest are stored. Discovery waiters are woken only when an
-    /// application's effective status may have changed.
+    /// Takes a health report decoded with prost (the route for every report
+    /// `protocol::scan` does not read in place): each entry is converted on
+    /// its own, a malformed one rejected, and the rest taken by
+    /// [`Authority::intake_entries`] as views of the converted entries.
     pub(crate) fn intake(
         &self,
         identity: &Identity,
@@ -43,50 +45,63 @@ impl Authority {
         now: Instant,
         wall: SystemTime,
     ) {
+        let mut rejected = 0u64;
+        let mut converted = Vec::with_capacity(report.applications.len());
+        for app in report.applications {
+            match ApplicationReport::try_from(app) {
+                Ok(entry) => converted.push(entry),
+                Err(e) => {
+                    rejected += 1;
+                    self.rejected_entry(identity, &e.into(), rejected);
+                }
+            }
+        }
+        let mut views: Vec<EntryView<'_>> = converted.iter_mut().map(EntryView::lend).collect();
         self.intake_entries(
             identity,
             state,
-            report.full_state,
-            report.applications.into_iter().map(Entry::Wire),
+            Intake {
+                full_state: report.full_state,
+                rejected,
+            },
+            views.iter_mut(),
             now,
             wall,
         );
     }
 
-    /// [`Authority::intake`] of a report's entries as they arrived
-    /// (`full_state` is the report's flag).
+    /// The one route of a report's entries into the health table: each
+    /// entry is checked on its own; entries for applications the
+    /// connector's group does not serve are rejected and logged, the rest
+    /// are stored. A full-state report also marks what it left out Unknown.
+    /// Discovery waiters are woken only when an application's effective
+    /// status may have changed.
     pub(crate) fn intake_entries<'e, 'm: 'e>(
         &self,
         identity: &Identity,
         state: &PolicyState,
-        full_state: bool,
-        entries: impl Iterator<Item = Entry<'e, 'm>>,
+        report: Intake,
+        entries: impl Iterator<Item = &'e mut EntryView<'m>>,
         now: Instant,
         wall: SystemTime,
     ) {
         let settings = state.settings();
+        let Intake {
+            full_state,
+            mut rejected,
+        } = report;
         // Only a full-state report needs the keys it names.
         let mut seen = full_state.then(HashSet::new);
         let mut accepted = 0u64;
-        let mut rejected = 0u64;
         let mut changed = false;
-        for entry in entries {
-            let stored = match entry {
-                // Not a full-state report: nothing needs the key owned.
-                Entry::Scanned(view) if !full_state => {
-                    self.store_scanned(identity, state, view, now, wall)
-                }
-                other => other.accept(state, &identity.group).map(|entry| {
-                    if let Some(seen) = &mut seen {
-                        seen.insert(entry.report.key.clone());
-                    }
-                    self.store_entry(identity, settings, entry, now, wall)
-                }),
-            };
-            match stored {
+        for view in entries {
+            match self.store_view(identity, state, view, now, wall) {
                 Ok(entry_changed) => {
                     changed |= entry_changed;
                     accepted += 1;
+                    if let Some(seen) = &mut seen {
+                        seen.insert(view.key());
+                    }
                 }
                 Err(e) => {
                     rejected += 1;
@@ -126,10 +141,10 @@ impl Authority {
         }
     }
 
-    /// Stores one accepted entry in the health table (and, on-access, keeps
-    /// the CA's window in step). Returns whether an application's effective
-    /// status may have changed.
-    fn store_entry(
+    /// Stores one accepted entry of an on-access segment in the health
+    /// table, keeping the CA's window in step. Returns whether an
+    /// application's effective status may have changed.
+    fn store_on_access(
         &self,
         identity: &Identity,
         settings: &Settings,
@@ -176,9 +191,10 @@ impl Authority {
         changed | self.store_report(identity, settings, key, report, report_interval, now)
     }
 
-    /// Stores an accepted entry of a segment that is not on-access, with
-    /// its key as read from the message; see `store_entry`.
-    fn store_scanned(
+    /// Checks one entry (for an application the connector's group serves)
+    /// and stores it, with its key as read from the message (an on-access
+    /// entry's window bookkeeping keeps owned keys: `store_on_access`).
+    fn store_view(
         &self,
         identity: &Identity,
         state: &PolicyState,
@@ -202,7 +218,7 @@ impl Authority {
                 report_interval: segment.report_interval,
                 report: view.take_report(),
             };
-            return Ok(self.store_entry(identity, settings, entry, now, wall));
+            return Ok(self.store_on_access(identity, settings, entry, now, wall));
         }
         let report = Report {
             dns_error: view.dns_error(),
@@ -385,23 +401,12 @@ fn table_report(
     }
 }
 
-/// One report entry as it arrived.
-pub(crate) enum Entry<'e, 'm> {
-    /// Decoded with prost; converted (and checked) on intake.
-    Wire(v1::ApplicationHealth),
-    /// Read and checked by `protocol::scan` (borrowed from the scanned
-    /// report; the intake moves out what it keeps).
-    Scanned(&'e mut EntryView<'m>),
-}
-
-impl Entry<'_, '_> {
-    /// `accept` of the entry.
-    fn accept(self, state: &PolicyState, group: &str) -> Result<Accepted, ReportError> {
-        match self {
-            Entry::Wire(app) => accept(state, group, app),
-            Entry::Scanned(view) => accept_report(state, group, view.take_report()),
-        }
-    }
+/// What the intake knows of a report besides its entries.
+pub(crate) struct Intake {
+    /// `HealthReport.full_state`.
+    pub(crate) full_state: bool,
+    /// Entries rejected before the intake saw them (malformed on the wire).
+    pub(crate) rejected: u64,
 }
 
 /// What one on-access report entry says about its window.
@@ -420,29 +425,4 @@ struct Accepted {
     /// The segment's mode and report interval.
     mode: HealthReporting,
     report_interval: Duration,
-}
-
-/// Checks one report entry: well-formed (`protocol` rejects malformed
-/// input, and parses an IP host once) and for an application the group
-/// serves.
-fn accept(
-    state: &PolicyState,
-    group: &str,
-    app: v1::ApplicationHealth,
-) -> Result<Accepted, ReportError> {
-    accept_report(state, group, ApplicationReport::try_from(app)?)
-}
-
-/// `accept` of an entry converted already.
-fn accept_report(
-    state: &PolicyState,
-    group: &str,
-    report: ApplicationReport,
-) -> Result<Accepted, ReportError> {
-    let segment = app_allowed_ip(state, group, &report.key, report.key.host.ip())?;
-    Ok(Accepted {
-        mode: segment.health_reporting,
-        report_interval: segment.report_interval,
-        report,
-    })
 }

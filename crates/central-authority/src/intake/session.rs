@@ -24,7 +24,7 @@ use tonic::codegen::Bytes;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
 use crate::error::SessionError;
-use crate::intake::reports::Entry;
+use crate::intake::reports::Intake;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{Arrival, LiveSession, Outbound};
@@ -677,8 +677,11 @@ impl Authority {
                 self.intake_entries(
                     identity,
                     state,
-                    full_state,
-                    report.entries.iter_mut().map(Entry::Scanned),
+                    Intake {
+                        full_state,
+                        rejected: 0,
+                    },
+                    report.entries.iter_mut(),
                     now,
                     wall,
                 );
