@@ -392,3 +392,75 @@ async fn cli_access_exit_codes_tables_and_admin_actions() {
     drop(c1);
     ca.stop().await;
 }
+
+/// Every admin action on a name that does not exist answers 404 naming it
+/// (the JSON error body), whatever the name (a path-like one too), and the
+/// CLI exits non-zero; `api connectors` shows a revoked connector as
+/// revoked.
+#[tokio::test]
+async fn admin_actions_on_unknown_names_are_404_and_the_cli_fails() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for (method, path, shown) in [
+        ("POST", "/api/v1/connectors/nobody/revoke", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/disable", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/enable", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/allow-reenroll", "nobody"),
+        ("DELETE", "/api/v1/connectors/nobody", "nobody"),
+        (
+            "POST",
+            "/api/v1/connectors/..%2F..%2Fetc%2Fpasswd/revoke",
+            "../../etc/passwd",
+        ),
+        (
+            "POST",
+            "/api/v1/provisioning_keys/nogroup/revoke",
+            "nogroup",
+        ),
+    ] {
+        let (s, body) = web
+            .send_raw(method, path, &[("authorization", &bearer)], "")
+            .await;
+        assert_eq!(s, 404, "{method} {path}: {body}");
+        let v = json(&body);
+        assert_eq!(v["error"]["reason"], "not_found", "{method} {path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("{shown:?}"))),
+            "{method} {path}: {v}"
+        );
+    }
+
+    let admin = Cli::new(&ca, ADMIN_TOKEN);
+    for action in ["revoke", "disable", "enable", "allow-reenroll", "delete"] {
+        let (code, out, err) = admin.run(&["connectors", action, "nobody"]).await;
+        assert_eq!(code, 1, "{action}: {out}{err}");
+        assert!(
+            err.contains("404: not_found: no enrolled connector \"nobody\""),
+            "{action}: {err}"
+        );
+    }
+    let (code, out, err) = admin.run(&["keys", "revoke", "nogroup"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+
+    // A revoked connector is listed as revoked, not as enrolled.
+    let (c1, _) = connect(&ca, "c1", "dc-east").await;
+    let (code, out, err) = admin.run(&["connectors", "revoke", "c1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), "certificates_revoked=1 name=c1");
+    let (code, out, _) = admin.run(&["connectors"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().next().is_some_and(|h| h.contains("STATE")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c1 ") && l.split_whitespace().any(|w| w == "revoked")),
+        "{out}"
+    );
+    drop(c1);
+    ca.stop().await;
+}

@@ -1084,7 +1084,7 @@ async fn connector_action(
         "revoke" => {
             admin(&a, move |a| {
                 a.revoke_connector(&name)
-                    .map(|n| Some(json!({ "name": body, "certificates_revoked": n })))
+                    .map(|n| n.map(|n| json!({ "name": body, "certificates_revoked": n })))
             })
             .await
         }

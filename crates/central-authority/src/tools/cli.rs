@@ -581,8 +581,7 @@ fn connectors_table(v: &Value) -> String {
                     .as_f64()
                     .map_or("-".to_owned(), |s| format!("{s:.1} s")),
                 yes(&c["over_budget"]),
-                yes(&c["enrolled"]),
-                yes(&c["disabled"]),
+                connector_state(c).to_owned(),
             ]
         })
         .collect();
@@ -594,11 +593,29 @@ fn connectors_table(v: &Value) -> String {
             "CHECKS/CYCLE",
             "CYCLE",
             "OVER-BUDGET",
-            "ENROLLED",
-            "DISABLED",
+            "STATE",
         ],
         &rows,
     )
+}
+
+/// A connector's standing: `disabled`, else its newest certificate's
+/// (`revoked`, `expired`; `enrolled` while it is valid), `-` when it never
+/// enrolled (a CA without TLS).
+fn connector_state(c: &Value) -> &'static str {
+    if c["disabled"] == true {
+        return "disabled";
+    }
+    if c["enrolled"] != true {
+        return "-";
+    }
+    match c["certificates"][0]["state"].as_str() {
+        Some("revoked") => "revoked",
+        Some("expired") => "expired",
+        Some(_) => "enrolled",
+        None if c["certificate_not_after"].is_null() => "revoked",
+        None => "enrolled",
+    }
 }
 
 fn keys_table(v: &Value) -> String {
@@ -778,6 +795,24 @@ mod tests {
             "SEGMENT  HOST          PROTO  PORT  STATUS   CONNECTORS\n\
              jira     jira.example  tcp    80    up       c1=up\n\
              lab      x             udp    53    unknown  -\n"
+        );
+    }
+
+    #[test]
+    fn connector_state_shows_disabled_revoked_and_expired() {
+        let c = |v: Value| connector_state(&v);
+        assert_eq!(c(json!({"enrolled": false, "disabled": false})), "-");
+        let cert = |state: &str| {
+            json!({"enrolled": true, "disabled": false,
+            "certificate_not_after": 9, "certificates": [{"state": state}, {"state": "revoked"}]})
+        };
+        assert_eq!(c(cert("current")), "enrolled");
+        assert_eq!(c(cert("grace")), "enrolled");
+        assert_eq!(c(cert("revoked")), "revoked");
+        assert_eq!(c(cert("expired")), "expired");
+        assert_eq!(
+            c(json!({"enrolled": true, "disabled": true, "certificates": [{"state": "current"}]})),
+            "disabled"
         );
     }
 
