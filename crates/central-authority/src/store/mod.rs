@@ -1,8 +1,9 @@
 //! The CA's persistent state: enrolled connectors (and whether they are
 //! disabled), the certificates issued to them with their serials and
 //! revocations, the use counts and revocations of provisioning keys, and
-//! the CA replicas sharing the database. Health is not here: it is soft
-//! state each replica rebuilds from reports.
+//! the CA replicas sharing the database, the status history and the audit
+//! trail of admin actions. Health is not here: it is soft state each
+//! replica rebuilds from reports.
 //!
 //! Two backends behind one API (`Store`): an embedded SQLite file in the
 //! data directory (`sqlite`, the default) and PostgreSQL (`postgres`,
