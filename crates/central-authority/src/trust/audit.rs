@@ -209,7 +209,7 @@ impl Authority {
             actor = %r.actor,
             source = %r.source,
             action = %r.action,
-            object = %r.target,
+            target = %r.target,
             outcome = %r.outcome,
             detail = %r.detail,
             "admin action"
@@ -235,5 +235,78 @@ impl Authority {
             per_page,
             pages: total.div_ceil(u64::from(per_page)).max(1),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer into a shared buffer, for the log line.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// One action is one log line with target `audit` and every field, and
+    /// one stored row.
+    #[test]
+    fn an_action_is_one_audit_log_line_and_one_row() {
+        let config = crate::Config::from_toml(
+            "[server]\nallow_short_secrets = true\n",
+            std::path::Path::new("."),
+        )
+        .expect("valid");
+        let a = Authority::with_trust(config, None, crate::store::Store::in_memory().expect("db"));
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let root = Actor::token("root");
+        tracing::subscriber::with_default(subscriber, || {
+            a.audit(&AdminAction {
+                actor: &root,
+                source: Some(std::net::Ipv4Addr::new(192, 0, 2, 7).into()),
+                action: "connector.revoke",
+                target: "c1",
+                outcome: Outcome::NotFound,
+                detail: "x".repeat(2000),
+            });
+        });
+        let text = String::from_utf8(captured.0.lock().expect("buffer").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        for part in [
+            " audit: admin action",
+            "actor_kind=token",
+            "actor=root",
+            "source=192.0.2.7",
+            "action=connector.revoke",
+            "target=c1",
+            "outcome=not_found",
+        ] {
+            assert!(lines[0].contains(part), "{part}: {text}");
+        }
+        let (rows, _) = a
+            .store()
+            .audit(&AuditFilter::default(), 10, 0)
+            .expect("read");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].detail.len(), MAX_TEXT, "bounded");
+        let view = AuditEntryView::from(rows[0].clone());
+        assert_eq!(
+            (view.actor.kind.as_str(), view.source.as_deref()),
+            ("token", Some("192.0.2.7"))
+        );
     }
 }
