@@ -1,9 +1,10 @@
 //! Periodic upkeep of the shared state, run every `HOUSEKEEPING_EVERY` by
 //! `run`: window renewals coalescing owes, the end of on-access windows,
 //! staleness sweeps of the health table (recorded for the history), load
-//! estimates and the forgetting of throttle entries that refilled. The
-//! access path does not depend on it: effective statuses are computed when
-//! read.
+//! estimates and the forgetting of throttle entries that refilled; and,
+//! less often, the pruning of the audit trail past `[audit] retention_s`
+//! (`prune_audit`). The access path does not depend on it: effective
+//! statuses are computed when read.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Instant, SystemTime};
@@ -34,6 +35,21 @@ pub fn run_once(a: &Authority, now: Instant) {
     a.throttle(Guarded::Token).retain_recent();
     a.throttle(Guarded::Enrollment).retain_recent();
     a.renew_limit().retain_recent();
+}
+
+/// How often the audit trail is pruned (and once at start).
+pub const AUDIT_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Deletes the audit trail from before `[audit] retention_s` ago, at
+/// `now_ms` (Unix ms); returns how many entries went.
+pub fn prune_audit(a: &Authority, now_ms: i64) -> Result<usize, crate::store::StoreError> {
+    let retention = a.snapshot().settings().audit_retention;
+    let before = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let n = a.store().prune_audit(before)?;
+    if n > 0 {
+        tracing::debug!(deleted = n, "audit trail past its retention deleted");
+    }
+    Ok(n)
 }
 
 /// Turns stale results (and those of the `ended` windows) Unknown,
@@ -89,4 +105,49 @@ fn sweep(a: &Authority, now: Instant, ended: &HashMap<AppKey, HashSet<String>>) 
         tracing::debug!(removed, "on-access entries past their retention removed");
     }
     changed > 0 || removed > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::audit::{Actor, AdminAction, Outcome};
+
+    /// Entries older than `[audit] retention_s` at the injected time go;
+    /// the younger stay.
+    #[test]
+    fn the_audit_trail_is_pruned_past_its_retention() {
+        let config = crate::Config::from_toml(
+            "[server]\nallow_short_secrets = true\n[audit]\nretention_s = 60\n",
+            std::path::Path::new("."),
+        )
+        .expect("valid");
+        let store = crate::store::Store::in_memory().expect("db");
+        let a = Authority::with_trust(config, None, store);
+        let root = Actor::token("root");
+        let action = AdminAction {
+            actor: &root,
+            source: None,
+            action: "connector.revoke",
+            target: "c1",
+            outcome: Outcome::Ok,
+            detail: String::new(),
+        };
+        let now = 10_000_000;
+        for at in [now - 61_000, now - 60_000, now - 1_000] {
+            a.store()
+                .record_audit(&action.record(at))
+                .expect("recorded");
+        }
+        assert_eq!(prune_audit(&a, now).expect("pruned"), 1);
+        let (left, total) = a
+            .store()
+            .audit(&crate::store::AuditFilter::default(), 10, 0)
+            .expect("read");
+        assert_eq!(total, 2);
+        assert_eq!(
+            left.iter().map(|r| r.at_ms).collect::<Vec<_>>(),
+            [now - 1_000, now - 60_000]
+        );
+        assert_eq!(prune_audit(&a, now + 60_000).expect("pruned"), 2);
+    }
 }

@@ -190,10 +190,12 @@ fn log_start(authority: &Authority, grpc: &TcpListener, http: &TcpListener) {
 }
 
 /// Runs `housekeeping::run_once` every `HOUSEKEEPING_EVERY` (and, with
-/// TLS, revokes superseded certificates) until `stop` resolves.
+/// TLS, revokes superseded certificates), and prunes the audit trail every
+/// `housekeeping::AUDIT_PRUNE_EVERY`, until `stop` resolves.
 async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
     let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
+    let mut audit_pruned: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = &mut stop => return,
@@ -202,6 +204,15 @@ async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
                 // A database write: off the async workers.
                 if hk.pki().is_some() {
                     let _ = hk.blocking(Authority::revoke_superseded).await;
+                }
+                if audit_pruned.is_none_or(|t| t.elapsed() >= housekeeping::AUDIT_PRUNE_EVERY) {
+                    audit_pruned = Some(Instant::now());
+                    let pruned = hk
+                        .blocking(|a| housekeeping::prune_audit(a, crate::state::clock::now_ms()))
+                        .await;
+                    if let Some(Err(e)) = pruned {
+                        tracing::error!(error = %e, "audit trail: pruning failed");
+                    }
                 }
             }
         }

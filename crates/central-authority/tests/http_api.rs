@@ -392,3 +392,239 @@ async fn cli_access_exit_codes_tables_and_admin_actions() {
     drop(c1);
     ca.stop().await;
 }
+
+/// Every admin action on a name that does not exist answers 404 naming it
+/// (the JSON error body), whatever the name (a path-like one too), and the
+/// CLI exits non-zero; `api connectors` shows a revoked connector as
+/// revoked.
+#[tokio::test]
+async fn admin_actions_on_unknown_names_are_404_and_the_cli_fails() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for (method, path, shown) in [
+        ("POST", "/api/v1/connectors/nobody/revoke", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/disable", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/enable", "nobody"),
+        ("POST", "/api/v1/connectors/nobody/allow-reenroll", "nobody"),
+        ("DELETE", "/api/v1/connectors/nobody", "nobody"),
+        (
+            "POST",
+            "/api/v1/connectors/..%2F..%2Fetc%2Fpasswd/revoke",
+            "../../etc/passwd",
+        ),
+        (
+            "POST",
+            "/api/v1/provisioning_keys/nogroup/revoke",
+            "nogroup",
+        ),
+    ] {
+        let (s, body) = web
+            .send_raw(method, path, &[("authorization", &bearer)], "")
+            .await;
+        assert_eq!(s, 404, "{method} {path}: {body}");
+        let v = json(&body);
+        assert_eq!(v["error"]["reason"], "not_found", "{method} {path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("{shown:?}"))),
+            "{method} {path}: {v}"
+        );
+    }
+
+    let admin = Cli::new(&ca, ADMIN_TOKEN);
+    for action in ["revoke", "disable", "enable", "allow-reenroll", "delete"] {
+        let (code, out, err) = admin.run(&["connectors", action, "nobody"]).await;
+        assert_eq!(code, 1, "{action}: {out}{err}");
+        assert!(
+            err.contains("404: not_found: no enrolled connector \"nobody\""),
+            "{action}: {err}"
+        );
+    }
+    let (code, out, err) = admin.run(&["keys", "revoke", "nogroup"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+
+    // A revoked connector is listed as revoked, not as enrolled.
+    let (c1, _) = connect(&ca, "c1", "dc-east").await;
+    let (code, out, err) = admin.run(&["connectors", "revoke", "c1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), "certificates_revoked=1 name=c1");
+    let (code, out, _) = admin.run(&["connectors"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().next().is_some_and(|h| h.contains("STATE")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c1 ") && l.split_whitespace().any(|w| w == "revoked")),
+        "{out}"
+    );
+    drop(c1);
+    ca.stop().await;
+}
+
+/// Every admin action is in the audit trail with who did it (the token's
+/// configured name), from where, on what and how it ended; a token
+/// without the admin scope is recorded as refused and may not read the
+/// trail; `api audit` prints it with readable times.
+#[tokio::test]
+async fn admin_actions_are_audited_with_actor_source_and_outcome() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let (c1, _) = connect(&ca, "c1", "dc-east").await;
+    let admin = format!("Bearer {ADMIN_TOKEN}");
+    let reader = format!("Bearer {READ_TOKEN}");
+    let post = |path: &'static str, bearer: String| {
+        let web = &web;
+        async move {
+            web.send_raw("POST", path, &[("authorization", &bearer)], "")
+                .await
+                .0
+        }
+    };
+    assert_eq!(
+        post("/api/v1/connectors/c1/disable", admin.clone()).await,
+        200
+    );
+    assert_eq!(
+        post("/api/v1/connectors/c1/revoke", reader.clone()).await,
+        403
+    );
+    assert_eq!(
+        post("/api/v1/connectors/ghost/revoke", admin.clone()).await,
+        404
+    );
+    assert_eq!(
+        post("/api/v1/connectors/c1/revoke", admin.clone()).await,
+        200
+    );
+    assert_eq!(
+        post("/api/v1/provisioning_keys/dc-west/revoke", admin.clone()).await,
+        200
+    );
+
+    let (s, v) = web.get_json("/api/v1/audit", Some(ADMIN_TOKEN)).await;
+    assert_eq!(s, 200, "{v}");
+    let entries = v["entries"].as_array().expect("entries");
+    let shown: Vec<(String, String, String, String)> = entries
+        .iter()
+        .map(|e| {
+            (
+                format!(
+                    "{}:{}",
+                    e["actor"]["kind"].as_str().unwrap_or("?"),
+                    e["actor"]["name"].as_str().unwrap_or("?")
+                ),
+                e["action"].as_str().unwrap_or("?").to_owned(),
+                e["target"].as_str().unwrap_or("?").to_owned(),
+                e["outcome"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect();
+    let row = |a: &str, b: &str, c: &str, d: &str| {
+        (a.to_owned(), b.to_owned(), c.to_owned(), d.to_owned())
+    };
+    assert_eq!(
+        shown,
+        [
+            row("token:root", "provisioning_key.revoke", "dc-west", "ok"),
+            row("token:root", "connector.revoke", "c1", "ok"),
+            row("token:root", "connector.revoke", "ghost", "not_found"),
+            row("token:ops", "connector.revoke", "c1", "refused"),
+            row("token:root", "connector.disable", "c1", "ok"),
+        ],
+        "{v}"
+    );
+    assert_eq!(v["total"], 5, "{v}");
+    assert!(entries.iter().all(|e| e["source"] == "127.0.0.1"), "{v}");
+    assert!(
+        entries[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("\"certificates_revoked\":1")),
+        "{v}"
+    );
+    assert!(
+        entries[3]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("admin")),
+        "{v}"
+    );
+    let now = entries[0]["at"].as_i64().expect("at");
+    assert!(
+        entries
+            .windows(2)
+            .all(|w| w[0]["at"].as_i64() >= w[1]["at"].as_i64()),
+        "newest first: {v}"
+    );
+
+    // Filters and paging.
+    let (_, v) = web
+        .get_json(
+            "/api/v1/audit?actor=root&action=connector.revoke&target=c1",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(v["total"], 1, "{v}");
+    let (_, v) = web
+        .get_json("/api/v1/audit?per_page=2&page=3", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(
+        (v["pages"].clone(), v["entries"][0]["actor"]["name"].clone()),
+        (3.into(), "root".into()),
+        "{v}"
+    );
+    let (_, v) = web
+        .get_json(
+            &format!("/api/v1/audit?since={}", now + 60_000),
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(v["total"], 0, "{v}");
+    let (s, v) = web
+        .get_json("/api/v1/audit?since=yesterday", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(
+        (s, v["error"]["reason"].clone()),
+        (400, "invalid_request".into()),
+        "{v}"
+    );
+
+    // Only admins read it.
+    let (s, v) = web.get_json("/api/v1/audit", Some(READ_TOKEN)).await;
+    assert_eq!(
+        (s, v["error"]["reason"].clone()),
+        (403, "forbidden".into()),
+        "{v}"
+    );
+
+    // The CLI: readable UTC times, the actor and the outcome; a reader fails.
+    let cli = Cli::new(&ca, ADMIN_TOKEN);
+    let (code, out, err) = cli.run(&["audit", "--target", "ghost"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("TIME "), "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+    let words: Vec<&str> = lines[1].split_whitespace().collect();
+    assert!(
+        words[0].len() == 10 && words[0].starts_with("20") && words[1].ends_with('Z'),
+        "{out}"
+    );
+    assert_eq!(
+        &words[2..7],
+        [
+            "token:root",
+            "127.0.0.1",
+            "connector.revoke",
+            "ghost",
+            "not_found"
+        ],
+        "{out}"
+    );
+    let (code, _, err) = Cli::new(&ca, READ_TOKEN).run(&["audit"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("403: forbidden"), "{err}");
+    drop(c1);
+    ca.stop().await;
+}

@@ -8,7 +8,9 @@
 //! document, `openapi`), plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
 //! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
-//! `DELETE /api/v1/connectors/{name}`.
+//! `DELETE /api/v1/connectors/{name}`, each recorded in the audit trail
+//! (`trust::audit`) with the caller's token name and address, also when
+//! refused; and `GET /api/v1/audit`, that trail.
 //!
 //! Served over TLS (rustls) when the CA has certificates: one task per
 //! connection, a TLS handshake timeout, a bound on open connections, header
@@ -83,6 +85,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
         .route("/api/v1/connectors/{name}/{action}", post(connector_action))
         .route("/api/v1/connectors/{name}", delete(delete_connector))
+        .route("/api/v1/audit", get(audit))
         .with_state(authority)
 }
 
@@ -458,6 +461,113 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
     }
 }
 
+/// The caller of an admin action: who (the token's configured name) and
+/// from where. A token without the `admin` scope is let through with its
+/// refusal, so the handler records the refused action before it answers
+/// 403; no, malformed, unknown or throttled tokens are rejected here
+/// (nobody to attribute the attempt to).
+#[derive(Debug)]
+pub struct Caller {
+    actor: crate::trust::audit::Actor,
+    source: Option<std::net::IpAddr>,
+    refused: Option<ApiError>,
+}
+
+impl FromRequestParts<Shared> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
+        use crate::trust::audit::Actor;
+        use crate::trust::auth::{AuthError, Scope};
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        match a.authorize_from(source, header, Scope::Admin) {
+            Ok(()) => {}
+            Err(AuthError::MissingScope { token, scope }) => {
+                return Ok(Caller {
+                    actor: Actor::token(token.clone()),
+                    source,
+                    refused: Some(ApiError::Auth(AuthError::MissingScope { token, scope })),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let state = a.snapshot();
+        let name = crate::trust::auth::bearer(&state.config.tokens, header, Scope::Admin)?;
+        Ok(Caller {
+            actor: Actor::token(name),
+            source,
+            refused: None,
+        })
+    }
+}
+
+/// Runs admin `action` on `target` for `caller` off the async workers and
+/// records it in the audit trail: `refused` (the caller lacks the `admin`
+/// scope; `f` does not run), else `ok` (`f` found the target; the answer's
+/// fields are the detail), `not_found` or `failed`.
+async fn audited(
+    a: &Shared,
+    caller: Caller,
+    action: &'static str,
+    target: String,
+    f: impl FnOnce(&Authority) -> Result<Option<serde_json::Value>, crate::store::StoreError>
+    + Send
+    + 'static,
+) -> Result<Option<serde_json::Value>, Response> {
+    use crate::trust::audit::{AdminAction, Outcome};
+    let Caller {
+        actor,
+        source,
+        refused,
+    } = caller;
+    let done = a
+        .blocking(move |a| {
+            let (result, outcome, detail) = match refused {
+                Some(refusal) => {
+                    let detail = refusal.message();
+                    (Err(Some(refusal)), Outcome::Refused, detail)
+                }
+                None => match f(a) {
+                    Ok(Some(v)) => {
+                        let detail = v.to_string();
+                        (Ok(Some(v)), Outcome::Ok, detail)
+                    }
+                    Ok(None) => (Ok(None), Outcome::NotFound, String::new()),
+                    Err(e) => {
+                        let detail = e.to_string();
+                        tracing::error!(error = %e, "admin API: database error");
+                        (Err(None), Outcome::Failed, detail)
+                    }
+                },
+            };
+            a.audit(&AdminAction {
+                actor: &actor,
+                source,
+                action,
+                target: &target,
+                outcome,
+                detail,
+            });
+            result
+        })
+        .await;
+    match done {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(Some(refusal))) => Err(refusal.into_response()),
+        Some(Err(None)) => Err(error_body(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the CA's database failed; see its log",
+            None,
+        )),
+        None => Err(shutting_down()),
+    }
+}
+
 /// `GET /api/v1/health`: filtered, sorted and (when `page` or `per_page`
 /// is given) paged; without them every row, as before paging existed.
 async fn health(
@@ -800,6 +910,60 @@ async fn events(
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    since: Option<String>,
+    action: Option<String>,
+    target: Option<String>,
+    actor: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+/// Parses `GET /api/v1/audit`'s query into a filter and paging (as
+/// `GET /api/v1/events` pages).
+fn audit_query(q: AuditQuery) -> Result<(crate::store::AuditFilter, u64, u32), ApiError> {
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let paging = EventsQuery {
+        app: None,
+        segment: None,
+        host: None,
+        protocol: None,
+        port: None,
+        connector: None,
+        since: None,
+        until: None,
+        page: q.page,
+        per_page: q.per_page,
+    };
+    let (_, page, per_page) = events_query(paging)?;
+    let filter = crate::store::AuditFilter {
+        since_ms: given(q.since)
+            .map(|v| parse_time("since", &v))
+            .transpose()?,
+        action: given(q.action),
+        target: given(q.target),
+        actor: given(q.actor),
+    };
+    Ok((filter, page, per_page))
+}
+
+/// `GET /api/v1/audit`: the audit trail of admin actions, newest first.
+async fn audit(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Admin>,
+    Query(q): Query<AuditQuery>,
+) -> Response {
+    let (filter, page, per_page) = match audit_query(q) {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match admin(&a, move |a| a.audit_page(&filter, page, per_page)).await {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(response) => response,
+    }
+}
+
 async fn connectors(
     State(a): State<Shared>,
     headers: axum::http::HeaderMap,
@@ -1041,12 +1205,24 @@ async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Respons
 async fn revoke_key(
     State(a): State<Shared>,
     Path(group): Path<String>,
-    _: RequireScope<scope::Admin>,
+    caller: Caller,
 ) -> Response {
     let revoke = group.clone();
-    match admin(&a, move |a| a.revoke_provisioning_key(&revoke)).await {
-        Ok(true) => axum::Json(json!({ "group": group, "revoked": true })).into_response(),
-        Ok(false) => error_body(
+    let answer = json!({ "group": group, "revoked": true });
+    let done = audited(
+        &a,
+        caller,
+        "provisioning_key.revoke",
+        group.clone(),
+        move |a| {
+            a.revoke_provisioning_key(&revoke)
+                .map(|found| found.then_some(answer))
+        },
+    )
+    .await;
+    match done {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
             StatusCode::NOT_FOUND,
             "not_found",
             &format!(
@@ -1062,34 +1238,40 @@ async fn revoke_key(
 async fn connector_action(
     State(a): State<Shared>,
     Path((name, action)): Path<(String, String)>,
-    _: RequireScope<scope::Admin>,
+    caller: Caller,
 ) -> Response {
     let shown: String = name.chars().take(128).collect();
     let body = shown.clone();
+    let target = name.clone();
     let result = match action.as_str() {
+        _ if caller.refused.is_some() && !ACTIONS.contains(&action.as_str()) => {
+            return caller
+                .refused
+                .map_or_else(shutting_down, IntoResponse::into_response);
+        }
         "disable" => {
-            admin(&a, move |a| {
+            audited(&a, caller, "connector.disable", target, move |a| {
                 a.set_connector_disabled(&name, true)
                     .map(|found| found.then(|| json!({ "name": body, "disabled": true })))
             })
             .await
         }
         "enable" => {
-            admin(&a, move |a| {
+            audited(&a, caller, "connector.enable", target, move |a| {
                 a.set_connector_disabled(&name, false)
                     .map(|found| found.then(|| json!({ "name": body, "disabled": false })))
             })
             .await
         }
         "revoke" => {
-            admin(&a, move |a| {
+            audited(&a, caller, "connector.revoke", target, move |a| {
                 a.revoke_connector(&name)
-                    .map(|n| Some(json!({ "name": body, "certificates_revoked": n })))
+                    .map(|n| n.map(|n| json!({ "name": body, "certificates_revoked": n })))
             })
             .await
         }
         "allow-reenroll" => {
-            admin(&a, move |a| {
+            audited(&a, caller, "connector.allow-reenroll", target, move |a| {
                 a.allow_reenroll(&name).map(|found| {
                     found.then(|| {
                     json!({
@@ -1122,22 +1304,33 @@ async fn connector_action(
     }
 }
 
+/// The actions of `POST /api/v1/connectors/{name}/{action}`.
+const ACTIONS: [&str; 4] = ["disable", "enable", "revoke", "allow-reenroll"];
+
 /// `DELETE /api/v1/connectors/{name}`: revokes the connector's
 /// certificates, ends its session and frees its name.
 async fn delete_connector(
     State(a): State<Shared>,
     Path(name): Path<String>,
-    _: RequireScope<scope::Admin>,
+    caller: Caller,
 ) -> Response {
     let shown: String = name.chars().take(128).collect();
     let body = shown.clone();
-    match admin(&a, move |a| a.delete_connector(&name)).await {
-        Ok(Some(n)) => axum::Json(json!({
-            "name": body,
-            "deleted": true,
-            "certificates_revoked": n,
-        }))
-        .into_response(),
+    let target = name.clone();
+    let done = audited(&a, caller, "connector.delete", target, move |a| {
+        a.delete_connector(&name).map(|n| {
+            n.map(|n| {
+                json!({
+                    "name": body,
+                    "deleted": true,
+                    "certificates_revoked": n,
+                })
+            })
+        })
+    })
+    .await;
+    match done {
+        Ok(Some(body)) => axum::Json(body).into_response(),
         Ok(None) => error_body(
             StatusCode::NOT_FOUND,
             "not_found",

@@ -373,6 +373,7 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<KeyRevokedBody>(&mut out);
     add::<ConnectorActionBody>(&mut out);
     add::<ConnectorDeletedBody>(&mut out);
+    add::<crate::trust::audit::AuditPage>(&mut out);
     out
 }
 
@@ -853,6 +854,36 @@ pub fn operations() -> Vec<Op> {
                         "content": json_body("ConnectorDeletedBody",
                             json!({"name": "c1", "deleted": true, "certificates_revoked": 1}))},
                     "404": not_found("enrolled connector"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/audit",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "listAudit",
+                "summary": "The audit trail of admin actions, newest first, paged",
+                "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, delete; provisioning key revoke; configuration reload) with its time, actor (`token` by its configured name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`; an unknown token is not recorded. Kept `[audit] retention_s` (default one year), shared by every replica.",
+                "tags": ["admin"],
+                "parameters": [
+                    {"name": "since", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}},
+                    {"name": "action", "in": "query", "required": false, "description": "e.g. connector.revoke, provisioning_key.revoke, config.reload", "schema": {"type": "string"}},
+                    {"name": "target", "in": "query", "required": false, "description": "connector name, connector group or config file", "schema": {"type": "string"}},
+                    {"name": "actor", "in": "query", "required": false, "description": "the actor's name (a token's configured name)", "schema": {"type": "string"}},
+                    {"name": "page", "in": "query", "required": false, "description": "page from 1", "schema": {"type": "string"}},
+                    {"name": "per_page", "in": "query", "required": false, "description": "1-1000", "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "one page of the audit trail",
+                        "content": json_body("AuditPage", json!({"entries": [{
+                            "at": 1_764_000_000_000u64, "actor": {"kind": "token", "name": "ops"},
+                            "source": "192.0.2.7", "action": "connector.revoke", "target": "c1",
+                            "outcome": "ok", "detail": "{\"certificates_revoked\":1,\"name\":\"c1\"}"}],
+                            "total": 1, "page": 1, "per_page": 100, "pages": 1}))},
+                    "400": error_ref("InvalidRequest"),
                     "500": error_ref("Internal"),
                     "503": error_ref("Unavailable"),
                 },

@@ -28,6 +28,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) replica: ReplicaSection,
     #[serde(default)]
+    pub(super) audit: AuditSection,
+    #[serde(default)]
     pub(super) api_tokens: Vec<TokenSection>,
     #[serde(default)]
     pub(super) connector_groups: Vec<GroupSection>,
@@ -80,6 +82,21 @@ pub(super) struct StoreSection {
 pub(super) struct ReplicaSection {
     pub(super) id: Option<String>,
     pub(super) advertise: Vec<String>,
+}
+
+/// `[audit]`: the audit trail of admin actions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct AuditSection {
+    pub(super) retention_s: u64,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            retention_s: 365 * 24 * 3600,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -3,7 +3,8 @@
 //! polls in a row read the same content, so a file caught while a tool
 //! writes it in place (truncated, half written) is never applied. A valid
 //! new config is applied at once; an invalid one is refused with every error
-//! logged and the running policy stays.
+//! logged and the running policy stays. Either way the reload is an entry
+//! in the audit trail (`config.reload`, actor `system`: the trigger).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
+use crate::trust::audit::{Actor, AdminAction, Outcome};
 
 /// The file's current content and its hash, if it can be read.
 async fn current(path: &Path) -> Option<(Vec<u8>, u64)> {
@@ -74,26 +76,41 @@ fn apply(
     trigger: &str,
     loaded: Result<Config, crate::config::ConfigError>,
 ) -> bool {
-    match loaded {
+    let (applied, detail) = match loaded {
         Ok(config) => {
             let segments = config.policy.segments.len();
             authority.apply(config);
             Metrics::count(&authority.metrics().reloads, "applied");
             tracing::info!(trigger, path = %path.display(), segments, "configuration reloaded");
-            true
+            (true, format!("segments={segments}"))
         }
         Err(e) => {
             Metrics::count(&authority.metrics().reloads, "rejected");
-            for message in e.messages() {
+            let messages = e.messages();
+            for message in &messages {
                 tracing::error!(trigger, path = %path.display(), "{message}");
             }
             tracing::error!(
                 trigger,
                 "configuration reload refused; the running policy stays"
             );
-            false
+            (false, messages.join("; "))
         }
-    }
+    };
+    let target = path.display().to_string();
+    authority.audit(&AdminAction {
+        actor: &Actor::system(trigger),
+        source: None,
+        action: "config.reload",
+        target: &target,
+        outcome: if applied {
+            Outcome::Ok
+        } else {
+            Outcome::Refused
+        },
+        detail,
+    });
+    applied
 }
 
 /// Watches for SIGHUP and file changes until `stop` turns true. The file's
@@ -155,6 +172,70 @@ pub async fn watch_config(
 #[cfg(test)]
 mod tests {
     use super::Settle;
+
+    /// A reload applied and one refused are both in the audit trail, with
+    /// the CA (the trigger) as the actor.
+    #[test]
+    fn reloads_applied_and_refused_are_audited() {
+        let text = "[server]\nallow_short_secrets = true\n";
+        let base = std::path::Path::new(".");
+        let config = crate::Config::from_toml(text, base).expect("valid");
+        let a = crate::state::authority::Authority::with_trust(
+            config,
+            None,
+            crate::store::Store::in_memory().expect("db"),
+        );
+        let path = std::path::Path::new("/etc/reach/ca.toml");
+        assert!(super::apply(
+            &a,
+            path,
+            "SIGHUP",
+            crate::Config::from_toml(text, base)
+        ));
+        let bad = crate::Config::from_toml("[audit]\nretention_s = 1\n", base);
+        assert!(!super::apply(&a, path, "file change", bad));
+        let (entries, total) = a
+            .store()
+            .audit(&crate::store::AuditFilter::default(), 10, 0)
+            .expect("read");
+        assert_eq!(total, 2);
+        let shown: Vec<(&str, &str, &str, &str, &str)> = entries
+            .iter()
+            .map(|r| {
+                (
+                    r.actor_kind.as_str(),
+                    r.actor.as_str(),
+                    r.action.as_str(),
+                    r.target.as_str(),
+                    r.outcome.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "system",
+                    "file change",
+                    "config.reload",
+                    "/etc/reach/ca.toml",
+                    "refused"
+                ),
+                (
+                    "system",
+                    "SIGHUP",
+                    "config.reload",
+                    "/etc/reach/ca.toml",
+                    "ok"
+                ),
+            ]
+        );
+        assert!(
+            entries[0].detail.contains("audit.retention_s"),
+            "{entries:?}"
+        );
+        assert!(entries[0].source.is_empty());
+    }
 
     #[test]
     fn a_change_is_loaded_once_two_polls_agree() {

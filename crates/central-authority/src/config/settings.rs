@@ -85,6 +85,10 @@ pub struct Settings {
     /// /api/v1/events`) is kept in the database (`[health]
     /// history_retention_s`, default 604800: 7 days).
     pub history_retention: Duration,
+    /// How long the audit trail of admin actions (`GET /api/v1/audit`) is
+    /// kept in the database (`[audit] retention_s`, default 31536000: one
+    /// year).
+    pub audit_retention: Duration,
     /// Longest a freshly started CA stays not ready (`/healthz` 503) while
     /// the connectors the store knows re-attach and report (`[health]
     /// warmup_ms`, default 30000; 0: ready at once).
@@ -228,6 +232,12 @@ pub(super) fn settings(
         .map_or_else(|| base.join("reach-ca-data"), path);
     let store = store_rules(&file.store, base, problems);
     replica_rules(&file.replica, problems);
+    range(
+        problems,
+        "audit.retention_s",
+        file.audit.retention_s,
+        60..=10 * 31_536_000,
+    );
     if problems.len() > before {
         return None;
     }
@@ -267,6 +277,7 @@ pub(super) fn settings(
         max_windows_per_segment: h.max_windows_per_segment,
         history_retention: Duration::from_secs(h.history_retention_s),
         warmup: Duration::from_millis(h.warmup_ms),
+        audit_retention: Duration::from_secs(file.audit.retention_s),
     })
 }
 

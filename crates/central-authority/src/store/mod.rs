@@ -1,8 +1,9 @@
 //! The CA's persistent state: enrolled connectors (and whether they are
 //! disabled), the certificates issued to them with their serials and
 //! revocations, the use counts and revocations of provisioning keys, and
-//! the CA replicas sharing the database. Health is not here: it is soft
-//! state each replica rebuilds from reports.
+//! the CA replicas sharing the database, the status history and the audit
+//! trail of admin actions. Health is not here: it is soft state each
+//! replica rebuilds from reports.
 //!
 //! Two backends behind one API (`Store`): an embedded SQLite file in the
 //! data directory (`sqlite`, the default) and PostgreSQL (`postgres`,
@@ -513,6 +514,75 @@ impl EventFilter {
     }
 }
 
+/// One admin action in the audit trail (`admin_audit`), as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// When, Unix ms.
+    pub at_ms: i64,
+    /// What kind of identity acted: `token` (an API token, by its
+    /// configured name), `person` (a signed-in person) or `system` (the CA
+    /// itself, e.g. a configuration reload on SIGHUP).
+    pub actor_kind: String,
+    /// The identity's name (a token's `name`, never the token).
+    pub actor: String,
+    /// The address the request came from (empty when none, e.g. a reload).
+    pub source: String,
+    /// What was done (`connector.revoke`, `config.reload`, …).
+    pub action: String,
+    /// What it was done to (a connector, a group, the config file).
+    pub target: String,
+    /// `ok`, `not_found`, `refused` or `failed`.
+    pub outcome: String,
+    /// More words on the outcome (may be empty).
+    pub detail: String,
+}
+
+/// Which audit entries to read (`None`: any).
+#[derive(Clone, Debug, Default)]
+pub struct AuditFilter {
+    /// From this time on, Unix ms.
+    pub since_ms: Option<i64>,
+    /// This action.
+    pub action: Option<String>,
+    /// This target.
+    pub target: Option<String>,
+    /// This actor's name.
+    pub actor: Option<String>,
+}
+
+impl AuditFilter {
+    /// The filter as SQL, as [`EventFilter::to_sql`] makes it.
+    pub(crate) fn to_sql(
+        &self,
+        placeholder: impl Fn(usize) -> String,
+    ) -> (String, Vec<EventValue>) {
+        let mut conditions: Vec<(&str, &str, EventValue)> = Vec::new();
+        if let Some(v) = self.since_ms {
+            conditions.push(("at_ms", ">=", EventValue::Int(v)));
+        }
+        for (column, value) in [
+            ("action", &self.action),
+            ("target", &self.target),
+            ("actor", &self.actor),
+        ] {
+            if let Some(v) = value {
+                conditions.push((column, "=", EventValue::Text(v.clone())));
+            }
+        }
+        let clauses: Vec<String> = conditions
+            .iter()
+            .enumerate()
+            .map(|(i, (column, op, _))| format!("{column} {op} {}", placeholder(i + 1)))
+            .collect();
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        (filter, conditions.into_iter().map(|(_, _, v)| v).collect())
+    }
+}
+
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),
@@ -607,13 +677,14 @@ impl Store {
         each!(self, s => s.set_disabled(name, disabled, now_ms))
     }
 
-    /// Revokes every unrevoked certificate of a connector; returns how many.
+    /// Revokes every unrevoked certificate of a connector; returns how
+    /// many, `None` if it is not enrolled (never was, or deleted).
     pub fn revoke_certificates(
         &self,
         name: &str,
         reason: &str,
         now_ms: i64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Option<usize>, StoreError> {
         each!(self, s => s.revoke_certificates(name, reason, now_ms))
     }
 
@@ -713,6 +784,28 @@ impl Store {
     /// Deletes the history from before `before_ms`; returns how many went.
     pub fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         each!(self, s => s.prune_events(before_ms))
+    }
+
+    /// Appends one admin action to the audit trail.
+    pub fn record_audit(&self, r: &AuditRecord) -> Result<(), StoreError> {
+        each!(self, s => s.record_audit(r))
+    }
+
+    /// One page of the audit trail matching `f`, newest first, and how
+    /// many match in all.
+    pub fn audit(
+        &self,
+        f: &AuditFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AuditRecord>, u64), StoreError> {
+        each!(self, s => s.audit(f, limit, offset))
+    }
+
+    /// Deletes the audit trail from before `before_ms`; returns how many
+    /// went.
+    pub fn prune_audit(&self, before_ms: i64) -> Result<usize, StoreError> {
+        each!(self, s => s.prune_audit(before_ms))
     }
 
     /// Records replica `r`'s heartbeat and forgets replicas whose last
@@ -963,6 +1056,8 @@ mod suite {
         assert!(s.connectors().expect("db").is_empty());
         assert!(!s.set_disabled("c1", true, 2).expect("db"), "not enrolled");
         assert!(!s.allow_reenroll("c1", 9, 2).expect("db"), "not enrolled");
+        assert_eq!(s.revoke_certificates("c1", "t", 2).expect("db"), None);
+        assert_eq!(s.revoke_certificates("nobody", "t", 2).expect("db"), None);
         assert!(
             s.certificate("01")
                 .expect("db")
@@ -1038,7 +1133,7 @@ mod suite {
         let seen = b.certificates(&serials).expect("db");
         assert_eq!(seen.len(), 2, "unknown serials are left out");
         assert!(seen.values().all(|r| r.revoked.is_none() && !r.disabled));
-        assert_eq!(a.revoke_certificates("c1", "test", 2).expect("db"), 1);
+        assert_eq!(a.revoke_certificates("c1", "test", 2).expect("db"), Some(1));
         assert!(a.set_disabled("c2", true, 2).expect("db"));
         let seen = b.certificates(&serials).expect("db");
         assert_eq!(seen["01"].revoked, Some((2, "test".to_owned())));
@@ -1199,6 +1294,65 @@ mod suite {
             "past the retention, the status is recorded afresh"
         );
     }
+
+    /// An admin action `action` on `target` by token `actor` at `at_ms`.
+    pub(super) fn audited(at_ms: i64, actor: &str, action: &str, target: &str) -> AuditRecord {
+        AuditRecord {
+            at_ms,
+            actor_kind: "token".into(),
+            actor: actor.into(),
+            source: "127.0.0.1".into(),
+            action: action.into(),
+            target: target.into(),
+            outcome: "ok".into(),
+            detail: String::new(),
+        }
+    }
+
+    /// The audit trail is shared by two stores on one database (two
+    /// replicas), read newest first with filters and paging, and pruned.
+    pub(super) fn audit_is_shared_filtered_paged_and_pruned(a: &Store, b: &Store) {
+        a.record_audit(&audited(1_000, "root", "connector.revoke", "c1"))
+            .expect("recorded");
+        let mut refused = audited(2_000, "ops", "connector.disable", "c2");
+        refused.outcome = "not_found".into();
+        refused.detail = "no enrolled connector \"c2\"".into();
+        b.record_audit(&refused).expect("recorded");
+        b.record_audit(&audited(2_000, "root", "connector.delete", "c1"))
+            .expect("recorded");
+        a.record_audit(&audited(3_000, "root", "provisioning_key.revoke", "g"))
+            .expect("recorded");
+        let (page, total) = b.audit(&AuditFilter::default(), 2, 0).expect("read");
+        assert_eq!(total, 4);
+        assert_eq!(
+            page.iter().map(|r| r.action.as_str()).collect::<Vec<_>>(),
+            ["provisioning_key.revoke", "connector.delete"],
+            "newest first; the same millisecond, the later one first"
+        );
+        let (page, _) = b.audit(&AuditFilter::default(), 2, 2).expect("read");
+        assert_eq!(page[0], refused, "{page:?}");
+        let by = |f: AuditFilter| a.audit(&f, 10, 0).expect("read");
+        let (page, total) = by(AuditFilter {
+            target: Some("c1".into()),
+            ..Default::default()
+        });
+        assert_eq!((total, page[0].at_ms), (2, 2_000));
+        let (_, total) = by(AuditFilter {
+            actor: Some("root".into()),
+            since_ms: Some(2_000),
+            ..Default::default()
+        });
+        assert_eq!(total, 2, "since is inclusive");
+        let (page, total) = by(AuditFilter {
+            action: Some("connector.disable".into()),
+            ..Default::default()
+        });
+        assert_eq!((total, page[0].actor.as_str()), (1, "ops"));
+        assert_eq!(a.prune_audit(2_000).expect("pruned"), 1);
+        let (page, total) = b.audit(&AuditFilter::default(), 10, 0).expect("read");
+        assert_eq!(total, 3);
+        assert!(page.iter().all(|r| r.at_ms >= 2_000), "{page:?}");
+    }
 }
 
 #[cfg(test)]
@@ -1269,6 +1423,12 @@ macro_rules! suite {
             fn changes_and_replicas_are_shared() {
                 let (a, b) = $pair();
                 super::suite::changes_and_replicas_are_shared(&a, &b);
+            }
+
+            #[test]
+            fn audit_is_shared_filtered_paged_and_pruned() {
+                let (a, b) = $pair();
+                super::suite::audit_is_shared_filtered_paged_and_pruned(&a, &b);
             }
 
             #[test]
@@ -1353,7 +1513,7 @@ fn postgres_changes_are_announced_to_other_stores() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
-    assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), 1);
+    assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), Some(1));
     wait(&mut rx, "revocation on the other store");
     assert!(b.set_disabled("c1", true, 3).expect("db"));
     wait(&mut rx, "disable on the other store");

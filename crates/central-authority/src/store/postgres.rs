@@ -32,8 +32,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
-    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
+    AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter,
+    EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal,
+    ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::trust::auth::Secret;
 
@@ -131,6 +132,20 @@ INSERT INTO health_latest
            host, port, connector, segment, protocol, to_status, at_ms
     FROM health_events ORDER BY host, port, connector, segment, protocol, seq DESC;
 DROP INDEX health_events_latest;
+"#,
+    r#"
+CREATE TABLE admin_audit (
+    seq        BIGSERIAL PRIMARY KEY,
+    at_ms      BIGINT NOT NULL,
+    actor_kind TEXT NOT NULL,
+    actor      TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    outcome    TEXT NOT NULL,
+    detail     TEXT NOT NULL
+);
+CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 "#,
 ];
 
@@ -527,9 +542,18 @@ impl PgStore {
         name: &str,
         reason: &str,
         now_ms: i64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Option<usize>, StoreError> {
         self.block(async {
             serializable!(self, |tx| {
+                let enrolled = tx
+                    .query_opt(
+                        "SELECT 1 FROM connectors WHERE name = $1 AND deleted_ms IS NULL",
+                        &[&name],
+                    )
+                    .await?;
+                if enrolled.is_none() {
+                    return Ok(None);
+                }
                 let n = tx
                     .execute(
                         "UPDATE certificates SET revoked_ms = $2, revoked_reason = $3
@@ -540,7 +564,7 @@ impl PgStore {
                 if n > 0 {
                     notify(tx, name).await?;
                 }
-                Ok(to_usize(n))
+                Ok(Some(to_usize(n)))
             })
         })
     }
@@ -742,6 +766,94 @@ impl PgStore {
                 .await?;
             tx.commit().await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    pub(crate) fn record_audit(&self, r: &AuditRecord) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO admin_audit
+                         (at_ms, actor_kind, actor, source, action, target, outcome, detail)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &r.at_ms,
+                        &r.actor_kind,
+                        &r.actor,
+                        &r.source,
+                        &r.action,
+                        &r.target,
+                        &r.outcome,
+                        &r.detail,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn audit(
+        &self,
+        f: &AuditFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AuditRecord>, u64), StoreError> {
+        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+        let (filter, values) = f.to_sql(|n| format!("${n}"));
+        let values: Vec<Param> = values
+            .into_iter()
+            .map(|v| -> Param {
+                match v {
+                    EventValue::Text(t) => Box::new(t),
+                    EventValue::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        self.block(async {
+            let client = self.client().await?;
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+                .iter()
+                .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+                .collect();
+            let total: i64 = client
+                .query_one(&format!("SELECT COUNT(*) FROM admin_audit{filter}"), &params)
+                .await?
+                .get(0);
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+                         FROM admin_audit{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+                    ),
+                    &params,
+                )
+                .await?;
+            let records = rows
+                .iter()
+                .map(|r| AuditRecord {
+                    at_ms: r.get(0),
+                    actor_kind: r.get(1),
+                    actor: r.get(2),
+                    source: r.get(3),
+                    action: r.get(4),
+                    target: r.get(5),
+                    outcome: r.get(6),
+                    detail: r.get(7),
+                })
+                .collect();
+            Ok((records, u64::try_from(total).unwrap_or(0)))
+        })
+    }
+
+    pub(crate) fn prune_audit(&self, before_ms: i64) -> Result<usize, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let n = client
+                .execute("DELETE FROM admin_audit WHERE at_ms < $1", &[&before_ms])
+                .await?;
+            Ok(to_usize(n))
         })
     }
 

@@ -12,8 +12,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
-    CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter, EventRecord, EventValue,
-    KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
+    AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter,
+    EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal,
+    ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::state::sync::lock;
 
@@ -126,6 +127,21 @@ INSERT OR REPLACE INTO health_latest
     SELECT host, port, connector, segment, protocol, to_status, at_ms
     FROM health_events ORDER BY rowid;
 DROP INDEX health_events_latest;
+"#,
+    r#"
+-- Version 9: the audit trail of admin actions (who, from where, what, on
+-- what, with what outcome), kept for `[audit] retention_s`.
+CREATE TABLE admin_audit (
+    at_ms      BIGINT NOT NULL,
+    actor_kind TEXT NOT NULL,
+    actor      TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    outcome    TEXT NOT NULL,
+    detail     TEXT NOT NULL
+);
+CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 "#,
 ];
 
@@ -444,19 +460,33 @@ impl SqliteStore {
         Ok(n > 0)
     }
 
-    /// Revokes every unrevoked certificate of a connector; returns how many.
+    /// Revokes every unrevoked certificate of a connector; returns how
+    /// many, `None` if it is not enrolled.
     pub(crate) fn revoke_certificates(
         &self,
         name: &str,
         reason: &str,
         now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        let conn = lock(&self.conn);
-        Ok(conn.execute(
+    ) -> Result<Option<usize>, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let enrolled = tx
+            .query_row(
+                "SELECT 1 FROM connectors WHERE name = ?1 AND deleted_ms IS NULL",
+                params![name],
+                |_| Ok(()),
+            )
+            .optional()?;
+        if enrolled.is_none() {
+            return Ok(None);
+        }
+        let n = tx.execute(
             "UPDATE certificates SET revoked_ms = ?2, revoked_reason = ?3
              WHERE connector = ?1 AND revoked_ms IS NULL",
             params![name, now_ms, reason],
-        )?)
+        )?;
+        tx.commit()?;
+        Ok(Some(n))
     }
 
     /// Allows the next enrollment of `name` (a connector of the same group,
@@ -838,6 +868,78 @@ impl SqliteStore {
         )?;
         tx.commit()?;
         Ok(n)
+    }
+
+    /// Appends one admin action to the audit trail.
+    pub(crate) fn record_audit(&self, r: &AuditRecord) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        conn.execute(
+            "INSERT INTO admin_audit (at_ms, actor_kind, actor, source, action, target, outcome, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                r.at_ms,
+                r.actor_kind,
+                r.actor,
+                r.source,
+                r.action,
+                r.target,
+                r.outcome,
+                r.detail
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// One page of the audit trail matching `f`, newest first (the later
+    /// of one millisecond first), and how many match in all.
+    pub(crate) fn audit(
+        &self,
+        f: &AuditFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AuditRecord>, u64), StoreError> {
+        let (filter, values) = f.to_sql(|n| format!("?{n}"));
+        let values: Vec<rusqlite::types::Value> = values
+            .into_iter()
+            .map(|v| match v {
+                EventValue::Text(t) => rusqlite::types::Value::Text(t),
+                EventValue::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect();
+        let conn = lock(&self.conn);
+        let total: i64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM admin_audit{filter}"),
+            rusqlite::params_from_iter(values.iter()),
+            |r| r.get(0),
+        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+             FROM admin_audit{filter} ORDER BY at_ms DESC, rowid DESC LIMIT {limit} OFFSET {offset}"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(values.iter()), |r| {
+            Ok(AuditRecord {
+                at_ms: r.get(0)?,
+                actor_kind: r.get(1)?,
+                actor: r.get(2)?,
+                source: r.get(3)?,
+                action: r.get(4)?,
+                target: r.get(5)?,
+                outcome: r.get(6)?,
+                detail: r.get(7)?,
+            })
+        })?;
+        let records = rows.collect::<Result<Vec<_>, _>>()?;
+        Ok((records, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// Deletes the audit trail from before `before_ms`; returns how many
+    /// went.
+    pub(crate) fn prune_audit(&self, before_ms: i64) -> Result<usize, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn.execute(
+            "DELETE FROM admin_audit WHERE at_ms < ?1",
+            params![before_ms],
+        )?)
     }
 
     /// Every enrolled connector with its current certificate.

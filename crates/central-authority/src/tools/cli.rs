@@ -87,6 +87,28 @@ pub enum ApiCommand {
         #[arg(long, requires = "latitude", allow_negative_numbers = true)]
         longitude: Option<f64>,
     },
+    /// The audit trail of admin actions, newest first (`GET /api/v1/audit`,
+    /// scope `admin`); times in UTC.
+    Audit {
+        /// Only entries from this time on (Unix ms or RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this action (e.g. connector.revoke, config.reload).
+        #[arg(long)]
+        action: Option<String>,
+        /// Only actions on this target (connector, group, config file).
+        #[arg(long)]
+        target: Option<String>,
+        /// Only this actor (a token's configured name).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Page, from 1.
+        #[arg(long)]
+        page: Option<u64>,
+        /// Entries per page (1-1000, default 100).
+        #[arg(long)]
+        per_page: Option<u32>,
+    },
     /// Provisioning keys (scope `admin`).
     Keys {
         /// What to do.
@@ -217,6 +239,10 @@ pub async fn run(args: &ApiArgs) -> Result<(String, u8), CliError> {
             let v = client.call("POST", &path, None).await?.ok()?;
             Ok((render(args.json, &v, fields_line), EXIT_OK))
         }
+        command @ ApiCommand::Audit { .. } => {
+            let v = client.get(&audit_path(command)).await?;
+            Ok((render(args.json, &v, audit_table), EXIT_OK))
+        }
         ApiCommand::Access {
             host,
             protocol,
@@ -234,6 +260,39 @@ pub async fn run(args: &ApiArgs) -> Result<(String, u8), CliError> {
             let code = if refused { EXIT_REFUSED } else { EXIT_OK };
             Ok((render(args.json, &v, access_text), code))
         }
+    }
+}
+
+/// `GET /api/v1/audit` with the filters and page `api audit` was given.
+fn audit_path(command: &ApiCommand) -> String {
+    let ApiCommand::Audit {
+        since,
+        action,
+        target,
+        actor,
+        page,
+        per_page,
+    } = command
+    else {
+        return "/api/v1/audit".to_owned();
+    };
+    let page = page.map(|p| p.to_string());
+    let per_page = per_page.map(|p| p.to_string());
+    let query: Vec<String> = [
+        ("since", since.as_ref()),
+        ("action", action.as_ref()),
+        ("target", target.as_ref()),
+        ("actor", actor.as_ref()),
+        ("page", page.as_ref()),
+        ("per_page", per_page.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode(v))))
+    .collect();
+    if query.is_empty() {
+        "/api/v1/audit".to_owned()
+    } else {
+        format!("/api/v1/audit?{}", query.join("&"))
     }
 }
 
@@ -581,8 +640,7 @@ fn connectors_table(v: &Value) -> String {
                     .as_f64()
                     .map_or("-".to_owned(), |s| format!("{s:.1} s")),
                 yes(&c["over_budget"]),
-                yes(&c["enrolled"]),
-                yes(&c["disabled"]),
+                connector_state(c).to_owned(),
             ]
         })
         .collect();
@@ -594,11 +652,29 @@ fn connectors_table(v: &Value) -> String {
             "CHECKS/CYCLE",
             "CYCLE",
             "OVER-BUDGET",
-            "ENROLLED",
-            "DISABLED",
+            "STATE",
         ],
         &rows,
     )
+}
+
+/// A connector's standing: `disabled`, else its newest certificate's
+/// (`revoked`, `expired`; `enrolled` while it is valid), `-` when it never
+/// enrolled (a CA without TLS).
+fn connector_state(c: &Value) -> &'static str {
+    if c["disabled"] == true {
+        return "disabled";
+    }
+    if c["enrolled"] != true {
+        return "-";
+    }
+    match c["certificates"][0]["state"].as_str() {
+        Some("revoked") => "revoked",
+        Some("expired") => "expired",
+        Some(_) => "enrolled",
+        None if c["certificate_not_after"].is_null() => "revoked",
+        None => "enrolled",
+    }
 }
 
 fn keys_table(v: &Value) -> String {
@@ -626,6 +702,67 @@ fn keys_table(v: &Value) -> String {
         ],
         &rows,
     )
+}
+
+/// Unix ms as `2026-12-03 05:41:25Z` (UTC, to the second).
+fn utc(ms: &Value) -> String {
+    let Some(t) = ms
+        .as_i64()
+        .and_then(|ms| time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).ok())
+    else {
+        return cell(ms);
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// The audit trail: one line per entry, then which page this is when
+/// there are more.
+fn audit_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(v, "entries")
+        .iter()
+        .map(|e| {
+            vec![
+                utc(&e["at"]),
+                format!(
+                    "{}:{}",
+                    cell(&e["actor"]["kind"]),
+                    cell(&e["actor"]["name"])
+                ),
+                cell(&e["source"]),
+                cell(&e["action"]),
+                cell(&e["target"]),
+                cell(&e["outcome"]),
+                match e["detail"].as_str() {
+                    Some("") | None => "-".to_owned(),
+                    Some(d) => d.to_owned(),
+                },
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &[
+            "TIME", "ACTOR", "SOURCE", "ACTION", "TARGET", "OUTCOME", "DETAIL",
+        ],
+        &rows,
+    );
+    if v["pages"].as_u64().is_some_and(|p| p > 1) {
+        let _ = writeln!(
+            out,
+            "page {} of {} ({} entries; --page for others)",
+            cell(&v["page"]),
+            cell(&v["pages"]),
+            cell(&v["total"])
+        );
+    }
+    out
 }
 
 /// An admin action's answer: `key=value` pairs on one line.
@@ -778,6 +915,43 @@ mod tests {
             "SEGMENT  HOST          PROTO  PORT  STATUS   CONNECTORS\n\
              jira     jira.example  tcp    80    up       c1=up\n\
              lab      x             udp    53    unknown  -\n"
+        );
+    }
+
+    #[test]
+    fn connector_state_shows_disabled_revoked_and_expired() {
+        let c = |v: Value| connector_state(&v);
+        assert_eq!(c(json!({"enrolled": false, "disabled": false})), "-");
+        let cert = |state: &str| {
+            json!({"enrolled": true, "disabled": false,
+            "certificate_not_after": 9, "certificates": [{"state": state}, {"state": "revoked"}]})
+        };
+        assert_eq!(c(cert("current")), "enrolled");
+        assert_eq!(c(cert("grace")), "enrolled");
+        assert_eq!(c(cert("revoked")), "revoked");
+        assert_eq!(c(cert("expired")), "expired");
+        assert_eq!(
+            c(json!({"enrolled": true, "disabled": true, "certificates": [{"state": "current"}]})),
+            "disabled"
+        );
+    }
+
+    #[test]
+    fn audit_table_shows_utc_times_actors_and_pages() {
+        let v = json!({"entries": [
+            {"at": 1_764_000_000_123i64, "actor": {"kind": "token", "name": "ops"},
+             "source": "192.0.2.7", "action": "connector.revoke", "target": "c1",
+             "outcome": "ok", "detail": ""},
+            {"at": 0, "actor": {"kind": "system", "name": "SIGHUP"}, "source": null,
+             "action": "config.reload", "target": "/etc/ca.toml", "outcome": "refused",
+             "detail": "bad"}],
+            "total": 3, "page": 1, "per_page": 2, "pages": 2});
+        assert_eq!(
+            audit_table(&v),
+            "TIME                  ACTOR          SOURCE     ACTION            TARGET        OUTCOME  DETAIL\n\
+             2025-11-24 16:00:00Z  token:ops      192.0.2.7  connector.revoke  c1            ok       -\n\
+             1970-01-01 00:00:00Z  system:SIGHUP  -          config.reload     /etc/ca.toml  refused  bad\n\
+             page 1 of 2 (3 entries; --page for others)\n"
         );
     }
 

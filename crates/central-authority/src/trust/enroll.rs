@@ -349,16 +349,21 @@ impl Authority {
     }
 
     /// Revokes every certificate of a connector and ends its session; it must
-    /// enroll again (with a provisioning key) to reconnect.
-    pub fn revoke_connector(&self, name: &str) -> Result<usize, StoreError> {
-        let n = self
-            .store()
-            .revoke_certificates(name, "revoked by an administrator", now_ms())?;
+    /// enroll again (with a provisioning key) to reconnect. `Ok(None)` when
+    /// no such connector is enrolled, else how many certificates were
+    /// revoked.
+    pub fn revoke_connector(&self, name: &str) -> Result<Option<usize>, StoreError> {
+        let Some(n) =
+            self.store()
+                .revoke_certificates(name, "revoked by an administrator", now_ms())?
+        else {
+            return Ok(None);
+        };
         if n > 0 {
             self.close_connector_streams(name, "certificate revoked by an administrator");
             tracing::info!(connector = name, certificates = n, "certificates revoked");
         }
-        Ok(n)
+        Ok(Some(n))
     }
 
     /// Allows the next enrollment of `name` with its group's provisioning
@@ -538,7 +543,7 @@ mod tests {
             a.check_standing(&identity, Some(&cert), None)
         };
         assert_eq!(standing("c1"), Ok(()));
-        assert!(a.revoke_connector("c2").expect("db") == 1);
+        assert!(a.revoke_connector("c2").expect("db") == Some(1));
         assert!(matches!(
             standing("c2"),
             Err(AuthError::CertificateRevoked { .. })

@@ -1,8 +1,9 @@
 //! Who may talk to the CA: certificates (`pki`), provisioning keys and
 //! API tokens (`auth`), enrollment and connector administration
-//! (`enroll`), certificate renewal (`renew`) and the throttle of failed
-//! attempts (`throttle`).
+//! (`enroll`), certificate renewal (`renew`), the throttle of failed
+//! attempts (`throttle`) and the audit trail of admin actions (`audit`).
 
+pub mod audit;
 pub mod auth;
 pub mod enroll;
 pub mod identity;

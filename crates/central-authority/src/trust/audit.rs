@@ -1,0 +1,312 @@
+//! The audit trail of admin actions: who (an [`Actor`]: an API token by its
+//! configured name, a signed-in person, or the CA itself for a
+//! configuration reload), from which address, did what to what, and how it
+//! ended. Each action is one structured log line (tracing target `audit`)
+//! and one row in the store, so every replica reads the same trail
+//! (`GET /api/v1/audit`); rows older than `[audit] retention_s` are pruned
+//! by housekeeping.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::state::authority::Authority;
+use crate::state::clock::now_ms;
+use crate::store::{AuditFilter, AuditRecord, StoreError};
+
+/// What kind of identity acted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActorKind {
+    /// An API token, named by its `[[api_tokens]] name`.
+    Token,
+    /// A signed-in person (by their user name).
+    Person,
+    /// The CA itself (a configuration reload on SIGHUP or a file change).
+    System,
+}
+
+impl ActorKind {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorKind::Token => "token",
+            ActorKind::Person => "person",
+            ActorKind::System => "system",
+        }
+    }
+}
+
+/// Who acted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Actor {
+    /// What kind of identity.
+    pub kind: ActorKind,
+    /// Its name (a token's configured name, never the token).
+    pub name: String,
+}
+
+impl Actor {
+    /// An API token by its configured name.
+    pub fn token(name: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Token,
+            name: name.into(),
+        }
+    }
+
+    /// The CA itself, acting on `trigger` (`SIGHUP`, `file change`).
+    pub fn system(trigger: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::System,
+            name: trigger.into(),
+        }
+    }
+}
+
+/// How an admin action ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done.
+    Ok,
+    /// Its target does not exist; nothing changed.
+    NotFound,
+    /// Not allowed (a token without the `admin` scope; a configuration
+    /// the CA refused); nothing changed.
+    Refused,
+    /// The CA failed (its database); it may not have happened.
+    Failed,
+}
+
+impl Outcome {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::NotFound => "not_found",
+            Outcome::Refused => "refused",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One admin action, to record.
+#[derive(Clone, Debug)]
+pub struct AdminAction<'a> {
+    /// Who.
+    pub actor: &'a Actor,
+    /// From where (`None`: not over the network).
+    pub source: Option<IpAddr>,
+    /// What: `connector.disable`, `connector.enable`, `connector.revoke`,
+    /// `connector.allow-reenroll`, `connector.delete`,
+    /// `provisioning_key.revoke`, `config.reload`.
+    pub action: &'a str,
+    /// On what: a connector name, a connector group, the config file.
+    pub target: &'a str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// More on the outcome (the answer's fields, the refusal's reason).
+    pub detail: String,
+}
+
+/// Longest target and detail kept (a name from a URL is the caller's).
+const MAX_TEXT: usize = 1024;
+
+fn bounded(s: &str) -> String {
+    s.chars().take(MAX_TEXT).collect()
+}
+
+impl AdminAction<'_> {
+    /// The row the store keeps, at `at_ms`.
+    pub fn record(&self, at_ms: i64) -> AuditRecord {
+        AuditRecord {
+            at_ms,
+            actor_kind: self.actor.kind.as_str().to_owned(),
+            actor: self.actor.name.clone(),
+            source: self.source.map(|ip| ip.to_string()).unwrap_or_default(),
+            action: self.action.to_owned(),
+            target: bounded(self.target),
+            outcome: self.outcome.as_str().to_owned(),
+            detail: bounded(&self.detail),
+        }
+    }
+}
+
+/// Who acted, as `GET /api/v1/audit` shows it.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct ActorView {
+    /// `token` (an API token by its configured name), `person` (a
+    /// signed-in person) or `system` (the CA itself: a configuration
+    /// reload).
+    pub kind: String,
+    /// The token's configured name, the person's user name, or what
+    /// triggered the CA (`SIGHUP`, `file change`).
+    pub name: String,
+}
+
+/// One audit entry as `GET /api/v1/audit` shows it.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct AuditEntryView {
+    /// When, Unix ms.
+    pub at: i64,
+    /// Who.
+    pub actor: ActorView,
+    /// The address the request came from; `null` when not over the network.
+    pub source: Option<String>,
+    /// What was done: `connector.disable`, `connector.enable`,
+    /// `connector.revoke`, `connector.allow-reenroll`, `connector.delete`,
+    /// `provisioning_key.revoke`, `config.reload`.
+    pub action: String,
+    /// What it was done to: a connector, a connector group, the config file.
+    pub target: String,
+    /// `ok`, `not_found` (no such target; nothing changed), `refused` (not
+    /// allowed, or a configuration the CA refused; nothing changed) or
+    /// `failed` (the CA's database failed).
+    pub outcome: String,
+    /// More on the outcome: the answer's fields, or why it was refused.
+    pub detail: String,
+}
+
+impl From<AuditRecord> for AuditEntryView {
+    fn from(r: AuditRecord) -> Self {
+        AuditEntryView {
+            at: r.at_ms,
+            actor: ActorView {
+                kind: r.actor_kind,
+                name: r.actor,
+            },
+            source: (!r.source.is_empty()).then_some(r.source),
+            action: r.action,
+            target: r.target,
+            outcome: r.outcome,
+            detail: r.detail,
+        }
+    }
+}
+
+/// One page of the audit trail (`GET /api/v1/audit`).
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct AuditPage {
+    /// The entries, newest first.
+    pub entries: Vec<AuditEntryView>,
+    /// How many match in all.
+    pub total: u64,
+    /// The page shown, from 1.
+    pub page: u64,
+    /// Entries per page.
+    pub per_page: u32,
+    /// Number of pages (at least 1).
+    pub pages: u64,
+}
+
+impl Authority {
+    /// Records `action` now: one log line (target `audit`) and a row in the
+    /// store. A store failure is logged; the action itself stands.
+    pub fn audit(&self, action: &AdminAction<'_>) {
+        let r = action.record(now_ms());
+        tracing::info!(
+            target: "audit",
+            actor_kind = %r.actor_kind,
+            actor = %r.actor,
+            source = %r.source,
+            action = %r.action,
+            target = %r.target,
+            outcome = %r.outcome,
+            detail = %r.detail,
+            "admin action"
+        );
+        if let Err(e) = self.store().record_audit(&r) {
+            tracing::error!(error = %e, action = %r.action, "audit trail: recording failed");
+        }
+    }
+
+    /// One page (from 1) of the audit trail matching `filter`.
+    pub fn audit_page(
+        &self,
+        filter: &AuditFilter,
+        page: u64,
+        per_page: u32,
+    ) -> Result<AuditPage, StoreError> {
+        let offset = page.saturating_sub(1).saturating_mul(u64::from(per_page));
+        let (records, total) = self.store().audit(filter, per_page, offset)?;
+        Ok(AuditPage {
+            entries: records.into_iter().map(AuditEntryView::from).collect(),
+            total,
+            page,
+            per_page,
+            pages: total.div_ceil(u64::from(per_page)).max(1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer into a shared buffer, for the log line.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// One action is one log line with target `audit` and every field, and
+    /// one stored row.
+    #[test]
+    fn an_action_is_one_audit_log_line_and_one_row() {
+        let config = crate::Config::from_toml(
+            "[server]\nallow_short_secrets = true\n",
+            std::path::Path::new("."),
+        )
+        .expect("valid");
+        let a = Authority::with_trust(config, None, crate::store::Store::in_memory().expect("db"));
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let root = Actor::token("root");
+        tracing::subscriber::with_default(subscriber, || {
+            a.audit(&AdminAction {
+                actor: &root,
+                source: Some(std::net::Ipv4Addr::new(192, 0, 2, 7).into()),
+                action: "connector.revoke",
+                target: "c1",
+                outcome: Outcome::NotFound,
+                detail: "x".repeat(2000),
+            });
+        });
+        let text = String::from_utf8(captured.0.lock().expect("buffer").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        for part in [
+            " audit: admin action",
+            "actor_kind=token",
+            "actor=root",
+            "source=192.0.2.7",
+            "action=connector.revoke",
+            "target=c1",
+            "outcome=not_found",
+        ] {
+            assert!(lines[0].contains(part), "{part}: {text}");
+        }
+        let (rows, _) = a
+            .store()
+            .audit(&AuditFilter::default(), 10, 0)
+            .expect("read");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].detail.len(), MAX_TEXT, "bounded");
+        let view = AuditEntryView::from(rows[0].clone());
+        assert_eq!(
+            (view.actor.kind.as_str(), view.source.as_deref()),
+            ("token", Some("192.0.2.7"))
+        );
+    }
+}
