@@ -33,7 +33,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// `central-authority api`'s flags and command.
 #[derive(Debug, Args)]
 pub struct ApiArgs {
-    /// The CA's HTTP API.
+    /// The CA's HTTP API; a path (`https://proxy.example/reach`) is the
+    /// prefix every API path is put under.
     #[arg(long, env = "REACH_API_URL", default_value = "https://127.0.0.1:7480")]
     pub url: String,
     /// The CA's root certificate (its `data_dir/ca.pem`); needed for https.
@@ -43,8 +44,9 @@ pub struct ApiArgs {
     /// with `anonymous_read` (reads only).
     #[arg(long, env = "REACH_API_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
+    /// Print the API's JSON instead of a table (before or after the
+    /// command).
+    #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -310,6 +312,9 @@ impl Answer {
 /// A one-connection-per-request HTTP/1 client for the CA.
 struct Client {
     authority: String,
+    /// The `--url`'s path without its trailing `/` (empty for none): put
+    /// before every API path, for a CA behind a proxy under a path.
+    prefix: String,
     host: String,
     port: u16,
     tls: Option<tokio_rustls::TlsConnector>,
@@ -341,6 +346,13 @@ impl Client {
             .trim_end_matches(']')
             .to_owned();
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        if uri.query().is_some() {
+            return Err(CliError::Usage(format!(
+                "--url {:?}: a query is not allowed (a path is: it prefixes every API path)",
+                args.url
+            )));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
         let tls = if https {
             let path = args.ca_cert.as_ref().ok_or_else(|| {
                 CliError::Usage(
@@ -370,6 +382,7 @@ impl Client {
         .filter(|t| !t.is_empty());
         Ok(Client {
             authority: authority.as_str().to_owned(),
+            prefix,
             host,
             port,
             tls,
@@ -405,7 +418,7 @@ impl Client {
     ) -> Result<Answer, CliError> {
         let mut request = hyper::Request::builder()
             .method(method)
-            .uri(path)
+            .uri(format!("{}{path}", self.prefix))
             .header(hyper::header::HOST, &self.authority)
             .header(hyper::header::ACCEPT, "application/json")
             .header(
@@ -426,7 +439,7 @@ impl Client {
             .body(body)
             .map_err(|e| CliError::Usage(format!("request: {e}")))?;
         let transport = |e: &dyn std::fmt::Display| {
-            CliError::Transport(format!("{} ({}): {e}", self.authority, path))
+            CliError::Transport(format!("{} ({}{path}): {e}", self.authority, self.prefix))
         };
         let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
@@ -551,7 +564,7 @@ fn health_table(v: &Value) -> String {
                 cell(&a["segment"]),
                 cell(&a["host"]),
                 cell(&a["protocol"]),
-                cell(&a["port"]),
+                port_cell(a),
                 cell(&a["status"]),
                 if connectors.is_empty() {
                     "-".to_owned()
@@ -565,6 +578,47 @@ fn health_table(v: &Value) -> String {
         &["SEGMENT", "HOST", "PROTO", "PORT", "STATUS", "CONNECTORS"],
         &rows,
     )
+}
+
+/// A row's port; a wildcard or subnet entry's row (port 0) shows the
+/// ports its segment declares instead (`tcp 80, 443; udp 53`).
+fn port_cell(a: &Value) -> String {
+    match a["ports"].as_str() {
+        Some(ports) if a["port"] == 0 => ports.to_owned(),
+        _ => cell(&a["port"]),
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC (`2026-12-03T05:15:42Z`); `-` for
+/// null, anything else as it is.
+fn time_cell(v: &Value) -> String {
+    let Some(ms) = v.as_i64() else {
+        return cell(v);
+    };
+    let (secs, days) = (ms.div_euclid(1000), ms.div_euclid(86_400_000));
+    let of_day = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 fn connectors_table(v: &Value) -> String {
@@ -608,9 +662,9 @@ fn keys_table(v: &Value) -> String {
             vec![
                 cell(&k["group"]),
                 format!("{}/{}", cell(&k["uses"]), cell(&k["max_uses"])),
-                cell(&k["expires_at"]),
-                cell(&k["revoked_at"]),
-                cell(&k["last_used_at"]),
+                time_cell(&k["expires_at"]),
+                time_cell(&k["revoked_at"]),
+                time_cell(&k["last_used_at"]),
                 if k["usable"] == true { "yes" } else { "no" }.to_owned(),
             ]
         })
@@ -779,6 +833,21 @@ mod tests {
              jira     jira.example  tcp    80    up       c1=up\n\
              lab      x             udp    53    unknown  -\n"
         );
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(time_cell(&json!(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            time_cell(&json!(951_782_400_999u64)),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            time_cell(&json!(1_796_275_542_000u64)),
+            "2026-12-03T05:25:42Z"
+        );
+        assert_eq!(time_cell(&json!(-1)), "1969-12-31T23:59:59Z");
+        assert_eq!(time_cell(&Value::Null), "-");
     }
 
     #[test]
