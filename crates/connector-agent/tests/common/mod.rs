@@ -42,6 +42,7 @@ struct Service {
     assignment: Arc<Mutex<Assignment>>,
     current: Current,
     key: String,
+    refusal: Arc<Mutex<Option<Status>>>,
 }
 
 #[tonic::async_trait]
@@ -64,6 +65,9 @@ impl ConnectorSession for Service {
             get(protocol::metadata::GROUP),
             get(protocol::metadata::PROVISIONING_KEY),
         );
+        if let Some(status) = self.refusal.lock().expect("lock").clone() {
+            return Err(status);
+        }
         if key != self.key {
             return Err(Status::unauthenticated("wrong provisioning key"));
         }
@@ -104,6 +108,7 @@ pub struct Authority {
     pub addr: SocketAddr,
     pub seen: mpsc::UnboundedReceiver<Seen>,
     current: Current,
+    refusal: Arc<Mutex<Option<Status>>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -118,7 +123,9 @@ impl Authority {
         let addr = listener.local_addr().expect("addr");
         let (seen_tx, seen) = mpsc::unbounded_channel();
         let current = Arc::new(Mutex::new(None));
+        let refusal = Arc::new(Mutex::new(None));
         let service = Service {
+            refusal: refusal.clone(),
             seen: seen_tx,
             assignment: Arc::new(Mutex::new(assignment)),
             current: current.clone(),
@@ -137,9 +144,16 @@ impl Authority {
             addr,
             seen,
             current,
+            refusal,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// From now on, refuses every session with `status` (as the real CA
+    /// refuses a revoked or disabled connector).
+    pub fn refuse(&self, status: Status) {
+        *self.refusal.lock().expect("lock") = Some(status);
     }
 
     pub fn url(&self) -> String {
