@@ -181,3 +181,49 @@ fn the_state_dir_default_is_absolute() {
         "{unit}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_cert_that_does_not_match_the_ca_names_the_file() {
+    // A CA whose certificate another root issued than the one the
+    // connector is given.
+    let served = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("cert");
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("cert");
+    let identity =
+        tonic::transport::Identity::from_pem(served.cert.pem(), served.signing_key.serialize_pem());
+    let ca = Authority::start_tls(identity).await;
+    let addr = ca.addr;
+    let dir = std::env::temp_dir().join(format!("reach-agent-wrong-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let wrong = dir.join("not-the-ca.pem");
+    std::fs::write(&wrong, other.cert.pem()).expect("write");
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "--ca",
+        &format!("https://{addr}"),
+        "--name",
+        "c1",
+        "--group",
+        "g",
+    ])
+    .arg("--ca-cert")
+    .arg(&wrong)
+    .arg("--state-dir")
+    .arg(dir.join("state"))
+    .env("REACH_PROVISIONING_KEY", "secret-0123456789")
+    .arg("enroll");
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .expect("run");
+    ca.stop().await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "hint: the CA's certificate does not chain to the root in {}",
+            wrong.display()
+        )),
+        "{err}"
+    );
+}

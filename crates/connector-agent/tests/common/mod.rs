@@ -119,6 +119,20 @@ impl Authority {
     }
 
     pub async fn start_on(addr: SocketAddr, assignment: Assignment) -> Authority {
+        Self::start_with(addr, assignment, None).await
+    }
+
+    /// Serves TLS with `identity` (on 127.0.0.1).
+    pub async fn start_tls(identity: tonic::transport::Identity) -> Authority {
+        let addr = "127.0.0.1:0".parse().expect("addr");
+        Self::start_with(addr, Assignment::default(), Some(identity)).await
+    }
+
+    async fn start_with(
+        addr: SocketAddr,
+        assignment: Assignment,
+        identity: Option<tonic::transport::Identity>,
+    ) -> Authority {
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind CA");
         let addr = listener.local_addr().expect("addr");
         let (seen_tx, seen) = mpsc::unbounded_channel();
@@ -133,7 +147,16 @@ impl Authority {
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(identity) = identity {
+                builder = match builder
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                {
+                    Ok(b) => b,
+                    Err(e) => panic!("test CA TLS: {e}"),
+                };
+            }
+            let _ = builder
                 .add_service(ConnectorSessionServer::new(service))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = stopped.await;
