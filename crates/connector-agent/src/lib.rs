@@ -121,17 +121,6 @@ pub enum AgentError {
     /// Enrollment failed or the credentials could not be loaded.
     #[error(transparent)]
     Enroll(#[from] enroll::EnrollError),
-    /// The CA disabled this connector: nothing the connector does changes
-    /// that, so it stops (the binary exits with [`EXIT_DISABLED`]).
-    #[error(
-        "the CA disabled this connector ({message}); an admin re-enables it with `central-authority api connectors enable {name}`, then start the connector again"
-    )]
-    Disabled {
-        /// This connector's name.
-        name: String,
-        /// The CA's message.
-        message: String,
-    },
     /// The metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics {
@@ -141,10 +130,6 @@ pub enum AgentError {
         source: std::io::Error,
     },
 }
-
-/// The exit code when the CA disabled the connector (`EX_CONFIG`): the
-/// systemd unit does not restart it (`RestartPreventExitStatus=78`).
-pub const EXIT_DISABLED: u8 = 78;
 
 /// The provisioning key from `--provisioning-key-file` or
 /// `--provisioning-key`, trimmed; present and printable ASCII, or an error
@@ -313,11 +298,9 @@ async fn enrollment(
     }
 }
 
-/// Runs the connector until `shutdown` completes. Errors when it cannot
-/// start, or when the CA says it disabled this connector
-/// ([`AgentError::Disabled`]); everything else after the start (CA gone,
-/// DNS failing, applications hanging, credentials the CA refuses) is
-/// logged, reported and retried. With an `https://` CA it
+/// Runs the connector until `shutdown` completes. Errors only when it
+/// cannot start; everything after that (CA gone, DNS failing, applications
+/// hanging, credentials the CA refuses) is logged, reported and retried. With an `https://` CA it
 /// enrolls first when the state directory holds no enrollment.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     for warning in
@@ -347,9 +330,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
         options::Credentials::ProvisioningKey(_) => None,
     };
-    let mut options = session_options(&config, credentials, renewals);
-    let (disabled_tx, mut disabled) = tokio::sync::mpsc::unbounded_channel();
-    options.disabled = Some(disabled_tx);
+    let options = session_options(&config, credentials, renewals);
     parts.metrics.set_session_state("connecting");
     tracing::info!(ca = %config.ca.join(","), name = %config.name, group = %config.group, "connector starting");
     let mut session = tokio::spawn(attach::run(
@@ -359,11 +340,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         parts,
         stop_rx,
     ));
-    let mut refused = None;
     tokio::select! {
         () = &mut shutdown => tracing::info!("shutting down"),
         _ = &mut session => tracing::warn!("session task ended"),
-        Some(message) = disabled.recv() => refused = Some(message),
     }
     let _ = stop_tx.send(true);
     // Give the session a moment to close its stream cleanly.
@@ -379,13 +358,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for task in checks {
         task.abort();
     }
-    match refused {
-        Some(message) => Err(AgentError::Disabled {
-            name: config.name,
-            message,
-        }),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// How the sessions prove the connector's identity: the enrolled
@@ -503,6 +476,5 @@ fn session_options(
         ceilings: config.ceilings(),
         reconnect_max: retry::BACKOFF_MAX,
         ca_cert: config.ca_cert.clone(),
-        disabled: None,
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
-use connector_agent::{AgentError, Config, LogFormat, retry};
+use connector_agent::{Config, LogFormat, retry};
 use tracing_subscriber::EnvFilter;
 
 async fn shutdown_signal() {
@@ -66,14 +66,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             if let Some(hint) = retry::ca_cert_hint(&format!("{e:#}"), ca_cert.as_deref()) {
                 eprintln!("hint: {hint}");
             }
-            let disabled = e
-                .downcast_ref::<AgentError>()
-                .is_some_and(|e| matches!(e, AgentError::Disabled { .. }));
-            Ok(ExitCode::from(if disabled {
-                connector_agent::EXIT_DISABLED
-            } else {
-                1
-            }))
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -69,9 +69,6 @@ pub struct SessionOptions {
     /// `--ca-cert`, named when a TLS error says the CA's certificate does
     /// not chain to it.
     pub ca_cert: Option<std::path::PathBuf>,
-    /// Where a session says the CA disabled this connector (the CA's
-    /// message): the connector then stops and exits non-zero.
-    pub disabled: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// Everything the sessions drive.
@@ -224,7 +221,6 @@ mod tests {
             ceilings: Ceilings::default(),
             reconnect_max: BACKOFF_MAX,
             ca_cert: None,
-            disabled: None,
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");
@@ -247,7 +243,6 @@ mod tests {
             },
             reconnect_max: BACKOFF_MAX,
             ca_cert: None,
-            disabled: None,
         }
     }
 

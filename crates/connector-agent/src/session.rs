@@ -177,10 +177,10 @@ pub async fn run(
     }
 }
 
-/// Logs why a session was lost; the least delay before reconnecting:
-/// minutes after a refusal that needs re-enrollment, zero else (the usual
-/// backoff). When the CA disabled the connector, `options.disabled` is
-/// told, and the connector stops this session meanwhile.
+/// Logs why a session was lost (for a refusal: what to do); the least
+/// delay before reconnecting: minutes after a refusal that needs
+/// re-enrollment, zero else (the usual backoff: a disabled connector is
+/// back within it once enabled).
 fn after_loss(
     e: &SessionError,
     target: &CaTarget,
@@ -189,14 +189,17 @@ fn after_loss(
 ) -> Duration {
     let ca = target.label();
     match refusal(e) {
-        Some(Refusal::Disabled(message)) if options.disabled.is_some() => {
-            tracing::error!(%ca, reason = %message, "the CA disabled this connector: stopping");
-            if let Some(tx) = &options.disabled {
-                let _ = tx.send(message);
-            }
-            crate::retry::REFUSED_BACKOFF_MAX
+        Some(Refusal::Disabled(message)) => {
+            *refused = 0;
+            tracing::error!(
+                %ca,
+                reason = %message,
+                "the CA disabled this connector; it reconnects on its own once an admin runs `central-authority api connectors enable {}`",
+                options.identity.name
+            );
+            Duration::ZERO
         }
-        Some(Refusal::Disabled(message) | Refusal::Reenroll(message)) => {
+        Some(Refusal::Reenroll(message)) => {
             let delay = crate::retry::refused_backoff(*refused, &mut rand::rng());
             *refused = refused.saturating_add(1);
             tracing::error!(
