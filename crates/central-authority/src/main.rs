@@ -88,9 +88,10 @@ async fn main() -> anyhow::Result<ExitCode> {
             output,
         }) => return import(file, group_map, output.as_deref()),
         Some(Command::Api(args)) => return Ok(api(args).await),
-        None => cli
-            .config
-            .context("--config FILE is required (or REACH_CONFIG)")?,
+        None => match cli.config.clone() {
+            Some(path) => path,
+            None => return Ok(usage()),
+        },
     };
     let config = match Config::load(&path) {
         Ok(mut config) => {
@@ -116,6 +117,15 @@ async fn main() -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// No command and no `--config`: the usage on stderr, exit 2 (clap's code
+/// for a usage error).
+fn usage() -> ExitCode {
+    let mut command = Cli::command().name("central-authority");
+    eprintln!("error: run the CA with --config FILE (or REACH_CONFIG), or give a command\n");
+    let _ = command.write_help(&mut std::io::stderr());
+    ExitCode::from(2)
 }
 
 /// Loads a config, printing every error on stderr when it is invalid.

@@ -608,11 +608,11 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
     assert_eq!(lines.len(), 2, "{out}");
     let words: Vec<&str> = lines[1].split_whitespace().collect();
     assert!(
-        words[0].len() == 10 && words[0].starts_with("20") && words[1].ends_with('Z'),
+        words[0].len() == 20 && words[0].starts_with("20") && words[0].ends_with('Z'),
         "{out}"
     );
     assert_eq!(
-        &words[2..7],
+        &words[1..6],
         [
             "token:root",
             "127.0.0.1",

@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// `--state-dir`'s default: what the Debian package, the systemd unit and
+/// the container image use.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/reach/connector";
+
 /// How the connector opens its ICMP socket for UDP-port checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum IcmpPreference {
@@ -71,7 +75,7 @@ pub struct Config {
 
     /// Where the connector keeps its private key and enrolled certificate.
     /// Without an enrollment there, the connector enrolls on start.
-    #[arg(long, env = "REACH_STATE_DIR", default_value = "reach-connector-state")]
+    #[arg(long, env = "REACH_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 
     /// This connector's name, unique in the deployment.

@@ -300,7 +300,7 @@ async fn enrollment(
 
 /// Runs the connector until `shutdown` completes. Errors only when it
 /// cannot start; everything after that (CA gone, DNS failing, applications
-/// hanging) is logged, reported and retried. With an `https://` CA it
+/// hanging, credentials the CA refuses) is logged, reported and retried. With an `https://` CA it
 /// enrolls first when the state directory holds no enrollment.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     for warning in
@@ -475,5 +475,6 @@ fn session_options(
         check_timeout: config.check_timeout(),
         ceilings: config.ceilings(),
         reconnect_max: retry::BACKOFF_MAX,
+        ca_cert: config.ca_cert.clone(),
     }
 }

@@ -1,9 +1,12 @@
 //! The `connector-agent` binary: parses flags, sets up logging and runs the
 //! connector until SIGTERM or Ctrl-C.
 
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
-use connector_agent::{Config, LogFormat};
+use connector_agent::{Config, LogFormat, retry};
 use tracing_subscriber::EnvFilter;
 
 async fn shutdown_signal() {
@@ -31,23 +34,39 @@ async fn shutdown_signal() {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     if let Some(dir) = build_info::docs::requested() {
-        return build_info::docs::write(Config::command(), &dir);
+        build_info::docs::write(Config::command(), &dir)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let config = Config::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour only for a terminal: journald and files get plain text.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stdout().is_terminal());
     match config.log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
-    if config.command == Some(connector_agent::Command::Enroll) {
-        return connector_agent::enroll_only(&config)
+    let ca_cert = config.ca_cert.clone();
+    let result = if config.command == Some(connector_agent::Command::Enroll) {
+        connector_agent::enroll_only(&config)
             .await
-            .context("connector-agent enroll failed");
+            .context("connector-agent enroll failed")
+    } else {
+        connector_agent::run(config, shutdown_signal())
+            .await
+            .context("connector-agent failed")
+    };
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            if let Some(hint) = retry::ca_cert_hint(&format!("{e:#}"), ca_cert.as_deref()) {
+                eprintln!("hint: {hint}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
     }
-    connector_agent::run(config, shutdown_signal())
-        .await
-        .context("connector-agent failed to start")
 }

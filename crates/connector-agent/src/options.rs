@@ -66,6 +66,9 @@ pub struct SessionOptions {
     /// Longest reconnect backoff: [`crate::retry::BACKOFF_MAX`], or
     /// [`crate::retry::REPLICA_BACKOFF_MAX`] for one of several replicas.
     pub reconnect_max: Duration,
+    /// `--ca-cert`, named when a TLS error says the CA's certificate does
+    /// not chain to it.
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 /// Everything the sessions drive.
@@ -217,6 +220,7 @@ mod tests {
             renewals: None,
             ceilings: Ceilings::default(),
             reconnect_max: BACKOFF_MAX,
+            ca_cert: None,
         };
         let printed = format!("{options:?}");
         assert!(printed.contains("c1"), "{printed}");
@@ -238,6 +242,7 @@ mod tests {
                 check_timeout: Duration::from_millis(max_timeout_ms),
             },
             reconnect_max: BACKOFF_MAX,
+            ca_cert: None,
         }
     }
 

@@ -20,6 +20,44 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// address of several every few seconds costs little.
 pub const REPLICA_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// First retry delay after the CA refused the connector's credentials for
+/// good (revoked, unknown, expired: re-enrollment needed): nothing changes
+/// until an operator acts, so the connector asks rarely.
+pub const REFUSED_BACKOFF_MIN: Duration = Duration::from_secs(60);
+
+/// Longest such delay.
+pub const REFUSED_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
+
+/// The delay before retry `attempt` (0-based) after such a refusal: one
+/// minute doubling to 15, no jitter below half of it.
+pub fn refused_backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
+    let cap = REFUSED_BACKOFF_MIN
+        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+        .min(REFUSED_BACKOFF_MAX);
+    let half = u64::try_from(cap.as_millis() / 2).unwrap_or(u64::MAX);
+    Duration::from_millis(half + rng.random_range(0..=half))
+}
+
+/// What to check when a TLS error says the CA's certificate does not chain
+/// to the root the connector trusts: the `--ca-cert` file.
+pub fn ca_cert_hint(error: &str, ca_cert: Option<&std::path::Path>) -> Option<String> {
+    let untrusted = [
+        "UnknownIssuer",
+        "BadSignature",
+        "unknown issuer",
+        "bad signature",
+    ]
+    .iter()
+    .any(|m| error.contains(m));
+    untrusted.then(|| match ca_cert {
+        Some(path) => format!(
+            "the CA's certificate does not chain to the root in {} (--ca-cert): check that the file is the CA's data_dir/ca.pem",
+            path.display()
+        ),
+        None => "the CA's certificate does not chain to the trusted root: check --ca-cert (the CA's data_dir/ca.pem)".to_owned(),
+    })
+}
+
 /// An error with its sources (tonic's transport errors say only
 /// "transport error" at the top).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
@@ -71,6 +109,27 @@ mod tests {
             ]
         );
         assert_eq!(backoff_cap(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn refused_backoff_is_minutes() {
+        let mut rng = rand::rng();
+        for attempt in 0..20 {
+            let d = refused_backoff(attempt, &mut rng);
+            assert!(
+                d >= REFUSED_BACKOFF_MIN / 2 && d <= REFUSED_BACKOFF_MAX,
+                "{d:?}"
+            );
+        }
+        assert!(refused_backoff(10, &mut rng) >= REFUSED_BACKOFF_MAX / 2);
+    }
+
+    #[test]
+    fn an_untrusted_ca_certificate_names_the_file() {
+        let path = std::path::Path::new("/etc/reach/ca.pem");
+        let hint = ca_cert_hint("invalid peer certificate: UnknownIssuer", Some(path));
+        assert!(hint.is_some_and(|h| h.contains("/etc/reach/ca.pem")));
+        assert_eq!(ca_cert_hint("connection refused", Some(path)), None);
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub async fn run(
     let mut renewals = options.renewals.take();
     let mut handover: Option<Opened> = None;
     let mut id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut refused = 0u32;
     loop {
         if handover.is_none() {
             // A certificate renewed while no session ran: connect with it
@@ -165,7 +166,7 @@ pub async fn run(
                 }
                 delay = delay.max(retry_after);
             }
-            Err(e) => tracing::warn!(ca = %target.label(), error = %e, "session lost"),
+            Err(e) => delay = delay.max(after_loss(&e, &target, &options, &mut refused)),
         }
         lost.notify_one();
         tracing::info!(delay_ms = delay.as_millis(), ca = %target.label(), "reconnecting");
@@ -173,6 +174,86 @@ pub async fn run(
             () = tokio::time::sleep(delay) => {}
             () = stopped(&mut shutdown) => return,
         }
+    }
+}
+
+/// Logs why a session was lost (for a refusal: what to do); the least
+/// delay before reconnecting: minutes after a refusal that needs
+/// re-enrollment, zero else (the usual backoff: a disabled connector is
+/// back within it once enabled).
+fn after_loss(
+    e: &SessionError,
+    target: &CaTarget,
+    options: &SessionOptions,
+    refused: &mut u32,
+) -> Duration {
+    let ca = target.label();
+    match refusal(e) {
+        Some(Refusal::Disabled(message)) => {
+            *refused = 0;
+            tracing::error!(
+                %ca,
+                reason = %message,
+                "the CA disabled this connector; it reconnects on its own once an admin runs `central-authority api connectors enable {}`",
+                options.identity.name
+            );
+            Duration::ZERO
+        }
+        Some(Refusal::Reenroll(message)) => {
+            let delay = crate::retry::refused_backoff(*refused, &mut rand::rng());
+            *refused = refused.saturating_add(1);
+            tracing::error!(
+                %ca,
+                reason = %message,
+                retry_in_s = delay.as_secs(),
+                "re-enrollment needed: the CA no longer accepts this connector's certificate (revoked, or the connector was deleted). Run `connector-agent enroll` with the same flags and the group's provisioning key on this host, then start the connector again; the CA refuses a name that still holds a valid certificate until an admin runs `central-authority api connectors allow-reenroll {}`",
+                options.identity.name
+            );
+            delay
+        }
+        None => {
+            *refused = 0;
+            let error = e.to_string();
+            match crate::retry::ca_cert_hint(&error, options.ca_cert.as_deref()) {
+                Some(hint) => tracing::warn!(%ca, %error, %hint, "session lost"),
+                None => tracing::warn!(%ca, %error, "session lost"),
+            }
+            Duration::ZERO
+        }
+    }
+}
+
+/// A refusal of the connector's credentials that retrying soon cannot
+/// change, with the CA's message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The certificate is revoked, expired or unknown to the CA (the
+    /// connector was deleted): the connector must enroll again.
+    Reenroll(String),
+    /// An admin disabled the connector (`PERMISSION_DENIED`, "… is
+    /// disabled").
+    Disabled(String),
+}
+
+/// Whether `e` is such a refusal: the CA's status code and the message its
+/// `AuthError` gives (see `proto/reach/v1/connector.proto`, `Connect`).
+pub fn refusal(e: &SessionError) -> Option<Refusal> {
+    let SessionError::Rpc(status) = e else {
+        return None;
+    };
+    let message = status.message().to_owned();
+    match status.code() {
+        tonic::Code::PermissionDenied if message.ends_with("is disabled") => {
+            Some(Refusal::Disabled(message))
+        }
+        tonic::Code::Unauthenticated
+            if message.contains("was revoked")
+                || message.contains("has expired; enroll again")
+                || message.contains("is not one this CA issued") =>
+        {
+            Some(Refusal::Reenroll(message))
+        }
+        _ => None,
     }
 }
 

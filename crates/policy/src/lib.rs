@@ -34,7 +34,7 @@ pub use location::{
 pub use matching::{Match, MatchOutcome, Request, SegmentIndex};
 pub use model::{
     AppEntry, AppKey, ConnectorGroup, DnsResolution, HealthReporting, Policy, PortRange, Protocol,
-    Segment, Strategy,
+    Segment, Strategy, closest, did_you_mean,
 };
 pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,

@@ -219,7 +219,8 @@ impl FromStr for HealthReporting {
             "on_access" => Ok(HealthReporting::OnAccess),
             "none" => Ok(HealthReporting::None),
             other => Err(format!(
-                "unknown value {other:?} (expected \"continuous\", \"on_access\" or \"none\")"
+                "unknown value {other:?} (expected \"continuous\", \"on_access\" or \"none\"){}",
+                did_you_mean(other, ["continuous", "on_access", "none"])
             )),
         }
     }
@@ -264,10 +265,45 @@ impl FromStr for Strategy {
             "group" => Ok(Strategy::Group),
             "nearest" => Ok(Strategy::Nearest),
             other => Err(format!(
-                "unknown strategy {other:?} (expected \"healthy\", \"group\" or \"nearest\")"
+                "unknown strategy {other:?} (expected \"healthy\", \"group\" or \"nearest\"){}",
+                did_you_mean(other, ["healthy", "group", "nearest"])
             )),
         }
     }
+}
+
+/// The candidate closest to `word` by edit distance, when it is close
+/// enough to be a typo of it (at most a third of its letters, at least
+/// one, changed): what "did you mean" offers for an unknown key or value.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let most = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// `; did you mean "x"?` for the closest candidate, or nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(word, candidates).map_or_else(String::new, |c| format!("; did you mean {c:?}?"))
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// A validated application segment.
@@ -506,6 +542,23 @@ mod tests {
         assert!(!m(AppEntry::Fqdn("10.1.1.1".into()), "10.1.1.1"));
     }
     use super::*;
+
+    #[test]
+    fn closest_offers_a_near_candidate_only() {
+        let c = ["healthy", "group", "nearest"];
+        assert_eq!(closest("neareast", c), Some("nearest"));
+        assert_eq!(closest("grop", c), Some("group"));
+        assert_eq!(closest("fastest", c), None);
+        assert_eq!(
+            closest("strategyy", ["strategy", "discovery_timeout_ms"]),
+            Some("strategy")
+        );
+        assert!(
+            "neareast"
+                .parse::<Strategy>()
+                .is_err_and(|e| e.ends_with("; did you mean \"nearest\"?"))
+        );
+    }
     use crate::validate::{SegmentSpec, validate_segment};
 
     #[test]

@@ -249,3 +249,69 @@ pub(super) struct GroupSection {
     #[serde(default)]
     pub(super) location: Option<policy::LocationSpec>,
 }
+
+/// The most field errors one read reports (each costs one more pass).
+const MAX_FIELD_ERRORS: usize = 64;
+
+/// Reads the file's shapes, going past field errors: an unknown key or a
+/// value of the wrong type or variant is reported (its span and serde's
+/// message), then left out, and the read goes on, so one run shows every
+/// such error beside the rules the rest breaks. Errors: TOML that does not
+/// parse, or a field error with no span to leave out.
+pub(super) fn read(
+    text: &str,
+) -> Result<(FileConfig, Vec<toml::de::Error>), (Vec<toml::de::Error>, toml::de::Error)> {
+    let mut root = toml::de::DeTable::parse(text).map_err(|e| (Vec::new(), e))?;
+    let mut errors = Vec::new();
+    loop {
+        let e = match FileConfig::deserialize(toml::de::Deserializer::from(root.clone())) {
+            Ok(file) => return Ok((file, errors)),
+            Err(e) => e,
+        };
+        let left_out = match e.span() {
+            Some(span) if errors.len() < MAX_FIELD_ERRORS => leave_out(root.get_mut(), &span),
+            _ => false,
+        };
+        if !left_out {
+            return Err((errors, e));
+        }
+        errors.push(e);
+    }
+}
+
+/// Removes the key (or array element) whose key or value `span` points at,
+/// searching every table and array (a `[table]`'s own span is its header
+/// only); whether one was found.
+fn leave_out(table: &mut toml::de::DeTable<'_>, span: &std::ops::Range<usize>) -> bool {
+    let inside = |s: &std::ops::Range<usize>| s.start <= span.start && span.end <= s.end;
+    let hit = table.iter().find_map(|(k, v)| {
+        let exact = k.span() == *span || v.span() == *span || inside(&k.span());
+        exact.then(|| k.clone())
+    });
+    if let Some(key) = hit {
+        return table.remove(&key).is_some();
+    }
+    table
+        .iter_mut()
+        .any(|(_, v)| leave_out_value(v.get_mut(), span))
+}
+
+fn leave_out_value(value: &mut toml::de::DeValue<'_>, span: &std::ops::Range<usize>) -> bool {
+    match value {
+        toml::de::DeValue::Table(t) => leave_out(t, span),
+        toml::de::DeValue::Array(items) => {
+            if let Some(i) = items.iter().position(|v| v.span() == *span) {
+                let kept: toml::de::DeArray<'_> =
+                    std::mem::replace(items, toml::de::DeArray::new())
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(|(j, v)| (j != i).then_some(v))
+                        .collect();
+                *items = kept;
+                return true;
+            }
+            items.iter_mut().any(|v| leave_out_value(v.get_mut(), span))
+        }
+        _ => false,
+    }
+}

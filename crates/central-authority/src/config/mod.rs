@@ -173,11 +173,31 @@ impl Config {
     }
 
     fn parse(text: &str, path: &Path, base: &Path) -> Result<Config, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            path: path.to_owned(),
-            message: syntax_message(text, &e),
+        let (file, field_errors) = file::read(text).map_err(|(earlier, e)| {
+            let mut messages: Vec<String> =
+                earlier.iter().map(|e| syntax_message(text, e)).collect();
+            messages.push(syntax_message(text, &e));
+            ConfigError::Syntax {
+                path: path.to_owned(),
+                message: messages.join("; "),
+            }
         })?;
-        let mut problems = Vec::new();
+        let mut problems: Vec<Problem> = field_errors
+            .iter()
+            .map(|e| {
+                let message = syntax_message(text, e);
+                match message.split_once(": ") {
+                    Some((at, m)) if at.starts_with("line ") => Problem::Setting {
+                        field: at.to_owned(),
+                        message: m.to_owned(),
+                    },
+                    _ => Problem::Setting {
+                        field: path.display().to_string(),
+                        message,
+                    },
+                }
+            })
+            .collect();
         let warnings = secret_file_warnings(&file, base);
         let settings = settings::settings(&file, base, &mut problems);
         let short_ok = file.server.allow_short_secrets;
@@ -251,6 +271,10 @@ fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
 /// names, which serde quotes in backticks, stay.
 fn syntax_message(text: &str, e: &toml::de::Error) -> String {
     let message = elide_quoted(e.message().trim_end());
+    let message = match suggestion(&message) {
+        Some(better) => format!("{message}; did you mean `{better}`?"),
+        None => message,
+    };
     let Some(span) = e.span() else {
         return message;
     };
@@ -258,6 +282,17 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     format!("line {line}, column {column}: {message}")
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (or "unknown
+/// variant …"): the expected name closest to `x`, if one is close.
+fn suggestion(message: &str) -> Option<&str> {
+    if !message.starts_with("unknown field") && !message.starts_with("unknown variant") {
+        return None;
+    }
+    let mut names = message.split('`').skip(1).step_by(2);
+    let unknown = names.next()?;
+    policy::closest(unknown, names)
 }
 
 /// `message` with the contents of every double-quoted span replaced by `…`.
@@ -420,8 +455,18 @@ mod tests {
 
     #[test]
     fn syntax_errors_name_the_place() {
-        let err = Config::from_toml("[server]\ngrpc_listen = 7", Path::new(".")).expect_err("bad");
+        let err = Config::from_toml("[server\ngrpc_listen = 7", Path::new(".")).expect_err("bad");
         assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+        // A wrongly typed value is reported with its place, beside the
+        // other problems of the file.
+        let err = Config::from_toml(
+            "[server]\ngrpc_listen = 7\nhttp_listen = \"x\"",
+            Path::new("."),
+        )
+        .expect_err("bad");
+        let all = err.messages().join("\n");
+        assert!(all.contains("line 2, column 15: invalid type"), "{all}");
+        assert!(all.contains("server.http_listen"), "{all}");
         let err = Config::from_toml("[serverr]", Path::new(".")).expect_err("bad");
         assert!(err.to_string().contains("serverr"), "{err}");
     }

@@ -33,7 +33,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// `central-authority api`'s flags and command.
 #[derive(Debug, Args)]
 pub struct ApiArgs {
-    /// The CA's HTTP API.
+    /// The CA's HTTP API; a path (`https://proxy.example/reach`) is the
+    /// prefix every API path is put under.
     #[arg(long, env = "REACH_API_URL", default_value = "https://127.0.0.1:7480")]
     pub url: String,
     /// The CA's root certificate (its `data_dir/ca.pem`); needed for https.
@@ -43,8 +44,9 @@ pub struct ApiArgs {
     /// with `anonymous_read` (reads only).
     #[arg(long, env = "REACH_API_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
+    /// Print the API's JSON instead of a table (before or after the
+    /// command).
+    #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -369,6 +371,9 @@ impl Answer {
 /// A one-connection-per-request HTTP/1 client for the CA.
 struct Client {
     authority: String,
+    /// The `--url`'s path without its trailing `/` (empty for none): put
+    /// before every API path, for a CA behind a proxy under a path.
+    prefix: String,
     host: String,
     port: u16,
     tls: Option<tokio_rustls::TlsConnector>,
@@ -400,6 +405,13 @@ impl Client {
             .trim_end_matches(']')
             .to_owned();
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        if uri.query().is_some() {
+            return Err(CliError::Usage(format!(
+                "--url {:?}: a query is not allowed (a path is: it prefixes every API path)",
+                args.url
+            )));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
         let tls = if https {
             let path = args.ca_cert.as_ref().ok_or_else(|| {
                 CliError::Usage(
@@ -429,6 +441,7 @@ impl Client {
         .filter(|t| !t.is_empty());
         Ok(Client {
             authority: authority.as_str().to_owned(),
+            prefix,
             host,
             port,
             tls,
@@ -464,7 +477,7 @@ impl Client {
     ) -> Result<Answer, CliError> {
         let mut request = hyper::Request::builder()
             .method(method)
-            .uri(path)
+            .uri(format!("{}{path}", self.prefix))
             .header(hyper::header::HOST, &self.authority)
             .header(hyper::header::ACCEPT, "application/json")
             .header(
@@ -485,7 +498,7 @@ impl Client {
             .body(body)
             .map_err(|e| CliError::Usage(format!("request: {e}")))?;
         let transport = |e: &dyn std::fmt::Display| {
-            CliError::Transport(format!("{} ({}): {e}", self.authority, path))
+            CliError::Transport(format!("{} ({}{path}): {e}", self.authority, self.prefix))
         };
         let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
@@ -610,7 +623,7 @@ fn health_table(v: &Value) -> String {
                 cell(&a["segment"]),
                 cell(&a["host"]),
                 cell(&a["protocol"]),
-                cell(&a["port"]),
+                port_cell(a),
                 cell(&a["status"]),
                 if connectors.is_empty() {
                     "-".to_owned()
@@ -623,6 +636,35 @@ fn health_table(v: &Value) -> String {
     table(
         &["SEGMENT", "HOST", "PROTO", "PORT", "STATUS", "CONNECTORS"],
         &rows,
+    )
+}
+
+/// A row's port; a wildcard or subnet entry's row (port 0) shows the
+/// ports its segment declares instead (`tcp 80, 443; udp 53`).
+fn port_cell(a: &Value) -> String {
+    match a["ports"].as_str() {
+        Some(ports) if a["port"] == 0 => ports.to_owned(),
+        _ => cell(&a["port"]),
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC to the second
+/// (`2026-12-03T05:15:42Z`); `-` for null, anything else as it is.
+fn time_cell(v: &Value) -> String {
+    let Some(t) = v
+        .as_i64()
+        .and_then(|ms| time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).ok())
+    else {
+        return cell(v);
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
     )
 }
 
@@ -684,9 +726,9 @@ fn keys_table(v: &Value) -> String {
             vec![
                 cell(&k["group"]),
                 format!("{}/{}", cell(&k["uses"]), cell(&k["max_uses"])),
-                cell(&k["expires_at"]),
-                cell(&k["revoked_at"]),
-                cell(&k["last_used_at"]),
+                time_cell(&k["expires_at"]),
+                time_cell(&k["revoked_at"]),
+                time_cell(&k["last_used_at"]),
                 if k["usable"] == true { "yes" } else { "no" }.to_owned(),
             ]
         })
@@ -704,25 +746,6 @@ fn keys_table(v: &Value) -> String {
     )
 }
 
-/// Unix ms as `2026-12-03 05:41:25Z` (UTC, to the second).
-fn utc(ms: &Value) -> String {
-    let Some(t) = ms
-        .as_i64()
-        .and_then(|ms| time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).ok())
-    else {
-        return cell(ms);
-    };
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
-
 /// The audit trail: one line per entry, then which page this is when
 /// there are more.
 fn audit_table(v: &Value) -> String {
@@ -730,7 +753,7 @@ fn audit_table(v: &Value) -> String {
         .iter()
         .map(|e| {
             vec![
-                utc(&e["at"]),
+                time_cell(&e["at"]),
                 format!(
                     "{}:{}",
                     cell(&e["actor"]["kind"]),
@@ -949,10 +972,25 @@ mod tests {
         assert_eq!(
             audit_table(&v),
             "TIME                  ACTOR          SOURCE     ACTION            TARGET        OUTCOME  DETAIL\n\
-             2025-11-24 16:00:00Z  token:ops      192.0.2.7  connector.revoke  c1            ok       -\n\
-             1970-01-01 00:00:00Z  system:SIGHUP  -          config.reload     /etc/ca.toml  refused  bad\n\
+             2025-11-24T16:00:00Z  token:ops      192.0.2.7  connector.revoke  c1            ok       -\n\
+             1970-01-01T00:00:00Z  system:SIGHUP  -          config.reload     /etc/ca.toml  refused  bad\n\
              page 1 of 2 (3 entries; --page for others)\n"
         );
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(time_cell(&json!(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            time_cell(&json!(951_782_400_999u64)),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            time_cell(&json!(1_796_275_542_000u64)),
+            "2026-12-03T05:25:42Z"
+        );
+        assert_eq!(time_cell(&json!(-1)), "1969-12-31T23:59:59Z");
+        assert_eq!(time_cell(&Value::Null), "-");
     }
 
     #[test]

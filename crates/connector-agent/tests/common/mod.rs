@@ -42,6 +42,7 @@ struct Service {
     assignment: Arc<Mutex<Assignment>>,
     current: Current,
     key: String,
+    refusal: Arc<Mutex<Option<Status>>>,
 }
 
 #[tonic::async_trait]
@@ -64,6 +65,9 @@ impl ConnectorSession for Service {
             get(protocol::metadata::GROUP),
             get(protocol::metadata::PROVISIONING_KEY),
         );
+        if let Some(status) = self.refusal.lock().expect("lock").clone() {
+            return Err(status);
+        }
         if key != self.key {
             return Err(Status::unauthenticated("wrong provisioning key"));
         }
@@ -104,6 +108,7 @@ pub struct Authority {
     pub addr: SocketAddr,
     pub seen: mpsc::UnboundedReceiver<Seen>,
     current: Current,
+    refusal: Arc<Mutex<Option<Status>>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -114,11 +119,27 @@ impl Authority {
     }
 
     pub async fn start_on(addr: SocketAddr, assignment: Assignment) -> Authority {
+        Self::start_with(addr, assignment, None).await
+    }
+
+    /// Serves TLS with `identity` (on 127.0.0.1).
+    pub async fn start_tls(identity: tonic::transport::Identity) -> Authority {
+        let addr = "127.0.0.1:0".parse().expect("addr");
+        Self::start_with(addr, Assignment::default(), Some(identity)).await
+    }
+
+    async fn start_with(
+        addr: SocketAddr,
+        assignment: Assignment,
+        identity: Option<tonic::transport::Identity>,
+    ) -> Authority {
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind CA");
         let addr = listener.local_addr().expect("addr");
         let (seen_tx, seen) = mpsc::unbounded_channel();
         let current = Arc::new(Mutex::new(None));
+        let refusal = Arc::new(Mutex::new(None));
         let service = Service {
+            refusal: refusal.clone(),
             seen: seen_tx,
             assignment: Arc::new(Mutex::new(assignment)),
             current: current.clone(),
@@ -126,7 +147,16 @@ impl Authority {
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if let Some(identity) = identity {
+                builder = match builder
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+                {
+                    Ok(b) => b,
+                    Err(e) => panic!("test CA TLS: {e}"),
+                };
+            }
+            let _ = builder
                 .add_service(ConnectorSessionServer::new(service))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = stopped.await;
@@ -137,9 +167,16 @@ impl Authority {
             addr,
             seen,
             current,
+            refusal,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// From now on, refuses every session with `status` (as the real CA
+    /// refuses a revoked or disabled connector).
+    pub fn refuse(&self, status: Status) {
+        *self.refusal.lock().expect("lock") = Some(status);
     }
 
     pub fn url(&self) -> String {
