@@ -85,7 +85,7 @@ pub struct Settings {
     /// /api/v1/events`) is kept in the database (`[health]
     /// history_retention_s`, default 604800: 7 days).
     pub history_retention: Duration,
-    /// Longest a freshly started CA stays not ready (`/healthz` 503) while
+    /// Longest a freshly started CA stays not ready (`/readyz` 503) while
     /// the connectors the store knows re-attach and report (`[health]
     /// warmup_ms`, default 30000; 0: ready at once).
     pub warmup: Duration,
