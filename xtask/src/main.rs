@@ -14,6 +14,8 @@ use anyhow::{Context, Result, bail};
 
 mod dist;
 #[cfg(test)]
+mod manifests;
+#[cfg(test)]
 mod packaging;
 mod proto;
 #[cfg(test)]

@@ -91,6 +91,12 @@ pub enum ApiError {
     /// The CA is shutting down (its blocking pool no longer runs work).
     #[error("the CA is shutting down")]
     ShuttingDown,
+    /// The store (database) could not be reached: the change was not
+    /// made. Access decisions do not need the store and go on.
+    #[error(
+        "the CA's store (database) does not answer: nothing was changed; retry once it is back"
+    )]
+    StoreUnavailable,
 }
 
 impl From<WireError> for ApiError {
@@ -213,6 +219,11 @@ impl ApiError {
             ApiError::ShuttingDown => Answer::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
+                Code::Unavailable,
+            ),
+            ApiError::StoreUnavailable => Answer::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
                 Code::Unavailable,
             ),
         }

@@ -4,10 +4,11 @@
 //! estimates and the forgetting of throttle entries that refilled; and,
 //! less often, the pruning of the audit trail past `[audit] retention_s`
 //! (`prune_audit`). The access path does not depend on it: effective
-//! statuses are computed when read.
+//! statuses are computed when read. `Repeated` keeps a failure that recurs
+//! every round (the store down) to one log line a minute.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use policy::{AppKey, HealthReporting, Segment, Status};
 
@@ -149,5 +150,90 @@ mod tests {
             [now - 1_000, now - 60_000]
         );
         assert_eq!(prune_audit(&a, now + 60_000).expect("pruned"), 2);
+    }
+}
+
+/// A failure that recurs while its cause lasts (a periodic task against a
+/// store that is down): logged the first time, then at most once per
+/// `every` with how many failures there were since, and once more when it
+/// stops failing. Time is an argument.
+#[derive(Debug)]
+pub struct Repeated {
+    every: Duration,
+    /// When it was last logged (`None`: not failing).
+    logged: Option<Instant>,
+    /// Failures since then.
+    unlogged: u64,
+    /// Failures since it last succeeded.
+    run: u64,
+}
+
+impl Repeated {
+    /// Logs at most once per `every`.
+    pub fn new(every: Duration) -> Repeated {
+        Repeated {
+            every,
+            logged: None,
+            unlogged: 0,
+            run: 0,
+        }
+    }
+
+    /// A failure at `now`: `Some(n)` when it is to be logged, `n` the
+    /// failures it stands for (this one and those not logged since the
+    /// last line).
+    pub fn failed(&mut self, now: Instant) -> Option<u64> {
+        self.run += 1;
+        self.unlogged += 1;
+        let due = self
+            .logged
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.every);
+        if !due {
+            return None;
+        }
+        self.logged = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+
+    /// A success: `Some(n)` when it ends a run of `n` failures.
+    pub fn succeeded(&mut self) -> Option<u64> {
+        self.logged = None;
+        self.unlogged = 0;
+        Some(std::mem::take(&mut self.run)).filter(|&n| n > 0)
+    }
+}
+
+#[cfg(test)]
+mod repeated_tests {
+    use super::*;
+
+    /// Every 0.5 s for three minutes (the housekeeping pace against a store
+    /// that is down): the first failure, then one line a minute counting
+    /// the failures since, then the end of the run once.
+    #[test]
+    fn a_recurring_failure_is_logged_once_then_once_a_minute_with_a_count() {
+        let start = Instant::now();
+        let mut r = Repeated::new(Duration::from_secs(60));
+        let mut lines = Vec::new();
+        for i in 0..360u64 {
+            let now = start + Duration::from_millis(500 * i);
+            if let Some(n) = r.failed(now) {
+                lines.push((now - start, n));
+            }
+        }
+        assert_eq!(
+            lines,
+            [
+                (Duration::ZERO, 1),
+                (Duration::from_secs(60), 120),
+                (Duration::from_secs(120), 120),
+            ]
+        );
+        assert_eq!(r.succeeded(), Some(360), "the end of the run, once");
+        assert_eq!(r.succeeded(), None);
+        // A new run is logged at once again.
+        let later = start + Duration::from_secs(200);
+        assert_eq!(r.failed(later), Some(1));
+        assert_eq!(r.failed(later + Duration::from_millis(500)), None);
     }
 }

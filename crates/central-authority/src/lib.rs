@@ -196,6 +196,7 @@ async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
     let mut tick = tokio::time::interval(HOUSEKEEPING_EVERY);
     let mut audit_pruned: Option<Instant> = None;
+    let mut failing = housekeeping::Repeated::new(Duration::from_secs(60));
     loop {
         tokio::select! {
             _ = &mut stop => return,
@@ -203,7 +204,15 @@ async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
                 housekeeping::run_once(&hk, Instant::now());
                 // A database write: off the async workers.
                 if hk.pki().is_some() {
-                    let _ = hk.blocking(Authority::revoke_superseded).await;
+                    match hk.blocking(Authority::revoke_superseded).await {
+                        Some(Err(e)) => if let Some(failures) = failing.failed(Instant::now()) {
+                            tracing::error!(error = %e, failures, "cannot revoke superseded certificates");
+                        },
+                        Some(Ok(())) => if let Some(failures) = failing.succeeded() {
+                            tracing::info!(failures, "superseded certificates are revoked again");
+                        },
+                        None => {}
+                    }
                 }
                 if audit_pruned.is_none_or(|t| t.elapsed() >= housekeeping::AUDIT_PRUNE_EVERY) {
                     audit_pruned = Some(Instant::now());

@@ -142,7 +142,10 @@ impl Authority {
             match self.store().certificates(&serials) {
                 Ok(r) => r,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot reconcile sessions with the store");
+                    // An outage is logged once, by the store.
+                    if !e.is_unavailable() {
+                        tracing::warn!(error = %e, "cannot reconcile sessions with the store");
+                    }
                     return 0;
                 }
             }
@@ -240,7 +243,11 @@ pub async fn run(authority: Arc<Authority>, me: Me, stop: impl Future<Output = (
             () = notified => reconcile_now(&authority).await,
             _ = heartbeat.tick() => {
                 let me = me.clone();
-                if let Some(Err(e)) = authority.blocking(move |a| a.replica_heartbeat(&me)).await {
+                // It keeps the store's status fresh too; an outage is
+                // logged once, by the store.
+                if let Some(Err(e)) = authority.blocking(move |a| a.replica_heartbeat(&me)).await
+                    && !e.is_unavailable()
+                {
                     tracing::warn!(error = %e, "cannot record this replica's heartbeat");
                 }
             }

@@ -241,37 +241,246 @@ async fn two_replicas_on_one_sqlite_file_close_revoked_sessions_by_reconcile() {
     a.stop().await;
 }
 
-/// Readiness follows the store: `/healthz` answers 200 while PostgreSQL
-/// serves and 503 (`unavailable`, naming the store) once it is stopped, so
-/// users are sent to the other replicas.
+/// How long the database is down in `a_database_outage_leaves_every_replica_serving`:
+/// a failover's worth, well past the 2 s readiness used to wait for the
+/// store and the 15 s a pool call waits for a connection.
+const OUTAGE: Duration = Duration::from_secs(60);
+
+/// Sends a heartbeat on each of `conns` every second and, per replica in
+/// turn, an access request for jira until `stop`; returns (decisions
+/// routed, decisions failed with their answers).
+async fn access_load(
+    cas: Vec<(Http, Conn)>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<Conn>, usize, Vec<String>) {
+    let (mut ok, mut failed) = (0, Vec::new());
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
+    let mut round = tokio::time::interval(Duration::from_millis(100));
+    let mut next = 0;
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = beat.tick() => {
+                for (_, conn) in &cas {
+                    conn.heartbeat(v1::CheckLoad::default()).await;
+                }
+            }
+            _ = round.tick() => {
+                let (web, _) = &cas[next % cas.len()];
+                next += 1;
+                let (s, v) = web.access("jira.test.reach", "tcp", 80).await;
+                if s == 200 && v["connector"] == "c1" {
+                    ok += 1;
+                } else {
+                    failed.push(format!("{s} {v}"));
+                }
+            }
+        }
+    }
+    (cas.into_iter().map(|(_, c)| c).collect(), ok, failed)
+}
+
+/// Polls every replica's `/readyz` until `stop`; returns the answers that
+/// were not 200.
+async fn readiness_watch(
+    webs: Vec<Http>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (usize, Vec<String>) {
+    let (mut polls, mut unready) = (0, Vec::new());
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tick.tick() => {
+                for (i, web) in webs.iter().enumerate() {
+                    let (s, body) = web.send("GET", "/readyz", None, None).await;
+                    polls += 1;
+                    if s != 200 {
+                        unready.push(format!("replica {i}: {s} {body}"));
+                    }
+                }
+            }
+        }
+    }
+    (polls, unready)
+}
+
+/// What each replica says about its store: `/api/v1/replicas`'s `store`
+/// and the `reach_ca_store_up` gauge.
+async fn store_seen(ca: &Ca) -> (bool, serde_json::Value) {
+    let (s, v) = ca
+        .web()
+        .get_json("/api/v1/replicas", Some(READ_TOKEN))
+        .await;
+    assert_eq!(
+        s, 200,
+        "/api/v1/replicas answers whatever the store does: {v}"
+    );
+    let (s, metrics) = ca
+        .web()
+        .send("GET", "/metrics", Some(READ_TOKEN), None)
+        .await;
+    assert_eq!(s, 200, "{metrics}");
+    let gauge = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("reach_ca_store_up "))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no reach_ca_store_up in:\n{metrics}"));
+    let up = v["store"]["up"] == true;
+    assert_eq!(gauge, if up { "1" } else { "0" }, "the gauge agrees: {v}");
+    (up, v)
+}
+
+/// A database outage (PostgreSQL stopped for `OUTAGE`) under access load
+/// on three replicas: every decision is made, every replica stays ready
+/// (`/readyz`, and `/healthz`, its alias), `/livez` answers, the store's
+/// state shows in `/api/v1/replicas` and `reach_ca_store_up`, a connector
+/// whose certificate cannot be looked up gets `UNAVAILABLE` (not a
+/// certificate error), and an admin write is refused with 503
+/// `store_unavailable`, not applied, and applied on every replica when
+/// made again once the database is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn healthz_is_not_ready_while_the_store_is_unreachable() {
+async fn a_database_outage_leaves_every_replica_serving() {
     let pg = test_support::Postgres::start().expect("a PostgreSQL of this test's own");
     let url = pg.fresh_database().expect("database");
-    let ca = Ca::start(&replica_config(&url, None, "replica-ready")).await;
-    let (s, body) = ca.web().send("GET", "/healthz", None, None).await;
-    assert_eq!(s, 200, "{body}");
-    drop(pg);
-    eventually("healthz turns not ready", || async {
-        ca.web().send("GET", "/healthz", None, None).await.0 == 503
-    })
-    .await;
-    let (s, body) = ca.web().send("GET", "/healthz", None, None).await;
-    assert_eq!(s, 503, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
-    assert_eq!(v["error"]["reason"], "unavailable", "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("store")),
-        "{v}"
-    );
-    // Served routes that need no store still answer.
-    let (s, _) = ca
-        .web()
-        .send_raw("GET", "/api/v1/openapi.json", &[], "")
+    let a = Ca::start(&replica_config(&url, None, "replica-a")).await;
+    let b = Ca::start(&replica_config(&url, Some(&a.data_dir), "replica-b")).await;
+    let c = Ca::start(&replica_config(&url, Some(&a.data_dir), "replica-c")).await;
+    let replicas = [&a, &b, &c];
+    // c1 attached to every replica, jira Up; c2 enrolled, not attached.
+    let mut cas = Vec::new();
+    for ca in replicas {
+        let (conn, _) = connect(ca, "c1", "dc-east").await;
+        conn.report(
+            vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+            true,
+        )
         .await;
-    assert_eq!(s, 200);
+        eventually("jira up at the replica", || async {
+            ca.web().access("jira.test.reach", "tcp", 80).await.0 == 200
+        })
+        .await;
+        cas.push((ca.web(), conn));
+    }
+    enrolled(&a.target(), "c2", "dc-east", KEY_EAST)
+        .await
+        .expect("c2 enrolled");
+    for ca in replicas {
+        for path in ["/livez", "/readyz", "/healthz"] {
+            let (s, body) = ca.web().send("GET", path, None, None).await;
+            assert_eq!((s, body.as_str()), (200, "ok\n"), "{path}");
+        }
+        assert!(store_seen(ca).await.0, "the store is up");
+    }
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let load = tokio::spawn(access_load(cas, stop_rx.clone()));
+    let watch = tokio::spawn(readiness_watch(
+        replicas.iter().map(|ca| ca.web()).collect(),
+        stop_rx,
+    ));
+
+    pg.halt().expect("PostgreSQL stops");
+    let down = tokio::time::Instant::now();
+    for ca in replicas {
+        eventually("the replica sees its store down", || async {
+            !store_seen(ca).await.0
+        })
+        .await;
+        let (_, v) = store_seen(ca).await;
+        assert_eq!(v["store"]["backend"], "postgres", "{v}");
+        assert!(
+            v["store"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("does not answer")),
+            "{v}"
+        );
+    }
+    // An admin write on each replica: refused, naming the store.
+    for ca in replicas {
+        let (s, body) = ca
+            .web()
+            .send(
+                "POST",
+                "/api/v1/connectors/c1/disable",
+                Some(ADMIN_TOKEN),
+                None,
+            )
+            .await;
+        assert_eq!(s, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON error");
+        assert_eq!(v["error"]["reason"], "store_unavailable", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("store")),
+            "{v}"
+        );
+    }
+    // A connector whose certificate cannot be looked up: UNAVAILABLE.
+    let refused = match open(&b.target(), "c2", "dc-east", KEY_EAST).await {
+        Err(status) => status,
+        Ok(mut conn) => match conn.rx.message().await {
+            Err(status) => status,
+            other => panic!("c2 admitted while its certificate cannot be checked: {other:?}"),
+        },
+    };
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        !refused.message().contains("certificate cannot be parsed"),
+        "{refused:?}"
+    );
+    tokio::time::sleep_until(down + OUTAGE).await;
+    pg.resume().expect("PostgreSQL starts again");
+    for ca in replicas {
+        eventually("the replica sees its store again", || async {
+            store_seen(ca).await.0
+        })
+        .await;
+    }
+    stop_tx.send(true).expect("stop the load");
+    let (conns, ok, failed) = load.await.expect("load task");
+    let (polls, unready) = watch.await.expect("readiness task");
+    assert!(
+        failed.is_empty(),
+        "{} failed decisions of {}: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(ok >= 300, "decisions kept coming through the outage: {ok}");
+    assert!(
+        unready.is_empty(),
+        "{} of {polls} readiness polls not 200: {:?}",
+        unready.len(),
+        &unready[..unready.len().min(5)]
+    );
+
+    // The refused write was not applied: c1 is still attached everywhere.
+    for ca in replicas {
+        assert!(connected(ca, "c1").await, "c1 still attached");
+    }
+    // Made again, it is applied, and every replica ends c1's session.
+    let (s, body) = c
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/c1/disable",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    for mut conn in conns {
+        let end = shut_down(&mut conn, "c1 disabled after the outage").await;
+        assert!(end.reason.contains("disabled"), "{end:?}");
+    }
+    for ca in replicas {
+        eventually("c1 detached", || async { !connected(ca, "c1").await }).await;
+    }
+    c.stop().await;
+    b.stop().await;
+    a.stop().await;
 }
 
 /// dc-east's key after a rotation.

@@ -37,6 +37,8 @@ pub struct Postgres {
     /// `setpriv` arguments that run a command as the server's owner.
     run_as: Vec<String>,
     child: Mutex<Option<Child>>,
+    /// The `-c` settings it was started with (`resume` starts it so again).
+    settings: Vec<String>,
     /// The shared server is never stopped by a destructor (statics are not
     /// dropped); its parent-death signal stops it.
     owned: bool,
@@ -143,6 +145,7 @@ impl Postgres {
                         port,
                         run_as,
                         child: Mutex::new(Some(child)),
+                        settings,
                         owned,
                     });
                 }
@@ -201,6 +204,44 @@ impl Postgres {
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Stops the server (fast shutdown) and keeps its data: a database
+    /// outage until `resume`.
+    pub fn halt(&self) -> anyhow::Result<()> {
+        let mut stop = command(&self.run_as, &self.bin.join("pg_ctl"));
+        stop.arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["stop", "-m", "fast", "-w", "-t", "20"]);
+        run(&mut stop, "pg_ctl stop")?;
+        let mut child = self
+            .child
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the server's handle is poisoned"))?;
+        if let Some(mut c) = child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+
+    /// Starts a server `halt` stopped again, on the same port with the
+    /// same data, and waits until it accepts connections.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        let started = start_server(
+            &self.run_as,
+            &self.bin,
+            &self.dir,
+            self.port,
+            &self.settings,
+        )
+        .context("cannot restart PostgreSQL on its port")?;
+        let mut child = self
+            .child
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the server's handle is poisoned"))?;
+        *child = Some(started);
+        Ok(())
     }
 
     fn stop(&self) {
@@ -440,6 +481,12 @@ mod tests {
             .and_then(|s| s.split('?').next())
             .expect("db name");
         assert_eq!(pg.psql(db, "SELECT 40 + 2").expect("query"), "42");
+        pg.psql(db, "CREATE TABLE kept (n INT); INSERT INTO kept VALUES (7)")
+            .expect("write");
+        pg.halt().expect("halts");
+        assert!(pg.psql(db, "SELECT 1").is_err(), "halted");
+        pg.resume().expect("resumes");
+        assert_eq!(pg.psql(db, "SELECT n FROM kept").expect("query"), "7");
         let port = pg.port();
         let dir = pg.dir.clone();
         drop(pg);

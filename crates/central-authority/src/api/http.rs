@@ -4,7 +4,7 @@
 //! `/api/v1/overview`, `/api/v1/events`, the change stream
 //! `/api/v1/health/stream` as server-sent events, `/api/v1/connectors`,
 //! `POST /api/v1/access`),
-//! `/metrics`, `/healthz` and `/api/v1/openapi.json` (the API's OpenAPI
+//! `/metrics`, `/livez`, `/readyz` (`/healthz`) and `/api/v1/openapi.json` (the API's OpenAPI
 //! document, `openapi`), plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
 //! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
@@ -79,7 +79,9 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/healthz", get(readyz))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/provisioning_keys", get(keys))
         .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
@@ -529,7 +531,7 @@ async fn audited(
             let (result, outcome, detail) = match refused {
                 Some(refusal) => {
                     let detail = refusal.message();
-                    (Err(Some(refusal)), Outcome::Refused, detail)
+                    (Err(Ok(refusal)), Outcome::Refused, detail)
                 }
                 None => match f(a) {
                     Ok(Some(v)) => {
@@ -539,8 +541,7 @@ async fn audited(
                     Ok(None) => (Ok(None), Outcome::NotFound, String::new()),
                     Err(e) => {
                         let detail = e.to_string();
-                        tracing::error!(error = %e, "admin API: database error");
-                        (Err(None), Outcome::Failed, detail)
+                        (Err(Err(e)), Outcome::Failed, detail)
                     }
                 },
             };
@@ -557,13 +558,10 @@ async fn audited(
         .await;
     match done {
         Some(Ok(v)) => Ok(v),
-        Some(Err(Some(refusal))) => Err(refusal.into_response()),
-        Some(Err(None)) => Err(error_body(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the CA's database failed; see its log",
-            None,
-        )),
+        Some(Err(Ok(refusal))) => Err(refusal.into_response()),
+        // A store that does not answer is 503 `store_unavailable`, any
+        // other database failure 500 (`storage` logs either).
+        Some(Err(Err(e))) => Err(storage(e)),
         None => Err(shutting_down()),
     }
 }
@@ -1103,46 +1101,43 @@ async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Respo
         .into_response()
 }
 
-/// How long `/healthz` waits for the store before it answers not ready.
-const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// `GET /livez`: liveness. `ok` while the process serves HTTP, whatever
+/// its store or health table do: only a CA that stopped answering is to
+/// be restarted.
+async fn livez() -> Response {
+    "ok\n".into_response()
+}
 
-/// `GET /healthz`: readiness. `ok` while the CA serves, its store answers
-/// and its health table is warm. 503 `unavailable` when the store does not
-/// answer within `READY_STORE_TIMEOUT`, so a load balancer or Kubernetes
-/// sends users to the other replicas (this one could not enroll, renew or
-/// check a certificate); the store's error is logged, not shown (no token
-/// needed). 503 `warming_up` after a start until the connectors the store
-/// knows have re-attached and reported, at most `[health] warmup_ms`
-/// (`state::warmup`): until then this replica would answer `no_connector`.
-async fn healthz(State(a): State<Shared>) -> Response {
+/// `GET /readyz` (and `/healthz`, its older name): readiness, whether this
+/// replica decides access. `ok` once its policy is loaded (it is, from the
+/// start) and its health table is warm. 503 `warming_up` after a start
+/// until the connectors the store knows have re-attached and reported, at
+/// most `[health] warmup_ms` (`state::warmup`): until then this replica
+/// would answer `no_connector`. 503 `unavailable` while shutting down.
+/// Once warm, a store outage does not make it unready: access decisions
+/// need no store (its state shows in `/api/v1/replicas` and
+/// `reach_ca_store_up`).
+async fn readyz(State(a): State<Shared>) -> Response {
     let now = Instant::now();
-    let check = a.blocking(
-        move |a: &Authority| -> Result<Warmth, crate::store::StoreError> {
-            a.store().ping()?;
-            warmth(a, now)
-        },
-    );
-    let problem = match tokio::time::timeout(READY_STORE_TIMEOUT, check).await {
-        Ok(Some(Ok(Warmth::Warm))) => return "ok\n".into_response(),
-        Ok(Some(Ok(warming))) => {
-            return error_body(
+    match a.blocking(move |a: &Authority| warmth(a, now)).await {
+        Some(Ok(Warmth::Warm)) => "ok\n".into_response(),
+        Some(Ok(warming)) => error_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "warming_up",
+            &format!("not ready: {}", warming.message()),
+            None,
+        ),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "not ready: warming up, and the store does not answer");
+            error_body(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "warming_up",
-                &format!("not ready: {}", warming.message()),
+                "not ready: warming up, and the store (database) that names the connectors to wait for does not answer",
                 None,
-            );
+            )
         }
-        Ok(Some(Err(e))) => e.to_string(),
-        Ok(None) => "the check was cancelled".to_owned(),
-        Err(_) => format!("no answer within {READY_STORE_TIMEOUT:?}"),
-    };
-    tracing::warn!(error = %problem, "not ready: the store does not answer");
-    error_body(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        "not ready: the store (database) does not answer",
-        None,
-    )
+        None => shutting_down(),
+    }
 }
 
 /// `GET /api/v1/openapi.json`: the document (no token: it is public).
@@ -1155,6 +1150,10 @@ async fn openapi() -> Response {
 }
 
 fn storage(e: crate::store::StoreError) -> Response {
+    if e.is_unavailable() {
+        tracing::warn!(error = %e, "admin API: refused, the store does not answer");
+        return ApiError::StoreUnavailable.into_response();
+    }
     tracing::error!(error = %e, "admin API: database error");
     error_body(
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -1185,14 +1184,20 @@ fn shutting_down() -> Response {
 /// `GET /api/v1/replicas`: the CA replicas sharing this one's store, with
 /// their last heartbeat and policy hash.
 async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
-    match admin(&a, |a| a.replicas(a.replica_id())).await {
-        Ok(replicas) => axum::Json(json!({
-            "this": a.replica_id(),
-            "replicas": replicas,
-        }))
-        .into_response(),
-        Err(response) => response,
-    }
+    // The store's state is what an administrator looks here for during an
+    // outage: answered without the list when the store does not answer.
+    let replicas = match a.blocking(|a| a.replicas(a.replica_id())).await {
+        Some(Ok(replicas)) => replicas,
+        Some(Err(e)) if e.is_unavailable() => Vec::new(),
+        Some(Err(e)) => return storage(e),
+        None => return shutting_down(),
+    };
+    axum::Json(json!({
+        "this": a.replica_id(),
+        "store": a.store().status(),
+        "replicas": replicas,
+    }))
+    .into_response()
 }
 
 async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {

@@ -1,7 +1,7 @@
 //! The `/metrics` exposition (prometheus-client text): the counters the CA
 //! updates as things happen (`state::counters`) and gauges of its state
 //! (applications by status, connectors connected, over budget, certificate
-//! expiry) computed at scrape time from the same read models the dashboard
+//! expiry, whether the store answers) computed at scrape time from the same read models the dashboard
 //! uses ([`StateMetrics`]), so no code path that changes the state has to
 //! remember to update a gauge. `deploy/grafana` and `deploy/prometheus` use
 //! these names; the `observability` test checks that every name they use is
@@ -107,6 +107,7 @@ impl StateMetrics {
             &certificates,
             authority.snapshot().settings().check_budget,
         )
+        .with_store(authority.store().status().up)
     }
 
     /// The gauges for these read models; `certificates` are (name, expiry
@@ -143,6 +144,19 @@ impl StateMetrics {
         );
 
         StateMetrics { registry }
+    }
+
+    /// Adds `reach_ca_store_up`: whether the store answered this replica's
+    /// last call.
+    fn with_store(mut self, up: bool) -> Self {
+        let gauge: Gauge = Gauge::default();
+        gauge.set(i64::from(up));
+        self.registry.register(
+            "store_up",
+            "Whether this replica's store (database) answered its last call (1) or could not be reached (0); access decisions go on without it, enrollment, renewal, new connector sessions and admin changes do not",
+            gauge,
+        );
+        self
     }
 }
 

@@ -80,15 +80,16 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             "too many failed tokens from this address; retry later",
         ),
         ("internal", 500, "the CA's database failed (see its log)"),
+        ("unavailable", 503, "the CA is shutting down"),
         (
-            "unavailable",
+            "store_unavailable",
             503,
-            "the CA is shutting down, or (`/healthz`) its store does not answer",
+            "the CA's store (database) does not answer: an admin change or a read of the store was not made (nothing changed; retry once it is back); access decisions go on without the store",
         ),
         (
             "warming_up",
             503,
-            "(`/healthz`) the CA started recently and the connectors its store knows have not all re-attached and reported (at most `[health] warmup_ms`)",
+            "(`/readyz`, `/healthz`) the CA started recently and the connectors its store knows have not all re-attached and reported (at most `[health] warmup_ms`)",
         ),
     ];
     for r in REFUSALS {
@@ -306,12 +307,18 @@ fn reason() -> Object {
     )
 }
 
+/// What `/readyz` (and `/healthz`) say.
+const READYZ_DESCRIPTION: &str = "After a start, not ready (`warming_up`) until every connector the store knows (enrolled before the start, not disabled, with a valid certificate) has re-attached and sent its full state, or `[health] warmup_ms` (default 30 s) has passed; then ready for good as far as the warm-up goes. The message says how many connectors reported and names the first ones awaited. A store outage after the warm-up does not make a replica unready: access decisions need no store (see `store` in `/api/v1/replicas` and `reach_ca_store_up`). `unavailable` while the CA shuts down.";
+
 /// `GET /api/v1/replicas`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReplicasBody {
     /// The id of the replica that answered (null without a shared store).
     pub this: Option<String>,
-    /// Every replica the store knows.
+    /// Whether this replica's store answers, as its last call found it.
+    pub store: crate::store::StoreStatus,
+    /// Every replica the store knows (empty while the store does not
+    /// answer).
     pub replicas: Vec<crate::replicas::ReplicaView>,
 }
 
@@ -703,11 +710,15 @@ pub fn operations() -> Vec<Op> {
             auth: Auth::Scope(Read),
             spec: json!({
                 "operationId": "listReplicas",
-                "summary": "The CA replicas sharing this one's store: heartbeat, version, policy hash",
+                "summary": "The CA replicas sharing this one's store: heartbeat, version, policy hash; and whether the store answers",
+                "description": "Answers while the store does not: `store.up` is then false and `replicas` empty (this replica keeps deciding access; enrollment, renewal, new connector sessions and admin changes are refused with `store_unavailable` until the store is back). `reach_ca_store_up` is the same signal for Prometheus.",
                 "tags": ["operations"],
                 "responses": {
-                    "200": {"description": "every replica the store knows",
-                        "content": json_body("ReplicasBody", json!({"this": "ca-1", "replicas": [{
+                    "200": {"description": "the store's state and every replica it knows",
+                        "content": json_body("ReplicasBody", json!({"this": "ca-1",
+                            "store": {"backend": "postgres", "up": true, "since": 1_764_000_000_000u64,
+                                "checked_at": 1_764_000_005_000u64, "message": "the store answers"},
+                            "replicas": [{
                             "id": "ca-1", "addresses": ["10.0.0.1:7443"], "version": "0.1.0",
                             "started_at": 1_764_000_000_000u64, "last_heartbeat": 1_764_000_005_000u64,
                             "policy_hash": "3f2a…", "live": true, "this": true}]}))},
@@ -756,12 +767,41 @@ pub fn operations() -> Vec<Op> {
         },
         Op {
             method: "get",
+            path: "/livez",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "livez",
+                "summary": "Liveness: `ok` while the process serves HTTP",
+                "description": "Neither the store nor the health table is consulted: restart a CA only when this stops answering.",
+                "tags": ["operations"],
+                "responses": {"200": {"description": "alive",
+                    "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
+                        "example": "ok\n"}}}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/readyz",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "readyz",
+                "summary": "Readiness: `ok` while this replica decides access (policy loaded, health table warm)",
+                "description": READYZ_DESCRIPTION,
+                "tags": ["operations"],
+                "responses": {"200": {"description": "ready",
+                    "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
+                        "example": "ok\n"}}},
+                    "503": error_ref("NotReady")},
+            }),
+        },
+        Op {
+            method: "get",
             path: "/healthz",
             auth: Auth::None,
             spec: json!({
                 "operationId": "healthz",
-                "summary": "Readiness: `ok` while the CA serves, its store answers and its health table is warm",
-                "description": "After a start, not ready (`warming_up`) until every connector the store knows (enrolled before the start, not disabled, with a valid certificate) has re-attached and sent its full state, or `[health] warmup_ms` (default 30 s) has passed; then ready for good as far as the warm-up goes. The message says how many connectors reported and names the first ones awaited.",
+                "summary": "`/readyz` under its older name (kept for existing probes)",
+                "description": READYZ_DESCRIPTION,
                 "tags": ["operations"],
                 "responses": {"200": {"description": "ready",
                     "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
@@ -921,9 +961,10 @@ fn error_responses() -> Value {
             "a request body that is not `application/json`"),
         "Throttled": response(&["throttled"], "too many failed tokens from this address"),
         "Internal": response(&["internal"], "the CA's database failed"),
-        "Unavailable": response(&["unavailable"], "the CA is shutting down, or its store does not answer"),
+        "Unavailable": response(&["unavailable", "store_unavailable"],
+            "the CA is shutting down, or its store does not answer (nothing was changed)"),
         "NotReady": response(&["unavailable", "warming_up"],
-            "the store does not answer, or the health table is still warming up after a start"),
+            "the health table is still warming up after a start, or the CA is shutting down"),
     })
 }
 

@@ -89,7 +89,7 @@ pub struct Settings {
     /// kept in the database (`[audit] retention_s`, default 31536000: one
     /// year).
     pub audit_retention: Duration,
-    /// Longest a freshly started CA stays not ready (`/healthz` 503) while
+    /// Longest a freshly started CA stays not ready (`/readyz` 503) while
     /// the connectors the store knows re-attach and report (`[health]
     /// warmup_ms`, default 30000; 0: ready at once).
     pub warmup: Duration,

@@ -1,6 +1,6 @@
 //! Readiness warm-up: a CA that has just started (a restarted replica) has
 //! an empty health table, and would answer `no_connector` to users a load
-//! balancer sends it. `/healthz` says not ready until the table is warm:
+//! balancer sends it. `/readyz` says not ready until the table is warm:
 //! every connector the store knows that may attach (enrolled before this
 //! process started, still enrolled, not disabled, holding a valid
 //! certificate, in a group of the policy) has re-attached and sent its full
@@ -9,7 +9,7 @@
 //! replica out of service for ever. Once warm, it stays warm: connectors
 //! coming and going later is ordinary operation, not a warm-up.
 //!
-//! This module only keeps the state and decides; the caller (`/healthz`
+//! This module only keeps the state and decides; the caller (`/readyz`
 //! in `api::http`) reads the expected connectors from the store and passes
 //! the time in.
 

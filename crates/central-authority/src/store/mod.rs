@@ -358,6 +358,94 @@ pub struct KeyUsage {
 #[derive(Debug)]
 pub struct Store {
     backend: Backend,
+    /// Whether the database answered its last call.
+    status: Watched,
+}
+
+/// Whether the database answers, as its calls found it: every call that
+/// could not reach it marks it down, every call that returned marks it up
+/// (the replica's heartbeat calls it every few seconds even when nothing
+/// else does). The change is logged once each way, so an outage is one
+/// warning, not one per call.
+#[derive(Debug)]
+struct Watched {
+    up: std::sync::atomic::AtomicBool,
+    /// When `up` last changed (the store's opening counts), Unix ms.
+    since_ms: std::sync::atomic::AtomicI64,
+    /// The last call's end, Unix ms.
+    checked_ms: std::sync::atomic::AtomicI64,
+}
+
+/// The store as this replica last found it (`/api/v1/replicas`,
+/// `reach_ca_store_up`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct StoreStatus {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// Whether its last call reached the database.
+    pub up: bool,
+    /// Since when it has been up (or down), Unix ms.
+    pub since: i64,
+    /// When it was last called, Unix ms.
+    pub checked_at: i64,
+    /// What that means for this replica.
+    pub message: &'static str,
+}
+
+impl Watched {
+    fn new() -> Watched {
+        let now = crate::state::clock::now_ms();
+        Watched {
+            up: true.into(),
+            since_ms: now.into(),
+            checked_ms: now.into(),
+        }
+    }
+
+    fn observe<T>(&self, kind: &str, result: &Result<T, StoreError>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let up = match result {
+            Ok(_) => true,
+            Err(e) if e.is_unavailable() => false,
+            // The database answered, with an error.
+            Err(_) => true,
+        };
+        let now = crate::state::clock::now_ms();
+        self.checked_ms.store(now, Relaxed);
+        if self.up.swap(up, Relaxed) == up {
+            return;
+        }
+        let since = self.since_ms.swap(now, Relaxed);
+        let for_s = now.saturating_sub(since) / 1000;
+        match result {
+            Err(e) => tracing::warn!(
+                store = kind, error = %e, up_for_s = for_s,
+                "the store does not answer: access decisions go on; enrollment, renewal, new sessions and admin changes are refused until it is back"
+            ),
+            Ok(_) => tracing::info!(store = kind, down_for_s = for_s, "the store answers again"),
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the database could not be reached at all (no connection,
+    /// a connection lost, the server shutting down or starting), as
+    /// opposed to an answer that was an error.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Pool(_) => true,
+            StoreError::Postgres(e) => match e.as_db_error() {
+                // Class 08: connection exception; 57P01..57P03: the
+                // server is shutting down, crashed or not yet accepting.
+                Some(db) => {
+                    let code = db.code().code();
+                    code.starts_with("08") || ["57P01", "57P02", "57P03"].contains(&code)
+                }
+                None => true,
+            },
+            StoreError::Sqlite(_) | StoreError::Config(_) | StoreError::TooNew { .. } => false,
+        }
+    }
 }
 
 /// One status transition in the history (`health_events`).
@@ -591,12 +679,14 @@ enum Backend {
 
 /// Calls the same method on whichever backend is in use.
 macro_rules! each {
-    ($self:ident, $s:ident => $e:expr) => {
-        match &$self.backend {
+    ($self:ident, $s:ident => $e:expr) => {{
+        let result = match &$self.backend {
             Backend::Sqlite($s) => $e,
             Backend::Postgres($s) => $e,
-        }
-    };
+        };
+        $self.status.observe($self.kind(), &result);
+        result
+    }};
 }
 
 impl Store {
@@ -613,13 +703,17 @@ impl Store {
                 Backend::Postgres(PgStore::open(url, password.as_ref())?)
             }
         };
-        Ok(Store { backend })
+        Ok(Store {
+            backend,
+            status: Watched::new(),
+        })
     }
 
     /// An SQLite database in memory (tests).
     pub fn in_memory() -> Result<Store, StoreError> {
         Ok(Store {
             backend: Backend::Sqlite(SqliteStore::in_memory()?),
+            status: Watched::new(),
         })
     }
 
@@ -641,8 +735,25 @@ impl Store {
         }
     }
 
-    /// Whether the database answers a trivial query (readiness,
-    /// `/healthz`).
+    /// The store as its calls last found it.
+    pub fn status(&self) -> StoreStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let up = self.status.up.load(Relaxed);
+        StoreStatus {
+            backend: self.kind(),
+            up,
+            since: self.status.since_ms.load(Relaxed),
+            checked_at: self.status.checked_ms.load(Relaxed),
+            message: if up {
+                "the store answers"
+            } else {
+                "the store (database) does not answer: this replica still decides access; enrollment, renewal, new connector sessions and admin changes are refused until it is back"
+            },
+        }
+    }
+
+    /// Whether the database answers a trivial query (the replica's
+    /// heartbeat loop keeps `status` fresh with it).
     pub fn ping(&self) -> Result<(), StoreError> {
         each!(self, s => s.ping())
     }
@@ -835,7 +946,10 @@ impl Store {
     /// handle a failing database).
     #[cfg(test)]
     pub(crate) fn break_for_tests(&self) {
-        each!(self, s => s.break_for_tests())
+        match &self.backend {
+            Backend::Sqlite(s) => s.break_for_tests(),
+            Backend::Postgres(s) => s.break_for_tests(),
+        }
     }
 }
 

@@ -197,7 +197,9 @@ pub enum AuthError {
     ConnectorDisabled(String),
     /// The CA could not check the connector's state (its database failed);
     /// it refuses rather than let in a connector it cannot vouch for.
-    #[error("the CA cannot check this connector's state now; retry later")]
+    #[error(
+        "the CA's store (database) does not answer, so it cannot check this connector's certificate and state now; retry later"
+    )]
     Unavailable,
 }
 

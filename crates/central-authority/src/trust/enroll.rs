@@ -32,7 +32,7 @@ use crate::state::counters::Metrics;
 use crate::store::{CertRecord, NewCertificate, StoreError};
 use crate::trust::auth::{AuthError, check_connector_name};
 use crate::trust::identity::Identity;
-use crate::trust::pki::{IdentityError, PkiError};
+use crate::trust::pki::PkiError;
 
 /// The `Enrollment` gRPC service.
 #[derive(Clone, Debug)]
@@ -222,7 +222,7 @@ impl Authority {
             .certificate(&id.serial)
             .map_err(|e| {
                 tracing::error!(error = %e, "cannot look up a certificate");
-                AuthError::BadCertificate(IdentityError::Unparseable)
+                AuthError::Unavailable
             })?
             .ok_or_else(|| AuthError::UnknownCertificate(id.serial.clone()))?;
         // The certificate presented must be the one issued under that

@@ -131,17 +131,13 @@ impl Authority {
     }
 
     /// Revokes the superseded certificates whose grace has passed (run by
-    /// housekeeping); a session still on one is refused at its next
-    /// connect.
-    pub fn revoke_superseded(&self) {
-        match self.store().revoke_after_grace(now_ms()) {
-            Ok(revoked) => {
-                for (connector, serial) in revoked {
-                    tracing::info!(%connector, %serial, "superseded certificate revoked after its grace");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot revoke superseded certificates"),
+    /// housekeeping, which logs a failure: `housekeeping::Repeated`); a
+    /// session still on one is refused at its next connect.
+    pub fn revoke_superseded(&self) -> Result<(), StoreError> {
+        for (connector, serial) in self.store().revoke_after_grace(now_ms())? {
+            tracing::info!(%connector, %serial, "superseded certificate revoked after its grace");
         }
+        Ok(())
     }
 }
 
