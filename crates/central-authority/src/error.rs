@@ -165,7 +165,7 @@ impl AuthError {
             AuthError::Unavailable => {
                 Answer::new(StatusCode::UNAUTHORIZED, "unauthorized", Code::Unavailable)
             }
-            AuthError::Throttled => Answer::new(
+            AuthError::Throttled { .. } => Answer::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "throttled",
                 Code::ResourceExhausted,
@@ -174,9 +174,34 @@ impl AuthError {
     }
 }
 
+impl AuthError {
+    /// When to retry, for a throttled failure (HTTP `Retry-After`, gRPC
+    /// metadata `retry-after`, whole seconds).
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            AuthError::Throttled { retry_after_s } => Some(*retry_after_s),
+            _ => None,
+        }
+    }
+}
+
+/// The gRPC metadata entry that carries a retry delay in whole seconds
+/// (as HTTP's `Retry-After`).
+pub const RETRY_AFTER: &str = "retry-after";
+
+/// `status` with its retry delay in the `retry-after` metadata entry.
+fn with_retry_after(mut status: tonic::Status, retry_after_s: Option<u64>) -> tonic::Status {
+    if let Some(s) = retry_after_s {
+        status
+            .metadata_mut()
+            .insert(RETRY_AFTER, tonic::metadata::MetadataValue::from(s));
+    }
+    status
+}
+
 impl From<AuthError> for tonic::Status {
     fn from(e: AuthError) -> Self {
-        e.answer().status(e.to_string())
+        with_retry_after(e.answer().status(e.to_string()), e.retry_after_s())
     }
 }
 
@@ -238,9 +263,20 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// When to retry, for a throttled failure (whole seconds).
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            ApiError::Auth(a) => a.retry_after_s(),
+            _ => None,
+        }
+    }
+}
+
 impl From<ApiError> for tonic::Status {
     fn from(e: ApiError) -> Self {
-        e.answer().status(e.message())
+        let retry_after_s = e.retry_after_s();
+        with_retry_after(e.answer().status(e.message()), retry_after_s)
     }
 }
 
@@ -250,9 +286,13 @@ pub enum EnrollError {
     /// The CA serves no TLS, so it cannot issue certificates.
     #[error("this CA runs without TLS and does not enroll connectors")]
     NoTls,
-    /// Too many enrollment attempts.
-    #[error("too many enrollment attempts; retry later")]
-    RateLimited,
+    /// A failed enrollment over its source address's allowance of
+    /// failures; a valid key is never answered this.
+    #[error("too many failed enrollment attempts from this address; retry in {retry_after_s} s")]
+    RateLimited {
+        /// When the source's allowance refills (whole seconds).
+        retry_after_s: u64,
+    },
     /// Name, group or key is wrong.
     #[error(transparent)]
     Auth(#[from] AuthError),
@@ -275,7 +315,7 @@ impl EnrollError {
     pub fn label(&self) -> &'static str {
         match self {
             EnrollError::NoTls => "no_tls",
-            EnrollError::RateLimited => "rate_limited",
+            EnrollError::RateLimited { .. } => "rate_limited",
             EnrollError::Auth(AuthError::WrongKey(_)) => "wrong_key",
             EnrollError::Auth(AuthError::UnknownGroup(_)) => "unknown_group",
             EnrollError::Auth(_) => "invalid",
@@ -297,7 +337,7 @@ impl EnrollError {
         match self {
             EnrollError::Auth(a) => a.answer().grpc,
             EnrollError::NoTls => Code::FailedPrecondition,
-            EnrollError::RateLimited => Code::ResourceExhausted,
+            EnrollError::RateLimited { .. } => Code::ResourceExhausted,
             // The name rules say what would make the enrollment go
             // through: renewal or an administrator's action.
             EnrollError::Refused(EnrollRefusal::NameTaken(_)) => Code::FailedPrecondition,
@@ -311,7 +351,12 @@ impl EnrollError {
 
 impl From<EnrollError> for tonic::Status {
     fn from(e: EnrollError) -> Self {
-        tonic::Status::new(e.code(), e.to_string())
+        let retry_after_s = match &e {
+            EnrollError::RateLimited { retry_after_s } => Some(*retry_after_s),
+            EnrollError::Auth(a) => a.retry_after_s(),
+            _ => None,
+        };
+        with_retry_after(tonic::Status::new(e.code(), e.to_string()), retry_after_s)
     }
 }
 

@@ -14,7 +14,6 @@ use policy::{AppKey, HealthReporting, Segment, Status};
 
 use crate::state::authority::Authority;
 use crate::state::health::UnknownCause;
-use crate::state::limits::Guarded;
 use crate::state::registry::ConnSnap;
 
 /// Periodic upkeep: sends the window renewals coalescing owes, ends
@@ -33,8 +32,7 @@ pub fn run_once(a: &Authority, now: Instant) {
         a.bump();
     }
     a.recompute_budgets();
-    a.throttle(Guarded::Token).retain_recent();
-    a.throttle(Guarded::Enrollment).retain_recent();
+    a.flush_throttle_logs();
     a.renew_limit().retain_recent();
 }
 

@@ -282,8 +282,8 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
         access_from(FRIENDLY, &ca).await.map(|s| s != 429),
         Some(true)
     );
-    // And the throttled address with the good token waits its turn too:
-    // a correct guess made while throttled is not even compared.
+    // And the throttled address with the good token is let in: the token
+    // is compared first, only failures are throttled.
     assert_eq!(
         request_from(
             HOSTILE,
@@ -294,7 +294,11 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
             None
         )
         .await,
-        Some(429)
+        Some(200)
+    );
+    assert_eq!(
+        access_from(HOSTILE, &ca).await.map(|s| s != 429),
+        Some(true)
     );
     // Without any token it is told to authenticate: no token guesses
     // nothing, so there is nothing to throttle.
@@ -317,19 +321,31 @@ async fn a_flood_of_bad_tokens_from_one_address_does_not_stop_a_good_token_from_
                 .parse()
                 .expect("metadata"),
         );
-        codes.push(
-            client
-                .list_applications(request)
-                .await
-                .map_err(|s| s.code()),
-        );
+        codes.push(client.list_applications(request).await.map_err(|s| {
+            let retry_after = s
+                .metadata()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            (s.code(), retry_after.is_some_and(|r| r >= 1))
+        }));
     }
     assert!(
         codes
             .iter()
-            .all(|c| matches!(c, Err(tonic::Code::ResourceExhausted))),
-        "{codes:?}"
+            .all(|c| matches!(c, Err((tonic::Code::ResourceExhausted, true)))),
+        "throttled, with metadata retry-after: {codes:?}"
     );
+    // A valid token from the throttled address is let in over gRPC too.
+    let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+    );
+    client
+        .list_applications(request)
+        .await
+        .expect("the good token from the throttled address");
     let mut client =
         v1::health_query_client::HealthQueryClient::new(channel_from(FRIENDLY, &ca).await);
     let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
@@ -366,6 +382,18 @@ async fn a_flood_of_bad_enrollments_from_one_address_does_not_stop_another() {
         codes.contains(&Err(tonic::Code::ResourceExhausted)),
         "{codes:?}"
     );
+    // The guessing address with the right key enrolls: the key is
+    // compared first, only failures are throttled.
+    let (_, csr) = key_and_csr("west-guess");
+    client
+        .enroll(v1::EnrollRequest {
+            name: "west-guess".into(),
+            group: "dc-east".into(),
+            provisioning_key: KEY_EAST.into(),
+            csr_pem: csr,
+        })
+        .await
+        .expect("a valid key from the throttled address");
     // A legitimate enrollment from another address goes through.
     let mut friendly =
         v1::enrollment_client::EnrollmentClient::new(channel_from(FRIENDLY, &ca).await);
@@ -382,4 +410,162 @@ async fn a_flood_of_bad_enrollments_from_one_address_does_not_stop_another() {
     assert!(throttled(&ca, "enrollment", "source") > 0);
     assert_eq!(throttled(&ca, "enrollment", "global"), 0);
     ca.stop().await;
+}
+
+/// One keep-alive HTTPS connection from one source address.
+struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    host: String,
+}
+
+impl Conn {
+    async fn open(from: IpAddr, ca: &Ca) -> Option<Conn> {
+        let tcp = connect_from(from, ca.http).await.ok()?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&ca.root())));
+        let name = rustls::pki_types::ServerName::IpAddress(ca.http.ip().into());
+        let tls = tls.connect(name, tcp).await.ok()?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .ok()?;
+        tokio::spawn(conn);
+        Some(Conn {
+            sender,
+            host: ca.http.to_string(),
+        })
+    }
+
+    /// `GET /api/v1/health` with `token`: the status and `Retry-After`.
+    async fn get(&mut self, token: &str) -> Option<(u16, Option<u64>)> {
+        self.sender.ready().await.ok()?;
+        let request = hyper::Request::get("/api/v1/health")
+            .header("host", &self.host)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .ok()?;
+        let response = self.sender.send_request(request).await.ok()?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let _ = response.into_body().collect().await;
+        Some((status, retry_after))
+    }
+}
+
+/// Source addresses spraying bad tokens: 127.0.1.0 – 127.0.2.43.
+const SPRAYERS: u16 = 300;
+
+fn sprayer(i: u16) -> IpAddr {
+    let [hi, lo] = (256 + i).to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(127, 0, hi, lo))
+}
+
+/// Bad tokens from `SPRAYERS` addresses, each past its own allowance and
+/// all together past the whole CA's, while a clean address and a sprayed
+/// one send valid requests over HTTP and gRPC: not one valid request is
+/// refused, and the spray is answered 429 with `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token() {
+    let ca = Arc::new(Ca::start(&default_config()).await);
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let primed = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut sprayers = Vec::new();
+    for i in 0..SPRAYERS {
+        if i == 1 {
+            // The sprayed address that sends valid requests below is past
+            // its own allowance before the crowd starts.
+            if let Ok(Ok(permit)) =
+                tokio::time::timeout(Duration::from_secs(30), primed.acquire()).await
+            {
+                permit.forget();
+            }
+        }
+        let (ca, stop, primed) = (ca.clone(), stop.clone(), primed.clone());
+        sprayers.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let Some(mut conn) = Conn::open(sprayer(i), &ca).await else {
+                primed.add_permits(1);
+                return answers;
+            };
+            // Past the source's allowance (10) at once…
+            for n in 0..12 {
+                answers.extend(conn.get(&format!("spray-{i}-{n}-0123456789")).await);
+            }
+            primed.add_permits(1);
+            // …then one a second until the valid requests are done.
+            for n in 12.. {
+                tokio::select! {
+                    _ = stop.notified() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                let answer = conn.get(&format!("spray-{i}-{n}-0123456789")).await;
+                if answer.is_none() {
+                    // The CA closed the connection: spray on a new one.
+                    match Conn::open(sprayer(i), &ca).await {
+                        Some(fresh) => conn = fresh,
+                        None => continue,
+                    }
+                }
+                answers.extend(answer);
+            }
+            answers
+        }));
+    }
+    let all = u32::from(SPRAYERS) - 1;
+    let _ = tokio::time::timeout(Duration::from_secs(120), primed.acquire_many(all)).await;
+    let sprayed = sprayer(0);
+    let mut refused = Vec::new();
+    for round in 0..15 {
+        for from in [FRIENDLY, sprayed] {
+            // Any answer of the access API itself (503 while no connector
+            // has reported) means the token was accepted.
+            match access_from(from, &ca).await {
+                Some(s) if !matches!(s, 401 | 403 | 429) => {}
+                other => refused.push((round, from, "access", other)),
+            }
+            match request_from(from, &ca, "GET", "/api/v1/health", Some(READ_TOKEN), None).await {
+                Some(200) => {}
+                other => refused.push((round, from, "read", other)),
+            }
+        }
+    }
+    for from in [FRIENDLY, sprayed] {
+        let mut client =
+            v1::health_query_client::HealthQueryClient::new(channel_from(from, &ca).await);
+        for round in 0..5 {
+            let mut request = tonic::Request::new(v1::ListApplicationsRequest::default());
+            request.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {READ_TOKEN}").parse().expect("metadata"),
+            );
+            if let Err(s) = client.list_applications(request).await {
+                refused.push((round, from, "grpc", Some(s.code() as u16)));
+            }
+        }
+    }
+    stop.notify_waiters();
+    let mut answers = Vec::new();
+    for s in sprayers {
+        answers.extend(s.await.expect("sprayer"));
+    }
+    assert_eq!(refused, vec![], "valid requests refused under the spray");
+    let too_many: Vec<_> = answers.iter().filter(|(s, _)| *s == 429).collect();
+    assert!(
+        too_many.len() > usize::from(SPRAYERS),
+        "the spray was not throttled: {} of {} answers were 429",
+        too_many.len(),
+        answers.len()
+    );
+    assert!(
+        too_many.iter().all(|(_, r)| r.is_some_and(|r| r >= 1)),
+        "a 429 without Retry-After"
+    );
+    assert!(
+        answers.iter().all(|(s, _)| matches!(s, 401 | 429)),
+        "a bad token let in?"
+    );
+    assert!(throttled(&ca, "token", "source") > 0);
+    Arc::try_unwrap(ca).ok().expect("sole owner").stop().await;
 }

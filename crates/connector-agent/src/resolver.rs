@@ -15,6 +15,13 @@
 //! NXDOMAIN or "no such record") the last positive answer keeps being served
 //! for a grace period after it expired (serve-stale, RFC 8767), with the
 //! failure alongside it so that the report shows the DNS error.
+//!
+//! A refresh of an expired answer that takes longer than
+//! [`CLIENT_RESPONSE_TIMER`] (RFC 8767's client response timer) does not
+//! hold its callers: they get the last known addresses, marked stale, at
+//! once, while the refresh goes on in the background (still one per name),
+//! so a DNS server that stopped answering never delays a check by the
+//! resolver's whole timeout.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -47,6 +54,10 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 /// days for a recursive resolver; a health check wants to notice a moved or
 /// removed name much sooner.
 pub const DEFAULT_STALE_GRACE: Duration = Duration::from_secs(300);
+/// How long a caller waits for the refresh of an expired answer before it
+/// is given the last known addresses (RFC 8767's client response timer,
+/// 1.8 s); the refresh goes on behind.
+pub const CLIENT_RESPONSE_TIMER: Duration = Duration::from_millis(1800);
 /// Most lookups in flight at once: start-up, when every application is due
 /// together, queues here instead of sending every query at once.
 pub const MAX_CONCURRENT_LOOKUPS: usize = 32;
@@ -134,6 +145,31 @@ impl Cached {
                 _ => Err(failure.clone()),
             },
         }
+    }
+
+    /// What a caller gets at `now` from this expired entry while its
+    /// refresh is slow: its addresses, if any may still be served, marked
+    /// stale (with the entry's own transient failure, or `slow` when the
+    /// entry was a positive answer).
+    fn stale(
+        &self,
+        now: Instant,
+        grace: Duration,
+        slow: impl FnOnce() -> DnsFailure,
+    ) -> Option<Resolution> {
+        let (addresses, expired) = self.last_good.as_ref()?;
+        if now >= *expired + grace {
+            return None;
+        }
+        let failure = match &self.answer {
+            Ok(_) => slow(),
+            Err(failure) if failure.transient => failure.clone(),
+            Err(_) => return None,
+        };
+        Some(Resolution {
+            addresses: addresses.clone(),
+            stale: Some(failure),
+        })
     }
 
     /// Whether the entry is still of use at `now` (for trimming the cache).
@@ -291,32 +327,44 @@ impl Resolver {
             }
         };
         loop {
-            let mut flight = {
+            let (mut flight, fallback) = {
                 let mut state = self.lock();
                 let key = (state.mode, host.clone());
                 let now = Instant::now();
-                if let Some(hit) = state.cache.get(&key)
-                    && now < hit.until
-                {
-                    return hit.outcome(now, self.stale_grace);
+                let mut fallback = None;
+                if let Some(hit) = state.cache.get(&key) {
+                    if now < hit.until {
+                        return hit.outcome(now, self.stale_grace);
+                    }
+                    fallback = hit.stale(now, self.stale_grace, || slow(&host));
                 }
-                match state.flights.get(&key) {
+                let flight = match state.flights.get(&key) {
                     Some(flight) => flight.clone(),
                     None => {
                         let (tx, rx) = watch::channel(None);
                         state.flights.insert(key.clone(), rx.clone());
-                        // A task of its own: a caller that gives up does
-                        // not cancel the lookup the others wait for.
+                        // A task of its own: a caller that gives up (or is
+                        // given the stale answer) does not cancel the
+                        // lookup the others wait for.
                         tokio::spawn(self.clone().refresh(key.clone(), tx));
                         rx
                     }
+                };
+                (flight, fallback)
+            };
+            let published = match fallback {
+                None => published(&mut flight).await,
+                Some(stale) => {
+                    match tokio::time::timeout(CLIENT_RESPONSE_TIMER, published(&mut flight)).await
+                    {
+                        Ok(published) => published,
+                        Err(_) => {
+                            tracing::debug!(name = %host, "DNS refresh slower than the client response timer; using the last known addresses");
+                            return Ok(stale);
+                        }
+                    }
                 }
             };
-            let published = flight
-                .wait_for(Option::is_some)
-                .await
-                .ok()
-                .and_then(|outcome| outcome.clone());
             match published {
                 Some(outcome) => return outcome,
                 // The lookup task died (the runtime is stopping): forget
@@ -443,6 +491,26 @@ impl Resolver {
     }
 }
 
+/// The outcome a lookup in flight publishes; `None` when its task died.
+async fn published(flight: &mut Flight) -> Option<Result<Resolution, DnsFailure>> {
+    flight
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|outcome| outcome.clone())
+}
+
+/// The stale reason of a positive answer whose refresh is slow.
+fn slow(name: &str) -> DnsFailure {
+    DnsFailure {
+        reason: format!(
+            "DNS request for {name} unanswered after {} ms (refreshing in the background)",
+            CLIENT_RESPONSE_TIMER.as_millis()
+        ),
+        transient: true,
+    }
+}
+
 /// Whether a failure leaves the name's last answer credible: everything but
 /// an authoritative "does not exist" / "no such record".
 fn transient(e: &NetError) -> bool {
@@ -488,5 +556,105 @@ fn reason(mode: DnsResolution, name: &str, e: &NetError) -> String {
         }
         NetError::Timeout => format!("DNS request for {name} timed out"),
         other => format!("resolving {name}: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A DNS server that never answers: a UDP socket nobody reads and a TCP
+    /// listener nobody accepts from, on one loopback port.
+    fn silent_server() -> (std::net::UdpSocket, std::net::TcpListener, SocketAddr) {
+        for _ in 0..20 {
+            let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP on loopback");
+            let addr = udp.local_addr().expect("local address");
+            if let Ok(tcp) = std::net::TcpListener::bind(addr) {
+                return (udp, tcp, addr);
+            }
+        }
+        panic!("no loopback port free for both UDP and TCP");
+    }
+
+    /// The injected clock (tokio's, paused): a refresh of an expired answer
+    /// against a server that stopped answering holds its callers for the
+    /// client response timer only, one refresh runs for all of them, and
+    /// its failure is then served at once alongside the last addresses.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_refresh_serves_the_last_addresses_after_the_client_response_timer() {
+        let (_udp, _tcp, addr) = silent_server();
+        let resolver = Resolver::new(Some(addr), TtlBounds::default()).expect("resolver");
+        let known: Arc<[IpAddr]> = Arc::from(vec![IpAddr::from([10, 0, 0, 1])]);
+        let key = (resolver.dns_resolution(), "app.test".to_owned());
+        let now = Instant::now();
+        resolver.lock().cache.insert(
+            key.clone(),
+            Cached {
+                answer: Ok(known.clone()),
+                until: now,
+                last_good: Some((known.clone(), now)),
+            },
+        );
+        let start = Instant::now();
+        let (a, b) = tokio::join!(
+            resolver.resolution("app.test"),
+            resolver.resolution("app.test")
+        );
+        let waited = start.elapsed();
+        assert!(
+            waited >= CLIENT_RESPONSE_TIMER && waited < Duration::from_secs(2),
+            "waited {waited:?}"
+        );
+        for r in [a, b] {
+            let r = r.expect("the last known addresses");
+            assert_eq!(r.addresses, known);
+            let stale = r.stale.expect("marked stale");
+            assert!(
+                stale.transient && stale.reason.contains("unanswered"),
+                "{stale:?}"
+            );
+        }
+        assert_eq!(resolver.lock().flights.len(), 1, "one refresh in flight");
+        // The refresh goes on behind and fails; its failure is then served
+        // without waiting, with the last addresses.
+        let behind = Instant::now();
+        while !resolver.lock().flights.is_empty() {
+            assert!(
+                behind.elapsed() < Duration::from_secs(30),
+                "the refresh never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let start = Instant::now();
+        let r = resolver.resolution("app.test").await.expect("stale answer");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(r.addresses, known);
+        let stale = r.stale.expect("marked stale");
+        assert!(
+            stale.transient && !stale.reason.contains("unanswered"),
+            "{stale:?}"
+        );
+        // Once that failure expires, the next refresh holds callers for the
+        // timer only again, now with the server's failure as the reason.
+        tokio::time::sleep(MIN_TTL).await;
+        let start = Instant::now();
+        let r = resolver.resolution("app.test").await.expect("stale answer");
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(r.addresses, known);
+    }
+
+    /// Without last known addresses there is nothing to serve early: the
+    /// caller waits for the lookup's own outcome.
+    #[tokio::test(start_paused = true)]
+    async fn a_first_lookup_waits_for_its_outcome() {
+        let (_udp, _tcp, addr) = silent_server();
+        let resolver = Resolver::new(Some(addr), TtlBounds::default()).expect("resolver");
+        let start = Instant::now();
+        let failure = resolver
+            .resolution("app.test")
+            .await
+            .expect_err("no answer");
+        assert!(start.elapsed() > CLIENT_RESPONSE_TIMER);
+        assert!(failure.transient, "{failure:?}");
     }
 }

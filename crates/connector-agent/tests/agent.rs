@@ -799,3 +799,95 @@ async fn dns_resolution_ipv6_checks_only_aaaa_addresses() {
     agent.await.expect("agent stopped");
     dns.stop().await;
 }
+
+/// The DNS server stops answering under a running connector checking an FQDN
+/// application every second: for a 12-s outage every report of it is Up,
+/// with its last known address and, once the answer expired, the DNS error;
+/// and no two reports of it are further apart than the CA's default
+/// staleness (3 intervals), past which the CA would show it Unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_outage_keeps_an_fqdn_application_up_with_the_dns_error() {
+    let _serial = SERIAL.lock().await;
+    let dns = DnsServer::start_with_ttl(
+        ([127, 0, 0, 1], 0).into(),
+        "lanukcorp.test",
+        &[("outage.lanukcorp.test", "127.0.5.1".parse().expect("ip"))],
+        1,
+    )
+    .await
+    .expect("DNS server");
+    let (p, _) = listeners(&ips(&["127.0.5.1"])).await;
+    let mut ca = Authority::start(Assignment {
+        segments: vec![
+            Segment::new("outage")
+                .apps(["outage.lanukcorp.test"])
+                .tcp([p])
+                .interval_ms(1000)
+                .groups(["dc-east"])
+                .proto(),
+        ],
+        settings: v1::ConnectorSettings::default(),
+    })
+    .await;
+    let (stop, agent) = start_agent(agent_config(&ca.url(), Some(dns.addr())));
+    let mut latest = Latest::new();
+    until(&mut ca, &mut latest, |l| {
+        l.values().any(|a| a.status == HealthStatus::Up as i32)
+    })
+    .await;
+    // The server stops answering: its port is held by sockets that never
+    // reply (as a server that hangs, or one behind a path that drops its
+    // packets), so every lookup runs into the resolver's timeout.
+    let addr = dns.addr();
+    dns.stop().await;
+    let mut silent = None;
+    for _ in 0..100 {
+        // The server's sockets close as its tasks wind down.
+        if let (Ok(udp), Ok(tcp)) = (
+            std::net::UdpSocket::bind(addr),
+            std::net::TcpListener::bind(addr),
+        ) {
+            silent = Some((udp, tcp));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _silent = silent.expect("the stopped DNS server's port stayed in use");
+    // The CA shows an application Unknown once its latest check is older
+    // than `stale_after_intervals` (3) × its interval.
+    let stale_after_ms = 3_000;
+    let unix_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    };
+    let outage_start = unix_ms();
+    let end = tokio::time::Instant::now() + Duration::from_secs(12);
+    let (mut checked_at, mut seen) = (vec![outage_start], Vec::new());
+    while tokio::time::Instant::now() < end {
+        let report = ca.next_report(WAIT).await;
+        for app in report.applications {
+            assert_eq!(
+                (app.status, app.addresses.len()),
+                (HealthStatus::Up as i32, 1),
+                "during the outage: {app:?}"
+            );
+            checked_at.push(app.checked_at_unix_ms.max(outage_start));
+            seen.push(app.dns_error);
+        }
+    }
+    checked_at.push(unix_ms());
+    checked_at.sort_unstable();
+    let longest = checked_at.windows(2).map(|w| w[1] - w[0]).max();
+    assert!(
+        longest.is_some_and(|ms| ms < stale_after_ms),
+        "{longest:?} ms between checks during the outage: the CA shows the application \
+         Unknown (checked at {checked_at:?})"
+    );
+    assert!(
+        seen.iter().any(|e| !e.is_empty()),
+        "the DNS error was never shown: {seen:?}"
+    );
+    let _ = stop.send(());
+    agent.await.expect("agent stopped");
+}

@@ -401,6 +401,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let answer = self.answer();
         let mut r = error_body(answer.http, answer.reason, &self.message(), None);
+        if let Some(s) = self.retry_after_s() {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
         if answer.http == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

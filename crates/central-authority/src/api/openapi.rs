@@ -77,7 +77,7 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
         (
             "throttled",
             429,
-            "too many failed tokens from this address; retry later",
+            "a failed token over its source address's allowance of failures; retry after `Retry-After` seconds (a valid token is never throttled)",
         ),
         ("internal", 500, "the CA's database failed (see its log)"),
         ("unavailable", 503, "the CA is shutting down"),
@@ -950,6 +950,15 @@ fn error_responses() -> Value {
     let mut unauthorized = response(&["unauthorized"], "missing, malformed or unknown token");
     unauthorized["headers"] =
         json!({"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}});
+    let mut throttled = response(
+        &["throttled"],
+        "a failed token over its source address's allowance of failures (10, then one per \
+         6 s); a valid token is never answered this",
+    );
+    throttled["headers"] = json!({"Retry-After": {
+        "description": "whole seconds until the source's allowance of failures refills",
+        "schema": {"type": "integer", "minimum": 1}
+    }});
     json!({
         "InvalidRequest": response(&["invalid_request"], "malformed request"),
         "Unauthorized": unauthorized,
@@ -959,7 +968,7 @@ fn error_responses() -> Value {
         "PayloadTooLarge": response(&["invalid_request"], "body over 64 KiB"),
         "UnsupportedMediaType": response(&[crate::api::guard::UNSUPPORTED_MEDIA_TYPE],
             "a request body that is not `application/json`"),
-        "Throttled": response(&["throttled"], "too many failed tokens from this address"),
+        "Throttled": throttled,
         "Internal": response(&["internal"], "the CA's database failed"),
         "Unavailable": response(&["unavailable", "store_unavailable"],
             "the CA is shutting down, or its store does not answer (nothing was changed)"),

@@ -3,18 +3,21 @@
 //! connector ([`RenewLimit`]). `trust::throttle` and `trust::renew` consult
 //! them; `Authority` holds one of each.
 //!
-//! Throttling of guesses: a source that used up its allowance is refused
-//! *before* its next attempt is even compared, until the allowance refills.
-//! A whole-CA limit on failures is the last resort against a guesser with
-//! many addresses; it is consulted only after the per-source one and counts
-//! only failures, so one flooding source is stopped by its own limit and
-//! cannot starve everyone else.
+//! Throttling of guesses counts failures only: an attempt is always
+//! evaluated first (a constant-time compare), so a valid token or key is
+//! never refused, whatever its source sent before. A source that used up
+//! its allowance of failures gets its further failures answered "throttled"
+//! with the time its allowance refills (`Retry-After`), and a log line at
+//! most once a minute. A whole-CA limit on failures is the last resort
+//! against a guesser with many addresses; it is consulted only after the
+//! per-source one and counts only failures, so one flooding source is
+//! stopped by its own limit and cannot starve everyone else, and it never
+//! touches a valid attempt.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -94,23 +97,38 @@ type Keyed<C> =
     RateLimiter<IpAddr, HashMapStateStore<IpAddr>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 type Direct<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
+/// How often a throttled source is logged: one line per source per this
+/// period, with the count of failures refused since the last line.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// A failure answered "throttled": which limit, and when to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The limit that is used up.
+    pub scope: Refused,
+    /// Whole seconds until it refills (at least 1): the `Retry-After`.
+    pub retry_after_s: u64,
+    /// A log line is due: failures of this source refused since its last
+    /// line, this one included.
+    pub log: Option<u64>,
+}
+
+/// A source's log state: when its next line may be written, and the
+/// refusals not yet reported.
+#[derive(Clone, Copy, Debug)]
+struct LogState<I> {
+    next_at: I,
+    unreported: u64,
+}
+
 /// One guarded operation's throttle. `C` is governor's clock: the real
 /// monotonic one in the CA, a fake one in tests.
 pub struct Throttle<C: Clock = DefaultClock> {
     clock: C,
     source: Keyed<C>,
     global: Direct<C>,
-    /// Sources refused until the given time (their allowance is used up).
-    blocked: Mutex<HashMap<IpAddr, C::Instant>>,
-    /// Everyone refused until the given time (the whole-CA allowance is
-    /// used up).
-    global_blocked: Mutex<Option<C::Instant>>,
-    /// Whether either of the above may refuse anyone: while neither holds
-    /// an entry (nobody guessed lately), `admit` takes no lock, so a
-    /// request with a good token does not serialise the workers on them.
-    /// Set under the lock that adds an entry, cleared by `retain_recent`
-    /// once both are empty.
-    refusing: AtomicBool,
+    /// Throttled sources' log lines (one per source per `LOG_EVERY`).
+    logs: Mutex<HashMap<IpAddr, LogState<C::Instant>>>,
 }
 
 impl<C: Clock> std::fmt::Debug for Throttle<C> {
@@ -132,6 +150,11 @@ impl Throttle<DefaultClock> {
 /// listener, as in unit tests) share this key.
 const UNKNOWN_SOURCE: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
+/// Whole seconds in `wait`, rounded up, at least one.
+fn whole_seconds(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
 impl<C: Clock + Clone> Throttle<C> {
     /// A throttle on `clock`.
     pub fn with_clock(quotas: Quotas, clock: C) -> Self {
@@ -145,71 +168,75 @@ impl<C: Clock + Clone> Throttle<C> {
             source: RateLimiter::hashmap_with_clock(source, clock.clone()),
             global: RateLimiter::direct_with_clock(global, clock.clone()),
             clock,
-            blocked: Mutex::new(HashMap::new()),
-            global_blocked: Mutex::new(None),
-            refusing: AtomicBool::new(false),
+            logs: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether an attempt from `source` may be evaluated now: `Err` names
-    /// the limit that refuses it. The source's own limit is consulted first.
-    pub fn admit(&self, source: Option<IpAddr>) -> Result<(), Refused> {
-        if !self.refusing.load(Ordering::Acquire) {
-            return Ok(());
-        }
+    /// Counts a failed attempt from `source` (a success is never counted
+    /// nor refused). `Err` when the failure is over the source's allowance,
+    /// or over the whole CA's: answer it "throttled" with the `Refusal`'s
+    /// retry delay. Only failures within a source's allowance count
+    /// towards the whole CA's.
+    pub fn failed(&self, source: Option<IpAddr>) -> Result<(), Refusal> {
         let source = source.unwrap_or(UNKNOWN_SOURCE);
+        let (scope, not_until) = match self.source.check_key(&source) {
+            Err(not_until) => (Refused::Source, not_until),
+            Ok(()) => match self.global.check() {
+                Ok(()) => return Ok(()),
+                Err(not_until) => (Refused::Global, not_until),
+            },
+        };
         let now = self.clock.now();
-        if lock(&self.blocked)
-            .get(&source)
-            .is_some_and(|&until| now < until)
-        {
-            return Err(Refused::Source);
-        }
-        if lock(&self.global_blocked).is_some_and(|until| now < until) {
-            return Err(Refused::Global);
-        }
-        Ok(())
+        Err(Refusal {
+            scope,
+            retry_after_s: whole_seconds(not_until.wait_time_from(now)),
+            log: self.log_due(source, now),
+        })
     }
 
-    /// Counts a failed attempt from `source`: when it uses up the source's
-    /// allowance, the source is refused until the allowance refills; only
-    /// failures within a source's allowance count towards the whole CA's.
-    pub fn failed(&self, source: Option<IpAddr>) {
-        let source = source.unwrap_or(UNKNOWN_SOURCE);
-        if let Err(not_until) = self.source.check_key(&source) {
-            let mut blocked = lock(&self.blocked);
-            blocked.insert(source, not_until.earliest_possible());
-            self.refusing.store(true, Ordering::Release);
-            return;
+    /// Records one refusal of `source`; the count to log when its line is
+    /// due (its first refusal, then at most once per `LOG_EVERY`).
+    fn log_due(&self, source: IpAddr, now: C::Instant) -> Option<u64> {
+        let mut logs = lock(&self.logs);
+        let entry = logs.entry(source).or_insert(LogState {
+            next_at: now,
+            unreported: 0,
+        });
+        entry.unreported += 1;
+        if now < entry.next_at {
+            return None;
         }
-        if let Err(not_until) = self.global.check() {
-            let mut global = lock(&self.global_blocked);
-            *global = Some(not_until.earliest_possible());
-            self.refusing.store(true, Ordering::Release);
-        }
+        entry.next_at = now + LOG_EVERY.into();
+        Some(std::mem::take(&mut entry.unreported))
     }
 
     /// Forgets sources whose allowance has refilled, so the maps stay as
     /// small as the set of recent guessers (called by housekeeping).
-    pub fn retain_recent(&self) {
+    /// Returns the log lines due of sources that stopped being refused
+    /// (source, refusals since its last line), so no count goes unlogged.
+    pub fn retain_recent(&self) -> Vec<(IpAddr, u64)> {
         self.source.retain_recent();
         self.source.shrink_to_fit();
         let now = self.clock.now();
-        let mut blocked = lock(&self.blocked);
-        blocked.retain(|_, until| now < *until);
-        let mut global = lock(&self.global_blocked);
-        if global.is_some_and(|until| now >= until) {
-            *global = None;
-        }
-        // Both locks held: `failed` cannot add an entry meanwhile.
-        if blocked.is_empty() && global.is_none() {
-            self.refusing.store(false, Ordering::Release);
-        }
+        let mut due = Vec::new();
+        lock(&self.logs).retain(|source, state| {
+            if now < state.next_at {
+                return true;
+            }
+            if state.unreported == 0 {
+                return false;
+            }
+            due.push((*source, std::mem::take(&mut state.unreported)));
+            state.next_at = now + LOG_EVERY.into();
+            true
+        });
+        due.sort();
+        due
     }
 
     /// Sources the throttle remembers (tests: the map stays bounded).
     pub fn tracked(&self) -> usize {
-        self.source.len() + lock(&self.blocked).len()
+        self.source.len() + lock(&self.logs).len()
     }
 }
 
@@ -308,59 +335,102 @@ mod tests {
     }
 
     #[test]
-    fn a_source_is_refused_after_its_burst_of_failures_until_it_refills() {
+    fn failures_over_a_sources_allowance_are_throttled_with_the_time_it_refills() {
         let clock = FakeRelativeClock::default();
         let t = Throttle::with_clock(quotas(), clock.clone());
         for _ in 0..3 {
-            assert_eq!(t.admit(ip(2)), Ok(()));
-            t.failed(ip(2));
+            assert_eq!(t.failed(ip(2)), Ok(()));
         }
-        // The fourth failure is over the allowance: refused from now on.
-        assert_eq!(t.admit(ip(2)), Ok(()));
-        t.failed(ip(2));
-        assert_eq!(t.admit(ip(2)), Err(Refused::Source));
+        // The fourth failure is over the allowance (3, then one per 10 s).
+        let refused = t.failed(ip(2)).expect_err("over the allowance");
+        assert_eq!(refused.scope, Refused::Source);
+        assert_eq!(refused.retry_after_s, 10);
         // Another source is untouched.
-        assert_eq!(t.admit(ip(1)), Ok(()));
-        clock.advance(Duration::from_secs(9));
-        assert_eq!(t.admit(ip(2)), Err(Refused::Source));
-        clock.advance(Duration::from_secs(1));
-        assert_eq!(t.admit(ip(2)), Ok(()));
+        assert_eq!(t.failed(ip(1)), Ok(()));
+        clock.advance(Duration::from_millis(8_500));
+        // Rounded up to whole seconds.
+        assert_eq!(t.failed(ip(2)).map_err(|r| r.retry_after_s), Err(2));
+        clock.advance(Duration::from_millis(1_500));
+        assert_eq!(t.failed(ip(2)), Ok(()), "one more after the period");
+        assert_eq!(t.failed(ip(2)).map_err(|r| r.retry_after_s), Err(10));
     }
 
     #[test]
-    fn successes_cost_nothing() {
+    fn a_throttled_source_is_logged_once_a_minute_with_its_count() {
+        let clock = FakeRelativeClock::default();
+        let t = Throttle::with_clock(quotas(), clock.clone());
+        let two = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+        // One guess a second for 130 s: most are refused (one passes per
+        // 10 s refill); each line reports the refusals since the last one.
+        let (mut unreported, mut lines) = (0, Vec::new());
+        for second in 0..130u64 {
+            if let Err(refused) = t.failed(Some(two)) {
+                unreported += 1;
+                if let Some(count) = refused.log {
+                    assert_eq!(count, unreported, "at {second} s");
+                    unreported = 0;
+                    lines.push(second);
+                }
+            }
+            clock.advance(Duration::from_secs(1));
+        }
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        for gap in lines.windows(2) {
+            assert!((60..=62).contains(&(gap[1] - gap[0])), "{lines:?}");
+        }
+        // Another source has its own line at once.
+        for _ in 0..3 {
+            t.failed(ip(3)).expect("within the allowance");
+        }
+        assert_eq!(t.failed(ip(3)).map_err(|r| r.log), Err(Some(1)));
+        // A source that stops is flushed by housekeeping once its minute
+        // is up, so its last refusals are logged too.
+        assert!(unreported > 0);
+        assert!(t.retain_recent().is_empty(), "not a minute yet");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(t.retain_recent(), vec![(two, unreported)]);
+        clock.advance(Duration::from_secs(60));
+        assert!(t.retain_recent().is_empty());
+        assert_eq!(t.tracked(), 0, "quiet sources are forgotten");
+    }
+
+    #[test]
+    fn successes_are_never_counted_nor_refused() {
         let clock = FakeRelativeClock::default();
         let t = Throttle::with_clock(quotas(), clock);
-        // Admitting without failing (a good token) never throttles.
-        for _ in 0..1000 {
-            assert_eq!(t.admit(ip(1)), Ok(()));
+        // A source far over its allowance: only its failures are answered
+        // "throttled"; nothing here stands before a valid attempt (the
+        // caller compares first and reports failures only).
+        for _ in 0..100 {
+            let _ = t.failed(ip(2));
         }
+        assert_eq!(t.tracked(), 2);
     }
 
     #[test]
-    fn a_refused_source_does_not_use_up_the_global_allowance() {
+    fn a_throttled_source_does_not_use_up_the_global_allowance() {
         let clock = FakeRelativeClock::default();
         let t = Throttle::with_clock(quotas(), clock);
         // One source floods: only its first three failures count globally
-        // (global burst 5), so everyone else still gets in.
+        // (global burst 5), so everyone else's failures are still told
+        // apart from guessing.
         for _ in 0..1000 {
-            if t.admit(ip(2)).is_ok() {
-                t.failed(ip(2));
-            }
+            let _ = t.failed(ip(2));
         }
-        assert_eq!(t.admit(ip(1)), Ok(()));
+        assert_eq!(t.failed(ip(1)), Ok(()));
     }
 
     #[test]
     fn many_sources_at_once_trip_the_global_limit_as_a_last_resort() {
         let clock = FakeRelativeClock::default();
         let t = Throttle::with_clock(quotas(), clock.clone());
-        for last in 10..16 {
-            t.failed(ip(last));
+        for last in 10..15 {
+            assert_eq!(t.failed(ip(last)), Ok(()));
         }
-        assert_eq!(t.admit(ip(1)), Err(Refused::Global));
+        let refused = t.failed(ip(15)).expect_err("over the global burst");
+        assert_eq!((refused.scope, refused.retry_after_s), (Refused::Global, 1));
         clock.advance(Duration::from_secs(1));
-        assert_eq!(t.admit(ip(1)), Ok(()));
+        assert_eq!(t.failed(ip(1)), Ok(()));
     }
 
     #[test]
@@ -376,31 +446,16 @@ mod tests {
         );
         for last in 0..=255 {
             for _ in 0..4 {
-                t.failed(ip(last));
+                let _ = t.failed(ip(last));
             }
         }
         assert!(t.tracked() >= 256);
         clock.advance(Duration::from_secs(60));
+        assert!(t.retain_recent().is_empty(), "each was logged once");
+        clock.advance(Duration::from_secs(60));
         t.retain_recent();
         assert_eq!(t.tracked(), 0);
-        assert_eq!(t.admit(ip(7)), Ok(()));
-    }
-
-    /// `admit` skips its locks while nobody is refused; forgetting every
-    /// refused source must not turn refusing off for good.
-    #[test]
-    fn a_source_that_guesses_again_after_the_maps_were_cleared_is_refused_again() {
-        let clock = FakeRelativeClock::default();
-        let t = Throttle::with_clock(quotas(), clock.clone());
-        for round in 0..2 {
-            for _ in 0..4 {
-                t.failed(ip(2));
-            }
-            assert_eq!(t.admit(ip(2)), Err(Refused::Source), "round {round}");
-            clock.advance(Duration::from_secs(60));
-            t.retain_recent();
-            assert_eq!(t.admit(ip(2)), Ok(()), "round {round}: refilled");
-        }
+        assert_eq!(t.failed(ip(7)), Ok(()));
     }
 
     #[test]

@@ -142,10 +142,15 @@ pub enum AuthError {
     /// No configured token matches.
     #[error("unknown API token")]
     UnknownToken,
-    /// Too many failed attempts from this source address; the attempt was
-    /// not evaluated (`trust::throttle`).
-    #[error("too many failed attempts from this address; retry later")]
-    Throttled,
+    /// A failed attempt over its source address's allowance of failures
+    /// (`trust::throttle`); a valid token is never answered this.
+    #[error(
+        "too many failed attempts from this address; retry in {retry_after_s} s (a valid token is always accepted)"
+    )]
+    Throttled {
+        /// When the source's allowance refills (whole seconds).
+        retry_after_s: u64,
+    },
     /// The token is valid but lacks the scope.
     #[error("API token {token:?} lacks the {scope:?} scope")]
     MissingScope {
@@ -221,7 +226,7 @@ impl AuthError {
             AuthError::CertificateExpired(_) => "certificate_expired",
             AuthError::ConnectorDisabled(_) => "disabled",
             AuthError::Unavailable => "unavailable",
-            AuthError::Throttled => "throttled",
+            AuthError::Throttled { .. } => "throttled",
         }
     }
 }

@@ -55,15 +55,6 @@ impl Enrollment for EnrollmentService {
     ) -> Result<Response<v1::EnrollResponse>, Status> {
         let peer = request.remote_addr();
         let source = peer.map(|p| p.ip());
-        // Throttled per source before the key is even compared (`trust::throttle`).
-        if self
-            .authority
-            .admit(crate::state::limits::Guarded::Enrollment, source)
-            .is_err()
-        {
-            Metrics::count(&self.authority.metrics().enrollments, "rate_limited");
-            return Err(EnrollError::RateLimited.into());
-        }
         let r = request.into_inner();
         let name: String = r.name.chars().take(128).collect();
         let group: String = r.group.chars().take(128).collect();
@@ -86,17 +77,27 @@ impl Enrollment for EnrollmentService {
                 Ok(Response::new(response))
             }
             Err(e) => {
-                if !matches!(
-                    e,
-                    EnrollError::NoTls | EnrollError::RateLimited | EnrollError::Internal
-                ) {
-                    self.authority
-                        .throttle(crate::state::limits::Guarded::Enrollment)
-                        .failed(source);
-                }
+                // The key was compared first: only a failure counts, and
+                // one over the source's allowance is answered "throttled"
+                // (`trust::throttle`); a valid key is never refused by it.
+                let e = match e {
+                    EnrollError::NoTls | EnrollError::Internal => e,
+                    e => match self
+                        .authority
+                        .failed(crate::state::limits::Guarded::Enrollment, source)
+                    {
+                        Ok(()) => e,
+                        Err(refused) => EnrollError::RateLimited {
+                            retry_after_s: refused.retry_after_s,
+                        },
+                    },
+                };
                 Metrics::count(&self.authority.metrics().enrollments, e.label());
-                // The key is never logged, only the reason.
-                tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
+                // The key is never logged, only the reason; a throttled
+                // failure is logged by the throttle (once a minute).
+                if !matches!(e, EnrollError::RateLimited { .. }) {
+                    tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
+                }
                 Err(e.into())
             }
         }
