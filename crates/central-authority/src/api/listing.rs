@@ -15,6 +15,8 @@ use crate::error::ApiError;
 
 /// Most rows one page may hold.
 pub const MAX_PER_PAGE: usize = 1000;
+/// Most transitions one page of `GET /api/v1/events` holds.
+pub const MAX_EVENTS_PER_PAGE: u32 = 1000;
 /// Rows per page when `page` is given without `per_page`.
 pub const DEFAULT_PER_PAGE: usize = 50;
 
