@@ -566,3 +566,29 @@ async fn hosts_and_origins_must_be_this_ca() {
     assert_eq!(json(&text)["error"]["reason"], "cross_origin");
     ca.stop().await;
 }
+
+#[tokio::test]
+async fn requests_hyper_refuses_get_the_json_error_too() {
+    let ca = Ca::start(&config()).await;
+    let host = ca.http.to_string();
+    let big = "x".repeat(80 * 1024);
+    for (request, status) in [
+        ("GARBAGE / NONSENSE\r\n\r\n".to_owned(), "400"),
+        (
+            format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Big: {big}\r\n\r\n"),
+            "431",
+        ),
+    ] {
+        let answer = raw_exchange(&ca, request.as_bytes()).await;
+        let (line, v) = status_and_json(&answer);
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
+        assert_eq!(v["error"]["reason"], "invalid_request", "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer}"
+        );
+    }
+    ca.stop().await;
+}

@@ -44,7 +44,7 @@ use crate::api::body::{
     AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
 };
 use crate::api::dashboard as assets;
-use crate::api::listen::{Admission, Deadlines, Handshaking, Ticket};
+use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
 use crate::api::listing::MAX_EVENTS_PER_PAGE;
 use crate::error::ApiError;
 use crate::state::authority::Authority;
@@ -271,14 +271,24 @@ impl Server {
                         return Ok(());
                     };
                     let conn = builder.serve_connection(
-                        TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
+                        TokioIo::new(JsonErrors::new(Deadlines::new(
+                            tls,
+                            ticket.clone(),
+                            first_byte,
+                            idle,
+                        ))),
                         service,
                     );
                     watcher.watch(conn.into_owned()).await
                 }
                 None => {
                     let conn = builder.serve_connection(
-                        TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
+                        TokioIo::new(JsonErrors::new(Deadlines::new(
+                            tcp,
+                            ticket.clone(),
+                            first_byte,
+                            idle,
+                        ))),
                         service,
                     );
                     watcher.watch(conn.into_owned()).await
@@ -741,7 +751,7 @@ fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
 
 /// Parses `GET /api/v1/events`' query into a filter and paging.
 fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32), ApiError> {
-    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let given = |v: Option<String>| v.filter(|s| !s.is_empty());
     let mut f = crate::store::EventFilter {
         segment: given(q.segment),
         host: given(q.host).map(|h| policy::host::lookup_key(&h)),
@@ -783,13 +793,19 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
     f.until_ms = given(q.until)
         .map(|v| parse_time("until", &v))
         .transpose()?;
-    let page =
-        match given(q.page) {
-            None => 1,
-            Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
-                ApiError::InvalidRequest("page: not a whole number from 1".into())
+    let page = match given(q.page) {
+        None => 1,
+        Some(p) => p
+            .parse::<u64>()
+            .ok()
+            .filter(|p| (1..=crate::api::listing::MAX_PAGE as u64).contains(p))
+            .ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "page: not a whole number from 1 to {}",
+                    crate::api::listing::MAX_PAGE
+                ))
             })?,
-        };
+    };
     let per_page = match given(q.per_page) {
         None => 100,
         Some(p) => p

@@ -446,9 +446,9 @@ fn query_schema(name: &str) -> Option<Value> {
     const STATUS: &str = "(up|unhealthy|down|unknown)";
     const PORT: &str =
         "([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
-    let max_page = json!(9_007_199_254_740_991u64);
+    let max_page = json!(crate::api::listing::MAX_PAGE);
     Some(match name {
-        "status" => json!({"type": "string", "pattern": format!("^{STATUS}(,{STATUS})*$")}),
+        "status" => json!({"type": "string", "pattern": format!("^{STATUS}?(,{STATUS}?)*$")}),
         "mode" => json!({"type": "string", "enum": ["continuous", "on_access", "none"]}),
         "sort" => json!({"type": "string",
             "enum": ["host", "segment", "status", "port", "protocol", "mode", "changed"]}),
@@ -466,9 +466,19 @@ fn query_schema(name: &str) -> Option<Value> {
     })
 }
 
+/// `schema`, or the empty string: an optional filter sent empty
+/// (`?status=`, as a form sends it) is not given.
+fn or_empty(schema: Value) -> Value {
+    json!({"anyOf": [schema, {"type": "string", "maxLength": 0}]})
+}
+
 /// A query parameter typed by [`query_schema`].
 fn query_param(name: &str, required: bool, description: &str) -> Value {
-    let schema = query_schema(name).unwrap_or_else(|| json!({"type": "string"}));
+    let schema = match query_schema(name) {
+        Some(s) if !required => or_empty(s),
+        Some(s) => s,
+        None => json!({"type": "string"}),
+    };
     json!({"name": name, "in": "query", "required": required, "description": description,
         "schema": schema})
 }
@@ -485,8 +495,8 @@ pub fn operations() -> Vec<Op> {
                 let per_page = json!({"type": "integer", "minimum": 1,
                     "maximum": crate::api::listing::MAX_PER_PAGE});
                 match (name.as_str(), query_schema(&name)) {
-                    ("per_page", _) => p["schema"] = per_page,
-                    (_, Some(schema)) => p["schema"] = schema,
+                    ("per_page", _) => p["schema"] = or_empty(per_page),
+                    (_, Some(schema)) => p["schema"] = or_empty(schema),
                     _ => {}
                 }
                 p
@@ -729,7 +739,7 @@ pub fn operations() -> Vec<Op> {
                     query_param("until", false, "Unix ms or RFC 3339"),
                     query_param("page", false, "page from 1"),
                     {"name": "per_page", "in": "query", "required": false, "description": "1-1000",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": crate::api::listing::MAX_EVENTS_PER_PAGE}},
+                        "schema": or_empty(json!({"type": "integer", "minimum": 1, "maximum": crate::api::listing::MAX_EVENTS_PER_PAGE}))},
                 ],
                 "responses": {
                     "200": {"description": "one page of transitions",
