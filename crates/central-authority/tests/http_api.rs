@@ -628,3 +628,203 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
     drop(c1);
     ca.stop().await;
 }
+
+/// Writes `request` as it is on a fresh TLS connection to the CA and
+/// reads what comes back until the CA closes or 5 s pass.
+async fn raw_exchange(ca: &Ca, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(ca.http)
+        .await
+        .expect("connect");
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        test_support::http::client_tls(&ca.root()),
+    ));
+    let name = rustls::pki_types::ServerName::IpAddress(ca.http.ip().into());
+    let mut tls = tls.connect(name, tcp).await.expect("TLS handshake");
+    tls.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status line and the JSON body of a raw HTTP/1.1 answer.
+fn status_and_json(answer: &str) -> (String, serde_json::Value) {
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn access_bodies_must_be_what_the_schema_says() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let bearer = format!("Bearer {ACCESS_TOKEN}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    for (body, field) in [
+        (
+            r#"{"host":"jira.test.reach","protocol":"TCP","port":80}"#,
+            "protocol",
+        ),
+        (r#"["jira.test.reach","tcp",80]"#, "object"),
+    ] {
+        let (s, text) = web.send_raw("POST", "/api/v1/access", &headers, body).await;
+        assert_eq!(s, 400, "{body}: {text}");
+        let v = json(&text);
+        assert_eq!(v["error"]["reason"], "invalid_request", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(field)),
+            "{v}"
+        );
+    }
+    // The query parameter too.
+    let (s, v) = web
+        .get_json(
+            "/api/v1/application?segment=jira&host=jira.test.reach&protocol=TCP&port=80",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["reason"].clone()),
+        (400, "invalid_request".into()),
+        "{v}"
+    );
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_and_malformed_bodies_are_refused_before_they_are_read() {
+    let ca = Ca::start(&config()).await;
+    let host = ca.http.to_string();
+    // A declared 10 MiB body that waits for `100 Continue`: 413 at once.
+    let answer = raw_exchange(
+        &ca,
+        format!(
+            "POST /api/v1/access HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: 10485760\r\nExpect: 100-continue\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    let (status, v) = status_and_json(&answer);
+    assert!(status.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(v["error"]["reason"], "invalid_request", "{answer}");
+    // Broken chunked framing: 400, not 413.
+    let answer = raw_exchange(
+        &ca,
+        format!(
+            "POST /api/v1/access HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {ACCESS_TOKEN}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    let (status, v) = status_and_json(&answer);
+    assert!(status.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(v["error"]["reason"], "invalid_request", "{answer}");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn hosts_and_origins_must_be_this_ca() {
+    let ca = Ca::start(&config().replacen(
+        "[server]\n",
+        "[server]\npublic_names = [\"ca.test.reach\", \"127.0.0.1\"]\n",
+        1,
+    ))
+    .await;
+    let web = ca.web();
+    // The client's own Host (127.0.0.1:port): served, with the API headers.
+    let (status, headers, _) = web.open("/api/v1/health", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(header("cache-control"), "no-store", "{headers:?}");
+    assert_eq!(header("x-content-type-options"), "nosniff", "{headers:?}");
+    let get = |host: &str| {
+        format!(
+            "GET /api/v1/health HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer \
+             {ADMIN_TOKEN}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let answer = raw_exchange(&ca, get("CA.test.reach:7480").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Another name (DNS rebinding): refused, naming it.
+    let answer = raw_exchange(&ca, get("evil.example:7480").as_bytes()).await;
+    let (status, v) = status_and_json(&answer);
+    assert!(status.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(v["error"]["reason"], "unknown_host", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("evil.example:7480")),
+        "{v}"
+    );
+    // HTTP/1.1 without Host: refused.
+    let answer = raw_exchange(&ca, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    let (status, v) = status_and_json(&answer);
+    assert!(status.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(v["error"]["reason"], "unknown_host", "{answer}");
+    // An Origin of the right host and port but plain http: not this CA.
+    let origin = format!("http://{}", ca.http);
+    let (s, text) = web
+        .send_raw(
+            "POST",
+            "/api/v1/provisioning_keys/dc-east/revoke",
+            &[
+                ("authorization", &format!("Bearer {ADMIN_TOKEN}")),
+                ("origin", &origin),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(s, 403, "{text}");
+    assert_eq!(json(&text)["error"]["reason"], "cross_origin");
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn requests_hyper_refuses_get_the_json_error_too() {
+    let ca = Ca::start(&config()).await;
+    let host = ca.http.to_string();
+    let big = "x".repeat(80 * 1024);
+    for (request, status) in [
+        ("GARBAGE / NONSENSE\r\n\r\n".to_owned(), "400"),
+        (
+            format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Big: {big}\r\n\r\n"),
+            "431",
+        ),
+    ] {
+        let answer = raw_exchange(&ca, request.as_bytes()).await;
+        let (line, v) = status_and_json(&answer);
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
+        assert_eq!(v["error"]["reason"], "invalid_request", "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer}"
+        );
+    }
+    ca.stop().await;
+}

@@ -211,6 +211,53 @@ pub fn lookup_key(s: &str) -> String {
     }
 }
 
+/// An HTTP authority, `host[:port]` as a `Host` header, an `Origin`'s
+/// tail or a `[server] public_names` entry writes it (an IPv6 literal in
+/// brackets): the normalised host and the port, if one is written. No
+/// user info, path, query or fragment.
+pub fn parse_authority(s: &str) -> Result<(Host, Option<u16>), String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty".to_owned());
+    }
+    if s.contains(['/', '@', '?', '#', ' ']) {
+        return Err(format!("{s:?} is not host[:port]"));
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?}: '[' without ']'"))?;
+        if !matches!(parse_ip(host), Some(IpAddr::V6(_))) {
+            return Err(format!("{s:?}: [{host}] is not an IPv6 address"));
+        }
+        match after {
+            "" => (host, None),
+            a => (
+                host,
+                Some(
+                    a.strip_prefix(':')
+                        .ok_or_else(|| format!("{s:?} is not host[:port]"))?,
+                ),
+            ),
+        }
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let port = port
+        .map(|p| {
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{s:?}: port {p:?} is not 1-65535"))
+        })
+        .transpose()?;
+    let host = Host::parse(host).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((host, port))
+}
+
 /// `s.parse::<IpAddr>().ok()`, cheaper: an IPv4 dotted quad is read in
 /// one pass over the bytes (std's parser reads it through a char-by-char
 /// cursor), and only a text with a `:` is tried as IPv6 (every IPv6
@@ -435,6 +482,25 @@ impl<'de> Deserialize<'de> for Host {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn authorities_are_host_and_optional_port() {
+        let ok = |s: &str| parse_authority(s).map(|(h, p)| (h.as_str().to_owned(), p));
+        assert_eq!(
+            ok("CA.Example.:7480"),
+            Ok(("ca.example".into(), Some(7480)))
+        );
+        assert_eq!(ok("ca.example"), Ok(("ca.example".into(), None)));
+        assert_eq!(ok("[::1]:443"), Ok(("::1".into(), Some(443))));
+        assert_eq!(ok("[::1]"), Ok(("::1".into(), None)));
+        assert_eq!(ok("127.0.0.1:1"), Ok(("127.0.0.1".into(), Some(1))));
+        for bad in [
+            "", "::1", "a:0", "a:70000", "a:", "u@a", "a/b", "[a]:1", "[::1", "a b", "-a",
+        ] {
+            assert!(parse_authority(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
     use proptest::prelude::*;
 
     use super::*;

@@ -74,11 +74,6 @@ const HOST_SYNTAX_ALLOWED: &[(&str, &str, &str)] = &[
         "an Origin header's URL scheme",
     ),
     (
-        "crates/central-authority/src/api/guard.rs",
-        "Some((host.to_ascii_lowercase(), port))",
-        "the dashboard's same-origin check compares the browser's Origin and Host headers (RFC 6454 origins), not application hosts",
-    ),
-    (
         "crates/central-authority/src/api/listing.rs",
         "q: given(&raw.q).map(str::to_lowercase)",
         "the listing's search text, matched as a substring, never parsed as a host",

@@ -23,6 +23,19 @@ pub fn refusal_status(reason: RefusalReason) -> StatusCode {
     }
 }
 
+/// A `protocol` field or parameter: exactly `tcp` or `udp`, as the
+/// document's enum says (the configuration file is more lenient).
+pub(crate) fn api_protocol(value: &str) -> Result<policy::Protocol, crate::error::ApiError> {
+    match value {
+        "tcp" => Ok(policy::Protocol::Tcp),
+        "udp" => Ok(policy::Protocol::Udp),
+        other => Err(crate::error::ApiError::InvalidRequest(format!(
+            "protocol: {:?} is neither \"tcp\" nor \"udp\" (lower case)",
+            other.chars().take(16).collect::<String>()
+        ))),
+    }
+}
+
 /// An error response: `{"error":{"reason","message"}}` (plus the access
 /// explanation, when there is one).
 pub(crate) fn error_body(

@@ -23,24 +23,106 @@ use axum::response::Response;
 pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
 /// The reason of a refused cross-origin state change (403).
 pub const CROSS_ORIGIN: &str = "cross_origin";
+/// The reason of a request without `Host`, or with one that is not among
+/// `[server] public_names` (400).
+pub const UNKNOWN_HOST: &str = "unknown_host";
 
 /// The reason of a path no route serves (404).
 pub const NO_ROUTE: &str = "no_route";
 /// The reason of a method the path does not serve (405).
 pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
 
-/// Runs the checks, then the route; a non-JSON error answer becomes JSON.
-pub async fn check(request: Request<Body>, next: Next) -> Response {
-    match verdict(
+/// Runs the checks, then the route; a non-JSON error answer becomes JSON,
+/// and every answer gets the headers of [`with_api_headers`].
+pub async fn check(
+    axum::extract::State(authority): axum::extract::State<
+        std::sync::Arc<crate::state::authority::Authority>,
+    >,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    let snapshot = authority.snapshot();
+    let site = Site {
+        https: authority.pki().is_some(),
+        public_names: &snapshot.settings().public_names,
+    };
+    let judged = verdict(
         request.method(),
         request.headers(),
         request.uri(),
+        request.version(),
         has_body(&request),
-    ) {
+        &site,
+    );
+    let response = match judged {
         Ok(()) => as_json_error(next.run(request).await).await,
         Err((status, reason, message)) => {
             crate::api::body::error_body(status, reason, &message, None)
         }
+    };
+    with_api_headers(response)
+}
+
+/// `X-Content-Type-Options: nosniff` on every answer, and
+/// `Cache-Control: no-store` on JSON ones (tokens' answers must not sit in
+/// a shared or browser cache) that did not set their own.
+pub fn with_api_headers(mut response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    if json && !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+    }
+    response
+}
+
+/// How the CA is reached: over HTTPS or plain HTTP, and by which names
+/// (`[server] public_names`; empty: any).
+#[derive(Debug)]
+pub struct Site<'a> {
+    /// The listener speaks TLS (the origin's scheme is `https`).
+    pub https: bool,
+    /// Normalised `(host, port)` pairs; a name without a port is accepted
+    /// on any port (a `Host` without one means the scheme's).
+    pub public_names: &'a [(String, Option<u16>)],
+}
+
+impl Site<'_> {
+    fn scheme(&self) -> &'static str {
+        if self.https { "https" } else { "http" }
+    }
+
+    fn default_port(&self) -> u16 {
+        if self.https { 443 } else { 80 }
+    }
+
+    /// `authority` as (host, port), the port defaulted to the scheme's.
+    fn endpoint(&self, authority: &str) -> Option<(String, u16)> {
+        let (host, port) = policy::host::parse_authority(authority).ok()?;
+        Some((host.into_string(), port.unwrap_or(self.default_port())))
+    }
+
+    /// Whether `authority` (a Host header) is one of the public names.
+    fn is_public(&self, authority: &str) -> bool {
+        if self.public_names.is_empty() {
+            return true;
+        }
+        let Some(asked) = self.endpoint(authority) else {
+            return false;
+        };
+        self.public_names
+            .iter()
+            .any(|(h, p)| *h == asked.0 && p.is_none_or(|p| p == asked.1))
     }
 }
 
@@ -106,8 +188,11 @@ pub fn verdict(
     method: &Method,
     headers: &HeaderMap,
     uri: &axum::http::Uri,
+    version: axum::http::Version,
     has_body: bool,
+    site: &Site<'_>,
 ) -> Result<(), Refusal> {
+    let host = host(headers, uri, version, site)?;
     let changes_state = matches!(
         *method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -150,27 +235,59 @@ pub fn verdict(
         return Ok(());
     };
     let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
-    let host = headers
-        .get(header::HOST)
-        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
-        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()));
-    if same_origin(&origin, host.as_deref()) {
+    if same_origin(&origin, host.as_deref(), site) {
         return Ok(());
     }
     Err((
         StatusCode::FORBIDDEN,
         CROSS_ORIGIN,
         format!(
-            "cross-origin state change refused: Origin {:?} is not this server ({}); {method} \
-             requests are accepted only from the CA's own origin or from clients that send no \
+            "cross-origin state change refused: Origin {:?} is not this server ({}://{}); \
+             {method} requests are accepted only from the CA's own origin or from clients that send no \
              Origin (curl, scripts)",
             clip(&origin),
+            site.scheme(),
             match &host {
                 Some(h) => format!("Host {:?}", clip(h)),
                 None => "no Host header".to_owned(),
             }
         ),
     ))
+}
+
+/// The request's `Host` (HTTP/2: `:authority`), refused when HTTP/1.1
+/// leaves it out or when it is not one of the site's public names.
+fn host(
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+    version: axum::http::Version,
+    site: &Site<'_>,
+) -> Result<Option<String>, Refusal> {
+    let host = headers
+        .get(header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()));
+    match &host {
+        None if version == axum::http::Version::HTTP_11 => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                UNKNOWN_HOST,
+                "no Host header: HTTP/1.1 requests must name the host they are for".to_owned(),
+            ));
+        }
+        Some(h) if !site.is_public(h) => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                UNKNOWN_HOST,
+                format!(
+                    "Host {:?} is not a name this CA is reached by (`[server] public_names`)",
+                    clip(h)
+                ),
+            ));
+        }
+        _ => {}
+    }
+    Ok(host)
 }
 
 /// `application/json`, with or without parameters (`; charset=utf-8`).
@@ -181,11 +298,11 @@ fn is_json(content_type: &str) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Whether `origin` (`scheme://host[:port]`) names the same host and port
-/// as the request's `Host`. A port left out means the default port of the
-/// origin's scheme on both sides (a browser leaves it out of both when it
-/// is the default).
-fn same_origin(origin: &str, host: Option<&str>) -> bool {
+/// Whether `origin` (`scheme://host[:port]`) is this server's origin:
+/// the scheme the listener serves, and the host and port of the request's
+/// `Host`. A port left out means the scheme's default port on both sides
+/// (a browser leaves it out of both when it is the default).
+fn same_origin(origin: &str, host: Option<&str>, site: &Site<'_>) -> bool {
     let Some(host) = host else {
         return false;
     };
@@ -193,40 +310,13 @@ fn same_origin(origin: &str, host: Option<&str>) -> bool {
         // `null` (sandboxed frames, file: pages) and anything malformed.
         return false;
     };
-    let default_port = match scheme.to_ascii_lowercase().as_str() {
-        "https" => 443,
-        "http" => 80,
-        _ => return false,
-    };
-    match (
-        split_authority(authority, default_port),
-        split_authority(host, default_port),
-    ) {
+    if !scheme.to_ascii_lowercase().eq(site.scheme()) {
+        return false;
+    }
+    match (site.endpoint(authority), site.endpoint(host)) {
         (Some(a), Some(b)) => a == b,
         _ => false,
     }
-}
-
-/// `host[:port]` (IPv6 in brackets) → (lower-case host, port).
-fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
-    let authority = authority.trim();
-    if authority.is_empty() || authority.contains(['/', '@', '?', '#']) {
-        return None;
-    }
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        (format!("[{host}]"), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), Some(p)),
-            None => (authority.to_owned(), None),
-        }
-    };
-    let port = match port {
-        Some(p) => p.parse().ok()?,
-        None => default_port,
-    };
-    Some((host.to_ascii_lowercase(), port))
 }
 
 /// At most 128 characters of a header value for a message.
@@ -238,15 +328,107 @@ fn clip(value: &str) -> String {
 mod tests {
     use super::*;
 
+    const HTTPS: Site<'static> = Site {
+        https: true,
+        public_names: &[],
+    };
+
+    /// The verdict on an HTTP/1.1 request over HTTPS (`Host:
+    /// 127.0.0.1:7480` unless `headers` name one).
     fn run(method: Method, headers: &[(&str, &str)], body: bool) -> Result<(), Refusal> {
+        run_at(&HTTPS, method, headers, body)
+    }
+
+    fn run_at(
+        site: &Site<'_>,
+        method: Method,
+        headers: &[(&str, &str)],
+        body: bool,
+    ) -> Result<(), Refusal> {
         let mut map = HeaderMap::new();
+        map.insert(header::HOST, "127.0.0.1:7480".parse().expect("value"));
         for (k, v) in headers {
             map.insert(
                 header::HeaderName::from_bytes(k.as_bytes()).expect("name"),
                 v.parse().expect("value"),
             );
         }
-        verdict(&method, &map, &"/api/v1/access".parse().expect("uri"), body)
+        verdict(
+            &method,
+            &map,
+            &"/api/v1/access".parse().expect("uri"),
+            axum::http::Version::HTTP_11,
+            body,
+            site,
+        )
+    }
+
+    #[test]
+    fn origins_are_compared_by_scheme_host_and_port() {
+        let plain = Site {
+            https: false,
+            public_names: &[],
+        };
+        let at = |site: &Site<'_>, origin: &str, host: &str| {
+            run_at(
+                site,
+                Method::POST,
+                &[("origin", origin), ("host", host)],
+                false,
+            )
+            .is_ok()
+        };
+        assert!(!at(&HTTPS, "http://127.0.0.1:7480", "127.0.0.1:7480"));
+        assert!(at(&plain, "http://127.0.0.1:7480", "127.0.0.1:7480"));
+        assert!(!at(&plain, "https://127.0.0.1:7480", "127.0.0.1:7480"));
+        assert!(at(&plain, "http://ca.example", "ca.example:80"));
+        assert!(!at(&plain, "http://ca.example", "ca.example:443"));
+    }
+
+    #[test]
+    fn hosts_must_be_public_names_when_they_are_set() {
+        let names = [
+            ("ca.example".to_owned(), None),
+            ("10.0.0.1".to_owned(), Some(7480)),
+        ];
+        let site = Site {
+            https: true,
+            public_names: &names,
+        };
+        for ok in [
+            "ca.example",
+            "CA.example.:443",
+            "ca.example:7480",
+            "10.0.0.1:7480",
+        ] {
+            assert!(
+                run_at(&site, Method::GET, &[("host", ok)], false).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "evil.example",
+            "10.0.0.1:7481",
+            "10.0.0.1",
+            "",
+            "a@ca.example",
+        ] {
+            let e = run_at(&site, Method::GET, &[("host", bad)], false).unwrap_err();
+            assert_eq!((e.0, e.1), (StatusCode::BAD_REQUEST, UNKNOWN_HOST), "{bad}");
+            assert!(e.2.contains(&format!("{bad:?}")), "{}", e.2);
+        }
+        // Without public names any Host goes; without Host, HTTP/1.1 is refused.
+        assert!(run(Method::GET, &[("host", "evil.example")], false).is_ok());
+        let e = verdict(
+            &Method::GET,
+            &HeaderMap::new(),
+            &"/healthz".parse().expect("uri"),
+            axum::http::Version::HTTP_11,
+            false,
+            &HTTPS,
+        )
+        .unwrap_err();
+        assert_eq!((e.0, e.1), (StatusCode::BAD_REQUEST, UNKNOWN_HOST));
     }
 
     #[test]
@@ -288,6 +470,8 @@ mod tests {
         assert!(!same("https://u@127.0.0.1:7480", "127.0.0.1:7480"));
         // Without Origin (curl, scripts): allowed.
         assert!(run(Method::DELETE, &[("host", "x")], false).is_ok());
+        assert!(!same("https://ca.example.", "ca.example:7480"));
+        assert!(same("https://ca.example.", "ca.example"));
         // Reads are not state changes.
         assert!(run(Method::GET, &[("origin", "https://evil.example")], false).is_ok());
     }

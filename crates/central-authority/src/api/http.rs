@@ -36,7 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use policy::{Location, Protocol};
+use policy::Location;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -46,7 +46,8 @@ use crate::api::body::{
     AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
 };
 use crate::api::dashboard as assets;
-use crate::api::listen::{Admission, Deadlines, Handshaking, Ticket};
+use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
+use crate::api::listing::MAX_EVENTS_PER_PAGE;
 use crate::error::ApiError;
 use crate::state::authority::Authority;
 use crate::state::warmup::Warmth;
@@ -56,7 +57,10 @@ type Shared = Arc<Authority>;
 /// The router over shared state, behind the browser-safety guard (`guard`:
 /// JSON bodies only, no cross-origin state changes).
 pub fn router(authority: Arc<Authority>) -> Router {
-    routes(authority).layer(axum::middleware::from_fn(crate::api::guard::check))
+    routes(authority.clone()).layer(axum::middleware::from_fn_with_state(
+        authority,
+        crate::api::guard::check,
+    ))
 }
 
 /// Every route (`docs/openapi.json` documents each one; a test keeps them
@@ -272,14 +276,24 @@ impl Server {
                         return Ok(());
                     };
                     let conn = builder.serve_connection(
-                        TokioIo::new(Deadlines::new(tls, ticket.clone(), first_byte, idle)),
+                        TokioIo::new(JsonErrors::new(Deadlines::new(
+                            tls,
+                            ticket.clone(),
+                            first_byte,
+                            idle,
+                        ))),
                         service,
                     );
                     watcher.watch(conn.into_owned()).await
                 }
                 None => {
                     let conn = builder.serve_connection(
-                        TokioIo::new(Deadlines::new(tcp, ticket.clone(), first_byte, idle)),
+                        TokioIo::new(JsonErrors::new(Deadlines::new(
+                            tcp,
+                            ticket.clone(),
+                            first_byte,
+                            idle,
+                        ))),
                         service,
                     );
                     watcher.watch(conn.into_owned()).await
@@ -366,35 +380,60 @@ fn connection_service(
             let _busy = ticket.busy();
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(Peer(peer));
-            let body = axum::body::Body::new(body);
-            let body = match tokio::time::timeout(
-                body_timeout,
-                axum::body::to_bytes(body, MAX_BODY_BYTES),
-            )
-            .await
-            {
-                Ok(Ok(bytes)) => bytes,
-                Ok(Err(_)) => {
-                    return Ok(error_body(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "invalid_request",
-                        &format!("request body over {MAX_BODY_BYTES} bytes or broken"),
-                        None,
-                    ));
-                }
-                Err(_) => {
-                    return Ok(error_body(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "request_timeout",
-                        "the request body did not arrive in time",
-                        None,
-                    ));
-                }
+            let body = match read_body(&parts.headers, body, body_timeout).await {
+                Ok(bytes) => bytes,
+                Err(refusal) => return Ok(crate::api::guard::with_api_headers(refusal)),
             };
             let request = hyper::Request::from_parts(parts, axum::body::Body::from(body));
             router.call(request).await
         }
     })
+}
+
+/// A request's body, read whole within `body_timeout`. Refused: a
+/// declared `Content-Length` over `MAX_BODY_BYTES` at once, before a byte
+/// is read (so a client that sent `Expect: 100-continue` gets 413 instead
+/// of `100 Continue`), a body that grows past it (413), a malformed one
+/// (broken chunked framing, a connection lost mid-body: 400), a late one
+/// (408).
+async fn read_body(
+    headers: &header::HeaderMap,
+    body: hyper::body::Incoming,
+    body_timeout: std::time::Duration,
+) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt as _;
+    let too_large = || {
+        error_body(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request",
+            &format!("request body over {MAX_BODY_BYTES} bytes"),
+            None,
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    match tokio::time::timeout(body_timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(error_body(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            &format!("malformed request body: {e}"),
+            None,
+        )),
+        Err(_) => Err(error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body did not arrive in time",
+            None,
+        )),
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -633,9 +672,9 @@ async fn application(
     let Some(protocol) = q.protocol else {
         return missing("protocol");
     };
-    let protocol = match protocol.parse::<Protocol>() {
+    let protocol = match crate::api::body::api_protocol(&protocol) {
         Ok(p) => p,
-        Err(m) => return ApiError::InvalidRequest(format!("protocol: {m}")).into_response(),
+        Err(e) => return e.into_response(),
     };
     let Some(port) = q.port else {
         return missing("port");
@@ -807,9 +846,6 @@ struct EventsQuery {
     per_page: Option<String>,
 }
 
-/// Most transitions one page of `GET /api/v1/events` holds.
-const MAX_EVENTS_PER_PAGE: u32 = 1000;
-
 /// A time parameter: Unix milliseconds or RFC 3339.
 fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
     if let Ok(ms) = v.parse::<i64>() {
@@ -827,7 +863,7 @@ fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
 
 /// Parses `GET /api/v1/events`' query into a filter and paging.
 fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32), ApiError> {
-    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let given = |v: Option<String>| v.filter(|s| !s.is_empty());
     let mut f = crate::store::EventFilter {
         segment: given(q.segment),
         host: given(q.host).map(|h| policy::host::lookup_key(&h)),
@@ -853,8 +889,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
         port = Some(p.to_owned());
     }
     if let Some(p) = &f.protocol {
-        p.parse::<Protocol>()
-            .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
+        crate::api::body::api_protocol(p)?;
     }
     if let Some(p) = port {
         f.port = Some(p.parse::<u16>().map(i64::from).map_err(|_| {
@@ -870,13 +905,19 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
     f.until_ms = given(q.until)
         .map(|v| parse_time("until", &v))
         .transpose()?;
-    let page =
-        match given(q.page) {
-            None => 1,
-            Some(p) => p.parse::<u64>().ok().filter(|p| *p >= 1).ok_or_else(|| {
-                ApiError::InvalidRequest("page: not a whole number from 1".into())
+    let page = match given(q.page) {
+        None => 1,
+        Some(p) => p
+            .parse::<u64>()
+            .ok()
+            .filter(|p| (1..=crate::api::listing::MAX_PAGE as u64).contains(p))
+            .ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "page: not a whole number from 1 to {}",
+                    crate::api::listing::MAX_PAGE
+                ))
             })?,
-        };
+    };
     let per_page = match given(q.per_page) {
         None => 100,
         Some(p) => p
@@ -1008,12 +1049,17 @@ async fn access(State(a): State<Shared>, _: RequireScope<scope::Access>, body: B
 pub(crate) fn parse_access_body(
     body: &[u8],
 ) -> Result<(AccessRequest, Option<Location>), ApiError> {
+    // serde reads a struct from a JSON array too (`["h","tcp",80]`); the
+    // document says object.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        return Err(ApiError::InvalidRequest(
+            "body: expected a JSON object {\"host\", \"protocol\", \"port\"}".into(),
+        ));
+    }
     let body: AccessBody =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))?;
-    let protocol = body
-        .protocol
-        .parse::<Protocol>()
-        .map_err(|m| ApiError::InvalidRequest(format!("protocol: {m}")))?;
+    let protocol = crate::api::body::api_protocol(&body.protocol)?;
     let integral = body.port.as_i64().or_else(|| {
         body.port
             .as_f64()

@@ -284,6 +284,143 @@ macro_rules! forward_writes {
     };
 }
 
+/// A stream that gives hyper's own error answers a body: when hyper refuses
+/// a request it could not parse (400, 431 for a head over its buffer, 414,
+/// 505, ...) it writes a bare head with `content-length: 0`, before any
+/// service runs. Such a head (a 4xx or 5xx status with no body: the CA's
+/// own error answers always carry the JSON error) is rewritten here into
+/// the API's JSON error with the same status. Writes are never vectored,
+/// so hyper hands over each head whole.
+#[derive(Debug)]
+pub struct JsonErrors<S> {
+    io: S,
+    /// Bytes of a rewritten head still to write.
+    pending: Vec<u8>,
+    written: usize,
+}
+
+impl<S> JsonErrors<S> {
+    /// Wraps `io`.
+    pub fn new(io: S) -> Self {
+        JsonErrors {
+            io,
+            pending: Vec::new(),
+            written: 0,
+        }
+    }
+}
+
+/// `buf` as the API's JSON error when it is a bare error head of hyper's.
+fn json_error_head(buf: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(buf).ok()?;
+    let head = text.strip_suffix("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next()?;
+    let mut words = status_line.splitn(3, ' ');
+    let (version, code) = (words.next()?, words.next()?);
+    if !version.starts_with("HTTP/1.") || !matches!(code.as_bytes().first(), Some(b'4' | b'5')) {
+        return None;
+    }
+    let headers: Vec<&str> = lines.collect();
+    let is_length = |h: &str| {
+        h.split_once(':')
+            // hyper writes header names in lower case.
+            .is_some_and(|(k, _)| k.trim() == "content-length")
+    };
+    if !headers
+        .iter()
+        .filter(|h| is_length(h))
+        .all(|h| h.split_once(':').is_some_and(|(_, v)| v.trim() == "0"))
+    {
+        return None;
+    }
+    let message = match code {
+        "400" => "malformed HTTP request",
+        "413" => "request body too large",
+        "414" => "request URI too long",
+        "431" => "request header fields too large",
+        "505" => "HTTP version not supported",
+        _ => "request refused",
+    };
+    let reason = if code.starts_with('5') {
+        "internal"
+    } else {
+        "invalid_request"
+    };
+    let body = serde_json::json!({"error": {"reason": reason, "message": message}}).to_string();
+    let mut out = format!(
+        "{status_line}\r\ncontent-type: application/json\r\ncache-control: no-store\r\n\
+         x-content-type-options: nosniff\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for h in headers.iter().filter(|h| !is_length(h)) {
+        out.push_str(h);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    Some(out.into_bytes())
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> JsonErrors<S> {
+    /// Writes what is left of a rewritten head; ready when it is all out.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.written < self.pending.len() {
+            let n = std::task::ready!(
+                Pin::new(&mut self.io).poll_write(cx, &self.pending[self.written..])
+            )?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.pending.clear();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.drain(cx))?;
+        if let Some(rewritten) = json_error_head(buf) {
+            this.pending = rewritten;
+            // The caller's bytes are taken; the rewrite goes out now or on
+            // the next write, flush or shutdown.
+            let _ = this.drain(cx)?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.drain(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.drain(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
 /// A stream under a TLS handshake that records every byte it reads on its
 /// connection's ticket ([`Ticket::touch_at`]): a client in the middle of
 /// its handshake is not idle, one that sent a few bytes long ago is.

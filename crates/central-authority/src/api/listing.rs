@@ -15,6 +15,11 @@ use crate::error::ApiError;
 
 /// Most rows one page may hold.
 pub const MAX_PER_PAGE: usize = 1000;
+/// Highest page number the listing and the history take (a higher one
+/// would be empty anyway).
+pub const MAX_PAGE: usize = 1_000_000;
+/// Most transitions one page of `GET /api/v1/events` holds.
+pub const MAX_EVENTS_PER_PAGE: u32 = 1000;
 /// Rows per page when `page` is given without `per_page`.
 pub const DEFAULT_PER_PAGE: usize = 50;
 
@@ -124,8 +129,9 @@ fn shorten(s: &str) -> String {
 }
 
 /// An empty parameter (`?status=`) means "not given", as forms send it.
+/// Anything else is taken exactly as sent (the OpenAPI document's types).
 fn given(v: &Option<String>) -> Option<&str> {
-    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+    v.as_deref().filter(|s| !s.is_empty())
 }
 
 fn number(name: &str, v: &str, max: usize) -> Result<usize, ApiError> {
@@ -154,7 +160,7 @@ impl ListQuery {
     pub fn parse(raw: &RawQuery) -> Result<ListQuery, ApiError> {
         let mut statuses = Vec::new();
         if let Some(list) = given(&raw.status) {
-            for s in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            for s in list.split(',').filter(|s| !s.is_empty()) {
                 let status = parse_status(s).ok_or_else(|| {
                     invalid(format!(
                         "status: {:?} is not a status (up, unhealthy, down, unknown)",
@@ -179,7 +185,7 @@ impl ListQuery {
             }
         };
         let page = given(&raw.page)
-            .map(|p| number("page", p, usize::MAX))
+            .map(|p| number("page", p, MAX_PAGE))
             .transpose()?;
         let per_page = given(&raw.per_page)
             .map(|p| number("per_page", p, MAX_PER_PAGE))

@@ -54,6 +54,11 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             "a state change from another origin (`Origin`, `Sec-Fetch-Site`)",
         ),
         (
+            crate::api::guard::UNKNOWN_HOST,
+            400,
+            "no `Host` (HTTP/1.1), or one that is not among `[server] public_names`",
+        ),
+        (
             "not_found",
             404,
             "no such connector group or enrolled connector",
@@ -93,29 +98,29 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
         ),
     ];
     for r in REFUSALS {
-        let doc = match r {
-            RefusalReason::NoSegment => "access refused: no segment matches the host",
-            RefusalReason::PortNotInSegment => {
-                "access refused: the deciding segment does not include the protocol/port"
-            }
-            RefusalReason::NoConnector => {
-                "access refused: no connector of the segment is connected"
-            }
-            RefusalReason::AllDown => {
-                "access refused: every candidate reports the application down"
-            }
-            RefusalReason::NoHealthReport => "access refused: no candidate has a current report",
-            RefusalReason::DiscoveryTimeout => {
-                "access refused: on-access discovery found nothing reachable in time"
-            }
-        };
         out.push((
             r.as_str(),
             crate::api::body::refusal_status(r).as_u16(),
-            doc,
+            refusal_doc(r),
         ));
     }
     out
+}
+
+/// What an access refusal's reason means.
+fn refusal_doc(r: RefusalReason) -> &'static str {
+    match r {
+        RefusalReason::NoSegment => "access refused: no segment matches the host",
+        RefusalReason::PortNotInSegment => {
+            "access refused: the deciding segment does not include the protocol/port"
+        }
+        RefusalReason::NoConnector => "access refused: no connector of the segment is connected",
+        RefusalReason::AllDown => "access refused: every candidate reports the application down",
+        RefusalReason::NoHealthReport => "access refused: no candidate has a current report",
+        RefusalReason::DiscoveryTimeout => {
+            "access refused: on-access discovery found nothing reachable in time"
+        }
+    }
 }
 
 const REFUSALS: [RefusalReason; 6] = [
@@ -443,6 +448,49 @@ fn name_param(name: &str, description: &str) -> Value {
     })
 }
 
+/// The schema of the query parameter `name` of the listing, history and
+/// detail routes: exactly what the handlers accept (`None`: free text).
+fn query_schema(name: &str) -> Option<Value> {
+    const STATUS: &str = "(up|unhealthy|down|unknown)";
+    const PORT: &str =
+        "([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    let max_page = json!(crate::api::listing::MAX_PAGE);
+    Some(match name {
+        "status" => json!({"type": "string", "pattern": format!("^{STATUS}?(,{STATUS}?)*$")}),
+        "mode" => json!({"type": "string", "enum": ["continuous", "on_access", "none"]}),
+        "sort" => json!({"type": "string",
+            "enum": ["host", "segment", "status", "port", "protocol", "mode", "changed"]}),
+        "order" => json!({"type": "string", "enum": ["asc", "desc"]}),
+        "view" => json!({"type": "string", "enum": ["full", "summary"]}),
+        "page" => json!({"type": "integer", "minimum": 1, "maximum": max_page}),
+        "protocol" => json!({"type": "string", "enum": ["tcp", "udp"]}),
+        "port" => json!({"type": "integer", "minimum": 0, "maximum": 65535}),
+        "since" | "until" => json!({"anyOf": [
+            {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
+            {"type": "string", "format": "date-time"}]}),
+        "app" => json!({"type": "string",
+            "pattern": format!("^[^/]+/.+/(tcp|udp)/{PORT}$")}),
+        _ => return None,
+    })
+}
+
+/// `schema`, or the empty string: an optional filter sent empty
+/// (`?status=`, as a form sends it) is not given.
+fn or_empty(schema: Value) -> Value {
+    json!({"anyOf": [schema, {"type": "string", "maxLength": 0}]})
+}
+
+/// A query parameter typed by [`query_schema`].
+fn query_param(name: &str, required: bool, description: &str) -> Value {
+    let schema = match query_schema(name) {
+        Some(s) if !required => or_empty(s),
+        Some(s) => s,
+        None => json!({"type": "string"}),
+    };
+    json!({"name": name, "in": "query", "required": required, "description": description,
+        "schema": schema})
+}
+
 /// Every route the router serves, documented.
 pub fn operations() -> Vec<Op> {
     use crate::trust::auth::Scope::{Access, Admin, Read};
@@ -450,6 +498,17 @@ pub fn operations() -> Vec<Op> {
         crate::api::listing::RawQuery::into_params(|| Some(ParameterIn::Query))
             .into_iter()
             .filter_map(|p| serde_json::to_value(p).ok())
+            .map(|mut p| {
+                let name = p["name"].as_str().unwrap_or_default().to_owned();
+                let per_page = json!({"type": "integer", "minimum": 1,
+                    "maximum": crate::api::listing::MAX_PER_PAGE});
+                match (name.as_str(), query_schema(&name)) {
+                    ("per_page", _) => p["schema"] = or_empty(per_page),
+                    (_, Some(schema)) => p["schema"] = or_empty(schema),
+                    _ => {}
+                }
+                p
+            })
             .collect();
     let access_ok = json!({
         "connector": "c1", "group": "dc-east", "segment": "jira",
@@ -636,7 +695,10 @@ pub fn operations() -> Vec<Op> {
                 "summary": "One row of the health listing (port 0 for a wildcard or subnet entry's row)",
                 "tags": ["health"],
                 "parameters": [
-                    {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}
+                    {"name": "segment", "in": "query", "required": true, "description": "segment name", "schema": {"type": "string", "minLength": 1}},
+                    {"name": "host", "in": "query", "required": true, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string", "minLength": 1}},
+                    query_param("protocol", true, "tcp or udp"),
+                    query_param("port", true, "0 for a wildcard or subnet entry's row"),
                 ],
                 "responses": {
                     "200": {"description": "the application",
@@ -675,7 +737,17 @@ pub fn operations() -> Vec<Op> {
                 "summary": "The status history: every transition, newest first, paged",
                 "tags": ["health"],
                 "parameters": [
-                    {"name": "app", "in": "query", "required": false, "description": "segment/host/protocol/port in one", "schema": {"type": "string"}}, {"name": "segment", "in": "query", "required": false, "description": "segment name", "schema": {"type": "string"}}, {"name": "host", "in": "query", "required": false, "description": "host (FQDN, IP, or the entry of a wildcard/subnet row)", "schema": {"type": "string"}}, {"name": "protocol", "in": "query", "required": false, "description": "tcp or udp", "schema": {"type": "string"}}, {"name": "port", "in": "query", "required": false, "description": "0-65535", "schema": {"type": "string"}}, {"name": "connector", "in": "query", "required": false, "description": "connector name", "schema": {"type": "string"}}, {"name": "since", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "until", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}}, {"name": "page", "in": "query", "required": false, "description": "page from 1", "schema": {"type": "string"}}, {"name": "per_page", "in": "query", "required": false, "description": "1-1000", "schema": {"type": "string"}}
+                    query_param("app", false, "segment/host/protocol/port in one (overrides those four)"),
+                    query_param("segment", false, "segment name"),
+                    query_param("host", false, "host (FQDN, IP, or the entry of a wildcard/subnet row)"),
+                    query_param("protocol", false, "tcp or udp"),
+                    query_param("port", false, "0-65535"),
+                    query_param("connector", false, "connector name"),
+                    query_param("since", false, "Unix ms or RFC 3339"),
+                    query_param("until", false, "Unix ms or RFC 3339"),
+                    query_param("page", false, "page from 1"),
+                    {"name": "per_page", "in": "query", "required": false, "description": "1-1000",
+                        "schema": or_empty(json!({"type": "integer", "minimum": 1, "maximum": crate::api::listing::MAX_EVENTS_PER_PAGE}))},
                 ],
                 "responses": {
                     "200": {"description": "one page of transitions",

@@ -43,6 +43,7 @@ pub(super) struct ServerSection {
     pub(super) grpc_listen: String,
     pub(super) http_listen: String,
     pub(super) anonymous_read: bool,
+    pub(super) public_names: Vec<String>,
     pub(super) reload_poll_ms: u64,
     pub(super) data_dir: Option<PathBuf>,
     /// Tests only: accept API tokens and provisioning keys shorter than
@@ -145,6 +146,7 @@ impl Default for ServerSection {
             grpc_listen: "127.0.0.1:7443".into(),
             http_listen: "127.0.0.1:7480".into(),
             anonymous_read: false,
+            public_names: Vec::new(),
             reload_poll_ms: 1000,
             data_dir: None,
             allow_short_secrets: false,

@@ -23,6 +23,11 @@ pub struct Settings {
     pub http_listen: SocketAddr,
     /// Reads need no token (`[server] anonymous_read`).
     pub anonymous_read: bool,
+    /// The `host[:port]` names the CA's HTTPS listener is reached by
+    /// (`[server] public_names`, normalised host and port if written);
+    /// empty: any `Host`. A request whose `Host` (`:authority`) is none of
+    /// them is refused (`api::guard`).
+    pub public_names: Vec<(String, Option<u16>)>,
     /// How often the config file is checked for changes
     /// (`[server] reload_poll_ms`, default 1000).
     pub reload_poll: Duration,
@@ -210,6 +215,7 @@ pub(super) fn settings(
 ) -> Option<Settings> {
     let before = problems.len();
     let (grpc, http) = listen_addresses(&file.server, problems);
+    let public_names = public_names(&file.server.public_names, problems);
     range(
         problems,
         "server.reload_poll_ms",
@@ -255,6 +261,7 @@ pub(super) fn settings(
         grpc_listen: grpc?,
         http_listen: http?,
         anonymous_read: file.server.anonymous_read,
+        public_names,
         reload_poll: Duration::from_millis(file.server.reload_poll_ms),
         strategy: strategy?,
         discovery_timeout: Duration::from_millis(s.discovery_timeout_ms),
@@ -279,6 +286,24 @@ pub(super) fn settings(
         warmup: Duration::from_millis(h.warmup_ms),
         audit_retention: Duration::from_secs(file.audit.retention_s),
     })
+}
+
+/// `[server] public_names`, each parsed as `host[:port]`.
+fn public_names(names: &[String], problems: &mut Vec<Problem>) -> Vec<(String, Option<u16>)> {
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match policy::host::parse_authority(name) {
+            Ok((host, port)) => out.push((host.into_string(), port)),
+            Err(m) => setting(
+                problems,
+                format!("server.public_names[{i}]"),
+                format!(
+                    "{m} (expected host[:port], e.g. \"ca.example.com\" or \"ca.example.com:7480\")"
+                ),
+            ),
+        }
+    }
+    out
 }
 
 /// `[selection]`'s rules; the strategy when it is valid.

@@ -161,6 +161,9 @@ pub struct Imported {
     pub segments: Vec<ImportedSegment>,
     /// Everything not carried over as it was, in input order.
     pub findings: Vec<Finding>,
+    /// Settings for the connector groups, from the product's connector
+    /// groups (the first segment naming a group decides).
+    pub groups: BTreeMap<String, GroupSettings>,
 }
 
 impl Imported {
@@ -196,6 +199,21 @@ impl Imported {
                 "# Connector groups named here (define them in [[connector_groups]]): {}\n",
                 groups.join(", ")
             ));
+        }
+        if !self.groups.is_empty() {
+            out.push_str("# Their settings, from the product's connector groups:\n");
+        }
+        for (name, g) in &self.groups {
+            let mut line = format!("#   name = {name:?}");
+            if let Some(d) = &g.dns_resolution {
+                line.push_str(&format!(", dns_resolution = {d:?}"));
+            }
+            if let Some((la, lo)) = &g.location {
+                line.push_str(&format!(
+                    ", location = {{ latitude = {la}, longitude = {lo} }}"
+                ));
+            }
+            out.push_str(&format!("{line}   # from {}\n", one_line(&g.from)));
         }
         for s in &self.segments {
             out.push('\n');
@@ -272,7 +290,7 @@ struct AppSegment {
     health_reporting: Option<String>,
     match_style: Option<String>,
     select_connector_close_to_app: Option<bool>,
-    server_groups: Option<Vec<ServerGroup>>,
+    server_groups: Option<Vec<Value>>,
     #[serde(flatten)]
     other: BTreeMap<String, Value>,
 }
@@ -300,13 +318,39 @@ struct FromTo {
     to: PortValue,
 }
 
-/// A server group reference; its other fields (servers, and so on)
-/// describe the group, not the segment.
-#[derive(Clone, Debug, Deserialize)]
-struct ServerGroup {
-    name: Option<String>,
-    id: Option<Value>,
+/// What a reach connector group takes from the product's connector groups
+/// (`serverGroups[].appConnectorGroups[]`) that serve it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupSettings {
+    /// `dnsQueryType` as reach's `dns_resolution` (`ipv4`, `ipv6`, `dual`).
+    pub dns_resolution: Option<String>,
+    /// `latitude`, `longitude` (degrees, as written) as reach's `location`.
+    pub location: Option<(String, String)>,
+    /// The product's `location` text and connector group name, for the
+    /// comment.
+    pub from: String,
 }
+
+/// The server group fields the import reads (`appConnectorGroups` by
+/// `Conversion::connector_groups`, which names what it leaves); every other
+/// one holding a value is named in a finding.
+const SERVER_GROUP_READ: &[&str] = &[
+    "name",
+    "id",
+    "enabled",
+    "dynamicDiscovery",
+    "appConnectorGroups",
+];
+/// The connector group fields the import reads.
+const CONNECTOR_GROUP_MAPPED: &[&str] = &[
+    "name",
+    "id",
+    "enabled",
+    "dnsQueryType",
+    "latitude",
+    "longitude",
+    "location",
+];
 
 /// Converts the product's JSON (an array, or a `{"list": [...]}` page).
 pub fn convert(json: &str, options: &Options) -> Result<Imported, ImportError> {
@@ -328,9 +372,25 @@ pub fn convert(json: &str, options: &Options) -> Result<Imported, ImportError> {
         let mut c = Conversion {
             label: label(&record, i),
             findings: Vec::new(),
+            settings: Vec::new(),
         };
         if let Some(mut segment) = c.segment(record, options) {
             segment.spec.name = c.unique(segment.spec.name, &mut taken);
+            for (group, settings) in std::mem::take(&mut c.settings) {
+                match imported.groups.get(&group) {
+                    Some(before) if *before != settings => c.note(
+                        Severity::Dropped,
+                        format!(
+                            "connector group {group:?}: settings from {} differ from those taken from {}; the first are kept",
+                            settings.from, before.from
+                        ),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        imported.groups.insert(group, settings);
+                    }
+                }
+            }
             imported.segments.push(segment);
         }
         imported.findings.append(&mut c.findings);
@@ -339,9 +399,20 @@ pub fn convert(json: &str, options: &Options) -> Result<Imported, ImportError> {
         connector_groups: imported
             .connector_groups()
             .into_iter()
-            .map(|name| GroupSpec {
-                name,
-                ..GroupSpec::default()
+            .map(|name| {
+                let settings = imported.groups.get(&name);
+                GroupSpec {
+                    dns_resolution: settings.and_then(|s| s.dns_resolution.clone()),
+                    location: settings
+                        .and_then(|s| s.location.as_ref())
+                        .and_then(|(la, lo)| {
+                            Some(policy::LocationSpec {
+                                latitude: la.parse().ok()?,
+                                longitude: lo.parse().ok()?,
+                            })
+                        }),
+                    name,
+                }
             })
             .collect(),
         segments: imported.segments.iter().map(|s| s.spec.clone()).collect(),
@@ -363,6 +434,8 @@ fn label(record: &Value, index: usize) -> String {
 struct Conversion {
     label: String,
     findings: Vec<Finding>,
+    /// Connector group settings this record's server groups bring.
+    settings: Vec<(String, GroupSettings)>,
 }
 
 impl Conversion {
@@ -514,19 +587,58 @@ impl Conversion {
         Some(out)
     }
 
-    /// Maps server groups to connector groups; unmapped ones are dropped
-    /// and named, and a segment left without a group is refused.
-    fn groups(&mut self, server_groups: &[ServerGroup], options: &Options) -> Option<Vec<String>> {
+    /// Maps server groups to connector groups; unmapped and disabled ones
+    /// are dropped and named, and a segment left without a group is
+    /// refused. Their connector groups' DNS and location settings go to
+    /// `settings`; every other field holding a value is named.
+    fn groups(&mut self, server_groups: &[Value], options: &Options) -> Option<Vec<String>> {
         let mut out: Vec<String> = Vec::new();
-        for g in server_groups {
-            let name = g.name.clone().filter(|n| !n.is_empty());
-            let id = g.id.as_ref().and_then(scalar_text);
-            let mapped = [&name, &id]
+        for (i, g) in server_groups.iter().enumerate() {
+            let path = format!("serverGroups[{i}]");
+            let name = g
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty());
+            let id = g.get("id").and_then(scalar_text);
+            let key = name.map(str::to_owned).or(id.clone());
+            let shown = key.clone().unwrap_or_else(|| path.clone());
+            let mut dropped = Vec::new();
+            leftovers(g, &path, SERVER_GROUP_READ, &mut dropped);
+            if !dropped.is_empty() {
+                self.note(
+                    Severity::Dropped,
+                    format!(
+                        "server group {shown:?}: fields reach has no equivalent for: {}",
+                        dropped.join(", ")
+                    ),
+                );
+            }
+            if g.get("dynamicDiscovery") == Some(&Value::Bool(false)) {
+                self.note(
+                    Severity::Dropped,
+                    format!(
+                        "server group {shown:?}: {path}.dynamicDiscovery = false (its servers \
+                         list decides where traffic goes); reach's connectors always resolve the \
+                         segment's applications themselves, as with dynamicDiscovery = true"
+                    ),
+                );
+            }
+            if g.get("enabled") == Some(&Value::Bool(false)) {
+                self.note(
+                    Severity::Dropped,
+                    format!(
+                        "server group {shown:?} is disabled ({path}.enabled = false): it serves nothing, so it is left out"
+                    ),
+                );
+                continue;
+            }
+            let mapped = [&name.map(str::to_owned), &id]
                 .into_iter()
                 .flatten()
                 .find_map(|key| options.group_map.get(key));
-            match (mapped, name.or(id)) {
+            match (mapped, key) {
                 (Some(to), _) => {
+                    self.connector_groups(g, &path, to);
                     if !out.contains(to) {
                         out.push(to.clone());
                     }
@@ -545,19 +657,98 @@ impl Conversion {
             return self.refuse(if server_groups.is_empty() {
                 "has no serverGroups, so no connector group would serve it".into()
             } else {
-                "none of its server groups maps to a connector group (use --group-map SERVER_GROUP=CONNECTOR_GROUP)".into()
+                "none of its server groups maps to a connector group (use --group-map SERVER_GROUP=CONNECTOR_GROUP; disabled server groups do not count)".into()
             });
         }
         Some(out)
     }
 
+    /// The settings reach connector group `to` takes from the product's
+    /// connector groups of one server group (the first enabled one that
+    /// states each); the rest is named.
+    fn connector_groups(&mut self, server_group: &Value, path: &str, to: &str) {
+        let list = server_group
+            .get("appConnectorGroups")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let mut settings = GroupSettings::default();
+        let mut from = Vec::new();
+        for (j, acg) in list.iter().enumerate() {
+            let path = format!("{path}.appConnectorGroups[{j}]");
+            let name = acg.get("name").and_then(Value::as_str).unwrap_or(&path);
+            let mut dropped = Vec::new();
+            leftovers(acg, &path, CONNECTOR_GROUP_MAPPED, &mut dropped);
+            if !dropped.is_empty() {
+                self.note(
+                    Severity::Dropped,
+                    format!(
+                        "connector group {name:?}: fields reach has no equivalent for: {}",
+                        dropped.join(", ")
+                    ),
+                );
+            }
+            if acg.get("enabled") == Some(&Value::Bool(false)) {
+                self.note(
+                    Severity::Dropped,
+                    format!("connector group {name:?} is disabled ({path}.enabled = false): its settings are not used"),
+                );
+                continue;
+            }
+            let mut used = false;
+            if settings.dns_resolution.is_none()
+                && let Some(q) = acg.get("dnsQueryType").and_then(Value::as_str)
+            {
+                match q {
+                    "IPV4" => settings.dns_resolution = Some("ipv4".into()),
+                    "IPV6" => settings.dns_resolution = Some("ipv6".into()),
+                    "IPV4_IPV6" => settings.dns_resolution = Some("dual".into()),
+                    other => self.note(
+                        Severity::Dropped,
+                        format!("{path}.dnsQueryType {other:?} is unknown (expected IPV4, IPV6 or IPV4_IPV6)"),
+                    ),
+                }
+                used |= settings.dns_resolution.is_some();
+            }
+            let coordinate = |k: &str| acg.get(k).and_then(scalar_text);
+            if settings.location.is_none()
+                && let (Some(la), Some(lo)) = (coordinate("latitude"), coordinate("longitude"))
+            {
+                match (la.trim().parse::<f64>(), lo.trim().parse::<f64>()) {
+                    (Ok(a), Ok(o)) if policy::Location::new(a, o).is_ok() => {
+                        settings.location = Some((la.trim().to_owned(), lo.trim().to_owned()));
+                        used = true;
+                    }
+                    _ => self.note(
+                        Severity::Dropped,
+                        format!("{path}: latitude {la:?} / longitude {lo:?} is not a location"),
+                    ),
+                }
+            }
+            if used {
+                let place = acg.get("location").and_then(Value::as_str).unwrap_or("");
+                from.push(if place.is_empty() {
+                    format!("connector group {name:?}")
+                } else {
+                    format!("connector group {name:?} ({place})")
+                });
+            }
+        }
+        if settings.dns_resolution.is_some() || settings.location.is_some() {
+            settings.from = from.join(", ");
+            self.settings.push((to.to_owned(), settings));
+        }
+    }
+
     /// Names every field reach does not carry over that holds a value.
     fn unknown_fields(&mut self, other: &BTreeMap<String, Value>) {
-        let dropped: Vec<String> = other
+        let mut dropped = Vec::new();
+        for (k, v) in other
             .iter()
-            .filter(|(k, v)| !METADATA.contains(&k.as_str()) && carries_information(v))
-            .map(|(k, v)| format!("{k} = {}", short(v)))
-            .collect();
+            .filter(|(k, _)| !METADATA.contains(&k.as_str()))
+        {
+            leftovers(v, k, &[], &mut dropped);
+        }
         if !dropped.is_empty() {
             self.note(
                 Severity::Dropped,
@@ -615,6 +806,27 @@ impl Conversion {
         }
         taken.insert(candidate.clone());
         candidate
+    }
+}
+
+/// The paths and values of `v`'s fields, recursively, that hold a value,
+/// but those named in `mapped` (at the top level only).
+fn leftovers(v: &Value, path: &str, mapped: &[&str], out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, v) in o {
+                if !mapped.contains(&k.as_str()) {
+                    leftovers(v, &format!("{path}.{k}"), &[], out);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                leftovers(v, &format!("{path}[{i}]"), &[], out);
+            }
+        }
+        v if carries_information(v) => out.push(format!("{path} = {}", short(v))),
+        _ => {}
     }
 }
 
@@ -988,5 +1200,113 @@ mod tests {
             ("a".to_owned(), "x".to_owned()),
         ];
         assert!(Options::from_pairs(&same).is_ok());
+    }
+
+    /// Every leaf of `v` as (path, value), paths written as the findings
+    /// write them (`a.b[0].c`).
+    fn leaves(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
+        match v {
+            Value::Object(o) => {
+                for (k, v) in o {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    leaves(v, p, out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    leaves(v, format!("{path}[{i}]"), out);
+                }
+            }
+            v => out.push((path, v.clone())),
+        }
+    }
+
+    /// On a record with every field of the SDK's application segment,
+    /// server group, connector group, connector and server structs, each
+    /// field is mapped or named on stderr; a segment served only through a
+    /// disabled server group is not emitted as live.
+    #[test]
+    fn every_field_of_the_sdk_structs_is_mapped_or_reported() {
+        let text = fixture("import-sdk-every-field.json");
+        let i = convert(
+            &text,
+            &options(&[("SG East", "dc-east"), ("SG Retired", "dc-west")]),
+        )
+        .expect("converts");
+        let toml = i.toml("every.json").expect("toml");
+        let stderr: String = i.findings.iter().map(|f| format!("{f}\n")).collect();
+        // Mapped: the segment's fields the README lists (audit metadata left
+        // out by design), the server group's name/id/enabled/dynamicDiscovery,
+        // its connector groups' name/id/enabled/DNS/location.
+        const SERVER_GROUP_MAPPED: &[&str] = &["name", "id", "enabled", "dynamicDiscovery"];
+        const TOP: &[&str] = &[
+            "id",
+            "name",
+            "description",
+            "enabled",
+            "domainNames",
+            "tcpPortRanges",
+            "udpPortRanges",
+            "tcpPortRange",
+            "udpPortRange",
+            "healthReporting",
+            "matchStyle",
+            "selectConnectorCloseToApp",
+            "creationTime",
+            "modifiedTime",
+            "modifiedBy",
+        ];
+        let mapped = |path: &str| {
+            let parts: Vec<&str> = path
+                .split('.')
+                .map(|p| p.split('[').next().unwrap_or(p))
+                .collect();
+            match parts.as_slice() {
+                ["serverGroups", "appConnectorGroups", k] => CONNECTOR_GROUP_MAPPED.contains(k),
+                ["serverGroups", k] => SERVER_GROUP_MAPPED.contains(k),
+                ["serverGroups", ..] => false,
+                [top, ..] => TOP.contains(top),
+                [] => false,
+            }
+        };
+        let records: Vec<Value> = serde_json::from_str(&text).expect("json");
+        let mut all = Vec::new();
+        leaves(&records[0], String::new(), &mut all);
+        assert!(all.len() > 100, "the fixture has {} leaves", all.len());
+        for (path, value) in &all {
+            assert!(
+                mapped(path) || stderr.contains(&format!("{path} = {}", short(value))),
+                "{path} = {value} is neither mapped nor reported:\n{stderr}"
+            );
+        }
+        // What is mapped shows: DNS and location for the group the server
+        // group maps to, and the segment without its disabled server group.
+        assert!(
+            toml.contains("name = \"dc-east\", dns_resolution = \"ipv4\", location = { latitude = 37.3382082, longitude = -121.8863286 }")
+                && toml.contains("San Jose, CA, USA"),
+            "{toml}"
+        );
+        assert_eq!(i.segments.len(), 1, "{toml}");
+        assert_eq!(i.segments[0].spec.connector_groups, ["dc-east"]);
+        assert_eq!(i.segments[0].spec.udp_ports.len(), 1);
+        assert!(
+            stderr.contains("server group \"SG Retired\" is disabled"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("segment \"only retired\": refused: none of its server groups"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("serverGroups[0].dynamicDiscovery = false"),
+            "{stderr}"
+        );
+        assert_eq!(i.outcome(), Outcome::SegmentsRefused);
+        // The emitted segments validate against the groups they name.
+        load(&i, &["dc-east"]);
     }
 }
