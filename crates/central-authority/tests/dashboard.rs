@@ -681,3 +681,87 @@ async fn eight_dashboard_tabs_load_and_go_live_over_http1() {
         panic!("{e:#}");
     }
 }
+
+/// What the list shows: the summary line, the live indicator, and the
+/// status of connector `arguments[1]` in the row of application
+/// `arguments[0]` (null: no such cell).
+const LIST_STATE: &str = r#"
+const [key, conn] = arguments;
+const tr = [...document.querySelectorAll('tr[data-app]')].find((r) => r.dataset.app === key);
+const s = tr && tr.querySelector(`[data-connector="${conn}"] [data-status]`);
+const live = document.getElementById('live');
+return {
+  cell: s ? s.dataset.status : null,
+  summary: (document.getElementById('summary') || {}).textContent || '',
+  live: live ? live.dataset.live : null,
+};
+"#;
+
+/// An open list kept showing a CA process's state after that process
+/// restarted (statuses, counts) while its indicator said "live": it
+/// re-read only when the new stream's version was above its own, and
+/// versions start again at 0 in every process. Answers and the stream's
+/// hello name their process's epoch, and another epoch means a re-read:
+/// after the restart the page shows what the new process knows (the
+/// connector gone, nothing down), polled with a generous deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_list_shows_a_restarted_ca_as_it_is() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text("", "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let base = format!("http://{}", ca.http);
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let key = serde_json::json!(["jira/jira.test.reach/tcp/80", "east-1"]);
+    let first: anyhow::Result<()> = async {
+        b.goto(&format!("{base}/")).await?;
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        east.report(
+            vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.9"])],
+            false,
+        )
+        .await;
+        tab_wait(
+            &b,
+            LIST_STATE,
+            key.clone(),
+            "the page shows the report",
+            |v| {
+                v["cell"] == "down"
+                    && v["live"] == "live"
+                    && v["summary"].as_str().is_some_and(|s| s.contains("down 1"))
+            },
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = first {
+        b.close().await;
+        ca.stop().await;
+        panic!("{e:#}");
+    }
+    // A new process on the same addresses: no connector attached, no
+    // report, and its stream numbers from 0 again.
+    let ca = ca.restart_plain(&text).await;
+    let after = tab_wait(
+        &b,
+        LIST_STATE,
+        key,
+        "the page shows the restarted CA's state",
+        |v| {
+            v["cell"] != "down"
+                && v["live"] == "live"
+                && v["summary"].as_str().is_some_and(|s| s.contains("down 0"))
+        },
+    )
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = after {
+        panic!("{e:#}");
+    }
+}

@@ -75,8 +75,8 @@ pub struct HealthQueryService {
 type TransitionStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::HealthTransition, Status>> + Send>>;
 
-/// The wire form of a streamed transition.
-fn transition_to_wire(e: &crate::state::history::EventView) -> v1::HealthTransition {
+/// The wire form of a transition streamed under `epoch`.
+fn transition_to_wire(e: &crate::state::history::EventView, epoch: u64) -> v1::HealthTransition {
     let status = |s: policy::Status| v1::HealthStatus::from(s) as i32;
     v1::HealthTransition {
         app: Some(v1::ApplicationKey {
@@ -92,6 +92,7 @@ fn transition_to_wire(e: &crate::state::history::EventView) -> v1::HealthTransit
         at_unix_ms: e.at,
         seq: e.seq.unwrap_or(0),
         lagged: 0,
+        epoch,
     }
 }
 
@@ -109,14 +110,16 @@ impl HealthQuery for HealthQueryService {
 
         check(&self.authority, &request, Scope::Read)?;
         let filter = request.into_inner();
+        let epoch = self.authority.history().epoch();
         let stream =
             BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
                 let out = match item {
                     Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
                         && (filter.connector.is_empty() || filter.connector == e.connector))
-                        .then(|| Ok(transition_to_wire(&e))),
+                        .then(|| Ok(transition_to_wire(&e, epoch))),
                     Err(BroadcastStreamRecvError::Lagged(n)) => Some(Ok(v1::HealthTransition {
                         lagged: n,
+                        epoch,
                         ..Default::default()
                     })),
                 };
@@ -132,11 +135,15 @@ impl HealthQuery for HealthQueryService {
     ) -> Result<Response<v1::ListApplicationsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
         let filter = request.into_inner().segment;
+        // Read before the table: a transition after it is in the stream.
+        let version = self.authority.history().version();
         let apps = self
             .authority
             .applications((!filter.is_empty()).then_some(filter.as_str()));
         Ok(Response::new(v1::ListApplicationsResponse {
             applications: apps.iter().map(|a| a.to_wire()).collect(),
+            version,
+            epoch: self.authority.history().epoch(),
         }))
     }
 

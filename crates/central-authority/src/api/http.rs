@@ -471,6 +471,7 @@ async fn health(
     };
     // Read before the table: a transition after it shows in the stream.
     let version = a.history().version();
+    let epoch = a.history().epoch_text();
     // Cheap rows first; views only for the page's rows.
     let rows = a.rows(&crate::api::views::RowFilter {
         segment: q.segment.as_deref(),
@@ -487,6 +488,7 @@ async fn health(
     axum::Json(HealthBody {
         listing: crate::api::body::Listing::new(page, views),
         version,
+        epoch,
     })
     .into_response()
 }
@@ -599,9 +601,9 @@ async fn health_stream(
     // after the version the hello names is then in this stream, so a page
     // whose data is at least that version missed nothing.
     let events = BroadcastStream::new(a.history().subscribe());
-    let hello = Event::default()
-        .event("hello")
-        .data(json!({ "version": a.history().version() }).to_string());
+    let hello = Event::default().event("hello").data(
+        json!({ "version": a.history().version(), "epoch": a.history().epoch_text() }).to_string(),
+    );
     let events = events.map(|item| {
         Ok::<_, std::convert::Infallible>(match item {
             Ok(e) => {
@@ -677,6 +679,7 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
         },
         "check_budget": a.snapshot().settings().check_budget,
         "version": version,
+        "epoch": a.history().epoch_text(),
     }))
     .into_response()
 }

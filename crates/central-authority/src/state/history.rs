@@ -112,6 +112,9 @@ impl EventRecord {
 pub struct History {
     tx: broadcast::Sender<Arc<EventView>>,
     seq: AtomicU64,
+    /// This stream's identity: random per CA process, so two processes
+    /// (a restart, another replica) never share one, whatever their `seq`.
+    epoch: u64,
     /// Set when the CA stops: open streams end (a graceful shutdown would
     /// otherwise wait for them forever).
     closing: tokio::sync::watch::Sender<bool>,
@@ -122,6 +125,8 @@ impl Default for History {
         History {
             tx: broadcast::channel(STREAM_BUFFER).0,
             seq: AtomicU64::new(0),
+            // Never 0, so 0 can stand for "no epoch" on the wire.
+            epoch: rand::random::<u64>().max(1),
             closing: tokio::sync::watch::channel(false).0,
         }
     }
@@ -160,9 +165,25 @@ impl History {
         }
     }
 
-    /// The number of the latest transition streamed (0: none yet).
+    /// The number of the latest transition streamed (0: none yet). It
+    /// counts in this process only: compare it only under the same
+    /// `epoch`.
     pub fn version(&self) -> u64 {
         self.seq.load(Ordering::Acquire)
+    }
+
+    /// The stream's epoch: drawn at random when the CA process starts, so
+    /// a page or watcher whose data came from another process (the CA
+    /// restarted, or the caller moved to another replica) sees a
+    /// different one and re-reads, whatever the versions say. Non-zero.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// `epoch` as the JSON API gives it: 16 hex digits (a JSON number
+    /// would lose bits in a browser).
+    pub fn epoch_text(&self) -> String {
+        format!("{:016x}", self.epoch)
     }
 }
 
@@ -179,4 +200,24 @@ pub struct EventPage {
     pub per_page: u32,
     /// Number of pages (at least 1).
     pub pages: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two processes (a restart, another replica) never share an epoch,
+    /// though both number their transitions from 0.
+    #[test]
+    fn every_process_streams_under_its_own_epoch() {
+        let (a, b) = (History::default(), History::default());
+        assert_eq!((a.version(), b.version()), (0, 0));
+        assert_ne!(a.epoch(), b.epoch());
+        assert_ne!(a.epoch(), 0);
+        assert_eq!(a.epoch_text().len(), 16);
+        assert_eq!(
+            u64::from_str_radix(&a.epoch_text(), 16).ok(),
+            Some(a.epoch())
+        );
+    }
 }
