@@ -765,3 +765,102 @@ async fn an_open_list_shows_a_restarted_ca_as_it_is() {
         panic!("{e:#}");
     }
 }
+
+/// One report's worth of changes (a connector of 10,000 applications
+/// reporting, or disconnecting) is one round of the stream: watchers
+/// reading as fast as they could got `lagged` (gRPC 795 and 3,659, the
+/// HTTP stream 1,715), since each transition took a slot of a 4,096-deep
+/// broadcast. A round is now one batch that a reader keeping up gets
+/// whole, over gRPC `WatchHealth` and the HTTP stream, both numbered under
+/// the epoch `ListApplications` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_ten_thousand_changes_reaches_watchers_that_keep_up() {
+    const N: usize = 10_000;
+    let hosts: Vec<String> = (0..N).map(|i| format!("h{i}.burst.test.reach")).collect();
+    let burst = segment("burst")
+        .apps(&hosts)
+        .tcp(["80"])
+        .groups(["dc-east"])
+        .toml();
+    let ca = Ca::start(&config_text("", "", &burst)).await;
+    let http = ca.web();
+    let mut client = v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let mut watched = client
+        .watch_health(read(v1::WatchHealthRequest {
+            segment: "burst".into(),
+            connector: String::new(),
+        }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let (status, _, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(
+        sse.read_until("event: hello", Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let apps = hosts
+        .iter()
+        .map(|h| app("burst", h, 80, &["127.0.0.9"], &[]))
+        .collect();
+    east.report(apps, true).await;
+
+    let mut seqs = std::collections::BTreeSet::new();
+    let mut epochs = std::collections::BTreeSet::new();
+    while seqs.len() < N {
+        let t = tokio::time::timeout(Duration::from_secs(30), watched.message())
+            .await
+            .expect("WatchHealth in time")
+            .expect("stream")
+            .expect("open");
+        assert_eq!(
+            t.lagged,
+            0,
+            "a watcher that keeps up lagged after {}",
+            seqs.len()
+        );
+        epochs.insert(t.epoch);
+        seqs.insert(t.seq);
+    }
+    assert_eq!(seqs.first().copied(), Some(1));
+    assert_eq!(seqs.last().copied(), Some(N as u64));
+    let listed = client
+        .list_applications(read(v1::ListApplicationsRequest {
+            segment: "burst".into(),
+        }))
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.applications.len(), N);
+    assert_eq!(listed.version, N as u64);
+    assert_eq!(epochs, [listed.epoch].into(), "one epoch, the one listed");
+    assert_ne!(listed.epoch, 0);
+
+    let text = sse
+        .read_until(&format!("\"seq\":{N},"), Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| {
+            let t = sse.text();
+            panic!(
+                "the HTTP stream ended short: {}",
+                &t[t.len().saturating_sub(300)..]
+            )
+        });
+    assert!(!text.contains("event: lagged"), "the HTTP stream lagged");
+    assert_eq!(text.matches("event: transition").count(), N);
+    drop(east);
+    ca.stop().await;
+}
+
+/// `msg` with the read token.
+fn read<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("ascii"),
+    );
+    req
+}

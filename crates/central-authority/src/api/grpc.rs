@@ -104,20 +104,23 @@ impl HealthQuery for HealthQueryService {
         &self,
         request: Request<v1::WatchHealthRequest>,
     ) -> Result<Response<TransitionStream>, Status> {
+        use crate::state::history::Live;
         use futures::StreamExt as _;
-        use tokio_stream::wrappers::BroadcastStream;
-        use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
         check(&self.authority, &request, Scope::Read)?;
         let filter = request.into_inner();
         let epoch = self.authority.history().epoch();
-        let stream =
-            BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
+        let stream = self
+            .authority
+            .history()
+            .subscribe()
+            .filter_map(move |item| {
                 let out = match item {
-                    Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
+                    Live::Transition(e) => ((filter.segment.is_empty()
+                        || filter.segment == e.segment)
                         && (filter.connector.is_empty() || filter.connector == e.connector))
                         .then(|| Ok(transition_to_wire(&e, epoch))),
-                    Err(BroadcastStreamRecvError::Lagged(n)) => Some(Ok(v1::HealthTransition {
+                    Live::Lagged(n) => Some(Ok(v1::HealthTransition {
                         lagged: n,
                         epoch,
                         ..Default::default()

@@ -573,10 +573,9 @@ async fn health_stream(
     Query(q): Query<StreamQuery>,
     parts: axum::http::request::Parts,
 ) -> Response {
+    use crate::state::history::Live;
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt as _;
-    use tokio_stream::wrappers::BroadcastStream;
-    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
     match q.ticket.as_deref() {
         Some(ticket) => {
@@ -600,13 +599,13 @@ async fn health_stream(
     // Subscribe before reading the version: every transition numbered
     // after the version the hello names is then in this stream, so a page
     // whose data is at least that version missed nothing.
-    let events = BroadcastStream::new(a.history().subscribe());
+    let events = a.history().subscribe();
     let hello = Event::default().event("hello").data(
         json!({ "version": a.history().version(), "epoch": a.history().epoch_text() }).to_string(),
     );
     let events = events.map(|item| {
         Ok::<_, std::convert::Infallible>(match item {
-            Ok(e) => {
+            Live::Transition(e) => {
                 let data = serde_json::to_string(&*e).unwrap_or_default();
                 let event = Event::default().event("transition").data(data);
                 match e.seq {
@@ -614,9 +613,7 @@ async fn health_stream(
                     None => event,
                 }
             }
-            Err(BroadcastStreamRecvError::Lagged(n)) => {
-                Event::default().event("lagged").data(n.to_string())
-            }
+            Live::Lagged(n) => Event::default().event("lagged").data(n.to_string()),
         })
     });
     let stream = futures::stream::once(async move { Ok(hello) })
