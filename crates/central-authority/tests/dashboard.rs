@@ -830,6 +830,7 @@ async fn a_burst_of_ten_thousand_changes_reaches_watchers_that_keep_up() {
     let listed = client
         .list_applications(read(v1::ListApplicationsRequest {
             segment: "burst".into(),
+            ..Default::default()
         }))
         .await
         .expect("list")
@@ -838,6 +839,37 @@ async fn a_burst_of_ten_thousand_changes_reaches_watchers_that_keep_up() {
     assert_eq!(listed.version, N as u64);
     assert_eq!(epochs, [listed.epoch].into(), "one epoch, the one listed");
     assert_ne!(listed.epoch, 0);
+    assert_eq!((listed.total, listed.pages), (N as u64, 1));
+    // Paged as the HTTP listing is: sorted by host, at most 1,000 a page.
+    let page = |page, per_page| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_applications(read(v1::ListApplicationsRequest {
+                    segment: "burst".into(),
+                    page,
+                    per_page,
+                }))
+                .await
+        }
+    };
+    let third = page(3, 1000).await.expect("page 3").into_inner();
+    assert_eq!(third.applications.len(), 1000);
+    assert_eq!(
+        (third.total, third.page, third.per_page, third.pages),
+        (N as u64, 3, 1000, 10)
+    );
+    let host = |v: &v1::ApplicationView| v.app.clone().unwrap_or_default().host;
+    // Natural order: h0, h1, … h9999; page 3 starts at h2000.
+    assert_eq!(host(&third.applications[0]), "h2000.burst.test.reach");
+    assert_eq!(third.epoch, listed.epoch);
+    let first = page(1, 0).await.expect("page 1").into_inner();
+    assert_eq!((first.applications.len(), first.per_page), (50, 50));
+    let past = page(11, 1000).await.expect("past the last").into_inner();
+    assert!(past.applications.is_empty());
+    let refused = page(1, 1001).await.expect_err("over 1,000 a page");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().starts_with("per_page:"), "{refused:?}");
 
     let text = sse
         .read_until(&format!("\"seq\":{N},"), Duration::from_secs(30))

@@ -137,16 +137,42 @@ impl HealthQuery for HealthQueryService {
         request: Request<v1::ListApplicationsRequest>,
     ) -> Result<Response<v1::ListApplicationsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
-        let filter = request.into_inner().segment;
+        let r = request.into_inner();
+        let number = |n: u32| (n > 0).then(|| n.to_string());
+        // Paged as `GET /api/v1/health` pages, with its rules and errors.
+        let query = crate::api::listing::ListQuery::parse(&crate::api::listing::RawQuery {
+            page: number(r.page),
+            per_page: number(r.per_page),
+            ..Default::default()
+        })?;
+        let segment = (!r.segment.is_empty()).then_some(r.segment.as_str());
         // Read before the table: a transition after it is in the stream.
         let version = self.authority.history().version();
-        let apps = self
-            .authority
-            .applications((!filter.is_empty()).then_some(filter.as_str()));
+        let epoch = self.authority.history().epoch();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let answer = if query.paging.is_none() {
+            let apps = self.authority.applications(segment);
+            let total = apps.len();
+            (apps, total, 1, total.max(1), 1)
+        } else {
+            let rows = self.authority.rows(&crate::api::views::RowFilter {
+                segment,
+                ..Default::default()
+            });
+            let mut page = crate::api::listing::run(rows, &query);
+            let rows = std::mem::take(&mut page.rows);
+            let apps = self.authority.views(rows.into_iter().map(|r| r.item));
+            (apps, page.total, page.page, page.per_page, page.pages)
+        };
+        let (apps, total, page, per_page, pages) = answer;
         Ok(Response::new(v1::ListApplicationsResponse {
             applications: apps.iter().map(|a| a.to_wire()).collect(),
             version,
-            epoch: self.authority.history().epoch(),
+            epoch,
+            total: total as u64,
+            page: count(page),
+            per_page: count(per_page),
+            pages: count(pages),
         }))
     }
 
