@@ -499,6 +499,35 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
         assert_eq!(header("x-content-type-options"), "nosniff");
     }
+    // Assets are revalidated, not downloaded again: a browser holding the
+    // current copy gets 304 and no body.
+    for path in [
+        "/assets/dashboard.js",
+        "/assets/dashboard-stream.js",
+        "/assets/dashboard.css",
+    ] {
+        let (_, headers, _) = http.open(path, None).await;
+        let etag = headers
+            .iter()
+            .find(|(k, _)| k == "etag")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{path}: no ETag in {headers:?}"));
+        assert!(etag.starts_with('"') && etag.len() > 2, "{path}: {etag}");
+        let (s, body) = http
+            .send_raw("GET", path, &[("if-none-match", &etag)], "")
+            .await;
+        assert_eq!((s, body.as_str()), (304, ""), "{path}");
+        let listed = format!("\"other\", W/{etag}");
+        let (s, _) = http
+            .send_raw("GET", path, &[("if-none-match", &listed)], "")
+            .await;
+        assert_eq!(s, 304, "{path}: a list naming it");
+        let (s, body) = http
+            .send_raw("GET", path, &[("if-none-match", "\"stale\"")], "")
+            .await;
+        assert_eq!(s, 200, "{path}: another tag");
+        assert!(!body.is_empty());
+    }
     let (_, html) = http
         .send("GET", "/connectors", Some(READ_TOKEN), None)
         .await;
