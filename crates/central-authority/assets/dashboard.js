@@ -420,6 +420,15 @@ function listPage() {
     p.set('view', 'summary');
     try {
       const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
+      // A page past the last (a bookmark, or rows that left the filter
+      // meanwhile) shows the last page instead of "Page 23 of 22" and no rows.
+      if (body.total > 0 && body.page > body.pages) {
+        const q = listParams();
+        q.set('page', String(body.pages));
+        history.replaceState(null, '', `/?${q}`);
+        fill();
+        return load();
+      }
       // Two answers of different CA processes (a restart between them, or
       // two replicas) have no version in common.
       const same = body.epoch === overview.epoch;

@@ -925,3 +925,47 @@ fn read<T>(msg: T) -> tonic::Request<T> {
     );
     req
 }
+
+/// A list opened past its last page (a bookmark of page 23 when 22 are
+/// left) said "Page 23 of 22" and "No applications match" while rows
+/// matched: it now shows the last page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_past_the_last_shows_the_last() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text("", "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let result: anyhow::Result<()> = async {
+        b.goto(&format!("http://{}/?page=23&per_page=2", ca.http))
+            .await?;
+        let script = r#"
+return {
+  pager: (document.getElementById('pager') || {}).textContent || '',
+  rows: document.querySelectorAll('#applications tr[data-app]').length,
+  url: location.search,
+};"#;
+        tab_wait(&b, script, serde_json::json!([]), "the last page", |v| {
+            let pager = v["pager"].as_str().unwrap_or("");
+            let last = pager
+                .split("Page ")
+                .nth(1)
+                .and_then(|p| p.split(" of ").next())
+                .map(str::to_owned);
+            v["rows"].as_u64() > Some(0)
+                && last.is_some()
+                && pager.contains(&format!("of {}", last.unwrap_or_default()))
+                && !v["url"].as_str().unwrap_or("").contains("page=23")
+        })
+        .await
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
