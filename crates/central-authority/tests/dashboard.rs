@@ -482,6 +482,7 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         ("/assets/dashboard.js", "text/javascript"),
         ("/assets/dashboard-stream.js", "text/javascript"),
         ("/assets/dashboard.css", "text/css"),
+        ("/favicon.ico", "image/svg+xml"),
     ] {
         let (s, headers, _) = http.open(path, Some(READ_TOKEN)).await;
         assert_eq!(s, 200, "{path}");
@@ -505,6 +506,7 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         "/assets/dashboard.js",
         "/assets/dashboard-stream.js",
         "/assets/dashboard.css",
+        "/favicon.ico",
     ] {
         let (_, headers, _) = http.open(path, None).await;
         let etag = headers

@@ -27,6 +27,9 @@ const SCRIPT: &str = include_str!("../../assets/dashboard.js");
 const STREAM_WORKER: &str = include_str!("../../assets/dashboard-stream.js");
 /// The page's styles (light and dark through `prefers-color-scheme`).
 const STYLE: &str = include_str!("../../assets/dashboard.css");
+/// The icon browsers ask for at `/favicon.ico` (SVG, which they accept
+/// there by its content type).
+const FAVICON: &str = include_str!("../../assets/favicon.svg");
 
 /// What every dashboard response allows: its own origin, nothing inline,
 /// no frames, no plugins.
@@ -220,6 +223,12 @@ fn serve(asset: &Asset, headers: &HeaderMap) -> Response {
 static SCRIPT_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(SCRIPT));
 static WORKER_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(STREAM_WORKER));
 static STYLE_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(STYLE));
+static FAVICON_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(FAVICON));
+static FAVICON_ASSET: Asset = Asset {
+    body: FAVICON,
+    content_type: "image/svg+xml",
+    etag: &FAVICON_TAG,
+};
 static SCRIPT_ASSET: Asset = Asset {
     body: SCRIPT,
     content_type: "text/javascript; charset=utf-8",
@@ -244,6 +253,11 @@ pub async fn script(headers: HeaderMap) -> Response {
 /// `GET /assets/dashboard-stream.js` (the shared stream's worker).
 pub async fn worker(headers: HeaderMap) -> Response {
     serve(&WORKER_ASSET, &headers)
+}
+
+/// `GET /favicon.ico`.
+pub async fn favicon(headers: HeaderMap) -> Response {
+    serve(&FAVICON_ASSET, &headers)
 }
 
 /// `GET /assets/dashboard.css`.

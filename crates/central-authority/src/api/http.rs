@@ -67,6 +67,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/assets/dashboard.js", get(assets::script))
         .route("/assets/dashboard.css", get(assets::style))
         .route("/assets/dashboard-stream.js", get(assets::worker))
+        .route("/favicon.ico", get(assets::favicon))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))

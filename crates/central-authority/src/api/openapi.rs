@@ -576,6 +576,19 @@ pub fn operations() -> Vec<Op> {
         },
         Op {
             method: "get",
+            path: "/favicon.ico",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "favicon",
+                "summary": "The dashboard's icon (SVG)",
+                "tags": ["dashboard"],
+                "responses": {"200": {"description": "SVG (with an `ETag`: a hash of the embedded icon)",
+                    "content": {"image/svg+xml": {"schema": {"type": "string"}}}},
+                    "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
+            }),
+        },
+        Op {
+            method: "get",
             path: "/assets/dashboard.css",
             auth: Auth::None,
             spec: json!({
