@@ -168,24 +168,27 @@ struct Asset {
     etag: &'static LazyLock<HeaderValue>,
 }
 
-/// A strong entity tag of `body`: its 64-bit FNV-1a hash, so it changes
+/// A weak entity tag of `body`: its 64-bit FNV-1a hash, so it changes
 /// when the embedded asset does (a new build), not when the CA restarts.
+/// Weak, since the same tag covers the gzipped and the plain bytes.
 fn etag(body: &str) -> HeaderValue {
     let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    HeaderValue::from_str(&format!("\"{hash:016x}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+    HeaderValue::from_str(&format!("W/\"{hash:016x}\""))
+        .unwrap_or(HeaderValue::from_static("W/\"0\""))
 }
 
 /// Whether `If-None-Match` in `headers` names `tag` (or is `*`).
-fn not_modified(headers: &HeaderMap, tag: &HeaderValue) -> bool {
-    let tag = tag.as_bytes();
+fn not_modified<'a>(headers: &'a HeaderMap, tag: &'a HeaderValue) -> bool {
+    let opaque = |t: &'a [u8]| t.strip_prefix(b"W/").unwrap_or(t);
+    let tag = opaque(tag.as_bytes());
     headers
         .get_all(header::IF_NONE_MATCH)
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
-        .any(|t| t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == tag)
+        .any(|t| t == b"*" || opaque(t) == tag)
 }
 
 /// Serves `asset`: revalidated on every load (`no-cache`), answered with

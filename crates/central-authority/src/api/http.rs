@@ -142,7 +142,11 @@ pub async fn serve(
         )?))),
         None => None,
     };
-    let router = router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    // Answers are gzipped when the client asks (`Accept-Encoding`); the
+    // layer's default leaves server-sent events, gRPC and images alone.
+    let router = router(authority)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::compression::CompressionLayer::new());
     let server = Server {
         builder: Arc::new(connection_builder(&limits)),
         acceptor,
