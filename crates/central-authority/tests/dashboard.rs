@@ -998,3 +998,34 @@ async fn api_answers_are_gzipped_when_asked() {
     assert!(gz.starts_with("\u{1f}\u{fffd}"), "not gzip: {gz:.40}");
     ca.stop().await;
 }
+
+/// Two CA processes (replicas behind one name, or one restarted) answer
+/// under different epochs, and one process's listing, overview and
+/// stream name the same one: a page moved to another replica re-reads as
+/// after a restart.
+#[tokio::test]
+async fn every_process_answers_under_its_own_epoch() {
+    let (one, two) = (
+        Ca::start(&default_config()).await,
+        Ca::start(&default_config()).await,
+    );
+    let mut epochs = Vec::new();
+    for ca in [&one, &two] {
+        let http = ca.web();
+        let listing = list(&http, "").await;
+        let (_, overview) = http.get_json("/api/v1/overview", Some(READ_TOKEN)).await;
+        let epoch = listing["epoch"].as_str().unwrap_or("").to_owned();
+        assert_eq!(epoch.len(), 16, "{listing}");
+        assert_eq!(overview["epoch"], epoch.as_str());
+        let (_, _, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
+        let hello = sse
+            .read_until("\n\n", Duration::from_secs(5))
+            .await
+            .unwrap_or_default();
+        assert!(hello.contains(&format!("\"epoch\":\"{epoch}\"")), "{hello}");
+        epochs.push(epoch);
+    }
+    assert_ne!(epochs[0], epochs[1]);
+    one.stop().await;
+    two.stop().await;
+}
