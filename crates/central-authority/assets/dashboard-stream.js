@@ -10,9 +10,11 @@
 //   tab → worker: {type: 'join', token} (the tab's API token, may be empty),
 //                 {type: 'leave'} (the tab is going away);
 //   worker → tab: {type: 'state', state, text} (the live indicator),
-//                 {type: 'open', version} (the stream opened, or this tab
-//                 joined it: every transition after `version` reaches the
-//                 tab; null: re-read, something may have been missed),
+//                 {type: 'open', version, epoch} (the stream opened, or
+//                 this tab joined it: every transition after `version`
+//                 reaches the tab; `epoch` names the CA process `version`
+//                 counts in; version null: re-read, something may have
+//                 been missed),
 //                 {type: 'transition', transition}.
 // Over HTTP/2 every tab keeps its own stream (multiplexed on one connection).
 'use strict';
@@ -28,6 +30,8 @@ let isOpen = false;
 // The newest version the stream has delivered: the hello's, then each
 // transition's number (its event id).
 let version = null;
+// The epoch of the CA process that stream comes from (its hello's).
+let epoch = null;
 
 function send(m) {
   for (const p of ports) p.postMessage(m);
@@ -69,11 +73,13 @@ async function open() {
   source.addEventListener('hello', (ev) => {
     retry = 1000;
     let v = null;
-    try { v = JSON.parse(ev.data).version; } catch (_) { /* ignored */ }
-    version = v;
+    let e = null;
+    try { ({ version: v, epoch: e } = JSON.parse(ev.data)); } catch (_) { /* ignored */ }
+    version = v === undefined ? null : v;
+    epoch = e || null;
     isOpen = true;
     setState('live', 'live');
-    send({ type: 'open', version: v });
+    send({ type: 'open', version, epoch });
   });
   source.addEventListener('transition', (ev) => {
     let t = null;
@@ -83,7 +89,7 @@ async function open() {
     if (ev.lastEventId && Number.isFinite(seq) && (version === null || seq > version)) version = seq;
     send({ type: 'transition', transition: t });
   });
-  source.addEventListener('lagged', () => send({ type: 'open', version: null }));
+  source.addEventListener('lagged', () => send({ type: 'open', version: null, epoch }));
   source.addEventListener('error', () => {
     // The ticket was used: reopen with a new one rather than let the
     // browser retry the same URL.
@@ -100,7 +106,7 @@ self.addEventListener('connect', (ev) => {
       if (d.token) token = d.token;
       ports.add(port);
       port.postMessage(state);
-      if (isOpen) port.postMessage({ type: 'open', version });
+      if (isOpen) port.postMessage({ type: 'open', version, epoch });
       if (!started) {
         started = true;
         open();

@@ -133,10 +133,13 @@ function askToken(message) {
 // first obtains a one-time stream ticket with it (`POST
 // /api/v1/health/stream/ticket`) and passes that in the URL; a new ticket
 // is fetched whenever the stream has to be reopened. `onOpen` runs every
-// time the stream opens (the first time too) with the stream's version:
-// changes between the page's fetch and the opening are not in the
-// stream, so the page re-reads when it may have missed one. A `lagged`
-// event (this page fell behind) counts as an opening.
+// time the stream opens (the first time too) with the stream's version
+// and epoch: changes between the page's fetch and the opening are not in
+// the stream, so the page re-reads when it may have missed one. A version
+// counts within one CA process only (the epoch is new in each): a stream
+// of another epoch (the CA restarted, or this browser reached another
+// replica) means a re-read whatever the numbers say. A `lagged` event
+// (this page fell behind) counts as an opening with version null.
 //
 // Over HTTP/1.1 a browser holds at most 6 connections to a host and a
 // stream holds one for good: one stream per tab would leave a 7th tab
@@ -179,7 +182,7 @@ function sharedLive({ onOpen, onTransition }) {
     heard = true;
     const m = ev.data || {};
     if (m.type === 'state') liveIndicator(m.state, m.text);
-    else if (m.type === 'open') { if (onOpen) onOpen(m.version); }
+    else if (m.type === 'open') { if (onOpen) onOpen(m.version, m.epoch); }
     else if (m.type === 'transition') { if (m.transition && onTransition) onTransition(m.transition); }
   });
   // A worker that fails to start (never spoke): this tab opens its own.
@@ -223,15 +226,16 @@ function ownLive({ onOpen, onTransition }) {
       retry = 1000;
       set('live', 'live');
       let v = null;
-      try { v = JSON.parse(ev.data).version; } catch (_) { /* ignored */ }
-      if (onOpen) onOpen(v);
+      let e = null;
+      try { ({ version: v, epoch: e } = JSON.parse(ev.data)); } catch (_) { /* ignored */ }
+      if (onOpen) onOpen(v === undefined ? null : v, e || null);
     });
     source.addEventListener('transition', (ev) => {
       let t = null;
       try { t = JSON.parse(ev.data); } catch (_) { /* ignored */ }
       if (t && onTransition) onTransition(t);
     });
-    source.addEventListener('lagged', () => { if (onOpen) onOpen(null); });
+    source.addEventListener('lagged', () => { if (onOpen) onOpen(null, null); });
     source.addEventListener('error', () => {
       set('reconnecting', 'reconnecting…');
       // The ticket was used: reopen with a new one rather than let the
@@ -378,12 +382,19 @@ function listPage() {
   const tbody = document.querySelector('#applications tbody');
   // The data of the rows shown, by key: streamed transitions update them.
   const shown = new Map();
-  // The stream version the shown data includes (null: unknown).
+  // The stream version the shown data includes, and the epoch it counts
+  // in (null: unknown).
   let version = null;
-  // The version a stream opening named before the first data arrived: the
-  // first load compares with it when done (re-reading at once would fetch
-  // the first page twice on every load).
+  let epoch = null;
+  // Whether the first load finished.
+  let loaded = false;
+  // The version and epoch a stream opening named before the first data
+  // arrived: the first load compares with them when done (re-reading at
+  // once would fetch the first page twice on every load).
   let openedAt = null;
+  // Whether data read at `version` under `epoch` may miss what a stream
+  // opened at `v` under `e` did not deliver.
+  const stale = (v, e) => v === null || epoch === null || e !== epoch || v > version;
   const fill = () => {
     const p = listParams();
     for (const f of LIST_FIELDS) {
@@ -409,9 +420,23 @@ function listPage() {
     p.set('view', 'summary');
     try {
       const [body, overview] = await Promise.all([getJSON(`/api/v1/health?${p}`), getJSON('/api/v1/overview')]);
-      version = Math.min(body.version, overview.version);
+      // A page past the last (a bookmark, or rows that left the filter
+      // meanwhile) shows the last page instead of "Page 23 of 22" and no rows.
+      if (body.total > 0 && body.page > body.pages) {
+        const q = listParams();
+        q.set('page', String(body.pages));
+        history.replaceState(null, '', `/?${q}`);
+        fill();
+        return load();
+      }
+      // Two answers of different CA processes (a restart between them, or
+      // two replicas) have no version in common.
+      const same = body.epoch === overview.epoch;
+      version = same ? Math.min(body.version, overview.version) : null;
+      epoch = same && body.epoch ? body.epoch : null;
+      loaded = true;
       if (openedAt !== null) {
-        if (openedAt > version) refresh();
+        if (stale(openedAt.version, openedAt.epoch)) refresh();
         openedAt = null;
       }
       renderOverview(overview);
@@ -476,10 +501,10 @@ function listPage() {
   fill();
   load();
   live({
-    onOpen: (v) => {
+    onOpen: (v, e) => {
       // Opened before the first data arrived: that load decides.
-      if (v !== null && version === null) openedAt = v;
-      else if (v === null || v > version) refresh();
+      if (v !== null && !loaded) openedAt = { version: v, epoch: e };
+      else if (stale(v, e)) refresh();
     },
     onTransition: (t) => {
       const a = shown.get(transitionKey(t));

@@ -482,6 +482,7 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         ("/assets/dashboard.js", "text/javascript"),
         ("/assets/dashboard-stream.js", "text/javascript"),
         ("/assets/dashboard.css", "text/css"),
+        ("/favicon.ico", "image/svg+xml"),
     ] {
         let (s, headers, _) = http.open(path, Some(READ_TOKEN)).await;
         assert_eq!(s, 200, "{path}");
@@ -498,6 +499,36 @@ async fn dashboard_pages_are_served_under_a_strict_csp() {
         assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
         assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
         assert_eq!(header("x-content-type-options"), "nosniff");
+    }
+    // Assets are revalidated, not downloaded again: a browser holding the
+    // current copy gets 304 and no body.
+    for path in [
+        "/assets/dashboard.js",
+        "/assets/dashboard-stream.js",
+        "/assets/dashboard.css",
+        "/favicon.ico",
+    ] {
+        let (_, headers, _) = http.open(path, None).await;
+        let etag = headers
+            .iter()
+            .find(|(k, _)| k == "etag")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{path}: no ETag in {headers:?}"));
+        assert!(etag.starts_with("W/\"") && etag.len() > 4, "{path}: {etag}");
+        let (s, body) = http
+            .send_raw("GET", path, &[("if-none-match", &etag)], "")
+            .await;
+        assert_eq!((s, body.as_str()), (304, ""), "{path}");
+        let listed = format!("\"other\", {}", etag.trim_start_matches("W/"));
+        let (s, _) = http
+            .send_raw("GET", path, &[("if-none-match", &listed)], "")
+            .await;
+        assert_eq!(s, 304, "{path}: a list naming it");
+        let (s, body) = http
+            .send_raw("GET", path, &[("if-none-match", "\"stale\"")], "")
+            .await;
+        assert_eq!(s, 200, "{path}: another tag");
+        assert!(!body.is_empty());
     }
     let (_, html) = http
         .send("GET", "/connectors", Some(READ_TOKEN), None)
@@ -680,4 +711,321 @@ async fn eight_dashboard_tabs_load_and_go_live_over_http1() {
     if let Err(e) = result {
         panic!("{e:#}");
     }
+}
+
+/// What the list shows: the summary line, the live indicator, and the
+/// status of connector `arguments[1]` in the row of application
+/// `arguments[0]` (null: no such cell).
+const LIST_STATE: &str = r#"
+const [key, conn] = arguments;
+const tr = [...document.querySelectorAll('tr[data-app]')].find((r) => r.dataset.app === key);
+const s = tr && tr.querySelector(`[data-connector="${conn}"] [data-status]`);
+const live = document.getElementById('live');
+return {
+  cell: s ? s.dataset.status : null,
+  summary: (document.getElementById('summary') || {}).textContent || '',
+  live: live ? live.dataset.live : null,
+};
+"#;
+
+/// An open list kept showing a CA process's state after that process
+/// restarted (statuses, counts) while its indicator said "live": it
+/// re-read only when the new stream's version was above its own, and
+/// versions start again at 0 in every process. Answers and the stream's
+/// hello name their process's epoch, and another epoch means a re-read:
+/// after the restart the page shows what the new process knows (the
+/// connector gone, nothing down), polled with a generous deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_list_shows_a_restarted_ca_as_it_is() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text("", "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let base = format!("http://{}", ca.http);
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let key = serde_json::json!(["jira/jira.test.reach/tcp/80", "east-1"]);
+    let first: anyhow::Result<()> = async {
+        b.goto(&format!("{base}/")).await?;
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        east.report(
+            vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.9"])],
+            false,
+        )
+        .await;
+        tab_wait(
+            &b,
+            LIST_STATE,
+            key.clone(),
+            "the page shows the report",
+            |v| {
+                v["cell"] == "down"
+                    && v["live"] == "live"
+                    && v["summary"].as_str().is_some_and(|s| s.contains("down 1"))
+            },
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = first {
+        b.close().await;
+        ca.stop().await;
+        panic!("{e:#}");
+    }
+    // A new process on the same addresses: no connector attached, no
+    // report, and its stream numbers from 0 again.
+    let ca = ca.restart_plain(&text).await;
+    let after = tab_wait(
+        &b,
+        LIST_STATE,
+        key,
+        "the page shows the restarted CA's state",
+        |v| {
+            v["cell"] != "down"
+                && v["live"] == "live"
+                && v["summary"].as_str().is_some_and(|s| s.contains("down 0"))
+        },
+    )
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = after {
+        panic!("{e:#}");
+    }
+}
+
+/// One report's worth of changes (a connector of 10,000 applications
+/// reporting, or disconnecting) is one round of the stream: watchers
+/// reading as fast as they could got `lagged` (gRPC 795 and 3,659, the
+/// HTTP stream 1,715), since each transition took a slot of a 4,096-deep
+/// broadcast. A round is now one batch that a reader keeping up gets
+/// whole, over gRPC `WatchHealth` and the HTTP stream, both numbered under
+/// the epoch `ListApplications` names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_ten_thousand_changes_reaches_watchers_that_keep_up() {
+    const N: usize = 10_000;
+    let hosts: Vec<String> = (0..N).map(|i| format!("h{i}.burst.test.reach")).collect();
+    let burst = segment("burst")
+        .apps(&hosts)
+        .tcp(["80"])
+        .groups(["dc-east"])
+        .toml();
+    let ca = Ca::start(&config_text("", "", &burst)).await;
+    let http = ca.web();
+    let mut client = v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let mut watched = client
+        .watch_health(read(v1::WatchHealthRequest {
+            segment: "burst".into(),
+            connector: String::new(),
+        }))
+        .await
+        .expect("watch")
+        .into_inner();
+    let (status, _, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(
+        sse.read_until("event: hello", Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let apps = hosts
+        .iter()
+        .map(|h| app("burst", h, 80, &["127.0.0.9"], &[]))
+        .collect();
+    east.report(apps, true).await;
+
+    let mut seqs = std::collections::BTreeSet::new();
+    let mut epochs = std::collections::BTreeSet::new();
+    while seqs.len() < N {
+        let t = tokio::time::timeout(Duration::from_secs(30), watched.message())
+            .await
+            .expect("WatchHealth in time")
+            .expect("stream")
+            .expect("open");
+        assert_eq!(
+            t.lagged,
+            0,
+            "a watcher that keeps up lagged after {}",
+            seqs.len()
+        );
+        epochs.insert(t.epoch);
+        seqs.insert(t.seq);
+    }
+    assert_eq!(seqs.first().copied(), Some(1));
+    assert_eq!(seqs.last().copied(), Some(N as u64));
+    let listed = client
+        .list_applications(read(v1::ListApplicationsRequest {
+            segment: "burst".into(),
+            ..Default::default()
+        }))
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.applications.len(), N);
+    assert_eq!(listed.version, N as u64);
+    assert_eq!(epochs, [listed.epoch].into(), "one epoch, the one listed");
+    assert_ne!(listed.epoch, 0);
+    assert_eq!((listed.total, listed.pages), (N as u64, 1));
+    // Paged as the HTTP listing is: sorted by host, at most 1,000 a page.
+    let page = |page, per_page| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_applications(read(v1::ListApplicationsRequest {
+                    segment: "burst".into(),
+                    page,
+                    per_page,
+                }))
+                .await
+        }
+    };
+    let third = page(3, 1000).await.expect("page 3").into_inner();
+    assert_eq!(third.applications.len(), 1000);
+    assert_eq!(
+        (third.total, third.page, third.per_page, third.pages),
+        (N as u64, 3, 1000, 10)
+    );
+    let host = |v: &v1::ApplicationView| v.app.clone().unwrap_or_default().host;
+    // Natural order: h0, h1, … h9999; page 3 starts at h2000.
+    assert_eq!(host(&third.applications[0]), "h2000.burst.test.reach");
+    assert_eq!(third.epoch, listed.epoch);
+    let first = page(1, 0).await.expect("page 1").into_inner();
+    assert_eq!((first.applications.len(), first.per_page), (50, 50));
+    let past = page(11, 1000).await.expect("past the last").into_inner();
+    assert!(past.applications.is_empty());
+    let refused = page(1, 1001).await.expect_err("over 1,000 a page");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().starts_with("per_page:"), "{refused:?}");
+
+    let text = sse
+        .read_until(&format!("\"seq\":{N},"), Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| {
+            let t = sse.text();
+            panic!(
+                "the HTTP stream ended short: {}",
+                &t[t.len().saturating_sub(300)..]
+            )
+        });
+    assert!(!text.contains("event: lagged"), "the HTTP stream lagged");
+    assert_eq!(text.matches("event: transition").count(), N);
+    drop(east);
+    ca.stop().await;
+}
+
+/// `msg` with the read token.
+fn read<T>(msg: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {READ_TOKEN}").parse().expect("ascii"),
+    );
+    req
+}
+
+/// A list opened past its last page (a bookmark of page 23 when 22 are
+/// left) said "Page 23 of 22" and "No applications match" while rows
+/// matched: it now shows the last page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_past_the_last_shows_the_last() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text("", "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let result: anyhow::Result<()> = async {
+        b.goto(&format!("http://{}/?page=23&per_page=2", ca.http))
+            .await?;
+        let script = r#"
+return {
+  pager: (document.getElementById('pager') || {}).textContent || '',
+  rows: document.querySelectorAll('#applications tr[data-app]').length,
+  url: location.search,
+};"#;
+        tab_wait(&b, script, serde_json::json!([]), "the last page", |v| {
+            let pager = v["pager"].as_str().unwrap_or("");
+            let last = pager
+                .split("Page ")
+                .nth(1)
+                .and_then(|p| p.split(" of ").next())
+                .map(str::to_owned);
+            v["rows"].as_u64() > Some(0)
+                && last.is_some()
+                && pager.contains(&format!("of {}", last.unwrap_or_default()))
+                && !v["url"].as_str().unwrap_or("").contains("page=23")
+        })
+        .await
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// API answers went out uncompressed whatever the client accepted: a
+/// client that asks for gzip gets it (the listing is JSON text, several
+/// times smaller gzipped); one that does not ask gets plain JSON.
+#[tokio::test]
+async fn api_answers_are_gzipped_when_asked() {
+    let ca = Ca::start(&config_text("", "", &farm())).await;
+    let http = ca.web();
+    let auth = format!("Bearer {READ_TOKEN}");
+    let (s, plain) = http
+        .send_raw("GET", "/api/v1/health", &[("authorization", &auth)], "")
+        .await;
+    assert_eq!(s, 200);
+    assert!(plain.starts_with('{'), "{plain}");
+    let (s, gz) = http
+        .send_raw(
+            "GET",
+            "/api/v1/health",
+            &[("authorization", &auth), ("accept-encoding", "gzip")],
+            "",
+        )
+        .await;
+    assert_eq!(s, 200);
+    // The gzip magic number, 1f 8b (0x8b is no UTF-8 of its own).
+    assert!(gz.starts_with("\u{1f}\u{fffd}"), "not gzip: {gz:.40}");
+    ca.stop().await;
+}
+
+/// Two CA processes (replicas behind one name, or one restarted) answer
+/// under different epochs, and one process's listing, overview and
+/// stream name the same one: a page moved to another replica re-reads as
+/// after a restart.
+#[tokio::test]
+async fn every_process_answers_under_its_own_epoch() {
+    let (one, two) = (
+        Ca::start(&default_config()).await,
+        Ca::start(&default_config()).await,
+    );
+    let mut epochs = Vec::new();
+    for ca in [&one, &two] {
+        let http = ca.web();
+        let listing = list(&http, "").await;
+        let (_, overview) = http.get_json("/api/v1/overview", Some(READ_TOKEN)).await;
+        let epoch = listing["epoch"].as_str().unwrap_or("").to_owned();
+        assert_eq!(epoch.len(), 16, "{listing}");
+        assert_eq!(overview["epoch"], epoch.as_str());
+        let (_, _, mut sse) = http.open("/api/v1/health/stream", Some(READ_TOKEN)).await;
+        let hello = sse
+            .read_until("\n\n", Duration::from_secs(5))
+            .await
+            .unwrap_or_default();
+        assert!(hello.contains(&format!("\"epoch\":\"{epoch}\"")), "{hello}");
+        epochs.push(epoch);
+    }
+    assert_ne!(epochs[0], epochs[1]);
+    one.stop().await;
+    two.stop().await;
 }

@@ -214,7 +214,17 @@ impl BodyReader {
         within: std::time::Duration,
     ) -> Option<String> {
         let deadline = tokio::time::Instant::now() + within;
-        while !self.text.contains(needle) {
+        // Only what arrived since the last look (and a needle's length
+        // before it) is searched: a long stream is not scanned anew per frame.
+        let mut from = 0;
+        loop {
+            if self.text[from..].contains(needle) {
+                return Some(self.text.clone());
+            }
+            from = self.text.len().saturating_sub(needle.len());
+            while !self.text.is_char_boundary(from) {
+                from -= 1;
+            }
             let frame = tokio::time::timeout_at(deadline, self.body.frame()).await;
             match frame {
                 Ok(Some(Ok(frame))) => {
@@ -225,7 +235,6 @@ impl BodyReader {
                 _ => return None,
             }
         }
-        Some(self.text.clone())
     }
 
     /// Everything read so far.

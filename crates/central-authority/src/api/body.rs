@@ -58,6 +58,10 @@ pub(crate) struct HealthBody {
     pub(crate) listing: Listing,
     /// The stream's latest transition number when the listing was taken.
     pub(crate) version: u64,
+    /// The stream's epoch (16 hex digits), new in every CA process: a
+    /// `version` compares only with one of the same epoch (the stream's
+    /// `hello` names both).
+    pub(crate) epoch: String,
 }
 
 /// `GET /api/v1/connectors`.

@@ -15,7 +15,9 @@
 //! (`data-status="unknown"`, `.icon-unknown`) so browser tests can assert
 //! on them without parsing text.
 
-use axum::http::{HeaderValue, header};
+use std::sync::LazyLock;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// The page's script (plain ES2020, no build step).
@@ -25,6 +27,9 @@ const SCRIPT: &str = include_str!("../../assets/dashboard.js");
 const STREAM_WORKER: &str = include_str!("../../assets/dashboard-stream.js");
 /// The page's styles (light and dark through `prefers-color-scheme`).
 const STYLE: &str = include_str!("../../assets/dashboard.css");
+/// The icon browsers ask for at `/favicon.ico` (SVG, which they accept
+/// there by its content type).
+const FAVICON: &str = include_str!("../../assets/favicon.svg");
 
 /// What every dashboard response allows: its own origin, nothing inline,
 /// no frames, no plugins.
@@ -156,46 +161,111 @@ pub fn page(page: Page) -> Response {
     )
 }
 
-/// `GET /assets/dashboard.js`.
-pub async fn script() -> Response {
+/// An embedded asset: its bytes, type and entity tag.
+struct Asset {
+    body: &'static str,
+    content_type: &'static str,
+    etag: &'static LazyLock<HeaderValue>,
+}
+
+/// A weak entity tag of `body`: its 64-bit FNV-1a hash, so it changes
+/// when the embedded asset does (a new build), not when the CA restarts.
+/// Weak, since the same tag covers the gzipped and the plain bytes.
+fn etag(body: &str) -> HeaderValue {
+    let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    HeaderValue::from_str(&format!("W/\"{hash:016x}\""))
+        .unwrap_or(HeaderValue::from_static("W/\"0\""))
+}
+
+/// Whether `If-None-Match` in `headers` names `tag` (or is `*`).
+fn not_modified<'a>(headers: &'a HeaderMap, tag: &'a HeaderValue) -> bool {
+    let opaque = |t: &'a [u8]| t.strip_prefix(b"W/").unwrap_or(t);
+    let tag = opaque(tag.as_bytes());
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .any(|t| t == b"*" || opaque(t) == tag)
+}
+
+/// Serves `asset`: revalidated on every load (`no-cache`), answered with
+/// `304 Not Modified` and no body when the browser's copy is current.
+fn serve(asset: &Asset, headers: &HeaderMap) -> Response {
+    let etag = (**asset.etag).clone();
+    if not_modified(headers, &etag) {
+        return secured(
+            (
+                StatusCode::NOT_MODIFIED,
+                [
+                    (header::ETAG, etag),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+                ],
+            )
+                .into_response(),
+        );
+    }
     secured(
         (
             [
-                (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-cache"),
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(asset.content_type),
+                ),
+                (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+                (header::ETAG, etag),
             ],
-            SCRIPT,
+            asset.body,
         )
             .into_response(),
     )
+}
+
+static SCRIPT_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(SCRIPT));
+static WORKER_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(STREAM_WORKER));
+static STYLE_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(STYLE));
+static FAVICON_TAG: LazyLock<HeaderValue> = LazyLock::new(|| etag(FAVICON));
+static FAVICON_ASSET: Asset = Asset {
+    body: FAVICON,
+    content_type: "image/svg+xml",
+    etag: &FAVICON_TAG,
+};
+static SCRIPT_ASSET: Asset = Asset {
+    body: SCRIPT,
+    content_type: "text/javascript; charset=utf-8",
+    etag: &SCRIPT_TAG,
+};
+static WORKER_ASSET: Asset = Asset {
+    body: STREAM_WORKER,
+    content_type: "text/javascript; charset=utf-8",
+    etag: &WORKER_TAG,
+};
+static STYLE_ASSET: Asset = Asset {
+    body: STYLE,
+    content_type: "text/css; charset=utf-8",
+    etag: &STYLE_TAG,
+};
+
+/// `GET /assets/dashboard.js`.
+pub async fn script(headers: HeaderMap) -> Response {
+    serve(&SCRIPT_ASSET, &headers)
 }
 
 /// `GET /assets/dashboard-stream.js` (the shared stream's worker).
-pub async fn worker() -> Response {
-    secured(
-        (
-            [
-                (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-cache"),
-            ],
-            STREAM_WORKER,
-        )
-            .into_response(),
-    )
+pub async fn worker(headers: HeaderMap) -> Response {
+    serve(&WORKER_ASSET, &headers)
+}
+
+/// `GET /favicon.ico`.
+pub async fn favicon(headers: HeaderMap) -> Response {
+    serve(&FAVICON_ASSET, &headers)
 }
 
 /// `GET /assets/dashboard.css`.
-pub async fn style() -> Response {
-    secured(
-        (
-            [
-                (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-cache"),
-            ],
-            STYLE,
-        )
-            .into_response(),
-    )
+pub async fn style(headers: HeaderMap) -> Response {
+    serve(&STYLE_ASSET, &headers)
 }
 
 #[cfg(test)]

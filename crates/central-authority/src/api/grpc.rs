@@ -75,8 +75,8 @@ pub struct HealthQueryService {
 type TransitionStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::HealthTransition, Status>> + Send>>;
 
-/// The wire form of a streamed transition.
-fn transition_to_wire(e: &crate::state::history::EventView) -> v1::HealthTransition {
+/// The wire form of a transition streamed under `epoch`.
+fn transition_to_wire(e: &crate::state::history::EventView, epoch: u64) -> v1::HealthTransition {
     let status = |s: policy::Status| v1::HealthStatus::from(s) as i32;
     v1::HealthTransition {
         app: Some(v1::ApplicationKey {
@@ -92,6 +92,7 @@ fn transition_to_wire(e: &crate::state::history::EventView) -> v1::HealthTransit
         at_unix_ms: e.at,
         seq: e.seq.unwrap_or(0),
         lagged: 0,
+        epoch,
     }
 }
 
@@ -103,20 +104,25 @@ impl HealthQuery for HealthQueryService {
         &self,
         request: Request<v1::WatchHealthRequest>,
     ) -> Result<Response<TransitionStream>, Status> {
+        use crate::state::history::Live;
         use futures::StreamExt as _;
-        use tokio_stream::wrappers::BroadcastStream;
-        use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
         check(&self.authority, &request, Scope::Read)?;
         let filter = request.into_inner();
-        let stream =
-            BroadcastStream::new(self.authority.history().subscribe()).filter_map(move |item| {
+        let epoch = self.authority.history().epoch();
+        let stream = self
+            .authority
+            .history()
+            .subscribe()
+            .filter_map(move |item| {
                 let out = match item {
-                    Ok(e) => ((filter.segment.is_empty() || filter.segment == e.segment)
+                    Live::Transition(e) => ((filter.segment.is_empty()
+                        || filter.segment == e.segment)
                         && (filter.connector.is_empty() || filter.connector == e.connector))
-                        .then(|| Ok(transition_to_wire(&e))),
-                    Err(BroadcastStreamRecvError::Lagged(n)) => Some(Ok(v1::HealthTransition {
+                        .then(|| Ok(transition_to_wire(&e, epoch))),
+                    Live::Lagged(n) => Some(Ok(v1::HealthTransition {
                         lagged: n,
+                        epoch,
                         ..Default::default()
                     })),
                 };
@@ -131,12 +137,42 @@ impl HealthQuery for HealthQueryService {
         request: Request<v1::ListApplicationsRequest>,
     ) -> Result<Response<v1::ListApplicationsResponse>, Status> {
         check(&self.authority, &request, Scope::Read)?;
-        let filter = request.into_inner().segment;
-        let apps = self
-            .authority
-            .applications((!filter.is_empty()).then_some(filter.as_str()));
+        let r = request.into_inner();
+        let number = |n: u32| (n > 0).then(|| n.to_string());
+        // Paged as `GET /api/v1/health` pages, with its rules and errors.
+        let query = crate::api::listing::ListQuery::parse(&crate::api::listing::RawQuery {
+            page: number(r.page),
+            per_page: number(r.per_page),
+            ..Default::default()
+        })?;
+        let segment = (!r.segment.is_empty()).then_some(r.segment.as_str());
+        // Read before the table: a transition after it is in the stream.
+        let version = self.authority.history().version();
+        let epoch = self.authority.history().epoch();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let answer = if query.paging.is_none() {
+            let apps = self.authority.applications(segment);
+            let total = apps.len();
+            (apps, total, 1, total.max(1), 1)
+        } else {
+            let rows = self.authority.rows(&crate::api::views::RowFilter {
+                segment,
+                ..Default::default()
+            });
+            let mut page = crate::api::listing::run(rows, &query);
+            let rows = std::mem::take(&mut page.rows);
+            let apps = self.authority.views(rows.into_iter().map(|r| r.item));
+            (apps, page.total, page.page, page.per_page, page.pages)
+        };
+        let (apps, total, page, per_page, pages) = answer;
         Ok(Response::new(v1::ListApplicationsResponse {
             applications: apps.iter().map(|a| a.to_wire()).collect(),
+            version,
+            epoch,
+            total: total as u64,
+            page: count(page),
+            per_page: count(per_page),
+            pages: count(pages),
         }))
     }
 

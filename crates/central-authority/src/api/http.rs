@@ -73,6 +73,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/assets/dashboard.js", get(assets::script))
         .route("/assets/dashboard.css", get(assets::style))
         .route("/assets/dashboard-stream.js", get(assets::worker))
+        .route("/favicon.ico", get(assets::favicon))
         .route("/api/v1/health", get(health))
         .route("/api/v1/health/stream", get(health_stream))
         .route("/api/v1/health/stream/ticket", post(stream_ticket))
@@ -150,7 +151,11 @@ pub async fn serve(
         )?))),
         None => None,
     };
-    let router = router(authority).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    // Answers are gzipped when the client asks (`Accept-Encoding`); the
+    // layer's default leaves server-sent events, gRPC and images alone.
+    let router = router(authority)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::compression::CompressionLayer::new());
     let server = Server {
         builder: Arc::new(connection_builder(&limits)),
         acceptor,
@@ -622,6 +627,7 @@ async fn health(
     };
     // Read before the table: a transition after it shows in the stream.
     let version = a.history().version();
+    let epoch = a.history().epoch_text();
     // Cheap rows first; views only for the page's rows.
     let rows = a.rows(&crate::api::views::RowFilter {
         segment: q.segment.as_deref(),
@@ -638,6 +644,7 @@ async fn health(
     axum::Json(HealthBody {
         listing: crate::api::body::Listing::new(page, views),
         version,
+        epoch,
     })
     .into_response()
 }
@@ -722,10 +729,9 @@ async fn health_stream(
     Query(q): Query<StreamQuery>,
     parts: axum::http::request::Parts,
 ) -> Response {
+    use crate::state::history::Live;
     use axum::response::sse::{Event, KeepAlive, Sse};
     use futures::StreamExt as _;
-    use tokio_stream::wrappers::BroadcastStream;
-    use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
     match q.ticket.as_deref() {
         Some(ticket) => {
@@ -749,13 +755,13 @@ async fn health_stream(
     // Subscribe before reading the version: every transition numbered
     // after the version the hello names is then in this stream, so a page
     // whose data is at least that version missed nothing.
-    let events = BroadcastStream::new(a.history().subscribe());
-    let hello = Event::default()
-        .event("hello")
-        .data(json!({ "version": a.history().version() }).to_string());
+    let events = a.history().subscribe();
+    let hello = Event::default().event("hello").data(
+        json!({ "version": a.history().version(), "epoch": a.history().epoch_text() }).to_string(),
+    );
     let events = events.map(|item| {
         Ok::<_, std::convert::Infallible>(match item {
-            Ok(e) => {
+            Live::Transition(e) => {
                 let data = serde_json::to_string(&*e).unwrap_or_default();
                 let event = Event::default().event("transition").data(data);
                 match e.seq {
@@ -763,9 +769,7 @@ async fn health_stream(
                     None => event,
                 }
             }
-            Err(BroadcastStreamRecvError::Lagged(n)) => {
-                Event::default().event("lagged").data(n.to_string())
-            }
+            Live::Lagged(n) => Event::default().event("lagged").data(n.to_string()),
         })
     });
     let stream = futures::stream::once(async move { Ok(hello) })
@@ -828,6 +832,7 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
         },
         "check_budget": a.snapshot().settings().check_budget,
         "version": version,
+        "epoch": a.history().epoch_text(),
     }))
     .into_response()
 }

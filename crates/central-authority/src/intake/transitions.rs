@@ -43,6 +43,8 @@ fn stream_transitions(authority: &Authority) -> Vec<EventRecord> {
     // up once per run.
     let mut visible: Option<(&str, bool)> = None;
     let mut records = Vec::with_capacity(taken.len());
+    // Which records are streamed, with their protocol and statuses.
+    let mut shown_at = Vec::new();
     for (key, t) in taken {
         let shown = match visible {
             Some((segment, shown)) if segment == key.segment => shown,
@@ -54,12 +56,18 @@ fn stream_transitions(authority: &Authority) -> Vec<EventRecord> {
             }
         };
         let (protocol, from, to) = (key.protocol, t.from, t.to);
-        let record = EventRecord::new(key, t);
         if shown {
-            history.publish(&record, protocol, from, to);
+            shown_at.push((records.len(), protocol, from, to));
         }
-        records.push(record);
+        records.push(EventRecord::new(key, t));
     }
+    // One batch per round: a reader that keeps up gets it whole.
+    let round: Vec<_> = shown_at
+        .into_iter()
+        .map(|(i, p, from, to)| (&records[i], p, from, to))
+        .collect();
+    history.publish(&round);
+    drop(round);
     records
 }
 

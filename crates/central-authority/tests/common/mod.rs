@@ -270,14 +270,26 @@ impl Ca {
         Self::start_with_tls(config, false).await
     }
 
+    /// Stops this CA (started without TLS from `text`) and starts a new
+    /// process of it on the same addresses and data directory: a restart.
+    pub async fn restart_plain(self, text: &str) -> Ca {
+        let (grpc, http, data_dir) = (self.grpc, self.http, self.data_dir.clone());
+        self.stop().await;
+        let mut config = Config::from_toml(text, Path::new("."))
+            .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+        config.settings.data_dir = data_dir;
+        Self::start_at(config, false, grpc, http).await
+    }
+
     async fn start_with_tls(config: Config, tls: bool) -> Ca {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        Self::start_at(config, tls, any, any).await
+    }
+
+    async fn start_at(config: Config, tls: bool, grpc: SocketAddr, http: SocketAddr) -> Ca {
         let data_dir = config.settings.data_dir.clone();
-        let g = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let h = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let g = tokio::net::TcpListener::bind(grpc).await.expect("bind");
+        let h = tokio::net::TcpListener::bind(http).await.expect("bind");
         let (grpc, http) = (g.local_addr().expect("addr"), h.local_addr().expect("addr"));
         let authority = Arc::new(Authority::open(config, tls).expect("trust state opens"));
         let (tx, rx) = oneshot::channel::<()>();
