@@ -8,9 +8,11 @@
 //!
 //! - `file`: the TOML shapes serde reads, with their defaults;
 //! - `settings`: the runtime [`Settings`] and the rules for them;
-//! - `secrets`: API tokens, provisioning keys and their use limits.
+//! - `secrets`: API tokens, provisioning keys and their use limits;
+//! - `reference`: every key documented, generating the book's reference.
 
 mod file;
+pub mod reference;
 pub mod reload;
 mod secrets;
 mod settings;
