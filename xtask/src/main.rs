@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation, in Rust (the cargo-xtask
 //! convention). `ci` is what `.ci/run` and the README's test command run;
-//! `proto` guards the wire contract with buf (`proto.rs`); `e2e` runs the
+//! `proto` guards the wire contract with buf (`proto.rs`); `book` builds the
+//! operator's book and checks its links (`book.rs`); `e2e` runs the
 //! end-to-end scenarios against release binaries; `bench` measures every
 //! hot path against its bare baseline (BENCHMARKS.md); `demo` runs the
 //! system on the built-in example.
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
+mod book;
 mod dist;
 #[cfg(test)]
 mod manifests;
@@ -32,6 +34,8 @@ tasks:
           proto/ with proto/buf.yaml, breaking changes against proto/baseline, and a
           self-check that a removed or renumbered field fails; --update-baseline
           records compatible additions in the baseline
+  book    build the operator's book (mdBook, book/) into target/book and check
+          that every relative link and #anchor in book/src resolves
   test    all unit and integration tests (no e2e)
   monitoring  promtool checks and unit tests of deploy/prometheus
   schemathesis [SECONDS]  validate docs/openapi.json (openapi-spec-validator) and
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Some("test") => test().map(|()| summary()),
         Some("monitoring") => monitoring(),
         Some("proto") => proto::check(&args[1..]),
+        Some("book") => book::book(),
         Some("schemathesis") => schemathesis(&args[1..]),
         Some("manifests") => manifests(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
@@ -178,6 +183,7 @@ fn ci() -> Result<()> {
     monitoring()?;
     manifests()?;
     proto::check(&[])?;
+    book::book()?;
     test()?;
     schemathesis(&["30".to_owned()])?;
     e2e(&[])?;
