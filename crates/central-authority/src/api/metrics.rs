@@ -44,6 +44,15 @@ pub struct StatusLabel {
     pub status: String,
 }
 
+/// Labels of `reach_ca_segment_applications`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SegmentStatusLabels {
+    /// Segment name.
+    pub segment: String,
+    /// `up`, `unhealthy`, `down` or `unknown`.
+    pub status: String,
+}
+
 /// Labels of a per-application series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApplicationLabels {
@@ -177,6 +186,34 @@ fn register_applications<T>(registry: &mut Registry, applications: &[Row<T>]) {
         "applications",
         "Visible applications by overall status (the best over their connectors)",
         by_status,
+    );
+
+    // Counts per segment, so alerts page once per segment (with how many
+    // and what share are down), not once per application. Every status of
+    // a segment with applications gets a series, zero included, so the
+    // share down has a denominator.
+    let by_segment = Family::<SegmentStatusLabels, Gauge>::default();
+    let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
+    for a in applications {
+        for status in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+            let n = counts
+                .entry((a.segment.as_str(), status.as_str()))
+                .or_default();
+            *n += i64::from(a.status == status);
+        }
+    }
+    for ((segment, status), n) in counts {
+        by_segment
+            .get_or_create(&SegmentStatusLabels {
+                segment: segment.to_owned(),
+                status: status.to_owned(),
+            })
+            .set(n);
+    }
+    registry.register(
+        "segment_applications",
+        "Visible applications of each segment by overall status (segments with no checked application have no series)",
+        by_segment,
     );
 
     // Only Down applications get a series: at 10,000 applications a
