@@ -229,7 +229,67 @@ fn monitoring() -> Result<()> {
         cmd.current_dir(&dir).args(args);
         run(cmd, what)?;
     }
-    Ok(())
+    let scale = root().join("target/monitoring");
+    std::fs::create_dir_all(&scale).with_context(|| format!("create {}", scale.display()))?;
+    let test = scale.join("reach-alerts.scale.test.yml");
+    std::fs::write(&test, scale_test(&dir.join("reach-alerts.yml"), 10_000))
+        .with_context(|| format!("write {}", test.display()))?;
+    let mut cmd = Command::new("promtool");
+    cmd.arg("test").arg("rules").arg(&test);
+    run(cmd, "promtool test rules (10,000 down applications)")
+}
+
+/// A promtool rule test in which `down` applications of one segment are
+/// down, as the CA exports them (a `reach_ca_application_down` series each
+/// and the segment's counts): it expects one `ReachSegmentApplicationsDown`
+/// and one `ReachSegmentMostlyDown` alert, not one per application.
+fn scale_test(rules: &Path, down: usize) -> String {
+    use std::fmt::Write;
+    let mut t = format!(
+        "rule_files:\n  - {rules:?}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+    );
+    let series = |t: &mut String, s: &str, v: &str| {
+        let _ = write!(t, "      - series: '{s}'\n        values: \"{v}\"\n");
+    };
+    let ca = r#"job="reach-ca", instance="ca:7480""#;
+    for i in 0..down {
+        let host = format!("app-{i}.example");
+        series(
+            &mut t,
+            &format!(
+                r#"reach_ca_application_down{{{ca}, segment="big", host="{host}", protocol="tcp", port="443"}}"#
+            ),
+            "1x15",
+        );
+    }
+    let counted = format!("{down}x15");
+    for (status, v) in [("down", counted.as_str()), ("up", "0x15")] {
+        series(
+            &mut t,
+            &format!(r#"reach_ca_segment_applications{{{ca}, segment="big", status="{status}"}}"#),
+            v,
+        );
+    }
+    let _ = write!(
+        t,
+        "    alert_rule_test:
+      - eval_time: 11m
+        alertname: ReachSegmentApplicationsDown
+        exp_alerts:
+          - exp_labels: {{severity: warning, job: reach-ca, segment: big}}
+            exp_annotations:
+              summary: \"{down} applications of segment big are down\"
+              description: \"For 10 minutes no connector has reached {down} of the applications of segment big (100% of them); access requests for them are refused. The CA dashboard lists them (status Down, this segment), each with every connector's last result and error.\"
+      - eval_time: 11m
+        alertname: ReachSegmentMostlyDown
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: reach-ca, segment: big}}
+            exp_annotations:
+              summary: \"100% of segment big is down\"
+              description: \"At least half of the applications of segment big have been down for 5 minutes: more likely the path from the segment's connector groups to its network than the applications themselves. Check the groups' connectors and their route to it.\"
+"
+    );
+    t
 }
 
 /// Validates every manifest in `deploy/kubernetes` against the Kubernetes

@@ -239,8 +239,29 @@ impl Metrics {
     }
 }
 
-async fn metrics_handler(State(metrics): State<Metrics>) -> impl IntoResponse {
+/// OpenMetrics, or the classic Prometheus text format (0.0.4) to a client
+/// whose `Accept` names `text/plain` and not OpenMetrics (`promtool check
+/// metrics`, older scrapers).
+async fn metrics_handler(
+    State(metrics): State<Metrics>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let classic = accept.contains("text/plain") && !accept.contains("application/openmetrics-text");
     match metrics.encode() {
+        Ok(body) if classic => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            classic_text(&body),
+        )
+            .into_response(),
         Ok(body) => (
             StatusCode::OK,
             [(
@@ -252,6 +273,35 @@ async fn metrics_handler(State(metrics): State<Metrics>) -> impl IntoResponse {
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// The classic text format of an OpenMetrics exposition: a counter's
+/// `# HELP`/`# TYPE` name its samples (`x_total`), no `# UNIT`, no `# EOF`
+/// (the CA's `/metrics` does the same).
+fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?.split_once(' ')?)));
+        match meta {
+            Some((p, (name, rest))) if counters.contains(name) => {
+                out.push_str(&format!("{p}{name}_total {rest}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 /// Serves `/metrics` on `listener` until `shutdown` completes.

@@ -1145,15 +1145,38 @@ fn json_response(body: Vec<u8>) -> Response {
         .into_response()
 }
 
-async fn metrics(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        crate::api::metrics::scrape(&a),
-    )
-        .into_response()
+/// `GET /metrics`: OpenMetrics, or the classic Prometheus text format
+/// (0.0.4) to a client whose `Accept` asks for `text/plain` and not
+/// OpenMetrics (`promtool check metrics`, older scrapers).
+async fn metrics(
+    State(a): State<Shared>,
+    _: RequireScope<scope::Read>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let text = crate::api::metrics::scrape(&a);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if crate::api::metrics::wants_classic_text(accept) {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::api::metrics::classic_text(&text),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response()
+    }
 }
 
 /// `GET /livez`: liveness. `ok` while the process serves HTTP, whatever

@@ -37,9 +37,61 @@ pub fn scrape(authority: &Authority) -> String {
     out
 }
 
+/// Whether a client sending this `Accept` header gets the classic text
+/// format: it names `text/plain` and not OpenMetrics (Prometheus names
+/// both and gets OpenMetrics; `*/*` gets OpenMetrics).
+pub fn wants_classic_text(accept: &str) -> bool {
+    let accept = accept.to_ascii_lowercase();
+    accept.contains("text/plain") && !accept.contains("application/openmetrics-text")
+}
+
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics
+/// exposition: a counter's `# HELP` and `# TYPE` name its samples
+/// (`x_total`, where OpenMetrics names the family `x`), there is no
+/// `# UNIT` and no `# EOF`. Without this a classic reader (`promtool check
+/// metrics`) finds no help text for any counter.
+pub fn classic_text(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some((name, "counter")) =
+            line.strip_prefix("# TYPE ").and_then(|r| r.split_once(' '))
+        {
+            counters.insert(name);
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta.and_then(|(p, rest)| Some((p, rest.split_once(' ')?))) {
+            Some((p, (name, rest))) if counters.contains(name) => {
+                out.push_str(&format!("{p}{name}_total {rest}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// Label of `reach_ca_applications`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
+    /// `up`, `unhealthy`, `down` or `unknown`.
+    pub status: String,
+}
+
+/// Labels of `reach_ca_segment_applications`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SegmentStatusLabels {
+    /// Segment name.
+    pub segment: String,
     /// `up`, `unhealthy`, `down` or `unknown`.
     pub status: String,
 }
@@ -179,6 +231,34 @@ fn register_applications<T>(registry: &mut Registry, applications: &[Row<T>]) {
         by_status,
     );
 
+    // Counts per segment, so alerts page once per segment (with how many
+    // and what share are down), not once per application. Every status of
+    // a segment with applications gets a series, zero included, so the
+    // share down has a denominator.
+    let by_segment = Family::<SegmentStatusLabels, Gauge>::default();
+    let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
+    for a in applications {
+        for status in [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown] {
+            let n = counts
+                .entry((a.segment.as_str(), status.as_str()))
+                .or_default();
+            *n += i64::from(a.status == status);
+        }
+    }
+    for ((segment, status), n) in counts {
+        by_segment
+            .get_or_create(&SegmentStatusLabels {
+                segment: segment.to_owned(),
+                status: status.to_owned(),
+            })
+            .set(n);
+    }
+    registry.register(
+        "segment_applications",
+        "Visible applications of each segment by overall status (segments with no checked application have no series)",
+        by_segment,
+    );
+
     // Only Down applications get a series: at 10,000 applications a
     // series each would make every scrape megabytes for a value that is
     // nearly always "not down".
@@ -316,6 +396,22 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &m.registry).expect("encodes");
         out
+    }
+
+    #[test]
+    fn the_classic_text_names_counters_by_their_samples() {
+        let om = "# HELP a_seconds Latency.\n# TYPE a_seconds histogram\n# UNIT a_seconds seconds\n\
+                  a_seconds_count 1\n# HELP b Things done.\n# TYPE b counter\nb_total{x=\"1\"} 2\n# EOF\n";
+        assert_eq!(
+            classic_text(om),
+            "# HELP a_seconds Latency.\n# TYPE a_seconds histogram\na_seconds_count 1\n\
+             # HELP b_total Things done.\n# TYPE b_total counter\nb_total{x=\"1\"} 2\n"
+        );
+        assert!(wants_classic_text("text/plain;version=0.0.4"));
+        assert!(!wants_classic_text("*/*"));
+        assert!(!wants_classic_text(
+            "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3"
+        ));
     }
 
     #[test]

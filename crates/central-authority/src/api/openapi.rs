@@ -847,10 +847,13 @@ pub fn operations() -> Vec<Op> {
             spec: json!({
                 "operationId": "metrics",
                 "summary": "Prometheus metrics (OpenMetrics text)",
+                "description": "OpenMetrics; the classic Prometheus text format (0.0.4) when `Accept` names `text/plain` and not OpenMetrics.",
                 "tags": ["operations"],
                 "responses": {"200": {"description": "the metrics",
                     "content": {"application/openmetrics-text": {"schema": {"type": "string"},
-                        "example": "# TYPE reach_ca_connectors_connected gauge\nreach_ca_connectors_connected 1\n# EOF\n"}}}},
+                        "example": "# TYPE reach_ca_connectors_connected gauge\nreach_ca_connectors_connected 1\n# EOF\n"},
+                        "text/plain": {"schema": {"type": "string"},
+                        "example": "# HELP reach_ca_reports_received_total Application health results accepted from connectors.\n# TYPE reach_ca_reports_received_total counter\nreach_ca_reports_received_total 1\n"}}}},
             }),
         },
         Op {

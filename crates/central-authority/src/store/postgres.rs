@@ -147,6 +147,11 @@ CREATE TABLE admin_audit (
 );
 CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 "#,
+    r#"
+-- Version 10: the history of one segment (`/api/v1/events?segment=`),
+-- newest first, read through an index instead of a scan of every row.
+CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
+"#,
 ];
 
 /// How often a transaction is tried before its serialization failure is
