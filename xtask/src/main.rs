@@ -20,6 +20,7 @@ mod manifests;
 #[cfg(test)]
 mod packaging;
 mod proto;
+mod testbed;
 #[cfg(test)]
 mod tidy;
 
@@ -551,10 +552,13 @@ const SCHEMATHESIS_TOKEN: &str = "schemathesis-admin-token-0123456789";
 
 /// `cargo xtask schemathesis [SECONDS]`: validates `docs/openapi.json` with
 /// openapi-spec-validator, starts a CA (debug build) on loopback with a
-/// scratch data directory and an admin token, and runs schemathesis against
-/// its served document for SECONDS with every check (no 5xx but documented
-/// refusals, statuses, content types and bodies as documented; see
-/// `xtask/schemathesis/schemathesis.toml`). The tools live in a venv under
+/// scratch data directory and an admin token, one real `connector-agent`
+/// enrolled to it and a TCP application on 127.0.0.1 (the policy's only
+/// segment), checks that `POST /api/v1/access` for that application answers
+/// 200 naming the connector, and runs schemathesis against the served
+/// document for SECONDS with every check (no 5xx, statuses, content types
+/// and bodies as documented; see `xtask/schemathesis/schemathesis.toml`);
+/// then checks the 200 again. The tools live in a venv under
 /// `target/schemathesis/venv` (python3 -m venv + pip, once).
 fn schemathesis(extra: &[String]) -> Result<()> {
     let seconds: u64 = match extra.first() {
@@ -564,6 +568,54 @@ fn schemathesis(extra: &[String]) -> Result<()> {
         None => 300,
     };
     let dir = target_dir().join("schemathesis");
+    let bin = schemathesis_venv(&dir)?;
+    let mut validate = Command::new(bin.join("openapi-spec-validator"));
+    validate.arg(root().join("docs/openapi.json"));
+    run(validate, "openapi-spec-validator")?;
+
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--locked",
+        "-p",
+        "central-authority",
+        "--bin",
+        "central-authority",
+        "-p",
+        "connector-agent",
+        "--bin",
+        "connector-agent",
+    ]);
+    run(build, "CA and connector build")?;
+    // Dropped on every return: the processes are killed, the application closed.
+    let mut bed = testbed::Testbed::start(&dir, SCHEMATHESIS_TOKEN)?;
+    bed.wait_access_ok(&bin.join("python"), std::time::Duration::from_secs(60))
+        .context("before the schemathesis run")?;
+    let mut st = Command::new(bin.join("schemathesis"));
+    st.current_dir(&dir)
+        // 429 `throttled` counts as refusing bad credentials (see hooks.py).
+        .env(
+            "SCHEMATHESIS_HOOKS",
+            root().join("xtask/schemathesis/hooks.py"),
+        )
+        .arg("--config-file")
+        .arg(root().join("xtask/schemathesis/schemathesis.toml"))
+        .arg("run")
+        .arg(format!("https://{}/api/v1/openapi.json", bed.http))
+        .arg("--tls-verify")
+        .arg(bed.root_pem())
+        .args(["-H", &format!("Authorization: Bearer {SCHEMATHESIS_TOKEN}")])
+        // The change stream never ends: schemathesis would wait on it.
+        .args(["--exclude-path", "/api/v1/health/stream"])
+        .args(["--checks", "all", "--workers", "1", "--no-color"])
+        .args(["--max-time", &seconds.to_string()]);
+    run(st, "schemathesis")?;
+    bed.wait_access_ok(&bin.join("python"), std::time::Duration::from_secs(30))
+        .context("after the schemathesis run")
+}
+
+/// The venv with [`PYTHON_TOOLS`] under `dir` (made once); its `bin`.
+fn schemathesis_venv(dir: &Path) -> Result<PathBuf> {
     let venv = dir.join("venv");
     let bin = venv.join("bin");
     let ready = PYTHON_TOOLS.iter().all(|t| {
@@ -584,124 +636,5 @@ fn schemathesis(extra: &[String]) -> Result<()> {
         run(pip, "pip install")?;
         std::fs::write(venv.join("reach-tools"), PYTHON_TOOLS.join(" "))?;
     }
-    let mut validate = Command::new(bin.join("openapi-spec-validator"));
-    validate.arg(root().join("docs/openapi.json"));
-    run(validate, "openapi-spec-validator")?;
-
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--locked",
-        "-p",
-        "central-authority",
-        "--bin",
-        "central-authority",
-    ]);
-    run(build, "CA build")?;
-    let ca = SchemathesisCa::start(&dir)?;
-    let mut st = Command::new(bin.join("schemathesis"));
-    st.current_dir(&dir)
-        .arg("--config-file")
-        .arg(root().join("xtask/schemathesis/schemathesis.toml"))
-        .arg("run")
-        .arg(format!("https://{}/api/v1/openapi.json", ca.http))
-        .arg("--tls-verify")
-        .arg(ca.data.join("ca.pem"))
-        .args(["-H", &format!("Authorization: Bearer {SCHEMATHESIS_TOKEN}")])
-        // The change stream never ends: schemathesis would wait on it.
-        .args(["--exclude-path", "/api/v1/health/stream"])
-        .args(["--checks", "all", "--workers", "1", "--no-color"])
-        .args(["--max-time", &seconds.to_string()]);
-    let result = run(st, "schemathesis");
-    drop(ca);
-    result
-}
-
-/// A CA process for the schemathesis run, killed on drop.
-struct SchemathesisCa {
-    child: std::process::Child,
-    http: std::net::SocketAddr,
-    data: PathBuf,
-}
-
-impl SchemathesisCa {
-    fn start(dir: &Path) -> Result<SchemathesisCa> {
-        let data = dir.join("ca-data");
-        let _ = std::fs::remove_dir_all(&data);
-        std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
-        // Free ports: bound, read, released (loopback; nothing else races here).
-        let free = || -> Result<std::net::SocketAddr> {
-            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-        };
-        let (http, grpc) = (free()?, free()?);
-        let config = dir.join("ca.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"# Written by `cargo xtask schemathesis`.
-[server]
-grpc_listen = "{grpc}"
-http_listen = "{http}"
-data_dir = "{data}"
-
-[[api_tokens]]
-name = "schemathesis"
-token = "{SCHEMATHESIS_TOKEN}"
-scopes = ["admin"]
-
-[[connector_groups]]
-name = "dc-east"
-provisioning_key = "schemathesis-key-east-0123456789"
-
-[[segments]]
-name = "jira"
-applications = ["jira.test.reach", "127.0.0.21"]
-tcp_ports = ["80"]
-health_reporting = "continuous"
-connector_groups = ["dc-east"]
-
-[[segments]]
-name = "lab"
-applications = ["*.lab.test.reach", "10.99.0.0/16"]
-tcp_ports = ["8000-8100"]
-udp_ports = ["53"]
-health_reporting = "on_access"
-connector_groups = ["dc-east"]
-"#,
-                data = data.display()
-            ),
-        )?;
-        let log = std::fs::File::create(dir.join("ca.log"))?;
-        let child = Command::new(target_dir().join("debug").join("central-authority"))
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the CA")?;
-        let mut ca = SchemathesisCa { child, http, data };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            if ca.data.join("ca.pem").exists() && std::net::TcpStream::connect(http).is_ok() {
-                return Ok(ca);
-            }
-            if let Some(status) = ca.child.try_wait()? {
-                bail!(
-                    "the CA exited ({status}); see {}",
-                    dir.join("ca.log").display()
-                );
-            }
-            if std::time::Instant::now() > deadline {
-                bail!("the CA did not listen on {http} within 30 s");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for SchemathesisCa {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Ok(bin)
 }

@@ -867,6 +867,16 @@ fn parse_time(name: &str, v: &str) -> Result<i64, ApiError> {
 }
 
 /// Parses `GET /api/v1/events`' query into a filter and paging.
+/// An events filter's port: 0-65535.
+fn event_port(p: &str) -> Result<i64, ApiError> {
+    p.parse::<u16>().map(i64::from).map_err(|_| {
+        ApiError::InvalidRequest(format!(
+            "port: {:?} is not a port (0-65535)",
+            p.chars().take(16).collect::<String>()
+        ))
+    })
+}
+
 fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32), ApiError> {
     let given = |v: Option<String>| v.filter(|s| !s.is_empty());
     let mut f = crate::store::EventFilter {
@@ -877,6 +887,13 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
         ..Default::default()
     };
     let mut port = given(q.port);
+    // Each parameter is checked as sent, even when `app` then replaces it.
+    if let Some(p) = &f.protocol {
+        crate::api::body::api_protocol(p)?;
+    }
+    if let Some(p) = &port {
+        event_port(p)?;
+    }
     if let Some(app) = given(q.app) {
         // segment/host/protocol/port; a subnet host has a '/' of its own.
         let mut tail = app.rsplitn(3, '/');
@@ -897,12 +914,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
         crate::api::body::api_protocol(p)?;
     }
     if let Some(p) = port {
-        f.port = Some(p.parse::<u16>().map(i64::from).map_err(|_| {
-            ApiError::InvalidRequest(format!(
-                "port: {:?} is not a port (0-65535)",
-                p.chars().take(16).collect::<String>()
-            ))
-        })?);
+        f.port = Some(event_port(&p)?);
     }
     f.since_ms = given(q.since)
         .map(|v| parse_time("since", &v))
@@ -1464,6 +1476,34 @@ fn warmth(a: &Authority, now: Instant) -> Result<Warmth, crate::store::StoreErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `port` and `protocol` are refused when invalid even when `app`
+    /// replaces them: a parameter is never silently dropped.
+    #[test]
+    fn events_query_checks_what_app_replaces() {
+        let query = |port: Option<&str>, protocol: Option<&str>| EventsQuery {
+            app: Some("s/h.test/tcp/80".into()),
+            segment: None,
+            host: None,
+            protocol: protocol.map(Into::into),
+            port: port.map(Into::into),
+            connector: None,
+            since: None,
+            until: None,
+            page: None,
+            per_page: None,
+        };
+        assert!(matches!(
+            events_query(query(Some("null"), None)),
+            Err(ApiError::InvalidRequest(m)) if m.contains("port")
+        ));
+        assert!(matches!(
+            events_query(query(None, Some("icmp"))),
+            Err(ApiError::InvalidRequest(_))
+        ));
+        let (f, _, _) = events_query(query(Some("81"), Some("udp"))).expect("valid");
+        assert_eq!((f.port, f.protocol.as_deref()), (Some(80), Some("tcp")));
+    }
 
     /// The access answer written by hand is serde's JSON of `SelectedBody`.
     #[test]

@@ -1000,12 +1000,13 @@ pub fn operations() -> Vec<Op> {
                 "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, delete; provisioning key revoke; configuration reload) with its time, actor (`token` by its configured name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`; an unknown token is not recorded. Kept `[audit] retention_s` (default one year), shared by every replica.",
                 "tags": ["admin"],
                 "parameters": [
-                    {"name": "since", "in": "query", "required": false, "description": "Unix ms or RFC 3339", "schema": {"type": "string"}},
+                    query_param("since", false, "Unix ms or RFC 3339"),
                     {"name": "action", "in": "query", "required": false, "description": "e.g. connector.revoke, provisioning_key.revoke, config.reload", "schema": {"type": "string"}},
                     {"name": "target", "in": "query", "required": false, "description": "connector name, connector group or config file", "schema": {"type": "string"}},
                     {"name": "actor", "in": "query", "required": false, "description": "the actor's name (a token's configured name)", "schema": {"type": "string"}},
-                    {"name": "page", "in": "query", "required": false, "description": "page from 1", "schema": {"type": "string"}},
-                    {"name": "per_page", "in": "query", "required": false, "description": "1-1000", "schema": {"type": "string"}}
+                    query_param("page", false, "page from 1"),
+                    {"name": "per_page", "in": "query", "required": false, "description": "1-1000",
+                        "schema": or_empty(json!({"type": "integer", "minimum": 1, "maximum": crate::api::listing::MAX_EVENTS_PER_PAGE}))}
                 ],
                 "responses": {
                     "200": {"description": "one page of the audit trail",
