@@ -177,6 +177,46 @@ fn per_request_note<T>(trials: &[T], server: impl Fn(&T) -> PerRequest) -> Strin
     )
 }
 
+/// Why requests of a run failed: each distinct error with its count and
+/// the release time of its first occurrence, so a failed run says which
+/// errors and when, not only how many.
+#[derive(Default)]
+struct Failures {
+    /// (error, count, first release) in order of first occurrence.
+    kinds: Vec<(String, u64, Duration)>,
+}
+
+impl Failures {
+    fn add(&mut self, at: Duration, error: String) {
+        match self.kinds.iter_mut().find(|(e, _, _)| *e == error) {
+            Some((_, n, first)) => {
+                *n += 1;
+                *first = (*first).min(at);
+            }
+            None => self.kinds.push((error, 1, at)),
+        }
+    }
+}
+
+impl std::fmt::Display for Failures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut kinds: Vec<_> = self.kinds.iter().collect();
+        kinds.sort_by_key(|(_, _, first)| *first);
+        for (i, (error, n, first)) in kinds.iter().take(5).enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            write!(
+                f,
+                "{sep}{n} × {error} (first at {:.3} s)",
+                first.as_secs_f64()
+            )?;
+        }
+        if kinds.len() > 5 {
+            write!(f, "; {} more kinds", kinds.len() - 5)?;
+        }
+        Ok(())
+    }
+}
+
 /// Open loop at `rate`/s for `run`: request *i* is released at
 /// `t0 + i / rate`, evenly spaced (not in bursts per timer tick: tokio's
 /// timer has millisecond granularity, and releasing a millisecond's
@@ -187,6 +227,7 @@ fn per_request_note<T>(trials: &[T], server: impl Fn(&T) -> PerRequest) -> Strin
 /// runs from that hand-off to the answer, so the client runtime's
 /// scheduling delay is counted.
 async fn grpc_open(
+    side: &str,
     channels: &[Channel],
     server: Option<u32>,
     rate: f64,
@@ -210,18 +251,25 @@ async fn grpc_open(
             let tx = tx.clone();
             let sent = Instant::now();
             handle.spawn(async move {
-                let request = ca::authorized(ca::access_request(ca::APP_HOST, ca::APP_PORT));
-                if let Ok(request) = request
-                    && client.resolve(request).await.is_ok()
-                {
-                    let _ = tx.send((sent - t0, sent.elapsed()));
-                }
+                let answer = match ca::authorized(ca::access_request(ca::APP_HOST, ca::APP_PORT)) {
+                    Ok(request) => client
+                        .resolve(request)
+                        .await
+                        .map(|_| sent.elapsed())
+                        .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
+                    Err(e) => Err(format!("request not built: {e}")),
+                };
+                let _ = tx.send((sent - t0, answer));
             });
         }
     });
     let mut timeline = Vec::with_capacity(total as usize);
-    while let Some(l) = rx.recv().await {
-        timeline.push(l);
+    let mut failures = Failures::default();
+    while let Some((at, answer)) = rx.recv().await {
+        match answer {
+            Ok(l) => timeline.push((at, l)),
+            Err(e) => failures.add(at, e),
+        }
     }
     timeline.sort();
     let mut lat: Vec<Duration> = timeline.iter().map(|&(_, l)| l).collect();
@@ -233,7 +281,10 @@ async fn grpc_open(
         bail!("the open-loop pacing thread panicked");
     }
     if (lat.len() as u64) < total {
-        bail!("{} of {total} requests failed", total - lat.len() as u64);
+        bail!(
+            "{} of {total} gRPC access requests to the {side} server failed: {failures}",
+            total - lat.len() as u64
+        );
     }
     lat.sort();
     let server = PerRequest::of(threads, lat.len());
@@ -438,8 +489,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     // 500 ms) then moves the median less.
     for _ in 0..mode.pick(1, 5) {
         let trial = mode.pick(duration, Duration::from_secs(2));
-        reach_half.push(grpc_open(&channels, ca_server.pid(), half, trial).await?);
-        bare_half.push(grpc_open(&bare_channels, bare.pid(), half, trial).await?);
+        reach_half.push(grpc_open("reach", &channels, ca_server.pid(), half, trial).await?);
+        bare_half.push(grpc_open("bare", &bare_channels, bare.pid(), half, trial).await?);
     }
     // HTTP in alternating trials too (with one run each, a pause of the
     // machine during one of them decided the ratio).
