@@ -636,6 +636,21 @@ async fn health(
     });
     let mut page = crate::api::listing::run(rows, &q);
     let mut views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    if views
+        .iter()
+        .any(|v| v.note.is_none() && v.connectors.is_empty())
+    {
+        match a
+            .blocking(move |a| {
+                a.note_unconnected(&mut views);
+                views
+            })
+            .await
+        {
+            Some(v) => views = v,
+            None => return shutting_down(),
+        }
+    }
     if q.summary {
         for v in &mut views {
             v.summarise();
@@ -694,6 +709,9 @@ async fn application(
         .into_response();
     };
     let host = policy::host::lookup_key(&host);
+    // Read before the view: a transition after it shows in the stream.
+    let version = a.history().version();
+    let epoch = a.history().epoch_text();
     let row = a
         .rows(&crate::api::views::RowFilter {
             segment: Some(&segment),
@@ -701,8 +719,24 @@ async fn application(
         })
         .into_iter()
         .find(|r| r.host == host && r.protocol == protocol && r.port == port);
-    match row.and_then(|r| a.views([r.item]).pop()) {
-        Some(app) => axum::Json(json!({ "application": app })).into_response(),
+    let view = row.and_then(|r| a.views([r.item]).pop());
+    let view = match a
+        .blocking(move |a| {
+            view.map(|v| {
+                let mut one = [v];
+                a.note_unconnected(&mut one);
+                let [v] = one;
+                v
+            })
+        })
+        .await
+    {
+        Some(v) => v,
+        None => return shutting_down(),
+    };
+    match view {
+        Some(app) => axum::Json(json!({ "application": app, "version": version, "epoch": epoch }))
+            .into_response(),
         None => error_body(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -827,7 +861,9 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
             total: connectors.len(),
             connected: connectors.iter().filter(|c| c.connected).count(),
             disconnected: connectors.iter().filter(|c| !c.connected).count(),
-            over_budget: connectors.iter().filter(|c| c.over_budget).count(),
+            // Over budget now: a disconnected connector's load is as of
+            // when it was last seen.
+            over_budget: connectors.iter().filter(|c| c.connected && c.over_budget).count(),
             disabled: connectors.iter().filter(|c| c.disabled).count(),
         },
         "check_budget": a.snapshot().settings().check_budget,
