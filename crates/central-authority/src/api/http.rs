@@ -614,6 +614,26 @@ async fn audited(
     }
 }
 
+/// `views` with `enrolled_unconnected` set (`Authority::note_unconnected`,
+/// off the async workers: it reads the store), or as they are when none
+/// needs it; `None` when the runtime is shutting down.
+async fn noted_unconnected(
+    a: &Shared,
+    mut views: Vec<crate::api::views::ApplicationView>,
+) -> Option<Vec<crate::api::views::ApplicationView>> {
+    if !views
+        .iter()
+        .any(crate::api::views::ApplicationView::lacks_connectors)
+    {
+        return Some(views);
+    }
+    a.blocking(move |a| {
+        a.note_unconnected(&mut views);
+        views
+    })
+    .await
+}
+
 /// `GET /api/v1/health`: filtered, sorted and (when `page` or `per_page`
 /// is given) paged; without them every row, as before paging existed.
 async fn health(
@@ -635,22 +655,10 @@ async fn health(
         connector: q.connector.as_deref(),
     });
     let mut page = crate::api::listing::run(rows, &q);
-    let mut views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
-    if views
-        .iter()
-        .any(|v| v.note.is_none() && v.connectors.is_empty())
-    {
-        match a
-            .blocking(move |a| {
-                a.note_unconnected(&mut views);
-                views
-            })
-            .await
-        {
-            Some(v) => views = v,
-            None => return shutting_down(),
-        }
-    }
+    let views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    let Some(mut views) = noted_unconnected(&a, views).await else {
+        return shutting_down();
+    };
     if q.summary {
         for v in &mut views {
             v.summarise();
@@ -719,22 +727,11 @@ async fn application(
         })
         .into_iter()
         .find(|r| r.host == host && r.protocol == protocol && r.port == port);
-    let view = row.and_then(|r| a.views([r.item]).pop());
-    let view = match a
-        .blocking(move |a| {
-            view.map(|v| {
-                let mut one = [v];
-                a.note_unconnected(&mut one);
-                let [v] = one;
-                v
-            })
-        })
-        .await
-    {
-        Some(v) => v,
-        None => return shutting_down(),
+    let views = row.map(|r| a.views([r.item])).unwrap_or_default();
+    let Some(mut views) = noted_unconnected(&a, views).await else {
+        return shutting_down();
     };
-    match view {
+    match views.pop() {
         Some(app) => axum::Json(json!({ "application": app, "version": version, "epoch": epoch }))
             .into_response(),
         None => error_body(

@@ -730,8 +730,7 @@ impl Authority {
     /// one attaches, while the store knows every enrolled one. Reads the
     /// store once, and only when a view needs it.
     pub fn note_unconnected(&self, views: &mut [ApplicationView]) {
-        let needs = |v: &ApplicationView| v.note.is_none() && v.connectors.is_empty();
-        if !views.iter().any(needs) {
+        if !views.iter().any(ApplicationView::lacks_connectors) {
             return;
         }
         let records = match self.store().connectors() {
@@ -744,7 +743,7 @@ impl Authority {
         let state = self.snapshot();
         let policy = state.policy();
         let conns = self.registry().snapshot();
-        for v in views.iter_mut().filter(|v| needs(v)) {
+        for v in views.iter_mut().filter(|v| v.lacks_connectors()) {
             let Some(segment) = policy.segment(&v.segment) else {
                 continue;
             };
@@ -976,6 +975,12 @@ fn transition_view(t: &Transition) -> TransitionView {
 }
 
 impl ApplicationView {
+    /// Whether it is checked (no note) and lists no connector: the views
+    /// `Authority::note_unconnected` looks at.
+    pub fn lacks_connectors(&self) -> bool {
+        self.note.is_none() && self.connectors.is_empty()
+    }
+
     /// The listing's summary form (`view=summary`): per connector no
     /// per-address results and no DNS error, and the latest transition
     /// only. The dashboard's list shows no more; at 500 connectors a page
