@@ -1371,11 +1371,16 @@ async fn the_connectors_page_dates_what_a_disconnected_connector_last_said() {
 /// A CA that has just started knows no connector until one attaches: its
 /// listing said "no connector in the segment's groups" of a segment whose
 /// group has enrolled connectors. The listing and the application now
-/// count the enrolled, enabled connectors of the segment's groups that are
-/// not connected, until one is.
-#[tokio::test]
+/// not connected, until one is; so does the list in Chromium.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrolled_connectors_that_are_not_connected_are_counted() {
-    let ca = Ca::start(&config_text("", "", "")).await;
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let ca = Ca::start(&config_text("", "", "").replacen(
+        "[server]\n",
+        "[server]\nanonymous_read = true\n",
+        1,
+    ))
+    .await;
     let http = ca.web();
     enrolled(&ca.target(), "east-1", "dc-east", KEY_EAST)
         .await
@@ -1399,13 +1404,44 @@ async fn enrolled_connectors_that_are_not_connected_are_counted() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["application"]["enrolled_unconnected"], 2, "{v}");
     assert!(v["version"].is_u64() && v["epoch"].is_string(), "{v}");
-    // One attaches: the application lists it, and no count.
-    let (_east, _) = connect(&ca, "east-1", "dc-east").await;
-    eventually("east-1 listed", || async {
-        let v = list(&http, "segment=jira&per_page=50&page=1").await;
-        v["applications"][0]["connectors"][0]["connector"] == "east-1"
-            && v["applications"][0].get("enrolled_unconnected").is_none()
-    })
+    // The list says so (over HTTPS: the CA's own certificate, which this
+    // browser profile is told to accept).
+    let b = test_support::browser::Browser::start_with(
+        &scratch_dir("chromium"),
+        &["--ignore-certificate-errors".to_owned()],
+    )
+    .await
+    .expect("Chromium starts");
+    let cell = r#"
+const tr = document.querySelector('tr[data-app="jira/jira.test.reach/tcp/80"]');
+return tr ? tr.cells[3].textContent : null;"#;
+    let result: anyhow::Result<()> = async {
+        b.goto(&format!("https://{}/?segment=jira", ca.http))
+            .await?;
+        tab_wait(&b, cell, serde_json::json!([]), "the count", |v| {
+            v == "2 enrolled connectors of the segment's groups are not connected"
+        })
+        .await?;
+        // One attaches: the application lists it, and no count.
+        let (_east, _) = connect(&ca, "east-1", "dc-east").await;
+        eventually("east-1 listed", || async {
+            let v = list(&http, "segment=jira&per_page=50&page=1").await;
+            v["applications"][0]["connectors"][0]["connector"] == "east-1"
+                && v["applications"][0].get("enrolled_unconnected").is_none()
+        })
+        .await;
+        b.goto(&format!("https://{}/?segment=jira", ca.http))
+            .await?;
+        tab_wait(&b, cell, serde_json::json!([]), "the connector", |v| {
+            v.as_str()
+                .is_some_and(|s| s.contains("east-1") && !s.contains("enrolled"))
+        })
+        .await
+    }
     .await;
+    b.close().await;
     ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
 }
