@@ -320,7 +320,7 @@ function connectorCells(a) {
     return [h('span', { class: 'note', 'data-note': a.note },
       a.note === 'checked_on_access' ? badge('unknown') : '', ' ', NOTE_LABEL[a.note] || a.note)];
   }
-  if (!a.connectors.length) return [h('span', { class: 'muted' }, "no connector in the segment's groups")];
+  if (!a.connectors.length) return [noConnector(a)];
   const shown = a.connectors.slice(0, 8).map((c) =>
     h('span', { class: 'conn', 'data-connector': c.connector, title: c.unknown_cause ? c.unknown_cause.replace(/_/g, ' ') : '' },
       badge(c.status), ' ', c.connector));
@@ -328,10 +328,22 @@ function connectorCells(a) {
   return shown;
 }
 
+// Why an application has no per-connector status: no connector of its
+// segment's groups is known, or (a CA that has just started) the enrolled
+// ones have not connected yet.
+function noConnector(a) {
+  const n = a.enrolled_unconnected;
+  if (n) {
+    return h('span', { class: 'muted', 'data-unconnected': String(n) },
+      `${n} enrolled connector${n === 1 ? '' : 's'} of the segment's groups ${n === 1 ? 'is' : 'are'} not connected`);
+  }
+  return h('span', { class: 'muted' }, "no connector in the segment's groups");
+}
+
 // One row's cells that change (the link cell stays, so focus stays on it).
 function fillRow(tr, a) {
   const sig = JSON.stringify([a.status, a.note, a.connectors.map((c) => [c.connector, c.status]),
-    a.transitions.length ? a.transitions[a.transitions.length - 1].at : 0]);
+    a.transitions.length ? a.transitions[a.transitions.length - 1].at : 0, a.enrolled_unconnected]);
   if (tr.dataset.sig === sig) return;
   tr.dataset.sig = sig;
   tr.dataset.status = a.status;
@@ -528,16 +540,83 @@ function historyRow(e, fresh) {
     h('td', {}, e.cause.replace(/_/g, ' ')));
 }
 
+// ---- Status timeline (/app) -------------------------------------------------
+
+const TIMELINE_WINDOWS = { hour: 3600000, day: 86400000, week: 604800000 };
+
+// Each connector's spans of one status over [start, end] from `events`
+// (newest first, as the API lists them): before a connector's first
+// change in the window, the status that change left; with no change, its
+// status now (`current`). `partial`: older changes were not read (more
+// than one page), so the time before the oldest read is unknown.
+function timelineSpans(events, current, start, end, partial) {
+  const by = new Map(Object.entries(current).map(([c]) => [c, []]));
+  for (const e of [...events].reverse()) {
+    if (!by.has(e.connector)) by.set(e.connector, []);
+    by.get(e.connector).push(e);
+  }
+  const oldest = events.length ? events[events.length - 1].at : end;
+  const out = new Map();
+  for (const [conn, evs] of by) {
+    const spans = [];
+    let from = start;
+    let status = evs.length ? evs[0].from : (current[conn] || 'unknown');
+    if (partial && evs.length) {
+      spans.push({ from: start, to: oldest, status: 'unknown', gap: true });
+      from = oldest;
+    }
+    for (const e of evs) {
+      const at = Math.max(start, Math.min(end, e.at));
+      if (at > from) spans.push({ from, to: at, status });
+      from = at;
+      status = e.to;
+    }
+    if (end > from) spans.push({ from, to: end, status });
+    out.set(conn, spans);
+  }
+  return out;
+}
+
+// One connector's strip: spans placed by CSSOM left/width in percent of
+// the window (allowed by the CSP, unlike a style attribute), at least one
+// pixel wide (CSS) so a brief change stays visible.
+function timelineStrip(conn, spans, start, end) {
+  const strip = h('div', { class: 'strip', role: 'img', 'data-connector': conn,
+    'aria-label': `${conn}: ${spans.map((x) => STATUS_LABEL[x.status] || x.status).join(', then ')}` });
+  for (const x of spans) {
+    const seg = h('span', { class: x.gap ? 'seg gap' : 'seg', 'data-status': x.status,
+      'data-from': String(x.from), 'data-to': String(x.to),
+      title: `${STATUS_LABEL[x.status] || x.status}${x.gap ? ' (older changes not loaded)' : ''}: ${new Date(x.from).toLocaleString()} – ${new Date(x.to).toLocaleString()}` });
+    seg.style.left = `${((x.from - start) / (end - start)) * 100}%`;
+    seg.style.width = `${((x.to - x.from) / (end - start)) * 100}%`;
+    strip.append(seg);
+  }
+  return h('div', { class: 'timeline-row' }, h('span', { class: 'timeline-name' }, conn), strip);
+}
+
 function appPage() {
   const q = new URLSearchParams(location.search);
   const key = { segment: q.get('segment') || '', host: q.get('host') || '', protocol: q.get('protocol') || 'tcp', port: q.get('port') || '0' };
   const appParam = `${key.segment}/${key.host}/${key.protocol}/${key.port}`;
   let historyPage = 1;
+  // Each connector's status now (the timeline's status without changes).
+  let current = {};
+  // The stream version and epoch the application's data includes (null:
+  // unknown), and one a stream opening named before the first data came.
+  let version = null;
+  let epoch = null;
+  let loaded = false;
+  let openedAt = null;
+  const stale = (v, e) => v === null || epoch === null || e !== epoch || v > version;
   const loadApp = async () => {
     const box = document.getElementById('app');
     const tbody = document.querySelector('#app-connectors tbody');
     try {
-      const { application: a } = await getJSON(`/api/v1/application?${new URLSearchParams(key)}`);
+      const body = await getJSON(`/api/v1/application?${new URLSearchParams(key)}`);
+      const a = body.application;
+      version = body.version === undefined ? null : body.version;
+      epoch = body.epoch || null;
+      current = Object.fromEntries(a.connectors.map((c) => [c.connector, c.status]));
       document.title = `reach — ${appLabel(a)}`;
       box.replaceChildren(
         h('h2', { 'data-app': appKey(a) }, appLabel(a), ' ', badge(a.status)),
@@ -559,7 +638,10 @@ function appPage() {
               ad.error ? h('span', { class: 'error' }, ` · ${ad.error}`) : ''))) : h('span', { class: 'muted' }, '—')),
         h('td', {}, age(c.checked_age_ms)),
         h('td', {}, when(c.reported_at)))));
-      if (!a.connectors.length) tbody.append(h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No connector results.')));
+      if (!a.connectors.length) {
+        tbody.append(h('tr', {}, h('td', { colSpan: 5, class: 'muted' },
+          a.note || !a.enrolled_unconnected ? 'No connector results.' : noConnector(a))));
+      }
       // Flap damping: the history lists damped transitions only.
       const note = document.getElementById('history-note');
       note.textContent = 'Every status change of a connector for this application, newest first.';
@@ -583,17 +665,72 @@ function appPage() {
       tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 4, class: 'error' }, `Cannot load: ${e.message}`)));
     }
   };
-  loadApp();
-  loadHistory();
+  const windowSelect = document.getElementById('timeline-window');
+  // The window's changes read (newest first), whether older ones were
+  // left unread, and from when they were read: streamed changes join
+  // them, so a change redraws without a read.
+  let timeline = null;
+  const drawTimeline = () => {
+    const box = document.getElementById('timeline');
+    if (!timeline) return;
+    const span = TIMELINE_WINDOWS[windowSelect.value] || TIMELINE_WINDOWS.hour;
+    const end = Date.now();
+    const start = Math.max(end - span, timeline.since);
+    const spans = timelineSpans(timeline.events.filter((e) => e.at >= start), current, start, end, timeline.partial);
+    box.dataset.start = String(start);
+    box.dataset.end = String(end);
+    box.replaceChildren(...[...spans].sort(([x], [y]) => x.localeCompare(y, undefined, { numeric: true }))
+      .map(([conn, s]) => timelineStrip(conn, s, start, end)),
+    h('div', { class: 'timeline-axis muted' }, h('span', {}, when(start)), h('span', {}, 'now')));
+    if (!spans.size) box.replaceChildren(h('p', { class: 'muted' }, 'No connector.'));
+  };
+  const loadTimeline = async () => {
+    const box = document.getElementById('timeline');
+    const since = Date.now() - (TIMELINE_WINDOWS[windowSelect.value] || TIMELINE_WINDOWS.hour);
+    try {
+      // One page of the newest 1,000 changes in the window.
+      const body = await getJSON(`/api/v1/events?${new URLSearchParams({ app: appParam, since: String(since), per_page: '1000' })}`);
+      timeline = { events: body.events, partial: body.total > body.events.length, since };
+      drawTimeline();
+    } catch (e) {
+      box.replaceChildren(h('p', { class: 'error' }, `Cannot load: ${e.message}`));
+    }
+  };
+  const loadAll = async () => {
+    await loadApp();
+    await Promise.all([historyPage === 1 ? loadHistory() : null, loadTimeline()]);
+  };
+  // The first load: the application, then its history and timeline once
+  // each; a stream that opened meanwhile re-reads only if it may carry a
+  // change the data missed.
+  (async () => {
+    await loadApp();
+    loaded = true;
+    await Promise.all([loadHistory(), loadTimeline()]);
+    if (openedAt !== null && stale(openedAt.version, openedAt.epoch)) reloadAll();
+    openedAt = null;
+  })();
+  windowSelect.addEventListener('change', () => loadTimeline());
+  // The window moves on: redrawn every minute.
+  setInterval(drawTimeline, 60000);
   // Only this application's changes matter here: its history row is
-  // prepended at once, its per-connector detail re-read (once per second
-  // at most).
+  // prepended at once, its per-connector detail and timeline re-read
+  // (once per second at most).
   const reloadApp = coalesce(loadApp, 1000);
+  const reloadAll = coalesce(loadAll, 1000);
   live({
-    onOpen: () => { reloadApp(); if (historyPage === 1) loadHistory(); },
+    onOpen: (v, e) => {
+      if (v !== null && !loaded) openedAt = { version: v, epoch: e };
+      else if (!loaded) openedAt = { version: null, epoch: null };
+      else if (stale(v, e)) reloadAll();
+    },
     onTransition: (t) => {
       if (t.segment !== key.segment || t.host !== key.host || t.protocol !== key.protocol || String(t.port) !== key.port) return;
       reloadApp();
+      if (timeline) {
+        timeline.events.unshift({ at: t.at, connector: t.connector, from: t.from, to: t.to });
+        drawTimeline();
+      }
       if (historyPage !== 1) return;
       const tbody = document.querySelector('#history tbody');
       for (const e of tbody.querySelectorAll('tr.empty')) e.remove();
@@ -611,6 +748,38 @@ function bar(ratio, over) {
   return h('span', { class: over ? 'bar over' : 'bar', role: 'img', 'aria-label': `${Math.round(ratio * 100)}% of budget` }, fill);
 }
 
+// A connector's session: "connected" (a session, not an application's
+// status, so no status badge), or when it was last seen.
+function session(c) {
+  if (c.connected) {
+    return h('span', { class: 'session status-up', 'data-session': 'connected' }, '● connected since ', when(c.connected_since));
+  }
+  if (c.last_seen) {
+    return h('span', { class: 'session status-down', 'data-session': 'disconnected' }, '○ disconnected; last seen ', when(c.last_seen));
+  }
+  return h('span', { class: 'session muted', 'data-session': 'never' }, '○ not connected since the CA started');
+}
+
+// A figure of a connector's load: as is when connected, dated "last
+// seen …" when not (it is what the connector reported then).
+function lastSeen(c, text) {
+  if (c.connected) return text;
+  return h('span', { class: 'muted stale', 'data-stale': 'true' }, 'last seen ', when(c.last_seen), `: ${text}`);
+}
+
+function checkLoad(c, budget) {
+  if (!c.connected && !c.last_seen) return h('span', { class: 'muted' }, '—');
+  const ratio = budget ? Math.min(1, c.checks_per_cycle / budget) : 0;
+  const figures = `${c.checks_per_cycle} of ${budget} checks per cycle, ${c.cycle_seconds.toFixed(1)} s cycle`;
+  const warning = `over budget: ${c.checks_per_cycle} checks per cycle exceed ${budget}`;
+  if (!c.connected) {
+    return [lastSeen(c, figures), c.over_budget
+      ? h('div', { class: 'over-budget-warning stale', 'data-stale': 'true' }, 'last seen ', when(c.last_seen), `: ${warning}`) : ''];
+  }
+  return [figures, bar(ratio, c.over_budget),
+    c.over_budget ? h('div', { class: 'over-budget-warning', role: 'alert' }, `⚠ ${warning}`) : ''];
+}
+
 function connectorsPage() {
   const q = new URLSearchParams(location.search);
   const load = async () => {
@@ -620,7 +789,9 @@ function connectorsPage() {
       const budget = body.check_budget;
       let list = body.connectors;
       const total = list.length;
-      const over = list.filter((c) => c.over_budget).length;
+      // Over budget now: a disconnected connector's load is as of when it
+      // was last seen.
+      const over = list.filter((c) => c.connected && c.over_budget).length;
       const connected = list.filter((c) => c.connected).length;
       document.getElementById('connector-overview').replaceChildren(h('div', { class: 'card' },
         h('div', { class: 'counts' },
@@ -630,25 +801,22 @@ function connectorsPage() {
           countLink('Over budget', 'unhealthy', over, '/connectors?over_budget=1'))));
       if (q.get('state') === 'connected') list = list.filter((c) => c.connected);
       if (q.get('state') === 'disconnected') list = list.filter((c) => !c.connected);
-      if (q.get('over_budget')) list = list.filter((c) => c.over_budget);
-      // Over budget first: they need attention.
-      list.sort((x, y) => (y.over_budget - x.over_budget) || x.name.localeCompare(y.name, undefined, { numeric: true }));
+      if (q.get('over_budget')) list = list.filter((c) => c.connected && c.over_budget);
+      // Over budget now first: they need attention.
+      const now_over = (c) => Number(c.connected && c.over_budget);
+      list.sort((x, y) => (now_over(y) - now_over(x)) || x.name.localeCompare(y.name, undefined, { numeric: true }));
       const now = Date.now();
       tbody.replaceChildren(...list.map((c) => {
-        const ratio = budget ? Math.min(1, c.checks_per_cycle / budget) : 0;
         const expires = c.certificate_not_after;
         const soon = expires && expires - now < 14 * 86400000;
-        return h('tr', { class: c.over_budget ? 'connector over-budget' : 'connector', 'data-connector': c.name,
+        return h('tr', { class: c.connected && c.over_budget ? 'connector over-budget' : 'connector', 'data-connector': c.name,
           'data-connected': String(c.connected), 'data-over-budget': String(c.over_budget) },
         h('td', {}, c.name, c.disabled ? h('span', { class: 'muted' }, ' (disabled)') : ''),
         h('td', {}, c.group),
-        h('td', {}, badge(c.connected ? 'up' : 'down'), ' ', c.connected ? 'connected since ' : 'disconnected; last seen ',
-          when(c.connected ? c.connected_since : c.last_seen)),
+        h('td', {}, session(c)),
         h('td', {}, c.version || h('span', { class: 'muted', title: 'shown to administrators' }, '—')),
-        h('td', {}, `${c.checks_per_cycle} of ${budget} checks per cycle, ${c.cycle_seconds.toFixed(1)} s cycle`,
-          bar(ratio, c.over_budget),
-          c.over_budget ? h('div', { class: 'over-budget-warning', role: 'alert' }, `⚠ over budget: ${c.checks_per_cycle} checks per cycle exceed ${budget}`) : ''),
-        h('td', {}, c.load ? `${c.load.checks_per_second.toFixed(1)} of ${c.load.rate_limit} checks/s, queue ${c.load.queue_depth}` : h('span', { class: 'muted' }, '—')),
+        h('td', {}, checkLoad(c, budget)),
+        h('td', {}, c.load ? lastSeen(c, `${c.load.checks_per_second.toFixed(1)} of ${c.load.rate_limit} checks/s, queue ${c.load.queue_depth}`) : h('span', { class: 'muted' }, '—')),
         h('td', { class: soon ? 'expiring' : '' }, expires ? when(expires) : h('span', { class: 'muted' }, '—')));
       }));
       if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted' }, 'No connector.')));

@@ -1029,3 +1029,419 @@ async fn every_process_answers_under_its_own_epoch() {
     one.stop().await;
     two.stop().await;
 }
+
+/// A CA without TLS (HTTP/1.1, as behind a proxy) with anonymous reads
+/// and `health` in its `[health]` section, and Chromium.
+async fn plain_ca_and_browser(health: &str) -> (Ca, String, test_support::browser::Browser) {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let text =
+        config_text(health, "", "").replacen("[server]\n", "[server]\nanonymous_read = true\n", 1)
+            + "\n[tls]\nenabled = false\n";
+    let ca = Ca::start_plain(&text).await;
+    let base = format!("http://{}", ca.http);
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    (ca, base, b)
+}
+
+const JIRA_APP: &str = "/app?segment=jira&host=jira.test.reach&protocol=tcp&port=80";
+
+/// jira's stored history, newest first: (at, from, to), read from the
+/// CA in this process (the CA here speaks plain HTTP, the test's client
+/// HTTPS only).
+async fn jira_events(ca: &Ca) -> Vec<(u64, String, String)> {
+    let a = std::sync::Arc::clone(&ca.authority);
+    let page = tokio::task::spawn_blocking(move || {
+        let filter = central_authority::store::EventFilter {
+            segment: Some("jira".into()),
+            host: Some("jira.test.reach".into()),
+            protocol: Some("tcp".into()),
+            port: Some(80),
+            ..Default::default()
+        };
+        central_authority::intake::transitions::events(&a, filter, 1, 100)
+    })
+    .await
+    .expect("reads")
+    .expect("the store answers");
+    let v = serde_json::to_value(page).expect("serialises");
+    v["events"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["at"].as_u64().unwrap_or(0),
+                        e["from"].as_str().unwrap_or("").to_owned(),
+                        e["to"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reports jira `up` or down and waits until the history holds `n` changes.
+async fn jira_report(conn: &Conn, ca: &Ca, up: bool, n: usize) {
+    let addr: &[&str] = &["127.0.0.9"];
+    let (ok, bad) = if up { (addr, &[][..]) } else { (&[][..], addr) };
+    conn.report(vec![app("jira", "jira.test.reach", 80, ok, bad)], false)
+        .await;
+    eventually("the change is stored", || async {
+        jira_events(ca).await.len() == n
+    })
+    .await;
+}
+
+/// What the application page shows and which API reads it made.
+const APP_STATE: &str = r#"
+const names = performance.getEntriesByType('resource').map((e) => e.name);
+const live = document.getElementById('live');
+const first = document.querySelector('#history tbody tr.event');
+const conn = document.querySelector('#app-connectors tr[data-connector="east-1"]');
+return {
+  live: live ? live.dataset.live : null,
+  connector: conn ? conn.dataset.status : null,
+  history: first ? first.dataset.to : null,
+  strips: document.querySelectorAll('#timeline .strip').length,
+  reads: {
+    application: names.filter((n) => n.includes('/api/v1/application?')).length,
+    history: names.filter((n) => n.includes('/api/v1/events?') && !n.includes('since=')).length,
+    timeline: names.filter((n) => n.includes('/api/v1/events?') && n.includes('since=')).length,
+  },
+};
+"#;
+
+/// The application page read its application and its history twice on
+/// every load: once when loaded and again when the change stream opened,
+/// whether or not anything had changed in between. It now reads each once
+/// (the stream's opening re-reads only when its version says a change may
+/// be missing), and a change re-reads the application only: the history
+/// row and the timeline come from the stream's data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_page_reads_its_data_once() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        jira_report(&east, &ca, true, 1).await;
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        tab_wait(
+            &b,
+            APP_STATE,
+            serde_json::json!([]),
+            "the page loaded",
+            |v| {
+                v["live"] == "live"
+                    && v["connector"] == "up"
+                    && v["history"] == "up"
+                    && v["strips"] == 1
+            },
+        )
+        .await?;
+        // A change this page shows: it is processed after the stream
+        // opened and after every read the opening could have caused.
+        jira_report(&east, &ca, false, 2).await;
+        tab_wait(
+            &b,
+            APP_STATE,
+            serde_json::json!([]),
+            "the change shown",
+            |v| v["connector"] == "down" && v["history"] == "down",
+        )
+        .await?;
+        let v = b.eval(APP_STATE, serde_json::json!([])).await?;
+        anyhow::ensure!(
+            v["reads"] == serde_json::json!({"application": 2, "history": 1, "timeline": 1}),
+            "reads: {v}"
+        );
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// The timeline's strips: per span its status, times, CSS placement, its
+/// rendered width and colour, and the colour of the status badges.
+const TIMELINE: &str = r#"
+const box = document.getElementById('timeline');
+const strip = box.querySelector('.strip[data-connector="east-1"]');
+const badge = (s) => {
+  const b = document.querySelector(`#history .status-${s}`);
+  return b ? getComputedStyle(b).color : null;
+};
+return {
+  start: Number(box.dataset.start || 0),
+  end: Number(box.dataset.end || 0),
+  width: strip ? strip.getBoundingClientRect().width : 0,
+  spans: strip ? [...strip.querySelectorAll('.seg')].map((s) => ({
+    status: s.dataset.status,
+    from: Number(s.dataset.from),
+    to: Number(s.dataset.to),
+    left: parseFloat(s.style.left),
+    pct: parseFloat(s.style.width),
+    px: s.getBoundingClientRect().width,
+    colour: getComputedStyle(s).backgroundColor,
+    badge: badge(s.dataset.status),
+  })) : [],
+};
+"#;
+
+/// A connector's status timeline on the application page: Up, Down, Up
+/// again within the window draw, after the status before the first change
+/// (Unknown), three spans in that order, each from one stored change to
+/// the next, placed and sized in proportion to the window, in the status
+/// badges' colours; the window is selectable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_timeline_draws_the_stored_changes() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        jira_report(&east, &ca, true, 1).await;
+        jira_report(&east, &ca, false, 2).await;
+        jira_report(&east, &ca, true, 3).await;
+        let mut stored = jira_events(&ca).await;
+        stored.reverse();
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        tab_wait(&b, TIMELINE, serde_json::json!([]), "the strip", |v| {
+            v["spans"].as_array().map_or(0, Vec::len) == 4
+        })
+        .await?;
+        let v = b.eval(TIMELINE, serde_json::json!([])).await?;
+        check_strip(&v, &stored, 3_600_000)?;
+        b.eval(
+            "const s = document.getElementById('timeline-window'); s.value = 'week'; \
+             s.dispatchEvent(new Event('change')); return null;",
+            serde_json::json!([]),
+        )
+        .await?;
+        tab_wait(&b, TIMELINE, serde_json::json!([]), "the week", |v| {
+            v["end"].as_u64().unwrap_or(0) - v["start"].as_u64().unwrap_or(0) == 604_800_000
+        })
+        .await?;
+        check_strip(
+            &b.eval(TIMELINE, serde_json::json!([])).await?,
+            &stored,
+            604_800_000,
+        )
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// Checks a strip (`TIMELINE`'s answer) against the stored changes
+/// (oldest first) and the window's length.
+fn check_strip(
+    v: &serde_json::Value,
+    stored: &[(u64, String, String)],
+    window: u64,
+) -> anyhow::Result<()> {
+    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
+    let (start, end) = (f(&v["start"]), f(&v["end"]));
+    anyhow::ensure!((end - start) as u64 == window, "window: {v}");
+    let spans = v["spans"].as_array().cloned().unwrap_or_default();
+    let statuses: Vec<&str> = spans
+        .iter()
+        .map(|s| s["status"].as_str().unwrap_or(""))
+        .collect();
+    anyhow::ensure!(statuses == ["unknown", "up", "down", "up"], "statuses: {v}");
+    // Span i+1 starts at stored change i; span i ends there.
+    let mut bounds = vec![start];
+    bounds.extend(stored.iter().map(|(at, _, _)| *at as f64));
+    bounds.push(end);
+    for (i, s) in spans.iter().enumerate() {
+        anyhow::ensure!(
+            f(&s["from"]) == bounds[i] && f(&s["to"]) == bounds[i + 1],
+            "span {i} bounds: {s} (changes {stored:?})"
+        );
+        let pct = (bounds[i + 1] - bounds[i]) / (end - start) * 100.0;
+        let left = (bounds[i] - start) / (end - start) * 100.0;
+        anyhow::ensure!(
+            (f(&s["pct"]) - pct).abs() < 1e-3 && (f(&s["left"]) - left).abs() < 1e-3,
+            "span {i}: width {pct}% at {left}% expected: {s}"
+        );
+        anyhow::ensure!(
+            s["colour"] == s["badge"] || s["badge"].is_null(),
+            "span {i} is not in its badge's colour: {s}"
+        );
+    }
+    // The long span is drawn as wide as its share of the strip.
+    let share = (bounds[1] - bounds[0]) / (end - start) * f(&v["width"]);
+    anyhow::ensure!(
+        (f(&spans[0]["px"]) - share).abs() < 1.5,
+        "first span drawn {share} px wide expected: {v}"
+    );
+    // Up and Down have badges on the page (history): same colours.
+    anyhow::ensure!(
+        !spans[1]["badge"].is_null() && !spans[2]["badge"].is_null(),
+        "badges: {v}"
+    );
+    Ok(())
+}
+
+/// What the connectors page shows of connector `arguments[0]`.
+const CONNECTOR_ROW: &str = r#"
+const tr = document.querySelector(`#connectors tr[data-connector="${arguments[0]}"]`);
+const over = [...document.querySelectorAll('#connector-overview a[data-count="unhealthy"] .n')];
+if (!tr) return { row: false };
+const warn = tr.cells[4].querySelector('.over-budget-warning');
+return {
+  row: true,
+  connected: tr.dataset.connected,
+  session: tr.cells[2].textContent,
+  sessionState: (tr.cells[2].querySelector('[data-session]') || {}).dataset?.session || null,
+  badges: tr.cells[2].querySelectorAll('[data-status]').length,
+  load: tr.cells[4].textContent,
+  warning: warn ? warn.textContent : null,
+  warningStale: warn ? warn.dataset.stale || null : null,
+  overCount: over.length ? over[0].textContent : null,
+};
+"#;
+
+/// A disconnected connector's row showed its last check load and its
+/// over-budget warning as if current, and a connected session as an
+/// application's "Up". A session now reads "connected since …"; once
+/// disconnected, the load and the warning read "last seen <time>: …", and
+/// the over-budget count leaves it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connectors_page_dates_what_a_disconnected_connector_last_said() {
+    let (ca, base, b) = plain_ca_and_browser("check_budget = 1").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        jira_report(&east, &ca, true, 1).await;
+        b.goto(&format!("{base}/connectors")).await?;
+        let arg = serde_json::json!(["east-1"]);
+        tab_wait(
+            &b,
+            CONNECTOR_ROW,
+            arg.clone(),
+            "connected and over budget",
+            |v| {
+                v["connected"] == "true"
+                    && v["sessionState"] == "connected"
+                    && v["session"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("connected since") && !s.contains("Up"))
+                    && v["badges"] == 0
+                    && v["warning"]
+                        .as_str()
+                        .is_some_and(|w| w.contains("over budget") && !w.contains("last seen"))
+                    && v["warningStale"].is_null()
+                    && v["overCount"] == "1"
+            },
+        )
+        .await?;
+        drop(east);
+        tab_wait(&b, CONNECTOR_ROW, arg, "disconnected, dated", |v| {
+            v["connected"] == "false"
+                && v["sessionState"] == "disconnected"
+                && v["session"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("last seen"))
+                && v["load"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("last seen") && s.contains("checks per cycle"))
+                && v["warning"]
+                    .as_str()
+                    .is_some_and(|w| w.starts_with("last seen") && w.contains("over budget"))
+                && v["warningStale"] == "true"
+                && v["overCount"] == "0"
+        })
+        .await
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// A CA that has just started knows no connector until one attaches: its
+/// listing said "no connector in the segment's groups" of a segment whose
+/// group has enrolled connectors. The listing and the application now
+/// not connected, until one is; so does the list in Chromium.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enrolled_connectors_that_are_not_connected_are_counted() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    let ca = Ca::start(&config_text("", "", "").replacen(
+        "[server]\n",
+        "[server]\nanonymous_read = true\n",
+        1,
+    ))
+    .await;
+    let http = ca.web();
+    enrolled(&ca.target(), "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolls");
+    enroll(&ca.target(), "east-2", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolls");
+    let v = list(&http, "segment=jira&per_page=50&page=1&view=summary").await;
+    let apps = v["applications"].as_array().cloned().unwrap_or_default();
+    assert_eq!(apps.len(), 2, "{v}");
+    for a in &apps {
+        assert_eq!(a["connectors"], serde_json::json!([]), "{a}");
+        assert_eq!(a["enrolled_unconnected"], 2, "{a}");
+    }
+    let (s, v) = http
+        .get_json(
+            "/api/v1/application?segment=jira&host=jira.test.reach&protocol=tcp&port=80",
+            Some(READ_TOKEN),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["application"]["enrolled_unconnected"], 2, "{v}");
+    assert!(v["version"].is_u64() && v["epoch"].is_string(), "{v}");
+    // The list says so (over HTTPS: the CA's own certificate, which this
+    // browser profile is told to accept).
+    let b = test_support::browser::Browser::start_with(
+        &scratch_dir("chromium"),
+        &["--ignore-certificate-errors".to_owned()],
+    )
+    .await
+    .expect("Chromium starts");
+    let cell = r#"
+const tr = document.querySelector('tr[data-app="jira/jira.test.reach/tcp/80"]');
+return tr ? tr.cells[3].textContent : null;"#;
+    let result: anyhow::Result<()> = async {
+        b.goto(&format!("https://{}/?segment=jira", ca.http))
+            .await?;
+        tab_wait(&b, cell, serde_json::json!([]), "the count", |v| {
+            v == "2 enrolled connectors of the segment's groups are not connected"
+        })
+        .await?;
+        // One attaches: the application lists it, and no count.
+        let (_east, _) = connect(&ca, "east-1", "dc-east").await;
+        eventually("east-1 listed", || async {
+            let v = list(&http, "segment=jira&per_page=50&page=1").await;
+            v["applications"][0]["connectors"][0]["connector"] == "east-1"
+                && v["applications"][0].get("enrolled_unconnected").is_none()
+        })
+        .await;
+        b.goto(&format!("https://{}/?segment=jira", ca.http))
+            .await?;
+        tab_wait(&b, cell, serde_json::json!([]), "the connector", |v| {
+            v.as_str()
+                .is_some_and(|s| s.contains("east-1") && !s.contains("enrolled"))
+        })
+        .await
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}

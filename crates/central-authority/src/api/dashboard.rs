@@ -100,6 +100,9 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <section id="app" aria-live="polite"><p class="muted">Loading…</p></section>
 <h2>Per connector</h2>
 <table id="app-connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Status (smoothed RTT)</th><th scope="col">Addresses (method, RTT, error)</th><th scope="col">Checked</th><th scope="col">Last report</th></tr></thead><tbody></tbody></table>
+<h2>Timeline</h2>
+<p><label>Window <select id="timeline-window"><option value="hour">last hour</option><option value="day">last day</option><option value="week">last week</option></select></label></p>
+<section id="timeline" class="timeline" aria-label="Status per connector over time"><p class="muted">Loading…</p></section>
 <h2>History</h2>
 <p class="muted" id="history-note">Every status change of a connector for this application, newest first.</p>
 <table id="history" class="list"><thead><tr><th scope="col">Time</th><th scope="col">Connector</th><th scope="col">Change</th><th scope="col">Cause</th></tr></thead><tbody></tbody></table>

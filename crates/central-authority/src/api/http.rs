@@ -614,6 +614,26 @@ async fn audited(
     }
 }
 
+/// `views` with `enrolled_unconnected` set (`Authority::note_unconnected`,
+/// off the async workers: it reads the store), or as they are when none
+/// needs it; `None` when the runtime is shutting down.
+async fn noted_unconnected(
+    a: &Shared,
+    mut views: Vec<crate::api::views::ApplicationView>,
+) -> Option<Vec<crate::api::views::ApplicationView>> {
+    if !views
+        .iter()
+        .any(crate::api::views::ApplicationView::lacks_connectors)
+    {
+        return Some(views);
+    }
+    a.blocking(move |a| {
+        a.note_unconnected(&mut views);
+        views
+    })
+    .await
+}
+
 /// `GET /api/v1/health`: filtered, sorted and (when `page` or `per_page`
 /// is given) paged; without them every row, as before paging existed.
 async fn health(
@@ -635,7 +655,10 @@ async fn health(
         connector: q.connector.as_deref(),
     });
     let mut page = crate::api::listing::run(rows, &q);
-    let mut views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    let views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    let Some(mut views) = noted_unconnected(&a, views).await else {
+        return shutting_down();
+    };
     if q.summary {
         for v in &mut views {
             v.summarise();
@@ -694,6 +717,9 @@ async fn application(
         .into_response();
     };
     let host = policy::host::lookup_key(&host);
+    // Read before the view: a transition after it shows in the stream.
+    let version = a.history().version();
+    let epoch = a.history().epoch_text();
     let row = a
         .rows(&crate::api::views::RowFilter {
             segment: Some(&segment),
@@ -701,8 +727,13 @@ async fn application(
         })
         .into_iter()
         .find(|r| r.host == host && r.protocol == protocol && r.port == port);
-    match row.and_then(|r| a.views([r.item]).pop()) {
-        Some(app) => axum::Json(json!({ "application": app })).into_response(),
+    let views = row.map(|r| a.views([r.item])).unwrap_or_default();
+    let Some(mut views) = noted_unconnected(&a, views).await else {
+        return shutting_down();
+    };
+    match views.pop() {
+        Some(app) => axum::Json(json!({ "application": app, "version": version, "epoch": epoch }))
+            .into_response(),
         None => error_body(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -827,7 +858,9 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
             total: connectors.len(),
             connected: connectors.iter().filter(|c| c.connected).count(),
             disconnected: connectors.iter().filter(|c| !c.connected).count(),
-            over_budget: connectors.iter().filter(|c| c.over_budget).count(),
+            // Over budget now: a disconnected connector's load is as of
+            // when it was last seen.
+            over_budget: connectors.iter().filter(|c| c.connected && c.over_budget).count(),
             disabled: connectors.iter().filter(|c| c.disabled).count(),
         },
         "check_budget": a.snapshot().settings().check_budget,

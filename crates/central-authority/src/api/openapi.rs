@@ -719,8 +719,10 @@ pub fn operations() -> Vec<Op> {
                 "responses": {
                     "200": {"description": "the application",
                         "content": {"application/json": {"schema": {"type": "object",
-                            "required": ["application"],
-                            "properties": {"application": {"$ref": "#/components/schemas/ApplicationView"}}}}}},
+                            "required": ["application", "version", "epoch"],
+                            "properties": {"application": {"$ref": "#/components/schemas/ApplicationView"},
+                                "version": {"type": "integer", "minimum": 0, "description": "the change stream's latest transition number when the view was taken"},
+                                "epoch": {"type": "string", "description": "the change stream's epoch (new in every CA process): `version` compares only with one of the same epoch"}}}}}},
                     "400": error_ref("InvalidRequest"),
                     "404": not_found("application"),
                 },

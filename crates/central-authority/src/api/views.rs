@@ -158,6 +158,11 @@ pub struct ApplicationView {
     /// after this many consecutive results.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub damping: Option<DampingView>,
+    /// When no connector of the segment's groups is known to this process
+    /// (none attached since it started): how many enrolled, enabled
+    /// connectors of those groups are not connected. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enrolled_unconnected: Option<u32>,
 }
 
 /// A segment's flap damping (`rise`/`fall`).
@@ -656,6 +661,7 @@ impl Authority {
             note,
             ports: None,
             damping: DampingView::of(segment),
+            enrolled_unconnected: None,
             status: Status::best(connectors.iter().map(|c| c.status)),
             segment: key.segment,
             host: key.host.into_string(),
@@ -716,6 +722,37 @@ impl Authority {
             },
             dns_error: r.dns_error.clone(),
             smoothed_rtt: r.rtt,
+        }
+    }
+
+    /// Sets `enrolled_unconnected` on the `views` that have no connector
+    /// (and no note): a CA that has just started knows no connector until
+    /// one attaches, while the store knows every enrolled one. Reads the
+    /// store once, and only when a view needs it.
+    pub fn note_unconnected(&self, views: &mut [ApplicationView]) {
+        if !views.iter().any(ApplicationView::lacks_connectors) {
+            return;
+        }
+        let records = match self.store().connectors() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list enrolled connectors");
+                return;
+            }
+        };
+        let state = self.snapshot();
+        let policy = state.policy();
+        let conns = self.registry().snapshot();
+        for v in views.iter_mut().filter(|v| v.lacks_connectors()) {
+            let Some(segment) = policy.segment(&v.segment) else {
+                continue;
+            };
+            let n = records
+                .iter()
+                .filter(|r| !r.disabled && segment.served_by(&r.group))
+                .filter(|r| !conns.get(&r.name).is_some_and(|c| c.connected))
+                .count();
+            v.enrolled_unconnected = (n > 0).then(|| u32::try_from(n).unwrap_or(u32::MAX));
         }
     }
 
@@ -922,6 +959,7 @@ fn discovery_rows(s: &policy::Segment) -> Vec<ApplicationView> {
             }),
             ports: Some(described.clone()),
             damping: DampingView::of(s),
+            enrolled_unconnected: None,
         })
         .collect()
 }
@@ -937,6 +975,12 @@ fn transition_view(t: &Transition) -> TransitionView {
 }
 
 impl ApplicationView {
+    /// Whether it is checked (no note) and lists no connector: the views
+    /// `Authority::note_unconnected` looks at.
+    pub fn lacks_connectors(&self) -> bool {
+        self.note.is_none() && self.connectors.is_empty()
+    }
+
     /// The listing's summary form (`view=summary`): per connector no
     /// per-address results and no DNS error, and the latest transition
     /// only. The dashboard's list shows no more; at 500 connectors a page
