@@ -1151,7 +1151,10 @@ mod tests {
                     .any(|step| step.contains("INDEX health_events_by_segment (segment=?")),
                 "{sql}: {plan:?}"
             );
-            assert!(!plan.iter().any(|step| step.contains("TEMP B-TREE")), "{sql}: {plan:?}");
+            assert!(
+                !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+                "{sql}: {plan:?}"
+            );
         }
     }
 
