@@ -241,6 +241,21 @@ async fn backup_and_restore(tag: &str, pg: Option<&Postgres>) {
         .arg("--out")
         .arg(&backup));
     assert!(printed.contains("ca.key"), "{printed}");
+    // A second backup into the same directory is refused: nothing is
+    // overwritten.
+    let again = Command::new(BIN)
+        .arg("backup")
+        .arg("--config")
+        .arg(&config_a)
+        .arg("--out")
+        .arg(&backup)
+        .output()
+        .expect("run");
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("exists already"),
+        "{again:?}"
+    );
     if let (Some(pg), Some(url)) = (pg, &url_a) {
         assert!(printed.contains("pg_dump"), "{printed}");
         run(Command::new(pg.tool("pg_dump"))
