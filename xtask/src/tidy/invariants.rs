@@ -59,6 +59,16 @@ const HOST_SYNTAX_ALLOWED: &[(&str, &str, &str)] = &[
         "the HTTP authentication scheme",
     ),
     (
+        "crates/central-authority/src/api/metrics.rs",
+        "let accept = accept.to_ascii_lowercase();",
+        "the Accept header's media types (/metrics content negotiation)",
+    ),
+    (
+        "crates/connector-agent/src/metrics.rs",
+        ".to_ascii_lowercase();",
+        "the Accept header's media types (/metrics content negotiation)",
+    ),
+    (
         "crates/central-authority/src/api/guard.rs",
         "String::from_utf8_lossy(site.as_bytes()).to_ascii_lowercase()",
         "the Sec-Fetch-Site header's value",
