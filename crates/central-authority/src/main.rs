@@ -12,11 +12,11 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 #[command(version = env!("REACH_VERSION"), about = "reach central authority")]
 struct Cli {
     /// Configuration file (TOML).
-    #[arg(long, env = "REACH_CONFIG")]
+    #[arg(long, env = "REACH_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Data directory (database, generated certificates); overrides
     /// `[server] data_dir`.
-    #[arg(long, env = "REACH_DATA_DIR")]
+    #[arg(long, env = "REACH_DATA_DIR", global = true)]
     data_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -59,6 +59,15 @@ enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Back up a CA, also while it runs, into a new directory: the issuing
+    /// root and its key and, with the SQLite store, a consistent copy of
+    /// the database. A PostgreSQL store is dumped with pg_dump. Restore by
+    /// copying the files into a new data directory.
+    Backup {
+        /// The directory to write (created with mode 0700).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -88,6 +97,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             output,
         }) => return import(file, group_map, output.as_deref()),
         Some(Command::Api(args)) => return Ok(api(args).await),
+        Some(Command::Backup { out }) => return Ok(backup(&cli, out)),
         None => match cli.config.clone() {
             Some(path) => path,
             None => return Ok(usage()),
@@ -117,6 +127,37 @@ async fn main() -> anyhow::Result<ExitCode> {
         .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `central-authority --config CA.toml backup --out DIR`.
+fn backup(cli: &Cli, out: &Path) -> ExitCode {
+    let Some(path) = &cli.config else {
+        eprintln!("error: backup needs --config FILE (or REACH_CONFIG): the CA to back up");
+        return ExitCode::from(2);
+    };
+    let Ok(mut config) = load_or_report(path) else {
+        return ExitCode::FAILURE;
+    };
+    if let Some(dir) = &cli.data_dir {
+        config.settings.data_dir = dir.clone();
+    }
+    match central_authority::tools::backup::run(&config, out) {
+        Ok(done) => {
+            done.files
+                .iter()
+                .for_each(|f| println!("wrote {}", f.display()));
+            if let Some(store) = done.database_not_included {
+                println!(
+                    "the store is {store}: dump it with pg_dump as well (book: Operations, Backup and restore)"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: backup failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// No command and no `--config`: the usage on stderr, exit 2 (clap's code

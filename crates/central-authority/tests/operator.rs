@@ -1,6 +1,7 @@
 //! An operator's first hour with the real `central-authority` binary: the
 //! usage without arguments, `check-config` showing every mistake of a file
-//! at once, the README's demo commands against the demo config, and what
+//! at once, the book's demo commands (first-hour.md, "The demo") against
+//! the demo config, and what
 //! `central-authority api` prints (times, wildcard rows' ports, `--json`
 //! anywhere, a path in `--url`).
 
@@ -120,12 +121,18 @@ connector_groups = ["g"]
     }
 }
 
-/// The `target/release/central-authority api …` commands of README's demo
-/// section (continuation lines joined), as argument lists after `api`.
+/// The `target/release/central-authority api …` commands of the book's demo
+/// section (book/src/first-hour.md, continuation lines joined), as argument
+/// lists after `api`.
 fn readme_demo_commands() -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(root_dir().join("README.md")).expect("README.md");
+    let path = root_dir().join("book/src/first-hour.md");
+    let text = std::fs::read_to_string(&path).expect("book/src/first-hour.md");
+    let demo = text
+        .split_once("## The demo")
+        .map(|(_, demo)| demo)
+        .expect("first-hour.md has a section \"The demo\"");
     let mut commands = Vec::new();
-    let mut lines = readme.lines();
+    let mut lines = demo.lines();
     while let Some(line) = lines.next() {
         let Some(rest) = line.strip_prefix("target/release/central-authority api ") else {
             continue;
@@ -158,7 +165,7 @@ fn without_files(args: &[String]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_readme_demo_commands_work_against_the_demo_config() {
+async fn the_books_demo_commands_work_against_the_demo_config() {
     let demo = root_dir().join("deploy/examples/demo.toml");
     let text = std::fs::read_to_string(&demo).expect("demo.toml");
     let token = text
@@ -186,7 +193,7 @@ async fn the_readme_demo_commands_work_against_the_demo_config() {
                 .is_some_and(|w| admin.contains(&w.as_str())))
             .count()
             >= 2,
-        "README's demo section shows no admin commands: {commands:?}"
+        "the book's demo section shows no admin commands: {commands:?}"
     );
     for command in &commands {
         let mut args = api_flags(&ca, token);

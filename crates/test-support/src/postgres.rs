@@ -160,6 +160,12 @@ impl Postgres {
         self.port
     }
 
+    /// The path of one of the server's client programs (`pg_dump`,
+    /// `pg_restore`, `psql`): the ones of the server's own version.
+    pub fn tool(&self, name: &str) -> PathBuf {
+        self.bin.join(name)
+    }
+
     /// The URL of database `db` as the superuser, over TCP on loopback.
     pub fn url(&self, db: &str) -> String {
         format!(

@@ -44,7 +44,7 @@ impl ExplanationView {
     }
 }
 
-/// The JSON shape of an explanation (README's interface): policy's fields
+/// The JSON shape of an explanation (the book's HTTP API chapter): policy's fields
 /// inline, `mode` and `user_location` null and the lists empty before a
 /// segment matched.
 #[derive(Serialize)]

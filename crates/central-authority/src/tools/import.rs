@@ -1239,8 +1239,8 @@ mod tests {
         .expect("converts");
         let toml = i.toml("every.json").expect("toml");
         let stderr: String = i.findings.iter().map(|f| format!("{f}\n")).collect();
-        // Mapped: the segment's fields the README lists (audit metadata left
-        // out by design), the server group's name/id/enabled/dynamicDiscovery,
+        // Mapped: the segment's fields the book lists (Segments and
+        // selection, `import`; audit metadata left out by design), the server group's name/id/enabled/dynamicDiscovery,
         // its connector groups' name/id/enabled/DNS/location.
         const SERVER_GROUP_MAPPED: &[&str] = &["name", "id", "enabled", "dynamicDiscovery"];
         const TOP: &[&str] = &[

@@ -1,6 +1,7 @@
-//! Operator tools run by the binary besides the server: the admin CLI,
-//! the policy planner, the importer and the fuzzing entry points.
+//! Operator tools run by the binary besides the server: the backup, the admin
+//! CLI, the policy planner, the importer and the fuzzing entry points.
 
+pub mod backup;
 pub mod cli;
 pub mod fuzzing;
 pub mod import;
