@@ -28,7 +28,7 @@ enum Cmd {
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
-        /// onaccess, starve, dashboard, ha.
+        /// onaccess, starve, dashboard, sizes, spray, events, burst, ha.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -171,6 +171,10 @@ async fn run(
             "onaccess" => figures::onaccess::run(mode).await,
             "starve" => figures::starve::run(mode).await,
             "dashboard" => figures::dashboard::run(mode).await,
+            "sizes" => figures::sizes::run(mode).await,
+            "spray" => figures::spray::run(mode).await,
+            "events" => figures::events::run(mode).await,
+            "burst" => figures::burst::run(mode).await,
             "ha" => figures::ha::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };

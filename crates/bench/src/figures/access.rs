@@ -391,7 +391,7 @@ async fn http_trial(base: &str, pid: Option<u32>, run: Duration) -> Result<HttpT
 
 /// Connects `CONNECTORS` simulated connectors that report the application
 /// Up and keep their sessions alive; returns their tasks.
-async fn connectors(server: &Server) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+pub(crate) async fn connectors(server: &Server) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let mut tasks = Vec::new();
     for (i, ch) in sim::channels(&server.grpc_url(), CONNECTORS)
         .await?

@@ -70,7 +70,7 @@ pub const SPECS: &[Spec] = &[
 
 /// What the browser fetches on the first load of `/` (the API calls with
 /// the parameters the script sends).
-const FIRST_LOAD: &[&str] = &[
+pub(crate) const FIRST_LOAD: &[&str] = &[
     "/",
     "/assets/dashboard.js",
     "/assets/dashboard.css",
@@ -110,8 +110,12 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
-async fn bytes_and_page_time(mode: Mode) -> Result<Vec<Figure>> {
-    let apps = mode.pick(1_000usize, 10_000);
+/// The CA with `apps` applications of the `ingest` segment, each reported
+/// once by one simulated connector (one in ten Down); returns it with the
+/// connector's session task.
+pub(crate) async fn reported_ca(
+    apps: usize,
+) -> Result<(crate::servers::Server, tokio::task::JoinHandle<()>)> {
     let server = ca::start(&CaSetup {
         ingest_apps: apps,
         filler_segments: 0,
@@ -145,6 +149,14 @@ async fn bytes_and_page_time(mode: Mode) -> Result<Vec<Figure>> {
         async move { Ok(ca::reports_received(&http, &base).await? >= before + apps as u64) }
     })
     .await?;
+    Ok((server, session))
+}
+
+async fn bytes_and_page_time(mode: Mode) -> Result<Vec<Figure>> {
+    let apps = mode.pick(1_000usize, 10_000);
+    let (server, session) = reported_ca(apps).await?;
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", server.http);
 
     let mut first = 0;
     for path in FIRST_LOAD {

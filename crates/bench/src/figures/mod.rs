@@ -5,12 +5,14 @@
 
 pub mod access;
 pub mod batching;
+pub mod burst;
 pub mod ca;
 pub mod cold;
 pub mod criterion;
 pub mod dashboard;
 pub mod detect;
 pub mod dns;
+pub mod events;
 pub mod ha;
 pub mod icmp;
 pub mod ingest;
@@ -18,6 +20,8 @@ pub mod memory;
 pub mod onaccess;
 pub mod pacing;
 pub mod scale;
+pub mod sizes;
+pub mod spray;
 pub mod starve;
 pub mod tcp;
 
@@ -63,6 +67,10 @@ pub const GROUPS: &[&str] = &[
     "onaccess",
     "starve",
     "dashboard",
+    "sizes",
+    "spray",
+    "events",
+    "burst",
     "ha",
 ];
 
@@ -84,6 +92,10 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "onaccess" => onaccess::SPECS,
         "starve" => starve::SPECS,
         "dashboard" => dashboard::SPECS,
+        "sizes" => sizes::SPECS,
+        "spray" => spray::SPECS,
+        "events" => events::SPECS,
+        "burst" => burst::SPECS,
         "ha" => ha::SPECS,
         _ => &[],
     }
