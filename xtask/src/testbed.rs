@@ -235,6 +235,25 @@ except urllib.error.HTTPError as e:
     }
 }
 
+impl Testbed {
+    /// After a run that may have revoked the connector: every process still
+    /// runs and `POST /api/v1/access` answers 200 or 503 with a JSON body
+    /// that names a connector or an error.
+    pub fn still_serving(&mut self, python: &Path) -> Result<()> {
+        self.check_running()?;
+        let (status, body) = self.access(python)?;
+        let named = body.starts_with('{')
+            && (body.contains("\"connector\":") || body.contains("\"error\":"));
+        if !matches!(status, 200 | 503) || !named {
+            bail!(
+                "POST /api/v1/access → {status} {body}: want 200 or 503 naming a connector or an error"
+            );
+        }
+        eprintln!("xtask: POST /api/v1/access for {} → {status}", self.app);
+        Ok(())
+    }
+}
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         for (_, child) in self.children.iter_mut().rev() {
