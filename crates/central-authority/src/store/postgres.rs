@@ -709,40 +709,19 @@ impl PgStore {
         limit: u32,
         offset: u64,
     ) -> Result<(Vec<EventRecord>, u64), StoreError> {
-        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
         let (filter, values) = f.to_sql(|n| format!("${n}"));
-        let values: Vec<Param> = values
-            .into_iter()
-            .map(|v| -> Param {
-                match v {
-                    EventValue::Text(t) => Box::new(t),
-                    EventValue::Int(i) => Box::new(i),
-                }
-            })
-            .collect();
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         self.block(async {
             let client = self.client().await?;
-            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
-                .iter()
-                .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
-                .collect();
-            let total: i64 = client
-                .query_one(&format!("SELECT COUNT(*) FROM health_events{filter}"), &params)
-                .await?
-                .get(0);
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
-                         FROM health_events{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
-                    ),
-                    &params,
-                )
-                .await?;
-            let events = rows
-                .iter()
-                .map(|r| EventRecord {
+            page(
+                &client,
+                &format!("SELECT COUNT(*) FROM health_events{filter}"),
+                &format!(
+                    "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
+                     FROM health_events{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+                ),
+                values,
+                |r| EventRecord {
                     at_ms: r.get(0),
                     segment: r.get(1),
                     host: r.get(2),
@@ -752,9 +731,9 @@ impl PgStore {
                     from: r.get(6),
                     to: r.get(7),
                     cause: r.get(8),
-                })
-                .collect();
-            Ok((events, u64::try_from(total).unwrap_or(0)))
+                },
+            )
+            .await
         })
     }
 
@@ -804,40 +783,19 @@ impl PgStore {
         limit: u32,
         offset: u64,
     ) -> Result<(Vec<AuditRecord>, u64), StoreError> {
-        type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
         let (filter, values) = f.to_sql(|n| format!("${n}"));
-        let values: Vec<Param> = values
-            .into_iter()
-            .map(|v| -> Param {
-                match v {
-                    EventValue::Text(t) => Box::new(t),
-                    EventValue::Int(i) => Box::new(i),
-                }
-            })
-            .collect();
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         self.block(async {
             let client = self.client().await?;
-            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
-                .iter()
-                .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
-                .collect();
-            let total: i64 = client
-                .query_one(&format!("SELECT COUNT(*) FROM admin_audit{filter}"), &params)
-                .await?
-                .get(0);
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
-                         FROM admin_audit{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
-                    ),
-                    &params,
-                )
-                .await?;
-            let records = rows
-                .iter()
-                .map(|r| AuditRecord {
+            page(
+                &client,
+                &format!("SELECT COUNT(*) FROM admin_audit{filter}"),
+                &format!(
+                    "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+                     FROM admin_audit{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
+                ),
+                values,
+                |r| AuditRecord {
                     at_ms: r.get(0),
                     actor_kind: r.get(1),
                     actor: r.get(2),
@@ -846,9 +804,9 @@ impl PgStore {
                     target: r.get(5),
                     outcome: r.get(6),
                     detail: r.get(7),
-                })
-                .collect();
-            Ok((records, u64::try_from(total).unwrap_or(0)))
+                },
+            )
+            .await
         })
     }
 
@@ -1400,4 +1358,33 @@ impl<'a> Columns<'a> {
         }
         c
     }
+}
+
+/// One page of a filtered listing (the history, the audit trail): `count`
+/// and `rows` take the same `values`; each row becomes a `T` by `row`.
+/// Returns the page and how many match in all.
+async fn page<T>(
+    client: &tokio_postgres::Client,
+    count: &str,
+    rows: &str,
+    values: Vec<EventValue>,
+    row: impl Fn(&tokio_postgres::Row) -> T,
+) -> Result<(Vec<T>, u64), StoreError> {
+    type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+    let values: Vec<Param> = values
+        .into_iter()
+        .map(|v| -> Param {
+            match v {
+                EventValue::Text(t) => Box::new(t),
+                EventValue::Int(i) => Box::new(i),
+            }
+        })
+        .collect();
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+        .iter()
+        .map(|v| v.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    let total: i64 = client.query_one(count, &params).await?.get(0);
+    let page = client.query(rows, &params).await?.iter().map(row).collect();
+    Ok((page, u64::try_from(total).unwrap_or(0)))
 }

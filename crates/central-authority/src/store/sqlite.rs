@@ -163,6 +163,33 @@ fn events_page_sql(filter: &str, limit: u32, offset: u64) -> String {
     )
 }
 
+/// One page of a filtered listing (the history, the audit trail): `count`
+/// and `rows` take the same `values`; each row becomes a `T` by `row`.
+/// Returns the page and how many match in all.
+fn page<T>(
+    conn: &Connection,
+    count: &str,
+    rows: &str,
+    values: Vec<EventValue>,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<(Vec<T>, u64), StoreError> {
+    let values: Vec<rusqlite::types::Value> = values
+        .into_iter()
+        .map(|v| match v {
+            EventValue::Text(t) => rusqlite::types::Value::Text(t),
+            EventValue::Int(i) => rusqlite::types::Value::Integer(i),
+        })
+        .collect();
+    let total: i64 = conn.query_row(count, rusqlite::params_from_iter(values.iter()), |r| {
+        r.get(0)
+    })?;
+    let mut stmt = conn.prepare(rows)?;
+    let page = stmt
+        .query_map(rusqlite::params_from_iter(values.iter()), row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((page, u64::try_from(total).unwrap_or(0)))
+}
+
 /// The record of certificate `serial` (with its connector's standing), if
 /// the CA issued it: one query for session checks and renewals alike.
 fn cert_record(conn: &Connection, serial: &str) -> rusqlite::Result<Option<CertRecord>> {
@@ -834,35 +861,25 @@ impl SqliteStore {
         offset: u64,
     ) -> Result<(Vec<EventRecord>, u64), StoreError> {
         let (filter, values) = f.to_sql(|n| format!("?{n}"));
-        let values: Vec<rusqlite::types::Value> = values
-            .into_iter()
-            .map(|v| match v {
-                EventValue::Text(t) => rusqlite::types::Value::Text(t),
-                EventValue::Int(i) => rusqlite::types::Value::Integer(i),
-            })
-            .collect();
-        let conn = lock(&self.conn);
-        let total: i64 = conn.query_row(
+        page(
+            &lock(&self.conn),
             &events_count_sql(&filter),
-            rusqlite::params_from_iter(values.iter()),
-            |r| r.get(0),
-        )?;
-        let mut stmt = conn.prepare(&events_page_sql(&filter, limit, offset))?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(values.iter()), |r| {
-            Ok(EventRecord {
-                at_ms: r.get(0)?,
-                segment: r.get(1)?,
-                host: r.get(2)?,
-                protocol: r.get(3)?,
-                port: r.get(4)?,
-                connector: r.get(5)?,
-                from: r.get(6)?,
-                to: r.get(7)?,
-                cause: r.get(8)?,
-            })
-        })?;
-        let events = rows.collect::<Result<Vec<_>, _>>()?;
-        Ok((events, u64::try_from(total).unwrap_or(0)))
+            &events_page_sql(&filter, limit, offset),
+            values,
+            |r| {
+                Ok(EventRecord {
+                    at_ms: r.get(0)?,
+                    segment: r.get(1)?,
+                    host: r.get(2)?,
+                    protocol: r.get(3)?,
+                    port: r.get(4)?,
+                    connector: r.get(5)?,
+                    from: r.get(6)?,
+                    to: r.get(7)?,
+                    cause: r.get(8)?,
+                })
+            },
+        )
     }
 
     /// Deletes the history from before `before_ms`; returns how many went.
@@ -914,37 +931,27 @@ impl SqliteStore {
         offset: u64,
     ) -> Result<(Vec<AuditRecord>, u64), StoreError> {
         let (filter, values) = f.to_sql(|n| format!("?{n}"));
-        let values: Vec<rusqlite::types::Value> = values
-            .into_iter()
-            .map(|v| match v {
-                EventValue::Text(t) => rusqlite::types::Value::Text(t),
-                EventValue::Int(i) => rusqlite::types::Value::Integer(i),
-            })
-            .collect();
-        let conn = lock(&self.conn);
-        let total: i64 = conn.query_row(
+        page(
+            &lock(&self.conn),
             &format!("SELECT COUNT(*) FROM admin_audit{filter}"),
-            rusqlite::params_from_iter(values.iter()),
-            |r| r.get(0),
-        )?;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
-             FROM admin_audit{filter} ORDER BY at_ms DESC, rowid DESC LIMIT {limit} OFFSET {offset}"
-        ))?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(values.iter()), |r| {
-            Ok(AuditRecord {
-                at_ms: r.get(0)?,
-                actor_kind: r.get(1)?,
-                actor: r.get(2)?,
-                source: r.get(3)?,
-                action: r.get(4)?,
-                target: r.get(5)?,
-                outcome: r.get(6)?,
-                detail: r.get(7)?,
-            })
-        })?;
-        let records = rows.collect::<Result<Vec<_>, _>>()?;
-        Ok((records, u64::try_from(total).unwrap_or(0)))
+            &format!(
+                "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+                 FROM admin_audit{filter} ORDER BY at_ms DESC, rowid DESC LIMIT {limit} OFFSET {offset}"
+            ),
+            values,
+            |r| {
+                Ok(AuditRecord {
+                    at_ms: r.get(0)?,
+                    actor_kind: r.get(1)?,
+                    actor: r.get(2)?,
+                    source: r.get(3)?,
+                    action: r.get(4)?,
+                    target: r.get(5)?,
+                    outcome: r.get(6)?,
+                    detail: r.get(7)?,
+                })
+            },
+        )
     }
 
     /// Deletes the audit trail from before `before_ms`; returns how many
