@@ -955,7 +955,16 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
     f.until_ms = given(q.until)
         .map(|v| parse_time("until", &v))
         .transpose()?;
-    let page = match given(q.page) {
+    let (page, per_page) = history_paging(q.page, q.per_page)?;
+    Ok((f, page, per_page))
+}
+
+/// The `page` and `per_page` of a history listing (`/api/v1/events`,
+/// `/api/v1/audit`), taken as sent (an empty value is not given): page
+/// from 1, 1 to [`MAX_EVENTS_PER_PAGE`] rows, 100 unless given.
+fn history_paging(page: Option<String>, per_page: Option<String>) -> Result<(u64, u32), ApiError> {
+    let given = |v: Option<String>| v.filter(|s| !s.is_empty());
+    let page = match given(page) {
         None => 1,
         Some(p) => p
             .parse::<u64>()
@@ -968,7 +977,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
                 ))
             })?,
     };
-    let per_page = match given(q.per_page) {
+    let per_page = match given(per_page) {
         None => 100,
         Some(p) => p
             .parse::<u32>()
@@ -980,7 +989,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
                 ))
             })?,
     };
-    Ok((f, page, per_page))
+    Ok((page, per_page))
 }
 
 /// `GET /api/v1/events`: the stored status history, newest first.
@@ -1017,19 +1026,7 @@ struct AuditQuery {
 /// `GET /api/v1/events` pages).
 fn audit_query(q: AuditQuery) -> Result<(crate::store::AuditFilter, u64, u32), ApiError> {
     let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-    let paging = EventsQuery {
-        app: None,
-        segment: None,
-        host: None,
-        protocol: None,
-        port: None,
-        connector: None,
-        since: None,
-        until: None,
-        page: q.page,
-        per_page: q.per_page,
-    };
-    let (_, page, per_page) = events_query(paging)?;
+    let (page, per_page) = history_paging(q.page, q.per_page)?;
     let filter = crate::store::AuditFilter {
         since_ms: given(q.since)
             .map(|v| parse_time("since", &v))
