@@ -411,6 +411,24 @@ pub struct Op {
     pub auth: Auth,
 }
 
+/// A dashboard asset served from the binary: `200` with `content_type`
+/// (described by `body`), or `304` when `If-None-Match` names its `ETag`.
+fn asset_op(path: &'static str, id: &str, summary: &str, content_type: &str, body: &str) -> Op {
+    Op {
+        method: "get",
+        path,
+        auth: Auth::None,
+        spec: json!({
+            "operationId": id,
+            "summary": summary,
+            "tags": ["dashboard"],
+            "responses": {"200": {"description": body,
+                "content": {content_type: {"schema": {"type": "string"}}}},
+                "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
+        }),
+    }
+}
+
 fn json_body(schema: &str, example: Value) -> Value {
     json!({"application/json": {
         "schema": {"$ref": format!("#/components/schemas/{schema}")},
@@ -615,58 +633,34 @@ pub fn operations() -> Vec<Op> {
                     "content": {"text/html": {"schema": {"type": "string"}}}}},
             }),
         },
-        Op {
-            method: "get",
-            path: "/assets/dashboard.js",
-            auth: Auth::None,
-            spec: json!({
-                "operationId": "dashboardScript",
-                "summary": "The dashboard's script",
-                "tags": ["dashboard"],
-                "responses": {"200": {"description": "JavaScript (with an `ETag`: a hash of the embedded asset)",
-                    "content": {"text/javascript": {"schema": {"type": "string"}}}},
-                    "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
-            }),
-        },
-        Op {
-            method: "get",
-            path: "/assets/dashboard-stream.js",
-            auth: Auth::None,
-            spec: json!({
-                "operationId": "dashboardStreamWorker",
-                "summary": "The dashboard's SharedWorker: one change stream shared by a browser's tabs over HTTP/1.1",
-                "tags": ["dashboard"],
-                "responses": {"200": {"description": "JavaScript (with an `ETag`: a hash of the embedded asset)",
-                    "content": {"text/javascript": {"schema": {"type": "string"}}}},
-                    "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
-            }),
-        },
-        Op {
-            method: "get",
-            path: "/favicon.ico",
-            auth: Auth::None,
-            spec: json!({
-                "operationId": "favicon",
-                "summary": "The dashboard's icon (SVG)",
-                "tags": ["dashboard"],
-                "responses": {"200": {"description": "SVG (with an `ETag`: a hash of the embedded icon)",
-                    "content": {"image/svg+xml": {"schema": {"type": "string"}}}},
-                    "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
-            }),
-        },
-        Op {
-            method: "get",
-            path: "/assets/dashboard.css",
-            auth: Auth::None,
-            spec: json!({
-                "operationId": "dashboardStyle",
-                "summary": "The dashboard's style sheet",
-                "tags": ["dashboard"],
-                "responses": {"200": {"description": "CSS (with an `ETag`: a hash of the embedded asset)",
-                    "content": {"text/css": {"schema": {"type": "string"}}}},
-                    "304": {"description": "Not modified: `If-None-Match` names the current `ETag`"}},
-            }),
-        },
+        asset_op(
+            "/assets/dashboard.js",
+            "dashboardScript",
+            "The dashboard's script",
+            "text/javascript",
+            "JavaScript (with an `ETag`: a hash of the embedded asset)",
+        ),
+        asset_op(
+            "/assets/dashboard-stream.js",
+            "dashboardStreamWorker",
+            "The dashboard's SharedWorker: one change stream shared by a browser's tabs over HTTP/1.1",
+            "text/javascript",
+            "JavaScript (with an `ETag`: a hash of the embedded asset)",
+        ),
+        asset_op(
+            "/favicon.ico",
+            "favicon",
+            "The dashboard's icon (SVG)",
+            "image/svg+xml",
+            "SVG (with an `ETag`: a hash of the embedded icon)",
+        ),
+        asset_op(
+            "/assets/dashboard.css",
+            "dashboardStyle",
+            "The dashboard's style sheet",
+            "text/css",
+            "CSS (with an `ETag`: a hash of the embedded asset)",
+        ),
         Op {
             method: "get",
             path: "/api/v1/health/stream",
