@@ -798,12 +798,10 @@ async fn an_open_list_shows_a_restarted_ca_as_it_is() {
 }
 
 /// One report's worth of changes (a connector of 10,000 applications
-/// reporting, or disconnecting) is one round of the stream: watchers
-/// reading as fast as they could got `lagged` (gRPC 795 and 3,659, the
-/// HTTP stream 1,715), since each transition took a slot of a 4,096-deep
-/// broadcast. A round is now one batch that a reader keeping up gets
-/// whole, over gRPC `WatchHealth` and the HTTP stream, both numbered under
-/// the epoch `ListApplications` names.
+/// reporting, or disconnecting) is one round of the stream: one batch that
+/// a reader keeping up gets whole, never `lagged`, over gRPC `WatchHealth`
+/// and the HTTP stream, both numbered under the epoch `ListApplications`
+/// names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_ten_thousand_changes_reaches_watchers_that_keep_up() {
     const N: usize = 10_000;
@@ -1368,10 +1366,11 @@ async fn the_connectors_page_dates_what_a_disconnected_connector_last_said() {
     }
 }
 
-/// A CA that has just started knows no connector until one attaches: its
-/// listing said "no connector in the segment's groups" of a segment whose
-/// group has enrolled connectors. The listing and the application now
-/// not connected, until one is; so does the list in Chromium.
+/// A CA that has just started knows no connector until one attaches. For a
+/// segment whose group has enrolled connectors, the listing and the
+/// application say how many enrolled connectors are not connected (not "no
+/// connector in the segment's groups"), until one is; so does the list in
+/// Chromium.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrolled_connectors_that_are_not_connected_are_counted() {
     test_support::browser::available().expect("headless Chromium for the dashboard test");
