@@ -5,14 +5,30 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
+/// Directories a program set for itself (`reach-conformance`), in place of
+/// the environment's.
+static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
+static OUT_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes `bin_dir()` and `out_dir()` answer `bin` and `out` for the rest
+/// of the process (first call wins).
+pub fn use_dirs(bin: PathBuf, out: PathBuf) {
+    let _ = BIN_DIR.set(bin);
+    let _ = OUT_DIR.set(out);
+}
+
 /// Directory holding the release binaries (`REACH_BIN_DIR`, set by
 /// `cargo xtask e2e`).
 pub fn bin_dir() -> Result<PathBuf> {
+    if let Some(dir) = BIN_DIR.get() {
+        return Ok(dir.clone());
+    }
     match std::env::var_os("REACH_BIN_DIR") {
         Some(dir) => Ok(PathBuf::from(dir)),
         None => bail!("REACH_BIN_DIR is not set: run the scenarios with `cargo xtask e2e`"),
@@ -22,6 +38,9 @@ pub fn bin_dir() -> Result<PathBuf> {
 /// Directory for logs, configs and screenshots (`REACH_E2E_OUT`, default
 /// `target/e2e`).
 pub fn out_dir() -> PathBuf {
+    if let Some(dir) = OUT_DIR.get() {
+        return dir.clone();
+    }
     std::env::var_os("REACH_E2E_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target/e2e"))
