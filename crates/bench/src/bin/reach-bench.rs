@@ -28,7 +28,7 @@ enum Cmd {
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
-        /// onaccess, starve, dashboard, sizes, spray, events, burst, ha.
+        /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -168,6 +168,7 @@ async fn run(
             "cold" => figures::cold::run(mode).await,
             "detect" => figures::detect::run(mode).await,
             "scale" => figures::scale::run(mode).await,
+            "storm" => figures::storm::run(mode).await,
             "onaccess" => figures::onaccess::run(mode).await,
             "starve" => figures::starve::run(mode).await,
             "dashboard" => figures::dashboard::run(mode).await,

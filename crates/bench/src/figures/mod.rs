@@ -23,6 +23,7 @@ pub mod scale;
 pub mod sizes;
 pub mod spray;
 pub mod starve;
+pub mod storm;
 pub mod tcp;
 
 use crate::report::{Figure, Goal};
@@ -72,6 +73,7 @@ pub const GROUPS: &[&str] = &[
     "events",
     "burst",
     "ha",
+    "storm",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -97,6 +99,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "events" => events::SPECS,
         "burst" => burst::SPECS,
         "ha" => ha::SPECS,
+        "storm" => storm::SPECS,
         _ => &[],
     }
 }
