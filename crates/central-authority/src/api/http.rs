@@ -43,7 +43,8 @@ use tokio::net::TcpListener;
 
 use crate::access::decide::{AccessRequest, Refusal};
 use crate::api::body::{
-    AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
+    AccessBody, ApplicationBody, ConnectorsBody, HealthBody, LoadBody, SelectedBody, error_body,
+    refusal_status,
 };
 use crate::api::dashboard as assets;
 use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
@@ -81,6 +82,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/events", get(events))
         .route("/api/v1/connectors", get(connectors))
+        .route("/api/v1/load", get(load))
         .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
@@ -727,13 +729,22 @@ async fn application(
         })
         .into_iter()
         .find(|r| r.host == host && r.protocol == protocol && r.port == port);
+    let key = match row.as_ref().map(|r| &r.item) {
+        Some(crate::api::views::RowItem::App(key)) => Some(key.clone()),
+        _ => None,
+    };
     let views = row.map(|r| a.views([r.item])).unwrap_or_default();
     let Some(mut views) = noted_unconnected(&a, views).await else {
         return shutting_down();
     };
     match views.pop() {
-        Some(app) => axum::Json(json!({ "application": app, "version": version, "epoch": epoch }))
-            .into_response(),
+        Some(application) => axum::Json(ApplicationBody {
+            application,
+            rtt_series: key.map(|k| a.rtt_series(&k)).unwrap_or_default(),
+            version,
+            epoch,
+        })
+        .into_response(),
         None => error_body(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -741,6 +752,16 @@ async fn application(
             None,
         ),
     }
+}
+
+/// `GET /api/v1/load`: each connector's check-load estimate over the last
+/// day against the budget.
+async fn load(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    axum::Json(LoadBody {
+        check_budget: a.snapshot().settings().check_budget,
+        connectors: a.load_series(),
+    })
+    .into_response()
 }
 
 #[derive(Debug, Deserialize)]

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
+use crate::state::clock::unix_ms;
+use crate::state::series::{Merge, RttSeries};
 use crate::state::sync::{read, write};
 
 /// Why a connector's status for an application is Unknown.
@@ -190,12 +192,30 @@ struct AppRecord {
 pub struct Reports {
     names: Vec<Arc<str>>,
     reports: Vec<Report>,
+    /// Each connector's smoothed RTT over time (parallel to `reports`),
+    /// allocated with its first RTT.
+    rtt: Vec<Option<Box<RttSeries>>>,
 }
 
 impl Reports {
     /// `name`'s report.
     pub fn get(&self, name: &str) -> Option<&Report> {
         self.search(name).ok().map(|i| &self.reports[i])
+    }
+
+    /// `name`'s smoothed RTT over time, once it reported one.
+    pub fn rtt_series(&self, name: &str) -> Option<&RttSeries> {
+        self.search(name).ok().and_then(|i| self.rtt[i].as_deref())
+    }
+
+    /// Records the smoothed RTT `rtt` of the connector in slot `i` at
+    /// `at` (the latest of each interval is kept).
+    fn record_rtt(&mut self, i: usize, at: SystemTime, rtt: Duration) {
+        let at_ms = i64::try_from(unix_ms(at)).unwrap_or(i64::MAX);
+        let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
+        self.rtt[i]
+            .get_or_insert_with(Box::default)
+            .record(at_ms, us, Merge::Latest);
     }
 
     /// How many connectors reported.
@@ -238,6 +258,7 @@ impl Reports {
     fn insert_at(&mut self, at: usize, name: &Arc<str>, report: Report) {
         self.names.insert(at, Arc::clone(name));
         self.reports.insert(at, report);
+        self.rtt.insert(at, None);
     }
 
     /// Keeps the reports for which `keep` is true.
@@ -249,6 +270,7 @@ impl Reports {
             } else {
                 self.names.remove(i);
                 self.reports.remove(i);
+                self.rtt.remove(i);
             }
         }
     }
@@ -526,36 +548,36 @@ impl HealthTable {
         };
         // The smoothed RTT goes on from the previous report's; a report
         // with no reachable address keeps it (a failure says nothing about
-        // distance).
+        // distance) and adds no point to its series.
         let mut report = report;
-        let smooth = |previous: Option<Duration>, report: &Report| {
+        let sample = |report: &Report| match report.addresses.as_slice() {
             // One address (the usual report): its RTT is the sample, as
             // `rtt_sample` would compute it, without iterating twice.
-            let sample = match report.addresses.as_slice() {
-                [only] => only.reachable.then_some(only.rtt),
-                all => policy::rtt_sample(all),
-            };
-            sample
-                .map(|sample| policy::smooth_rtt(previous, sample))
-                .or(previous)
+            [only] => only.reachable.then_some(only.rtt),
+            all => policy::rtt_sample(all),
         };
         let store = |record: &mut AppRecord| {
+            let sample = sample(&report);
+            let wall = report.received_wall;
             // One search of the connector's slot, then update or insert.
-            let (before, change, old) = match record.reports.slot(connector) {
+            let (i, before, change, old) = match record.reports.slot(connector) {
                 Ok(i) => {
                     let slot = &mut record.reports.reports[i];
-                    report.rtt = smooth(slot.rtt, &report);
+                    report.rtt = sample.map(|s| policy::smooth_rtt(slot.rtt, s)).or(slot.rtt);
                     let before = (slot.status, slot.checked_at);
                     let change = transition(slot.status, &report);
-                    (Some(before), change, Some(slot.update(report)))
+                    (i, Some(before), change, Some(slot.update(report)))
                 }
                 Err(at) => {
-                    report.rtt = smooth(None, &report);
+                    report.rtt = sample.map(|s| policy::smooth_rtt(None, s));
                     let change = transition(Status::Unknown, &report);
                     record.reports.insert_at(at, connector, report);
-                    (None, change, None)
+                    (at, None, change, None)
                 }
             };
+            if let (Some(_), Some(rtt)) = (sample, record.reports.reports[i].rtt) {
+                record.reports.record_rtt(i, wall, rtt);
+            }
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -825,6 +847,61 @@ mod tests {
         assert_eq!(r.checked_at_unix_ms, 42);
         assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
         assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    /// Each report with a reachable address adds its smoothed RTT to the
+    /// connector's series, in the minute it was received (the wall time
+    /// the caller gives); a report without one adds nothing; a removed
+    /// connector's series goes with it.
+    #[test]
+    fn the_smoothed_rtt_is_kept_per_minute() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let base = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let with = |ms: u64, reachable: bool, at: SystemTime| Report {
+            addresses: smallvec::smallvec![policy::AddressResult {
+                address: "10.0.0.1".parse().expect("ip"),
+                reachable,
+                method: policy::Method::Tcp,
+                rtt: Duration::from_millis(ms),
+                failure: None,
+            }],
+            received_wall: at,
+            ..report(Status::Up, now)
+        };
+        t.record(key(), "c1", with(4, true, base), 4);
+        t.record(
+            key(),
+            "c1",
+            with(8, true, base + Duration::from_secs(61)),
+            4,
+        );
+        t.record(
+            key(),
+            "c1",
+            with(9, false, base + Duration::from_secs(300)),
+            4,
+        );
+        t.record(key(), "c2", report(Status::Up, now), 4);
+        let (reports, _) = t.app(&key()).expect("app");
+        let smoothed = policy::smooth_rtt(Some(Duration::from_millis(4)), Duration::from_millis(8));
+        let v = reports
+            .rtt_series("c1")
+            .and_then(|s| s.view(|us| us))
+            .expect("a series");
+        let minute = |t: SystemTime| i64::try_from(unix_ms(t)).expect("ms") / 60_000 * 60_000;
+        assert_eq!(v.start, minute(base));
+        assert_eq!(
+            v.values,
+            [
+                Some(4_000),
+                Some(u32::try_from(smoothed.as_micros()).expect("us"))
+            ]
+        );
+        assert!(reports.rtt_series("c2").is_none());
+        t.remove_where(|_, c, _| c == "c1");
+        let (reports, _) = t.app(&key()).expect("app");
+        assert!(reports.rtt_series("c1").is_none() && reports.get("c2").is_some());
     }
 
     #[test]
