@@ -579,6 +579,18 @@ function lineChart(s, values, { label, unit, line }) {
 
 // ---- One application (/app) ------------------------------------------------
 
+// Every address the application has had: in an answer now, or left.
+function addressRows(list) {
+  if (!list.length) return [h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No address reported.'))];
+  return list.map((a) => h('tr', { class: a.left ? 'address-row left' : 'address-row', 'data-address': a.address,
+    'data-status': a.status, 'data-left': a.left ? String(a.left) : null, 'data-appeared': String(a.appeared) },
+  h('td', {}, a.address),
+  h('td', {}, badge(a.status)),
+  h('td', {}, when(a.appeared)),
+  h('td', {}, a.left ? when(a.left) : h('span', { class: 'muted' }, 'in the answer')),
+  h('td', {}, a.connector, ' ', h('span', { class: 'muted' }, when(a.last_seen)))));
+}
+
 // Each connector's smoothed RTT over the last hour, one chart each.
 function rttCharts(series) {
   if (!series.length) return [h('p', { class: 'muted' }, 'No reachable result in the last hour.')];
@@ -677,6 +689,7 @@ function appPage() {
       epoch = body.epoch || null;
       current = Object.fromEntries(a.connectors.map((c) => [c.connector, c.status]));
       document.getElementById('rtt').replaceChildren(...rttCharts(body.rtt_series || []));
+      document.querySelector('#app-addresses tbody').replaceChildren(...addressRows(body.address_history || []));
       document.title = `reach — ${appLabel(a)}`;
       box.replaceChildren(
         h('h2', { 'data-app': appKey(a) }, appLabel(a), ' ', badge(a.status)),

@@ -1812,3 +1812,82 @@ async fn the_connectors_page_charts_the_load_against_the_budget() {
         panic!("{e:#}");
     }
 }
+
+/// The application page lists every address the application has had: an
+/// address that left the connector's answer stays, with when it left and
+/// its last result, after those still in the answer, as the application's
+/// answer gives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_page_lists_addresses_that_left() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        let both = app(
+            "jira",
+            "jira.test.reach",
+            80,
+            &["127.0.0.9"],
+            &["127.0.0.10"],
+        );
+        east.report(vec![both], false).await;
+        east.report(vec![jira_up(1_000)], false).await;
+        let key = policy::AppKey {
+            segment: "jira".into(),
+            host: "jira.test.reach".parse()?,
+            protocol: policy::Protocol::Tcp,
+            port: 80,
+        };
+        let given = || serde_json::to_value(ca.authority.address_history(&key));
+        eventually("127.0.0.10 left", || async {
+            given().unwrap_or_default()[1]["left"].is_i64()
+        })
+        .await;
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        let rows = r#"
+return [...document.querySelectorAll('#app-addresses tr.address-row')].map((tr) => ({
+  address: tr.dataset.address, status: tr.dataset.status,
+  appeared: Number(tr.dataset.appeared), left: tr.dataset.left ? Number(tr.dataset.left) : null,
+  badge: tr.cells[1].querySelector('[data-status]').dataset.status,
+  text: tr.cells[3].textContent,
+}));"#;
+        tab_wait(&b, rows, serde_json::json!([]), "two addresses", |v| {
+            v.as_array().map_or(0, Vec::len) == 2
+        })
+        .await?;
+        let shown = b.eval(rows, serde_json::json!([])).await?;
+        let given = given()?;
+        for (row, a) in shown
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(given.as_array().into_iter().flatten())
+        {
+            anyhow::ensure!(
+                row["address"] == a["address"]
+                    && row["status"] == a["status"]
+                    && row["badge"] == a["status"]
+                    && row["appeared"] == a["appeared"]
+                    && row["left"] == a["left"],
+                "row {row} for {a}"
+            );
+        }
+        anyhow::ensure!(
+            shown[0]["address"] == "127.0.0.9" && shown[0]["left"].is_null(),
+            "{shown}"
+        );
+        anyhow::ensure!(
+            shown[1]["address"] == "127.0.0.10"
+                && shown[1]["status"] == "down"
+                && shown[1]["text"] != "in the answer",
+            "{shown}"
+        );
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use crate::access::explain::ExplanationView;
 use crate::api::listing::{Counts, Page};
-use crate::api::views::{ApplicationView, ConnectorView, LoadSeriesView, RttSeriesView};
+use crate::api::views::{
+    AddressHistoryView, ApplicationView, ConnectorView, LoadSeriesView, RttSeriesView,
+};
 
 /// The HTTP status of a refusal reason.
 pub fn refusal_status(reason: RefusalReason) -> StatusCode {
@@ -82,6 +84,11 @@ pub(crate) struct ApplicationBody {
     /// minute (connectors with no reachable result in that hour are left
     /// out), sorted by connector name.
     pub(crate) rtt_series: Vec<RttSeriesView>,
+    /// Every address the connectors' answers have had since this CA
+    /// process started (at most 16): those in an answer now first, then
+    /// those that left (a DNS change), latest first, each with its last
+    /// result.
+    pub(crate) address_history: Vec<AddressHistoryView>,
     /// The change stream's latest transition number when the view was
     /// taken.
     pub(crate) version: u64,

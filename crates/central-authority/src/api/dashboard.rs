@@ -100,6 +100,9 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <section id="app" aria-live="polite"><p class="muted">Loading…</p></section>
 <h2>Per connector</h2>
 <table id="app-connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Status (smoothed RTT)</th><th scope="col">Addresses (method, RTT, error)</th><th scope="col">Checked</th><th scope="col">Last report</th></tr></thead><tbody></tbody></table>
+<h2>Addresses</h2>
+<p class="muted">Every address the connectors' answers have had (a DNS change keeps the address that left, with its last result).</p>
+<table id="app-addresses" class="list"><thead><tr><th scope="col">Address</th><th scope="col">Last result</th><th scope="col">Appeared</th><th scope="col">Left</th><th scope="col">Last result from</th></tr></thead><tbody></tbody></table>
 <h2>Smoothed RTT</h2>
 <section id="rtt" class="charts" aria-label="Smoothed round-trip time per connector over the last hour, one value a minute"><p class="muted">Loading…</p></section>
 <h2>Timeline</h2>

@@ -740,7 +740,8 @@ async fn application(
     match views.pop() {
         Some(application) => axum::Json(ApplicationBody {
             application,
-            rtt_series: key.map(|k| a.rtt_series(&k)).unwrap_or_default(),
+            rtt_series: key.as_ref().map(|k| a.rtt_series(k)).unwrap_or_default(),
+            address_history: key.map(|k| a.address_history(&k)).unwrap_or_default(),
             version,
             epoch,
         })

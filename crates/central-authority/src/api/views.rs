@@ -250,6 +250,26 @@ pub struct RttSeriesView {
     pub rtt_ms: Vec<Option<f64>>,
 }
 
+/// One address an application has had.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct AddressHistoryView {
+    /// The address.
+    pub address: String,
+    /// Its latest result, `up` or `down` (also once it left: its last).
+    #[schema(schema_with = crate::api::schema::address_status)]
+    pub status: Status,
+    /// When a connector's answer first had it (again, after it left and
+    /// came back), Unix ms.
+    pub appeared: i64,
+    /// When it left the last connector's answer that had it, Unix ms;
+    /// `null` while an answer has it.
+    pub left: Option<i64>,
+    /// When its latest result was received, Unix ms.
+    pub last_seen: i64,
+    /// The connector of that result.
+    pub connector: String,
+}
+
 /// One connector's check load over time.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct LoadSeriesView {
@@ -809,6 +829,27 @@ impl Authority {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Every address `key` has had (at most
+    /// `state::addresses::MAX_ADDRESSES`): those in an answer now first,
+    /// then those that left, latest first.
+    pub fn address_history(&self, key: &AppKey) -> Vec<AddressHistoryView> {
+        let book = self.health().address_book(key).unwrap_or_default();
+        let mut out: Vec<AddressHistoryView> = book
+            .entries()
+            .iter()
+            .map(|e| AddressHistoryView {
+                address: e.address.to_string(),
+                status: e.status,
+                appeared: e.appeared_ms,
+                left: e.left_ms,
+                last_seen: e.last_seen_ms,
+                connector: e.last_connector.to_string(),
+            })
+            .collect();
+        out.sort_by_key(|v| v.left.map_or(i64::MIN, |l| -l));
+        out
     }
 
     /// Each connector's check-load estimate over time, sorted by name.

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
+use crate::state::addresses::AddressBook;
 use crate::state::clock::unix_ms;
 use crate::state::series::{Merge, RttSeries};
 use crate::state::sync::{read, write};
@@ -176,6 +177,8 @@ pub struct Transition {
 struct AppRecord {
     reports: Reports,
     transitions: VecDeque<Transition>,
+    /// Every address the connectors' answers have had.
+    addresses: AddressBook,
 }
 
 /// The connectors' latest reports for one application, in name order.
@@ -578,6 +581,9 @@ impl HealthTable {
             if let (Some(_), Some(rtt)) = (sample, record.reports.reports[i].rtt) {
                 record.reports.record_rtt(i, wall, rtt);
             }
+            let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
+            let stored = &record.reports.reports[i].addresses;
+            record.addresses.record(connector, stored, wall_ms);
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -703,6 +709,12 @@ impl HealthTable {
         read(shard)
             .find(hash, key)
             .map(|r| f(&r.reports, r.transitions.back()))
+    }
+
+    /// A copy of every address `key` has had.
+    pub fn address_book(&self, key: &AppKey) -> Option<AddressBook> {
+        let (shard, hash) = self.shard(key);
+        read(shard).find(hash, key).map(|r| r.addresses.clone())
     }
 
     /// A copy of everything known about `key`.

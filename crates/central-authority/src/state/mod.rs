@@ -3,6 +3,7 @@
 //! nothing here depends on a feature.
 
 pub mod access_ids;
+pub mod addresses;
 pub mod authority;
 pub mod clock;
 pub mod counters;
