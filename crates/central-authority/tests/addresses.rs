@@ -135,6 +135,77 @@ async fn an_address_that_leaves_the_answer_is_remembered() {
         .map(|a| a.iter().filter_map(|x| x["address"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(addresses, ["127.0.31.1"], "{after}");
+    // The address history (`GET /api/v1/events?address=`, stored): the
+    // address that left appeared Down and left, newest first, at the times
+    // the application's answer gives.
+    let app = format!("moving/{HOST}/tcp/{port}");
+    let events = |address: &str| {
+        let path = format!("/api/v1/events?app={app}&address={address}");
+        let http = &http;
+        async move {
+            let (s, v) = http.get_json(&path, Some(READ_TOKEN)).await;
+            assert_eq!(s, 200, "{v}");
+            v
+        }
+    };
+    let stored = wait_for("the change stored", Duration::from_secs(10), || async {
+        let v = events("127.0.31.2").await;
+        (v["total"] == 2, v)
+    })
+    .await;
+    let change = |e: &serde_json::Value| {
+        (
+            e["address"].as_str().unwrap_or("").to_owned(),
+            e["from"].as_str().unwrap_or("").to_owned(),
+            e["to"].as_str().unwrap_or("").to_owned(),
+            e["cause"].as_str().unwrap_or("").to_owned(),
+            e["connector"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let seen: Vec<_> = stored["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(change)
+        .collect();
+    let expect = |from: &str, to: &str, cause: &str| {
+        (
+            "127.0.31.2".to_owned(),
+            from.to_owned(),
+            to.to_owned(),
+            cause.to_owned(),
+            "east-1".to_owned(),
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            expect("down", "unknown", "left"),
+            expect("unknown", "down", "appeared")
+        ],
+        "{stored}"
+    );
+    assert_eq!(stored["events"][0]["at"].as_i64(), Some(left), "{stored}");
+    assert_eq!(stored["events"][1]["at"], gone["appeared"], "{stored}");
+    // Every address of the application; the status history holds none.
+    let all = events("*").await;
+    assert!(all["total"].as_u64().unwrap_or(0) >= 3, "{all}");
+    let (s, statuses) = http
+        .get_json(&format!("/api/v1/events?app={app}"), Some(READ_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{statuses}");
+    assert!(
+        statuses["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|e| e.get("address").is_none()),
+        "{statuses}"
+    );
+    let (s, bad) = http
+        .get_json("/api/v1/events?address=nowhere", Some(READ_TOKEN))
+        .await;
+    assert_eq!(s, 400, "{bad}");
     let _ = stop.send(());
     let _ = agent.await;
     drop(listener);

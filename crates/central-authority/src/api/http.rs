@@ -900,10 +900,29 @@ struct EventsQuery {
     protocol: Option<String>,
     port: Option<String>,
     connector: Option<String>,
+    address: Option<String>,
     since: Option<String>,
     until: Option<String>,
     page: Option<String>,
     per_page: Option<String>,
+}
+
+/// An events filter's address: an IP address (in its normal form), or `*`
+/// for every address.
+fn event_address(a: &str) -> Result<String, ApiError> {
+    if a == "*" {
+        return Ok(a.to_owned());
+    }
+    a.parse::<policy::Host>()
+        .ok()
+        .and_then(|h| h.ip())
+        .map(|ip| ip.to_string())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "address: {:?} is neither an IP address nor *",
+                a.chars().take(64).collect::<String>()
+            ))
+        })
 }
 
 /// A time parameter: Unix milliseconds or RFC 3339.
@@ -939,6 +958,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
         host: given(q.host).map(|h| policy::host::lookup_key(&h)),
         protocol: given(q.protocol),
         connector: given(q.connector),
+        address: given(q.address).map(|a| event_address(&a)).transpose()?,
         ..Default::default()
     };
     let mut port = given(q.port);
@@ -1540,6 +1560,7 @@ mod tests {
             protocol: protocol.map(Into::into),
             port: port.map(Into::into),
             connector: None,
+            address: None,
             since: None,
             until: None,
             page: None,
@@ -1552,6 +1573,23 @@ mod tests {
         assert!(matches!(
             events_query(query(None, Some("icmp"))),
             Err(ApiError::InvalidRequest(_))
+        ));
+        // An address is an IP address in its normal form, or `*`.
+        let with = |a: &str| {
+            events_query(EventsQuery {
+                address: Some(a.into()),
+                ..query(None, None)
+            })
+            .map(|(f, _, _)| f.address)
+        };
+        assert_eq!(
+            with("2001:DB8:0::1").ok().flatten().as_deref(),
+            Some("2001:db8::1")
+        );
+        assert_eq!(with("*").ok().flatten().as_deref(), Some("*"));
+        assert!(matches!(
+            with("web.test"),
+            Err(ApiError::InvalidRequest(m)) if m.contains("address")
         ));
         let (f, _, _) = events_query(query(Some("81"), Some("udp"))).expect("valid");
         assert_eq!((f.port, f.protocol.as_deref()), (Some(80), Some("tcp")));

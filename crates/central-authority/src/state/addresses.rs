@@ -37,6 +37,21 @@ pub struct AddressEntry {
     present: Vec<Arc<str>>,
 }
 
+/// A change of one address of an application, for the address history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressChange {
+    /// The address.
+    pub address: IpAddr,
+    /// The connector whose report showed the change.
+    pub connector: Arc<str>,
+    /// Its result before (Unknown before it appeared).
+    pub from: Status,
+    /// Its result after (Unknown once it left).
+    pub to: Status,
+    /// `appeared`, `report` (its result changed) or `left`.
+    pub cause: &'static str,
+}
+
 /// An application's addresses, in the order they first appeared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressBook {
@@ -53,8 +68,15 @@ impl AddressBook {
     /// in it is present for that connector with its result; each address
     /// that connector had and this answer lacks leaves its answer (and
     /// the application, when no other connector's answer has it). Empty
-    /// `results` change nothing.
-    pub fn record(&mut self, connector: &Arc<str>, results: &[AddressResult], at_ms: i64) {
+    /// `results` change nothing. Each address that appeared, changed
+    /// result or left is pushed to `changes`.
+    pub fn record(
+        &mut self,
+        connector: &Arc<str>,
+        results: &[AddressResult],
+        at_ms: i64,
+        changes: &mut Vec<AddressChange>,
+    ) {
         if results.is_empty() {
             return;
         }
@@ -69,8 +91,18 @@ impl AddressBook {
                 None => self.insert(r.address, connector, at_ms),
             };
             let e = &mut self.entries[i];
-            if e.left_ms.take().is_some() {
+            let appeared = e.left_ms.take().is_some() || e.status == Status::Unknown;
+            if appeared {
                 e.appeared_ms = at_ms;
+            }
+            if appeared || e.status != status {
+                changes.push(AddressChange {
+                    address: e.address,
+                    connector: Arc::clone(connector),
+                    from: if appeared { Status::Unknown } else { e.status },
+                    to: status,
+                    cause: if appeared { "appeared" } else { "report" },
+                });
             }
             e.status = status;
             e.last_seen_ms = at_ms;
@@ -89,6 +121,13 @@ impl AddressBook {
             e.present.retain(|c| **c != **connector);
             if before != e.present.len() && e.present.is_empty() {
                 e.left_ms = Some(at_ms);
+                changes.push(AddressChange {
+                    address: e.address,
+                    connector: Arc::clone(connector),
+                    from: e.status,
+                    to: Status::Unknown,
+                    cause: "left",
+                });
             }
         }
     }
@@ -168,8 +207,14 @@ mod tests {
     fn an_address_that_leaves_is_kept_with_its_last_result() {
         let c: Arc<str> = Arc::from("c1");
         let mut b = AddressBook::default();
-        b.record(&c, &[result(1, true), result(2, false)], 1_000);
-        b.record(&c, &[result(1, true), result(3, true)], 2_000);
+        let mut changes = Vec::new();
+        b.record(
+            &c,
+            &[result(1, true), result(2, false)],
+            1_000,
+            &mut changes,
+        );
+        b.record(&c, &[result(1, true), result(3, true)], 2_000, &mut changes);
         assert_eq!(
             summary(&b),
             [
@@ -178,15 +223,36 @@ mod tests {
                 (3, 2_000, None, Status::Up),
             ]
         );
-        b.record(&c, &[], 3_000);
+        b.record(&c, &[], 3_000, &mut changes);
         assert_eq!(summary(&b)[1], (2, 1_000, Some(2_000), Status::Down));
-        b.record(&c, &[result(2, true)], 4_000);
+        b.record(&c, &[result(2, true)], 4_000, &mut changes);
         assert_eq!(
             summary(&b),
             [
                 (1, 1_000, Some(4_000), Status::Up),
                 (2, 4_000, None, Status::Up),
                 (3, 2_000, Some(4_000), Status::Up),
+            ]
+        );
+        // Every appearance, departure and change of result, in order.
+        let seen: Vec<(u8, Status, Status, &str)> = changes
+            .iter()
+            .map(|c| match c.address {
+                IpAddr::V4(v4) => (v4.octets()[3], c.from, c.to, c.cause),
+                IpAddr::V6(_) => (0, c.from, c.to, c.cause),
+            })
+            .collect();
+        use Status::{Down, Unknown, Up};
+        assert_eq!(
+            seen,
+            [
+                (1, Unknown, Up, "appeared"),
+                (2, Unknown, Down, "appeared"),
+                (3, Unknown, Up, "appeared"),
+                (2, Down, Unknown, "left"),
+                (2, Unknown, Up, "appeared"),
+                (1, Up, Unknown, "left"),
+                (3, Up, Unknown, "left"),
             ]
         );
     }
@@ -197,12 +263,13 @@ mod tests {
     fn an_address_leaves_when_no_connector_has_it() {
         let (c1, c2): (Arc<str>, Arc<str>) = (Arc::from("c1"), Arc::from("c2"));
         let mut b = AddressBook::default();
-        b.record(&c1, &[result(1, true)], 1_000);
-        b.record(&c2, &[result(1, false)], 1_500);
-        b.record(&c1, &[result(2, true)], 2_000);
+        let mut changes = Vec::new();
+        b.record(&c1, &[result(1, true)], 1_000, &mut changes);
+        b.record(&c2, &[result(1, false)], 1_500, &mut changes);
+        b.record(&c1, &[result(2, true)], 2_000, &mut changes);
         assert_eq!(summary(&b)[0], (1, 1_000, None, Status::Down));
         assert_eq!(&*b.entries()[0].last_connector, "c2");
-        b.record(&c2, &[result(2, true)], 3_000);
+        b.record(&c2, &[result(2, true)], 3_000, &mut changes);
         assert_eq!(summary(&b)[0], (1, 1_000, Some(3_000), Status::Down));
     }
 
@@ -212,8 +279,9 @@ mod tests {
     fn the_book_is_bounded() {
         let c: Arc<str> = Arc::from("c1");
         let mut b = AddressBook::default();
+        let mut changes = Vec::new();
         for i in 0..40_u8 {
-            b.record(&c, &[result(i, true)], i64::from(i) * 1_000);
+            b.record(&c, &[result(i, true)], i64::from(i) * 1_000, &mut changes);
         }
         let kept = summary(&b);
         assert_eq!(kept.len(), MAX_ADDRESSES);

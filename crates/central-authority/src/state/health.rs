@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
-use crate::state::addresses::AddressBook;
+use crate::state::addresses::{AddressBook, AddressChange};
 use crate::state::clock::unix_ms;
 use crate::state::series::{Merge, RttSeries};
 use crate::state::sync::{read, write};
@@ -305,6 +305,26 @@ impl<'a> IntoIterator for &'a Reports {
 }
 
 impl AppRecord {
+    /// What the report just stored in slot `i` of `connector` adds to the
+    /// series and the address book: its smoothed RTT when it had a
+    /// reachable result (`sampled`), and its addresses (each change pushed
+    /// to `changes`).
+    fn follow(
+        &mut self,
+        i: usize,
+        connector: &Arc<str>,
+        sampled: bool,
+        wall: SystemTime,
+        changes: &mut Vec<AddressChange>,
+    ) {
+        if let (true, Some(rtt)) = (sampled, self.reports.reports[i].rtt) {
+            self.reports.record_rtt(i, wall, rtt);
+        }
+        let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
+        let stored = &self.reports.reports[i].addresses;
+        self.addresses.record(connector, stored, wall_ms, changes);
+    }
+
     fn push(&mut self, t: Transition, keep: usize) {
         self.transitions.push_back(t);
         while self.transitions.len() > keep {
@@ -484,6 +504,9 @@ pub struct HealthTable {
     /// live streams): pushed after the shard's lock is released, so this
     /// lock is never held with a shard's.
     outbox: std::sync::Mutex<Vec<(AppKey, Transition)>>,
+    /// Address changes not yet taken by `take_address_changes` (the
+    /// address history), likewise.
+    address_outbox: std::sync::Mutex<Vec<(AppKey, SystemTime, AddressChange)>>,
 }
 
 impl Default for HealthTable {
@@ -492,6 +515,7 @@ impl Default for HealthTable {
             hasher: Hasher::default(),
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             outbox: std::sync::Mutex::default(),
+            address_outbox: std::sync::Mutex::default(),
         }
     }
 }
@@ -559,9 +583,12 @@ impl HealthTable {
             [only] => only.reachable.then_some(only.rtt),
             all => policy::rtt_sample(all),
         };
+        // Addresses that appeared, changed result or left (none, and no
+        // allocation, for most reports).
+        let mut address_changes: Vec<AddressChange> = Vec::new();
+        let wall = report.received_wall;
         let store = |record: &mut AppRecord| {
             let sample = sample(&report);
-            let wall = report.received_wall;
             // One search of the connector's slot, then update or insert.
             let (i, before, change, old) = match record.reports.slot(connector) {
                 Ok(i) => {
@@ -578,12 +605,7 @@ impl HealthTable {
                     (at, None, change, None)
                 }
             };
-            if let (Some(_), Some(rtt)) = (sample, record.reports.reports[i].rtt) {
-                record.reports.record_rtt(i, wall, rtt);
-            }
-            let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
-            let stored = &record.reports.reports[i].addresses;
-            record.addresses.record(connector, stored, wall_ms);
+            record.follow(i, connector, sample.is_some(), wall, &mut address_changes);
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -601,6 +623,9 @@ impl HealthTable {
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
+        if !address_changes.is_empty() {
+            self.publish_addresses(key.to_key(), wall, address_changes);
+        }
         // The outbox is one lock for the whole table: only a transition
         // takes it (most reports change nothing).
         if let Some(t) = published {
@@ -626,6 +651,32 @@ impl HealthTable {
     /// Every transition since the last call, oldest first.
     pub fn take_transitions(&self) -> Vec<(AppKey, Transition)> {
         std::mem::take(&mut *crate::state::sync::lock(&self.outbox))
+    }
+
+    /// Queues address changes of `key` seen at `at` for
+    /// `take_address_changes` (bounded as the transitions' outbox is).
+    fn publish_addresses(&self, key: AppKey, at: SystemTime, changes: Vec<AddressChange>) {
+        let mut outbox = crate::state::sync::lock(&self.address_outbox);
+        outbox.extend(changes.into_iter().map(|c| (key.clone(), at, c)));
+        if outbox.len() > OUTBOX_CAP {
+            let excess = outbox.len() - OUTBOX_CAP;
+            outbox.drain(..excess);
+            tracing::warn!(
+                dropped = excess,
+                "address history: changes dropped (nobody took them)"
+            );
+        }
+    }
+
+    /// Whether address changes wait for `take_address_changes`.
+    pub fn has_address_changes(&self) -> bool {
+        !crate::state::sync::lock(&self.address_outbox).is_empty()
+    }
+
+    /// Every address change since the last call, oldest first, with when
+    /// the CA saw it.
+    pub fn take_address_changes(&self) -> Vec<(AppKey, SystemTime, AddressChange)> {
+        std::mem::take(&mut *crate::state::sync::lock(&self.address_outbox))
     }
 
     /// Sets every entry for which `decide` names a cause to Unknown (entries
