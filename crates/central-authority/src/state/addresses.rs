@@ -110,6 +110,8 @@ impl AddressBook {
                 e.last_connector = Arc::clone(connector);
             }
             if !e.present.iter().any(|c| **c == **connector) {
+                // Exactly as many as held (one, mostly): grown rarely.
+                e.present.reserve_exact(1);
                 e.present.push(Arc::clone(connector));
             }
         }
@@ -159,6 +161,7 @@ impl AddressBook {
                 }
             }
         }
+        self.entries.reserve_exact(1);
         self.entries.push(AddressEntry {
             address,
             appeared_ms: at_ms,
@@ -288,5 +291,8 @@ mod tests {
         // The newest is present, the 15 before it left, oldest gone.
         assert_eq!(kept.last().map(|k| (k.0, k.2)), Some((39, None)));
         assert_eq!(kept.first().map(|k| k.0), Some(24));
+        // The memory figure in docs/decisions.md.
+        assert_eq!(std::mem::size_of::<AddressEntry>(), 96);
+        assert!(b.entries.capacity() <= MAX_ADDRESSES + 1);
     }
 }
