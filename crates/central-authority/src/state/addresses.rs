@@ -109,7 +109,13 @@ impl AddressBook {
             if !Arc::ptr_eq(&e.last_connector, connector) {
                 e.last_connector = Arc::clone(connector);
             }
-            if !e.present.iter().any(|c| **c == **connector) {
+            // A session reports under one shared name: its pointer
+            // matches first, the text only for another session's copy.
+            if !e
+                .present
+                .iter()
+                .any(|c| Arc::ptr_eq(c, connector) || **c == **connector)
+            {
                 // Exactly as many as held (one, mostly): grown rarely.
                 e.present.reserve_exact(1);
                 e.present.push(Arc::clone(connector));
