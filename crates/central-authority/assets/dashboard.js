@@ -530,7 +530,78 @@ function listPage() {
   });
 }
 
+// ---- Line charts (/app, /connectors) ----------------------------------------
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const CHART = { w: 300, h: 60, pad: 3 };
+
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) if (c) e.append(c);
+  return e;
+}
+
+// A line chart of one series as the API gives it (`values[i]` is of the
+// interval starting at `start + i * interval_ms`, null where nothing was
+// recorded): one polyline per run of values, a dot for a lone value,
+// scaled to the series' span and to 0..the highest value (or `line`, a
+// horizontal line such as the budget, when higher). The chart carries
+// its scale (`data-max`, `data-n`) so a test can map points back.
+function lineChart(s, values, { label, unit, line }) {
+  const n = values.length;
+  const shown = values.filter((v) => v !== null);
+  const max = Math.max(line || 0, ...shown) || 1;
+  const x = (i) => (n > 1 ? CHART.pad + (i / (n - 1)) * (CHART.w - 2 * CHART.pad) : CHART.w / 2);
+  const y = (v) => CHART.h - CHART.pad - (v / max) * (CHART.h - 2 * CHART.pad);
+  const xy = (i) => `${x(i).toFixed(2)},${y(values[i]).toFixed(2)}`;
+  const marks = [];
+  let run = [];
+  const flush = () => {
+    if (run.length === 1) marks.push(svg('circle', { class: 'dot', cx: x(run[0]).toFixed(2), cy: y(values[run[0]]).toFixed(2), r: 2 }));
+    else if (run.length) marks.push(svg('polyline', { class: 'line', points: run.map(xy).join(' ') }));
+    run = [];
+  };
+  values.forEach((v, i) => { if (v === null) flush(); else run.push(i); });
+  flush();
+  if (line !== undefined) {
+    marks.unshift(svg('line', { class: 'limit', x1: 0, x2: CHART.w, y1: y(line).toFixed(2), y2: y(line).toFixed(2), 'data-value': line }));
+  }
+  const last = shown.length ? shown[shown.length - 1] : null;
+  const title = `${label}: ${shown.length} values from ${new Date(s.start).toLocaleString()}, every ${s.interval_ms / 60000} min` +
+    (last !== null ? `; latest ${last}${unit}` : '') + (line !== undefined ? `; budget ${line}${unit}` : '');
+  return svg('svg', { class: 'chart', viewBox: `0 0 ${CHART.w} ${CHART.h}`, preserveAspectRatio: 'none', role: 'img',
+    'aria-label': title, 'data-n': n, 'data-points': shown.length, 'data-max': max, 'data-start': s.start,
+    'data-interval-ms': s.interval_ms }, svg('title', {}, title), marks);
+}
+
 // ---- One application (/app) ------------------------------------------------
+
+// Every address the application has had: in an answer now, or left.
+function addressRows(list) {
+  if (!list.length) return [h('tr', {}, h('td', { colSpan: 5, class: 'muted' }, 'No address reported.'))];
+  return list.map((a) => h('tr', { class: a.left ? 'address-row left' : 'address-row', 'data-address': a.address,
+    'data-status': a.status, 'data-left': a.left ? String(a.left) : null, 'data-appeared': String(a.appeared) },
+  h('td', {}, a.address),
+  h('td', {}, badge(a.status)),
+  h('td', {}, when(a.appeared)),
+  h('td', {}, a.left ? when(a.left) : h('span', { class: 'muted' }, 'in the answer')),
+  h('td', {}, a.connector, ' ', h('span', { class: 'muted' }, when(a.last_seen)))));
+}
+
+// Each connector's smoothed RTT over the last hour, one chart each.
+function rttCharts(series) {
+  if (!series.length) return [h('p', { class: 'muted' }, 'No reachable result in the last hour.')];
+  return series.map((s) => {
+    const shown = s.rtt_ms.filter((v) => v !== null);
+    const last = shown[shown.length - 1];
+    return h('figure', { class: 'rtt-chart', 'data-connector': s.connector },
+      h('figcaption', {}, s.connector, h('span', { class: 'muted' }, ` · ${last.toFixed(2)} ms now, up to ${Math.max(...shown).toFixed(2)} ms`)),
+      lineChart(s, s.rtt_ms, { label: `${s.connector} smoothed RTT`, unit: ' ms' }));
+  });
+}
 
 function historyRow(e, fresh) {
   return h('tr', { class: fresh ? 'event new' : 'event', 'data-to': e.to, 'data-connector': e.connector },
@@ -617,6 +688,8 @@ function appPage() {
       version = body.version === undefined ? null : body.version;
       epoch = body.epoch || null;
       current = Object.fromEntries(a.connectors.map((c) => [c.connector, c.status]));
+      document.getElementById('rtt').replaceChildren(...rttCharts(body.rtt_series || []));
+      document.querySelector('#app-addresses tbody').replaceChildren(...addressRows(body.address_history || []));
       document.title = `reach — ${appLabel(a)}`;
       box.replaceChildren(
         h('h2', { 'data-app': appKey(a) }, appLabel(a), ' ', badge(a.status)),
@@ -711,6 +784,8 @@ function appPage() {
     openedAt = null;
   })();
   windowSelect.addEventListener('change', () => loadTimeline());
+  // The RTT charts gain a value a minute without any status change.
+  setInterval(() => { if (document.visibilityState === 'visible') reloadApp(); }, 60000);
   // The window moves on: redrawn every minute.
   setInterval(drawTimeline, 60000);
   // Only this application's changes matter here: its history row is
@@ -780,8 +855,32 @@ function checkLoad(c, budget) {
     c.over_budget ? h('div', { class: 'over-budget-warning', role: 'alert' }, `⚠ ${warning}`) : ''];
 }
 
+// A connector's check load over the last day against the budget.
+function loadChart(s, budget) {
+  if (!s) return h('span', { class: 'muted' }, '—');
+  return lineChart(s, s.checks_per_cycle, { label: `${s.connector} checks per cycle`, unit: '', line: budget });
+}
+
 function connectorsPage() {
   const q = new URLSearchParams(location.search);
+  // Each connector's load series (GET /api/v1/load), read once a minute.
+  let series = { check_budget: 0, connectors: [] };
+  const drawSeries = () => {
+    const by = new Map(series.connectors.map((s) => [s.connector, s]));
+    for (const td of document.querySelectorAll('#connectors td.load-chart')) {
+      td.replaceChildren(loadChart(by.get(td.dataset.connector), series.check_budget));
+    }
+  };
+  const loadSeries = async () => {
+    try {
+      series = await getJSON('/api/v1/load');
+      drawSeries();
+    } catch (e) {
+      for (const td of document.querySelectorAll('#connectors td.load-chart')) {
+        td.replaceChildren(h('span', { class: 'error' }, `Cannot load: ${e.message}`));
+      }
+    }
+  };
   const load = async () => {
     const tbody = document.querySelector('#connectors tbody');
     try {
@@ -816,15 +915,19 @@ function connectorsPage() {
         h('td', {}, session(c)),
         h('td', {}, c.version || h('span', { class: 'muted', title: 'shown to administrators' }, '—')),
         h('td', {}, checkLoad(c, budget)),
+        h('td', { class: 'load-chart', 'data-connector': c.name }),
         h('td', {}, c.load ? lastSeen(c, `${c.load.checks_per_second.toFixed(1)} of ${c.load.rate_limit} checks/s, queue ${c.load.queue_depth}`) : h('span', { class: 'muted' }, '—')),
         h('td', { class: soon ? 'expiring' : '' }, expires ? when(expires) : h('span', { class: 'muted' }, '—')));
       }));
-      if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 7, class: 'muted' }, 'No connector.')));
+      if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted' }, 'No connector.')));
+      drawSeries();
     } catch (e) {
-      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 7, class: 'error' }, `Cannot load: ${e.message}`)));
+      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 8, class: 'error' }, `Cannot load: ${e.message}`)));
     }
   };
   load();
+  loadSeries();
+  setInterval(loadSeries, 60000);
   // Sessions show in transitions (a disconnect turns its applications
   // Unknown): re-read on those, once per 2 s at most; load figures change
   // without transitions, so every 10 s too.

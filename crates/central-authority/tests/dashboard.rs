@@ -1444,3 +1444,450 @@ return tr ? tr.cells[3].textContent : null;"#;
         panic!("{e:#}");
     }
 }
+
+/// `app("jira", "jira.test.reach", …)` up at 127.0.0.9 with `rtt_us`.
+fn jira_up(rtt_us: u64) -> v1::ApplicationHealth {
+    let mut a = app("jira", "jira.test.reach", 80, &["127.0.0.9"], &[]);
+    for r in &mut a.addresses {
+        r.rtt_us = rtt_us;
+    }
+    a
+}
+
+/// The application's answer carries each connector's smoothed RTT over
+/// time: one value a minute (the latest smoothed RTT in it, equal to the
+/// smoothed RTT the view shows), from a whole minute on; a connector
+/// with no reachable result has none. `GET /api/v1/load` carries each
+/// connector's check load over time (the highest estimate of each five
+/// minutes: the connector's own count once it reports more) with the
+/// budget.
+#[tokio::test]
+async fn rtt_and_load_series_are_served() {
+    let ca = Ca::start(&config_text("check_budget = 5", "", "")).await;
+    let http = ca.web();
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let (west, _) = connect(&ca, "east-2", "dc-east").await;
+    east.report(vec![jira_up(1_500)], false).await;
+    east.report(vec![jira_up(4_500)], false).await;
+    west.report(
+        vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.9"])],
+        false,
+    )
+    .await;
+    let path = "/api/v1/application?segment=jira&host=jira.test.reach&protocol=tcp&port=80";
+    eventually("both reports stored", || async {
+        let (s, v) = http.get_json(path, Some(READ_TOKEN)).await;
+        s == 200
+            && v["application"]["connectors"][1]["status"] == "down"
+            && v["application"]["connectors"][0]["smoothed_rtt_ms"]
+                .as_f64()
+                .is_some_and(|r| r > 1.5)
+    })
+    .await;
+    let (_, body) = http.get_json(path, Some(READ_TOKEN)).await;
+    let series = body["rtt_series"].as_array().cloned().unwrap_or_default();
+    assert_eq!(series.len(), 1, "east-2 has no reachable result: {body}");
+    let s = &series[0];
+    assert_eq!(s["connector"], "east-1", "{s}");
+    assert_eq!(s["interval_ms"], 60_000, "{s}");
+    assert_eq!(s["start"].as_i64().unwrap_or(1) % 60_000, 0, "{s}");
+    let values = s["rtt_ms"].as_array().cloned().unwrap_or_default();
+    assert!((1..=2).contains(&values.len()), "{s}");
+    let smoothed = body["application"]["connectors"][0]["smoothed_rtt_ms"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let last = values
+        .last()
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(0.0);
+    assert!(
+        (last - smoothed).abs() < 0.001,
+        "{last} vs {smoothed}: {body}"
+    );
+    // The load: east-1 says it runs 7 checks per cycle.
+    east.heartbeat(v1::CheckLoad {
+        checks_per_cycle: 7,
+        rate_limit: 20,
+        ..Default::default()
+    })
+    .await;
+    eventually("the heartbeat's load in the series", || async {
+        let (s, v) = http.get_json("/api/v1/load", Some(READ_TOKEN)).await;
+        s == 200
+            && v["connectors"][0]["checks_per_cycle"]
+                .as_array()
+                .and_then(|a| a.last())
+                .and_then(serde_json::Value::as_u64)
+                == Some(7)
+    })
+    .await;
+    let (_, load) = http.get_json("/api/v1/load", Some(READ_TOKEN)).await;
+    assert_eq!(load["check_budget"], 5, "{load}");
+    let names: Vec<&str> = load["connectors"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["connector"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["east-1", "east-2"], "{load}");
+    assert_eq!(load["connectors"][0]["interval_ms"], 300_000, "{load}");
+    // Without a token: refused like every read.
+    let (s, _) = http.get_json("/api/v1/load", None).await;
+    assert_eq!(s, 401);
+    drop((east, west));
+    ca.stop().await;
+}
+
+/// gRPC `ListApplications` says, as the HTTP listing does, how many
+/// enrolled connectors of a segment's groups are not connected while the
+/// CA knows none of them, and nothing once one attaches.
+#[tokio::test]
+async fn grpc_lists_enrolled_connectors_that_are_not_connected() {
+    let ca = Ca::start(&config_text("", "", "")).await;
+    enrolled(&ca.target(), "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolls");
+    enroll(&ca.target(), "east-2", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolls");
+    let mut client = v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let list = |page: u32| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_applications(read(v1::ListApplicationsRequest {
+                    segment: "jira".into(),
+                    page,
+                    per_page: if page > 0 { 50 } else { 0 },
+                }))
+                .await
+                .expect("list")
+                .into_inner()
+                .applications
+        }
+    };
+    // Unpaged and paged alike.
+    for page in [0, 1] {
+        let apps = list(page).await;
+        assert_eq!(apps.len(), 2, "{apps:?}");
+        assert!(
+            apps.iter()
+                .all(|a| a.connectors.is_empty() && a.enrolled_unconnected == 2),
+            "{apps:?}"
+        );
+    }
+    let (_east, _) = connect(&ca, "east-1", "dc-east").await;
+    let apps = client
+        .list_applications(read(v1::ListApplicationsRequest {
+            segment: "jira".into(),
+            ..Default::default()
+        }))
+        .await
+        .expect("list")
+        .into_inner()
+        .applications;
+    assert!(
+        apps.iter()
+            .all(|a| a.connectors.len() == 1 && a.enrolled_unconnected == 0),
+        "{apps:?}"
+    );
+    ca.stop().await;
+}
+
+/// The marks of every chart under `arguments[0]`: per chart its
+/// `data-*` scale and viewBox, the limit line's value and height, and the
+/// points of its polylines and dots in order.
+const CHARTS: &str = r#"
+return [...document.querySelectorAll(arguments[0])].map((s) => ({
+  connector: s.closest('[data-connector]') ? s.closest('[data-connector]').dataset.connector : null,
+  viewBox: s.getAttribute('viewBox'),
+  n: Number(s.dataset.n),
+  points: Number(s.dataset.points),
+  max: Number(s.dataset.max),
+  start: Number(s.dataset.start),
+  interval: Number(s.dataset.intervalMs),
+  height: s.getBoundingClientRect().height,
+  limit: s.querySelector('line.limit') ? { value: Number(s.querySelector('line.limit').dataset.value),
+    y: Number(s.querySelector('line.limit').getAttribute('y1')) } : null,
+  marks: [...s.querySelectorAll('polyline, circle')].map((m) => m.tagName === 'circle'
+    ? [[Number(m.getAttribute('cx')), Number(m.getAttribute('cy'))]]
+    : m.getAttribute('points').split(' ').map((p) => p.split(',').map(Number))),
+}));
+"#;
+
+/// Checks one chart (`CHARTS`' entry) against the series it was given:
+/// `start`, `interval_ms` and `values` (null for none). The chart is
+/// 300 × 60 with a 3-unit margin: value `i` of `n` at x = 3 + i/(n-1) ×
+/// 294, value `v` at y = 57 − v/max × 54; each run of values one polyline,
+/// a lone value a dot.
+fn check_chart(chart: &serde_json::Value, series: &serde_json::Value, values: &str) {
+    let vals: Vec<Option<f64>> = series[values]
+        .as_array()
+        .map(|a| a.iter().map(serde_json::Value::as_f64).collect())
+        .unwrap_or_default();
+    let n = vals.len();
+    assert_eq!(chart["viewBox"], "0 0 300 60", "{chart}");
+    assert_eq!(chart["n"].as_u64(), Some(n as u64), "{chart} {series}");
+    assert_eq!(chart["start"], series["start"], "{chart} {series}");
+    assert_eq!(chart["interval"], series["interval_ms"], "{chart} {series}");
+    let shown: Vec<(usize, f64)> = vals
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (i, v)))
+        .collect();
+    assert_eq!(
+        chart["points"].as_u64(),
+        Some(shown.len() as u64),
+        "{chart}"
+    );
+    let max = chart["max"].as_f64().unwrap_or(0.0);
+    let top = shown.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+    let limit = chart["limit"]["value"].as_f64().unwrap_or(0.0);
+    assert!((max - top.max(limit)).abs() < 1e-9, "scale {max}: {chart}");
+    // Runs of consecutive values, as drawn.
+    let mut runs: Vec<Vec<(usize, f64)>> = Vec::new();
+    for &(i, v) in &shown {
+        match runs.last_mut() {
+            Some(run) if run.last().is_some_and(|(j, _)| j + 1 == i) => run.push((i, v)),
+            _ => runs.push(vec![(i, v)]),
+        }
+    }
+    let marks = chart["marks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(marks.len(), runs.len(), "one mark per run: {chart}");
+    let x = |i: usize| {
+        if n > 1 {
+            3.0 + i as f64 / (n - 1) as f64 * 294.0
+        } else {
+            150.0
+        }
+    };
+    let y = |v: f64| 57.0 - v / max * 54.0;
+    for (mark, run) in marks.iter().zip(&runs) {
+        let points = mark.as_array().cloned().unwrap_or_default();
+        assert_eq!(points.len(), run.len(), "{mark} for {run:?}");
+        for (p, &(i, v)) in points.iter().zip(run) {
+            let (px, py) = (p[0].as_f64().unwrap_or(-1.0), p[1].as_f64().unwrap_or(-1.0));
+            assert!(
+                (px - x(i)).abs() < 0.006 && (py - y(v)).abs() < 0.006,
+                "value {i} ({v}) drawn at {px},{py}, expected {},{}: {chart}",
+                x(i),
+                y(v)
+            );
+        }
+    }
+    if !chart["limit"].is_null() {
+        let ly = chart["limit"]["y"].as_f64().unwrap_or(-1.0);
+        assert!((ly - y(limit)).abs() < 0.006, "limit at {ly}: {chart}");
+    }
+}
+
+/// The application page draws each connector's smoothed RTT as the
+/// application's answer gives it (one chart per connector with a
+/// reachable result, a value per minute), next to the status timeline;
+/// a series with gaps draws one line per run and a dot per lone value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_page_charts_the_smoothed_rtt_it_was_given() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        let mut other = open_plain(ca.grpc, "east-2").await?;
+        anyhow::ensure!(matches!(other.next().await, Some(Out::Welcome(_))));
+        east.report(vec![jira_up(2_000)], false).await;
+        other.report(vec![jira_up(9_000)], false).await;
+        east.report(vec![jira_up(3_000)], false).await;
+        let key = policy::AppKey {
+            segment: "jira".into(),
+            host: "jira.test.reach".parse()?,
+            protocol: policy::Protocol::Tcp,
+            port: 80,
+        };
+        let given = || serde_json::to_value(ca.authority.rtt_series(&key));
+        eventually("three reports stored", || async {
+            let v = given().unwrap_or_default();
+            v.as_array().map_or(0, Vec::len) == 2
+                && v[0]["rtt_ms"]
+                    .as_array()
+                    .and_then(|a| a.last())
+                    .and_then(serde_json::Value::as_f64)
+                    .is_some_and(|r| r > 2.0)
+        })
+        .await;
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        let arg = serde_json::json!(["#rtt figure svg.chart"]);
+        tab_wait(&b, CHARTS, arg.clone(), "two charts", |v| {
+            v.as_array().map_or(0, Vec::len) == 2
+        })
+        .await?;
+        let charts = b.eval(CHARTS, arg).await?;
+        let series = given()?;
+        for (chart, s) in charts.as_array().into_iter().flatten().zip(
+            series.as_array().into_iter().flatten(),
+        ) {
+            anyhow::ensure!(chart["connector"] == s["connector"], "{chart} {s}");
+            anyhow::ensure!(chart["height"].as_f64().unwrap_or(0.0) > 10.0, "{chart}");
+            check_chart(chart, s, "rtt_ms");
+        }
+        // The timeline strips are still drawn.
+        let strips = b
+            .eval(
+                "return document.querySelectorAll('#timeline .strip').length;",
+                serde_json::json!([]),
+            )
+            .await?;
+        anyhow::ensure!(strips == 2, "strips: {strips}");
+        // A series with gaps and a limit, drawn by the same function.
+        let s = serde_json::json!({"start": 0, "interval_ms": 60000,
+            "rtt_ms": [1.0, null, 3.0, 4.5, null, 2.0, 2.5, 2.0]});
+        let drawn = b
+            .eval(
+                "const s = arguments[0]; const box = document.getElementById('rtt'); \
+                 const f = document.createElement('figure'); f.dataset.connector = 'made-up'; \
+                 f.append(lineChart(s, s.rtt_ms, { label: 't', unit: '', line: 5 })); box.append(f); \
+                 return null;",
+                serde_json::json!([s]),
+            )
+            .await;
+        drawn?;
+        let charts = b
+            .eval(CHARTS, serde_json::json!(["figure[data-connector=made-up] svg.chart"]))
+            .await?;
+        let chart = &charts[0];
+        anyhow::ensure!(chart["limit"]["value"] == 5.0, "{chart}");
+        check_chart(chart, &s, "rtt_ms");
+        anyhow::ensure!(chart["marks"].as_array().map_or(0, Vec::len) == 3, "{chart}");
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// The connectors page draws each connector's check load over the last
+/// day as `GET /api/v1/load` gives it, with the budget as a line at its
+/// height.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connectors_page_charts_the_load_against_the_budget() {
+    let (ca, base, b) = plain_ca_and_browser("check_budget = 10").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        east.heartbeat(v1::CheckLoad {
+            checks_per_cycle: 14,
+            rate_limit: 20,
+            ..Default::default()
+        })
+        .await;
+        let given = || serde_json::to_value(ca.authority.load_series());
+        eventually("the heartbeat's load in the series", || async {
+            given().unwrap_or_default()[0]["checks_per_cycle"]
+                .as_array()
+                .and_then(|a| a.last())
+                .and_then(serde_json::Value::as_u64)
+                == Some(14)
+        })
+        .await;
+        b.goto(&format!("{base}/connectors")).await?;
+        let arg = serde_json::json!(["#connectors td.load-chart svg.chart"]);
+        tab_wait(&b, CHARTS, arg.clone(), "the chart", |v| {
+            v.as_array().map_or(0, Vec::len) == 1
+        })
+        .await?;
+        let chart = &b.eval(CHARTS, arg).await?[0];
+        let series = &given()?[0];
+        anyhow::ensure!(chart["connector"] == "east-1", "{chart}");
+        anyhow::ensure!(chart["limit"]["value"] == 10.0, "the budget: {chart}");
+        check_chart(chart, series, "checks_per_cycle");
+        // Over budget: the load is drawn above the budget's line.
+        let marks = chart["marks"].as_array().cloned().unwrap_or_default();
+        let y = marks[0][0][1].as_f64().unwrap_or(0.0);
+        anyhow::ensure!(y < chart["limit"]["y"].as_f64().unwrap_or(0.0), "{chart}");
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// The application page lists every address the application has had: an
+/// address that left the connector's answer stays, with when it left and
+/// its last result, after those still in the answer, as the application's
+/// answer gives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_page_lists_addresses_that_left() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        let both = app(
+            "jira",
+            "jira.test.reach",
+            80,
+            &["127.0.0.9"],
+            &["127.0.0.10"],
+        );
+        east.report(vec![both], false).await;
+        east.report(vec![jira_up(1_000)], false).await;
+        let key = policy::AppKey {
+            segment: "jira".into(),
+            host: "jira.test.reach".parse()?,
+            protocol: policy::Protocol::Tcp,
+            port: 80,
+        };
+        let given = || serde_json::to_value(ca.authority.address_history(&key));
+        eventually("127.0.0.10 left", || async {
+            given().unwrap_or_default()[1]["left"].is_i64()
+        })
+        .await;
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        let rows = r#"
+return [...document.querySelectorAll('#app-addresses tr.address-row')].map((tr) => ({
+  address: tr.dataset.address, status: tr.dataset.status,
+  appeared: Number(tr.dataset.appeared), left: tr.dataset.left ? Number(tr.dataset.left) : null,
+  badge: tr.cells[1].querySelector('[data-status]').dataset.status,
+  text: tr.cells[3].textContent,
+}));"#;
+        tab_wait(&b, rows, serde_json::json!([]), "two addresses", |v| {
+            v.as_array().map_or(0, Vec::len) == 2
+        })
+        .await?;
+        let shown = b.eval(rows, serde_json::json!([])).await?;
+        let given = given()?;
+        for (row, a) in shown
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(given.as_array().into_iter().flatten())
+        {
+            anyhow::ensure!(
+                row["address"] == a["address"]
+                    && row["status"] == a["status"]
+                    && row["badge"] == a["status"]
+                    && row["appeared"] == a["appeared"]
+                    && row["left"] == a["left"],
+                "row {row} for {a}"
+            );
+        }
+        anyhow::ensure!(
+            shown[0]["address"] == "127.0.0.9" && shown[0]["left"].is_null(),
+            "{shown}"
+        );
+        anyhow::ensure!(
+            shown[1]["address"] == "127.0.0.10"
+                && shown[1]["status"] == "down"
+                && shown[1]["text"] != "in the answer",
+            "{shown}"
+        );
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use crate::access::explain::ExplanationView;
 use crate::api::listing::{Counts, Page};
-use crate::api::views::{ApplicationView, ConnectorView};
+use crate::api::views::{
+    AddressHistoryView, ApplicationView, ConnectorView, LoadSeriesView, RttSeriesView,
+};
 
 /// The HTTP status of a refusal reason.
 pub fn refusal_status(reason: RefusalReason) -> StatusCode {
@@ -71,6 +73,40 @@ pub(crate) struct ConnectorsBody {
     pub(crate) connectors: Vec<ConnectorView>,
     /// The configured check budget per connector cycle.
     pub(crate) check_budget: u64,
+}
+
+/// `GET /api/v1/application`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ApplicationBody {
+    /// The application.
+    pub(crate) application: ApplicationView,
+    /// Each connector's smoothed RTT to it over the last hour, one value a
+    /// minute (connectors with no reachable result in that hour are left
+    /// out), sorted by connector name.
+    pub(crate) rtt_series: Vec<RttSeriesView>,
+    /// Every address the connectors' answers have had since this CA
+    /// process started (at most 16): those in an answer now first, then
+    /// those that left (a DNS change), latest first, each with its last
+    /// result.
+    pub(crate) address_history: Vec<AddressHistoryView>,
+    /// The change stream's latest transition number when the view was
+    /// taken.
+    pub(crate) version: u64,
+    /// The change stream's epoch (new in every CA process): `version`
+    /// compares only with one of the same epoch.
+    pub(crate) epoch: String,
+}
+
+/// `GET /api/v1/load`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct LoadBody {
+    /// The configured check budget per connector cycle (the line the
+    /// series are drawn against).
+    pub(crate) check_budget: u64,
+    /// Each connector's checks per cycle over the last day, the highest of
+    /// every five minutes, sorted by name (connectors the CA has made no
+    /// estimate for since it started are left out).
+    pub(crate) connectors: Vec<LoadSeriesView>,
 }
 
 /// `POST /api/v1/access`'s request.

@@ -100,6 +100,11 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <section id="app" aria-live="polite"><p class="muted">Loading…</p></section>
 <h2>Per connector</h2>
 <table id="app-connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Status (smoothed RTT)</th><th scope="col">Addresses (method, RTT, error)</th><th scope="col">Checked</th><th scope="col">Last report</th></tr></thead><tbody></tbody></table>
+<h2>Addresses</h2>
+<p class="muted">Every address the connectors' answers have had (a DNS change keeps the address that left, with its last result).</p>
+<table id="app-addresses" class="list"><thead><tr><th scope="col">Address</th><th scope="col">Last result</th><th scope="col">Appeared</th><th scope="col">Left</th><th scope="col">Last result from</th></tr></thead><tbody></tbody></table>
+<h2>Smoothed RTT</h2>
+<section id="rtt" class="charts" aria-label="Smoothed round-trip time per connector over the last hour, one value a minute"><p class="muted">Loading…</p></section>
 <h2>Timeline</h2>
 <p><label>Window <select id="timeline-window"><option value="hour">last hour</option><option value="day">last day</option><option value="week">last week</option></select></label></p>
 <section id="timeline" class="timeline" aria-label="Status per connector over time"><p class="muted">Loading…</p></section>
@@ -109,7 +114,7 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <nav id="history-pager" class="pager" aria-label="History pages"></nav>"#;
 
 const CONNECTORS_BODY: &str = r#"<section id="connector-overview" class="overview" aria-label="Connectors overview"></section>
-<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Rate</th><th scope="col">Certificate expires</th></tr></thead><tbody></tbody></table>"#;
+<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Load, last day</th><th scope="col">Rate</th><th scope="col">Certificate expires</th></tr></thead><tbody></tbody></table>"#;
 
 /// The HTML of `page`.
 pub fn html(page: Page) -> String {
@@ -294,6 +299,9 @@ mod tests {
             assert!(!h.contains("http://") && !h.contains("https://"));
         }
         for script in [SCRIPT, STREAM_WORKER] {
+            // The SVG namespace is a name the charts' elements are made
+            // in, not an address anything is loaded from.
+            let script = script.replace("'http://www.w3.org/2000/svg'", "");
             assert!(!script.contains("http://") && !script.contains("https://"));
             assert!(!script.contains("innerHTML"), "the script builds the DOM");
         }

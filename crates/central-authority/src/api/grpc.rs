@@ -164,7 +164,22 @@ impl HealthQuery for HealthQueryService {
             let apps = self.authority.views(rows.into_iter().map(|r| r.item));
             (apps, page.total, page.page, page.per_page, page.pages)
         };
-        let (apps, total, page, per_page, pages) = answer;
+        let (mut apps, total, page, per_page, pages) = answer;
+        // As the HTTP listing: the store is read, off the async workers,
+        // only when an application lists no connector.
+        if apps
+            .iter()
+            .any(crate::api::views::ApplicationView::lacks_connectors)
+        {
+            apps = self
+                .authority
+                .blocking(move |a| {
+                    a.note_unconnected(&mut apps);
+                    apps
+                })
+                .await
+                .ok_or(crate::error::ApiError::ShuttingDown)?;
+        }
         Ok(Response::new(v1::ListApplicationsResponse {
             applications: apps.iter().map(|a| a.to_wire()).collect(),
             version,

@@ -43,7 +43,8 @@ use tokio::net::TcpListener;
 
 use crate::access::decide::{AccessRequest, Refusal};
 use crate::api::body::{
-    AccessBody, ConnectorsBody, HealthBody, SelectedBody, error_body, refusal_status,
+    AccessBody, ApplicationBody, ConnectorsBody, HealthBody, LoadBody, SelectedBody, error_body,
+    refusal_status,
 };
 use crate::api::dashboard as assets;
 use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
@@ -81,6 +82,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/events", get(events))
         .route("/api/v1/connectors", get(connectors))
+        .route("/api/v1/load", get(load))
         .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
@@ -727,13 +729,23 @@ async fn application(
         })
         .into_iter()
         .find(|r| r.host == host && r.protocol == protocol && r.port == port);
+    let key = match row.as_ref().map(|r| &r.item) {
+        Some(crate::api::views::RowItem::App(key)) => Some(key.clone()),
+        _ => None,
+    };
     let views = row.map(|r| a.views([r.item])).unwrap_or_default();
     let Some(mut views) = noted_unconnected(&a, views).await else {
         return shutting_down();
     };
     match views.pop() {
-        Some(app) => axum::Json(json!({ "application": app, "version": version, "epoch": epoch }))
-            .into_response(),
+        Some(application) => axum::Json(ApplicationBody {
+            application,
+            rtt_series: key.as_ref().map(|k| a.rtt_series(k)).unwrap_or_default(),
+            address_history: key.map(|k| a.address_history(&k)).unwrap_or_default(),
+            version,
+            epoch,
+        })
+        .into_response(),
         None => error_body(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -741,6 +753,16 @@ async fn application(
             None,
         ),
     }
+}
+
+/// `GET /api/v1/load`: each connector's check-load estimate over the last
+/// day against the budget.
+async fn load(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    axum::Json(LoadBody {
+        check_budget: a.snapshot().settings().check_budget,
+        connectors: a.load_series(),
+    })
+    .into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -878,10 +900,29 @@ struct EventsQuery {
     protocol: Option<String>,
     port: Option<String>,
     connector: Option<String>,
+    address: Option<String>,
     since: Option<String>,
     until: Option<String>,
     page: Option<String>,
     per_page: Option<String>,
+}
+
+/// An events filter's address: an IP address (in its normal form), or `*`
+/// for every address.
+fn event_address(a: &str) -> Result<String, ApiError> {
+    if a == "*" {
+        return Ok(a.to_owned());
+    }
+    a.parse::<policy::Host>()
+        .ok()
+        .and_then(|h| h.ip())
+        .map(|ip| ip.to_string())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "address: {:?} is neither an IP address nor *",
+                a.chars().take(64).collect::<String>()
+            ))
+        })
 }
 
 /// A time parameter: Unix milliseconds or RFC 3339.
@@ -917,6 +958,7 @@ fn events_query(q: EventsQuery) -> Result<(crate::store::EventFilter, u64, u32),
         host: given(q.host).map(|h| policy::host::lookup_key(&h)),
         protocol: given(q.protocol),
         connector: given(q.connector),
+        address: given(q.address).map(|a| event_address(&a)).transpose()?,
         ..Default::default()
     };
     let mut port = given(q.port);
@@ -1518,6 +1560,7 @@ mod tests {
             protocol: protocol.map(Into::into),
             port: port.map(Into::into),
             connector: None,
+            address: None,
             since: None,
             until: None,
             page: None,
@@ -1530,6 +1573,23 @@ mod tests {
         assert!(matches!(
             events_query(query(None, Some("icmp"))),
             Err(ApiError::InvalidRequest(_))
+        ));
+        // An address is an IP address in its normal form, or `*`.
+        let with = |a: &str| {
+            events_query(EventsQuery {
+                address: Some(a.into()),
+                ..query(None, None)
+            })
+            .map(|(f, _, _)| f.address)
+        };
+        assert_eq!(
+            with("2001:DB8:0::1").ok().flatten().as_deref(),
+            Some("2001:db8::1")
+        );
+        assert_eq!(with("*").ok().flatten().as_deref(), Some("*"));
+        assert!(matches!(
+            with("web.test"),
+            Err(ApiError::InvalidRequest(m)) if m.contains("address")
         ));
         let (f, _, _) = events_query(query(Some("81"), Some("udp"))).expect("valid");
         assert_eq!((f.port, f.protocol.as_deref()), (Some(80), Some("tcp")));

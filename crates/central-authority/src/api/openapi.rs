@@ -377,6 +377,8 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     let mut out = Vec::new();
     add::<crate::api::body::HealthBody>(&mut out);
     add::<crate::api::body::ConnectorsBody>(&mut out);
+    add::<crate::api::body::ApplicationBody>(&mut out);
+    add::<crate::api::body::LoadBody>(&mut out);
     add::<crate::api::body::AccessBody>(&mut out);
     add::<crate::api::body::SelectedBody>(&mut out);
     add::<ErrorBody>(&mut out);
@@ -711,12 +713,13 @@ pub fn operations() -> Vec<Op> {
                     query_param("port", true, "0 for a wildcard or subnet entry's row"),
                 ],
                 "responses": {
-                    "200": {"description": "the application",
-                        "content": {"application/json": {"schema": {"type": "object",
-                            "required": ["application", "version", "epoch"],
-                            "properties": {"application": {"$ref": "#/components/schemas/ApplicationView"},
-                                "version": {"type": "integer", "minimum": 0, "description": "the change stream's latest transition number when the view was taken"},
-                                "epoch": {"type": "string", "description": "the change stream's epoch (new in every CA process): `version` compares only with one of the same epoch"}}}}}},
+                    "200": {"description": "the application, and each connector's smoothed RTT to it over the last hour",
+                        "content": json_body("ApplicationBody", json!({"application": {
+                            "segment": "jira", "host": "jira.example.com", "protocol": "tcp", "port": 443,
+                            "health_reporting": "continuous", "status": "up", "connectors": [], "transitions": []},
+                            "rtt_series": [{"connector": "c1", "start": 1_764_000_000_000u64, "interval_ms": 60000,
+                                "rtt_ms": [4.2, null, 4.5]}],
+                            "version": 12, "epoch": "5f0c2a9e41d7b3c8"}))},
                     "400": error_ref("InvalidRequest"),
                     "404": not_found("application"),
                 },
@@ -755,6 +758,7 @@ pub fn operations() -> Vec<Op> {
                     query_param("protocol", false, "tcp or udp"),
                     query_param("port", false, "0-65535"),
                     query_param("connector", false, "connector name"),
+                    query_param("address", false, "the address history instead: changes of this IP address of the application (appeared, its result changed, left), or `*` for every address"),
                     query_param("since", false, "Unix ms or RFC 3339"),
                     query_param("until", false, "Unix ms or RFC 3339"),
                     query_param("page", false, "page from 1"),
@@ -786,6 +790,21 @@ pub fn operations() -> Vec<Op> {
                         "check_budget": 6000, "load": null, "connected_since": 1_764_000_000_000u64,
                         "last_seen": 1_764_000_005_000u64, "enrolled": true, "disabled": false,
                         "certificate_not_after": 1_795_536_000_000u64, "certificates": []}]}))}},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/load",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "getLoad",
+                "summary": "Each connector's check-load estimate over the last day against the budget",
+                "description": "One value per five minutes (the highest estimate of checks per cycle in it), at most 288 per connector, kept in memory by this CA process since it started.",
+                "tags": ["connectors"],
+                "responses": {"200": {"description": "the series, sorted by connector name",
+                    "content": json_body("LoadBody", json!({"check_budget": 6000, "connectors": [{
+                        "connector": "c1", "start": 1_764_000_000_000u64, "interval_ms": 300_000,
+                        "checks_per_cycle": [6, 6, null, 8]}]}))}},
             }),
         },
         Op {

@@ -233,6 +233,58 @@ pub struct ConnectorView {
     pub certificates: Vec<CertificateView>,
 }
 
+/// One connector's smoothed RTT to one application over time: the latest
+/// of each interval, from the oldest kept interval with a value to the
+/// newest.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct RttSeriesView {
+    /// Connector name.
+    pub connector: String,
+    /// Start of the first interval, Unix milliseconds.
+    pub start: i64,
+    /// Length of an interval in milliseconds: value `i` is of the
+    /// interval starting at `start + i * interval_ms`.
+    pub interval_ms: i64,
+    /// The smoothed RTT in milliseconds at the end of each interval
+    /// (`null`: no reachable result in it), oldest first.
+    pub rtt_ms: Vec<Option<f64>>,
+}
+
+/// One address an application has had.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct AddressHistoryView {
+    /// The address.
+    pub address: String,
+    /// Its latest result, `up` or `down` (also once it left: its last).
+    #[schema(schema_with = crate::api::schema::address_status)]
+    pub status: Status,
+    /// When a connector's answer first had it (again, after it left and
+    /// came back), Unix ms.
+    pub appeared: i64,
+    /// When it left the last connector's answer that had it, Unix ms;
+    /// `null` while an answer has it.
+    pub left: Option<i64>,
+    /// When its latest result was received, Unix ms.
+    pub last_seen: i64,
+    /// The connector of that result.
+    pub connector: String,
+}
+
+/// One connector's check load over time.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct LoadSeriesView {
+    /// Connector name.
+    pub connector: String,
+    /// Start of the first interval, Unix milliseconds.
+    pub start: i64,
+    /// Length of an interval in milliseconds: value `i` is of the
+    /// interval starting at `start + i * interval_ms`.
+    pub interval_ms: i64,
+    /// The highest estimate of checks per cycle in each interval
+    /// (`null`: none made, e.g. while the CA was down), oldest first.
+    pub checks_per_cycle: Vec<Option<u32>>,
+}
+
 /// What `Authority::summary` finds in the health table for one application.
 struct Summary {
     status: Status,
@@ -756,6 +808,69 @@ impl Authority {
         }
     }
 
+    /// Each connector's smoothed RTT to `key` over time, by connector
+    /// name; empty when none reported a reachable result.
+    pub fn rtt_series(&self, key: &AppKey) -> Vec<RttSeriesView> {
+        self.health()
+            .inspect(key, |reports, _| {
+                reports
+                    .iter()
+                    .filter_map(|(name, _)| {
+                        let v = reports
+                            .rtt_series(name)?
+                            .view(|us| f64::from(us) / 1000.0)?;
+                        Some(RttSeriesView {
+                            connector: name.to_owned(),
+                            start: v.start,
+                            interval_ms: v.interval_ms,
+                            rtt_ms: v.values,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every address `key` has had (at most
+    /// `state::addresses::MAX_ADDRESSES`): those in an answer now first,
+    /// then those that left, latest first.
+    pub fn address_history(&self, key: &AppKey) -> Vec<AddressHistoryView> {
+        let book = self.health().address_book(key).unwrap_or_default();
+        let mut out: Vec<AddressHistoryView> = book
+            .entries()
+            .iter()
+            .map(|e| AddressHistoryView {
+                address: e.address.to_string(),
+                status: e.status,
+                appeared: e.appeared_ms,
+                left: e.left_ms,
+                last_seen: e.last_seen_ms,
+                connector: e.last_connector.to_string(),
+            })
+            .collect();
+        out.sort_by_key(|v| v.left.map_or(i64::MIN, |l| -l));
+        out
+    }
+
+    /// Each connector's check-load estimate over time, sorted by name.
+    pub fn load_series(&self) -> Vec<LoadSeriesView> {
+        let mut out: Vec<LoadSeriesView> = self
+            .registry()
+            .list(|name, e| {
+                e.load_series.view(|n| n).map(|v| LoadSeriesView {
+                    connector: name.to_owned(),
+                    start: v.start,
+                    interval_ms: v.interval_ms,
+                    checks_per_cycle: v.values,
+                })
+            })
+            .into_iter()
+            .flatten()
+            .collect();
+        out.sort_by(|a, b| a.connector.cmp(&b.connector));
+        out
+    }
+
     /// Every known connector, sorted by name.
     pub fn connectors(&self) -> Vec<ConnectorView> {
         let budget = self.snapshot().settings().check_budget;
@@ -1004,6 +1119,7 @@ impl ApplicationView {
                 port: u32::from(self.port),
             }),
             status: v1::HealthStatus::from(self.status) as i32,
+            enrolled_unconnected: self.enrolled_unconnected.unwrap_or(0),
             connectors: self
                 .connectors
                 .iter()

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::state::authority::Authority;
 use crate::state::clock::unix_ms;
 use crate::state::history::{EventPage, EventView};
-use crate::store::{EventFilter, EventRecord};
+use crate::store::{AddressEventRecord, EventFilter, EventRecord};
 
 /// How often new transitions are taken, streamed and stored: well inside
 /// the one second an update may take to reach an open page.
@@ -88,9 +88,18 @@ pub fn events(
         .map(|s| s.name.clone())
         .collect();
     let offset = page.saturating_sub(1).saturating_mul(u64::from(per_page));
-    let (records, total) = authority.store().events(&filter, per_page, offset)?;
+    let (events, total) = if filter.address.is_some() {
+        let (records, total) = authority
+            .store()
+            .address_events(&filter, per_page, offset)?;
+        let views = records.into_iter().map(EventView::stored_address);
+        (views.collect(), total)
+    } else {
+        let (records, total) = authority.store().events(&filter, per_page, offset)?;
+        (records.into_iter().map(EventView::stored).collect(), total)
+    };
     Ok(EventPage {
-        events: records.into_iter().map(EventView::stored).collect(),
+        events,
         total,
         page,
         per_page,
@@ -115,7 +124,7 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
             _ = tick.tick() => {}
         }
         pending.append(&mut stream_transitions(&authority));
-        if !pending.is_empty()
+        if (!pending.is_empty() || authority.health().has_address_changes())
             && (stored_at.elapsed() >= STORE_EVERY || pending.len() >= STORE_BATCH)
         {
             stored_at = Instant::now();
@@ -141,17 +150,41 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
     }
     // What happened just before the stop is kept too.
     pending.append(&mut stream_transitions(&authority));
-    if !pending.is_empty() {
+    if !pending.is_empty() || authority.health().has_address_changes() {
         store(&authority, pending).await;
     }
 }
 
-/// Appends `records` to the stored history (off the async workers).
+/// Appends `records` to the stored history, and the address changes the
+/// table noted meanwhile to the address history (off the async workers).
 async fn store(authority: &Arc<Authority>, records: Vec<EventRecord>) {
+    let addresses: Vec<AddressEventRecord> = authority
+        .health()
+        .take_address_changes()
+        .into_iter()
+        .map(|(key, at, c)| AddressEventRecord::new(&key, at, c))
+        .collect();
     let stored = authority
-        .blocking(move |a| a.store().record_events(&records))
+        .blocking(move |a| {
+            let events = if records.is_empty() {
+                Ok(())
+            } else {
+                a.store().record_events(&records)
+            };
+            let changes = if addresses.is_empty() {
+                Ok(())
+            } else {
+                a.store().record_address_events(&addresses)
+            };
+            (events, changes)
+        })
         .await;
-    if let Some(Err(e)) = stored {
-        tracing::error!(error = %e, "status history: transitions not stored");
+    if let Some((events, addresses)) = stored {
+        if let Err(e) = events {
+            tracing::error!(error = %e, "status history: transitions not stored");
+        }
+        if let Err(e) = addresses {
+            tracing::error!(error = %e, "address history: changes not stored");
+        }
     }
 }

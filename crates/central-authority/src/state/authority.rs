@@ -519,7 +519,8 @@ impl Authority {
     pub(crate) fn recompute_budgets(&self) {
         let state = self.snapshot();
         let live = self.on_access.counts();
-        self.registry.estimate_all(&state, &live);
+        self.registry
+            .estimate_all(&state, &live, std::time::SystemTime::now());
     }
 
     /// Whether housekeeping should sweep the whole table now: every

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
+use crate::state::addresses::{AddressBook, AddressChange};
+use crate::state::clock::unix_ms;
+use crate::state::series::{Merge, RttSeries};
 use crate::state::sync::{read, write};
 
 /// Why a connector's status for an application is Unknown.
@@ -174,6 +177,8 @@ pub struct Transition {
 struct AppRecord {
     reports: Reports,
     transitions: VecDeque<Transition>,
+    /// Every address the connectors' answers have had.
+    addresses: AddressBook,
 }
 
 /// The connectors' latest reports for one application, in name order.
@@ -190,12 +195,30 @@ struct AppRecord {
 pub struct Reports {
     names: Vec<Arc<str>>,
     reports: Vec<Report>,
+    /// Each connector's smoothed RTT over time (parallel to `reports`),
+    /// allocated with its first RTT.
+    rtt: Vec<Option<Box<RttSeries>>>,
 }
 
 impl Reports {
     /// `name`'s report.
     pub fn get(&self, name: &str) -> Option<&Report> {
         self.search(name).ok().map(|i| &self.reports[i])
+    }
+
+    /// `name`'s smoothed RTT over time, once it reported one.
+    pub fn rtt_series(&self, name: &str) -> Option<&RttSeries> {
+        self.search(name).ok().and_then(|i| self.rtt[i].as_deref())
+    }
+
+    /// Records the smoothed RTT `rtt` of the connector in slot `i` at
+    /// `at` (the latest of each interval is kept).
+    fn record_rtt(&mut self, i: usize, at: SystemTime, rtt: Duration) {
+        let at_ms = i64::try_from(unix_ms(at)).unwrap_or(i64::MAX);
+        let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
+        self.rtt[i]
+            .get_or_insert_with(Box::default)
+            .record(at_ms, us, Merge::Latest);
     }
 
     /// How many connectors reported.
@@ -238,6 +261,7 @@ impl Reports {
     fn insert_at(&mut self, at: usize, name: &Arc<str>, report: Report) {
         self.names.insert(at, Arc::clone(name));
         self.reports.insert(at, report);
+        self.rtt.insert(at, None);
     }
 
     /// Keeps the reports for which `keep` is true.
@@ -249,6 +273,7 @@ impl Reports {
             } else {
                 self.names.remove(i);
                 self.reports.remove(i);
+                self.rtt.remove(i);
             }
         }
     }
@@ -280,6 +305,26 @@ impl<'a> IntoIterator for &'a Reports {
 }
 
 impl AppRecord {
+    /// What the report just stored in slot `i` of `connector` adds to the
+    /// series and the address book: its smoothed RTT when it had a
+    /// reachable result (`sampled`), and its addresses (each change pushed
+    /// to `changes`).
+    fn follow(
+        &mut self,
+        i: usize,
+        connector: &Arc<str>,
+        sampled: bool,
+        wall: SystemTime,
+        changes: &mut Vec<AddressChange>,
+    ) {
+        if let (true, Some(rtt)) = (sampled, self.reports.reports[i].rtt) {
+            self.reports.record_rtt(i, wall, rtt);
+        }
+        let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
+        let stored = &self.reports.reports[i].addresses;
+        self.addresses.record(connector, stored, wall_ms, changes);
+    }
+
     fn push(&mut self, t: Transition, keep: usize) {
         self.transitions.push_back(t);
         while self.transitions.len() > keep {
@@ -459,6 +504,9 @@ pub struct HealthTable {
     /// live streams): pushed after the shard's lock is released, so this
     /// lock is never held with a shard's.
     outbox: std::sync::Mutex<Vec<(AppKey, Transition)>>,
+    /// Address changes not yet taken by `take_address_changes` (the
+    /// address history), likewise.
+    address_outbox: std::sync::Mutex<Vec<(AppKey, SystemTime, AddressChange)>>,
 }
 
 impl Default for HealthTable {
@@ -467,6 +515,7 @@ impl Default for HealthTable {
             hasher: Hasher::default(),
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             outbox: std::sync::Mutex::default(),
+            address_outbox: std::sync::Mutex::default(),
         }
     }
 }
@@ -526,36 +575,37 @@ impl HealthTable {
         };
         // The smoothed RTT goes on from the previous report's; a report
         // with no reachable address keeps it (a failure says nothing about
-        // distance).
+        // distance) and adds no point to its series.
         let mut report = report;
-        let smooth = |previous: Option<Duration>, report: &Report| {
+        let sample = |report: &Report| match report.addresses.as_slice() {
             // One address (the usual report): its RTT is the sample, as
             // `rtt_sample` would compute it, without iterating twice.
-            let sample = match report.addresses.as_slice() {
-                [only] => only.reachable.then_some(only.rtt),
-                all => policy::rtt_sample(all),
-            };
-            sample
-                .map(|sample| policy::smooth_rtt(previous, sample))
-                .or(previous)
+            [only] => only.reachable.then_some(only.rtt),
+            all => policy::rtt_sample(all),
         };
+        // Addresses that appeared, changed result or left (none, and no
+        // allocation, for most reports).
+        let mut address_changes: Vec<AddressChange> = Vec::new();
+        let wall = report.received_wall;
         let store = |record: &mut AppRecord| {
+            let sample = sample(&report);
             // One search of the connector's slot, then update or insert.
-            let (before, change, old) = match record.reports.slot(connector) {
+            let (i, before, change, old) = match record.reports.slot(connector) {
                 Ok(i) => {
                     let slot = &mut record.reports.reports[i];
-                    report.rtt = smooth(slot.rtt, &report);
+                    report.rtt = sample.map(|s| policy::smooth_rtt(slot.rtt, s)).or(slot.rtt);
                     let before = (slot.status, slot.checked_at);
                     let change = transition(slot.status, &report);
-                    (Some(before), change, Some(slot.update(report)))
+                    (i, Some(before), change, Some(slot.update(report)))
                 }
                 Err(at) => {
-                    report.rtt = smooth(None, &report);
+                    report.rtt = sample.map(|s| policy::smooth_rtt(None, s));
                     let change = transition(Status::Unknown, &report);
                     record.reports.insert_at(at, connector, report);
-                    (None, change, None)
+                    (at, None, change, None)
                 }
             };
+            record.follow(i, connector, sample.is_some(), wall, &mut address_changes);
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -573,6 +623,9 @@ impl HealthTable {
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
+        if !address_changes.is_empty() {
+            self.publish_addresses(key.to_key(), wall, address_changes);
+        }
         // The outbox is one lock for the whole table: only a transition
         // takes it (most reports change nothing).
         if let Some(t) = published {
@@ -598,6 +651,32 @@ impl HealthTable {
     /// Every transition since the last call, oldest first.
     pub fn take_transitions(&self) -> Vec<(AppKey, Transition)> {
         std::mem::take(&mut *crate::state::sync::lock(&self.outbox))
+    }
+
+    /// Queues address changes of `key` seen at `at` for
+    /// `take_address_changes` (bounded as the transitions' outbox is).
+    fn publish_addresses(&self, key: AppKey, at: SystemTime, changes: Vec<AddressChange>) {
+        let mut outbox = crate::state::sync::lock(&self.address_outbox);
+        outbox.extend(changes.into_iter().map(|c| (key.clone(), at, c)));
+        if outbox.len() > OUTBOX_CAP {
+            let excess = outbox.len() - OUTBOX_CAP;
+            outbox.drain(..excess);
+            tracing::warn!(
+                dropped = excess,
+                "address history: changes dropped (nobody took them)"
+            );
+        }
+    }
+
+    /// Whether address changes wait for `take_address_changes`.
+    pub fn has_address_changes(&self) -> bool {
+        !crate::state::sync::lock(&self.address_outbox).is_empty()
+    }
+
+    /// Every address change since the last call, oldest first, with when
+    /// the CA saw it.
+    pub fn take_address_changes(&self) -> Vec<(AppKey, SystemTime, AddressChange)> {
+        std::mem::take(&mut *crate::state::sync::lock(&self.address_outbox))
     }
 
     /// Sets every entry for which `decide` names a cause to Unknown (entries
@@ -681,6 +760,12 @@ impl HealthTable {
         read(shard)
             .find(hash, key)
             .map(|r| f(&r.reports, r.transitions.back()))
+    }
+
+    /// A copy of every address `key` has had.
+    pub fn address_book(&self, key: &AppKey) -> Option<AddressBook> {
+        let (shard, hash) = self.shard(key);
+        read(shard).find(hash, key).map(|r| r.addresses.clone())
     }
 
     /// A copy of everything known about `key`.
@@ -825,6 +910,61 @@ mod tests {
         assert_eq!(r.checked_at_unix_ms, 42);
         assert_eq!(r.unknown_cause, Some(UnknownCause::Reported));
         assert_eq!(r.rtt, Some(Duration::from_millis(3)));
+    }
+
+    /// Each report with a reachable address adds its smoothed RTT to the
+    /// connector's series, in the minute it was received (the wall time
+    /// the caller gives); a report without one adds nothing; a removed
+    /// connector's series goes with it.
+    #[test]
+    fn the_smoothed_rtt_is_kept_per_minute() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let base = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let with = |ms: u64, reachable: bool, at: SystemTime| Report {
+            addresses: smallvec::smallvec![policy::AddressResult {
+                address: "10.0.0.1".parse().expect("ip"),
+                reachable,
+                method: policy::Method::Tcp,
+                rtt: Duration::from_millis(ms),
+                failure: None,
+            }],
+            received_wall: at,
+            ..report(Status::Up, now)
+        };
+        t.record(key(), "c1", with(4, true, base), 4);
+        t.record(
+            key(),
+            "c1",
+            with(8, true, base + Duration::from_secs(61)),
+            4,
+        );
+        t.record(
+            key(),
+            "c1",
+            with(9, false, base + Duration::from_secs(300)),
+            4,
+        );
+        t.record(key(), "c2", report(Status::Up, now), 4);
+        let (reports, _) = t.app(&key()).expect("app");
+        let smoothed = policy::smooth_rtt(Some(Duration::from_millis(4)), Duration::from_millis(8));
+        let v = reports
+            .rtt_series("c1")
+            .and_then(|s| s.view(|us| us))
+            .expect("a series");
+        let minute = |t: SystemTime| i64::try_from(unix_ms(t)).expect("ms") / 60_000 * 60_000;
+        assert_eq!(v.start, minute(base));
+        assert_eq!(
+            v.values,
+            [
+                Some(4_000),
+                Some(u32::try_from(smoothed.as_micros()).expect("us"))
+            ]
+        );
+        assert!(reports.rtt_series("c2").is_none());
+        t.remove_where(|_, c, _| c == "c1");
+        let (reports, _) = t.app(&key()).expect("app");
+        assert!(reports.rtt_series("c1").is_none() && reports.get("c2").is_some());
     }
 
     #[test]

@@ -18,9 +18,10 @@ use policy::{AppKey, Protocol, Status};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::state::addresses::AddressChange;
 use crate::state::clock::unix_ms;
 use crate::state::health::Transition;
-use crate::store::EventRecord;
+use crate::store::{AddressEventRecord, EventRecord};
 
 /// Transitions older than the newest batch a live subscriber may still
 /// have to read before it is told it lagged (and re-reads the state):
@@ -53,8 +54,13 @@ pub struct EventView {
     pub to: Status,
     /// Why: `report` (the connector reported it) or the Unknown cause
     /// (`disconnected`, `stale`, `window_expired`, `not_in_full_state`,
-    /// `reported`).
+    /// `reported`); in the address history `appeared`, `report` or `left`.
     pub cause: String,
+    /// In the address history (`GET /api/v1/events?address=`): the
+    /// address whose result changed (`from`/`to` are its results, Unknown
+    /// before it appeared and once it left). Absent in the status history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 impl EventView {
@@ -74,6 +80,15 @@ impl EventView {
             port: r.port,
             connector: r.connector,
             cause: r.cause,
+            address: None,
+        }
+    }
+
+    /// The view of a stored address change.
+    pub fn stored_address(r: AddressEventRecord) -> EventView {
+        EventView {
+            address: Some(r.address),
+            ..EventView::stored(r.event)
         }
     }
 
@@ -90,6 +105,7 @@ impl EventView {
             from,
             to,
             cause: r.cause.clone(),
+            address: None,
         }
     }
 }
@@ -107,6 +123,26 @@ impl EventRecord {
             from: t.from.as_str().to_owned(),
             to: t.to.as_str().to_owned(),
             cause: t.cause.to_owned(),
+        }
+    }
+}
+
+impl AddressEventRecord {
+    /// The stored form of address change `c` of `key`, seen at `at`.
+    pub fn new(key: &AppKey, at: std::time::SystemTime, c: AddressChange) -> AddressEventRecord {
+        AddressEventRecord {
+            event: EventRecord {
+                at_ms: i64::try_from(unix_ms(at)).unwrap_or(i64::MAX),
+                segment: key.segment.clone(),
+                host: key.host.to_string(),
+                protocol: key.protocol.as_str().to_owned(),
+                port: i64::from(key.port),
+                connector: c.connector.to_string(),
+                from: c.from.as_str().to_owned(),
+                to: c.to.as_str().to_owned(),
+                cause: c.cause.to_owned(),
+            },
+            address: c.address.to_string(),
         }
     }
 }

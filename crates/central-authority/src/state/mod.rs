@@ -3,6 +3,7 @@
 //! nothing here depends on a feature.
 
 pub mod access_ids;
+pub mod addresses;
 pub mod authority;
 pub mod clock;
 pub mod counters;
@@ -12,6 +13,7 @@ pub mod limits;
 pub mod on_access;
 pub mod policy_state;
 pub mod registry;
+pub mod series;
 pub mod sync;
 pub mod tickets;
 pub mod warmup;

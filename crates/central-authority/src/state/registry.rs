@@ -22,7 +22,9 @@ use policy::{BudgetEstimate, HealthReporting};
 use protocol::v1;
 use tokio::sync::{Notify, mpsc};
 
+use crate::state::clock::unix_ms;
 use crate::state::policy_state::PolicyState;
+use crate::state::series::{LoadSeries, Merge};
 use crate::state::sync::lock;
 
 /// The sending half of a session's outbound stream.
@@ -75,6 +77,9 @@ pub(crate) struct ConnectorEntry {
     pub connected_since: Option<SystemTime>,
     pub last_seen: Option<SystemTime>,
     pub estimate: BudgetEstimate,
+    /// `estimate.checks_per_cycle` over time (the highest of each
+    /// interval), recorded with every estimate.
+    pub load_series: Box<LoadSeries>,
 }
 
 impl ConnectorEntry {
@@ -202,6 +207,7 @@ impl Registry {
                 connected_since: None,
                 last_seen: None,
                 estimate: policy::estimate_budget(0, 20, u64::MAX),
+                load_series: Box::default(),
             });
         group.clone_into(&mut entry.group);
         entry.version = sanitize_version(&hello.version);
@@ -344,12 +350,18 @@ impl Registry {
         } else {
             0
         };
-        update_estimate(state, name, e, group + live);
+        update_estimate(state, name, e, group + live, wall);
     }
 
     /// Recomputes every connector's check-load estimate (continuous targets
-    /// of its group plus `live`, its count of live on-access windows).
-    pub(crate) fn estimate_all(&self, state: &PolicyState, live: &HashMap<String, u64>) {
+    /// of its group plus `live`, its count of live on-access windows) as
+    /// of `wall`.
+    pub(crate) fn estimate_all(
+        &self,
+        state: &PolicyState,
+        live: &HashMap<String, u64>,
+        wall: SystemTime,
+    ) {
         let mut per_group: HashMap<&str, u64> = HashMap::new();
         for g in &state.policy().connector_groups {
             per_group.insert(&g.name, group_checks(state, &g.name));
@@ -358,7 +370,7 @@ impl Registry {
         for (name, e) in conns.map.iter_mut() {
             let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
                 + live.get(name).copied().unwrap_or(0);
-            update_estimate(state, name, e, estimated);
+            update_estimate(state, name, e, estimated, wall);
         }
     }
 
@@ -438,8 +450,15 @@ fn group_checks(state: &PolicyState, group: &str) -> u64 {
 }
 
 /// Sets `e`'s budget estimate from `estimated` checks per cycle (or the
-/// connector's own count, if larger) and warns when it crosses the budget.
-fn update_estimate(state: &PolicyState, name: &str, e: &mut ConnectorEntry, estimated: u64) {
+/// connector's own count, if larger), records it in its series at `wall`
+/// and warns when it crosses the budget.
+fn update_estimate(
+    state: &PolicyState,
+    name: &str,
+    e: &mut ConnectorEntry,
+    estimated: u64,
+    wall: SystemTime,
+) {
     let s = state.settings();
     let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
     let rate = [
@@ -453,6 +472,11 @@ fn update_estimate(state: &PolicyState, name: &str, e: &mut ConnectorEntry, esti
     .unwrap_or(20);
     let was = e.estimate.over_budget;
     e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
+    e.load_series.record(
+        i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX),
+        u32::try_from(e.estimate.checks_per_cycle).unwrap_or(u32::MAX),
+        Merge::Max,
+    );
     if e.estimate.over_budget && !was {
         tracing::warn!(
             connector = %name,

@@ -471,6 +471,19 @@ pub struct EventRecord {
     pub cause: String,
 }
 
+/// One change of one address of an application (it appeared in a
+/// connector's answer, its result changed, or it left every connector's
+/// answer), as stored in the address history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressEventRecord {
+    /// The change: `connector` is the one whose report showed it, `from`
+    /// and `to` the address's result before and after (`unknown` before it
+    /// appeared and once it left), `cause` `appeared`, `report` or `left`.
+    pub event: EventRecord,
+    /// The address, in its normal text form.
+    pub address: String,
+}
+
 /// What one history row is about: (segment, host, protocol, port,
 /// connector). The history keeps, per key, the status its last row ended
 /// with (`health_latest`), which a new row is compared with.
@@ -547,6 +560,9 @@ pub struct EventFilter {
     pub until_ms: Option<i64>,
     /// Segments never shown (client hostname validation).
     pub hidden_segments: Vec<String>,
+    /// The address history instead of the status history: one address,
+    /// or `*` for every address (only `Store::address_events` reads it).
+    pub address: Option<String>,
 }
 
 /// A value an `EventFilter` condition compares with.
@@ -574,6 +590,10 @@ impl EventFilter {
             ("protocol", text(&self.protocol)),
             ("port", self.port.map(Int)),
             ("connector", text(&self.connector)),
+            (
+                "address",
+                text(&self.address.clone().filter(|a| a.as_str() != "*")),
+            ),
         ] {
             if let Some(v) = value {
                 conditions.push((column, "=", v));
@@ -879,6 +899,24 @@ impl Store {
     /// Appends status transitions to the history, in one transaction.
     pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
         each!(self, s => s.record_events(events))
+    }
+
+    /// Appends address changes to the address history, in one
+    /// transaction: a change whose result is the one the address's
+    /// history already ends with (another replica's copy) is skipped.
+    pub fn record_address_events(&self, events: &[AddressEventRecord]) -> Result<(), StoreError> {
+        each!(self, s => s.record_address_events(events))
+    }
+
+    /// One page of the address history matching `f` (its `address` one
+    /// address or `*`), newest first, and how many match in all.
+    pub fn address_events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AddressEventRecord>, u64), StoreError> {
+        each!(self, s => s.address_events(f, limit, offset))
     }
 
     /// One page of the history matching `f`, newest first, and how many
@@ -1295,6 +1333,49 @@ mod suite {
         }
     }
 
+    /// Two replicas record the same address changes: each is kept once;
+    /// the address history is read by address (or every address with
+    /// `*`), apart from the status history, and pruned with it.
+    pub(super) fn address_history_is_recorded_once_filtered_and_pruned(a: &Store, b: &Store) {
+        let change = |at_ms, address: &str, from: &str, to: &str, cause: &str| AddressEventRecord {
+            event: EventRecord {
+                from: from.into(),
+                cause: cause.into(),
+                ..event(at_ms, "a.test", "c1", to)
+            },
+            address: address.into(),
+        };
+        let seen = [
+            change(1_000, "10.0.0.1", "unknown", "up", "appeared"),
+            change(1_000, "10.0.0.2", "unknown", "down", "appeared"),
+            change(5_000, "10.0.0.2", "down", "unknown", "left"),
+        ];
+        for c in &seen {
+            a.record_address_events(std::slice::from_ref(c))
+                .expect("recorded");
+            // The other replica saw it a little later.
+            let mut later = c.clone();
+            later.event.at_ms += 7;
+            b.record_address_events(&[later]).expect("recorded");
+        }
+        let by = |address: &str| EventFilter {
+            host: Some("a.test".into()),
+            address: Some(address.into()),
+            ..Default::default()
+        };
+        let (page, total) = b.address_events(&by("10.0.0.2"), 10, 0).expect("read");
+        assert_eq!(total, 2, "{page:?}");
+        assert_eq!(page[0], seen[2], "newest first, once");
+        assert_eq!(page[1], seen[1]);
+        let (_, total) = a.address_events(&by("*"), 10, 0).expect("read");
+        assert_eq!(total, 3);
+        // The status history holds none of them.
+        assert_eq!(a.events(&EventFilter::default(), 10, 0).expect("read").1, 0);
+        assert_eq!(a.prune_events(2_000).expect("pruned"), 0);
+        let (page, total) = b.address_events(&by("*"), 10, 0).expect("read");
+        assert_eq!((total, page.first()), (1, Some(&seen[2])));
+    }
+
     pub(super) fn history_is_filtered_paged_and_pruned(s: &Store) {
         s.record_events(&[
             event(1_000, "a.test", "c1", "up"),
@@ -1525,6 +1606,12 @@ macro_rules! suite {
             #[test]
             fn history_is_filtered_paged_and_pruned() {
                 super::suite::history_is_filtered_paged_and_pruned(&$open());
+            }
+
+            #[test]
+            fn address_history_is_recorded_once_filtered_and_pruned() {
+                let (a, b) = $pair();
+                super::suite::address_history_is_recorded_once_filtered_and_pruned(&a, &b);
             }
 
             #[test]

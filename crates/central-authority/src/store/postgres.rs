@@ -32,9 +32,9 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
-    AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter,
-    EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal,
-    ReplicaRecord, StoreError, fresh_rows,
+    AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate,
+    RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::trust::auth::Secret;
 
@@ -151,6 +151,38 @@ CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 -- Version 10: the history of one segment (`/api/v1/events?segment=`),
 -- newest first, read through an index instead of a scan of every row.
 CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
+"#,
+    r#"
+-- Version 11: the address history (each address of an application: when
+-- it appeared in a connector's answer, its result changes, when it left
+-- every answer), kept as long as the status history, and the result each
+-- address's history ends with, which new rows are compared with.
+CREATE TABLE address_events (
+    seq         BIGSERIAL PRIMARY KEY,
+    at_ms       BIGINT NOT NULL,
+    segment     TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    port        BIGINT NOT NULL,
+    address     TEXT NOT NULL,
+    connector   TEXT NOT NULL,
+    from_status TEXT NOT NULL,
+    to_status   TEXT NOT NULL,
+    cause       TEXT NOT NULL
+);
+CREATE INDEX address_events_by_address ON address_events(address, at_ms);
+CREATE INDEX address_events_by_app ON address_events(host, port, at_ms);
+CREATE INDEX address_events_by_time ON address_events(at_ms);
+CREATE TABLE address_latest (
+    host      TEXT NOT NULL,
+    port      BIGINT NOT NULL,
+    address   TEXT NOT NULL,
+    segment   TEXT NOT NULL,
+    protocol  TEXT NOT NULL,
+    to_status TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL,
+    PRIMARY KEY (host, port, address, segment, protocol)
+);
 "#,
 ];
 
@@ -737,6 +769,98 @@ impl PgStore {
         })
     }
 
+    /// Appends the address changes not yet recorded (see
+    /// `Store::record_address_events`): writers take turns (the history's
+    /// transaction lock), one lookup per row (address changes are rare).
+    pub(crate) fn record_address_events(
+        &self,
+        events: &[AddressEventRecord],
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.block(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
+                .await?;
+            for AddressEventRecord { event: e, address } in events {
+                let latest = tx
+                    .query_opt(
+                        "SELECT to_status FROM address_latest
+                         WHERE host = $1 AND port = $2 AND address = $3 AND segment = $4
+                           AND protocol = $5",
+                        &[&e.host, &e.port, address, &e.segment, &e.protocol],
+                    )
+                    .await?
+                    .map(|r| r.get::<_, String>(0));
+                if latest.as_deref() == Some(e.to.as_str()) {
+                    continue;
+                }
+                tx.execute(
+                    "INSERT INTO address_events (at_ms, segment, host, protocol, port, address,
+                         connector, from_status, to_status, cause)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    &[
+                        &e.at_ms, &e.segment, &e.host, &e.protocol, &e.port, address,
+                        &e.connector, &e.from, &e.to, &e.cause,
+                    ],
+                )
+                .await?;
+                tx.execute(
+                    "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (host, port, address, segment, protocol)
+                     DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
+                    &[&e.host, &e.port, address, &e.segment, &e.protocol, &e.to, &e.at_ms],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// One page of the address history matching `f`, newest first.
+    pub(crate) fn address_events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AddressEventRecord>, u64), StoreError> {
+        let (filter, values) = f.to_sql(|n| format!("${n}"));
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        self.block(async {
+            let client = self.client().await?;
+            page(
+                &client,
+                &format!("SELECT COUNT(*) FROM address_events{filter}"),
+                &format!(
+                    "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status,
+                         cause, address
+                     FROM address_events{filter} ORDER BY at_ms DESC, seq DESC
+                     LIMIT {limit} OFFSET {offset}"
+                ),
+                values,
+                |r| AddressEventRecord {
+                    event: EventRecord {
+                        at_ms: r.get(0),
+                        segment: r.get(1),
+                        host: r.get(2),
+                        protocol: r.get(3),
+                        port: r.get(4),
+                        connector: r.get(5),
+                        from: r.get(6),
+                        to: r.get(7),
+                        cause: r.get(8),
+                    },
+                    address: r.get(9),
+                },
+            )
+            .await
+        })
+    }
+
     pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         self.block(async {
             let mut client = self.client().await?;
@@ -747,6 +871,11 @@ impl PgStore {
             // A key whose last row is older than the retention: no copy of
             // that row can still be on its way from another replica.
             tx.execute("DELETE FROM health_latest WHERE at_ms < $1", &[&before_ms])
+                .await?;
+            // The address history is kept as long.
+            tx.execute("DELETE FROM address_events WHERE at_ms < $1", &[&before_ms])
+                .await?;
+            tx.execute("DELETE FROM address_latest WHERE at_ms < $1", &[&before_ms])
                 .await?;
             tx.commit().await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))

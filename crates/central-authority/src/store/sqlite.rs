@@ -12,9 +12,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
-    AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord, EnrollRefusal, EventFilter,
-    EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate, RenewRefusal, Renewal,
-    ReplicaRecord, StoreError, fresh_rows,
+    AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate,
+    RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
 };
 use crate::state::sync::lock;
 
@@ -148,6 +148,37 @@ CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 -- newest first, read through an index instead of a scan of every row.
 CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
 "#,
+    r#"
+-- Version 11: the address history (each address of an application: when
+-- it appeared in a connector's answer, its result changes, when it left
+-- every answer), kept as long as the status history, and the result each
+-- address's history ends with, which new rows are compared with.
+CREATE TABLE address_events (
+    at_ms       BIGINT NOT NULL,
+    segment     TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    port        INTEGER NOT NULL,
+    address     TEXT NOT NULL,
+    connector   TEXT NOT NULL,
+    from_status TEXT NOT NULL,
+    to_status   TEXT NOT NULL,
+    cause       TEXT NOT NULL
+);
+CREATE INDEX address_events_by_address ON address_events(address, at_ms);
+CREATE INDEX address_events_by_app ON address_events(host, port, at_ms);
+CREATE INDEX address_events_by_time ON address_events(at_ms);
+CREATE TABLE address_latest (
+    host      TEXT NOT NULL,
+    port      INTEGER NOT NULL,
+    address   TEXT NOT NULL,
+    segment   TEXT NOT NULL,
+    protocol  TEXT NOT NULL,
+    to_status TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL,
+    PRIMARY KEY (host, port, address, segment, protocol)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// How many history rows match `filter` (a `WHERE …` from `EventFilter`).
@@ -160,6 +191,21 @@ fn events_page_sql(filter: &str, limit: u32, offset: u64) -> String {
     format!(
         "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
          FROM health_events{filter} ORDER BY at_ms DESC LIMIT {limit} OFFSET {offset}"
+    )
+}
+
+/// How many address history rows match `filter`.
+fn address_events_count_sql(filter: &str) -> String {
+    format!("SELECT COUNT(*) FROM address_events{filter}")
+}
+
+/// One page of the address history rows matching `filter`, newest first.
+fn address_events_page_sql(filter: &str, limit: u32, offset: u64) -> String {
+    format!(
+        "SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status,
+             cause, address
+         FROM address_events{filter} ORDER BY at_ms DESC, rowid DESC
+         LIMIT {limit} OFFSET {offset}"
     )
 }
 
@@ -882,6 +928,94 @@ impl SqliteStore {
         )
     }
 
+    /// Appends the address changes not yet recorded (see
+    /// `Store::record_address_events`). Address changes are rare (a DNS
+    /// change, an address's result changing): one lookup per row.
+    pub(crate) fn record_address_events(
+        &self,
+        events: &[AddressEventRecord],
+    ) -> Result<(), StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction()?;
+        {
+            let mut get = tx.prepare_cached(
+                "SELECT to_status FROM address_latest
+                 WHERE host = ?1 AND port = ?2 AND address = ?3 AND segment = ?4 AND protocol = ?5",
+            )?;
+            let mut add = tx.prepare_cached(
+                "INSERT INTO address_events (at_ms, segment, host, protocol, port, address,
+                     connector, from_status, to_status, cause)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            let mut set = tx.prepare_cached(
+                "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (host, port, address, segment, protocol)
+                 DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
+            )?;
+            for AddressEventRecord { event: e, address } in events {
+                let latest: Option<String> = get
+                    .query_row(
+                        params![e.host, e.port, address, e.segment, e.protocol],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if latest.as_deref() == Some(e.to.as_str()) {
+                    continue;
+                }
+                add.execute(params![
+                    e.at_ms,
+                    e.segment,
+                    e.host,
+                    e.protocol,
+                    e.port,
+                    address,
+                    e.connector,
+                    e.from,
+                    e.to,
+                    e.cause
+                ])?;
+                set.execute(params![
+                    e.host, e.port, address, e.segment, e.protocol, e.to, e.at_ms
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One page of the address history matching `f`, newest first.
+    pub(crate) fn address_events(
+        &self,
+        f: &EventFilter,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<AddressEventRecord>, u64), StoreError> {
+        let (filter, values) = f.to_sql(|n| format!("?{n}"));
+        page(
+            &lock(&self.conn),
+            &address_events_count_sql(&filter),
+            &address_events_page_sql(&filter, limit, offset),
+            values,
+            |r| {
+                Ok(AddressEventRecord {
+                    event: EventRecord {
+                        at_ms: r.get(0)?,
+                        segment: r.get(1)?,
+                        host: r.get(2)?,
+                        protocol: r.get(3)?,
+                        port: r.get(4)?,
+                        connector: r.get(5)?,
+                        from: r.get(6)?,
+                        to: r.get(7)?,
+                        cause: r.get(8)?,
+                    },
+                    address: r.get(9)?,
+                })
+            },
+        )
+    }
+
     /// Deletes the history from before `before_ms`; returns how many went.
     pub(crate) fn prune_events(&self, before_ms: i64) -> Result<usize, StoreError> {
         let mut conn = lock(&self.conn);
@@ -896,6 +1030,15 @@ impl SqliteStore {
         // row can still be on its way from another replica.
         tx.execute(
             "DELETE FROM health_latest WHERE at_ms < ?1",
+            params![before_ms],
+        )?;
+        // The address history is kept as long.
+        tx.execute(
+            "DELETE FROM address_events WHERE at_ms < ?1",
+            params![before_ms],
+        )?;
+        tx.execute(
+            "DELETE FROM address_latest WHERE at_ms < ?1",
             params![before_ms],
         )?;
         tx.commit()?;
@@ -1132,15 +1275,43 @@ mod tests {
     /// paged alike, not by scanning every row.
     #[test]
     fn events_by_segment_use_an_index() {
-        let store = SqliteStore::in_memory().expect("store");
         let f = EventFilter {
             segment: Some("jira".into()),
             hidden_segments: vec!["secret".into()],
             ..EventFilter::default()
         };
         let (filter, _) = f.to_sql(|n| format!("?{n}"));
+        assert_uses_index(
+            [events_count_sql(&filter), events_page_sql(&filter, 50, 0)],
+            "INDEX health_events_by_segment (segment=?",
+        );
+    }
+
+    /// The address history of one address (`/api/v1/events?address=`) is
+    /// read through its index too.
+    #[test]
+    fn address_events_by_address_use_an_index() {
+        let f = EventFilter {
+            address: Some("10.0.0.1".into()),
+            hidden_segments: vec!["secret".into()],
+            ..EventFilter::default()
+        };
+        let (filter, _) = f.to_sql(|n| format!("?{n}"));
+        assert_uses_index(
+            [
+                address_events_count_sql(&filter),
+                address_events_page_sql(&filter, 50, 0),
+            ],
+            "INDEX address_events_by_address (address=?",
+        );
+    }
+
+    /// Each of `queries` is planned through `index` (a step of its `EXPLAIN
+    /// QUERY PLAN` names it) and sorts nothing in a temporary tree.
+    fn assert_uses_index(queries: [String; 2], index: &str) {
+        let store = SqliteStore::in_memory().expect("store");
         let conn = lock(&store.conn);
-        for sql in [events_count_sql(&filter), events_page_sql(&filter, 50, 0)] {
+        for sql in queries {
             let mut stmt = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .expect("plan");
@@ -1154,8 +1325,7 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .expect("plan rows");
             assert!(
-                plan.iter()
-                    .any(|step| step.contains("INDEX health_events_by_segment (segment=?")),
+                plan.iter().any(|step| step.contains(index)),
                 "{sql}: {plan:?}"
             );
             assert!(

@@ -1,0 +1,304 @@
+//! Every address an application has had: when it appeared in a
+//! connector's answer, when it left every connector's answer, and its last
+//! result. The health table keeps one `AddressBook` per application and
+//! feeds it each report that carries addresses (a resolved answer); a
+//! report without any (DNS failed, or a status the CA set Unknown) says
+//! nothing about which addresses the name has and changes nothing. Time is
+//! an argument (Unix milliseconds), never read here.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use policy::{AddressResult, Status};
+
+/// Most addresses kept per application: past it, the one that left
+/// longest ago goes (an address still in an answer is never dropped for
+/// one that left).
+pub const MAX_ADDRESSES: usize = 16;
+
+/// One address of an application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressEntry {
+    /// The address.
+    pub address: IpAddr,
+    /// When a connector first reported it, Unix ms (again after it left
+    /// and came back).
+    pub appeared_ms: i64,
+    /// When it left the last connector's answer that had it, Unix ms;
+    /// `None` while some connector's latest answer has it.
+    pub left_ms: Option<i64>,
+    /// Its latest result: Up (reachable) or Down.
+    pub status: Status,
+    /// When that result was received, Unix ms.
+    pub last_seen_ms: i64,
+    /// The connector whose result that was.
+    pub last_connector: Arc<str>,
+    /// The connectors whose latest answer has it.
+    present: Vec<Arc<str>>,
+}
+
+/// A change of one address of an application, for the address history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressChange {
+    /// The address.
+    pub address: IpAddr,
+    /// The connector whose report showed the change.
+    pub connector: Arc<str>,
+    /// Its result before (Unknown before it appeared).
+    pub from: Status,
+    /// Its result after (Unknown once it left).
+    pub to: Status,
+    /// `appeared`, `report` (its result changed) or `left`.
+    pub cause: &'static str,
+}
+
+/// An application's addresses, in the order they first appeared.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddressBook {
+    entries: Vec<AddressEntry>,
+}
+
+impl AddressBook {
+    /// Every address kept.
+    pub fn entries(&self) -> &[AddressEntry] {
+        &self.entries
+    }
+
+    /// Takes `connector`'s report of `results` at `at_ms`: each address
+    /// in it is present for that connector with its result; each address
+    /// that connector had and this answer lacks leaves its answer (and
+    /// the application, when no other connector's answer has it). Empty
+    /// `results` change nothing. Each address that appeared, changed
+    /// result or left is pushed to `changes`.
+    pub fn record(
+        &mut self,
+        connector: &Arc<str>,
+        results: &[AddressResult],
+        at_ms: i64,
+        changes: &mut Vec<AddressChange>,
+    ) {
+        if results.is_empty() {
+            return;
+        }
+        for r in results {
+            let status = if r.reachable {
+                Status::Up
+            } else {
+                Status::Down
+            };
+            let i = match self.entries.iter().position(|e| e.address == r.address) {
+                Some(i) => i,
+                None => self.insert(r.address, connector, at_ms),
+            };
+            let e = &mut self.entries[i];
+            let appeared = e.left_ms.take().is_some() || e.status == Status::Unknown;
+            if appeared {
+                e.appeared_ms = at_ms;
+            }
+            if appeared || e.status != status {
+                changes.push(AddressChange {
+                    address: e.address,
+                    connector: Arc::clone(connector),
+                    from: if appeared { Status::Unknown } else { e.status },
+                    to: status,
+                    cause: if appeared { "appeared" } else { "report" },
+                });
+            }
+            e.status = status;
+            e.last_seen_ms = at_ms;
+            if !Arc::ptr_eq(&e.last_connector, connector) {
+                e.last_connector = Arc::clone(connector);
+            }
+            // A session reports under one shared name: its pointer
+            // matches first, the text only for another session's copy.
+            if !e
+                .present
+                .iter()
+                .any(|c| Arc::ptr_eq(c, connector) || **c == **connector)
+            {
+                // Exactly as many as held (one, mostly): grown rarely.
+                e.present.reserve_exact(1);
+                e.present.push(Arc::clone(connector));
+            }
+        }
+        for e in &mut self.entries {
+            if e.left_ms.is_some() || results.iter().any(|r| r.address == e.address) {
+                continue;
+            }
+            let before = e.present.len();
+            e.present.retain(|c| **c != **connector);
+            if before != e.present.len() && e.present.is_empty() {
+                e.left_ms = Some(at_ms);
+                changes.push(AddressChange {
+                    address: e.address,
+                    connector: Arc::clone(connector),
+                    from: e.status,
+                    to: Status::Unknown,
+                    cause: "left",
+                });
+            }
+        }
+    }
+
+    /// Adds `address`, first making room if the book is full; returns its
+    /// index.
+    fn insert(&mut self, address: IpAddr, connector: &Arc<str>, at_ms: i64) -> usize {
+        if self.entries.len() >= MAX_ADDRESSES {
+            let oldest = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.left_ms.map(|l| (l, i)))
+                .min();
+            match oldest {
+                Some((_, i)) => {
+                    self.entries.remove(i);
+                }
+                // Every kept address is present: the new one replaces the
+                // one seen longest ago.
+                None => {
+                    let stale = self
+                        .entries
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, e)| e.last_seen_ms)
+                        .map_or(0, |(i, _)| i);
+                    self.entries.remove(stale);
+                }
+            }
+        }
+        self.entries.reserve_exact(1);
+        self.entries.push(AddressEntry {
+            address,
+            appeared_ms: at_ms,
+            left_ms: None,
+            status: Status::Unknown,
+            last_seen_ms: at_ms,
+            last_connector: Arc::clone(connector),
+            present: Vec::new(),
+        });
+        self.entries.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn result(last: u8, reachable: bool) -> AddressResult {
+        AddressResult {
+            address: IpAddr::from([10, 0, 0, last]),
+            reachable,
+            method: policy::Method::Tcp,
+            rtt: Duration::from_millis(1),
+            failure: None,
+        }
+    }
+
+    fn summary(b: &AddressBook) -> Vec<(u8, i64, Option<i64>, Status)> {
+        b.entries()
+            .iter()
+            .map(|e| {
+                let last = match e.address {
+                    IpAddr::V4(v4) => v4.octets()[3],
+                    IpAddr::V6(_) => 0,
+                };
+                (last, e.appeared_ms, e.left_ms, e.status)
+            })
+            .collect()
+    }
+
+    /// An address that leaves the answer is kept with when it left and
+    /// its last result; one that comes back appears again; a report
+    /// without addresses changes nothing.
+    #[test]
+    fn an_address_that_leaves_is_kept_with_its_last_result() {
+        let c: Arc<str> = Arc::from("c1");
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        b.record(
+            &c,
+            &[result(1, true), result(2, false)],
+            1_000,
+            &mut changes,
+        );
+        b.record(&c, &[result(1, true), result(3, true)], 2_000, &mut changes);
+        assert_eq!(
+            summary(&b),
+            [
+                (1, 1_000, None, Status::Up),
+                (2, 1_000, Some(2_000), Status::Down),
+                (3, 2_000, None, Status::Up),
+            ]
+        );
+        b.record(&c, &[], 3_000, &mut changes);
+        assert_eq!(summary(&b)[1], (2, 1_000, Some(2_000), Status::Down));
+        b.record(&c, &[result(2, true)], 4_000, &mut changes);
+        assert_eq!(
+            summary(&b),
+            [
+                (1, 1_000, Some(4_000), Status::Up),
+                (2, 4_000, None, Status::Up),
+                (3, 2_000, Some(4_000), Status::Up),
+            ]
+        );
+        // Every appearance, departure and change of result, in order.
+        let seen: Vec<(u8, Status, Status, &str)> = changes
+            .iter()
+            .map(|c| match c.address {
+                IpAddr::V4(v4) => (v4.octets()[3], c.from, c.to, c.cause),
+                IpAddr::V6(_) => (0, c.from, c.to, c.cause),
+            })
+            .collect();
+        use Status::{Down, Unknown, Up};
+        assert_eq!(
+            seen,
+            [
+                (1, Unknown, Up, "appeared"),
+                (2, Unknown, Down, "appeared"),
+                (3, Unknown, Up, "appeared"),
+                (2, Down, Unknown, "left"),
+                (2, Unknown, Up, "appeared"),
+                (1, Up, Unknown, "left"),
+                (3, Up, Unknown, "left"),
+            ]
+        );
+    }
+
+    /// An address leaves the application only when it left every
+    /// connector's answer.
+    #[test]
+    fn an_address_leaves_when_no_connector_has_it() {
+        let (c1, c2): (Arc<str>, Arc<str>) = (Arc::from("c1"), Arc::from("c2"));
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        b.record(&c1, &[result(1, true)], 1_000, &mut changes);
+        b.record(&c2, &[result(1, false)], 1_500, &mut changes);
+        b.record(&c1, &[result(2, true)], 2_000, &mut changes);
+        assert_eq!(summary(&b)[0], (1, 1_000, None, Status::Down));
+        assert_eq!(&*b.entries()[0].last_connector, "c2");
+        b.record(&c2, &[result(2, true)], 3_000, &mut changes);
+        assert_eq!(summary(&b)[0], (1, 1_000, Some(3_000), Status::Down));
+    }
+
+    /// The book holds at most `MAX_ADDRESSES`: the address that left
+    /// longest ago goes first.
+    #[test]
+    fn the_book_is_bounded() {
+        let c: Arc<str> = Arc::from("c1");
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        for i in 0..40_u8 {
+            b.record(&c, &[result(i, true)], i64::from(i) * 1_000, &mut changes);
+        }
+        let kept = summary(&b);
+        assert_eq!(kept.len(), MAX_ADDRESSES);
+        // The newest is present, the 15 before it left, oldest gone.
+        assert_eq!(kept.last().map(|k| (k.0, k.2)), Some((39, None)));
+        assert_eq!(kept.first().map(|k| k.0), Some(24));
+        // The memory figure in docs/decisions.md.
+        assert_eq!(std::mem::size_of::<AddressEntry>(), 96);
+        assert!(b.entries.capacity() <= MAX_ADDRESSES + 1);
+    }
+}
