@@ -28,7 +28,9 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "storm_10k_whole_s",
         unit: "s",
-        goal: Goal::AtMost { limit: 15.0 },
+        // The outage plus connector-agent's longest backoff (30 s): the
+        // last connector is back when its backoff ends, however fast the CA.
+        goal: Goal::AtMost { limit: 35.0 },
     },
     Spec {
         name: "storm_10k_attempts_per_s_peak",
@@ -189,12 +191,20 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let sampler = tokio::spawn(sample(server.pid(), done));
     channels_tx.send(lazy_channels(&server, n)?)?;
     restarted_tx.send(Some(started))?;
+    let (mut half, mut most) = (None, None);
     let whole = ca::wait_until(LIMIT, "every simulated connector back", || {
         let live = fleet.live.load(Ordering::Relaxed);
+        if live * 2 >= n {
+            half.get_or_insert(started.elapsed().as_secs_f64());
+        }
+        if live * 100 >= n * 99 {
+            most.get_or_insert(started.elapsed().as_secs_f64());
+        }
         async move { Ok(live == n) }
     })
     .await;
     let whole_s = started.elapsed().as_secs_f64();
+    let (half, most) = (half.unwrap_or(whole_s), most.unwrap_or(whole_s));
     let _ = done_tx.send(true);
     let (cpu, rss) = sampler.await?;
     let _ = stop_tx.send(true);
@@ -223,7 +233,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         Ok(_) => SPECS[0].figure(
             whole_s,
             None,
-            format!("{n} connectors with a session again {whole_s:.1} s after the new CA started (killed, restarted a second later; reconnect backoff as connector-agent's){label}"),
+            format!("{n} connectors with a session again {whole_s:.1} s after the new CA started (half after {half:.1} s, 99 % after {most:.1} s; killed, restarted a second later; the tail is the connectors' backoff, full jitter up to 30 s){label}"),
         ),
         Err(e) => SPECS[0].missing(format!("{e:#}{label}")),
     };
