@@ -9,9 +9,11 @@
 //! - `file`: the TOML shapes serde reads, with their defaults;
 //! - `settings`: the runtime [`Settings`] and the rules for them;
 //! - `secrets`: API tokens, provisioning keys and their use limits;
+//! - `oidc`: the OpenID providers people sign in with;
 //! - `reference`: every key documented, generating the book's reference.
 
 mod file;
+mod oidc;
 pub mod reference;
 pub mod reload;
 mod secrets;
@@ -40,6 +42,8 @@ pub struct Config {
     pub policy: Policy,
     /// API tokens.
     pub tokens: Vec<ApiToken>,
+    /// OpenID providers people sign in with (`[[oidc]]`).
+    pub oidc: Vec<crate::trust::oidc::ProviderConfig>,
     /// Provisioning key per connector group.
     pub group_keys: HashMap<String, Secret>,
     /// Use limits of each group's key.
@@ -204,6 +208,7 @@ impl Config {
         let settings = settings::settings(&file, base, &mut problems);
         let short_ok = file.server.allow_short_secrets;
         let tokens = secrets::api_tokens(&file.api_tokens, base, short_ok, &mut problems);
+        let oidc = oidc::providers(&file.oidc, base, &mut problems);
         let group_keys = secrets::group_keys(&file.connector_groups, base, short_ok, &mut problems);
         let key_policies =
             secrets::key_policies(&file.connector_groups, &group_keys, &mut problems);
@@ -237,6 +242,7 @@ impl Config {
                 settings,
                 policy,
                 tokens,
+                oidc,
                 group_keys,
                 key_policies,
                 content_hash: content_hash(text.as_bytes()),
