@@ -7,7 +7,8 @@
 //!
 //! Held here: the sign-in with PKCE lands on the dashboard, which names the
 //! person; an admin action is recorded in the person's name; state changes
-//! need the session's CSRF token and the CA's own origin; a sign-out on one
+//! need the session's CSRF token and the CA's own origin; the cookie is no
+//! gRPC credential; a sign-out on one
 //! replica is refused on another sharing the store; a reader cannot act as
 //! admin; a person without a mapped role gets the refusal page; a provider
 //! that rotated its signing key is followed (JWKS fetched again).
@@ -312,6 +313,17 @@ async fn a_person_signs_in_acts_in_their_name_and_signs_out_on_every_replica() {
     assert_eq!(r.status().as_u16(), 403);
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["error"]["reason"], "cross_origin", "{body}");
+
+    // A live session cookie authorizes nothing over gRPC.
+    let mut grpc = protocol::v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let mut req = tonic::Request::new(protocol::v1::ListApplicationsRequest::default());
+    req.metadata_mut()
+        .insert("cookie", cookie.parse().expect("ascii"));
+    let err = grpc
+        .list_applications(req)
+        .await
+        .expect_err("cookies are not gRPC credentials");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
     // The other replica honours the session, until alice signs out here.
     let elsewhere = format!("https://{}/api/v1/connectors", replica.http);
