@@ -266,7 +266,7 @@ pub struct CallbackQuery {
 pub async fn callback(
     State(a): State<Shared>,
     headers: HeaderMap,
-    peer: Option<axum::Extension<crate::api::http::Peer>>,
+    peer: Option<axum::Extension<crate::api::listen::Peer>>,
     Query(q): Query<CallbackQuery>,
 ) -> Response {
     let fail = |text: String| page(StatusCode::FORBIDDEN, "Sign-in failed", &text);
@@ -389,7 +389,7 @@ pub async fn logout(
     State(a): State<Shared>,
     method: Method,
     headers: HeaderMap,
-    peer: Option<axum::Extension<crate::api::http::Peer>>,
+    peer: Option<axum::Extension<crate::api::listen::Peer>>,
 ) -> Response {
     let session = match session_of(&a, &headers).await {
         None | Some(Err(AuthError::SessionEnded)) => None,

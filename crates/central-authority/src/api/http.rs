@@ -362,10 +362,7 @@ async fn tls_handshake(
     }
 }
 
-/// The address a request came from (a request extension the listener
-/// sets; absent when the router is called directly, as in unit tests).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::SocketAddr);
+pub use crate::api::listen::Peer;
 
 /// One connection's service: marks the connection busy while a request is
 /// in flight, reads the body within `body_timeout` (408 otherwise), records

@@ -1042,7 +1042,7 @@ fn auth_ops() -> Vec<Op> {
         json!({"description": format!("redirect to {to}"),
         "headers": {"Location": {"schema": {"type": "string"}}}})
     };
-    vec![
+    let mut ops = vec![
         Op {
             method: "get",
             path: "/auth/login",
@@ -1080,6 +1080,14 @@ fn auth_ops() -> Vec<Op> {
                     "503": page("the store does not answer")},
             }),
         },
+    ];
+    ops.extend(session_ops());
+    ops
+}
+
+/// Signing out and who is signed in (`api::auth`).
+fn session_ops() -> Vec<Op> {
+    vec![
         Op {
             method: "post",
             path: "/auth/logout",
@@ -1217,7 +1225,7 @@ pub fn document() -> Value {
                 "type": "http", "scheme": "bearer",
                 "description": "an API token from `[[api_tokens]]`; the scopes an operation needs are listed in its security requirement",
             }, "session": {
-                "type": "apiKey", "in": "cookie", "name": crate::api::auth::SESSION_COOKIE,
+                "type": "apiKey", "in": "cookie", "name": "reach_session",
                 "description": "a person's session after signing in (`GET /auth/login`), with the scopes their roles map to (`[[oidc]] roles`); POST and DELETE also need the session's CSRF token in `X-CSRF-Token` (`GET /auth/session`). HTTP only, never gRPC.",
             }},
         },

@@ -29,7 +29,7 @@ fn issuers_must_be_https_unless_on_loopback() {
     assert!(check_url("https://idp.example/realms/x").is_ok());
     assert!(check_url("http://127.0.0.1:8080").is_ok());
     assert!(check_url("http://[::1]:8080").is_ok());
-    assert!(check_url("http://localhost:8080").is_ok());
+    assert!(check_url("http://localhost:8080").is_err());
     assert!(check_url("http://idp.example").is_err());
     assert!(check_url("ftp://127.0.0.1").is_err());
     assert!(check_url("not a url").is_err());
