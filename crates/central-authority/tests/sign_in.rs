@@ -399,3 +399,113 @@ async fn roles_decide_what_a_person_may_do_and_rotated_keys_are_fetched() {
     ca.stop().await;
     op.stop().await;
 }
+
+/// `central-authority api` with `args`, no token: (exit code, stdout, stderr).
+async fn cli(args: Vec<String>) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_central-authority"))
+        .args(args)
+        .env_remove("REACH_API_TOKEN")
+        .env_remove("REACH_API_TOKEN_FILE")
+        .output()
+        .await
+        .expect("run central-authority");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_signs_a_person_in_through_the_browser_and_out() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (ca, op) = ca_and_op().await;
+    let dir = scratch_dir("cli-login");
+    let cert = dir.join("ca.pem");
+    std::fs::write(&cert, ca.root()).expect("root");
+    let credential = dir.join("reach/credential.json");
+    let flags = |more: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "api".into(),
+            "--url".into(),
+            format!("https://{}", ca.http),
+            "--ca-cert".into(),
+            cert.display().to_string(),
+            "--credential-file".into(),
+            credential.display().to_string(),
+        ];
+        v.extend(more.iter().map(|s| (*s).to_owned()));
+        v
+    };
+
+    // `api login` prints the URL to open and waits for the browser.
+    let mut login = tokio::process::Command::new(env!("CARGO_BIN_EXE_central-authority"))
+        .args(flags(&["login"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("api login");
+    let mut stderr = BufReader::new(login.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = stderr
+            .next_line()
+            .await
+            .expect("stderr")
+            .expect("api login printed the URL");
+        if let Some(u) = line.trim().strip_prefix("https://") {
+            break format!("https://{u}");
+        }
+    };
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    b.goto(&url).await.expect("to the CA");
+    eventually("the provider's login form", || async {
+        b.eval(
+            "return !!document.querySelector('input[name=login]')",
+            json!([]),
+        )
+        .await
+        .ok()
+            == Some(json!(true))
+    })
+    .await;
+    b.eval(
+        "document.querySelector('input[name=login]').value = 'alice';
+         document.querySelector('input[name=password]').value = 'any';
+         document.querySelector('form').submit(); return true;",
+        json!([]),
+    )
+    .await
+    .expect("login form submitted");
+    let out = login.wait_with_output().await.expect("api login ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("signed in as alice"), "{stdout}");
+    let mode = std::fs::metadata(&credential)
+        .expect("credential file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    b.close().await;
+
+    // The credential acts in alice's name.
+    let (code, _, err) = cli(flags(&["connectors", "disable", "nobody"])).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not_found"), "{err}");
+    let (code, out, err) = cli(flags(&["audit", "--action", "connector.disable"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("person:alice"), "{out}");
+
+    // `api logout` revokes it and removes the file.
+    let (code, _, err) = cli(flags(&["logout"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!credential.exists());
+    let (code, _, err) = cli(flags(&["audit"])).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("401") || err.contains("unauthorized"), "{err}");
+
+    ca.stop().await;
+    op.stop().await;
+}

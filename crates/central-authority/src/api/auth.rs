@@ -199,6 +199,30 @@ fn provider(a: &Authority, name: Option<&str>) -> Option<ProviderConfig> {
 pub struct LoginQuery {
     provider: Option<String>,
     next: Option<String>,
+    /// `central-authority api login`: its loopback port and state; the
+    /// credential goes there instead of into a cookie.
+    cli_port: Option<u16>,
+    cli_state: Option<String>,
+}
+
+/// Longest a CLI credential lasts (ms).
+const CLI_LIFETIME_MS: i64 = 60 * 60 * 1000;
+
+/// Where a sign-in returns: `cli:PORT:STATE` for the CLI, else a path.
+fn destination(q: &LoginQuery) -> Result<String, &'static str> {
+    match (q.cli_port, q.cli_state.as_deref()) {
+        (None, None) => Ok(safe_next(q.next.as_deref())),
+        (Some(port), Some(state))
+            if port != 0
+                && (16..=128).contains(&state.len())
+                && state
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Ok(format!("cli:{port}:{state}"))
+        }
+        _ => Err("cli_port and cli_state go together (a port, and 16-128 letters, digits, - or _)"),
+    }
 }
 
 /// Where to go after signing in: a path of this CA, else `/`.
@@ -218,6 +242,10 @@ pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Resp
             "This CA has no such OpenID provider ([[oidc]] in its configuration); use an API token.",
         );
     };
+    let next = match destination(&q) {
+        Ok(n) => n,
+        Err(m) => return page(StatusCode::BAD_REQUEST, "Sign-in failed", m),
+    };
     let (url, pending) = match a.oidc().begin(&p).await {
         Ok(x) => x,
         Err(e) => {
@@ -231,7 +259,7 @@ pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Resp
         provider: p.name.clone(),
         verifier: pending.verifier.clone(),
         nonce: pending.nonce.clone(),
-        next: safe_next(q.next.as_deref()),
+        next,
         expires_ms: now + LOGIN_TTL_MS,
     };
     match a.blocking(move |a| a.store().put_login(&record, now)).await {
@@ -334,7 +362,11 @@ async fn open_session(
 ) -> Response {
     let id = crate::trust::pki::hex(&rand::random::<[u8; 32]>());
     let now = crate::state::clock::now_ms();
-    let lifetime_ms = i64::try_from(p.session_lifetime_ms).unwrap_or(i64::MAX);
+    let cli = next.strip_prefix("cli:").and_then(|r| r.split_once(':'));
+    let mut lifetime_ms = i64::try_from(p.session_lifetime_ms).unwrap_or(i64::MAX);
+    if cli.is_some() {
+        lifetime_ms = lifetime_ms.min(CLI_LIFETIME_MS);
+    }
     let record = SessionRecord {
         id_sha256: crate::trust::pki::sha256_hex(id.as_bytes()),
         person: person.name.clone(),
@@ -372,6 +404,15 @@ async fn open_session(
         .await;
     if !matches!(stored, Some(Ok(()))) {
         return store_down();
+    }
+    if let Some((port, state)) = cli {
+        // To the CLI's loopback listener; no cookie in this browser.
+        let to = format!(
+            "http://127.0.0.1:{port}/?credential={id}&csrf_token={}&expires_at={}&state={state}",
+            csrf_of(&id),
+            now.saturating_add(lifetime_ms)
+        );
+        return (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
     }
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
     let h = r.headers_mut();
@@ -480,6 +521,26 @@ mod tests {
             assert_eq!(safe_next(Some(bad)), "/", "{bad}");
         }
         assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn cli_sign_ins_name_a_port_and_a_state() {
+        let q = |port: Option<u16>, state: Option<&str>| LoginQuery {
+            provider: None,
+            next: Some("/app".into()),
+            cli_port: port,
+            cli_state: state.map(str::to_owned),
+        };
+        assert_eq!(destination(&q(None, None)).as_deref(), Ok("/app"));
+        let state = "abcdefghijklmnop";
+        assert_eq!(
+            destination(&q(Some(4000), Some(state))),
+            Ok(format!("cli:4000:{state}"))
+        );
+        assert!(destination(&q(Some(4000), None)).is_err());
+        assert!(destination(&q(Some(4000), Some("short"))).is_err());
+        assert!(destination(&q(Some(4000), Some("abcdefghijklmnop&x=1"))).is_err());
+        assert!(destination(&q(Some(0), Some(state))).is_err());
     }
 
     #[test]
