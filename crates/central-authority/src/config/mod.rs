@@ -52,7 +52,7 @@ pub struct Config {
     /// baseline, so a change made right after loading is not missed.
     pub content_hash: u64,
     /// Things to warn about at start that do not stop the CA: secret files
-    /// (`token_file`, `provisioning_key_file`, `[tls]` key files) readable
+    /// (`token_file`, `provisioning_key_file`, `client_secret_file`, `[tls]` key files) readable
     /// by group or others.
     pub warnings: Vec<String>,
 }
@@ -264,8 +264,13 @@ fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
     let tls = [&file.tls.key_file, &file.tls.issuer_key_file]
         .into_iter()
         .flatten();
+    let oidc = file
+        .oidc
+        .iter()
+        .filter_map(|o| o.client_secret_file.as_ref());
     tokens
         .chain(keys)
+        .chain(oidc)
         .chain(tls)
         .filter_map(|p| private_files::loose_permissions(&base.join(p)))
         .collect()

@@ -140,3 +140,78 @@ fn roles(problems: &mut Vec<Problem>, subject: &str, o: &OidcSection) -> Vec<(St
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError, Problem};
+
+    fn problems(oidc: &str) -> Vec<String> {
+        match Config::from_toml(oidc, std::path::Path::new("/tmp")) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid(p)) => p
+                .iter()
+                .filter_map(|p| match p {
+                    Problem::Setting { field, message } => Some(format!("{field}: {message}")),
+                    Problem::Policy(_) => None,
+                })
+                .collect(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_provider_is_checked_whole() {
+        let ok = r#"
+[[oidc]]
+name = "corp"
+issuer = "https://sso.example.com/realms/corp"
+client_id = "reach"
+client_secret = "s3cret"
+redirect_url = "https://ca.example.com:7480/auth/callback"
+roles = { "reach-admins" = ["admin"] }
+"#;
+        assert!(problems(ok).is_empty(), "{:?}", problems(ok));
+        let c = Config::from_toml(ok, std::path::Path::new("/tmp")).expect("valid");
+        assert_eq!(c.oidc[0].roles_claim, "groups");
+        assert_eq!(c.oidc[0].session_lifetime_ms, 28_800_000);
+
+        let bad = r#"
+[[oidc]]
+name = "corp"
+issuer = "http://sso.example.com"
+client_id = ""
+client_secret = "a"
+client_secret_file = "b"
+redirect_url = "https://ca.example.com/auth/callback"
+roles = { "x" = ["write"] }
+session_lifetime_s = 60
+
+[[oidc]]
+name = "corp"
+issuer = "http://127.0.0.1:8080"
+client_id = "reach"
+redirect_url = "http://[::1]:7480/auth/callback"
+"#;
+        let p = problems(bad);
+        for want in [
+            "oidc \"corp\".issuer: \"http://sso.example.com\": must be https",
+            "oidc \"corp\".client_id: is empty",
+            "oidc \"corp\": set either client_secret or client_secret_file",
+            "oidc \"corp\".roles.\"x\": unknown scope \"write\"",
+            "oidc \"corp\".session_lifetime_s: must be 300..=604800",
+            "oidc \"corp\": name is used by another provider",
+            "oidc \"corp\".roles: is empty",
+        ] {
+            assert!(
+                p.iter().any(|m| m.starts_with(want)),
+                "{want} not in {p:#?}"
+            );
+        }
+        // Loopback http is allowed: no problem names the second's URLs.
+        assert!(
+            !p.iter()
+                .any(|m| m.contains("127.0.0.1") || m.contains("[::1]")),
+            "{p:#?}"
+        );
+    }
+}
