@@ -85,17 +85,28 @@ pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Sessio
     let now = crate::state::clock::now_ms();
     let found = a.blocking(move |a| a.store().session(&hash)).await;
     Some(match found {
-        Some(Ok(Some(r))) if r.revoked_ms.is_none() && r.expires_ms > now => Ok(Session {
-            person: r.person,
-            scopes: r
-                .scopes
-                .split_whitespace()
-                .filter_map(|s| s.parse().ok())
-                .collect(),
-            id_sha256: r.id_sha256,
-            csrf: csrf_of(&id),
-            expires_ms: r.expires_ms,
-        }),
+        // A provider taken out of the configuration ends its sessions.
+        Some(Ok(Some(r)))
+            if r.revoked_ms.is_none()
+                && r.expires_ms > now
+                && a.snapshot()
+                    .config
+                    .oidc
+                    .iter()
+                    .any(|p| p.name == r.provider) =>
+        {
+            Ok(Session {
+                person: r.person,
+                scopes: r
+                    .scopes
+                    .split_whitespace()
+                    .filter_map(|s| s.parse().ok())
+                    .collect(),
+                id_sha256: r.id_sha256,
+                csrf: csrf_of(&id),
+                expires_ms: r.expires_ms,
+            })
+        }
         Some(Ok(_)) => Err(AuthError::SessionEnded),
         Some(Err(_)) | None => Err(AuthError::Unavailable),
     })
