@@ -21,6 +21,8 @@
 
 const ports = new Set();
 let token = '';
+// A signed-in person's CSRF token (their session is a cookie).
+let csrf = '';
 let started = false;
 let retry = 1000;
 // The indicator's last state, sent to a tab that joins.
@@ -54,6 +56,7 @@ async function open() {
   try {
     const headers = { Accept: 'application/json', 'Content-Type': 'application/json' };
     if (token) headers.Authorization = `Bearer ${token}`;
+    else if (csrf) headers['X-CSRF-Token'] = csrf;
     const r = await fetch('/api/v1/health/stream/ticket', {
       method: 'POST', credentials: 'same-origin', headers, body: '{}',
     });
@@ -104,6 +107,7 @@ self.addEventListener('connect', (ev) => {
     const d = m.data || {};
     if (d.type === 'join') {
       if (d.token) token = d.token;
+      if (d.csrf) csrf = d.csrf;
       ports.add(port);
       port.postMessage(state);
       if (isOpen) port.postMessage({ type: 'open', version, epoch });

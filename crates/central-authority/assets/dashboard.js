@@ -106,9 +106,40 @@ function token() {
   try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { return ''; }
 }
 
+// A signed-in person (`GET /auth/session`): their session is a cookie;
+// state changes also carry the session's CSRF token.
+let signedIn = { person: null, scopes: [], csrf_token: null, providers: [] };
+
 function authHeaders(extra) {
   const t = token();
-  return Object.assign({ Accept: 'application/json' }, t ? { Authorization: `Bearer ${t}` } : {}, extra || {});
+  const csrf = !t && signedIn.csrf_token ? { 'X-CSRF-Token': signedIn.csrf_token } : {};
+  return Object.assign({ Accept: 'application/json' }, t ? { Authorization: `Bearer ${t}` } : csrf, extra || {});
+}
+
+// Shows who is signed in (and a sign-out control), or a sign-in link when
+// the CA has an OpenID provider.
+async function whoami() {
+  try {
+    const r = await fetch('/auth/session', { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+    if (r.ok) signedIn = await r.json();
+  } catch (_) { /* the listing shows the CA's state */ }
+  const who = document.getElementById('who');
+  if (!who) return;
+  who.textContent = '';
+  if (signedIn.person) {
+    const out = h('button', { type: 'button', id: 'sign-out' }, 'Sign out');
+    out.addEventListener('click', async () => {
+      await fetch('/auth/logout', {
+        method: 'POST', credentials: 'same-origin',
+        headers: { Accept: 'application/json', 'X-CSRF-Token': signedIn.csrf_token || '' },
+      }).catch(() => null);
+      location.assign('/');
+    });
+    who.append(h('span', { id: 'signed-in-as' }, signedIn.person), ' ', out);
+  } else if ((signedIn.providers || []).length) {
+    const next = location.pathname + location.search;
+    who.append(h('a', { id: 'sign-in', href: `/auth/login?${new URLSearchParams({ next })}` }, 'Sign in'));
+  }
 }
 
 // Asks for a read token (shown when the CA answered 401), kept in this
@@ -117,7 +148,8 @@ function askToken(message) {
   if (document.getElementById('token-form')) return;
   const input = h('input', { type: 'password', name: 'token', id: 'token', autocomplete: 'off' });
   const form = h('form', { id: 'token-form', class: 'token-form' },
-    h('p', {}, message, ' Enter an API token with the read scope (kept in this tab only).'),
+    h('p', {}, message, (signedIn.providers || []).length ? ' Sign in (top right), or enter' : ' Enter',
+      ' an API token with the read scope (kept in this tab only).'),
     h('label', {}, 'API token ', input), ' ', h('button', { type: 'submit' }, 'Use token'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -194,10 +226,10 @@ function sharedLive({ onOpen, onTransition }) {
     ownLive({ onOpen, onTransition });
   });
   port.start();
-  port.postMessage({ type: 'join', token: token() });
+  port.postMessage({ type: 'join', token: token(), csrf: signedIn.csrf_token || '' });
   window.addEventListener('pagehide', () => port.postMessage({ type: 'leave' }));
   window.addEventListener('pageshow', (ev) => {
-    if (ev.persisted) port.postMessage({ type: 'join', token: token() });
+    if (ev.persisted) port.postMessage({ type: 'join', token: token(), csrf: signedIn.csrf_token || '' });
   });
   return true;
 }
@@ -936,7 +968,8 @@ function connectorsPage() {
   setInterval(load, 10000);
 }
 
-document.addEventListener('DOMContentLoaded', () => {
+document.addEventListener('DOMContentLoaded', async () => {
+  await whoami();
   const page = document.body.dataset.page;
   if (page === 'list') listPage();
   else if (page === 'app') appPage();

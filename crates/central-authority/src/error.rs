@@ -149,8 +149,10 @@ impl AuthError {
             | AuthError::BadCertificate(_)
             | AuthError::UnknownCertificate(_)
             | AuthError::CertificateRevoked { .. }
-            | AuthError::CertificateExpired(_) => UNAUTHENTICATED,
-            AuthError::MissingScope { .. } => {
+            | AuthError::CertificateExpired(_)
+            | AuthError::SessionEnded => UNAUTHENTICATED,
+            AuthError::Csrf => Answer::new(StatusCode::FORBIDDEN, "csrf", Code::PermissionDenied),
+            AuthError::MissingScope { .. } | AuthError::PersonMissingScope { .. } => {
                 Answer::new(StatusCode::FORBIDDEN, "forbidden", Code::PermissionDenied)
             }
             // Connector credentials: refused over gRPC only; an HTTP

@@ -169,6 +169,12 @@ impl Browser {
         Ok(v["value"].clone())
     }
 
+    /// The cookies of the current page's site, as WebDriver lists them
+    /// (`HttpOnly` ones included).
+    pub async fn cookies(&self) -> Result<Value> {
+        self.call(reqwest::Method::GET, "/cookie", None).await
+    }
+
     /// Loads `url`.
     pub async fn goto(&self, url: &str) -> Result<()> {
         self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))

@@ -14,7 +14,7 @@ const MAX_LINES: usize = 80;
 /// Only pure data tables qualify (a list read top to bottom, no logic to
 /// split); every entry must still name a function over the limit.
 const LONG_FUNCTIONS_ALLOWED: &[(&str, &str)] = &[(
-    "central_authority::api::openapi::operations",
+    "central_authority::api::openapi::api_operations",
     "the OpenAPI document's operations table: one literal entry per route, read top to bottom",
 )];
 

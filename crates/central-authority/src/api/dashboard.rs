@@ -119,7 +119,7 @@ const CONNECTORS_BODY: &str = r#"<section id="connector-overview" class="overvie
 /// The HTML of `page`.
 pub fn html(page: Page) -> String {
     format!(
-        r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="color-scheme" content="light dark"><title>reach — {title}</title><link rel="stylesheet" href="/assets/dashboard.css"><script src="/assets/dashboard.js" defer></script></head><body data-page="{name}"><a class="skip" href="#main">Skip to content</a><header class="top"><strong class="brand">reach</strong><nav aria-label="Views"><a href="/"{list}>Applications</a> <a href="/connectors"{conns}>Connectors</a></nav><span id="live" class="live" data-live="connecting" aria-live="polite">connecting…</span></header><main id="main" tabindex="-1"><h1>{title}</h1>{body}</main><noscript><p>This dashboard needs JavaScript. The same data is at <a href="/api/v1/health">/api/v1/health</a>.</p></noscript></body></html>"##,
+        r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="color-scheme" content="light dark"><title>reach — {title}</title><link rel="stylesheet" href="/assets/dashboard.css"><script src="/assets/dashboard.js" defer></script></head><body data-page="{name}"><a class="skip" href="#main">Skip to content</a><header class="top"><strong class="brand">reach</strong><nav aria-label="Views"><a href="/"{list}>Applications</a> <a href="/connectors"{conns}>Connectors</a></nav><span id="live" class="live" data-live="connecting" aria-live="polite">connecting…</span><span id="who" class="who"></span></header><main id="main" tabindex="-1"><h1>{title}</h1>{body}</main><noscript><p>This dashboard needs JavaScript. The same data is at <a href="/api/v1/health">/api/v1/health</a>.</p></noscript></body></html>"##,
         title = page.title(),
         name = page.name(),
         body = page.body(),
@@ -137,7 +137,7 @@ pub fn html(page: Page) -> String {
 }
 
 /// Adds the dashboard's security headers.
-fn secured(mut r: Response) -> Response {
+pub(crate) fn secured(mut r: Response) -> Response {
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,

@@ -130,12 +130,14 @@ impl Site<'_> {
 /// empty) rewritten as the API's JSON error with the same status.
 async fn as_json_error(response: Response) -> Response {
     let status = response.status();
-    let is_json = response
+    let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(is_json);
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        .and_then(|v| v.to_str().ok());
+    // JSON errors, and the sign-in's HTML pages for a browser (`api::auth`).
+    let is_json = content_type.is_some_and(is_json);
+    let is_page = content_type.is_some_and(|t| t.starts_with("text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json || is_page {
         return response;
     }
     let allow = response.headers().get(header::ALLOW).cloned();

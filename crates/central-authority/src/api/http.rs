@@ -95,6 +95,10 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/connectors/{name}/{action}", post(connector_action))
         .route("/api/v1/connectors/{name}", delete(delete_connector))
         .route("/api/v1/audit", get(audit))
+        .route("/auth/login", get(crate::api::auth::login))
+        .route("/auth/callback", get(crate::api::auth::callback))
+        .route("/auth/logout", post(crate::api::auth::logout))
+        .route("/auth/session", get(crate::api::auth::session))
         .with_state(authority)
 }
 
@@ -360,10 +364,7 @@ async fn tls_handshake(
     }
 }
 
-/// The address a request came from (a request extension the listener
-/// sets; absent when the router is called directly, as in unit tests).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::SocketAddr);
+pub use crate::api::listen::Peer;
 
 /// One connection's service: marks the connection busy while a request is
 /// in flight, reads the body within `body_timeout` (408 otherwise), records
@@ -502,6 +503,12 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
+        // A person's session cookie (`api::auth`), when no token is sent.
+        if let Some(s) =
+            crate::api::auth::authorize_session(a, &parts.method, &parts.headers, S::SCOPE).await
+        {
+            return s.map(|_| RequireScope(PhantomData)).map_err(ApiError::from);
+        }
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -531,11 +538,35 @@ impl FromRequestParts<Shared> for Caller {
     async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
         use crate::trust::audit::Actor;
         use crate::trust::auth::{AuthError, Scope};
+        let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        let session =
+            crate::api::auth::authorize_session(a, &parts.method, &parts.headers, Scope::Admin)
+                .await;
+        match session {
+            Some(Ok(s)) => {
+                return Ok(Caller {
+                    actor: Actor::person(s.person),
+                    source,
+                    refused: None,
+                });
+            }
+            Some(Err(AuthError::PersonMissingScope { person, scope })) => {
+                return Ok(Caller {
+                    actor: Actor::person(person.clone()),
+                    source,
+                    refused: Some(ApiError::Auth(AuthError::PersonMissingScope {
+                        person,
+                        scope,
+                    })),
+                });
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
         match a.authorize_from(source, header, Scope::Admin) {
             Ok(()) => {}
             Err(AuthError::MissingScope { token, scope }) => {
@@ -1104,13 +1135,16 @@ async fn connectors(
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let admin = crate::trust::auth::authorize(
-        &a.snapshot().config.tokens,
-        false,
-        header,
-        crate::trust::auth::Scope::Admin,
-    )
-    .is_ok();
+    let admin = match crate::api::auth::session_of(&a, &headers).await {
+        Some(Ok(s)) if header.is_none() => s.allows(crate::trust::auth::Scope::Admin),
+        _ => crate::trust::auth::authorize(
+            &a.snapshot().config.tokens,
+            false,
+            header,
+            crate::trust::auth::Scope::Admin,
+        )
+        .is_ok(),
+    };
     // Enrolled connectors come from the database: off the async workers.
     match a.blocking(Authority::connectors).await {
         Some(connectors) => axum::Json(ConnectorsBody {

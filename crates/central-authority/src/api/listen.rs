@@ -641,6 +641,11 @@ pub fn grpc_incoming(
     )
 }
 
+/// The address a request came from (a request extension the listener
+/// sets; absent when the router is called directly, as in unit tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
 #[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;

@@ -1,6 +1,7 @@
 //! The CA's surfaces: HTTP (JSON API, dashboard, metrics, OpenAPI) and
 //! gRPC, the listener they share, and the read models they answer with.
 
+pub mod auth;
 pub mod body;
 pub mod dashboard;
 pub mod grpc;

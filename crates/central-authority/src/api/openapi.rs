@@ -63,6 +63,11 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             404,
             "no such connector group or enrolled connector",
         ),
+        (
+            "csrf",
+            403,
+            "a state change with a session cookie without the session's `X-CSRF-Token`",
+        ),
         (crate::api::guard::NO_ROUTE, 404, "no route serves the path"),
         (
             crate::api::guard::METHOD_NOT_ALLOWED,
@@ -513,6 +518,13 @@ fn query_param(name: &str, required: bool, description: &str) -> Value {
 
 /// Every route the router serves, documented.
 pub fn operations() -> Vec<Op> {
+    let mut ops = api_operations();
+    ops.extend(auth_ops());
+    ops
+}
+
+/// The API's, the dashboard's and the operations' routes.
+fn api_operations() -> Vec<Op> {
     use crate::trust::auth::Scope::{Access, Admin, Read};
     let health_params: Vec<Value> =
         crate::api::listing::RawQuery::into_params(|| Some(ParameterIn::Query))
@@ -1039,6 +1051,99 @@ pub fn operations() -> Vec<Op> {
     ]
 }
 
+/// People's sign-in (`api::auth`).
+fn auth_ops() -> Vec<Op> {
+    let page = |what: &str| {
+        json!({"description": what,
+        "content": {"text/html": {"schema": {"type": "string"}}}})
+    };
+    let redirect = |to: &str| {
+        json!({"description": format!("redirect to {to}"),
+        "headers": {"Location": {"schema": {"type": "string"}}}})
+    };
+    let mut ops = vec![
+        Op {
+            method: "get",
+            path: "/auth/login",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signIn",
+                "summary": "Sign in: to the OpenID provider (authorization code flow with PKCE)",
+                "tags": ["sign-in"],
+                "parameters": [
+                    {"name": "provider", "in": "query", "required": false, "description": "an `[[oidc]]` name (default: the first)", "schema": {"type": "string"}},
+                    {"name": "next", "in": "query", "required": false, "description": "a path of this CA to return to (default `/`)", "schema": {"type": "string"}},
+                ],
+                "responses": {"303": redirect("the provider's authorization endpoint"),
+                    "404": page("no such provider"), "502": page("the provider could not be reached"),
+                    "503": page("the store does not answer")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/auth/callback",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signInCallback",
+                "summary": "The provider's redirect back: verifies the ID token, maps roles, opens the session",
+                "description": "Sets the session cookie (`Secure; HttpOnly; SameSite=Lax`, `[[oidc]] session_lifetime_s`). A person whose roles claim maps to no scope gets a 403 page.",
+                "tags": ["sign-in"],
+                "parameters": [
+                    {"name": "code", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "state", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "error", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "error_description", "in": "query", "required": false, "schema": {"type": "string"}},
+                ],
+                "responses": {"303": redirect("the `next` path, signed in"),
+                    "403": page("sign-in refused (no mapped role, a token that does not verify, a sign-in not started in this browser)"),
+                    "503": page("the store does not answer")},
+            }),
+        },
+    ];
+    ops.extend(session_ops());
+    ops
+}
+
+/// Signing out and who is signed in (`api::auth`).
+fn session_ops() -> Vec<Op> {
+    vec![
+        Op {
+            method: "post",
+            path: "/auth/logout",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signOut",
+                "summary": "Sign out: the session is revoked on every replica and its cookie removed",
+                "description": "Needs the session's `X-CSRF-Token`.",
+                "tags": ["sign-in"],
+                "responses": {"200": {"description": "signed out (`signed_out`: whether a session was open)",
+                    "content": {"application/json": {"schema": {"type": "object",
+                        "properties": {"signed_out": {"type": "boolean"}}}, "example": {"signed_out": true}}}},
+                    "401": error_ref("Unauthorized")},
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/auth/session",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "whoAmI",
+                "summary": "Who is signed in with this browser's session cookie, and the session's CSRF token",
+                "tags": ["sign-in"],
+                "responses": {"200": {"description": "`person` null when nobody is signed in",
+                    "content": {"application/json": {"schema": {"type": "object", "properties": {
+                        "person": {"type": ["string", "null"]},
+                        "scopes": {"type": "array", "items": {"type": "string"}},
+                        "csrf_token": {"type": ["string", "null"]},
+                        "expires_at": {"type": ["integer", "null"], "description": "Unix ms"},
+                        "providers": {"type": "array", "items": {"type": "string"}}}},
+                        "example": {"person": "alice", "scopes": ["admin"], "csrf_token": "2b63…",
+                            "expires_at": 1_764_028_800_000u64, "providers": ["corp"]}}}}},
+            }),
+        },
+    ]
+}
+
 /// The reusable error responses.
 fn error_responses() -> Value {
     let reasons = error_reasons();
@@ -1069,8 +1174,8 @@ fn error_responses() -> Value {
     json!({
         "InvalidRequest": response(&["invalid_request"], "malformed request"),
         "Unauthorized": unauthorized,
-        "Forbidden": response(&["forbidden", crate::api::guard::CROSS_ORIGIN],
-            "the token lacks the scope, or a state change came from another origin"),
+        "Forbidden": response(&["forbidden", crate::api::guard::CROSS_ORIGIN, "csrf"],
+            "the token or person lacks the scope, a state change came from another origin, or a session's state change lacks its CSRF token"),
         "RequestTimeout": response(&["request_timeout"], "the body did not arrive in time"),
         "PayloadTooLarge": response(&["invalid_request"], "body over 64 KiB"),
         "UnsupportedMediaType": response(&[crate::api::guard::UNSUPPORTED_MEDIA_TYPE],
@@ -1099,7 +1204,10 @@ pub fn document() -> Value {
                     obj.insert("security".into(), json!([]));
                 }
                 Auth::Scope(scope) => {
-                    obj.insert("security".into(), json!([{"bearer": [scope.as_str()]}]));
+                    obj.insert(
+                        "security".into(),
+                        json!([{"bearer": [scope.as_str()]}, {"session": [scope.as_str()]}]),
+                    );
                     obj.insert("x-reach-scope".into(), json!(scope.as_str()));
                 }
             }
@@ -1126,6 +1234,7 @@ pub fn document() -> Value {
             {"name": "admin", "description": "provisioning keys and connector controls (scope `admin`)"},
             {"name": "dashboard", "description": "the Health dashboard"},
             {"name": "operations", "description": "metrics, liveness, this document"},
+            {"name": "sign-in", "description": "people's sign-in with the organisation's OpenID provider"},
         ],
         "paths": paths,
         "components": {
@@ -1134,6 +1243,9 @@ pub fn document() -> Value {
             "securitySchemes": {"bearer": {
                 "type": "http", "scheme": "bearer",
                 "description": "an API token from `[[api_tokens]]`; the scopes an operation needs are listed in its security requirement",
+            }, "session": {
+                "type": "apiKey", "in": "cookie", "name": "reach_session",
+                "description": "a person's session after signing in (`GET /auth/login`), with the scopes their roles map to (`[[oidc]] roles`); POST and DELETE also need the session's CSRF token in `X-CSRF-Token` (`GET /auth/session`). HTTP only, never gRPC.",
             }},
         },
     })

@@ -32,6 +32,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) api_tokens: Vec<TokenSection>,
     #[serde(default)]
+    pub(super) oidc: Vec<OidcSection>,
+    #[serde(default)]
     pub(super) connector_groups: Vec<GroupSection>,
     #[serde(default)]
     pub(super) segments: Vec<SegmentSpec>,
@@ -231,6 +233,42 @@ pub(super) struct TokenSection {
     pub(super) token_file: Option<PathBuf>,
     #[serde(default)]
     pub(super) scopes: Vec<String>,
+}
+
+/// `[[oidc]]`: an OpenID provider people sign in with.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OidcSection {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) issuer: String,
+    #[serde(default)]
+    pub(super) client_id: String,
+    pub(super) client_secret: Option<Secret>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) redirect_url: String,
+    #[serde(default = "default_oidc_scopes")]
+    pub(super) scopes: Vec<String>,
+    pub(super) ca_file: Option<PathBuf>,
+    #[serde(default = "default_roles_claim")]
+    pub(super) roles_claim: String,
+    #[serde(default)]
+    pub(super) roles: std::collections::BTreeMap<String, Vec<String>>,
+    #[serde(default = "default_session_lifetime_s")]
+    pub(super) session_lifetime_s: u64,
+}
+
+fn default_oidc_scopes() -> Vec<String> {
+    vec!["profile".to_owned(), "email".to_owned()]
+}
+
+fn default_roles_claim() -> String {
+    "groups".to_owned()
+}
+
+fn default_session_lifetime_s() -> u64 {
+    28_800
 }
 
 #[derive(Debug, Deserialize)]

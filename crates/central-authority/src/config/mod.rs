@@ -9,9 +9,11 @@
 //! - `file`: the TOML shapes serde reads, with their defaults;
 //! - `settings`: the runtime [`Settings`] and the rules for them;
 //! - `secrets`: API tokens, provisioning keys and their use limits;
+//! - `oidc`: the OpenID providers people sign in with;
 //! - `reference`: every key documented, generating the book's reference.
 
 mod file;
+mod oidc;
 pub mod reference;
 pub mod reload;
 mod secrets;
@@ -40,6 +42,8 @@ pub struct Config {
     pub policy: Policy,
     /// API tokens.
     pub tokens: Vec<ApiToken>,
+    /// OpenID providers people sign in with (`[[oidc]]`).
+    pub oidc: Vec<crate::trust::oidc::ProviderConfig>,
     /// Provisioning key per connector group.
     pub group_keys: HashMap<String, Secret>,
     /// Use limits of each group's key.
@@ -48,7 +52,7 @@ pub struct Config {
     /// baseline, so a change made right after loading is not missed.
     pub content_hash: u64,
     /// Things to warn about at start that do not stop the CA: secret files
-    /// (`token_file`, `provisioning_key_file`, `[tls]` key files) readable
+    /// (`token_file`, `provisioning_key_file`, `client_secret_file`, `[tls]` key files) readable
     /// by group or others.
     pub warnings: Vec<String>,
 }
@@ -204,6 +208,7 @@ impl Config {
         let settings = settings::settings(&file, base, &mut problems);
         let short_ok = file.server.allow_short_secrets;
         let tokens = secrets::api_tokens(&file.api_tokens, base, short_ok, &mut problems);
+        let oidc = oidc::providers(&file.oidc, base, &mut problems);
         let group_keys = secrets::group_keys(&file.connector_groups, base, short_ok, &mut problems);
         let key_policies =
             secrets::key_policies(&file.connector_groups, &group_keys, &mut problems);
@@ -237,6 +242,7 @@ impl Config {
                 settings,
                 policy,
                 tokens,
+                oidc,
                 group_keys,
                 key_policies,
                 content_hash: content_hash(text.as_bytes()),
@@ -258,8 +264,13 @@ fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
     let tls = [&file.tls.key_file, &file.tls.issuer_key_file]
         .into_iter()
         .flatten();
+    let oidc = file
+        .oidc
+        .iter()
+        .filter_map(|o| o.client_secret_file.as_ref());
     tokens
         .chain(keys)
+        .chain(oidc)
         .chain(tls)
         .filter_map(|p| private_files::loose_permissions(&base.join(p)))
         .collect()

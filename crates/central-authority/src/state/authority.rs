@@ -68,6 +68,8 @@ pub struct Authority {
     replica_id: std::sync::OnceLock<String>,
     /// Issues and verifies on-access ids with the key the replicas share.
     access_ids: crate::state::access_ids::AccessIds,
+    /// The OpenID providers' discovered metadata (people's sign-in).
+    oidc: crate::trust::oidc::Providers,
     /// Readiness until the health table is warm after the start.
     warmup: crate::state::warmup::Warmup,
     /// When housekeeping last swept every result of the table (`None`:
@@ -189,7 +191,13 @@ impl Authority {
                 crate::state::clock::now_ms(),
             ),
             swept: std::sync::Mutex::new(None),
+            oidc: crate::trust::oidc::Providers::default(),
         }
+    }
+
+    /// The OpenID providers people sign in with, as discovered.
+    pub fn oidc(&self) -> &crate::trust::oidc::Providers {
+        &self.oidc
     }
 
     /// The CA's certificates (`None` without TLS).

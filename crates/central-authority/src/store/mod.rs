@@ -645,6 +645,43 @@ pub struct AuditRecord {
     pub detail: String,
 }
 
+/// A person's session (`auth_sessions`), as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// SHA-256 (hex) of the session id the cookie holds.
+    pub id_sha256: String,
+    /// Who signed in.
+    pub person: String,
+    /// Through which `[[oidc]]` provider.
+    pub provider: String,
+    /// The scopes their roles granted, space-separated.
+    pub scopes: String,
+    /// When, Unix ms.
+    pub created_ms: i64,
+    /// When it ends, Unix ms.
+    pub expires_ms: i64,
+    /// When it was revoked (signed out), Unix ms.
+    pub revoked_ms: Option<i64>,
+}
+
+/// A sign-in on its way through the provider (`auth_logins`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginRecord {
+    /// SHA-256 (hex) of the `state` sent to the provider.
+    pub state_sha256: String,
+    /// The `[[oidc]]` provider.
+    pub provider: String,
+    /// The PKCE verifier.
+    pub verifier: String,
+    /// The nonce the ID token must carry.
+    pub nonce: String,
+    /// Where to go once signed in (a path of this CA, or a CLI's
+    /// loopback port as `cli:PORT`).
+    pub next: String,
+    /// When it expires, Unix ms.
+    pub expires_ms: i64,
+}
+
 /// Which audit entries to read (`None`: any).
 #[derive(Clone, Debug, Default)]
 pub struct AuditFilter {
@@ -955,6 +992,35 @@ impl Store {
     /// went.
     pub fn prune_audit(&self, before_ms: i64) -> Result<usize, StoreError> {
         each!(self, s => s.prune_audit(before_ms))
+    }
+
+    /// Records a person's new session (and forgets the ended ones).
+    pub fn create_session(&self, r: &SessionRecord) -> Result<(), StoreError> {
+        each!(self, s => s.create_session(r))
+    }
+
+    /// The session whose id hashes to `id_sha256`, revoked or not.
+    pub fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
+        each!(self, s => s.session(id_sha256))
+    }
+
+    /// Revokes a session on every replica; whether it was live.
+    pub fn revoke_session(&self, id_sha256: &str, now_ms: i64) -> Result<bool, StoreError> {
+        each!(self, s => s.revoke_session(id_sha256, now_ms))
+    }
+
+    /// Records a sign-in on its way (and forgets the expired ones).
+    pub fn put_login(&self, r: &LoginRecord, now_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.put_login(r, now_ms))
+    }
+
+    /// Takes a sign-in on its way, once, if it has not expired.
+    pub fn take_login(
+        &self,
+        state_sha256: &str,
+        now_ms: i64,
+    ) -> Result<Option<LoginRecord>, StoreError> {
+        each!(self, s => s.take_login(state_sha256, now_ms))
     }
 
     /// Records replica `r`'s heartbeat and forgets replicas whose last
@@ -1506,6 +1572,53 @@ mod suite {
 
     /// The audit trail is shared by two stores on one database (two
     /// replicas), read newest first with filters and paging, and pruned.
+    pub(super) fn sessions_and_sign_ins_are_shared_and_revocable(a: &Store, b: &Store) {
+        let session = SessionRecord {
+            id_sha256: "s1".into(),
+            person: "alice".into(),
+            provider: "corp".into(),
+            scopes: "admin".into(),
+            created_ms: 1_000,
+            expires_ms: 9_000,
+            revoked_ms: None,
+        };
+        a.create_session(&session).expect("create");
+        assert_eq!(b.session("s1").expect("read"), Some(session.clone()));
+        assert_eq!(b.session("nope").expect("read"), None);
+        assert!(b.revoke_session("s1", 2_000).expect("revoke"));
+        assert!(!a.revoke_session("s1", 3_000).expect("revoke twice"));
+        assert_eq!(
+            a.session("s1").expect("read").and_then(|s| s.revoked_ms),
+            Some(2_000)
+        );
+        // A later session forgets those that ended before it.
+        let later = SessionRecord {
+            id_sha256: "s2".into(),
+            created_ms: 10_000,
+            expires_ms: 20_000,
+            ..session
+        };
+        b.create_session(&later).expect("create");
+        assert_eq!(a.session("s1").expect("read"), None);
+
+        let login = LoginRecord {
+            state_sha256: "st".into(),
+            provider: "corp".into(),
+            verifier: "v".into(),
+            nonce: "n".into(),
+            next: "/".into(),
+            expires_ms: 5_000,
+        };
+        a.put_login(&login, 1_000).expect("put");
+        assert_eq!(
+            b.take_login("st", 2_000).expect("take"),
+            Some(login.clone())
+        );
+        assert_eq!(a.take_login("st", 2_000).expect("taken once"), None);
+        a.put_login(&login, 1_000).expect("put");
+        assert_eq!(b.take_login("st", 6_000).expect("expired"), None);
+    }
+
     pub(super) fn audit_is_shared_filtered_paged_and_pruned(a: &Store, b: &Store) {
         a.record_audit(&audited(1_000, "root", "connector.revoke", "c1"))
             .expect("recorded");
@@ -1630,6 +1743,12 @@ macro_rules! suite {
             fn audit_is_shared_filtered_paged_and_pruned() {
                 let (a, b) = $pair();
                 super::suite::audit_is_shared_filtered_paged_and_pruned(&a, &b);
+            }
+
+            #[test]
+            fn sessions_and_sign_ins_are_shared_and_revocable() {
+                let (a, b) = $pair();
+                super::suite::sessions_and_sign_ins_are_shared_and_revocable(&a, &b);
             }
 
             #[test]

@@ -33,8 +33,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate,
-    RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, LoginRecord,
+    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
 };
 use crate::trust::auth::Secret;
 
@@ -182,6 +182,28 @@ CREATE TABLE address_latest (
     to_status TEXT NOT NULL,
     at_ms     BIGINT NOT NULL,
     PRIMARY KEY (host, port, address, segment, protocol)
+);
+"#,
+    r#"
+-- Version 12: people's sign-in. A session (its id's SHA-256, never the id)
+-- and a sign-in on its way through the OpenID provider (its state's
+-- SHA-256, the PKCE verifier and the nonce), shared by every replica.
+CREATE TABLE auth_sessions (
+    id_sha256  TEXT PRIMARY KEY,
+    person     TEXT NOT NULL,
+    provider   TEXT NOT NULL,
+    scopes     TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    revoked_ms BIGINT
+);
+CREATE TABLE auth_logins (
+    state_sha256 TEXT PRIMARY KEY,
+    provider     TEXT NOT NULL,
+    verifier     TEXT NOT NULL,
+    nonce        TEXT NOT NULL,
+    next         TEXT NOT NULL,
+    expires_ms   BIGINT NOT NULL
 );
 "#,
 ];
@@ -1094,6 +1116,122 @@ impl PgStore {
             let client = self.client().await?;
             client.simple_query("SELECT 1").await?;
             Ok(())
+        })
+    }
+
+    pub(crate) fn create_session(&self, r: &SessionRecord) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "DELETE FROM auth_sessions WHERE expires_ms < $1",
+                    &[&r.created_ms],
+                )
+                .await?;
+            client
+                .execute(
+                    "INSERT INTO auth_sessions
+                         (id_sha256, person, provider, scopes, created_ms, expires_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[
+                        &r.id_sha256,
+                        &r.person,
+                        &r.provider,
+                        &r.scopes,
+                        &r.created_ms,
+                        &r.expires_ms,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms
+                     FROM auth_sessions WHERE id_sha256 = $1",
+                    &[&id_sha256],
+                )
+                .await?;
+            Ok(row.map(|r| SessionRecord {
+                id_sha256: r.get(0),
+                person: r.get(1),
+                provider: r.get(2),
+                scopes: r.get(3),
+                created_ms: r.get(4),
+                expires_ms: r.get(5),
+                revoked_ms: r.get(6),
+            }))
+        })
+    }
+
+    pub(crate) fn revoke_session(&self, id_sha256: &str, now_ms: i64) -> Result<bool, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "UPDATE auth_sessions SET revoked_ms = $2
+                     WHERE id_sha256 = $1 AND revoked_ms IS NULL",
+                    &[&id_sha256, &now_ms],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+    }
+
+    pub(crate) fn put_login(&self, r: &LoginRecord, now_ms: i64) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute("DELETE FROM auth_logins WHERE expires_ms < $1", &[&now_ms])
+                .await?;
+            client
+                .execute(
+                    "INSERT INTO auth_logins
+                         (state_sha256, provider, verifier, nonce, next, expires_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[
+                        &r.state_sha256,
+                        &r.provider,
+                        &r.verifier,
+                        &r.nonce,
+                        &r.next,
+                        &r.expires_ms,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn take_login(
+        &self,
+        state_sha256: &str,
+        now_ms: i64,
+    ) -> Result<Option<LoginRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "DELETE FROM auth_logins WHERE state_sha256 = $1
+                     RETURNING state_sha256, provider, verifier, nonce, next, expires_ms",
+                    &[&state_sha256],
+                )
+                .await?;
+            Ok(row
+                .map(|r| LoginRecord {
+                    state_sha256: r.get(0),
+                    provider: r.get(1),
+                    verifier: r.get(2),
+                    nonce: r.get(3),
+                    next: r.get(4),
+                    expires_ms: r.get(5),
+                })
+                .filter(|l| l.expires_ms >= now_ms))
         })
     }
 

@@ -13,8 +13,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, NewCertificate,
-    RenewRefusal, Renewal, ReplicaRecord, StoreError, fresh_rows,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, LoginRecord,
+    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
 };
 use crate::state::sync::lock;
 
@@ -178,6 +178,28 @@ CREATE TABLE address_latest (
     at_ms     BIGINT NOT NULL,
     PRIMARY KEY (host, port, address, segment, protocol)
 ) WITHOUT ROWID;
+"#,
+    r#"
+-- Version 12: people's sign-in. A session (its id's SHA-256, never the id)
+-- and a sign-in on its way through the OpenID provider (its state's
+-- SHA-256, the PKCE verifier and the nonce), shared by every replica.
+CREATE TABLE auth_sessions (
+    id_sha256  TEXT PRIMARY KEY,
+    person     TEXT NOT NULL,
+    provider   TEXT NOT NULL,
+    scopes     TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    revoked_ms BIGINT
+);
+CREATE TABLE auth_logins (
+    state_sha256 TEXT PRIMARY KEY,
+    provider     TEXT NOT NULL,
+    verifier     TEXT NOT NULL,
+    nonce        TEXT NOT NULL,
+    next         TEXT NOT NULL,
+    expires_ms   BIGINT NOT NULL
+);
 "#,
 ];
 
@@ -1206,6 +1228,103 @@ impl SqliteStore {
     pub(crate) fn ping(&self) -> Result<(), StoreError> {
         lock(&self.conn).query_row("SELECT 1", [], |_| Ok(()))?;
         Ok(())
+    }
+
+    /// Records a new session, forgetting those that ended before it.
+    pub(crate) fn create_session(&self, r: &SessionRecord) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        conn.execute(
+            "DELETE FROM auth_sessions WHERE expires_ms < ?1",
+            params![r.created_ms],
+        )?;
+        conn.execute(
+            "INSERT INTO auth_sessions (id_sha256, person, provider, scopes, created_ms, expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![r.id_sha256, r.person, r.provider, r.scopes, r.created_ms, r.expires_ms],
+        )?;
+        Ok(())
+    }
+
+    /// The session whose id hashes to `id_sha256`.
+    pub(crate) fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms
+                 FROM auth_sessions WHERE id_sha256 = ?1",
+                params![id_sha256],
+                |r| {
+                    Ok(SessionRecord {
+                        id_sha256: r.get(0)?,
+                        person: r.get(1)?,
+                        provider: r.get(2)?,
+                        scopes: r.get(3)?,
+                        created_ms: r.get(4)?,
+                        expires_ms: r.get(5)?,
+                        revoked_ms: r.get(6)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Revokes a session; whether one was live.
+    pub(crate) fn revoke_session(&self, id_sha256: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn.execute(
+            "UPDATE auth_sessions SET revoked_ms = ?2 WHERE id_sha256 = ?1 AND revoked_ms IS NULL",
+            params![id_sha256, now_ms],
+        )? > 0)
+    }
+
+    /// Records a sign-in on its way, forgetting those that expired.
+    pub(crate) fn put_login(&self, r: &LoginRecord, now_ms: i64) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        conn.execute(
+            "DELETE FROM auth_logins WHERE expires_ms < ?1",
+            params![now_ms],
+        )?;
+        conn.execute(
+            "INSERT INTO auth_logins (state_sha256, provider, verifier, nonce, next, expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                r.state_sha256,
+                r.provider,
+                r.verifier,
+                r.nonce,
+                r.next,
+                r.expires_ms
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Takes (once) the sign-in whose state hashes to `state_sha256`, if
+    /// it has not expired.
+    pub(crate) fn take_login(
+        &self,
+        state_sha256: &str,
+        now_ms: i64,
+    ) -> Result<Option<LoginRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        Ok(conn
+            .query_row(
+                "DELETE FROM auth_logins WHERE state_sha256 = ?1
+                 RETURNING state_sha256, provider, verifier, nonce, next, expires_ms",
+                params![state_sha256],
+                |r| {
+                    Ok(LoginRecord {
+                        state_sha256: r.get(0)?,
+                        provider: r.get(1)?,
+                        verifier: r.get(2)?,
+                        nonce: r.get(3)?,
+                        next: r.get(4)?,
+                        expires_ms: r.get(5)?,
+                    })
+                },
+            )
+            .optional()?
+            .filter(|l| l.expires_ms >= now_ms))
     }
 
     pub(crate) fn remove_replica(&self, id: &str) -> Result<(), StoreError> {

@@ -44,6 +44,11 @@ pub struct ApiArgs {
     /// with `anonymous_read` (reads only).
     #[arg(long, env = "REACH_API_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Where `api login` keeps a person's short-lived credential (0600);
+    /// used when no token is given. Default
+    /// `$XDG_CONFIG_HOME/reach/credential.json` (or `~/.config/…`).
+    #[arg(long, env = "REACH_API_CREDENTIAL_FILE")]
+    pub credential_file: Option<PathBuf>,
     /// Print the API's JSON instead of a table (before or after the
     /// command).
     #[arg(long, global = true)]
@@ -111,6 +116,18 @@ pub enum ApiCommand {
         #[arg(long)]
         per_page: Option<u32>,
     },
+    /// Sign in as a person with the CA's OpenID provider: open the URL
+    /// printed, sign in, and the CLI keeps a credential of at most an hour.
+    Login {
+        /// An `[[oidc]]` provider name (default: the CA's first).
+        #[arg(long)]
+        provider: Option<String>,
+        /// The loopback port the browser comes back to (default: a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
+    /// Sign out: the credential's session is revoked and its file removed.
+    Logout,
     /// Provisioning keys (scope `admin`).
     Keys {
         /// What to do.
@@ -196,8 +213,65 @@ impl CliError {
 /// Runs one command: what to print on stdout and the exit code (errors are
 /// the caller's to print on stderr).
 pub async fn run(args: &ApiArgs) -> Result<(String, u8), CliError> {
+    run_with(args, |url| {
+        eprintln!("Open this URL in a browser to sign in:\n  {url}");
+    })
+    .await
+}
+
+/// The credential file of `args`.
+fn credential_path(args: &ApiArgs) -> Result<PathBuf, CliError> {
+    args.credential_file
+        .clone()
+        .or_else(crate::tools::login::default_path)
+        .ok_or_else(|| {
+            CliError::Usage("no --credential-file and no $HOME to keep the credential in".into())
+        })
+}
+
+/// `api login`: the sign-in through the browser, then who it is.
+async fn login(
+    args: &ApiArgs,
+    provider: Option<&str>,
+    port: u16,
+    announce: impl FnOnce(&str),
+) -> Result<(String, u8), CliError> {
+    let path = credential_path(args)?;
+    let c = crate::tools::login::login(&args.url, provider, port, &path, announce)
+        .await
+        .map_err(CliError::Transport)?;
+    let who = Client::new(args)?.get("/auth/session").await?;
+    let person = who["person"].as_str().unwrap_or("?").to_owned();
+    Ok((
+        format!(
+            "signed in as {person} until {} (credential in {})\n",
+            time_cell(&json!(c.expires_at)),
+            path.display()
+        ),
+        EXIT_OK,
+    ))
+}
+
+/// `api logout`: the session revoked, the credential file removed.
+async fn logout(args: &ApiArgs, client: &Client) -> Result<(String, u8), CliError> {
+    let path = credential_path(args)?;
+    let v = client.call("POST", "/auth/logout", None).await?.ok()?;
+    let _ = std::fs::remove_file(&path);
+    Ok((render(args.json, &v, fields_line), EXIT_OK))
+}
+
+/// [`run`], with `announce` given the URL `login` asks to open.
+pub async fn run_with(
+    args: &ApiArgs,
+    announce: impl FnOnce(&str),
+) -> Result<(String, u8), CliError> {
+    if let ApiCommand::Login { provider, port } = &args.command {
+        return login(args, provider.as_deref(), *port, announce).await;
+    }
     let client = Client::new(args)?;
     match &args.command {
+        ApiCommand::Login { .. } => Err(CliError::Usage("login is run above".into())),
+        ApiCommand::Logout => logout(args, &client).await,
         ApiCommand::Health { status, segment } => {
             let mut path = "/api/v1/health".to_owned();
             if let Some(s) = segment {
@@ -378,6 +452,7 @@ struct Client {
     port: u16,
     tls: Option<tokio_rustls::TlsConnector>,
     token: Option<String>,
+    session: Option<crate::tools::login::Credential>,
 }
 
 impl Client {
@@ -439,7 +514,13 @@ impl Client {
                 .map(|t| t.trim().to_owned()),
         }
         .filter(|t| !t.is_empty());
+        // A person's credential (`api login`) when no token is given.
+        let session = match (&token, credential_path(args)) {
+            (None, Ok(path)) => crate::tools::login::Credential::load(&path, &args.url),
+            _ => None,
+        };
         Ok(Client {
+            session,
             authority: authority.as_str().to_owned(),
             prefix,
             host,
@@ -486,6 +567,13 @@ impl Client {
             );
         if let Some(t) = &self.token {
             request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        } else if let Some(s) = &self.session {
+            request = request
+                .header(
+                    hyper::header::COOKIE,
+                    format!("reach_session={}", s.credential),
+                )
+                .header("x-csrf-token", &s.csrf_token);
         }
         let body = match body {
             Some(v) => {

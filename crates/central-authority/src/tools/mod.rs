@@ -5,4 +5,5 @@ pub mod backup;
 pub mod cli;
 pub mod fuzzing;
 pub mod import;
+pub mod login;
 pub mod plan;

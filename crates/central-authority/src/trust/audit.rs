@@ -54,6 +54,14 @@ impl Actor {
         }
     }
 
+    /// A signed-in person by their user name.
+    pub fn person(name: impl Into<String>) -> Actor {
+        Actor {
+            kind: ActorKind::Person,
+            name: name.into(),
+        }
+    }
+
     /// The CA itself, acting on `trigger` (`SIGHUP`, `file change`).
     pub fn system(trigger: impl Into<String>) -> Actor {
         Actor {

@@ -159,6 +159,24 @@ pub enum AuthError {
         /// The scope the request needs.
         scope: &'static str,
     },
+    /// The session cookie names a session that is unknown, revoked
+    /// (signed out) or over.
+    #[error("the session ended (signed out, revoked or expired): sign in again")]
+    SessionEnded,
+    /// A state change with a session cookie but without the session's
+    /// CSRF token.
+    #[error(
+        "missing or wrong X-CSRF-Token: a state change with a session cookie must carry the session's CSRF token (GET /auth/session)"
+    )]
+    Csrf,
+    /// A signed-in person whose roles do not grant the scope.
+    #[error("{person:?} (signed in) lacks the {scope:?} scope")]
+    PersonMissingScope {
+        /// Who.
+        person: String,
+        /// The scope the request needs.
+        scope: &'static str,
+    },
     /// A connector left out a required metadata entry.
     #[error("missing or non-ASCII metadata `{0}`")]
     MissingMetadata(&'static str),
@@ -213,7 +231,9 @@ impl AuthError {
     pub fn label(&self) -> &'static str {
         match self {
             AuthError::MissingToken | AuthError::Malformed | AuthError::UnknownToken => "token",
-            AuthError::MissingScope { .. } => "scope",
+            AuthError::MissingScope { .. } | AuthError::PersonMissingScope { .. } => "scope",
+            AuthError::SessionEnded => "session",
+            AuthError::Csrf => "csrf",
             AuthError::MissingMetadata(_) => "missing_metadata",
             AuthError::UnknownGroup(_) => "unknown_group",
             AuthError::WrongKey(_) => "wrong_key",

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 pub mod enroll;
 pub mod identity;
+pub mod oidc;
 pub mod pki;
 pub mod renew;
 pub mod throttle;

@@ -281,6 +281,12 @@ impl Ca {
         Self::start_at(config, false, grpc, http).await
     }
 
+    /// Starts with TLS on HTTP address `http` (a port chosen before the
+    /// config that names it), on the config's own data dir.
+    pub async fn start_tls_at(config: Config, http: SocketAddr) -> Ca {
+        Self::start_at(config, true, ([127, 0, 0, 1], 0).into(), http).await
+    }
+
     async fn start_with_tls(config: Config, tls: bool) -> Ca {
         let any: SocketAddr = ([127, 0, 0, 1], 0).into();
         Self::start_at(config, tls, any, any).await

@@ -1,0 +1,577 @@
+//! People's sign-in over HTTP (`trust::oidc` runs the protocol):
+//! `GET /auth/login` sends the browser to the OpenID provider,
+//! `GET /auth/callback` takes it back and opens a session,
+//! `POST /auth/logout` ends it, `GET /auth/session` tells the dashboard
+//! who is signed in (and the session's CSRF token).
+//!
+//! A session is a random id in a cookie (`Secure`, `HttpOnly`,
+//! `SameSite=Lax`, `Path=/`, ending with the session); the store keeps its
+//! SHA-256 with the person, their scopes and its end, so every replica
+//! honours it and a sign-out on one is a sign-out on all. A request that
+//! changes state with the cookie must also carry the session's CSRF token
+//! in `X-CSRF-Token` (besides the guard's Origin check); the token is
+//! derived from the session id, so it needs no storage. Cookies authorize
+//! the HTTP API only, never gRPC.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::state::authority::Authority;
+use crate::store::{LoginRecord, SessionRecord};
+use crate::trust::auth::{AuthError, Scope};
+use crate::trust::oidc::{Pending, ProviderConfig};
+
+type Shared = Arc<Authority>;
+
+/// The session cookie.
+pub const SESSION_COOKIE: &str = "reach_session";
+/// The cookie binding a sign-in to the browser that started it.
+const LOGIN_COOKIE: &str = "reach_login";
+/// The header carrying a cookie session's CSRF token.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// How long a sign-in may take at the provider.
+const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// A signed-in person's session, as a request presents it.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// Who.
+    pub person: String,
+    /// What their roles grant.
+    pub scopes: Vec<Scope>,
+    /// SHA-256 of the session id (what the store keys it by).
+    pub id_sha256: String,
+    /// The CSRF token mutating requests must carry.
+    pub csrf: String,
+    /// When it ends, Unix ms.
+    pub expires_ms: i64,
+}
+
+impl Session {
+    /// Whether the session grants `scope` (`admin` grants everything).
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin)
+    }
+}
+
+/// The value of cookie `name` in `headers`.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The CSRF token of session id `id`.
+fn csrf_of(id: &str) -> String {
+    crate::trust::pki::sha256_hex(format!("reach-csrf:{id}").as_bytes())
+}
+
+/// The session the request's cookie names: `None` without a session
+/// cookie; an error when it is unknown, revoked or over, or the store
+/// cannot tell.
+pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Session, AuthError>> {
+    let id = cookie(headers, SESSION_COOKIE)?.to_owned();
+    let hash = crate::trust::pki::sha256_hex(id.as_bytes());
+    let now = crate::state::clock::now_ms();
+    let found = a.blocking(move |a| a.store().session(&hash)).await;
+    Some(match found {
+        // A provider taken out of the configuration ends its sessions.
+        Some(Ok(Some(r)))
+            if r.revoked_ms.is_none()
+                && r.expires_ms > now
+                && a.snapshot()
+                    .config
+                    .oidc
+                    .iter()
+                    .any(|p| p.name == r.provider) =>
+        {
+            Ok(Session {
+                person: r.person,
+                scopes: r
+                    .scopes
+                    .split_whitespace()
+                    .filter_map(|s| s.parse().ok())
+                    .collect(),
+                id_sha256: r.id_sha256,
+                csrf: csrf_of(&id),
+                expires_ms: r.expires_ms,
+            })
+        }
+        Some(Ok(_)) => Err(AuthError::SessionEnded),
+        Some(Err(_)) | None => Err(AuthError::Unavailable),
+    })
+}
+
+/// A state change made with a cookie session must carry its CSRF token.
+pub fn check_csrf(method: &Method, headers: &HeaderMap, s: &Session) -> Result<(), AuthError> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let sent = headers.get(CSRF_HEADER).map(HeaderValue::as_bytes);
+    let ok = sent.is_some_and(|t| crate::trust::auth::Secret::new(s.csrf.clone()).matches(t));
+    if ok { Ok(()) } else { Err(AuthError::Csrf) }
+}
+
+/// The session a request authorizes with, for `scope`: `None` when it
+/// sends an `Authorization` header or no session cookie (tokens decide).
+pub async fn authorize_session(
+    a: &Shared,
+    method: &Method,
+    headers: &HeaderMap,
+    scope: Scope,
+) -> Option<Result<Session, AuthError>> {
+    if headers.contains_key(header::AUTHORIZATION) {
+        return None;
+    }
+    let session = match session_of(a, headers).await? {
+        Ok(s) => s,
+        // An ended session reads what anybody may read.
+        Err(AuthError::SessionEnded)
+            if scope == Scope::Read && a.snapshot().settings().anonymous_read =>
+        {
+            return None;
+        }
+        Err(e) => return Some(Err(e)),
+    };
+    Some(check_csrf(method, headers, &session).and_then(|()| {
+        if session.allows(scope) {
+            Ok(session)
+        } else {
+            Err(AuthError::PersonMissingScope {
+                person: session.person,
+                scope: scope.as_str(),
+            })
+        }
+    }))
+}
+
+/// `Set-Cookie` of the session `id` for `max_age_s` (0: remove it).
+fn session_cookie(id: &str, max_age_s: i64) -> String {
+    format!("{SESSION_COOKIE}={id}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}")
+}
+
+fn login_cookie(state: &str, max_age_s: i64) -> String {
+    format!(
+        "{LOGIN_COOKIE}={state}; Path=/auth; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}"
+    )
+}
+
+/// A small HTML page (a refusal or a failure) with `status`.
+pub fn page(status: StatusCode, title: &str, text: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reach — {t}</title>\
+         <link rel=\"stylesheet\" href=\"/assets/dashboard.css\"></head><body><main id=\"main\">\
+         <h1>{t}</h1><p id=\"reason\">{x}</p><p><a href=\"/auth/login\">Sign in again</a> · \
+         <a href=\"/\">Dashboard</a></p></main></body></html>",
+        t = escape(title),
+        x = escape(text)
+    );
+    let r = (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response();
+    crate::api::dashboard::secured(r)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The `[[oidc]]` provider named `name` (`None`: the first).
+fn provider(a: &Authority, name: Option<&str>) -> Option<ProviderConfig> {
+    let state = a.snapshot();
+    let all = &state.config.oidc;
+    match name {
+        Some(n) => all.iter().find(|p| p.name == n).cloned(),
+        None => all.first().cloned(),
+    }
+}
+
+/// `GET /auth/login` parameters.
+#[derive(Debug, Deserialize)]
+pub struct LoginQuery {
+    provider: Option<String>,
+    next: Option<String>,
+    /// `central-authority api login`: its loopback port and state; the
+    /// credential goes there instead of into a cookie.
+    cli_port: Option<u16>,
+    cli_state: Option<String>,
+}
+
+/// Longest a CLI credential lasts (ms).
+const CLI_LIFETIME_MS: i64 = 60 * 60 * 1000;
+
+/// Where a sign-in returns: `cli:PORT:STATE` for the CLI, else a path.
+fn destination(q: &LoginQuery) -> Result<String, &'static str> {
+    match (q.cli_port, q.cli_state.as_deref()) {
+        (None, None) => Ok(safe_next(q.next.as_deref())),
+        (Some(port), Some(state))
+            if port != 0
+                && (16..=128).contains(&state.len())
+                && state
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Ok(format!("cli:{port}:{state}"))
+        }
+        _ => Err("cli_port and cli_state go together (a port, and 16-128 letters, digits, - or _)"),
+    }
+}
+
+/// Where to go after signing in: a path of this CA, else `/`.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        _ => "/".to_owned(),
+    }
+}
+
+/// `GET /auth/login`: to the provider's sign-in page.
+pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Response {
+    let Some(p) = provider(&a, q.provider.as_deref()) else {
+        return page(
+            StatusCode::NOT_FOUND,
+            "Sign-in is not available",
+            "This CA has no such OpenID provider ([[oidc]] in its configuration); use an API token.",
+        );
+    };
+    let next = match destination(&q) {
+        Ok(n) => n,
+        Err(m) => return page(StatusCode::BAD_REQUEST, "Sign-in failed", m),
+    };
+    let (url, pending) = match a.oidc().begin(&p).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(provider = %p.name, error = %e, "sign-in could not start");
+            return page(StatusCode::BAD_GATEWAY, "Sign-in failed", &e.to_string());
+        }
+    };
+    let now = crate::state::clock::now_ms();
+    let record = LoginRecord {
+        state_sha256: crate::trust::pki::sha256_hex(pending.state.as_bytes()),
+        provider: p.name.clone(),
+        verifier: pending.verifier.clone(),
+        nonce: pending.nonce.clone(),
+        next,
+        expires_ms: now + LOGIN_TTL_MS,
+    };
+    match a.blocking(move |a| a.store().put_login(&record, now)).await {
+        Some(Ok(())) => {}
+        _ => return store_down(),
+    }
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, url)]).into_response();
+    if let Ok(v) = HeaderValue::from_str(&login_cookie(&pending.state, LOGIN_TTL_MS / 1000)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+fn store_down() -> Response {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Sign-in failed",
+        "The CA's store (database) does not answer; retry later.",
+    )
+}
+
+/// `GET /auth/callback` parameters.
+#[derive(Debug, Deserialize)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `GET /auth/callback`: back from the provider; opens the session.
+pub async fn callback(
+    State(a): State<Shared>,
+    headers: HeaderMap,
+    peer: Option<axum::Extension<crate::api::listen::Peer>>,
+    Query(q): Query<CallbackQuery>,
+) -> Response {
+    let fail = |text: String| page(StatusCode::FORBIDDEN, "Sign-in failed", &text);
+    if let Some(e) = q.error {
+        let more = q.error_description.unwrap_or_default();
+        return fail(format!("the OpenID provider refused: {e} {more}"));
+    }
+    let (Some(code), Some(state)) = (q.code, q.state) else {
+        return fail("the provider's answer has no code or state".into());
+    };
+    let bound = cookie(&headers, LOGIN_COOKIE)
+        .is_some_and(|c| crate::trust::auth::Secret::new(c).matches(state.as_bytes()));
+    if !bound {
+        return fail("this sign-in was not started in this browser (or it took over 10 minutes); sign in again".into());
+    }
+    let hash = crate::trust::pki::sha256_hex(state.as_bytes());
+    let now = crate::state::clock::now_ms();
+    let login = match a.blocking(move |a| a.store().take_login(&hash, now)).await {
+        Some(Ok(Some(l))) => l,
+        Some(Ok(None)) => {
+            return fail("this sign-in expired or was used already; sign in again".into());
+        }
+        _ => return store_down(),
+    };
+    let Some(p) = provider(&a, Some(&login.provider)) else {
+        return fail(format!(
+            "provider {:?} is no longer configured",
+            login.provider
+        ));
+    };
+    let pending = Pending {
+        state,
+        verifier: login.verifier.clone(),
+        nonce: login.nonce.clone(),
+    };
+    let source = peer.map(|p| p.0.0.ip());
+    let person = match a.oidc().finish(&p, &pending, &code).await {
+        Ok(person) => person,
+        Err(e) => {
+            tracing::warn!(provider = %p.name, error = %e, "sign-in refused");
+            return fail(e.to_string());
+        }
+    };
+    match crate::trust::oidc::admitted(&p, person) {
+        Ok(person) => open_session(&a, &p, person, &login.next, source).await,
+        Err(e) => {
+            tracing::warn!(provider = %p.name, error = %e, "sign-in refused");
+            page(
+                StatusCode::FORBIDDEN,
+                "No access",
+                &format!("{e}. Ask an administrator for a role."),
+            )
+        }
+    }
+}
+
+/// Stores a new session for `person` and answers with its cookie and a
+/// redirect to `next`.
+async fn open_session(
+    a: &Shared,
+    p: &ProviderConfig,
+    person: crate::trust::oidc::Person,
+    next: &str,
+    source: Option<std::net::IpAddr>,
+) -> Response {
+    let id = crate::trust::pki::hex(&rand::random::<[u8; 32]>());
+    let now = crate::state::clock::now_ms();
+    let cli = next.strip_prefix("cli:").and_then(|r| r.split_once(':'));
+    let mut lifetime_ms = i64::try_from(p.session_lifetime_ms).unwrap_or(i64::MAX);
+    if cli.is_some() {
+        lifetime_ms = lifetime_ms.min(CLI_LIFETIME_MS);
+    }
+    let record = SessionRecord {
+        id_sha256: crate::trust::pki::sha256_hex(id.as_bytes()),
+        person: person.name.clone(),
+        provider: p.name.clone(),
+        scopes: person
+            .scopes
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        created_ms: now,
+        expires_ms: now.saturating_add(lifetime_ms),
+        revoked_ms: None,
+    };
+    let detail = format!("scopes: {}", record.scopes);
+    let provider = p.name.clone();
+    let name = person.name.clone();
+    let stored = a
+        .blocking(move |a| {
+            let r = a.store().create_session(&record);
+            a.audit(&crate::trust::audit::AdminAction {
+                actor: &crate::trust::audit::Actor::person(name),
+                source,
+                action: "session.sign_in",
+                target: &provider,
+                outcome: if r.is_ok() {
+                    crate::trust::audit::Outcome::Ok
+                } else {
+                    crate::trust::audit::Outcome::Failed
+                },
+                detail,
+            });
+            r
+        })
+        .await;
+    if !matches!(stored, Some(Ok(()))) {
+        return store_down();
+    }
+    if let Some((port, state)) = cli {
+        // To the CLI's loopback listener; no cookie in this browser.
+        let to = format!(
+            "http://127.0.0.1:{port}/?credential={id}&csrf_token={}&expires_at={}&state={state}",
+            csrf_of(&id),
+            now.saturating_add(lifetime_ms)
+        );
+        return (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+    }
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
+    let h = r.headers_mut();
+    for c in [session_cookie(&id, lifetime_ms / 1000), login_cookie("", 0)] {
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            h.append(header::SET_COOKIE, v);
+        }
+    }
+    r
+}
+
+/// `POST /auth/logout`: revokes the session (on every replica) and
+/// removes its cookie.
+pub async fn logout(
+    State(a): State<Shared>,
+    method: Method,
+    headers: HeaderMap,
+    peer: Option<axum::Extension<crate::api::listen::Peer>>,
+) -> Response {
+    let session = match session_of(&a, &headers).await {
+        None | Some(Err(AuthError::SessionEnded)) => None,
+        Some(Err(e)) => return crate::error::ApiError::Auth(e).into_response(),
+        Some(Ok(s)) => Some(s),
+    };
+    if let Some(s) = &session {
+        if let Err(e) = check_csrf(&method, &headers, s) {
+            return crate::error::ApiError::Auth(e).into_response();
+        }
+        let s = s.clone();
+        let source = peer.map(|p| p.0.0.ip());
+        let now = crate::state::clock::now_ms();
+        let done = a
+            .blocking(move |a| {
+                let r = a.store().revoke_session(&s.id_sha256, now);
+                a.audit(&crate::trust::audit::AdminAction {
+                    actor: &crate::trust::audit::Actor::person(s.person.clone()),
+                    source,
+                    action: "session.sign_out",
+                    target: "",
+                    outcome: if r.is_ok() {
+                        crate::trust::audit::Outcome::Ok
+                    } else {
+                        crate::trust::audit::Outcome::Failed
+                    },
+                    detail: String::new(),
+                });
+                r
+            })
+            .await;
+        if !matches!(done, Some(Ok(_))) {
+            return crate::error::ApiError::Auth(AuthError::Unavailable).into_response();
+        }
+    }
+    let mut r = axum::Json(json!({ "signed_out": session.is_some() })).into_response();
+    if let Ok(v) = HeaderValue::from_str(&session_cookie("", 0)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// `GET /auth/session`: who is signed in with this browser's cookie
+/// (`person` null when nobody), their scopes, the CSRF token to send in
+/// `X-CSRF-Token`, and the providers one can sign in with.
+pub async fn session(State(a): State<Shared>, headers: HeaderMap) -> Response {
+    let providers: Vec<String> = a
+        .snapshot()
+        .config
+        .oidc
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    let body = match session_of(&a, &headers).await {
+        Some(Ok(s)) => json!({
+            "person": s.person,
+            "scopes": s.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            "csrf_token": s.csrf,
+            "expires_at": s.expires_ms,
+            "providers": providers,
+        }),
+        _ => {
+            json!({ "person": null, "scopes": [], "csrf_token": null, "expires_at": null, "providers": providers })
+        }
+    };
+    axum::Json(body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_read_by_name() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; reach_session=abc; b=2"),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, "c"), None);
+    }
+
+    #[test]
+    fn only_own_paths_are_followed_after_sign_in() {
+        assert_eq!(safe_next(Some("/app?x=1")), "/app?x=1");
+        for bad in ["//evil.example", "https://evil.example", "/\\evil", "x"] {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad}");
+        }
+        assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn cli_sign_ins_name_a_port_and_a_state() {
+        let q = |port: Option<u16>, state: Option<&str>| LoginQuery {
+            provider: None,
+            next: Some("/app".into()),
+            cli_port: port,
+            cli_state: state.map(str::to_owned),
+        };
+        assert_eq!(destination(&q(None, None)).as_deref(), Ok("/app"));
+        let state = "abcdefghijklmnop";
+        assert_eq!(
+            destination(&q(Some(4000), Some(state))),
+            Ok(format!("cli:4000:{state}"))
+        );
+        assert!(destination(&q(Some(4000), None)).is_err());
+        assert!(destination(&q(Some(4000), Some("short"))).is_err());
+        assert!(destination(&q(Some(4000), Some("abcdefghijklmnop&x=1"))).is_err());
+        assert!(destination(&q(Some(0), Some(state))).is_err());
+    }
+
+    #[test]
+    fn mutations_need_the_sessions_csrf_token() {
+        let s = Session {
+            person: "alice".into(),
+            scopes: vec![Scope::Admin],
+            id_sha256: String::new(),
+            csrf: csrf_of("id"),
+            expires_ms: 0,
+        };
+        let mut h = HeaderMap::new();
+        assert!(check_csrf(&Method::GET, &h, &s).is_ok());
+        assert_eq!(check_csrf(&Method::POST, &h, &s), Err(AuthError::Csrf));
+        h.insert(CSRF_HEADER, HeaderValue::from_static("wrong"));
+        assert_eq!(check_csrf(&Method::DELETE, &h, &s), Err(AuthError::Csrf));
+        h.insert(
+            CSRF_HEADER,
+            HeaderValue::from_str(&csrf_of("id")).expect("hex"),
+        );
+        assert!(check_csrf(&Method::POST, &h, &s).is_ok());
+    }
+}

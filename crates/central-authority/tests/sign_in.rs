@@ -1,0 +1,511 @@
+//! People's sign-in against a real OpenID provider: panva's
+//! `oidc-provider` (pinned, installed from npm into target/oidc-provider),
+//! started on 127.0.0.1 by `support/op.mjs` with a confidential client, a
+//! `groups` claim and its development login form, driven in headless
+//! Chromium. The CA runs with TLS on a port chosen before its config (the
+//! provider must know the callback URL).
+//!
+//! Held here: the sign-in with PKCE lands on the dashboard, which names the
+//! person; an admin action is recorded in the person's name; state changes
+//! need the session's CSRF token and the CA's own origin; the cookie is no
+//! gRPC credential; a sign-out on one
+//! replica is refused on another sharing the store; a reader cannot act as
+//! admin; a person without a mapped role gets the refusal page; a provider
+//! that rotated its signing key is followed (JWKS fetched again).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use common::*;
+use serde_json::{Value, json};
+use test_support::browser::Browser;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The `oidc-provider` version the tests run (npm).
+const OIDC_PROVIDER_VERSION: &str = "9.6.1";
+const CLIENT_SECRET: &str = "client-secret-0123456789";
+const GROUPS: &str =
+    r#"{"alice":["staff","reach-admins"],"bob":["reach-readers"],"carol":["staff"]}"#;
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `oidc-provider`'s package directory, installed (pinned) when missing.
+fn oidc_provider() -> PathBuf {
+    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir().join("oidc-provider");
+    let package = dir.join("node_modules/oidc-provider");
+    let installed = std::fs::read_to_string(package.join("package.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .is_some_and(|v| v["version"] == OIDC_PROVIDER_VERSION);
+    if !installed {
+        std::fs::create_dir_all(&dir).expect("target/oidc-provider");
+        let status = std::process::Command::new("npm")
+            .arg("install")
+            .arg("--prefix")
+            .arg(&dir)
+            .args(["--save-exact", "--no-audit", "--no-fund"])
+            .arg(format!("oidc-provider@{OIDC_PROVIDER_VERSION}"))
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("npm is needed to install oidc-provider (apt-get install nodejs npm; .ci/run does): {e}")
+            });
+        assert!(
+            status.success(),
+            "npm install oidc-provider@{OIDC_PROVIDER_VERSION} failed"
+        );
+    }
+    package
+}
+
+/// The OpenID provider process.
+struct Op {
+    port: u16,
+    child: tokio::process::Child,
+}
+
+impl Op {
+    /// Starts the provider on `port` (0: any) signing with key `kid`, for
+    /// a CA whose callback is `redirect`.
+    async fn start(port: u16, redirect: &str, kid: &str) -> Op {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/op.mjs");
+        let mut child = tokio::process::Command::new("node")
+            .arg(&script)
+            .env("OP_MODULE", oidc_provider())
+            .env("OP_PORT", port.to_string())
+            .env("OP_REDIRECT", redirect)
+            .env("OP_SECRET", CLIENT_SECRET)
+            .env("OP_KID", kid)
+            .env("OP_GROUPS", GROUPS)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("node is needed to run oidc-provider (apt-get install nodejs): {e}")
+            });
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next_line()
+                .await
+                .expect("provider output")
+                .expect("the provider printed READY before exiting");
+            if let Some(p) = line.strip_prefix("READY ") {
+                break p.trim().parse().expect("port");
+            }
+        };
+        // Drained, so the provider never writes to a closed pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Op { port, child }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A CA (TLS, on a port chosen first) with `[[oidc]]` for `op`.
+fn config(ca_port: u16, op_port: u16) -> central_authority::Config {
+    let oidc = format!(
+        r#"
+[[oidc]]
+name = "corp"
+issuer = "http://127.0.0.1:{op_port}"
+client_id = "reach"
+client_secret = "{CLIENT_SECRET}"
+redirect_url = "https://127.0.0.1:{ca_port}/auth/callback"
+scopes = ["profile", "groups"]
+
+[oidc.roles]
+"reach-admins" = ["admin"]
+"reach-readers" = ["read"]
+"#
+    );
+    let mut c = central_authority::Config::from_toml(&config_text("", "", &oidc), Path::new("."))
+        .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+    c.settings.data_dir = scratch_dir("data");
+    c
+}
+
+/// A CA and its provider, started together.
+async fn ca_and_op() -> (Ca, Op) {
+    let ca_port = test_support::net::free_port().expect("port");
+    let op = Op::start(
+        0,
+        &format!("https://127.0.0.1:{ca_port}/auth/callback"),
+        "k1",
+    )
+    .await;
+    let ca = Ca::start_tls_at(config(ca_port, op.port), ([127, 0, 0, 1], ca_port).into()).await;
+    (ca, op)
+}
+
+/// An HTTPS client trusting the CA's root, following no redirects.
+fn https(root_pem: &str) -> reqwest::Client {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
+        roots.add(c.expect("root")).expect("root");
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// Signs `user` in through the provider's login form, starting at the
+/// CA's `/auth/login`.
+async fn sign_in(b: &Browser, ca: &Ca, user: &str) {
+    b.goto(&format!("https://{}/auth/login?next=/connectors", ca.http))
+        .await
+        .expect("to the provider");
+    eventually("the provider's login form", || async {
+        b.eval(
+            "return !!document.querySelector('input[name=login]')",
+            json!([]),
+        )
+        .await
+        .ok()
+            == Some(json!(true))
+    })
+    .await;
+    b.eval(
+        "document.querySelector('input[name=login]').value = arguments[0];
+         document.querySelector('input[name=password]').value = 'any';
+         document.querySelector('form').submit(); return true;",
+        json!([user]),
+    )
+    .await
+    .expect("login form submitted");
+}
+
+/// The text of element `id` in the page, or "".
+async fn text_of(b: &Browser, id: &str) -> String {
+    b.eval(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent : '';",
+        json!([id]),
+    )
+    .await
+    .ok()
+    .and_then(|v| v.as_str().map(str::to_owned))
+    .unwrap_or_default()
+}
+
+/// The page's fetch of `POST path` with (or without) the session's CSRF
+/// token: [status, error reason].
+async fn post_in_page(b: &Browser, path: &str, with_csrf: bool) -> Value {
+    b.eval(
+        "return (async () => {
+           const s = await (await fetch('/auth/session')).json();
+           const headers = arguments[1] ? { 'X-CSRF-Token': s.csrf_token } : {};
+           const r = await fetch(arguments[0], { method: 'POST', headers });
+           const body = await r.json().catch(() => ({}));
+           return [r.status, body.error ? body.error.reason : null];
+         })()",
+        json!([path, with_csrf]),
+    )
+    .await
+    .expect("fetch in the page")
+}
+
+/// The session cookie Chromium holds for the CA.
+async fn session_cookie(b: &Browser) -> String {
+    let cookies = b.cookies().await.expect("cookies");
+    let c = cookies
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "reach_session")
+        .unwrap_or_else(|| panic!("no session cookie in {cookies}"));
+    assert_eq!(c["httpOnly"], true, "{c}");
+    assert_eq!(c["secure"], true, "{c}");
+    assert_eq!(c["sameSite"], "Lax", "{c}");
+    format!("reach_session={}", c["value"].as_str().expect("value"))
+}
+
+async fn get_status(http: &reqwest::Client, url: &str, cookie: &str) -> (u16, Value) {
+    let r = http
+        .get(url)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_person_signs_in_acts_in_their_name_and_signs_out_on_every_replica() {
+    let (ca, op) = ca_and_op().await;
+    // A second replica on the same store.
+    let mut other = config(1, op.port);
+    other.settings.data_dir = ca.data_dir.clone();
+    let replica = Ca::start_in(other).await;
+    let http = https(&ca.root());
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+
+    sign_in(&b, &ca, "alice").await;
+    eventually("the dashboard names alice", || async {
+        text_of(&b, "signed-in-as").await == "alice"
+    })
+    .await;
+
+    // An admin action from the page: allowed (no such connector), audited
+    // in alice's name; without the CSRF token refused.
+    let with = post_in_page(&b, "/api/v1/connectors/nobody/disable", true).await;
+    assert_eq!(with, json!([404, "not_found"]));
+    let without = post_in_page(&b, "/api/v1/connectors/nobody/disable", false).await;
+    assert_eq!(without, json!([403, "csrf"]));
+
+    let cookie = session_cookie(&b).await;
+    let base = format!("https://{}", ca.http);
+    let (s, audit) = get_status(
+        &http,
+        &format!("{base}/api/v1/audit?action=connector.disable"),
+        &cookie,
+    )
+    .await;
+    assert_eq!(s, 200, "{audit}");
+    let entry = &audit["entries"][0];
+    assert_eq!(
+        entry["actor"],
+        json!({"kind": "person", "name": "alice"}),
+        "{audit}"
+    );
+    assert_eq!(entry["outcome"], "not_found", "{audit}");
+
+    // With the cookie and the token, but from another origin: refused.
+    let (_, session) = get_status(&http, &format!("{base}/auth/session"), &cookie).await;
+    let csrf = session["csrf_token"]
+        .as_str()
+        .expect("csrf token")
+        .to_owned();
+    let r = http
+        .post(format!("{base}/api/v1/connectors/nobody/disable"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 403);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["error"]["reason"], "cross_origin", "{body}");
+
+    // A live session cookie authorizes nothing over gRPC.
+    let mut grpc = protocol::v1::health_query_client::HealthQueryClient::new(ca.channel().await);
+    let mut req = tonic::Request::new(protocol::v1::ListApplicationsRequest::default());
+    req.metadata_mut()
+        .insert("cookie", cookie.parse().expect("ascii"));
+    let err = grpc
+        .list_applications(req)
+        .await
+        .expect_err("cookies are not gRPC credentials");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+
+    // The other replica honours the session, until alice signs out here.
+    let elsewhere = format!("https://{}/api/v1/connectors", replica.http);
+    assert_eq!(get_status(&http, &elsewhere, &cookie).await.0, 200);
+    b.eval(
+        "document.getElementById('sign-out').click(); return true;",
+        json!([]),
+    )
+    .await
+    .expect("sign out");
+    eventually("signed out", || async {
+        !text_of(&b, "sign-in").await.is_empty()
+    })
+    .await;
+    let (s, v) = get_status(&http, &elsewhere, &cookie).await;
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(
+        get_status(&http, &format!("{base}/api/v1/connectors"), &cookie)
+            .await
+            .0,
+        401
+    );
+
+    b.close().await;
+    replica.stop().await;
+    ca.stop().await;
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn roles_decide_what_a_person_may_do_and_rotated_keys_are_fetched() {
+    let (ca, op) = ca_and_op().await;
+
+    // A reader may read, not act as admin.
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    sign_in(&b, &ca, "bob").await;
+    eventually("the dashboard names bob", || async {
+        text_of(&b, "signed-in-as").await == "bob"
+    })
+    .await;
+    let refused = post_in_page(&b, "/api/v1/connectors/nobody/disable", true).await;
+    assert_eq!(refused, json!([403, "forbidden"]));
+    b.close().await;
+
+    // No mapped role: the refusal page.
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    sign_in(&b, &ca, "carol").await;
+    eventually("the refusal page", || async {
+        text_of(&b, "reason").await.contains("has no role")
+    })
+    .await;
+    assert!(text_of(&b, "reason").await.contains("carol"));
+    b.close().await;
+
+    // The provider restarts with a new signing key: the CA, holding the
+    // old key set, fetches it again and bob signs in.
+    let port = op.port;
+    op.stop().await;
+    let op = Op::start(port, &format!("https://{}/auth/callback", ca.http), "k2").await;
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    sign_in(&b, &ca, "bob").await;
+    eventually("bob signed in after the key rotation", || async {
+        text_of(&b, "signed-in-as").await == "bob"
+    })
+    .await;
+    b.close().await;
+    ca.stop().await;
+    op.stop().await;
+}
+
+/// `central-authority api` with `args`, no token: (exit code, stdout, stderr).
+async fn cli(args: Vec<String>) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_central-authority"))
+        .args(args)
+        .env_remove("REACH_API_TOKEN")
+        .env_remove("REACH_API_TOKEN_FILE")
+        .output()
+        .await
+        .expect("run central-authority");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_signs_a_person_in_through_the_browser_and_out() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (ca, op) = ca_and_op().await;
+    let dir = scratch_dir("cli-login");
+    let cert = dir.join("ca.pem");
+    std::fs::write(&cert, ca.root()).expect("root");
+    let credential = dir.join("reach/credential.json");
+    let flags = |more: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "api".into(),
+            "--url".into(),
+            format!("https://{}", ca.http),
+            "--ca-cert".into(),
+            cert.display().to_string(),
+            "--credential-file".into(),
+            credential.display().to_string(),
+        ];
+        v.extend(more.iter().map(|s| (*s).to_owned()));
+        v
+    };
+
+    // `api login` prints the URL to open and waits for the browser.
+    let mut login = tokio::process::Command::new(env!("CARGO_BIN_EXE_central-authority"))
+        .args(flags(&["login"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("api login");
+    let mut stderr = BufReader::new(login.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = stderr
+            .next_line()
+            .await
+            .expect("stderr")
+            .expect("api login printed the URL");
+        if let Some(u) = line.trim().strip_prefix("https://") {
+            break format!("https://{u}");
+        }
+    };
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    b.goto(&url).await.expect("to the CA");
+    eventually("the provider's login form", || async {
+        b.eval(
+            "return !!document.querySelector('input[name=login]')",
+            json!([]),
+        )
+        .await
+        .ok()
+            == Some(json!(true))
+    })
+    .await;
+    b.eval(
+        "document.querySelector('input[name=login]').value = 'alice';
+         document.querySelector('input[name=password]').value = 'any';
+         document.querySelector('form').submit(); return true;",
+        json!([]),
+    )
+    .await
+    .expect("login form submitted");
+    let out = login.wait_with_output().await.expect("api login ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("signed in as alice"), "{stdout}");
+    let mode = std::fs::metadata(&credential)
+        .expect("credential file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    b.close().await;
+
+    // The credential acts in alice's name.
+    let (code, _, err) = cli(flags(&["connectors", "disable", "nobody"])).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not_found"), "{err}");
+    let (code, out, err) = cli(flags(&["audit", "--action", "connector.disable"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("person:alice"), "{out}");
+
+    // `api logout` revokes it and removes the file.
+    let (code, _, err) = cli(flags(&["logout"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!credential.exists());
+    let (code, _, err) = cli(flags(&["audit"])).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("401") || err.contains("unauthorized"), "{err}");
+
+    ca.stop().await;
+    op.stop().await;
+}
