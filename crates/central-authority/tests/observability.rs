@@ -397,6 +397,7 @@ async fn scrape_connector_as(accept: &str) -> String {
     metrics.set_session_state("connected");
     metrics.sessions.inc();
     metrics.observe_check(&policy::AddressResult {
+        check: None,
         address: std::net::IpAddr::from([127, 0, 0, 1]),
         reachable: true,
         method: policy::Method::Tcp,

@@ -50,6 +50,8 @@ pub struct Prober {
     /// Source of identifiers and sequence numbers: concurrent pingers to one
     /// host must differ in them or their replies collide.
     next_id: AtomicU32,
+    /// The application-level checks targets refer to.
+    checks: std::sync::Mutex<crate::appcheck::Registry>,
 }
 
 struct IcmpClient(Client);
@@ -113,7 +115,17 @@ impl Prober {
             icmp_v6: v6,
             mode,
             next_id: AtomicU32::new(rand::random()),
+            checks: std::sync::Mutex::default(),
         }
+    }
+
+    /// The id a [`CheckTarget`] carries for the application `host`'s check
+    /// `check` (0 for the bare TCP handshake).
+    pub fn check_id(&self, host: &policy::Host, check: &policy::AppCheck) -> u32 {
+        self.checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id(host, check)
     }
 
     /// The ICMP socket in use (for IPv4; IPv6 follows it where possible).
@@ -137,6 +149,17 @@ impl Prober {
         let addr = SocketAddr::new(target.address, target.port);
         let timeout = self.timeout();
         match target.protocol {
+            Protocol::Tcp if target.check != 0 => {
+                let probe = self
+                    .checks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(target.check);
+                match probe {
+                    Some(probe) => probe.run(target.address, target.port, timeout).await,
+                    None => not_run(target, "unknown application check"),
+                }
+            }
             Protocol::Tcp => {
                 let outcome = tcp_handshake(addr, timeout).await;
                 result(target.address, Method::Tcp, outcome)
@@ -217,7 +240,7 @@ async fn tcp_handshake(addr: SocketAddr, timeout: Duration) -> Outcome {
     }
 }
 
-fn io_failure(e: &io::Error) -> Failure {
+pub(crate) fn io_failure(e: &io::Error) -> Failure {
     let kind = match e.kind() {
         io::ErrorKind::ConnectionRefused => FailureKind::Refused,
         io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
@@ -235,6 +258,7 @@ fn io_failure(e: &io::Error) -> Failure {
 fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
     match outcome {
         Ok(rtt) => AddressResult {
+            check: None,
             address,
             reachable: true,
             method,
@@ -242,6 +266,7 @@ fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
             failure: None,
         },
         Err((failure, _)) => AddressResult {
+            check: None,
             address,
             reachable: false,
             method,
@@ -255,6 +280,7 @@ fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
 /// down).
 pub fn not_run(target: CheckTarget, detail: &str) -> AddressResult {
     AddressResult {
+        check: None,
         address: target.address,
         reachable: false,
         method: match target.protocol {

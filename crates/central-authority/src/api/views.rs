@@ -1018,6 +1018,8 @@ impl ApplicationView {
                         .addresses
                         .iter()
                         .map(|a| v1::AddressResult {
+                            reason: None,
+                            certificate_not_after_unix_s: None,
                             address: a.address.clone(),
                             status: v1::HealthStatus::from(a.status) as i32,
                             method: v1::CheckMethod::from(a.method) as i32,

@@ -798,6 +798,7 @@ mod tests {
         t.record(key(), "c1", report(Status::Up, now), 4);
         let later = now + Duration::from_secs(5);
         let address = policy::AddressResult {
+            check: None,
             address: "10.0.0.1".parse().expect("ip"),
             reachable: true,
             method: policy::Method::Tcp,
@@ -832,6 +833,7 @@ mod tests {
         let t = HealthTable::default();
         let now = Instant::now();
         let result = |last: u8, failure: Option<&str>| policy::AddressResult {
+            check: None,
             address: std::net::IpAddr::from([10, 0, 0, last]),
             reachable: failure.is_none(),
             method: policy::Method::Tcp,
