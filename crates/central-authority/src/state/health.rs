@@ -707,6 +707,24 @@ impl HealthTable {
         removed
     }
 
+    /// Every TLS certificate expiry the latest reports carry: (application,
+    /// connector, address, notAfter in Unix seconds), in no order.
+    pub fn certificates(&self) -> Vec<(AppKey, Arc<str>, std::net::IpAddr, i64)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            for (key, record) in read(shard).iter() {
+                for (connector, report) in &record.reports {
+                    for a in &report.addresses {
+                        if let Some(t) = a.check.as_ref().and_then(|c| c.not_after) {
+                            out.push((key.clone(), Arc::from(connector), a.address, t));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// How many applications the table holds.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| read(s).len()).sum()
