@@ -78,12 +78,31 @@ impl WebApp {
     /// Serves plain HTTP on `ip` (a free port), answering `status`; with
     /// `want_host`, a request whose `Host` differs gets 421.
     pub async fn http(ip: &str, status: u16, want_host: Option<&str>) -> anyhow::Result<WebApp> {
-        Self::start(ip, status, want_host, None).await
+        Self::http_at(port_zero(ip)?, status, want_host).await
+    }
+
+    /// [`WebApp::http`] on a given address and port.
+    pub async fn http_at(
+        addr: SocketAddr,
+        status: u16,
+        want_host: Option<&str>,
+    ) -> anyhow::Result<WebApp> {
+        Self::start(addr, status, want_host, None).await
     }
 
     /// Serves HTTPS with `certs`' leaf.
     pub async fn https(
         ip: &str,
+        status: u16,
+        want_host: Option<&str>,
+        certs: &Certs,
+    ) -> anyhow::Result<WebApp> {
+        Self::https_at(port_zero(ip)?, status, want_host, certs).await
+    }
+
+    /// [`WebApp::https`] on a given address and port.
+    pub async fn https_at(
+        addr: SocketAddr,
         status: u16,
         want_host: Option<&str>,
         certs: &Certs,
@@ -96,18 +115,18 @@ impl WebApp {
         .with_no_client_auth()
         .with_single_cert(certs.chain.clone(), key)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        Self::start(ip, status, want_host, Some(acceptor)).await
+        Self::start(addr, status, want_host, Some(acceptor)).await
     }
 
     async fn start(
-        ip: &str,
+        addr: SocketAddr,
         status: u16,
         want_host: Option<&str>,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> anyhow::Result<WebApp> {
-        let listener = TcpListener::bind((ip, 0))
+        let listener = TcpListener::bind(addr)
             .await
-            .with_context(|| format!("bind {ip}"))?;
+            .with_context(|| format!("bind {addr}"))?;
         let addr = listener.local_addr()?;
         let status = Arc::new(AtomicU16::new(status));
         let requests = Arc::new(AtomicU64::new(0));
@@ -150,6 +169,12 @@ impl WebApp {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
     }
+}
+
+/// `ip` with port 0 (any free port).
+fn port_zero(ip: &str) -> anyhow::Result<SocketAddr> {
+    let ip: std::net::IpAddr = ip.parse().with_context(|| format!("address {ip:?}"))?;
+    Ok(SocketAddr::new(ip, 0))
 }
 
 /// Reads one request's head and answers it.
