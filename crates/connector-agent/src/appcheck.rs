@@ -11,7 +11,7 @@
 //! headers decide.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,23 +74,17 @@ impl AppProbe {
         }
     }
 
-    /// Checks `address` on `port` within `timeout`.
-    pub async fn run(&self, address: IpAddr, port: u16, timeout: Duration) -> AddressResult {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let addr = SocketAddr::new(address, port);
-        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return down(address, crate::probe::io_failure(&e), None),
-            Err(_) => {
-                let failure = Failure {
-                    kind: FailureKind::Timeout,
-                    detail: format!("no TCP handshake within {} ms", timeout.as_millis()),
-                };
-                return down(address, failure, None);
-            }
-        };
-        let rtt = start.elapsed();
+    /// Finishes the check of `address` over `stream`, whose TCP handshake
+    /// took `rtt`, by `deadline` (the probe `timeout` from the check's
+    /// start).
+    pub async fn run(
+        &self,
+        address: IpAddr,
+        stream: TcpStream,
+        rtt: Duration,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> AddressResult {
         let stage = if self.kind.uses_tls() { "tls" } else { "http" };
         let outcome = tokio::time::timeout_at(deadline, self.after_handshake(stream)).await;
         let (result, not_after) = match outcome {

@@ -155,9 +155,17 @@ impl Prober {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .get(target.check);
-                match probe {
-                    Some(probe) => probe.run(target.address, target.port, timeout).await,
-                    None => not_run(target, "unknown application check"),
+                let Some(probe) = probe else {
+                    return not_run(target, "unknown application check");
+                };
+                let deadline = Instant::now() + timeout;
+                match connect(addr, timeout).await {
+                    Ok((stream, rtt)) => {
+                        probe
+                            .run(target.address, stream, rtt, deadline, timeout)
+                            .await
+                    }
+                    Err(failure) => result(target.address, Method::Tcp, Err(failure)),
                 }
             }
             Protocol::Tcp => {
@@ -225,10 +233,18 @@ fn duration_ms(d: Duration) -> u64 {
 type Outcome = Result<Duration, (Failure, Duration)>;
 
 async fn tcp_handshake(addr: SocketAddr, timeout: Duration) -> Outcome {
+    // The connection is dropped at once: a handshake is all we need.
+    connect(addr, timeout).await.map(|(_stream, rtt)| rtt)
+}
+
+/// A TCP connection to `addr` and how long its handshake took.
+async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(TcpStream, Duration), (Failure, Duration)> {
     let start = Instant::now();
     match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        // The connection is dropped at once: a handshake is all we need.
-        Ok(Ok(_stream)) => Ok(start.elapsed()),
+        Ok(Ok(stream)) => Ok((stream, start.elapsed())),
         Ok(Err(e)) => Err((io_failure(&e), start.elapsed())),
         Err(_) => Err((
             Failure {
@@ -240,7 +256,7 @@ async fn tcp_handshake(addr: SocketAddr, timeout: Duration) -> Outcome {
     }
 }
 
-pub(crate) fn io_failure(e: &io::Error) -> Failure {
+fn io_failure(e: &io::Error) -> Failure {
     let kind = match e.kind() {
         io::ErrorKind::ConnectionRefused => FailureKind::Refused,
         io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
