@@ -97,6 +97,8 @@ pub fn report(segment: &str, host: &str, port: u16, up: bool, rtt_us: u64) -> v1
                 }),
                 status,
                 addresses: vec![v1::AddressResult {
+                    reason: None,
+                    certificate_not_after_unix_s: None,
                     address,
                     status,
                     method: v1::CheckMethod::Tcp as i32,

@@ -740,7 +740,13 @@ function appPage() {
             h('li', { class: 'address', 'data-address': ad.address, 'data-status': ad.status, 'data-method': ad.method },
               `${ad.address} · ${ad.method}`,
               ad.rtt_ms !== null ? ` · ${ad.rtt_ms.toFixed(2)} ms` : '',
-              ad.error ? h('span', { class: 'error' }, ` · ${ad.error}`) : ''))) : h('span', { class: 'muted' }, '—')),
+              ad.error ? h('span', { class: 'error' }, ` · ${ad.error}`) : '',
+              // A tls/https check's certificate; a warning changes no status.
+              ad.certificate_not_after != null
+                ? h('span', { class: ad.certificate_warning ? 'cert cert-warn' : 'cert muted', 'data-cert-not-after': String(ad.certificate_not_after) },
+                  ` · certificate until ${new Date(ad.certificate_not_after * 1000).toISOString().slice(0, 10)}`,
+                  ad.certificate_warning ? ` (${ad.certificate_warning})` : '')
+                : ''))) : h('span', { class: 'muted' }, '—')),
         h('td', {}, age(c.checked_age_ms)),
         h('td', {}, when(c.reported_at)))));
       if (!a.connectors.length) {

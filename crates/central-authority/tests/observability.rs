@@ -83,6 +83,87 @@ async fn state_gauges_follow_the_cas_state() {
     ca.stop().await;
 }
 
+/// What a tls/https check reports (a reason, a certificate's expiry) is
+/// kept by the CA: the application view shows both with a warning near
+/// expiry (the status stays what was reported), and the metrics export the
+/// expiry per address and the count expiring per segment.
+#[tokio::test]
+async fn checked_certificates_reach_the_application_view_and_the_metrics() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as i64;
+    let (expired, soon, later) = (now - 86_400, now + 3 * 86_400 + 600, now + 90 * 86_400);
+    let mut report = app(
+        "jira",
+        "jira.test.reach",
+        80,
+        &["127.0.0.22", "127.0.0.23"],
+        &["127.0.0.21"],
+    );
+    for a in &mut report.addresses {
+        match a.address.as_str() {
+            "127.0.0.21" => {
+                a.failure = protocol::v1::FailureKind::Other as i32;
+                a.detail = "tls: certificate expired".into();
+                a.reason = Some("tls: certificate expired".into());
+                a.certificate_not_after_unix_s = Some(expired);
+            }
+            "127.0.0.22" => a.certificate_not_after_unix_s = Some(soon),
+            _ => a.certificate_not_after_unix_s = Some(later),
+        }
+    }
+    east.report(vec![report], true).await;
+    let text = scrape_until(&http, "the certificates are exported", |m| {
+        m.contains("reach_ca_segment_certificates_expiring{")
+    })
+    .await;
+    for line in [
+        format!(
+            r#"reach_ca_application_certificate_expiry_timestamp_seconds{{segment="jira",host="jira.test.reach",protocol="tcp",port="80",connector="east-1",address="127.0.0.21"}} {expired}"#
+        ),
+        format!(
+            r#"reach_ca_application_certificate_expiry_timestamp_seconds{{segment="jira",host="jira.test.reach",protocol="tcp",port="80",connector="east-1",address="127.0.0.23"}} {later}"#
+        ),
+        // Default [health] certificate_warn_days = 14: the expired one and
+        // the one expiring in 3 days.
+        r#"reach_ca_segment_certificates_expiring{segment="jira"} 2"#.to_owned(),
+    ] {
+        assert!(text.contains(&line), "no `{line}` in\n{text}");
+    }
+
+    let path = "/api/v1/application?segment=jira&host=jira.test.reach&protocol=tcp&port=80";
+    let (status, v) = http.get_json(path, Some(READ_TOKEN)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["application"]["status"], "unhealthy", "{v}");
+    let addresses = &v["application"]["connectors"][0]["addresses"];
+    let by = |ip: &str| {
+        addresses
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["address"] == ip))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {ip} in {addresses}"))
+    };
+    let down = by("127.0.0.21");
+    assert_eq!(down["reason"], "tls: certificate expired");
+    assert_eq!(down["certificate_not_after"], expired);
+    assert_eq!(down["certificate_warning"], "certificate expired");
+    let soon_view = by("127.0.0.22");
+    assert_eq!(soon_view["status"], "up");
+    assert!(soon_view["reason"].is_null(), "{soon_view}");
+    assert_eq!(
+        soon_view["certificate_warning"],
+        "certificate expires in 3 days"
+    );
+    let later_view = by("127.0.0.23");
+    assert_eq!(later_view["certificate_not_after"], later);
+    assert!(later_view["certificate_warning"].is_null(), "{later_view}");
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     let (ca_text, _) = exercised_ca_exposition().await;
@@ -300,11 +381,11 @@ async fn exercised_ca_exposition() -> (String, String) {
     // Enrolls (enrollments), connects, reports (reports, state gauges) and
     // heartbeats (its load).
     let (east, _) = connect(&ca, "east-1", "dc-east").await;
-    east.report(
-        vec![app("jira", "jira.test.reach", 80, &[], &["127.0.0.21"])],
-        true,
-    )
-    .await;
+    // The down address carries a tls check's certificate expiry (the
+    // application certificate families).
+    let mut report = app("jira", "jira.test.reach", 80, &[], &["127.0.0.21"]);
+    report.addresses[0].certificate_not_after_unix_s = Some(1_900_000_000);
+    east.report(vec![report], true).await;
     east.heartbeat(protocol::v1::CheckLoad {
         targets: 1,
         checks_per_cycle: 1,
@@ -332,6 +413,7 @@ async fn exercised_ca_exposition() -> (String, String) {
         [
             "reach_ca_sessions_refused_total{",
             "reach_ca_config_reloads_total{",
+            "reach_ca_segment_certificates_expiring{",
             "reach_ca_decisions_total{",
             "reach_ca_enrollments_total{",
             "reach_ca_connector_checks_per_second{",
@@ -397,6 +479,7 @@ async fn scrape_connector_as(accept: &str) -> String {
     metrics.set_session_state("connected");
     metrics.sessions.inc();
     metrics.observe_check(&policy::AddressResult {
+        check: None,
         address: std::net::IpAddr::from([127, 0, 0, 1]),
         reachable: true,
         method: policy::Method::Tcp,

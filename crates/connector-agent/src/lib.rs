@@ -63,6 +63,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod appcheck;
 pub mod attach;
 pub mod config;
 pub mod dial;

@@ -334,6 +334,7 @@ mod tests {
 
     fn result(method: Method, failure: Option<FailureKind>) -> AddressResult {
         AddressResult {
+            check: None,
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             reachable: failure.is_none(),
             method,

@@ -298,6 +298,7 @@ mod tests {
             },
             status: if up { Status::Up } else { Status::Down },
             addresses: vec![AddressResult {
+                check: None,
                 address: "10.0.0.1".parse().expect("ip"),
                 reachable: up,
                 method: Method::Tcp,

@@ -526,6 +526,11 @@ impl Pacer {
         (Pacer { inner }, task)
     }
 
+    /// The prober the pacer's checks run on.
+    pub fn prober(&self) -> &Arc<Prober> {
+        &self.inner.prober
+    }
+
     /// Checks `target`, reusing a result not older than `max_age`, joining a
     /// check of the same target that is already queued or in flight.
     pub async fn check(

@@ -50,6 +50,8 @@ pub struct Prober {
     /// Source of identifiers and sequence numbers: concurrent pingers to one
     /// host must differ in them or their replies collide.
     next_id: AtomicU32,
+    /// The application-level checks targets refer to.
+    checks: std::sync::Mutex<crate::appcheck::Registry>,
 }
 
 struct IcmpClient(Client);
@@ -113,7 +115,17 @@ impl Prober {
             icmp_v6: v6,
             mode,
             next_id: AtomicU32::new(rand::random()),
+            checks: std::sync::Mutex::default(),
         }
+    }
+
+    /// The id a [`CheckTarget`] carries for the application `host`'s check
+    /// `check` (0 for the bare TCP handshake).
+    pub fn check_id(&self, host: &policy::Host, check: &policy::AppCheck) -> u32 {
+        self.checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id(host, check)
     }
 
     /// The ICMP socket in use (for IPv4; IPv6 follows it where possible).
@@ -137,6 +149,25 @@ impl Prober {
         let addr = SocketAddr::new(target.address, target.port);
         let timeout = self.timeout();
         match target.protocol {
+            Protocol::Tcp if target.check != 0 => {
+                let probe = self
+                    .checks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(target.check);
+                let Some(probe) = probe else {
+                    return not_run(target, "unknown application check");
+                };
+                let deadline = Instant::now() + timeout;
+                match connect(addr, timeout).await {
+                    Ok((stream, rtt)) => {
+                        probe
+                            .run(target.address, stream, rtt, deadline, timeout)
+                            .await
+                    }
+                    Err(failure) => result(target.address, Method::Tcp, Err(failure)),
+                }
+            }
             Protocol::Tcp => {
                 let outcome = tcp_handshake(addr, timeout).await;
                 result(target.address, Method::Tcp, outcome)
@@ -202,10 +233,18 @@ fn duration_ms(d: Duration) -> u64 {
 type Outcome = Result<Duration, (Failure, Duration)>;
 
 async fn tcp_handshake(addr: SocketAddr, timeout: Duration) -> Outcome {
+    // The connection is dropped at once: a handshake is all we need.
+    connect(addr, timeout).await.map(|(_stream, rtt)| rtt)
+}
+
+/// A TCP connection to `addr` and how long its handshake took.
+async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(TcpStream, Duration), (Failure, Duration)> {
     let start = Instant::now();
     match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        // The connection is dropped at once: a handshake is all we need.
-        Ok(Ok(_stream)) => Ok(start.elapsed()),
+        Ok(Ok(stream)) => Ok((stream, start.elapsed())),
         Ok(Err(e)) => Err((io_failure(&e), start.elapsed())),
         Err(_) => Err((
             Failure {
@@ -235,6 +274,7 @@ fn io_failure(e: &io::Error) -> Failure {
 fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
     match outcome {
         Ok(rtt) => AddressResult {
+            check: None,
             address,
             reachable: true,
             method,
@@ -242,6 +282,7 @@ fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
             failure: None,
         },
         Err((failure, _)) => AddressResult {
+            check: None,
             address,
             reachable: false,
             method,
@@ -255,6 +296,7 @@ fn result(address: IpAddr, method: Method, outcome: Outcome) -> AddressResult {
 /// down).
 pub fn not_run(target: CheckTarget, detail: &str) -> AddressResult {
     AddressResult {
+        check: None,
         address: target.address,
         reachable: false,
         method: match target.protocol {

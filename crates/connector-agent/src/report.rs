@@ -214,6 +214,7 @@ mod tests {
             status: Health::Unhealthy,
             addresses: vec![
                 AddressResult {
+                    check: None,
                     address: "10.0.0.1".parse().expect("ip"),
                     reachable: true,
                     method: Method::Tcp,
@@ -221,6 +222,7 @@ mod tests {
                     failure: None,
                 },
                 AddressResult {
+                    check: None,
                     address: "2001:db8::7".parse().expect("ip"),
                     reachable: false,
                     method: Method::Tcp,

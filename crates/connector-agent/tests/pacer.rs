@@ -14,6 +14,7 @@ use test_support::{Blackhole, eventually, listeners};
 
 fn target(ip: &str, port: u16) -> CheckTarget {
     CheckTarget {
+        check: 0,
         address: ip.parse().expect("ip"),
         protocol: Protocol::Tcp,
         port,

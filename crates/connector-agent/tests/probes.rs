@@ -13,6 +13,7 @@ use test_support::{Blackhole, DnsServer, closed_port, listeners};
 
 fn target(ip: &str, protocol: Protocol, port: u16) -> CheckTarget {
     CheckTarget {
+        check: 0,
         address: ip.parse().expect("ip"),
         protocol,
         port,

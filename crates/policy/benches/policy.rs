@@ -125,6 +125,7 @@ fn segments(n: usize) -> Vec<Segment> {
                 ]
             };
             Segment {
+                check: policy::AppCheck::default(),
                 name: format!("segment-{i}"),
                 applications,
                 tcp_ports: PortRange::new(8000, 8100).into_iter().collect(),

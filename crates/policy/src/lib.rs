@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod damping;
 pub mod dryrun;
 pub mod host;
@@ -22,6 +23,7 @@ pub mod status;
 pub mod validate;
 pub mod window;
 
+pub use check::{AppCheck, CheckDetail, CheckKind, StatusRanges};
 pub use damping::{Damper, Damping};
 pub use dryrun::{
     DnsResolutionChange, GroupChange, GroupDiff, GroupPlan, LocationChange, PlanParams, PolicyPlan,

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::check::AppCheck;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -334,6 +335,9 @@ pub struct Segment {
     /// The selection strategy for this segment; `None` follows the CA's
     /// `[selection] strategy`.
     pub strategy: Option<Strategy>,
+    /// What a check of a TCP port does after the handshake (UDP ports are
+    /// checked as always).
+    pub check: AppCheck,
 }
 
 impl Segment {

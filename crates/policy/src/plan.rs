@@ -16,6 +16,10 @@ pub struct CheckTarget {
     pub protocol: Protocol,
     /// Port.
     pub port: u16,
+    /// The application-level check to run on a TCP port: an id the
+    /// connector hands out for an (application name, [`crate::AppCheck`])
+    /// pair; 0 is the handshake alone.
+    pub check: u32,
 }
 
 /// The checks of one segment: every address each FQDN resolved to (from
@@ -55,6 +59,7 @@ pub fn plan_checks(
                         address,
                         protocol,
                         port,
+                        check: 0,
                     });
                 }
             }
@@ -137,6 +142,7 @@ mod tests {
             address: ip(address),
             protocol,
             port,
+            check: 0,
         }
     }
 

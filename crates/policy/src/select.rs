@@ -1493,6 +1493,7 @@ mod tests {
         }
         assert!(rtt > ms(48), "{rtt:?}");
         let addr = |ip: &str, reachable: bool, rtt_ms: u64| AddressResult {
+            check: None,
             address: ip.parse().expect("ip"),
             reachable,
             method: Method::Tcp,

@@ -168,6 +168,10 @@ pub struct AddressResult {
     pub rtt: Duration,
     /// Why it failed, when it did.
     pub failure: Option<Failure>,
+    /// What an application-level check (a segment's `check`) learned: the
+    /// reason it failed, the certificate's expiry (`None` for a bare
+    /// handshake; boxed, since nearly every result has none).
+    pub check: Option<Box<crate::check::CheckDetail>>,
 }
 
 /// The status of an application from its per-address results: Down when DNS
@@ -213,6 +217,7 @@ mod tests {
 
     fn result(address: &str, reachable: bool) -> AddressResult {
         AddressResult {
+            check: None,
             address: address.parse().unwrap(),
             reachable,
             method: Method::Tcp,

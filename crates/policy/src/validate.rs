@@ -10,6 +10,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::check::{AppCheck, CheckKind, StatusRanges, count_pem_certificates};
 use crate::damping::{Damping, MAX_THRESHOLD};
 use crate::host::Host;
 use crate::location::{Location, LocationSpec};
@@ -119,6 +120,25 @@ pub struct SegmentSpec {
     /// absent: the CA's `[selection] strategy`.
     #[serde(default)]
     pub strategy: Option<String>,
+    /// What a TCP port's check does after the handshake: `tcp` (default),
+    /// `tls`, `http` or `https`.
+    #[serde(default)]
+    pub check: Option<String>,
+    /// The path an `http`/`https` check requests (default `/`).
+    #[serde(default)]
+    pub check_path: Option<String>,
+    /// The statuses an `http`/`https` check accepts (default `200-399`).
+    #[serde(default)]
+    pub check_expect: Option<String>,
+    /// The PEM roots a `tls`/`https` check verifies the server with
+    /// (absent: no verification). Validation reads no file: the caller puts
+    /// its content in `check_ca_pem`.
+    #[serde(default)]
+    pub check_ca_file: Option<String>,
+    /// The content of `check_ca_file` as the caller read it, or why it
+    /// could not (from the wire: the PEM the CA sent, without a file name).
+    #[serde(skip)]
+    pub check_ca_pem: Option<Result<String, String>>,
 }
 
 /// A connector group as written by an operator.
@@ -408,6 +428,7 @@ fn validate_segment_with(
             None
         }
     };
+    let check = parse_check(spec, &mut err);
     if health_reporting == Some(HealthReporting::Continuous) {
         let port_count: u32 = tcp_ports.iter().chain(&udp_ports).map(PortRange::len).sum();
         check_continuous(spec, &applications, port_count, limits, &mut err);
@@ -426,9 +447,87 @@ fn validate_segment_with(
             connector_groups: spec.connector_groups.clone(),
             damping,
             strategy,
+            check: check.unwrap_or_default(),
         }),
         _ => Err(errors),
     }
+}
+
+/// The segment's application-level check: its kind, and the keys that
+/// kind uses (a key the kind does not use is an error, not ignored).
+fn parse_check(spec: &SegmentSpec, err: &mut impl FnMut(&'static str, String)) -> Option<AppCheck> {
+    let kind = match spec.check.as_deref().map(str::parse::<CheckKind>) {
+        None => CheckKind::Tcp,
+        Some(Ok(k)) => k,
+        Some(Err(m)) => {
+            err("check", format!("check has {m}"));
+            return None;
+        }
+    };
+    let mut check = AppCheck {
+        kind,
+        ..AppCheck::default()
+    };
+    let mut ok = true;
+    let mut refuse = |field: &'static str, message: String| {
+        ok = false;
+        err(field, message);
+    };
+    let unused = |key: &str, uses: &str| {
+        format!("{key} is set but check = \"{kind}\" does not use it (only {uses} do)")
+    };
+    if let Some(path) = &spec.check_path {
+        if !kind.uses_http() {
+            refuse("check_path", unused("check_path", "\"http\" and \"https\""));
+        } else if !path.starts_with('/') || path.chars().any(|c| c.is_control() || c == ' ') {
+            refuse(
+                "check_path",
+                format!(
+                    "check_path {path:?} must start with '/' and hold no spaces or control characters"
+                ),
+            );
+        } else {
+            check.path.clone_from(path);
+        }
+    }
+    if let Some(expect) = &spec.check_expect {
+        if !kind.uses_http() {
+            refuse(
+                "check_expect",
+                unused("check_expect", "\"http\" and \"https\""),
+            );
+        } else {
+            match expect.parse::<StatusRanges>() {
+                Ok(r) => check.expect = r,
+                Err(m) => refuse("check_expect", format!("check_expect {expect:?}: {m}")),
+            }
+        }
+    }
+    if spec.check_ca_file.is_some() || spec.check_ca_pem.is_some() {
+        let name = spec.check_ca_file.as_deref().unwrap_or("(sent by the CA)");
+        if !kind.uses_tls() {
+            refuse(
+                "check_ca_file",
+                unused("check_ca_file", "\"tls\" and \"https\""),
+            );
+        } else {
+            match &spec.check_ca_pem {
+                None => refuse(
+                    "check_ca_file",
+                    format!("check_ca_file {name:?} was not read"),
+                ),
+                Some(Err(e)) => refuse(
+                    "check_ca_file",
+                    format!("check_ca_file {name:?} cannot be read: {e}"),
+                ),
+                Some(Ok(pem)) => match count_pem_certificates(pem) {
+                    Ok(_) => check.ca_pem = Some(pem.as_str().into()),
+                    Err(m) => refuse("check_ca_file", format!("check_ca_file {name:?} {m}")),
+                },
+            }
+        }
+    }
+    ok.then_some(check)
 }
 
 /// The `applications` entries, each parsed once; at least one, none twice.
@@ -1388,6 +1487,146 @@ mod tests {
                 &format!("health_reporting has unknown value {value:?}"),
             );
         }
+    }
+
+    // ---- application-level checks ----
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn the_check_defaults_to_the_tcp_handshake() {
+        let s = validate_segment(&seg("jira")).expect("valid");
+        assert_eq!(s.check, AppCheck::default());
+        assert_eq!(s.check.kind, CheckKind::Tcp);
+        assert_eq!(s.check.path, "/");
+        assert!(s.check.expect.contains(200) && !s.check.expect.contains(404));
+    }
+
+    #[test]
+    fn an_https_check_keeps_its_path_statuses_and_roots() {
+        let spec = SegmentSpec {
+            check: Some("https".into()),
+            check_path: Some("/healthz".into()),
+            check_expect: Some("200,204,300-399".into()),
+            check_ca_file: Some("roots.pem".into()),
+            check_ca_pem: Some(Ok(PEM.into())),
+            ..seg("jira")
+        };
+        let s = validate_segment(&spec).expect("valid");
+        assert_eq!(s.check.kind, CheckKind::Https);
+        assert_eq!(s.check.path, "/healthz");
+        assert_eq!(s.check.expect.to_string(), "200,204,300-399");
+        assert_eq!(s.check.ca_pem.as_deref(), Some(PEM));
+        // From TOML, as the CA reads a segment (the file is read by the CA).
+        let toml_spec: SegmentSpec =
+            toml::from_str("name = \"a\"\ncheck = \"tls\"\ncheck_ca_file = \"/etc/ca.pem\"\n")
+                .expect("toml");
+        assert_eq!(toml_spec.check.as_deref(), Some("tls"));
+        assert_eq!(toml_spec.check_ca_file.as_deref(), Some("/etc/ca.pem"));
+        assert_eq!(toml_spec.check_ca_pem, None);
+    }
+
+    #[test]
+    fn bad_check_keys_are_refused_naming_segment_and_key() {
+        let http = |f: fn(&mut SegmentSpec)| {
+            let mut s = SegmentSpec {
+                check: Some("http".into()),
+                ..seg("jira")
+            };
+            f(&mut s);
+            s
+        };
+        let cases: Vec<(SegmentSpec, &str, &str)> = vec![
+            (
+                SegmentSpec {
+                    check: Some("grpc".into()),
+                    ..seg("jira")
+                },
+                "check",
+                "unknown check \"grpc\"",
+            ),
+            (
+                http(|s| s.check_path = Some("healthz".into())),
+                "check_path",
+                "must start with '/'",
+            ),
+            (
+                http(|s| s.check_path = Some("/a b".into())),
+                "check_path",
+                "must start with '/'",
+            ),
+            (
+                http(|s| s.check_expect = Some("200-700".into())),
+                "check_expect",
+                "\"700\" is no HTTP status within 100-599",
+            ),
+            (
+                http(|s| s.check_expect = Some("abc".into())),
+                "check_expect",
+                "check_expect \"abc\"",
+            ),
+            (
+                SegmentSpec {
+                    check_path: Some("/x".into()),
+                    ..seg("jira")
+                },
+                "check_path",
+                "check = \"tcp\" does not use it",
+            ),
+            (
+                http(|s| s.check_ca_file = Some("a.pem".into())),
+                "check_ca_file",
+                "check = \"http\" does not use it",
+            ),
+            (
+                SegmentSpec {
+                    check: Some("tls".into()),
+                    check_expect: Some("200".into()),
+                    ..seg("jira")
+                },
+                "check_expect",
+                "check = \"tls\" does not use it",
+            ),
+            (
+                SegmentSpec {
+                    check: Some("tls".into()),
+                    check_ca_file: Some("a.pem".into()),
+                    check_ca_pem: Some(Err("No such file".into())),
+                    ..seg("jira")
+                },
+                "check_ca_file",
+                "check_ca_file \"a.pem\" cannot be read: No such file",
+            ),
+            (
+                SegmentSpec {
+                    check: Some("tls".into()),
+                    check_ca_file: Some("a.pem".into()),
+                    check_ca_pem: Some(Ok("hello".into())),
+                    ..seg("jira")
+                },
+                "check_ca_file",
+                "check_ca_file \"a.pem\" holds no PEM certificate",
+            ),
+        ];
+        for (spec, field, needle) in cases {
+            assert_one_error(&spec, field, needle);
+            let shown = &seg_errors(&spec)[0].1;
+            assert!(shown.starts_with("segment \"jira\": "), "{shown}");
+        }
+    }
+
+    #[test]
+    fn discovery_segments_may_check_on_access() {
+        let spec = SegmentSpec {
+            applications: vec!["*.corp.test".into(), "10.9.0.0/24".into()],
+            health_reporting: Some("on_access".into()),
+            check: Some("https".into()),
+            ..seg("wild")
+        };
+        assert_eq!(
+            validate_segment(&spec).expect("valid").check.kind,
+            CheckKind::Https
+        );
     }
 
     // ---- every error is collected ----

@@ -301,6 +301,7 @@ proptest! {
         report_interval_ms in prop::option::of(any::<u64>()),
         multimatch in any::<bool>(),
         connector_groups in prop::collection::vec(".{0,8}", 0..3),
+        check_path in prop::option::of(".{0,8}"),
     ) {
         let spec = SegmentSpec {
             name,
@@ -316,6 +317,11 @@ proptest! {
             rise: None,
             fall: None,
             strategy: None,
+            check: multimatch.then(|| "https".into()),
+            check_path: check_path.clone(),
+            check_expect: check_path,
+            check_ca_file: None,
+            check_ca_pem: None,
         };
         if let Err(errors) = validate_segment(&spec) {
             prop_assert!(!errors.is_empty());

@@ -158,6 +158,18 @@ mod tests {
                 port: 443,
             }),
             status: v1::HealthStatus::Up as i32,
+            // An application-level check's reason and certificate expiry
+            // travel inside the shared entry bytes.
+            addresses: vec![v1::AddressResult {
+                address: "10.0.0.1".into(),
+                status: v1::HealthStatus::Down as i32,
+                method: v1::CheckMethod::Tcp as i32,
+                failure: v1::FailureKind::Other as i32,
+                detail: "http 503".into(),
+                reason: Some("http 503".into()),
+                certificate_not_after_unix_s: Some(1_900_000_000),
+                ..Default::default()
+            }],
             checked_at_unix_ms: 1_700_000_000_000,
             age_ms,
             ..Default::default()

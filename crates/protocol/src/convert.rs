@@ -349,6 +349,8 @@ impl TryFrom<v1::ApplicationKey> for AppKey {
 impl From<&AddressResult> for v1::AddressResult {
     fn from(r: &AddressResult) -> Self {
         v1::AddressResult {
+            reason: r.check.as_ref().and_then(|c| c.reason.clone()),
+            certificate_not_after_unix_s: r.check.as_ref().and_then(|c| c.not_after),
             address: r.address.to_string(),
             status: if r.reachable {
                 v1::HealthStatus::Up
@@ -398,8 +400,23 @@ impl TryFrom<v1::AddressResult> for AddressResult {
             method: method_from_wire("address.method", r.method)?,
             rtt: Duration::from_micros(r.rtt_us),
             failure,
+            check: check_detail(r.reason, r.certificate_not_after_unix_s),
         })
     }
+}
+
+/// The application-level check's detail of a wire result (`None` when it
+/// carries neither field); the reason is bounded like a failure's detail.
+pub(crate) fn check_detail(
+    reason: Option<String>,
+    not_after: Option<i64>,
+) -> Option<Box<policy::CheckDetail>> {
+    (reason.is_some() || not_after.is_some()).then(|| {
+        Box::new(policy::CheckDetail {
+            reason: reason.map(bounded),
+            not_after,
+        })
+    })
 }
 
 impl From<&ApplicationReport> for v1::ApplicationHealth {
@@ -541,6 +558,22 @@ impl From<&Segment> for v1::Segment {
                 .strategy
                 .map(|st| st.as_str().to_owned())
                 .unwrap_or_default(),
+            check: if s.check.kind == policy::CheckKind::Tcp {
+                String::new()
+            } else {
+                s.check.kind.as_str().to_owned()
+            },
+            check_path: if s.check.kind.uses_http() {
+                s.check.path.clone()
+            } else {
+                String::new()
+            },
+            check_expect: if s.check.kind.uses_http() {
+                s.check.expect.to_string()
+            } else {
+                String::new()
+            },
+            check_ca_pem: s.check.ca_pem.as_deref().unwrap_or_default().to_owned(),
         }
     }
 }
@@ -591,6 +624,11 @@ impl TryFrom<v1::Segment> for Segment {
                 .parse::<policy::Strategy>()
                 .ok()
                 .map(|st| st.as_str().to_owned()),
+            check: (!s.check.is_empty()).then_some(s.check),
+            check_path: (!s.check_path.is_empty()).then_some(s.check_path),
+            check_expect: (!s.check_expect.is_empty()).then_some(s.check_expect),
+            check_ca_file: None,
+            check_ca_pem: (!s.check_ca_pem.is_empty()).then_some(Ok(s.check_ca_pem)),
         };
         policy::validate_segment(&spec).map_err(|errors| WireError::InvalidSegment {
             name: truncated(&s.name),
@@ -646,6 +684,8 @@ mod tests {
 
     fn wire_result() -> v1::AddressResult {
         v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             address: "10.1.2.1".into(),
             status: v1::HealthStatus::Up as i32,
             method: v1::CheckMethod::Tcp as i32,
@@ -679,6 +719,7 @@ mod tests {
     #[test]
     fn address_results_round_trip() {
         let up = AddressResult {
+            check: None,
             address: "10.1.2.1".parse().unwrap(),
             reachable: true,
             method: Method::Icmp,
@@ -696,6 +737,7 @@ mod tests {
                 FailureKind::NotAllowed,
             ] {
                 cases.push(AddressResult {
+                    check: None,
                     address: "fd00::2".parse().unwrap(),
                     reachable: false,
                     method,
@@ -706,6 +748,26 @@ mod tests {
                     }),
                 });
             }
+        }
+        // What an application-level check adds: a reason, an expiry.
+        for (reason, not_after) in [
+            (Some("http 503"), None),
+            (Some("tls: certificate expired"), Some(1_600_000_000)),
+            (None, Some(4_102_444_800)),
+            (None, Some(-1)),
+        ] {
+            cases.push(AddressResult {
+                reachable: reason.is_none(),
+                failure: reason.map(|r| Failure {
+                    kind: FailureKind::Other,
+                    detail: r.to_owned(),
+                }),
+                check: Some(Box::new(policy::CheckDetail {
+                    reason: reason.map(str::to_owned),
+                    not_after,
+                })),
+                ..up.clone()
+            });
         }
         for r in cases {
             let wire = v1::AddressResult::from(&r);
@@ -731,7 +793,19 @@ mod tests {
         discovery.multimatch = true;
         discovery.client_hostname_validation = true;
         discovery.connector_groups = vec!["dc-east".into(), "dc-west".into()];
+        discovery.check = Some("https".into());
+        discovery.check_path = Some("/healthz?x=1".into());
+        discovery.check_expect = Some("200,204,300-399".into());
+        discovery.check_ca_file = Some("roots.pem".into());
+        discovery.check_ca_pem = Some(Ok(
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+        ));
         specs.push(discovery);
+        for check in ["tcp", "tls", "http"] {
+            let mut spec = segment_spec();
+            spec.check = Some(check.into());
+            specs.push(spec);
+        }
         for (mode, s, ms) in [
             ("none", None, Some(250)),
             ("on_access", None, Some(1500)),
@@ -1028,6 +1102,8 @@ mod tests {
             " 10.1.1.1",
         ] {
             let wire = v1::AddressResult {
+                reason: None,
+                certificate_not_after_unix_s: None,
                 address: address.into(),
                 ..wire_result()
             };
@@ -1042,6 +1118,8 @@ mod tests {
         // A hostile address is echoed back truncated, not whole.
         let long = "x".repeat(10_000);
         match AddressResult::try_from(v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             address: long,
             ..wire_result()
         }) {
@@ -1056,6 +1134,8 @@ mod tests {
             42,
         ] {
             let wire = v1::AddressResult {
+                reason: None,
+                certificate_not_after_unix_s: None,
                 status,
                 ..wire_result()
             };
@@ -1069,6 +1149,8 @@ mod tests {
         }
         for method in [v1::CheckMethod::Unspecified as i32, 9] {
             let wire = v1::AddressResult {
+                reason: None,
+                certificate_not_after_unix_s: None,
                 method,
                 ..wire_result()
             };
@@ -1081,6 +1163,8 @@ mod tests {
             );
         }
         let wire = v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             failure: 77,
             ..wire_result()
         };
@@ -1096,6 +1180,8 @@ mod tests {
     #[test]
     fn failure_detail_is_bounded() {
         let wire = v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             status: v1::HealthStatus::Down as i32,
             failure: v1::FailureKind::Other as i32,
             detail: "é".repeat(5000),
@@ -1114,6 +1200,7 @@ mod tests {
             addresses: vec![
                 AddressResult::try_from(wire_result()).unwrap(),
                 AddressResult {
+                    check: None,
                     address: "10.1.2.2".parse().unwrap(),
                     reachable: false,
                     method: Method::Tcp,
@@ -1189,6 +1276,8 @@ mod tests {
             (
                 v1::ApplicationHealth {
                     addresses: vec![v1::AddressResult {
+                        reason: None,
+                        certificate_not_after_unix_s: None,
                         address: "nope".into(),
                         ..wire_result()
                     }],
@@ -1435,6 +1524,9 @@ mod tests {
                         rise: Some(u32::from(multimatch) + 1),
                         fall: Some(u32::from(chv) * 5 + 1),
                         strategy: multimatch.then(|| "nearest".into()),
+                        check: chv.then(|| "http".into()),
+                        check_expect: (chv && multimatch).then(|| "200,500-599".into()),
+                        ..SegmentSpec::default()
                     })
                     .ok()
                 },
@@ -1495,7 +1587,7 @@ mod tests {
             failure in any_enum(),
             detail in ".{0,600}",
         ) {
-            let wire = v1::AddressResult { address, status, method, rtt_us, failure, detail };
+            let wire = v1::AddressResult { address, status, method, rtt_us, failure, detail, reason: None, certificate_not_after_unix_s: None };
             if let Ok(r) = AddressResult::try_from(wire) {
                 // What was accepted survives another trip unchanged.
                 prop_assert_eq!(AddressResult::try_from(v1::AddressResult::from(&r)), Ok(r));
@@ -1531,8 +1623,16 @@ mod tests {
             rise in prop_oneof![Just(0u32), any::<u32>()],
             fall in prop_oneof![Just(0u32), 1u32..=100],
             strategy in prop_oneof![Just(String::new()), Just("nearest".to_owned()), any_text()],
+            check in prop_oneof![Just(String::new()), Just("https".to_owned()), Just("tcp".to_owned()), any_text()],
+            check_path in prop_oneof![Just(String::new()), Just("/h".to_owned()), any_text()],
+            check_expect in prop_oneof![Just(String::new()), Just("200-204".to_owned()), any_text()],
+            check_ca_pem in prop_oneof![Just(String::new()), any_text()],
         ) {
             let wire = v1::Segment {
+                check,
+                check_path,
+                check_expect,
+                check_ca_pem,
                 rise,
                 fall,
                 strategy,

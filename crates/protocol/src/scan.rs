@@ -434,6 +434,7 @@ fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
     // text or a dotted quad is valid UTF-8 without checking it again.
     let (mut text, mut status, mut method, mut rtt_us, mut failure, mut detail) =
         (&[][..], 0i32, 0i32, 0u64, 0i32, "");
+    let (mut reason, mut not_after): (Option<&str>, Option<i64>) = (None, None);
     let mut seen = 0;
     while !r.0.is_empty() {
         match r.field(&mut seen)? {
@@ -443,6 +444,8 @@ fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
             (4, VARINT) => rtt_us = r.varint()?,
             (5, VARINT) => failure = r.varint()? as i32,
             (6, LEN) => detail = r.str()?,
+            (7, LEN) => reason = Some(r.str()?),
+            (8, VARINT) => not_after = Some(r.varint()? as i64),
             _ => return None,
         }
     }
@@ -471,6 +474,7 @@ fn address(bytes: &[u8], own: Option<(&str, IpAddr)>) -> Option<AddressResult> {
         method: method_from_wire("address.method", method).ok()?,
         rtt: Duration::from_micros(rtt_us),
         failure,
+        check: crate::convert::check_detail(reason.map(str::to_owned), not_after),
     })
 }
 
@@ -552,6 +556,8 @@ mod tests {
             rtt_us: 1234,
             failure,
             detail: detail.into(),
+            reason: None,
+            certificate_not_after_unix_s: None,
         }
     }
 
@@ -631,6 +637,37 @@ mod tests {
             v1::ApplicationHealth {
                 addresses: vec![address("10.0.0.1", 1, 0, ""); MAX_ADDRESSES_PER_ENTRY],
                 ..app("seg", "b.test", 443)
+            },
+            // An application-level check's reason and certificate expiry
+            // (a negative expiry is ten bytes on the wire).
+            v1::ApplicationHealth {
+                status: v1::HealthStatus::Unhealthy as i32,
+                addresses: vec![
+                    v1::AddressResult {
+                        reason: Some("tls: certificate expired".into()),
+                        certificate_not_after_unix_s: Some(1_600_000_000),
+                        ..address(
+                            "10.0.0.1",
+                            3,
+                            v1::FailureKind::Other as i32,
+                            "tls: certificate expired",
+                        )
+                    },
+                    v1::AddressResult {
+                        certificate_not_after_unix_s: Some(-86_400),
+                        ..address("10.0.0.2", 1, 0, "")
+                    },
+                    v1::AddressResult {
+                        reason: Some(String::new()),
+                        certificate_not_after_unix_s: Some(0),
+                        ..address("10.0.0.3", 1, 0, "")
+                    },
+                    v1::AddressResult {
+                        reason: Some("é".repeat(600)),
+                        ..address("10.0.0.4", 3, v1::FailureKind::Other as i32, "http 503")
+                    },
+                ],
+                ..app("seg", "c.test", 443)
             },
         ];
         for a in &valid {
@@ -780,9 +817,11 @@ mod tests {
 
     prop_compose! {
         fn arb_address()(text in arb_text(), status in -1i32..4, method in -1i32..4,
-                         rtt_us in any::<u64>(), failure in -1i32..12, detail in arb_text())
+                         rtt_us in any::<u64>(), failure in -1i32..12, detail in arb_text(),
+                         reason in prop::option::of(arb_text()),
+                         certificate_not_after_unix_s in prop::option::of(any::<i64>()))
                          -> v1::AddressResult {
-            v1::AddressResult { address: text, status, method, rtt_us, failure, detail }
+            v1::AddressResult { address: text, status, method, rtt_us, failure, detail, reason, certificate_not_after_unix_s }
         }
     }
 

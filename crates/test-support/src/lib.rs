@@ -4,7 +4,8 @@
 //! and a network namespace), HTTP test clients, polling helpers for events
 //! whose timing a test does not control, a real PostgreSQL server, free
 //! loopback ports, a builder for segments in both their config (TOML) and
-//! wire (protobuf) forms, and checks of what the machine permits (ICMP
+//! wire (protobuf) forms, a web application with test certificates for
+//! application-level checks, and checks of what the machine permits (ICMP
 //! sockets, IPv6 loopback) that fail naming what is missing.
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
@@ -19,6 +20,7 @@ pub mod net;
 pub mod poll;
 pub mod postgres;
 pub mod segment;
+pub mod web;
 
 pub use apps::{Blackhole, TcpApp, UdpApp, closed_port, listeners, max_in_window};
 pub use delay::DelayLink;
@@ -28,3 +30,4 @@ pub use net::free_port;
 pub use poll::{eventually, retry};
 pub use postgres::Postgres;
 pub use segment::Segment;
+pub use web::{Certs, WebApp};

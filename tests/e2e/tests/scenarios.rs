@@ -2468,3 +2468,86 @@ async fn s18_nearest_over_a_delayed_path() -> Result<()> {
     })
     .await
 }
+
+/// 19. Application-level checks through the real binaries: an `https`
+/// segment whose server's certificate the CA's `check_ca_file` verifies is
+/// Up while `/healthz` answers 200, and shows its certificate's expiry with
+/// a warning (5 days left, under the default 14) in the application view
+/// and the metrics; answering 503 makes it Down with reason `http 503`,
+/// while a bare TCP check of the same port stays Up.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s19_application_checks() -> Result<()> {
+    let sc = Scenario::new("s19_app_checks", 52)?;
+    sc.run(LIMIT, |sc| async move {
+        let ip = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("web.reach.test", ip)]).await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs() as i64;
+        let not_after = now + 5 * 86_400;
+        let certs = test_support::Certs::issue("web.reach.test", now - 86_400, not_after)?;
+        std::fs::write(sc.dir.join("web-roots.pem"), &certs.ca_pem)?;
+        let web = test_support::WebApp::https_at(
+            (ip, 8443).into(),
+            200,
+            Some("web.reach.test"),
+            &certs,
+        )
+        .await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &Segment::new("web")
+            .apps(["web.reach.test"])
+            .tcp(["8443"])
+            .interval_ms(500)
+            .extra(
+                "check = \"https\"\ncheck_path = \"/healthz\"\ncheck_ca_file = \"web-roots.pem\"",
+            )
+            .groups(["g"])
+            .toml();
+        cfg += &Segment::new("bare")
+            .apps([ip])
+            .tcp(["8443"])
+            .interval_ms(500)
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let app = App::new("web", "web.reach.test", "tcp", 8443);
+        let bare = App::new("bare", &ip.to_string(), "tcp", 8443);
+        let limit = Duration::from_secs(20);
+        wait_status(&ca, &app, "c1", "up", limit).await?;
+        wait_status(&ca, &bare, "c1", "up", limit).await?;
+        let path = "/api/v1/application?segment=web&host=web.reach.test&protocol=tcp&port=8443";
+        let view = ca.get(path).await?;
+        let address = &view["application"]["connectors"][0]["addresses"][0];
+        ensure!(address["certificate_not_after"] == not_after, "{view}");
+        ensure!(address["reason"].is_null(), "{view}");
+        ensure!(
+            address["certificate_warning"] == "certificate expires in 4 days"
+                || address["certificate_warning"] == "certificate expires in 5 days",
+            "{view}"
+        );
+        let metrics = ca.get_text("/metrics").await?;
+        for line in [
+            format!(
+                r#"reach_ca_application_certificate_expiry_timestamp_seconds{{segment="web",host="web.reach.test",protocol="tcp",port="8443",connector="c1",address="{ip}"}} {not_after}"#
+            ),
+            r#"reach_ca_segment_certificates_expiring{segment="web"} 1"#.to_owned(),
+        ] {
+            ensure!(metrics.contains(&line), "no `{line}` in\n{metrics}");
+        }
+
+        web.set_status(503);
+        wait_status(&ca, &app, "c1", "down", limit).await?;
+        let view = ca.get(path).await?;
+        let address = &view["application"]["connectors"][0]["addresses"][0];
+        ensure!(address["reason"] == "http 503", "{view}");
+        ensure!(address["certificate_not_after"] == not_after, "{view}");
+        // The port still accepts: a bare check of it is Up.
+        ensure!(ca.status(&bare, "c1").await?.as_deref() == Some("up"));
+        ensure!(web.requests() > 0);
+        Ok(())
+    })
+    .await
+}

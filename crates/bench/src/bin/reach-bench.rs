@@ -26,7 +26,7 @@ enum Cmd {
         /// Smoke mode: seconds, small sizes; checks that everything runs.
         #[arg(long)]
         quick: bool,
-        /// Only these groups (comma-separated): policy, tcp, icmp, dns,
+        /// Only these groups (comma-separated): policy, tcp, appcheck, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
         /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm.
         #[arg(long, value_delimiter = ',')]
@@ -158,6 +158,7 @@ async fn run(
                 ),
             }),
             "tcp" => figures::tcp::run(mode).await,
+            "appcheck" => figures::appcheck::run(mode).await,
             "icmp" => figures::icmp::run(mode).await,
             "dns" => figures::dns::run(mode).await,
             "pacing" => figures::pacing::run(mode).await,

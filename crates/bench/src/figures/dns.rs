@@ -77,6 +77,7 @@ fn expand(addresses: &[IpAddr]) -> Vec<CheckTarget> {
     for port in PORTS {
         for &address in addresses {
             out.push(CheckTarget {
+                check: 0,
                 address,
                 protocol: Protocol::Tcp,
                 port,

@@ -633,6 +633,7 @@ pub async fn checks_child(port: u16, targets: usize, rate: u32, seconds: f64) ->
     let (scheduler, _task) = Scheduler::spawn(resolver, pacer, metrics.clone(), reports_tx);
     tokio::spawn(async move { while reports_rx.recv().await.is_some() {} });
     let segment = Segment {
+        check: policy::AppCheck::default(),
         name: SEGMENT.to_owned(),
         applications: (0..targets)
             .map(|k| AppEntry::Ip(IpAddr::V4(target_ip(k))))

@@ -101,6 +101,7 @@ async fn reach_trial(run: Duration, timeout: Duration) -> Result<LoopRun> {
     let targets: Arc<Vec<CheckTarget>> = Arc::new(
         (0..CONCURRENCY)
             .map(|i| CheckTarget {
+                check: 0,
                 address: address(i),
                 protocol: Protocol::Udp,
                 port: 3389,

@@ -67,6 +67,7 @@ pub fn segments(targets: usize) -> Vec<Segment> {
         .map(|s| {
             let entries = (targets - s * per_segment).min(per_segment) / usize::from(PORTS);
             Segment {
+                check: policy::AppCheck::default(),
                 name: format!("mem-{s}"),
                 applications: (0..entries).map(|i| entry(s * ENTRIES + i)).collect(),
                 tcp_ports: PortRange::new(9000, 9000 + PORTS - 1).into_iter().collect(),

@@ -4,6 +4,7 @@
 //! and the driver's run then exits non-zero naming them.
 
 pub mod access;
+pub mod appcheck;
 pub mod batching;
 pub mod burst;
 pub mod ca;
@@ -55,6 +56,7 @@ impl Spec {
 pub const GROUPS: &[&str] = &[
     "policy",
     "tcp",
+    "appcheck",
     "icmp",
     "dns",
     "pacing",
@@ -81,6 +83,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
     match group {
         "policy" => criterion::SPECS,
         "tcp" => tcp::SPECS,
+        "appcheck" => appcheck::SPECS,
         "icmp" => icmp::SPECS,
         "dns" => dns::SPECS,
         "pacing" => pacing::SPECS,

@@ -117,6 +117,8 @@ fn entry(host: String, rtt_us: u64, access_id: String) -> v1::ApplicationHealth 
         }),
         status: up,
         addresses: vec![v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             address: "127.0.9.1".to_owned(),
             status: up,
             method: v1::CheckMethod::Tcp as i32,

@@ -154,6 +154,7 @@ async fn reach(checks: usize, at: &Listeners) -> Result<(Vec<f64>, Vec<f64>)> {
             let (pacer, next) = (pacer.clone(), next.clone());
             tokio::spawn(async move {
                 let target = CheckTarget {
+                    check: 0,
                     address: addr.ip(),
                     protocol: Protocol::Tcp,
                     port: addr.port(),

@@ -135,6 +135,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         addrs
             .iter()
             .map(|a| CheckTarget {
+                check: 0,
                 address: a.ip(),
                 protocol: Protocol::Tcp,
                 port: a.port(),

@@ -160,6 +160,60 @@ impl StateMetrics {
             authority.snapshot().settings().check_budget,
         )
         .with_store(authority.store().status().up)
+        .with_app_certificates(
+            &app_certificates(authority),
+            crate::state::clock::now_ms() / 1000,
+            authority.snapshot().settings().certificate_warn,
+        )
+    }
+
+    /// Adds the checked applications' TLS certificates: each one's expiry
+    /// per (application, connector, address) for drill-down, and per
+    /// segment how many expire (or have expired) within `warn` of
+    /// `now_s` (what the alert watches; every segment with a certificate
+    /// gets a series, zero included).
+    fn with_app_certificates(
+        mut self,
+        certificates: &[AppCertificate],
+        now_s: i64,
+        warn: std::time::Duration,
+    ) -> Self {
+        let expiry = Family::<AppCertificateLabels, Gauge>::default();
+        let expiring = Family::<SegmentLabel, Gauge>::default();
+        let warn_s = i64::try_from(warn.as_secs()).unwrap_or(i64::MAX);
+        let mut per_segment: std::collections::BTreeMap<&str, std::collections::BTreeSet<_>> =
+            Default::default();
+        for c in certificates {
+            expiry.get_or_create(&c.labels).set(c.not_after);
+            let soon = per_segment.entry(c.labels.segment.as_str()).or_default();
+            if c.not_after.saturating_sub(now_s) < warn_s {
+                // An address counts once, however many connectors saw it.
+                soon.insert((
+                    &c.labels.host,
+                    &c.labels.protocol,
+                    c.labels.port,
+                    &c.labels.address,
+                ));
+            }
+        }
+        for (segment, soon) in per_segment {
+            expiring
+                .get_or_create(&SegmentLabel {
+                    segment: segment.to_owned(),
+                })
+                .set(i64::try_from(soon.len()).unwrap_or(i64::MAX));
+        }
+        self.registry.register(
+            "application_certificate_expiry_timestamp_seconds",
+            "End of the validity (notAfter) of the TLS certificate a tls/https check found, per application, connector and address, Unix seconds",
+            expiry,
+        );
+        self.registry.register(
+            "segment_certificates_expiring",
+            "Addresses of each segment whose checked TLS certificate expires within [health] certificate_warn_days (or has expired); segments with no checked certificate have no series",
+            expiring,
+        );
+        self
     }
 
     /// The gauges for these read models; `certificates` are (name, expiry
@@ -210,6 +264,56 @@ impl StateMetrics {
         );
         self
     }
+}
+
+/// One certificate a tls/https check reported.
+#[derive(Debug)]
+struct AppCertificate {
+    labels: AppCertificateLabels,
+    not_after: i64,
+}
+
+/// Labels of `reach_ca_application_certificate_expiry_timestamp_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppCertificateLabels {
+    segment: String,
+    host: String,
+    protocol: String,
+    port: u16,
+    connector: String,
+    address: String,
+}
+
+/// Label of `reach_ca_segment_certificates_expiring`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SegmentLabel {
+    segment: String,
+}
+
+/// The certificates of the visible applications' latest reports.
+fn app_certificates(authority: &Authority) -> Vec<AppCertificate> {
+    let snapshot = authority.snapshot();
+    authority
+        .health()
+        .certificates()
+        .into_iter()
+        .filter(|(key, ..)| {
+            snapshot
+                .segment(&key.segment)
+                .is_some_and(|s| !s.client_hostname_validation)
+        })
+        .map(|(key, connector, address, not_after)| AppCertificate {
+            labels: AppCertificateLabels {
+                segment: key.segment,
+                host: key.host.into_string(),
+                protocol: key.protocol.as_str().to_owned(),
+                port: key.port,
+                connector: connector.to_string(),
+                address: address.to_string(),
+            },
+            not_after,
+        })
+        .collect()
 }
 
 /// The gauges of the applications: how many by status, and which are down.
@@ -412,6 +516,46 @@ mod tests {
         assert!(!wants_classic_text(
             "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3"
         ));
+    }
+
+    #[test]
+    fn checked_certificates_are_exported_and_counted_per_segment_within_the_warning() {
+        const DAY: i64 = 86_400;
+        let now = 1_800_000_000;
+        let cert =
+            |segment: &str, host: &str, connector: &str, address: &str, days: i64| AppCertificate {
+                labels: AppCertificateLabels {
+                    segment: segment.into(),
+                    host: host.into(),
+                    protocol: "tcp".into(),
+                    port: 443,
+                    connector: connector.into(),
+                    address: address.into(),
+                },
+                not_after: now + days * DAY,
+            };
+        let certs = [
+            // One address seen by two connectors counts once.
+            cert("web", "a.test", "c1", "10.0.0.1", 3),
+            cert("web", "a.test", "c2", "10.0.0.1", 3),
+            cert("web", "a.test", "c1", "10.0.0.2", -1),
+            cert("web", "b.test", "c1", "10.0.0.3", 14),
+            cert("web", "b.test", "c1", "10.0.0.4", 90),
+            cert("far", "c.test", "c1", "10.0.0.5", 200),
+        ];
+        let m = StateMetrics::from_views::<()>(&[], &[], &[], 5).with_app_certificates(
+            &certs,
+            now,
+            std::time::Duration::from_secs(14 * 86_400),
+        );
+        let text = render(&m);
+        for line in [
+            r#"reach_ca_application_certificate_expiry_timestamp_seconds{segment="web",host="a.test",protocol="tcp",port="443",connector="c2",address="10.0.0.1"} 1800259200"#,
+            r#"reach_ca_segment_certificates_expiring{segment="web"} 2"#,
+            r#"reach_ca_segment_certificates_expiring{segment="far"} 0"#,
+        ] {
+            assert!(text.contains(line), "no `{line}` in\n{text}");
+        }
     }
 
     #[test]

@@ -72,6 +72,36 @@ pub struct AddressView {
     /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
     #[schema(schema_with = crate::api::schema::failure)]
     pub failure: Option<policy::FailureKind>,
+    /// Why the segment's application-level check (`check` = `tls`, `http`,
+    /// `https`) failed after the TCP handshake (`"http 503"`, `"tls:
+    /// certificate expired"`), `null` when it passed or only TCP is checked.
+    pub reason: Option<String>,
+    /// The end of the validity (notAfter) of the TLS certificate a
+    /// `tls`/`https` check found, Unix seconds; `null` without one.
+    pub certificate_not_after: Option<i64>,
+    /// A warning when that certificate expires within `[health]
+    /// certificate_warn_days` (`"certificate expires in 3 days"`) or has
+    /// expired; it does not change the status.
+    pub certificate_warning: Option<String>,
+}
+
+/// The warning for a certificate valid until `not_after` (Unix seconds) at
+/// `now_s`, when it expires within `warn`.
+pub fn certificate_warning(not_after: i64, now_s: i64, warn: Duration) -> Option<String> {
+    let left = not_after.saturating_sub(now_s);
+    if left > 0 && left >= i64::try_from(warn.as_secs()).unwrap_or(i64::MAX) {
+        return None;
+    }
+    Some(if left <= 0 {
+        "certificate expired".to_owned()
+    } else {
+        match left / 86_400 {
+            0 if left < 7200 => "certificate expires in 1 hour".to_owned(),
+            0 => format!("certificate expires in {} hours", left / 3600),
+            1 => "certificate expires in 1 day".to_owned(),
+            days => format!("certificate expires in {days} days"),
+        }
+    })
 }
 
 impl From<&AddressResult> for AddressView {
@@ -93,7 +123,22 @@ impl From<&AddressResult> for AddressView {
                 }
             }),
             failure: r.failure.as_ref().map(|f| f.kind),
+            reason: r.check.as_ref().and_then(|c| c.reason.clone()),
+            certificate_not_after: r.check.as_ref().and_then(|c| c.not_after),
+            certificate_warning: None,
         }
+    }
+}
+
+impl AddressView {
+    /// The view of `r` with its certificate judged at `now_s` against the
+    /// warning window `warn`.
+    pub fn at(r: &AddressResult, now_s: i64, warn: Duration) -> Self {
+        let mut view = AddressView::from(r);
+        view.certificate_warning = view
+            .certificate_not_after
+            .and_then(|t| certificate_warning(t, now_s, warn));
+        view
     }
 }
 
@@ -770,7 +815,12 @@ impl Authority {
             addresses: if status == Status::Unknown {
                 Vec::new()
             } else {
-                r.addresses.iter().map(AddressView::from).collect()
+                let warn = state.settings().certificate_warn;
+                let now_s = crate::state::clock::now_ms() / 1000;
+                r.addresses
+                    .iter()
+                    .map(|a| AddressView::at(a, now_s, warn))
+                    .collect()
             },
             dns_error: r.dns_error.clone(),
             smoothed_rtt: r.rtt,
@@ -1134,6 +1184,8 @@ impl ApplicationView {
                         .addresses
                         .iter()
                         .map(|a| v1::AddressResult {
+                            reason: a.reason.clone(),
+                            certificate_not_after_unix_s: a.certificate_not_after,
                             address: a.address.clone(),
                             status: v1::HealthStatus::from(a.status) as i32,
                             method: v1::CheckMethod::from(a.method) as i32,
@@ -1193,5 +1245,34 @@ impl ConnectorView {
                 followed_assignment_hash: r.followed_assignment_hash.clone(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_is_warned_about_within_the_window_only() {
+        let (now, day) = (1_800_000_000, 86_400);
+        let warn = Duration::from_secs(14 * 86_400);
+        let w = |left: i64| certificate_warning(now + left, now, warn);
+        assert_eq!(w(14 * day), None);
+        assert_eq!(w(90 * day), None);
+        assert_eq!(
+            w(14 * day - 1).as_deref(),
+            Some("certificate expires in 13 days")
+        );
+        assert_eq!(w(day + 5).as_deref(), Some("certificate expires in 1 day"));
+        assert_eq!(w(7200).as_deref(), Some("certificate expires in 2 hours"));
+        assert_eq!(w(10).as_deref(), Some("certificate expires in 1 hour"));
+        assert_eq!(w(0).as_deref(), Some("certificate expired"));
+        assert_eq!(w(-day).as_deref(), Some("certificate expired"));
+        // A window of 0 days: only an expired certificate is warned about.
+        assert_eq!(certificate_warning(now + 10, now, Duration::ZERO), None);
+        assert_eq!(
+            certificate_warning(now, now, Duration::ZERO).as_deref(),
+            Some("certificate expired")
+        );
     }
 }

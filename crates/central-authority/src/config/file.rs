@@ -197,6 +197,8 @@ pub(super) struct HealthSection {
     pub(super) max_windows_per_segment: usize,
     pub(super) history_retention_s: u64,
     pub(super) warmup_ms: u64,
+    /// Warn about a TLS certificate expiring within this many days.
+    pub(super) certificate_warn_days: u64,
 }
 
 impl Default for HealthSection {
@@ -219,6 +221,7 @@ impl Default for HealthSection {
             max_windows_per_segment: 5_000,
             history_retention_s: 7 * 24 * 3600,
             warmup_ms: 30_000,
+            certificate_warn_days: 14,
         }
     }
 }

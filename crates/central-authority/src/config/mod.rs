@@ -24,7 +24,7 @@ use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 
-use policy::{GroupSpec, Policy, PolicySpec, ValidationError};
+use policy::{GroupSpec, Policy, PolicySpec, SegmentSpec, ValidationError};
 
 use crate::trust::auth::{ApiToken, Secret};
 use file::FileConfig;
@@ -222,7 +222,7 @@ impl Config {
                     location: g.location,
                 })
                 .collect(),
-            segments: file.segments,
+            segments: with_ca_files(file.segments, base),
         };
         // Without valid settings the default limits still find every
         // other policy error in the same pass.
@@ -251,6 +251,19 @@ impl Config {
             _ => Err(ConfigError::Invalid(problems)),
         }
     }
+}
+
+/// `segments` with each `check_ca_file` read (relative to the config's
+/// directory) for validation, which reads no file itself; the PEM then
+/// travels to the connectors, which run elsewhere.
+fn with_ca_files(mut segments: Vec<SegmentSpec>, base: &Path) -> Vec<SegmentSpec> {
+    for s in &mut segments {
+        if let Some(file) = &s.check_ca_file {
+            s.check_ca_pem =
+                Some(std::fs::read_to_string(base.join(file)).map_err(|e| e.to_string()));
+        }
+    }
+    segments
 }
 
 /// A warning for every secret file the config names that group or others
@@ -430,6 +443,42 @@ mod tests {
         )
         .expect_err("unknown field");
         assert!(err.to_string().contains("lat"), "{err}");
+    }
+
+    /// A segment's `check_ca_file` is read relative to the config's
+    /// directory, its PEM kept for the connectors; a missing or empty file
+    /// is an error naming the segment and the key.
+    #[test]
+    fn check_ca_files_are_read_relative_to_the_config() {
+        let dir = std::env::temp_dir().join(format!("reach-ca-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        std::fs::write(dir.join("roots.pem"), pem).expect("write");
+        std::fs::write(dir.join("empty.pem"), "").expect("write");
+        let with = |file: &str| {
+            format!(
+                "{MINIMAL}check = \"https\"\ncheck_path = \"/healthz\"\ncheck_ca_file = \"{file}\"\n"
+            )
+        };
+        let c = Config::from_toml(&with("roots.pem"), &dir).expect("valid");
+        let check = &c.policy.segments[0].check;
+        assert_eq!(check.kind, policy::CheckKind::Https);
+        assert_eq!(
+            (check.path.as_str(), check.ca_pem.as_deref()),
+            ("/healthz", Some(pem))
+        );
+        let err = Config::from_toml(&with("missing.pem"), &dir).expect_err("missing");
+        assert!(
+            err.messages()[0]
+                .starts_with(r#"segment "jira": check_ca_file "missing.pem" cannot be read: "#),
+            "{err}"
+        );
+        let err = Config::from_toml(&with("empty.pem"), &dir).expect_err("empty");
+        assert_eq!(
+            err.messages(),
+            vec![r#"segment "jira": check_ca_file "empty.pem" holds no PEM certificate"#]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

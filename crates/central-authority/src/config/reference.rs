@@ -161,6 +161,7 @@ pub const ENTRIES: &[Entry] = &[
     e("health", "max_windows_per_connector", "integer", Value("10000"), within(1, 10_000_000), "", "Live on-access windows per connector; beyond it refused and counted."),
     e("health", "max_windows_per_segment", "integer", Value("5000"), within(1, 10_000_000), "", "Live on-access windows per segment."),
     e("health", "history_retention_s", "integer", Value("604800"), within(60, 31_536_000), "", "How long health history is kept."),
+    e("health", "certificate_warn_days", "integer", Value("14"), within(0, 3650), "", "Warn (no status change) when a checked TLS certificate expires within this many days."),
     e("health", "warmup_ms", "integer", Value("30000"), within(0, 3_600_000), "", "After start, Unknown rather than Down until connectors have reported."),
     e("api_tokens", "name", "string", Absent("required"), None, "unique", "Who the token belongs to (audit trail)."),
     e("api_tokens", "token", "string", Absent("one of `token`, `token_file`"), None, "16+ characters", "The bearer token."),
@@ -197,6 +198,10 @@ pub const ENTRIES: &[Entry] = &[
     e("segments", "rise", "integer", Absent("1"), None, "", "Flap damping: reachable results in a row before Up."),
     e("segments", "fall", "integer", Absent("1"), None, "", "Flap damping: failed results in a row before Down."),
     e("segments", "strategy", "string", Absent("`[selection] strategy`"), None, "`healthy`, `group`, `nearest`", "This segment's selection strategy."),
+    e("segments", "check", "string", Absent("`tcp`"), None, "`tcp`, `tls`, `http`, `https`", "What a TCP port's check does after the handshake (UDP ports: as always)."),
+    e("segments", "check_path", "string", Absent("`/`"), None, "starts with `/`; `http`, `https` only", "The path of the check's `GET`."),
+    e("segments", "check_expect", "string", Absent("`200-399`"), None, "`200,204,300-399` within 100-599; `http`, `https` only", "The statuses that count as Up."),
+    e("segments", "check_ca_file", "path", Absent("no verification"), None, "PEM, 1+ certificates; `tls`, `https` only", "Roots the server's certificate is verified with (sent to connectors)."),
 ];
 
 /// The reference as Markdown (the book's `configuration.md`).

@@ -98,6 +98,9 @@ pub struct Settings {
     /// the connectors the store knows re-attach and report (`[health]
     /// warmup_ms`, default 30000; 0: ready at once).
     pub warmup: Duration,
+    /// A checked application's TLS certificate expiring within this long
+    /// is warned about (`[health] certificate_warn_days`, default 14).
+    pub certificate_warn: Duration,
     /// Where the CA keeps its database and generated certificates
     /// (`[server] data_dir`, default `reach-ca-data` next to the config).
     pub data_dir: PathBuf,
@@ -284,6 +287,7 @@ pub(super) fn settings(
         max_windows_per_segment: h.max_windows_per_segment,
         history_retention: Duration::from_secs(h.history_retention_s),
         warmup: Duration::from_millis(h.warmup_ms),
+        certificate_warn: Duration::from_secs(h.certificate_warn_days.saturating_mul(86_400)),
         audit_retention: Duration::from_secs(file.audit.retention_s),
     })
 }
@@ -583,6 +587,12 @@ fn health_bounds(h: &HealthSection, problems: &mut Vec<Problem>) {
         60..=31_536_000,
     );
     range(problems, "health.warmup_ms", h.warmup_ms, 0..=3_600_000);
+    range(
+        problems,
+        "health.certificate_warn_days",
+        h.certificate_warn_days,
+        0..=3650,
+    );
     range(
         problems,
         "health.max_windows_per_connector",

@@ -792,6 +792,24 @@ impl HealthTable {
         removed
     }
 
+    /// Every TLS certificate expiry the latest reports carry: (application,
+    /// connector, address, notAfter in Unix seconds), in no order.
+    pub fn certificates(&self) -> Vec<(AppKey, Arc<str>, std::net::IpAddr, i64)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            for (key, record) in read(shard).iter() {
+                for (connector, report) in &record.reports {
+                    for a in &report.addresses {
+                        if let Some(t) = a.check.as_ref().and_then(|c| c.not_after) {
+                            out.push((key.clone(), Arc::from(connector), a.address, t));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// How many applications the table holds.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| read(s).len()).sum()
@@ -883,6 +901,7 @@ mod tests {
         t.record(key(), "c1", report(Status::Up, now), 4);
         let later = now + Duration::from_secs(5);
         let address = policy::AddressResult {
+            check: None,
             address: "10.0.0.1".parse().expect("ip"),
             reachable: true,
             method: policy::Method::Tcp,
@@ -972,6 +991,7 @@ mod tests {
         let t = HealthTable::default();
         let now = Instant::now();
         let result = |last: u8, failure: Option<&str>| policy::AddressResult {
+            check: None,
             address: std::net::IpAddr::from([10, 0, 0, last]),
             reachable: failure.is_none(),
             method: policy::Method::Tcp,

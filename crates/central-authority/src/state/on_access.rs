@@ -721,6 +721,8 @@ mod bounded {
             }),
             status: v1::HealthStatus::Up as i32,
             addresses: vec![v1::AddressResult {
+                reason: None,
+                certificate_not_after_unix_s: None,
                 address: "10.0.0.1".into(),
                 status: v1::HealthStatus::Up as i32,
                 method: v1::CheckMethod::Tcp as i32,
@@ -903,6 +905,8 @@ mod opened_by_access {
             app: Some(v1::ApplicationKey::from(&key(host))),
             status: v1::HealthStatus::Up as i32,
             addresses: vec![v1::AddressResult {
+                reason: None,
+                certificate_not_after_unix_s: None,
                 address: "10.0.0.1".into(),
                 status: v1::HealthStatus::Up as i32,
                 method: v1::CheckMethod::Tcp as i32,

@@ -526,6 +526,8 @@ pub fn app(
     let mut addresses: Vec<v1::AddressResult> = up
         .iter()
         .map(|a| v1::AddressResult {
+            reason: None,
+            certificate_not_after_unix_s: None,
             address: (*a).into(),
             status: v1::HealthStatus::Up as i32,
             method: v1::CheckMethod::Tcp as i32,
@@ -535,6 +537,8 @@ pub fn app(
         })
         .collect();
     addresses.extend(down.iter().map(|a| v1::AddressResult {
+        reason: None,
+        certificate_not_after_unix_s: None,
         address: (*a).into(),
         status: v1::HealthStatus::Down as i32,
         method: v1::CheckMethod::Tcp as i32,

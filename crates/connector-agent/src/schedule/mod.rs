@@ -293,6 +293,11 @@ impl Schedule {
         self.poll(now)
     }
 
+    /// The assigned segment named `name`.
+    pub fn segment(&self, name: &str) -> Option<&Segment> {
+        self.segments.get(name)
+    }
+
     fn interval_of(&self, key: &AppKey) -> Duration {
         self.segments
             .get(&key.segment)
@@ -612,6 +617,7 @@ fn on_access_targets(key: &AppKey, resolved: &BTreeMap<String, Vec<IpAddr>>) -> 
     addresses
         .into_iter()
         .map(|address| CheckTarget {
+            check: 0,
             address,
             protocol: key.protocol,
             port: key.port,
@@ -653,6 +659,7 @@ mod tests {
     fn up_round(ip: &str) -> Round {
         Round {
             addresses: vec![AddressResult {
+                check: None,
                 address: ip.parse().expect("ip"),
                 reachable: true,
                 method: Method::Tcp,

@@ -338,6 +338,8 @@ struct Resolved {
 /// one channel, tagged with the round's generation.
 struct InFlight {
     key: AppKey,
+    /// The application-level check's id (0: the TCP handshake alone).
+    check: u32,
     /// Checks not answered yet.
     remaining: u32,
     /// Answers so far, with each address's position in the resolution.
@@ -372,7 +374,7 @@ impl Flights {
         loop {
             while let Some(action) = actions.pop_front() {
                 match action {
-                    check @ Action::Check { .. } => self.start(check),
+                    check @ Action::Check { .. } => self.start(schedule, check),
                     Action::Report(apps) => batch.extend(apps),
                 }
             }
@@ -390,7 +392,7 @@ impl Flights {
 
     /// Starts the round a `Check` action asks for: an IP literal goes to the
     /// pacer at once; a name is resolved first (in a task).
-    fn start(&mut self, action: Action) {
+    fn start(&mut self, schedule: &Schedule, action: Action) {
         let Action::Check {
             key,
             generation,
@@ -404,9 +406,19 @@ impl Flights {
         let priority = priority(on_access, triggered);
         let ip = key.host.ip();
         let host = ip.is_none().then(|| key.host.clone());
+        // A TCP port's application-level check (the segment's `check`).
+        let check = match (key.protocol, schedule.segment(&key.segment)) {
+            (policy::Protocol::Tcp, Some(segment)) => self
+                .runner
+                .pacer
+                .prober()
+                .check_id(&key.host, &segment.check),
+            _ => 0,
+        };
         self.rounds.insert(
             generation,
             InFlight {
+                check,
                 key,
                 remaining: 0,
                 results: Vec::new(),
@@ -480,6 +492,7 @@ impl Flights {
                 address,
                 protocol: round.key.protocol,
                 port: round.key.port,
+                check: round.check,
             };
             let reused = self
                 .runner
