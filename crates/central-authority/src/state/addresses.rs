@@ -193,6 +193,7 @@ mod tests {
             method: policy::Method::Tcp,
             rtt: Duration::from_millis(1),
             failure: None,
+            check: None,
         }
     }
 

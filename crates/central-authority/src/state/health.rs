@@ -947,6 +947,7 @@ mod tests {
                 method: policy::Method::Tcp,
                 rtt: Duration::from_millis(ms),
                 failure: None,
+                check: None,
             }],
             received_wall: at,
             ..report(Status::Up, now)

@@ -313,6 +313,7 @@ async fn check(addr: SocketAddr) -> v1::AddressResult {
             v1::FailureKind::Refused
         } as i32,
         detail: String::new(),
+        ..Default::default()
     }
 }
 
