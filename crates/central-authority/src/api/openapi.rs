@@ -493,6 +493,10 @@ fn query_schema(name: &str) -> Option<Value> {
         "since" | "until" => json!({"anyOf": [
             {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX},
             {"type": "string", "format": "date-time"}]}),
+        "address" => json!({"anyOf": [
+            {"type": "string", "format": "ipv4"},
+            {"type": "string", "format": "ipv6"},
+            {"type": "string", "enum": ["*"]}]}),
         "app" => json!({"type": "string",
             "pattern": format!("^[^/]+/.+/(tcp|udp)/{PORT}$")}),
         _ => return None,
