@@ -208,6 +208,22 @@ CREATE TABLE auth_logins (
 "#,
 ];
 
+/// A history row's first nine columns (the status and the address
+/// history select them alike).
+fn event_row(r: &tokio_postgres::Row) -> EventRecord {
+    EventRecord {
+        at_ms: r.get(0),
+        segment: r.get(1),
+        host: r.get(2),
+        protocol: r.get(3),
+        port: r.get(4),
+        connector: r.get(5),
+        from: r.get(6),
+        to: r.get(7),
+        cause: r.get(8),
+    }
+}
+
 /// How often a transaction is tried before its serialization failure is
 /// returned.
 const ATTEMPTS: u32 = 30;
@@ -775,17 +791,7 @@ impl PgStore {
                      FROM health_events{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
                 ),
                 values,
-                |r| EventRecord {
-                    at_ms: r.get(0),
-                    segment: r.get(1),
-                    host: r.get(2),
-                    protocol: r.get(3),
-                    port: r.get(4),
-                    connector: r.get(5),
-                    from: r.get(6),
-                    to: r.get(7),
-                    cause: r.get(8),
-                },
+                event_row,
             )
             .await
         })
@@ -865,17 +871,7 @@ impl PgStore {
                 ),
                 values,
                 |r| AddressEventRecord {
-                    event: EventRecord {
-                        at_ms: r.get(0),
-                        segment: r.get(1),
-                        host: r.get(2),
-                        protocol: r.get(3),
-                        port: r.get(4),
-                        connector: r.get(5),
-                        from: r.get(6),
-                        to: r.get(7),
-                        cause: r.get(8),
-                    },
+                    event: event_row(r),
                     address: r.get(9),
                 },
             )

@@ -203,6 +203,22 @@ CREATE TABLE auth_logins (
 "#,
 ];
 
+/// A history row's first nine columns (the status and the address
+/// history select them alike).
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
+    Ok(EventRecord {
+        at_ms: r.get(0)?,
+        segment: r.get(1)?,
+        host: r.get(2)?,
+        protocol: r.get(3)?,
+        port: r.get(4)?,
+        connector: r.get(5)?,
+        from: r.get(6)?,
+        to: r.get(7)?,
+        cause: r.get(8)?,
+    })
+}
+
 /// How many history rows match `filter` (a `WHERE …` from `EventFilter`).
 fn events_count_sql(filter: &str) -> String {
     format!("SELECT COUNT(*) FROM health_events{filter}")
@@ -934,19 +950,7 @@ impl SqliteStore {
             &events_count_sql(&filter),
             &events_page_sql(&filter, limit, offset),
             values,
-            |r| {
-                Ok(EventRecord {
-                    at_ms: r.get(0)?,
-                    segment: r.get(1)?,
-                    host: r.get(2)?,
-                    protocol: r.get(3)?,
-                    port: r.get(4)?,
-                    connector: r.get(5)?,
-                    from: r.get(6)?,
-                    to: r.get(7)?,
-                    cause: r.get(8)?,
-                })
-            },
+            event_row,
         )
     }
 
@@ -1021,17 +1025,7 @@ impl SqliteStore {
             values,
             |r| {
                 Ok(AddressEventRecord {
-                    event: EventRecord {
-                        at_ms: r.get(0)?,
-                        segment: r.get(1)?,
-                        host: r.get(2)?,
-                        protocol: r.get(3)?,
-                        port: r.get(4)?,
-                        connector: r.get(5)?,
-                        from: r.get(6)?,
-                        to: r.get(7)?,
-                        cause: r.get(8)?,
-                    },
+                    event: event_row(r)?,
                     address: r.get(9)?,
                 })
             },
