@@ -1891,3 +1891,90 @@ return [...document.querySelectorAll('#app-addresses tr.address-row')].map((tr) 
         panic!("{e:#}");
     }
 }
+
+/// A `tls`/`https` check's certificate on the application page: each
+/// address shows the date its certificate ends (the date the API gives),
+/// and one that ends within `[health] certificate_warn_days` (default 14)
+/// carries the API's warning, marked as such; the other does not.
+#[tokio::test]
+async fn the_application_page_shows_when_certificates_end() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east.next().await, Some(Out::Welcome(_))));
+        let now = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs(),
+        )?;
+        // 127.0.0.9's certificate ends in 3 days, 127.0.0.10's in 100.
+        let ends = [now + 3 * 86_400 + 600, now + 100 * 86_400];
+        let mut jira = app("jira", "jira.test.reach", 80, &["127.0.0.9", "127.0.0.10"], &[]);
+        for (r, t) in jira.addresses.iter_mut().zip(ends) {
+            r.certificate_not_after_unix_s = Some(t);
+        }
+        east.report(vec![jira], false).await;
+        b.goto(&format!("{base}{JIRA_APP}")).await?;
+        // What the API serves, read by the page's own fetch (anonymous
+        // read, plain HTTP).
+        let api = format!("/api/v1/application?{}", &JIRA_APP[5..]);
+        let given = || async {
+            b.eval(
+                "return (async () => (await (await fetch(arguments[0])).json())
+                   .application.connectors[0].addresses)()",
+                serde_json::json!([api]),
+            )
+            .await
+        };
+        let shown = r#"
+return [...document.querySelectorAll('#app-connectors li.address')].map((li) => {
+  const c = li.querySelector('.cert');
+  return c ? { address: li.dataset.address, not_after: Number(c.dataset.certNotAfter),
+    warn: c.classList.contains('cert-warn'), text: c.textContent } : { address: li.dataset.address };
+});"#;
+        tab_wait(&b, shown, serde_json::json!([]), "two certificates", |v| {
+            v.as_array()
+                .is_some_and(|a| a.len() == 2 && a.iter().all(|c| c["not_after"].is_number()))
+        })
+        .await?;
+        let shown = b.eval(shown, serde_json::json!([])).await?;
+        let given = given().await?;
+        for a in given.as_array().into_iter().flatten() {
+            let row = shown
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["address"] == a["address"])
+                .ok_or_else(|| anyhow::anyhow!("{a} not shown: {shown}"))?;
+            let day = time::OffsetDateTime::from_unix_timestamp(
+                a["certificate_not_after"].as_i64().unwrap_or(0),
+            )?
+            .date();
+            let text = row["text"].as_str().unwrap_or("");
+            anyhow::ensure!(
+                row["not_after"] == a["certificate_not_after"]
+                    && text.contains(&format!("certificate until {day}"))
+                    && row["warn"] == a["certificate_warning"].is_string(),
+                "row {row} for {a}"
+            );
+            if let Some(w) = a["certificate_warning"].as_str() {
+                anyhow::ensure!(text.contains(w), "row {row} lacks the warning {w}");
+            }
+        }
+        let warned: Vec<&str> = given
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["certificate_warning"].is_string())
+            .filter_map(|a| a["address"].as_str())
+            .collect();
+        anyhow::ensure!(warned == ["127.0.0.9"], "warnings: {given}");
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
