@@ -150,6 +150,22 @@ impl Authority {
                 }
             }
         };
+        // Key-authenticated sessions: the disabled connectors in one query
+        // (asking per session put a query a second per session on the
+        // database: 10,000 a second at 10,000 connectors).
+        let disabled = if live.iter().any(|s| s.serial.is_none()) {
+            match self.store().disabled_connectors() {
+                Ok(d) => d,
+                Err(e) => {
+                    if !e.is_unavailable() {
+                        tracing::warn!(error = %e, "cannot reconcile sessions with the store");
+                    }
+                    return 0;
+                }
+            }
+        } else {
+            std::collections::HashSet::new()
+        };
         let now = crate::state::clock::now_ms();
         // One key lookup per (group, key) of key-authenticated sessions.
         let mut keys: std::collections::HashMap<(String, String), Result<(), AuthError>> =
@@ -167,7 +183,13 @@ impl Authority {
                         .clone(),
                     None => Ok(()),
                 }
-                .and_then(|()| self.check_not_disabled(&s.name)),
+                .and_then(|()| {
+                    if disabled.contains(&s.name) {
+                        Err(AuthError::ConnectorDisabled(s.name.clone()))
+                    } else {
+                        Ok(())
+                    }
+                }),
             };
             // The store not answering is no verdict on the session.
             if let Err(e) = verdict

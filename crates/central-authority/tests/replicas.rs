@@ -683,3 +683,66 @@ async fn a_key_revocation_closes_the_sessions_it_authenticated_on_every_replica(
     b.stop().await;
     a.stop().await;
 }
+
+/// A key-authenticated session of a connector disabled behind this
+/// replica's back (by another replica: here, straight in the shared
+/// store) is ended by the reconcile, which asks the store for the disabled
+/// connectors once, not once per session; the other sessions stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() {
+    use central_authority::store::{NewCertificate, Store, StoreLocation};
+    let ca = Ca::start_plain(&plain_config()).await;
+    let mut p1 = open_plain(ca.grpc, "p1").await.expect("p1 admitted");
+    let mut p2 = open_plain(ca.grpc, "p2").await.expect("p2 admitted");
+    for c in [&mut p1, &mut p2] {
+        assert!(
+            matches!(c.next().await, Some(Out::Welcome(_))),
+            "{} welcomed",
+            c.name
+        );
+    }
+    let location = StoreLocation::Sqlite(ca.data_dir.join("reach.db"));
+    let other = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let store = Store::open(&location).map_err(|e| e.to_string())?;
+        let enrolled = store
+            .enroll(&NewCertificate {
+                name: "p1",
+                group: "dc-east",
+                key_sha256: "k",
+                max_uses: 1,
+                serial: "0a",
+                fingerprint: "f",
+                not_after_ms: i64::MAX,
+                now_ms: 1,
+            })
+            .map_err(|e| e.to_string())?;
+        enrolled.map_err(|e| format!("{e:?}"))?;
+        store
+            .set_disabled("p1", true, 2)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .await
+    .expect("store task");
+    other.expect("p1 enrolled and disabled in the shared store");
+    let authority = ca.authority.clone();
+    let closed = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
+        .await
+        .expect("reconcile task");
+    assert_eq!(closed, 1, "p1's session, not p2's");
+    let end = shut_down(&mut p1, "p1 disabled elsewhere").await;
+    assert!(end.reason.contains("disabled"), "{end:?}");
+    let authority = ca.authority.clone();
+    let again = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
+        .await
+        .expect("reconcile task");
+    assert_eq!(again, 0, "p2 stands");
+    assert!(
+        ca.authority
+            .connectors()
+            .iter()
+            .any(|c| c.name == "p2" && c.connected),
+        "p2 stays attached"
+    );
+    ca.stop().await;
+}

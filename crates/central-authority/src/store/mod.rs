@@ -891,6 +891,12 @@ impl Store {
         each!(self, s => s.is_disabled(name))
     }
 
+    /// The names of every disabled connector: one query, whatever the
+    /// number of sessions it is asked for (the session reconcile's view).
+    pub fn disabled_connectors(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        each!(self, s => s.disabled_connectors())
+    }
+
     /// Records a renewal: checks, in one transaction, that `old_serial` was
     /// issued to `name` of `group`, is neither revoked nor expired and that
     /// the connector is not disabled; records the new certificate and puts
@@ -1096,8 +1102,15 @@ mod suite {
             "only the named connector"
         );
         assert!(!s.is_disabled("never-enrolled").expect("db"));
+        let all = s.disabled_connectors().expect("db");
+        assert_eq!(
+            all.into_iter().collect::<Vec<_>>(),
+            ["c1"],
+            "only c1 is disabled"
+        );
         assert!(s.set_disabled("c1", false, 3).expect("db"));
         assert!(!s.is_disabled("c1").expect("db"));
+        assert!(s.disabled_connectors().expect("db").is_empty());
         s.break_for_tests();
         assert!(
             s.is_disabled("c1").is_err(),

@@ -16,7 +16,7 @@
 //! Migrations run at start under an advisory lock, so replicas starting
 //! together migrate once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -743,6 +743,16 @@ impl PgStore {
                 .query_opt("SELECT disabled FROM connectors WHERE name = $1", &[&name])
                 .await?;
             Ok(row.is_some_and(|r| r.get(0)))
+        })
+    }
+
+    pub(crate) fn disabled_connectors(&self) -> Result<HashSet<String>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query("SELECT name FROM connectors WHERE disabled", &[])
+                .await?;
+            Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
         })
     }
 

@@ -5,6 +5,7 @@
 //! The schema is versioned with `PRAGMA user_version`; `MIGRATIONS[i]`
 //! takes it from version `i` to `i + 1`.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -710,6 +711,15 @@ impl SqliteStore {
             )
             .optional()?
             .unwrap_or(false))
+    }
+
+    pub(crate) fn disabled_connectors(&self) -> Result<HashSet<String>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare_cached("SELECT name FROM connectors WHERE disabled")?;
+        let names = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<HashSet<String>, _>>()?;
+        Ok(names)
     }
 
     /// Records a renewal: checks, in one transaction, that `old_serial` was
