@@ -289,24 +289,21 @@ impl Work {
     }
 }
 
-/// Waits until the first reports are stored: `health_events` holds rows
-/// and the database's rows written stop growing.
-async fn settled(stats: &PgStats) -> Result<i64> {
+/// Waits until the first reports are stored (one transition to Up per
+/// result) and the database's counts of them are published.
+async fn settled(stats: &PgStats, pairs: i64) -> Result<i64> {
     let t0 = Instant::now();
-    let mut last = -1;
     loop {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let rows = stats.sample().await?.rows;
         let events = stats.count("health_events").await?;
-        if events > 0 && rows == last {
-            return Ok(events);
+        if events >= pairs {
+            tokio::time::sleep(SETTLE).await;
+            stats.publish().await?;
+            return stats.count("health_events").await;
         }
-        if t0.elapsed() > Duration::from_secs(90) {
-            bail!(
-                "rows still being written 90 s after the first reports ({events} transitions stored)"
-            );
+        if t0.elapsed() > Duration::from_secs(120) {
+            bail!("{events} of the first {pairs} transitions stored 120 s after the first reports");
         }
-        last = rows;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -371,12 +368,14 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
             .await
             .map_err(|_| anyhow!("the session of connector {i} ended"))?;
     }
-    let first = settled(&stats).await?;
+    let first = settled(&stats, (n * APPS_PER) as i64).await?;
     let s0 = snap(&stats, server.pid()).await?;
     tokio::time::sleep(idle).await;
+    stats.publish().await?;
     let s1 = snap(&stats, server.pid()).await?;
     let sent = flap(&senders, round, rounds).await?;
     tokio::time::sleep(SETTLE).await;
+    stats.publish().await?;
     let s2 = snap(&stats, server.pid()).await?;
     let stored = stats.count("health_events").await? - first;
     drop(senders);
@@ -391,7 +390,8 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
         "{n} simulated connectors × {APPS_PER} applications ({} results), {} results (1 %) \
          flipped Up↔Down every {:.1} s for {rounds} rounds, one report per change; {sent} changes \
          reported, {stored} transitions stored in health_events; flapping window {} less the \
-         idle window (sessions and heartbeats only) {} at its rate; one CA and PostgreSQL 15 \
+         idle window (sessions and heartbeats only) {} at its rate; each window ends with \
+         the CA's connections ended so that PostgreSQL published their counts; one CA and PostgreSQL 15 \
          on this shared 2-core machine",
         n * APPS_PER,
         (n * APPS_PER / 100).max(1),
