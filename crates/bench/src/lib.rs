@@ -7,6 +7,7 @@
 //! - [`servers`]: child processes the driver measures (the CA, bare tonic
 //!   and axum servers), so their RSS and CPU are their own.
 //! - [`sim`]: simulated connectors speaking the proto.
+//! - [`pg`]: a PostgreSQL server of the run's own and its statistics.
 //! - [`figures`]: one module per group of figures.
 //!
 //! All traffic goes to loopback (127.0.0.0/8) only.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod figures;
+pub mod pg;
 pub mod report;
 pub mod servers;
 pub mod sim;

@@ -118,6 +118,29 @@ pub fn report(segment: &str, host: &str, port: u16, up: bool, rtt_us: u64) -> v1
     }
 }
 
+/// One report of several applications of `segment` on `port` (each as
+/// [`report`] makes it), the connector's full state when `full_state`.
+pub fn report_of(
+    segment: &str,
+    port: u16,
+    results: &[(String, bool)],
+    full_state: bool,
+) -> v1::ConnectorMessage {
+    let mut applications = Vec::with_capacity(results.len());
+    for (host, up) in results {
+        if let Some(In::Report(r)) = report(segment, host, port, *up, 300).kind {
+            applications.extend(r.applications);
+        }
+    }
+    v1::ConnectorMessage {
+        kind: Some(In::Report(v1::HealthReport {
+            applications,
+            full_state,
+            sequence: 0,
+        })),
+    }
+}
+
 /// Opens a session for `id` on `channel` that sends `Hello` and then
 /// everything `rest` yields; waits for the `Welcome` and returns the
 /// inbound stream after it.

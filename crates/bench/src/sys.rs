@@ -34,6 +34,47 @@ pub fn cpu_time(pid: Option<u32>) -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / USER_HZ)
 }
 
+/// The parent pid and the user + system CPU ticks of a process and of its
+/// reaped children (`utime`, `stime`, `cutime`, `cstime`).
+fn ppid_and_ticks(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let ppid = u32::try_from(num(1)?).ok()?;
+    Some((ppid, num(11)? + num(12)? + num(13)? + num(14)?))
+}
+
+/// The parent of a process, if it can be read.
+pub fn parent(pid: u32) -> Option<u32> {
+    ppid_and_ticks(pid).map(|(p, _)| p)
+}
+
+/// CPU time of a server and its worker processes: `root`'s own and that of
+/// the children it reaped, plus each live child's (a forking server such
+/// as PostgreSQL: a backend's CPU counts while it runs and, once it ended,
+/// in its parent's reaped-children time).
+pub fn family_cpu_time(root: u32) -> Duration {
+    let mut ticks = ppid_and_ticks(root).map_or(0, |(_, t)| t);
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some((ppid, t)) = ppid_and_ticks(pid)
+                && ppid == root
+            {
+                ticks += t;
+            }
+        }
+    }
+    Duration::from_millis(ticks * 1000 / USER_HZ)
+}
+
 /// What a process's live threads have run and how often they were switched
 /// out, summed over `/proc/PID/task/*` (this process when `pid` is `None`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

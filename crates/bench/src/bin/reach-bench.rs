@@ -28,7 +28,8 @@ enum Cmd {
         quick: bool,
         /// Only these groups (comma-separated): policy, tcp, appcheck, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
-        /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm.
+        /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm,
+        /// database, startup.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -178,6 +179,8 @@ async fn run(
             "events" => figures::events::run(mode).await,
             "burst" => figures::burst::run(mode).await,
             "ha" => figures::ha::run(mode).await,
+            "database" => figures::database::run(mode).await,
+            "startup" => figures::startup::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {

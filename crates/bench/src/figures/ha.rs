@@ -34,7 +34,6 @@ use anyhow::{Context, Result, bail};
 use connector_agent::{Config, IcmpPreference};
 use policy::{AppEntry, HealthReporting, PortRange, Segment};
 use serde::{Deserialize, Serialize};
-use test_support::Postgres;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -42,6 +41,7 @@ use super::Spec;
 use super::ca::{self, CaSetup, TOKEN};
 use super::ingest;
 use crate::Mode;
+use crate::pg::PgHost;
 use crate::report::{Figure, Goal};
 use crate::servers::Server;
 use crate::stats::{median, median_of, ms, quantile};
@@ -679,66 +679,6 @@ async fn checks_only(targets: &Targets, rate: u32, window: Duration) -> Result<C
         "connector-checks",
     )
     .await
-}
-
-/// A PostgreSQL server owned by a thread of its own: the server's
-/// parent-death signal fires when the thread that started it ends, so it
-/// must not be a pooled (blocking-task) thread that ends when idle.
-struct PgHost {
-    pg: Arc<Postgres>,
-    stop: std::sync::mpsc::Sender<()>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl PgHost {
-    async fn start() -> Result<PgHost> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ha-postgres".into())
-            .spawn(move || match Postgres::start() {
-                Ok(pg) => {
-                    let pg = Arc::new(pg);
-                    let _ = tx.send(Ok(pg.clone()));
-                    // Until told to stop (or the driver is gone).
-                    let _ = stopped.recv();
-                    drop(pg);
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            })
-            .context("starting the PostgreSQL thread")?;
-        let pg = rx
-            .await
-            .context("the PostgreSQL thread ended")?
-            .context("starting PostgreSQL for the ha figures")?;
-        Ok(PgHost {
-            pg,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    async fn fresh_database(&self) -> Result<String> {
-        let pg = self.pg.clone();
-        tokio::task::spawn_blocking(move || pg.fresh_database())
-            .await
-            .context("createdb panicked")?
-    }
-
-    /// Stops the server (`pg_ctl`, blocking: off the runtime's threads).
-    async fn stop(mut self) {
-        let _ = self.stop.send(());
-        if let Some(t) = self.thread.take() {
-            let pg = self.pg.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                drop(pg);
-                let _ = t.join();
-            })
-            .await;
-        }
-    }
 }
 
 /// The figures of `specs`, or each missing with `result`'s error.

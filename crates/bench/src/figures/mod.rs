@@ -11,6 +11,7 @@ pub mod ca;
 pub mod cold;
 pub mod criterion;
 pub mod dashboard;
+pub mod database;
 pub mod detect;
 pub mod dns;
 pub mod events;
@@ -23,6 +24,7 @@ pub mod pacing;
 pub mod scale;
 pub mod sizes;
 pub mod spray;
+pub mod startup;
 pub mod starve;
 pub mod storm;
 pub mod tcp;
@@ -76,6 +78,8 @@ pub const GROUPS: &[&str] = &[
     "burst",
     "ha",
     "storm",
+    "database",
+    "startup",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -103,6 +107,8 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "burst" => burst::SPECS,
         "ha" => ha::SPECS,
         "storm" => storm::SPECS,
+        "database" => database::SPECS,
+        "startup" => startup::SPECS,
         _ => &[],
     }
 }

@@ -1,0 +1,519 @@
+//! The database's share: one CA on a fresh PostgreSQL database (the store
+//! replicas share), measured by PostgreSQL's own statistics.
+//!
+//! - **Per status transition**: simulated connectors (real gRPC sessions,
+//!   50 per HTTP/2 connection) each report ten applications Up, then every
+//!   round (1 s) 1 % of the (application, connector) results flip Up↔Down.
+//!   An idle window (sessions and heartbeats only) is measured first and
+//!   subtracted pro rata from the flapping window, so what is left is what
+//!   the transitions cost: committed transactions and rows written
+//!   (`pg_stat_database`), WAL bytes (`pg_current_wal_lsn()`), the CPU of
+//!   every PostgreSQL process and of the CA, per transition stored in
+//!   `health_events`.
+//! - **Per enrollment and per renewal**: a second CA (TLS, its own fresh
+//!   database) enrolled into by `connector_agent::enroll::enroll` and
+//!   renewed by `connector_agent::enroll::renew` (the connector's own
+//!   calls), sequentially; each window ends with the CA's connections
+//!   ended, so PostgreSQL has published their counts.
+//!
+//! All traffic goes to loopback.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use connector_agent::dial::{CaTarget, CaUrl};
+use connector_agent::enroll;
+use futures::{StreamExt, TryStreamExt};
+use protocol::v1;
+use rand::seq::index::sample;
+use tokio::sync::mpsc;
+
+use super::Spec;
+use super::ca::{self, CaSetup};
+use crate::Mode;
+use crate::pg::{PgHost, PgSample, PgStats};
+use crate::report::{Figure, Goal};
+use crate::servers::Server;
+use crate::sim::{self, Identity};
+use crate::sys::cpu_time;
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "db_transition_commits",
+        unit: "transactions/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_transition_rows",
+        unit: "rows/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_transition_wal_bytes",
+        unit: "B/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_transition_pg_cpu_us",
+        unit: "µs CPU/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_transition_ca_cpu_us",
+        unit: "µs CPU/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_transitions_per_s_at_half_core",
+        unit: "transitions/s",
+        // Baseline: the transitions/s at which the CA itself is at a full
+        // core. The database must not be the bottleneck before the CA is.
+        goal: Goal::RatioAtLeast { ratio: 1.0 },
+    },
+    Spec {
+        name: "db_enroll_commits",
+        unit: "transactions/enrollment",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_enroll_rows",
+        unit: "rows/enrollment",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_enroll_wal_bytes",
+        unit: "B/enrollment",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_renew_commits",
+        unit: "transactions/renewal",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_renew_rows",
+        unit: "rows/renewal",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_renew_wal_bytes",
+        unit: "B/renewal",
+        goal: Goal::Info,
+    },
+];
+
+/// Sessions per HTTP/2 connection (the CA allows 64 streams per connection).
+const PER_CHANNEL: usize = 50;
+/// The flapping segment.
+const SEGMENT: &str = "flap";
+/// Applications of the flapping segment.
+const POLICY_APPS: usize = 1000;
+/// Applications each simulated connector reports.
+const APPS_PER: usize = 10;
+/// After the last round: the CA stores its transitions every second and
+/// PostgreSQL's backends publish their statistics within a second.
+const SETTLE: Duration = Duration::from_secs(3);
+/// The enrollment CA's group (its key allows any number of enrollments).
+const ENROLL_GROUP: &str = "db-enroll";
+/// Its provisioning key.
+const ENROLL_KEY: &str = "db-enroll-provisioning-key";
+
+/// The `k`-th application of the flapping segment (127.22.x.y).
+fn flap_host(k: usize) -> String {
+    format!("127.22.{}.{}", k / 250, k % 250 + 1)
+}
+
+/// The CA's configuration on database `url`: plain text (the simulated
+/// connectors), or TLS with a group for enrollments.
+fn config(url: &str, tls: bool) -> String {
+    let base = ca::config_text(&CaSetup {
+        filler_segments: 0,
+        ingest_apps: 0,
+        ..CaSetup::default()
+    });
+    let base = if tls {
+        base.replacen("[tls]\nenabled = false\n", "[tls]\nenabled = true\n", 1)
+    } else {
+        base
+    };
+    let apps: Vec<String> = (0..POLICY_APPS)
+        .map(|k| format!("\"{}\"", flap_host(k)))
+        .collect();
+    // Reports are sent on change only: the interval is long enough that no
+    // result goes stale during the run.
+    format!(
+        r#"[store]
+url = {url:?}
+
+{base}
+[[segments]]
+name = "{SEGMENT}"
+applications = [{}]
+tcp_ports = ["{port}"]
+health_reporting = "continuous"
+report_interval_s = 3600
+connector_groups = ["{group}"]
+
+[[connector_groups]]
+name = "{ENROLL_GROUP}"
+provisioning_key = "{ENROLL_KEY}"
+max_uses = 1000000
+"#,
+        apps.join(", "),
+        port = ca::APP_PORT,
+        group = ca::GROUP,
+    )
+}
+
+/// One report of several applications of the flapping segment.
+fn report(results: &[(usize, bool)]) -> v1::ConnectorMessage {
+    let results: Vec<(String, bool)> = results.iter().map(|&(k, up)| (flap_host(k), up)).collect();
+    sim::report_of(SEGMENT, ca::APP_PORT, &results, false)
+}
+
+/// The application of result `p` (connector `p / APPS_PER`).
+fn app_of(p: usize) -> usize {
+    p % POLICY_APPS
+}
+
+/// Opens the sessions of `n` simulated connectors; each sends what its
+/// sender is given and a heartbeat every `heartbeat`.
+async fn fleet(
+    server: &Server,
+    n: usize,
+    heartbeat: Duration,
+) -> Result<Vec<mpsc::Sender<v1::ConnectorMessage>>> {
+    let channels = sim::channels(&server.grpc_url(), n.div_ceil(PER_CHANNEL)).await?;
+    let opened = futures::stream::iter(0..n)
+        .map(|i| {
+            let channel = channels[i / PER_CHANNEL].clone();
+            async move {
+                let id = Identity {
+                    name: format!("db-{i:05}"),
+                    group: ca::GROUP.to_owned(),
+                    key: ca::KEY.to_owned(),
+                };
+                let (tx, rx) = mpsc::channel(64);
+                let sent = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|m| (m, rx))
+                });
+                let beats = futures::stream::unfold(0u32, move |k| async move {
+                    tokio::time::sleep(heartbeat).await;
+                    Some((sim::heartbeat(k), k + 1))
+                });
+                let inbound =
+                    sim::connect(channel, &id, futures::stream::select(sent, beats)).await?;
+                sim::drain(inbound);
+                Ok::<_, anyhow::Error>(tx)
+            }
+        })
+        .buffered(256)
+        .try_collect()
+        .await?;
+    Ok(opened)
+}
+
+/// What PostgreSQL and the CA did between two moments.
+#[derive(Clone, Copy, Debug, Default)]
+struct Work {
+    secs: f64,
+    commits: f64,
+    rows: f64,
+    wal: f64,
+    pg_cpu: f64,
+    ca_cpu: f64,
+}
+
+/// PostgreSQL's counters and the CA's CPU at one moment.
+#[derive(Clone, Copy, Debug)]
+struct Snap {
+    pg: PgSample,
+    ca_cpu: Duration,
+}
+
+async fn snap(stats: &PgStats, ca: Option<u32>) -> Result<Snap> {
+    Ok(Snap {
+        pg: stats.sample().await?,
+        ca_cpu: cpu_time(ca),
+    })
+}
+
+impl Work {
+    fn between(a: &Snap, b: &Snap) -> Work {
+        Work {
+            secs: (b.pg.at - a.pg.at).as_secs_f64(),
+            commits: (b.pg.commits - a.pg.commits) as f64,
+            rows: (b.pg.rows - a.pg.rows) as f64,
+            wal: (b.pg.wal - a.pg.wal) as f64,
+            pg_cpu: b.pg.cpu.saturating_sub(a.pg.cpu).as_secs_f64(),
+            ca_cpu: b.ca_cpu.saturating_sub(a.ca_cpu).as_secs_f64(),
+        }
+    }
+
+    /// This window less `idle`'s work at its rate over this window's length.
+    fn less(&self, idle: &Work) -> Work {
+        let k = if idle.secs > 0.0 {
+            self.secs / idle.secs
+        } else {
+            0.0
+        };
+        Work {
+            secs: self.secs,
+            commits: self.commits - idle.commits * k,
+            rows: self.rows - idle.rows * k,
+            wal: self.wal - idle.wal * k,
+            pg_cpu: self.pg_cpu - idle.pg_cpu * k,
+            ca_cpu: self.ca_cpu - idle.ca_cpu * k,
+        }
+    }
+
+    /// Per one of `n` operations.
+    fn per(&self, n: f64) -> Work {
+        Work {
+            secs: self.secs,
+            commits: self.commits / n,
+            rows: self.rows / n,
+            wal: self.wal / n,
+            pg_cpu: self.pg_cpu / n,
+            ca_cpu: self.ca_cpu / n,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{:.1} s: {:.0} commits, {:.0} rows, {:.0} WAL bytes, PostgreSQL {:.2} s CPU, CA {:.2} s CPU",
+            self.secs, self.commits, self.rows, self.wal, self.pg_cpu, self.ca_cpu
+        )
+    }
+}
+
+/// Waits until the first reports are stored (one transition to Up per
+/// result) and the database's counts of them are published.
+async fn settled(stats: &PgStats, pairs: i64) -> Result<i64> {
+    let t0 = Instant::now();
+    loop {
+        let events = stats.count("health_events").await?;
+        if events >= pairs {
+            tokio::time::sleep(SETTLE).await;
+            stats.publish().await?;
+            return stats.count("health_events").await;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            bail!("{events} of the first {pairs} transitions stored 120 s after the first reports");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Flips 1 % of the results every round for `rounds` rounds; the
+/// transitions sent.
+async fn flap(
+    senders: &[mpsc::Sender<v1::ConnectorMessage>],
+    round: Duration,
+    rounds: usize,
+) -> Result<usize> {
+    let pairs = senders.len() * APPS_PER;
+    let mut up = vec![true; pairs];
+    let per_round = (pairs / 100).max(1);
+    let mut sent = 0;
+    let mut tick = tokio::time::interval(round);
+    for _ in 0..rounds {
+        tick.tick().await;
+        let picked = sample(&mut rand::rng(), pairs, per_round);
+        for p in picked.iter() {
+            up[p] = !up[p];
+            senders[p / APPS_PER]
+                .send(report(&[(app_of(p), up[p])]))
+                .await
+                .map_err(|_| anyhow!("the session of connector {} ended", p / APPS_PER))?;
+            sent += 1;
+        }
+    }
+    Ok(sent)
+}
+
+/// Measures every figure (quick: 200 connectors, short windows).
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let pg = PgHost::start().await?;
+    let result = measure(mode, &pg).await;
+    pg.stop().await;
+    result
+}
+
+async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {
+    let mut figures = transitions(mode, &pg.fresh_database().await?).await?;
+    figures.extend(enrollments(mode, &pg.fresh_database().await?).await?);
+    Ok(figures)
+}
+
+/// `db_transition_*` and `db_transitions_per_s_at_half_core`.
+async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
+    let n = mode.pick(200usize, 10_000);
+    let idle = mode.pick(Duration::from_secs(3), Duration::from_secs(20));
+    // One round: 1 % of the results change status in each (quick: more
+    // often, so that the few results still give transitions to measure).
+    let round = mode.pick(Duration::from_millis(100), Duration::from_secs(1));
+    let rounds = mode.pick(60usize, 40);
+    let heartbeat = Duration::from_millis(CaSetup::default().heartbeat_ms);
+    let (server, _dir) = ca::start_text(&config(url, false)).await?;
+    let stats = PgStats::connect(url).await?;
+    let senders = fleet(&server, n, heartbeat).await?;
+    for (i, tx) in senders.iter().enumerate() {
+        let all: Vec<(usize, bool)> = (0..APPS_PER)
+            .map(|k| (app_of(i * APPS_PER + k), true))
+            .collect();
+        tx.send(report(&all))
+            .await
+            .map_err(|_| anyhow!("the session of connector {i} ended"))?;
+    }
+    let first = settled(&stats, (n * APPS_PER) as i64).await?;
+    let s0 = snap(&stats, server.pid()).await?;
+    tokio::time::sleep(idle).await;
+    stats.publish().await?;
+    let s1 = snap(&stats, server.pid()).await?;
+    let sent = flap(&senders, round, rounds).await?;
+    tokio::time::sleep(SETTLE).await;
+    stats.publish().await?;
+    let s2 = snap(&stats, server.pid()).await?;
+    let stored = stats.count("health_events").await? - first;
+    drop(senders);
+    drop(server);
+    if stored <= 0 {
+        bail!("{sent} status changes reported, no transition stored in health_events");
+    }
+    let idle_work = Work::between(&s0, &s1);
+    let flapping = Work::between(&s1, &s2);
+    let each = flapping.less(&idle_work).per(stored as f64);
+    let setup = format!(
+        "{n} simulated connectors × {APPS_PER} applications ({} results), {} results (1 %) \
+         flipped Up↔Down every {:.1} s for {rounds} rounds, one report per change; {sent} changes \
+         reported, {stored} transitions stored in health_events; flapping window {} less the \
+         idle window (sessions and heartbeats only) {} at its rate; each window ends with \
+         the CA's connections ended so that PostgreSQL published their counts; one CA and PostgreSQL 15 \
+         on this shared 2-core machine",
+        n * APPS_PER,
+        (n * APPS_PER / 100).max(1),
+        round.as_secs_f64(),
+        flapping.describe(),
+        idle_work.describe(),
+    );
+    transition_figures(&each, &setup)
+}
+
+fn transition_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
+    if each.pg_cpu <= 0.0 || each.ca_cpu <= 0.0 {
+        bail!(
+            "the CPU per transition came out at PostgreSQL {:.1} µs, CA {:.1} µs (not above the \
+             idle window's; machine load): not measured; {setup}",
+            each.pg_cpu * 1e6,
+            each.ca_cpu * 1e6
+        );
+    }
+    let at_half = 0.5 / each.pg_cpu;
+    let ca_full = 1.0 / each.ca_cpu;
+    Ok(vec![
+        SPECS[0].figure(each.commits, None, format!("committed transactions (pg_stat_database.xact_commit) per transition; {setup}")),
+        SPECS[1].figure(each.rows, None, format!("rows inserted + updated + deleted (pg_stat_database) per transition; {setup}")),
+        SPECS[2].figure(each.wal, None, format!("WAL bytes (pg_current_wal_lsn() difference) per transition; {setup}")),
+        SPECS[3].figure(each.pg_cpu * 1e6, None, format!("CPU of the postmaster and every PostgreSQL process (/proc, utime+stime, reaped children included) per transition; {setup}")),
+        SPECS[4].figure(each.ca_cpu * 1e6, None, format!("the CA process's CPU per transition (receiving the report, the health table, the history pump); {setup}")),
+        SPECS[5].figure(
+            at_half,
+            Some(ca_full),
+            format!(
+                "0.5 core / PostgreSQL CPU per transition, against the transitions/s at which the \
+                 CA is at a full core (1 / its CPU per transition = {ca_full:.0}/s): the database \
+                 is never the bottleneck before the CA is; {setup}"
+            ),
+        ),
+    ])
+}
+
+/// Waits for the TLS CA's generated root; its PEM.
+async fn root(dir: &Path) -> Result<String> {
+    let path = dir.join("reach-ca-data").join("ca.pem");
+    let p = path.clone();
+    ca::wait_until(Duration::from_secs(15), "the CA's root", || {
+        let p = p.clone();
+        async move { Ok(p.exists()) }
+    })
+    .await?;
+    // The file may be seen before it is written whole.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// `db_enroll_*` and `db_renew_*` on database `url`.
+async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
+    let n = mode.pick(20usize, 200);
+    let (server, dir) = ca::start_text(&config(url, true)).await?;
+    let ca_pem = root(&dir).await?;
+    let stats = PgStats::connect(url).await?;
+    let target = CaTarget {
+        url: CaUrl::parse(&format!("https://{}", server.grpc)).map_err(|e| anyhow!(e))?,
+        addr: None,
+    };
+    let states = dir.join("connectors");
+    // Warm-up: the first enrollment pays for the CA's lazy start-up work.
+    enroll_one(&target, &ca_pem, &states, "warm").await?;
+    // Each window ends with the CA idle and its connections' statistics
+    // published (`PgStats::publish`); the CA has no session, so its only
+    // background work is its replica heartbeat.
+    stats.publish().await?;
+    let s1 = snap(&stats, server.pid()).await?;
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("e-{i:04}");
+        enroll_one(&target, &ca_pem, &states, &name).await?;
+        names.push(name);
+    }
+    stats.publish().await?;
+    let s2 = snap(&stats, server.pid()).await?;
+    for name in &names {
+        let dir = states.join(name);
+        let current = enroll::load(&dir, name, ENROLL_GROUP, &ca_pem)?
+            .ok_or_else(|| anyhow!("{name}: no enrollment in {}", dir.display()))?;
+        enroll::renew(&target, &current, &dir, name, ENROLL_GROUP)
+            .await
+            .with_context(|| format!("renewing {name}"))?;
+    }
+    stats.publish().await?;
+    let s3 = snap(&stats, server.pid()).await?;
+    drop(server);
+    let enrolled = Work::between(&s1, &s2);
+    let renewed = Work::between(&s2, &s3);
+    let setup = |what: &str, w: &Work| {
+        format!(
+            "{n} {what} in sequence by the connector's own calls (connector_agent::enroll: key \
+             pair, CSR, TLS to the CA, state files written) on a TLS CA with its own fresh \
+             PostgreSQL database and no sessions; window {} (the CA's replica heartbeat \
+             included), the CA's connections ended at its end so PostgreSQL published their \
+             counts; PostgreSQL CPU {:.0} µs and CA CPU {:.0} µs each; shared 2-core machine",
+            w.describe(),
+            w.pg_cpu / n as f64 * 1e6,
+            w.ca_cpu / n as f64 * 1e6,
+        )
+    };
+    let (e, r) = (enrolled.per(n as f64), renewed.per(n as f64));
+    let (se, sr) = (setup("enrollments", &enrolled), setup("renewals", &renewed));
+    Ok(vec![
+        SPECS[6].figure(e.commits, None, format!("committed transactions per enrollment; {se}")),
+        SPECS[7].figure(e.rows, None, format!("rows written per enrollment; {se}")),
+        SPECS[8].figure(e.wal, None, format!("WAL bytes per enrollment; {se}")),
+        SPECS[9].figure(r.commits, None, format!("committed transactions per renewal (Renew over mutual TLS with the current certificate); {sr}")),
+        SPECS[10].figure(r.rows, None, format!("rows written per renewal; {sr}")),
+        SPECS[11].figure(r.wal, None, format!("WAL bytes per renewal; {sr}")),
+    ])
+}
+
+/// One enrollment as `connector-agent enroll` makes it, into `states/name`.
+async fn enroll_one(target: &CaTarget, ca_pem: &str, states: &Path, name: &str) -> Result<PathBuf> {
+    let dir = states.join(name);
+    std::fs::create_dir_all(&dir)?;
+    enroll::enroll(target, ca_pem, &dir, name, ENROLL_GROUP, &ENROLL_KEY.into())
+        .await
+        .with_context(|| format!("enrolling {name}"))?;
+    Ok(dir)
+}
