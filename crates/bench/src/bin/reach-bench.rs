@@ -178,6 +178,7 @@ async fn run(
             "events" => figures::events::run(mode).await,
             "burst" => figures::burst::run(mode).await,
             "ha" => figures::ha::run(mode).await,
+            "replicas" => figures::replicas::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {

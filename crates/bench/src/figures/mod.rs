@@ -8,18 +8,22 @@ pub mod appcheck;
 pub mod batching;
 pub mod burst;
 pub mod ca;
+pub mod cluster;
 pub mod cold;
 pub mod criterion;
 pub mod dashboard;
+pub mod decisions;
 pub mod detect;
 pub mod dns;
 pub mod events;
+pub mod fleet;
 pub mod ha;
 pub mod icmp;
 pub mod ingest;
 pub mod memory;
 pub mod onaccess;
 pub mod pacing;
+pub mod replicas;
 pub mod scale;
 pub mod sizes;
 pub mod spray;
@@ -76,6 +80,7 @@ pub const GROUPS: &[&str] = &[
     "burst",
     "ha",
     "storm",
+    "replicas",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -103,6 +108,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "burst" => burst::SPECS,
         "ha" => ha::SPECS,
         "storm" => storm::SPECS,
+        "replicas" => replicas::SPECS,
         _ => &[],
     }
 }
