@@ -43,6 +43,10 @@ pub struct Fleet {
     attempts: Vec<Vec<AtomicU64>>,
     refused: Vec<AtomicU64>,
     live: Vec<AtomicUsize>,
+    /// Sessions that ended after their `Welcome`, not by the driver.
+    lost: AtomicU64,
+    /// Why the first of them ended.
+    lost_why: std::sync::Mutex<Vec<String>>,
     /// The marker of the last heartbeat each session sent.
     sent: Vec<Vec<AtomicU32>>,
     heartbeat: Duration,
@@ -94,6 +98,8 @@ pub fn attach(urls: &[String], n: usize, heartbeat: Duration) -> Result<Attached
         attempts: urls.iter().map(|_| counters(SECONDS)).collect(),
         refused: counters(urls.len()),
         live: urls.iter().map(|_| AtomicUsize::new(0)).collect(),
+        lost: AtomicU64::new(0),
+        lost_why: std::sync::Mutex::new(Vec::new()),
         sent: urls
             .iter()
             .map(|_| (0..n).map(|_| AtomicU32::new(0)).collect())
@@ -171,6 +177,30 @@ impl Fleet {
             .sum()
     }
 
+    /// Sessions that ended after their `Welcome` without the driver
+    /// ending them, and why the first few did.
+    pub fn lost(&self) -> String {
+        let why = self
+            .lost_why
+            .lock()
+            .map(|w| w.join("; "))
+            .unwrap_or_default();
+        format!(
+            "{} sessions ended after their Welcome (first: {})",
+            self.lost.load(Ordering::Relaxed),
+            if why.is_empty() { "none" } else { &why }
+        )
+    }
+
+    fn lose(&self, why: String) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut w) = self.lost_why.lock()
+            && w.len() < 3
+        {
+            w.push(why);
+        }
+    }
+
     /// The marker of the last heartbeat each session to replica `r` sent.
     pub fn sent(&self, r: usize) -> Vec<u32> {
         self.sent[r]
@@ -244,8 +274,19 @@ async fn session(fleet: Arc<Fleet>, i: usize, r: usize) {
             Some(Ok(mut inbound)) => {
                 attempt = 0;
                 fleet.live[r].fetch_add(1, Ordering::Relaxed);
+                let lost = async {
+                    loop {
+                        match inbound.message().await {
+                            Ok(Some(_)) => {}
+                            Ok(None) => {
+                                break format!("replica {}: the CA ended the stream", r + 1);
+                            }
+                            Err(s) => break format!("replica {}: {s}", r + 1),
+                        }
+                    }
+                };
                 tokio::select! {
-                    _ = async { while let Ok(Some(_)) = inbound.message().await {} } => {}
+                    why = lost => fleet.lose(why),
                     () = ended => {}
                 }
                 fleet.live[r].fetch_sub(1, Ordering::Relaxed);

@@ -216,6 +216,7 @@ async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {
         },
     };
     let f = run.fleet.fleet.clone();
+    f.count_from(Some(t));
     ca::wait_until(
         LIMIT,
         "every connector attached to all three replicas",
@@ -225,7 +226,14 @@ async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {
         },
     )
     .await
-    .with_context(|| format!("sessions live at replicas 1/2/3: {}", run.live()))?;
+    .with_context(|| {
+        format!(
+            "sessions live at replicas 1/2/3: {}; {} attempts failed (refused or no Welcome within 30 s); {}",
+            run.live(),
+            f.refused(&[0, 1, 2]),
+            f.lost()
+        )
+    })?;
     let attach_s = t.elapsed().as_secs_f64();
     let mut out = Vec::new();
     let phases = match steady(&run, attach_s).await.context("steady state") {
