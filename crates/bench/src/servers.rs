@@ -123,6 +123,11 @@ impl Server {
         }
     }
 
+    /// Kills the child (SIGKILL) and waits for it to end.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// The child's process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

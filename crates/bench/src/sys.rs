@@ -1,7 +1,7 @@
 //! What the kernel says about a process (CPU time and RSS from `/proc`) and
 //! about the machine.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
 const USER_HZ: u64 = 100;
@@ -180,6 +180,22 @@ pub fn machine() -> String {
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
     format!("{cpu}, {cores} cores, {mem_gib:.0} GiB RAM, Linux {kernel}")
+}
+
+/// Peak CPU share (of one core, per 500 ms) and peak RSS (bytes) of `pid`
+/// until `done` turns true.
+pub async fn peak_usage(pid: Option<u32>, done: tokio::sync::watch::Receiver<bool>) -> (f64, u64) {
+    let (mut cpu, mut rss) = (0.0f64, 0u64);
+    let mut last = (cpu_time(pid), Instant::now());
+    while !*done.borrow() {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (cpu_time(pid), Instant::now());
+        let share = now.0.saturating_sub(last.0).as_secs_f64() / (now.1 - last.1).as_secs_f64();
+        cpu = cpu.max(share);
+        rss = rss.max(rss_bytes(pid));
+        last = now;
+    }
+    (cpu, rss)
 }
 
 #[cfg(test)]

@@ -181,6 +181,7 @@ async fn run(
             "ha" => figures::ha::run(mode).await,
             "database" => figures::database::run(mode).await,
             "startup" => figures::startup::run(mode).await,
+            "replicas" => figures::replicas::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {

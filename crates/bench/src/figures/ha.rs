@@ -38,12 +38,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::Spec;
-use super::ca::{self, CaSetup, TOKEN};
+use super::ca::{self, TOKEN};
+use super::cluster::{Replica, replica_config};
 use super::ingest;
 use crate::Mode;
 use crate::pg::PgHost;
 use crate::report::{Figure, Goal};
-use crate::servers::Server;
 use crate::stats::{median, median_of, ms, quantile};
 use crate::sys;
 
@@ -168,77 +168,6 @@ impl Drop for Targets {
         for t in &self.tasks {
             t.abort();
         }
-    }
-}
-
-/// A replica's configuration: `[store] url` (none: the SQLite file in its
-/// data directory), `[replica] id`, TLS on (with the issuing root of
-/// `issuer`, another replica's data directory, when given) or off, the
-/// shared sections, the `ingest` segment of `ingest_apps` applications
-/// and the targets' segment (`targets`, from [`targets_toml`]).
-fn replica_config(
-    store: Option<&str>,
-    id: &str,
-    tls: Option<Option<&Path>>,
-    ingest_apps: usize,
-    targets: &str,
-) -> String {
-    let mut head = String::new();
-    if let Some(url) = store {
-        head += &format!("[store]\nurl = {url:?}\n\n");
-    }
-    head += &format!("[replica]\nid = {id:?}\n\n");
-    let base = ca::config_text(&CaSetup {
-        filler_segments: 0,
-        ingest_apps,
-        ..CaSetup::default()
-    });
-    let base = match tls {
-        None => base,
-        Some(issuer) => {
-            let mut section = "[tls]\nenabled = true\n".to_owned();
-            if let Some(dir) = issuer {
-                section += &format!(
-                    "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
-                    dir.join("ca.pem").display().to_string(),
-                    dir.join("ca.key").display().to_string()
-                );
-            }
-            base.replacen("[tls]\nenabled = false\n", &section, 1)
-        }
-    };
-    format!("{head}{base}{targets}")
-}
-
-/// A running replica and its data directory.
-struct Replica {
-    server: Server,
-    data: PathBuf,
-}
-
-impl Replica {
-    async fn start(text: &str) -> Result<Replica> {
-        let (server, dir) = ca::start_text(text).await?;
-        Ok(Replica {
-            server,
-            data: dir.join("reach-ca-data"),
-        })
-    }
-
-    /// Waits for the generated root (TLS replicas) and returns its path.
-    async fn root(&self) -> Result<PathBuf> {
-        let root = self.data.join("ca.pem");
-        let key = self.data.join("ca.key");
-        ca::wait_until(Duration::from_secs(15), "the CA's root", || {
-            let (r, k) = (root.clone(), key.clone());
-            async move { Ok(r.exists() && k.exists()) }
-        })
-        .await?;
-        Ok(root)
-    }
-
-    fn https_grpc(&self) -> String {
-        format!("https://{}", self.server.grpc)
     }
 }
 

@@ -8,19 +8,23 @@ pub mod appcheck;
 pub mod batching;
 pub mod burst;
 pub mod ca;
+pub mod cluster;
 pub mod cold;
 pub mod criterion;
 pub mod dashboard;
 pub mod database;
+pub mod decisions;
 pub mod detect;
 pub mod dns;
 pub mod events;
+pub mod fleet;
 pub mod ha;
 pub mod icmp;
 pub mod ingest;
 pub mod memory;
 pub mod onaccess;
 pub mod pacing;
+pub mod replicas;
 pub mod scale;
 pub mod sizes;
 pub mod spray;
@@ -80,6 +84,7 @@ pub const GROUPS: &[&str] = &[
     "storm",
     "database",
     "startup",
+    "replicas",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -109,6 +114,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "storm" => storm::SPECS,
         "database" => database::SPECS,
         "startup" => startup::SPECS,
+        "replicas" => replicas::SPECS,
         _ => &[],
     }
 }

@@ -21,7 +21,7 @@ use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::servers::Server;
 use crate::sim::{self, Identity};
-use crate::sys::{cpu_time, rss_bytes};
+use crate::sys::peak_usage;
 
 /// The figures.
 pub const SPECS: &[Spec] = &[
@@ -137,21 +137,6 @@ async fn connector(fleet: Arc<Fleet>, i: usize, mut stop: watch::Receiver<bool>)
     }
 }
 
-/// Peak CPU share (per 500 ms) and RSS of `pid` until `done` turns true.
-async fn sample(pid: Option<u32>, done: watch::Receiver<bool>) -> (f64, u64) {
-    let (mut cpu, mut rss) = (0.0f64, 0u64);
-    let mut last = (cpu_time(pid), Instant::now());
-    while !*done.borrow() {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = (cpu_time(pid), Instant::now());
-        let share = now.0.saturating_sub(last.0).as_secs_f64() / (now.1 - last.1).as_secs_f64();
-        cpu = cpu.max(share);
-        rss = rss.max(rss_bytes(pid));
-        last = now;
-    }
-    (cpu, rss)
-}
-
 /// Measures (quick: 200 connectors).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let n = mode.pick(200usize, 10_000);
@@ -188,7 +173,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let server = Server::spawn(&["serve-ca", path]).await?;
     let started = Instant::now();
     let (done_tx, done) = watch::channel(false);
-    let sampler = tokio::spawn(sample(server.pid(), done));
+    let sampler = tokio::spawn(peak_usage(server.pid(), done));
     channels_tx.send(lazy_channels(&server, n)?)?;
     restarted_tx.send(Some(started))?;
     let (mut half, mut most) = (None, None);
