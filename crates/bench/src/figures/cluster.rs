@@ -1,6 +1,6 @@
-//! CA replicas sharing one real PostgreSQL database, each a `serve-ca`
-//! child process: the database host, a replica's configuration, and a
-//! running replica (which can be killed and started again on the same
+//! CA replicas sharing one real PostgreSQL database (`crate::pg`), each a
+//! `serve-ca` child process: a replica's configuration, and a running
+//! replica (which can be killed and started again on the same
 //! configuration). The `ha` and `replicas` groups build on it.
 
 use std::path::{Path, PathBuf};
