@@ -11,6 +11,7 @@
 //! state, and each builds its own health table from the reports its
 //! connectors send it.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +19,11 @@ use serde::Serialize;
 
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
-use crate::store::{ReplicaRecord, StoreError};
+use crate::store::{CertRecord, ReplicaRecord, StoreError};
 use crate::trust::auth::AuthError;
+
+/// Certificate records by serial, and the disabled connectors' names.
+type Standings = (HashMap<String, CertRecord>, HashSet<String>);
 
 /// How often a replica checks its live sessions against the store.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
@@ -135,41 +139,19 @@ impl Authority {
         if live.is_empty() {
             return 0;
         }
-        let serials: Vec<String> = live.iter().filter_map(|s| s.serial.clone()).collect();
-        let records = if serials.is_empty() {
-            std::collections::HashMap::new()
-        } else {
-            match self.store().certificates(&serials) {
-                Ok(r) => r,
-                Err(e) => {
-                    // An outage is logged once, by the store.
-                    if !e.is_unavailable() {
-                        tracing::warn!(error = %e, "cannot reconcile sessions with the store");
-                    }
-                    return 0;
+        let (records, disabled) = match self.standings(&live) {
+            Ok(found) => found,
+            Err(e) => {
+                // An outage is logged once, by the store.
+                if !e.is_unavailable() {
+                    tracing::warn!(error = %e, "cannot reconcile sessions with the store");
                 }
+                return 0;
             }
-        };
-        // Key-authenticated sessions: the disabled connectors in one query
-        // (asking per session put a query a second per session on the
-        // database: 10,000 a second at 10,000 connectors).
-        let disabled = if live.iter().any(|s| s.serial.is_none()) {
-            match self.store().disabled_connectors() {
-                Ok(d) => d,
-                Err(e) => {
-                    if !e.is_unavailable() {
-                        tracing::warn!(error = %e, "cannot reconcile sessions with the store");
-                    }
-                    return 0;
-                }
-            }
-        } else {
-            std::collections::HashSet::new()
         };
         let now = crate::state::clock::now_ms();
         // One key lookup per (group, key) of key-authenticated sessions.
-        let mut keys: std::collections::HashMap<(String, String), Result<(), AuthError>> =
-            std::collections::HashMap::new();
+        let mut keys: HashMap<(String, String), Result<(), AuthError>> = HashMap::new();
         let mut closed = 0;
         for s in live {
             let verdict = match &s.serial {
@@ -201,6 +183,26 @@ impl Authority {
             }
         }
         closed
+    }
+
+    /// What the store says of `live` sessions, in one query each: the
+    /// records of their certificates, and (when any session is
+    /// key-authenticated) the disabled connectors (asking per session put a
+    /// query a second per session on the database: 10,000 a second at
+    /// 10,000 connectors).
+    fn standings(&self, live: &[crate::state::registry::LiveRef]) -> Result<Standings, StoreError> {
+        let serials: Vec<String> = live.iter().filter_map(|s| s.serial.clone()).collect();
+        let records = if serials.is_empty() {
+            HashMap::new()
+        } else {
+            self.store().certificates(&serials)?
+        };
+        let disabled = if live.iter().any(|s| s.serial.is_none()) {
+            self.store().disabled_connectors()?
+        } else {
+            HashSet::new()
+        };
+        Ok((records, disabled))
     }
 
     /// Records this replica's heartbeat.

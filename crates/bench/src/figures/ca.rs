@@ -1,6 +1,7 @@
 //! The CA under test: its configuration, starting it as a child process,
 //! and small clients (access over gRPC and HTTP, metrics, connector list).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -232,6 +233,32 @@ pub async fn connectors(channel: Channel) -> Result<Vec<v1::ConnectorView>> {
         .await?
         .into_inner()
         .connectors)
+}
+
+/// Simulated connectors (`sim-{i:05}`) whose last heartbeat `sent[i]`
+/// (0: none sent) the CA on `ch` does not show yet: how many.
+pub async fn behind(ch: Channel, sent: &[u32]) -> Result<usize> {
+    let views = connectors(ch).await?;
+    let seen: HashMap<&str, u32> = views
+        .iter()
+        .filter(|v| v.connected)
+        .map(|v| {
+            (
+                v.name.as_str(),
+                v.load.as_ref().map_or(0, |l| l.queue_depth),
+            )
+        })
+        .collect();
+    Ok(sent
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| {
+            **k > 0
+                && seen
+                    .get(format!("sim-{i:05}").as_str())
+                    .is_none_or(|d| d < *k)
+        })
+        .count())
 }
 
 /// The CA's `reach_ca_reports_received` counter, from `/metrics`.

@@ -19,12 +19,10 @@
 //!    once and replaced; everything reconnects with backoff while the
 //!    client asks all three replicas.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use tonic::transport::Channel;
 
 use super::Spec;
 use super::ca::{self, TOKEN};
@@ -351,7 +349,7 @@ async fn heartbeat_lag(run: &Run) -> Result<(f64, usize)> {
             if lag[r].is_some() {
                 continue;
             }
-            match behind(ch.clone(), &sent[r]).await? {
+            match ca::behind(ch.clone(), &sent[r]).await? {
                 0 => lag[r] = Some(t.elapsed().as_secs_f64()),
                 k => lagging += k,
             }
@@ -365,31 +363,6 @@ async fn heartbeat_lag(run: &Run) -> Result<(f64, usize)> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Sessions whose heartbeat `sent[i]` the replica on `ch` does not show yet.
-async fn behind(ch: Channel, sent: &[u32]) -> Result<usize> {
-    let views = ca::connectors(ch).await?;
-    let seen: HashMap<&str, u32> = views
-        .iter()
-        .filter(|v| v.connected)
-        .map(|v| {
-            (
-                v.name.as_str(),
-                v.load.as_ref().map_or(0, |l| l.queue_depth),
-            )
-        })
-        .collect();
-    Ok(sent
-        .iter()
-        .enumerate()
-        .filter(|(i, k)| {
-            **k > 0
-                && seen
-                    .get(format!("sim-{i:05}").as_str())
-                    .is_none_or(|d| d < *k)
-        })
-        .count())
 }
 
 /// Trial `k`: connector `revoke-K` attached to all three, its key revoked

@@ -5,7 +5,6 @@
 //! sending, how long until the CA's connector list shows every connector's
 //! last heartbeat.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -13,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use protocol::v1;
 use tokio::sync::watch;
 
 use super::Spec;
@@ -123,27 +121,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let ch = channels[0].clone();
     let mut lagging;
     let lag = loop {
-        let views: Vec<v1::ConnectorView> = ca::connectors(ch.clone()).await?;
-        let seen: HashMap<&str, u32> = views
-            .iter()
-            .filter(|v| v.connected)
-            .map(|v| {
-                (
-                    v.name.as_str(),
-                    v.load.as_ref().map_or(0, |l| l.queue_depth),
-                )
-            })
-            .collect();
-        lagging = sent
-            .iter()
-            .enumerate()
-            .filter(|(i, k)| {
-                **k > 0
-                    && seen
-                        .get(format!("sim-{i:05}").as_str())
-                        .is_none_or(|d| d < *k)
-            })
-            .count();
+        lagging = ca::behind(ch.clone(), &sent).await?;
         if lagging == 0 || t_stop.elapsed() > Duration::from_secs(10) {
             break t_stop.elapsed().as_secs_f64();
         }
