@@ -175,11 +175,37 @@ impl Browser {
         self.call(reqwest::Method::GET, "/cookie", None).await
     }
 
-    /// Loads `url`.
+    /// Loads `url`. A navigation that ends on Chromium's own error page
+    /// (refused, reset, empty response, certificate) is tried again twice,
+    /// half a second apart, with what the page said printed (an operator
+    /// would press reload; seen once in CI, under load, on a first
+    /// navigation); the third such page is an error naming it, never a
+    /// page the caller goes on to inspect.
     pub async fn goto(&self, url: &str) -> Result<()> {
-        self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
-            .await
-            .map(|_| ())
+        let mut attempt = 1;
+        loop {
+            self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+                .await?;
+            let at = self.call(reqwest::Method::GET, "/url", None).await?;
+            if !at.as_str().is_some_and(|u| u.starts_with("chrome-error:")) {
+                return Ok(());
+            }
+            let text = self
+                .eval(
+                    "return document.body ? document.body.innerText : ''",
+                    json!([]),
+                )
+                .await
+                .unwrap_or_default();
+            if attempt == 3 {
+                bail!("opening {url} ended on Chromium's error page three times: {text}");
+            }
+            eprintln!(
+                "browser: opening {url} ended on Chromium's error page (try {attempt}): {text}"
+            );
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Runs `script` (a function body; `arguments[i]` are `args`) in the page.

@@ -1074,7 +1074,7 @@ for (const r of rows) {
     if (e.getAttribute('data-status') === 'unknown' && e.textContent.includes('?')) questionMark = true;
   }
 }
-return {found: rows.length > 0, statuses, questionMark, body: document.body ? document.body.innerText.length : 0};
+return {found: rows.length > 0, statuses, questionMark, body: document.body ? document.body.innerText.slice(0, 400) : ''};
 "#;
 
 /// The list page's rows and URL query.

@@ -65,7 +65,8 @@ enabled = false
 # The per-session message and entry limits protect the CA from a hostile
 # connector, the per-source connection caps from a crowd on one address,
 # and the cap on HTTP/2 streams per connection from one connection's
-# flood; lifted here so ingestion and access measure what the CA can
+# flood (and the 4,096 gRPC connections: `startup` opens one per
+# connector, 10,000); lifted here so ingestion and access measure what the CA can
 # handle (the load comes from one address), not the limits. The bare
 # servers have no stream cap; with the CA's 64, a pause of the machine
 # during the open loop of `access` let more than 64 requests per
@@ -77,6 +78,7 @@ connector_entries_per_second = 10000000
 connector_entries_burst = 10000000
 max_connections = 100000
 http_max_connections_per_source = 100000
+grpc_max_connections = 100000
 grpc_max_connections_per_source = 100000
 max_concurrent_streams = 100000
 

@@ -248,7 +248,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     Ok(vec![
         SPECS[0].figure(r.listening, None, format!("process start to its READY line (configuration read and checked, listening); {label}")),
         SPECS[1].figure(r.ready, None, format!("process start to /healthz 200 (warm: every enrolled connector re-attached and sent its full state, state::warmup); {label}")),
-        SPECS[2].figure(r.whole, None, format!("process start to every session open and every full state counted in reach_ca_reports_received_total; {label}")),
+        SPECS[2].figure(r.whole, None, format!("process start to every session open and every full state's results counted in reach_ca_reports_received_total; {label}")),
         SPECS[3].figure(r.rss as f64 / 1_048_576.0, None, format!("the restarted CA's RSS 2 s after the table was whole; {label}")),
     ])
 }
@@ -285,9 +285,11 @@ async fn restart(dir: &std::path::Path, enrollments: Vec<Enrollment>) -> Result<
         if ready_at.is_none() && ready(&http, &base).await {
             ready_at = Some(at);
         }
+        // `reach_ca_reports_received_total` counts results, not reports:
+        // whole is every connector's full state of its group's applications.
         let reports = ca::reports_received(&http, &base).await.unwrap_or(0);
         let sessions = live.load(Ordering::Relaxed);
-        if whole_at.is_none() && sessions == n && reports >= n as u64 {
+        if whole_at.is_none() && sessions == n && reports >= (n * APPS_PER_GROUP) as u64 {
             whole_at = Some(at);
         }
         if let (Some(r), Some(w)) = (ready_at, whole_at) {
@@ -295,8 +297,9 @@ async fn restart(dir: &std::path::Path, enrollments: Vec<Enrollment>) -> Result<
         }
         if t0.elapsed() > LIMIT {
             break Err(anyhow!(
-                "{sessions} of {n} sessions open, {reports} reports received, /healthz {} \
+                "{sessions} of {n} sessions open, {reports} of {} results received, /healthz {} \
                  {LIMIT:?} after the restart",
+                n * APPS_PER_GROUP,
                 if ready_at.is_some() { "200" } else { "not 200" }
             ));
         }

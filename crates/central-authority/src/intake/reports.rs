@@ -363,11 +363,11 @@ impl Authority {
         wall: SystemTime,
     ) -> bool {
         let name = &*identity.name;
-        let marked = self
-            .health()
-            .mark_unknown(wall, settings.transitions_kept, |key, c, _| {
-                (c == name && !seen.contains(key)).then_some(UnknownCause::NotInFullState)
-            });
+        let marked =
+            self.health()
+                .mark_unknown_of(name, wall, settings.transitions_kept, |key, _| {
+                    (!seen.contains(key)).then_some(UnknownCause::NotInFullState)
+                });
         marked > 0
     }
 }

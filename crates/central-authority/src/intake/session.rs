@@ -652,7 +652,12 @@ impl Authority {
                 "replaced by a newer session of this connector",
             );
         }
-        self.recompute_budgets();
+        self.registry().estimate_one(
+            &self.snapshot(),
+            &identity.name,
+            self.on_access().count(&identity.name),
+            SystemTime::now(),
+        );
         self.bump();
         Ok(())
     }

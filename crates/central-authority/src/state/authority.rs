@@ -374,9 +374,7 @@ impl Authority {
         let keep = self.snapshot().settings().transitions_kept;
         let changed = self
             .health
-            .mark_unknown(SystemTime::now(), keep, |_, c, _| {
-                (c == name).then_some(cause)
-            });
+            .mark_unknown_of(name, SystemTime::now(), keep, |_, _| Some(cause));
         self.on_access.forget_connector(name);
         tracing::debug!(
             connector = name,

@@ -236,10 +236,6 @@ impl Reports {
         self.names.iter().map(|n| &**n).zip(&self.reports)
     }
 
-    fn iter_mut(&mut self) -> impl Iterator<Item = (&Arc<str>, &mut Report)> + '_ {
-        self.names.iter().zip(&mut self.reports)
-    }
-
     /// Where `name` is (`Ok`) or would go (`Err`), by its text.
     fn search(&self, name: &str) -> Result<usize, usize> {
         self.names.binary_search_by(|n| (**n).cmp(name))
@@ -264,18 +260,21 @@ impl Reports {
         self.rtt.insert(at, None);
     }
 
-    /// Keeps the reports for which `keep` is true.
-    fn retain(&mut self, mut keep: impl FnMut(&str, &mut Report) -> bool) {
+    /// Keeps the reports for which `keep` is true; returns the names of
+    /// those removed (no allocation when none is).
+    fn retain(&mut self, mut keep: impl FnMut(&str, &mut Report) -> bool) -> Vec<Arc<str>> {
+        let mut removed = Vec::new();
         let mut i = 0;
         while i < self.names.len() {
             if keep(&self.names[i], &mut self.reports[i]) {
                 i += 1;
             } else {
-                self.names.remove(i);
+                removed.push(self.names.remove(i));
                 self.reports.remove(i);
                 self.rtt.remove(i);
             }
         }
+        removed
     }
 }
 
@@ -323,6 +322,33 @@ impl AppRecord {
         let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
         let stored = &self.reports.reports[i].addresses;
         self.addresses.record(connector, stored, wall_ms, changes);
+    }
+
+    /// Turns the report in slot `i` Unknown for `cause` (it was not),
+    /// recording the transition and queuing it in `published`.
+    fn mark(
+        &mut self,
+        key: &AppKey,
+        i: usize,
+        cause: UnknownCause,
+        wall: SystemTime,
+        keep: usize,
+        published: &mut Vec<(AppKey, Transition)>,
+    ) {
+        let report = &mut self.reports.reports[i];
+        let t = Transition {
+            at: wall,
+            connector: self.reports.names[i].to_string(),
+            from: report.status,
+            to: Status::Unknown,
+            cause: cause.as_str(),
+        };
+        report.status = Status::Unknown;
+        report.addresses.clear();
+        report.dns_error = None;
+        report.unknown_cause = Some(cause);
+        published.push((key.clone(), t.clone()));
+        self.push(t, keep);
     }
 
     fn push(&mut self, t: Transition, keep: usize) {
@@ -445,6 +471,13 @@ type Shard = RwLock<ShardMap>;
 #[derive(Debug, Default)]
 struct ShardMap {
     entries: hashbrown::HashTable<(AppKey, AppRecord)>,
+    /// Per connector, the hashes of this shard's applications it has a
+    /// report for: what is done to one connector's reports (its session
+    /// ends, its full state leaves applications out) visits those, not
+    /// the whole table, which at 10,000 connectors made a reconnect storm
+    /// quadratic. Kept under the shard's lock with `entries`.
+    by_connector:
+        std::collections::HashMap<Arc<str>, std::collections::HashSet<u64, Hasher>, Hasher>,
 }
 
 impl ShardMap {
@@ -480,8 +513,54 @@ impl ShardMap {
         self.entries.iter_mut().map(|(k, r)| (&*k, r))
     }
 
-    fn retain(&mut self, mut keep: impl FnMut(&AppKey, &mut AppRecord) -> bool) {
-        self.entries.retain(|(k, r)| keep(k, r));
+    /// Notes that `connector` has a report for the application with `hash`.
+    fn index(&mut self, connector: &Arc<str>, hash: u64) {
+        if let Some(hashes) = self.by_connector.get_mut(&**connector) {
+            hashes.insert(hash);
+        } else {
+            let mut hashes = std::collections::HashSet::with_hasher(Hasher::default());
+            hashes.insert(hash);
+            self.by_connector.insert(Arc::clone(connector), hashes);
+        }
+    }
+
+    /// Forgets that `connector` has a report for the application with
+    /// `hash`, unless another application with that hash still has one.
+    fn unindex(&mut self, connector: &str, hash: u64, hasher: &Hasher) {
+        let still = self.entries.iter_hash(hash).any(|(k, r)| {
+            hasher.hash_one(k as &dyn KeyLike) == hash && r.reports.search(connector).is_ok()
+        });
+        if still {
+            return;
+        }
+        if let Some(hashes) = self.by_connector.get_mut(connector) {
+            hashes.remove(&hash);
+            if hashes.is_empty() {
+                self.by_connector.remove(connector);
+            }
+        }
+    }
+
+    /// Removes the reports for which `remove` is true (and applications
+    /// left without any), keeping the index; returns how many went.
+    fn remove_reports(
+        &mut self,
+        hasher: &Hasher,
+        mut remove: impl FnMut(&AppKey, &str, &mut Report) -> bool,
+    ) -> usize {
+        let mut gone: Vec<(u64, Arc<str>)> = Vec::new();
+        for (key, record) in self.entries.iter_mut() {
+            let removed = record.reports.retain(|c, r| !remove(key, c, r));
+            if !removed.is_empty() {
+                let hash = hasher.hash_one(&*key as &dyn KeyLike);
+                gone.extend(removed.into_iter().map(|c| (hash, c)));
+            }
+        }
+        self.entries.retain(|(_, r)| !r.reports.is_empty());
+        for (hash, c) in &gone {
+            self.unindex(c, *hash, hasher);
+        }
+        gone.len()
     }
 
     fn len(&self) -> usize {
@@ -620,6 +699,10 @@ impl HealthTable {
             Some(record) => store(record),
             None => store(apps.insert_new(hash, key.to_key(), &self.hasher)),
         };
+        // A connector's first report of the application: indexed.
+        if before.is_none() {
+            apps.index(connector, hash);
+        }
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
@@ -705,30 +788,59 @@ impl HealthTable {
     ) -> usize {
         let mut changed = 0;
         for (key, record) in apps.iter_mut() {
-            let mut transitions = Vec::new();
-            for (connector, report) in record.reports.iter_mut() {
+            for i in 0..record.reports.len() {
+                let report = &record.reports.reports[i];
                 if report.status == Status::Unknown {
                     continue;
                 }
-                if let Some(cause) = decide(key, connector, report) {
-                    transitions.push(Transition {
-                        at: wall,
-                        connector: connector.to_string(),
-                        from: report.status,
-                        to: Status::Unknown,
-                        cause: cause.as_str(),
-                    });
-                    report.status = Status::Unknown;
-                    report.addresses.clear();
-                    report.dns_error = None;
-                    report.unknown_cause = Some(cause);
+                if let Some(cause) = decide(key, &record.reports.names[i], report) {
+                    record.mark(key, i, cause, wall, keep, published);
                     changed += 1;
                 }
             }
-            for t in transitions {
-                published.push((key.clone(), t.clone()));
-                record.push(t, keep);
+        }
+        changed
+    }
+
+    /// [`HealthTable::mark_unknown`] for the reports of `connector` only:
+    /// visits the applications it has a report for (each shard's index),
+    /// not the whole table. Returns how many turned Unknown.
+    pub fn mark_unknown_of(
+        &self,
+        connector: &str,
+        wall: SystemTime,
+        keep: usize,
+        mut decide: impl FnMut(&AppKey, &Report) -> Option<UnknownCause>,
+    ) -> usize {
+        let mut changed = 0;
+        for shard in &self.shards {
+            let mut published = Vec::new();
+            {
+                let mut apps = write(shard);
+                let Some(hashes) = apps.by_connector.get(connector) else {
+                    continue;
+                };
+                let hashes: Vec<u64> = hashes.iter().copied().collect();
+                for hash in hashes {
+                    for (key, record) in apps.entries.iter_hash_mut(hash) {
+                        if self.hasher.hash_one(&*key as &dyn KeyLike) != hash {
+                            continue;
+                        }
+                        let Ok(i) = record.reports.search(connector) else {
+                            continue;
+                        };
+                        let report = &record.reports.reports[i];
+                        if report.status == Status::Unknown {
+                            continue;
+                        }
+                        if let Some(cause) = decide(key, report) {
+                            record.mark(key, i, cause, wall, keep, &mut published);
+                            changed += 1;
+                        }
+                    }
+                }
             }
+            self.publish(published);
         }
         changed
     }
@@ -781,13 +893,7 @@ impl HealthTable {
     pub fn remove_where(&self, mut remove: impl FnMut(&AppKey, &str, &Report) -> bool) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
-            let mut apps = write(shard);
-            apps.retain(|key, record| {
-                let before = record.reports.len();
-                record.reports.retain(|c, r| !remove(key, c, r));
-                removed += before - record.reports.len();
-                !record.reports.is_empty()
-            });
+            removed += write(shard).remove_reports(&self.hasher, |k, c, r| remove(k, c, r));
         }
         removed
     }
@@ -833,11 +939,7 @@ impl HealthTable {
     /// without reports (after a policy change removed them).
     pub fn retain(&self, mut keep: impl FnMut(&AppKey, &str, &Report) -> bool) {
         for shard in &self.shards {
-            let mut apps = write(shard);
-            for (key, record) in apps.iter_mut() {
-                record.reports.retain(|c, r| keep(key, c, r));
-            }
-            apps.retain(|_, r| !r.reports.is_empty());
+            write(shard).remove_reports(&self.hasher, |k, c, r| !keep(k, c, r));
         }
     }
 }
@@ -1155,6 +1257,133 @@ mod tests {
         assert!(t.keys().iter().all(|k| !even(k)));
         assert_eq!(t.statuses(&key(1))[0].1, Status::Up);
         assert!(t.statuses(&key(2)).is_empty());
+    }
+
+    /// Whether every shard's connector index is what scanning its
+    /// applications gives.
+    fn index_is_exact(t: &HealthTable) -> bool {
+        t.shards.iter().all(|shard| {
+            let apps = read(shard);
+            let mut scanned: std::collections::HashMap<String, std::collections::BTreeSet<u64>> =
+                std::collections::HashMap::new();
+            for (key, record) in apps.iter() {
+                for (c, _) in &record.reports {
+                    scanned
+                        .entry(c.to_owned())
+                        .or_default()
+                        .insert(t.hasher.hash_one(key as &dyn KeyLike));
+                }
+            }
+            let indexed: std::collections::HashMap<String, std::collections::BTreeSet<u64>> = apps
+                .by_connector
+                .iter()
+                .map(|(c, h)| (c.to_string(), h.iter().copied().collect()))
+                .collect();
+            scanned == indexed
+        })
+    }
+
+    #[test]
+    fn one_connectors_reports_are_found_through_the_index() {
+        let t = HealthTable::default();
+        let now = Instant::now();
+        let key = |i: usize| AppKey {
+            host: format!("h{i}.example.test").parse().expect("host"),
+            ..key()
+        };
+        // c1 reports 0..100, c2 50..150, c3 the even ones of 0..150.
+        for i in 0..150 {
+            if i < 100 {
+                t.record(key(i), "c1", report(Status::Up, now), 4);
+            }
+            if i >= 50 {
+                t.record(key(i), "c2", report(Status::Down, now), 4);
+            }
+            if i % 2 == 0 {
+                t.record(key(i), "c3", report(Status::Up, now), 4);
+            }
+        }
+        assert!(index_is_exact(&t));
+        drop(t.take_transitions());
+        // c2 leaves out its first ten: only those turn Unknown, only c2's.
+        let marked = t.mark_unknown_of("c2", SystemTime::now(), 4, |k, r| {
+            assert_eq!(r.status, Status::Down, "{k:?}: another connector's report");
+            (!(60..150).any(|i| key(i) == *k)).then_some(UnknownCause::NotInFullState)
+        });
+        assert_eq!(marked, 10);
+        let published = t.take_transitions();
+        assert_eq!(published.len(), 10);
+        assert!(
+            published
+                .iter()
+                .all(|(_, tr)| tr.connector == "c2" && tr.cause == "not_in_full_state")
+        );
+        for i in 0..150 {
+            let want = if (50..60).contains(&i) {
+                Status::Unknown
+            } else {
+                Status::Down
+            };
+            let got = t
+                .statuses(&key(i))
+                .into_iter()
+                .find(|(c, ..)| c == "c2")
+                .map(|(_, s, _)| s);
+            assert_eq!(got, (i >= 50).then_some(want), "h{i}");
+        }
+        // Already Unknown: not marked again.
+        assert_eq!(
+            t.mark_unknown_of("c2", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            90
+        );
+        assert_eq!(
+            t.mark_unknown_of("c2", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            0
+        );
+        assert_eq!(
+            t.mark_unknown_of("nobody", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            0
+        );
+        // Removing reports keeps the index exact: c1's odd ones, then all of
+        // c3's; applications left without reports go.
+        t.retain(|k, c, _| !(c == "c1" && (0..100).step_by(2).all(|i| key(i) != *k)));
+        assert!(index_is_exact(&t));
+        let removed = t.remove_where(|_, c, _| c == "c3");
+        assert_eq!(removed, 75);
+        assert!(index_is_exact(&t));
+        assert!(
+            t.shards
+                .iter()
+                .all(|s| !read(s).by_connector.contains_key("c3"))
+        );
+        assert_eq!(
+            t.mark_unknown_of("c3", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            0
+        );
+        // c1 keeps its even ones, and they are found.
+        assert_eq!(
+            t.mark_unknown_of("c1", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            50
+        );
+        // A report after its removal is indexed again.
+        t.record(key(1), "c3", report(Status::Up, now), 4);
+        assert!(index_is_exact(&t));
+        assert_eq!(
+            t.mark_unknown_of("c3", SystemTime::now(), 4, |_, _| Some(
+                UnknownCause::Disconnected
+            )),
+            1
+        );
     }
 
     #[test]

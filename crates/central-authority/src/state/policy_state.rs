@@ -27,6 +27,12 @@ pub struct PolicyState {
     /// computed on first use: it formats the whole policy, which every
     /// replica heartbeat would otherwise redo.
     hash: std::sync::OnceLock<String>,
+    /// Checks per cycle of each group's continuous segments (one address
+    /// per host), computed on first use in one pass over the segments:
+    /// every session registration asks for its group's figure, and a
+    /// per-group walk of every segment made a start with thousands of
+    /// groups and segments quadratic.
+    group_checks: std::sync::OnceLock<FastMap<String, u64>>,
 }
 
 /// A hash map with foldhash (seeded per process) for the maps every report
@@ -95,7 +101,35 @@ impl PolicyState {
             index,
             segments,
             hash: std::sync::OnceLock::new(),
+            group_checks: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Checks per cycle `group`'s continuous segments ask of one of its
+    /// connectors (each host counted once per port, as
+    /// `policy::estimated_checks` with one address per name).
+    pub fn group_checks(&self, group: &str) -> u64 {
+        self.group_checks
+            .get_or_init(|| {
+                let mut per_group = FastMap::default();
+                for seg in &self.policy().segments {
+                    if seg.health_reporting != policy::HealthReporting::Continuous {
+                        continue;
+                    }
+                    let n = policy::estimated_checks(seg, 1);
+                    // A group named twice in one segment serves it once.
+                    let mut seen: FastSet<&str> = FastSet::default();
+                    for g in &seg.connector_groups {
+                        if seen.insert(g.as_str()) {
+                            *per_group.entry(g.clone()).or_insert(0u64) += n;
+                        }
+                    }
+                }
+                per_group
+            })
+            .get(group)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// `compute` of this version's policy, the first time; then that value.
@@ -263,6 +297,59 @@ mod tests {
         health_reporting = "on_access"
         connector_groups = ["g"]
     "#;
+
+    #[test]
+    fn group_checks_are_each_groups_continuous_segments_in_one_pass() {
+        let toml = r#"
+            [server]
+            allow_short_secrets = true
+            [[connector_groups]]
+            name = "g"
+            provisioning_key = "k"
+            [[connector_groups]]
+            name = "h"
+            provisioning_key = "k2"
+            [[connector_groups]]
+            name = "idle"
+            provisioning_key = "k3"
+
+            [[segments]]
+            name = "both"
+            applications = ["a.example.test", "127.0.0.10"]
+            tcp_ports = ["80", "443"]
+            connector_groups = ["g", "h"]
+
+            [[segments]]
+            name = "g-only"
+            applications = ["b.example.test"]
+            tcp_ports = ["22"]
+            udp_ports = ["53"]
+            connector_groups = ["g"]
+
+            [[segments]]
+            name = "on-access"
+            applications = ["c.example.test"]
+            tcp_ports = ["8080"]
+            health_reporting = "on_access"
+            connector_groups = ["g", "h", "idle"]
+        "#;
+        let config = Config::from_toml(toml, std::path::Path::new(".")).expect("valid");
+        let state = PolicyState::new(config);
+        // What walking each group's segments gives, segment by segment.
+        for group in ["g", "h", "idle", "unknown"] {
+            let walked: u64 = state
+                .policy()
+                .segments_for_group(group)
+                .filter(|s| s.health_reporting == policy::HealthReporting::Continuous)
+                .map(|s| policy::estimated_checks(s, 1))
+                .sum();
+            assert_eq!(state.group_checks(group), walked, "group {group}");
+        }
+        // Two hosts × two ports; plus one host × (one TCP + one UDP port).
+        assert_eq!(state.group_checks("g"), 4 + 2);
+        assert_eq!(state.group_checks("h"), 4);
+        assert_eq!(state.group_checks("idle"), 0);
+    }
 
     #[test]
     fn host_sets_agree_with_scanning_the_entries() {

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use policy::{BudgetEstimate, HealthReporting};
+use policy::BudgetEstimate;
 use protocol::v1;
 use tokio::sync::{Notify, mpsc};
 
@@ -345,11 +345,7 @@ impl Registry {
         e.last_seen = Some(wall);
         e.load = load;
         e.replicas = replicas;
-        let group = if state.policy().has_group(&e.group) {
-            group_checks(state, &e.group)
-        } else {
-            0
-        };
+        let group = state.group_checks(&e.group);
         update_estimate(state, name, e, group + live, wall);
     }
 
@@ -362,14 +358,26 @@ impl Registry {
         live: &HashMap<String, u64>,
         wall: SystemTime,
     ) {
-        let mut per_group: HashMap<&str, u64> = HashMap::new();
-        for g in &state.policy().connector_groups {
-            per_group.insert(&g.name, group_checks(state, &g.name));
-        }
         let mut conns = lock(&self.conns);
         for (name, e) in conns.map.iter_mut() {
-            let estimated = per_group.get(e.group.as_str()).copied().unwrap_or(0)
-                + live.get(name).copied().unwrap_or(0);
+            let estimated = state.group_checks(&e.group) + live.get(name).copied().unwrap_or(0);
+            update_estimate(state, name, e, estimated, wall);
+        }
+    }
+
+    /// [`Registry::estimate_all`] for one connector (`live`: its on-access
+    /// checks per cycle), as a new session of it registers: the others'
+    /// estimates do not change with it.
+    pub(crate) fn estimate_one(
+        &self,
+        state: &PolicyState,
+        name: &str,
+        live: u64,
+        wall: SystemTime,
+    ) {
+        let mut conns = lock(&self.conns);
+        if let Some(e) = conns.map.get_mut(name) {
+            let estimated = state.group_checks(&e.group) + live;
             update_estimate(state, name, e, estimated, wall);
         }
     }
@@ -440,15 +448,6 @@ impl Registry {
 }
 
 /// Checks per cycle of the continuous segments `group` serves.
-fn group_checks(state: &PolicyState, group: &str) -> u64 {
-    state
-        .policy()
-        .segments_for_group(group)
-        .filter(|seg| seg.health_reporting == HealthReporting::Continuous)
-        .map(|seg| policy::estimated_checks(seg, 1))
-        .sum()
-}
-
 /// Sets `e`'s budget estimate from `estimated` checks per cycle (or the
 /// connector's own count, if larger), records it in its series at `wall`
 /// and warns when it crosses the budget.
