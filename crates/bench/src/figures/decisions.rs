@@ -73,7 +73,10 @@ impl Client {
     /// Starts asking `bases` (`http://ADDR` of each replica) round-robin,
     /// `rate` decisions a second in all.
     pub fn start(bases: Vec<String>, rate: f64) -> Result<Client> {
+        // A connection not made within 4 s fails as a connect error, told
+        // apart from an answer that did not come.
         let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(4))
             .timeout(Duration::from_secs(5))
             .build()?;
         let tally = Arc::new(Tally::default());

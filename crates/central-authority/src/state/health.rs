@@ -692,15 +692,13 @@ impl HealthTable {
         };
         // The key stays ours for the published transition; it is cloned
         // only when the application is new. One search of the map for a
-        // known application, not two (each search compares the key's
-        // strings: part of the table's share of the CA's CPU under report
-        // load).
+        // known application, not two (each compares the key's strings).
         let (before, published, old) = match apps.find_mut(hash, &key) {
             Some(record) => store(record),
             None => store(apps.insert_new(hash, key.to_key(), &self.hasher)),
         };
-        // A connector's first report of the application: indexed.
         if before.is_none() {
+            // The connector's first report of the application.
             apps.index(connector, hash);
         }
         // The replaced report is freed after the lock is released.
