@@ -515,13 +515,10 @@ impl ShardMap {
 
     /// Notes that `connector` has a report for the application with `hash`.
     fn index(&mut self, connector: &Arc<str>, hash: u64) {
-        if let Some(hashes) = self.by_connector.get_mut(&**connector) {
-            hashes.insert(hash);
-        } else {
-            let mut hashes = std::collections::HashSet::with_hasher(Hasher::default());
-            hashes.insert(hash);
-            self.by_connector.insert(Arc::clone(connector), hashes);
-        }
+        self.by_connector
+            .entry(Arc::clone(connector))
+            .or_default()
+            .insert(hash);
     }
 
     /// Forgets that `connector` has a report for the application with

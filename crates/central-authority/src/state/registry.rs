@@ -447,7 +447,6 @@ impl Registry {
     }
 }
 
-/// Checks per cycle of the continuous segments `group` serves.
 /// Sets `e`'s budget estimate from `estimated` checks per cycle (or the
 /// connector's own count, if larger), records it in its series at `wall`
 /// and warns when it crosses the budget.
