@@ -59,6 +59,15 @@ impl PgHost {
             .context("createdb panicked")?
     }
 
+    /// Runs `measure` on a server of its own, then stops the server, also
+    /// when `measure` failed.
+    pub async fn around<T>(measure: impl AsyncFnOnce(&PgHost) -> Result<T>) -> Result<T> {
+        let pg = PgHost::start().await?;
+        let result = measure(&pg).await;
+        pg.stop().await;
+        result
+    }
+
     /// Stops the server (`pg_ctl`, blocking: off the runtime's threads).
     pub async fn stop(mut self) {
         let _ = self.stop.send(());

@@ -13,34 +13,34 @@ fn proc_path(pid: Option<u32>, file: &str) -> String {
     }
 }
 
+/// The fields of a `/proc/<pid>/stat` line after the command name (which
+/// may hold spaces: they count from after its `)`), as numbers (0 where a
+/// field is not one, such as the state): field `n` of the line is `n - 3`
+/// here, so the parent pid is 1, utime and stime 11 and 12, the reaped
+/// children's 13 and 14.
+fn stat_fields(path: &str) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
 /// User + system CPU time of a process (this one when `pid` is `None`), all
 /// threads; zero when it cannot be read.
 pub fn cpu_time(pid: Option<u32>) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(proc_path(pid, "stat")) else {
-        return Duration::ZERO;
-    };
-    // The command name may hold spaces: fields count from after its ')'.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let fields = stat_fields(&proc_path(pid, "stat")).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).copied().unwrap_or(0);
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / USER_HZ)
 }
 
 /// The parent pid and the user + system CPU ticks of a process and of its
 /// reaped children (`utime`, `stime`, `cutime`, `cstime`).
 fn ppid_and_ticks(pid: u32) -> Option<(u32, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let fields = stat_fields(&proc_path(Some(pid), "stat"))?;
+    let num = |i: usize| fields.get(i).copied();
     let ppid = u32::try_from(num(1)?).ok()?;
     Some((ppid, num(11)? + num(12)? + num(13)? + num(14)?))
 }

@@ -95,6 +95,16 @@ provisioning_key = "{KEY}"
     )
 }
 
+/// The `[tls]` section `shared_sections` writes: plain text.
+const PLAIN_TEXT: &str = "[tls]\nenabled = false\n";
+
+/// `text` (from [`config_text`]) with TLS on, `extra` (such as the issuer's
+/// files) added to its `[tls]` section.
+pub fn with_tls(text: &str, extra: &str) -> String {
+    assert!(text.contains(PLAIN_TEXT), "no plain-text [tls] section");
+    text.replacen(PLAIN_TEXT, &format!("[tls]\nenabled = true\n{extra}"), 1)
+}
+
 /// The configuration text.
 pub fn config_text(setup: &CaSetup) -> String {
     let mut s = format!(

@@ -36,17 +36,15 @@ pub fn replica_config(
     });
     let base = match tls {
         None => base,
-        Some(issuer) => {
-            let mut section = "[tls]\nenabled = true\n".to_owned();
-            if let Some(dir) = issuer {
-                section += &format!(
-                    "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
-                    dir.join("ca.pem").display().to_string(),
-                    dir.join("ca.key").display().to_string()
-                );
-            }
-            base.replacen("[tls]\nenabled = false\n", &section, 1)
-        }
+        Some(None) => ca::with_tls(&base, ""),
+        Some(Some(dir)) => ca::with_tls(
+            &base,
+            &format!(
+                "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
+                dir.join("ca.pem").display().to_string(),
+                dir.join("ca.key").display().to_string()
+            ),
+        ),
     };
     format!("{head}{base}{targets}")
 }

@@ -133,11 +133,7 @@ fn config(url: &str, tls: bool) -> String {
         ingest_apps: 0,
         ..CaSetup::default()
     });
-    let base = if tls {
-        base.replacen("[tls]\nenabled = false\n", "[tls]\nenabled = true\n", 1)
-    } else {
-        base
-    };
+    let base = if tls { ca::with_tls(&base, "") } else { base };
     let apps: Vec<String> = (0..POLICY_APPS)
         .map(|k| format!("\"{}\"", flap_host(k)))
         .collect();
@@ -336,10 +332,7 @@ async fn flap(
 
 /// Measures every figure (quick: 200 connectors, short windows).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let pg = PgHost::start().await?;
-    let result = measure(mode, &pg).await;
-    pg.stop().await;
-    result
+    PgHost::around(async |pg| measure(mode, pg).await).await
 }
 
 async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {

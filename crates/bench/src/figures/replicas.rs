@@ -185,10 +185,7 @@ fn revoke_key(k: usize) -> String {
 
 /// Measures (quick: 150 connectors).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
-    let pg = PgHost::start().await?;
-    let result = measure(mode, &pg).await;
-    pg.stop().await;
-    result
+    PgHost::around(async |pg| measure(mode, pg).await).await
 }
 
 async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {

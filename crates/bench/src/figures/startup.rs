@@ -88,13 +88,14 @@ fn key(g: usize) -> String {
 
 /// The CA's configuration: TLS, and `groups` groups with a segment each.
 fn config(groups: usize) -> String {
-    let base = ca::config_text(&CaSetup {
-        filler_segments: 0,
-        ingest_apps: 0,
-        ..CaSetup::default()
-    })
-    .replacen("[tls]\nenabled = false\n", "[tls]\nenabled = true\n", 1);
-    let mut s = base;
+    let mut s = ca::with_tls(
+        &ca::config_text(&CaSetup {
+            filler_segments: 0,
+            ingest_apps: 0,
+            ..CaSetup::default()
+        }),
+        "",
+    );
     for g in 0..groups {
         let apps: Vec<String> = (g * APPS_PER_GROUP..(g + 1) * APPS_PER_GROUP)
             .map(|k| format!("\"{}\"", host(k)))
