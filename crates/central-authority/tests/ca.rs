@@ -1190,3 +1190,91 @@ async fn an_access_to_a_down_application_rechecks_and_waits() {
     );
     ca.stop().await;
 }
+
+/// A group larger than an explanation lists: the HTTP and gRPC answers list
+/// 32 candidates (the chosen one, the eligible ones, then connected ones)
+/// and count all of them.
+#[tokio::test]
+async fn a_large_groups_explanation_lists_32_and_counts_every_candidate() {
+    let east = format!("provisioning_key = \"{KEY_EAST}\"");
+    let config = default_config().replacen(&east, &format!("{east}\nmax_uses = 40"), 1);
+    assert_ne!(config, default_config());
+    let ca = Ca::start(&config).await;
+    let http = ca.web();
+    let mut conns = Vec::new();
+    for i in 0..40 {
+        let (conn, _) = connect(&ca, &format!("east-{i:02}"), "dc-east").await;
+        // 20 report the application up, 20 down.
+        let (up, down): (&[&str], &[&str]) = if i % 2 == 0 {
+            (&["127.0.0.21"], &[])
+        } else {
+            (&[], &["127.0.0.21"])
+        };
+        conn.report(vec![app("jira", "jira.test.reach", 80, up, down)], true)
+            .await;
+        conns.push(conn);
+    }
+    eventually("every report in", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["connectors"].as_array().is_some_and(|c| c.len() == 40))
+    })
+    .await;
+    for _ in 0..5 {
+        let (s, v) = http.access("jira.test.reach", "tcp", 80).await;
+        assert_eq!(s, 200, "{v}");
+        let e = &v["explanation"];
+        let listed = e["candidates"].as_array().expect("candidates");
+        assert_eq!(listed.len(), 32, "{e}");
+        assert_eq!(
+            (
+                e["candidates_total"].as_u64(),
+                e["candidates_eligible"].as_u64(),
+                e["candidates_connected"].as_u64()
+            ),
+            (Some(40), Some(20), Some(40))
+        );
+        // Every eligible one is listed, the chosen among them, in name order.
+        assert_eq!(listed.iter().filter(|c| c["eligible"] == true).count(), 20);
+        assert!(listed.iter().any(|c| c["connector"] == v["connector"]));
+        let names: Vec<&str> = listed
+            .iter()
+            .filter_map(|c| c["connector"].as_str())
+            .collect();
+        assert!(names.is_sorted(), "{names:?}");
+    }
+    let mut client = v1::access_client::AccessClient::new(ca.channel().await);
+    let mut req = tonic::Request::new(v1::AccessRequest {
+        host: "jira.test.reach".into(),
+        protocol: v1::Protocol::Tcp as i32,
+        port: 80,
+        user_location: None,
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
+    );
+    let d = client.resolve(req).await.expect("answered").into_inner();
+    let e = d.explanation.expect("explanation");
+    assert_eq!(e.candidates.len(), 32);
+    assert_eq!(
+        (
+            e.candidates_total,
+            e.candidates_eligible,
+            e.candidates_connected
+        ),
+        (40, 20, 40)
+    );
+    match d.outcome {
+        Some(v1::access_decision::Outcome::Selected(s)) => {
+            assert!(
+                e.candidates
+                    .iter()
+                    .any(|c| c.connector == s.connector && c.eligible)
+            );
+        }
+        other => panic!("expected a selection, got {other:?}"),
+    }
+    drop(conns);
+    ca.stop().await;
+}

@@ -1,15 +1,15 @@
 //! Criterion benchmarks of `policy`'s access-path hot spots: connector
 //! selection (healthy, nearest, group) with 10, 100 and 1,000 candidates (nearest also with
-//! the user's location at 100), and request matching against
-//! 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
+//! the user's location at 100), a decision's explanation among 32 and
+//! 10,000 candidates, and request matching against 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use policy::{
     AppEntry, Candidate, HealthReporting, Host, Location, PortRange, Protocol, Proximity, Request,
-    Segment, SegmentIndex, Status, Strategy, Tolerance, select, select_with,
+    Segment, SegmentIndex, Status, Strategy, Tolerance, explain_owned, select, select_with,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -178,5 +178,31 @@ fn bench_matching(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_select, bench_matching);
+/// The explanation the CA writes into every access answer, among 32
+/// candidates (all listed) and 10,000 (32 listed, all counted); the
+/// candidates are copied outside the timing, as the CA moves its own in.
+fn bench_explain(c: &mut Criterion) {
+    let mut group = c.benchmark_group("explain");
+    for n in [32usize, 10_000] {
+        let cands = candidates(n);
+        group.bench_with_input(BenchmarkId::new("healthy", n), &cands, |b, cands| {
+            b.iter_batched(
+                || cands.clone(),
+                |cands| {
+                    explain_owned(
+                        cands,
+                        Some(n / 2),
+                        HealthReporting::Continuous,
+                        Strategy::Healthy,
+                        Tolerance::default(),
+                    )
+                },
+                BatchSize::LargeInput,
+            );
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_select, bench_explain, bench_matching);
 criterion_main!(benches);

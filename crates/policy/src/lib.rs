@@ -43,9 +43,9 @@ pub use plan::{
 };
 pub use report::ApplicationReport;
 pub use select::{
-    Candidate, CandidateNote, Decision, Eligibility, Explanation, LocationUse, Proximity,
-    RTT_WEIGHT, RefusalReason, Tolerance, UserLocationNote, Verdict, explain, explain_owned,
-    explain_with, rtt_sample, select, select_with, smooth_rtt,
+    Candidate, CandidateNote, Decision, EXPLAINED_CANDIDATES, Eligibility, Explanation,
+    LocationUse, Proximity, RTT_WEIGHT, RefusalReason, Tolerance, UserLocationNote, Verdict,
+    explain, explain_owned, explain_with, rtt_sample, select, select_with, smooth_rtt,
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,

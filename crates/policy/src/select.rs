@@ -685,6 +685,13 @@ mod millis {
     }
 }
 
+/// How many candidates an explanation lists at most (`Explanation`): the
+/// chosen one, then eligible ones, then connected ones, then the rest, each
+/// in candidate order. Past this the list would cost more than the decision
+/// (a note and its sentence per candidate, on every answer) and tell an
+/// operator nothing a count does not.
+pub const EXPLAINED_CANDIDATES: usize = 32;
+
 /// How a decision was reached.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
@@ -692,8 +699,19 @@ pub struct Explanation {
     pub strategy: Strategy,
     /// Segment mode.
     pub mode: HealthReporting,
-    /// Every candidate and its eligibility.
+    /// The candidates and their eligibility, in candidate order: all of
+    /// them up to `EXPLAINED_CANDIDATES`, else that many, the chosen one
+    /// first to be kept, then eligible, then connected ones.
     pub candidates: Vec<CandidateNote>,
+    /// How many candidates there were (listed or not).
+    #[serde(default)]
+    pub candidates_total: usize,
+    /// How many of them were eligible.
+    #[serde(default)]
+    pub candidates_eligible: usize,
+    /// How many of them were connected.
+    #[serde(default)]
+    pub candidates_connected: usize,
     /// Group strategy: the groups that were eligible.
     pub eligible_groups: Vec<String>,
     /// The user's location when the request named one, and whether it
@@ -728,14 +746,16 @@ pub fn explain_with(
     strategy: Strategy,
     proximity: impl Into<Proximity>,
 ) -> Explanation {
-    explain_owned(candidates.to_vec(), mode, strategy, proximity)
+    explain_owned(candidates.to_vec(), None, mode, strategy, proximity)
 }
 
-/// `explain_with`, taking the candidates: their names move into the notes
-/// instead of being copied (a caller that explains every decision, as the
-/// CA does, saves two strings per candidate).
+/// `explain_with`, taking the candidates and the index of the chosen one
+/// (always listed): the listed names move into the notes instead of being
+/// copied (a caller that explains every decision, as the CA does, saves
+/// two strings per candidate).
 pub fn explain_owned(
     candidates: Vec<Candidate>,
+    chosen: Option<usize>,
     mode: HealthReporting,
     strategy: Strategy,
     proximity: impl Into<Proximity>,
@@ -743,38 +763,14 @@ pub fn explain_owned(
     let proximity = proximity.into();
     let eligibility = Eligibility::with_tolerance(&candidates, mode, strategy, proximity);
     let location = eligibility.location_use();
-    let used = location == LocationUse::Used;
-    let nearest = strategy == Strategy::Nearest && mode != HealthReporting::None;
-    // Everything that borrows the candidates first, then they move.
+    let verdicts: Vec<Verdict> = candidates.iter().map(|c| eligibility.verdict(c)).collect();
+    let listed = listed(&verdicts, chosen);
     let judged: Vec<_> = candidates
         .iter()
-        .map(|c| {
-            let verdict = eligibility.verdict(c);
-            let km = eligibility.user_distance(c);
-            let user_rtt = eligibility.user_rtt(c);
-            let status = if verdict == Verdict::AssumedReachable {
-                Status::Up
-            } else {
-                c.status
-            };
-            // Without a location of its own while the user's counts,
-            // an (unreachable) candidate has no comparable score.
-            let score = c
-                .rtt
-                .and_then(|rtt| match (used, user_rtt) {
-                    (false, _) => Some(rtt),
-                    (true, u) => Some(rtt.saturating_add(u?)),
-                })
-                .filter(|_| nearest);
-            (
-                status,
-                verdict.is_eligible(),
-                verdict.reason(c, km.zip(user_rtt)),
-                km,
-                user_rtt,
-                score,
-            )
-        })
+        .zip(&verdicts)
+        .zip(&listed)
+        .filter(|(_, keep)| **keep)
+        .map(|((c, verdict), _)| judge(&eligibility, c, *verdict))
         .collect();
     let eligible_groups = eligibility
         .groups()
@@ -787,30 +783,114 @@ pub fn explain_owned(
         used: location == LocationUse::Used,
         reason: location.reason(),
     });
+    let candidates_total = candidates.len();
+    let candidates_eligible = verdicts.iter().filter(|v| v.is_eligible()).count();
+    let candidates_connected = verdicts
+        .iter()
+        .filter(|v| **v != Verdict::NotConnected)
+        .count();
     let notes = candidates
         .into_iter()
+        .zip(listed)
+        .filter_map(|(c, keep)| keep.then_some(c))
         .zip(judged)
-        .map(
-            |(c, (status, eligible, reason, distance_km, user_rtt, score))| CandidateNote {
-                connector: c.connector,
-                group: c.group,
-                connected: c.connected,
-                status,
-                eligible,
-                reason,
-                rtt: c.rtt,
-                distance_km,
-                user_rtt,
-                score,
-            },
-        )
+        .map(|(c, j)| CandidateNote {
+            connector: c.connector,
+            group: c.group,
+            connected: c.connected,
+            status: j.status,
+            eligible: j.eligible,
+            reason: j.reason,
+            rtt: c.rtt,
+            distance_km: j.distance_km,
+            user_rtt: j.user_rtt,
+            score: j.score,
+        })
         .collect();
     Explanation {
         strategy,
         mode,
         candidates: notes,
+        candidates_total,
+        candidates_eligible,
+        candidates_connected,
         eligible_groups,
         user_location,
+    }
+}
+
+/// Which candidates an explanation lists: every one up to
+/// `EXPLAINED_CANDIDATES`, else the chosen one, then eligible, then
+/// connected, then the rest, each in candidate order, until that many.
+fn listed(verdicts: &[Verdict], chosen: Option<usize>) -> Vec<bool> {
+    if verdicts.len() <= EXPLAINED_CANDIDATES {
+        return vec![true; verdicts.len()];
+    }
+    let rank = |i: usize, v: Verdict| {
+        if Some(i) == chosen {
+            0
+        } else if v.is_eligible() {
+            1
+        } else if v != Verdict::NotConnected {
+            2
+        } else {
+            3
+        }
+    };
+    let mut keep = vec![false; verdicts.len()];
+    let mut left = EXPLAINED_CANDIDATES;
+    for wanted in 0..=3 {
+        for (i, v) in verdicts.iter().enumerate() {
+            if left == 0 {
+                return keep;
+            }
+            if !keep[i] && rank(i, *v) == wanted {
+                keep[i] = true;
+                left -= 1;
+            }
+        }
+    }
+    keep
+}
+
+/// One listed candidate's note, apart from what moves out of it.
+struct Judged {
+    status: Status,
+    eligible: bool,
+    reason: String,
+    distance_km: Option<f64>,
+    user_rtt: Option<Duration>,
+    score: Option<Duration>,
+}
+
+/// The note of `c`, judged `verdict` under `eligibility`.
+fn judge(eligibility: &Eligibility<'_>, c: &Candidate, verdict: Verdict) -> Judged {
+    let used = eligibility.location_use() == LocationUse::Used;
+    let nearest =
+        eligibility.strategy == Strategy::Nearest && eligibility.mode != HealthReporting::None;
+    let distance_km = eligibility.user_distance(c);
+    let user_rtt = eligibility.user_rtt(c);
+    let status = if verdict == Verdict::AssumedReachable {
+        Status::Up
+    } else {
+        c.status
+    };
+    // Without a location of its own while the user's counts, an
+    // (unreachable) candidate has no comparable score.
+    let score = c
+        .rtt
+        .and_then(|rtt| match (used, user_rtt) {
+            (false, _) => Some(rtt),
+            (true, u) => Some(rtt.saturating_add(u?)),
+        })
+        .filter(|_| nearest);
+    Judged {
+        status,
+        eligible: verdict.is_eligible(),
+        reason: verdict.reason(c, distance_km.zip(user_rtt)),
+        distance_km,
+        user_rtt,
+        score,
     }
 }
 
@@ -913,6 +993,81 @@ mod tests {
                 "{strategy}"
             );
         }
+    }
+
+    #[test]
+    fn a_large_explanation_lists_the_chosen_then_eligible_then_connected_and_counts_all() {
+        // 40 disconnected, 40 connected Down, 20 Up; the chosen is Up.
+        let cs: Vec<Candidate> = (0..100)
+            .map(|i| {
+                let (connected, status) = match i {
+                    0..40 => (false, Up),
+                    40..80 => (true, Down),
+                    _ => (true, Up),
+                };
+                c(&format!("c{i:03}"), "g", connected, status)
+            })
+            .collect();
+        let names = |e: &Explanation| -> Vec<String> {
+            e.candidates.iter().map(|n| n.connector.clone()).collect()
+        };
+        let expected: Vec<String> = (40..52)
+            .chain(80..100)
+            .map(|i| format!("c{i:03}"))
+            .collect();
+        let e = explain_owned(
+            cs.clone(),
+            Some(90),
+            Continuous,
+            Strategy::Healthy,
+            Tolerance::default(),
+        );
+        assert_eq!(
+            names(&e),
+            expected,
+            "eligible first, then connected, in order"
+        );
+        assert_eq!(e.candidates.len(), EXPLAINED_CANDIDATES);
+        assert_eq!(
+            (
+                e.candidates_total,
+                e.candidates_eligible,
+                e.candidates_connected
+            ),
+            (100, 20, 60)
+        );
+        assert!(e.candidates.iter().filter(|n| n.eligible).count() == 20);
+        // More eligible than fit: the chosen one is kept even when it is
+        // not among the first eligible ones.
+        let ups: Vec<Candidate> = (0..50)
+            .map(|i| c(&format!("u{i:02}"), "g", true, Up))
+            .collect();
+        let e = explain_owned(
+            ups.clone(),
+            Some(49),
+            Continuous,
+            Strategy::Healthy,
+            Tolerance::default(),
+        );
+        let listed = names(&e);
+        assert_eq!(listed.len(), EXPLAINED_CANDIDATES);
+        assert_eq!(listed.last().map(String::as_str), Some("u49"));
+        assert_eq!(
+            listed[..31],
+            names(&explain(&ups[..31], Continuous, Strategy::Healthy))[..]
+        );
+        assert_eq!(
+            (
+                e.candidates_total,
+                e.candidates_eligible,
+                e.candidates_connected
+            ),
+            (50, 50, 50)
+        );
+        // Up to the bound every candidate is listed, in order.
+        let e = explain(&cs[..EXPLAINED_CANDIDATES], Continuous, Strategy::Healthy);
+        assert_eq!(e.candidates.len(), EXPLAINED_CANDIDATES);
+        assert_eq!(e.candidates_total, EXPLAINED_CANDIDATES);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The in-process figures, measured by criterion (`crates/policy/benches`)
 //! and read back from its `estimates.json` files: `policy::select` with 10,
-//! 100 and 1,000 candidates (and the nearest strategy at 100), and matching against 10,000 segments next to
-//! 10.
+//! 100 and 1,000 candidates (and the nearest strategy at 100), matching against 10,000 segments next to
+//! 10, and a decision's explanation among 10,000 candidates next to 32.
 
 use std::path::Path;
 
@@ -35,6 +35,11 @@ pub const SPECS: &[Spec] = &[
     Spec {
         name: "policy_match_ns_10000_segments",
         unit: "ns/request",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "policy_explain_us_10000",
+        unit: "µs/decision",
         goal: Goal::Info,
     },
 ];
@@ -90,5 +95,14 @@ pub fn read(dir: &Path) -> Vec<Figure> {
         ))
     });
     out.push(matching.unwrap_or_else(|e| SPECS[4].missing(format!("{e:#}"))));
+    let explain = mean_ns(dir, "explain/healthy/10000").and_then(|big| {
+        Ok(SPECS[5].figure(
+            big / 1000.0,
+            Some(mean_ns(dir, "explain/healthy/32")? / 1000.0),
+            "criterion mean, healthy strategy, 10,000 connected candidates (¼ Down): \
+             32 listed with their sentences, all counted; baseline = 32 candidates",
+        ))
+    });
+    out.push(explain.unwrap_or_else(|e| SPECS[5].missing(format!("{e:#}"))));
     out
 }

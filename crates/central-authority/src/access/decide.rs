@@ -84,24 +84,34 @@ impl AccessOutcome {
                 message: r.message,
             }),
         };
-        let (candidates, user_location) = match e.selection {
+        let (candidates, counts, user_location) = match e.selection {
             Some(s) => (
                 s.candidates
                     .into_iter()
                     .map(v1::CandidateExplanation::from)
                     .collect(),
+                [
+                    s.candidates_total,
+                    s.candidates_eligible,
+                    s.candidates_connected,
+                ]
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
                 s.user_location
                     .as_ref()
                     .map(v1::UserLocationExplanation::from),
             ),
-            None => (Vec::new(), None),
+            None => (Vec::new(), [0; 3], None),
         };
+        let [candidates_total, candidates_eligible, candidates_connected] = counts;
         v1::AccessDecision {
             outcome: Some(outcome),
             explanation: Some(v1::Explanation {
                 segment: e.segment.unwrap_or_default(),
                 strategy: e.strategy.as_str().to_owned(),
                 candidates,
+                candidates_total,
+                candidates_eligible,
+                candidates_connected,
                 discovery_waited: e.discovery_waited,
                 discovery_ms: e.discovery_ms,
                 matched_entry: e.matched_entry.unwrap_or_default(),
@@ -535,6 +545,10 @@ fn outcome(
     let (mode, strategy, proximity) = how;
     // The selection's names are copied out first: the candidates then
     // move into the explanation (`policy::explain_owned`).
+    let chosen = match decision {
+        Decision::Selected { index } => Some(index),
+        Decision::Refused(_) => None,
+    };
     let decision = match decision {
         Decision::Selected { index } => Ok((
             candidates[index].connector.clone(),
@@ -542,7 +556,9 @@ fn outcome(
         )),
         Decision::Refused(reason) => Err(reason),
     };
-    explanation.selection = Some(policy::explain_owned(candidates, mode, strategy, proximity));
+    explanation.selection = Some(policy::explain_owned(
+        candidates, chosen, mode, strategy, proximity,
+    ));
     match decision {
         Ok((connector, group)) => {
             if strategy == Strategy::Group {

@@ -54,6 +54,9 @@ struct ExplanationJson<'a> {
     strategy: Strategy,
     mode: Option<HealthReporting>,
     candidates: &'a [CandidateNote],
+    candidates_total: usize,
+    candidates_eligible: usize,
+    candidates_connected: usize,
     eligible_groups: &'a [String],
     user_location: Option<&'a UserLocationNote>,
     chosen_group: &'a Option<String>,
@@ -71,6 +74,9 @@ impl Serialize for ExplanationView {
             strategy: self.strategy,
             mode: selection.map(|e| e.mode),
             candidates: selection.map_or(&[], |e| &e.candidates),
+            candidates_total: selection.map_or(0, |e| e.candidates_total),
+            candidates_eligible: selection.map_or(0, |e| e.candidates_eligible),
+            candidates_connected: selection.map_or(0, |e| e.candidates_connected),
             eligible_groups: selection.map_or(&[], |e| &e.eligible_groups),
             user_location: selection.and_then(|e| e.user_location.as_ref()),
             chosen_group: &self.chosen_group,
@@ -128,7 +134,13 @@ impl ExplanationView {
             json::opt_millis(out, c.score);
             out.push(b'}');
         }
-        out.extend_from_slice(b"],\"eligible_groups\":");
+        out.extend_from_slice(b"],\"candidates_total\":");
+        json::u64(out, count(selection.map_or(0, |e| e.candidates_total)));
+        out.extend_from_slice(b",\"candidates_eligible\":");
+        json::u64(out, count(selection.map_or(0, |e| e.candidates_eligible)));
+        out.extend_from_slice(b",\"candidates_connected\":");
+        json::u64(out, count(selection.map_or(0, |e| e.candidates_connected)));
+        out.extend_from_slice(b",\"eligible_groups\":");
         json::strs(out, selection.map_or(&[][..], |e| &e.eligible_groups));
         out.extend_from_slice(b",\"user_location\":");
         match selection.and_then(|e| e.user_location.as_ref()) {
@@ -155,6 +167,11 @@ impl ExplanationView {
         json::u64(out, self.discovery_ms);
         out.push(b'}');
     }
+}
+
+/// A count as JSON writes it (a `usize` always fits in a `u64` here).
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// JSON values written by hand for the access answer (keys are literals
@@ -312,7 +329,8 @@ mod tests {
             empty,
             serde_json::json!({
                 "segment": null, "matched_entry": null, "strategy": "group", "mode": null,
-                "candidates": [], "eligible_groups": [], "user_location": null,
+                "candidates": [], "candidates_total": 0, "candidates_eligible": 0,
+                "candidates_connected": 0, "eligible_groups": [], "user_location": null,
                 "chosen_group": null,
                 "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0
             })

@@ -220,8 +220,8 @@ impl PartialSchema for ExplanationView {
         );
         ObjectBuilder::new()
             .description(Some(
-                "how the decision was reached: matching, every candidate with its \
-                 eligibility, forwarding and discovery",
+                "how the decision was reached: matching, the candidates with their \
+                 eligibility (at most 32 listed, counted in full), forwarding and discovery",
             ))
             .property("segment", nullable_string("matched segment"))
             .property(
@@ -232,9 +232,22 @@ impl PartialSchema for ExplanationView {
             .property("mode", mode)
             .property(
                 "candidates",
-                ArrayBuilder::new()
-                    .items(candidate)
-                    .description(Some("every candidate and its eligibility")),
+                ArrayBuilder::new().items(candidate).description(Some(
+                    "the candidates and their eligibility, in candidate order; at most 32: \
+                         when there are more, the chosen one, then eligible, then connected ones",
+                )),
+            )
+            .property(
+                "candidates_total",
+                count("how many candidates there were, listed or not"),
+            )
+            .property(
+                "candidates_eligible",
+                count("how many candidates were eligible"),
+            )
+            .property(
+                "candidates_connected",
+                count("how many candidates had a live session"),
             )
             .property(
                 "eligible_groups",
@@ -264,6 +277,9 @@ impl PartialSchema for ExplanationView {
             )
             .required("strategy")
             .required("candidates")
+            .required("candidates_total")
+            .required("candidates_eligible")
+            .required("candidates_connected")
             .required("eligible_groups")
             .required("forwarded_to")
             .required("discovery_waited")

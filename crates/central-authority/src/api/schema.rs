@@ -224,6 +224,15 @@ pub(crate) fn strings(description: &str) -> ArrayBuilder {
         .description(Some(description))
 }
 
+/// A count (an integer, at least 0).
+pub(crate) fn count(description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(0))
+        .description(Some(description))
+        .build()
+}
+
 pub(crate) fn nullable_number(description: &str) -> Object {
     ObjectBuilder::new()
         .schema_type(

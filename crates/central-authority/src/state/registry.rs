@@ -14,7 +14,7 @@
 //! another lock of CA state. Messages to connectors are queued with
 //! `try_send`, so no section waits on a slow peer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -151,6 +151,10 @@ pub(crate) struct Registry {
 #[derive(Debug, Default)]
 struct Conns {
     map: HashMap<String, ConnectorEntry>,
+    /// Each group's connectors, by name: what a decision reads
+    /// (`members`), so it visits its segment's groups only and sorts
+    /// nothing. Kept with `map` under the same lock.
+    groups: HashMap<String, BTreeSet<String>>,
     /// Authenticated streams that have not registered yet, by session id,
     /// with their connector's name.
     pending: HashMap<u64, (String, LiveSession)>,
@@ -209,6 +213,25 @@ impl Registry {
                 estimate: policy::estimate_budget(0, 20, u64::MAX),
                 load_series: Box::default(),
             });
+        if entry.group != group
+            && let Some(old) = conns.groups.get_mut(&entry.group)
+        {
+            old.remove(name);
+            if old.is_empty() {
+                conns.groups.remove(&entry.group);
+            }
+        }
+        match conns.groups.get_mut(group) {
+            Some(members) if members.contains(name) => {}
+            Some(members) => {
+                members.insert(name.to_owned());
+            }
+            None => {
+                conns
+                    .groups
+                    .insert(group.to_owned(), BTreeSet::from([name.to_owned()]));
+            }
+        }
         group.clone_into(&mut entry.group);
         entry.version = sanitize_version(&hello.version);
         entry.stated_rate = hello
@@ -268,7 +291,16 @@ impl Registry {
 
     /// Forgets `name` (a deleted connector): it is no longer listed.
     pub(crate) fn forget(&self, name: &str) {
-        lock(&self.conns).map.remove(name);
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        if let Some(e) = conns.map.remove(name)
+            && let Some(members) = conns.groups.get_mut(&e.group)
+        {
+            members.remove(name);
+            if members.is_empty() {
+                conns.groups.remove(&e.group);
+            }
+        }
     }
 
     /// Takes every live session (at shutdown).
@@ -404,22 +436,23 @@ impl Registry {
     /// state and cycle. The access path asks this for each decision: it
     /// copies only the group's names, not every connector's entry.
     pub(crate) fn members(&self, group: &str) -> Vec<(String, Link)> {
-        let mut members: Vec<(String, Link)> = lock(&self.conns)
-            .map
+        let conns = lock(&self.conns);
+        let Some(names) = conns.groups.get(group) else {
+            return Vec::new();
+        };
+        names
             .iter()
-            .filter(|(_, e)| e.group == group)
-            .map(|(name, e)| {
-                (
+            .filter_map(|name| {
+                let e = conns.map.get(name)?;
+                Some((
                     name.clone(),
                     Link {
                         connected: e.session.is_some(),
                         cycle: e.cycle(),
                     },
-                )
+                ))
             })
-            .collect();
-        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        members
+            .collect()
     }
 
     /// The outbound channels of those of `names` that have a live session.
@@ -510,6 +543,66 @@ pub fn sanitize_version(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Registers `name` in `group` as session `id`.
+    fn arrive(registry: &Registry, name: &str, group: &str, id: u64) {
+        let (tx, _) = mpsc::channel(1);
+        registry.open_pending(
+            name,
+            LiveSession {
+                id,
+                label: format!("s{id}"),
+                cert_serial: None,
+                key_sha256: None,
+                tx,
+                kill: Arc::new(Notify::new()),
+            },
+        );
+        let hello = v1::Hello::default();
+        let arrival = Arrival {
+            name,
+            group,
+            hello: &hello,
+        };
+        assert!(registry.register(arrival, id, |_| 0).is_ok());
+    }
+
+    fn names(registry: &Registry, group: &str) -> Vec<(String, bool)> {
+        registry
+            .members(group)
+            .into_iter()
+            .map(|(n, l)| (n, l.connected))
+            .collect()
+    }
+
+    #[test]
+    fn a_groups_members_follow_registrations_group_moves_and_deletions() {
+        let registry = Registry::default();
+        for (i, (name, group)) in [("c", "g1"), ("a", "g1"), ("z", "g2"), ("b", "g1")]
+            .into_iter()
+            .enumerate()
+        {
+            arrive(&registry, name, group, i as u64);
+        }
+        let yes = |n: &str| (n.to_owned(), true);
+        assert_eq!(names(&registry, "g1"), [yes("a"), yes("b"), yes("c")]);
+        assert_eq!(names(&registry, "g2"), [yes("z")]);
+        assert!(names(&registry, "nope").is_empty());
+        // A session that ends leaves its connector listed, disconnected.
+        assert!(registry.end("a", 1).is_some());
+        assert_eq!(names(&registry, "g1")[0], ("a".to_owned(), false));
+        // Coming back in another group moves it.
+        arrive(&registry, "a", "g2", 10);
+        assert_eq!(names(&registry, "g1"), [yes("b"), yes("c")]);
+        assert_eq!(names(&registry, "g2"), [yes("a"), yes("z")]);
+        arrive(&registry, "a", "g2", 11);
+        assert_eq!(names(&registry, "g2"), [yes("a"), yes("z")]);
+        registry.forget("z");
+        registry.forget("a");
+        assert!(names(&registry, "g2").is_empty());
+        assert!(!lock(&registry.conns).groups.contains_key("g2"));
+        assert_eq!(names(&registry, "g1"), [yes("b"), yes("c")]);
+    }
 
     #[test]
     fn hello_versions_are_printable_ascii_and_bounded() {

@@ -918,6 +918,30 @@ fn access_text(v: &Value) -> String {
         cell(&e["mode"]),
         cell(&e["strategy"])
     );
+    candidates_text(e, &mut out);
+    let user = &e["user_location"];
+    if user.is_object() {
+        let _ = writeln!(
+            out,
+            "user location: {}, {}: {}",
+            cell(&user["latitude"]),
+            cell(&user["longitude"]),
+            cell(&user["reason"])
+        );
+    }
+    let forwarded = items(e, "forwarded_to");
+    if !forwarded.is_empty() {
+        let names: Vec<String> = forwarded.iter().map(cell).collect();
+        let _ = writeln!(out, "forwarded to: {}", names.join(", "));
+    }
+    if e["discovery_waited"] == true {
+        let _ = writeln!(out, "waited {} ms for discovery", cell(&e["discovery_ms"]));
+    }
+    out
+}
+
+/// The explanation's candidates as a table, and how many were not listed.
+fn candidates_text(e: &Value, out: &mut String) {
     let candidates = items(e, "candidates");
     if candidates.is_empty() {
         out.push_str("candidates: none\n");
@@ -951,25 +975,16 @@ fn access_text(v: &Value) -> String {
             &rows,
         ));
     }
-    let user = &e["user_location"];
-    if user.is_object() {
+    let total = e["candidates_total"].as_u64().unwrap_or(0);
+    if total > candidates.len() as u64 {
         let _ = writeln!(
             out,
-            "user location: {}, {}: {}",
-            cell(&user["latitude"]),
-            cell(&user["longitude"]),
-            cell(&user["reason"])
+            "listed {} of {total} candidates ({} eligible, {} connected in all)",
+            candidates.len(),
+            cell(&e["candidates_eligible"]),
+            cell(&e["candidates_connected"]),
         );
     }
-    let forwarded = items(e, "forwarded_to");
-    if !forwarded.is_empty() {
-        let names: Vec<String> = forwarded.iter().map(cell).collect();
-        let _ = writeln!(out, "forwarded to: {}", names.join(", "));
-    }
-    if e["discovery_waited"] == true {
-        let _ = writeln!(out, "waited {} ms for discovery", cell(&e["discovery_ms"]));
-    }
-    out
 }
 
 /// A candidate's RTT cell: `1.00 ms`, with the user's location counted
@@ -1009,6 +1024,21 @@ mod tests {
         );
         assert!(
             text.contains("5.00 ms + 4.78 ms (478 km) = 9.78 ms"),
+            "{text}"
+        );
+        assert!(!text.contains("listed"), "{text}");
+    }
+
+    #[test]
+    fn access_text_says_how_many_candidates_were_not_listed() {
+        let v = json!({"connector": "c7", "group": "g", "segment": "web",
+            "explanation": {"segment": "web", "mode": "continuous", "strategy": "healthy",
+            "candidates_total": 5000, "candidates_eligible": 4000, "candidates_connected": 4500,
+            "candidates": [{"connector": "c7", "group": "g", "connected": true, "status": "up",
+                "eligible": true, "rtt_ms": null, "reason": "reports the application up"}]}});
+        let text = access_text(&v);
+        assert!(
+            text.contains("listed 1 of 5000 candidates (4000 eligible, 4500 connected in all)"),
             "{text}"
         );
     }
