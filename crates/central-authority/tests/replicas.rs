@@ -746,3 +746,75 @@ async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() 
     );
     ca.stop().await;
 }
+
+/// How often `ca` asked its store whether a connector is disabled: once
+/// when a stream is authenticated, once more at its `Hello` if the store
+/// must be read again.
+fn disabled_reads(ca: &Ca) -> u64 {
+    ca.authority
+        .store()
+        .calls()
+        .iter()
+        .find(|(call, _)| *call == "is_disabled")
+        .map_or(0, |(_, n)| *n)
+}
+
+/// On PostgreSQL a session's `Hello` reads the store again only when a
+/// change was announced (NOTIFY) since its stream was authenticated: in a
+/// reconnect storm that halves what admission asks the database. A change
+/// announced in between is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_hello_reads_the_store_again_only_after_an_announced_change() {
+    let pg = test_support::Postgres::start().expect("a PostgreSQL of this test's own");
+    let url = pg.fresh_database().expect("database");
+    let config = config_text(
+        "",
+        "discovery_timeout_ms = 400",
+        &format!("[store]\nurl = {url:?}\n\n[tls]\nenabled = false\n"),
+    );
+    let ca = Ca::start_plain(&config).await;
+    eventually("the replica listens for announcements", || async {
+        ca.authority.store().announced().is_some_and(|n| n > 0)
+    })
+    .await;
+
+    let before = disabled_reads(&ca);
+    let mut p1 = open_plain(ca.grpc, "p1").await.expect("p1 admitted");
+    assert!(
+        matches!(p1.next().await, Some(Out::Welcome(_))),
+        "p1 welcomed"
+    );
+    assert_eq!(
+        disabled_reads(&ca) - before,
+        1,
+        "read when authenticated, not again at Hello"
+    );
+
+    let mut q1 = open_plain_with(ca.grpc, "q1", KEY_EAST, false)
+        .await
+        .expect("q1 authenticated");
+    let seen = ca.authority.store().announced();
+    let authority = ca.authority.clone();
+    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-west"))
+        .await
+        .expect("revoke task")
+        .expect("store");
+    assert!(revoked);
+    eventually("the revocation announced", || async {
+        ca.authority.store().announced() != seen
+    })
+    .await;
+    let before = disabled_reads(&ca);
+    q1.tx
+        .send(hello("q1", "dc-east"))
+        .await
+        .expect("send Hello");
+    assert!(
+        matches!(q1.next().await, Some(Out::Welcome(_))),
+        "q1 welcomed"
+    );
+    assert_eq!(disabled_reads(&ca) - before, 1, "read again at Hello");
+
+    drop((p1, q1));
+    ca.stop().await;
+}

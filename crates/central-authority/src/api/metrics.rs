@@ -160,6 +160,7 @@ impl StateMetrics {
             authority.snapshot().settings().check_budget,
         )
         .with_store(authority.store().status().up)
+        .with_store_calls(&authority.store().calls())
         .with_app_certificates(
             &app_certificates(authority),
             crate::state::clock::now_ms() / 1000,
@@ -252,6 +253,25 @@ impl StateMetrics {
         StateMetrics { registry }
     }
 
+    /// Adds `reach_ca_store_calls_total`: this replica's store calls by
+    /// method since it started.
+    fn with_store_calls(mut self, calls: &[(&'static str, u64)]) -> Self {
+        let family = Family::<CallLabel, prometheus_client::metrics::counter::Counter>::default();
+        for (call, n) in calls {
+            family
+                .get_or_create(&CallLabel {
+                    call: (*call).to_owned(),
+                })
+                .inc_by(*n);
+        }
+        self.registry.register(
+            "store_calls",
+            "Calls this replica made to its store (database), by call, since it started: each is one statement or one transaction",
+            family,
+        );
+        self
+    }
+
     /// Adds `reach_ca_store_up`: whether the store answered this replica's
     /// last call.
     fn with_store(mut self, up: bool) -> Self {
@@ -282,6 +302,12 @@ struct AppCertificateLabels {
     port: u16,
     connector: String,
     address: String,
+}
+
+/// Label of `reach_ca_store_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabel {
+    call: String,
 }
 
 /// Label of `reach_ca_segment_certificates_expiring`.
@@ -555,6 +581,21 @@ mod tests {
             r#"reach_ca_segment_certificates_expiring{segment="far"} 0"#,
         ] {
             assert!(text.contains(line), "no `{line}` in\n{text}");
+        }
+    }
+
+    #[test]
+    fn store_calls_are_counted_per_call() {
+        let text = render(
+            &StateMetrics::from_views::<()>(&[], &[], &[], 5)
+                .with_store_calls(&[("is_disabled", 3), ("key_usage", 7)]),
+        );
+        for line in [
+            "# TYPE reach_ca_store_calls counter",
+            "reach_ca_store_calls_total{call=\"is_disabled\"} 3",
+            "reach_ca_store_calls_total{call=\"key_usage\"} 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
     }
 

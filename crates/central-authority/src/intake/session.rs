@@ -48,6 +48,15 @@ enum Credential {
     Key(String),
 }
 
+/// An authenticated stream, as `run_session` takes it.
+#[derive(Debug)]
+struct Opened {
+    identity: Identity,
+    credential: Credential,
+    /// `Store::announced` just before the authentication read the store.
+    announced: Option<u64>,
+}
+
 /// What `Connect` answers with.
 pub type ConnectStream = ReceiverStream<Result<v1::AuthorityMessage, GrpcStatus>>;
 
@@ -72,6 +81,9 @@ impl SessionService {
         &self,
         request: Request<Streaming<Bytes>>,
     ) -> Result<Response<ConnectStream>, GrpcStatus> {
+        // Read before the store is: `run_session` checks the standing
+        // again only if something was announced after this.
+        let announced = self.authority.store().announced();
         // Both look the connector up in the database, which may wait for
         // an enrollment's write: off the async workers.
         let authenticated = if self.authority.pki().is_some() {
@@ -109,8 +121,12 @@ impl SessionService {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let name = identity.name.clone();
-            if let Err(e) = run_session(&authority, identity, credential, inbound, tx.clone()).await
-            {
+            let opened = Opened {
+                identity,
+                credential,
+                announced,
+            };
+            if let Err(e) = run_session(&authority, opened, inbound, tx.clone()).await {
                 tracing::warn!(connector = %name, error = %e, "session ended with an error");
                 // Never wait on a peer that does not read.
                 let _ = tx.try_send(Err(e.into()));
@@ -217,11 +233,15 @@ impl WallClock {
 /// registry is told why.
 async fn run_session(
     authority: &Arc<Authority>,
-    identity: Identity,
-    credential: Credential,
+    opened: Opened,
     mut inbound: Streaming<Bytes>,
     tx: Outbound,
 ) -> Result<(), SessionError> {
+    let Opened {
+        identity,
+        credential,
+        announced,
+    } = opened;
     let (cert, key) = match credential {
         Credential::Cert(cert) => (Some(cert), None),
         Credential::Key(key) => (None, Some(key)),
@@ -256,12 +276,10 @@ async fn run_session(
     // The stream was checked when it opened, up to HELLO_TIMEOUT ago. A
     // disable or revocation since then either is seen here, or (if it
     // comes after this check) closes the pending stream or the session it
-    // became: the registry decides under one lock.
-    let (who, held) = (identity.clone(), cert.clone());
-    let standing = authority
-        .blocking(move |a| a.check_standing(&who, held.as_ref(), key.as_deref()))
-        .await
-        .unwrap_or(Err(AuthError::Unavailable));
+    // became: the registry decides under one lock. On PostgreSQL the store
+    // is read again only if a change was announced since that check (in a
+    // reconnect storm, half the session's reads).
+    let standing = standing_at_hello(authority, &identity, cert.as_ref(), key, announced).await;
     if let Err(e) = standing {
         authority.registry().drop_pending(id);
         crate::state::counters::Metrics::count(&authority.metrics().sessions_refused, e.label());
@@ -290,6 +308,26 @@ async fn run_session(
     };
     authority.end_session(&identity.name, id, &reason);
     result
+}
+
+/// The standing of a stream that said `Hello`, authenticated when
+/// `Store::announced` read `announced`: from the store again only if a
+/// change was announced since (always on SQLite).
+async fn standing_at_hello(
+    authority: &Arc<Authority>,
+    identity: &Identity,
+    cert: Option<&SessionCert>,
+    key: Option<String>,
+    announced: Option<u64>,
+) -> Result<(), AuthError> {
+    if announced.is_some() && announced == authority.store().announced() {
+        return authority.check_standing_locally(identity, cert, key.as_deref());
+    }
+    let (who, held) = (identity.clone(), cert.cloned());
+    authority
+        .blocking(move |a| a.check_standing(&who, held.as_ref(), key.as_deref()))
+        .await
+        .unwrap_or(Err(AuthError::Unavailable))
 }
 
 /// Waits (at most `HELLO_TIMEOUT`) for the session's first message, which

@@ -247,7 +247,7 @@ impl Authority {
     }
 
     /// The database.
-    pub(crate) fn store(&self) -> &Store {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 

@@ -28,6 +28,7 @@ mod rules;
 mod sqlite;
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 
 use tokio::sync::watch;
 
@@ -360,6 +361,93 @@ pub struct Store {
     backend: Backend,
     /// Whether the database answered its last call.
     status: Watched,
+    /// How many calls of each kind it was asked.
+    calls: Calls,
+}
+
+/// Store calls counted by method name (`reach_ca_store_calls_total`): what
+/// an operator sizing the database multiplies by its rate, and what shows
+/// which path asks the database how often. One atomic per call, no lock.
+#[derive(Debug)]
+struct Calls([AtomicU64; CALLS.len()]);
+
+/// The store's calls, as `each!` names them (a call missing here does not
+/// compile: `call_index` fails at compile time).
+const CALLS: [&str; 34] = [
+    "address_events",
+    "allow_reenroll",
+    "audit",
+    "certificate",
+    "certificate_history",
+    "certificates",
+    "connectors",
+    "create_session",
+    "delete_connector",
+    "disabled_connectors",
+    "enroll",
+    "events",
+    "heartbeat",
+    "is_disabled",
+    "key_usage",
+    "ping",
+    "prune_audit",
+    "prune_events",
+    "put_login",
+    "record_address_events",
+    "record_audit",
+    "record_events",
+    "remove_replica",
+    "renew",
+    "renewable",
+    "replicas",
+    "revoke_after_grace",
+    "revoke_certificates",
+    "revoke_key",
+    "revoke_session",
+    "session",
+    "set_disabled",
+    "shared_secret",
+    "take_login",
+];
+
+/// The index of `name` in `CALLS`.
+const fn call_index(name: &str) -> usize {
+    let mut i = 0;
+    while i < CALLS.len() {
+        if const_eq(CALLS[i].as_bytes(), name.as_bytes()) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("a store call missing from CALLS")
+}
+
+const fn const_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        Calls([const { AtomicU64::new(0) }; CALLS.len()])
+    }
+}
+
+impl Calls {
+    fn count(&self, index: usize) {
+        if let Some(n) = self.0.get(index) {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// Whether the database answers, as its calls found it: every call that
@@ -734,12 +822,14 @@ enum Backend {
     Postgres(PgStore),
 }
 
-/// Calls the same method on whichever backend is in use.
+/// Calls the same method on whichever backend is in use, counting the
+/// call under the method's name (`Store::calls`).
 macro_rules! each {
-    ($self:ident, $s:ident => $e:expr) => {{
+    ($self:ident, $s:ident => $t:ident.$m:ident($($a:expr),* $(,)?)) => {{
+        $self.calls.count(const { call_index(stringify!($m)) });
         let result = match &$self.backend {
-            Backend::Sqlite($s) => $e,
-            Backend::Postgres($s) => $e,
+            Backend::Sqlite($s) => $t.$m($($a),*),
+            Backend::Postgres($s) => $t.$m($($a),*),
         };
         $self.status.observe($self.kind(), &result);
         result
@@ -763,6 +853,7 @@ impl Store {
         Ok(Store {
             backend,
             status: Watched::new(),
+            calls: Calls::default(),
         })
     }
 
@@ -771,6 +862,7 @@ impl Store {
         Ok(Store {
             backend: Backend::Sqlite(SqliteStore::in_memory()?),
             status: Watched::new(),
+            calls: Calls::default(),
         })
     }
 
@@ -789,6 +881,27 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => None,
             Backend::Postgres(p) => Some(p.changes()),
+        }
+    }
+
+    /// How many calls of each kind (by method name) this store was asked
+    /// since it opened.
+    pub fn calls(&self) -> Vec<(&'static str, u64)> {
+        CALLS
+            .iter()
+            .zip(&self.calls.0)
+            .map(|(m, n)| (*m, n.load(std::sync::atomic::Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// A number that changes whenever another replica announced a change
+    /// that may end sessions (`changes`); `None` on SQLite. Equal readings
+    /// mean nothing was announced in between.
+    pub fn announced(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(p) => Some(p.announced()),
         }
     }
 

@@ -498,6 +498,11 @@ impl PgStore {
         futures::executor::block_on(f)
     }
 
+    /// How many changes were announced (and listens begun) so far.
+    pub(crate) fn announced(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
     /// A receiver woken on every `NOTIFY` of another replica's change.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()

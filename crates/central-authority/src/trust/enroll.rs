@@ -294,6 +294,42 @@ impl Authority {
         cert_standing(record.as_ref(), &cert.serial, &identity.name, now_ms())
     }
 
+    /// `check_standing` without the store, for a session whose stream was
+    /// authenticated against the store when nothing that may end sessions
+    /// has been announced since (`Store::announced` reads the same): that
+    /// read still holds. A change committed after it is announced, and the
+    /// reconcile the announcement starts closes the session (or, if it is
+    /// still registering then, the periodic one a second later). What this
+    /// replica decides alone is checked again: the group still exists, a
+    /// key-authenticated session's key is still its group's key here, a
+    /// certificate has not expired.
+    pub(crate) fn check_standing_locally(
+        &self,
+        identity: &Identity,
+        cert: Option<&SessionCert>,
+        key_sha256: Option<&str>,
+    ) -> Result<(), AuthError> {
+        let state = self.snapshot();
+        if !state.policy().has_group(&identity.group) {
+            return Err(AuthError::UnknownGroup(identity.group.to_string()));
+        }
+        if let Some(cert) = cert
+            && cert.not_after_ms <= now_ms()
+        {
+            return Err(AuthError::CertificateExpired(cert.serial.clone()));
+        }
+        if let Some(key) = key_sha256
+            && state
+                .config
+                .key_policies
+                .get(&*identity.group)
+                .is_none_or(|p| p.key_sha256 != key)
+        {
+            return Err(AuthError::WrongKey(identity.group.to_string()));
+        }
+        Ok(())
+    }
+
     /// Whether a session authenticated by the provisioning key of `group`
     /// whose SHA-256 is `key_sha256` (metadata authentication) may go on:
     /// that key is still the group's key in this replica's configuration
