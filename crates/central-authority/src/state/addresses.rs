@@ -6,6 +6,7 @@
 //! nothing about which addresses the name has and changes nothing. Time is
 //! an argument (Unix milliseconds), never read here.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -34,7 +35,77 @@ pub struct AddressEntry {
     /// The connector whose result that was.
     pub last_connector: Arc<str>,
     /// The connectors whose latest answer has it.
-    present: Vec<Arc<str>>,
+    present: Present,
+}
+
+/// The connectors whose latest answer has an address: a short list (an
+/// address is mostly in one or two connectors' answers), a set once more
+/// than `FEW` have it. A list alone made each report of an application a
+/// large group serves a walk over every connector of it: at 10,000
+/// connectors, a reconnect storm spent most of a replica's CPU comparing
+/// names here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Present {
+    Few(Vec<Arc<str>>),
+    /// Boxed: the entry stays the size it was with the list alone (96
+    /// bytes, `the_book_is_bounded`); a set in place would add 16 to every
+    /// address of every application for the few that need it.
+    #[expect(clippy::box_collection, reason = "keeps every AddressEntry at 96 bytes")]
+    Many(Box<HashSet<Arc<str>, foldhash::fast::RandomState>>),
+}
+
+/// Most connectors `Present` lists before it becomes a set.
+const FEW: usize = 8;
+
+impl Present {
+    /// Adds `connector` if it is not there yet.
+    fn insert(&mut self, connector: &Arc<str>) {
+        match self {
+            // A session reports under one shared name: its pointer
+            // matches first, the text only for another session's copy.
+            Present::Few(list) => {
+                if list
+                    .iter()
+                    .any(|c| Arc::ptr_eq(c, connector) || **c == **connector)
+                {
+                    return;
+                }
+                if list.len() < FEW {
+                    // Exactly as many as held (one, mostly): grown rarely.
+                    list.reserve_exact(1);
+                    list.push(Arc::clone(connector));
+                } else {
+                    let mut set: HashSet<_, _> = list.drain(..).collect();
+                    set.insert(Arc::clone(connector));
+                    *self = Present::Many(Box::new(set));
+                }
+            }
+            Present::Many(set) => {
+                if !set.contains(&**connector) {
+                    set.insert(Arc::clone(connector));
+                }
+            }
+        }
+    }
+
+    /// Removes `connector`; whether it was there.
+    fn remove(&mut self, connector: &str) -> bool {
+        match self {
+            Present::Few(list) => {
+                let before = list.len();
+                list.retain(|c| **c != *connector);
+                before != list.len()
+            }
+            Present::Many(set) => set.remove(connector),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Present::Few(list) => list.is_empty(),
+            Present::Many(set) => set.is_empty(),
+        }
+    }
 }
 
 /// A change of one address of an application, for the address history.
@@ -109,25 +180,13 @@ impl AddressBook {
             if !Arc::ptr_eq(&e.last_connector, connector) {
                 e.last_connector = Arc::clone(connector);
             }
-            // A session reports under one shared name: its pointer
-            // matches first, the text only for another session's copy.
-            if !e
-                .present
-                .iter()
-                .any(|c| Arc::ptr_eq(c, connector) || **c == **connector)
-            {
-                // Exactly as many as held (one, mostly): grown rarely.
-                e.present.reserve_exact(1);
-                e.present.push(Arc::clone(connector));
-            }
+            e.present.insert(connector);
         }
         for e in &mut self.entries {
             if e.left_ms.is_some() || results.iter().any(|r| r.address == e.address) {
                 continue;
             }
-            let before = e.present.len();
-            e.present.retain(|c| **c != **connector);
-            if before != e.present.len() && e.present.is_empty() {
+            if e.present.remove(connector) && e.present.is_empty() {
                 e.left_ms = Some(at_ms);
                 changes.push(AddressChange {
                     address: e.address,
@@ -175,7 +234,7 @@ impl AddressBook {
             status: Status::Unknown,
             last_seen_ms: at_ms,
             last_connector: Arc::clone(connector),
-            present: Vec::new(),
+            present: Present::Few(Vec::new()),
         });
         self.entries.len() - 1
     }
@@ -208,6 +267,44 @@ mod tests {
                 (last, e.appeared_ms, e.left_ms, e.status)
             })
             .collect()
+    }
+
+    /// An address many connectors answer with (past the short list) leaves
+    /// only when the last of them stops answering with it; a reconnected
+    /// session's own copy of a name counts as the same connector.
+    #[test]
+    fn an_address_of_many_connectors_leaves_with_the_last_of_them() {
+        let names: Vec<Arc<str>> = (0..3 * FEW).map(|i| Arc::from(format!("c{i}"))).collect();
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        for c in &names {
+            b.record(c, &[result(1, true)], 1_000, &mut changes);
+        }
+        // The same names again, as new sessions' copies: nobody is added.
+        for c in &names {
+            let copy: Arc<str> = Arc::from(&**c);
+            b.record(&copy, &[result(1, true)], 2_000, &mut changes);
+        }
+        assert_eq!(changes.len(), 1, "appeared once: {changes:?}");
+        for (i, c) in names.iter().enumerate() {
+            b.record(c, &[result(2, true)], 3_000, &mut changes);
+            let left = summary(&b)[0].2;
+            if i + 1 < names.len() {
+                assert_eq!(
+                    left,
+                    None,
+                    "{} connectors still answer with it",
+                    names.len() - i - 1
+                );
+            } else {
+                assert_eq!(left, Some(3_000), "the last one stopped");
+            }
+        }
+        assert_eq!(
+            changes.iter().filter(|c| c.cause == "left").count(),
+            1,
+            "{changes:?}"
+        );
     }
 
     /// An address that leaves the answer is kept with when it left and
