@@ -522,14 +522,15 @@ fn bench(extra: &[String]) -> Result<()> {
     ]);
     run(build, "load driver build")?;
     let target = target_dir();
-    // `starve` holds ~2,500 connections in the driver: raise the soft
-    // open-files limit to 8,192 (or the hard limit, if lower) through the
-    // shell's `ulimit`; the figure says so clearly if it is still too low.
+    // `starve` holds ~2,500 connections in the driver, `storm` and
+    // `startup` 10,000 (and their CA the other ends): raise the soft
+    // open-files limit to the hard limit through the shell's `ulimit`
+    // (never lower it); a group says so clearly if it is still too low.
     let mut driver = Command::new("sh");
     driver
         .current_dir(root())
         .arg("-c")
-        .arg(r#"ulimit -S -n 8192 2>/dev/null || ulimit -S -n "$(ulimit -H -n)" 2>/dev/null; exec "$0" "$@""#)
+        .arg(r#"ulimit -S -n "$(ulimit -H -n)" 2>/dev/null; exec "$0" "$@""#)
         .arg(target.join("release").join("reach-bench"))
         .arg("run")
         .arg("--criterion")

@@ -144,6 +144,30 @@ pub fn thread_times(pid: Option<u32>) -> ThreadTimes {
     out
 }
 
+/// The soft "Max open files" of a process (`/proc/PID/limits`).
+pub fn fd_cap(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/limits"),
+        None => "/proc/self/limits".to_owned(),
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Fails, naming `what` and the limit, unless this process (and so the
+/// children it starts) may open `need` files: a group that runs out of
+/// descriptors half-way measures the limit, not the CA.
+pub fn need_open_files(need: u64, what: &str) -> anyhow::Result<()> {
+    match fd_cap(None) {
+        Some(cap) if cap < need => anyhow::bail!(
+            "{what} needs at least {need} open files, the soft limit is {cap}: raise `ulimit -n` \
+             (`cargo xtask bench` raises it to the hard limit) and run again"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Resident set size of a process in bytes (this one when `pid` is `None`);
 /// zero when it cannot be read.
 pub fn rss_bytes(pid: Option<u32>) -> u64 {

@@ -18,6 +18,8 @@ const IDS: &[&str] = &[
     "select/nearest/100",
     "match/segments/10",
     "match/segments/10000",
+    "explain/healthy/32",
+    "explain/healthy/10000",
 ];
 
 /// A criterion output directory with an estimate for every id.

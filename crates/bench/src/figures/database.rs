@@ -249,6 +249,9 @@ impl Work {
     }
 
     /// This window less `idle`'s work at its rate over this window's length.
+    /// Counts do not go below 0: a window whose own commits, rows or WAL
+    /// are fewer than the idle rate predicts did none of that work beyond
+    /// the idle noise (a short quick-mode idle window overestimates it).
     fn less(&self, idle: &Work) -> Work {
         let k = if idle.secs > 0.0 {
             self.secs / idle.secs
@@ -257,9 +260,9 @@ impl Work {
         };
         Work {
             secs: self.secs,
-            commits: self.commits - idle.commits * k,
-            rows: self.rows - idle.rows * k,
-            wal: self.wal - idle.wal * k,
+            commits: (self.commits - idle.commits * k).max(0.0),
+            rows: (self.rows - idle.rows * k).max(0.0),
+            wal: (self.wal - idle.wal * k).max(0.0),
             pg_cpu: self.pg_cpu - idle.pg_cpu * k,
             ca_cpu: self.ca_cpu - idle.ca_cpu * k,
         }
@@ -509,4 +512,32 @@ async fn enroll_one(target: &CaTarget, ca_pem: &str, states: &Path, name: &str) 
         .await
         .with_context(|| format!("enrolling {name}"))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(secs: f64, commits: f64, rows: f64) -> Work {
+        Work {
+            secs,
+            commits,
+            rows,
+            wal: rows * 100.0,
+            pg_cpu: secs / 10.0,
+            ca_cpu: secs / 20.0,
+        }
+    }
+
+    /// The idle rate is taken off in proportion to the window's length,
+    /// and a count never goes below 0.
+    #[test]
+    fn the_idle_rate_is_taken_off_and_counts_stay_at_or_above_zero() {
+        let idle = work(2.0, 10.0, 4.0);
+        let busy = work(4.0, 25.0, 100.0).less(&idle);
+        assert_eq!((busy.commits, busy.rows, busy.wal), (5.0, 92.0, 9_200.0));
+        let quiet = work(4.0, 15.0, 100.0).less(&idle);
+        assert_eq!(quiet.commits, 0.0, "fewer than the idle rate predicts");
+        assert_eq!(quiet.rows, 92.0);
+    }
 }

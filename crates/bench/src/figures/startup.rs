@@ -206,6 +206,9 @@ struct Restart {
 /// Measures (quick: 2,000 applications, 200 connectors).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let n = mode.pick(200usize, 10_000);
+    // This process holds every session; the CA (a child, same limit) the
+    // other end of each.
+    crate::sys::need_open_files(n as u64 + 1024, "startup's connectors")?;
     let groups = n / PER_GROUP;
     let (server, dir) = ca::start_text(&config(groups)).await?;
     let root = dir.join("reach-ca-data").join("ca.pem");

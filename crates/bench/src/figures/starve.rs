@@ -100,17 +100,6 @@ fn open_fds(pid: u32) -> Option<usize> {
         .map(|d| d.count())
 }
 
-/// The soft "Max open files" of a process (`/proc/PID/limits`).
-fn fd_cap(pid: Option<u32>) -> Option<u64> {
-    let path = match pid {
-        Some(p) => format!("/proc/{p}/limits"),
-        None => "/proc/self/limits".to_owned(),
-    };
-    let text = std::fs::read_to_string(path).ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
 /// One access request on a fresh TLS connection; the time to its answer.
 async fn access(tls: &tokio_rustls::TlsConnector, to: SocketAddr, body: &str) -> Result<Duration> {
     let t = Instant::now();
@@ -173,9 +162,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let requests = mode.pick(50, 600);
     // This process holds every hostile connection.
     let need = (idle + slow + 256) as u64;
-    if fd_cap(None).is_some_and(|cap| cap < need) {
-        bail!("needs at least {need} open files: raise `ulimit -n` (e.g. 8192) and run again");
-    }
+    crate::sys::need_open_files(need, "starve's hostile connections")?;
     let text = ca::config_text(&CaSetup {
         ingest_apps: 0,
         ..CaSetup::default()
@@ -226,7 +213,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         max_fds = max_fds.max(open_fds(pid).unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let cap = fd_cap(Some(pid)).unwrap_or(0);
+    let cap = crate::sys::fd_cap(Some(pid)).unwrap_or(0);
     stop.store(true, Ordering::Relaxed);
     for t in crowd {
         t.abort();

@@ -140,6 +140,7 @@ async fn connector(fleet: Arc<Fleet>, i: usize, mut stop: watch::Receiver<bool>)
 /// Measures (quick: 200 connectors).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let n = mode.pick(200usize, 10_000);
+    crate::sys::need_open_files(n as u64 + 1024, "storm's connectors")?;
     let setup = CaSetup {
         heartbeat_ms: 5000,
         ..CaSetup::default()
