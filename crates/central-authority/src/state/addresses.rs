@@ -50,7 +50,10 @@ enum Present {
     /// Boxed: the entry stays the size it was with the list alone (96
     /// bytes, `the_book_is_bounded`); a set in place would add 16 to every
     /// address of every application for the few that need it.
-    #[expect(clippy::box_collection, reason = "keeps every AddressEntry at 96 bytes")]
+    #[expect(
+        clippy::box_collection,
+        reason = "keeps every AddressEntry at 96 bytes"
+    )]
     Many(Box<HashSet<Arc<str>, foldhash::fast::RandomState>>),
 }
 
