@@ -285,16 +285,12 @@ async fn every_refusal_reason_is_reachable() {
 
     // The same through gRPC: a refusal is an answer, not an error.
     let mut client = v1::access_client::AccessClient::new(ca.channel().await);
-    let mut req = tonic::Request::new(v1::AccessRequest {
+    let req = with_access_token(v1::AccessRequest {
         host: "nothing.test.reach".into(),
         protocol: v1::Protocol::Tcp as i32,
         port: 80,
         user_location: None,
     });
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
-    );
     let d = client.resolve(req).await.expect("answered").into_inner();
     match d.outcome {
         Some(v1::access_decision::Outcome::Refusal(r)) => {
@@ -302,16 +298,12 @@ async fn every_refusal_reason_is_reachable() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-    let mut req = tonic::Request::new(v1::AccessRequest {
+    let req = with_access_token(v1::AccessRequest {
         host: "x".into(),
         protocol: 0,
         port: 80,
         user_location: None,
     });
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
-    );
     let err = client.resolve(req).await.expect_err("invalid");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 
@@ -1244,16 +1236,12 @@ async fn a_large_groups_explanation_lists_32_and_counts_every_candidate() {
         assert!(names.is_sorted(), "{names:?}");
     }
     let mut client = v1::access_client::AccessClient::new(ca.channel().await);
-    let mut req = tonic::Request::new(v1::AccessRequest {
+    let req = with_access_token(v1::AccessRequest {
         host: "jira.test.reach".into(),
         protocol: v1::Protocol::Tcp as i32,
         port: 80,
         user_location: None,
     });
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
-    );
     let d = client.resolve(req).await.expect("answered").into_inner();
     let e = d.explanation.expect("explanation");
     assert_eq!(e.candidates.len(), 32);

@@ -513,7 +513,7 @@ async fn nearest_weighs_the_users_distance_to_each_group() {
     // The same through gRPC.
     let mut client = protocol::v1::access_client::AccessClient::new(ca.channel().await);
     let grpc = |latitude: f64, longitude: f64| {
-        let mut req = tonic::Request::new(protocol::v1::AccessRequest {
+        with_access_token(protocol::v1::AccessRequest {
             host: "127.0.0.22".into(),
             protocol: protocol::v1::Protocol::Tcp as i32,
             port: 80,
@@ -521,12 +521,7 @@ async fn nearest_weighs_the_users_distance_to_each_group() {
                 latitude,
                 longitude,
             }),
-        });
-        req.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
-        );
-        req
+        })
     };
     let d = client
         .resolve(grpc(PARIS.0, PARIS.1))

@@ -491,6 +491,16 @@ fn plain_config() -> String {
     config_text("", "discovery_timeout_ms = 400", "[tls]\nenabled = false\n")
 }
 
+/// Revokes `group`'s provisioning key through `ca`'s authority (off the
+/// async workers, as the admin API does); whether the group had one.
+async fn revoke_key(ca: &Ca, group: &'static str) -> bool {
+    let authority = ca.authority.clone();
+    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key(group))
+        .await
+        .expect("revoke task")
+        .expect("store")
+}
+
 /// Sends `Hello` on a pending stream; the CA's first answer must be an
 /// error with `code`, not `Welcome`. Returns its message.
 async fn refused_at_hello(conn: &mut Conn, code: tonic::Code, what: &str) -> String {
@@ -516,11 +526,7 @@ async fn a_key_revoked_before_hello_refuses_the_stream_it_authenticated() {
     let mut pending = open_plain_with(ca.grpc, "p1", KEY_EAST, false)
         .await
         .expect("authenticated while the key is good");
-    let authority = ca.authority.clone();
-    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    let revoked = revoke_key(&ca, "dc-east").await;
     assert!(revoked);
     let message = refused_at_hello(
         &mut pending,
@@ -565,11 +571,7 @@ async fn a_stream_on_a_replaced_key_is_refused_and_a_revoked_key_stays_revoked()
 
     // Revoke the new key, rotate back to the old one, then to the revoked
     // one again: the revocation belongs to that key, not to the group.
-    let authority = ca.authority.clone();
-    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    revoke_key(&ca, "dc-east").await;
     let closed = shut_down(&mut fresh, "p2 on the revoked key").await;
     assert!(closed.reason.contains("revoked"), "{closed:?}");
     ca.authority.apply(load(&text));
@@ -609,11 +611,7 @@ async fn each_replica_checks_the_key_its_sessions_stand_on() {
         .expect("B takes its key");
     assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
 
-    let authority = b.authority.clone();
-    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    revoke_key(&b, "dc-east").await;
     let closed = shut_down(&mut on_b, "p2 on B's revoked key").await;
     assert!(closed.reason.contains("revoked"), "{closed:?}");
     let authority = a.authority.clone();
@@ -626,11 +624,7 @@ async fn each_replica_checks_the_key_its_sessions_stand_on() {
     };
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
 
-    let authority = a.authority.clone();
-    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    revoke_key(&a, "dc-east").await;
     let closed = shut_down(&mut on_a, "p1 on A's revoked key").await;
     assert!(closed.reason.contains("revoked"), "{closed:?}");
     b.stop().await;
@@ -655,11 +649,7 @@ async fn a_key_revocation_closes_the_sessions_it_authenticated_on_every_replica(
     let mut on_b = open_plain(b.grpc, "p1").await.expect("session on B");
     assert!(matches!(on_b.next().await, Some(Out::Welcome(_))));
 
-    let authority = a.authority.clone();
-    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-east"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    let revoked = revoke_key(&a, "dc-east").await;
     assert!(revoked, "dc-east has a key");
     let local = shut_down(&mut on_a, "p1 on A (where the key was revoked)").await;
     assert!(local.reason.contains("revoked"), "{local:?}");
@@ -794,11 +784,7 @@ async fn on_postgres_a_hello_reads_the_store_again_only_after_an_announced_chang
         .await
         .expect("q1 authenticated");
     let seen = ca.authority.store().announced();
-    let authority = ca.authority.clone();
-    let revoked = tokio::task::spawn_blocking(move || authority.revoke_provisioning_key("dc-west"))
-        .await
-        .expect("revoke task")
-        .expect("store");
+    let revoked = revoke_key(&ca, "dc-west").await;
     assert!(revoked);
     eventually("the revocation announced", || async {
         ca.authority.store().announced() != seen

@@ -545,16 +545,15 @@ fn outcome(
     let (mode, strategy, proximity) = how;
     // The selection's names are copied out first: the candidates then
     // move into the explanation (`policy::explain_owned`).
-    let chosen = match decision {
-        Decision::Selected { index } => Some(index),
-        Decision::Refused(_) => None,
-    };
-    let decision = match decision {
-        Decision::Selected { index } => Ok((
-            candidates[index].connector.clone(),
-            candidates[index].group.clone(),
-        )),
-        Decision::Refused(reason) => Err(reason),
+    let (chosen, decision) = match decision {
+        Decision::Selected { index } => (
+            Some(index),
+            Ok((
+                candidates[index].connector.clone(),
+                candidates[index].group.clone(),
+            )),
+        ),
+        Decision::Refused(reason) => (None, Err(reason)),
     };
     explanation.selection = Some(policy::explain_owned(
         candidates, chosen, mode, strategy, proximity,

@@ -318,16 +318,10 @@ impl Authority {
         {
             return Err(AuthError::CertificateExpired(cert.serial.clone()));
         }
-        if let Some(key) = key_sha256
-            && state
-                .config
-                .key_policies
-                .get(&*identity.group)
-                .is_none_or(|p| p.key_sha256 != key)
-        {
-            return Err(AuthError::WrongKey(identity.group.to_string()));
+        match key_sha256 {
+            Some(key) => key_is_current(&state, &identity.group, key),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Whether a session authenticated by the provisioning key of `group`
@@ -342,11 +336,7 @@ impl Authority {
         group: &str,
         key_sha256: &str,
     ) -> Result<(), AuthError> {
-        let state = self.snapshot();
-        let current = state.config.key_policies.get(group);
-        if current.is_none_or(|p| p.key_sha256 != key_sha256) {
-            return Err(AuthError::WrongKey(group.to_owned()));
-        }
+        key_is_current(&self.snapshot(), group, key_sha256)?;
         match self.store().key_usage(group, key_sha256) {
             Ok(u) if u.revoked_ms.is_some() => Err(AuthError::KeyRevoked(group.to_owned())),
             Ok(_) => Ok(()),
@@ -485,6 +475,20 @@ impl Authority {
         }
         Ok(out)
     }
+}
+
+/// Whether `key_sha256` is still `group`'s provisioning key in `state`'s
+/// configuration (a reload that replaced it ends what it authenticated).
+fn key_is_current(
+    state: &crate::state::policy_state::PolicyState,
+    group: &str,
+    key_sha256: &str,
+) -> Result<(), AuthError> {
+    let current = state.config.key_policies.get(group);
+    if current.is_none_or(|p| p.key_sha256 != key_sha256) {
+        return Err(AuthError::WrongKey(group.to_owned()));
+    }
+    Ok(())
 }
 
 /// Whether a session of connector `name` on certificate `serial` may go

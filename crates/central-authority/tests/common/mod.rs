@@ -431,6 +431,16 @@ pub async fn open_plain_with(
     })
 }
 
+/// `message` as a request carrying the access token (`Access/Resolve`).
+pub fn with_access_token<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ACCESS_TOKEN}").parse().expect("ascii"),
+    );
+    request
+}
+
 pub fn hello(name: &str, group: &str) -> v1::ConnectorMessage {
     v1::ConnectorMessage {
         kind: Some(In::Hello(v1::Hello {
