@@ -213,8 +213,7 @@ impl Reports {
 
     /// Records the smoothed RTT `rtt` of the connector in slot `i` at
     /// `at` (the latest of each interval is kept).
-    fn record_rtt(&mut self, i: usize, at: SystemTime, rtt: Duration) {
-        let at_ms = i64::try_from(unix_ms(at)).unwrap_or(i64::MAX);
+    fn record_rtt(&mut self, i: usize, at_ms: i64, rtt: Duration) {
         let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
         self.rtt[i]
             .get_or_insert_with(Box::default)
@@ -303,9 +302,19 @@ impl<'a> IntoIterator for &'a Reports {
     }
 }
 
+/// The RTT sample `report` gives, if any address was reachable.
+fn rtt_sample_of(report: &Report) -> Option<Duration> {
+    match report.addresses.as_slice() {
+        // One address (the usual report): its RTT is the sample, as
+        // `rtt_sample` would compute it, without iterating twice.
+        [only] => only.reachable.then_some(only.rtt),
+        all => policy::rtt_sample(all),
+    }
+}
+
 impl AppRecord {
-    /// What the report just stored in slot `i` of `connector` adds to the
-    /// series and the address book: its smoothed RTT when it had a
+    /// What the report just stored in slot `i` of `connector` at `wall_ms`
+    /// (Unix ms) adds to the series and the address book: its smoothed RTT when it had a
     /// reachable result (`sampled`), and its addresses (each change pushed
     /// to `changes`).
     fn follow(
@@ -313,13 +322,12 @@ impl AppRecord {
         i: usize,
         connector: &Arc<str>,
         sampled: bool,
-        wall: SystemTime,
+        wall_ms: i64,
         changes: &mut Vec<AddressChange>,
     ) {
         if let (true, Some(rtt)) = (sampled, self.reports.reports[i].rtt) {
-            self.reports.record_rtt(i, wall, rtt);
+            self.reports.record_rtt(i, wall_ms, rtt);
         }
-        let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
         let stored = &self.reports.reports[i].addresses;
         self.addresses.record(connector, stored, wall_ms, changes);
     }
@@ -639,6 +647,10 @@ impl HealthTable {
         keep: usize,
     ) -> Option<(Status, Instant)> {
         let (shard, hash) = self.shard(&key);
+        let wall = report.received_wall;
+        // The series and the address book each keep Unix ms: read once,
+        // before the lock.
+        let wall_ms = i64::try_from(unix_ms(wall)).unwrap_or(i64::MAX);
         let mut apps = write(shard);
         let transition = |previous: Status, report: &Report| {
             (previous != report.status).then(|| Transition {
@@ -653,18 +665,11 @@ impl HealthTable {
         // with no reachable address keeps it (a failure says nothing about
         // distance) and adds no point to its series.
         let mut report = report;
-        let sample = |report: &Report| match report.addresses.as_slice() {
-            // One address (the usual report): its RTT is the sample, as
-            // `rtt_sample` would compute it, without iterating twice.
-            [only] => only.reachable.then_some(only.rtt),
-            all => policy::rtt_sample(all),
-        };
         // Addresses that appeared, changed result or left (none, and no
         // allocation, for most reports).
-        let mut address_changes: Vec<AddressChange> = Vec::new();
-        let wall = report.received_wall;
+        let mut changes: Vec<AddressChange> = Vec::new();
         let store = |record: &mut AppRecord| {
-            let sample = sample(&report);
+            let sample = rtt_sample_of(&report);
             // One search of the connector's slot, then update or insert.
             let (i, before, change, old) = match record.reports.slot(connector) {
                 Ok(i) => {
@@ -681,7 +686,7 @@ impl HealthTable {
                     (at, None, change, None)
                 }
             };
-            record.follow(i, connector, sample.is_some(), wall, &mut address_changes);
+            record.follow(i, connector, sample.is_some(), wall_ms, &mut changes);
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -701,8 +706,8 @@ impl HealthTable {
         // The replaced report is freed after the lock is released.
         drop(apps);
         drop(old);
-        if !address_changes.is_empty() {
-            self.publish_addresses(key.to_key(), wall, address_changes);
+        if !changes.is_empty() {
+            self.publish_addresses(key.to_key(), wall, changes);
         }
         // The outbox is one lock for the whole table: only a transition
         // takes it (most reports change nothing).

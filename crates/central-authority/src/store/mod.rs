@@ -573,8 +573,10 @@ pub struct AddressEventRecord {
 }
 
 /// What one history row is about: (segment, host, protocol, port,
-/// connector). The history keeps, per key, the status its last row ended
-/// with (`health_latest`), which a new row is compared with.
+/// connector), or the address in the connector's place for the address
+/// history. Each history keeps, per key, the status its last row ended
+/// with (`health_latest`, `address_latest`), which a new row is compared
+/// with.
 pub(crate) type EventKey<'a> = (&'a str, &'a str, &'a str, i64, &'a str);
 
 /// A map by [`EventKey`] (foldhash: a batch hashes each row's five fields
@@ -595,6 +597,36 @@ impl EventRecord {
     }
 }
 
+/// A row of a history that keeps, per key, the status its last row ended
+/// with: the status history (per application and connector) and the
+/// address history (per application and address).
+pub(crate) trait HistoryRow {
+    /// What the row is about; the address history puts the address where
+    /// the status history has the connector.
+    fn history_key(&self) -> EventKey<'_>;
+    /// The status the row ends with.
+    fn to_status(&self) -> &str;
+}
+
+impl HistoryRow for EventRecord {
+    fn history_key(&self) -> EventKey<'_> {
+        self.key()
+    }
+    fn to_status(&self) -> &str {
+        &self.to
+    }
+}
+
+impl HistoryRow for AddressEventRecord {
+    fn history_key(&self) -> EventKey<'_> {
+        let e = &self.event;
+        (&e.segment, &e.host, &e.protocol, e.port, &self.address)
+    }
+    fn to_status(&self) -> &str {
+        &self.event.to
+    }
+}
+
 /// The rows of `events` to append, in order, and the last of them per key
 /// (the keys' new latest rows). `latest` holds the status the history ends
 /// with for the keys that have one; a row whose status is the one its key
@@ -603,20 +635,24 @@ impl EventRecord {
 /// return, `latest` holds the status each key ends with once the rows are
 /// written. One rule for both backends: each reads `latest` in one go and
 /// writes both lists in one go, instead of one comparison query per row.
-pub(crate) fn fresh_rows<'a>(
-    events: &'a [EventRecord],
+pub(crate) fn fresh_rows<'a, R: HistoryRow>(
+    events: &'a [R],
     latest: &mut KeyMap<'a, String>,
-) -> (Vec<&'a EventRecord>, Vec<&'a EventRecord>) {
+) -> (Vec<&'a R>, Vec<&'a R>) {
     let mut rows = Vec::new();
     // Per key, the index in `rows` of its last row.
     let mut last: KeyMap<'a, usize> = KeyMap::default();
     for e in events {
-        let key = e.key();
+        let key = e.history_key();
+        let to = e.to_status();
         match latest.get_mut(&key) {
-            Some(status) if *status == e.to => continue,
-            Some(status) => status.clone_from(&e.to),
+            Some(status) if status == to => continue,
+            Some(status) => {
+                status.clear();
+                status.push_str(to);
+            }
             None => {
-                latest.insert(key, e.to.clone());
+                latest.insert(key, to.to_owned());
             }
         }
         last.insert(key, rows.len());
@@ -1568,6 +1604,54 @@ mod suite {
         assert_eq!((total, page.first()), (1, Some(&seen[2])));
     }
 
+    /// A batch of address changes is compared row by row, each with the
+    /// result its address ends with at that point of the batch: a result
+    /// repeated by another connector is a copy, whichever address comes
+    /// between; the next batch starts from the result the last one ended
+    /// with. Rows keep the batch's order.
+    pub(super) fn an_address_batch_is_compared_row_by_row(s: &Store) {
+        let change = |at_ms, address: &str, connector: &str, to: &str| AddressEventRecord {
+            event: event(at_ms, "a.test", connector, to),
+            address: address.into(),
+        };
+        s.record_address_events(&[
+            change(1_000, "10.0.0.1", "c1", "up"),
+            change(1_001, "10.0.0.2", "c1", "up"),
+            change(1_002, "10.0.0.1", "c2", "up"),
+            change(1_003, "10.0.0.1", "c2", "down"),
+            change(1_004, "10.0.0.2", "c2", "up"),
+            change(1_005, "10.0.0.1", "c1", "down"),
+            change(1_006, "10.0.0.1", "c1", "up"),
+        ])
+        .expect("recorded");
+        s.record_address_events(&[
+            change(2_000, "10.0.0.1", "c2", "up"),
+            change(2_001, "10.0.0.2", "c2", "down"),
+        ])
+        .expect("recorded");
+        let all = EventFilter {
+            address: Some("*".into()),
+            ..Default::default()
+        };
+        let (page, total) = s.address_events(&all, 10, 0).expect("read");
+        let rows: Vec<_> = page
+            .iter()
+            .rev()
+            .map(|r| (r.event.at_ms, r.address.as_str(), r.event.to.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (1_000, "10.0.0.1", "up"),
+                (1_001, "10.0.0.2", "up"),
+                (1_003, "10.0.0.1", "down"),
+                (1_006, "10.0.0.1", "up"),
+                (2_001, "10.0.0.2", "down"),
+            ]
+        );
+        assert_eq!(total, 5);
+    }
+
     pub(super) fn history_is_filtered_paged_and_pruned(s: &Store) {
         s.record_events(&[
             event(1_000, "a.test", "c1", "up"),
@@ -1845,6 +1929,11 @@ macro_rules! suite {
             #[test]
             fn history_is_filtered_paged_and_pruned() {
                 super::suite::history_is_filtered_paged_and_pruned(&$open());
+            }
+
+            #[test]
+            fn an_address_batch_is_compared_row_by_row() {
+                super::suite::an_address_batch_is_compared_row_by_row(&$open());
             }
 
             #[test]

@@ -33,7 +33,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, LoginRecord,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyMap, KeyUsage, LoginRecord,
     NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
 };
 use crate::trust::auth::Secret;
@@ -814,7 +814,8 @@ impl PgStore {
 
     /// Appends the address changes not yet recorded (see
     /// `Store::record_address_events`): writers take turns (the history's
-    /// transaction lock), one lookup per row (address changes are rare).
+    /// transaction lock); three statements per batch, whatever its size,
+    /// as for the status history.
     pub(crate) fn record_address_events(
         &self,
         events: &[AddressEventRecord],
@@ -827,37 +828,10 @@ impl PgStore {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            for AddressEventRecord { event: e, address } in events {
-                let latest = tx
-                    .query_opt(
-                        "SELECT to_status FROM address_latest
-                         WHERE host = $1 AND port = $2 AND address = $3 AND segment = $4
-                           AND protocol = $5",
-                        &[&e.host, &e.port, address, &e.segment, &e.protocol],
-                    )
-                    .await?
-                    .map(|r| r.get::<_, String>(0));
-                if latest.as_deref() == Some(e.to.as_str()) {
-                    continue;
-                }
-                tx.execute(
-                    "INSERT INTO address_events (at_ms, segment, host, protocol, port, address,
-                         connector, from_status, to_status, cause)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                    &[
-                        &e.at_ms, &e.segment, &e.host, &e.protocol, &e.port, address,
-                        &e.connector, &e.from, &e.to, &e.cause,
-                    ],
-                )
-                .await?;
-                tx.execute(
-                    "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (host, port, address, segment, protocol)
-                     DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
-                    &[&e.host, &e.port, address, &e.segment, &e.protocol, &e.to, &e.at_ms],
-                )
-                .await?;
+            let mut latest = latest_address_results(&tx, events).await?;
+            let (rows, last) = fresh_rows(events, &mut latest);
+            if !rows.is_empty() {
+                insert_address_events(&tx, &rows, &last).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -1599,6 +1573,100 @@ async fn insert_events(
             &last.protocol,
             &last.to,
             &last.at_ms,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The result each address of `events` ends with in `address_latest`,
+/// keyed by the batch's own strings: one query for the batch.
+async fn latest_address_results<'e>(
+    tx: &Transaction<'_>,
+    events: &'e [AddressEventRecord],
+) -> Result<KeyMap<'e, String>, StoreError> {
+    let mut index: KeyMap<'_, &AddressEventRecord> = KeyMap::default();
+    for r in events {
+        index.entry(r.history_key()).or_insert(r);
+    }
+    let keys = Columns::of(index.values().map(|r| &r.event));
+    let addresses: Vec<&str> = index.values().map(|r| r.address.as_str()).collect();
+    let found = tx
+        .query(
+            "SELECT l.host, l.port, l.address, l.segment, l.protocol, l.to_status
+             FROM address_latest l
+             JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                  AS k(host, port, address, segment, protocol)
+             USING (host, port, address, segment, protocol)",
+            &[
+                &keys.host,
+                &keys.port,
+                &addresses,
+                &keys.segment,
+                &keys.protocol,
+            ],
+        )
+        .await?;
+    let mut latest = KeyMap::default();
+    for row in &found {
+        let (host, port, address, segment, protocol): (&str, i64, &str, &str, &str) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        if let Some(r) = index.get(&(segment, host, protocol, port, address)) {
+            latest.insert(r.history_key(), row.get::<_, String>(5));
+        }
+    }
+    Ok(latest)
+}
+
+/// Appends the address history's `rows` and moves each address's latest
+/// result to its `last` row: two statements.
+async fn insert_address_events(
+    tx: &Transaction<'_>,
+    rows: &[&AddressEventRecord],
+    last: &[&AddressEventRecord],
+) -> Result<(), StoreError> {
+    let new = Columns::of(rows.iter().map(|r| &r.event));
+    let addresses: Vec<&str> = rows.iter().map(|r| r.address.as_str()).collect();
+    tx.execute(
+        "INSERT INTO address_events
+         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause, address)
+         SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause,
+                address
+         FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                     $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[])
+              WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
+                                   from_status, to_status, cause, address, n)
+         ORDER BY n",
+        &[
+            &new.at_ms,
+            &new.segment,
+            &new.host,
+            &new.protocol,
+            &new.port,
+            &new.connector,
+            &new.from,
+            &new.to,
+            &new.cause,
+            &addresses,
+        ],
+    )
+    .await?;
+    let ends = Columns::of(last.iter().map(|r| &r.event));
+    let addresses: Vec<&str> = last.iter().map(|r| r.address.as_str()).collect();
+    tx.execute(
+        "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
+         SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                              $6::TEXT[], $7::BIGINT[])
+         ON CONFLICT (host, port, address, segment, protocol)
+         DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
+        &[
+            &ends.host,
+            &ends.port,
+            &addresses,
+            &ends.segment,
+            &ends.protocol,
+            &ends.to,
+            &ends.at_ms,
         ],
     )
     .await?;

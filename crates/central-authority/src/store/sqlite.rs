@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, KeyMap, KeyUsage, LoginRecord,
+    EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyMap, KeyUsage, LoginRecord,
     NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
 };
 use crate::state::sync::lock;
@@ -363,34 +363,75 @@ fn bind_event(
     stmt.raw_bind_parameter(first + 8, &e.cause)
 }
 
-/// An `INSERT` of `rows` history rows.
-fn insert_events_sql(rows: usize) -> String {
-    let mut sql = String::from(
-        // `OR FAIL`: a row breaking a constraint ends the statement without
-        // undoing its earlier rows, so SQLite keeps no statement journal for
-        // a multi-row insert (an error rolls the whole batch back anyway).
-        "INSERT OR FAIL INTO health_events
-         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause) VALUES ",
-    );
-    for r in 0..rows {
-        if r > 0 {
-            sql.push(',');
+/// The status history's `INSERT`, before its rows' values (`bind_event`
+/// binds each row's columns).
+// `OR FAIL`: a row breaking a constraint ends the statement without undoing
+// its earlier rows, so SQLite keeps no statement journal for a multi-row
+// insert (an error rolls the whole batch back anyway).
+const EVENTS_INSERT: &str = "INSERT OR FAIL INTO health_events
+     (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause) VALUES ";
+
+/// The address history's (`bind_address_event`).
+const ADDRESS_EVENTS_INSERT: &str = "INSERT OR FAIL INTO address_events
+     (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause, address)
+     VALUES ";
+
+/// Columns of one address history row.
+const ADDRESS_COLUMNS: usize = EVENT_COLUMNS + 1;
+
+/// `head` followed by `rows` rows of `columns` parameters each, and the
+/// same for one row: a history's chunked and single-row inserts.
+fn insert_sql(head: &str, columns: usize, rows: usize) -> (String, String) {
+    let values = |rows: usize| {
+        let mut sql = String::from(head);
+        for r in 0..rows {
+            sql.push_str(if r == 0 { "(" } else { ",(" });
+            for c in 0..columns {
+                if c > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("?{}", r * columns + c + 1));
+            }
+            sql.push(')');
         }
-        let n = r * EVENT_COLUMNS;
-        sql.push_str(&format!(
-            "(?{},?{},?{},?{},?{},?{},?{},?{},?{})",
-            n + 1,
-            n + 2,
-            n + 3,
-            n + 4,
-            n + 5,
-            n + 6,
-            n + 7,
-            n + 8,
-            n + 9
-        ));
+        sql
+    };
+    (values(rows), values(1))
+}
+
+/// Binds an address history row's columns from parameter `first` on.
+fn bind_address_event(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    first: usize,
+    r: &AddressEventRecord,
+) -> rusqlite::Result<()> {
+    bind_event(stmt, first, &r.event)?;
+    stmt.raw_bind_parameter(first + EVENT_COLUMNS, &r.address)
+}
+
+/// Appends `rows` with `sql` (its chunked and single-row inserts), `bind`
+/// binding each row's `columns` parameters.
+fn append_rows<R>(
+    tx: &rusqlite::Transaction<'_>,
+    (many, one): &(String, String),
+    rows: &[&R],
+    columns: usize,
+    bind: impl Fn(&mut rusqlite::CachedStatement<'_>, usize, &R) -> rusqlite::Result<()>,
+) -> Result<(), StoreError> {
+    let mut chunks = rows.chunks_exact(INSERT_CHUNK);
+    let mut append = tx.prepare_cached(many)?;
+    for chunk in &mut chunks {
+        for (i, r) in chunk.iter().enumerate() {
+            bind(&mut append, i * columns + 1, r)?;
+        }
+        append.raw_execute()?;
     }
-    sql
+    let mut append = tx.prepare_cached(one)?;
+    for r in chunks.remainder() {
+        bind(&mut append, 1, r)?;
+        append.raw_execute()?;
+    }
+    Ok(())
 }
 
 /// The SQLite database.
@@ -399,8 +440,10 @@ pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
     /// Locked after `conn`, only while `conn` is.
     latest: Mutex<LatestStatuses>,
-    /// `insert_events_sql(INSERT_CHUNK)` and `insert_events_sql(1)`.
+    /// The status history's chunked and single-row inserts.
     insert_sql: (String, String),
+    /// The address history's.
+    insert_address_sql: (String, String),
 }
 
 /// The rows the rules of enrollment read (`rules::decide`): `c`'s
@@ -546,7 +589,8 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             latest: Mutex::default(),
-            insert_sql: (insert_events_sql(INSERT_CHUNK), insert_events_sql(1)),
+            insert_sql: insert_sql(EVENTS_INSERT, EVENT_COLUMNS, INSERT_CHUNK),
+            insert_address_sql: insert_sql(ADDRESS_EVENTS_INSERT, ADDRESS_COLUMNS, INSERT_CHUNK),
         })
     }
 
@@ -912,20 +956,7 @@ impl SqliteStore {
         rows: &[&EventRecord],
         last: &[&EventRecord],
     ) -> Result<(), StoreError> {
-        let (many, one) = &self.insert_sql;
-        let mut chunks = rows.chunks_exact(INSERT_CHUNK);
-        let mut append = tx.prepare_cached(many)?;
-        for chunk in &mut chunks {
-            for (i, e) in chunk.iter().enumerate() {
-                bind_event(&mut append, i * EVENT_COLUMNS + 1, e)?;
-            }
-            append.raw_execute()?;
-        }
-        let mut append = tx.prepare_cached(one)?;
-        for e in chunks.remainder() {
-            bind_event(&mut append, 1, e)?;
-            append.raw_execute()?;
-        }
+        append_rows(tx, &self.insert_sql, rows, EVENT_COLUMNS, bind_event)?;
         let mut set = tx.prepare_cached(
             "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -965,52 +996,57 @@ impl SqliteStore {
     }
 
     /// Appends the address changes not yet recorded (see
-    /// `Store::record_address_events`). Address changes are rare (a DNS
-    /// change, an address's result changing): one lookup per row.
+    /// `Store::record_address_events`): one lookup per address in the
+    /// batch, its rows in chunks, one `address_latest` write per address.
     pub(crate) fn record_address_events(
         &self,
         events: &[AddressEventRecord],
     ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let mut conn = lock(&self.conn);
-        let tx = conn.transaction()?;
+        // Immediate: the latest results read below stay the latest until
+        // this commits.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut latest = KeyMap::default();
         {
             let mut get = tx.prepare_cached(
                 "SELECT to_status FROM address_latest
                  WHERE host = ?1 AND port = ?2 AND address = ?3 AND segment = ?4 AND protocol = ?5",
             )?;
-            let mut add = tx.prepare_cached(
-                "INSERT INTO address_events (at_ms, segment, host, protocol, port, address,
-                     connector, from_status, to_status, cause)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
+            for r in events {
+                let key = r.history_key();
+                if latest.contains_key(&key) {
+                    continue;
+                }
+                let (segment, host, protocol, port, address) = key;
+                let status: Option<String> = get
+                    .query_row(params![host, port, address, segment, protocol], |row| {
+                        row.get(0)
+                    })
+                    .optional()?;
+                if let Some(status) = status {
+                    latest.insert(key, status);
+                }
+            }
+        }
+        let (rows, last) = fresh_rows(events, &mut latest);
+        append_rows(
+            &tx,
+            &self.insert_address_sql,
+            &rows,
+            ADDRESS_COLUMNS,
+            bind_address_event,
+        )?;
+        {
             let mut set = tx.prepare_cached(
                 "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (host, port, address, segment, protocol)
                  DO UPDATE SET to_status = excluded.to_status, at_ms = excluded.at_ms",
             )?;
-            for AddressEventRecord { event: e, address } in events {
-                let latest: Option<String> = get
-                    .query_row(
-                        params![e.host, e.port, address, e.segment, e.protocol],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                if latest.as_deref() == Some(e.to.as_str()) {
-                    continue;
-                }
-                add.execute(params![
-                    e.at_ms,
-                    e.segment,
-                    e.host,
-                    e.protocol,
-                    e.port,
-                    address,
-                    e.connector,
-                    e.from,
-                    e.to,
-                    e.cause
-                ])?;
+            for AddressEventRecord { event: e, address } in last {
                 set.execute(params![
                     e.host, e.port, address, e.segment, e.protocol, e.to, e.at_ms
                 ])?;
