@@ -1488,6 +1488,32 @@ async fn listen(
     }
 }
 
+/// The status each key of a batch ends with in `health_latest`: one
+/// primary-key lookup per key. A join of the batch's `unnest` with the
+/// table is planned as a hash join over the whole table (74 ms a batch at
+/// 100,000 keys, against 5 ms for the lookups); the `LIMIT` in the lateral
+/// subquery keeps each lookup a probe of the key's index.
+const LATEST_STATUSES: &str =
+    "SELECT k.host, k.port, k.connector, k.segment, k.protocol, l.to_status
+     FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+          AS k(host, port, connector, segment, protocol)
+     CROSS JOIN LATERAL (
+         SELECT to_status FROM health_latest l
+         WHERE l.host = k.host AND l.port = k.port AND l.connector = k.connector
+           AND l.segment = k.segment AND l.protocol = k.protocol
+         LIMIT 1) l";
+
+/// The same for `address_latest`.
+const LATEST_ADDRESS_RESULTS: &str =
+    "SELECT k.host, k.port, k.address, k.segment, k.protocol, l.to_status
+     FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+          AS k(host, port, address, segment, protocol)
+     CROSS JOIN LATERAL (
+         SELECT to_status FROM address_latest l
+         WHERE l.host = k.host AND l.port = k.port AND l.address = k.address
+           AND l.segment = k.segment AND l.protocol = k.protocol
+         LIMIT 1) l";
+
 /// The latest status the history holds for each (application, connector)
 /// of `events`, keyed by the batch's own strings.
 async fn latest_statuses<'e>(
@@ -1503,11 +1529,7 @@ async fn latest_statuses<'e>(
     let keys = Columns::of(index.values().copied());
     let found = tx
         .query(
-            "SELECT l.host, l.port, l.connector, l.segment, l.protocol, l.to_status
-             FROM health_latest l
-             JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-                  AS k(host, port, connector, segment, protocol)
-             USING (host, port, connector, segment, protocol)",
+            LATEST_STATUSES,
             &[
                 &keys.host,
                 &keys.port,
@@ -1593,11 +1615,7 @@ async fn latest_address_results<'e>(
     let addresses: Vec<&str> = index.values().map(|r| r.address.as_str()).collect();
     let found = tx
         .query(
-            "SELECT l.host, l.port, l.address, l.segment, l.protocol, l.to_status
-             FROM address_latest l
-             JOIN unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-                  AS k(host, port, address, segment, protocol)
-             USING (host, port, address, segment, protocol)",
+            LATEST_ADDRESS_RESULTS,
             &[
                 &keys.host,
                 &keys.port,
@@ -1733,4 +1751,71 @@ async fn page<T>(
     let total: i64 = client.query_one(count, &params).await?.get(0);
     let page = client.query(rows, &params).await?.iter().map(row).collect();
     Ok((page, u64::try_from(total).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LATEST_ADDRESS_RESULTS, LATEST_STATUSES};
+
+    /// A batch's latest statuses and address results are read by probing
+    /// each key's index, not by a hash join over the whole table (the plan
+    /// PostgreSQL chose for a join with the batch's `unnest` once the
+    /// table held many keys).
+    #[test]
+    fn a_batchs_latest_rows_are_read_by_index_probes() {
+        let url = test_support::Postgres::shared()
+            .fresh_database()
+            .expect("database");
+        // The store creates the tables.
+        drop(super::super::postgres_store(&url));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(conn);
+            for (table, column) in [("health_latest", "connector"), ("address_latest", "address")] {
+                client
+                    .batch_execute(&format!(
+                        "INSERT INTO {table} (host, port, {column}, segment, protocol, to_status, at_ms)
+                         SELECT 'app-' || (i % 10) || '.test', 80, 'k-' || (i / 10), 's', 'tcp',
+                                'up', 0
+                         FROM generate_series(0, 99999) i;
+                         ANALYZE {table};"
+                    ))
+                    .await
+                    .expect("filled");
+            }
+            let n = 1_000;
+            let hosts: Vec<String> = (0..n).map(|i| format!("app-{}.test", i % 10)).collect();
+            let ports: Vec<i64> = vec![80; n];
+            let keys: Vec<String> = (0..n).map(|i| format!("k-{}", i * 7)).collect();
+            let segments: Vec<&str> = vec!["s"; n];
+            let protocols: Vec<&str> = vec!["tcp"; n];
+            for query in [LATEST_STATUSES, LATEST_ADDRESS_RESULTS] {
+                let rows = client
+                    .query(
+                        &format!("EXPLAIN {query}"),
+                        &[&hosts, &ports, &keys, &segments, &protocols],
+                    )
+                    .await
+                    .expect("explained");
+                let plan: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+                let plan = plan.join("\n");
+                assert!(plan.contains("Index"), "{plan}");
+                assert!(!plan.contains("Seq Scan"), "{plan}");
+                assert!(!plan.contains("Hash Join"), "{plan}");
+                let found = client
+                    .query(query, &[&hosts, &ports, &keys, &segments, &protocols])
+                    .await
+                    .expect("read");
+                // Keys k-0 .. k-6993 of which those below k-10000 exist
+                // (host digit matches by construction): every one.
+                assert_eq!(found.len(), n, "{plan}");
+            }
+        });
+    }
 }
