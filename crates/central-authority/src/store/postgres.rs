@@ -776,7 +776,7 @@ impl PgStore {
             // committed. Three statements per batch, whatever its size.
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            let mut latest = latest_statuses(&tx, events).await?;
+            let mut latest = latest_of(&tx, LATEST_STATUSES, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if rows.is_empty() {
                 tx.commit().await?;
@@ -828,7 +828,7 @@ impl PgStore {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock(7265636802)", &[])
                 .await?;
-            let mut latest = latest_address_results(&tx, events).await?;
+            let mut latest = latest_of(&tx, LATEST_ADDRESS_RESULTS, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if !rows.is_empty() {
                 insert_address_events(&tx, &rows, &last).await?;
@@ -1514,37 +1514,44 @@ const LATEST_ADDRESS_RESULTS: &str =
            AND l.segment = k.segment AND l.protocol = k.protocol
          LIMIT 1) l";
 
-/// The latest status the history holds for each (application, connector)
-/// of `events`, keyed by the batch's own strings.
-async fn latest_statuses<'e>(
+/// The status each key of `rows` ends with, read by `query`
+/// (`LATEST_STATUSES` or `LATEST_ADDRESS_RESULTS`, whose parameters and
+/// first five columns are the key's host, port, connector or address,
+/// segment and protocol), keyed by the batch's own strings.
+async fn latest_of<'e, R: HistoryRow>(
     tx: &Transaction<'_>,
-    events: &'e [EventRecord],
+    query: &str,
+    rows: &'e [R],
 ) -> Result<KeyMap<'e, String>, StoreError> {
     // One row per key, keyed by the batch's own strings (the rows
     // found are among them).
-    let mut index: KeyMap<'_, &EventRecord> = KeyMap::default();
-    for e in events {
-        index.entry(e.key()).or_insert(e);
+    let mut index: KeyMap<'_, &R> = KeyMap::default();
+    for r in rows {
+        index.entry(r.history_key()).or_insert(r);
     }
-    let keys = Columns::of(index.values().copied());
+    let n = index.len();
+    let (mut hosts, mut ports, mut subjects) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut segments, mut protocols) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &(segment, host, protocol, port, subject) in index.keys() {
+        hosts.push(host);
+        ports.push(port);
+        subjects.push(subject);
+        segments.push(segment);
+        protocols.push(protocol);
+    }
     let found = tx
-        .query(
-            LATEST_STATUSES,
-            &[
-                &keys.host,
-                &keys.port,
-                &keys.connector,
-                &keys.segment,
-                &keys.protocol,
-            ],
-        )
+        .query(query, &[&hosts, &ports, &subjects, &segments, &protocols])
         .await?;
     let mut latest = KeyMap::default();
     for row in &found {
-        let (host, port, connector, segment, protocol): (&str, i64, &str, &str, &str) =
+        let (host, port, subject, segment, protocol): (&str, i64, &str, &str, &str) =
             (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-        if let Some(e) = index.get(&(segment, host, protocol, port, connector)) {
-            latest.insert(e.key(), row.get::<_, String>(5));
+        if let Some(r) = index.get(&(segment, host, protocol, port, subject)) {
+            latest.insert(r.history_key(), row.get::<_, String>(5));
         }
     }
     Ok(latest)
@@ -1599,41 +1606,6 @@ async fn insert_events(
     )
     .await?;
     Ok(())
-}
-
-/// The result each address of `events` ends with in `address_latest`,
-/// keyed by the batch's own strings: one query for the batch.
-async fn latest_address_results<'e>(
-    tx: &Transaction<'_>,
-    events: &'e [AddressEventRecord],
-) -> Result<KeyMap<'e, String>, StoreError> {
-    let mut index: KeyMap<'_, &AddressEventRecord> = KeyMap::default();
-    for r in events {
-        index.entry(r.history_key()).or_insert(r);
-    }
-    let keys = Columns::of(index.values().map(|r| &r.event));
-    let addresses: Vec<&str> = index.values().map(|r| r.address.as_str()).collect();
-    let found = tx
-        .query(
-            LATEST_ADDRESS_RESULTS,
-            &[
-                &keys.host,
-                &keys.port,
-                &addresses,
-                &keys.segment,
-                &keys.protocol,
-            ],
-        )
-        .await?;
-    let mut latest = KeyMap::default();
-    for row in &found {
-        let (host, port, address, segment, protocol): (&str, i64, &str, &str, &str) =
-            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-        if let Some(r) = index.get(&(segment, host, protocol, port, address)) {
-            latest.insert(r.history_key(), row.get::<_, String>(5));
-        }
-    }
-    Ok(latest)
 }
 
 /// Appends the address history's `rows` and moves each address's latest
