@@ -1015,9 +1015,11 @@ impl SqliteStore {
                 "SELECT to_status FROM address_latest
                  WHERE host = ?1 AND port = ?2 AND address = ?3 AND segment = ?4 AND protocol = ?5",
             )?;
+            // Each address once, including those with no history yet.
+            let mut asked: KeyMap<'_, ()> = KeyMap::default();
             for r in events {
                 let key = r.history_key();
-                if latest.contains_key(&key) {
+                if asked.insert(key, ()).is_some() {
                     continue;
                 }
                 let (segment, host, protocol, port, address) = key;
