@@ -212,7 +212,7 @@ impl Reports {
     }
 
     /// Records the smoothed RTT `rtt` of the connector in slot `i` at
-    /// `at` (the latest of each interval is kept).
+    /// `at_ms`, Unix ms (the latest of each interval is kept).
     fn record_rtt(&mut self, i: usize, at_ms: i64, rtt: Duration) {
         let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
         self.rtt[i]
@@ -314,9 +314,9 @@ fn rtt_sample_of(report: &Report) -> Option<Duration> {
 
 impl AppRecord {
     /// What the report just stored in slot `i` of `connector` at `wall_ms`
-    /// (Unix ms) adds to the series and the address book: its smoothed RTT when it had a
-    /// reachable result (`sampled`), and its addresses (each change pushed
-    /// to `changes`).
+    /// (Unix ms) adds to the series and the address book: its smoothed RTT
+    /// when it had a reachable result (`sampled`), and its addresses (each
+    /// change pushed to `changes`).
     fn follow(
         &mut self,
         i: usize,
