@@ -5,14 +5,23 @@
 //! select (503 `no_connector`, `no_health_report` or `discovery_timeout`:
 //! nobody attached, or nobody has reported yet); or a failure (any other
 //! status, a transport error, a timeout), kept with its error.
+//!
+//! The client runs on a thread and runtime of its own: the driver's runtime
+//! also carries thousands of simulated sessions, and a reconnect storm
+//! there must not delay the client's requests or its reading of the
+//! answers (a timeout is then the CA's, or the machine's). Beside the
+//! client's view, [`slow_at`] reads how many decisions a replica itself
+//! took over a second and a half, which tells a request that waited inside
+//! the CA's decision from one that waited before it (to be accepted, read
+//! or scheduled).
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use tokio::sync::watch;
+use anyhow::{Context, Result, anyhow};
+use tokio::sync::{oneshot, watch};
 
 use super::ca;
 
@@ -66,12 +75,13 @@ pub struct Client {
     /// Its answers.
     pub tally: Arc<Tally>,
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Vec<tokio::task::JoinHandle<()>>>,
+    done: oneshot::Receiver<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Client {
     /// Starts asking `bases` (`http://ADDR` of each replica) round-robin,
-    /// `rate` decisions a second in all.
+    /// `rate` decisions a second in all, from a thread of its own.
     pub fn start(bases: Vec<String>, rate: f64) -> Result<Client> {
         // A connection not made within 4 s fails as a connect error, told
         // apart from an answer that did not come.
@@ -79,39 +89,106 @@ impl Client {
             .connect_timeout(Duration::from_secs(4))
             .timeout(Duration::from_secs(5))
             .build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("the decision client's runtime")?;
         let tally = Arc::new(Tally::default());
-        let (stop, mut stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
+        let (done_tx, done) = oneshot::channel();
         let t = tally.clone();
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut sent = Vec::new();
-            for k in 0usize.. {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.wait_for(|s| *s) => break,
-                }
-                let (http, tally) = (http.clone(), t.clone());
-                let base = bases[k % bases.len()].clone();
-                sent.push(tokio::spawn(async move { ask(&http, &base, &tally).await }));
-            }
-            sent
-        });
-        Ok(Client { tally, stop, task })
+        let thread = std::thread::Builder::new()
+            .name("decisions".into())
+            .spawn(move || {
+                runtime.block_on(ask_until_stopped(http, bases, rate, t, stopped));
+                let _ = done_tx.send(());
+            })
+            .context("the decision client's thread")?;
+        Ok(Client {
+            tally,
+            stop,
+            done,
+            thread,
+        })
     }
 
     /// Stops asking and waits for the answers still due.
     pub async fn stop(self) -> Result<Arc<Tally>> {
         self.stop.send_replace(true);
-        for request in self.task.await? {
-            request.await?;
-        }
+        self.done
+            .await
+            .map_err(|_| anyhow!("the decision client's thread ended early"))?;
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the decision client's thread panicked"))?;
         Ok(self.tally)
     }
 }
 
+/// The client's loop: one request task per tick until `stopped`, then
+/// every answer still due.
+async fn ask_until_stopped(
+    http: reqwest::Client,
+    bases: Vec<String>,
+    rate: f64,
+    tally: Arc<Tally>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent = Vec::new();
+    for k in 0usize.. {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.wait_for(|s| *s) => break,
+        }
+        let (http, tally) = (http.clone(), tally.clone());
+        let base = bases[k % bases.len()].clone();
+        sent.push(tokio::spawn(async move { ask(&http, &base, &tally).await }));
+    }
+    for request in sent {
+        let _ = request.await;
+    }
+}
+
+/// How many decisions `base` has taken over 1.6 s itself so far (its
+/// `reach_ca_decision_duration_seconds` histogram: the count less the
+/// bucket nearest above 1 s), and how many in all.
+pub async fn slow_at(http: &reqwest::Client, base: &str) -> Result<(u64, u64)> {
+    const NAME: &str = "reach_ca_decision_duration_seconds";
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(ca::TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let value = |v: &str| v.trim().parse::<f64>().ok().map(|v| v as u64);
+    let mut buckets: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(NAME)?.strip_prefix("_bucket{le=\"")?;
+            let (le, v) = rest.split_once("\"} ")?;
+            Some((le.parse::<f64>().ok()?, value(v)?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let all = text
+        .lines()
+        .find_map(|l| value(l.strip_prefix(NAME)?.strip_prefix("_count ")?))
+        .ok_or_else(|| anyhow!("no {NAME}_count in {base}/metrics"))?;
+    let fast = buckets
+        .iter()
+        .find(|(le, _)| *le >= 1.0)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| anyhow!("no {NAME} bucket at or above 1 s in {base}/metrics"))?;
+    Ok((all.saturating_sub(fast), all))
+}
+
 /// One decision from `base`, sorted into `tally`.
 async fn ask(http: &reqwest::Client, base: &str, tally: &Tally) {
+    let t = Instant::now();
     let sent = http
         .post(format!("{base}/api/v1/access"))
         .bearer_auth(ca::TOKEN)
@@ -122,7 +199,8 @@ async fn ask(http: &reqwest::Client, base: &str, tally: &Tally) {
         Ok(r) => r,
         Err(e) => {
             tally.fail(format!(
-                "{base}: {}",
+                "{base} after {:.1} s: {}",
+                t.elapsed().as_secs_f64(),
                 connector_agent::retry::error_chain(&e)
             ));
             return;

@@ -408,12 +408,14 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) -> Result<Duration> {
     .await
 }
 
-/// The decisions' note: counts and the failures' errors.
-fn decisions_note(tally: &Tally, asked: &str) -> String {
+/// The decisions' note: counts, the failures' errors, and how many of
+/// the decisions the asked replicas took over 1.6 s themselves.
+fn decisions_note(tally: &Tally, asked: &str, inside: &str) -> String {
     let (ok, none, failed) = tally.counts();
     let errors = tally.errors();
     format!(
-        "{asked}: {ok} selected a connector, {none} found no connector ({}), {failed} failed{}",
+        "{asked}: {ok} selected a connector, {none} found no connector ({}), {failed} failed{}; \
+         inside the replicas: {inside}",
         decisions::NO_CONNECTOR.join("/"),
         if errors.is_empty() {
             String::new()
@@ -421,6 +423,44 @@ fn decisions_note(tally: &Tally, asked: &str) -> String {
             format!(" (first: {errors})")
         }
     )
+}
+
+/// How many decisions each of `replicas` has taken over 1.6 s so far, and
+/// in all (`decisions::slow_at`); `None` where its metrics did not answer.
+async fn slow_decisions(run: &Run, replicas: &[usize]) -> Vec<Option<(u64, u64)>> {
+    let Ok(http) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+    else {
+        return vec![None; replicas.len()];
+    };
+    let mut out = Vec::new();
+    for r in replicas {
+        out.push(decisions::slow_at(&http, &run.base(*r)).await.ok());
+    }
+    out
+}
+
+/// The change in `slow_decisions` from `before` to `after`, as text.
+fn slow_note(
+    replicas: &[usize],
+    before: &[Option<(u64, u64)>],
+    after: &[Option<(u64, u64)>],
+) -> String {
+    let parts: Vec<String> = replicas
+        .iter()
+        .zip(before.iter().zip(after))
+        .map(|(r, pair)| match pair {
+            (Some((s0, a0)), Some((s1, a1))) => format!(
+                "replica {} took {} of its {} decisions over 1.6 s",
+                r + 1,
+                s1.saturating_sub(*s0),
+                a1.saturating_sub(*a0)
+            ),
+            _ => format!("replica {}'s /metrics did not answer", r + 1),
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// When replica 2 (index 1), started at `started`, is ready (`/readyz`)
@@ -458,6 +498,7 @@ async fn ready_and_whole(run: &Run, started: Instant) -> Result<(f64, f64)> {
 
 /// Phase 2: replica 2 killed and started again under decisions at 1 and 3.
 async fn restart(run: &mut Run) -> Result<Vec<Figure>> {
+    let slow_before = slow_decisions(run, &[0, 2]).await;
     let client = decisions::Client::start(vec![run.base(0), run.base(2)], run.rate)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     run.fleet().count_from(None);
@@ -475,6 +516,7 @@ async fn restart(run: &mut Run) -> Result<Vec<Figure>> {
     // A second more of decisions after the table is whole.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let tally = client.stop().await?;
+    let inside = slow_note(&[0, 2], &slow_before, &slow_decisions(run, &[0, 2]).await);
     let (ready, whole) = waited?;
     let f = run.fleet();
     let (peak, total) = f.attempts(&[1]);
@@ -495,7 +537,7 @@ async fn restart(run: &mut Run) -> Result<Vec<Figure>> {
             None,
             format!(
                 "decisions at replicas 1 and 3 that did not select a connector; every connector stays attached there, so a `no connector` answer counts as failed too; {}; {setup}",
-                decisions_note(&tally, &format!("{:.0}/s round-robin to replicas 1 and 3 from 1 s before the kill to 1 s after the table was whole", run.rate))
+                decisions_note(&tally, &format!("{:.0}/s round-robin to replicas 1 and 3 from 1 s before the kill to 1 s after the table was whole", run.rate), &inside)
             ),
         ),
     ])
@@ -503,6 +545,7 @@ async fn restart(run: &mut Run) -> Result<Vec<Figure>> {
 
 /// Phase 3: every connection to every replica dropped at once.
 async fn blip(run: &Run) -> Result<Vec<Figure>> {
+    let slow_before = slow_decisions(run, &[0, 1, 2]).await;
     let client = decisions::Client::start((0..3).map(|r| run.base(r)).collect(), run.rate)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let f = run.fleet();
@@ -517,6 +560,11 @@ async fn blip(run: &Run) -> Result<Vec<Figure>> {
     let whole = t.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let tally = client.stop().await?;
+    let inside = slow_note(
+        &[0, 1, 2],
+        &slow_before,
+        &slow_decisions(run, &[0, 1, 2]).await,
+    );
     waited.with_context(|| format!("sessions live at replicas 1/2/3: {}", run.live()))?;
     let (peak, total) = f.attempts(&[0, 1, 2]);
     let (_, none, failed) = tally.counts();
@@ -531,6 +579,7 @@ async fn blip(run: &Run) -> Result<Vec<Figure>> {
             "{:.0}/s round-robin to all three replicas from 1 s before the blip to 1 s after the tables were whole",
             run.rate
         ),
+        &inside,
     );
     Ok(vec![
         SPECS[11].figure(whole, None, format!("from the blip until every connector had a session at all three replicas again; {setup}")),
