@@ -2,7 +2,9 @@
 //! half-handshaken connections cannot lock an access request out, a silent
 //! connection is closed after the first-byte timeout, one source address
 //! cannot take more than its share of connections, and a flood of bad
-//! tokens or enrollments from one address throttles that address only.
+//! tokens or enrollments from one address throttles that address only;
+//! and a runtime busy with connector sessions does not hold up an access
+//! decision.
 //! Two sources on one machine: clients bind 127.0.0.2 (the hostile one) or
 //! 127.0.0.1 (the legitimate one) before connecting to the CA on 127.0.0.1.
 
@@ -568,4 +570,62 @@ async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token()
     );
     assert!(throttled(&ca, "token", "source") > 0);
     Arc::try_unwrap(ca).ok().expect("sole owner").stop().await;
+}
+
+/// The HTTP API has a runtime of its own: with the runtime that carries
+/// the connector sessions running nothing at all (its only thread outside
+/// `block_on`, as a reconnect storm's tasks leave a decision no turn), an
+/// access decision is still answered, from the health table the sessions
+/// filled before.
+#[test]
+fn an_access_decision_is_answered_while_the_session_runtime_runs_nothing() {
+    let sessions = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (ca, conn) = sessions.block_on(async {
+        let ca = Ca::start(&default_config()).await;
+        let (c, _) = connect(&ca, "east-1", "dc-east").await;
+        c.report(
+            vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+            true,
+        )
+        .await;
+        let http = ca.web();
+        eventually("jira up", || async {
+            http.access("jira.test.reach", "tcp", 80).await.0 == 200
+        })
+        .await;
+        (ca, c)
+    });
+    // The sessions' runtime is parked from here: its tasks (the gRPC
+    // listener and every session) do not run until the next `block_on`.
+    let (addr, root) = (ca.http, ca.root());
+    let asked = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let http = Http::new(addr, &root);
+            // Only a failure detector: with the API on the parked runtime
+            // the answer never comes.
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                http.access("jira.test.reach", "tcp", 80),
+            )
+            .await
+            .ok()
+        })
+    })
+    .join()
+    .expect("the asking thread");
+    let (status, body) =
+        asked.expect("an access decision answered while the sessions' runtime ran nothing");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["connector"], "east-1", "{body}");
+    sessions.block_on(async {
+        drop(conn);
+        ca.stop().await;
+    });
 }
