@@ -910,9 +910,10 @@ impl Store {
         }
     }
 
-    /// A receiver woken when another replica announced a change that may
-    /// end sessions (PostgreSQL `NOTIFY`); `None` on SQLite, where only the
-    /// periodic reconcile sees other processes' changes.
+    /// A receiver woken when this replica committed, or another announced
+    /// (PostgreSQL `NOTIFY`), a change that may end sessions; `None` on
+    /// SQLite, where only the periodic reconcile sees other processes'
+    /// changes.
     pub fn changes(&self) -> Option<watch::Receiver<u64>> {
         match &self.backend {
             Backend::Sqlite(_) => None,
@@ -931,9 +932,9 @@ impl Store {
             .collect()
     }
 
-    /// A number that changes whenever another replica announced a change
-    /// that may end sessions (`changes`); `None` on SQLite. Equal readings
-    /// mean nothing was announced in between.
+    /// A number that changes whenever this replica committed, or another
+    /// announced, a change that may end sessions (`changes`); `None` on
+    /// SQLite. Equal readings mean nothing was announced in between.
     pub fn announced(&self) -> Option<u64> {
         match &self.backend {
             Backend::Sqlite(_) => None,
@@ -2053,6 +2054,50 @@ fn postgres_changes_are_announced_to_other_stores() {
     assert!(b.set_disabled("c1", true, 3).expect("db"));
     wait(&mut rx, "disable on the other store");
     assert!(Store::in_memory().expect("db").changes().is_none());
+}
+
+/// PostgreSQL only: a change committed through a store is announced to
+/// that store's own `changes` by the time the call returns, not when its
+/// `NOTIFY` comes back through its `LISTEN` (here that connection is ended
+/// first: it listens again only after a second's pause); a transaction
+/// that announced nothing bumps nothing.
+#[cfg(test)]
+#[test]
+fn postgres_a_change_is_announced_to_its_own_store_at_commit() {
+    let server = test_support::Postgres::shared();
+    let url = server.fresh_database().expect("database");
+    let db = url
+        .rsplit('/')
+        .next()
+        .and_then(|tail| tail.split('?').next())
+        .expect("database name");
+    let a = postgres_store(&url);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while a.announced() == Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LISTEN not established within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(a.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
+    let ended = server
+        .psql(
+            db,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .expect("psql");
+    assert_eq!(ended, "1", "the store's LISTEN connection");
+    let before = a.announced();
+    assert!(a.set_disabled("c1", false, 2).expect("db"));
+    assert_eq!(a.announced(), before, "enabling announces nothing");
+    assert_eq!(a.revoke_certificates("c1", "test", 3).expect("db"), Some(1));
+    assert_ne!(
+        a.announced(),
+        before,
+        "a revocation is announced to its own store at commit"
+    );
 }
 
 /// PostgreSQL only: `sslmode` is honoured (`require` refuses a server

@@ -10,8 +10,9 @@
 //! Every transaction runs `SERIALIZABLE` and is retried (with jitter) on a
 //! serialization failure or deadlock (SQLSTATE 40001, 40P01): two replicas
 //! enrolling on a key with one use left cannot both succeed. Changes that
-//! may end sessions `NOTIFY reach_trust` in their transaction; a dedicated
-//! connection `LISTEN`s and bumps `changes` (and bumps it again after every
+//! may end sessions `NOTIFY reach_trust` in their transaction and bump
+//! `changes` when it commits; a dedicated connection `LISTEN`s and bumps
+//! `changes` on other replicas' notifications (and again after every
 //! reconnect, since notifications sent while it was away are lost).
 //! Migrations run at start under an advisory lock, so replicas starting
 //! together migrate once.
@@ -406,35 +407,51 @@ fn cert_from_row(r: &Row) -> CertRecord {
     }
 }
 
-/// Announces (on commit) a change that may end sessions of `connector`.
+tokio::task_local! {
+    /// Whether the transaction `serializable!` is running announced a
+    /// change (`notify`).
+    static NOTIFIED: std::cell::Cell<bool>;
+}
+
+/// Announces (on commit) a change that may end sessions of `connector`:
+/// to the other replicas by `NOTIFY`, and to this one's `changes` as soon
+/// as the transaction commits (its own `NOTIFY` comes back to its `LISTEN`
+/// only after a round trip, and a `Hello` in between must not skip its
+/// standing check).
 async fn notify(tx: &Transaction<'_>, connector: &str) -> Result<(), StoreError> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &connector])
         .await?;
+    let _ = NOTIFIED.try_with(|n| n.set(true));
     Ok(())
 }
 
 /// Runs `$body` in a `SERIALIZABLE` transaction bound to `$tx`, committing
-/// when it evaluates to `Ok`; a `return` from it rolls back.
+/// when it evaluates to `Ok`; a `return` from it rolls back. A committed
+/// transaction that announced a change (`notify`) bumps `changes` at once.
 /// Tried again, after a jittered pause, on serialization failures.
 macro_rules! serializable {
     ($self:ident, |$tx:ident| $body:block) => {{
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let result: Result<_, StoreError> = async {
-                let mut client = $self.client().await?;
-                let txn = client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::Serializable)
-                    .start()
-                    .await?;
-                let $tx: &Transaction<'_> = &txn;
-                let out: Result<_, StoreError> = $body;
-                let out = out?;
-                txn.commit().await?;
-                Ok(out)
-            }
-            .await;
+            let result: Result<_, StoreError> = NOTIFIED
+                .scope(std::cell::Cell::new(false), async {
+                    let mut client = $self.client().await?;
+                    let txn = client
+                        .build_transaction()
+                        .isolation_level(IsolationLevel::Serializable)
+                        .start()
+                        .await?;
+                    let $tx: &Transaction<'_> = &txn;
+                    let out: Result<_, StoreError> = $body;
+                    let out = out?;
+                    txn.commit().await?;
+                    if NOTIFIED.with(std::cell::Cell::get) {
+                        $self.changes.send_modify(|v| *v = v.wrapping_add(1));
+                    }
+                    Ok(out)
+                })
+                .await;
             match result {
                 Err(e) if retryable(&e) && attempt < ATTEMPTS => backoff(attempt).await,
                 other => break other,
@@ -503,7 +520,8 @@ impl PgStore {
         *self.changes.borrow()
     }
 
-    /// A receiver woken on every `NOTIFY` of another replica's change.
+    /// A receiver woken on every change this replica commits and every
+    /// `NOTIFY` of another replica's.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
