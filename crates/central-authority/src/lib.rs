@@ -166,8 +166,8 @@ pub async fn run_with(
 }
 
 /// Serves the HTTP API (access decisions, the dashboard, the admin API)
-/// on a runtime of its own, with as many workers as the machine has cores,
-/// until `stop` resolves. Connector sessions run on the caller's runtime:
+/// on a runtime of its own (tokio's default of a worker per core) until
+/// `stop` resolves. Connector sessions run on the caller's runtime:
 /// when thousands reconnect at once, their tasks fill its run queues, and a
 /// decision queued behind them waited there for seconds (5-s client
 /// timeouts while every replica's own decision time stayed under 1.6 s).
@@ -179,9 +179,7 @@ async fn serve_http_apart(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let listener = http.into_std().map_err(RunError::Http)?;
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
         .thread_name("reach-http")
         .enable_all()
         .build()

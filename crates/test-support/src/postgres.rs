@@ -174,6 +174,12 @@ impl Postgres {
         )
     }
 
+    /// The database a URL of `url` or `fresh_database` names (what `psql`
+    /// takes).
+    pub fn database_of(url: &str) -> Option<&str> {
+        url.rsplit('/').next()?.split('?').next()
+    }
+
     /// Creates a new, empty database and returns its URL: each test gets
     /// its own schema state on the shared server.
     pub fn fresh_database(&self) -> anyhow::Result<String> {
@@ -481,11 +487,7 @@ mod tests {
     fn a_server_starts_serves_sql_and_stops_on_drop() {
         let pg = Postgres::start().expect("PostgreSQL starts");
         let url = pg.fresh_database().expect("createdb");
-        let db = url
-            .rsplit('/')
-            .next()
-            .and_then(|s| s.split('?').next())
-            .expect("db name");
+        let db = Postgres::database_of(&url).expect("db name");
         assert_eq!(pg.psql(db, "SELECT 40 + 2").expect("query"), "42");
         pg.psql(db, "CREATE TABLE kept (n INT); INSERT INTO kept VALUES (7)")
             .expect("write");

@@ -294,19 +294,28 @@ pub async fn get_json(http: &reqwest::Client, base: &str, path: &str) -> Result<
 
 /// The value of the CA's `/metrics` line `name`, if listed.
 async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<Option<u64>> {
-    let text = http
+    Ok(metric_in(&metrics_text(http, base).await?, name))
+}
+
+/// The CA's `/metrics` exposition, read with the bench's admin token.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> Result<String> {
+    Ok(http
         .get(format!("{base}/metrics"))
         .bearer_auth(TOKEN)
         .send()
         .await?
         .error_for_status()?
         .text()
-        .await?;
-    Ok(text
-        .lines()
+        .await?)
+}
+
+/// The value of line `name` (a series name with its labels, if any) in a
+/// `/metrics` exposition, if listed.
+pub fn metric_in(text: &str, name: &str) -> Option<u64> {
+    text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64))
+        .map(|v| v as u64)
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use tokio::sync::{oneshot, watch};
 
-use super::ca;
+use super::ca::{self, metric_in};
 
 /// Reasons that mean no connector could be chosen because none is there
 /// (or none has reported yet), not that the CA failed.
@@ -156,27 +156,20 @@ async fn ask_until_stopped(
 /// bucket nearest above 1 s), and how many in all.
 pub async fn slow_at(http: &reqwest::Client, base: &str) -> Result<(u64, u64)> {
     const NAME: &str = "reach_ca_decision_duration_seconds";
-    let text = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(ca::TOKEN)
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let value = |v: &str| v.trim().parse::<f64>().ok().map(|v| v as u64);
+    let text = ca::metrics_text(http, base).await?;
     let mut buckets: Vec<(f64, u64)> = text
         .lines()
         .filter_map(|l| {
             let rest = l.strip_prefix(NAME)?.strip_prefix("_bucket{le=\"")?;
             let (le, v) = rest.split_once("\"} ")?;
-            Some((le.parse::<f64>().ok()?, value(v)?))
+            Some((
+                le.parse::<f64>().ok()?,
+                v.trim().parse::<f64>().ok()? as u64,
+            ))
         })
         .collect();
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let all = text
-        .lines()
-        .find_map(|l| value(l.strip_prefix(NAME)?.strip_prefix("_count ")?))
+    let all = metric_in(&text, &format!("{NAME}_count"))
         .ok_or_else(|| anyhow!("no {NAME}_count in {base}/metrics"))?;
     let fast = buckets
         .iter()

@@ -2016,6 +2016,20 @@ suite!(
     }
 );
 
+/// Waits until `store`'s listener listens: it announces itself once it
+/// does (perhaps before a receiver subscribed: the count tells).
+#[cfg(test)]
+fn listening(store: &Store) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.announced() == Some(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LISTEN not established within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// PostgreSQL only: a change made through one store is announced to the
 /// other (`NOTIFY` → `changes`), which is what wakes a replica's reconcile
 /// before its next periodic pass.
@@ -2038,16 +2052,8 @@ fn postgres_changes_are_announced_to_other_stores() {
         }
         rx.mark_unchanged();
     };
-    // The listener announces itself once it listens (perhaps before the
-    // receiver subscribed: the count tells).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while *rx.borrow_and_update() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "LISTEN not established within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    listening(&a);
+    rx.borrow_and_update();
     assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
     assert_eq!(b.revoke_certificates("c1", "test", 2).expect("db"), Some(1));
     wait(&mut rx, "revocation on the other store");
@@ -2066,20 +2072,9 @@ fn postgres_changes_are_announced_to_other_stores() {
 fn postgres_a_change_is_announced_to_its_own_store_at_commit() {
     let server = test_support::Postgres::shared();
     let url = server.fresh_database().expect("database");
-    let db = url
-        .rsplit('/')
-        .next()
-        .and_then(|tail| tail.split('?').next())
-        .expect("database name");
+    let db = test_support::Postgres::database_of(&url).expect("database name");
     let a = postgres_store(&url);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while a.announced() == Some(0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "LISTEN not established within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    listening(&a);
     assert_eq!(a.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
     let ended = server
         .psql(
