@@ -51,10 +51,11 @@ impl PgHost {
         })
     }
 
-    /// A new, empty database; its URL.
+    /// A new, empty database in the C.UTF-8 locale (what Debian's cluster
+    /// takes in a container, where text compares through strcoll); its URL.
     pub async fn fresh_database(&self) -> Result<String> {
         let pg = self.pg.clone();
-        tokio::task::spawn_blocking(move || pg.fresh_database())
+        tokio::task::spawn_blocking(move || pg.fresh_database_in("C.UTF-8"))
             .await
             .context("createdb panicked")?
     }

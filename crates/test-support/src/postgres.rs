@@ -183,6 +183,17 @@ impl Postgres {
     /// Creates a new, empty database and returns its URL: each test gets
     /// its own schema state on the shared server.
     pub fn fresh_database(&self) -> anyhow::Result<String> {
+        self.create(&[])
+    }
+
+    /// A new, empty database with `locale` (collation and character
+    /// classes) instead of the cluster's `C`, as a cluster created in
+    /// another locale gives (Debian's in a container: `C.UTF-8`); its URL.
+    pub fn fresh_database_in(&self, locale: &str) -> anyhow::Result<String> {
+        self.create(&["--template=template0", &format!("--locale={locale}")])
+    }
+
+    fn create(&self, options: &[&str]) -> anyhow::Result<String> {
         let name = format!(
             "reach_{}_{}",
             std::process::id(),
@@ -192,6 +203,7 @@ impl Postgres {
         createdb
             .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-p"])
             .arg(self.port.to_string())
+            .args(options)
             .arg(&name);
         run(&mut createdb, "createdb")?;
         Ok(self.url(&name))
