@@ -1864,6 +1864,29 @@ mod tests {
         client
     }
 
+    /// A client of `url` whose latest tables (created by the store) hold
+    /// 100,000 keys each, all Up at time 0.
+    async fn filled(url: &str) -> tokio_postgres::Client {
+        drop(super::super::postgres_store(url));
+        let client = connect(url).await;
+        for (table, column) in [
+            ("health_latest", "connector"),
+            ("address_latest", "address"),
+        ] {
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO {table} (host, port, {column}, segment, protocol, to_status, at_ms)
+                     SELECT 'app-' || (i % 10) || '.test', 80, 'k-' || (i / 10), 's', 'tcp',
+                            'up', 0
+                     FROM generate_series(0, 99999) i;
+                     ANALYZE {table};"
+                ))
+                .await
+                .expect("filled");
+        }
+        client
+    }
+
     /// The sizes of the latest tables' primary keys, in bytes.
     async fn key_sizes(client: &tokio_postgres::Client) -> (i64, i64) {
         let row = client
@@ -2000,25 +2023,12 @@ mod tests {
         let url = test_support::Postgres::shared()
             .fresh_database()
             .expect("database");
-        drop(super::super::postgres_store(&url));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         rt.block_on(async {
-            let mut client = connect(&url).await;
-            for (table, column) in [("health_latest", "connector"), ("address_latest", "address")] {
-                client
-                    .batch_execute(&format!(
-                        "INSERT INTO {table} (host, port, {column}, segment, protocol, to_status, at_ms)
-                         SELECT 'app-' || (i % 10) || '.test', 80, 'k-' || (i / 10), 's', 'tcp',
-                                'up', 0
-                         FROM generate_series(0, 99999) i;
-                         ANALYZE {table};"
-                    ))
-                    .await
-                    .expect("filled");
-            }
+            let mut client = filled(&url).await;
             for (table, update) in [
                 ("health_latest", LatestTable::STATUSES.update),
                 ("address_latest", LatestTable::ADDRESSES.update),
@@ -2026,7 +2036,10 @@ mod tests {
                 let tx = client.transaction().await.expect("transaction");
                 tx.batch_execute(HISTORY_TURN).await.expect("turn");
                 let ids: Vec<String> = tx
-                    .query(&format!("SELECT ctid::TEXT FROM {table} WHERE at_ms = 0 LIMIT 1000"), &[])
+                    .query(
+                        &format!("SELECT ctid::TEXT FROM {table} WHERE at_ms = 0 LIMIT 1000"),
+                        &[],
+                    )
                     .await
                     .expect("ids")
                     .iter()
@@ -2043,8 +2056,16 @@ mod tests {
                     .collect();
                 let plan = plan.join("\n");
                 assert!(plan.contains("Tid Scan"), "{plan}");
-                assert!(!plan.contains("Seq Scan") && !plan.contains("Hash"), "{plan}");
-                assert_eq!(tx.execute(update, &[&ids, &to, &at]).await.expect("updated"), 1_000);
+                assert!(
+                    !plan.contains("Seq Scan") && !plan.contains("Hash"),
+                    "{plan}"
+                );
+                assert_eq!(
+                    tx.execute(update, &[&ids, &to, &at])
+                        .await
+                        .expect("updated"),
+                    1_000
+                );
                 tx.commit().await.expect("committed");
             }
         });
@@ -2059,29 +2080,12 @@ mod tests {
         let url = test_support::Postgres::shared()
             .fresh_database()
             .expect("database");
-        // The store creates the tables.
-        drop(super::super::postgres_store(&url));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         rt.block_on(async {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .expect("connect");
-            tokio::spawn(conn);
-            for (table, column) in [("health_latest", "connector"), ("address_latest", "address")] {
-                client
-                    .batch_execute(&format!(
-                        "INSERT INTO {table} (host, port, {column}, segment, protocol, to_status, at_ms)
-                         SELECT 'app-' || (i % 10) || '.test', 80, 'k-' || (i / 10), 's', 'tcp',
-                                'up', 0
-                         FROM generate_series(0, 99999) i;
-                         ANALYZE {table};"
-                    ))
-                    .await
-                    .expect("filled");
-            }
+            let client = filled(&url).await;
             let n = 1_000;
             let hosts: Vec<String> = (0..n).map(|i| format!("app-{}.test", i % 10)).collect();
             let ports: Vec<i64> = vec![80; n];
