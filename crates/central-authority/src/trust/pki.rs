@@ -117,6 +117,13 @@ fn unix_ms(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// `t` without its fraction of a second.
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    t.duration_since(UNIX_EPOCH).map_or(UNIX_EPOCH, |d| {
+        UNIX_EPOCH + Duration::from_secs(d.as_secs())
+    })
+}
+
 fn offset(t: SystemTime) -> time::OffsetDateTime {
     let secs = t
         .duration_since(UNIX_EPOCH)
@@ -291,7 +298,11 @@ impl Pki {
         let serial = serial();
         params.serial_number = Some(SerialNumber::from_slice(&serial));
         let now = SystemTime::now();
-        let not_after = now + self.validity;
+        // The certificate holds whole seconds: the store and the answer say
+        // the same end. With milliseconds kept, the store counted a
+        // certificate the TLS handshake had just refused as still valid, and
+        // refused the connector's enrollment with its provisioning key.
+        let not_after = whole_seconds(now + self.validity);
         // A little slack for connectors whose clock runs behind.
         params.not_before = offset(now - Duration::from_secs(300));
         params.not_after = offset(not_after);
@@ -486,6 +497,14 @@ mod tests {
         assert_eq!(id.name, "c1");
         assert_eq!(id.group, "dc-east");
         assert_eq!(id.serial, issued.serial);
+        // The end the store keeps is the certificate's own, to the
+        // millisecond.
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("certificate");
+        assert_eq!(
+            issued.not_after_ms,
+            cert.validity().not_after.timestamp() * 1000,
+            "the recorded end differs from the certificate's"
+        );
         assert!(matches!(
             pki.issue("c1", "g", "garbage"),
             Err(PkiError::InvalidCsr(_))
