@@ -1906,9 +1906,12 @@ mod tests {
     /// ones inserted, and a batch may hold both.
     #[test]
     fn transitions_move_the_latest_rows_in_place() {
-        let url = test_support::Postgres::shared()
-            .fresh_database()
-            .expect("database");
+        // A server of its own: a transaction open in another database of a
+        // shared server can keep PostgreSQL from pruning old row versions
+        // as it goes (vacuum removes them later), and an update that finds
+        // its page full then moves its row.
+        let pg = test_support::Postgres::start().expect("PostgreSQL");
+        let url = pg.fresh_database().expect("database");
         let store = super::super::postgres_store(&url);
         let keys = 2_000;
         let batch = |round: i64, n: usize| -> (Vec<_>, Vec<_>) {
@@ -1933,16 +1936,29 @@ mod tests {
                 .collect();
             (statuses, addresses)
         };
-        // Half the keys first; the next batch adds the other half.
-        let (statuses, addresses) = batch(0, keys / 2);
-        store.record_events(&statuses).expect("recorded");
-        store.record_address_events(&addresses).expect("recorded");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         rt.block_on(async {
             let client = connect(&url).await;
+            // No autovacuum ANALYZE of these tables meanwhile: its snapshot
+            // keeps the old row versions from being pruned, and an update
+            // that finds its page full moves its row, as under any long
+            // transaction.
+            client
+                .batch_execute(
+                    "ALTER TABLE health_events SET (autovacuum_enabled = false);
+                     ALTER TABLE health_latest SET (autovacuum_enabled = false);
+                     ALTER TABLE address_events SET (autovacuum_enabled = false);
+                     ALTER TABLE address_latest SET (autovacuum_enabled = false);",
+                )
+                .await
+                .expect("autovacuum off");
+            // Half the keys first; the next batch adds the other half.
+            let (statuses, addresses) = batch(0, keys / 2);
+            store.record_events(&statuses).expect("recorded");
+            store.record_address_events(&addresses).expect("recorded");
             let (statuses, addresses) = batch(1, keys);
             store.record_events(&statuses).expect("recorded");
             store.record_address_events(&addresses).expect("recorded");
