@@ -1179,7 +1179,8 @@ async fn s13_dashboard_in_browser() -> Result<()> {
 
         let browser = e2e::browser::Browser::start(&sc.dir.join("chromium-profile")).await?;
         let result: Result<()> = async {
-            browser.goto(&format!("https://{}/", ca.http)).await?;
+            let page = format!("https://{}/", ca.http);
+            browser.goto(&page).await?;
             let row = |host: &'static str| {
                 let b = &browser;
                 async move { b.eval(ROW_SCRIPT, serde_json::json!([host])).await }
@@ -1191,6 +1192,15 @@ async fn s13_dashboard_in_browser() -> Result<()> {
             ] {
                 let v = retry(Duration::from_secs(10), || async {
                     let v = row(host).await?;
+                    if v["body"]
+                        .as_str()
+                        .is_some_and(|b| b.contains("ERR_NETWORK_CHANGED"))
+                    {
+                        // Another scenario added or removed an interface
+                        // (a namespace's link) and Chromium dropped the
+                        // page: open it again, as its Reload button does.
+                        browser.goto(&page).await?;
+                    }
                     let has = v["statuses"]
                         .as_array()
                         .is_some_and(|s| s.iter().any(|x| x == want));
