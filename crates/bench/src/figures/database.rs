@@ -321,10 +321,11 @@ async fn flap(
     senders: &[mpsc::Sender<v1::ConnectorMessage>],
     round: Duration,
     rounds: usize,
+    percent: usize,
 ) -> Result<usize> {
     let pairs = senders.len() * APPS_PER;
     let mut up = vec![true; pairs];
-    let per_round = (pairs / 100).max(1);
+    let per_round = (pairs * percent / 100).max(1);
     let mut sent = 0;
     let mut tick = tokio::time::interval(round);
     for _ in 0..rounds {
@@ -361,6 +362,10 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     // often, so that the few results still give transitions to measure).
     let round = mode.pick(Duration::from_millis(100), Duration::from_secs(1));
     let rounds = mode.pick(60usize, 40);
+    // Quick: a tenth of the few results flips each round, so that the
+    // transitions' CPU stands above the idle window's (at 1 %, 1,200
+    // transitions read below it at the CA in one run).
+    let percent = mode.pick(10usize, 1);
     let heartbeat = Duration::from_millis(CaSetup::default().heartbeat_ms);
     let (server, _dir) = ca::start_text(&config(url, false)).await?;
     let stats = PgStats::connect(url).await?;
@@ -375,7 +380,7 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     }
     let first = settled(&stats, (n * APPS_PER) as i64).await?;
     let s0 = snap(&stats, server.pid()).await?;
-    let sent = flap(&senders, round, rounds).await?;
+    let sent = flap(&senders, round, rounds, percent).await?;
     tokio::time::sleep(SETTLE).await;
     stats.publish().await?;
     let s1 = snap(&stats, server.pid()).await?;
@@ -392,7 +397,7 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let idle_work = Work::between(&s1, &s2);
     let each = flapping.less(&idle_work).per(stored as f64);
     let setup = format!(
-        "{n} simulated connectors × {APPS_PER} applications ({} results), {} results (1 %) \
+        "{n} simulated connectors × {APPS_PER} applications ({} results), {} results ({percent} %) \
          flipped Up↔Down every {:.1} s for {rounds} rounds, one report per change; {sent} changes \
          reported, {stored} transitions stored in health_events; flapping window {} less the \
          idle window after it (sessions and heartbeats only) {} at its rate; the flapping \
@@ -401,7 +406,7 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
          PostgreSQL published their counts; one CA and PostgreSQL 15 on this shared 2-core \
          machine",
         n * APPS_PER,
-        (n * APPS_PER / 100).max(1),
+        (n * APPS_PER * percent / 100).max(1),
         round.as_secs_f64(),
         flapping.describe(),
         idle_work.describe(),
