@@ -1768,19 +1768,20 @@ async fn move_latest<R: HistoryRow>(
     if by_key.is_empty() {
         return Ok(());
     }
-    let pick =
-        |column: &[&str]| -> Vec<String> { by_key.iter().map(|&i| column[i].to_owned()).collect() };
+    fn pick<'s>(by_key: &[usize], column: &[&'s str]) -> Vec<&'s str> {
+        by_key.iter().map(|&i| column[i]).collect()
+    }
     let ports: Vec<i64> = by_key.iter().map(|&i| ends.port[i]).collect();
     let at: Vec<i64> = by_key.iter().map(|&i| ends.at_ms[i]).collect();
     tx.execute(
         table.upsert,
         &[
-            &pick(&ends.host),
+            &pick(&by_key, &ends.host),
             &ports,
-            &pick(subjects),
-            &pick(&ends.segment),
-            &pick(&ends.protocol),
-            &pick(&ends.to),
+            &pick(&by_key, subjects),
+            &pick(&by_key, &ends.segment),
+            &pick(&by_key, &ends.protocol),
+            &pick(&by_key, &ends.to),
             &at,
         ],
     )
