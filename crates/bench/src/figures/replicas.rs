@@ -120,7 +120,20 @@ pub const SPECS: &[Spec] = &[
         unit: "decisions",
         goal: Goal::Info,
     },
+    Spec {
+        name: "replicas_decision_cpu_ms",
+        unit: "ms CPU/decision",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "replicas_decision_p50_ms",
+        unit: "ms",
+        goal: Goal::Info,
+    },
 ];
+
+/// Sequential decisions asked of replica 1 in the steady state.
+const DECISIONS: usize = 200;
 
 /// Heartbeat interval of the replicas (the `CaSetup` default).
 const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -279,6 +292,7 @@ async fn steady(run: &Run, attach_s: f64) -> Result<Vec<Figure>> {
         .map(|p| rss_bytes(*p) as f64 / 1048576.0)
         .collect();
     let (lag, lagging) = heartbeat_lag(run).await?;
+    let (decision_cpu, decision_p50) = decision_cost(run, cpu[0] / 100.0).await?;
     let mut closes = Vec::with_capacity(run.trials);
     for k in 0..run.trials {
         closes.push(revoke_once(run, k).await?);
@@ -327,7 +341,47 @@ async fn steady(run: &Run, attach_s: f64) -> Result<Vec<Figure>> {
         lag_fig,
         SPECS[3].figure(ms(quantile(&closes, 0.5)), None, format!("p50 of {revoke_note}")),
         SPECS[4].figure(ms(quantile(&closes, 1.0)), None, format!("max of {revoke_note}")),
+        SPECS[16].figure(decision_cpu, None, format!("replica 1's CPU over {DECISIONS} sequential decisions (POST /api/v1/access, each with its explanation) for an application whose segment's group holds all {n} connectors, less its steady-state CPU ({:.1} % of a core) over the same time, per decision; {setup}{label}", cpu[0])),
+        SPECS[17].figure(decision_p50, None, format!("p50 of the same {DECISIONS} decisions as the client sees them (one at a time, over one kept-alive connection); {setup}{label}")),
     ])
+}
+
+/// Asks replica 1 for `DECISIONS` decisions one after the other, every
+/// one of which must select a connector; the replica's CPU per decision
+/// above `idle` (its steady-state share of a core) and the median
+/// latency, both in ms.
+async fn decision_cost(run: &Run, idle: f64) -> Result<(f64, f64)> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let url = format!("{}/api/v1/access", run.base(0));
+    let body = serde_json::json!({"host": ca::APP_HOST, "protocol": "tcp", "port": ca::APP_PORT});
+    let pid = run.replicas[0].server.pid();
+    let (cpu0, t0) = (cpu_time(pid), Instant::now());
+    let mut took = Vec::with_capacity(DECISIONS);
+    for k in 0..DECISIONS {
+        let t = Instant::now();
+        let r = http
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await?;
+        let status = r.status();
+        let text = r.text().await?;
+        took.push(t.elapsed());
+        if !status.is_success() {
+            bail!("decision {k} at replica 1: {status}: {text}");
+        }
+    }
+    let busy = cpu_time(pid).saturating_sub(cpu0).as_secs_f64() - idle * t0.elapsed().as_secs_f64();
+    if busy <= 0.0 {
+        bail!(
+            "replica 1's CPU over {DECISIONS} decisions was not above its steady rate (machine load)"
+        );
+    }
+    took.sort();
+    Ok((busy * 1e3 / DECISIONS as f64, ms(quantile(&took, 0.5))))
 }
 
 /// The slowest replica's heartbeat lag (s), and how many sessions still
