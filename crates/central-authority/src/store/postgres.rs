@@ -827,7 +827,7 @@ impl PgStore {
             // committed. Four statements per batch, whatever its size (a
             // fifth for keys new to the history).
             tx.batch_execute(HISTORY_TURN).await?;
-            let (mut latest, tids) = latest_of(&tx, LATEST_STATUSES, events).await?;
+            let (mut latest, tids) = latest_of(&tx, LatestTable::STATUSES.lookup, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if rows.is_empty() {
                 tx.commit().await?;
@@ -888,7 +888,7 @@ impl PgStore {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             tx.batch_execute(HISTORY_TURN).await?;
-            let (mut latest, tids) = latest_of(&tx, LATEST_ADDRESS_RESULTS, events).await?;
+            let (mut latest, tids) = latest_of(&tx, LatestTable::ADDRESSES.lookup, events).await?;
             let (rows, last) = fresh_rows(events, &mut latest);
             if !rows.is_empty() {
                 insert_address_events(&tx, &rows).await?;
@@ -1562,38 +1562,9 @@ const HISTORY_TURN: &str = "SELECT pg_advisory_xact_lock(7265636802);
      SET LOCAL enable_hashjoin = off;
      SET LOCAL enable_mergejoin = off";
 
-/// The status each key of a batch ends with in `health_latest`, and the
-/// row's tuple id: one primary-key lookup per key. A join of the batch's
-/// `unnest` with the table is planned as a hash join over the whole table
-/// (74 ms a batch at 100,000 keys, against 5 ms for the lookups); the
-/// `LIMIT` in the lateral subquery keeps each lookup a probe of the key's
-/// index.
-const LATEST_STATUSES: &str =
-    "SELECT k.host, k.port, k.connector, k.segment, k.protocol, l.to_status, l.ctid::TEXT
-     FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-          AS k(host, port, connector, segment, protocol)
-     CROSS JOIN LATERAL (
-         SELECT to_status, ctid FROM health_latest l
-         WHERE l.host = k.host AND l.port = k.port AND l.connector = k.connector
-           AND l.segment = k.segment AND l.protocol = k.protocol
-         LIMIT 1) l";
-
-/// The same for `address_latest`.
-const LATEST_ADDRESS_RESULTS: &str =
-    "SELECT k.host, k.port, k.address, k.segment, k.protocol, l.to_status, l.ctid::TEXT
-     FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
-          AS k(host, port, address, segment, protocol)
-     CROSS JOIN LATERAL (
-         SELECT to_status, ctid FROM address_latest l
-         WHERE l.host = k.host AND l.port = k.port AND l.address = k.address
-           AND l.segment = k.segment AND l.protocol = k.protocol
-         LIMIT 1) l";
-
-/// The status each key of `rows` ends with, read by `query`
-/// (`LATEST_STATUSES` or `LATEST_ADDRESS_RESULTS`, whose parameters and
-/// first five columns are the key's host, port, connector or address,
-/// segment and protocol), keyed by the batch's own strings; and the tuple
-/// id of each key's latest row.
+/// The status each key of `rows` ends with, read by `query` (a
+/// `LatestTable`'s `lookup`), keyed by the batch's own strings; and the
+/// tuple id of each key's latest row.
 async fn latest_of<'e, R: HistoryRow>(
     tx: &Transaction<'_>,
     query: &str,
@@ -1697,38 +1668,57 @@ async fn insert_address_events(
 }
 
 /// A table of the status (`health_latest`) or the result (`address_latest`)
-/// each key's history ends with.
+/// each key's history ends with, and the statements that read and move it.
 struct LatestTable {
+    /// The status each key of a batch ends with, and the row's tuple id:
+    /// `$1`..`$5` the keys (host, port, connector or address, segment,
+    /// protocol); the same five columns, the status and the id come back.
+    /// One primary-key lookup per key: a join of the batch's `unnest` with
+    /// the table is planned as a hash join over the whole table (74 ms a
+    /// batch at 100,000 keys, against 5 ms for the lookups); the `LIMIT` in
+    /// the lateral subquery keeps each lookup a probe of the key's index.
+    lookup: &'static str,
     /// Updates rows by tuple id: `$1` the ids, `$2` the statuses, `$3` the times.
     update: &'static str,
-    /// Inserts or updates rows by key: `$1`..`$5` the key (host, port,
-    /// connector or address, segment, protocol), `$6` the statuses, `$7` the times.
+    /// Inserts or updates rows by key: `$1`..`$5` the key, `$6` the
+    /// statuses, `$7` the times.
     upsert: &'static str,
 }
 
+/// The statements of latest table `$table`, whose key's third column is
+/// `$subject` (the two tables differ in nothing else).
+macro_rules! latest_table {
+    ($table:literal, $subject:literal) => {
+        LatestTable {
+            lookup: concat!(
+                "SELECT k.host, k.port, k.", $subject, ", k.segment, k.protocol, l.to_status, l.ctid::TEXT
+                 FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[])
+                      AS k(host, port, ", $subject, ", segment, protocol)
+                 CROSS JOIN LATERAL (
+                     SELECT to_status, ctid FROM ", $table, " l
+                     WHERE l.host = k.host AND l.port = k.port AND l.", $subject, " = k.", $subject, "
+                       AND l.segment = k.segment AND l.protocol = k.protocol
+                     LIMIT 1) l"
+            ),
+            update: concat!(
+                "UPDATE ", $table, " l SET to_status = u.to_status, at_ms = u.at_ms
+                 FROM unnest($1::TEXT[]::TID[], $2::TEXT[], $3::BIGINT[]) AS u(id, to_status, at_ms)
+                 WHERE l.ctid = u.id"
+            ),
+            upsert: concat!(
+                "INSERT INTO ", $table, " (host, port, ", $subject, ", segment, protocol, to_status, at_ms)
+                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
+                                      $6::TEXT[], $7::BIGINT[])
+                 ON CONFLICT (host, port, ", $subject, ", segment, protocol)
+                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms"
+            ),
+        }
+    };
+}
+
 impl LatestTable {
-    const STATUSES: LatestTable = LatestTable {
-        update: "UPDATE health_latest l SET to_status = u.to_status, at_ms = u.at_ms
-                 FROM unnest($1::TEXT[]::TID[], $2::TEXT[], $3::BIGINT[]) AS u(id, to_status, at_ms)
-                 WHERE l.ctid = u.id",
-        upsert:
-            "INSERT INTO health_latest (host, port, connector, segment, protocol, to_status, at_ms)
-                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
-                                      $6::TEXT[], $7::BIGINT[])
-                 ON CONFLICT (host, port, connector, segment, protocol)
-                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
-    };
-    const ADDRESSES: LatestTable = LatestTable {
-        update: "UPDATE address_latest l SET to_status = u.to_status, at_ms = u.at_ms
-                 FROM unnest($1::TEXT[]::TID[], $2::TEXT[], $3::BIGINT[]) AS u(id, to_status, at_ms)
-                 WHERE l.ctid = u.id",
-        upsert:
-            "INSERT INTO address_latest (host, port, address, segment, protocol, to_status, at_ms)
-                 SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[],
-                                      $6::TEXT[], $7::BIGINT[])
-                 ON CONFLICT (host, port, address, segment, protocol)
-                 DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms",
-    };
+    const STATUSES: LatestTable = latest_table!("health_latest", "connector");
+    const ADDRESSES: LatestTable = latest_table!("address_latest", "address");
 }
 
 /// Moves each key's latest status to its `last` row (`ends` the same rows
@@ -1853,7 +1843,7 @@ async fn page<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{HISTORY_TURN, LATEST_ADDRESS_RESULTS, LATEST_STATUSES, LatestTable};
+    use super::{HISTORY_TURN, LatestTable};
     use crate::store::{AddressEventRecord, EventFilter, suite::event};
 
     /// A client of `url` on the current runtime.
@@ -2109,7 +2099,7 @@ mod tests {
             let keys: Vec<String> = (0..n).map(|i| format!("k-{}", i * 7)).collect();
             let segments: Vec<&str> = vec!["s"; n];
             let protocols: Vec<&str> = vec!["tcp"; n];
-            for query in [LATEST_STATUSES, LATEST_ADDRESS_RESULTS] {
+            for query in [LatestTable::STATUSES.lookup, LatestTable::ADDRESSES.lookup] {
                 let rows = client
                     .query(
                         &format!("EXPLAIN {query}"),
