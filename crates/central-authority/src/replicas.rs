@@ -301,21 +301,7 @@ async fn reconcile_now(authority: &Arc<Authority>) {
 mod tests {
     use super::*;
 
-    fn state(port: u16) -> PolicyState {
-        let text = format!(
-            r#"
-            [[connector_groups]]
-            name = "g"
-            provisioning_key = "k-0123456789abcdef"
-            [[segments]]
-            name = "s"
-            applications = ["app.test"]
-            tcp_ports = ["{port}"]
-            connector_groups = ["g"]
-            "#
-        );
-        PolicyState::new(crate::Config::from_toml(&text, std::path::Path::new(".")).expect("valid"))
-    }
+    use crate::state::policy_state::one_segment as state;
 
     /// The hash is kept per policy version: the same state gives the same
     /// hash as computed afresh, and another policy another hash.

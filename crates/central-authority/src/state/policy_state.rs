@@ -272,6 +272,25 @@ fn host_in_segment(segment: &Segment, host: &str) -> bool {
         .any(|entry| entry.matches(host, ip))
 }
 
+/// For tests: a policy of one group `g` and one segment `s` serving
+/// `app.test` on TCP `port`.
+#[cfg(test)]
+pub(crate) fn one_segment(port: u16) -> PolicyState {
+    let text = format!(
+        r#"
+        [[connector_groups]]
+        name = "g"
+        provisioning_key = "k-0123456789abcdef"
+        [[segments]]
+        name = "s"
+        applications = ["app.test"]
+        tcp_ports = ["{port}"]
+        connector_groups = ["g"]
+        "#
+    );
+    PolicyState::new(crate::Config::from_toml(&text, std::path::Path::new(".")).expect("valid"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -660,19 +660,7 @@ mod tests {
     /// load, a new session, every way of closing one.
     #[test]
     fn a_members_link_follows_its_heartbeats_sessions_and_closes() {
-        let config = r#"
-            [[connector_groups]]
-            name = "g"
-            provisioning_key = "k-0123456789abcdef"
-            [[segments]]
-            name = "s"
-            applications = ["app.test"]
-            tcp_ports = ["443"]
-            connector_groups = ["g"]
-            "#;
-        let state = PolicyState::new(
-            crate::Config::from_toml(config, std::path::Path::new(".")).expect("valid"),
-        );
+        let state = crate::state::policy_state::one_segment(443);
         let registry = Registry::default();
         arrive(&registry, "a", "g", 1);
         arrive(&registry, "b", "g", 2);
