@@ -373,7 +373,7 @@ struct Calls([AtomicU64; CALLS.len()]);
 
 /// The store's calls, as `each!` names them (a call missing here does not
 /// compile: `call_index` fails at compile time).
-const CALLS: [&str; 34] = [
+const CALLS: [&str; 35] = [
     "address_events",
     "allow_reenroll",
     "audit",
@@ -388,6 +388,7 @@ const CALLS: [&str; 34] = [
     "events",
     "heartbeat",
     "is_disabled",
+    "key_revoked",
     "key_usage",
     "ping",
     "prune_audit",
@@ -1036,9 +1037,28 @@ impl Store {
     }
 
     /// Whether connector `name` is disabled (`false` when it is not
-    /// enrolled): one keyed lookup.
+    /// enrolled). On PostgreSQL, answered from the last reading when
+    /// nothing was announced since (no statement: see `PgStore`'s
+    /// standing readings).
     pub fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
+        if let Backend::Postgres(p) = &self.backend
+            && let Some(disabled) = p.known_disabled(name, std::time::Instant::now())
+        {
+            return Ok(disabled);
+        }
         each!(self, s => s.is_disabled(name))
+    }
+
+    /// Whether `group`'s provisioning key whose SHA-256 is `key_sha256` is
+    /// revoked. On PostgreSQL, answered from the last reading when nothing
+    /// was announced since, as `is_disabled`.
+    pub fn key_revoked(&self, group: &str, key_sha256: &str) -> Result<bool, StoreError> {
+        if let Backend::Postgres(p) = &self.backend
+            && let Some(revoked) = p.known_revoked(group, key_sha256, std::time::Instant::now())
+        {
+            return Ok(revoked);
+        }
+        each!(self, s => s.key_revoked(group, key_sha256))
     }
 
     /// The names of every disabled connector: one query, whatever the
@@ -2085,13 +2105,109 @@ fn postgres_a_change_is_announced_to_its_own_store_at_commit() {
         .expect("psql");
     assert_eq!(ended, "1", "the store's LISTEN connection");
     let before = a.announced();
-    assert!(a.set_disabled("c1", false, 2).expect("db"));
-    assert_eq!(a.announced(), before, "enabling announces nothing");
+    assert_eq!(a.enroll(&suite::cert("c2", "g", "02")).expect("db"), Ok(()));
+    assert_eq!(a.announced(), before, "an enrollment announces nothing");
     assert_eq!(a.revoke_certificates("c1", "test", 3).expect("db"), Some(1));
     assert_ne!(
         a.announced(),
         before,
         "a revocation is announced to its own store at commit"
+    );
+}
+
+/// How many times `store` asked its database `call`.
+#[cfg(test)]
+fn asked(store: &Store, call: &str) -> u64 {
+    store
+        .calls()
+        .iter()
+        .find(|(c, _)| *c == call)
+        .map_or(0, |(_, n)| *n)
+}
+
+/// PostgreSQL only: a session's standing (is its connector disabled, is
+/// its provisioning key revoked) is read from the database once per
+/// announcement: asked again while nothing was announced, the store
+/// answers from its reading; once another store disables, enables or
+/// revokes, the change is announced and read. While the store does not
+/// listen, every question goes to the database.
+#[cfg(test)]
+#[test]
+fn postgres_standing_is_read_again_only_after_an_announcement() {
+    let server = test_support::Postgres::shared();
+    let url = server.fresh_database().expect("database");
+    let db = test_support::Postgres::database_of(&url).expect("database name");
+    let (a, b) = (postgres_store(&url), postgres_store(&url));
+    listening(&a);
+    assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
+    let announced = |a: &Store, before: Option<u64>, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while a.announced() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} not announced within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let twice = |a: &Store, expected: bool| {
+        let n = asked(a, "is_disabled");
+        assert_eq!(a.is_disabled("c1").expect("db"), expected);
+        assert_eq!(a.is_disabled("c1").expect("db"), expected);
+        asked(a, "is_disabled") - n
+    };
+    assert_eq!(
+        twice(&a, false),
+        1,
+        "the second answer comes from the reading"
+    );
+    for disabled in [true, false] {
+        let before = a.announced();
+        assert!(b.set_disabled("c1", disabled, 2).expect("db"));
+        announced(&a, before, "the other store's change");
+        assert_eq!(twice(&a, disabled), 1, "read again after the announcement");
+    }
+    let n = asked(&a, "key_revoked");
+    assert!(!a.key_revoked("g", "k").expect("db"));
+    assert!(!a.key_revoked("g", "k").expect("db"));
+    assert_eq!(asked(&a, "key_revoked") - n, 1);
+    let before = a.announced();
+    b.revoke_key("g", "k", 3).expect("db");
+    announced(&a, before, "the revocation");
+    assert!(a.key_revoked("g", "k").expect("db"));
+    assert!(!a.key_revoked("g", "other").expect("db"));
+    let Backend::Postgres(p) = &a.backend else {
+        unreachable!("a PostgreSQL store")
+    };
+    // A reading answers for two seconds.
+    assert!(!a.is_disabled("c1").expect("db"));
+    let now = std::time::Instant::now();
+    assert_eq!(p.known_revoked("g", "k", now), Some(true));
+    assert_eq!(p.known_disabled("c1", now), Some(false));
+    let later = now + std::time::Duration::from_millis(2_100);
+    assert_eq!(p.known_revoked("g", "k", later), None);
+    assert_eq!(p.known_disabled("c1", later), None);
+    // The listener's connection ended: nothing is answered from a reading
+    // until it listens again (it waits a second before it does).
+    server
+        .psql(
+            db,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .expect("psql");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while p.listens() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener did not notice its end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(
+        twice(&a, false),
+        2,
+        "both asked of the database while not listening"
     );
 }
 

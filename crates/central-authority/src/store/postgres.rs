@@ -19,8 +19,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::StreamExt;
@@ -37,6 +38,7 @@ use super::{
     EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyMap, KeyUsage, LoginRecord,
     NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
 };
+use crate::state::sync::lock;
 use crate::trust::auth::Secret;
 
 /// The channel changes that may end sessions are announced on.
@@ -271,6 +273,11 @@ pub(crate) struct PgStore {
     /// Drives the driver's connections; `None` only while dropping.
     rt: Option<tokio::runtime::Runtime>,
     changes: watch::Sender<u64>,
+    /// Whether the listener listens: while it does not, another replica's
+    /// announcement would go unheard, so `standing` is not trusted.
+    listening: Arc<AtomicBool>,
+    /// What the store last read about sessions' standing.
+    standing: Mutex<Standing>,
     /// The URL without its password, for `Debug`.
     shown: String,
 }
@@ -529,11 +536,18 @@ impl PgStore {
             pool,
             rt: Some(rt),
             changes,
+            listening: Arc::default(),
+            standing: Mutex::default(),
             shown: super::redact_url(url),
         };
         store.block(store.migrate())?;
         if let Some(rt) = &store.rt {
-            rt.spawn(listen(config, tls, store.changes.clone()));
+            rt.spawn(listen(
+                config,
+                tls,
+                store.changes.clone(),
+                store.listening.clone(),
+            ));
         }
         Ok(store)
     }
@@ -551,6 +565,68 @@ impl PgStore {
     /// How many changes were announced (and listens begun) so far.
     pub(crate) fn announced(&self) -> u64 {
         *self.changes.borrow()
+    }
+
+    /// What `f` finds in the standing readings, if it was read at the
+    /// current announcement count, less than `STANDING_FOR` before `now`,
+    /// and the listener listens; `None` (ask the database) otherwise.
+    fn standing<R>(
+        &self,
+        now: Instant,
+        f: impl FnOnce(&Standing) -> Option<(Instant, R)>,
+    ) -> Option<R> {
+        if !self.listening.load(Ordering::Acquire) {
+            return None;
+        }
+        let at = self.announced();
+        let standing = lock(&self.standing);
+        if standing.at != at {
+            return None;
+        }
+        let (read, found) = f(&standing)?;
+        (now.saturating_duration_since(read) < STANDING_FOR).then_some(found)
+    }
+
+    /// Keeps `f`'s reading, taken at announcement count `at`, unless
+    /// something was announced since.
+    fn remember(&self, at: u64, f: impl FnOnce(&mut Standing)) {
+        let mut standing = lock(&self.standing);
+        if self.announced() != at {
+            return;
+        }
+        if standing.at != at {
+            *standing = Standing {
+                at,
+                ..Standing::default()
+            };
+        }
+        f(&mut standing);
+    }
+
+    /// Whether connector `name` is disabled at `now`, by the last reading
+    /// of the disabled connectors, if it still holds (`standing`).
+    pub(crate) fn known_disabled(&self, name: &str, now: Instant) -> Option<bool> {
+        self.standing(now, |s| {
+            let (read, disabled) = s.disabled.as_ref()?;
+            Some((*read, disabled.contains(name)))
+        })
+    }
+
+    /// Whether `group`'s key `key_sha256` is revoked at `now`, by the last
+    /// reading of it, if it still holds (`standing`).
+    pub(crate) fn known_revoked(
+        &self,
+        group: &str,
+        key_sha256: &str,
+        now: Instant,
+    ) -> Option<bool> {
+        self.standing(now, |s| s.revoked.get(group)?.get(key_sha256).copied())
+    }
+
+    /// Whether the listener listens (tests).
+    #[cfg(test)]
+    pub(crate) fn listens(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
     }
 
     /// A receiver woken on every change this replica commits and every
@@ -660,7 +736,10 @@ impl PgStore {
                         &[&name, &disabled, &now_ms],
                     )
                     .await?;
-                if n > 0 && disabled {
+                // Enabling ends no session, but is announced too: the
+                // other replicas' standing readings must not keep the
+                // connector disabled.
+                if n > 0 {
                     notify(tx, name).await?;
                 }
                 Ok(n > 0)
@@ -792,24 +871,39 @@ impl PgStore {
         })
     }
 
+    /// Whether `name` is disabled: reads every disabled connector (few)
+    /// and remembers them for the admissions after it (`known_disabled`).
     pub(crate) fn is_disabled(&self, name: &str) -> Result<bool, StoreError> {
-        self.block(async {
-            let client = self.client().await?;
-            let row = client
-                .query_opt("SELECT disabled FROM connectors WHERE name = $1", &[&name])
-                .await?;
-            Ok(row.is_some_and(|r| r.get(0)))
-        })
+        Ok(self.disabled_connectors()?.contains(name))
     }
 
+    /// Every disabled connector, remembered for admissions
+    /// (`known_disabled`; the reconcile reads this every second).
     pub(crate) fn disabled_connectors(&self) -> Result<HashSet<String>, StoreError> {
-        self.block(async {
+        let (at, read) = (self.announced(), Instant::now());
+        let disabled: HashSet<String> = self.block(async {
             let client = self.client().await?;
             let rows = client
                 .query("SELECT name FROM connectors WHERE disabled", &[])
                 .await?;
             Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
-        })
+        })?;
+        self.remember(at, |s| s.disabled = Some((read, disabled.clone())));
+        Ok(disabled)
+    }
+
+    /// Whether `group`'s key `key_sha256` is revoked, remembered for the
+    /// admissions after it (`known_revoked`).
+    pub(crate) fn key_revoked(&self, group: &str, key_sha256: &str) -> Result<bool, StoreError> {
+        let (at, read) = (self.announced(), Instant::now());
+        let revoked = self.key_usage(group, key_sha256)?.revoked_ms.is_some();
+        self.remember(at, |s| {
+            s.revoked
+                .entry(group.to_owned())
+                .or_default()
+                .insert(key_sha256.to_owned(), (read, revoked));
+        });
+        Ok(revoked)
     }
 
     pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
@@ -1341,6 +1435,8 @@ impl PgStore {
 
     #[cfg(test)]
     pub(crate) fn break_for_tests(&self) {
+        // As if the tables had gone longer ago than a standing reading lasts.
+        *lock(&self.standing) = Standing::default();
         let dropped = self.block(async {
             let client = self.client().await?;
             client
@@ -1506,6 +1602,7 @@ async fn listen(
     config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     changes: watch::Sender<u64>,
+    listening: Arc<AtomicBool>,
 ) {
     let bump = |v: &mut u64| *v = v.wrapping_add(1);
     loop {
@@ -1532,10 +1629,12 @@ async fn listen(
                 });
                 match client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
                     Ok(()) => {
+                        listening.store(true, Ordering::Release);
                         changes.send_modify(bump);
                         while rx.recv().await.is_some() {
                             changes.send_modify(bump);
                         }
+                        listening.store(false, Ordering::Release);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot LISTEN for other replicas' changes")
@@ -1550,6 +1649,31 @@ async fn listen(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+/// What this replica last read about sessions' standing, when, and the
+/// announcement count (`PgStore::announced`) it read it at. A session's
+/// admission asks it instead of the database while nothing was announced
+/// since, the listener listens and the reading is younger than
+/// `STANDING_FOR`: every change to it is announced (a disable, an enable,
+/// a key's revocation), as the Hello's check of a session already relies
+/// on. In a reconnect storm this took the two statements of each session's
+/// admission off PostgreSQL.
+#[derive(Debug, Default)]
+struct Standing {
+    at: u64,
+    /// Every disabled connector.
+    disabled: Option<(Instant, HashSet<String>)>,
+    /// Per group, whether each of its keys asked about is revoked.
+    revoked: HashMap<String, HashMap<String, (Instant, bool)>>,
+}
+
+/// How long a standing reading answers. A replica cut off from the
+/// database hears no announcement, and may not notice at once that its
+/// listener is cut off too: for at most this long after its last reading
+/// it admits sessions as that reading says, then it asks the database
+/// and, getting no answer, refuses them. The session reconcile reads the
+/// disabled connectors every second, which keeps that reading fresh.
+const STANDING_FOR: Duration = Duration::from_secs(2);
 
 /// What a history writer runs first in its transaction: its turn (writers
 /// take turns on one transaction lock, so each reads the latest rows the

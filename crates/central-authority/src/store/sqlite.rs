@@ -725,6 +725,10 @@ impl SqliteStore {
     }
 
     /// Use count and revocation of a key.
+    pub(crate) fn key_revoked(&self, group: &str, key_sha256: &str) -> Result<bool, StoreError> {
+        Ok(self.key_usage(group, key_sha256)?.revoked_ms.is_some())
+    }
+
     pub(crate) fn key_usage(&self, group: &str, key_sha256: &str) -> Result<KeyUsage, StoreError> {
         let conn = lock(&self.conn);
         Ok(conn

@@ -337,9 +337,9 @@ impl Authority {
         key_sha256: &str,
     ) -> Result<(), AuthError> {
         key_is_current(&self.snapshot(), group, key_sha256)?;
-        match self.store().key_usage(group, key_sha256) {
-            Ok(u) if u.revoked_ms.is_some() => Err(AuthError::KeyRevoked(group.to_owned())),
-            Ok(_) => Ok(()),
+        match self.store().key_revoked(group, key_sha256) {
+            Ok(true) => Err(AuthError::KeyRevoked(group.to_owned())),
+            Ok(false) => Ok(()),
             Err(e) => {
                 tracing::error!(error = %e, "cannot look up whether a provisioning key is revoked");
                 Err(AuthError::Unavailable)
