@@ -737,24 +737,27 @@ async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() 
     ca.stop().await;
 }
 
-/// How often `ca` asked its store whether a connector is disabled: once
-/// when a stream is authenticated, once more at its `Hello` if the store
-/// must be read again.
-fn disabled_reads(ca: &Ca) -> u64 {
+/// How often `ca` asked its database what a session's admission asks:
+/// whether the connector is disabled and whether its key is revoked.
+fn admission_reads(ca: &Ca) -> u64 {
     ca.authority
         .store()
         .calls()
         .iter()
-        .find(|(call, _)| *call == "is_disabled")
-        .map_or(0, |(_, n)| *n)
+        .filter(|(call, _)| matches!(*call, "is_disabled" | "key_revoked"))
+        .map(|(_, n)| *n)
+        .sum()
 }
 
-/// On PostgreSQL a session's `Hello` reads the store again only when a
-/// change was announced (NOTIFY) since its stream was authenticated: in a
-/// reconnect storm that halves what admission asks the database. A change
-/// announced in between is read.
+/// On PostgreSQL a session's admission asks the database only what no
+/// reading taken since the last announcement answers: its `Hello` asks
+/// nothing again when nothing was announced since its stream's
+/// authentication, a second session admitted within the reading's life (2
+/// s) asks nothing, and a change another replica announces (a disable) is
+/// read: that connector's next session is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_postgres_a_hello_reads_the_store_again_only_after_an_announced_change() {
+async fn on_postgres_admission_asks_the_database_once_per_announcement() {
+    use central_authority::store::{NewCertificate, Store, StoreLocation};
     let pg = test_support::Postgres::start().expect("a PostgreSQL of this test's own");
     let url = pg.fresh_database().expect("database");
     let config = config_text(
@@ -768,39 +771,76 @@ async fn on_postgres_a_hello_reads_the_store_again_only_after_an_announced_chang
     })
     .await;
 
-    let before = disabled_reads(&ca);
-    let mut p1 = open_plain(ca.grpc, "p1").await.expect("p1 admitted");
+    let start = std::time::Instant::now();
+    let before = admission_reads(&ca);
+    let mut p1 = open_plain_with(ca.grpc, "p1", KEY_EAST, false)
+        .await
+        .expect("p1 authenticated");
+    let authenticated = admission_reads(&ca);
+    assert!(authenticated > before, "p1's authentication read the store");
+    p1.tx
+        .send(hello("p1", "dc-east"))
+        .await
+        .expect("send Hello");
     assert!(
         matches!(p1.next().await, Some(Out::Welcome(_))),
         "p1 welcomed"
     );
     assert_eq!(
-        disabled_reads(&ca) - before,
-        1,
-        "read when authenticated, not again at Hello"
+        admission_reads(&ca),
+        authenticated,
+        "nothing read again at Hello"
     );
+    let mut p2 = open_plain(ca.grpc, "p2").await.expect("p2 admitted");
+    assert!(
+        matches!(p2.next().await, Some(Out::Welcome(_))),
+        "p2 welcomed"
+    );
+    if start.elapsed() < Duration::from_millis(1_500) {
+        assert_eq!(
+            admission_reads(&ca),
+            authenticated,
+            "p2 admitted on p1's reading"
+        );
+    }
 
-    let mut q1 = open_plain_with(ca.grpc, "q1", KEY_EAST, false)
-        .await
-        .expect("q1 authenticated");
     let seen = ca.authority.store().announced();
-    let revoked = revoke_key(&ca, "dc-west").await;
-    assert!(revoked);
-    eventually("the revocation announced", || async {
+    let location = StoreLocation::Postgres {
+        url: url.clone(),
+        password: None,
+    };
+    let other = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let store = Store::open(&location).map_err(|e| e.to_string())?;
+        let enrolled = store
+            .enroll(&NewCertificate {
+                name: "p2",
+                group: "dc-east",
+                key_sha256: "k",
+                max_uses: 1,
+                serial: "0b",
+                fingerprint: "f",
+                not_after_ms: i64::MAX,
+                now_ms: 1,
+            })
+            .map_err(|e| e.to_string())?;
+        enrolled.map_err(|e| format!("{e:?}"))?;
+        store
+            .set_disabled("p2", true, 2)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .await
+    .expect("store task");
+    other.expect("p2 enrolled and disabled by another replica");
+    eventually("the disable announced", || async {
         ca.authority.store().announced() != seen
     })
     .await;
-    let before = disabled_reads(&ca);
-    q1.tx
-        .send(hello("q1", "dc-east"))
+    let refused = open_plain(ca.grpc, "p2")
         .await
-        .expect("send Hello");
-    assert!(
-        matches!(q1.next().await, Some(Out::Welcome(_))),
-        "q1 welcomed"
-    );
-    assert_eq!(disabled_reads(&ca) - before, 1, "read again at Hello");
-
-    drop((p1, q1));
+        .err()
+        .expect("p2 refused once disabled elsewhere");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    drop((p1, p2));
     ca.stop().await;
 }
