@@ -89,15 +89,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The workspace root (xtask lives one level below it). `cargo run` sets
-/// `CARGO_MANIFEST_DIR` for the process too, and that one is read first:
-/// two checkouts sharing one target directory share one xtask binary
-/// (cargo finds it fresh by the other checkout's sources), and the path
-/// compiled in would send every command to the checkout that built it.
+/// The workspace root (xtask lives one level below it).
 fn root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
 }
 
