@@ -674,13 +674,47 @@ async fn a_key_revocation_closes_the_sessions_it_authenticated_on_every_replica(
     a.stop().await;
 }
 
+/// Enrolls dc-east's connector `name` (certificate `serial`) in the store
+/// at `location` and disables it there, as another replica would, behind
+/// the back of the CA under test.
+async fn disable_elsewhere(
+    location: central_authority::store::StoreLocation,
+    name: &'static str,
+    serial: &'static str,
+) {
+    use central_authority::store::{NewCertificate, Store};
+    let done = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let store = Store::open(&location).map_err(|e| e.to_string())?;
+        let enrolled = store
+            .enroll(&NewCertificate {
+                name,
+                group: "dc-east",
+                key_sha256: "k",
+                max_uses: 1,
+                serial,
+                fingerprint: "f",
+                not_after_ms: i64::MAX,
+                now_ms: 1,
+            })
+            .map_err(|e| e.to_string())?;
+        enrolled.map_err(|e| format!("{e:?}"))?;
+        store
+            .set_disabled(name, true, 2)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+    .await
+    .expect("store task");
+    done.unwrap_or_else(|e| panic!("{name} enrolled and disabled in the shared store: {e}"));
+}
+
 /// A key-authenticated session of a connector disabled behind this
 /// replica's back (by another replica: here, straight in the shared
 /// store) is ended by the reconcile, which asks the store for the disabled
 /// connectors once, not once per session; the other sessions stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() {
-    use central_authority::store::{NewCertificate, Store, StoreLocation};
+    use central_authority::store::StoreLocation;
     let ca = Ca::start_plain(&plain_config()).await;
     let mut p1 = open_plain(ca.grpc, "p1").await.expect("p1 admitted");
     let mut p2 = open_plain(ca.grpc, "p2").await.expect("p2 admitted");
@@ -691,30 +725,12 @@ async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() 
             c.name
         );
     }
-    let location = StoreLocation::Sqlite(ca.data_dir.join("reach.db"));
-    let other = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let store = Store::open(&location).map_err(|e| e.to_string())?;
-        let enrolled = store
-            .enroll(&NewCertificate {
-                name: "p1",
-                group: "dc-east",
-                key_sha256: "k",
-                max_uses: 1,
-                serial: "0a",
-                fingerprint: "f",
-                not_after_ms: i64::MAX,
-                now_ms: 1,
-            })
-            .map_err(|e| e.to_string())?;
-        enrolled.map_err(|e| format!("{e:?}"))?;
-        store
-            .set_disabled("p1", true, 2)
-            .map_err(|e| e.to_string())?;
-        Ok(())
-    })
-    .await
-    .expect("store task");
-    other.expect("p1 enrolled and disabled in the shared store");
+    disable_elsewhere(
+        StoreLocation::Sqlite(ca.data_dir.join("reach.db")),
+        "p1",
+        "0a",
+    )
+    .await;
     let authority = ca.authority.clone();
     let closed = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
         .await
@@ -757,7 +773,7 @@ fn admission_reads(ca: &Ca) -> u64 {
 /// read: that connector's next session is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_admission_asks_the_database_once_per_announcement() {
-    use central_authority::store::{NewCertificate, Store, StoreLocation};
+    use central_authority::store::StoreLocation;
     let pg = test_support::Postgres::start().expect("a PostgreSQL of this test's own");
     let url = pg.fresh_database().expect("database");
     let config = config_text(
@@ -805,33 +821,15 @@ async fn on_postgres_admission_asks_the_database_once_per_announcement() {
     }
 
     let seen = ca.authority.store().announced();
-    let location = StoreLocation::Postgres {
-        url: url.clone(),
-        password: None,
-    };
-    let other = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let store = Store::open(&location).map_err(|e| e.to_string())?;
-        let enrolled = store
-            .enroll(&NewCertificate {
-                name: "p2",
-                group: "dc-east",
-                key_sha256: "k",
-                max_uses: 1,
-                serial: "0b",
-                fingerprint: "f",
-                not_after_ms: i64::MAX,
-                now_ms: 1,
-            })
-            .map_err(|e| e.to_string())?;
-        enrolled.map_err(|e| format!("{e:?}"))?;
-        store
-            .set_disabled("p2", true, 2)
-            .map_err(|e| e.to_string())?;
-        Ok(())
-    })
-    .await
-    .expect("store task");
-    other.expect("p2 enrolled and disabled by another replica");
+    disable_elsewhere(
+        StoreLocation::Postgres {
+            url: url.clone(),
+            password: None,
+        },
+        "p2",
+        "0b",
+    )
+    .await;
     eventually("the disable announced", || async {
         ca.authority.store().announced() != seen
     })

@@ -2082,6 +2082,18 @@ fn postgres_changes_are_announced_to_other_stores() {
     assert!(Store::in_memory().expect("db").changes().is_none());
 }
 
+/// Ends the LISTEN connections to database `db` of `server`; how many.
+#[cfg(test)]
+fn end_listen(server: &test_support::Postgres, db: &str) -> String {
+    server
+        .psql(
+            db,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .expect("psql")
+}
+
 /// PostgreSQL only: a change committed through a store is announced to
 /// that store's own `changes` by the time the call returns, not when its
 /// `NOTIFY` comes back through its `LISTEN` (here that connection is ended
@@ -2096,14 +2108,7 @@ fn postgres_a_change_is_announced_to_its_own_store_at_commit() {
     let a = postgres_store(&url);
     listening(&a);
     assert_eq!(a.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
-    let ended = server
-        .psql(
-            db,
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .expect("psql");
-    assert_eq!(ended, "1", "the store's LISTEN connection");
+    assert_eq!(end_listen(server, db), "1", "the store's LISTEN connection");
     let before = a.announced();
     assert_eq!(a.enroll(&suite::cert("c2", "g", "02")).expect("db"), Ok(()));
     assert_eq!(a.announced(), before, "an enrollment announces nothing");
@@ -2189,13 +2194,7 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
     assert_eq!(p.known_disabled("c1", later), None);
     // The listener's connection ended: nothing is answered from a reading
     // until it listens again (it waits a second before it does).
-    server
-        .psql(
-            db,
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
-        )
-        .expect("psql");
+    end_listen(server, db);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while p.listens() {
         assert!(
