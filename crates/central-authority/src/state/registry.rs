@@ -175,6 +175,19 @@ struct Conns {
     pending: HashMap<u64, (String, LiveSession)>,
 }
 
+impl Conns {
+    /// Runs `f` on `name`'s entry, then copies its link into its group's
+    /// members (`relink`); `None` when `name` is unknown. What changes an
+    /// entry's session, load or estimate goes through here, or relinks
+    /// itself where it walks every entry.
+    fn update<R>(&mut self, name: &str, f: impl FnOnce(&mut ConnectorEntry) -> R) -> Option<R> {
+        let e = self.map.get_mut(name)?;
+        let r = f(e);
+        relink(&mut self.groups, name, e);
+        Some(r)
+    }
+}
+
 /// Registration refused: the stream was closed while pending (its
 /// connector was disabled, revoked, re-enrolled or deleted).
 #[derive(Debug)]
@@ -255,46 +268,33 @@ impl Registry {
             "connector connected"
         );
         let replaced = entry.session.replace(session);
-        let link = entry.link();
-        match conns.groups.get_mut(group) {
-            Some(members) => match members.get_mut(name) {
-                Some(l) => *l = link,
-                None => {
-                    members.insert(name.to_owned(), link);
-                }
-            },
-            None => {
-                conns
-                    .groups
-                    .insert(group.to_owned(), BTreeMap::from([(name.to_owned(), link)]));
-            }
-        }
+        conns
+            .groups
+            .entry(group.to_owned())
+            .or_default()
+            .insert(name.to_owned(), entry.link());
         Ok(replaced)
     }
 
     /// Takes session `id` of `name` if it is still the live one (a replaced
     /// session was already closed by its replacement).
     pub(crate) fn end(&self, name: &str, id: u64) -> Option<LiveSession> {
-        let mut guard = lock(&self.conns);
-        let conns = &mut *guard;
-        match conns.map.get_mut(name) {
-            Some(e) if e.session.as_ref().is_some_and(|s| s.id == id) => {
-                let live = e.disconnect();
-                relink(&mut conns.groups, name, e);
-                live
-            }
-            _ => None,
-        }
+        lock(&self.conns)
+            .update(name, |e| {
+                e.session
+                    .as_ref()
+                    .is_some_and(|s| s.id == id)
+                    .then(|| e.disconnect())
+                    .flatten()
+            })
+            .flatten()
     }
 
     /// Takes `name`'s live session, whichever it is.
     pub(crate) fn close(&self, name: &str) -> Option<LiveSession> {
-        let mut guard = lock(&self.conns);
-        let conns = &mut *guard;
-        let e = conns.map.get_mut(name)?;
-        let live = e.disconnect();
-        relink(&mut conns.groups, name, e);
-        live
+        lock(&self.conns)
+            .update(name, ConnectorEntry::disconnect)
+            .flatten()
     }
 
     /// Takes `name`'s live session and its pending streams, under one lock
@@ -302,11 +302,7 @@ impl Registry {
     pub(crate) fn close_streams(&self, name: &str) -> (Option<LiveSession>, Vec<LiveSession>) {
         let mut guard = lock(&self.conns);
         let conns = &mut *guard;
-        let live = conns.map.get_mut(name).and_then(|e| {
-            let live = e.disconnect();
-            relink(&mut conns.groups, name, e);
-            live
-        });
+        let live = conns.update(name, ConnectorEntry::disconnect).flatten();
         let ids: Vec<u64> = conns
             .pending
             .iter()
@@ -409,17 +405,13 @@ impl Registry {
         live: u64,
     ) {
         let v1::Heartbeat { load, replicas } = heartbeat;
-        let mut guard = lock(&self.conns);
-        let conns = &mut *guard;
-        let Some(e) = conns.map.get_mut(name) else {
-            return;
-        };
-        e.last_seen = Some(wall);
-        e.load = load;
-        e.replicas = replicas;
-        let group = state.group_checks(&e.group);
-        update_estimate(state, name, e, group + live, wall);
-        relink(&mut conns.groups, name, e);
+        lock(&self.conns).update(name, |e| {
+            e.last_seen = Some(wall);
+            e.load = load;
+            e.replicas = replicas;
+            let group = state.group_checks(&e.group);
+            update_estimate(state, name, e, group + live, wall);
+        });
     }
 
     /// Recomputes every connector's check-load estimate (continuous targets
@@ -450,13 +442,10 @@ impl Registry {
         live: u64,
         wall: SystemTime,
     ) {
-        let mut guard = lock(&self.conns);
-        let conns = &mut *guard;
-        if let Some(e) = conns.map.get_mut(name) {
+        lock(&self.conns).update(name, |e| {
             let estimated = state.group_checks(&e.group) + live;
             update_estimate(state, name, e, estimated, wall);
-            relink(&mut conns.groups, name, e);
-        }
+        });
     }
 
     /// A copy of every connector's group, connection state and cycle.
