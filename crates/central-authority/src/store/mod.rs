@@ -2040,11 +2040,18 @@ suite!(
 /// does (perhaps before a receiver subscribed: the count tells).
 #[cfg(test)]
 fn listening(store: &Store) {
+    announced_since(store, Some(0), "LISTEN established");
+}
+
+/// Waits until `store`'s announcement count is no longer `before`: `what`
+/// was announced.
+#[cfg(test)]
+fn announced_since(store: &Store, before: Option<u64>, what: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while store.announced() == Some(0) {
+    while store.announced() == before {
         assert!(
             std::time::Instant::now() < deadline,
-            "LISTEN not established within 10 s"
+            "{what}: not announced within 10 s"
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -2145,16 +2152,6 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
     let (a, b) = (postgres_store(&url), postgres_store(&url));
     listening(&a);
     assert_eq!(b.enroll(&suite::cert("c1", "g", "01")).expect("db"), Ok(()));
-    let announced = |a: &Store, before: Option<u64>, what: &str| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while a.announced() == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what} not announced within 10 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    };
     let twice = |a: &Store, expected: bool| {
         let n = asked(a, "is_disabled");
         assert_eq!(a.is_disabled("c1").expect("db"), expected);
@@ -2169,7 +2166,7 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
     for disabled in [true, false] {
         let before = a.announced();
         assert!(b.set_disabled("c1", disabled, 2).expect("db"));
-        announced(&a, before, "the other store's change");
+        announced_since(&a, before, "the other store's change");
         assert_eq!(twice(&a, disabled), 1, "read again after the announcement");
     }
     let n = asked(&a, "key_revoked");
@@ -2178,7 +2175,7 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
     assert_eq!(asked(&a, "key_revoked") - n, 1);
     let before = a.announced();
     b.revoke_key("g", "k", 3).expect("db");
-    announced(&a, before, "the revocation");
+    announced_since(&a, before, "the revocation");
     assert!(a.key_revoked("g", "k").expect("db"));
     assert!(!a.key_revoked("g", "other").expect("db"));
     let Backend::Postgres(p) = &a.backend else {
