@@ -23,6 +23,7 @@
 //! against the store periodically (`crate::replicas`), which covers a
 //! missed notification and CA processes sharing one SQLite file.
 
+mod ends;
 mod postgres;
 mod rules;
 mod sqlite;
@@ -607,6 +608,8 @@ pub(crate) trait HistoryRow {
     fn history_key(&self) -> EventKey<'_>;
     /// The status the row ends with.
     fn to_status(&self) -> &str;
+    /// When, Unix ms.
+    fn at_ms(&self) -> i64;
 }
 
 impl HistoryRow for EventRecord {
@@ -615,6 +618,9 @@ impl HistoryRow for EventRecord {
     }
     fn to_status(&self) -> &str {
         &self.to
+    }
+    fn at_ms(&self) -> i64 {
+        self.at_ms
     }
 }
 
@@ -625,6 +631,9 @@ impl HistoryRow for AddressEventRecord {
     }
     fn to_status(&self) -> &str {
         &self.event.to
+    }
+    fn at_ms(&self) -> i64 {
+        self.event.at_ms
     }
 }
 
