@@ -56,10 +56,11 @@ impl LatestRow {
     }
 }
 
-/// One key's end: its status and its row's time.
+/// One key's end: its status (an index into `Ends::statuses`) and its
+/// row's time. 32 bytes with the key's hash.
 #[derive(Debug)]
 struct End {
-    status: Box<str>,
+    status: u32,
     at_ms: i64,
 }
 
@@ -72,9 +73,11 @@ pub(crate) struct Ends {
     /// Two independently keyed SipHashes of a key: 128 bits, so that two
     /// keys share an entry with a chance of about n² / 2¹²⁹ (10⁻²⁸ at a
     /// million keys), and keys cannot be chosen to collide without the
-    /// replica's random keys. A quarter of the memory of the key's text.
+    /// replica's random keys. Far less memory than the key's text.
     hashers: (RandomState, RandomState),
     ends: HashMap<u128, End>,
+    /// Each status text once (a handful: up, down, unknown, ...).
+    statuses: Vec<Box<str>>,
     /// Keys whose end changed since the checkpoint, with the `seq` of the
     /// row that changed it (at most: a batch of one's own is marked with
     /// its last `seq`).
@@ -89,6 +92,7 @@ impl Default for Ends {
             seen: None,
             hashers: (RandomState::new(), RandomState::new()),
             ends: HashMap::new(),
+            statuses: Vec::new(),
             dirty: HashMap::new(),
             pruned_ms: i64::MIN,
         }
@@ -96,6 +100,17 @@ impl Default for Ends {
 }
 
 impl Ends {
+    /// The index of status `to`, added when new.
+    fn status(&mut self, to: &str) -> u32 {
+        match self.statuses.iter().position(|s| &**s == to) {
+            Some(i) => i as u32,
+            None => {
+                self.statuses.push(to.into());
+                (self.statuses.len() - 1) as u32
+            }
+        }
+    }
+
     fn hash(&self, key: EventKey<'_>) -> u128 {
         (u128::from(self.hashers.0.hash_one(key)) << 64) | u128::from(self.hashers.1.hash_one(key))
     }
@@ -107,10 +122,11 @@ impl Ends {
         self.dirty.clear();
         for row in rows {
             let h = self.hash(row.key());
+            let status = self.status(&row.to);
             self.ends.insert(
                 h,
                 End {
-                    status: row.to.into(),
+                    status,
                     at_ms: row.at_ms,
                 },
             );
@@ -121,10 +137,11 @@ impl Ends {
     /// Row `seq` of the history, read or written, ends its key with `row`.
     pub(crate) fn apply(&mut self, seq: i64, row: LatestRow) {
         let h = self.hash(row.key());
+        let status = self.status(&row.to);
         self.ends.insert(
             h,
             End {
-                status: row.to.as_str().into(),
+                status,
                 at_ms: row.at_ms,
             },
         );
@@ -142,7 +159,7 @@ impl Ends {
                 continue;
             }
             if let Some(end) = self.ends.get(&self.hash(key)) {
-                latest.insert(key, end.status.to_string());
+                latest.insert(key, self.statuses[end.status as usize].to_string());
             }
         }
         latest

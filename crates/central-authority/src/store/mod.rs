@@ -577,8 +577,8 @@ pub struct AddressEventRecord {
 /// What one history row is about: (segment, host, protocol, port,
 /// connector), or the address in the connector's place for the address
 /// history. Each history keeps, per key, the status its last row ended
-/// with (`health_latest`, `address_latest`), which a new row is compared
-/// with.
+/// with, which a new row is compared with (SQLite: `health_latest`,
+/// `address_latest`; PostgreSQL: in memory, `store::ends`).
 pub(crate) type EventKey<'a> = (&'a str, &'a str, &'a str, i64, &'a str);
 
 /// A map by [`EventKey`] (foldhash: a batch hashes each row's five fields
