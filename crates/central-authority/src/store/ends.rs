@@ -121,21 +121,13 @@ impl Ends {
         self.ends.clear();
         self.dirty.clear();
         for row in rows {
-            let h = self.hash(row.key());
-            let status = self.status(&row.to);
-            self.ends.insert(
-                h,
-                End {
-                    status,
-                    at_ms: row.at_ms,
-                },
-            );
+            self.set(&row);
         }
         self.seen = Some(seq);
     }
 
-    /// Row `seq` of the history, read or written, ends its key with `row`.
-    pub(crate) fn apply(&mut self, seq: i64, row: LatestRow) {
+    /// `row`'s key ends with it; the key's hash.
+    fn set(&mut self, row: &LatestRow) -> u128 {
         let h = self.hash(row.key());
         let status = self.status(&row.to);
         self.ends.insert(
@@ -145,6 +137,12 @@ impl Ends {
                 at_ms: row.at_ms,
             },
         );
+        h
+    }
+
+    /// Row `seq` of the history, read or written, ends its key with `row`.
+    pub(crate) fn apply(&mut self, seq: i64, row: LatestRow) {
+        let h = self.set(&row);
         self.dirty.insert(h, (seq, row));
         self.seen = Some(self.seen.map_or(seq, |s| s.max(seq)));
     }
