@@ -2098,6 +2098,15 @@ fn postgres_changes_are_announced_to_other_stores() {
     assert!(Store::in_memory().expect("db").changes().is_none());
 }
 
+/// The PostgreSQL backend of `store` (tests of what only it does).
+#[cfg(test)]
+fn pg_backend(store: &Store) -> &PgStore {
+    let Backend::Postgres(p) = &store.backend else {
+        unreachable!("a PostgreSQL store")
+    };
+    p
+}
+
 /// Ends the LISTEN connections to database `db` of `server`; how many.
 #[cfg(test)]
 fn end_listen(server: &test_support::Postgres, db: &str) -> String {
@@ -2187,9 +2196,7 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
     announced_since(&a, before, "the revocation");
     assert!(a.key_revoked("g", "k").expect("db"));
     assert!(!a.key_revoked("g", "other").expect("db"));
-    let Backend::Postgres(p) = &a.backend else {
-        unreachable!("a PostgreSQL store")
-    };
+    let p = pg_backend(&a);
     // A reading answers for two seconds.
     assert!(!a.is_disabled("c1").expect("db"));
     let now = std::time::Instant::now();

@@ -945,11 +945,17 @@ impl PgStore {
     }
 
     pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        self.record(events)
+    }
+
+    /// Appends the rows of `events` not yet recorded, in one writer's turn
+    /// (the status and the address history alike).
+    fn record<R: Appended>(&self, events: &[R]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
         self.block(async {
-            let mut ends = self.health_ends.lock().await;
+            let mut ends = R::ends(self).lock().await;
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             // Every replica sees every transition (each connector reports to
@@ -960,15 +966,15 @@ impl PgStore {
             // since its last turn. Four statements per batch, whatever its
             // size, and the checkpoint's when it is due.
             tx.batch_execute(HISTORY_TURN).await?;
-            let due = catch_up(&tx, &History::STATUSES, &mut ends, self.checkpoint_every()).await?;
+            let due = catch_up(&tx, &R::HISTORY, &mut ends, self.checkpoint_every()).await?;
             let mut latest = ends.latest_for(events);
             let (rows, last) = fresh_rows(events, &mut latest);
             let written = match rows.is_empty() {
                 true => None,
-                false => Some(insert_events(&tx, &rows).await?),
+                false => Some(R::insert(&tx, &rows).await?),
             };
             let checkpoint = match due {
-                true => Some(checkpoint(&tx, &History::STATUSES, &ends).await?),
+                true => Some(checkpoint(&tx, &R::HISTORY, &ends).await?),
                 false => None,
             };
             tx.commit().await?;
@@ -1013,37 +1019,12 @@ impl PgStore {
     }
 
     /// Appends the address changes not yet recorded (see
-    /// `Store::record_address_events`): writers take turns (the history's
-    /// transaction lock); four statements per batch, whatever its size,
-    /// as for the status history.
+    /// `Store::record_address_events`), as the status history's rows are.
     pub(crate) fn record_address_events(
         &self,
         events: &[AddressEventRecord],
     ) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        self.block(async {
-            let mut ends = self.address_ends.lock().await;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            tx.batch_execute(HISTORY_TURN).await?;
-            let due =
-                catch_up(&tx, &History::ADDRESSES, &mut ends, self.checkpoint_every()).await?;
-            let mut latest = ends.latest_for(events);
-            let (rows, last) = fresh_rows(events, &mut latest);
-            let written = match rows.is_empty() {
-                true => None,
-                false => Some(insert_address_events(&tx, &rows).await?),
-            };
-            let checkpoint = match due {
-                true => Some(checkpoint(&tx, &History::ADDRESSES, &ends).await?),
-                false => None,
-            };
-            tx.commit().await?;
-            settle(&mut ends, written, &last, checkpoint);
-            Ok(())
-        })
+        self.record(events)
     }
 
     /// One page of the address history matching `f`, newest first.
@@ -1095,15 +1076,14 @@ impl PgStore {
                 .await?;
             tx.execute("DELETE FROM address_latest WHERE at_ms < $1", &[&before_ms])
                 .await?;
-            // Every replica forgets those ends at its next turn.
+            // Every replica, this one too, forgets those ends at its next
+            // turn (`catch_up`).
             tx.execute(
                 "UPDATE history_ends SET pruned_ms = GREATEST(pruned_ms, $1)",
                 &[&before_ms],
             )
             .await?;
             tx.commit().await?;
-            self.health_ends.lock().await.forget_before(before_ms);
-            self.address_ends.lock().await.forget_before(before_ms);
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
     }
@@ -1976,6 +1956,35 @@ impl History {
     const ADDRESSES: History = history!("address", "address_events", "address_latest", "address");
 }
 
+/// A row of one of the two histories as a writer's turn appends it: the
+/// history's statements, where a store knows it ends, and its insert.
+trait Appended: HistoryRow + Sized {
+    const HISTORY: History;
+    fn ends(store: &PgStore) -> &tokio::sync::Mutex<Ends>;
+    /// Appends `rows` (one statement); the highest `seq` given.
+    async fn insert(tx: &Transaction<'_>, rows: &[&Self]) -> Result<i64, StoreError>;
+}
+
+impl Appended for EventRecord {
+    const HISTORY: History = History::STATUSES;
+    fn ends(store: &PgStore) -> &tokio::sync::Mutex<Ends> {
+        &store.health_ends
+    }
+    async fn insert(tx: &Transaction<'_>, rows: &[&Self]) -> Result<i64, StoreError> {
+        insert_events(tx, rows).await
+    }
+}
+
+impl Appended for AddressEventRecord {
+    const HISTORY: History = History::ADDRESSES;
+    fn ends(store: &PgStore) -> &tokio::sync::Mutex<Ends> {
+        &store.address_ends
+    }
+    async fn insert(tx: &Transaction<'_>, rows: &[&Self]) -> Result<i64, StoreError> {
+        insert_address_events(tx, rows).await
+    }
+}
+
 /// History rows as one array per column, for `unnest` (one statement per
 /// batch instead of one per row).
 #[derive(Default)]
@@ -2040,16 +2049,7 @@ async fn page<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::PgStore;
-    use crate::store::{AddressEventRecord, Backend, EventFilter, Store, suite::event};
-
-    /// The PostgreSQL backend of `store`.
-    fn backend(store: &Store) -> &PgStore {
-        let Backend::Postgres(p) = &store.backend else {
-            unreachable!("a PostgreSQL store")
-        };
-        p
-    }
+    use crate::store::{AddressEventRecord, EventFilter, Store, pg_backend, suite::event};
 
     /// A client of `url` on the current runtime.
     async fn connect(url: &str) -> tokio_postgres::Client {
@@ -2085,7 +2085,7 @@ mod tests {
         let pg = test_support::Postgres::start().expect("PostgreSQL");
         let url = pg.fresh_database().expect("database");
         let store = super::super::postgres_store(&url);
-        backend(&store).checkpoint_always();
+        pg_backend(&store).checkpoint_always();
         let keys = 2_000;
         let batch = |round: i64, n: usize| -> (Vec<_>, Vec<_>) {
             let to = if round % 2 == 0 { "up" } else { "down" };
@@ -2244,7 +2244,7 @@ mod tests {
         a.record_events(&[up("c1"), up("c2"), up("c3")])
             .expect("recorded");
         assert_eq!(rt.block_on(checkpoint_of(&client)), (vec![], 0), "not due");
-        backend(&a).checkpoint_always();
+        pg_backend(&a).checkpoint_always();
         a.record_events(&[event(2_000, "a.test", "c1", "down")])
             .expect("recorded");
         let ends = |v: [(&str, &str); 3]| {
