@@ -1839,74 +1839,29 @@ fn settle<R: HistoryRow>(
     }
 }
 
-/// Appends the status history's `rows` (one statement); the highest
-/// `seq` given.
-async fn insert_events(tx: &Transaction<'_>, rows: &[&EventRecord]) -> Result<i64, StoreError> {
-    let new = Columns::of(rows.iter().copied());
-    let row = tx
-        .query_one(
-            "WITH i AS (INSERT INTO health_events
-         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause)
-         SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause
-         FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-                     $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
-              WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
-                                   from_status, to_status, cause, n)
-         ORDER BY n
-         RETURNING seq)
-         SELECT max(seq) FROM i",
-            &[
-                &new.at_ms,
-                &new.segment,
-                &new.host,
-                &new.protocol,
-                &new.port,
-                &new.connector,
-                &new.from,
-                &new.to,
-                &new.cause,
-            ],
-        )
-        .await?;
-    Ok(row.get(0))
-}
-
-/// Appends the address history's `rows` (one statement); the highest
-/// `seq` given.
-async fn insert_address_events(
+/// Appends `new` to `history` (one statement; `address` the address
+/// history's tenth column); the highest `seq` given.
+async fn append(
     tx: &Transaction<'_>,
-    rows: &[&AddressEventRecord],
+    history: &History,
+    new: &Columns<'_>,
+    address: Option<&[&str]>,
 ) -> Result<i64, StoreError> {
-    let new = Columns::of(rows.iter().map(|r| &r.event));
-    let addresses: Vec<&str> = rows.iter().map(|r| r.address.as_str()).collect();
-    let row = tx
-        .query_one(
-            "WITH i AS (INSERT INTO address_events
-         (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause, address)
-         SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause,
-                address
-         FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
-                     $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[])
-              WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
-                                   from_status, to_status, cause, address, n)
-         ORDER BY n
-         RETURNING seq)
-         SELECT max(seq) FROM i",
-            &[
-                &new.at_ms,
-                &new.segment,
-                &new.host,
-                &new.protocol,
-                &new.port,
-                &new.connector,
-                &new.from,
-                &new.to,
-                &new.cause,
-                &addresses,
-            ],
-        )
-        .await?;
-    Ok(row.get(0))
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &new.at_ms,
+        &new.segment,
+        &new.host,
+        &new.protocol,
+        &new.port,
+        &new.connector,
+        &new.from,
+        &new.to,
+        &new.cause,
+    ];
+    if let Some(address) = &address {
+        params.push(address);
+    }
+    Ok(tx.query_one(history.append, &params).await?.get(0))
 }
 
 /// A history (`health_events`, `address_events`) and its latest table
@@ -1925,12 +1880,18 @@ struct History {
     /// Inserts or updates latest rows by key: `$1`..`$5` the key, `$6` the
     /// statuses, `$7` the times.
     upsert: &'static str,
+    /// Appends rows in the order given: `$1`..`$9` the columns of
+    /// `Columns`, `$10` the addresses (the address history); the highest
+    /// `seq` comes back.
+    append: &'static str,
 }
 
 /// The statements of history `$events` and latest table `$latest`, whose
-/// key's third column is `$subject` (the two differ in nothing else).
+/// key's third column is `$subject`; the history has `$column` (its
+/// `$param`) beside the nine columns both have (the two differ in nothing
+/// else).
 macro_rules! history {
-    ($name:literal, $events:literal, $latest:literal, $subject:literal) => {
+    ($name:literal, $events:literal, $latest:literal, $subject:literal, $column:literal, $param:literal) => {
         History {
             name: $name,
             load: concat!(
@@ -1947,13 +1908,39 @@ macro_rules! history {
                  ON CONFLICT (host, port, ", $subject, ", segment, protocol)
                  DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms"
             ),
+            append: concat!(
+                "WITH i AS (INSERT INTO ", $events, "
+                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause", $column, ")
+                 SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause", $column, "
+                 FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+                             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[]", $param, ")
+                      WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
+                                           from_status, to_status, cause", $column, ", n)
+                 ORDER BY n
+                 RETURNING seq)
+                 SELECT max(seq) FROM i"
+            ),
         }
     };
 }
 
 impl History {
-    const STATUSES: History = history!("health", "health_events", "health_latest", "connector");
-    const ADDRESSES: History = history!("address", "address_events", "address_latest", "address");
+    const STATUSES: History = history!(
+        "health",
+        "health_events",
+        "health_latest",
+        "connector",
+        "",
+        ""
+    );
+    const ADDRESSES: History = history!(
+        "address",
+        "address_events",
+        "address_latest",
+        "address",
+        ", address",
+        ", $10::TEXT[]"
+    );
 }
 
 /// A row of one of the two histories as a writer's turn appends it: the
@@ -1971,7 +1958,7 @@ impl Appended for EventRecord {
         &store.health_ends
     }
     async fn insert(tx: &Transaction<'_>, rows: &[&Self]) -> Result<i64, StoreError> {
-        insert_events(tx, rows).await
+        append(tx, &Self::HISTORY, &Columns::of(rows.iter().copied()), None).await
     }
 }
 
@@ -1981,7 +1968,9 @@ impl Appended for AddressEventRecord {
         &store.address_ends
     }
     async fn insert(tx: &Transaction<'_>, rows: &[&Self]) -> Result<i64, StoreError> {
-        insert_address_events(tx, rows).await
+        let new = Columns::of(rows.iter().map(|r| &r.event));
+        let addresses: Vec<&str> = rows.iter().map(|r| r.address.as_str()).collect();
+        append(tx, &Self::HISTORY, &new, Some(&addresses)).await
     }
 }
 
