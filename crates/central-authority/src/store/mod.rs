@@ -715,6 +715,17 @@ impl EventFilter {
         &self,
         placeholder: impl Fn(usize) -> String,
     ) -> (String, Vec<EventValue>) {
+        self.to_sql_hashed(placeholder, &[])
+    }
+
+    /// `to_sql` where each text column in `hashed` is indexed by its
+    /// 64-bit hash, `{column}_hash` (PostgreSQL's `hashtextextended`): its
+    /// equality also names the hash, which the index is searched by.
+    pub(crate) fn to_sql_hashed(
+        &self,
+        placeholder: impl Fn(usize) -> String,
+        hashed: &[&str],
+    ) -> (String, Vec<EventValue>) {
         use EventValue::{Int, Text};
         let mut conditions: Vec<(&str, &str, EventValue)> = Vec::new();
         let text = |v: &Option<String>| v.clone().map(Text);
@@ -745,7 +756,15 @@ impl EventFilter {
         let clauses: Vec<String> = conditions
             .iter()
             .enumerate()
-            .map(|(i, (column, op, _))| format!("{column} {op} {}", placeholder(i + 1)))
+            .map(|(i, (column, op, _))| {
+                let p = placeholder(i + 1);
+                match *op == "=" && hashed.contains(column) {
+                    true => {
+                        format!("{column}_hash = hashtextextended({p}::TEXT, 0) AND {column} = {p}")
+                    }
+                    false => format!("{column} {op} {p}"),
+                }
+            })
             .collect();
         let filter = if clauses.is_empty() {
             String::new()
