@@ -360,8 +360,8 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let idle = mode.pick(Duration::from_secs(3), Duration::from_secs(20));
     // One round: 1 % of the results change status in each (quick: more
     // often, so that the few results still give transitions to measure).
-    let round = mode.pick(Duration::from_millis(100), Duration::from_secs(1));
-    let rounds = mode.pick(60usize, 40);
+    let round = mode.pick(Duration::from_millis(100), Duration::from_millis(100));
+    let rounds = mode.pick(60usize, 400);
     // Quick: a tenth of the few results flips each round, so that the
     // transitions' CPU stands above the idle window's (at 1 %, 1,200
     // transitions read below it at the CA in one run).
