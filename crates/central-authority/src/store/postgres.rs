@@ -1892,6 +1892,17 @@ struct History {
     append: &'static str,
 }
 
+/// A history's columns: the nine of an `EventRecord` in `event_row`'s
+/// order, then `$column` (the address history's address).
+macro_rules! history_columns {
+    ($column:literal) => {
+        concat!(
+            "at_ms, segment, host, protocol, port, connector, from_status, to_status, cause",
+            $column
+        )
+    };
+}
+
 /// The statements of history `$events` and latest table `$latest`, whose
 /// key's third column is `$subject`; the history has `$column` (its
 /// `$param`) beside the nine columns both have (the two differ in nothing
@@ -1901,9 +1912,7 @@ macro_rules! history {
         History {
             name: $name,
             table: $events,
-            columns: concat!(
-                "at_ms, segment, host, protocol, port, connector, from_status, to_status, cause", $column
-            ),
+            columns: history_columns!($column),
             hashed: $hashed,
             load: concat!(
                 "SELECT host, port, ", $subject, ", segment, protocol, to_status, at_ms FROM ", $latest
@@ -1920,13 +1929,11 @@ macro_rules! history {
                  DO UPDATE SET to_status = EXCLUDED.to_status, at_ms = EXCLUDED.at_ms"
             ),
             append: concat!(
-                "WITH i AS (INSERT INTO ", $events, "
-                 (at_ms, segment, host, protocol, port, connector, from_status, to_status, cause", $column, ")
-                 SELECT at_ms, segment, host, protocol, port, connector, from_status, to_status, cause", $column, "
+                "WITH i AS (INSERT INTO ", $events, " (", history_columns!($column), ")
+                 SELECT ", history_columns!($column), "
                  FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
                              $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[]", $param, ")
-                      WITH ORDINALITY AS r(at_ms, segment, host, protocol, port, connector,
-                                           from_status, to_status, cause", $column, ", n)
+                      WITH ORDINALITY AS r(", history_columns!($column), ", n)
                  ORDER BY n
                  RETURNING seq)
                  SELECT max(seq) FROM i"
