@@ -77,6 +77,21 @@ pub const SPECS: &[Spec] = &[
         goal: Goal::RatioAtLeast { ratio: 1.0 },
     },
     Spec {
+        name: "db_disagreeing_rows",
+        unit: "rows/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_disagreeing_wal_bytes",
+        unit: "B/transition",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "db_disagreeing_pg_cpu_us",
+        unit: "µs CPU/transition",
+        goal: Goal::Info,
+    },
+    Spec {
         name: "db_enroll_commits",
         unit: "transactions/enrollment",
         goal: Goal::Info,
@@ -315,23 +330,53 @@ async fn settled(stats: &PgStats, pairs: i64) -> Result<i64> {
     }
 }
 
-/// Flips 1 % of the results every round for `rounds` rounds; the
+/// What a flapping window flips each round.
+#[derive(Clone, Copy, Debug)]
+enum Flaps {
+    /// Whole applications, as when they go down or come back: every
+    /// connector that reports one sends its new result.
+    Applications,
+    /// Single (application, connector) results, as when connectors
+    /// disagree about an application: each address change is a row of the
+    /// address history too (its result is the latest report's).
+    Results,
+}
+
+/// Flips `percent` % of the applications or of the results every round
+/// for `rounds` rounds; `up` holds each result's last report; the
 /// transitions sent.
 async fn flap(
     senders: &[mpsc::Sender<v1::ConnectorMessage>],
+    up: &mut [bool],
+    flaps: Flaps,
     round: Duration,
     rounds: usize,
     percent: usize,
 ) -> Result<usize> {
-    let pairs = senders.len() * APPS_PER;
-    let mut up = vec![true; pairs];
-    let per_round = (pairs * percent / 100).max(1);
+    let pairs = up.len();
     let mut sent = 0;
     let mut tick = tokio::time::interval(round);
     for _ in 0..rounds {
         tick.tick().await;
-        let picked = sample(&mut rand::rng(), pairs, per_round);
-        for p in picked.iter() {
+        let flipped: Vec<usize> = match flaps {
+            Flaps::Applications => {
+                let picked = sample(
+                    &mut rand::rng(),
+                    POLICY_APPS,
+                    (POLICY_APPS * percent / 100).max(1),
+                );
+                // The results of an application: every `POLICY_APPS`-th
+                // from it.
+                picked
+                    .iter()
+                    .flat_map(|app| (app..pairs).step_by(POLICY_APPS))
+                    .collect()
+            }
+            Flaps::Results => {
+                sample(&mut rand::rng(), pairs, (pairs * percent / 100).max(1)).into_vec()
+            }
+        };
+        for p in flipped {
             up[p] = !up[p];
             senders[p / APPS_PER]
                 .send(report(&[(app_of(p), up[p])]))
@@ -354,7 +399,8 @@ async fn measure(mode: Mode, pg: &PgHost) -> Result<Vec<Figure>> {
     Ok(figures)
 }
 
-/// `db_transition_*` and `db_transitions_per_s_at_half_core`.
+/// `db_transition_*`, `db_transitions_per_s_at_half_core` and
+/// `db_disagreeing_*`.
 async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let n = mode.pick(200usize, 10_000);
     let idle = mode.pick(Duration::from_secs(3), Duration::from_secs(20));
@@ -379,40 +425,83 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
             .await
             .map_err(|_| anyhow!("the session of connector {i} ended"))?;
     }
-    let first = settled(&stats, (n * APPS_PER) as i64).await?;
+    let mut up = vec![true; n * APPS_PER];
+    let first = settled(&stats, up.len() as i64).await?;
     let s0 = snap(&stats, server.pid()).await?;
-    let sent = flap(&senders, round, rounds, percent).await?;
+    let sent = flap(
+        &senders,
+        &mut up,
+        Flaps::Applications,
+        round,
+        rounds,
+        percent,
+    )
+    .await?;
     tokio::time::sleep(SETTLE).await;
     stats.publish().await?;
     let s1 = snap(&stats, server.pid()).await?;
     let stored = stats.count("health_events").await? - first;
-    tokio::time::sleep(idle).await;
+    // Half as long: its figures are information, not the goal's.
+    let split_rounds = rounds / 2;
+    let split_sent = flap(
+        &senders,
+        &mut up,
+        Flaps::Results,
+        round,
+        split_rounds,
+        percent,
+    )
+    .await?;
+    tokio::time::sleep(SETTLE).await;
     stats.publish().await?;
     let s2 = snap(&stats, server.pid()).await?;
+    let split_stored = stats.count("health_events").await? - first - stored;
+    tokio::time::sleep(idle).await;
+    stats.publish().await?;
+    let s3 = snap(&stats, server.pid()).await?;
     drop(senders);
     drop(server);
-    if stored <= 0 {
-        bail!("{sent} status changes reported, no transition stored in health_events");
+    if stored <= 0 || split_stored <= 0 {
+        bail!(
+            "{sent} and {split_sent} status changes reported, {stored} and {split_stored} \
+             transitions stored in health_events"
+        );
     }
-    let flapping = Work::between(&s0, &s1);
-    let idle_work = Work::between(&s1, &s2);
-    let each = flapping.less(&idle_work).per(stored as f64);
-    let setup = format!(
-        "{n} simulated connectors × {APPS_PER} applications ({} results), {} results ({percent} %) \
-         flipped Up↔Down every {:.1} s for {rounds} rounds, one report per change; {sent} changes \
-         reported, {stored} transitions stored in health_events; flapping window {} less the \
-         idle window after it (sessions and heartbeats only) {} at its rate; the flapping \
-         window on the connections that stored the first reports (their counts published \
-         by 11 s idle), each window ending with the CA's connections ended so that \
-         PostgreSQL published their counts; one CA and PostgreSQL 15 on this shared 2-core \
-         machine",
-        n * APPS_PER,
-        (n * APPS_PER * percent / 100).max(1),
+    let idle_work = Work::between(&s2, &s3);
+    let each = Work::between(&s0, &s1).less(&idle_work).per(stored as f64);
+    let split = Work::between(&s1, &s2)
+        .less(&idle_work)
+        .per(split_stored as f64);
+    let results = n * APPS_PER;
+    let common = format!(
+        "{n} simulated connectors × {APPS_PER} applications ({results} results, each of the \
+         {POLICY_APPS} applications reported by {} connectors), one report per change, every \
+         {:.1} s; each window less the idle window after the last (sessions and heartbeats \
+         only, {}) at its rate; the windows on the connections that stored the first reports \
+         (their counts published by 11 s idle), each ending with PostgreSQL's counts \
+         published; one CA and PostgreSQL 15 on this shared 2-core machine",
+        results / POLICY_APPS,
         round.as_secs_f64(),
-        flapping.describe(),
         idle_work.describe(),
     );
-    transition_figures(&each, &setup)
+    let setup = format!(
+        "{percent} % of the applications ({}) flipped Up↔Down each round for {rounds} rounds, \
+         every connector that reports one sending its new result; {sent} changes reported, \
+         {stored} transitions stored in health_events, window {}; {common}",
+        (POLICY_APPS * percent / 100).max(1),
+        Work::between(&s0, &s1).describe(),
+    );
+    let split_setup = format!(
+        "after the applications' window, {percent} % of the (application, connector) results \
+         ({}) flipped on their own each round for {split_rounds} rounds, so that connectors \
+         disagree about an application and its address's result changes with most reports; \
+         {split_sent} changes reported, {split_stored} transitions stored, window {}; {common}",
+        (results * percent / 100).max(1),
+        Work::between(&s1, &s2).describe(),
+    );
+    let mut figures = transition_figures(&each, &setup)?;
+    figures.extend(disagreeing_figures(&split, &split_setup)?);
+    Ok(figures)
 }
 
 fn transition_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
@@ -440,6 +529,33 @@ fn transition_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
                  CA is at a full core (1 / its CPU per transition = {ca_full:.0}/s): the database \
                  is never the bottleneck before the CA is; {setup}"
             ),
+        ),
+    ])
+}
+
+fn disagreeing_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
+    if each.pg_cpu <= 0.0 {
+        bail!(
+            "PostgreSQL's CPU per disagreeing transition came out at {:.1} µs (not above the \
+             idle window's; machine load): not measured; {setup}",
+            each.pg_cpu * 1e6
+        );
+    }
+    Ok(vec![
+        SPECS[6].figure(
+            each.rows,
+            None,
+            format!("rows inserted + updated + deleted (pg_stat_database) per transition; {setup}"),
+        ),
+        SPECS[7].figure(
+            each.wal,
+            None,
+            format!("WAL bytes (pg_current_wal_lsn() difference) per transition; {setup}"),
+        ),
+        SPECS[8].figure(
+            each.pg_cpu * 1e6,
+            None,
+            format!("CPU of the postmaster and every PostgreSQL process per transition; {setup}"),
         ),
     ])
 }
@@ -512,12 +628,12 @@ async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let (e, r) = (enrolled.per(n as f64), renewed.per(n as f64));
     let (se, sr) = (setup("enrollments", &enrolled), setup("renewals", &renewed));
     Ok(vec![
-        SPECS[6].figure(e.commits, None, format!("committed transactions per enrollment; {se}")),
-        SPECS[7].figure(e.rows, None, format!("rows written per enrollment; {se}")),
-        SPECS[8].figure(e.wal, None, format!("WAL bytes per enrollment; {se}")),
-        SPECS[9].figure(r.commits, None, format!("committed transactions per renewal (Renew over mutual TLS with the current certificate); {sr}")),
-        SPECS[10].figure(r.rows, None, format!("rows written per renewal; {sr}")),
-        SPECS[11].figure(r.wal, None, format!("WAL bytes per renewal; {sr}")),
+        SPECS[9].figure(e.commits, None, format!("committed transactions per enrollment; {se}")),
+        SPECS[10].figure(e.rows, None, format!("rows written per enrollment; {se}")),
+        SPECS[11].figure(e.wal, None, format!("WAL bytes per enrollment; {se}")),
+        SPECS[12].figure(r.commits, None, format!("committed transactions per renewal (Renew over mutual TLS with the current certificate); {sr}")),
+        SPECS[13].figure(r.rows, None, format!("rows written per renewal; {sr}")),
+        SPECS[14].figure(r.wal, None, format!("WAL bytes per renewal; {sr}")),
     ])
 }
 
