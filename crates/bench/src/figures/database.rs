@@ -428,34 +428,18 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let mut up = vec![true; n * APPS_PER];
     let first = settled(&stats, up.len() as i64).await?;
     let s0 = snap(&stats, server.pid()).await?;
-    let sent = flap(
-        &senders,
-        &mut up,
-        Flaps::Applications,
-        round,
-        rounds,
-        percent,
-    )
-    .await?;
-    tokio::time::sleep(SETTLE).await;
-    stats.publish().await?;
-    let s1 = snap(&stats, server.pid()).await?;
-    let stored = stats.count("health_events").await? - first;
+    let mut window = async |flaps: Flaps, rounds: usize| -> Result<(usize, Snap, i64)> {
+        let sent = flap(&senders, &mut up, flaps, round, rounds, percent).await?;
+        tokio::time::sleep(SETTLE).await;
+        stats.publish().await?;
+        let end = snap(&stats, server.pid()).await?;
+        Ok((sent, end, stats.count("health_events").await?))
+    };
+    let (sent, s1, after) = window(Flaps::Applications, rounds).await?;
     // Half as long: its figures are information, not the goal's.
     let split_rounds = rounds / 2;
-    let split_sent = flap(
-        &senders,
-        &mut up,
-        Flaps::Results,
-        round,
-        split_rounds,
-        percent,
-    )
-    .await?;
-    tokio::time::sleep(SETTLE).await;
-    stats.publish().await?;
-    let s2 = snap(&stats, server.pid()).await?;
-    let split_stored = stats.count("health_events").await? - first - stored;
+    let (split_sent, s2, split_after) = window(Flaps::Results, split_rounds).await?;
+    let (stored, split_stored) = (after - first, split_after - after);
     tokio::time::sleep(idle).await;
     stats.publish().await?;
     let s3 = snap(&stats, server.pid()).await?;
