@@ -414,8 +414,10 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     // transitions read below it at the CA in one run).
     let percent = mode.pick(10usize, 1);
     let heartbeat = Duration::from_millis(CaSetup::default().heartbeat_ms);
-    let (server, _dir) = ca::start_text(&config(url, false)).await?;
     let stats = PgStats::connect(url).await?;
+    // 32 files: 512 MB, more than the windows write.
+    stats.recycle_wal(32).await?;
+    let (server, _dir) = ca::start_text(&config(url, false)).await?;
     let senders = fleet(&server, n, heartbeat).await?;
     for (i, tx) in senders.iter().enumerate() {
         let all: Vec<(usize, bool)> = (0..APPS_PER)
@@ -428,17 +430,24 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let mut up = vec![true; n * APPS_PER];
     let first = settled(&stats, up.len() as i64).await?;
     let s0 = snap(&stats, server.pid()).await?;
-    let mut window = async |flaps: Flaps, rounds: usize| -> Result<(usize, Snap, i64)> {
+    // A window ends with the backends' counts published: by ending them
+    // (`last`), or else by letting them idle, so that the next window
+    // runs on them too.
+    let mut window = async |flaps: Flaps, rounds: usize, last: bool| {
         let sent = flap(&senders, &mut up, flaps, round, rounds, percent).await?;
         tokio::time::sleep(SETTLE).await;
-        stats.publish().await?;
+        if last {
+            stats.publish().await?;
+        } else {
+            tokio::time::sleep(PUBLISHED).await;
+        }
         let end = snap(&stats, server.pid()).await?;
-        Ok((sent, end, stats.count("health_events").await?))
+        anyhow::Ok((sent, end, stats.count("health_events").await?))
     };
-    let (sent, s1, after) = window(Flaps::Applications, rounds).await?;
+    let (sent, s1, after) = window(Flaps::Applications, rounds, false).await?;
     // Half as long: its figures are information, not the goal's.
     let split_rounds = rounds / 2;
-    let (split_sent, s2, split_after) = window(Flaps::Results, split_rounds).await?;
+    let (split_sent, s2, split_after) = window(Flaps::Results, split_rounds, true).await?;
     let (stored, split_stored) = (after - first, split_after - after);
     tokio::time::sleep(idle).await;
     stats.publish().await?;
