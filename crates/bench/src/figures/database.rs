@@ -3,17 +3,20 @@
 //!
 //! - **Per status transition**: simulated connectors (real gRPC sessions,
 //!   50 per HTTP/2 connection) each report ten applications Up, then every
-//!   round (1 s) 1 % of the (application, connector) results flip Up↔Down.
-//!   An idle window (sessions and heartbeats only) is measured after the
-//!   flapping window and subtracted pro rata from it, so what is left is
-//!   what the transitions cost: committed transactions and rows written
-//!   (`pg_stat_database`), WAL bytes (`pg_current_wal_lsn()`), the CPU of
-//!   every PostgreSQL process and of the CA, per transition stored in
-//!   `health_events`. The flapping window runs on the CA's connections
+//!   round (100 ms) 1 % of the applications flip Up↔Down, reported by every
+//!   connector that has them; then, half as long, 1 % of the (application,
+//!   connector) results flip on their own (connectors disagreeing,
+//!   `db_disagreeing_*`). An idle window (sessions and heartbeats only) is
+//!   measured after them and subtracted pro rata from each, so what is
+//!   left is what the transitions cost: committed transactions and rows
+//!   written (`pg_stat_database`), WAL bytes (`pg_current_wal_lsn()`), the
+//!   CPU of every PostgreSQL process and of the CA, per transition stored
+//!   in `health_events`. The flapping windows run on the CA's connections
 //!   that stored the first reports, as a CA's long-lived pool does: a
-//!   backend started for the window (the statistics published by ending
-//!   the connections) paid its first touch of every shared buffer page in
-//!   the window, a quarter of PostgreSQL's samples.
+//!   backend started for a window (the statistics published by ending the
+//!   connections) paid its first touch of every shared buffer page in it,
+//!   a quarter of PostgreSQL's samples; and on WAL files ready for reuse
+//!   (`PgStats::recycle_wal`), as a server in service has.
 //! - **Per enrollment and per renewal**: a second CA (TLS, its own fresh
 //!   database) enrolled into by `connector_agent::enroll::enroll` and
 //!   renewed by `connector_agent::enroll::renew` (the connector's own
