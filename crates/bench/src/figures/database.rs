@@ -200,6 +200,12 @@ fn app_of(p: usize) -> usize {
     p % POLICY_APPS
 }
 
+/// The results of application `app` among `pairs`: those `app_of` maps
+/// to it.
+fn results_of(app: usize, pairs: usize) -> impl Iterator<Item = usize> {
+    (app..pairs).step_by(POLICY_APPS)
+}
+
 /// Opens the sessions of `n` simulated connectors; each sends what its
 /// sender is given and a heartbeat every `heartbeat`.
 async fn fleet(
@@ -345,6 +351,21 @@ enum Flaps {
     Results,
 }
 
+impl Flaps {
+    /// How many applications, or results of `pairs`, a round picks from.
+    fn of(self, pairs: usize) -> usize {
+        match self {
+            Flaps::Applications => POLICY_APPS,
+            Flaps::Results => pairs,
+        }
+    }
+
+    /// How many of them flip each round.
+    fn per_round(self, pairs: usize, percent: usize) -> usize {
+        (self.of(pairs) * percent / 100).max(1)
+    }
+}
+
 /// Flips `percent` % of the applications or of the results every round
 /// for `rounds` rounds; `up` holds each result's last report; the
 /// transitions sent.
@@ -361,23 +382,17 @@ async fn flap(
     let mut tick = tokio::time::interval(round);
     for _ in 0..rounds {
         tick.tick().await;
+        let picked = sample(
+            &mut rand::rng(),
+            flaps.of(pairs),
+            flaps.per_round(pairs, percent),
+        );
         let flipped: Vec<usize> = match flaps {
-            Flaps::Applications => {
-                let picked = sample(
-                    &mut rand::rng(),
-                    POLICY_APPS,
-                    (POLICY_APPS * percent / 100).max(1),
-                );
-                // The results of an application: every `POLICY_APPS`-th
-                // from it.
-                picked
-                    .iter()
-                    .flat_map(|app| (app..pairs).step_by(POLICY_APPS))
-                    .collect()
-            }
-            Flaps::Results => {
-                sample(&mut rand::rng(), pairs, (pairs * percent / 100).max(1)).into_vec()
-            }
+            Flaps::Applications => picked
+                .iter()
+                .flat_map(|app| results_of(app, pairs))
+                .collect(),
+            Flaps::Results => picked.into_vec(),
         };
         for p in flipped {
             up[p] = !up[p];
@@ -484,7 +499,7 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
         "{percent} % of the applications ({}) flipped Up↔Down each round for {rounds} rounds, \
          every connector that reports one sending its new result; {sent} changes reported, \
          {stored} transitions stored in health_events, window {}; {common}",
-        (POLICY_APPS * percent / 100).max(1),
+        Flaps::Applications.per_round(results, percent),
         Work::between(&s0, &s1).describe(),
     );
     let split_setup = format!(
@@ -492,7 +507,7 @@ async fn transitions(mode: Mode, url: &str) -> Result<Vec<Figure>> {
          ({}) flipped on their own each round for {split_rounds} rounds, so that connectors \
          disagree about an application and its address's result changes with most reports; \
          {split_sent} changes reported, {split_stored} transitions stored, window {}; {common}",
-        (results * percent / 100).max(1),
+        Flaps::Results.per_round(results, percent),
         Work::between(&s1, &s2).describe(),
     );
     let mut figures = transition_figures(&each, &setup)?;
@@ -511,11 +526,13 @@ fn transition_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
     }
     let at_half = 0.5 / each.pg_cpu;
     let ca_full = 1.0 / each.ca_cpu;
-    Ok(vec![
-        SPECS[0].figure(each.commits, None, format!("committed transactions (pg_stat_database.xact_commit) per transition; {setup}")),
-        SPECS[1].figure(each.rows, None, format!("rows inserted + updated + deleted (pg_stat_database) per transition; {setup}")),
-        SPECS[2].figure(each.wal, None, format!("WAL bytes (pg_current_wal_lsn() difference) per transition; {setup}")),
-        SPECS[3].figure(each.pg_cpu * 1e6, None, format!("CPU of the postmaster and every PostgreSQL process (/proc, utime+stime, reaped children included) per transition; {setup}")),
+    let mut figures = vec![SPECS[0].figure(
+        each.commits,
+        None,
+        format!("committed transactions (pg_stat_database.xact_commit) per transition; {setup}"),
+    )];
+    figures.extend(written_figures(&SPECS[1..4], each, setup));
+    figures.extend([
         SPECS[4].figure(each.ca_cpu * 1e6, None, format!("the CA process's CPU per transition (receiving the report, the health table, the history pump); {setup}")),
         SPECS[5].figure(
             at_half,
@@ -526,7 +543,18 @@ fn transition_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
                  is never the bottleneck before the CA is; {setup}"
             ),
         ),
-    ])
+    ]);
+    Ok(figures)
+}
+
+/// The rows, WAL bytes and PostgreSQL CPU per transition of `each`, as
+/// the three `specs` in that order.
+fn written_figures(specs: &[Spec], each: &Work, setup: &str) -> Vec<Figure> {
+    vec![
+        specs[0].figure(each.rows, None, format!("rows inserted + updated + deleted (pg_stat_database) per transition; {setup}")),
+        specs[1].figure(each.wal, None, format!("WAL bytes (pg_current_wal_lsn() difference) per transition; {setup}")),
+        specs[2].figure(each.pg_cpu * 1e6, None, format!("CPU of the postmaster and every PostgreSQL process (/proc, utime+stime, reaped children included) per transition; {setup}")),
+    ]
 }
 
 fn disagreeing_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
@@ -537,23 +565,7 @@ fn disagreeing_figures(each: &Work, setup: &str) -> Result<Vec<Figure>> {
             each.pg_cpu * 1e6
         );
     }
-    Ok(vec![
-        SPECS[6].figure(
-            each.rows,
-            None,
-            format!("rows inserted + updated + deleted (pg_stat_database) per transition; {setup}"),
-        ),
-        SPECS[7].figure(
-            each.wal,
-            None,
-            format!("WAL bytes (pg_current_wal_lsn() difference) per transition; {setup}"),
-        ),
-        SPECS[8].figure(
-            each.pg_cpu * 1e6,
-            None,
-            format!("CPU of the postmaster and every PostgreSQL process per transition; {setup}"),
-        ),
-    ])
+    Ok(written_figures(&SPECS[6..9], each, setup))
 }
 
 /// Waits for the TLS CA's generated root; its PEM.
