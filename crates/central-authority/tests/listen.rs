@@ -471,7 +471,10 @@ fn sprayer(i: u16) -> IpAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token() {
     let ca = Arc::new(Ca::start(&default_config()).await);
-    let stop = Arc::new(tokio::sync::Notify::new());
+    // A watch, not a `Notify`: `notify_waiters` wakes only the sprayers
+    // waiting at that moment, and one then in the middle of a request
+    // would spray on forever, and the test with it.
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let primed = Arc::new(tokio::sync::Semaphore::new(0));
     let mut sprayers = Vec::new();
     for i in 0..SPRAYERS {
@@ -484,7 +487,7 @@ async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token()
                 permit.forget();
             }
         }
-        let (ca, stop, primed) = (ca.clone(), stop.clone(), primed.clone());
+        let (ca, mut stop, primed) = (ca.clone(), stop.clone(), primed.clone());
         sprayers.push(tokio::spawn(async move {
             let mut answers = Vec::new();
             let Some(mut conn) = Conn::open(sprayer(i), &ca).await else {
@@ -499,7 +502,7 @@ async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token()
             // …then one a second until the valid requests are done.
             for n in 12.. {
                 tokio::select! {
-                    _ = stop.notified() => break,
+                    _ = stop.wait_for(|stopped| *stopped) => break,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
                 let answer = conn.get(&format!("spray-{i}-{n}-0123456789")).await;
@@ -547,7 +550,7 @@ async fn a_spray_of_bad_tokens_from_many_addresses_never_refuses_a_valid_token()
             }
         }
     }
-    stop.notify_waiters();
+    stop_tx.send_replace(true);
     let mut answers = Vec::new();
     for s in sprayers {
         answers.extend(s.await.expect("sprayer"));
