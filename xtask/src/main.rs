@@ -186,9 +186,11 @@ fn ci() -> Result<()> {
     proto::check(&[])?;
     book::book()?;
     test()?;
+    // On the debug binaries the tests just built.
     schemathesis(&["30".to_owned()])?;
+    // Everything below runs on one release build (`build_release`): the
+    // scenarios, the upgrade, the packages, the image and the benchmarks.
     e2e(&[])?;
-    // On the release build the scenarios just used.
     dist::dist()?;
     dist::package_test()?;
     fuzz(&[])?;
@@ -377,23 +379,78 @@ fn test() -> Result<()> {
     run_tests(test, "tests")
 }
 
-/// Builds the release binaries the scenarios start.
+/// The one release build CI makes: the shipped binaries, the scenarios'
+/// helpers and the load driver, in one cargo invocation. The scenarios
+/// (`e2e`), the packages (`dist`), the benchmarks (`bench`), the demo and
+/// the other release-binary tasks all start from it; `tests/e2e` depends
+/// on every package built here, so the scenarios' own build shares every
+/// dependency with it (`e2e` checks that none is compiled again).
 fn build_release() -> Result<PathBuf> {
+    build_release_bins(&[])
+}
+
+/// The release build of only `bins` (every binary when empty), with the
+/// packages and so the features of the one release build: what it builds
+/// is shared with it (the demo builds three binaries, not the driver).
+fn build_release_bins(bins: &[&str]) -> Result<PathBuf> {
+    let mut build = cargo();
+    build
+        .args(["build", "--release", "--locked"])
+        .args(RELEASE_PACKAGES.iter().flat_map(|p| ["-p", p]));
+    if bins.is_empty() {
+        build.arg("--bins");
+    } else {
+        build.args(bins.iter().flat_map(|b| ["--bin", b]));
+    }
+    run(build, "release build")?;
+    Ok(target_dir().join("release"))
+}
+
+/// The packages of the one release build (`build_release`).
+const RELEASE_PACKAGES: &[&str] = &["central-authority", "connector-agent", "e2e", "bench"];
+
+/// Compiles the scenarios (release) and fails if that compiled any
+/// dependency again: a dependency whose features differ from the shared
+/// release build's costs CI a second build of it and everything above it.
+fn build_scenarios() -> Result<()> {
     let mut build = cargo();
     build.args([
-        "build",
+        "test",
         "--release",
         "--locked",
         "-p",
-        "central-authority",
-        "-p",
-        "connector-agent",
-        "-p",
         "e2e",
-        "--bins",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
     ]);
-    run(build, "release build")?;
-    Ok(target_dir().join("release"))
+    eprintln!("xtask: scenarios build: {build:?}");
+    let out = build
+        .stderr(Stdio::inherit())
+        .output()
+        .context("starting the scenarios build")?;
+    if !out.status.success() {
+        bail!("the scenarios build failed ({})", out.status);
+    }
+    let mut again = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let registry = msg["package_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("registry+"));
+        if msg["reason"] == "compiler-artifact" && msg["fresh"] == false && registry {
+            again.push(msg["target"]["name"].as_str().unwrap_or("?").to_owned());
+        }
+    }
+    if !again.is_empty() {
+        bail!(
+            "the scenarios build compiled {} dependencies again ({}): their features differ from the shared release build's; make tests/e2e depend on what the release build selects ({RELEASE_PACKAGES:?})",
+            again.len(),
+            again.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn target_dir() -> PathBuf {
@@ -410,6 +467,7 @@ fn e2e(extra: &[String]) -> Result<()> {
         _ => extra,
     };
     let bin_dir = build_release()?;
+    build_scenarios()?;
     let out = target_dir().join("e2e");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut test = cargo();
@@ -462,7 +520,7 @@ fn demo(extra: &[String]) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let bin_dir = match std::env::var_os("REACH_BIN_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => build_release()?,
+        None => build_release_bins(&["central-authority", "connector-agent", "reach-demo"])?,
     };
     let mut testbed = Command::new(bin_dir.join("reach-demo"));
     testbed
@@ -505,22 +563,8 @@ fn bench(extra: &[String]) -> Result<()> {
         }
         run(criterion, "criterion benches")?;
     }
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        "bench",
-        "--bin",
-        "reach-bench",
-        // The `ha` group runs the real connector binary next to the driver.
-        "-p",
-        "connector-agent",
-        "--bin",
-        "connector-agent",
-    ]);
-    run(build, "load driver build")?;
+    // The driver and, for the `ha` group, the real connector binary.
+    build_release()?;
     let target = target_dir();
     // `starve` holds ~2,500 connections in the driver, `storm` and
     // `startup` 10,000 (and their CA the other ends): raise the soft
@@ -575,20 +619,12 @@ fn schemathesis(extra: &[String]) -> Result<()> {
     validate.arg(root().join("docs/openapi.json"));
     run(validate, "openapi-spec-validator")?;
 
+    // The debug binaries the test suite builds (`cargo xtask test`; in
+    // CI this is that build, done): overflow checks and debug assertions
+    // on, so that an arithmetic slip is a 500 schemathesis reports.
     let mut build = cargo();
-    build.args([
-        "build",
-        "--locked",
-        "-p",
-        "central-authority",
-        "--bin",
-        "central-authority",
-        "-p",
-        "connector-agent",
-        "--bin",
-        "connector-agent",
-    ]);
-    run(build, "CA and connector build")?;
+    build.args(["test", "--workspace", "--locked", "--no-run"]);
+    run(build, "CA and connector build (the test suite's)")?;
     // Dropped on every return: the processes are killed, the application closed.
     let mut bed = testbed::Testbed::start(&dir, SCHEMATHESIS_TOKEN)?;
     bed.wait_access_ok(&bin.join("python"), std::time::Duration::from_secs(60))
