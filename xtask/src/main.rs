@@ -43,8 +43,9 @@ tasks:
           run schemathesis against a real CA on loopback for SECONDS (default 300;
           `ci` runs it for 30); Python tools in a venv under target/schemathesis
   manifests   deploy/kubernetes against the Kubernetes schemas (kubernetes-validate)
-  fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1);
-          `cargo xtask fuzz 300` gives each target 300 s
+  fuzz    run every fuzz target briefly (cargo-fuzz on stable, RUSTC_BOOTSTRAP=1),
+          built unoptimised; `cargo xtask fuzz 300` gives each target 300 s, optimised
+          (60 s or more); the build is kept in ~/.cache/reach/fuzz-target
   e2e     build release binaries and run every end-to-end scenario, then every
           single-replica one again on PostgreSQL (REACH_E2E_STORE=postgres)
   bench   criterion + load driver: table and target/bench/results.json
@@ -329,9 +330,18 @@ const FUZZ_TARGETS: &[&str] = &["config", "wire_policy", "certificate", "csr", "
 /// Runs every fuzz target for a few seconds (default 10 each). libFuzzer
 /// needs nightly flags; `RUSTC_BOOTSTRAP=1` lets the stable toolchain take
 /// them. No sanitizer (`--sanitizer none`): the code forbids `unsafe`, so
-/// the value is in finding panics, and the build stays fast. Inputs kept in
+/// the value is in finding panics. Inputs kept in
 /// `fuzz/regressions/<target>/` (crashes found earlier) run first; a crash
 /// fails the task and is left in `fuzz/artifacts/<target>/`.
+///
+/// The brief run (under [`FUZZ_OPTIMISED_FROM_S`] a target, as CI's) is
+/// built unoptimised (`--dev`): overflow checks and debug assertions on,
+/// which turn more slips into the panics it looks for, for about 440 CPU
+/// seconds of build against about 1,100 optimised; longer runs, where
+/// executions per second pay, are optimised. The build's target directory
+/// is kept outside the clone ([`fuzz_target_dir`]), so a machine builds the
+/// instrumented dependencies once; cargo's fingerprints rebuild whatever
+/// changed, and every crate of a fresh clone.
 fn fuzz(extra: &[String]) -> Result<()> {
     let seconds: u64 = match extra.first() {
         Some(s) => s
@@ -348,6 +358,7 @@ fn fuzz(extra: &[String]) -> Result<()> {
             "cargo-fuzz is not installed: `cargo install cargo-fuzz --locked` (.ci/run does this)"
         );
     }
+    let target_dir = fuzz_target_dir()?;
     for target in FUZZ_TARGETS {
         let corpus = root().join("fuzz/corpus").join(target);
         std::fs::create_dir_all(&corpus)
@@ -355,7 +366,13 @@ fn fuzz(extra: &[String]) -> Result<()> {
         let mut cmd = cargo();
         cmd.current_dir(root().join("fuzz"))
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", "--sanitizer", "none", target])
+            .args(["fuzz", "run", "--sanitizer", "none"]);
+        if seconds < FUZZ_OPTIMISED_FROM_S {
+            cmd.arg("--dev");
+        }
+        cmd.arg("--target-dir")
+            .arg(&target_dir)
+            .arg(target)
             .arg(&corpus);
         let regressions = root().join("fuzz/regressions").join(target);
         if regressions.is_dir() {
@@ -369,6 +386,46 @@ fn fuzz(extra: &[String]) -> Result<()> {
         run(cmd, &format!("fuzz {target}"))?;
     }
     Ok(())
+}
+
+/// Runs of at least this many seconds a target build optimised fuzzers.
+const FUZZ_OPTIMISED_FROM_S: u64 = 60;
+
+/// Above this size the kept fuzz target directory is emptied first: each
+/// clone's own crates (their paths differ) add to it.
+const FUZZ_TARGET_MAX_BYTES: u64 = 12 << 30;
+
+/// The fuzz build's target directory: `$HOME/.cache/reach/fuzz-target`
+/// (`target/fuzz` without a home), emptied when it grew past
+/// [`FUZZ_TARGET_MAX_BYTES`].
+fn fuzz_target_dir() -> Result<PathBuf> {
+    let dir = match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".cache/reach/fuzz-target"),
+        None => target_dir().join("fuzz"),
+    };
+    let size = Command::new("du")
+        .args(["-sb"])
+        .arg(&dir)
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    if size > FUZZ_TARGET_MAX_BYTES {
+        eprintln!(
+            "xtask: fuzz: {} holds {:.1} GB; emptied",
+            dir.display(),
+            size as f64 / 1e9
+        );
+        std::fs::remove_dir_all(&dir).with_context(|| format!("emptying {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }
 
 fn test() -> Result<()> {
