@@ -1014,3 +1014,64 @@ fn the_walk_fails_on_what_it_cannot_read() {
     assert_eq!(non_test_sources(&src).len(), 1);
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// Packages `fuzz/Cargo.lock` locks at a version `Cargo.lock` does not
+/// have. The fuzz workspace is resolved on its own (cargo-fuzz takes no
+/// `--locked`), so without this check it drifts to newer releases than
+/// the ones the suite tests (`cargo update -p NAME --precise VERSION` in
+/// `fuzz/` brings one back).
+fn fuzz_lock_drift(main: &str, fuzz: &str) -> Vec<Violation> {
+    let versions = |text: &str| -> Vec<(String, String)> {
+        let table: toml::Table = text
+            .parse()
+            .unwrap_or_else(|e| panic!("tidy: parsing a Cargo.lock: {e}"));
+        table
+            .get("package")
+            .and_then(toml::Value::as_array)
+            .map(|packages| {
+                packages
+                    .iter()
+                    .filter_map(|p| {
+                        Some((
+                            p.get("name")?.as_str()?.to_owned(),
+                            p.get("version")?.as_str()?.to_owned(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let main = versions(main);
+    versions(fuzz)
+        .into_iter()
+        .filter(|(name, version)| {
+            main.iter().any(|(n, _)| n == name)
+                && !main.iter().any(|(n, v)| n == name && v == version)
+        })
+        .map(|(name, version)| Violation {
+            file: PathBuf::from("fuzz/Cargo.lock"),
+            line: 0,
+            what: format!("{name} {version}: Cargo.lock has another version"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_fuzz_build_uses_the_versions_the_suite_tests() {
+    let drift = fuzz_lock_drift(
+        &read(Path::new("Cargo.lock")),
+        &read(Path::new("fuzz/Cargo.lock")),
+    );
+    report("fuzz/Cargo.lock versions", &drift);
+}
+
+#[test]
+fn fuzz_lock_rule_finds_a_planted_drift() {
+    let main = "[[package]]\nname = \"url\"\nversion = \"2.5.8\"\n";
+    let same = "[[package]]\nname = \"url\"\nversion = \"2.5.8\"\n\n[[package]]\nname = \"libfuzzer-sys\"\nversion = \"0.4.9\"\n";
+    assert!(fuzz_lock_drift(main, same).is_empty());
+    let newer = "[[package]]\nname = \"url\"\nversion = \"2.5.9\"\n";
+    let found = fuzz_lock_drift(main, newer);
+    assert_eq!(found.len(), 1);
+    assert!(found[0].what.contains("url 2.5.9"), "{}", found[0].what);
+}
