@@ -121,6 +121,54 @@ connector_groups = ["g"]
     }
 }
 
+/// The packaged configuration's listen addresses (every address) with no
+/// `[tls] server_names`: valid, with a warning naming what the generated
+/// server certificate will carry and the key to set; naming the CA's
+/// names, or listening on loopback only, is quiet.
+#[tokio::test]
+async fn check_config_warns_when_the_ca_listens_beyond_loopback_without_server_names() {
+    let dir = scratch_dir("beyond-loopback");
+    let config = |listen: &str, tls: &str| {
+        format!(
+            "[server]\ngrpc_listen = \"{listen}:7443\"\nhttp_listen = \"{listen}:7480\"\n{tls}\n\
+             [[connector_groups]]\nname = \"default\"\nprovisioning_key = \"key-default-0123456789abcdef\"\n"
+        )
+    };
+    let check = |name: &str, text: String| {
+        let file = dir.join(name);
+        std::fs::write(&file, text).expect("write");
+        run(vec!["check-config".into(), file.display().to_string()])
+    };
+    let (code, out, err) = check("packaged.toml", config("0.0.0.0", "")).await;
+    assert_eq!(code, 0, "a warning is no error: {out}{err}");
+    let host = std::process::Command::new("hostname")
+        .output()
+        .expect("hostname");
+    let host = String::from_utf8_lossy(&host.stdout).trim().to_lowercase();
+    for needle in [
+        "warning: the CA listens on 0.0.0.0:7443 and 0.0.0.0:7480 beyond loopback",
+        "add that name to [tls] server_names",
+        &format!(", {host}"),
+        "127.0.0.1",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing in:\n{err}");
+    }
+    for (name, text) in [
+        (
+            "named.toml",
+            config(
+                "0.0.0.0",
+                "\n[tls]\nserver_names = [\"ca.example.internal\"]\n",
+            ),
+        ),
+        ("loopback.toml", config("127.0.0.1", "")),
+    ] {
+        let (code, out, err) = check(name, text).await;
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(!err.contains("warning"), "{name}: {err}");
+    }
+}
+
 /// The `target/release/central-authority api …` commands of the book's demo
 /// section (book/src/first-hour.md, continuation lines joined), as argument
 /// lists after `api`.

@@ -1,4 +1,5 @@
-//! Who may talk to the CA: certificates (`pki`), provisioning keys and
+//! Who may talk to the CA: certificates (`pki`, naming this host's names
+//! and addresses from `host`), provisioning keys and
 //! API tokens (`auth`), enrollment and connector administration
 //! (`enroll`), certificate renewal (`renew`), the throttle of failed
 //! attempts (`throttle`) and the audit trail of admin actions (`audit`).
@@ -6,6 +7,7 @@
 pub mod audit;
 pub mod auth;
 pub mod enroll;
+pub mod host;
 pub mod identity;
 pub mod oidc;
 pub mod pki;

@@ -18,6 +18,8 @@ use rcgen::{
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 
+use crate::trust::host::HostIdentity;
+
 /// The URI SAN prefix of connector certificates.
 pub const IDENTITY_PREFIX: &str = "spiffe://reach/group/";
 
@@ -170,7 +172,8 @@ pub struct TlsSources {
     /// Issuing CA key (PEM).
     pub issuer_key_file: Option<PathBuf>,
     /// Extra names (DNS names or IP addresses) in a generated server
-    /// certificate, besides localhost, 127.0.0.1, ::1 and the listen hosts.
+    /// certificate, besides those [`server_names`] gives it from the
+    /// listen addresses.
     pub server_names: Vec<String>,
 }
 
@@ -218,9 +221,18 @@ impl Pki {
         let (server_cert_pem, server_key_pem) = match (&sources.cert_file, &sources.key_file) {
             (Some(c), Some(k)) => (read(c)?, read(k)?),
             _ => {
-                let (cert, key) = server_cert(&issuer, &sources.server_names, listen_hosts)?;
+                let names = server_names(
+                    &sources.server_names,
+                    listen_hosts,
+                    HostIdentity::of_this_host,
+                );
+                let (cert, key) = server_cert(&issuer, &names)?;
                 write_atomic(&data_dir.join(SERVER_CERT_FILE), &cert)?;
                 write_atomic(&data_dir.join(SERVER_KEY_FILE), &key)?;
+                tracing::info!(
+                    names = %names.join(", "),
+                    "issued the TLS server certificate from the root"
+                );
                 (cert, key)
             }
         };
@@ -319,14 +331,17 @@ impl Pki {
     }
 }
 
-/// A server certificate issued by `issuer` for the usual local names plus
-/// `extra` and the listen hosts.
-fn server_cert(
-    issuer: &Issuer<'static, KeyPair>,
+/// The names a generated server certificate carries: localhost,
+/// 127.0.0.1 and ::1; each listen address, or for a wildcard one (0.0.0.0,
+/// ::) the host's name, fully qualified name and interface addresses
+/// (`host`, asked only then); and `extra` (`[tls] server_names`). Sorted,
+/// without duplicates. A host name that is no valid DNS name is left out
+/// (logged): a client could not dial it.
+pub fn server_names(
     extra: &[String],
     listen_hosts: &[IpAddr],
-) -> Result<(String, String), PkiError> {
-    let key = KeyPair::generate().map_err(cert_err("generating the server key"))?;
+    host: impl FnOnce() -> HostIdentity,
+) -> Vec<String> {
     let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     names.extend(
         listen_hosts
@@ -334,10 +349,60 @@ fn server_cert(
             .filter(|ip| !ip.is_unspecified())
             .map(ToString::to_string),
     );
+    if listen_hosts.iter().any(IpAddr::is_unspecified) {
+        let host = host();
+        for name in host.name.into_iter().chain(host.fqdn) {
+            match rustls::pki_types::DnsName::try_from(name.as_str()) {
+                Ok(_) => names.push(name.to_ascii_lowercase()),
+                Err(_) => tracing::warn!(
+                    name,
+                    "the host name is no valid DNS name; the generated server certificate does not name it"
+                ),
+            }
+        }
+        names.extend(host.addresses.iter().map(ToString::to_string));
+    }
     names.extend(extra.iter().cloned());
     names.sort();
     names.dedup();
-    let mut params = CertificateParams::new(names).map_err(cert_err("server names"))?;
+    names
+}
+
+/// What `check-config` warns about: a CA that listens beyond loopback
+/// (`listen`) and issues its own server certificate with no
+/// `[tls] server_names`. The warning names what that certificate will
+/// carry (from `host`) and the key to set.
+pub fn beyond_loopback_warning(
+    tls_enabled: bool,
+    sources: &TlsSources,
+    listen: &[std::net::SocketAddr],
+    host: impl FnOnce() -> HostIdentity,
+) -> Option<String> {
+    let generated = tls_enabled && sources.cert_file.is_none();
+    let beyond: Vec<String> = listen
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if !generated || beyond.is_empty() || !sources.server_names.is_empty() {
+        return None;
+    }
+    let hosts: Vec<IpAddr> = listen.iter().map(std::net::SocketAddr::ip).collect();
+    let names = server_names(&[], &hosts, host);
+    Some(format!(
+        "the CA listens on {} beyond loopback and [tls] server_names is empty: the server certificate it generates names only {}. A connector that dials the CA by another name (a DNS alias, a load balancer, a NAT address) is refused with \"certificate not valid for name\": add that name to [tls] server_names",
+        beyond.join(" and "),
+        names.join(", ")
+    ))
+}
+
+/// A server certificate issued by `issuer` for `names`.
+fn server_cert(
+    issuer: &Issuer<'static, KeyPair>,
+    names: &[String],
+) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate().map_err(cert_err("generating the server key"))?;
+    let mut params = CertificateParams::new(names.to_vec()).map_err(cert_err("server names"))?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "reach");
     dn.push(DnType::CommonName, "reach central authority");
@@ -522,6 +587,205 @@ mod tests {
         CertificateDer::from_pem_slice(pem.as_bytes())
             .expect("pem")
             .to_vec()
+    }
+
+    /// The CA host of the two-host test: a name, a fully qualified name,
+    /// loopback, one IPv4 and one unique-local IPv6 address.
+    fn ca_host() -> HostIdentity {
+        HostIdentity {
+            name: Some("Reach-CA".into()),
+            fqdn: Some("reach-ca.example.test".into()),
+            addresses: ["127.0.0.1", "10.77.0.1", "fd00:77::1"]
+                .iter()
+                .map(|a| a.parse().expect("address"))
+                .collect(),
+        }
+    }
+
+    /// Verifies `cert_pem` as the server certificate for `name`, chained to
+    /// `root_pem`, as a connector's rustls does.
+    fn verify(root_pem: &str, cert_pem: &str, name: &str) -> Result<(), rustls::Error> {
+        use rustls::client::danger::ServerCertVerifier;
+        use rustls::pki_types::{ServerName, UnixTime};
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls_pem_der(root_pem).into())
+            .expect("the root");
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .expect("verifier");
+        let server = ServerName::try_from(name.to_owned()).expect("server name");
+        let leaf = rustls_pem_der(cert_pem).into();
+        verifier
+            .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
+            .map(|_| ())
+    }
+
+    #[test]
+    fn a_wildcard_listen_names_the_host_its_fqdn_and_its_addresses() {
+        let wildcard = [IpAddr::from([0, 0, 0, 0]), IpAddr::from([0, 0, 0, 0])];
+        assert_eq!(
+            server_names(&[], &wildcard, ca_host),
+            [
+                "10.77.0.1",
+                "127.0.0.1",
+                "::1",
+                "fd00:77::1",
+                "localhost",
+                "reach-ca",
+                "reach-ca.example.test"
+            ]
+        );
+        // `[tls] server_names` come on top; `::` is a wildcard too.
+        let names = server_names(
+            &["ca.example.internal".into()],
+            &["::".parse().expect("address")],
+            ca_host,
+        );
+        assert!(
+            names.contains(&"ca.example.internal".to_owned()),
+            "{names:?}"
+        );
+        assert!(names.contains(&"reach-ca".to_owned()), "{names:?}");
+
+        // The certificate made of them verifies for each way a connector on
+        // another host dials the CA, and for no other name.
+        let dir = std::env::temp_dir().join(format!("reach-pki-wildcard-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let pki =
+            Pki::load(&dir, &TlsSources::default(), &[], Duration::from_secs(60)).expect("pki");
+        let (cert, _) =
+            server_cert(&pki.issuer, &server_names(&[], &wildcard, ca_host)).expect("cert");
+        for name in [
+            "10.77.0.1",
+            "reach-ca",
+            "reach-ca.example.test",
+            "fd00:77::1",
+        ] {
+            verify(&pki.issuer_pem, &cert, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let refused = verify(&pki.issuer_pem, &cert, "10.77.0.9").expect_err("another address");
+        assert!(
+            refused
+                .to_string()
+                .contains("not valid for name \"10.77.0.9\""),
+            "{refused}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_specific_listen_names_that_address_and_asks_nothing_of_the_host() {
+        let names = server_names(
+            &[],
+            &["10.77.0.1".parse().expect("address")],
+            || -> HostIdentity { panic!("the host was asked for a specific listen") },
+        );
+        assert_eq!(names, ["10.77.0.1", "127.0.0.1", "::1", "localhost"]);
+    }
+
+    #[test]
+    fn a_host_with_many_interfaces_gets_a_certificate_that_verifies() {
+        let many = || HostIdentity {
+            name: Some("big".into()),
+            fqdn: None,
+            addresses: (0..2000u32)
+                .map(|i| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)))
+                .collect(),
+        };
+        let names = server_names(&[], &["0.0.0.0".parse().expect("address")], many);
+        assert_eq!(names.len(), 2000 + 4, "deduplicated: 127.0.0.1 once");
+        let dir = std::env::temp_dir().join(format!("reach-pki-many-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let pki =
+            Pki::load(&dir, &TlsSources::default(), &[], Duration::from_secs(60)).expect("pki");
+        let (cert, _) = server_cert(&pki.issuer, &names).expect("cert");
+        for name in ["10.0.0.0", "10.0.7.207", "big"] {
+            verify(&pki.issuer_pem, &cert, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The real path: a CA listening on 0.0.0.0 issues a server certificate
+    /// naming this machine's host name and its interfaces' addresses, and
+    /// a new one at each start.
+    #[test]
+    fn a_ca_listening_on_every_address_names_this_host() {
+        let dir = std::env::temp_dir().join(format!("reach-pki-this-host-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let wildcard = [IpAddr::from([0, 0, 0, 0])];
+        let load = || {
+            Pki::load(
+                &dir,
+                &TlsSources::default(),
+                &wildcard,
+                Duration::from_secs(60),
+            )
+            .expect("pki")
+        };
+        let pki = load();
+        let this = HostIdentity::of_this_host();
+        let host_name = this.name.clone().expect("this machine has a host name");
+        let (cert, _) = pki.server_identity();
+        verify(&pki.issuer_pem, cert, &host_name).unwrap_or_else(|e| panic!("{host_name}: {e}"));
+        for ip in &this.addresses {
+            verify(&pki.issuer_pem, cert, &ip.to_string()).unwrap_or_else(|e| panic!("{ip}: {e}"));
+        }
+        assert_ne!(
+            load().server_cert_pem,
+            pki.server_cert_pem,
+            "a new one per start"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn check_config_warns_when_the_ca_listens_beyond_loopback_without_server_names() {
+        let wildcard: Vec<std::net::SocketAddr> = vec![
+            "0.0.0.0:7443".parse().expect("a"),
+            "0.0.0.0:7480".parse().expect("a"),
+        ];
+        let warning = beyond_loopback_warning(true, &TlsSources::default(), &wildcard, ca_host)
+            .expect("a warning");
+        for needle in [
+            "0.0.0.0:7443 and 0.0.0.0:7480",
+            "reach-ca, reach-ca.example.test",
+            "10.77.0.1",
+            "[tls] server_names",
+        ] {
+            assert!(warning.contains(needle), "{needle:?} missing in {warning}");
+        }
+        let loopback = vec![
+            "127.0.0.1:7443".parse().expect("a"),
+            "[::1]:7480".parse().expect("a"),
+        ];
+        let named = TlsSources {
+            server_names: vec!["ca.example.internal".into()],
+            ..TlsSources::default()
+        };
+        let own = TlsSources {
+            cert_file: Some("/etc/reach/server.pem".into()),
+            key_file: Some("/etc/reach/server.key".into()),
+            ..TlsSources::default()
+        };
+        let quiet = [
+            beyond_loopback_warning(true, &TlsSources::default(), &loopback, ca_host),
+            beyond_loopback_warning(true, &named, &wildcard, ca_host),
+            beyond_loopback_warning(true, &own, &wildcard, ca_host),
+            beyond_loopback_warning(false, &TlsSources::default(), &wildcard, ca_host),
+        ];
+        assert_eq!(quiet, [None, None, None, None]);
+        // A specific address beyond loopback is named, and warned about.
+        let specific = vec!["10.77.0.1:7443".parse().expect("a")];
+        let warning = beyond_loopback_warning(true, &TlsSources::default(), &specific, ca_host)
+            .expect("a warning");
+        assert!(
+            warning.contains("names only 10.77.0.1, 127.0.0.1, ::1, localhost."),
+            "{warning}"
+        );
     }
 
     #[test]
