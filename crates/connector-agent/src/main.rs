@@ -63,7 +63,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("Error: {e:#}");
-            if let Some(hint) = retry::ca_cert_hint(&format!("{e:#}"), ca_cert.as_deref()) {
+            if let Some(hint) = retry::tls_hint(&format!("{e:#}"), ca_cert.as_deref()) {
                 eprintln!("hint: {hint}");
             }
             Ok(ExitCode::FAILURE)

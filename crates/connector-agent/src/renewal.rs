@@ -121,7 +121,8 @@ impl Renewer {
                         &mut rand::rng(),
                     );
                     attempt = attempt.saturating_add(1);
-                    tracing::warn!(error = %e, delay_ms = delay.as_millis(), not_after_ms = current.not_after_ms, "certificate renewal failed; retrying");
+                    let hint = crate::retry::tls_hint(&e.to_string(), None);
+                    tracing::warn!(error = %e, hint, delay_ms = delay.as_millis(), not_after_ms = current.not_after_ms, "certificate renewal failed; retrying");
                     tokio::time::sleep(delay.max(Duration::from_millis(50))).await;
                 }
             }
@@ -159,7 +160,8 @@ impl Renewer {
                 Err(e) if e.retryable() => {
                     let delay = backoff(attempt, &mut rand::rng());
                     attempt = attempt.saturating_add(1);
-                    tracing::warn!(error = %e, delay_ms = delay.as_millis(), "enrollment failed; retrying");
+                    let hint = crate::retry::tls_hint(&e.to_string(), None);
+                    tracing::warn!(error = %e, hint, delay_ms = delay.as_millis(), "enrollment failed; retrying");
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {

@@ -38,9 +38,36 @@ pub fn refused_backoff(attempt: u32, rng: &mut impl rand::Rng) -> Duration {
     Duration::from_millis(half + rng.random_range(0..=half))
 }
 
-/// What to check when a TLS error says the CA's certificate does not chain
-/// to the root the connector trusts: the `--ca-cert` file.
-pub fn ca_cert_hint(error: &str, ca_cert: Option<&std::path::Path>) -> Option<String> {
+/// What to do about a TLS error that refuses the CA's certificate: it does
+/// not name the name the connector dialled (the CA's `[tls]
+/// server_names`), or it does not chain to the root the connector trusts
+/// (the `--ca-cert` file). `None` for any other error.
+pub fn tls_hint(error: &str, ca_cert: Option<&std::path::Path>) -> Option<String> {
+    name_hint(error).or_else(|| chain_hint(error, ca_cert))
+}
+
+/// rustls' "certificate not valid for name "NAME"; certificate is only
+/// valid for …" (`NotValidForName`): the name dialled is in quotes.
+fn name_hint(error: &str) -> Option<String> {
+    const MARK: &str = "not valid for name ";
+    if !error.contains(MARK) && !error.contains("NotValidForName") {
+        return None;
+    }
+    let name = error
+        .split_once(MARK)
+        .and_then(|(_, rest)| rest.strip_prefix('"')?.split_once('"'))
+        .map(|(name, _)| name)
+        .filter(|name| !name.is_empty());
+    Some(match name {
+        Some(name) => format!(
+            "the CA's server certificate does not name \"{name}\", the name this connector dials (--ca): add \"{name}\" to [tls] server_names on the CA and restart it, or dial a name the certificate carries"
+        ),
+        None => "the CA's server certificate does not name the host this connector dials (--ca): add that name to [tls] server_names on the CA and restart it, or dial a name the certificate carries".to_owned(),
+    })
+}
+
+/// The certificate does not chain to the root in `--ca-cert`.
+fn chain_hint(error: &str, ca_cert: Option<&std::path::Path>) -> Option<String> {
     let untrusted = [
         "UnknownIssuer",
         "BadSignature",
@@ -127,9 +154,31 @@ mod tests {
     #[test]
     fn an_untrusted_ca_certificate_names_the_file() {
         let path = std::path::Path::new("/etc/reach/ca.pem");
-        let hint = ca_cert_hint("invalid peer certificate: UnknownIssuer", Some(path));
+        let hint = tls_hint("invalid peer certificate: UnknownIssuer", Some(path));
         assert!(hint.is_some_and(|h| h.contains("/etc/reach/ca.pem")));
-        assert_eq!(ca_cert_hint("connection refused", Some(path)), None);
+        assert_eq!(tls_hint("connection refused", Some(path)), None);
+    }
+
+    #[test]
+    fn a_certificate_for_other_names_names_the_name_dialled_and_server_names() {
+        let path = std::path::Path::new("/etc/reach/ca.pem");
+        // As tonic's transport error spells rustls' refusal.
+        let error = "cannot reach the CA: https://10.77.0.1:7443: transport error: invalid peer certificate: certificate not valid for name \"10.77.0.1\"; certificate is only valid for IpAddress(127.0.0.1), IpAddress(0::1) or DnsName(\"localhost\")";
+        let hint = tls_hint(error, Some(path)).expect("a hint");
+        assert!(
+            hint.contains("add \"10.77.0.1\" to [tls] server_names on the CA"),
+            "{hint}"
+        );
+        assert!(!hint.contains("ca.pem"), "not the root's fault: {hint}");
+        let by_name = "invalid peer certificate: certificate not valid for name \"reach-ca.example.test\"; certificate is only valid for DnsName(\"localhost\")";
+        let hint = tls_hint(by_name, None).expect("a hint");
+        assert!(
+            hint.contains("add \"reach-ca.example.test\" to [tls] server_names on the CA"),
+            "{hint}"
+        );
+        // rustls' error kind without the name.
+        let hint = tls_hint("invalid peer certificate: NotValidForName", None).expect("a hint");
+        assert!(hint.contains("[tls] server_names"), "{hint}");
     }
 
     #[test]

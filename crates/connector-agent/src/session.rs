@@ -214,7 +214,7 @@ fn after_loss(
         None => {
             *refused = 0;
             let error = e.to_string();
-            match crate::retry::ca_cert_hint(&error, options.ca_cert.as_deref()) {
+            match crate::retry::tls_hint(&error, options.ca_cert.as_deref()) {
                 Some(hint) => tracing::warn!(%ca, %error, %hint, "session lost"),
                 None => tracing::warn!(%ca, %error, "session lost"),
             }

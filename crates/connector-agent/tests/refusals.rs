@@ -1,7 +1,8 @@
 //! The real `connector-agent` binary when the CA refuses it: a revoked (or
 //! deleted) connector says re-enrollment is needed and what to do, and
 //! waits minutes between attempts; a disabled one says how an admin
-//! enables it. A wrong `--ca-cert` is named. Its logs carry no colour codes
+//! enables it. A wrong `--ca-cert` is named, and so is a name the CA's
+//! certificate does not carry, with the fix. Its logs carry no colour codes
 //! when they are not a terminal, and `--state-dir` has an absolute default.
 
 mod common;
@@ -213,4 +214,48 @@ async fn a_ca_cert_that_does_not_match_the_ca_names_the_file() {
         )),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_certificate_without_the_name_dialled_names_it_and_server_names() {
+    // The right root, but a server certificate for localhost only (as the
+    // CA generates one when it listens on loopback), dialled by address.
+    let served = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+    let identity =
+        tonic::transport::Identity::from_pem(served.cert.pem(), served.signing_key.serialize_pem());
+    let ca = Authority::start_tls(identity).await;
+    let addr = ca.addr;
+    let dir = std::env::temp_dir().join(format!("reach-agent-wrong-name-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let root = dir.join("ca.pem");
+    std::fs::write(&root, served.cert.pem()).expect("write");
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "--ca",
+        &format!("https://{addr}"),
+        "--name",
+        "c1",
+        "--group",
+        "g",
+    ])
+    .arg("--ca-cert")
+    .arg(&root)
+    .arg("--state-dir")
+    .arg(dir.join("state"))
+    .env("REACH_PROVISIONING_KEY", "secret-0123456789")
+    .arg("enroll");
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .expect("run");
+    ca.stop().await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("hint: the CA's server certificate does not name \"127.0.0.1\"")
+            && err.contains("add \"127.0.0.1\" to [tls] server_names on the CA"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
