@@ -288,8 +288,13 @@ async fn enrollment(
             Err(e) if e.retryable() => {
                 let delay = retry::backoff(attempt, &mut rand::rng());
                 attempt = attempt.saturating_add(1);
-                let hint = retry::tls_hint(&e.to_string(), config.ca_cert.as_deref());
-                tracing::warn!(error = %e, hint, delay_ms = delay.as_millis(), "enrollment failed; retrying");
+                let delay_ms = delay.as_millis();
+                match retry::tls_hint(&e.to_string(), config.ca_cert.as_deref()) {
+                    Some(hint) => {
+                        tracing::warn!(error = %e, %hint, delay_ms, "enrollment failed; retrying")
+                    }
+                    None => tracing::warn!(error = %e, delay_ms, "enrollment failed; retrying"),
+                }
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = &mut *shutdown => return Ok(None),

@@ -121,8 +121,15 @@ impl Renewer {
                         &mut rand::rng(),
                     );
                     attempt = attempt.saturating_add(1);
-                    let hint = crate::retry::tls_hint(&e.to_string(), None);
-                    tracing::warn!(error = %e, hint, delay_ms = delay.as_millis(), not_after_ms = current.not_after_ms, "certificate renewal failed; retrying");
+                    let (delay_ms, not_after_ms) = (delay.as_millis(), current.not_after_ms);
+                    match crate::retry::tls_hint(&e.to_string(), None) {
+                        Some(hint) => {
+                            tracing::warn!(error = %e, %hint, delay_ms, not_after_ms, "certificate renewal failed; retrying")
+                        }
+                        None => {
+                            tracing::warn!(error = %e, delay_ms, not_after_ms, "certificate renewal failed; retrying")
+                        }
+                    }
                     tokio::time::sleep(delay.max(Duration::from_millis(50))).await;
                 }
             }
@@ -160,8 +167,13 @@ impl Renewer {
                 Err(e) if e.retryable() => {
                     let delay = backoff(attempt, &mut rand::rng());
                     attempt = attempt.saturating_add(1);
-                    let hint = crate::retry::tls_hint(&e.to_string(), None);
-                    tracing::warn!(error = %e, hint, delay_ms = delay.as_millis(), "enrollment failed; retrying");
+                    let delay_ms = delay.as_millis();
+                    match crate::retry::tls_hint(&e.to_string(), None) {
+                        Some(hint) => {
+                            tracing::warn!(error = %e, %hint, delay_ms, "enrollment failed; retrying")
+                        }
+                        None => tracing::warn!(error = %e, delay_ms, "enrollment failed; retrying"),
+                    }
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {

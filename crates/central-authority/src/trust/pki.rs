@@ -352,11 +352,11 @@ pub fn server_names(
     if listen_hosts.iter().any(IpAddr::is_unspecified) {
         let host = host();
         for name in host.name.into_iter().chain(host.fqdn) {
-            match rustls::pki_types::DnsName::try_from(name.as_str()) {
-                Ok(_) => names.push(name.to_ascii_lowercase()),
-                Err(_) => tracing::warn!(
+            match policy::Host::parse(&name) {
+                Ok(valid) => names.push(valid.into_string()),
+                Err(e) => tracing::warn!(
                     name,
-                    "the host name is no valid DNS name; the generated server certificate does not name it"
+                    "the host name {e}; the generated server certificate does not name it"
                 ),
             }
         }
