@@ -1,12 +1,13 @@
 //! `cargo xtask dist` (release archives, Debian packages, SHA-256 sums and
 //! a CycloneDX SBOM in `target/dist`) and `cargo xtask package-test`
 //! (installs those packages on this machine, runs the packaged CA and
-//! connector as the `reach` user with the packaged configs, sees an
-//! application Up and an access routed, purges them and checks the machine
-//! is as it was).
+//! connector as the `reach` user with the packaged configs on two test
+//! hosts (network namespaces), the connector dialling the CA host by name,
+//! sees an application on the connector's host Up and an access routed,
+//! purges them and checks the machine is as it was).
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -349,10 +350,6 @@ fn package_file(dist: &Path, package: &str) -> Result<PathBuf> {
         .with_context(|| format!("no {prefix}*.deb in {}", dist.display()))
 }
 
-fn free_port() -> Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
 /// The command line of the installed unit's `ExecStart=`.
 fn exec_start(unit: &str) -> Result<Vec<String>> {
     let path = Path::new("/lib/systemd/system").join(unit);
@@ -373,8 +370,9 @@ struct Daemon {
 impl Daemon {
     /// `setpriv` to the `reach` user and group, with the unit's ambient
     /// capabilities (`caps`, e.g. `+net_raw`), running the unit's command
-    /// line with the unit's environment.
+    /// line with the unit's environment, on `host` (see [`TestHost::run`]).
     fn start(
+        host: &[String],
         unit: &str,
         caps: Option<&str>,
         env: &[(String, String)],
@@ -382,7 +380,14 @@ impl Daemon {
     ) -> Result<Daemon> {
         let argv = exec_start(unit)?;
         let file = std::fs::File::create(&log)?;
-        let mut cmd = Command::new("setpriv");
+        let mut cmd = match host.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(rest).arg("setpriv");
+                cmd
+            }
+            None => Command::new("setpriv"),
+        };
         cmd.args(["--reuid=reach", "--regid=reach", "--init-groups"]);
         if let Some(caps) = caps {
             cmd.arg(format!("--inh-caps={caps}"))
@@ -492,36 +497,124 @@ pub fn package_test() -> Result<()> {
     Ok(())
 }
 
-/// Between install and purge: configure, run, see Up, route an access.
+/// The CA's host and the connector's in `package-test`: network
+/// namespaces joined by a veth pair ([`TwoHosts`]).
+const CA_HOST: TestHost = TestHost {
+    ns: "reach-pt-ca",
+    name: "reach-ca",
+    fqdn: "reach-ca.example.test",
+    ip: "10.78.0.1",
+};
+const CONNECTOR_HOST: TestHost = TestHost {
+    ns: "reach-pt-connector",
+    name: "reach-connector",
+    fqdn: "reach-connector.example.test",
+    ip: "10.78.0.2",
+};
+/// The application's port on the connector's host.
+const APP_PORT: u16 = 8080;
+
+/// Between install and purge, on two hosts (the CA package's and the
+/// connector package's): configure, run, see Up, route an access.
 fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
-    // The packaged configs, pointed at free loopback ports and at an
-    // application this test serves.
-    let app = TcpListener::bind("127.0.0.1:0")?;
-    let app_port = app.local_addr()?.port();
-    std::thread::spawn(move || {
-        for stream in app.incoming() {
-            drop(stream);
-        }
-    });
-    let (grpc, http) = (free_port()?, free_port()?);
-    let ca_toml = Path::new("/etc/reach/ca.toml");
-    let text = std::fs::read_to_string(ca_toml)
-        .with_context(|| format!("the package did not install {}", ca_toml.display()))?;
-    let mut edited = String::new();
-    for line in text.lines() {
-        if line.starts_with("grpc_listen") {
-            edited += &format!("grpc_listen = \"{grpc}\"\n");
-        } else if line.starts_with("http_listen") {
-            edited += &format!("http_listen = \"{http}\"\n");
-        } else {
-            edited += line;
-            edited.push('\n');
-        }
+    let hosts = TwoHosts::create()?;
+    let (ca_host, far) = (&hosts.ca, &hosts.connector);
+    // The application, on the connector's host.
+    let testhost = target_dir().join("release").join("reach-testhost");
+    if !testhost.exists() {
+        bail!(
+            "{} is missing (the application package-test serves): run `cargo xtask e2e` or `cargo xtask dist` first",
+            testhost.display()
+        );
     }
-    edited += &format!(
-        "\n[[segments]]\nname = \"package-test\"\napplications = [\"127.0.0.1\"]\ntcp_ports = [\"{app_port}\"]\nhealth_reporting = \"continuous\"\nreport_interval_s = 1\nconnector_groups = [\"default\"]\n"
+    let mut serve = far.command(&testhost);
+    serve
+        .args(["--tcp", &format!("{}:{APP_PORT}", far.ip)])
+        .stdin(Stdio::null());
+    let _app = Killed(serve.spawn().context("starting the application")?);
+    let (grpc_port, http_port) = configure(ca_host, far)?;
+    let connector_env = connector_env(&format!("https://{}:{grpc_port}", ca_host.fqdn))?;
+    check_versions()?;
+    check_config()?;
+    let mut ca = Daemon::start(
+        &ca_host.run_named(),
+        "reach-central-authority.service",
+        None,
+        &[],
+        work.join("ca.log"),
+    )?;
+    let root = Path::new("/var/lib/reach/ca/ca.pem");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !root.exists() {
+        ca.check_running("the packaged CA")?;
+        if Instant::now() > deadline {
+            bail!("the packaged CA wrote no {} within 30 s", root.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut connector = Daemon::start(
+        &far.run(),
+        "reach-connector-agent.service",
+        Some("+net_raw"),
+        &connector_env,
+        work.join("connector.log"),
+    )?;
+    // The CA's HTTP API from the connector's host, by the CA host's name.
+    let api = format!("https://{}:{http_port}", ca_host.fqdn);
+    wait_up(far, &api, &mut ca, &mut connector)?;
+    let up = installed_at.elapsed();
+    eprintln!(
+        "xtask: package-test: install to Up: {:.1} s",
+        up.as_secs_f64()
     );
-    std::fs::write(ca_toml, edited)?;
+    route_access(far, &api)?;
+    std::fs::write(
+        work.join("install-to-up.txt"),
+        format!("{:.1}\n", up.as_secs_f64()),
+    )?;
+    drop(connector);
+    drop(ca);
+    Ok(())
+}
+
+/// The packaged `ca.toml` with a segment for the application on `far`
+/// appended, its listen addresses as shipped (every address); returns the
+/// gRPC and HTTP ports it listens on.
+fn configure(ca_host: &TestHost, far: &TestHost) -> Result<(u16, u16)> {
+    let ca_toml = Path::new("/etc/reach/ca.toml");
+    let mut text = std::fs::read_to_string(ca_toml)
+        .with_context(|| format!("the package did not install {}", ca_toml.display()))?;
+    let port = |key: &str| -> Result<u16> {
+        let listen = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim_start().strip_prefix('='))
+            .and_then(|rest| rest.split('"').nth(1))
+            .with_context(|| format!("{} has no {key}", ca_toml.display()))?;
+        let addr: SocketAddr = listen
+            .parse()
+            .with_context(|| format!("{}: {key} = {listen:?}", ca_toml.display()))?;
+        if !addr.ip().is_unspecified() {
+            bail!(
+                "{}: {key} = {listen:?}; the package listens on every address, so that a connector on {} reaches the CA on {}",
+                ca_toml.display(),
+                far.name,
+                ca_host.name
+            );
+        }
+        Ok(addr.port())
+    };
+    let ports = (port("grpc_listen")?, port("http_listen")?);
+    text += &format!(
+        "\n[[segments]]\nname = \"package-test\"\napplications = [\"{}\"]\ntcp_ports = [\"{APP_PORT}\"]\nhealth_reporting = \"continuous\"\nreport_interval_s = 1\nconnector_groups = [\"default\"]\n",
+        far.ip
+    );
+    std::fs::write(ca_toml, text)?;
+    Ok(ports)
+}
+
+/// The packaged `connector.env` with `REACH_CA` set to `ca` (the rest as
+/// shipped); returns its variables.
+fn connector_env(ca: &str) -> Result<Vec<(String, String)>> {
     let env_file = Path::new("/etc/reach/connector.env");
     let text = std::fs::read_to_string(env_file)
         .with_context(|| format!("the package did not install {}", env_file.display()))?;
@@ -529,7 +622,7 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
     let mut edited = String::new();
     for line in text.lines() {
         let line = if line.starts_with("REACH_CA=") {
-            format!("REACH_CA=https://{grpc}")
+            format!("REACH_CA={ca}")
         } else {
             line.to_owned()
         };
@@ -542,8 +635,11 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         edited.push('\n');
     }
     std::fs::write(env_file, edited)?;
+    Ok(connector_env)
+}
 
-    // `--version` names the version, the commit and the build date.
+/// `--version` names the version, the commit and the build date.
+fn check_versions() -> Result<()> {
     let version = version()?;
     for (bin, _) in BINARIES {
         let mut cmd = Command::new(Path::new("/usr/bin").join(bin));
@@ -554,89 +650,226 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
             bail!("`{bin} --version` says {said:?}: no version, commit and build date");
         }
     }
-    let mut check = Command::new("/usr/bin/central-authority");
-    check.args(["check-config", "/etc/reach/ca.toml"]);
-    run(
-        check,
-        "central-authority check-config (the unit's ExecStartPre)",
-    )?;
-    let mut ca = Daemon::start(
-        "reach-central-authority.service",
-        None,
-        &[],
-        work.join("ca.log"),
-    )?;
-    let root = Path::new("/var/lib/reach/ca/ca.pem");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !root.exists() || std::net::TcpStream::connect(http).is_err() {
-        ca.check_running("the packaged CA")?;
-        if Instant::now() > deadline {
-            bail!("the packaged CA did not listen on {http} within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    Ok(())
+}
+
+/// The unit's `ExecStartPre`: the packaged config (every address, no
+/// `[tls] server_names`) is valid, with the warning that says what the
+/// generated server certificate names and the key to set.
+fn check_config() -> Result<()> {
+    let out = Command::new("/usr/bin/central-authority")
+        .args(["check-config", "/etc/reach/ca.toml"])
+        .output()
+        .context("running central-authority check-config")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("xtask: package-test: check-config: {said}");
+    if !out.status.success() {
+        bail!("central-authority check-config (the unit's ExecStartPre) failed: {said}");
     }
-    let mut connector = Daemon::start(
-        "reach-connector-agent.service",
-        Some("+net_raw"),
-        &connector_env,
-        work.join("connector.log"),
-    )?;
-    let token = "/etc/reach/secrets/api.token";
+    if !said.contains("warning: ") || !said.contains("[tls] server_names") {
+        bail!("check-config did not warn that [tls] server_names is empty: {said}");
+    }
+    Ok(())
+}
+
+/// Waits until the application on `far` is Up, asking the CA's API at
+/// `api` from `far`.
+fn wait_up(far: &TestHost, api: &str, ca: &mut Daemon, connector: &mut Daemon) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         ca.check_running("the packaged CA")?;
         connector.check_running("the packaged connector")?;
-        let mut health = Command::new("/usr/bin/central-authority");
+        let mut health = far.command("/usr/bin/central-authority");
         health
-            .args(["api", "--url"])
-            .arg(format!("https://{http}"))
-            .arg("--ca-cert")
-            .arg(root)
-            .args(["--token-file", token])
+            .args(["api", "--url", api, "--ca-cert", "/var/lib/reach/ca/ca.pem"])
+            .args(["--token-file", "/etc/reach/secrets/api.token"])
             .args(["health", "--status", "up", "--segment", "package-test"]);
         let out = health.output()?;
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("127.0.0.1") {
-            break;
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(far.ip) {
+            return Ok(());
         }
         if Instant::now() > deadline {
             bail!(
-                "127.0.0.1:{app_port} was not Up within 60 s; health said:\n{}{}",
+                "{}:{APP_PORT} was not Up within 60 s; health said:\n{}{}",
+                far.ip,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let up = installed_at.elapsed();
-    eprintln!(
-        "xtask: package-test: install to Up: {:.1} s",
-        up.as_secs_f64()
-    );
+}
 
-    // An access, over HTTPS with the CA's generated root.
-    let mut token_text = String::new();
-    std::fs::File::open(token)?.read_to_string(&mut token_text)?;
-    let mut access = Command::new("curl");
+/// An access from `far`, over HTTPS to the CA's API at `api` with the
+/// CA's generated root, routed through the packaged connector.
+fn route_access(far: &TestHost, api: &str) -> Result<()> {
+    let mut token = String::new();
+    std::fs::File::open("/etc/reach/secrets/api.token")?.read_to_string(&mut token)?;
+    let mut access = far.command("curl");
     access
-        .args(["-sS", "--fail-with-body", "--cacert"])
-        .arg(root)
+        .args([
+            "-sS",
+            "--fail-with-body",
+            "--cacert",
+            "/var/lib/reach/ca/ca.pem",
+        ])
         .arg("-H")
-        .arg(format!("Authorization: Bearer {}", token_text.trim()))
+        .arg(format!("Authorization: Bearer {}", token.trim()))
         .args(["-H", "content-type: application/json", "-d"])
         .arg(format!(
-            r#"{{"host":"127.0.0.1","protocol":"tcp","port":{app_port}}}"#
+            r#"{{"host":"{}","protocol":"tcp","port":{APP_PORT}}}"#,
+            far.ip
         ))
-        .arg(format!("https://{http}/api/v1/access"));
+        .arg(format!("{api}/api/v1/access"));
     let answer = output(access, "POST /api/v1/access")?;
     eprintln!("xtask: package-test: access: {answer}");
     if !answer.contains("connector-1") {
         bail!("the access was not routed through the packaged connector: {answer}");
     }
-    std::fs::write(
-        work.join("install-to-up.txt"),
-        format!("{:.1}\n", up.as_secs_f64()),
-    )?;
-    drop(connector);
-    drop(ca);
     Ok(())
+}
+
+/// A child killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One test host: a network namespace with an address on the link to the
+/// other and a hosts file (`/etc/netns/NS/hosts`, which `ip netns exec`
+/// mounts over `/etc/hosts`) naming both.
+struct TestHost {
+    ns: &'static str,
+    name: &'static str,
+    fqdn: &'static str,
+    ip: &'static str,
+}
+
+impl TestHost {
+    /// The words that run a program on this host: `ip netns exec NS`.
+    fn run(&self) -> Vec<String> {
+        ["ip", "netns", "exec", self.ns].map(str::to_owned).to_vec()
+    }
+
+    /// Those words with the host's own host name (a UTS namespace of its
+    /// own, as a separate machine has), which the CA's generated server
+    /// certificate names.
+    fn run_named(&self) -> Vec<String> {
+        let mut words = self.run();
+        words.extend(
+            [
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                &format!("hostname {} && exec \"$0\" \"$@\"", self.name),
+            ]
+            .map(str::to_owned),
+        );
+        words
+    }
+
+    /// `program` run on this host.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.ns]).arg(program);
+        cmd
+    }
+
+    fn etc(&self) -> PathBuf {
+        Path::new("/etc/netns").join(self.ns)
+    }
+}
+
+/// [`CA_HOST`] and [`CONNECTOR_HOST`], joined by a veth pair on a /24 and
+/// each with `lo` up, a hosts file naming both and a `resolv.conf` naming
+/// its own loopback (no lookup leaves the host); removed on drop, also
+/// when the test fails.
+struct TwoHosts {
+    ca: TestHost,
+    connector: TestHost,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let mut cmd = Command::new("ip");
+    cmd.args(args).stdout(Stdio::null());
+    run(cmd, &format!("ip {}", args.join(" ")))
+}
+
+impl TwoHosts {
+    fn create() -> Result<TwoHosts> {
+        let hosts = TwoHosts {
+            ca: CA_HOST,
+            connector: CONNECTOR_HOST,
+        };
+        for h in [&hosts.ca, &hosts.connector] {
+            // Left over by a run that was killed.
+            let _ = Command::new("ip")
+                .args(["netns", "del", h.ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        hosts
+            .build()
+            .context("two hosts in network namespaces (needs iproute2)")?;
+        Ok(hosts)
+    }
+
+    fn build(&self) -> Result<()> {
+        let mut names = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for h in [&self.ca, &self.connector] {
+            names += &format!("{} {} {}\n", h.ip, h.fqdn, h.name);
+        }
+        for h in [&self.ca, &self.connector] {
+            ip(&["netns", "add", h.ns])?;
+            std::fs::create_dir_all(h.etc())?;
+            std::fs::write(h.etc().join("hosts"), &names)?;
+            std::fs::write(h.etc().join("resolv.conf"), "nameserver 127.0.0.1\n")?;
+        }
+        ip(&[
+            "link",
+            "add",
+            "rpt-ca",
+            "netns",
+            self.ca.ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "rpt-connector",
+            "netns",
+            self.connector.ns,
+        ])?;
+        for (h, dev) in [(&self.ca, "rpt-ca"), (&self.connector, "rpt-connector")] {
+            ip(&[
+                "-n",
+                h.ns,
+                "addr",
+                "add",
+                &format!("{}/24", h.ip),
+                "dev",
+                dev,
+            ])?;
+            ip(&["-n", h.ns, "link", "set", dev, "up"])?;
+            ip(&["-n", h.ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for h in [&self.ca, &self.connector] {
+            let _ = Command::new("ip").args(["netns", "del", h.ns]).status();
+            let _ = std::fs::remove_dir_all(h.etc());
+        }
+    }
 }
