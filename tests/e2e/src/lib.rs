@@ -17,6 +17,7 @@
 /// The headless browser (shared with the benchmark).
 pub use test_support::browser;
 pub mod conformance;
+pub mod hosts;
 pub mod procs;
 
 use std::future::Future;

@@ -64,6 +64,20 @@ impl Proc {
         envs: &[(&str, String)],
         log_dir: &Path,
     ) -> Result<Self> {
+        Self::spawn_in(&[], name, bin, args, envs, log_dir)
+    }
+
+    /// Like [`Proc::spawn`], with `wrapper` before the binary's path (e.g.
+    /// `ip netns exec NS`: the binary runs on another test host). Each
+    /// wrapper must exec the binary, so that signals reach it.
+    pub fn spawn_in(
+        wrapper: &[String],
+        name: &str,
+        bin: &str,
+        args: &[String],
+        envs: &[(&str, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
         let path = bin_dir()?.join(bin);
         std::fs::create_dir_all(log_dir)?;
         let log = log_dir.join(format!("{name}.log"));
@@ -73,7 +87,14 @@ impl Proc {
             .open(&log)
             .with_context(|| format!("opening {}", log.display()))?;
         let err = out.try_clone()?;
-        let mut cmd = Command::new(&path);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(rest).arg(&path);
+                cmd
+            }
+            None => Command::new(&path),
+        };
         cmd.args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
