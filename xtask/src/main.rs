@@ -55,8 +55,9 @@ tasks:
   dist    release archives, Debian packages (cargo-deb), SHA256SUMS and a
           CycloneDX SBOM (cargo-cyclonedx) in target/dist
   package-test  install target/dist's packages here (root), run them as the
-          packaged units would, see an application Up and an access routed,
-          purge them and check nothing is left
+          packaged units would (CA and connector on two network-namespace
+          hosts), see an application Up and an access routed, purge them and
+          check nothing is left
 ";
 
 fn main() -> ExitCode {
