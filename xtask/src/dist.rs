@@ -871,5 +871,7 @@ impl Drop for TwoHosts {
             let _ = Command::new("ip").args(["netns", "del", h.ns]).status();
             let _ = std::fs::remove_dir_all(h.etc());
         }
+        // `/etc/netns` itself, when no other namespace's files are in it.
+        let _ = std::fs::remove_dir("/etc/netns");
     }
 }

@@ -147,5 +147,7 @@ impl Drop for TwoHosts {
             let _ = ip(&["netns", "del", &h.ns]);
             let _ = std::fs::remove_dir_all(h.etc());
         }
+        // `/etc/netns` itself, when no other namespace's files are in it.
+        let _ = std::fs::remove_dir("/etc/netns");
     }
 }
