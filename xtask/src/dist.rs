@@ -1,10 +1,11 @@
 //! `cargo xtask dist` (release archives, Debian packages, SHA-256 sums and
 //! a CycloneDX SBOM in `target/dist`) and `cargo xtask package-test`
-//! (installs those packages on this machine, runs the packaged CA and
-//! connector as the `reach` user with the packaged configs on two test
-//! hosts (network namespaces), the connector dialling the CA host by name,
-//! sees an application on the connector's host Up and an access routed,
-//! purges them and checks the machine is as it was).
+//! (lintian on those packages, then installs them on this machine, runs the
+//! packaged CA and connector as the `reach` user with the packaged configs
+//! on two test hosts (network namespaces), the connector dialling the CA
+//! host by name, sees an application on the connector's host Up and an
+//! access routed, upgrades them to a newer package, purges them and checks
+//! the machine is as it was). The Debian details are in `debian`.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{build_release, cargo, root, run, target_dir};
+use crate::{build_release, cargo, debian, root, run, target_dir};
 
 /// The shipped binaries: (binary, Debian package / archive name).
 const BINARIES: &[(&str, &str)] = &[
@@ -46,7 +47,7 @@ fn installed(cmd: &str, arg: &str) -> bool {
 }
 
 /// The workspace version (`[workspace.package] version`).
-fn version() -> Result<String> {
+pub(crate) fn version() -> Result<String> {
     let text = std::fs::read_to_string(root().join("Cargo.toml"))?;
     text.lines()
         .find_map(|l| {
@@ -92,6 +93,7 @@ pub fn dist() -> Result<()> {
     let mut log = Command::new("git");
     log.current_dir(root()).args(["log", "-1", "--format=%ct"]);
     let mtime = output(log, "git log").unwrap_or_else(|_| "0".into());
+    let epoch: u64 = mtime.parse().unwrap_or(0);
 
     for (bin, package) in BINARIES {
         let built = bin_dir.join(bin);
@@ -102,6 +104,7 @@ pub fn dist() -> Result<()> {
         let mut generate = Command::new(&built);
         generate.arg("--generate-docs").arg(&docs);
         run(generate, &format!("{bin} --generate-docs"))?;
+        debian::stage(&bin_dir, bin, package, &version, &docs, epoch)?;
 
         let name = format!("{package}-{version}-{arch}-linux");
         let top = stage.join(&name);
@@ -207,6 +210,7 @@ pub fn dist() -> Result<()> {
         ])
         .arg(&dist);
         run(deb, &format!("cargo deb {package}"))?;
+        debian::complete_dbgsym(&dist, &bin_dir, package, epoch)?;
     }
 
     // The SBOM: every crate each binary is built from. cargo-cyclonedx
@@ -469,6 +473,14 @@ pub fn package_test() -> Result<()> {
     let work = target_dir().join("package-test");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    // Debian's checks, and the newer packages the upgrade installs.
+    debian::lintian(&dist)?;
+    for deb in &debs {
+        debian::check_documentation(deb, &work)?;
+    }
+    let (newer, newer_version) = debian::newer_packages(&work, &version()?, BINARIES)?;
+    let packages: Vec<&str> = BINARIES.iter().map(|(_, p)| *p).collect();
+    let units: Vec<String> = packages.iter().map(|p| format!("{p}.service")).collect();
 
     let started = Instant::now();
     let mut install = Command::new("dpkg");
@@ -476,7 +488,10 @@ pub fn package_test() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive")
         .arg("-i")
         .args(&debs);
-    let result = run(install, "dpkg -i").and_then(|()| exercise(&work, started));
+    let result = run(install, "dpkg -i")
+        .and_then(|()| exercise(&work, started))
+        .and_then(|()| debian::verify_units(&units))
+        .and_then(|()| debian::upgrade(&newer, &newer_version, &packages));
     // Purged whatever happened, then the machine must be as it was.
     let mut purge = Command::new("dpkg");
     purge
@@ -491,7 +506,7 @@ pub fn package_test() -> Result<()> {
         bail!("purging left {} behind", after.join(", "));
     }
     eprintln!(
-        "xtask: package-test: installed, Up, access routed, purged, nothing left ({:.0} s)",
+        "xtask: package-test: lintian clean, installed, Up, access routed, upgraded, purged, nothing left ({:.0} s)",
         started.elapsed().as_secs_f64()
     );
     Ok(())

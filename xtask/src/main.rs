@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result, bail};
 
 mod book;
+mod debian;
 mod dist;
 #[cfg(test)]
 mod manifests;

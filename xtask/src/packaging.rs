@@ -1,8 +1,12 @@
 //! Checks of the shipping recipes that CI cannot run (no container engine
-//! there): the Containerfile, its example config and `.containerignore`,
-//! and that the systemd units, the Debian package metadata and the
-//! packaged configs agree (paths, user, state directory, capabilities).
-//! `cargo xtask package-test` runs the packages for real.
+//! there): the Containerfile, its example config and `.containerignore`;
+//! that the systemd units, the Debian package metadata and the packaged
+//! configs agree (paths, user, state directory, capabilities); the units'
+//! sandbox (`systemd-analyze security --offline=yes` at most 2.5, every
+//! directive known); their `Documentation=` among the packages' files; the
+//! DEP-5 copyright and compressed man pages; and the maintainer scripts'
+//! restart after an upgrade. `cargo xtask package-test` runs the packages
+//! for real.
 
 use std::path::Path;
 
@@ -203,4 +207,232 @@ fn units_packages_and_packaged_configs_agree() {
         }
     }
     assert!(Path::new(&root().join("LICENSE")).is_file(), "no LICENSE");
+}
+
+/// The systemd units the packages install, with their packages.
+const UNITS: &[(&str, &str)] = &[
+    (
+        "deploy/systemd/reach-central-authority.service",
+        "central-authority",
+    ),
+    (
+        "deploy/systemd/reach-connector-agent.service",
+        "connector-agent",
+    ),
+];
+
+/// The highest `systemd-analyze security` exposure a unit may have.
+const MAX_EXPOSURE: f64 = 2.5;
+
+/// `systemd-analyze ARGS` (from the `systemd` package; it needs no running
+/// systemd): its status and output.
+fn systemd_analyze(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("systemd-analyze")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("systemd-analyze is not installed ({e}): `apt-get install systemd` (.ci/run does this)")
+        });
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[test]
+fn units_are_sandboxed_to_an_exposure_of_at_most_2_5() {
+    for (unit, _) in UNITS {
+        let (ok, text) = systemd_analyze(&["security", "--offline=yes", unit]);
+        assert!(ok, "systemd-analyze security {unit}:\n{text}");
+        let exposure: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.split_once("Overall exposure level for ")?
+                    .1
+                    .split_once(": ")?
+                    .1
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("systemd-analyze security {unit} gave no exposure:\n{text}"));
+        assert!(
+            exposure <= MAX_EXPOSURE,
+            "{unit}: systemd-analyze security --offline=yes scores {exposure}, over {MAX_EXPOSURE}:\n{}",
+            text.lines()
+                .filter(|l| l.starts_with('✗'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        // Every directive is one systemd knows (a misspelt one is ignored
+        // with a warning, and its protection silently missing). The
+        // binaries and man pages are checked installed by package-test.
+        let (_, text) = systemd_analyze(&["verify", unit]);
+        let unknown: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                !(l.contains("is not executable: No such file or directory")
+                    || l.contains("Command 'man "))
+            })
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "systemd-analyze verify {unit}:\n{}",
+            unknown.join("\n")
+        );
+    }
+}
+
+/// The destination paths of a package's assets, a source glob's `*`
+/// standing for any file name: (source, destination) pairs as Cargo.toml
+/// gives them.
+fn deb_assets(bin: &str) -> Vec<(String, String)> {
+    let manifest = toml_file(&format!("crates/{bin}/Cargo.toml"));
+    manifest["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("crates/{bin}/Cargo.toml: no [package.metadata.deb] assets"))
+        .iter()
+        .filter_map(|a| {
+            let a = a.as_array()?;
+            Some((
+                a.first()?.as_str()?.to_owned(),
+                a.get(1)?.as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Whether `name` matches `pattern`, whose `*` stands for any run of
+/// characters.
+fn glob(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, tail)) => {
+            name.len() >= head.len() + tail.len() && name.starts_with(head) && name.ends_with(tail)
+        }
+    }
+}
+
+/// Whether the assets install `/path`: an asset to exactly that path, or to
+/// its directory (a destination ending in `/`) from a source whose file
+/// name (or glob) matches.
+fn installs(assets: &[(String, String)], path: &str) -> bool {
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    assets.iter().any(|(from, to)| {
+        to == path
+            || (to.strip_suffix('/') == Some(dir)
+                && from.rsplit('/').next().is_some_and(|f| glob(f, file)))
+    })
+}
+
+#[test]
+fn every_documentation_of_a_unit_is_a_file_its_package_installs() {
+    for (unit, bin) in UNITS {
+        let paths = crate::debian::documentation_paths(&read(unit))
+            .unwrap_or_else(|e| panic!("{unit}: {e:#}"));
+        assert!(
+            !paths.is_empty(),
+            "{unit} has no Documentation= naming a file"
+        );
+        let assets = deb_assets(bin);
+        for path in paths {
+            assert!(
+                installs(&assets, &path),
+                "{unit}: Documentation= names /{path}, which crates/{bin}/Cargo.toml does not install"
+            );
+        }
+    }
+}
+
+#[test]
+fn packages_carry_debian_copyright_changelog_and_compressed_man_pages() {
+    let copyright = read("deploy/debian/copyright");
+    for needed in [
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n",
+        "\nFiles: *\n",
+        "\nLicense: Apache-2.0\n",
+        "/usr/share/common-licenses/Apache-2.0",
+    ] {
+        assert!(
+            copyright.contains(needed),
+            "deploy/debian/copyright lacks {needed:?}"
+        );
+    }
+    assert!(
+        !copyright.contains("TERMS AND CONDITIONS"),
+        "deploy/debian/copyright carries the license's full text: point at /usr/share/common-licenses"
+    );
+    for (_, bin) in UNITS {
+        let manifest = toml_file(&format!("crates/{bin}/Cargo.toml"));
+        let deb = &manifest["package"]["metadata"]["deb"];
+        let package = deb["name"].as_str().expect("name");
+        assert!(
+            deb.get("license-file").is_none(),
+            "{bin}: license-file makes cargo-deb write the full license into the copyright file"
+        );
+        let assets = deb_assets(bin);
+        let doc = format!("usr/share/doc/{package}");
+        assert!(
+            assets
+                .iter()
+                .any(|(f, t)| f == "../../deploy/debian/copyright"
+                    && *t == format!("{doc}/copyright")),
+            "{bin}: deploy/debian/copyright is not /{doc}/copyright"
+        );
+        assert!(
+            installs(&assets, &format!("{doc}/changelog.Debian.gz")),
+            "{bin}: no /{doc}/changelog.Debian.gz"
+        );
+        for (from, to) in &assets {
+            if to.starts_with("usr/share/man/") {
+                assert!(
+                    from.ends_with(".gz"),
+                    "{bin}: man page {from} is not gzip-compressed"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn postinst_restarts_a_running_unit_after_an_upgrade() {
+    for (unit, bin) in UNITS {
+        let service = unit.rsplit('/').next().expect("a file name");
+        let dir = format!("deploy/debian/{bin}");
+        let postinst = read(&format!("{dir}/postinst"));
+        // dh_installsystemd's pattern: only with systemd running, and on
+        // `configure` from a previous version ($2), a restart of the unit if
+        // it runs (deb-systemd-invoke: policy-rc.d is obeyed).
+        let systemd = postinst
+            .split("if [ -d /run/systemd/system ]; then")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{dir}/postinst asks systemd nothing"));
+        let upgrade = systemd
+            .split("if [ -n \"$2\" ]; then")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{dir}/postinst does nothing different on an upgrade"));
+        let restart = format!("deb-systemd-invoke try-restart {service}");
+        assert!(
+            upgrade
+                .split("fi")
+                .next()
+                .is_some_and(|b| b.contains(&restart)),
+            "{dir}/postinst does not `{restart}` on an upgrade"
+        );
+        let prerm = read(&format!("{dir}/prerm"));
+        assert!(
+            prerm.contains("[ \"$1\" = remove ]")
+                && prerm.contains(&format!("deb-systemd-invoke stop {service}")),
+            "{dir}/prerm does not stop {service} on removal"
+        );
+        for script in ["postinst", "prerm", "postrm"] {
+            let status = std::process::Command::new("sh")
+                .arg("-n")
+                .arg(root().join(&dir).join(script))
+                .status()
+                .expect("sh");
+            assert!(status.success(), "{dir}/{script} is not valid sh");
+        }
+    }
 }
