@@ -227,7 +227,7 @@ async fn the_books_demo_commands_work_against_the_demo_config() {
         &ca.target(),
         "demo-connector-1",
         "demo",
-        "demo-provisioning-key-change-me",
+        "demo-provisioning-key-loopback-only",
     )
     .await
     .expect("the demo connector enrolls");

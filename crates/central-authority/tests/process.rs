@@ -24,9 +24,20 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn check_config_lists_every_error_and_exits_non_zero() {
+    let dir = scratch_dir("check");
+    // The example, with secrets of one's own in place of its placeholders.
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/examples/ca.toml");
+    let own = dir.join("example.toml");
+    std::fs::write(
+        &own,
+        std::fs::read_to_string(example)
+            .expect("read the example")
+            .replace("change-me", "0123456789abcdef"),
+    )
+    .expect("write");
     let ok = Command::new(BIN)
-        .args(["check-config", example])
+        .arg("check-config")
+        .arg(&own)
         .output()
         .expect("run");
     assert!(
@@ -36,7 +47,6 @@ fn check_config_lists_every_error_and_exits_non_zero() {
     );
     assert!(String::from_utf8_lossy(&ok.stdout).contains("OK"));
 
-    let dir = scratch_dir("check");
     let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
@@ -81,6 +91,50 @@ connector_groups = ["g"]
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("selection.strategy"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The container image's configuration carries `change-me` secrets: the
+/// CA refuses it, in `check-config` and at start (before binding anything),
+/// naming the token and the group and the key of each.
+#[test]
+fn the_images_placeholder_secrets_are_refused_at_check_and_at_start() {
+    let image = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/container/ca.toml"
+    );
+    for args in [&["check-config", image][..], &["--config", image]] {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run");
+        let mut child = KillOnDrop(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.0.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{args:?} still runs after 20 s: the placeholders were accepted"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(!status.success(), "{args:?} succeeded");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.0.stderr.take().expect("stderr"), &mut stderr)
+            .expect("read stderr");
+        for needle in [
+            r#"api_tokens "admin": token is a placeholder (it contains "change-me")"#,
+            r#"connector_groups "dc-east": provisioning_key is a placeholder (it contains "change-me")"#,
+        ] {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} missing in:\n{stderr}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

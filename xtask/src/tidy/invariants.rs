@@ -84,6 +84,11 @@ const HOST_SYNTAX_ALLOWED: &[(&str, &str, &str)] = &[
         "an Origin header's URL scheme",
     ),
     (
+        "crates/central-authority/src/config/secrets.rs",
+        "let lower = value.expose().to_lowercase();",
+        "a token or key matched against the shipped placeholders (`change-me`), no host",
+    ),
+    (
         "crates/central-authority/src/api/listing.rs",
         "q: given(&raw.q).map(str::to_lowercase)",
         "the listing's search text, matched as a substring, never parsed as a host",

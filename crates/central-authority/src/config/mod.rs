@@ -875,10 +875,93 @@ mod tests {
         );
     }
 
+    /// A token or provisioning key that is (or contains) a placeholder the
+    /// shipped configurations carry is refused, naming the token or group
+    /// and the key, never the value; inline or from a file, in any case
+    /// and spelling, and even where short secrets are allowed.
     #[test]
-    fn example_config_is_valid() {
+    fn placeholder_secrets_are_refused_naming_the_token_and_the_group() {
+        let shipped = r#"
+            [[api_tokens]]
+            name = "admin"
+            token = "container-admin-token-change-me"
+            scopes = ["access", "read", "admin"]
+            [[connector_groups]]
+            name = "dc-east"
+            provisioning_key = "container-key-dc-east-change-me"
+        "#;
+        let err = Config::from_toml(shipped, Path::new(".")).expect_err("placeholders");
+        let fix = "replace it with a secret of your own, e.g. `openssl rand -hex 32`";
+        assert_eq!(
+            err.messages(),
+            [
+                format!(
+                    r#"api_tokens "admin": token is a placeholder (it contains "change-me"): {fix}"#
+                ),
+                format!(
+                    r#"connector_groups "dc-east": provisioning_key is a placeholder (it contains "change-me"): {fix}"#
+                ),
+            ]
+        );
+        assert!(!err.to_string().contains("container-"), "{err}");
+        for (value, shown) in [
+            ("CHANGE_ME", "change-me"),
+            ("pleasechangeme-0123456789", "change-me"),
+            ("REPLACE-ME: the ops API token", "REPLACE-ME"),
+            ("replace_me", "REPLACE-ME"),
+        ] {
+            let text = format!(
+                "[server]\nallow_short_secrets = true\n[[connector_groups]]\nname = \"g\"\nprovisioning_key = {value:?}\n"
+            );
+            let err = Config::from_toml(&text, Path::new(".")).expect_err(value);
+            assert_eq!(
+                err.messages(),
+                [format!(
+                    r#"connector_groups "g": provisioning_key is a placeholder (it contains {shown:?}): {fix}"#
+                )],
+                "{value}"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("reach-ca-placeholder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        std::fs::write(dir.join("ops.token"), "REPLACE-ME: the ops API token\n").expect("write");
+        let text =
+            "[[api_tokens]]\nname = \"ops\"\ntoken_file = \"ops.token\"\nscopes = [\"read\"]\n";
+        let err = Config::from_toml(text, &dir).expect_err("placeholder in a file");
+        assert_eq!(
+            err.messages(),
+            [format!(
+                r#"api_tokens "ops": token_file {} holds a placeholder (it contains "REPLACE-ME"): {fix}"#,
+                dir.join("ops.token").display()
+            )]
+        );
+        // Secrets of one's own pass, words that merely resemble the
+        // placeholders too.
+        for own in [
+            "changes-me-not-0123456789",
+            "3f9c2a7e41b05d68a1c4e9f7b2d30a56",
+        ] {
+            let text = format!("[[connector_groups]]\nname = \"g\"\nprovisioning_key = {own:?}\n");
+            Config::from_toml(&text, Path::new(".")).unwrap_or_else(|e| panic!("{own}: {e}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The example carries placeholders for its secrets (refused as they
+    /// are); with secrets of one's own in their place it is valid.
+    #[test]
+    fn example_config_is_valid_once_its_secrets_are_replaced() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/ca.toml");
-        let c = Config::load(&path).unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
+        let text = std::fs::read_to_string(&path).expect("read the example");
+        let err = Config::load_bytes(&path, text.as_bytes()).expect_err("placeholders");
+        let messages = err.messages();
+        assert!(
+            !messages.is_empty() && messages.iter().all(|m| m.contains("is a placeholder")),
+            "{messages:?}"
+        );
+        let own = text.replace("change-me", "0123456789abcdef");
+        let c = Config::load_bytes(&path, own.as_bytes())
+            .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
         assert!(!c.policy.segments.is_empty());
     }
 }

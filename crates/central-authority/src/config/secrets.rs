@@ -1,6 +1,7 @@
 //! Secrets in the configuration: API tokens and connector groups'
-//! provisioning keys (given inline or in a file, exactly one of the two),
-//! and how each group's key may be used (`max_uses`, `expires_at`).
+//! provisioning keys (given inline or in a file, exactly one of the two,
+//! never a placeholder a shipped configuration carries), and how each
+//! group's key may be used (`max_uses`, `expires_at`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,30 @@ pub struct KeyPolicy {
 /// per source (`trust::throttle`), 16 random characters are out of reach.
 pub const MIN_SECRET_CHARS: usize = 16;
 
+/// The placeholders the project's shipped configurations carry in place of
+/// secrets (`change-me` in the container image's and the examples'
+/// `ca.toml`, `REPLACE-ME` in the Kubernetes Secrets), as written there, and
+/// their two words: a value containing them in any case, joined by `-`, `_`
+/// or nothing, is one of them.
+const PLACEHOLDERS: &[(&str, [&str; 2])] = &[
+    ("change-me", ["change", "me"]),
+    ("REPLACE-ME", ["replace", "me"]),
+];
+
+/// The shipped placeholder `value` carries, if any: a CA started with one
+/// would accept a secret anyone who read the shipped file knows.
+fn placeholder(value: &Secret) -> Option<&'static str> {
+    let lower = value.expose().to_lowercase();
+    PLACEHOLDERS
+        .iter()
+        .find(|(_, [a, b])| {
+            ["-", "_", ""]
+                .iter()
+                .any(|sep| lower.contains(&format!("{a}{sep}{b}")))
+        })
+        .map(|(shown, _)| *shown)
+}
+
 /// Secrets are read from the file straight into `Secret`, whose `Debug` is
 /// redacted.
 impl<'de> serde::Deserialize<'de> for Secret {
@@ -31,9 +56,9 @@ impl<'de> serde::Deserialize<'de> for Secret {
     }
 }
 
-/// Reads a secret given inline or in a file (exactly one of the two), at
-/// least [`MIN_SECRET_CHARS`] long unless `short_ok` (tests only:
-/// `[server] allow_short_secrets`).
+/// Reads a secret given inline or in a file (exactly one of the two), not
+/// a shipped placeholder, at least [`MIN_SECRET_CHARS`] long unless
+/// `short_ok` (tests only: `[server] allow_short_secrets`).
 fn secret(
     problems: &mut Vec<Problem>,
     subject: &str,
@@ -42,6 +67,11 @@ fn secret(
     base: &Path,
     short_ok: bool,
 ) -> Option<Secret> {
+    // Where the value came from, for the placeholder message.
+    let source = match file {
+        Some(f) if inline.is_none() => format!("{file_name} {} holds", base.join(f).display()),
+        _ => format!("{inline_name} is"),
+    };
     let value = match (inline, file) {
         (Some(_), Some(_)) => {
             setting(
@@ -77,6 +107,18 @@ fn secret(
     };
     if value.is_empty() {
         setting(problems, subject, format!("{inline_name} is empty"));
+        return None;
+    }
+    if let Some(shown) = placeholder(&value) {
+        // The shipped marker only, never the value.
+        setting(
+            problems,
+            subject,
+            format!(
+                "{source} a placeholder (it contains {shown:?}): replace it with a secret \
+                 of your own, e.g. `openssl rand -hex 32`"
+            ),
+        );
         return None;
     }
     let chars = value.char_count();
