@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result, bail};
 
 mod book;
+mod container;
 mod debian;
 mod dist;
 #[cfg(test)]
@@ -59,6 +60,11 @@ tasks:
           packaged units would (CA and connector on two network-namespace
           hosts), see an application Up and an access routed, purge them and
           check nothing is left
+  container-test  build deploy/container/Containerfile with podman from the
+          release binaries on a Debian base made by mmdebstrap (cached in
+          ~/.cache/reach), run PostgreSQL, two CA replicas and two connectors
+          in containers (root), see an application Up and an access routed,
+          replace a CA and a connector on their volumes, remove it all
 ";
 
 fn main() -> ExitCode {
@@ -77,6 +83,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("dist") => dist::dist(),
         Some("package-test") => dist::package_test(),
+        Some("container-test") => container::container_test(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -196,6 +203,7 @@ fn ci() -> Result<()> {
     e2e(&[])?;
     dist::dist()?;
     dist::package_test()?;
+    container::container_test()?;
     fuzz(&[])?;
     // Benchmarks are not tests: CI only checks that every figure can still
     // be produced (quick mode, seconds), never their values.

@@ -1,12 +1,11 @@
-//! Checks of the shipping recipes that CI cannot run (no container engine
-//! there): the Containerfile, its example config and `.containerignore`;
-//! that the systemd units, the Debian package metadata and the packaged
+//! Checks of the shipping recipes' wiring: the Containerfile, its example
+//! config and `.containerignore`; that the systemd units, the Debian package metadata and the packaged
 //! configs agree (paths, user, state directory, capabilities); the units'
 //! sandbox (`systemd-analyze security --offline=yes` at most 2.5, every
 //! directive known); their `Documentation=` among the packages' files; the
 //! DEP-5 copyright and compressed man pages; and the maintainer scripts'
 //! restart after an upgrade. `cargo xtask package-test` runs the packages
-//! for real.
+//! and `cargo xtask container-test` the image for real.
 
 use std::path::Path;
 
