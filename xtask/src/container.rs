@@ -218,14 +218,15 @@ fn preflight() -> Result<()> {
     Ok(())
 }
 
-/// `$XDG_CACHE_HOME/reach`, else `$HOME/.cache/reach`: outside the clone,
-/// which CI makes afresh.
+/// `$XDG_CACHE_HOME/reach/container-base`, else
+/// `$HOME/.cache/reach/container-base`: outside the clone, which CI makes
+/// afresh; a directory of its own, since older keys' files are removed.
 fn cache_dir() -> Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache"),
     };
-    let dir = base.join("reach");
+    let dir = base.join("reach").join("container-base");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }
