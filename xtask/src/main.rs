@@ -107,7 +107,11 @@ fn root() -> PathBuf {
 
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(root());
+    // `cargo run` (the `xtask` alias) sets this for xtask itself; passed
+    // on, it reaches build scripts that track it (ring's), which then run
+    // again and rebuild everything above them whenever a build alternates
+    // between xtask and a plain `cargo`.
+    cmd.current_dir(root()).env_remove("CARGO_MANIFEST_DIR");
     cmd
 }
 
