@@ -107,11 +107,26 @@ fn root() -> PathBuf {
 
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    // `cargo run` (the `xtask` alias) sets this for xtask itself; passed
-    // on, it reaches build scripts that track it (ring's), which then run
-    // again and rebuild everything above them whenever a build alternates
+    cmd.current_dir(root());
+    // `cargo run` (the `xtask` alias) sets these for xtask itself; passed
+    // on, they reach the fingerprints of build scripts that track them
+    // (ring's: CARGO_MANIFEST_DIR and CARGO_PKG_*), which then run again
+    // and rebuild everything above them whenever a build alternates
     // between xtask and a plain `cargo`.
-    cmd.current_dir(root()).env_remove("CARGO_MANIFEST_DIR");
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&&*name)
+        {
+            cmd.env_remove(&*name);
+        }
+    }
     cmd
 }
 
