@@ -206,7 +206,8 @@ fn preconditions() {
 }
 
 /// The connector binary of this build (profile and target directory of
-/// `central-authority`'s), built now so it is never stale.
+/// `central-authority`'s), built now (with the rest of the workspace's test
+/// build) so it is never stale.
 fn connector_agent_bin() -> PathBuf {
     let profile_dir = Path::new(CA_BIN).parent().expect("the binary's directory");
     let target = profile_dir.parent().expect("the target directory");
@@ -233,11 +234,18 @@ fn connector_agent_bin() -> PathBuf {
             cargo.env_remove(name.as_ref());
         }
     }
-    let out = cargo
+    // The workspace's test build (what `cargo test --workspace` and so CI
+    // run): within that run it is fresh and builds nothing, where a build
+    // of `-p connector-agent` alone unified other features and compiled
+    // its dependencies a second time.
+    cargo
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "-p", "connector-agent", "--bin"])
-        .args(["connector-agent", "--profile", profile, "--target-dir"])
-        .arg(target)
+        .args(["test", "--workspace", "--no-run", "--quiet", "--target-dir"])
+        .arg(target);
+    if profile != "dev" {
+        cargo.args(["--profile", profile]);
+    }
+    let out = cargo
         .output()
         .expect("running cargo to build connector-agent");
     assert!(
