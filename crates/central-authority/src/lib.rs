@@ -134,6 +134,10 @@ pub async fn run_with(
         )
     };
     authority.set_replica_id(me.id.clone());
+    // The drains in force before the first session can register.
+    if let Some(Err(e)) = authority.blocking(Authority::refresh_drains).await {
+        tracing::warn!(error = %e, "cannot read the drained connectors from the store");
+    }
     tokio::spawn(replicas::run(
         authority.clone(),
         me,

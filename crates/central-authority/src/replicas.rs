@@ -2,7 +2,9 @@
 //! one CA: each registers itself in the store with a heartbeat (listed by
 //! `GET /api/v1/replicas`), and each reconciles its live connector sessions
 //! against the store, so a revocation, disable or delete made on any
-//! replica closes the affected sessions on every replica.
+//! replica closes the affected sessions on every replica, and reads the
+//! administrators' drains from it, so a drain made on any replica holds on
+//! every replica.
 //!
 //! The reconcile runs every `RECONCILE_EVERY` and, on PostgreSQL, at once
 //! when another replica's `NOTIFY` arrives (`Store::changes`); the periodic
@@ -294,6 +296,12 @@ async fn reconcile_now(authority: &Arc<Authority>) {
             closed,
             "sessions closed: their standing changed in the store"
         );
+    }
+    // An outage is logged once, by the store; the drains read last stand.
+    if let Some(Err(e)) = authority.blocking(Authority::refresh_drains).await
+        && !e.is_unavailable()
+    {
+        tracing::warn!(error = %e, "cannot read the drained connectors from the store");
     }
 }
 

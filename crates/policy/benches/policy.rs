@@ -22,6 +22,7 @@ fn candidates(n: usize) -> Vec<Candidate> {
             connector: format!("connector-{i:05}"),
             group: format!("group-{}", i % 4),
             connected: true,
+            drained: false,
             status: if i % 4 == 3 { Status::Down } else { Status::Up },
             // Smoothed RTTs spread over 0.5-50 ms, a handful within the
             // tolerance of the best.

@@ -19,6 +19,12 @@
 //!
 //! For `none` segments every connected candidate counts as Up.
 //!
+//! A drained candidate (`Candidate::drained`: an administrator drained it,
+//! or it drains itself while it shuts down) is selected for no new access
+//! in every strategy and mode: it counts as neither reachable nor
+//! connected for the rules above, and when every connected candidate is
+//! drained the refusal says so (`AllDrained`).
+//!
 //! `Eligibility` is the one statement of that rule: `select` draws from it,
 //! `explain` reports its verdict per candidate.
 //!
@@ -45,6 +51,9 @@ pub struct Candidate {
     pub group: String,
     /// Whether it has a live session.
     pub connected: bool,
+    /// Whether it is drained: it keeps its session and reports but carries
+    /// no new access.
+    pub drained: bool,
     /// Its effective status for the requested application.
     pub status: Status,
     /// Its smoothed round-trip time to the application (`smooth_rtt` over
@@ -153,6 +162,9 @@ pub enum RefusalReason {
     NoHealthReport,
     /// On-access discovery found nothing reachable in time.
     DiscoveryTimeout,
+    /// Every connected candidate is drained (an administrator's drain, or
+    /// connectors shutting down).
+    AllDrained,
 }
 
 impl RefusalReason {
@@ -165,6 +177,7 @@ impl RefusalReason {
             RefusalReason::AllDown => "all_down",
             RefusalReason::NoHealthReport => "no_health_report",
             RefusalReason::DiscoveryTimeout => "discovery_timeout",
+            RefusalReason::AllDrained => "all_drained",
         }
     }
 }
@@ -187,9 +200,10 @@ pub enum Decision {
     Refused(RefusalReason),
 }
 
-/// Whether a candidate's status counts as reachable in this mode.
+/// Whether a candidate's status counts as reachable in this mode (a
+/// drained candidate never does).
 fn reachable(c: &Candidate, mode: HealthReporting) -> bool {
-    c.connected && (mode == HealthReporting::None || c.status.is_reachable())
+    c.connected && !c.drained && (mode == HealthReporting::None || c.status.is_reachable())
 }
 
 /// Why a candidate may or may not carry the request.
@@ -197,6 +211,8 @@ fn reachable(c: &Candidate, mode: HealthReporting) -> bool {
 pub enum Verdict {
     /// No live session: never eligible.
     NotConnected,
+    /// Drained (by an administrator, or shutting down): never eligible.
+    Drained,
     /// A `none` segment: every connected candidate is assumed reachable.
     AssumedReachable,
     /// Healthy strategy: eligible when the status is reachable.
@@ -242,6 +258,7 @@ impl Verdict {
             Verdict::AssumedReachable | Verdict::InEligibleGroup(_) | Verdict::Near { .. } => true,
             Verdict::Reports(status) => status.is_reachable(),
             Verdict::NotConnected
+            | Verdict::Drained
             | Verdict::GroupIneligible
             | Verdict::Down
             | Verdict::Farther { .. }
@@ -254,6 +271,7 @@ impl Verdict {
     fn reason(self, c: &Candidate, user: Option<(f64, Duration)>) -> String {
         match self {
             Verdict::NotConnected => "not connected".to_owned(),
+            Verdict::Drained => "drained: selected for no new access".to_owned(),
             Verdict::AssumedReachable => {
                 "segment has health_reporting = \"none\": assumed reachable".to_owned()
             }
@@ -485,6 +503,9 @@ impl<'a> Eligibility<'a> {
         if !c.connected {
             return Verdict::NotConnected;
         }
+        if c.drained {
+            return Verdict::Drained;
+        }
         match self.strategy {
             // In a `none` segment every connected group is eligible too.
             _ if self.mode == HealthReporting::None => Verdict::AssumedReachable,
@@ -620,11 +641,19 @@ pub fn select_with<R: Rng + ?Sized>(
     }
 }
 
-/// The reason nothing is eligible.
+/// The reason nothing is eligible: judged over the connected candidates
+/// that are not drained.
 fn refusal(candidates: &[Candidate], mode: HealthReporting) -> RefusalReason {
-    let mut connected = candidates.iter().filter(|c| c.connected).peekable();
+    let mut connected = candidates
+        .iter()
+        .filter(|c| c.connected && !c.drained)
+        .peekable();
     if connected.peek().is_none() {
-        RefusalReason::NoConnector
+        if candidates.iter().any(|c| c.connected) {
+            RefusalReason::AllDrained
+        } else {
+            RefusalReason::NoConnector
+        }
     } else if mode != HealthReporting::None && connected.all(|c| c.status == Status::Down) {
         RefusalReason::AllDown
     } else {
@@ -910,9 +939,18 @@ mod tests {
             connector: connector.into(),
             group: group.into(),
             connected,
+            drained: false,
             status,
             rtt: None,
             location: None,
+        }
+    }
+
+    /// `c(…)`, drained.
+    fn drained(connector: &str, group: &str, status: Status) -> Candidate {
+        Candidate {
+            drained: true,
+            ..c(connector, group, true, status)
         }
     }
 
@@ -993,6 +1031,72 @@ mod tests {
                 "{strategy}"
             );
         }
+    }
+
+    /// A drained candidate is chosen by no strategy in no mode, even as
+    /// the only Up one, and its explanation says why.
+    #[test]
+    fn a_drained_candidate_is_never_chosen_and_explained_as_drained() {
+        let mut candidates = vec![
+            Candidate {
+                rtt: Some(Duration::from_micros(100)),
+                ..drained("near-drained", "g1", Up)
+            },
+            Candidate {
+                rtt: Some(Duration::from_millis(40)),
+                ..c("far", "g2", true, Up)
+            },
+            c("down", "g1", true, Down),
+        ];
+        for mode in [Continuous, OnAccess, NoChecks] {
+            for strategy in [Strategy::Healthy, Strategy::Group, Strategy::Nearest] {
+                let got = chosen(&candidates, mode, strategy);
+                let want = if mode == NoChecks {
+                    set(&["far", "down"])
+                } else {
+                    set(&["far"])
+                };
+                assert_eq!(got, want, "{mode} {strategy}");
+                let e = explain(&candidates, mode, strategy);
+                let note = &e.candidates[0];
+                assert!(!note.eligible, "{mode} {strategy}: {note:?}");
+                assert_eq!(note.reason, "drained: selected for no new access");
+                assert!(note.connected, "a drained connector is still connected");
+            }
+        }
+        // Group: the drained one does not make its group eligible; the
+        // group's other member (Down) cannot carry it either.
+        let e = explain(&candidates, Continuous, Strategy::Group);
+        assert_eq!(e.eligible_groups, vec!["g2".to_owned()]);
+        // Nearest: the band is over the undrained (40 ms is the best).
+        let e = explain(&candidates, Continuous, Strategy::Nearest);
+        assert!(e.candidates[1].eligible, "{:?}", e.candidates[1]);
+        // Draining the last one that could carry it: refused as drained,
+        // where it would be refused as down without the drain.
+        candidates[1].drained = true;
+        for strategy in [Strategy::Healthy, Strategy::Group, Strategy::Nearest] {
+            assert_eq!(
+                refusal_of(&candidates, Continuous, strategy),
+                RefusalReason::AllDown,
+                "an undrained Down candidate is left: {strategy}"
+            );
+        }
+        candidates.pop();
+        for mode in [Continuous, OnAccess, NoChecks] {
+            for strategy in [Strategy::Healthy, Strategy::Group, Strategy::Nearest] {
+                assert_eq!(
+                    refusal_of(&candidates, mode, strategy),
+                    RefusalReason::AllDrained,
+                    "{mode} {strategy}"
+                );
+            }
+        }
+        candidates.iter_mut().for_each(|c| c.connected = false);
+        assert_eq!(
+            refusal_of(&candidates, Continuous, Strategy::Healthy),
+            RefusalReason::NoConnector
+        );
+        assert_eq!(RefusalReason::AllDrained.as_str(), "all_drained");
     }
 
     #[test]

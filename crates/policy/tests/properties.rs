@@ -120,25 +120,28 @@ fn mode() -> impl Strategy<Value = HealthReporting> {
     ]
 }
 
+/// Candidates, about one in four drained.
 fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
-    prop::collection::vec((0u8..3, any::<bool>(), status()), 0..12).prop_map(|cs| {
+    prop::collection::vec((0u8..3, any::<bool>(), status(), 0u8..4), 0..12).prop_map(|cs| {
         cs.into_iter()
             .enumerate()
-            .map(|(i, (group, connected, status))| Candidate {
+            .map(|(i, (group, connected, status, drain))| Candidate {
                 rtt: None,
                 location: None,
                 connector: format!("c{i}"),
                 group: format!("g{group}"),
                 connected,
+                drained: drain == 0,
                 status,
             })
             .collect()
     })
 }
 
-/// Whether a candidate counts as reporting the application reachable.
+/// Whether a candidate counts as reporting the application reachable (a
+/// drained one never does).
 fn counts_reachable(c: &Candidate, mode: HealthReporting) -> bool {
-    c.connected && (mode == HealthReporting::None || c.status.is_reachable())
+    c.connected && !c.drained && (mode == HealthReporting::None || c.status.is_reachable())
 }
 
 proptest! {
@@ -174,7 +177,7 @@ proptest! {
     // ---- selection ----
 
     #[test]
-    fn healthy_never_selects_an_unreachable_or_disconnected_candidate(
+    fn healthy_never_selects_an_unreachable_disconnected_or_drained_candidate(
         cs in candidates(),
         mode in mode(),
         seed in any::<u64>(),
@@ -187,9 +190,11 @@ proptest! {
             }
             Decision::Refused(reason) => {
                 prop_assert!(!any_reachable, "refused {reason} with a reachable candidate");
-                let connected: Vec<_> = cs.iter().filter(|c| c.connected).collect();
-                let expected = if connected.is_empty() {
+                let connected: Vec<_> = cs.iter().filter(|c| c.connected && !c.drained).collect();
+                let expected = if cs.iter().all(|c| !c.connected) {
                     RefusalReason::NoConnector
+                } else if connected.is_empty() {
+                    RefusalReason::AllDrained
                 } else if connected.iter().all(|c| c.status == Status::Down) {
                     RefusalReason::AllDown
                 } else {
@@ -201,7 +206,7 @@ proptest! {
     }
 
     #[test]
-    fn group_never_selects_a_disconnected_or_down_connector(
+    fn group_never_selects_a_disconnected_drained_or_down_connector(
         cs in candidates(),
         mode in mode(),
         seed in any::<u64>(),
@@ -215,7 +220,7 @@ proptest! {
         match select(&cs, mode, Pick::Group, &mut rng) {
             Decision::Selected { index } => {
                 let c = &cs[index];
-                prop_assert!(c.connected, "{c:?}");
+                prop_assert!(c.connected && !c.drained, "{c:?}");
                 prop_assert!(mode == HealthReporting::None || c.status != Status::Down, "{c:?}");
                 prop_assert!(eligible.contains(c.group.as_str()), "{c:?} not in {eligible:?}");
             }
@@ -369,6 +374,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
             connector: format!("ok{i}"),
             group: format!("g{}", i % 3),
             connected: true,
+            drained: false,
             status: if i % 2 == 0 {
                 Status::Up
             } else {
@@ -381,6 +387,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
             connector: format!("down{i}"),
             group: format!("g{}", i % 3),
             connected: true,
+            drained: false,
             status: Status::Down,
         });
         out.push(Candidate {
@@ -389,6 +396,7 @@ fn healthy_pool(k: usize) -> Vec<Candidate> {
             connector: format!("gone{i}"),
             group: format!("g{}", i % 3),
             connected: false,
+            drained: false,
             status: Status::Up,
         });
     }
@@ -458,6 +466,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
                 connector: format!("g{g}c{i}"),
                 group: format!("g{g}"),
                 connected: true,
+                drained: false,
                 // One reporting Up makes the group eligible; the others are
                 // Unknown, which the literal rule allows.
                 status: if i == 0 { Status::Up } else { Status::Unknown },
@@ -469,6 +478,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
             connector: format!("g{g}down"),
             group: format!("g{g}"),
             connected: true,
+            drained: false,
             status: Status::Down,
         });
     }
@@ -478,6 +488,7 @@ fn group_choices_are_uniform_over_groups_then_connectors() {
         connector: "x".into(),
         group: "ineligible".into(),
         connected: true,
+        drained: false,
         status: Status::Unknown,
     });
 

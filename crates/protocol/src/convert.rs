@@ -301,6 +301,7 @@ impl From<RefusalReason> for v1::RefusalReason {
             RefusalReason::AllDown => v1::RefusalReason::AllDown,
             RefusalReason::NoHealthReport => v1::RefusalReason::NoHealthReport,
             RefusalReason::DiscoveryTimeout => v1::RefusalReason::DiscoveryTimeout,
+            RefusalReason::AllDrained => v1::RefusalReason::AllDrained,
         }
     }
 }
@@ -314,6 +315,7 @@ pub fn refusal_from_wire(field: &'static str, value: i32) -> Result<RefusalReaso
         Ok(v1::RefusalReason::AllDown) => Ok(RefusalReason::AllDown),
         Ok(v1::RefusalReason::NoHealthReport) => Ok(RefusalReason::NoHealthReport),
         Ok(v1::RefusalReason::DiscoveryTimeout) => Ok(RefusalReason::DiscoveryTimeout),
+        Ok(v1::RefusalReason::AllDrained) => Ok(RefusalReason::AllDrained),
         _ => Err(WireError::InvalidEnum { field, value }),
     }
 }
@@ -874,6 +876,7 @@ mod tests {
             RefusalReason::AllDown,
             RefusalReason::NoHealthReport,
             RefusalReason::DiscoveryTimeout,
+            RefusalReason::AllDrained,
         ] {
             assert_eq!(
                 refusal_from_wire("f", v1::RefusalReason::from(r) as i32),

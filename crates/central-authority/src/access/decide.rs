@@ -323,7 +323,7 @@ impl Authority {
             .collect();
         candidates
             .iter()
-            .filter(|c| c.connected && stale.contains(&c.connector))
+            .filter(|c| c.connected && !c.drained && stale.contains(&c.connector))
             .map(|c| c.connector.clone())
             .collect()
     }
@@ -365,6 +365,7 @@ impl Authority {
                     connector: name,
                     group: group.clone(),
                     connected: link.connected,
+                    drained: link.drained,
                     status: Status::Unknown,
                     rtt: None,
                     location,
@@ -426,7 +427,9 @@ impl Authority {
         self.forward_access(key, candidates, &recheck, caps, now)
     }
 
-    /// Forwards an access to the connected candidates, at most once per
+    /// Forwards an access to the connected candidates that are not drained
+    /// (a drained connector carries no new access, so nobody waits for
+    /// its check), at most once per
     /// `access_forward_interval` per (application, connector) (held-back
     /// accesses follow as a renewal, see `renew_windows`), and starts or
     /// renews the CA's own window for each forward; not to connectors with
@@ -445,7 +448,7 @@ impl Authority {
         let targets = self.registry().senders(
             candidates
                 .iter()
-                .filter(|c| c.connected)
+                .filter(|c| c.connected && !c.drained)
                 .map(|c| c.connector.as_str()),
         );
         let mut sent = Vec::new();
@@ -682,6 +685,10 @@ fn refusal_message(
         RefusalReason::DiscoveryTimeout => format!(
             "no connector reported {app} reachable within the discovery timeout ({} ms)",
             state.settings().discovery_timeout.as_millis()
+        ),
+        RefusalReason::AllDrained => format!(
+            "every connected connector of connector group(s) {} is drained (by an administrator, or shutting down)",
+            segment.connector_groups.join(", ")
         ),
         RefusalReason::NoSegment | RefusalReason::PortNotInSegment => reason.to_string(),
     }

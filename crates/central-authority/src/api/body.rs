@@ -21,7 +21,8 @@ pub fn refusal_status(reason: RefusalReason) -> StatusCode {
         RefusalReason::NoConnector
         | RefusalReason::AllDown
         | RefusalReason::NoHealthReport
-        | RefusalReason::DiscoveryTimeout => StatusCode::SERVICE_UNAVAILABLE,
+        | RefusalReason::DiscoveryTimeout
+        | RefusalReason::AllDrained => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 

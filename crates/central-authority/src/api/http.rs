@@ -8,9 +8,11 @@
 //! document, `openapi`), plus the admin API (scope `admin`):
 //! `GET /api/v1/provisioning_keys`, `POST /api/v1/provisioning_keys/{group}/revoke`,
 //! `POST /api/v1/connectors/{name}/{disable,enable,revoke,allow-reenroll}`,
+//! `POST /api/v1/connectors/{name}/{drain,undrain}`,
 //! `DELETE /api/v1/connectors/{name}`, each recorded in the audit trail
 //! (`trust::audit`) with the caller's token name and address, also when
-//! refused; and `GET /api/v1/audit`, that trail.
+//! refused; and `GET /api/v1/audit`, that trail. `GET /api/v1/whatif`
+//! (scope `read`) answers what draining connectors would do.
 //!
 //! Served over TLS (rustls) when the CA has certificates: one task per
 //! connection, a TLS handshake timeout, a bound on open connections, header
@@ -21,7 +23,7 @@
 //! `invalid_request` 400, `unauthorized` 401, `forbidden` 403,
 //! `cross_origin` 403, `unsupported_media_type` 415 (both from `guard`),
 //! `port_not_in_segment` 403, `no_segment` 404, and `no_connector`,
-//! `all_down`, `no_health_report`, `discovery_timeout` 503.
+//! `all_down`, `no_health_report`, `discovery_timeout`, `all_drained` 503.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -92,6 +94,9 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/provisioning_keys", get(keys))
         .route("/api/v1/provisioning_keys/{group}/revoke", post(revoke_key))
+        .route("/api/v1/connectors/{name}/drain", post(drain_connector))
+        .route("/api/v1/connectors/{name}/undrain", post(undrain_connector))
+        .route("/api/v1/whatif", get(whatif))
         .route("/api/v1/connectors/{name}/{action}", post(connector_action))
         .route("/api/v1/connectors/{name}", delete(delete_connector))
         .route("/api/v1/audit", get(audit))
@@ -601,6 +606,43 @@ async fn audited(
     + Send
     + 'static,
 ) -> Result<Option<serde_json::Value>, Response> {
+    audited_as(a, caller, action, target, move |a| {
+        Ok(f(a)?.map_or(Acted::NotFound, Acted::Done))
+    })
+    .await
+}
+
+/// What an admin action's work came to.
+enum Acted {
+    /// Done: the answer's fields (also the audit entry's detail).
+    Done(serde_json::Value),
+    /// No such target; nothing changed.
+    NotFound,
+    /// Declined by the action's own rule (a drain that would leave an
+    /// application without a connector): nothing changed; the answer, and
+    /// why for the audit entry (`refused`).
+    Declined(Response, String),
+}
+
+/// Why an audited action was not done.
+enum NotDone {
+    /// The caller lacks the `admin` scope.
+    Refused(ApiError),
+    /// The action's own rule declined it (its answer).
+    Declined(Box<Response>),
+    /// The store failed.
+    Store(crate::store::StoreError),
+}
+
+/// [`audited`] for an action that may also be declined (`Acted::Declined`,
+/// recorded as `refused` with its reason).
+async fn audited_as(
+    a: &Shared,
+    caller: Caller,
+    action: &'static str,
+    target: String,
+    f: impl FnOnce(&Authority) -> Result<Acted, crate::store::StoreError> + Send + 'static,
+) -> Result<Option<serde_json::Value>, Response> {
     use crate::trust::audit::{AdminAction, Outcome};
     let Caller {
         actor,
@@ -612,17 +654,22 @@ async fn audited(
             let (result, outcome, detail) = match refused {
                 Some(refusal) => {
                     let detail = refusal.message();
-                    (Err(Ok(refusal)), Outcome::Refused, detail)
+                    (Err(NotDone::Refused(refusal)), Outcome::Refused, detail)
                 }
                 None => match f(a) {
-                    Ok(Some(v)) => {
+                    Ok(Acted::Done(v)) => {
                         let detail = v.to_string();
                         (Ok(Some(v)), Outcome::Ok, detail)
                     }
-                    Ok(None) => (Ok(None), Outcome::NotFound, String::new()),
+                    Ok(Acted::NotFound) => (Ok(None), Outcome::NotFound, String::new()),
+                    Ok(Acted::Declined(answer, why)) => (
+                        Err(NotDone::Declined(Box::new(answer))),
+                        Outcome::Refused,
+                        why,
+                    ),
                     Err(e) => {
                         let detail = e.to_string();
-                        (Err(Err(e)), Outcome::Failed, detail)
+                        (Err(NotDone::Store(e)), Outcome::Failed, detail)
                     }
                 },
             };
@@ -639,10 +686,11 @@ async fn audited(
         .await;
     match done {
         Some(Ok(v)) => Ok(v),
-        Some(Err(Ok(refusal))) => Err(refusal.into_response()),
+        Some(Err(NotDone::Refused(refusal))) => Err(refusal.into_response()),
+        Some(Err(NotDone::Declined(answer))) => Err(*answer),
         // A store that does not answer is 503 `store_unavailable`, any
         // other database failure 500 (`storage` logs either).
-        Some(Err(Err(e))) => Err(storage(e)),
+        Some(Err(NotDone::Store(e))) => Err(storage(e)),
         None => Err(shutting_down()),
     }
 }
@@ -894,6 +942,7 @@ struct ConnectorCounts {
     disconnected: usize,
     over_budget: usize,
     disabled: usize,
+    drained: usize,
 }
 
 /// `GET /api/v1/overview`: counts by status of every visible application
@@ -915,6 +964,7 @@ async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
             // when it was last seen.
             over_budget: connectors.iter().filter(|c| c.connected && c.over_budget).count(),
             disabled: connectors.iter().filter(|c| c.disabled).count(),
+            drained: connectors.iter().filter(|c| c.drained.is_some()).count(),
         },
         "check_budget": a.snapshot().settings().check_budget,
         "version": version,
@@ -1127,15 +1177,13 @@ async fn audit(
     }
 }
 
-async fn connectors(
-    State(a): State<Shared>,
-    headers: axum::http::HeaderMap,
-    _: RequireScope<scope::Read>,
-) -> Response {
+/// Whether the caller of a read route (let through by its scope) also has
+/// the `admin` scope: it then sees what only administrators see.
+async fn caller_is_admin(a: &Shared, headers: &axum::http::HeaderMap) -> bool {
     let header = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let admin = match crate::api::auth::session_of(&a, &headers).await {
+    match crate::api::auth::session_of(a, headers).await {
         Some(Ok(s)) if header.is_none() => s.allows(crate::trust::auth::Scope::Admin),
         _ => crate::trust::auth::authorize(
             &a.snapshot().config.tokens,
@@ -1144,7 +1192,15 @@ async fn connectors(
             crate::trust::auth::Scope::Admin,
         )
         .is_ok(),
-    };
+    }
+}
+
+async fn connectors(
+    State(a): State<Shared>,
+    headers: axum::http::HeaderMap,
+    _: RequireScope<scope::Read>,
+) -> Response {
+    let admin = caller_is_admin(&a, &headers).await;
     // Enrolled connectors come from the database: off the async workers.
     match a.blocking(Authority::connectors).await {
         Some(connectors) => axum::Json(ConnectorsBody {
@@ -1508,6 +1564,153 @@ async fn connector_action(
 /// The actions of `POST /api/v1/connectors/{name}/{action}`.
 const ACTIONS: [&str; 4] = ["disable", "enable", "revoke", "allow-reenroll"];
 
+/// `?force=` of `POST /api/v1/connectors/{name}/drain`.
+#[derive(Debug, Deserialize)]
+struct DrainQuery {
+    force: Option<String>,
+}
+
+/// `POST /api/v1/connectors/{name}/drain`: the connector is selected for
+/// no new access on every replica (its session and reports go on); refused
+/// (409 `last_healthy_connector`, with what it would strand) when an
+/// application would be left without a healthy, undrained connector,
+/// unless `force=true`.
+async fn drain_connector(
+    State(a): State<Shared>,
+    Path(name): Path<String>,
+    Query(q): Query<DrainQuery>,
+    caller: Caller,
+) -> Response {
+    use crate::access::drain::DrainAnswer;
+    let force = match q.force.as_deref() {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return ApiError::InvalidRequest(format!(
+                "force: {:?} is neither true nor false",
+                other.chars().take(16).collect::<String>()
+            ))
+            .into_response();
+        }
+    };
+    let shown: String = name.chars().take(128).collect();
+    let (actor, body, target) = (caller.actor.clone(), shown.clone(), name.clone());
+    let done = audited_as(&a, caller, "connector.drain", target, move |a| {
+        Ok(match a.drain_connector(&name, &actor, force)? {
+            DrainAnswer::NotFound => Acted::NotFound,
+            DrainAnswer::Refused(whatif) => drain_refused(&body, whatif),
+            DrainAnswer::Drained {
+                record,
+                already,
+                whatif,
+            } => Acted::Done(json!({
+                "name": body,
+                "drained": true,
+                "already": already,
+                "since": record.since_ms,
+                "by": {"kind": record.actor_kind, "name": record.actor},
+                "forced": force && whatif.stranded > 0,
+                "stranded": whatif.stranded,
+            })),
+        })
+    })
+    .await;
+    admin_answer(done, &shown)
+}
+
+/// A drain declined because it would leave applications without a
+/// healthy, undrained connector: 409 naming them, with the whole answer
+/// of `GET /api/v1/whatif` for the connector.
+fn drain_refused(name: &str, whatif: crate::access::drain::WhatIfView) -> Acted {
+    let lines = crate::access::drain::stranded_lines(&whatif);
+    let message = format!(
+        "draining {name:?} would leave {} application(s) without a healthy, undrained connector: {}; drain with force=true to drain anyway",
+        whatif.stranded,
+        lines.join("; ")
+    );
+    let answer = (
+        StatusCode::CONFLICT,
+        axum::Json(json!({
+            "error": {"reason": "last_healthy_connector", "message": message},
+            "whatif": whatif,
+        })),
+    )
+        .into_response();
+    Acted::Declined(answer, message)
+}
+
+/// `POST /api/v1/connectors/{name}/undrain`: ends an administrator's
+/// drain on every replica.
+async fn undrain_connector(
+    State(a): State<Shared>,
+    Path(name): Path<String>,
+    caller: Caller,
+) -> Response {
+    let shown: String = name.chars().take(128).collect();
+    let (body, target) = (shown.clone(), name.clone());
+    let done = audited(&a, caller, "connector.undrain", target, move |a| {
+        a.undrain_connector(&name)
+            .map(|was| was.map(|was| json!({"name": body, "drained": false, "was_drained": was})))
+    })
+    .await;
+    admin_answer(done, &shown)
+}
+
+/// The answer of a drain or undrain: its fields, or 404 for a connector
+/// this CA does not know.
+fn admin_answer(done: Result<Option<serde_json::Value>, Response>, shown: &str) -> Response {
+    match done {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no connector {shown:?} (enrolled, or connected since this CA started)"),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+/// `?without=` of `GET /api/v1/whatif`.
+#[derive(Debug, Deserialize)]
+struct WhatIfQuery {
+    without: Option<String>,
+}
+
+/// `GET /api/v1/whatif?without=NAME[,NAME…]`: which applications would
+/// lose their last healthy, undrained connector without the named
+/// connectors (a group's name: every connector of it). Changes nothing.
+async fn whatif(
+    State(a): State<Shared>,
+    headers: axum::http::HeaderMap,
+    _: RequireScope<scope::Read>,
+    Query(q): Query<WhatIfQuery>,
+) -> Response {
+    use crate::access::drain::WithoutError;
+    let admin = caller_is_admin(&a, &headers).await;
+    let Some(spec) = q.without.filter(|w| !w.trim().is_empty()) else {
+        return ApiError::InvalidRequest(
+            "without: name a connector or connector group (?without=NAME[,NAME…])".into(),
+        )
+        .into_response();
+    };
+    let answer = a
+        .blocking(move |a| {
+            a.resolve_without(&spec)
+                .map(|r| r.map(|without| a.what_if(&without, admin)))
+        })
+        .await;
+    match answer {
+        Some(Ok(Ok(view))) => axum::Json(view).into_response(),
+        Some(Ok(Err(e @ WithoutError::Unknown(_)))) => {
+            error_body(StatusCode::NOT_FOUND, "not_found", &e.to_string(), None)
+        }
+        Some(Ok(Err(e))) => ApiError::InvalidRequest(e.to_string()).into_response(),
+        Some(Err(e)) => storage(e),
+        None => shutting_down(),
+    }
+}
+
 /// `DELETE /api/v1/connectors/{name}`: revokes the connector's
 /// certificates, ends its session and frees its name.
 async fn delete_connector(
@@ -1636,6 +1839,7 @@ mod tests {
             connector: "c\"1".into(),
             group: "g".into(),
             connected: true,
+            drained: false,
             status: policy::Status::Up,
             rtt: Some(std::time::Duration::from_micros(500)),
             location: None,

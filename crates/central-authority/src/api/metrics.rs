@@ -417,6 +417,7 @@ fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
     let checks_per_second = Family::<ConnectorLabels, Gauge<f64, AtomicU64>>::default();
     let last_seen = Family::<ConnectorLabels, Gauge>::default();
     let cert_expiry = Family::<ConnectorLabels, Gauge>::default();
+    let drained_since = Family::<ConnectorLabels, Gauge>::default();
     // A disabled connector is disconnected on purpose: it gets no
     // series, so "disconnected" means a connector that should be there.
     for c in connectors.iter().filter(|c| !c.disabled) {
@@ -446,7 +447,17 @@ fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
         if let Some(t) = c.certificate_not_after {
             cert_expiry.get_or_create(&labels).set(t.div_euclid(1000));
         }
+        if let Some(d) = &c.drained {
+            drained_since
+                .get_or_create(&labels)
+                .set(d.since.div_euclid(1000));
+        }
     }
+    registry.register(
+        "connector_drained_since_timestamp_seconds",
+        "When the connector's drain began, Unix seconds (an administrator's drain, or its own while it shuts down); connectors that are not drained have no series",
+        drained_since,
+    );
     registry.register(
         "connector_connected",
         "1 when the connector has a live session with the CA, 0 when it is known but disconnected (disabled connectors have no series)",
@@ -516,6 +527,7 @@ mod tests {
             last_seen: Some(1_700_000_000_500),
             enrolled: true,
             disabled,
+            drained: None,
             certificate_serial: None,
             certificate_not_after: Some(1_800_000_000_999),
             certificates: Vec::new(),
@@ -607,6 +619,17 @@ mod tests {
                 connector("on", true, false),
                 connector("off", false, false),
                 connector("retired", false, true),
+                ConnectorView {
+                    drained: Some(crate::access::drain::DrainView {
+                        since: 1_750_000_000_999,
+                        by: crate::access::drain::DrainedBy {
+                            kind: "token".into(),
+                            name: "ops".into(),
+                        },
+                        until: None,
+                    }),
+                    ..connector("maintained", true, false)
+                },
             ],
             &[("root", 1_900_000_000)],
             5,
@@ -620,6 +643,7 @@ mod tests {
             r#"reach_ca_connector_last_seen_timestamp_seconds{connector="on",group="g"} 1700000000"#,
             r#"reach_ca_connector_certificate_expiry_timestamp_seconds{connector="off",group="g"} 1800000000"#,
             r#"reach_ca_certificate_expiry_timestamp_seconds{certificate="root"} 1900000000"#,
+            r#"reach_ca_connector_drained_since_timestamp_seconds{connector="maintained",group="g"} 1750000000"#,
             "reach_ca_check_budget 5",
             // No application at all: every status is still a series.
             r#"reach_ca_applications{status="down"} 0"#,
@@ -627,6 +651,10 @@ mod tests {
             assert!(text.contains(line), "no `{line}` in\n{text}");
         }
         assert!(!text.contains("retired"), "{text}");
+        assert!(
+            !text.contains(r#"reach_ca_connector_drained_since_timestamp_seconds{connector="on""#),
+            "only drained connectors have a drain series: {text}"
+        );
         assert!(
             !text.contains(r#"reach_ca_connector_checks_per_second{connector="off""#),
             "{text}"

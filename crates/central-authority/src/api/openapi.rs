@@ -97,6 +97,11 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             "the CA's store (database) does not answer: an admin change or a read of the store was not made (nothing changed; retry once it is back); access decisions go on without the store",
         ),
         (
+            "last_healthy_connector",
+            409,
+            "(`POST /api/v1/connectors/{name}/drain`) the drain would leave applications without a healthy, undrained connector; nothing changed (`force=true` drains anyway)",
+        ),
+        (
             "warming_up",
             503,
             "(`/readyz`, `/healthz`) the CA started recently and the connectors its store knows have not all re-attached and reported (at most `[health] warmup_ms`)",
@@ -125,16 +130,20 @@ fn refusal_doc(r: RefusalReason) -> &'static str {
         RefusalReason::DiscoveryTimeout => {
             "access refused: on-access discovery found nothing reachable in time"
         }
+        RefusalReason::AllDrained => {
+            "access refused: every connected candidate is drained (by an administrator, or shutting down)"
+        }
     }
 }
 
-const REFUSALS: [RefusalReason; 6] = [
+const REFUSALS: [RefusalReason; 7] = [
     RefusalReason::NoSegment,
     RefusalReason::PortNotInSegment,
     RefusalReason::NoConnector,
     RefusalReason::AllDown,
     RefusalReason::NoHealthReport,
     RefusalReason::DiscoveryTimeout,
+    RefusalReason::AllDrained,
 ];
 
 /// One candidate of an explanation (`policy::CandidateNote`).
@@ -389,6 +398,50 @@ pub struct ConnectorDeletedBody {
     pub certificates_revoked: u64,
 }
 
+/// `POST /api/v1/connectors/{name}/drain`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DrainedBody {
+    /// The connector.
+    pub name: String,
+    /// Always true.
+    pub drained: bool,
+    /// Whether it was drained before (the earlier drain stands: its
+    /// `since` and `by`).
+    pub already: bool,
+    /// When the drain in force began, Unix ms.
+    pub since: i64,
+    /// Who drained it.
+    pub by: crate::access::drain::DrainedBy,
+    /// True when `force=true` drained it although applications are left
+    /// without a healthy, undrained connector.
+    pub forced: bool,
+    /// How many applications the drain left without a healthy, undrained
+    /// connector (0 unless forced).
+    pub stranded: u64,
+}
+
+/// `POST /api/v1/connectors/{name}/undrain`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UndrainedBody {
+    /// The connector.
+    pub name: String,
+    /// Always false.
+    pub drained: bool,
+    /// Whether it was drained (false: nothing changed).
+    pub was_drained: bool,
+}
+
+/// A drain refused because applications would be left without a healthy,
+/// undrained connector (409 `last_healthy_connector`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DrainRefusedBody {
+    /// `last_healthy_connector`, with a message naming the applications.
+    pub error: ErrorDetail,
+    /// What the drain would do (as `GET /api/v1/whatif?without=NAME`
+    /// answers it for an administrator).
+    pub whatif: crate::access::drain::WhatIfView,
+}
+
 /// Every schema in `components.schemas` (with the ones they refer to).
 fn schemas() -> Vec<(String, RefOr<Schema>)> {
     fn add<T: ToSchema>(out: &mut Vec<(String, RefOr<Schema>)>) {
@@ -408,6 +461,10 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<KeyRevokedBody>(&mut out);
     add::<ConnectorActionBody>(&mut out);
     add::<ConnectorDeletedBody>(&mut out);
+    add::<DrainedBody>(&mut out);
+    add::<UndrainedBody>(&mut out);
+    add::<DrainRefusedBody>(&mut out);
+    add::<crate::access::drain::WhatIfView>(&mut out);
     add::<crate::trust::audit::AuditPage>(&mut out);
     out
 }
@@ -769,7 +826,7 @@ fn api_operations() -> Vec<Op> {
                     "content": {"application/json": {"schema": {"type": "object"},
                         "example": {"applications": {"up": 3, "unhealthy": 0, "down": 1, "unknown": 2},
                             "applications_total": 6,
-                            "connectors": {"total": 2, "connected": 2, "disconnected": 0, "over_budget": 0, "disabled": 0},
+                            "connectors": {"total": 2, "connected": 2, "disconnected": 0, "over_budget": 0, "disabled": 0, "drained": 0},
                             "check_budget": 6000, "version": 12, "epoch": "5f0c2a9e41d7b3c8"}}}},
                     "500": error_ref("Internal"),
                     "503": error_ref("Unavailable")},
@@ -812,7 +869,7 @@ fn api_operations() -> Vec<Op> {
             auth: Auth::Scope(Read),
             spec: json!({
                 "operationId": "listConnectors",
-                "summary": "Every known connector: session, check load, budget, enrollment",
+                "summary": "Every known connector: session, check load, budget, enrollment, drain",
                 "description": "`session_id`, `version` and `certificate_serial` only for an `admin` token.",
                 "tags": ["connectors"],
                 "responses": {"200": {"description": "the connectors, sorted by name",
@@ -821,6 +878,7 @@ fn api_operations() -> Vec<Op> {
                         "checks_per_cycle": 6, "cycle_seconds": 0.3, "over_budget": false,
                         "check_budget": 6000, "load": null, "connected_since": 1_764_000_000_000u64,
                         "last_seen": 1_764_000_005_000u64, "enrolled": true, "disabled": false,
+                        "drained": {"since": 1_764_000_003_000u64, "by": {"kind": "token", "name": "ops"}, "until": null},
                         "certificate_not_after": 1_795_536_000_000u64, "certificates": []}]}))}},
             }),
         },
@@ -882,7 +940,8 @@ fn api_operations() -> Vec<Op> {
                         "the deciding segment does not include the port; also `forbidden` and `cross_origin`"),
                     "404": refusal_response(&[RefusalReason::NoSegment], "no segment matches"),
                     "503": refusal_response(&[RefusalReason::NoConnector, RefusalReason::AllDown,
-                        RefusalReason::NoHealthReport, RefusalReason::DiscoveryTimeout],
+                        RefusalReason::NoHealthReport, RefusalReason::DiscoveryTimeout,
+                        RefusalReason::AllDrained],
                         "no connector can carry it; also `unavailable` while the CA shuts down"),
                 },
             }),
@@ -1038,13 +1097,99 @@ fn api_operations() -> Vec<Op> {
             }),
         },
         Op {
+            method: "post",
+            path: "/api/v1/connectors/{name}/drain",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "drainConnector",
+                "summary": "Drain a connector before maintenance: selected for no new access, on every replica",
+                "description": "The connector keeps its session and reports; access decisions skip it (reason `drained` in their explanations) and on-access accesses are no longer forwarded to it. The drain is kept in the store: in force on this replica at once, on the others within a second (on PostgreSQL at once). Refused with 409 `last_healthy_connector` when an application would be left without a healthy (Up or Unhealthy), undrained connector by this replica's health table, naming them, unless `force=true`. Draining a drained connector changes nothing (`already`). Recorded in the audit trail (`connector.drain`), also when refused.",
+                "tags": ["admin"],
+                "parameters": [
+                    name_param("name", "connector: enrolled, or connected since this CA started"),
+                    {"name": "force", "in": "query", "required": false,
+                     "description": "`true`: drain although applications are left without a healthy, undrained connector",
+                     "schema": {"type": "string", "enum": ["true", "false", ""]}},
+                ],
+                "responses": {
+                    "200": {"description": "drained",
+                        "content": json_body("DrainedBody", json!({"name": "c1", "drained": true,
+                            "already": false, "since": 1_764_000_000_000u64,
+                            "by": {"kind": "token", "name": "ops"}, "forced": false, "stranded": 0}))},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("connector"),
+                    "409": {"description": "not drained: applications would be left without a healthy, undrained connector (reason `last_healthy_connector`)",
+                        "content": json_body("DrainRefusedBody", json!({
+                            "error": {"reason": "last_healthy_connector",
+                                "message": "draining \"c1\" would leave 1 application(s) without a healthy, undrained connector: jira: jira.lanukcorp.com:80/tcp; drain with force=true to drain anyway"},
+                            "whatif": {"without": ["c1"], "stranded": 1, "hidden_stranded": 0,
+                                "applications": [{"segment": "jira", "host": "jira.lanukcorp.com",
+                                    "protocol": "tcp", "port": 80, "health_reporting": "continuous",
+                                    "losing": ["c1"], "left": [], "stranded": true}]}}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/api/v1/connectors/{name}/undrain",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "undrainConnector",
+                "summary": "End an administrator's drain of a connector, on every replica",
+                "description": "A connector's own drain while it shuts down ends with its session, not here. Recorded in the audit trail (`connector.undrain`).",
+                "tags": ["admin"],
+                "parameters": [name_param("name", "connector: enrolled, drained, or connected since this CA started")],
+                "responses": {
+                    "200": {"description": "not drained (any more)",
+                        "content": json_body("UndrainedBody",
+                            json!({"name": "c1", "drained": false, "was_drained": true}))},
+                    "404": not_found("connector"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/whatif",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "whatIf",
+                "summary": "Which applications would lose their last healthy connector without these connectors",
+                "description": "Changes nothing: the check to run before a maintenance window. `without` names connectors and connector groups (a group: every connector of it this replica knows), comma-separated; a name that is both says `connector:NAME` or `group:NAME`. An application counts when one of the named connectors carries it now: connected, undrained, Up or Unhealthy by this replica's health table (on-access applications while their window is live; a `none` segment's applications as one row, carried by every connected connector of its groups). Applications of segments with `client_hostname_validation = true` are listed only for callers with the `admin` scope, counted for everyone.",
+                "tags": ["connectors"],
+                "parameters": [
+                    {"name": "without", "in": "query", "required": true,
+                     "description": "connector or group names, comma-separated (at most 100)",
+                     "schema": {"type": "string", "pattern": "^((connector:|group:)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127})(,(connector:|group:)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"}},
+                ],
+                "responses": {
+                    "200": {"description": "what taking them away would do",
+                        "content": json_body("WhatIfView", json!({"without": ["c1", "c2"],
+                            "stranded": 1, "hidden_stranded": 0, "applications": [
+                                {"segment": "jira", "host": "jira.lanukcorp.com", "protocol": "tcp",
+                                 "port": 80, "health_reporting": "continuous",
+                                 "losing": ["c1", "c2"], "left": [], "stranded": true},
+                                {"segment": "legacy", "host": null, "protocol": null, "port": null,
+                                 "health_reporting": "none", "losing": ["c1"], "left": ["c3"],
+                                 "stranded": false}]}))},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("connector or connector group"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
             method: "get",
             path: "/api/v1/audit",
             auth: Auth::Scope(Admin),
             spec: json!({
                 "operationId": "listAudit",
                 "summary": "The audit trail of admin actions, newest first, paged",
-                "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, delete; provisioning key revoke; configuration reload) with its time, actor (`token` by its configured name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`; an unknown token is not recorded. Kept `[audit] retention_s` (default one year), shared by every replica.",
+                "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, drain, undrain, delete; provisioning key revoke; configuration reload) with its time, actor (`token` by its configured name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`; an unknown token is not recorded. Kept `[audit] retention_s` (default one year), shared by every replica.",
                 "tags": ["admin"],
                 "parameters": [
                     query_param("since", false, "Unix ms or RFC 3339"),

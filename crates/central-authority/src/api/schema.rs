@@ -28,7 +28,8 @@ pub(crate) fn exhaustive(
         | RefusalReason::NoConnector
         | RefusalReason::AllDown
         | RefusalReason::NoHealthReport
-        | RefusalReason::DiscoveryTimeout => {}
+        | RefusalReason::DiscoveryTimeout
+        | RefusalReason::AllDrained => {}
     }
     match s {
         Status::Up | Status::Unhealthy | Status::Down | Status::Unknown => {}
@@ -182,6 +183,15 @@ pub fn protocol() -> Object {
         names(&[Protocol::Tcp, Protocol::Udp]),
         "transport protocol",
         false,
+    )
+}
+
+/// A transport protocol, or null.
+pub fn nullable_protocol() -> Object {
+    string_enum(
+        names(&[Protocol::Tcp, Protocol::Udp]),
+        "transport protocol (null: see the object's description)",
+        true,
     )
 }
 

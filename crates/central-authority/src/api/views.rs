@@ -268,6 +268,10 @@ pub struct ConnectorView {
     pub enrolled: bool,
     /// Whether an administrator disabled it.
     pub disabled: bool,
+    /// Its drain, when it is drained (selected for no new access while it
+    /// keeps its session and reports): an administrator's, or its own
+    /// while it shuts down; null when it is not.
+    pub drained: Option<crate::access::drain::DrainView>,
     /// Serial of its current certificate (admin only: omitted otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certificate_serial: Option<String>,
@@ -923,7 +927,9 @@ impl Authority {
 
     /// Every known connector, sorted by name.
     pub fn connectors(&self) -> Vec<ConnectorView> {
+        use crate::access::drain::DrainView;
         let budget = self.snapshot().settings().check_budget;
+        let drains = self.registry().drains();
         let mut out: Vec<ConnectorView> = self.registry().list(|name, e| ConnectorView {
             name: name.to_owned(),
             group: e.group.clone(),
@@ -940,6 +946,12 @@ impl Authority {
             last_seen: e.last_seen.map(unix_ms),
             enrolled: false,
             disabled: false,
+            // An administrator's drain outlasts the session's own.
+            drained: e
+                .drain
+                .as_ref()
+                .map(DrainView::of_record)
+                .or_else(|| e.self_drain().map(|d| DrainView::of_session(name, d))),
             certificate_serial: None,
             certificate_not_after: None,
             certificates: Vec::new(),
@@ -967,6 +979,7 @@ impl Authority {
                                 last_seen: None,
                                 enrolled: false,
                                 disabled: false,
+                                drained: drains.get(&r.name).map(DrainView::of_record),
                                 certificate_serial: None,
                                 certificate_not_after: None,
                                 certificates: Vec::new(),
@@ -1223,6 +1236,13 @@ impl ConnectorView {
             name: self.name.clone(),
             group: self.group.clone(),
             connected: self.connected,
+            drained: self.drained.is_some(),
+            drained_since_unix_ms: self.drained.as_ref().map_or(0, |d| d.since),
+            drained_by: self
+                .drained
+                .as_ref()
+                .map(|d| format!("{}:{}", d.by.kind, d.by.name))
+                .unwrap_or_default(),
             load: self.load.as_ref().map(|l| v1::CheckLoad {
                 targets: l.targets,
                 checks_per_cycle: l.checks_per_cycle,

@@ -259,6 +259,7 @@ async fn run_session(
             key_sha256: key.clone(),
             tx,
             kill: kill.clone(),
+            draining: None,
         },
     );
     let hello = tokio::select! {
@@ -753,6 +754,10 @@ impl Authority {
                     .heartbeat(&self.snapshot(), &identity.name, wall, hb, live);
             }
             Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
+            Some(In::Drain(d)) => {
+                self.seen(identity, wall, seen_ms);
+                self.self_drain(&identity.name, d.drain_ms);
+            }
             Some(In::Hello(_)) => {
                 self.seen(identity, wall, seen_ms);
                 tracing::warn!(connector = %identity.name, "ignoring a second Hello");

@@ -20,7 +20,7 @@ pub struct OutcomeLabel {
 }
 
 /// How many `RefusalReason`s there are (the decision series' places).
-const REFUSAL_REASONS: usize = 6;
+const REFUSAL_REASONS: usize = 7;
 
 /// Labels of `reach_ca_throttled_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -748,6 +748,7 @@ mod bounded {
             key_sha256: None,
             tx,
             kill: Arc::new(Notify::new()),
+            draining: None,
         };
         let arrival = Arrival {
             name: "c1",
@@ -874,6 +875,7 @@ mod opened_by_access {
             key_sha256: None,
             tx,
             kill: Arc::new(Notify::new()),
+            draining: None,
         };
         a.registry().open_pending("c1", session);
         a.registry()

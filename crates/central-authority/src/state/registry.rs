@@ -3,6 +3,13 @@
 //! load and the CA's check-load estimate. Entries are kept after a
 //! connector disconnects, so the API can list it as disconnected.
 //!
+//! It also keeps which connectors are drained (selected for no new
+//! access): the administrators' drains as last read from the store (for
+//! every connector name, also those not connected here), and a session's
+//! own drain while its connector shuts down (`v1::Drain`), which ends with
+//! the session. A member's link carries the result, so a decision reads it
+//! with the rest of the link.
+//!
 //! It also holds the *pending* streams: authenticated, not yet registered
 //! (before `Hello`). Disable, revoke, re-enrollment and delete close those
 //! too, and registration takes a stream out of the pending set under the
@@ -26,6 +33,7 @@ use crate::state::clock::unix_ms;
 use crate::state::policy_state::PolicyState;
 use crate::state::series::{LoadSeries, Merge};
 use crate::state::sync::lock;
+use crate::store::DrainRecord;
 
 /// The sending half of a session's outbound stream.
 pub(crate) type Outbound = mpsc::Sender<Result<v1::AuthorityMessage, tonic::Status>>;
@@ -44,6 +52,19 @@ pub(crate) struct LiveSession {
     pub key_sha256: Option<String>,
     pub tx: Outbound,
     pub kill: Arc<Notify>,
+    /// The connector drains itself (it sent `v1::Drain` on this session):
+    /// selected for no new access until the session ends.
+    pub draining: Option<SelfDrain>,
+}
+
+/// A session's own drain (`v1::Drain`), as its connector stated it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SelfDrain {
+    /// When the CA received it, Unix ms.
+    pub since_ms: i64,
+    /// When the connector said it will close the session, Unix ms (`None`:
+    /// it did not say).
+    pub until_ms: Option<i64>,
 }
 
 /// A live session as the reconcile sees it (`Registry::live_sessions`).
@@ -80,6 +101,8 @@ pub(crate) struct ConnectorEntry {
     /// `estimate.checks_per_cycle` over time (the highest of each
     /// interval), recorded with every estimate.
     pub load_series: Box<LoadSeries>,
+    /// An administrator's drain of it, as last read from the store.
+    pub drain: Option<DrainRecord>,
 }
 
 impl ConnectorEntry {
@@ -94,12 +117,23 @@ impl ConnectorEntry {
         }
     }
 
-    /// Its connection state and cycle.
+    /// Its connection state, cycle and whether it is drained.
     fn link(&self) -> Link {
         Link {
             connected: self.session.is_some(),
             cycle: self.cycle(),
+            drained: self.is_drained(),
         }
+    }
+
+    /// Whether it is drained: by an administrator, or by its live session.
+    pub fn is_drained(&self) -> bool {
+        self.drain.is_some() || self.self_drain().is_some()
+    }
+
+    /// Its live session's own drain, if it sent one.
+    pub fn self_drain(&self) -> Option<SelfDrain> {
+        self.session.as_ref().and_then(|s| s.draining)
     }
 
     /// Takes the live session, if any, and marks the connector disconnected.
@@ -121,6 +155,7 @@ pub(crate) struct ConnSnap {
     pub group: String,
     pub connected: bool,
     pub cycle: Duration,
+    pub drained: bool,
 }
 
 impl ConnSnap {
@@ -129,16 +164,19 @@ impl ConnSnap {
         Link {
             connected: self.connected,
             cycle: self.cycle,
+            drained: self.drained,
         }
     }
 }
 
-/// A connector's connection state and check cycle: what the effective
-/// status of its stored results depends on (`Authority::effective`).
+/// A connector's connection state and check cycle, what the effective
+/// status of its stored results depends on (`Authority::effective`), and
+/// whether it is drained (selected for no new access; its results stand).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Link {
     pub connected: bool,
     pub cycle: Duration,
+    pub drained: bool,
 }
 
 /// What a connector says about itself in its `Hello`.
@@ -173,6 +211,10 @@ struct Conns {
     /// Authenticated streams that have not registered yet, by session id,
     /// with their connector's name.
     pending: HashMap<u64, (String, LiveSession)>,
+    /// Every administrator's drain as last read from the store, by
+    /// connector (those not in `map` too: an entry made later takes its
+    /// drain from here).
+    drains: HashMap<String, DrainRecord>,
 }
 
 impl Conns {
@@ -226,6 +268,7 @@ impl Registry {
             return Err(NotPending);
         };
         let count = welcome(&session);
+        let drain = conns.drains.get(name).cloned();
         let entry = conns
             .map
             .entry(name.to_owned())
@@ -240,6 +283,7 @@ impl Registry {
                 last_seen: None,
                 estimate: policy::estimate_budget(0, 20, u64::MAX),
                 load_series: Box::default(),
+                drain,
             });
         if entry.group != group
             && let Some(old) = conns.groups.get_mut(&entry.group)
@@ -328,6 +372,81 @@ impl Registry {
                 conns.groups.remove(&e.group);
             }
         }
+    }
+
+    /// Replaces the administrators' drains with `drains` (the store's);
+    /// returns whether that changed any. Relinks only the connectors whose
+    /// drain changed.
+    pub(crate) fn set_drains(&self, drains: Vec<DrainRecord>) -> bool {
+        let drains: HashMap<String, DrainRecord> = drains
+            .into_iter()
+            .map(|d| (d.connector.clone(), d))
+            .collect();
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        if conns.drains == drains {
+            return false;
+        }
+        for (name, e) in conns.map.iter_mut() {
+            let now = drains.get(name);
+            if e.drain.as_ref() != now {
+                e.drain = now.cloned();
+                relink(&mut conns.groups, name, e);
+            }
+        }
+        conns.drains = drains;
+        true
+    }
+
+    /// Records an administrator's drain made here (the store has it): in
+    /// force here at once, before the next reading of the store.
+    pub(crate) fn drained(&self, drain: DrainRecord) {
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        let name = drain.connector.clone();
+        if let Some(e) = conns.map.get_mut(&name) {
+            e.drain = Some(drain.clone());
+            relink(&mut conns.groups, &name, e);
+        }
+        conns.drains.insert(name, drain);
+    }
+
+    /// Ends an administrator's drain of `name` here (the store has ended
+    /// it).
+    pub(crate) fn undrained(&self, name: &str) {
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        conns.drains.remove(name);
+        if let Some(e) = conns.map.get_mut(name) {
+            e.drain = None;
+            relink(&mut conns.groups, name, e);
+        }
+    }
+
+    /// Records that `name`'s live session drains itself (`v1::Drain`);
+    /// returns whether it has a live session (a repeated `Drain` keeps the
+    /// first's start).
+    pub(crate) fn self_drain(&self, name: &str, drain: SelfDrain) -> bool {
+        lock(&self.conns)
+            .update(name, |e| match e.session.as_mut() {
+                Some(s) => {
+                    s.draining.get_or_insert(drain);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false)
+    }
+
+    /// Whether the registry knows `name` (it connected since the CA
+    /// started).
+    pub(crate) fn knows(&self, name: &str) -> bool {
+        lock(&self.conns).map.contains_key(name)
+    }
+
+    /// Every administrator's drain, by connector.
+    pub(crate) fn drains(&self) -> HashMap<String, DrainRecord> {
+        lock(&self.conns).drains.clone()
     }
 
     /// Takes every live session (at shutdown).
@@ -460,6 +579,7 @@ impl Registry {
                         group: e.group.clone(),
                         connected: e.session.is_some(),
                         cycle: e.cycle(),
+                        drained: e.is_drained(),
                     },
                 )
             })
@@ -596,6 +716,7 @@ mod tests {
                 key_sha256: None,
                 tx,
                 kill: Arc::new(Notify::new()),
+                draining: None,
             },
         );
         let hello = v1::Hello::default();
@@ -673,7 +794,8 @@ mod tests {
             link("a"),
             Some(Link {
                 connected: true,
-                cycle: seven
+                cycle: seven,
+                drained: false,
             })
         );
         assert_ne!(link("b").map(|l| l.cycle), Some(seven));
@@ -698,6 +820,55 @@ mod tests {
         arrive(&registry, "b", "g", 5);
         assert_eq!(registry.close_all().len(), 1);
         assert!(registry.members("g").iter().all(|(_, l)| !l.connected));
+    }
+
+    /// A member's link says it is drained while an administrator's drain
+    /// (also one read before it connected) or its session's own drain
+    /// holds; the session's ends with the session.
+    #[test]
+    fn a_members_link_follows_its_drains() {
+        let registry = Registry::default();
+        let drained = |n: &str| {
+            registry
+                .members("g")
+                .into_iter()
+                .find(|(m, _)| m == n)
+                .map(|(_, l)| l.drained)
+        };
+        let record = |n: &str| DrainRecord {
+            connector: n.to_owned(),
+            since_ms: 1,
+            actor_kind: "token".into(),
+            actor: "ops".into(),
+        };
+        // Read from the store before "b" ever connected.
+        assert!(registry.set_drains(vec![record("b")]));
+        assert!(!registry.set_drains(vec![record("b")]), "no change");
+        arrive(&registry, "a", "g", 1);
+        arrive(&registry, "b", "g", 2);
+        assert_eq!((drained("a"), drained("b")), (Some(false), Some(true)));
+        registry.drained(record("a"));
+        assert_eq!(drained("a"), Some(true));
+        registry.undrained("a");
+        assert_eq!(drained("a"), Some(false));
+        assert!(registry.set_drains(Vec::new()));
+        assert_eq!(drained("b"), Some(false));
+        // A session's own drain lasts as long as the session.
+        let own = SelfDrain {
+            since_ms: 5,
+            until_ms: Some(10),
+        };
+        assert!(registry.self_drain("a", own));
+        assert_eq!(drained("a"), Some(true));
+        assert!(registry.self_drain("a", SelfDrain { since_ms: 7, ..own }));
+        let kept = registry.list(|n, e| (n == "a").then(|| e.self_drain()).flatten());
+        assert_eq!(kept.into_iter().flatten().collect::<Vec<_>>(), vec![own]);
+        assert!(registry.end("a", 1).is_some());
+        assert_eq!(drained("a"), Some(false));
+        arrive(&registry, "a", "g", 3);
+        assert_eq!(drained("a"), Some(false), "a new session is not drained");
+        assert!(!registry.self_drain("nobody", own));
+        assert!(registry.snapshot().values().all(|c| !c.drained));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The CA's persistent state: enrolled connectors (and whether they are
-//! disabled), the certificates issued to them with their serials and
+//! disabled), the drained connectors (since when, by whom), the certificates issued to them with their serials and
 //! revocations, the use counts and revocations of provisioning keys, and
 //! the CA replicas sharing the database, the status history and the audit
 //! trail of admin actions. Health is not here: it is soft state each
@@ -18,7 +18,8 @@
 //! backend read in its transaction; the backends only read and write.
 //!
 //! Changes that end sessions (revocations, disables, deletes,
-//! re-enrollments) are announced to the other replicas (`changes`): on
+//! re-enrollments) and drains are announced to the other replicas
+//! (`changes`): on
 //! PostgreSQL by `NOTIFY`; every replica also reconciles its live sessions
 //! against the store periodically (`crate::replicas`), which covers a
 //! missed notification and CA processes sharing one SQLite file.
@@ -345,6 +346,21 @@ pub struct ConnectorRecord {
     pub not_after_ms: Option<i64>,
 }
 
+/// A connector an administrator drained: it keeps its session and
+/// reports but is selected for no new access, on every replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainRecord {
+    /// The connector's name (enrolled or not: a CA without TLS drains the
+    /// connectors it knows by their sessions).
+    pub connector: String,
+    /// When the drain began, Unix ms.
+    pub since_ms: i64,
+    /// Who drained it: `token` or `person` (`trust::audit::ActorKind`).
+    pub actor_kind: String,
+    /// The token's configured name, the person's user name.
+    pub actor: String,
+}
+
 /// Use count and revocation of one provisioning key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyUsage {
@@ -374,7 +390,7 @@ struct Calls([AtomicU64; CALLS.len()]);
 
 /// The store's calls, as `each!` names them (a call missing here does not
 /// compile: `call_index` fails at compile time).
-const CALLS: [&str; 35] = [
+const CALLS: [&str; 38] = [
     "address_events",
     "allow_reenroll",
     "audit",
@@ -385,6 +401,8 @@ const CALLS: [&str; 35] = [
     "create_session",
     "delete_connector",
     "disabled_connectors",
+    "drain",
+    "drains",
     "enroll",
     "events",
     "heartbeat",
@@ -410,6 +428,7 @@ const CALLS: [&str; 35] = [
     "set_disabled",
     "shared_secret",
     "take_login",
+    "undrain",
 ];
 
 /// The index of `name` in `CALLS`.
@@ -1095,6 +1114,26 @@ impl Store {
         each!(self, s => s.disabled_connectors())
     }
 
+    /// Records `r`'s drain unless its connector is drained already; returns
+    /// the drain in force afterwards (the earlier one when there was one:
+    /// a drain keeps when and by whom it began). On PostgreSQL the change
+    /// is announced, so every replica reads the drains again at once.
+    pub fn drain(&self, r: &DrainRecord) -> Result<DrainRecord, StoreError> {
+        each!(self, s => s.drain(r))
+    }
+
+    /// Ends `connector`'s drain; `false` when it was not drained. Announced
+    /// like `drain`.
+    pub fn undrain(&self, connector: &str) -> Result<bool, StoreError> {
+        each!(self, s => s.undrain(connector))
+    }
+
+    /// Every drained connector, by name: one query (each replica's
+    /// reconcile reads it every second and on every announcement).
+    pub fn drains(&self) -> Result<Vec<DrainRecord>, StoreError> {
+        each!(self, s => s.drains())
+    }
+
     /// Records a renewal: checks, in one transaction, that `old_serial` was
     /// issued to `name` of `group`, is neither revoked nor expired and that
     /// the connector is not disabled; records the new certificate and puts
@@ -1287,6 +1326,44 @@ mod suite {
         assert_eq!(a.shared_secret("access", &[3; 32]).expect("db"), first);
         // Names are separate.
         assert_eq!(b.shared_secret("other", &[4; 32]).expect("db"), vec![4; 32]);
+    }
+
+    /// A drain made through one store is read through the other, keeps
+    /// its first start when made again, ends with `undrain`, and goes with
+    /// its connector's deletion.
+    pub(super) fn drains_are_shared_kept_and_ended(a: &Store, b: &Store) {
+        let drain = |name: &str, since_ms, actor: &str| DrainRecord {
+            connector: name.to_owned(),
+            since_ms,
+            actor_kind: "token".to_owned(),
+            actor: actor.to_owned(),
+        };
+        assert_eq!(a.drains().expect("db"), Vec::new());
+        assert_eq!(
+            a.drain(&drain("c1", 5, "ops")).expect("db"),
+            drain("c1", 5, "ops")
+        );
+        // Again, elsewhere and later: the first drain stands.
+        assert_eq!(
+            b.drain(&drain("c1", 9, "root")).expect("db"),
+            drain("c1", 5, "ops")
+        );
+        // A connector that never enrolled (a CA without TLS) drains too.
+        assert_eq!(
+            b.drain(&drain("plain", 7, "root")).expect("db"),
+            drain("plain", 7, "root")
+        );
+        let mut all = b.drains().expect("db");
+        all.sort_by(|x, y| x.connector.cmp(&y.connector));
+        assert_eq!(all, vec![drain("c1", 5, "ops"), drain("plain", 7, "root")]);
+        assert!(b.undrain("plain").expect("db"));
+        assert!(!a.undrain("plain").expect("db"), "not drained any more");
+        assert_eq!(a.drains().expect("db"), vec![drain("c1", 5, "ops")]);
+        // Deleting the connector ends its drain: its name may come back as
+        // another connector.
+        assert_eq!(a.enroll(&cert("c1", "g", "01")).expect("db"), Ok(()));
+        assert_eq!(b.delete_connector("c1", 20).expect("db"), Some(1));
+        assert_eq!(a.drains().expect("db"), Vec::new());
     }
 
     pub(super) fn disabled_is_looked_up_by_name(s: &Store) {
@@ -2013,6 +2090,12 @@ macro_rules! suite {
             fn sessions_and_sign_ins_are_shared_and_revocable() {
                 let (a, b) = $pair();
                 super::suite::sessions_and_sign_ins_are_shared_and_revocable(&a, &b);
+            }
+
+            #[test]
+            fn drains_are_shared_kept_and_ended() {
+                let (a, b) = $pair();
+                super::suite::drains_are_shared_kept_and_ended(&a, &b);
             }
 
             #[test]

@@ -36,8 +36,9 @@ use super::ends::{Ends, LatestRow};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyUsage, LoginRecord,
-    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
+    DrainRecord, EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyUsage,
+    LoginRecord, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError,
+    fresh_rows,
 };
 use crate::state::clock::now_ms;
 use crate::state::sync::lock;
@@ -286,6 +287,18 @@ DROP INDEX address_events_by_address;
 CREATE INDEX address_events_by_app ON address_events(host_hash, port, at_ms);
 CREATE INDEX address_events_by_address ON address_events(address_hash, at_ms);
 "#,
+    r#"
+-- Version 17: the connectors an administrator drained (selected for no
+-- new access while they keep their sessions and reports), since when and
+-- by whom. Any connector name: a CA without TLS drains connectors it knows
+-- only by their sessions. Drains are announced on `reach_trust`.
+CREATE TABLE connector_drains (
+    connector  TEXT PRIMARY KEY,
+    since_ms   BIGINT NOT NULL,
+    actor_kind TEXT NOT NULL,
+    actor      TEXT NOT NULL
+);
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -476,6 +489,16 @@ fn to_u32(v: i64) -> u32 {
 
 fn to_usize(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+/// A `connector_drains` row (connector, since_ms, actor_kind, actor).
+fn drain_from_row(r: &Row) -> DrainRecord {
+    DrainRecord {
+        connector: r.get(0),
+        since_ms: r.get(1),
+        actor_kind: r.get(2),
+        actor: r.get(3),
+    }
 }
 
 /// The record of certificate `serial` (with its connector's standing).
@@ -885,9 +908,70 @@ impl PgStore {
                         &[&name, &now_ms],
                     )
                     .await?;
+                tx.execute(
+                    "DELETE FROM connector_drains WHERE connector = $1",
+                    &[&name],
+                )
+                .await?;
                 notify(tx, name).await?;
                 Ok(Some(to_usize(revoked)))
             })
+        })
+    }
+
+    pub(crate) fn drain(&self, r: &DrainRecord) -> Result<DrainRecord, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let inserted = tx
+                    .execute(
+                        "INSERT INTO connector_drains (connector, since_ms, actor_kind, actor)
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (connector) DO NOTHING",
+                        &[&r.connector, &r.since_ms, &r.actor_kind, &r.actor],
+                    )
+                    .await?;
+                let kept = tx
+                    .query_one(
+                        "SELECT connector, since_ms, actor_kind, actor FROM connector_drains
+                         WHERE connector = $1",
+                        &[&r.connector],
+                    )
+                    .await?;
+                if inserted > 0 {
+                    notify(tx, &r.connector).await?;
+                }
+                Ok(drain_from_row(&kept))
+            })
+        })
+    }
+
+    pub(crate) fn undrain(&self, connector: &str) -> Result<bool, StoreError> {
+        self.block(async {
+            serializable!(self, |tx| {
+                let n = tx
+                    .execute(
+                        "DELETE FROM connector_drains WHERE connector = $1",
+                        &[&connector],
+                    )
+                    .await?;
+                if n > 0 {
+                    notify(tx, connector).await?;
+                }
+                Ok(n > 0)
+            })
+        })
+    }
+
+    pub(crate) fn drains(&self) -> Result<Vec<DrainRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT connector, since_ms, actor_kind, actor FROM connector_drains
+                     ORDER BY connector",
+                    &[],
+                )
+                .await?;
+            Ok(rows.iter().map(drain_from_row).collect())
         })
     }
 

@@ -14,8 +14,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
-    EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyMap, KeyUsage, LoginRecord,
-    NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError, fresh_rows,
+    DrainRecord, EnrollRefusal, EventFilter, EventRecord, EventValue, HistoryRow, KeyMap, KeyUsage,
+    LoginRecord, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError,
+    fresh_rows,
 };
 use crate::state::sync::lock;
 
@@ -202,6 +203,18 @@ CREATE TABLE auth_logins (
     expires_ms   BIGINT NOT NULL
 );
 "#,
+    r#"
+-- Version 13: the connectors an administrator drained (selected for no
+-- new access while they keep their sessions and reports), since when and
+-- by whom. Any connector name: a CA without TLS drains connectors it knows
+-- only by their sessions.
+CREATE TABLE connector_drains (
+    connector  TEXT PRIMARY KEY,
+    since_ms   BIGINT NOT NULL,
+    actor_kind TEXT NOT NULL,
+    actor      TEXT NOT NULL
+);
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -217,6 +230,16 @@ fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
         from: r.get(6)?,
         to: r.get(7)?,
         cause: r.get(8)?,
+    })
+}
+
+/// A `connector_drains` row (connector, since_ms, actor_kind, actor).
+fn drain_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DrainRecord> {
+    Ok(DrainRecord {
+        connector: r.get(0)?,
+        since_ms: r.get(1)?,
+        actor_kind: r.get(2)?,
+        actor: r.get(3)?,
     })
 }
 
@@ -704,8 +727,51 @@ impl SqliteStore {
              WHERE connector = ?1 AND revoked_ms IS NULL",
             params![name, now_ms],
         )?;
+        tx.execute(
+            "DELETE FROM connector_drains WHERE connector = ?1",
+            params![name],
+        )?;
         tx.commit()?;
         Ok(Some(revoked))
+    }
+
+    pub(crate) fn drain(&self, r: &DrainRecord) -> Result<DrainRecord, StoreError> {
+        let mut conn = lock(&self.conn);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO connector_drains (connector, since_ms, actor_kind, actor)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (connector) DO NOTHING",
+            params![r.connector, r.since_ms, r.actor_kind, r.actor],
+        )?;
+        let kept = tx.query_row(
+            "SELECT connector, since_ms, actor_kind, actor FROM connector_drains
+             WHERE connector = ?1",
+            params![r.connector],
+            drain_row,
+        )?;
+        tx.commit()?;
+        Ok(kept)
+    }
+
+    pub(crate) fn undrain(&self, connector: &str) -> Result<bool, StoreError> {
+        let conn = lock(&self.conn);
+        let n = conn.execute(
+            "DELETE FROM connector_drains WHERE connector = ?1",
+            params![connector],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub(crate) fn drains(&self) -> Result<Vec<DrainRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare_cached(
+            "SELECT connector, since_ms, actor_kind, actor FROM connector_drains
+             ORDER BY connector",
+        )?;
+        let rows = stmt
+            .query_map([], drain_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 
     /// Revokes a provisioning key (by fingerprint) of a group.

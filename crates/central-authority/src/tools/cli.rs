@@ -409,13 +409,14 @@ struct Answer {
 impl Answer {
     /// Access refusals: the reasons `policy` gives, with their explanation.
     fn is_refusal(&self) -> bool {
-        const REFUSALS: [&str; 6] = [
+        const REFUSALS: [&str; 7] = [
             "no_segment",
             "port_not_in_segment",
             "no_connector",
             "all_down",
             "no_health_report",
             "discovery_timeout",
+            "all_drained",
         ];
         self.status >= 400
             && self.body["error"]["reason"]

@@ -105,7 +105,8 @@ pub struct AdminAction<'a> {
     /// From where (`None`: not over the network).
     pub source: Option<IpAddr>,
     /// What: `connector.disable`, `connector.enable`, `connector.revoke`,
-    /// `connector.allow-reenroll`, `connector.delete`,
+    /// `connector.allow-reenroll`, `connector.drain`, `connector.undrain`,
+    /// `connector.delete`,
     /// `provisioning_key.revoke`, `config.reload`.
     pub action: &'a str,
     /// On what: a connector name, a connector group, the config file.
@@ -161,7 +162,8 @@ pub struct AuditEntryView {
     /// The address the request came from; `null` when not over the network.
     pub source: Option<String>,
     /// What was done: `connector.disable`, `connector.enable`,
-    /// `connector.revoke`, `connector.allow-reenroll`, `connector.delete`,
+    /// `connector.revoke`, `connector.allow-reenroll`, `connector.drain`,
+    /// `connector.undrain`, `connector.delete`,
     /// `provisioning_key.revoke`, `config.reload`.
     pub action: String,
     /// What it was done to: a connector, a connector group, the config file.

@@ -423,6 +423,8 @@ impl Authority {
         };
         self.close_connector_streams(name, "connector deleted by an administrator");
         self.registry().forget(name);
+        // The store ended its drain with it.
+        self.registry().undrained(name);
         // Its (now Unknown) reports go too: the name may come back as
         // another connector, in another group.
         self.health().retain(|_, connector, _| connector != name);
