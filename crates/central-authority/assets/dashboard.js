@@ -344,7 +344,8 @@ function renderOverview(o) {
       h('div', { class: 'counts' },
         countLink('Connected', 'up', c.connected, '/connectors?state=connected'),
         countLink('Disconnected', 'down', c.disconnected, '/connectors?state=disconnected'),
-        countLink('Over budget', 'unhealthy', c.over_budget, '/connectors?over_budget=1'))));
+        countLink('Over budget', 'unhealthy', c.over_budget, '/connectors?over_budget=1'),
+        countLink('Drained', 'unknown', c.drained || 0, '/connectors?state=drained'))));
 }
 
 function connectorCells(a) {
@@ -873,6 +874,16 @@ function session(c) {
   return h('span', { class: 'session muted', 'data-session': 'never' }, '○ not connected since the CA started');
 }
 
+// A connector's drain: selected for no new access since when, by whom (an
+// administrator, or the connector itself while it shuts down), or nothing.
+function drained(c) {
+  const d = c.drained;
+  if (!d) return '';
+  const by = d.by.kind === 'connector' ? 'itself, shutting down' : `${d.by.kind} ${d.by.name}`;
+  return h('div', { class: 'drained', 'data-drained-by': d.by.kind },
+    '⏸ drained since ', when(d.since), ` by ${by}`, d.until ? [', until ', when(d.until)] : '');
+}
+
 // A figure of a connector's load: as is when connected, dated "last
 // seen …" when not (it is what the connector reported then).
 function lastSeen(c, text) {
@@ -930,13 +941,16 @@ function connectorsPage() {
       // was last seen.
       const over = list.filter((c) => c.connected && c.over_budget).length;
       const connected = list.filter((c) => c.connected).length;
+      const drainedCount = list.filter((c) => c.drained).length;
       document.getElementById('connector-overview').replaceChildren(h('div', { class: 'card' },
         h('div', { class: 'counts' },
           countLink('All', 'unknown', total, '/connectors'),
           countLink('Connected', 'up', connected, '/connectors?state=connected'),
           countLink('Disconnected', 'down', total - connected, '/connectors?state=disconnected'),
-          countLink('Over budget', 'unhealthy', over, '/connectors?over_budget=1'))));
+          countLink('Over budget', 'unhealthy', over, '/connectors?over_budget=1'),
+          countLink('Drained', 'unknown', drainedCount, '/connectors?state=drained'))));
       if (q.get('state') === 'connected') list = list.filter((c) => c.connected);
+      if (q.get('state') === 'drained') list = list.filter((c) => c.drained);
       if (q.get('state') === 'disconnected') list = list.filter((c) => !c.connected);
       if (q.get('over_budget')) list = list.filter((c) => c.connected && c.over_budget);
       // Over budget now first: they need attention.
@@ -947,8 +961,8 @@ function connectorsPage() {
         const expires = c.certificate_not_after;
         const soon = expires && expires - now < 14 * 86400000;
         return h('tr', { class: c.connected && c.over_budget ? 'connector over-budget' : 'connector', 'data-connector': c.name,
-          'data-connected': String(c.connected), 'data-over-budget': String(c.over_budget) },
-        h('td', {}, c.name, c.disabled ? h('span', { class: 'muted' }, ' (disabled)') : ''),
+          'data-connected': String(c.connected), 'data-over-budget': String(c.over_budget), 'data-drained': String(Boolean(c.drained)) },
+        h('td', {}, c.name, c.disabled ? h('span', { class: 'muted' }, ' (disabled)') : '', drained(c)),
         h('td', {}, c.group),
         h('td', {}, session(c)),
         h('td', {}, c.version || h('span', { class: 'muted', title: 'shown to administrators' }, '—')),

@@ -1366,6 +1366,110 @@ async fn the_connectors_page_dates_what_a_disconnected_connector_last_said() {
     }
 }
 
+/// What the connectors page shows of connector `arguments[0]`'s drain, the
+/// overview's count of drained connectors and the rows listed.
+const DRAINED_ROW: &str = r#"
+const tr = document.querySelector(`#connectors tr[data-connector="${arguments[0]}"]`);
+const count = document.querySelector('#connector-overview a[href="/connectors?state=drained"] .n');
+const rows = [...document.querySelectorAll('#connectors tr[data-connector]')].map((r) => r.dataset.connector);
+if (!tr) return { row: false, rows };
+const d = tr.cells[0].querySelector('.drained');
+return {
+  row: true,
+  drained: tr.dataset.drained,
+  text: d ? d.textContent : null,
+  by: d ? d.dataset.drainedBy : null,
+  count: count ? count.textContent : null,
+  rows,
+};
+"#;
+
+/// The connectors page shows a drained connector as drained: since when
+/// and by whom (an administrator's drain, or the connector's own while it
+/// shuts down), counts them, lists them alone under `?state=drained`, and
+/// shows an undrained one as not drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connectors_page_shows_drained_connectors() {
+    let (ca, base, b) = plain_ca_and_browser("").await;
+    let result: anyhow::Result<()> = async {
+        let mut east1 = open_plain(ca.grpc, "east-1").await?;
+        anyhow::ensure!(matches!(east1.next().await, Some(Out::Welcome(_))));
+        let mut east2 = open_plain(ca.grpc, "east-2").await?;
+        anyhow::ensure!(matches!(east2.next().await, Some(Out::Welcome(_))));
+        let mut east3 = open_plain(ca.grpc, "east-3").await?;
+        anyhow::ensure!(matches!(east3.next().await, Some(Out::Welcome(_))));
+        let page = format!("{base}/connectors");
+        b.goto(&page).await?;
+        let one = serde_json::json!(["east-1"]);
+        tab_wait(&b, DRAINED_ROW, one.clone(), "nothing drained", |v| {
+            v["drained"] == "false" && v["text"].is_null() && v["count"] == "0"
+        })
+        .await?;
+        // An administrator drains east-1 (as `POST …/drain` does).
+        let a = std::sync::Arc::clone(&ca.authority);
+        tokio::task::spawn_blocking(move || {
+            a.drain_connector(
+                "east-1",
+                &central_authority::trust::audit::Actor::token("ops"),
+                true,
+            )
+        })
+        .await??;
+        // east-2 drains itself before it stops.
+        east2.drain(60_000).await;
+        eventually("east-2's drain arrived", || async {
+            ca.authority
+                .connectors()
+                .iter()
+                .any(|c| c.name == "east-2" && c.drained.is_some())
+        })
+        .await;
+        b.goto(&page).await?;
+        tab_wait(
+            &b,
+            DRAINED_ROW,
+            one,
+            "east-1 drained by an administrator",
+            |v| {
+                v["drained"] == "true"
+                    && v["by"] == "token"
+                    && v["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("drained since") && t.ends_with("by token ops"))
+                    && v["count"] == "2"
+            },
+        )
+        .await?;
+        let two = serde_json::json!(["east-2"]);
+        tab_wait(&b, DRAINED_ROW, two, "east-2 drains itself", |v| {
+            v["drained"] == "true"
+                && v["by"] == "connector"
+                && v["text"].as_str().is_some_and(|t| {
+                    t.contains("drained since") && t.contains("by itself, shutting down, until")
+                })
+        })
+        .await?;
+        let three = serde_json::json!(["east-3"]);
+        tab_wait(&b, DRAINED_ROW, three.clone(), "east-3 not drained", |v| {
+            v["drained"] == "false" && v["text"].is_null()
+        })
+        .await?;
+        b.goto(&format!("{page}?state=drained")).await?;
+        tab_wait(&b, DRAINED_ROW, three, "only the drained listed", |v| {
+            v["rows"] == serde_json::json!(["east-1", "east-2"])
+        })
+        .await?;
+        drop((east1, east2, east3));
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
 /// A CA that has just started knows no connector until one attaches. For a
 /// segment whose group has enrolled connectors, the listing and the
 /// application say how many enrolled connectors are not connected (not "no

@@ -24,7 +24,9 @@ pub const EXIT_ERROR: u8 = 1;
 /// Bad command line (also clap's own usage errors).
 pub const EXIT_USAGE: u8 = 2;
 /// `access`: the CA answered with a refusal (no segment, no connector, all
-/// down, …): an answer, not an error.
+/// down, …); `connectors drain`: the CA refused the drain, which would
+/// leave applications without a healthy, undrained connector; `whatif`:
+/// some application would be left so. An answer, not an error.
 pub const EXIT_REFUSED: u8 = 3;
 
 /// How long one command may take (connect, TLS, request, answer).
@@ -94,6 +96,16 @@ pub enum ApiCommand {
         #[arg(long, requires = "latitude", allow_negative_numbers = true)]
         longitude: Option<f64>,
     },
+    /// Which applications would lose their last healthy, undrained
+    /// connector without these connectors (`GET /api/v1/whatif`); changes
+    /// nothing. Exit 0 when none would, 3 when some would.
+    Whatif {
+        /// A connector or connector group (a group: every connector of
+        /// it); repeat for several. `connector:NAME` or `group:NAME` when a
+        /// name is both.
+        #[arg(long, required = true)]
+        without: Vec<String>,
+    },
     /// The audit trail of admin actions, newest first (`GET /api/v1/audit`,
     /// scope `admin`); times in UTC.
     Audit {
@@ -162,6 +174,22 @@ pub enum ConnectorAction {
     },
     /// Revoke its certificates, end its session and forget it.
     Delete {
+        /// Connector name.
+        name: String,
+    },
+    /// Select it for no new access, on every replica (its session and
+    /// reports go on): before maintenance. Refused (exit 3, listing them)
+    /// when applications would be left without a healthy, undrained
+    /// connector, unless `--force`.
+    Drain {
+        /// Connector name.
+        name: String,
+        /// Drain even if applications are left without a connector.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Undo `drain`.
+    Undrain {
         /// Connector name.
         name: String,
     },
@@ -287,6 +315,16 @@ pub async fn run_with(
             let v = client.get("/api/v1/connectors").await?;
             Ok((render(args.json, &v, connectors_table), EXIT_OK))
         }
+        ApiCommand::Whatif { without } => {
+            let path = format!("/api/v1/whatif?without={}", encode(&without.join(",")));
+            let v = client.get(&path).await?;
+            let code = if v["stranded"].as_u64().unwrap_or(0) > 0 {
+                EXIT_REFUSED
+            } else {
+                EXIT_OK
+            };
+            Ok((render(args.json, &v, whatif_text), code))
+        }
         ApiCommand::Connectors {
             action: Some(action),
         } => {
@@ -298,9 +336,21 @@ pub async fn run_with(
                     ("POST", format!("{}/allow-reenroll", conn(name)))
                 }
                 ConnectorAction::Delete { name } => ("DELETE", conn(name)),
+                ConnectorAction::Drain { name, force } => {
+                    let force = if *force { "?force=true" } else { "" };
+                    ("POST", format!("{}/drain{force}", conn(name)))
+                }
+                ConnectorAction::Undrain { name } => ("POST", format!("{}/undrain", conn(name))),
             };
-            let v = client.call(method, &path, None).await?.ok()?;
-            Ok((render(args.json, &v, fields_line), EXIT_OK))
+            let answer = client.call(method, &path, None).await?;
+            // A drain refused for what it would leave: an answer, not an error.
+            if answer.status == 409 && answer.body["error"]["reason"] == "last_healthy_connector" {
+                return Ok((
+                    render(args.json, &answer.body, drain_refused_text),
+                    EXIT_REFUSED,
+                ));
+            }
+            Ok((render(args.json, &answer.ok()?, fields_line), EXIT_OK))
         }
         ApiCommand::Keys {
             action: KeyAction::List,
@@ -772,6 +822,7 @@ fn connectors_table(v: &Value) -> String {
                     .map_or("-".to_owned(), |s| format!("{s:.1} s")),
                 yes(&c["over_budget"]),
                 connector_state(c).to_owned(),
+                drained_cell(&c["drained"]),
             ]
         })
         .collect();
@@ -784,9 +835,86 @@ fn connectors_table(v: &Value) -> String {
             "CYCLE",
             "OVER-BUDGET",
             "STATE",
+            "DRAINED",
         ],
         &rows,
     )
+}
+
+/// A connector's drain: `-`, or since when and by whom
+/// (`2026-12-03T05:15:42Z by token:ops`).
+fn drained_cell(d: &Value) -> String {
+    if !d.is_object() {
+        return "-".to_owned();
+    }
+    format!(
+        "{} by {}:{}",
+        time_cell(&d["since"]),
+        cell(&d["by"]["kind"]),
+        cell(&d["by"]["name"])
+    )
+}
+
+/// What `GET /api/v1/whatif` answers: the applications that would lose a
+/// connector, those left without any first, and how many that is.
+fn whatif_text(v: &Value) -> String {
+    let names = |a: &Value, key: &str| {
+        let list: Vec<String> = items(a, key).iter().map(cell).collect();
+        if list.is_empty() {
+            "none".to_owned()
+        } else {
+            list.join(",")
+        }
+    };
+    let rows: Vec<Vec<String>> = items(v, "applications")
+        .iter()
+        .map(|a| {
+            vec![
+                cell(&a["segment"]),
+                if a["host"].is_null() {
+                    "(every application)".to_owned()
+                } else {
+                    cell(&a["host"])
+                },
+                cell(&a["protocol"]),
+                cell(&a["port"]),
+                cell(&a["health_reporting"]),
+                names(a, "losing"),
+                names(a, "left"),
+            ]
+        })
+        .collect();
+    let without: Vec<String> = items(v, "without").iter().map(cell).collect();
+    let mut out = format!("without: {}\n", without.join(", "));
+    if rows.is_empty() {
+        out.push_str("no application would lose a healthy, undrained connector\n");
+        return out;
+    }
+    out.push_str(&table(
+        &["SEGMENT", "HOST", "PROTO", "PORT", "MODE", "LOSING", "LEFT"],
+        &rows,
+    ));
+    let stranded = v["stranded"].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "{} application(s) would lose a connector; {stranded} would be left without a healthy, undrained connector",
+        rows.len()
+    );
+    let hidden = v["hidden_stranded"].as_u64().unwrap_or(0);
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "({hidden} of those are of segments with client_hostname_validation, listed only for the admin scope)"
+        );
+    }
+    out
+}
+
+/// A drain the CA refused: why, then what it would do.
+fn drain_refused_text(v: &Value) -> String {
+    let mut out = format!("refused: {}\n", cell(&v["error"]["message"]));
+    out.push_str(&whatif_text(&v["whatif"]));
+    out
 }
 
 /// A connector's standing: `disabled`, else its newest certificate's
@@ -1094,6 +1222,49 @@ mod tests {
              2025-11-24T16:00:00Z  token:ops      192.0.2.7  connector.revoke  c1            ok       -\n\
              1970-01-01T00:00:00Z  system:SIGHUP  -          config.reload     /etc/ca.toml  refused  bad\n\
              page 1 of 2 (3 entries; --page for others)\n"
+        );
+    }
+
+    #[test]
+    fn whatif_text_lists_the_stranded_first_and_says_how_many() {
+        let v = json!({"without": ["c1", "c2"], "stranded": 1, "hidden_stranded": 0,
+            "applications": [
+                {"segment": "jira", "host": "jira.example", "protocol": "tcp", "port": 80,
+                 "health_reporting": "continuous", "losing": ["c1", "c2"], "left": [], "stranded": true},
+                {"segment": "legacy", "host": null, "protocol": null, "port": null,
+                 "health_reporting": "none", "losing": ["c1"], "left": ["c3"], "stranded": false}]});
+        assert_eq!(
+            whatif_text(&v),
+            "without: c1, c2\n\
+             SEGMENT  HOST                 PROTO  PORT  MODE        LOSING  LEFT\n\
+             jira     jira.example         tcp    80    continuous  c1,c2   none\n\
+             legacy   (every application)  -      -     none        c1      c3\n\
+             2 application(s) would lose a connector; 1 would be left without a healthy, undrained connector\n"
+        );
+        let none =
+            json!({"without": ["c9"], "stranded": 0, "hidden_stranded": 0, "applications": []});
+        assert_eq!(
+            whatif_text(&none),
+            "without: c9\nno application would lose a healthy, undrained connector\n"
+        );
+        let refused = json!({"error": {"reason": "last_healthy_connector", "message": "draining \"c1\" would …"},
+            "whatif": v});
+        assert!(
+            drain_refused_text(&refused)
+                .starts_with("refused: draining \"c1\" would …\nwithout: c1, c2\n"),
+            "{}",
+            drain_refused_text(&refused)
+        );
+    }
+
+    #[test]
+    fn a_drained_connector_shows_since_when_and_by_whom() {
+        assert_eq!(drained_cell(&Value::Null), "-");
+        assert_eq!(
+            drained_cell(
+                &json!({"since": 0, "by": {"kind": "token", "name": "ops"}, "until": null})
+            ),
+            "1970-01-01T00:00:00Z by token:ops"
         );
     }
 

@@ -503,6 +503,16 @@ impl Conn {
             .expect("send report");
     }
 
+    /// Says the connector drains itself before it stops (`v1::Drain`).
+    pub async fn drain(&self, drain_ms: u64) {
+        self.tx
+            .send(v1::ConnectorMessage {
+                kind: Some(In::Drain(v1::Drain { drain_ms })),
+            })
+            .await
+            .expect("send drain");
+    }
+
     pub async fn heartbeat(&self, load: v1::CheckLoad) {
         self.tx
             .send(v1::ConnectorMessage {
