@@ -163,7 +163,21 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Seconds the connector drains before it stops on SIGTERM (or
+    /// Ctrl-C): it tells every CA replica it is draining, so the CA selects
+    /// it for no new access, and keeps its sessions, checks and reports
+    /// meanwhile; then it stops. A second signal stops it at once. 0 stops
+    /// at once. Keep it below the service manager's stop timeout.
+    #[arg(long, env = "REACH_DRAIN_SECONDS", default_value_t = DEFAULT_DRAIN_SECONDS,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    pub drain_seconds: u32,
 }
+
+/// `--drain-seconds`' default: long enough for the users' requests decided
+/// just before to be under way, well inside systemd's default stop timeout
+/// (90 s) and Kubernetes' default grace period (30 s).
+pub const DEFAULT_DRAIN_SECONDS: u32 = 10;
 
 /// Subcommands.
 #[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
@@ -200,7 +214,16 @@ impl Config {
             icmp: IcmpPreference::Auto,
             metrics_listen: None,
             log_format: LogFormat::Text,
+            // An embedder stops the connector with the future it passes
+            // to `run`, when it means to; the drain is the binary's answer
+            // to SIGTERM.
+            drain_seconds: 0,
         }
+    }
+
+    /// How long the connector drains before it stops (`--drain-seconds`).
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs(u64::from(self.drain_seconds))
     }
 
     /// How often the `--ca` names are resolved again.
@@ -316,5 +339,21 @@ mod tests {
         assert!(shown.contains("c1"), "{shown}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert_eq!(config.allow_networks.len(), 2);
+    }
+
+    #[test]
+    fn drain_seconds_default_to_ten_and_are_bounded() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["connector-agent", "--ca", "https://ca.example:7443"];
+            args.extend_from_slice(&["--name", "c1", "--group", "g"]);
+            args.extend_from_slice(extra);
+            Config::try_parse_from(args)
+        };
+        let config = parse(&[]).expect("parses");
+        assert_eq!(config.drain(), Duration::from_secs(10));
+        let off = parse(&["--drain-seconds", "0"]).expect("parses");
+        assert_eq!(off.drain(), Duration::ZERO);
+        let e = parse(&["--drain-seconds", "3601"]).expect_err("over an hour");
+        assert!(e.to_string().contains("--drain-seconds"), "{e}");
     }
 }

@@ -58,6 +58,9 @@
 //!   `--state-dir`, and the session moves onto it; an expired certificate
 //!   needs the provisioning key to enroll again.
 //! - [`metrics`]: Prometheus metrics at `--metrics-listen` `/metrics`.
+//! - Stopping: on SIGTERM the connector drains first ([`run_draining`]):
+//!   every session sends `Drain`, so the CA selects it for no new access,
+//!   and goes on for `--drain-seconds` before the sessions close.
 //!
 //! The binary (`main.rs`) parses [`Config`] and calls [`run`].
 
@@ -310,6 +313,17 @@ async fn enrollment(
 /// hanging, credentials the CA refuses) is logged, reported and retried. With an `https://` CA it
 /// enrolls first when the state directory holds no enrollment.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    run_draining(config, shutdown, std::future::pending()).await
+}
+
+/// [`run`], draining for `--drain-seconds` once `shutdown` completes
+/// ([`drain_first`]) unless `now` completes first: the binary's SIGTERM
+/// and a second signal.
+pub async fn run_draining(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    now: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
     for warning in
         enroll::secret_file_warnings(config.provisioning_key_file.as_deref(), &config.state_dir)
     {
@@ -322,11 +336,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let metrics = metrics::Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (drain_tx, drain_rx) = watch::channel(None);
     let mut tasks = Vec::new();
     if let Some(addr) = config.metrics_listen {
         tasks.push(serve_metrics(addr, metrics.clone(), stop_rx.clone()).await?);
     }
-    let (parts, checks) = start_checks(&config, metrics)?;
+    let (parts, checks) = start_checks(&config, metrics, drain_rx)?;
     let dialer = dialer(&config)?;
     // The certificate renews itself; the session follows it.
     let renewals = match &credentials {
@@ -347,15 +362,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         parts,
         stop_rx,
     ));
-    tokio::select! {
-        () = &mut shutdown => tracing::info!("shutting down"),
-        _ = &mut session => tracing::warn!("session task ended"),
-    }
+    let ended = tokio::select! {
+        () = &mut shutdown => {
+            tracing::info!("shutting down");
+            drain_first(config.drain(), &drain_tx, &mut session, now).await
+        }
+        _ = &mut session => {
+            tracing::warn!("session task ended");
+            true
+        }
+    };
     let _ = stop_tx.send(true);
     // Give the session a moment to close its stream cleanly.
-    if tokio::time::timeout(Duration::from_secs(2), &mut session)
-        .await
-        .is_err()
+    if !ended
+        && tokio::time::timeout(Duration::from_secs(2), &mut session)
+            .await
+            .is_err()
     {
         session.abort();
     }
@@ -366,6 +388,39 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         task.abort();
     }
     Ok(())
+}
+
+/// Drains before the connector stops: every session tells its CA replica
+/// (`v1::Drain`, also a session opened meanwhile), so the CA selects this
+/// connector for no new access while its checks and reports go on for
+/// `drain`, unless `now` completes or the sessions end first. Returns
+/// whether the sessions ended.
+async fn drain_first(
+    drain: Duration,
+    draining: &watch::Sender<Option<std::time::Instant>>,
+    session: &mut tokio::task::JoinHandle<()>,
+    now: impl Future<Output = ()>,
+) -> bool {
+    if drain.is_zero() {
+        return false;
+    }
+    let until = tokio::time::Instant::now() + drain;
+    let _ = draining.send(Some(until.into_std()));
+    tracing::info!(
+        drain_s = drain.as_secs(),
+        "draining before stopping: the CA selects this connector for no new access while its checks and reports go on (a second signal stops it at once)"
+    );
+    tokio::select! {
+        () = tokio::time::sleep_until(until) => {
+            tracing::info!("drained; stopping");
+            false
+        }
+        () = now => {
+            tracing::info!("stopping at once");
+            false
+        }
+        _ = session => true,
+    }
 }
 
 /// How the sessions prove the connector's identity: the enrolled
@@ -415,6 +470,7 @@ async fn serve_metrics(
 fn start_checks(
     config: &Config,
     metrics: metrics::Metrics,
+    draining: watch::Receiver<Option<std::time::Instant>>,
 ) -> Result<(options::Parts, [tokio::task::JoinHandle<()>; 2]), AgentError> {
     let resolver = resolver::Resolver::new(config.dns_server, resolver::TtlBounds::default())?
         .with_stale_grace(config.dns_stale_grace());
@@ -438,6 +494,7 @@ fn start_checks(
         metrics,
         resolver,
         assignments: Arc::new(follow::Assignments::new()),
+        draining,
     };
     Ok((parts, [scheduler_task, pacer_task]))
 }

@@ -1,5 +1,6 @@
 //! The `connector-agent` binary: parses flags, sets up logging and runs the
-//! connector until SIGTERM or Ctrl-C.
+//! connector until SIGTERM or Ctrl-C: the first drains (`--drain-seconds`),
+//! a second stops it at once.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -7,30 +8,66 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, Parser};
 use connector_agent::{Config, LogFormat, retry};
+use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
+/// Counts SIGTERM and SIGINT (Ctrl-C). The listeners are made once and
+/// stay registered, so a second signal right after the first is counted
+/// too.
+#[cfg(unix)]
+fn signals() -> watch::Receiver<u32> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = watch::channel(0u32);
+    let listen = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for {name}");
+            None
         }
     };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let (mut term, mut int) = (
+        listen(SignalKind::terminate(), "SIGTERM"),
+        listen(SignalKind::interrupt(), "SIGINT"),
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = next(term.as_mut()) => {}
+                () = next(int.as_mut()) => {}
             }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+            tx.send_modify(|n| *n = n.saturating_add(1));
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    });
+    rx
+}
+
+/// The next delivery of `signal` (never, without a listener).
+#[cfg(unix)]
+async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Counts Ctrl-C.
+#[cfg(not(unix))]
+fn signals() -> watch::Receiver<u32> {
+    let (tx, rx) = watch::channel(0u32);
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            tx.send_modify(|n| *n = n.saturating_add(1));
+        }
+        tracing::error!("cannot listen for Ctrl-C");
+    });
+    rx
+}
+
+/// Completes at the `n`th signal.
+async fn signal_number(mut signals: watch::Receiver<u32>, n: u32) {
+    let _ = signals.wait_for(|count| *count >= n).await;
 }
 
 #[tokio::main]
@@ -55,7 +92,9 @@ async fn main() -> anyhow::Result<ExitCode> {
             .await
             .context("connector-agent enroll failed")
     } else {
-        connector_agent::run(config, shutdown_signal())
+        let signals = signals();
+        let (first, second) = (signal_number(signals.clone(), 1), signal_number(signals, 2));
+        connector_agent::run_draining(config, first, second)
             .await
             .context("connector-agent failed")
     };

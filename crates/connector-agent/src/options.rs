@@ -86,6 +86,10 @@ pub struct Parts {
     pub resolver: Resolver,
     /// Every session's assignment and which one is in force.
     pub assignments: Arc<Assignments>,
+    /// `Some(when)` once the connector drains before it stops: it closes
+    /// its sessions at `when`; each session tells its CA replica
+    /// (`v1::Drain`).
+    pub draining: watch::Receiver<Option<std::time::Instant>>,
 }
 
 impl Parts {

@@ -359,6 +359,9 @@ struct Live {
     outbox: Outbox,
     inbox: Inbox,
     heartbeat: Duration,
+    /// Whether (and until when) the connector drains, as this session
+    /// last told its CA replica.
+    draining: watch::Receiver<Option<std::time::Instant>>,
 }
 
 /// Takes in the CA's `Welcome` (its assignment and limits), subscribes to
@@ -384,12 +387,32 @@ async fn welcomed(
     out.send(full.encode())
         .await
         .map_err(|_| SessionError::Closed)?;
+    // A session opened while the connector drains says so at once.
+    let mut draining = parts.draining.clone();
+    if let Some(drain) = drain_message(&mut draining) {
+        send(&out, ToCa::Drain(drain)).await?;
+    }
     Ok(Live {
         out,
         inbound,
         outbox,
         inbox,
         heartbeat,
+        draining,
+    })
+}
+
+/// The `Drain` to send when the connector has started draining since
+/// `draining` was last read (the time left until it closes its sessions).
+fn drain_message(draining: &mut watch::Receiver<Option<std::time::Instant>>) -> Option<v1::Drain> {
+    let until = (*draining.borrow_and_update())?;
+    let left = until.saturating_duration_since(now());
+    tracing::info!(
+        drain_ms = left.as_millis(),
+        "telling the CA this connector drains"
+    );
+    Some(v1::Drain {
+        drain_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
     })
 }
 
@@ -410,6 +433,7 @@ async fn exchange(
         mut outbox,
         inbox,
         mut heartbeat,
+        mut draining,
     } = live;
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
@@ -446,6 +470,11 @@ async fn exchange(
             }
             _ = ticker.tick() => {
                 send(&out, ToCa::Heartbeat(heartbeat_message(parts, id, &mut rate))).await?;
+            }
+            Ok(()) = draining.changed() => {
+                if let Some(drain) = drain_message(&mut draining) {
+                    send(&out, ToCa::Drain(drain)).await?;
+                }
             }
             () = renewed(renewals.as_deref_mut()) => {
                 let enrollment = match renewals.as_deref_mut() {
