@@ -4,7 +4,8 @@
 //! the issuing root through `[tls] issuer_*_file` and a service name
 //! through `[tls] server_names`; enrollment limits hold across them; a
 //! revocation or disable on one closes the connector's session on the
-//! other; each lists both in `GET /api/v1/replicas`.
+//! other; a drain on one holds on the other; each lists both in
+//! `GET /api/v1/replicas`.
 
 mod common;
 
@@ -237,6 +238,132 @@ async fn two_replicas_on_one_sqlite_file_close_revoked_sessions_by_reconcile() {
     let url = format!("sqlite:{}", dir.join("shared.db").display());
     let (a, b) = two_replicas(&url).await;
     revocations_cross_replicas(&a, &b).await;
+    b.stop().await;
+    a.stop().await;
+}
+
+/// Enrolls `name` in dc-east on A and opens a session with it on both
+/// replicas, which report jira up and heartbeat every second (until the
+/// returned tasks are aborted).
+async fn reporting_on_both(a: &Ca, b: &Ca, name: &str) -> Vec<tokio::task::JoinHandle<()>> {
+    let creds = enroll(&a.target(), name, "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    let mut tasks = Vec::new();
+    for ca in [a, b] {
+        let mut conn = open_with(&ca.target(), &creds, name, "dc-east")
+            .await
+            .expect("session");
+        assert!(matches!(conn.next().await, Some(Out::Welcome(_))));
+        conn.report(
+            vec![app("jira", "jira.test.reach", 80, &["127.0.0.21"], &[])],
+            true,
+        )
+        .await;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                conn.heartbeat(v1::CheckLoad::default()).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }));
+    }
+    tasks
+}
+
+/// Whether `ca`'s decision for jira explains `name` as drained.
+async fn drained_at(ca: &Ca, name: &str) -> bool {
+    let (s, v) = ca.web().access("jira.test.reach", "tcp", 80).await;
+    s == 200
+        && v["explanation"]["candidates"].as_array().is_some_and(|l| {
+            l.iter().any(|c| {
+                c["connector"] == name && c["reason"] == "drained: selected for no new access"
+            })
+        })
+}
+
+/// The scenario on one store: d1 and d2 report jira to both replicas; d1
+/// drained on A is drained on B (every decision there goes to d2, and B
+/// lists who drained it); undrained on B, A chooses it again.
+async fn drains_cross_replicas(a: &Ca, b: &Ca) {
+    let mut tasks = reporting_on_both(a, b, "d1").await;
+    tasks.extend(reporting_on_both(a, b, "d2").await);
+    for ca in [a, b] {
+        eventually("jira up at d1 and d2", || async {
+            ca.web()
+                .app("jira", "jira.test.reach", 80)
+                .await
+                .is_some_and(|v| v["connectors"].as_array().is_some_and(|l| l.len() == 2))
+        })
+        .await;
+    }
+    let (s, body) = a
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/d1/drain",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let drained = std::time::Instant::now();
+    eventually("B honours A's drain", || drained_at(b, "d1")).await;
+    // Reported, not asserted: speed is for benchmarks.
+    eprintln!("drain on A to in force on B: {:?}", drained.elapsed());
+    for _ in 0..30 {
+        let (s, v) = b.web().access("jira.test.reach", "tcp", 80).await;
+        assert_eq!((s, &v["connector"]), (200, &"d2".into()), "{v}");
+    }
+    let (_, list) = b
+        .web()
+        .get_json("/api/v1/connectors", Some(READ_TOKEN))
+        .await;
+    let d1 = list["connectors"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == "d1"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(d1["drained"]["by"]["name"], "root", "{list}");
+    let (s, body) = b
+        .web()
+        .send(
+            "POST",
+            "/api/v1/connectors/d1/undrain",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    eventually("A honours B's undrain", || async {
+        !drained_at(a, "d1").await
+    })
+    .await;
+    eventually("A chooses d1 again", || async {
+        a.web().access("jira.test.reach", "tcp", 80).await.1["connector"] == "d1"
+    })
+    .await;
+    for t in tasks {
+        t.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_on_one_replica_holds_on_the_other_on_postgres() {
+    let url = test_support::Postgres::shared()
+        .fresh_database()
+        .expect("database");
+    let (a, b) = two_replicas(&url).await;
+    drains_cross_replicas(&a, &b).await;
+    b.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_on_one_replica_holds_on_the_other_on_one_sqlite_file() {
+    let dir = scratch_dir("shared-sqlite-drain");
+    let url = format!("sqlite:{}", dir.join("shared.db").display());
+    let (a, b) = two_replicas(&url).await;
+    drains_cross_replicas(&a, &b).await;
     b.stop().await;
     a.stop().await;
 }
