@@ -194,6 +194,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
         "reach_ca_connector_checks_per_cycle",
         "reach_ca_connector_checks_per_second",
         "reach_ca_connector_certificate_expiry_timestamp_seconds",
+        "reach_ca_connector_drained_since_timestamp_seconds",
         "reach_ca_certificate_expiry_timestamp_seconds",
         "reach_ca_check_budget",
         "up",
@@ -339,6 +340,7 @@ fn the_dashboard_and_the_rules_are_well_formed() {
         "ReachConnectorGroupDisconnected",
         "ReachConnectorGroupOverBudget",
         "ReachConnectorCertificateExpiring",
+        "ReachConnectorDrainedLong",
         "ReachCACertificateExpiring",
     ] {
         assert!(names.contains(wanted), "no {wanted}: {names:?}");
@@ -396,6 +398,8 @@ async fn exercised_ca_exposition() -> (String, String) {
         rate_limit: 20,
     })
     .await;
+    // It drains itself (the drain's family).
+    east.drain(0).await;
     // A session without a client certificate is refused.
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tx.send(hello("east-2", "dc-east"))
@@ -418,6 +422,7 @@ async fn exercised_ca_exposition() -> (String, String) {
             "reach_ca_enrollments_total{",
             "reach_ca_connector_checks_per_second{",
             "reach_ca_application_down{",
+            "reach_ca_connector_drained_since_timestamp_seconds{",
         ]
         .iter()
         .all(|s| m.contains(s))

@@ -2561,3 +2561,176 @@ async fn s19_application_checks() -> Result<()> {
     })
     .await
 }
+
+/// One access decision: when it was asked, its status and the connector it
+/// chose (or the refusal's reason).
+type Decided = (Instant, u16, String);
+
+/// The task asking for access decisions (`access_load`).
+type Load = tokio::task::JoinHandle<Result<Vec<Decided>>>;
+
+/// Access decisions for `host:port/tcp` asked one after another until
+/// `stop`.
+fn access_load(
+    ca: &Ca,
+    host: &'static str,
+    port: u16,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Load> {
+    let client = e2e::tls_client(&std::fs::read_to_string(&ca.root)?)?;
+    let url = format!("https://{}/api/v1/access", ca.http);
+    Ok(tokio::spawn(async move {
+        let mut out = Vec::new();
+        while !*stop.borrow_and_update() {
+            let asked = Instant::now();
+            let r = client
+                .post(&url)
+                .bearer_auth(e2e::TOKEN)
+                .json(&serde_json::json!({"host": host, "protocol": "tcp", "port": port}))
+                .send()
+                .await?;
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await?;
+            let chosen = body["connector"]
+                .as_str()
+                .or(body["error"]["reason"].as_str())
+                .unwrap_or("?")
+                .to_owned();
+            out.push((asked, status, chosen));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(out)
+    }))
+}
+
+/// The decisions of `load` (stopped by `stop`) asked after `since`: every
+/// one must have gone to `to`, and there must be some.
+async fn all_after(
+    stop: tokio::sync::watch::Sender<bool>,
+    load: Load,
+    since: Instant,
+    to: &str,
+) -> Result<usize> {
+    stop.send(true)?;
+    let decisions = load.await??;
+    let failed: Vec<_> = decisions.iter().filter(|d| d.1 != 200).collect();
+    ensure!(failed.is_empty(), "failed decisions: {failed:?}");
+    let after: Vec<_> = decisions.iter().filter(|d| d.0 > since).collect();
+    ensure!(!after.is_empty(), "no decision after the drain");
+    let elsewhere: Vec<_> = after.iter().filter(|d| d.2 != to).collect();
+    ensure!(
+        elsewhere.is_empty(),
+        "after the drain, not {to}: {elsewhere:?}"
+    );
+    Ok(after.len())
+}
+
+/// Whether the CA lists `connector` as drained by `kind` (`token`,
+/// `connector`).
+async fn drained_by(ca: &Ca, connector: &str, kind: &str) -> Result<bool> {
+    let list = ca.get("/api/v1/connectors").await?;
+    Ok(list["connectors"].as_array().is_some_and(|l| {
+        l.iter()
+            .any(|c| c["name"] == connector && c["drained"]["by"]["kind"] == kind)
+    }))
+}
+
+/// 20. A connector is drained before maintenance, with the operator CLI as
+/// the book gives it, against real processes: whatif for a connector and
+/// its group; drained under access load, every decision goes to the other
+/// connector; the last healthy one is refused without `--force` (listed),
+/// drained with it, and both are audited; undrain restores. Then a
+/// connector's own graceful stop: SIGTERMed under access load, it drains
+/// itself (no access is routed to it once the CA has the drain, none
+/// fails while the other serves) and exits after its drain time.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s20_drain() -> Result<()> {
+    let sc = Scenario::new("s20_drain", 53)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
+        let _server = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &Segment::new("app")
+            .apps(["app.reach.test"])
+            .tcp(["8080"])
+            .interval_ms(1000)
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let mut c1 = Connector::start(&sc, &ca, "c1", "g", &["--drain-seconds", "4"])?;
+        let _c2 = Connector::start(&sc, &ca, "c2", "g", &[])?;
+        let app = App::new("app", "app.reach.test", "tcp", 8080);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        wait_status(&ca, &app, "c2", "up", Duration::from_secs(15)).await?;
+
+        // Before the maintenance window: what would c2, or the group, take?
+        let (code, out) = ca.cli(&["whatif", "--without", "c2"]).await?;
+        ensure!(code == 0 && out.contains("continuous  c2      c1"), "{code}: {out}");
+        let (code, out) = ca.cli(&["whatif", "--without", "g"]).await?;
+        ensure!(code == 3 && out.contains("c1,c2   none"), "{code}: {out}");
+
+        // Drain c2 under access load: every decision goes to c1.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let load = access_load(&ca, "app.reach.test", 8080, stopped)?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (code, out) = ca.cli(&["connectors", "drain", "c2"]).await?;
+        let drained = Instant::now();
+        ensure!(code == 0 && out.contains("drained=true"), "{code}: {out}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let n = all_after(stop, load, drained, "c1").await?;
+        eprintln!("{n} decisions after the drain, all to c1");
+        let (code, out) = ca.cli(&["connectors"]).await?;
+        ensure!(
+            code == 0 && out.lines().any(|l| l.starts_with("c2") && l.ends_with("by token:e2e")),
+            "{out}"
+        );
+
+        // The last healthy connector: refused and listed, then forced.
+        let (code, out) = ca.cli(&["connectors", "drain", "c1"]).await?;
+        ensure!(code == 3, "{code}: {out}");
+        ensure!(
+            out.starts_with("refused: draining \"c1\" would leave 1 application(s)")
+                && out.contains("app.reach.test"),
+            "{out}"
+        );
+        let (code, out) = ca.cli(&["connectors", "drain", "c1", "--force"]).await?;
+        ensure!(code == 0 && out.contains("forced=true"), "{code}: {out}");
+        let (status, body) = ca.access("app.reach.test", "tcp", 8080).await?;
+        ensure!(status == 503 && body["error"]["reason"] == "all_drained", "{status} {body}");
+        let (code, out) = ca.cli(&["audit", "--action", "connector.drain"]).await?;
+        let outcomes: Vec<&str> = out.lines().skip(1).filter_map(|l| l.split_whitespace().nth(5)).collect();
+        ensure!(code == 0 && outcomes == ["ok", "refused", "ok"], "{out}");
+
+        // Undrain restores both.
+        for c in ["c1", "c2"] {
+            let (code, out) = ca.cli(&["connectors", "undrain", c]).await?;
+            ensure!(code == 0 && out.contains("was_drained=true"), "{code}: {out}");
+        }
+        let counts = choose_many(&ca, "app.reach.test", "tcp", 8080, 60).await?;
+        ensure!(counts.len() == 2, "both chosen again: {counts:?}");
+
+        // c1 stops gracefully under access load: it drains itself first.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let load = access_load(&ca, "app.reach.test", 8080, stopped)?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let signalled = Instant::now();
+        c1.proc.signal("TERM")?;
+        retry(Duration::from_secs(10), || async {
+            ensure!(drained_by(&ca, "c1", "connector").await?, "c1 not drained yet");
+            Ok(())
+        })
+        .await?;
+        let got = Instant::now();
+        let code = c1.proc.wait_exit(Duration::from_secs(30)).await?;
+        let ran = signalled.elapsed();
+        ensure!(code == Some(0), "c1 exited with {code:?}");
+        ensure!(ran >= Duration::from_secs(4), "c1 exited {ran:?} after SIGTERM, before its drain time");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = all_after(stop, load, got, "c2").await?;
+        eprintln!("c1 drained itself {:?} after SIGTERM and exited after {ran:?}; {n} decisions after, all to c2", got - signalled);
+        Ok(())
+    })
+    .await
+}

@@ -1624,7 +1624,7 @@ async fn drain_connector(
 fn drain_refused(name: &str, whatif: crate::access::drain::WhatIfView) -> Acted {
     let lines = crate::access::drain::stranded_lines(&whatif);
     let message = format!(
-        "draining {name:?} would leave {} application(s) without a healthy, undrained connector: {}; drain with force=true to drain anyway",
+        "draining {name:?} would leave {} application(s) without a healthy, undrained connector: {}; force it (CLI --force, API ?force=true) to drain anyway",
         whatif.stranded,
         lines.join("; ")
     );

@@ -1121,7 +1121,7 @@ fn api_operations() -> Vec<Op> {
                     "409": {"description": "not drained: applications would be left without a healthy, undrained connector (reason `last_healthy_connector`)",
                         "content": json_body("DrainRefusedBody", json!({
                             "error": {"reason": "last_healthy_connector",
-                                "message": "draining \"c1\" would leave 1 application(s) without a healthy, undrained connector: jira: jira.lanukcorp.com:80/tcp; drain with force=true to drain anyway"},
+                                "message": "draining \"c1\" would leave 1 application(s) without a healthy, undrained connector: jira: jira.lanukcorp.com:80/tcp; force it (CLI --force, API ?force=true) to drain anyway"},
                             "whatif": {"without": ["c1"], "stranded": 1, "hidden_stranded": 0,
                                 "applications": [{"segment": "jira", "host": "jira.lanukcorp.com",
                                     "protocol": "tcp", "port": 80, "health_reporting": "continuous",

@@ -956,46 +956,7 @@ impl Authority {
             certificate_not_after: None,
             certificates: Vec::new(),
         });
-        // Enrolled connectors, also those that never connected.
-        match self.store().connectors() {
-            Ok(records) => {
-                for r in records {
-                    let view = match out.iter_mut().find(|v| v.name == r.name) {
-                        Some(v) => v,
-                        None => {
-                            out.push(ConnectorView {
-                                name: r.name.clone(),
-                                group: r.group.clone(),
-                                connected: false,
-                                session_id: None,
-                                version: String::new(),
-                                checks_per_cycle: 0,
-                                cycle_seconds: 0.0,
-                                over_budget: false,
-                                check_budget: budget,
-                                load: None,
-                                replicas: None,
-                                connected_since: None,
-                                last_seen: None,
-                                enrolled: false,
-                                disabled: false,
-                                drained: drains.get(&r.name).map(DrainView::of_record),
-                                certificate_serial: None,
-                                certificate_not_after: None,
-                                certificates: Vec::new(),
-                            });
-                            let last = out.len() - 1;
-                            &mut out[last]
-                        }
-                    };
-                    view.enrolled = true;
-                    view.disabled = r.disabled;
-                    view.certificate_serial = r.serial;
-                    view.certificate_not_after = r.not_after_ms;
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot list enrolled connectors"),
-        }
+        self.add_enrolled(&mut out, budget, &drains);
         match self.store().certificate_history(CERTIFICATES_SHOWN) {
             Ok(mut history) => {
                 let now = crate::state::clock::now_ms();
@@ -1013,6 +974,60 @@ impl Authority {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+
+    /// Marks the enrolled connectors of `out` enrolled, with their standing
+    /// and certificate, and adds those that never connected here (with
+    /// their drain, when `drains` has one).
+    fn add_enrolled(
+        &self,
+        out: &mut Vec<ConnectorView>,
+        budget: u64,
+        drains: &HashMap<String, crate::store::DrainRecord>,
+    ) {
+        let records = match self.store().connectors() {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list enrolled connectors");
+                return;
+            }
+        };
+        for r in records {
+            let at = match out.iter().position(|v| v.name == r.name) {
+                Some(at) => at,
+                None => {
+                    out.push(ConnectorView {
+                        name: r.name.clone(),
+                        group: r.group.clone(),
+                        connected: false,
+                        session_id: None,
+                        version: String::new(),
+                        checks_per_cycle: 0,
+                        cycle_seconds: 0.0,
+                        over_budget: false,
+                        check_budget: budget,
+                        load: None,
+                        replicas: None,
+                        connected_since: None,
+                        last_seen: None,
+                        enrolled: false,
+                        disabled: false,
+                        drained: drains
+                            .get(&r.name)
+                            .map(crate::access::drain::DrainView::of_record),
+                        certificate_serial: None,
+                        certificate_not_after: None,
+                        certificates: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            let view = &mut out[at];
+            view.enrolled = true;
+            view.disabled = r.disabled;
+            view.certificate_serial = r.serial;
+            view.certificate_not_after = r.not_after_ms;
+        }
     }
 }
 

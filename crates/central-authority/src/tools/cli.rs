@@ -315,43 +315,10 @@ pub async fn run_with(
             let v = client.get("/api/v1/connectors").await?;
             Ok((render(args.json, &v, connectors_table), EXIT_OK))
         }
-        ApiCommand::Whatif { without } => {
-            let path = format!("/api/v1/whatif?without={}", encode(&without.join(",")));
-            let v = client.get(&path).await?;
-            let code = if v["stranded"].as_u64().unwrap_or(0) > 0 {
-                EXIT_REFUSED
-            } else {
-                EXIT_OK
-            };
-            Ok((render(args.json, &v, whatif_text), code))
-        }
+        ApiCommand::Whatif { without } => whatif(args, &client, without).await,
         ApiCommand::Connectors {
             action: Some(action),
-        } => {
-            let (method, path) = match action {
-                ConnectorAction::Disable { name } => ("POST", format!("{}/disable", conn(name))),
-                ConnectorAction::Enable { name } => ("POST", format!("{}/enable", conn(name))),
-                ConnectorAction::Revoke { name } => ("POST", format!("{}/revoke", conn(name))),
-                ConnectorAction::AllowReenroll { name } => {
-                    ("POST", format!("{}/allow-reenroll", conn(name)))
-                }
-                ConnectorAction::Delete { name } => ("DELETE", conn(name)),
-                ConnectorAction::Drain { name, force } => {
-                    let force = if *force { "?force=true" } else { "" };
-                    ("POST", format!("{}/drain{force}", conn(name)))
-                }
-                ConnectorAction::Undrain { name } => ("POST", format!("{}/undrain", conn(name))),
-            };
-            let answer = client.call(method, &path, None).await?;
-            // A drain refused for what it would leave: an answer, not an error.
-            if answer.status == 409 && answer.body["error"]["reason"] == "last_healthy_connector" {
-                return Ok((
-                    render(args.json, &answer.body, drain_refused_text),
-                    EXIT_REFUSED,
-                ));
-            }
-            Ok((render(args.json, &answer.ok()?, fields_line), EXIT_OK))
-        }
+        } => connector_action(args, &client, action).await,
         ApiCommand::Keys {
             action: KeyAction::List,
         } => {
@@ -387,6 +354,54 @@ pub async fn run_with(
             Ok((render(args.json, &v, access_text), code))
         }
     }
+}
+
+/// `api whatif`: exit 3 when some application would be left without a
+/// healthy, undrained connector.
+async fn whatif(
+    args: &ApiArgs,
+    client: &Client,
+    without: &[String],
+) -> Result<(String, u8), CliError> {
+    let path = format!("/api/v1/whatif?without={}", encode(&without.join(",")));
+    let v = client.get(&path).await?;
+    let code = if v["stranded"].as_u64().unwrap_or(0) > 0 {
+        EXIT_REFUSED
+    } else {
+        EXIT_OK
+    };
+    Ok((render(args.json, &v, whatif_text), code))
+}
+
+/// `api connectors ACTION NAME`: one `key=value` line; a drain refused for
+/// what it would leave is an answer (exit 3, listing them), not an error.
+async fn connector_action(
+    args: &ApiArgs,
+    client: &Client,
+    action: &ConnectorAction,
+) -> Result<(String, u8), CliError> {
+    let (method, path) = match action {
+        ConnectorAction::Disable { name } => ("POST", format!("{}/disable", conn(name))),
+        ConnectorAction::Enable { name } => ("POST", format!("{}/enable", conn(name))),
+        ConnectorAction::Revoke { name } => ("POST", format!("{}/revoke", conn(name))),
+        ConnectorAction::AllowReenroll { name } => {
+            ("POST", format!("{}/allow-reenroll", conn(name)))
+        }
+        ConnectorAction::Delete { name } => ("DELETE", conn(name)),
+        ConnectorAction::Drain { name, force } => {
+            let force = if *force { "?force=true" } else { "" };
+            ("POST", format!("{}/drain{force}", conn(name)))
+        }
+        ConnectorAction::Undrain { name } => ("POST", format!("{}/undrain", conn(name))),
+    };
+    let answer = client.call(method, &path, None).await?;
+    if answer.status == 409 && answer.body["error"]["reason"] == "last_healthy_connector" {
+        return Ok((
+            render(args.json, &answer.body, drain_refused_text),
+            EXIT_REFUSED,
+        ));
+    }
+    Ok((render(args.json, &answer.ok()?, fields_line), EXIT_OK))
 }
 
 /// `GET /api/v1/audit` with the filters and page `api audit` was given.
