@@ -9,6 +9,11 @@
 //! from the newest `/usr/lib/postgresql/*/bin`. A server that cannot start
 //! is an error naming the step that failed: tests never skip silently.
 //!
+//! `Postgres::start_with_superuser` names the superuser, so that a test
+//! can give the name `reach` to an ordinary role, as a deployment does.
+//! `lose` kills the server and deletes its data directory (a lost database
+//! host) and `rebuild` initialises a new, empty one on the same port.
+//!
 //! `Postgres::shared()` is one server per test binary (the server costs
 //! about a second to create). The server is started with a parent-death
 //! signal from a thread that lives as long as the process, so it also stops
@@ -42,6 +47,8 @@ pub struct Postgres {
     /// The shared server is never stopped by a destructor (statics are not
     /// dropped); its parent-death signal stops it.
     owned: bool,
+    /// The superuser `initdb` created ([`SUPERUSER`] unless named).
+    superuser: String,
 }
 
 static SHARED: OnceLock<Result<Postgres, String>> = OnceLock::new();
@@ -90,11 +97,25 @@ impl Postgres {
         Self::start_with(true, Some((cert_pem, key_pem)))
     }
 
+    /// A server of the caller's own whose superuser is `superuser`
+    /// (Debian's is `postgres`), stopped and removed when dropped.
+    pub fn start_with_superuser(superuser: &str) -> anyhow::Result<Postgres> {
+        Self::start_full(true, None, superuser)
+    }
+
     fn start_inner(owned: bool) -> anyhow::Result<Postgres> {
         Self::start_with(owned, None)
     }
 
     fn start_with(owned: bool, tls: Option<(&str, &str)>) -> anyhow::Result<Postgres> {
+        Self::start_full(owned, tls, SUPERUSER)
+    }
+
+    fn start_full(
+        owned: bool,
+        tls: Option<(&str, &str)>,
+        superuser: &str,
+    ) -> anyhow::Result<Postgres> {
         let bin = find_bin_dir()?;
         remove_stale_dirs();
         let dir =
@@ -103,14 +124,7 @@ impl Postgres {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let run_as = run_as(&dir)?;
-        let data = dir.join("data");
-        let mut initdb = command(&run_as, &bin.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust", "-U", SUPERUSER, "-E", "UTF8", "--locale=C"])
-            .arg("--no-sync");
-        run(&mut initdb, "initdb")?;
+        initdb(&run_as, &bin, &dir, superuser)?;
         let mut settings = Vec::new();
         if let Some((cert, key)) = tls {
             // The server reads them as its own user; the key must not be
@@ -147,6 +161,7 @@ impl Postgres {
                         child: Mutex::new(Some(child)),
                         settings,
                         owned,
+                        superuser: superuser.to_owned(),
                     });
                 }
                 Err(e) => last = Some(e),
@@ -168,10 +183,20 @@ impl Postgres {
 
     /// The URL of database `db` as the superuser, over TCP on loopback.
     pub fn url(&self, db: &str) -> String {
+        self.url_as(&self.superuser, db)
+    }
+
+    /// The URL of database `db` as role `role`, over TCP on loopback.
+    pub fn url_as(&self, role: &str, db: &str) -> String {
         format!(
-            "postgres://{SUPERUSER}@127.0.0.1:{}/{db}?sslmode=disable",
+            "postgres://{role}@127.0.0.1:{}/{db}?sslmode=disable",
             self.port
         )
+    }
+
+    /// The superuser's name.
+    pub fn superuser(&self) -> &str {
+        &self.superuser
     }
 
     /// The database a URL of `url` or `fresh_database` names (what `psql`
@@ -201,7 +226,7 @@ impl Postgres {
         );
         let mut createdb = Command::new(self.bin.join("createdb"));
         createdb
-            .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-p"])
+            .args(["-h", "127.0.0.1", "-U", &self.superuser, "-p"])
             .arg(self.port.to_string())
             .args(options)
             .arg(&name);
@@ -213,7 +238,16 @@ impl Postgres {
     /// returns its unaligned output.
     pub fn psql(&self, db: &str, sql: &str) -> anyhow::Result<String> {
         let out = Command::new(self.bin.join("psql"))
-            .args(["-h", "127.0.0.1", "-U", SUPERUSER, "-X", "-A", "-t", "-q"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                &self.superuser,
+                "-X",
+                "-A",
+                "-t",
+                "-q",
+            ])
             .args(["-v", "ON_ERROR_STOP=1", "-p"])
             .arg(self.port.to_string())
             .args(["-d", db, "-c", sql])
@@ -268,6 +302,54 @@ impl Postgres {
         Ok(())
     }
 
+    /// The database host lost: the server killed (`SIGKILL`, no shutdown)
+    /// and its data directory deleted. Nothing answers on its port until
+    /// `rebuild`.
+    pub fn lose(&self) -> anyhow::Result<()> {
+        let mut child = self
+            .child
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the server's handle is poisoned"))?;
+        if let Some(mut c) = child.take() {
+            c.kill().context("cannot kill postgres")?;
+            let _ = c.wait();
+        }
+        // Its backends notice the postmaster's death and exit; none may
+        // answer on the port afterwards.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+            if Instant::now() > deadline {
+                bail!("port {} still answers 10 s after the kill", self.port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let data = self.dir.join("data");
+        std::fs::remove_dir_all(&data).with_context(|| format!("cannot delete {}", data.display()))
+    }
+
+    /// A new, empty server (`initdb` anew, the same superuser and settings)
+    /// started on the port of the one `lose` destroyed.
+    pub fn rebuild(&self) -> anyhow::Result<()> {
+        let mut child = self
+            .child
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the server's handle is poisoned"))?;
+        if child.is_some() {
+            bail!("rebuild: the server runs; `lose` it first");
+        }
+        initdb(&self.run_as, &self.bin, &self.dir, &self.superuser)?;
+        let started = start_server(
+            &self.run_as,
+            &self.bin,
+            &self.dir,
+            self.port,
+            &self.settings,
+        )
+        .context("cannot start the new PostgreSQL on the old port")?;
+        *child = Some(started);
+        Ok(())
+    }
+
     fn stop(&self) {
         let mut stop = command(&self.run_as, &self.bin.join("pg_ctl"));
         stop.arg("-D")
@@ -295,6 +377,17 @@ impl Drop for Postgres {
 fn unique() -> u32 {
     static N: AtomicU32 = AtomicU32::new(0);
     N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `initdb` into `dir/data` with trust authentication and `superuser`.
+fn initdb(run_as: &[String], bin: &Path, dir: &Path, superuser: &str) -> anyhow::Result<()> {
+    let mut initdb = command(run_as, &bin.join("initdb"));
+    initdb
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-A", "trust", "-U", superuser, "-E", "UTF8", "--locale=C"])
+        .arg("--no-sync");
+    run(&mut initdb, "initdb")
 }
 
 /// Starts `postgres` as a child with a parent-death signal (fast shutdown)
@@ -515,5 +608,26 @@ mod tests {
             "stopped"
         );
         assert!(!dir.exists(), "directory removed");
+    }
+
+    #[test]
+    fn a_lost_server_is_rebuilt_empty_on_its_port() {
+        let pg = Postgres::start_with_superuser("postgres").expect("PostgreSQL starts");
+        assert_eq!(pg.superuser(), "postgres");
+        pg.psql("postgres", "CREATE ROLE reach LOGIN")
+            .expect("role");
+        let url = pg.fresh_database().expect("createdb");
+        let db = Postgres::database_of(&url).expect("db name").to_owned();
+        pg.lose().expect("lost");
+        assert!(pg.psql("postgres", "SELECT 1").is_err(), "nothing answers");
+        pg.rebuild().expect("rebuilt");
+        let roles = pg
+            .psql(
+                "postgres",
+                "SELECT count(*) FROM pg_roles WHERE rolname = 'reach'",
+            )
+            .expect("query");
+        assert_eq!(roles, "0", "the new server has no role reach");
+        assert!(pg.psql(&db, "SELECT 1").is_err(), "nor the old database");
     }
 }
