@@ -4,8 +4,11 @@
 //! packaged CA and connector as the `reach` user with the packaged configs
 //! on two test hosts (network namespaces), the connector dialling the CA
 //! host by name, sees an application on the connector's host Up and an
-//! access routed, upgrades them to a newer package, purges them and checks
-//! the machine is as it was). The Debian details are in `debian`.
+//! access routed, backs the CA up, rebuilds its host and restores it as the
+//! book says (`restore`), upgrades them to a newer package, purges them and
+//! checks the machine is as it was). The Debian details are in `debian`.
+
+mod restore;
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -548,7 +551,14 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         .stdin(Stdio::null());
     let _app = Killed(serve.spawn().context("starting the application")?);
     let (grpc_port, http_port) = configure(ca_host, far)?;
-    let connector_env = connector_env(&format!("https://{}:{grpc_port}", ca_host.fqdn))?;
+    // The connector's host has its own copy of the CA's root, as
+    // connector.env says for a connector on another host.
+    let connector_root = Path::new("/etc/reach/ca.pem");
+    let _copied = Removed(connector_root);
+    let connector_env = connector_env(
+        &format!("https://{}:{grpc_port}", ca_host.fqdn),
+        connector_root,
+    )?;
     check_versions()?;
     check_config()?;
     let mut ca = Daemon::start(
@@ -567,6 +577,7 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::copy(root, connector_root)?;
     let mut connector = Daemon::start(
         &far.run(),
         "reach-connector-agent.service",
@@ -587,9 +598,24 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         work.join("install-to-up.txt"),
         format!("{:.1}\n", up.as_secs_f64()),
     )?;
+    let restore = restore::Restore {
+        work,
+        ca_host,
+        far,
+        api: &api,
+    };
+    restore.run(ca, &mut connector)?;
     drop(connector);
-    drop(ca);
     Ok(())
+}
+
+/// A file removed when dropped.
+struct Removed<'a>(&'a Path);
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
 }
 
 /// The packaged `ca.toml` with a segment for the application on `far`
@@ -627,9 +653,9 @@ fn configure(ca_host: &TestHost, far: &TestHost) -> Result<(u16, u16)> {
     Ok(ports)
 }
 
-/// The packaged `connector.env` with `REACH_CA` set to `ca` (the rest as
-/// shipped); returns its variables.
-fn connector_env(ca: &str) -> Result<Vec<(String, String)>> {
+/// The packaged `connector.env` with `REACH_CA` set to `ca` and
+/// `REACH_CA_CERT` to `root` (the rest as shipped); returns its variables.
+fn connector_env(ca: &str, root: &Path) -> Result<Vec<(String, String)>> {
     let env_file = Path::new("/etc/reach/connector.env");
     let text = std::fs::read_to_string(env_file)
         .with_context(|| format!("the package did not install {}", env_file.display()))?;
@@ -638,6 +664,8 @@ fn connector_env(ca: &str) -> Result<Vec<(String, String)>> {
     for line in text.lines() {
         let line = if line.starts_with("REACH_CA=") {
             format!("REACH_CA={ca}")
+        } else if line.starts_with("REACH_CA_CERT=") {
+            format!("REACH_CA_CERT={}", root.display())
         } else {
             line.to_owned()
         };

@@ -6,6 +6,12 @@
 //! addresses; the same connector, from the same state directory and
 //! without a provisioning key, attaches to B and its application reads Up
 //! there. Its certificate is the one A issued and the key was used once.
+//!
+//! PostgreSQL runs the book's own commands (`pg_dump`, `createdb --owner`,
+//! `pg_restore` as the CA's role; `test_support::book`) on a server whose
+//! superuser is `postgres` and where the CA's role `reach` is an ordinary
+//! one, as in a deployment: the restored tables must be the role's, or the
+//! CA cannot migrate them.
 
 mod common;
 
@@ -15,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use common::{Http, KEY_EAST, READ_TOKEN, eventually, scratch_dir, spawn_agent};
-use test_support::{Postgres, Segment, TcpApp, free_port};
+use test_support::{Postgres, Segment, TcpApp, book, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_central-authority");
 const ADMIN_TOKEN: &str = "tok-admin-0123456789";
@@ -203,6 +209,65 @@ fn restore_files(backup: &Path, data_dir: &Path, names: &[&str]) {
     }
 }
 
+/// The role the CA connects as, an ordinary one (the server's superuser
+/// is `postgres`).
+const ROLE: &str = "reach";
+/// The database URL in the book's PostgreSQL commands.
+const BOOK_URL: &str = "postgres://reach@db.example.internal/reach";
+
+/// The environment the book's PostgreSQL commands run in: the server's
+/// own client programs first on `PATH`, and libpq's defaults naming the
+/// server and its superuser (what `sudo -iu postgres` on the database
+/// server gives).
+fn pg_env(pg: &Postgres) -> Vec<(&'static str, String)> {
+    let bin = pg.tool("pg_dump");
+    let bin = bin.parent().expect("bin dir").display().to_string();
+    vec![
+        (
+            "PATH",
+            format!("{bin}:{}", std::env::var("PATH").unwrap_or_default()),
+        ),
+        ("PGHOST", "127.0.0.1".into()),
+        ("PGPORT", pg.port().to_string()),
+        ("PGUSER", pg.superuser().into()),
+    ]
+}
+
+/// The book's PostgreSQL restore: `createdb --owner=reach reach` as the
+/// superuser, `pg_restore` as the CA's role into `url`; then every table
+/// and sequence is the role's.
+fn restore_database(pg: &Postgres, backup: &Path, url: &str) {
+    let env = pg_env(pg);
+    book::run_block("pg-createdb", &[], &env).expect("the book's createdb");
+    let dir = backup.display().to_string();
+    let ran = book::run_block(
+        "pg-restore",
+        &[("/var/backups/reach-2026-12-01", &dir), (BOOK_URL, url)],
+        &env,
+    )
+    .expect("the book's pg_restore");
+    assert!(ran.iter().any(|l| l.starts_with("pg_restore ")), "{ran:?}");
+    let foreign = pg
+        .psql(
+            "reach",
+            "SELECT string_agg(c.relname || ' (' || r.rolname || ')', ', ') FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_roles r ON r.oid = c.relowner \
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'S', 'v') AND r.rolname <> 'reach'",
+        )
+        .expect("owners");
+    assert!(
+        foreign.is_empty(),
+        "restored, not owned by reach: {foreign}"
+    );
+    let tables = pg
+        .psql(
+            "reach",
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tableowner = 'reach'",
+        )
+        .expect("tables");
+    assert_ne!(tables, "0", "the restore made no table");
+}
+
 /// Both stores: A enrolled and Up, backup, A stopped, `restore` (the
 /// store-specific part), B started, the connector back without a key.
 async fn backup_and_restore(tag: &str, pg: Option<&Postgres>) {
@@ -213,10 +278,16 @@ async fn backup_and_restore(tag: &str, pg: Option<&Postgres>) {
         std::fs::create_dir_all(d).expect("dir");
     }
     let (url_a, url_b) = match pg {
-        Some(pg) => (
-            Some(pg.fresh_database().expect("database A")),
-            Some(pg.fresh_database().expect("database B")),
-        ),
+        Some(pg) => {
+            // A's database, owned by the CA's role as the book's createdb
+            // makes it; B's is made by the book's restore.
+            pg.psql("postgres", "CREATE DATABASE reach_a OWNER reach")
+                .expect("database A");
+            (
+                Some(pg.url_as(ROLE, "reach_a")),
+                Some(pg.url_as(ROLE, "reach")),
+            )
+        }
         None => (None, None),
     };
     let data_a = dir_a.join("data");
@@ -258,11 +329,20 @@ async fn backup_and_restore(tag: &str, pg: Option<&Postgres>) {
     );
     if let (Some(pg), Some(url)) = (pg, &url_a) {
         assert!(printed.contains("pg_dump"), "{printed}");
-        run(Command::new(pg.tool("pg_dump"))
-            .arg("--format=custom")
-            .arg("--file")
-            .arg(backup.join("reach.dump"))
-            .arg(url));
+        let ran = book::run_block(
+            "pg-dump",
+            &[
+                (
+                    "/var/backups/reach-$(date +%F)",
+                    &backup.display().to_string(),
+                ),
+                (BOOK_URL, url),
+            ],
+            &pg_env(pg),
+        )
+        .expect("the book's pg_dump");
+        assert!(ran.iter().any(|l| l.starts_with("pg_dump ")), "{ran:?}");
+        assert!(backup.join("reach.dump").exists(), "{ran:?}");
     }
 
     let _ = stop.send(());
@@ -274,11 +354,7 @@ async fn backup_and_restore(tag: &str, pg: Option<&Postgres>) {
     match (pg, &url_b) {
         (Some(pg), Some(url)) => {
             restore_files(&backup, &data_b, &["ca.pem", "ca.key"]);
-            run(Command::new(pg.tool("pg_restore"))
-                .arg("--no-owner")
-                .arg("--dbname")
-                .arg(url)
-                .arg(backup.join("reach.dump")));
+            restore_database(pg, &backup, url);
         }
         _ => restore_files(&backup, &data_b, &["ca.pem", "ca.key", "reach.db"]),
     }
@@ -304,5 +380,8 @@ async fn sqlite_backup_restores_into_a_new_ca_that_connectors_reattach_to() {
 
 #[tokio::test]
 async fn postgres_backup_restores_into_a_new_database_that_connectors_reattach_to() {
-    backup_and_restore("backup-pg", Some(Postgres::shared())).await;
+    let pg = Postgres::start_with_superuser("postgres").expect("PostgreSQL");
+    // The CA's role, made as the book makes it on a new server.
+    book::run_block("pg-role", &[], &pg_env(&pg)).expect("the book's createuser");
+    backup_and_restore("backup-pg", Some(&pg)).await;
 }

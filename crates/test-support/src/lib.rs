@@ -6,11 +6,13 @@
 //! loopback ports, a builder for segments in both their config (TOML) and
 //! wire (protobuf) forms, a web application with test certificates for
 //! application-level checks, and checks of what the machine permits (ICMP
-//! sockets, IPv6 loopback) that fail naming what is missing.
+//! sockets, IPv6 loopback) that fail naming what is missing, and the book's
+//! procedures read from book/src as the tests run them.
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
 pub mod apps;
+pub mod book;
 pub mod browser;
 pub mod caps;
 pub mod delay;
