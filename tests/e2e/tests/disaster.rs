@@ -281,7 +281,7 @@ fn flap(
         let mut i = 0usize;
         while running.load(Ordering::Relaxed) {
             let app = &mut apps[i % FLAPPING.len()];
-            if i / FLAPPING.len() % 2 == 0 {
+            if (i / FLAPPING.len()).is_multiple_of(2) {
                 app.stop();
             } else {
                 app.resume().await?;
