@@ -236,12 +236,77 @@ fn destination(q: &LoginQuery) -> Result<String, &'static str> {
     }
 }
 
-/// Where to go after signing in: a path of this CA, else `/`.
+/// Where to go after signing in: a path of this CA with its query and
+/// fragment, else `/`.
+///
+/// A browser reading `Location` drops tab, CR and LF anywhere and controls
+/// and spaces at the ends, and takes `\\` for `/`, so `"/\t/evil.example"`
+/// leaves the origin: a control, whitespace or backslash anywhere refuses
+/// `next`. The rest is resolved against a fixed origin as a browser would
+/// (WHATWG URL) and must stay on it, with a path that is still one path of
+/// it however often it is percent-decoded (a proxy or server may decode it
+/// again), and the result is what the `Location` header says.
 fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
-        _ => "/".to_owned(),
+    next.and_then(own_path).unwrap_or_else(|| "/".to_owned())
+}
+
+/// The origin `next` is resolved against: any fixed one does, only whether
+/// the result stays on it matters.
+const NEXT_BASE: &str = "https://ca.invalid/";
+
+/// `next` as path, query and fragment of this origin, if it is one.
+fn own_path(next: &str) -> Option<String> {
+    if !one_path(next) {
+        return None;
     }
+    let base = url::Url::parse(NEXT_BASE).ok()?;
+    let to = base.join(next).ok()?;
+    if to.origin() != base.origin() || !to.username().is_empty() || to.password().is_some() {
+        return None;
+    }
+    // Dot segments are resolved now (`/.//x` is path `//x`): checked again.
+    if !decodes_to_one_path(to.path()) {
+        return None;
+    }
+    let mut out = to.path().to_owned();
+    if let Some(q) = to.query() {
+        out.push('?');
+        out.push_str(q);
+    }
+    if let Some(f) = to.fragment() {
+        out.push('#');
+        out.push_str(f);
+    }
+    Some(out)
+}
+
+/// Starts with one `/` (`//` names a host) and holds no control,
+/// whitespace or backslash.
+fn one_path(s: &str) -> bool {
+    s.starts_with('/')
+        && !s.starts_with("//")
+        && !s
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == '\\')
+}
+
+/// `one_path` holds for `path` and for each form percent-decoding it
+/// yields, up to a few rounds (more is refused).
+fn decodes_to_one_path(path: &str) -> bool {
+    let mut layer = path.to_owned();
+    for _ in 0..4 {
+        if !one_path(&layer) {
+            return false;
+        }
+        let decoded = percent_encoding::percent_decode_str(&layer)
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == layer {
+            return true;
+        }
+        layer = decoded;
+    }
+    false
 }
 
 /// `GET /auth/login`: to the provider's sign-in page.
@@ -525,11 +590,79 @@ mod tests {
         assert_eq!(cookie(&h, "c"), None);
     }
 
+    /// `next` values a browser would follow off this CA's origin: WHATWG
+    /// URL parsing drops tab, CR and LF anywhere and C0 controls and spaces
+    /// at the ends, reads `\\` as `/`, and treats `.` and `%2e` segments as
+    /// dots; encoded forms are what a server or proxy that decodes once
+    /// more would see.
+    const HOSTILE_NEXT: &[&str] = &[
+        "",
+        "x",
+        "evil.example",
+        "//evil.example",
+        "///evil.example",
+        "https://evil.example",
+        "javascript:alert(1)",
+        "cli:4000:abcdefghijklmnop",
+        "/\\evil.example",
+        "/\\/evil.example",
+        "\\/evil.example",
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/\r/evil.example",
+        "/\r\n/evil.example",
+        "\t//evil.example",
+        " //evil.example",
+        "/ /evil.example",
+        "/\t\\evil.example",
+        "/\u{0}/evil.example",
+        "/\u{b}/evil.example",
+        "/\u{c}/evil.example",
+        "/\u{7f}/evil.example",
+        "/\u{85}/evil.example",
+        "/\u{a0}/evil.example",
+        "/\u{2028}/evil.example",
+        "/\u{3000}/evil.example",
+        "/app\n",
+        "/app?x=\t1",
+        "/app#\r",
+        "/%09/evil.example",
+        "/%0a/evil.example",
+        "/%0D/evil.example",
+        "/%20/evil.example",
+        "/%5Cevil.example",
+        "/%5c/evil.example",
+        "/%2F/evil.example",
+        "/%2f%2fevil.example",
+        "%2F%2Fevil.example",
+        "/%252F/evil.example",
+        "/%2509/evil.example",
+        "/%255Cevil.example",
+        "/%C2%A0/evil.example",
+        "/.//evil.example",
+        "/..//evil.example",
+        "/%2e//evil.example",
+        "/app/..//evil.example",
+    ];
+
     #[test]
     fn only_own_paths_are_followed_after_sign_in() {
-        assert_eq!(safe_next(Some("/app?x=1")), "/app?x=1");
-        for bad in ["//evil.example", "https://evil.example", "/\\evil", "x"] {
-            assert_eq!(safe_next(Some(bad)), "/", "{bad}");
+        let followed: Vec<(&str, String)> = HOSTILE_NEXT
+            .iter()
+            .map(|bad| (*bad, safe_next(Some(bad))))
+            .filter(|(_, to)| to != "/")
+            .collect();
+        assert!(followed.is_empty(), "followed: {followed:?}");
+        for (good, kept) in [
+            ("/", "/"),
+            ("/app?x=1", "/app?x=1"),
+            ("/connectors", "/connectors"),
+            ("/?q=a%20b&sort=name", "/?q=a%20b&sort=name"),
+            ("/app?name=web%2Fapi#top", "/app?name=web%2Fapi#top"),
+            ("/app?next=//evil.example", "/app?next=//evil.example"),
+            ("/a/../connectors", "/connectors"),
+        ] {
+            assert_eq!(safe_next(Some(good)), kept, "{good:?}");
         }
         assert_eq!(safe_next(None), "/");
     }
