@@ -11,7 +11,9 @@
 //! gRPC credential; a sign-out on one
 //! replica is refused on another sharing the store; a reader cannot act as
 //! admin; a person without a mapped role gets the refusal page; a provider
-//! that rotated its signing key is followed (JWKS fetched again).
+//! that rotated its signing key is followed (JWKS fetched again); a
+//! hostile `next` (tab, newline, backslash, encoded forms) leaves the
+//! browser on the CA after signing in.
 
 mod common;
 
@@ -506,6 +508,94 @@ async fn the_cli_signs_a_person_in_through_the_browser_and_out() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("401") || err.contains("unauthorized"), "{err}");
 
+    ca.stop().await;
+    op.stop().await;
+}
+
+/// Signs in (any provider form answered as alice) starting at
+/// `/auth/login?next=…` with `next` as the query value, and returns the
+/// URL the browser ends on once it is back from the provider.
+async fn sign_in_with_next(b: &Browser, ca: &Ca, op: &Op, next: &str) -> String {
+    let login =
+        url::Url::parse_with_params(&format!("https://{}/auth/login", ca.http), [("next", next)])
+            .expect("login URL");
+    b.goto(login.as_str()).await.expect("to the provider");
+    let provider = format!("http://127.0.0.1:{}/", op.port);
+    let here = "return [location.href, document.readyState, \
+                !!document.querySelector('input[name=login]')]";
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut submitted = false;
+    loop {
+        let v = b.eval(here, json!([])).await.unwrap_or(Value::Null);
+        let href = v[0].as_str().unwrap_or_default().to_owned();
+        let on_provider = href.starts_with(&provider);
+        if on_provider && v[2] == true && !submitted {
+            b.eval(
+                "document.querySelector('input[name=login]').value = 'alice';
+                 document.querySelector('input[name=password]').value = 'any';
+                 document.querySelector('form').submit(); return true;",
+                json!([]),
+            )
+            .await
+            .expect("login form submitted");
+            submitted = true;
+        } else if !href.is_empty() && !on_provider && !href.contains("/auth/") && v[1] == "complete"
+        {
+            return href;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "signing in with next {next:?}: not back from the provider (at {v})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `next` values that a browser's URL parser (tab, CR and LF dropped,
+/// `\` read as `/`) or a second percent-decoding would turn into another
+/// host: after a real sign-in Chromium is on the CA's origin, at `/`.
+/// `evil.example` resolves to loopback in this browser and the CA answers
+/// there on its own port, so a redirect that got out shows as a page of
+/// another origin, and no request leaves the host.
+#[tokio::test]
+async fn after_sign_in_a_hostile_next_leaves_the_browser_on_the_ca() {
+    let (ca, op) = ca_and_op().await;
+    let origin = format!("https://{}", ca.http);
+    let evil = format!("evil.example:{}", ca.http.port());
+    let b = Browser::start_with(
+        &scratch_dir("chromium"),
+        &["--host-resolver-rules=MAP evil.example 127.0.0.1".to_owned()],
+    )
+    .await
+    .expect("chromium");
+
+    // A path of the CA is followed, query and all (so the test sees where
+    // `next` leads).
+    let at = sign_in_with_next(&b, &ca, &op, "/connectors?q=a%20b").await;
+    assert_eq!(at, format!("{origin}/connectors?q=a%20b"));
+
+    for next in [
+        format!("/\t/{evil}/"),
+        format!("/\n/{evil}/"),
+        format!("/\r\n/{evil}/"),
+        format!("\t//{evil}/"),
+        format!(" //{evil}/"),
+        format!("/\\{evil}/"),
+        format!("/\t\\{evil}/"),
+        format!("/%5C{evil}/"),
+        format!("/%09/{evil}/"),
+        format!("/%2F%2F{evil}/"),
+        format!("/.//{evil}/"),
+        format!("//{evil}/"),
+    ] {
+        let at = sign_in_with_next(&b, &ca, &op, &next).await;
+        assert_eq!(
+            at,
+            format!("{origin}/"),
+            "after signing in with next {next:?}"
+        );
+    }
+    b.close().await;
     ca.stop().await;
     op.stop().await;
 }
