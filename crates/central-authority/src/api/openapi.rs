@@ -1237,7 +1237,7 @@ fn auth_ops() -> Vec<Op> {
                 "tags": ["sign-in"],
                 "parameters": [
                     {"name": "provider", "in": "query", "required": false, "description": "an `[[oidc]]` name (default: the first)", "schema": {"type": "string"}},
-                    {"name": "next", "in": "query", "required": false, "description": "a path of this CA to return to (default `/`)", "schema": {"type": "string"}},
+                    {"name": "next", "in": "query", "required": false, "description": "a path of this CA to return to, with its query and fragment (default `/`); one with a control character, whitespace or backslash anywhere, or whose path resolves or percent-decodes to another host, returns to `/`", "schema": {"type": "string"}},
                 ],
                 "responses": {"303": redirect("the provider's authorization endpoint"),
                     "404": page("no such provider"), "502": page("the provider could not be reached"),
