@@ -295,9 +295,14 @@ pub enum EnrollError {
         /// When the source's allowance refills (whole seconds).
         retry_after_s: u64,
     },
-    /// Name, group or key is wrong.
+    /// Name or key is wrong.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// A group the policy does not have: answered exactly as a wrong key,
+    /// so that group names cannot be found by trying them (the CA's log
+    /// and metrics still tell the two apart).
+    #[error("wrong provisioning key for connector group {0:?}")]
+    NoSuchGroup(String),
     /// The key's expiry passed.
     #[error("the provisioning key of connector group {0:?} has expired")]
     KeyExpired(String),
@@ -319,7 +324,9 @@ impl EnrollError {
             EnrollError::NoTls => "no_tls",
             EnrollError::RateLimited { .. } => "rate_limited",
             EnrollError::Auth(AuthError::WrongKey(_)) => "wrong_key",
-            EnrollError::Auth(AuthError::UnknownGroup(_)) => "unknown_group",
+            EnrollError::Auth(AuthError::UnknownGroup(_)) | EnrollError::NoSuchGroup(_) => {
+                "unknown_group"
+            }
             EnrollError::Auth(_) => "invalid",
             EnrollError::KeyExpired(_) => "key_expired",
             EnrollError::Refused(EnrollRefusal::KeyRevoked(_)) => "key_revoked",
@@ -338,6 +345,7 @@ impl EnrollError {
     pub fn code(&self) -> Code {
         match self {
             EnrollError::Auth(a) => a.answer().grpc,
+            EnrollError::NoSuchGroup(_) => Code::Unauthenticated,
             EnrollError::NoTls => Code::FailedPrecondition,
             EnrollError::RateLimited { .. } => Code::ResourceExhausted,
             // The name rules say what would make the enrollment go

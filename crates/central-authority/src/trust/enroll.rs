@@ -96,7 +96,7 @@ impl Enrollment for EnrollmentService {
                 // The key is never logged, only the reason; a throttled
                 // failure is logged by the throttle (once a minute).
                 if !matches!(e, EnrollError::RateLimited { .. }) {
-                    tracing::warn!(connector = ?name, group = ?group, peer = ?peer, error = %e, "enrollment refused");
+                    tracing::warn!(connector = ?name, group = ?group, peer = ?peer, reason = e.label(), error = %e, "enrollment refused");
                 }
                 Err(e.into())
             }
@@ -149,7 +149,7 @@ impl Authority {
         let pki = self.pki().ok_or(EnrollError::NoTls)?;
         check_connector_name(&r.name)?;
         let state = self.snapshot();
-        let unknown = || AuthError::UnknownGroup(r.group.chars().take(128).collect());
+        let unknown = || EnrollError::NoSuchGroup(r.group.chars().take(128).collect());
         let key = state.config.group_keys.get(&r.group).ok_or_else(unknown)?;
         let policy = state
             .config
