@@ -577,7 +577,13 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // As an operator copies a public certificate to another host: readable
+    // by all (the CA keeps its own copy 0600).
     std::fs::copy(root, connector_root)?;
+    std::fs::set_permissions(
+        connector_root,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o644),
+    )?;
     let mut connector = Daemon::start(
         &far.run(),
         "reach-connector-agent.service",
