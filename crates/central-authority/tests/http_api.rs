@@ -762,6 +762,11 @@ async fn hosts_and_origins_must_be_this_ca() {
     };
     assert_eq!(header("cache-control"), "no-store", "{headers:?}");
     assert_eq!(header("x-content-type-options"), "nosniff", "{headers:?}");
+    assert_eq!(
+        header("strict-transport-security"),
+        "max-age=31536000",
+        "{headers:?}"
+    );
     let get = |host: &str| {
         format!(
             "GET /api/v1/health HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer \

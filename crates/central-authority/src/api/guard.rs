@@ -33,7 +33,8 @@ pub const NO_ROUTE: &str = "no_route";
 pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
 
 /// Runs the checks, then the route; a non-JSON error answer becomes JSON,
-/// and every answer gets the headers of [`with_api_headers`].
+/// and every answer gets the headers of [`with_api_headers`] (and, over
+/// HTTPS, `Strict-Transport-Security`).
 pub async fn check(
     axum::extract::State(authority): axum::extract::State<
         std::sync::Arc<crate::state::authority::Authority>,
@@ -60,7 +61,17 @@ pub async fn check(
             crate::api::body::error_body(status, reason, &message, None)
         }
     };
-    with_api_headers(response)
+    let mut response = with_api_headers(response);
+    if site.https {
+        // A browser that once reached the CA over HTTPS never tries plain
+        // HTTP for it again (a year; the CA's name only, its siblings are
+        // not the CA's to decide).
+        response.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            header::HeaderValue::from_static("max-age=31536000"),
+        );
+    }
+    response
 }
 
 /// `X-Content-Type-Options: nosniff` on every answer, and
