@@ -45,6 +45,7 @@ pub fn hello(id: &Identity) -> v1::ConnectorMessage {
             name: id.name.clone(),
             group: id.group.clone(),
             version: "reach-bench".to_owned(),
+            release: protocol::release::RELEASE.to_owned(),
             capabilities: Some(v1::Capabilities {
                 icmp: false,
                 icmp_mode: "none".to_owned(),

@@ -2,6 +2,7 @@
 
 use axum::http::StatusCode;
 use protocol::WireError;
+use protocol::release::Incompatible;
 use tonic::Code;
 
 use crate::store::{EnrollRefusal, RenewRefusal};
@@ -34,6 +35,10 @@ pub enum SessionError {
         /// without TLS).
         authenticated_group: String,
     },
+    /// `Hello.release` is outside the compatibility policy (or not a
+    /// release): the connector is too old or too new for this CA.
+    #[error(transparent)]
+    Release(#[from] protocol::release::Incompatible),
     /// No `Hello` arrived in time.
     #[error("no Hello within {0:?}")]
     HelloTimeout(std::time::Duration),
@@ -217,6 +222,12 @@ impl SessionError {
             SessionError::ExpectedHello | SessionError::HelloMismatch { .. } => {
                 Code::InvalidArgument
             }
+            // Only an upgrade on one side changes the answer: not a wire
+            // error, and nothing a retry soon could fix.
+            SessionError::Release(Incompatible::TooOld { .. } | Incompatible::TooNew { .. }) => {
+                Code::FailedPrecondition
+            }
+            SessionError::Release(Incompatible::Malformed(_)) => Code::InvalidArgument,
             SessionError::HelloTimeout(_) | SessionError::Idle(_) => Code::DeadlineExceeded,
             SessionError::ClosedBeforeHello => Code::PermissionDenied,
             SessionError::CertificateExpired => Code::Unauthenticated,

@@ -199,6 +199,18 @@ fn after_loss(
             );
             Duration::ZERO
         }
+        Some(Refusal::Release(message)) => {
+            let delay = crate::retry::refused_backoff(*refused, &mut rand::rng());
+            *refused = refused.saturating_add(1);
+            tracing::error!(
+                %ca,
+                reason = %message,
+                retry_in_s = delay.as_secs(),
+                "the CA refuses this connector's release ({}): upgrade the CA or this connector as the reason says; until then it asks again every few minutes",
+                protocol::release::RELEASE
+            );
+            delay
+        }
         Some(Refusal::Reenroll(message)) => {
             let delay = crate::retry::refused_backoff(*refused, &mut rand::rng());
             *refused = refused.saturating_add(1);
@@ -233,6 +245,9 @@ pub enum Refusal {
     /// An admin disabled the connector (`PERMISSION_DENIED`, "… is
     /// disabled").
     Disabled(String),
+    /// The CA's compatibility policy refuses this connector's release
+    /// (`FAILED_PRECONDITION` at `Hello`): too old or too new for it.
+    Release(String),
 }
 
 /// Whether `e` is such a refusal: the CA's status code and the message its
@@ -246,6 +261,7 @@ pub fn refusal(e: &SessionError) -> Option<Refusal> {
         tonic::Code::PermissionDenied if message.ends_with("is disabled") => {
             Some(Refusal::Disabled(message))
         }
+        tonic::Code::FailedPrecondition => Some(Refusal::Release(message)),
         tonic::Code::Unauthenticated
             if message.contains("was revoked")
                 || message.contains("has expired; enroll again")
@@ -604,6 +620,7 @@ fn hello(options: &SessionOptions, parts: &Parts) -> v1::Hello {
         name: options.identity.name.clone(),
         group: options.identity.group.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        release: protocol::release::RELEASE.to_owned(),
         capabilities: Some(v1::Capabilities {
             icmp: icmp != crate::probe::IcmpMode::None,
             icmp_mode: icmp.as_str().to_owned(),

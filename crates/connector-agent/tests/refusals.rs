@@ -1,8 +1,9 @@
 //! The real `connector-agent` binary when the CA refuses it: a revoked (or
 //! deleted) connector says re-enrollment is needed and what to do, and
-//! waits minutes between attempts; a disabled one says how an admin
-//! enables it. A wrong `--ca-cert` is named, and so is a name the CA's
-//! certificate does not carry, with the fix. Its logs carry no colour codes
+//! waits minutes between attempts, as does one whose release the CA's
+//! compatibility policy refuses (with the CA's reason); a disabled one
+//! says how an admin enables it. A wrong `--ca-cert` is named, and so is a
+//! name the CA's certificate does not carry, with the fix. Its logs carry no colour codes
 //! when they are not a terminal, and `--state-dir` has an absolute default.
 
 mod common;
@@ -122,6 +123,41 @@ async fn a_revoked_connector_says_reenroll_and_waits_minutes() {
     assert!(
         lines.iter().all(|l| !l.contains('\u{1b}')),
         "colour codes in piped logs: {lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_release_is_logged_with_the_cas_reason_and_retried_in_minutes() {
+    let ca = Authority::start(Assignment::default()).await;
+    // What a CA two minor releases ahead of this connector answers at Hello.
+    let ours = protocol::release::Release::current();
+    let ahead = protocol::release::Release {
+        major: ours.major,
+        minor: ours.minor + 2,
+    };
+    let reason = ahead
+        .accepts(protocol::release::RELEASE)
+        .expect_err("two minor releases apart");
+    ca.refuse(Status::failed_precondition(reason.to_string()));
+    let agent = Agent::start(&ca, "release");
+    let mut lines = agent.until("refuses this connector's release", Duration::from_secs(30));
+    let refused = lines.last().cloned().unwrap_or_default();
+    assert!(
+        refused.contains(&format!("is too old for this CA (release {ahead})"))
+            && refused.contains("compatibility policy")
+            && refused.contains(protocol::release::RELEASE),
+        "{refused}"
+    );
+    lines.extend(agent.until("reconnecting", Duration::from_secs(10)));
+    let delay_ms: u64 = lines
+        .last()
+        .and_then(|l| l.split("delay_ms=").nth(1))
+        .and_then(|d| d.split_whitespace().next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no delay_ms in {lines:?}"));
+    assert!(
+        delay_ms >= 30_000,
+        "reconnects after {delay_ms} ms: {lines:?}"
     );
 }
 

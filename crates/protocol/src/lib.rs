@@ -2,17 +2,21 @@
 //! protox + tonic-prost-build in `build.rs`; no protoc anywhere), the
 //! conversions between wire messages and `policy` types, and the two
 //! hand-written codecs of health reports: the CA's reading ([`scan`]) and
-//! the connector's composing from shared entries ([`compose`]).
+//! the connector's composing from shared entries ([`compose`]); and the
+//! contract's release with the rule of which connector releases a CA
+//! accepts ([`release`]).
 //!
-//! **Invariant:** this crate holds no logic beyond conversions; a malformed
-//! message is rejected here, at the border, with a `WireError` naming what is
-//! wrong, and never reaches `policy` or the binaries.
+//! **Invariant:** this crate holds no logic beyond conversions and that
+//! rule; a malformed message is rejected here, at the border, with a
+//! `WireError` naming what is wrong, and never reaches `policy` or the
+//! binaries.
 
 #![forbid(unsafe_code)]
 
 pub mod compose;
 pub mod convert;
 pub mod fuzzing;
+pub mod release;
 pub mod scan;
 
 pub use convert::WireError;

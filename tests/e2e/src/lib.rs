@@ -318,15 +318,27 @@ impl Ca {
         grpc: SocketAddr,
         data_dir: &std::path::Path,
     ) -> Result<Self> {
+        Ca::start_replica_from(&bin_dir()?, sc, name, config, (http, grpc), data_dir, &[]).await
+    }
+
+    /// Like `start_replica`, running the `central-authority` in `bins`
+    /// (e.g. another release's) with `args` after `--config FILE`; `at`
+    /// is (HTTP, gRPC).
+    pub async fn start_replica_from(
+        bins: &std::path::Path,
+        sc: &Scenario,
+        name: &str,
+        config: &str,
+        at: (SocketAddr, SocketAddr),
+        data_dir: &std::path::Path,
+        args: &[&str],
+    ) -> Result<Self> {
+        let (http, grpc) = at;
         let path = sc.dir.join(format!("{name}.toml"));
         std::fs::write(&path, with_store(config, sc.store.as_deref()))?;
-        let proc = Proc::spawn(
-            name,
-            "central-authority",
-            &["--config".into(), path.display().to_string()],
-            &[],
-            &sc.dir,
-        )?;
+        let mut argv = vec!["--config".to_owned(), path.display().to_string()];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let proc = Proc::spawn_from(bins, name, "central-authority", &argv, &[], &sc.dir)?;
         let root = data_dir.join("ca.pem");
         let pem = retry(Duration::from_secs(15), || async {
             Ok(std::fs::read_to_string(&root)?)
@@ -591,6 +603,20 @@ impl Connector {
         group: &str,
         extra: &[&str],
     ) -> Result<Self> {
+        Connector::start_url_from(&bin_dir()?, sc, url, root, (name, group), extra)
+    }
+
+    /// Like `start_url`, running the `connector-agent` in `bins` (e.g.
+    /// another release's); `who` is (name, group).
+    pub fn start_url_from(
+        bins: &std::path::Path,
+        sc: &Scenario,
+        url: &str,
+        root: &std::path::Path,
+        who: (&str, &str),
+        extra: &[&str],
+    ) -> Result<Self> {
+        let (name, group) = who;
         let mut args = vec![
             "--ca".to_owned(),
             url.to_owned(),
@@ -606,7 +632,8 @@ impl Connector {
             sc.dns().to_string(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let proc = Proc::spawn(
+        let proc = Proc::spawn_from(
+            bins,
             name,
             "connector-agent",
             &args,

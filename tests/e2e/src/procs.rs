@@ -64,7 +64,7 @@ impl Proc {
         envs: &[(&str, String)],
         log_dir: &Path,
     ) -> Result<Self> {
-        Self::spawn_in(&[], name, bin, args, envs, log_dir)
+        Self::spawn_full(&[], &bin_dir()?, name, bin, args, envs, log_dir)
     }
 
     /// Like [`Proc::spawn`], with `wrapper` before the binary's path (e.g.
@@ -78,7 +78,33 @@ impl Proc {
         envs: &[(&str, String)],
         log_dir: &Path,
     ) -> Result<Self> {
-        let path = bin_dir()?.join(bin);
+        Self::spawn_full(wrapper, &bin_dir()?, name, bin, args, envs, log_dir)
+    }
+
+    /// Like `spawn`, with `bin` from `dir` (e.g. another release's
+    /// binaries) instead of `bin_dir()`.
+    pub fn spawn_from(
+        dir: &Path,
+        name: &str,
+        bin: &str,
+        args: &[String],
+        envs: &[(&str, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
+        Self::spawn_full(&[], dir, name, bin, args, envs, log_dir)
+    }
+
+    /// `bin` from `dir`, behind `wrapper` (empty: none).
+    fn spawn_full(
+        wrapper: &[String],
+        dir: &Path,
+        name: &str,
+        bin: &str,
+        args: &[String],
+        envs: &[(&str, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let path = dir.join(bin);
         std::fs::create_dir_all(log_dir)?;
         let log = log_dir.join(format!("{name}.log"));
         let out = File::options()

@@ -1693,6 +1693,7 @@ mod hostile {
                     name: name.into(),
                     group: group.into(),
                     version: "hostile-0".into(),
+                    release: protocol::release::RELEASE.into(),
                     capabilities: Some(v1::Capabilities {
                         icmp: false,
                         icmp_mode: "none".into(),

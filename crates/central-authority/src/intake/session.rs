@@ -3,7 +3,8 @@
 //! (serial checked against the database) before reading anything; only a CA
 //! run with `[tls] enabled = false`, for local experiments, takes the
 //! group's provisioning key in metadata instead. Then it expects a `Hello`
-//! that agrees with that identity, answers `Welcome`, and takes reports and
+//! that agrees with that identity and whose release the compatibility
+//! policy accepts (`protocol::release`), answers `Welcome`, and takes reports and
 //! heartbeats (reports go to `intake::reports`) until the stream ends, the
 //! connector goes quiet, or a newer session replaces this one. Two limits per session: report entries
 //! (`[limits] connector_entries_per_second`; a report beyond it is refused
@@ -14,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use protocol::release::Release;
 use protocol::scan::{ScannedReport, decode_connector_message, scan_report};
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
@@ -271,6 +273,7 @@ async fn run_session(
         Ok(Some(hello)) => hello,
         other => {
             authority.registry().drop_pending(id);
+            count_release_refusal(authority, &other);
             return other.map(|_| ());
         }
     };
@@ -309,6 +312,14 @@ async fn run_session(
     };
     authority.end_session(&identity.name, id, &reason);
     result
+}
+
+/// Counts a `Hello` whose release the compatibility policy refused (with
+/// the other refused sessions, by its reason).
+fn count_release_refusal(authority: &Authority, hello: &Result<Option<v1::Hello>, SessionError>) {
+    if let Err(SessionError::Release(e)) = hello {
+        crate::state::counters::Metrics::count(&authority.metrics().sessions_refused, e.label());
+    }
 }
 
 /// The standing of a stream that said `Hello`, authenticated when
@@ -355,6 +366,9 @@ async fn await_hello(
             authenticated_group: identity.group.to_string(),
         });
     }
+    // The compatibility policy: before the standing is read again, so a
+    // refused release costs no store call.
+    Release::current().accepts(&hello.release)?;
     Ok(Some(hello))
 }
 

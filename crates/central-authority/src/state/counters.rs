@@ -138,7 +138,7 @@ impl Metrics {
         );
         self.registry.register(
             "sessions_refused",
-            "Connector sessions refused at authentication, by reason",
+            "Connector sessions refused at authentication or, for a release outside the compatibility policy, at Hello, by reason",
             self.sessions_refused.clone(),
         );
     }

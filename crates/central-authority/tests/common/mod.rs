@@ -447,6 +447,7 @@ pub fn hello(name: &str, group: &str) -> v1::ConnectorMessage {
             name: name.into(),
             group: group.into(),
             version: "0.0.0-test".into(),
+            release: protocol::release::RELEASE.into(),
             capabilities: Some(v1::Capabilities {
                 icmp: false,
                 icmp_mode: "none".into(),

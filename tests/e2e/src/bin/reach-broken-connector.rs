@@ -147,6 +147,8 @@ async fn session(channel: Channel, args: &Args, resolver: &TokioResolver) -> Res
         name: args.name.clone(),
         group: args.group.clone(),
         version: "0.0.1-broken".into(),
+        // As the contract says: the release its first lines state.
+        release: protocol::release::Release::current().to_string(),
         capabilities: Some(v1::Capabilities {
             icmp: false,
             icmp_mode: "none".into(),
