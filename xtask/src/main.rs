@@ -25,14 +25,15 @@ mod proto;
 mod testbed;
 #[cfg(test)]
 mod tidy;
+mod upgrade;
 
 const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
   ci      fmt check, clippy -D warnings, promtool on deploy/prometheus, proto, all
-          unit/integration tests, e2e, fuzz (brief), bench --quick (smoke: figures
-          can be produced)
+          unit/integration tests, e2e, upgrade-test, fuzz (brief), bench --quick
+          (smoke: figures can be produced)
   proto [--update-baseline]  buf (npm @bufbuild/buf, pinned, in target/buf): lint
           proto/ with proto/buf.yaml, breaking changes against proto/baseline, and a
           self-check that a removed or renumbered field fails; --update-baseline
@@ -50,6 +51,9 @@ tasks:
           (60 s or more); the build is kept in ~/.cache/reach/fuzz-target
   e2e     build release binaries and run every end-to-end scenario, then every
           single-replica one again on PostgreSQL (REACH_E2E_STORE=postgres)
+  upgrade-test  rolling upgrade under load from the release before this one (the
+          last CHANGELOG.md names with its commit; built once, cached in
+          ~/.cache/reach/release-<commit>) to this tree's release build
   bench   criterion + load driver: table and target/bench/results.json
           (--quick: smoke mode, seconds; --only tcp,access,…: some groups)
   demo    run a CA, a connector and sample applications on loopback
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Some("schemathesis") => schemathesis(&args[1..]),
         Some("manifests") => manifests(),
         Some("e2e") => e2e(&args[1..]).map(|()| summary()),
+        Some("upgrade-test") => upgrade::upgrade_test().map(|()| summary()),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("demo") => demo(&args[1..]),
@@ -567,6 +572,8 @@ fn e2e(extra: &[String]) -> Result<()> {
         "--ignored",
     ])
     .args(extra)
+    // `upgrade-test` runs it, with the previous release it builds.
+    .args(["--skip", "rolling_upgrade_from_the_previous_release"])
     .env("REACH_BIN_DIR", &bin_dir)
     // The demo scenario runs `xtask demo` itself.
     .env("REACH_XTASK", std::env::current_exe()?)
