@@ -225,6 +225,7 @@ fn ci() -> Result<()> {
     // Everything below runs on one release build (`build_release`): the
     // scenarios, the upgrade, the packages, the image and the benchmarks.
     e2e(&[])?;
+    upgrade::upgrade_test()?;
     dist::dist()?;
     dist::package_test()?;
     container::container_test()?;
