@@ -46,9 +46,6 @@ pub enum RunError {
     /// The data directory, database or certificates could not be opened.
     #[error(transparent)]
     Trust(#[from] TrustError),
-    /// The TLS configuration is unusable.
-    #[error("TLS: {0}")]
-    Tls(String),
 }
 
 /// Sets up `tracing` for the binary: `RUST_LOG` filters (default `info`),

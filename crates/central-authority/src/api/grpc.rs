@@ -219,6 +219,44 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), crate::RunError> {
+    let settings = authority.snapshot().settings().clone();
+    let limits = &settings.limits;
+    // Capped in total and per source address (`listen`).
+    let admitted = crate::api::listen::grpc_incoming(
+        listener,
+        limits.grpc_max_connections,
+        limits.grpc_max_connections_per_source,
+    );
+    let router = services(&authority, transport(&settings)).await?;
+    match authority.tls() {
+        // The TLS handshake is the listener's own, with the configuration
+        // in force when the connection arrives (a reload swaps it), within
+        // the handshake timeout; tonic serves what it yields.
+        Some(_) => {
+            let tls = authority.clone();
+            let incoming = crate::api::listen::grpc_tls_incoming(
+                admitted,
+                move || tls.tls().map(|t| t.current().grpc.clone()),
+                settings.handshake_timeout,
+            );
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?;
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(admitted, shutdown)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Every service of the CA on `builder`.
+async fn services(
+    authority: &Arc<Authority>,
+    mut builder: tonic::transport::Server,
+) -> Result<tonic::transport::server::Router, crate::RunError> {
     let max = protocol::MAX_MESSAGE_BYTES;
     let health_service = health_service().await;
     let reflection = tonic_reflection::server::Builder::configure()
@@ -231,16 +269,6 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
-    let settings = authority.snapshot().settings().clone();
-    let limits = &settings.limits;
-    // Capped in total and per source address (`listen`); tonic does the
-    // TLS handshake (within the handshake timeout) on what this yields.
-    let incoming = crate::api::listen::grpc_incoming(
-        listener,
-        limits.grpc_max_connections,
-        limits.grpc_max_connections_per_source,
-    );
-    let mut builder = transport(&authority, &settings)?;
     // Reflection lists every service and message: reconnaissance, so it
     // needs a `read` token (or `anonymous_read`) like the health query. The
     // standard health service stays open: load balancers probe it without
@@ -259,7 +287,7 @@ pub async fn serve(
             check(&reflection_auth, &request, Scope::Read).map(|()| request)
         },
     );
-    builder
+    let router = builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
@@ -284,10 +312,8 @@ pub async fn serve(
                 authority: authority.clone(),
             })
             .max_decoding_message_size(max),
-        )
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
-    Ok(())
+        );
+    Ok(router)
 }
 
 /// The standard health service, saying every reach service is serving.
@@ -307,14 +333,11 @@ async fn health_service()
     health_service
 }
 
-/// The gRPC server's transport: connection ages, keep-alives, the bounds
-/// against hostile input and, with TLS, the CA's certificate.
-fn transport(
-    authority: &Authority,
-    settings: &crate::config::Settings,
-) -> Result<tonic::transport::Server, crate::RunError> {
+/// The gRPC server's transport: connection ages, keep-alives and the
+/// bounds against hostile input (TLS is the listener's: `listen`).
+fn transport(settings: &crate::config::Settings) -> tonic::transport::Server {
     let limits = &settings.limits;
-    let mut builder = tonic::transport::Server::builder()
+    tonic::transport::Server::builder()
         // No connection lives forever: GOAWAY at the age, closed a minute
         // later (connectors reconnect).
         .max_connection_age(limits.grpc_max_connection_age)
@@ -328,18 +351,5 @@ fn transport(
         .http2_max_header_list_size(16 * 1024)
         .http2_max_pending_accept_reset_streams(Some(20))
         .http2_max_local_error_reset_streams(Some(100))
-        .tcp_keepalive(Some(std::time::Duration::from_secs(60)));
-    if let Some(pki) = authority.pki() {
-        let (cert, key) = pki.server_identity();
-        // Client certificates are optional at the TLS layer so that
-        // `Enroll` works before a connector has one; `Connect` refuses a
-        // session without one.
-        let tls = tonic::transport::ServerTlsConfig::new()
-            .identity(tonic::transport::Identity::from_pem(cert, key))
-            .client_ca_root(tonic::transport::Certificate::from_pem(&pki.issuer_pem))
-            .client_auth_optional(true)
-            .timeout(settings.handshake_timeout);
-        builder = builder.tls_config(tls)?;
-    }
-    Ok(builder)
+        .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
 }

@@ -112,31 +112,6 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Largest HTTP/2 header list and HTTP/1 read buffer.
 const MAX_HEADER_BYTES: u32 = 16 * 1024;
 
-/// The rustls server configuration of both listeners' certificate.
-pub fn server_tls(
-    pki: &crate::trust::pki::Pki,
-    alpn: &[&[u8]],
-) -> Result<rustls::ServerConfig, crate::RunError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let (cert, key) = pki.server_identity();
-    let tls = |m: String| crate::RunError::Tls(m);
-    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls(format!("server certificate: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-        .map_err(|e| tls(format!("server key: {e}")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| tls(e.to_string()))?;
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
-}
-
 /// Serves the router on `listener` (HTTPS when the CA has certificates)
 /// until `shutdown` resolves; open connections get a few seconds to finish.
 ///
@@ -155,13 +130,9 @@ pub async fn serve(
 ) -> Result<(), crate::RunError> {
     let settings = authority.snapshot().settings().clone();
     let limits = settings.limits.clone();
-    let acceptor = match authority.pki() {
-        Some(pki) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_tls(
-            pki,
-            &[b"h2", b"http/1.1"],
-        )?))),
-        None => None,
-    };
+    // With TLS, each connection's handshake takes the configuration in
+    // force when it arrives (a reload swaps it).
+    let tls = authority.tls().is_some().then(|| authority.clone());
     // Answers are gzipped when the client asks (`Accept-Encoding`); the
     // layer's default leaves server-sent events, gRPC and images alone.
     let router = router(authority)
@@ -169,7 +140,7 @@ pub async fn serve(
         .layer(tower_http::compression::CompressionLayer::new());
     let server = Server {
         builder: Arc::new(connection_builder(&limits)),
-        acceptor,
+        tls,
         router,
         handshake: settings.handshake_timeout,
         limits: limits.clone(),
@@ -262,7 +233,9 @@ async fn slot(
 #[derive(Clone)]
 struct Server {
     builder: Arc<Builder<TokioExecutor>>,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// The CA whose TLS configuration in force each handshake takes
+    /// (`None`: plain HTTP).
+    tls: Option<Arc<Authority>>,
     router: Router,
     handshake: std::time::Duration,
     limits: crate::config::Limits,
@@ -283,7 +256,12 @@ impl Server {
         let (first_byte, idle) = (self.limits.first_byte_timeout, self.limits.idle_timeout);
         let builder = self.builder;
         let serve = async {
-            match self.acceptor {
+            let acceptor = self
+                .tls
+                .as_ref()
+                .and_then(|a| a.tls())
+                .map(|t| tokio_rustls::TlsAcceptor::from(t.current().http.clone()));
+            match acceptor {
                 Some(acceptor) => {
                     let handshake = self.handshake;
                     let Some(tls) =

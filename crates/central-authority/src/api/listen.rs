@@ -555,9 +555,17 @@ impl Admitted {
     }
 }
 
+impl Admitted {
+    /// The peer's address (for logs).
+    fn peer(&self) -> Option<SocketAddr> {
+        self.io.peer_addr().ok()
+    }
+}
+
 impl tonic::transport::server::Connected for Admitted {
-    // The TCP stream's own, so `Request::remote_addr` and `peer_certs`
-    // work as before.
+    // The TCP stream's own: `Request::remote_addr` reads it, and over TLS
+    // tonic's `TlsStream<Admitted>` gives `TlsConnectInfo<TcpConnectInfo>`,
+    // which is what `Request::peer_certs` looks for.
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
@@ -639,6 +647,63 @@ pub fn grpc_incoming(
             }
         },
     )
+}
+
+/// The gRPC listener's connections over TLS: each admitted connection's
+/// handshake runs on a task of its own (a slow or silent client holds up
+/// no other), with the server configuration `config` gives when the
+/// connection arrives (a reload replaces it: new handshakes get the new
+/// certificate and trusted roots, connections open before keep theirs),
+/// and must finish within `handshake`; one that fails or times out is
+/// closed (logged at debug). Yields the connections whose handshake
+/// succeeded, in the order they finish; a connection keeps its slot
+/// (`Admitted`) through its handshake.
+pub fn grpc_tls_incoming<S>(
+    admitted: S,
+    config: impl Fn() -> Option<Arc<rustls::ServerConfig>> + Send + 'static,
+    handshake: Duration,
+) -> impl futures::Stream<Item = Result<tokio_rustls::server::TlsStream<Admitted>, std::io::Error>>
+where
+    S: futures::Stream<Item = Result<Admitted, std::io::Error>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut admitted = std::pin::pin!(admitted);
+        loop {
+            // The server stopped taking connections: stop accepting.
+            let next = tokio::select! {
+                () = tx.closed() => return,
+                next = admitted.next() => next,
+            };
+            let conn = match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "gRPC accept failed");
+                    continue;
+                }
+                Some(Ok(conn)) => conn,
+            };
+            let Some(config) = config() else {
+                continue;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let peer = conn.peer();
+                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                match tokio::time::timeout(handshake, acceptor.accept(conn)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(?peer, error = %e, "gRPC: TLS handshake failed");
+                    }
+                    Err(_) => tracing::debug!(?peer, "gRPC: TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// The address a request came from (a request extension the listener

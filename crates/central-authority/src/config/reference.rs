@@ -212,9 +212,12 @@ pub fn markdown() -> String {
          # Configuration reference\n\n\
          The CA reads one TOML file (`central-authority --config ca.toml`); \
          `central-authority check-config ca.toml` lists every problem at once. \
-         Unknown keys are errors. Edits are picked up without a restart (the file \
-         is polled; `kill -HUP` also reloads). `deploy/examples/ca.toml` shows \
-         every key below.\n\n\
+         Unknown keys are errors. Edits are picked up without a restart (the file, \
+         and the certificate and key files `[tls]` names, are polled; `kill -HUP` \
+         also reloads): all but the listen addresses, `data_dir`, `[store]`, \
+         `[replica]`, `[tls] enabled` and `handshake_timeout_ms` and the \
+         listeners' connection limits, which a reload logs as taking effect at \
+         the next start. `deploy/examples/ca.toml` shows every key below.\n\n\
          The connector has no configuration file: its flags and environment \
          variables are listed by `connector-agent --help` and its man page.\n",
     );

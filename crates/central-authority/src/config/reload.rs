@@ -1,10 +1,14 @@
-//! Configuration reload: on SIGHUP and when the file changes (its content
-//! hash, polled every `reload_poll_ms`). A changed file is loaded once two
+//! Configuration reload: on SIGHUP and when the file, or a certificate or
+//! key file its `[tls]` names, changes (their content hashes, polled every
+//! `reload_poll_ms`). A changed file is loaded once two
 //! polls in a row read the same content, so a file caught while a tool
 //! writes it in place (truncated, half written) is never applied. A valid
-//! new config is applied at once; an invalid one is refused with every error
-//! logged and the running policy stays. Either way the reload is an entry
-//! in the audit trail (`config.reload`, actor `system`: the trigger).
+//! new config is applied at once, with the TLS material its `[tls]` names
+//! (read again: certificate and key files replaced, a generated server
+//! certificate issued anew); an invalid one, or one whose TLS material
+//! cannot be loaded, is refused with every error logged and the running
+//! policy and material stay. Either way the reload is an entry in the audit
+//! trail (`config.reload`, actor `system`: the trigger).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +25,35 @@ async fn current(path: &Path) -> Option<(Vec<u8>, u64)> {
     let bytes = tokio::fs::read(path).await.ok()?;
     let hash = crate::config::content_hash(&bytes);
     Some((bytes, hash))
+}
+
+/// A hash of the files the running `[tls]` names (certificates and keys
+/// the operator provides; a missing one counts as empty), so that
+/// replacing them reloads as a change to the configuration does. The
+/// generated ones in the data directory are the CA's own writing and are
+/// not watched.
+async fn tls_files_hash(authority: &Authority) -> u64 {
+    let files = authority.snapshot().settings().tls.files();
+    let mut all = Vec::new();
+    for file in files {
+        let bytes = tokio::fs::read(&file).await.unwrap_or_default();
+        all.extend_from_slice(&crate::config::content_hash(&bytes).to_le_bytes());
+    }
+    crate::config::content_hash(&all)
+}
+
+/// The configuration's content hash combined with `tls_files_hash`: what
+/// the watcher compares from poll to poll.
+fn watched(config_hash: u64, tls_hash: u64) -> u64 {
+    let mut both = config_hash.to_le_bytes().to_vec();
+    both.extend_from_slice(&tls_hash.to_le_bytes());
+    crate::config::content_hash(&both)
+}
+
+/// What the watcher sees now: the file's content and the combined hash.
+async fn watched_now(authority: &Authority, path: &Path) -> Option<(Vec<u8>, u64)> {
+    let (bytes, hash) = current(path).await?;
+    Some((bytes, watched(hash, tls_files_hash(authority).await)))
 }
 
 /// When the file watcher loads a changed file: once two polls in a row read
@@ -76,23 +109,31 @@ fn apply(
     trigger: &str,
     loaded: Result<Config, crate::config::ConfigError>,
 ) -> bool {
-    let (applied, detail) = match loaded {
-        Ok(config) => {
-            let segments = config.policy.segments.len();
-            authority.apply(config);
+    let segments = loaded.as_ref().map_or(0, |c| c.policy.segments.len());
+    // The TLS material the new file names is loaded with it: a file that
+    // cannot be read or a key that is not its certificate's refuses the
+    // whole reload, like an invalid configuration.
+    let outcome = loaded
+        .map_err(|e| e.messages())
+        .and_then(|config| authority.reload(config).map_err(|e| vec![e.to_string()]));
+    let (applied, detail) = match outcome {
+        Ok(serial) => {
             Metrics::count(&authority.metrics().reloads, "applied");
-            tracing::info!(trigger, path = %path.display(), segments, "configuration reloaded");
-            (true, format!("segments={segments}"))
+            tracing::info!(trigger, path = %path.display(), segments, server_certificate = serial.as_deref().unwrap_or("-"), "configuration reloaded");
+            let detail = match serial {
+                Some(serial) => format!("segments={segments} server_certificate={serial}"),
+                None => format!("segments={segments}"),
+            };
+            (true, detail)
         }
-        Err(e) => {
+        Err(messages) => {
             Metrics::count(&authority.metrics().reloads, "rejected");
-            let messages = e.messages();
             for message in &messages {
                 tracing::error!(trigger, path = %path.display(), "{message}");
             }
             tracing::error!(
                 trigger,
-                "configuration reload refused; the running policy stays"
+                "configuration reload refused; the running policy and TLS material stay"
             );
             (false, messages.join("; "))
         }
@@ -114,10 +155,11 @@ fn apply(
 }
 
 /// Watches for SIGHUP and file changes until `stop` turns true. The file's
-/// content hash is compared every `reload_poll_ms` (reading a config file
-/// once a second is cheaper than trusting coarse mtimes), starting from the
-/// hash of the text the running config was loaded from; a change is loaded
-/// once it has settled (`Settle`), from the very bytes that settled.
+/// content hash, with those of the `[tls]` files it names, is compared
+/// every `reload_poll_ms` (reading a config file once a second is cheaper
+/// than trusting coarse mtimes), starting from the hash of the text the
+/// running config was loaded from; a change is loaded once it has settled
+/// (`Settle`), from the very bytes that settled.
 pub async fn watch_config(
     authority: Arc<Authority>,
     path: PathBuf,
@@ -127,7 +169,8 @@ pub async fn watch_config(
         let _ = stop.wait_for(|s| *s).await;
     });
     let poll = authority.snapshot().settings().reload_poll;
-    let mut settle = Settle::new(authority.snapshot().config.content_hash);
+    let loaded_hash = authority.snapshot().config.content_hash;
+    let mut settle = Settle::new(watched(loaded_hash, tls_files_hash(&authority).await));
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     #[cfg(unix)]
@@ -151,18 +194,24 @@ pub async fn watch_config(
         tokio::select! {
             _ = &mut stopped => return,
             _ = hup => {
-                if let Some((_, hash)) = current(&path).await {
+                reload(&authority, &path, "SIGHUP");
+                // What was loaded, with the `[tls]` files it names now.
+                if let Some((_, hash)) = watched_now(&authority, &path).await {
                     settle.loaded(hash);
                 }
-                reload(&authority, &path, "SIGHUP");
             }
             _ = tick.tick() => {
-                let Some((bytes, hash)) = current(&path).await else {
+                let Some((bytes, hash)) = watched_now(&authority, &path).await else {
                     continue;
                 };
                 if settle.poll(hash) {
                     let loaded = Config::load_bytes(&path, &bytes);
                     apply(&authority, &path, "file change", loaded);
+                    // A reload that named other `[tls]` files changes the
+                    // hash without anything to load again.
+                    if let Some((_, hash)) = watched_now(&authority, &path).await {
+                        settle.loaded(hash);
+                    }
                 }
             }
         }

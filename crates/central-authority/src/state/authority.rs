@@ -49,8 +49,9 @@ pub struct Authority {
     changes: watch::Sender<u64>,
     metrics: Metrics,
     next_session: AtomicU64,
-    /// The CA's certificates; `None` when it runs without TLS.
-    pki: Option<Arc<crate::trust::pki::Pki>>,
+    /// The CA's certificates and the listeners' TLS configurations in
+    /// force; `None` when it runs without TLS.
+    tls: Option<crate::trust::tls::Tls>,
     /// Enrolled connectors, certificates, key uses.
     store: Store,
     /// The live stream of status transitions.
@@ -96,6 +97,9 @@ pub enum TrustError {
     /// Certificates or keys.
     #[error("TLS material: {0}")]
     Pki(#[from] crate::trust::pki::PkiError),
+    /// Certificates and keys that cannot serve TLS.
+    #[error("TLS material: {0}")]
+    Material(#[from] crate::trust::tls::MaterialError),
     /// The database.
     #[error("store {location}: {source}")]
     Store {
@@ -136,24 +140,18 @@ impl Authority {
                 location: location.to_string(),
                 source,
             })?;
-        let pki = if tls {
-            let s = &config.settings;
-            let hosts = [s.grpc_listen.ip(), s.http_listen.ip()];
-            Some(Arc::new(crate::trust::pki::Pki::load(
-                &dir,
-                &s.tls,
-                &hosts,
-                s.connector_cert_validity,
-            )?))
+        let tls = if tls {
+            let material = load_material(&config.settings, &config.settings)?;
+            Some(crate::trust::tls::Tls::new(material))
         } else {
             None
         };
-        Ok(Self::with_trust(config, pki, store))
+        Ok(Self::with_trust(config, tls, store))
     }
 
     pub(crate) fn with_trust(
         config: Config,
-        pki: Option<Arc<crate::trust::pki::Pki>>,
+        tls: Option<crate::trust::tls::Tls>,
         store: Store,
     ) -> Self {
         let window = config.settings.on_access_window;
@@ -170,7 +168,7 @@ impl Authority {
             });
         Authority {
             access_ids: crate::state::access_ids::AccessIds::new(&secret),
-            pki,
+            tls,
             store,
             history: crate::state::history::History::default(),
             stream_tickets: crate::state::tickets::StreamTickets::default(),
@@ -200,9 +198,42 @@ impl Authority {
         &self.oidc
     }
 
-    /// The CA's certificates (`None` without TLS).
-    pub fn pki(&self) -> Option<&Arc<crate::trust::pki::Pki>> {
-        self.pki.as_ref()
+    /// The CA's certificates in force (`None` without TLS).
+    pub fn pki(&self) -> Option<Arc<crate::trust::pki::Pki>> {
+        self.tls.as_ref().map(|t| t.current().pki.clone())
+    }
+
+    /// The TLS material in force and the listeners' configurations (`None`
+    /// without TLS).
+    pub fn tls(&self) -> Option<&crate::trust::tls::Tls> {
+        self.tls.as_ref()
+    }
+
+    /// Applies a reloaded configuration together with the TLS material its
+    /// `[tls]` names (files read again; a generated server certificate
+    /// issued again): the material is loaded first, and a configuration
+    /// whose material cannot be loaded is not applied at all (the running
+    /// policy and material stay). Returns the new server certificate's
+    /// serial (`None` without TLS).
+    pub fn reload(&self, config: Config) -> Result<Option<String>, TrustError> {
+        let material = match &self.tls {
+            Some(_) => Some(load_material(self.snapshot().settings(), &config.settings)?),
+            None => None,
+        };
+        self.apply(config);
+        let (Some(tls), Some(material)) = (&self.tls, material) else {
+            return Ok(None);
+        };
+        let serial = material.pki.server_serial();
+        let old = tls.replace(material);
+        if old.pki.server_serial() != serial {
+            tracing::info!(
+                serial = serial.as_deref().unwrap_or("?"),
+                old_serial = old.pki.server_serial().as_deref().unwrap_or("?"),
+                "server certificate replaced: new TLS handshakes get it, connections open before keep theirs"
+            );
+        }
+        Ok(serial)
     }
 
     /// The metrics.
@@ -474,7 +505,7 @@ impl Authority {
             }
             // Sessions authenticated by certificate are not affected by a
             // new provisioning key: it affects only future enrollments.
-            if self.pki.is_none() {
+            if self.tls.is_none() {
                 match (
                     old.config.group_keys.get(group),
                     new.config.group_keys.get(group),
@@ -542,31 +573,44 @@ impl Authority {
     }
 }
 
+/// The TLS material `next`'s `[tls]` names, in the data directory and for
+/// the listen addresses of `running` (which a reload does not change).
+fn load_material(
+    running: &crate::config::Settings,
+    next: &crate::config::Settings,
+) -> Result<crate::trust::tls::Material, TrustError> {
+    let hosts = [running.grpc_listen.ip(), running.http_listen.ip()];
+    let pki = crate::trust::pki::Pki::load(
+        &running.data_dir,
+        &next.tls,
+        &hosts,
+        next.connector_cert_validity,
+    )?;
+    Ok(crate::trust::tls::Material::new(pki)?)
+}
+
 /// Carries over from the settings in force (`a`) those a reload cannot
-/// change (`b` is the new configuration's): the data directory, TLS
-/// material, store, replica id and listener limits are taken once, at
-/// start. Warns when the new file changes them.
+/// change (`b` is the new configuration's): the data directory, whether
+/// TLS is on, the store, replica id and listener limits are taken once, at
+/// start (the `[tls]` files are read again by `Authority::reload`). Warns
+/// when the new file changes them.
 fn keep_restart_settings(a: &crate::config::Settings, b: &mut crate::config::Settings) {
-    // The data directory and TLS material are opened once, at start.
+    // The data directory and the listeners are opened once, at start.
     if a.data_dir != b.data_dir
         || a.tls_enabled != b.tls_enabled
-        || a.tls != b.tls
         || a.store != b.store
         || a.replica_id != b.replica_id
-        || a.connector_cert_validity != b.connector_cert_validity
         || a.handshake_timeout != b.handshake_timeout
         || a.limits.max_concurrent_streams != b.limits.max_concurrent_streams
         || a.limits.max_connections != b.limits.max_connections
     {
         tracing::warn!(
-            "[server] data_dir, [tls], [store], [replica] and listener [limits] changed; they take effect only after a restart"
+            "[server] data_dir, [tls] enabled and handshake_timeout_ms, [store], [replica] and listener [limits] changed; they take effect only after a restart"
         );
     }
     b.data_dir = a.data_dir.clone();
     b.store = a.store.clone();
     b.replica_id = a.replica_id.clone();
     b.tls_enabled = a.tls_enabled;
-    b.tls = a.tls.clone();
-    b.connector_cert_validity = a.connector_cert_validity;
     b.handshake_timeout = a.handshake_timeout;
 }

@@ -7,7 +7,8 @@
 //! directly (the list is the Architecture Invariant on lock owners in
 //! ARCHITECTURE.md: `state::authority`, `state::health`, `state::limits`,
 //! `state::on_access`, `state::registry`, `state::tickets`, `state::warmup`,
-//! `store::sqlite`, `api::listen`); everyone else goes through their APIs.
+//! `store::sqlite`, `store::postgres`, `api::listen`, `trust::oidc`,
+//! `trust::tls`); everyone else goes through their APIs.
 //! The helpers lock on their callers' behalf: this module owns no lock.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -2,7 +2,8 @@
 //! and addresses from `host`), provisioning keys and
 //! API tokens (`auth`), enrollment and connector administration
 //! (`enroll`), certificate renewal (`renew`), the throttle of failed
-//! attempts (`throttle`) and the audit trail of admin actions (`audit`).
+//! attempts (`throttle`), the TLS material the listeners serve (`tls`) and
+//! the audit trail of admin actions (`audit`).
 
 pub mod audit;
 pub mod auth;
@@ -13,3 +14,4 @@ pub mod oidc;
 pub mod pki;
 pub mod renew;
 pub mod throttle;
+pub mod tls;

@@ -177,6 +177,22 @@ pub struct TlsSources {
     pub server_names: Vec<String>,
 }
 
+impl TlsSources {
+    /// Every file named (what a reload reads again).
+    pub fn files(&self) -> Vec<PathBuf> {
+        [
+            &self.cert_file,
+            &self.key_file,
+            &self.issuer_cert_file,
+            &self.issuer_key_file,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+    }
+}
+
 /// The CA's keys and certificates.
 pub struct Pki {
     issuer: Issuer<'static, KeyPair>,
@@ -279,6 +295,19 @@ impl Pki {
     /// The server identity for rustls/tonic: (certificate chain PEM, key PEM).
     pub fn server_identity(&self) -> (&str, &str) {
         (&self.server_cert_pem, &self.server_key_pem)
+    }
+
+    /// The serial of the server certificate (the chain's first), lower-case
+    /// hex; `None` when it cannot be parsed.
+    pub fn server_serial(&self) -> Option<String> {
+        let der = pem_certificates(&self.server_cert_pem).into_iter().next()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+        Some(hex(cert.tbs_certificate.raw_serial()))
+    }
+
+    /// The roots a client certificate may chain to.
+    pub fn trusted_roots(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        pem_certificates(&self.issuer_pem)
     }
 
     /// Signs a client certificate for connector `name` of `group` over the
@@ -421,6 +450,15 @@ fn server_cert(
         .signed_by(&key, issuer)
         .map_err(cert_err("signing the server certificate"))?;
     Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Every certificate of a PEM text (none when it holds none or is
+/// malformed).
+fn pem_certificates(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_default()
 }
 
 /// Reads the connector identity from a DER certificate: exactly one URI SAN
