@@ -50,6 +50,7 @@ pub fn hello(id: &Identity) -> v1::ConnectorMessage {
                 icmp: false,
                 icmp_mode: "none".to_owned(),
                 checks_per_second: 20,
+                trust_bundle: false,
             }),
         })),
     }

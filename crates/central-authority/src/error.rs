@@ -155,6 +155,7 @@ impl AuthError {
             | AuthError::UnknownCertificate(_)
             | AuthError::CertificateRevoked { .. }
             | AuthError::CertificateExpired(_)
+            | AuthError::UntrustedRoot(_)
             | AuthError::SessionEnded => UNAUTHENTICATED,
             AuthError::Csrf => Answer::new(StatusCode::FORBIDDEN, "csrf", Code::PermissionDenied),
             AuthError::MissingScope { .. } | AuthError::PersonMissingScope { .. } => {

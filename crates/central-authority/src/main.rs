@@ -68,6 +68,14 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// Make a new issuing root for a root rotation: DIR/ca.pem and
+    /// DIR/ca.key (mode 0600), never over existing files. Prints the
+    /// root's fingerprint (as `api root` shows it).
+    NewRoot {
+        /// The directory to write into (created with mode 0700).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -98,6 +106,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }) => return import(file, group_map, output.as_deref()),
         Some(Command::Api(args)) => return Ok(api(args).await),
         Some(Command::Backup { out }) => return Ok(backup(&cli, out)),
+        Some(Command::NewRoot { out }) => return Ok(new_root(out)),
         None => match cli.config.clone() {
             Some(path) => path,
             None => return Ok(usage()),
@@ -164,6 +173,22 @@ fn backup(cli: &Cli, out: &Path) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: backup failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `central-authority new-root --out DIR`.
+fn new_root(out: &Path) -> ExitCode {
+    match central_authority::tools::root::run(out) {
+        Ok(made) => {
+            println!("wrote {}", made.key.display());
+            println!("wrote {}", made.cert.display());
+            println!("fingerprint {}", made.fingerprint);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: new-root: {e}");
             ExitCode::FAILURE
         }
     }

@@ -198,6 +198,7 @@ async fn binary_serves_reloads_on_sighup_and_shuts_down_cleanly() {
         .await
         .expect("authenticated");
     assert!(matches!(east.next().await, Some(Out::Welcome(_))));
+    east.trust_bundle().await;
 
     std::fs::write(
         &path,

@@ -822,6 +822,7 @@ async fn disable_elsewhere(
                 fingerprint: "f",
                 not_after_ms: i64::MAX,
                 now_ms: 1,
+                root_sha256: "r",
             })
             .map_err(|e| e.to_string())?;
         enrolled.map_err(|e| format!("{e:?}"))?;

@@ -219,8 +219,18 @@ async fn replaced_server_certificate_files_reach_new_handshakes_under_load() {
     assert_eq!(served_serial(ca.http, &root.pem).await, serial_a);
     assert_eq!(served_serial(ca.grpc, &root.pem).await, serial_a);
 
-    // A connector session, opened before the swap, reports jira up.
-    let (conn, _) = connect(&ca, "east-1", "dc-east").await;
+    // A connector session, opened before the swap, reports jira up. After
+    // its Welcome the CA tells it the one root to trust.
+    let mut conn = open(&target, "east-1", "dc-east", KEY_EAST)
+        .await
+        .expect("open");
+    assert!(matches!(
+        conn.next().await,
+        Some(protocol::v1::authority_message::Kind::Welcome(_))
+    ));
+    let bundle = conn.trust_bundle().await;
+    assert_eq!(bundle.roots_pem, root.pem);
+    assert_eq!(bundle.renew_within_ms, 0);
     conn.report(
         vec![app("jira", "jira.test.reach", 80, &["10.0.0.1"], &[])],
         true,
@@ -293,7 +303,6 @@ async fn replaced_server_certificate_files_reach_new_handshakes_under_load() {
     // The session opened before the swap is the one still registered, and
     // the CA asked it to go nowhere.
     assert_eq!(session_of(&ca, "east-1"), Some(session));
-    let mut conn = conn;
     conn.heartbeat(v1::CheckLoad::default()).await;
     assert!(
         conn.next_within(Duration::from_millis(500)).await.is_none(),
@@ -333,5 +342,217 @@ async fn a_reload_issues_the_generated_server_certificate_anew() {
         })
         .await;
     }
+    ca.stop().await;
+}
+
+/// The number of certificates in a PEM text.
+fn certificates_in(pem: &str) -> usize {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes()).count()
+}
+
+/// `GET /api/v1/root`.
+async fn root_status(ca: &Ca) -> serde_json::Value {
+    let (status, v) = ca.web().get_json("/api/v1/root", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// The names in `GET /api/v1/root`'s `on_old_root`.
+async fn on_old_root(ca: &Ca) -> Vec<String> {
+    root_status(ca).await["on_old_root"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(|c| c["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The admin view of connector `name`.
+async fn connector_view(ca: &Ca, name: &str) -> serde_json::Value {
+    let (_, v) = ca
+        .web()
+        .get_json("/api/v1/connectors", Some(ADMIN_TOKEN))
+        .await;
+    v["connectors"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == name).cloned())
+        .unwrap_or_default()
+}
+
+/// A root rotation in three reloads, with the real connector agent and a
+/// connector that does not know trust bundles (as 0.1.0): introduced, the
+/// agent keeps both roots in its state directory; switched, the CA serves
+/// a certificate of the new root and the agent, asked to, renews onto it
+/// while the old connector's session stays; retired, the old connector's
+/// session ends, its certificate is refused, and the agent, never enrolled
+/// again (its group's key is revoked), trusts only the new root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_root_rotates_in_three_reloads() {
+    let dir = scratch_dir("rotation");
+    let path = dir.join("ca.toml");
+    let base = config_text(
+        "heartbeat_interval_ms = 60000",
+        "discovery_timeout_ms = 400",
+        &format!(
+            "[[api_tokens]]\nname = \"root\"\ntoken = \"{ADMIN_TOKEN}\"\nscopes = [\"admin\"]\n"
+        ),
+    );
+    // `[tls]` goes before the first array table.
+    let with_tls = |tls: &str| {
+        base.replacen(
+            "[[api_tokens]]",
+            &format!(
+                "[tls]\nconnector_cert_validity_s = 60\nrenewal_grace_s = 5\n{tls}\n[[api_tokens]]"
+            ),
+            1,
+        )
+    };
+    std::fs::write(&path, with_tls("")).expect("write");
+    let ca = Ca::start_file(&path).await;
+    let old_root = ca.data_dir.join("ca.pem");
+    let old_pem = ca.root();
+
+    // The real agent, and a connector that ignores trust bundles.
+    let agent = agent_config(&ca, "rotation-agent", "east-1", "dc-east", KEY_EAST);
+    let state = agent.state_dir.clone();
+    let (stop, task) = spawn_agent(agent);
+    let (mut legacy, _) = connect(&ca, "east-old", "dc-east").await;
+    let legacy_creds = enrolled(&ca.target(), "east-old", "dc-east", KEY_EAST)
+        .await
+        .expect("enrolled");
+    eventually("the agent connected", || async {
+        connector_view(&ca, "east-1").await["connected"] == true
+    })
+    .await;
+    let first_serial = connector_view(&ca, "east-1").await["certificate_serial"].clone();
+    // Nobody may enroll from here on: a connector that had to would fail.
+    let (status, _) = ca
+        .web()
+        .send(
+            "POST",
+            "/api/v1/provisioning_keys/dc-east/revoke",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let status = root_status(&ca).await;
+    assert_eq!(status["phase"], "steady", "{status}");
+    assert_eq!(on_old_root(&ca).await, Vec::<String>::new());
+
+    // Introduce.
+    let new = central_authority::tools::root::run(&dir.join("root-2")).expect("new root");
+    let new_pem = std::fs::read_to_string(&new.cert).expect("new root");
+    replace(
+        &path,
+        &with_tls(&format!("next_root_file = {:?}\n", new.cert)),
+    );
+    eventually("the agent keeps both roots", || async {
+        std::fs::read_to_string(state.join("trust.pem"))
+            .is_ok_and(|t| certificates_in(&t) == 2 && t.contains(new_pem.trim()))
+    })
+    .await;
+    let status = root_status(&ca).await;
+    assert_eq!(status["phase"], "introduce", "{status}");
+    assert_eq!(status["roots"][1]["fingerprint"], new.fingerprint.as_str());
+    assert_eq!(on_old_root(&ca).await, ["east-1", "east-old"]);
+    assert_eq!(
+        status["without_trust_bundle"],
+        serde_json::json!(["east-old"])
+    );
+
+    // Switch: the new root issues; the agent is asked to renew.
+    replace(
+        &path,
+        &with_tls(&format!(
+            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\nprevious_root_file = {old_root:?}\n",
+            new.cert, new.key
+        )),
+    );
+    eventually(
+        "a new handshake gets a certificate of the new root",
+        || async {
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(
+                test_support::http::client_tls(&new_pem),
+            ));
+            let Ok(tcp) = tokio::net::TcpStream::connect(ca.grpc).await else {
+                return false;
+            };
+            let name = rustls::pki_types::ServerName::IpAddress(ca.grpc.ip().into());
+            connector.connect(name, tcp).await.is_ok()
+        },
+    )
+    .await;
+    eventually("the agent renewed onto the new root", || async {
+        on_old_root(&ca).await == ["east-old"]
+    })
+    .await;
+    eventually(
+        "the agent is connected on its renewed certificate",
+        || async {
+            let v = connector_view(&ca, "east-1").await;
+            v["connected"] == true && v["certificate_serial"] != first_serial
+        },
+    )
+    .await;
+    // The old connector's session is still up.
+    legacy.heartbeat(v1::CheckLoad::default()).await;
+    assert!(connector_view(&ca, "east-old").await["connected"] == true);
+
+    // Retire: the old root is refused.
+    replace(
+        &path,
+        &with_tls(&format!(
+            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
+            new.cert, new.key
+        )),
+    );
+    let mut ended = false;
+    for _ in 0..50 {
+        match legacy.next_within(Duration::from_millis(200)).await {
+            Some(protocol::v1::authority_message::Kind::Shutdown(s)) => {
+                assert!(s.reason.contains("no longer trusts"), "{s:?}");
+                ended = true;
+                break;
+            }
+            Some(_) => {}
+            None => {}
+        }
+    }
+    assert!(ended, "the old connector's session ended");
+    let new_target = Target {
+        grpc: ca.grpc,
+        root: new_pem.clone(),
+    };
+    let refused = open_with(&new_target, &legacy_creds, "east-old", "dc-east");
+    let refused = tokio::time::timeout(Duration::from_secs(5), async {
+        match refused.await {
+            Err(e) => Err(e),
+            Ok(mut c) => match c.next_within(Duration::from_secs(2)).await {
+                Some(protocol::v1::authority_message::Kind::Welcome(_)) => Ok(()),
+                _ => Err(tonic::Status::unknown("no welcome")),
+            },
+        }
+    })
+    .await;
+    assert!(
+        !matches!(refused, Ok(Ok(()))),
+        "a certificate of the retired root is refused"
+    );
+    eventually("the agent trusts only the new root", || async {
+        std::fs::read_to_string(state.join("trust.pem")).is_ok_and(|t| {
+            certificates_in(&t) == 1 && t.contains(new_pem.trim()) && !t.contains(old_pem.trim())
+        })
+    })
+    .await;
+    let status = root_status(&ca).await;
+    assert_eq!(status["phase"], "steady", "{status}");
+    assert!(connector_view(&ca, "east-1").await["connected"] == true);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     ca.stop().await;
 }

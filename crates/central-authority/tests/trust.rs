@@ -256,6 +256,7 @@ async fn a_revoked_certificate_ends_the_session_and_cannot_reconnect() {
         .await
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    c.trust_bundle().await;
     let (s, body) = ca
         .web()
         .send(
@@ -301,6 +302,7 @@ async fn a_disabled_connector_is_cut_off_until_enabled() {
         .await
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    c.trust_bundle().await;
     // Only an admin may disable.
     let (s, _) = web
         .send(
@@ -803,6 +805,7 @@ async fn a_spare_stream_cannot_register_after_its_certificate_is_revoked() {
         .await
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    c.trust_bundle().await;
     let spare = open_spare(&t, &creds).await;
     let (s, body) = ca
         .web()
@@ -857,6 +860,7 @@ async fn a_connected_name_cannot_be_taken_over_with_the_group_key() {
         .await
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    c.trust_bundle().await;
     let e = refused(enroll(&t, "c1", "dc-east", KEY_EAST).await);
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(
@@ -915,6 +919,7 @@ async fn a_connected_name_cannot_be_taken_over_with_the_group_key() {
         .await
         .expect("session");
     assert!(matches!(c.next().await, Some(Out::Welcome(_))));
+    c.trust_bundle().await;
 
     // DELETE revokes, ends the session and frees the name.
     let (s, _) = web

@@ -27,6 +27,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use crate::config::ProvisioningKey;
 use crate::dial::{CaTarget, Dialer};
 use crate::retry::error_chain;
+use crate::trust::Trust;
 
 /// The key file in the state directory.
 pub const KEY_FILE: &str = "connector.key";
@@ -109,11 +110,12 @@ impl EnrollError {
 }
 
 /// A completed enrollment: the client certificate the CA signed, its key
-/// and the root to trust, as kept in the state directory.
+/// and the roots to trust, as kept in the state directory.
 #[derive(Clone)]
 pub struct Enrollment {
-    /// The CA root the connector trusts (PEM).
-    pub ca_pem: String,
+    /// The roots the connector trusts for the CA (shared: a trust bundle
+    /// the CA sends reaches every session and the renewal).
+    pub trust: Trust,
     /// The client certificate (PEM).
     pub cert_pem: String,
     /// Its key (PEM).
@@ -142,7 +144,7 @@ impl Enrollment {
     /// The client TLS configuration for sessions (mutual TLS).
     pub fn tls(&self) -> ClientTlsConfig {
         ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .ca_certificate(Certificate::from_pem(self.trust.roots()))
             .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
     }
 
@@ -202,12 +204,13 @@ pub fn secret_file_warnings(provisioning_key_file: Option<&Path>, state_dir: &Pa
         .collect()
 }
 
-/// The enrollment in `dir`, if complete, for `name` in `group`.
+/// The enrollment in `dir`, if complete, for `name` in `group`, trusting
+/// `trust`.
 pub fn load(
     dir: &Path,
     name: &str,
     group: &str,
-    ca_pem: &str,
+    trust: &Trust,
 ) -> Result<Option<Enrollment>, EnrollError> {
     finish_renewal(dir)?;
     let id_path = dir.join(IDENTITY_FILE);
@@ -243,7 +246,7 @@ pub fn load(
     // identity file only once the renewal completed; a renewal whose
     // identity write was interrupted still has the right certificate.
     Ok(Some(Enrollment {
-        ca_pem: ca_pem.to_owned(),
+        trust: trust.clone(),
         cert_pem,
         key_pem: read(KEY_FILE)?,
         serial: serial.to_owned(),
@@ -361,7 +364,7 @@ pub async fn renew(
         "certificate renewed"
     );
     Ok(Enrollment {
-        ca_pem: current.ca_pem.clone(),
+        trust: current.trust.clone(),
         cert_pem: response.certificate_pem,
         key_pem,
         serial: response.serial,
@@ -406,17 +409,18 @@ async fn channel(target: &CaTarget, ca_pem: &str) -> Result<Channel, EnrollError
         .map_err(|e| EnrollError::Unreachable(error_chain(&e)))
 }
 
-/// Enrolls once: new key pair, CSR, `Enroll`, files written.
+/// Enrolls once (trusting `trust`'s roots): new key pair, CSR, `Enroll`,
+/// files written.
 pub async fn enroll(
     target: &CaTarget,
-    ca_pem: &str,
+    trust: &Trust,
     dir: &Path,
     name: &str,
     group: &str,
     provisioning_key: &ProvisioningKey,
 ) -> Result<Enrollment, EnrollError> {
     let (key, csr) = key_and_csr(name)?;
-    let mut client = EnrollmentClient::new(channel(target, ca_pem).await?);
+    let mut client = EnrollmentClient::new(channel(target, &trust.roots()).await?);
     let issued_ms = now_ms();
     let response = client
         .enroll(v1::EnrollRequest {
@@ -456,7 +460,7 @@ pub async fn enroll(
         "enrolled with the CA"
     );
     Ok(Enrollment {
-        ca_pem: ca_pem.to_owned(),
+        trust: trust.clone(),
         cert_pem: response.certificate_pem,
         key_pem,
         serial: response.serial,

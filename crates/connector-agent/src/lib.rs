@@ -57,6 +57,10 @@
 //!   lifetime (with jitter) over mutual TLS, stored atomically in
 //!   `--state-dir`, and the session moves onto it; an expired certificate
 //!   needs the provisioning key to enroll again.
+//! - [`trust`]: the roots trusted for the CA: `--ca-cert` until the CA
+//!   sends a trust bundle (a root rotation), which is kept in
+//!   `--state-dir` and trusted from then on; a bundle may ask for an early
+//!   renewal.
 //! - [`metrics`]: Prometheus metrics at `--metrics-listen` `/metrics`.
 //! - Stopping: on SIGTERM the connector drains first ([`run_draining`]):
 //!   every session sends `Drain`, so the CA selects it for no new access,
@@ -83,6 +87,7 @@ pub mod resolver;
 pub mod retry;
 pub mod schedule;
 pub mod session;
+pub mod trust;
 pub mod wire;
 
 use std::future::Future;
@@ -220,24 +225,31 @@ pub async fn enroll_only(config: &Config) -> Result<(), AgentError> {
             reason: "enrollment needs an https:// CA".into(),
         });
     }
-    let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
+    let trust = trust(config)?;
     let key = provisioning_key(config)?;
     let dialer = dialer(config)?;
-    enroll_on_any(config, &dialer, &ca_pem, &key).await?;
+    enroll_on_any(config, &dialer, &trust, &key).await?;
     Ok(())
+}
+
+/// The roots to trust for the CA: `--ca-cert`, or the trust bundle the CA
+/// sent that the state directory keeps ([`trust`]).
+fn trust(config: &Config) -> Result<trust::Trust, AgentError> {
+    let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
+    Ok(trust::Trust::load(&config.state_dir, &ca_pem))
 }
 
 /// Enrolls with the first CA replica that answers.
 async fn enroll_on_any(
     config: &Config,
     dialer: &dial::Dialer,
-    ca_pem: &str,
+    trust: &trust::Trust,
     key: &config::ProvisioningKey,
 ) -> Result<enroll::Enrollment, enroll::EnrollError> {
     enroll::on_any(dialer, |target| async move {
         enroll::enroll(
             &target,
-            ca_pem,
+            trust,
             &config.state_dir,
             &config.name,
             &config.group,
@@ -255,8 +267,8 @@ async fn enrollment(
     config: &Config,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<enroll::Enrollment>, AgentError> {
-    let ca_pem = enroll::read_ca_cert(config.ca_cert.as_deref())?;
-    let loaded = enroll::load(&config.state_dir, &config.name, &config.group, &ca_pem)?;
+    let trust = trust(config)?;
+    let loaded = enroll::load(&config.state_dir, &config.name, &config.group, &trust)?;
     if let Some(c) = &loaded
         && !c.expired(enroll::now_ms())
     {
@@ -286,7 +298,7 @@ async fn enrollment(
     let dialer = dialer(config)?;
     let mut attempt = 0u32;
     loop {
-        match enroll_on_any(config, &dialer, &ca_pem, &key).await {
+        match enroll_on_any(config, &dialer, &trust, &key).await {
             Ok(c) => return Ok(Some(c)),
             Err(e) if e.retryable() => {
                 let delay = retry::backoff(attempt, &mut rand::rng());

@@ -40,6 +40,15 @@ pub fn renew_at(issued_ms: i64, not_after_ms: i64, rng: &mut impl rand::Rng) -> 
         .clamp(issued_ms, not_after_ms.max(issued_ms))
 }
 
+/// When to renew certificate `serial` scheduled for `at_ms`: earlier when
+/// the CA asked for it (an ask about another certificate is moot).
+pub fn due(at_ms: i64, ask: Option<&crate::trust::RenewAsk>, serial: &str) -> i64 {
+    match ask {
+        Some(a) if a.serial == serial => a.at_ms.min(at_ms),
+        _ => at_ms,
+    }
+}
+
 /// How long to wait from `now_ms` until `at_ms` (zero when it passed).
 pub fn delay_until(now_ms: i64, at_ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0))
@@ -74,21 +83,33 @@ pub struct Renewer {
 }
 
 impl Renewer {
-    /// Renews `current` whenever due, for ever (until `stop`), publishing
-    /// every new enrollment on `tx`.
+    /// Renews `current` whenever due (or earlier when the CA asks, in a
+    /// root rotation), for ever (until `stop`), publishing every new
+    /// enrollment on `tx`.
     pub async fn run(
         self,
         mut current: Enrollment,
         tx: watch::Sender<Enrollment>,
         mut stop: watch::Receiver<bool>,
     ) {
+        let mut asks = current.trust.asks();
         loop {
             let at = renew_at(current.issued_ms, current.not_after_ms, &mut rand::rng());
             let wait = delay_until(enroll::now_ms(), at);
             tracing::info!(serial = %current.serial, renew_in_ms = wait.as_millis(), "certificate renewal scheduled");
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = stopped(&mut stop) => return,
+            loop {
+                let due = due(at, asks.borrow_and_update().as_ref(), &current.serial);
+                tokio::select! {
+                    () = tokio::time::sleep(delay_until(enroll::now_ms(), due)) => break,
+                    changed = asks.changed() => if changed.is_err() {
+                        // No more asks: the scheduled time stands.
+                        tokio::select! {
+                            () = tokio::time::sleep(delay_until(enroll::now_ms(), at)) => break,
+                            () = stopped(&mut stop) => return,
+                        }
+                    },
+                    () = stopped(&mut stop) => return,
+                }
             }
             let renewed = tokio::select! {
                 r = self.renew(&current) => r,
@@ -153,7 +174,7 @@ impl Renewer {
             let enrolled = enroll::on_any(&self.ca, |target| async move {
                 enroll::enroll(
                     &target,
-                    &current.ca_pem,
+                    &current.trust,
                     &self.state_dir,
                     &self.name,
                     &self.group,
@@ -227,6 +248,20 @@ mod tests {
         // Degenerate certificates: never before receipt, never after expiry.
         assert_eq!(renew_at(10_000, 10_000, &mut r), 10_000);
         assert_eq!(renew_at(10_000, 9_000, &mut r), 10_000);
+    }
+
+    #[test]
+    fn the_cas_ask_brings_renewal_forward_for_its_certificate_only() {
+        let ask = |serial: &str, at_ms| crate::trust::RenewAsk {
+            serial: serial.into(),
+            at_ms,
+        };
+        assert_eq!(due(14_000, None, "s1"), 14_000);
+        assert_eq!(due(14_000, Some(&ask("s1", 11_000)), "s1"), 11_000);
+        // Never later than scheduled.
+        assert_eq!(due(14_000, Some(&ask("s1", 20_000)), "s1"), 14_000);
+        // An ask about the certificate renewed since is moot.
+        assert_eq!(due(14_000, Some(&ask("s0", 11_000)), "s1"), 14_000);
     }
 
     #[test]

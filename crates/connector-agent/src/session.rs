@@ -625,6 +625,7 @@ fn hello(options: &SessionOptions, parts: &Parts) -> v1::Hello {
             icmp: icmp != crate::probe::IcmpMode::None,
             icmp_mode: icmp.as_str().to_owned(),
             checks_per_second: options.checks_per_second,
+            trust_bundle: true,
         }),
     }
 }
@@ -702,10 +703,31 @@ async fn handle(
                 "the CA deferred a report; its results wait to be sent again"
             );
         }
+        Some(FromCa::TrustBundle(bundle)) => trust_bundle(bundle, options),
         Some(FromCa::Welcome(_)) => tracing::warn!("ignoring a second Welcome"),
         None => tracing::warn!("ignoring an empty message from the CA"),
     }
     Ok(None)
+}
+
+/// Takes a trust bundle the CA sent (a session on a certificate only: the
+/// roots it holds are trusted from now on and kept), and passes on its ask
+/// to renew.
+fn trust_bundle(bundle: v1::TrustBundle, options: &SessionOptions) {
+    let Credentials::Certificate(enrollment) = &options.credentials else {
+        return;
+    };
+    if let Err(e) = enrollment.trust.learn(&bundle.roots_pem) {
+        tracing::warn!(error = %e, "ignoring the CA's trust bundle; the roots in force stay");
+    }
+    if bundle.renew_within_ms > 0 {
+        enrollment.trust.ask_renewal(
+            &enrollment.serial,
+            Duration::from_millis(bundle.renew_within_ms),
+            crate::enroll::now_ms(),
+            &mut rand::rng(),
+        );
+    }
 }
 
 /// The monotonic clock the outbox runs on (tokio's, so paused-time tests

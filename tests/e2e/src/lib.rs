@@ -19,6 +19,7 @@ pub use test_support::browser;
 pub mod conformance;
 pub mod hosts;
 pub mod procs;
+pub mod raw;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -46,11 +47,12 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
-/// A client that trusts only `root_pem` (the CA's generated root).
+/// A client that trusts only the roots of `root_pem` (the CA's generated
+/// root; both roots during a root rotation).
 pub fn tls_client(root_pem: &str) -> Result<reqwest::Client> {
-    let root = reqwest::Certificate::from_pem(root_pem.as_bytes())?;
+    let roots = reqwest::Certificate::from_pem_bundle(root_pem.as_bytes())?;
     Ok(client_builder()
-        .tls_certs_only([root])
+        .tls_certs_only(roots)
         .timeout(Duration::from_secs(10))
         .build()?)
 }
@@ -356,6 +358,14 @@ impl Ca {
         };
         ca.wait_ready().await?;
         Ok(ca)
+    }
+
+    /// Trusts the roots of the PEM file `root` from now on (API calls and
+    /// `cli`): during a root rotation, a file with both roots.
+    pub fn trust(&mut self, root: &std::path::Path) -> Result<()> {
+        self.client = tls_client(&std::fs::read_to_string(root)?)?;
+        self.root = root.to_owned();
+        Ok(())
     }
 
     /// Waits until `/healthz` says ready (200): the store answers and the

@@ -592,7 +592,7 @@ async fn root(dir: &Path) -> Result<String> {
 async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let n = mode.pick(20usize, 200);
     let (server, dir) = ca::start_text(&config(url, true)).await?;
-    let ca_pem = root(&dir).await?;
+    let ca_pem = connector_agent::trust::Trust::fixed(&root(&dir).await?);
     let stats = PgStats::connect(url).await?;
     let target = CaTarget {
         url: CaUrl::parse(&format!("https://{}", server.grpc)).map_err(|e| anyhow!(e))?,
@@ -652,7 +652,12 @@ async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
 }
 
 /// One enrollment as `connector-agent enroll` makes it, into `states/name`.
-async fn enroll_one(target: &CaTarget, ca_pem: &str, states: &Path, name: &str) -> Result<PathBuf> {
+async fn enroll_one(
+    target: &CaTarget,
+    ca_pem: &connector_agent::trust::Trust,
+    states: &Path,
+    name: &str,
+) -> Result<PathBuf> {
     let dir = states.join(name);
     std::fs::create_dir_all(&dir)?;
     enroll::enroll(target, ca_pem, &dir, name, ENROLL_GROUP, &ENROLL_KEY.into())

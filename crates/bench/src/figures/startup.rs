@@ -129,7 +129,7 @@ async fn enroll_one(
     let g = i / PER_GROUP;
     enroll::enroll(
         target,
-        ca_pem,
+        &connector_agent::trust::Trust::fixed(ca_pem),
         &dir,
         &name,
         &group(g),

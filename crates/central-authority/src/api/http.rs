@@ -1,7 +1,8 @@
 //! The HTTP surface (axum): the Health dashboard's pages (`/`, `/app`,
 //! `/connectors`, `/assets/…`; see `dashboard`), the JSON API
 //! (`/api/v1/health` with filters and paging, `/api/v1/application`,
-//! `/api/v1/overview`, `/api/v1/events`, the change stream
+//! `/api/v1/overview`, `/api/v1/events`, `/api/v1/root` (where a rotation
+//! of the issuing root stands), the change stream
 //! `/api/v1/health/stream` as server-sent events, `/api/v1/connectors`,
 //! `POST /api/v1/access`),
 //! `/metrics`, `/livez`, `/readyz` (`/healthz`) and `/api/v1/openapi.json` (the API's OpenAPI
@@ -86,6 +87,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/connectors", get(connectors))
         .route("/api/v1/load", get(load))
         .route("/api/v1/replicas", get(replicas))
+        .route("/api/v1/root", get(root))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
@@ -1428,6 +1430,20 @@ async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
         "replicas": replicas,
     }))
     .into_response()
+}
+
+/// `GET /api/v1/root`: where a rotation of the issuing root stands.
+async fn root(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
+    match admin(&a, Authority::root_status).await {
+        Ok(Some(status)) => axum::Json(status).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this CA runs without TLS ([tls] enabled = false): it has no roots",
+            None,
+        ),
+        Err(response) => response,
+    }
 }
 
 async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {

@@ -526,6 +526,7 @@ mod tests {
             connected_since: None,
             last_seen: Some(1_700_000_000_500),
             enrolled: true,
+            enrolled_at: Some(1_700_000_000_000),
             disabled,
             drained: None,
             certificate_serial: None,

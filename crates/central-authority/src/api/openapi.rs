@@ -466,6 +466,7 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<DrainRefusedBody>(&mut out);
     add::<crate::access::drain::WhatIfView>(&mut out);
     add::<crate::trust::audit::AuditPage>(&mut out);
+    add::<crate::trust::rotation::RootStatus>(&mut out);
     out
 }
 
@@ -915,6 +916,32 @@ fn api_operations() -> Vec<Op> {
                             "id": "ca-1", "addresses": ["10.0.0.1:7443"], "version": "0.1.0",
                             "started_at": 1_764_000_000_000u64, "last_heartbeat": 1_764_000_005_000u64,
                             "policy_hash": "3f2a…", "live": true, "this": true}]}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/root",
+            auth: Auth::Scope(Read),
+            spec: json!({
+                "operationId": "rootRotation",
+                "summary": "Where a rotation of the issuing root stands: the trusted roots, the phase, the connectors still on the old root",
+                "description": "A rotation is three reloads of every replica's `[tls]`: introduce (`next_root_file`), switch (`issuer_*_file` name the new root, `previous_root_file` the old one) and retire (`previous_root_file` removed). `on_old_root` lists the enrolled connectors whose current certificate is not from the new root (from the store: the same on every replica); retire once it is empty. `without_trust_bundle` lists the connectors connected to this replica that do not keep the trust bundle the CA sends: the root file they trust must hold the new root before the switch.",
+                "tags": ["operations"],
+                "responses": {
+                    "200": {"description": "the roots, the phase and the connectors still on the old root",
+                        "content": json_body("RootStatus", json!({"phase": "switch",
+                            "roots": [
+                                {"role": "issuing", "fingerprint": "9b1c…", "subject": "O=reach, CN=reach central authority root", "not_after": 2_395_000_000_000u64},
+                                {"role": "previous", "fingerprint": "41e7…", "subject": "O=reach, CN=reach central authority root", "not_after": 2_390_000_000_000u64}],
+                            "on_old_root": [{"name": "c7", "group": "dc-east", "disabled": false,
+                                "root": "41e7…", "certificate_not_after": 1_765_000_000_000u64}],
+                            "without_trust_bundle": []}))},
+                    "404": {"description": "the CA runs without TLS (reason `not_found`)",
+                        "content": json_body("Error", json!({"error": {"reason": "not_found",
+                            "message": "this CA runs without TLS ([tls] enabled = false): it has no roots"}}))},
                     "500": error_ref("Internal"),
                     "503": error_ref("Unavailable"),
                 },

@@ -266,6 +266,9 @@ pub struct ConnectorView {
     pub last_seen: Option<u64>,
     /// Whether it is enrolled (holds a certificate the CA issued).
     pub enrolled: bool,
+    /// When its name was last enrolled with a provisioning key, Unix ms
+    /// (renewals do not count).
+    pub enrolled_at: Option<i64>,
     /// Whether an administrator disabled it.
     pub disabled: bool,
     /// Its drain, when it is drained (selected for no new access while it
@@ -945,6 +948,7 @@ impl Authority {
             connected_since: e.connected_since.map(unix_ms),
             last_seen: e.last_seen.map(unix_ms),
             enrolled: false,
+            enrolled_at: None,
             disabled: false,
             // An administrator's drain outlasts the session's own.
             drained: e
@@ -1015,6 +1019,7 @@ impl Authority {
                         drained: drains
                             .get(&r.name)
                             .map(crate::access::drain::DrainView::of_record),
+                        enrolled_at: None,
                         certificate_serial: None,
                         certificate_not_after: None,
                         certificates: Vec::new(),
@@ -1024,6 +1029,7 @@ impl Authority {
             };
             let view = &mut out[at];
             view.enrolled = true;
+            view.enrolled_at = Some(r.enrolled_ms);
             view.disabled = r.disabled;
             view.certificate_serial = r.serial;
             view.certificate_not_after = r.not_after_ms;

@@ -61,6 +61,8 @@ pub(super) struct TlsSection {
     pub(super) key_file: Option<PathBuf>,
     pub(super) issuer_cert_file: Option<PathBuf>,
     pub(super) issuer_key_file: Option<PathBuf>,
+    pub(super) next_root_file: Option<PathBuf>,
+    pub(super) previous_root_file: Option<PathBuf>,
     pub(super) server_names: Vec<String>,
     pub(super) connector_cert_days: Option<u32>,
     pub(super) connector_cert_validity_s: Option<u64>,

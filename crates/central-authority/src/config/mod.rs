@@ -403,6 +403,34 @@ mod tests {
         assert_eq!(c.policy.segments.len(), 1);
     }
 
+    /// A rotation's other root is the next or the previous one, not both;
+    /// either is read relative to the file.
+    #[test]
+    fn one_root_rotation_at_a_time() {
+        let with = |tls: &str| format!("[tls]\n{tls}\n{MINIMAL}");
+        let both = Config::from_toml(
+            &with("next_root_file = \"a.pem\"\nprevious_root_file = \"b.pem\""),
+            Path::new("."),
+        )
+        .expect_err("both");
+        assert!(
+            both.messages()
+                .iter()
+                .any(|m| m.contains("tls.next_root_file") && m.contains("one root rotation")),
+            "{:?}",
+            both.messages()
+        );
+        let next = Config::from_toml(
+            &with("next_root_file = \"r2/ca.pem\""),
+            Path::new("/etc/reach"),
+        )
+        .expect("valid");
+        assert_eq!(
+            next.settings.tls.next_root_file.as_deref(),
+            Some(Path::new("/etc/reach/r2/ca.pem"))
+        );
+    }
+
     #[test]
     fn a_group_location_is_read_and_checked() {
         let with = |location: &str| {

@@ -122,6 +122,8 @@ pub const ENTRIES: &[Entry] = &[
     e("tls", "key_file", "path", Absent("generated"), None, "with `cert_file`", "Its private key (PEM)."),
     e("tls", "issuer_cert_file", "path", Absent("`data_dir/ca.pem`, generated on first start"), None, "with `issuer_key_file`", "Your own CA for connector certificates."),
     e("tls", "issuer_key_file", "path", Absent("generated"), None, "with `issuer_cert_file`", "Its private key."),
+    e("tls", "next_root_file", "path", Absent("none"), None, "not with `previous_root_file`", "Root rotation, introduce: a new root (PEM) trusted and announced to connectors beside the issuing one."),
+    e("tls", "previous_root_file", "path", Absent("none"), None, "not with `next_root_file`", "Root rotation, switch: the root that issued before, still trusted and announced until it is retired."),
     e("tls", "server_names", "array of strings", Value("[]"), None, "", "Names connectors dial that the generated server certificate does not carry by itself (a DNS alias, a load balancer, a NAT address). It carries localhost, 127.0.0.1, ::1 and each listen address; for 0.0.0.0 or :: the host's name, FQDN and interface addresses instead."),
     e("tls", "connector_cert_days", "integer", Absent("365"), within(1, 3650), "", "Connector certificate lifetime; connectors renew at about 2/3 of it."),
     e("tls", "connector_cert_validity_s", "integer", Absent("`connector_cert_days`"), within(3, 315_360_000), "", "Finer lifetime in seconds (tests); wins over the days."),

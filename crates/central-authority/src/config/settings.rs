@@ -359,6 +359,8 @@ fn tls_sources(t: &TlsSection, base: &Path) -> crate::trust::pki::TlsSources {
         key_file: t.key_file.as_ref().map(path),
         issuer_cert_file: t.issuer_cert_file.as_ref().map(path),
         issuer_key_file: t.issuer_key_file.as_ref().map(path),
+        next_root_file: t.next_root_file.as_ref().map(path),
+        previous_root_file: t.previous_root_file.as_ref().map(path),
         server_names: t.server_names.clone(),
     }
 }
@@ -625,6 +627,15 @@ fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (Duration, Duration
                 "the certificate and its key must be given together",
             );
         }
+    }
+    // A root rotation has one other root at a time: the next one while it
+    // is introduced, or the previous one until it is retired.
+    if t.next_root_file.is_some() && t.previous_root_file.is_some() {
+        setting(
+            problems,
+            "tls.next_root_file",
+            "one root rotation at a time: finish the one of previous_root_file (remove it) before introducing another root",
+        );
     }
     let days = t.connector_cert_days.unwrap_or(365);
     range(problems, "tls.connector_cert_days", days, 1..=3650);

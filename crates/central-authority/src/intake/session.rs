@@ -259,6 +259,7 @@ async fn run_session(
             label: format!("{}-{:08x}", id, rand::random::<u32>()),
             cert_serial: cert.as_ref().map(|c| c.serial.clone()),
             key_sha256: key.clone(),
+            cert_root: cert.as_ref().and_then(|c| c.root.clone()),
             tx,
             kill: kill.clone(),
             draining: None,
@@ -290,6 +291,7 @@ async fn run_session(
         return Err(e.into());
     }
     authority.register(&identity, &hello, id)?;
+    authority.announce_trust(&identity.name, &out, cert.as_ref());
     let expires = cert.as_ref().map(|c| {
         let left = c
             .not_after_ms

@@ -141,7 +141,7 @@ impl Authority {
                 source,
             })?;
         let tls = if tls {
-            let material = load_material(&config.settings, &config.settings)?;
+            let material = crate::trust::tls::Material::load(&config.settings, &config.settings)?;
             Some(crate::trust::tls::Tls::new(material))
         } else {
             None
@@ -207,33 +207,6 @@ impl Authority {
     /// without TLS).
     pub fn tls(&self) -> Option<&crate::trust::tls::Tls> {
         self.tls.as_ref()
-    }
-
-    /// Applies a reloaded configuration together with the TLS material its
-    /// `[tls]` names (files read again; a generated server certificate
-    /// issued again): the material is loaded first, and a configuration
-    /// whose material cannot be loaded is not applied at all (the running
-    /// policy and material stay). Returns the new server certificate's
-    /// serial (`None` without TLS).
-    pub fn reload(&self, config: Config) -> Result<Option<String>, TrustError> {
-        let material = match &self.tls {
-            Some(_) => Some(load_material(self.snapshot().settings(), &config.settings)?),
-            None => None,
-        };
-        self.apply(config);
-        let (Some(tls), Some(material)) = (&self.tls, material) else {
-            return Ok(None);
-        };
-        let serial = material.pki.server_serial();
-        let old = tls.replace(material);
-        if old.pki.server_serial() != serial {
-            tracing::info!(
-                serial = serial.as_deref().unwrap_or("?"),
-                old_serial = old.pki.server_serial().as_deref().unwrap_or("?"),
-                "server certificate replaced: new TLS handshakes get it, connections open before keep theirs"
-            );
-        }
-        Ok(serial)
     }
 
     /// The metrics.
@@ -571,22 +544,6 @@ impl Authority {
         }
         due
     }
-}
-
-/// The TLS material `next`'s `[tls]` names, in the data directory and for
-/// the listen addresses of `running` (which a reload does not change).
-fn load_material(
-    running: &crate::config::Settings,
-    next: &crate::config::Settings,
-) -> Result<crate::trust::tls::Material, TrustError> {
-    let hosts = [running.grpc_listen.ip(), running.http_listen.ip()];
-    let pki = crate::trust::pki::Pki::load(
-        &running.data_dir,
-        &next.tls,
-        &hosts,
-        next.connector_cert_validity,
-    )?;
-    Ok(crate::trust::tls::Material::new(pki)?)
 }
 
 /// Carries over from the settings in force (`a`) those a reload cannot

@@ -50,6 +50,10 @@ pub(crate) struct LiveSession {
     /// session (`None` with a certificate): the reconcile checks that key,
     /// not whichever key the group has now.
     pub key_sha256: Option<String>,
+    /// Fingerprint of the root the session's certificate chains to (`None`
+    /// for a plain-text session): a reload that stops trusting it ends the
+    /// session, and one that switches roots asks it to renew.
+    pub cert_root: Option<String>,
     pub tx: Outbound,
     pub kill: Arc<Notify>,
     /// The connector drains itself (it sent `v1::Drain` on this session):
@@ -89,6 +93,8 @@ pub(crate) struct LiveRef {
 pub(crate) struct ConnectorEntry {
     pub group: String,
     pub version: String,
+    /// Whether its Hello said it keeps the trust bundles the CA sends.
+    pub trust_bundle: bool,
     pub session: Option<LiveSession>,
     pub load: Option<v1::CheckLoad>,
     /// How the connector sees the CA replicas (its latest heartbeat).
@@ -230,6 +236,10 @@ impl Conns {
     }
 }
 
+/// `Registry::sort_by_root`'s answer: the sessions taken (connector and
+/// session), and the ones kept (connector, outbound channel, root).
+pub(crate) type ByRoot = (Vec<(String, LiveSession)>, Vec<(String, Outbound, String)>);
+
 /// Registration refused: the stream was closed while pending (its
 /// connector was disabled, revoked, re-enrolled or deleted).
 #[derive(Debug)]
@@ -275,6 +285,7 @@ impl Registry {
             .or_insert_with(|| ConnectorEntry {
                 group: group.to_owned(),
                 version: String::new(),
+                trust_bundle: false,
                 session: None,
                 load: None,
                 replicas: None,
@@ -299,6 +310,7 @@ impl Registry {
             .capabilities
             .as_ref()
             .map_or(0, |c| c.checks_per_second);
+        entry.trust_bundle = hello.capabilities.as_ref().is_some_and(|c| c.trust_bundle);
         entry.load = None;
         entry.replicas = None;
         entry.connected_since = Some(SystemTime::now());
@@ -484,6 +496,42 @@ impl Registry {
             }
         }
         closed
+    }
+
+    /// Takes the live sessions whose certificate's root `trusted` refuses
+    /// (plain-text sessions, without one, stay), and returns with them
+    /// every remaining certificate session's outbound channel and root.
+    pub(crate) fn sort_by_root(&self, trusted: impl Fn(&str) -> bool) -> ByRoot {
+        let (mut closed, mut kept) = (Vec::new(), Vec::new());
+        let mut guard = lock(&self.conns);
+        let conns = &mut *guard;
+        for (name, entry) in conns.map.iter_mut() {
+            let Some(root) = entry.session.as_ref().and_then(|s| s.cert_root.clone()) else {
+                continue;
+            };
+            if trusted(&root) {
+                if let Some(s) = &entry.session {
+                    kept.push((name.clone(), s.tx.clone(), root));
+                }
+            } else if let Some(s) = entry.disconnect() {
+                relink(&mut conns.groups, name, entry);
+                closed.push((name.clone(), s));
+            }
+        }
+        (closed, kept)
+    }
+
+    /// The connected connectors whose Hello did not say they keep the
+    /// trust bundle, sorted.
+    pub(crate) fn without_trust_bundle(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.conns)
+            .map
+            .iter()
+            .filter(|(_, e)| e.session.is_some() && !e.trust_bundle)
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// Every live session: connector, session id, group and certificate
@@ -714,6 +762,7 @@ mod tests {
                 label: format!("s{id}"),
                 cert_serial: None,
                 key_sha256: None,
+                cert_root: None,
                 tx,
                 kill: Arc::new(Notify::new()),
                 draining: None,

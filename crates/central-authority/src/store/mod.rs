@@ -274,6 +274,8 @@ pub struct Renewal<'a> {
     pub now_ms: i64,
     /// When the connector's older certificates are revoked.
     pub revoke_old_at_ms: i64,
+    /// The fingerprint of the root that signed the new certificate.
+    pub root_sha256: &'a str,
 }
 
 /// One certificate in a connector's history.
@@ -310,6 +312,8 @@ pub struct NewCertificate<'a> {
     pub not_after_ms: i64,
     /// Now.
     pub now_ms: i64,
+    /// The fingerprint of the root that signed it.
+    pub root_sha256: &'a str,
 }
 
 /// A certificate as recorded.
@@ -338,12 +342,15 @@ pub struct ConnectorRecord {
     pub group: String,
     /// Disabled by an administrator.
     pub disabled: bool,
-    /// Enrolled at.
+    /// Its latest enrollment (with a provisioning key), Unix ms.
     pub enrolled_ms: i64,
     /// The serial of its current (unrevoked) certificate.
     pub serial: Option<String>,
     /// Its end of validity.
     pub not_after_ms: Option<i64>,
+    /// The fingerprint of the root that signed it (`None`: recorded before
+    /// roots were).
+    pub root_sha256: Option<String>,
 }
 
 /// A connector an administrator drained: it keeps its session and
@@ -1315,6 +1322,7 @@ mod suite {
             fingerprint: "f",
             not_after_ms: 10,
             now_ms: 1,
+            root_sha256: "r",
         }
     }
 
@@ -1447,7 +1455,28 @@ mod suite {
             not_after_ms: now_ms + 100,
             now_ms,
             revoke_old_at_ms: now_ms + 5,
+            root_sha256: "r",
         }
+    }
+
+    /// The root of each certificate is recorded, and a connector's listing
+    /// carries its current certificate's: a renewal by another root moves
+    /// the connector to it.
+    pub(super) fn a_connectors_current_root_follows_its_renewals(s: &Store) {
+        let old = NewCertificate {
+            root_sha256: "old-root",
+            not_after_ms: 1_000,
+            ..cert("c1", "g", "01")
+        };
+        assert_eq!(s.enroll(&old).expect("db"), Ok(()));
+        let root = |s: &Store| s.connectors().expect("db")[0].root_sha256.clone();
+        assert_eq!(root(s).as_deref(), Some("old-root"));
+        let renewed = Renewal {
+            root_sha256: "new-root",
+            ..renewal("01", "02", 2)
+        };
+        assert_eq!(s.renew(&renewed).expect("db"), Ok(()));
+        assert_eq!(root(s).as_deref(), Some("new-root"));
     }
 
     pub(super) fn renewal_supersedes_after_a_grace_and_checks_the_presented_serial(s: &Store) {
@@ -2020,6 +2049,11 @@ macro_rules! suite {
             #[test]
             fn disabled_other_group_and_revoked_key_are_refused() {
                 super::suite::disabled_other_group_and_revoked_key_are_refused(&$open());
+            }
+
+            #[test]
+            fn a_connectors_current_root_follows_its_renewals() {
+                super::suite::a_connectors_current_root_follows_its_renewals(&$open());
             }
 
             #[test]

@@ -299,6 +299,12 @@ CREATE TABLE connector_drains (
     actor      TEXT NOT NULL
 );
 "#,
+    r#"
+-- Version 18: the root that signed each certificate (its SHA-256), so that
+-- a root rotation can tell which connectors still hold a certificate of
+-- the old root. Certificates recorded before stay NULL: not the new root's.
+ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -1317,10 +1323,11 @@ impl PgStore {
             let client = self.client().await?;
             let rows = client
                 .query(
-                    "SELECT n.name, n.grp, n.disabled, n.enrolled_ms, cur.serial, cur.not_after_ms
+                    "SELECT n.name, n.grp, n.disabled, n.enrolled_ms, cur.serial, cur.not_after_ms,
+                            cur.root_sha256
                      FROM connectors n
                      LEFT JOIN LATERAL (
-                         SELECT serial, not_after_ms FROM certificates c
+                         SELECT serial, not_after_ms, root_sha256 FROM certificates c
                          WHERE c.connector = n.name AND c.revoked_ms IS NULL
                          ORDER BY issued_ms DESC, seq DESC LIMIT 1
                      ) cur ON TRUE
@@ -1337,6 +1344,7 @@ impl PgStore {
                     enrolled_ms: r.get(3),
                     serial: r.get(4),
                     not_after_ms: r.get(5),
+                    root_sha256: r.get(6),
                 })
                 .collect())
         })
@@ -1581,7 +1589,7 @@ async fn enroll(
     c: &NewCertificate<'_>,
 ) -> Result<Result<(), EnrollRefusal>, StoreError> {
     let (name, group, key) = (c.name.to_owned(), c.group.to_owned(), c.key_sha256);
-    let (serial, fingerprint) = (c.serial, c.fingerprint);
+    let (serial, fingerprint, root) = (c.serial, c.fingerprint, c.root_sha256);
     let (now_ms, not_after_ms) = (c.now_ms, c.not_after_ms);
     let (key_row, existing) = enrollment_rows(tx, c).await?;
     let claim = match rules::decide(c.name, c.group, c.max_uses, now_ms, key_row, existing) {
@@ -1605,9 +1613,9 @@ async fn enroll(
         )
         .await?;
     tx.execute(
-        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms, root_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms, &root],
     )
     .await?;
     if superseded > 0 {
@@ -1659,7 +1667,15 @@ async fn claim_name(
 ) -> Result<(), StoreError> {
     let (name, group, now_ms) = (c.name, c.group, c.now_ms);
     match claim {
-        NameClaim::Keep => {}
+        // `enrolled_ms` is the name's latest enrollment: an operator looks
+        // for enrollments since a provisioning key leaked.
+        NameClaim::Keep => {
+            tx.execute(
+                "UPDATE connectors SET enrolled_ms = $2 WHERE name = $1",
+                &[&name, &now_ms],
+            )
+            .await?;
+        }
         NameClaim::Insert => {
             tx.execute(
                 "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms)
@@ -1679,7 +1695,8 @@ async fn claim_name(
         }
         NameClaim::UseLeave => {
             tx.execute(
-                "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = $2 WHERE name = $1",
+                "UPDATE connectors SET reenroll_until_ms = NULL, enrolled_ms = $2, changed_ms = $2
+                     WHERE name = $1",
                 &[&name, &now_ms],
             )
             .await?;
@@ -1698,7 +1715,7 @@ async fn renew(
         r.group.to_owned(),
         r.old_serial.to_owned(),
     );
-    let (serial, fingerprint) = (r.serial, r.fingerprint);
+    let (serial, fingerprint, root) = (r.serial, r.fingerprint, r.root_sha256);
     let (now_ms, not_after_ms, revoke_old_at_ms) = (r.now_ms, r.not_after_ms, r.revoke_old_at_ms);
     let old = cert_record(tx, &old_serial).await?;
     if let Err(refused) = super::renewable(old, &name, &group, &old_serial, now_ms) {
@@ -1713,9 +1730,9 @@ async fn renew(
     )
     .await?;
     tx.execute(
-        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms],
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms, root_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[&serial, &name, &group, &fingerprint, &now_ms, &not_after_ms, &root],
     )
     .await?;
     Ok(Ok(()))

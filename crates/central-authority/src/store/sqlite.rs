@@ -215,6 +215,12 @@ CREATE TABLE connector_drains (
     actor      TEXT NOT NULL
 );
 "#,
+    r#"
+-- Version 14: the root that signed each certificate (its SHA-256), so that
+-- a root rotation can tell which connectors still hold a certificate of
+-- the old root. Certificates recorded before stay NULL: not the new root's.
+ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -515,7 +521,14 @@ fn claim_name(
     claim: NameClaim,
 ) -> rusqlite::Result<()> {
     match claim {
-        NameClaim::Keep => {}
+        // `enrolled_ms` is the name's latest enrollment: an operator looks
+        // for enrollments since a provisioning key leaked.
+        NameClaim::Keep => {
+            tx.execute(
+                "UPDATE connectors SET enrolled_ms = ?2 WHERE name = ?1",
+                params![c.name, c.now_ms],
+            )?;
+        }
         NameClaim::Insert => {
             tx.execute(
                 "INSERT INTO connectors (name, grp, disabled, enrolled_ms, changed_ms) VALUES (?1, ?2, 0, ?3, ?3)",
@@ -531,7 +544,7 @@ fn claim_name(
         }
         NameClaim::UseLeave => {
             tx.execute(
-                "UPDATE connectors SET reenroll_until_ms = NULL, changed_ms = ?2 WHERE name = ?1",
+                "UPDATE connectors SET reenroll_until_ms = NULL, enrolled_ms = ?2, changed_ms = ?2 WHERE name = ?1",
                 params![c.name, c.now_ms],
             )?;
         }
@@ -556,15 +569,16 @@ fn record_enrollment(
         params![c.name, c.now_ms],
     )?;
     tx.execute(
-        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms, root_sha256)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             c.serial,
             c.name,
             c.group,
             c.fingerprint,
             c.now_ms,
-            c.not_after_ms
+            c.not_after_ms,
+            c.root_sha256
         ],
     )?;
     Ok(())
@@ -855,15 +869,16 @@ impl SqliteStore {
             params![r.name, r.now_ms, r.revoke_old_at_ms],
         )?;
         tx.execute(
-            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO certificates (serial, connector, grp, fingerprint, issued_ms, not_after_ms, root_sha256)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 r.serial,
                 r.name,
                 r.group,
                 r.fingerprint,
                 r.now_ms,
-                r.not_after_ms
+                r.not_after_ms,
+                r.root_sha256
             ],
         )?;
         tx.commit()?;
@@ -1247,7 +1262,8 @@ impl SqliteStore {
         let mut stmt = conn.prepare(
             "SELECT n.name, n.grp, n.disabled, n.enrolled_ms,
                     (SELECT serial FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1),
-                    (SELECT not_after_ms FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1)
+                    (SELECT not_after_ms FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1),
+                    (SELECT root_sha256 FROM certificates c WHERE c.connector = n.name AND c.revoked_ms IS NULL ORDER BY issued_ms DESC LIMIT 1)
              FROM connectors n WHERE n.deleted_ms IS NULL ORDER BY n.name",
         )?;
         let rows = stmt.query_map([], |r| {
@@ -1258,6 +1274,7 @@ impl SqliteStore {
                 enrolled_ms: r.get(3)?,
                 serial: r.get(4)?,
                 not_after_ms: r.get(5)?,
+                root_sha256: r.get(6)?,
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -1671,6 +1688,7 @@ mod tests {
             fingerprint: "f",
             not_after_ms: 10,
             now_ms: 1,
+            root_sha256: "r",
         }
     }
 
@@ -1694,6 +1712,8 @@ mod tests {
         }
         let s = SqliteStore::open(&path).expect("migrated");
         assert_eq!(s.connectors().expect("db")[0].serial.as_deref(), Some("01"));
+        // A certificate recorded before roots were is of no known root.
+        assert_eq!(s.connectors().expect("db")[0].root_sha256, None);
         assert_eq!(
             s.enroll(&cert("c1", "g", "02")).expect("db"),
             Err(EnrollRefusal::NameTaken("c1".into()))

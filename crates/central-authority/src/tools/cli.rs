@@ -140,6 +140,10 @@ pub enum ApiCommand {
     },
     /// Sign out: the credential's session is revoked and its file removed.
     Logout,
+    /// Where a rotation of the issuing root stands (`GET /api/v1/root`):
+    /// the trusted roots, the phase, the connectors still on the old root
+    /// and those that do not keep the trust bundle, and what to do next.
+    Root,
     /// Provisioning keys (scope `admin`).
     Keys {
         /// What to do.
@@ -319,6 +323,10 @@ pub async fn run_with(
         ApiCommand::Connectors {
             action: Some(action),
         } => connector_action(args, &client, action).await,
+        ApiCommand::Root => {
+            let v = client.get("/api/v1/root").await?;
+            Ok((render(args.json, &v, root_text), EXIT_OK))
+        }
         ApiCommand::Keys {
             action: KeyAction::List,
         } => {
@@ -836,6 +844,7 @@ fn connectors_table(v: &Value) -> String {
                     .as_f64()
                     .map_or("-".to_owned(), |s| format!("{s:.1} s")),
                 yes(&c["over_budget"]),
+                time_cell(&c["enrolled_at"]),
                 connector_state(c).to_owned(),
                 drained_cell(&c["drained"]),
             ]
@@ -849,6 +858,7 @@ fn connectors_table(v: &Value) -> String {
             "CHECKS/CYCLE",
             "CYCLE",
             "OVER-BUDGET",
+            "ENROLLED_AT",
             "STATE",
             "DRAINED",
         ],
@@ -949,6 +959,73 @@ fn connector_state(c: &Value) -> &'static str {
         None if c["certificate_not_after"].is_null() => "revoked",
         None => "enrolled",
     }
+}
+
+/// `api root`: the phase, the roots, the connectors still on the old root
+/// and those without the trust bundle, and the next step of the rotation.
+fn root_text(v: &Value) -> String {
+    let phase = v["phase"].as_str().unwrap_or("?");
+    let roots: Vec<Vec<String>> = items(v, "roots")
+        .iter()
+        .map(|r| {
+            vec![
+                cell(&r["role"]),
+                cell(&r["fingerprint"]),
+                time_cell(&r["not_after"]),
+                cell(&r["subject"]),
+            ]
+        })
+        .collect();
+    let mut out = format!("phase: {phase}\n\n");
+    out.push_str(&table(
+        &["ROLE", "FINGERPRINT", "NOT_AFTER", "SUBJECT"],
+        &roots,
+    ));
+    let old: Vec<String> = items(v, "on_old_root")
+        .iter()
+        .map(|c| {
+            let disabled = if c["disabled"] == true {
+                ", disabled"
+            } else {
+                ""
+            };
+            format!("{} ({}{disabled})", cell(&c["name"]), cell(&c["group"]))
+        })
+        .collect();
+    let bundle: Vec<String> = items(v, "without_trust_bundle").iter().map(cell).collect();
+    let list = |names: &[String]| match names.is_empty() {
+        true => "none".to_owned(),
+        false => names.join(", "),
+    };
+    let _ = writeln!(
+        out,
+        "\nconnectors still on the old root ({}): {}",
+        old.len(),
+        list(&old)
+    );
+    let _ = writeln!(
+        out,
+        "connected connectors that do not keep the trust bundle ({}): {}",
+        bundle.len(),
+        list(&bundle)
+    );
+    let next = match (phase, old.is_empty()) {
+        ("introduce", _) if !bundle.is_empty() => {
+            "next: put the new root into the --ca-cert file of every connector listed as not keeping the trust bundle, then switch"
+        }
+        ("introduce", _) => {
+            "next: switch (issuer_*_file: the new root; previous_root_file: the old one)"
+        }
+        ("switch", true) => {
+            "next: every connector holds a certificate from the new root: retire the old one (remove previous_root_file)"
+        }
+        ("switch", false) => {
+            "next: wait until no connector is on the old root (they renew on their own), then retire it"
+        }
+        _ => "no rotation in progress",
+    };
+    let _ = writeln!(out, "{next}");
+    out
 }
 
 fn keys_table(v: &Value) -> String {

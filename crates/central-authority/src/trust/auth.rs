@@ -215,6 +215,12 @@ pub enum AuthError {
     /// The certificate's validity ended.
     #[error("certificate {0} has expired; enroll again")]
     CertificateExpired(String),
+    /// The certificate chains to no root the CA trusts now (a root was
+    /// retired, or replaced after a compromise).
+    #[error(
+        "certificate {0} is from a root this CA no longer trusts; enroll again with a provisioning key"
+    )]
+    UntrustedRoot(String),
     /// An administrator disabled the connector.
     #[error("connector {0:?} is disabled")]
     ConnectorDisabled(String),
@@ -244,6 +250,7 @@ impl AuthError {
             AuthError::UnknownCertificate(_) => "unknown_certificate",
             AuthError::CertificateRevoked { .. } => "certificate_revoked",
             AuthError::CertificateExpired(_) => "certificate_expired",
+            AuthError::UntrustedRoot(_) => "untrusted_root",
             AuthError::ConnectorDisabled(_) => "disabled",
             AuthError::Unavailable => "unavailable",
             AuthError::Throttled { .. } => "throttled",

@@ -121,6 +121,9 @@ pub(crate) struct SessionCert {
     pub serial: String,
     /// End of validity, Unix ms: the session ends then.
     pub not_after_ms: i64,
+    /// The fingerprint of the trusted root whose key signed it (`None`
+    /// only without TLS material to check it against).
+    pub root: Option<String>,
 }
 
 /// A provisioning key as the admin API shows it (never the key itself).
@@ -182,6 +185,7 @@ impl Authority {
                 fingerprint: &issued.fingerprint,
                 not_after_ms: issued.not_after_ms,
                 now_ms: now,
+                root_sha256: &issued.root,
             })
             .map_err(internal)??;
         // A re-enrolled connector's old certificates were superseded: end a
@@ -218,6 +222,17 @@ impl Authority {
             .ok_or(AuthError::NoClientCertificate)?;
         let id =
             crate::trust::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+        // TLS verified the chain against the roots in force at the
+        // handshake; a connection from before a reload that removed a root
+        // is checked against the roots in force now.
+        let root = match self.pki() {
+            Some(pki) => Some(
+                pki.root_of(leaf.as_ref())
+                    .map(|r| r.fingerprint.clone())
+                    .ok_or_else(|| AuthError::UntrustedRoot(id.serial.clone()))?,
+            ),
+            None => None,
+        };
         let record = self
             .store()
             .certificate(&id.serial)
@@ -255,6 +270,7 @@ impl Authority {
         let cert = SessionCert {
             serial: id.serial,
             not_after_ms: record.not_after_ms,
+            root,
         };
         Ok((
             Identity {
@@ -287,6 +303,7 @@ impl Authority {
             }
             return self.check_not_disabled(&identity.name);
         };
+        self.check_root_trusted(cert)?;
         let record = self.store().certificate(&cert.serial).map_err(|e| {
             tracing::error!(error = %e, "cannot look up a certificate");
             AuthError::Unavailable
@@ -313,10 +330,11 @@ impl Authority {
         if !state.policy().has_group(&identity.group) {
             return Err(AuthError::UnknownGroup(identity.group.to_string()));
         }
-        if let Some(cert) = cert
-            && cert.not_after_ms <= now_ms()
-        {
-            return Err(AuthError::CertificateExpired(cert.serial.clone()));
+        if let Some(cert) = cert {
+            if cert.not_after_ms <= now_ms() {
+                return Err(AuthError::CertificateExpired(cert.serial.clone()));
+            }
+            self.check_root_trusted(cert)?;
         }
         match key_sha256 {
             Some(key) => key_is_current(&state, &identity.group, key),
@@ -344,6 +362,19 @@ impl Authority {
                 tracing::error!(error = %e, "cannot look up whether a provisioning key is revoked");
                 Err(AuthError::Unavailable)
             }
+        }
+    }
+
+    /// Whether the root `cert` was authenticated under is still trusted (a
+    /// reload may have retired it since).
+    fn check_root_trusted(&self, cert: &SessionCert) -> Result<(), AuthError> {
+        let (Some(pki), Some(root)) = (self.pki(), &cert.root) else {
+            return Ok(());
+        };
+        if pki.roots().iter().any(|r| &r.fingerprint == root) {
+            Ok(())
+        } else {
+            Err(AuthError::UntrustedRoot(cert.serial.clone()))
         }
     }
 
@@ -570,6 +601,7 @@ mod tests {
                 fingerprint: "f",
                 not_after_ms,
                 now_ms: 1,
+                root_sha256: "r",
             };
             assert_eq!(store.enroll(&c).expect("db"), Ok(()));
         }
@@ -582,6 +614,7 @@ mod tests {
             let cert = SessionCert {
                 serial: name.into(),
                 not_after_ms: 0,
+                root: None,
             };
             a.check_standing(&identity, Some(&cert), None)
         };
@@ -618,6 +651,7 @@ mod tests {
             fingerprint: "f",
             not_after_ms: 10,
             now_ms: 1,
+            root_sha256: "r",
         };
         assert_eq!(store.enroll(&cert("c1")).expect("db"), Ok(()));
         assert_eq!(store.enroll(&cert("c2")).expect("db"), Ok(()));
@@ -677,6 +711,7 @@ mod tests {
                 fingerprint: &fingerprint,
                 not_after_ms: issued.not_after_ms,
                 now_ms: 1,
+                root_sha256: "r",
             };
             assert_eq!(store.enroll(&record).expect("db"), Ok(()));
             let a = authority(store);

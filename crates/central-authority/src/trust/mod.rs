@@ -2,8 +2,9 @@
 //! and addresses from `host`), provisioning keys and
 //! API tokens (`auth`), enrollment and connector administration
 //! (`enroll`), certificate renewal (`renew`), the throttle of failed
-//! attempts (`throttle`), the TLS material the listeners serve (`tls`) and
-//! the audit trail of admin actions (`audit`).
+//! attempts (`throttle`), the TLS material the listeners serve (`tls`),
+//! its reload and the rotation of the issuing root (`rotation`) and the
+//! audit trail of admin actions (`audit`).
 
 pub mod audit;
 pub mod auth;
@@ -13,5 +14,6 @@ pub mod identity;
 pub mod oidc;
 pub mod pki;
 pub mod renew;
+pub mod rotation;
 pub mod throttle;
 pub mod tls;

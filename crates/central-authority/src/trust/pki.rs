@@ -57,6 +57,15 @@ pub enum PkiError {
     /// The CSR is not acceptable.
     #[error("invalid certificate signing request: {0}")]
     InvalidCsr(String),
+    /// A root certificate (`[tls]`'s issuer or a rotation's other root) is
+    /// not usable as one.
+    #[error("{path}: {reason}")]
+    Root {
+        /// The file (or what it is).
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Why a presented certificate does not name a connector.
@@ -97,6 +106,8 @@ pub struct Issued {
     pub not_after_ms: i64,
     /// The identity URI.
     pub identity_uri: String,
+    /// The fingerprint of the root that signed it (`Root::fingerprint`).
+    pub root: String,
 }
 
 /// The identity URI of a connector.
@@ -171,6 +182,13 @@ pub struct TlsSources {
     pub issuer_cert_file: Option<PathBuf>,
     /// Issuing CA key (PEM).
     pub issuer_key_file: Option<PathBuf>,
+    /// Root rotation, introduce: a new root certificate (PEM) trusted for
+    /// client certificates and announced to connectors beside the issuing
+    /// one, which still issues.
+    pub next_root_file: Option<PathBuf>,
+    /// Root rotation, switch: the root that issued before, still trusted
+    /// and announced until it is retired (removed from the config).
+    pub previous_root_file: Option<PathBuf>,
     /// Extra names (DNS names or IP addresses) in a generated server
     /// certificate, besides those [`server_names`] gives it from the
     /// listen addresses.
@@ -185,6 +203,8 @@ impl TlsSources {
             &self.key_file,
             &self.issuer_cert_file,
             &self.issuer_key_file,
+            &self.next_root_file,
+            &self.previous_root_file,
         ]
         .into_iter()
         .flatten()
@@ -203,6 +223,8 @@ pub struct Pki {
     pub server_cert_pem: String,
     server_key_pem: String,
     validity: Duration,
+    /// Every root trusted: the issuing one first, then a rotation's other.
+    roots: Vec<Root>,
 }
 
 impl fmt::Debug for Pki {
@@ -234,6 +256,7 @@ impl Pki {
         let key = KeyPair::from_pem(&issuer_key_pem).map_err(cert_err("issuer key"))?;
         let issuer =
             Issuer::from_ca_cert_pem(&issuer_pem, key).map_err(cert_err("issuer certificate"))?;
+        let roots = Root::all(&issuer_pem, sources)?;
         let (server_cert_pem, server_key_pem) = match (&sources.cert_file, &sources.key_file) {
             (Some(c), Some(k)) => (read(c)?, read(k)?),
             _ => {
@@ -258,6 +281,7 @@ impl Pki {
             server_cert_pem,
             server_key_pem,
             validity,
+            roots,
         })
     }
 
@@ -270,26 +294,12 @@ impl Pki {
             }
             return Ok((read(&cert_path)?, read(&key_path)?));
         }
-        let key = KeyPair::generate().map_err(cert_err("generating the root key"))?;
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::OrganizationName, "reach");
-        dn.push(DnType::CommonName, "reach central authority root");
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params.serial_number = Some(SerialNumber::from_slice(&serial()));
-        let now = SystemTime::now();
-        params.not_before = offset(now - Duration::from_secs(3600));
-        params.not_after = offset(now + Duration::from_secs(20 * 365 * 86_400));
-        let cert = params
-            .self_signed(&key)
-            .map_err(cert_err("signing the root"))?;
+        let (cert, key) = generate_root()?;
         // Key first: a crash in between leaves no certificate without key.
-        write_atomic(&key_path, &key.serialize_pem())?;
-        write_atomic(&cert_path, &cert.pem())?;
+        write_atomic(&key_path, &key)?;
+        write_atomic(&cert_path, &cert)?;
         tracing::info!(path = %cert_path.display(), "generated the CA's root certificate");
-        Ok((cert.pem(), key.serialize_pem()))
+        Ok((cert, key))
     }
 
     /// The server identity for rustls/tonic: (certificate chain PEM, key PEM).
@@ -305,9 +315,57 @@ impl Pki {
         Some(hex(cert.tbs_certificate.raw_serial()))
     }
 
-    /// The roots a client certificate may chain to.
+    /// The roots a client certificate may chain to: the issuing one and a
+    /// rotation's other.
     pub fn trusted_roots(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-        pem_certificates(&self.issuer_pem)
+        self.roots.iter().map(|r| r.der.clone()).collect()
+    }
+
+    /// Every root trusted, the issuing one first.
+    pub fn roots(&self) -> &[Root] {
+        &self.roots
+    }
+
+    /// The fingerprint of the root that issues.
+    pub fn issuing_root(&self) -> &str {
+        self.roots.first().map_or("", |r| r.fingerprint.as_str())
+    }
+
+    /// Where a root rotation stands.
+    pub fn phase(&self) -> Phase {
+        match self.roots.get(1).map(|r| r.role) {
+            Some(RootRole::Next) => Phase::Introduce,
+            Some(RootRole::Previous) => Phase::Switch,
+            _ => Phase::Steady,
+        }
+    }
+
+    /// The trust bundle connectors are told: every trusted root's PEM, the
+    /// issuing one first.
+    pub fn bundle_pem(&self) -> String {
+        self.roots.iter().map(|r| r.pem.as_str()).collect()
+    }
+
+    /// The trusted root whose key signed the DER certificate `leaf` (its
+    /// issuer's name and its signature checked), if any.
+    pub fn root_of(&self, leaf: &[u8]) -> Option<&Root> {
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+        self.roots.iter().find(|root| {
+            x509_parser::parse_x509_certificate(&root.der)
+                .ok()
+                .is_some_and(|(_, r)| {
+                    r.subject().as_raw() == cert.issuer().as_raw()
+                        && cert.verify_signature(Some(r.public_key())).is_ok()
+                })
+        })
+    }
+
+    /// How long a connector whose certificate is not from the issuing root
+    /// is given to renew it (`TrustBundle.renew_within_ms`): a tenth of a
+    /// certificate's lifetime, at most 10 minutes, so that a rotation's
+    /// renewals spread out and finish well within every lifetime.
+    pub fn renew_spread(&self) -> Duration {
+        (self.validity / 10).min(Duration::from_secs(600))
     }
 
     /// Signs a client certificate for connector `name` of `group` over the
@@ -356,8 +414,145 @@ impl Pki {
             fingerprint: sha256_hex(cert.der()),
             not_after_ms: unix_ms(not_after),
             identity_uri: uri,
+            root: self.issuing_root().to_owned(),
         })
     }
+}
+
+/// A new root: ECDSA P-256, valid 20 years (from an hour ago), path
+/// length 0, named "reach central authority root": (certificate PEM, key
+/// PEM). What the CA generates on first start and `central-authority
+/// new-root` writes.
+pub fn generate_root() -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate().map_err(cert_err("generating the root key"))?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "reach");
+    dn.push(DnType::CommonName, "reach central authority root");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.serial_number = Some(SerialNumber::from_slice(&serial()));
+    let now = SystemTime::now();
+    params.not_before = offset(now - Duration::from_secs(3600));
+    params.not_after = offset(now + Duration::from_secs(20 * 365 * 86_400));
+    let cert = params
+        .self_signed(&key)
+        .map_err(cert_err("signing the root"))?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The part a root plays in a rotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RootRole {
+    /// It signs connector and server certificates.
+    Issuing,
+    /// Introduced: trusted and announced, not issuing yet
+    /// (`[tls] next_root_file`).
+    Next,
+    /// Issued before the switch: trusted and announced until it is retired
+    /// (`[tls] previous_root_file`).
+    Previous,
+}
+
+/// Where a root rotation stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// One root: no rotation in progress.
+    Steady,
+    /// A new root is trusted and announced; the old one still issues.
+    Introduce,
+    /// The new root issues; the old one is still trusted until retired.
+    Switch,
+}
+
+/// A root certificate the CA trusts.
+#[derive(Clone, Debug)]
+pub struct Root {
+    /// Its part.
+    pub role: RootRole,
+    /// PEM (ends with a newline).
+    pub pem: String,
+    der: rustls::pki_types::CertificateDer<'static>,
+    /// SHA-256 of its DER, lower-case hex: how the store and the API name
+    /// it.
+    pub fingerprint: String,
+    /// Its subject, as text.
+    pub subject: String,
+    /// End of its validity, Unix ms.
+    pub not_after_ms: i64,
+}
+
+impl Root {
+    /// The issuing root of `issuer_pem` and the rotation's other root that
+    /// `sources` names, each checked to be a CA certificate, distinct.
+    fn all(issuer_pem: &str, sources: &TlsSources) -> Result<Vec<Root>, PkiError> {
+        let mut roots = vec![Root::parse(
+            RootRole::Issuing,
+            issuer_pem,
+            "the issuer certificate",
+        )?];
+        for (file, role) in [
+            (&sources.next_root_file, RootRole::Next),
+            (&sources.previous_root_file, RootRole::Previous),
+        ] {
+            let Some(path) = file else { continue };
+            let shown = path.display().to_string();
+            let root = Root::parse(role, &read(path)?, &shown)?;
+            if root.fingerprint == roots[0].fingerprint {
+                return Err(PkiError::Root {
+                    path: shown,
+                    reason: "this is the issuing root itself; name the other root of the rotation"
+                        .into(),
+                });
+            }
+            roots.push(root);
+        }
+        Ok(roots)
+    }
+
+    /// The one certificate of `pem`, which must be a CA's.
+    fn parse(role: RootRole, pem: &str, what: &str) -> Result<Root, PkiError> {
+        let bad = |reason: &str| PkiError::Root {
+            path: what.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let der = pem_certificates(pem)
+            .into_iter()
+            .next()
+            .ok_or_else(|| bad("no PEM CERTIFICATE in it"))?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&der)
+            .map_err(|_| bad("not a parseable X.509 certificate"))?;
+        if !cert.is_ca() {
+            return Err(bad("not a CA certificate (basicConstraints CA:TRUE)"));
+        }
+        let text = first_certificate_block(pem).ok_or_else(|| bad("no PEM CERTIFICATE in it"))?;
+        Ok(Root {
+            role,
+            pem: text,
+            fingerprint: sha256_hex(&der),
+            subject: cert.subject().to_string(),
+            not_after_ms: cert.validity().not_after.timestamp().saturating_mul(1000),
+            der,
+        })
+    }
+}
+
+/// The SHA-256 (lower-case hex) of the first certificate of a PEM text, as
+/// roots are named (`Root::fingerprint`).
+pub fn pem_fingerprint(pem: &str) -> Option<String> {
+    pem_certificates(pem).first().map(|der| sha256_hex(der))
+}
+
+/// The first `CERTIFICATE` block of a PEM text, with a final newline.
+fn first_certificate_block(pem: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let start = pem.find(BEGIN)?;
+    let end = start + pem[start..].find(END)? + END.len();
+    Some(format!("{}\n", &pem[start..end]))
 }
 
 /// The names a generated server certificate carries: localhost,
@@ -824,6 +1019,89 @@ mod tests {
             warning.contains("names only 10.77.0.1, 127.0.0.1, ::1, localhost."),
             "{warning}"
         );
+    }
+
+    /// A rotation's roots: introduced, the new one is trusted and
+    /// announced after the issuing one, which signs; switched, the new one
+    /// signs and the old one is still trusted; a certificate is told apart
+    /// by the root whose key signed it, also when both roots bear the same
+    /// name.
+    #[test]
+    fn a_rotation_trusts_both_roots_and_tells_their_certificates_apart() {
+        let dir = std::env::temp_dir().join(format!("reach-pki-rotation-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let day = Duration::from_secs(86_400);
+        let old = Pki::load(&dir.join("data"), &TlsSources::default(), &[], day).expect("pki");
+        assert_eq!(old.phase(), Phase::Steady);
+        let new_root = crate::tools::root::run(&dir.join("root-2")).expect("new root");
+        let old_cert = dir.join("data").join(ROOT_CERT_FILE);
+        let introduce = Pki::load(
+            &dir.join("data"),
+            &TlsSources {
+                next_root_file: Some(new_root.cert.clone()),
+                ..Default::default()
+            },
+            &[],
+            day,
+        )
+        .expect("introduce");
+        assert_eq!(introduce.phase(), Phase::Introduce);
+        assert_eq!(introduce.issuing_root(), old.issuing_root());
+        assert_eq!(introduce.roots()[1].fingerprint, new_root.fingerprint);
+        assert_eq!(introduce.trusted_roots().len(), 2);
+        let new_pem = std::fs::read_to_string(&new_root.cert).expect("pem");
+        assert_eq!(
+            introduce.bundle_pem(),
+            format!("{}{new_pem}", old.issuer_pem)
+        );
+        let switch = Pki::load(
+            &dir.join("data"),
+            &TlsSources {
+                issuer_cert_file: Some(new_root.cert.clone()),
+                issuer_key_file: Some(new_root.key.clone()),
+                previous_root_file: Some(old_cert.clone()),
+                ..Default::default()
+            },
+            &[],
+            day,
+        )
+        .expect("switch");
+        assert_eq!(switch.phase(), Phase::Switch);
+        assert_eq!(switch.issuing_root(), new_root.fingerprint);
+        let der = |i: &Issued| rustls_pem_der(&i.pem);
+        let (from_old, from_new) = (
+            old.issue("c1", "g", &csr("c1")).expect("old"),
+            switch.issue("c1", "g", &csr("c1")).expect("new"),
+        );
+        assert_eq!(from_old.root, old.issuing_root());
+        assert_eq!(from_new.root, new_root.fingerprint);
+        for (pki, cert, root) in [
+            (&switch, &from_old, old.issuing_root()),
+            (&switch, &from_new, new_root.fingerprint.as_str()),
+            (&introduce, &from_new, new_root.fingerprint.as_str()),
+        ] {
+            assert_eq!(
+                pki.root_of(&der(cert)).map(|r| r.fingerprint.as_str()),
+                Some(root)
+            );
+        }
+        // Retired: the old root's certificates chain to no trusted root.
+        assert!(old.root_of(&der(&from_new)).is_none());
+        // Rotation files that cannot serve are refused, naming the file.
+        let sources = |next: PathBuf, previous: Option<PathBuf>| TlsSources {
+            next_root_file: Some(next),
+            previous_root_file: previous,
+            ..Default::default()
+        };
+        let load = |s: &TlsSources| Pki::load(&dir.join("data"), s, &[], day);
+        let same = load(&sources(old_cert.clone(), None)).expect_err("the issuing root itself");
+        assert!(same.to_string().contains("issuing root itself"), "{same}");
+        std::fs::write(dir.join("leaf.pem"), &from_old.pem).expect("write");
+        let leaf = load(&sources(dir.join("leaf.pem"), None)).expect_err("a leaf");
+        assert!(leaf.to_string().contains("not a CA certificate"), "{leaf}");
+        let missing = load(&sources(dir.join("nowhere.pem"), None)).expect_err("missing");
+        assert!(missing.to_string().contains("nowhere.pem"), "{missing}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -82,6 +82,11 @@ impl Authority {
             .ok_or(AuthError::NoClientCertificate)?;
         let id =
             crate::trust::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+        // A connection from before a reload that removed its root renews
+        // nothing.
+        if pki.root_of(leaf.as_ref()).is_none() {
+            return Err(AuthError::UntrustedRoot(id.serial).into());
+        }
         let state = self.snapshot();
         if !state.policy().has_group(&id.group) {
             return Err(AuthError::UnknownGroup(id.group).into());
@@ -115,6 +120,7 @@ impl Authority {
                 not_after_ms: issued.not_after_ms,
                 now_ms: now,
                 revoke_old_at_ms: now.saturating_add(millis(grace)),
+                root_sha256: &issued.root,
             })
             .map_err(internal)??;
         Ok(Renewed {

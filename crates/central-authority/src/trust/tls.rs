@@ -39,6 +39,25 @@ pub struct Material {
 }
 
 impl Material {
+    /// The material `next`'s `[tls]` names (its files read, a server
+    /// certificate issued when it names none), in the data directory and
+    /// for the listen addresses of `running` (which a reload does not
+    /// change).
+    pub fn load(
+        running: &crate::config::Settings,
+        next: &crate::config::Settings,
+    ) -> Result<Material, MaterialError> {
+        let hosts = [running.grpc_listen.ip(), running.http_listen.ip()];
+        let pki = Pki::load(
+            &running.data_dir,
+            &next.tls,
+            &hosts,
+            next.connector_cert_validity,
+        )
+        .map_err(|e| MaterialError(e.to_string()))?;
+        Material::new(pki)
+    }
+
     /// Both listeners' configurations for `pki`: fails when its server
     /// certificate and key cannot serve (malformed, no certificate, a key
     /// that is not the certificate's).

@@ -452,12 +452,13 @@ pub fn hello(name: &str, group: &str) -> v1::ConnectorMessage {
                 icmp: false,
                 icmp_mode: "none".into(),
                 checks_per_second: 20,
+                trust_bundle: false,
             }),
         })),
     }
 }
 
-/// Connects and consumes the Welcome.
+/// Connects and consumes the Welcome and the trust bundle that follows it.
 pub async fn connect(ca: &Ca, name: &str, group: &str) -> (Conn, v1::Welcome) {
     let key = if group == "dc-east" {
         KEY_EAST
@@ -467,13 +468,23 @@ pub async fn connect(ca: &Ca, name: &str, group: &str) -> (Conn, v1::Welcome) {
     let mut c = open(&ca.target(), name, group, key)
         .await
         .expect("authenticated");
-    match c.next().await {
-        Some(Out::Welcome(w)) => (c, w),
+    let welcome = match c.next().await {
+        Some(Out::Welcome(w)) => w,
         other => panic!("expected Welcome, got {other:?}"),
-    }
+    };
+    c.trust_bundle().await;
+    (c, welcome)
 }
 
 impl Conn {
+    /// Consumes the `TrustBundle` a CA with TLS sends after `Welcome`.
+    pub async fn trust_bundle(&mut self) -> v1::TrustBundle {
+        match self.next().await {
+            Some(Out::TrustBundle(b)) => b,
+            other => panic!("expected the trust bundle after Welcome, got {other:?}"),
+        }
+    }
+
     /// The next message from the CA (None when the stream ended), within 5 s.
     pub async fn next(&mut self) -> Option<Out> {
         match tokio::time::timeout(Duration::from_secs(5), self.rx.message()).await {

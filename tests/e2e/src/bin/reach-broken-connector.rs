@@ -153,6 +153,7 @@ async fn session(channel: Channel, args: &Args, resolver: &TokioResolver) -> Res
             icmp: false,
             icmp_mode: "none".into(),
             checks_per_second: 20,
+            trust_bundle: false,
         }),
     })))
     .await?;
