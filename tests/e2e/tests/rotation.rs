@@ -398,6 +398,16 @@ async fn root_rotation() -> Result<()> {
             "every connector on the new root after {:?}",
             start.elapsed()
         );
+        // What the operator reads: only the probe, which never renews,
+        // holds the retirement up.
+        let (code, text) = cas[2].cli(&["root"]).await?;
+        ensure!(
+            code == 0
+                && text.starts_with("phase: switch")
+                && text.contains("connectors still on the old root (1): probe (g)")
+                && text.contains("next: wait until no connector is on the old root"),
+            "api root: exit {code}: {text}"
+        );
         let new_pem = std::fs::read_to_string(&new_cert)?;
         ensure!(
             welcomed(at[1].0, &new_pem, &probe, "probe").await,
@@ -429,6 +439,14 @@ async fn root_rotation() -> Result<()> {
             other: None,
         };
         roll(&sc, &cas, &at, &store, &retire, "steady").await?;
+        let (code, text) = cas[0].cli(&["root"]).await?;
+        ensure!(
+            code == 0
+                && text.starts_with("phase: steady")
+                && text.matches("issuing").count() == 1
+                && text.contains("no rotation in progress"),
+            "api root: exit {code}: {text}"
+        );
         for (i, (grpc, _)) in at.iter().enumerate() {
             ensure!(
                 !welcomed(*grpc, &new_pem, &probe, "probe").await,
