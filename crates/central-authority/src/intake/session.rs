@@ -292,15 +292,8 @@ async fn run_session(
     }
     authority.register(&identity, &hello, id)?;
     authority.announce_trust(&identity.name, &out, cert.as_ref());
-    let expires = cert.as_ref().map(|c| {
-        let left = c
-            .not_after_ms
-            .saturating_sub(crate::state::clock::now_ms())
-            .max(0);
-        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
-    });
     let result = Receiver::new(authority, &identity, out)
-        .run(&mut inbound, &kill, expires)
+        .run(&mut inbound, &kill, expiry(cert.as_ref()))
         .await
         .map_err(|e| match (e, &cert) {
             (SessionError::CertificateExpired, Some(c)) => {
@@ -314,6 +307,18 @@ async fn run_session(
     };
     authority.end_session(&identity.name, id, &reason);
     result
+}
+
+/// When the session's certificate expires (none without one): the session
+/// ends then.
+fn expiry(cert: Option<&SessionCert>) -> Option<tokio::time::Instant> {
+    cert.map(|c| {
+        let left = c
+            .not_after_ms
+            .saturating_sub(crate::state::clock::now_ms())
+            .max(0);
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    })
 }
 
 /// Counts a `Hello` whose release the compatibility policy refused (with
