@@ -154,12 +154,12 @@ CREATE TABLE admin_audit (
 CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
 "#,
     r#"
--- Version 10: the history of one segment (`/api/v1/events?segment=`),
+-- Version 7: the history of one segment (`/api/v1/events?segment=`),
 -- newest first, read through an index instead of a scan of every row.
 CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
 "#,
     r#"
--- Version 11: the address history (each address of an application: when
+-- Version 8: the address history (each address of an application: when
 -- it appeared in a connector's answer, its result changes, when it left
 -- every answer), kept as long as the status history, and the result each
 -- address's history ends with, which new rows are compared with.
@@ -191,7 +191,7 @@ CREATE TABLE address_latest (
 );
 "#,
     r#"
--- Version 12: people's sign-in. A session (its id's SHA-256, never the id)
+-- Version 9: people's sign-in. A session (its id's SHA-256, never the id)
 -- and a sign-in on its way through the OpenID provider (its state's
 -- SHA-256, the PKCE verifier and the nonce), shared by every replica.
 CREATE TABLE auth_sessions (
@@ -213,7 +213,7 @@ CREATE TABLE auth_logins (
 );
 "#,
     r#"
--- Version 13: the histories' indexed text compared as bytes, whatever
+-- Version 10: the histories' indexed text compared as bytes, whatever
 -- the database's locale: in a database created with C.UTF-8 (Debian's
 -- cluster in a container) each comparison went through strcoll, and a
 -- transition's lookups and index inserts cost about 35 % more than with
@@ -246,7 +246,7 @@ CLUSTER health_latest USING health_latest_pkey;
 CLUSTER address_latest USING address_latest_pkey;
 "#,
     r#"
--- Version 15: the latest tables become a checkpoint of where each history
+-- Version 11: the latest tables become a checkpoint of where each history
 -- ends, written every few minutes instead of per transition (each replica
 -- keeps the ends in memory and reads the rows appended after it last
 -- looked). Per history: the `seq` the latest table holds the rows up to,
@@ -266,7 +266,7 @@ INSERT INTO history_ends (name, seq, at_ms, pruned_ms) VALUES
      (extract(epoch FROM now()) * 1000)::BIGINT, 0);
 "#,
     r#"
--- Version 16: the histories' text keys indexed by their 64-bit hash
+-- Version 12: the histories' text keys indexed by their 64-bit hash
 -- (hashtextextended, the hash PostgreSQL keeps stable for hash
 -- partitions), kept beside each row: an index insert compares 8-byte
 -- integers on its way down instead of texts (about 15 % less CPU per
@@ -288,7 +288,7 @@ CREATE INDEX address_events_by_app ON address_events(host_hash, port, at_ms);
 CREATE INDEX address_events_by_address ON address_events(address_hash, at_ms);
 "#,
     r#"
--- Version 17: the connectors an administrator drained (selected for no
+-- Version 13: the connectors an administrator drained (selected for no
 -- new access while they keep their sessions and reports), since when and
 -- by whom. Any connector name: a CA without TLS drains connectors it knows
 -- only by their sessions. Drains are announced on `reach_trust`.
@@ -300,7 +300,7 @@ CREATE TABLE connector_drains (
 );
 "#,
     r#"
--- Version 18: the root that signed each certificate (its SHA-256), so that
+-- Version 14: the root that signed each certificate (its SHA-256), so that
 -- a root rotation can tell which connectors still hold a certificate of
 -- the old root. Certificates recorded before stay NULL: not the new root's.
 ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
