@@ -268,6 +268,77 @@ scopes = ["access", "read", "admin"]
     s
 }
 
+/// The data directory of replica `i` (1-based) of a scenario's replicas;
+/// replica 1's holds the root the others issue with.
+pub fn replica_data_dir(sc: &Scenario, i: usize) -> PathBuf {
+    sc.dir.join(format!("ca-data-{i}"))
+}
+
+/// One replica of a scenario whose replicas share a store and replica 1's
+/// root, all under the name `name` (in each server certificate).
+#[derive(Debug)]
+pub struct Replica<'a> {
+    /// Its number, 1-based.
+    pub i: usize,
+    /// Its gRPC and HTTP listen addresses.
+    pub at: (SocketAddr, SocketAddr),
+    /// The shared store's URL.
+    pub store: &'a str,
+    /// The name connectors dial (`[tls] server_names`).
+    pub name: &'a str,
+    /// The connector groups (`ca_config_head`).
+    pub groups: &'a [&'a str],
+    /// More `[health]` lines.
+    pub extra_health: &'a str,
+    /// More `[tls]` lines (one per line, each ending in a newline).
+    pub tls: &'a str,
+    /// Whether a replica but the first names replica 1's root as its
+    /// issuer (false when `tls` names the issuer itself).
+    pub first_root: bool,
+}
+
+impl Replica<'_> {
+    /// `ca_config_head` on its addresses with `[tls]`, `[store]`,
+    /// `[replica]` and its data directory; append groups' options and
+    /// `[[segments]]` to it.
+    pub fn config_head(&self, sc: &Scenario) -> String {
+        let (grpc, http) = self.at;
+        let i = self.i;
+        let head = ca_config_head(sc, self.groups, self.extra_health, "healthy")
+            .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
+            .replace(&sc.ca_http().to_string(), &http.to_string());
+        let root = replica_data_dir(sc, 1);
+        let issuer = if i == 1 || !self.first_root {
+            String::new()
+        } else {
+            format!(
+                "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
+                root.join("ca.pem").display().to_string(),
+                root.join("ca.key").display().to_string()
+            )
+        };
+        // `[tls]`, `[store]` and `[replica]` go before the first array
+        // table (`[[api_tokens]]`).
+        let head = head.replacen(
+            "[[api_tokens]]",
+            &format!(
+                "[tls]\nserver_names = [\"{}\"]\n{}{issuer}\n[store]\nurl = {:?}\n\n\
+                 [replica]\nid = \"ca{i}\"\n\n[[api_tokens]]",
+                self.name, self.tls, self.store
+            ),
+            1,
+        );
+        head.replacen(
+            "anonymous_read = false",
+            &format!(
+                "anonymous_read = false\ndata_dir = {:?}",
+                replica_data_dir(sc, i).display().to_string()
+            ),
+            1,
+        )
+    }
+}
+
 /// The provisioning key scenarios use for group `g`.
 pub fn group_key(g: &str) -> String {
     format!("key-for-{g}-0123456789abcdef")

@@ -20,13 +20,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::{Ca, Connector, DnsServer, Proc, Scenario, TcpApp, ca_config_head, group_key, retry};
+use e2e::replica_data_dir as data_dir;
+use e2e::{Ca, Connector, DnsServer, Proc, Replica, Scenario, TcpApp, group_key, retry};
 use test_support::{Postgres, Segment, book};
 
 const LIMIT: Duration = Duration::from_secs(300);
@@ -57,43 +58,20 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn data_dir(sc: &Scenario, i: usize) -> PathBuf {
-    sc.dir.join(format!("ca-data-{i}"))
-}
-
 /// Replica `i`'s configuration: group `g` for the connectors, group
 /// `spare` whose key an admin revokes after the dump.
 fn replica_config(sc: &Scenario, i: usize, at: (SocketAddr, SocketAddr), store: &str) -> String {
-    let (grpc, http) = at;
-    let head = ca_config_head(sc, &["g", "spare"], "", "healthy")
-        .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
-        .replace(&sc.ca_http().to_string(), &http.to_string());
-    let root = data_dir(sc, 1);
-    let issuer = if i == 1 {
-        String::new()
-    } else {
-        format!(
-            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
-            root.join("ca.pem").display().to_string(),
-            root.join("ca.key").display().to_string()
-        )
-    };
-    let head = head.replacen(
-        "[[api_tokens]]",
-        &format!(
-            "[tls]\nserver_names = [\"{NAME}\"]\n{issuer}\n[store]\nurl = {store:?}\n\n\
-             [replica]\nid = \"ca{i}\"\n\n[[api_tokens]]"
-        ),
-        1,
-    );
-    let head = head.replacen(
-        "anonymous_read = false",
-        &format!(
-            "anonymous_read = false\ndata_dir = {:?}",
-            data_dir(sc, i).display().to_string()
-        ),
-        1,
-    );
+    let head = Replica {
+        i,
+        at,
+        store,
+        name: NAME,
+        groups: &["g", "spare"],
+        extra_health: "",
+        tls: "",
+        first_root: true,
+    }
+    .config_head(sc);
     let mut hosts = vec![STABLE];
     hosts.extend(FLAPPING);
     head + &Segment::new("app")

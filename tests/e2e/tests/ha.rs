@@ -12,15 +12,15 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
+use e2e::replica_data_dir as data_dir;
 use e2e::{
-    Ca, Connector, DnsServer, Proc, Scenario, TOKEN, TcpApp, ca_config_head, group_key, retry,
-    tls_client,
+    Ca, Connector, DnsServer, Proc, Replica, Scenario, TOKEN, TcpApp, group_key, retry, tls_client,
 };
 use serde_json::Value;
 use test_support::Segment;
@@ -29,12 +29,6 @@ const LIMIT: Duration = Duration::from_secs(240);
 const NAME: &str = "ca.reach.test";
 const CONNECTORS: [&str; 3] = ["c1", "c2", "c3"];
 const INTERVAL: Duration = Duration::from_secs(4);
-
-/// The data directory of replica `i` (1-based); replica 1's holds the
-/// issuing root the others load.
-fn data_dir(sc: &Scenario, i: usize) -> PathBuf {
-    sc.dir.join(format!("ca-data-{i}"))
-}
 
 /// The replicas' one policy, for replica `i` listening on `grpc` / `http`
 /// with the store at `store`: group `g` for the connectors, group `once`
@@ -46,37 +40,17 @@ fn replica_config(
     http: SocketAddr,
     store: &str,
 ) -> String {
-    let head = ca_config_head(sc, &["g", "once"], "", "healthy")
-        .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
-        .replace(&sc.ca_http().to_string(), &http.to_string());
-    let root = data_dir(sc, 1);
-    let issuer = if i == 1 {
-        String::new()
-    } else {
-        format!(
-            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
-            root.join("ca.pem").display().to_string(),
-            root.join("ca.key").display().to_string()
-        )
-    };
-    // `[tls]`, `[store]` and `[replica]` go before the first array table
-    // (`[[api_tokens]]`).
-    let head = head.replacen(
-        "[[api_tokens]]",
-        &format!(
-            "[tls]\nserver_names = [\"{NAME}\"]\n{issuer}\n[store]\nurl = {store:?}\n\n\
-             [replica]\nid = \"ca{i}\"\n\n[[api_tokens]]"
-        ),
-        1,
-    );
-    let head = head.replacen(
-        "anonymous_read = false",
-        &format!(
-            "anonymous_read = false\ndata_dir = {:?}",
-            data_dir(sc, i).display().to_string()
-        ),
-        1,
-    );
+    let head = Replica {
+        i,
+        at: (grpc, http),
+        store,
+        name: NAME,
+        groups: &["g", "once"],
+        extra_health: "",
+        tls: "",
+        first_root: true,
+    }
+    .config_head(sc);
     let head = head.replacen(
         &format!("provisioning_key = \"{}\"", group_key("once")),
         &format!("provisioning_key = \"{}\"\nmax_uses = 1", group_key("once")),

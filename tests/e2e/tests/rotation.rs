@@ -22,9 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use e2e::replica_data_dir as data_dir;
 use e2e::{
-    Ca, Connector, DnsServer, Proc, Scenario, TOKEN, TcpApp, ca_config_head, group_key, raw, retry,
-    tls_client,
+    Ca, Connector, DnsServer, Proc, Replica, Scenario, TOKEN, TcpApp, ca_config_head, group_key,
+    raw, retry, tls_client,
 };
 use serde_json::Value;
 use test_support::Segment;
@@ -37,12 +38,6 @@ const CONNECTORS: usize = 10;
 /// Connector `i`'s name (`c01` … `c10`).
 fn connector(i: usize) -> String {
     format!("c{:02}", i + 1)
-}
-
-/// The data directory of replica `i` (1-based); replica 1's holds the
-/// first root, which the others load.
-fn data_dir(sc: &Scenario, i: usize) -> PathBuf {
-    sc.dir.join(format!("ca-data-{i}"))
 }
 
 /// The `[tls]` of one rotation phase: the issuing root's files and the
@@ -75,32 +70,21 @@ fn replica_config(
     store: &str,
     phase: &Phase,
 ) -> String {
-    let (grpc, http) = at;
-    let head = ca_config_head(sc, &["g"], "", "healthy")
-        .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
-        .replace(&sc.ca_http().to_string(), &http.to_string());
-    let root = data_dir(sc, 1);
-    let mut phase = phase.clone();
-    if phase.issuer.is_none() && i != 1 {
-        phase.issuer = Some((root.join("ca.pem"), root.join("ca.key")));
+    let tls = format!(
+        "connector_cert_validity_s = 120\nrenewal_grace_s = 10\n{}",
+        phase.lines()
+    );
+    let head = Replica {
+        i,
+        at,
+        store,
+        name: NAME,
+        groups: &["g"],
+        extra_health: "",
+        tls: &tls,
+        first_root: phase.issuer.is_none(),
     }
-    let head = head.replacen(
-        "[[api_tokens]]",
-        &format!(
-            "[tls]\nserver_names = [\"{NAME}\"]\nconnector_cert_validity_s = 120\nrenewal_grace_s = 10\n{}\n\
-             [store]\nurl = {store:?}\n\n[replica]\nid = \"ca{i}\"\n\n[[api_tokens]]",
-            phase.lines()
-        ),
-        1,
-    );
-    let head = head.replacen(
-        "anonymous_read = false",
-        &format!(
-            "anonymous_read = false\ndata_dir = {:?}",
-            data_dir(sc, i).display().to_string()
-        ),
-        1,
-    );
+    .config_head(sc);
     // Ten connectors and the probe: more than the default ten uses.
     let head = head.replacen(
         &format!("provisioning_key = \"{}\"", group_key("g")),

@@ -38,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::{Ca, Connector, DnsServer, Scenario, TOKEN, TcpApp, ca_config_head, retry, tls_client};
+use e2e::replica_data_dir as data_dir;
+use e2e::{Ca, Connector, DnsServer, Replica, Scenario, TOKEN, TcpApp, retry, tls_client};
 use serde_json::Value;
 use test_support::{Postgres, Segment};
 
@@ -108,12 +109,6 @@ impl Build {
     }
 }
 
-/// The data directory of replica `i` (1-based); replica 1's holds the
-/// issuing root.
-fn data_dir(sc: &Scenario, i: usize) -> PathBuf {
-    sc.dir.join(format!("ca-data-{i}"))
-}
-
 /// Replica `i`'s configuration (the same policy for all; only the keys
 /// both releases know): group `g` for the connectors, group `spare` whose
 /// key an admin revokes; `health` is added to `[health]`.
@@ -124,36 +119,18 @@ fn replica_config(
     store: &str,
     health: &str,
 ) -> String {
-    let (grpc, http) = at;
-    let head = ca_config_head(sc, &["g", "spare"], health, "healthy")
-        .replace(&sc.ca_grpc().to_string(), &grpc.to_string())
-        .replace(&sc.ca_http().to_string(), &http.to_string());
-    let root = data_dir(sc, 1);
-    let issuer = if i == 1 {
-        String::new()
-    } else {
-        format!(
-            "issuer_cert_file = {:?}\nissuer_key_file = {:?}\n",
-            root.join("ca.pem").display().to_string(),
-            root.join("ca.key").display().to_string()
-        )
-    };
-    let head = head.replacen(
-        "[[api_tokens]]",
-        &format!(
-            "[tls]\nserver_names = [\"{NAME}\"]\nconnector_cert_validity_s = {CERT_S}\n{issuer}\n\
-             [store]\nurl = {store:?}\n\n[replica]\nid = \"ca{i}\"\n\n[[api_tokens]]"
-        ),
-        1,
-    );
-    let head = head.replacen(
-        "anonymous_read = false",
-        &format!(
-            "anonymous_read = false\ndata_dir = {:?}",
-            data_dir(sc, i).display().to_string()
-        ),
-        1,
-    );
+    let tls = format!("connector_cert_validity_s = {CERT_S}\n");
+    let head = Replica {
+        i,
+        at,
+        store,
+        name: NAME,
+        groups: &["g", "spare"],
+        extra_health: health,
+        tls: &tls,
+        first_root: true,
+    }
+    .config_head(sc);
     head + &Segment::new("app")
         .apps(HOSTS)
         .tcp(["8080"])
