@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use crate::root;
 
+mod docs;
 mod graph;
 mod invariants;
 mod length;
