@@ -102,7 +102,7 @@ async fn a_reconnecting_connector_replaces_its_old_session() {
             .is_some_and(|a| a["status"] == "up")
     })
     .await;
-    let (_new, w2) = connect(&ca, "east-1", "dc-east").await;
+    let (new, w2) = connect(&ca, "east-1", "dc-east").await;
     assert_ne!(w1.session_id, w2.session_id);
     match old.next().await {
         Some(Out::Shutdown(s)) => assert!(s.reason.contains("replaced"), "{s:?}"),
@@ -116,12 +116,20 @@ async fn a_reconnecting_connector_replaces_its_old_session() {
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0]["connected"], true);
     assert_eq!(conns[0]["session_id"], w2.session_id.as_str());
-    // The new session starts from Unknown until it reports.
+    // The connector is still there: its results stand across the
+    // replacement, until the new session's full state replaces them.
     let a = http
         .app("jira", "jira.test.reach", 80)
         .await
         .expect("listed");
-    assert_eq!(a["connectors"][0]["status"], "unknown");
+    assert_eq!(a["connectors"][0]["status"], "up");
+    new.report(vec![], true).await;
+    eventually("the full state's omission lands", || async {
+        http.app("jira", "jira.test.reach", 80)
+            .await
+            .is_some_and(|a| a["connectors"][0]["status"] == "unknown")
+    })
+    .await;
     ca.stop().await;
 }
 

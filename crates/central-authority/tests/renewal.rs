@@ -338,6 +338,70 @@ async fn the_real_connector_stays_connected_and_reporting_across_renewals() {
     ca.stop().await;
 }
 
+/// A renewal moves the connector onto a new session, which replaces the
+/// old one: the connector's results stand across it (the events API shows
+/// no transition to Unknown), as they do across its new full state.
+#[tokio::test]
+async fn a_renewal_leaves_the_connectors_results_standing() {
+    let ca = Ca::start(&config(
+        "connector_cert_validity_s = 6\nrenewal_grace_s = 2",
+    ))
+    .await;
+    let mut agent = agent_config(&ca, "agent", "east-1", "dc-east", KEY_EAST);
+    agent.check_timeout_ms = 300;
+    let (stop, task) = spawn_agent(agent);
+    within(Duration::from_secs(20), "a result for jira", || async {
+        ca.web().app("jira", "127.0.0.21", 80).await.is_some()
+    })
+    .await;
+    let first = connector(&ca, "east-1").await["certificate_serial"].clone();
+    // Two renewals (a serial every ~4 s), each a replaced session.
+    let mut serials = BTreeSet::from([first.to_string()]);
+    while serials.len() < 3 {
+        within(
+            Duration::from_secs(20),
+            "a renewed, connected session",
+            || {
+                let (ca, serials) = (&ca, &serials);
+                async move {
+                    let v = connector(ca, "east-1").await;
+                    v["connected"] == true
+                        && !serials.contains(&v["certificate_serial"].to_string())
+                }
+            },
+        )
+        .await;
+        serials.insert(connector(&ca, "east-1").await["certificate_serial"].to_string());
+    }
+    // Its new full state has landed on the last session.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, events) = ca
+        .web()
+        .get_json(
+            "/api/v1/events?app=jira/127.0.0.21/tcp/80&connector=east-1",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(code, 200, "{events}");
+    let events = events["events"].as_array().cloned().unwrap_or_default();
+    let to_unknown: Vec<_> = events.iter().filter(|e| e["to"] == "unknown").collect();
+    assert!(
+        to_unknown.is_empty(),
+        "no transition to unknown across renewals: {events:?}"
+    );
+    assert_eq!(
+        events.len(),
+        1,
+        "one transition, the first result: {events:?}"
+    );
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the agent stops");
+    assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    ca.stop().await;
+}
+
 /// A connector renewing in a loop is refused after five renewals
 /// (RESOURCE_EXHAUSTED, saying when to retry), and a revoked certificate's
 /// refused attempts do not use up the allowance of the connector's live

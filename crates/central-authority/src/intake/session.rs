@@ -706,11 +706,7 @@ impl Authority {
             .map_err(|_| SessionError::ClosedBeforeHello)?;
         self.metrics().connectors_connected.inc();
         if let Some(old) = old {
-            self.close_session(
-                &identity.name,
-                old,
-                "replaced by a newer session of this connector",
-            );
+            self.replace_session(&identity.name, old);
         }
         self.registry().estimate_one(
             &self.snapshot(),

@@ -392,6 +392,24 @@ impl Authority {
     /// Ends a live session: tells the connector why, closes the stream and
     /// marks its applications Unknown.
     pub(crate) fn close_session(&self, name: &str, session: LiveSession, reason: &str) {
+        self.end_stream(name, session, reason);
+        self.forget_connector(name, UnknownCause::Disconnected);
+    }
+
+    /// Ends a session that a newer session of the same connector replaced
+    /// (a renewal, a reconnect before the old stream was seen to end): the
+    /// connector is still connected, so its results and access windows
+    /// stand until its new full state (or staleness) changes them.
+    pub(crate) fn replace_session(&self, name: &str, session: LiveSession) {
+        self.end_stream(
+            name,
+            session,
+            "replaced by a newer session of this connector",
+        );
+    }
+
+    /// Tells the connector why its session ends and closes the stream.
+    fn end_stream(&self, name: &str, session: LiveSession, reason: &str) {
         let shutdown = v1::AuthorityMessage {
             kind: Some(Out::Shutdown(v1::Shutdown {
                 reason: reason.to_owned(),
@@ -404,7 +422,6 @@ impl Authority {
         session.kill.notify_one();
         self.metrics.connectors_connected.dec();
         tracing::info!(connector = name, session = %session.label, reason, "session closed");
-        self.forget_connector(name, UnknownCause::Disconnected);
     }
 
     /// Ends a connector's live session, if any, telling it why.
