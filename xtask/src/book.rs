@@ -2,18 +2,28 @@
 //! `target/book` and checks that every relative link and `#anchor` in
 //! `book/src` resolves, which mdBook itself does not.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Builds the book and checks its links.
+/// Builds the book and checks its links and its figures.
 pub fn book() -> Result<()> {
     let src = crate::root().join("book/src");
     let broken = broken_links(&src)?;
     if !broken.is_empty() {
         bail!("book: broken links:\n  {}", broken.join("\n  "));
+    }
+    let table = benchmark_table(&std::fs::read_to_string(
+        crate::root().join("BENCHMARKS.md"),
+    )?);
+    let stale = figure_mismatches(&pages(&src)?, &table);
+    if !stale.is_empty() {
+        bail!(
+            "book: figures that are not BENCHMARKS.md's:\n  {}",
+            stale.join("\n  ")
+        );
     }
     let mut build = Command::new("mdbook");
     build
@@ -129,6 +139,119 @@ fn anchors(text: &str) -> BTreeSet<String> {
     seen
 }
 
+/// BENCHMARKS.md's table: each figure's name and its value as written
+/// (`| `name` | value | …`).
+fn benchmark_table(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split('|');
+            let name = cells.next()?.trim().strip_suffix('`')?;
+            let value = cells.next()?.trim();
+            Some((name.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether a word is a number as the book and the table write them
+/// (`62,136`, `0.72`, `13.40`).
+fn number(word: &str) -> Option<(f64, usize)> {
+    let w = word.trim_end_matches(['%', ',', '.']);
+    if !w.starts_with(|c: char| c.is_ascii_digit())
+        || !w
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == ',' || c == '.')
+    {
+        return None;
+    }
+    let decimals = w.split_once('.').map_or(0, |(_, d)| d.len());
+    w.replace(',', "").parse().ok().map(|v| (v, decimals))
+}
+
+/// Each figure a text quotes as `NUMBER [unit words] (`name`)`: the
+/// number nearest before the parenthesis, at most six words back and not
+/// across `, `, `;:|()`, with the name and the line. Only a figure's name
+/// (lowercase, digits and `_`, at least one `_`) makes a quote, and a
+/// parenthesis with no such number is none (a name for reference only).
+fn quoted_figures(text: &str) -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let mut rest = line;
+        let mut offset = 0;
+        while let Some(at) = rest.find("(`") {
+            let start = offset + at;
+            let after = &line[start + 2..];
+            let Some(end) = after.find("`)") else { break };
+            let name = &after[..end];
+            let before = &line[..start];
+            let cut = [", ", ";", ":", "|", "(", ")"]
+                .iter()
+                .filter_map(|p| before.rfind(p).map(|at| at + p.len()))
+                .max()
+                .unwrap_or(0);
+            let clause = &before[cut..];
+            let found = clause
+                .split_whitespace()
+                .rev()
+                .take(7)
+                .find_map(|w| number(w).map(|_| w));
+            let figure_like = name.contains('_')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if let (Some(word), true) = (found, figure_like) {
+                out.push((word.to_owned(), name.to_owned(), n + 1));
+            }
+            offset = start + 2 + end + 2;
+            rest = &line[offset..];
+        }
+    }
+    out
+}
+
+/// Quotes that disagree with the table: a figure not in it, or a number
+/// that is not the table's value rounded to the quote's decimals.
+fn figure_mismatches(pages: &[(String, String)], table: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (page, text) in pages {
+        for (quoted, name, line) in quoted_figures(text) {
+            let Some(value) = table.get(&name) else {
+                out.push(format!(
+                    "{page}:{line}: `{name}` is not in BENCHMARKS.md's table"
+                ));
+                continue;
+            };
+            let (Some((b, decimals)), Some((t, _))) = (number(&quoted), number(value)) else {
+                out.push(format!(
+                    "{page}:{line}: `{name}`: cannot compare {quoted} with {value}"
+                ));
+                continue;
+            };
+            let scale = 10f64.powi(decimals as i32);
+            if ((t * scale).round() - b * scale).abs() > 1e-6 {
+                out.push(format!(
+                    "{page}:{line}: `{name}` quoted as {quoted}, the table says {value}"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The Markdown pages of the book, as (file name, text).
+fn pages(src: &Path) -> Result<Vec<(String, String)>> {
+    let mut files = Vec::new();
+    collect(src, &mut files)?;
+    files
+        .into_iter()
+        .map(|f| {
+            let text =
+                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+            let name = f.strip_prefix(src).unwrap_or(&f).display().to_string();
+            Ok((name, text))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +307,43 @@ mod tests {
         let broken = broken_links(&dir).expect("check");
         std::fs::remove_dir_all(&dir).expect("clean up");
         assert_eq!(broken, vec!["a.md: missing.md", "a.md: sub/b.md#nowhere"]);
+    }
+
+    /// Every figure the book quotes is the current run's, from
+    /// BENCHMARKS.md's table.
+    #[test]
+    fn the_books_figures_are_the_benchmarks() {
+        let table = benchmark_table(
+            &std::fs::read_to_string(crate::root().join("BENCHMARKS.md"))
+                .expect("read BENCHMARKS.md"),
+        );
+        assert!(table.len() > 50, "only {} figures read", table.len());
+        let pages = pages(&crate::root().join("book/src")).expect("read book/src");
+        let quotes: usize = pages.iter().map(|(_, t)| quoted_figures(t).len()).sum();
+        assert!(quotes >= 20, "the book quotes only {quotes} figures");
+        let wrong = figure_mismatches(&pages, &table);
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// A stale quote, a renamed figure and a rounding are told apart.
+    #[test]
+    fn a_planted_stale_figure_is_found() {
+        let table = benchmark_table(
+            "| figure | value |\n| --- | --- |\n| `a_per_s` | 62,136 | — |\n| `b_us` | 0.7192 | x |\n",
+        );
+        let page = "| x | 33,000 a second (`a_per_s`) and 0.72 µs CPU (`b_us`) |\n\
+                    62,136 decisions a second over gRPC (`a_per_s`); 0.7 µs (`b_us`), 9 (`gone_s`)\n\
+                    named only (`a_per_s`), see 3 apples: (`b_us`)\n";
+        let wrong = figure_mismatches(&[("p.md".into(), page.into())], &table);
+        assert_eq!(
+            wrong,
+            vec![
+                "p.md:1: `a_per_s` quoted as 33,000, the table says 62,136",
+                "p.md:2: `gone_s` is not in BENCHMARKS.md's table",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+        );
     }
 }

@@ -259,6 +259,40 @@ async fn the_books_demo_commands_work_against_the_demo_config() {
     ca.stop().await;
 }
 
+/// The CLI given another CA's root says what the troubleshooting page's
+/// entry says, naming the file.
+#[tokio::test]
+async fn the_cli_with_another_cas_root_names_the_file_to_fix() {
+    let ca = Ca::start(&default_config()).await;
+    let other = Ca::start(&default_config()).await;
+    let mut args = api_flags(&ca, "unused-token-for-a-handshake-only");
+    let dir = scratch_dir("operator-wrong-root");
+    let wrong = dir.join("other-ca.pem");
+    std::fs::write(&wrong, other.root()).expect("write root");
+    let at = args
+        .iter()
+        .position(|a| a == "--ca-cert")
+        .expect("--ca-cert")
+        + 1;
+    args[at] = wrong.display().to_string();
+    args.push("connectors".into());
+    let (code, out, err) = run(args).await;
+    assert_ne!(code, 0, "{out}{err}");
+    let hint = format!(
+        "the CA's certificate does not chain to the root in {} (--ca-cert): check that the file is the CA's data_dir/ca.pem",
+        wrong.display()
+    );
+    assert!(err.contains(&hint), "{err}");
+    let page = std::fs::read_to_string(root_dir().join("book/src/troubleshooting.md"))
+        .expect("troubleshooting.md");
+    assert!(
+        page.contains("the CA's certificate does not chain to the root in"),
+        "the troubleshooting page has the entry"
+    );
+    ca.stop().await;
+    other.stop().await;
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ`.
 fn is_rfc3339_utc(s: &str) -> bool {
     let b = s.as_bytes();

@@ -7,7 +7,7 @@
 //! in the CA), one connection per command, trusting only `--ca-cert`.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -525,6 +525,9 @@ struct Client {
     host: String,
     port: u16,
     tls: Option<tokio_rustls::TlsConnector>,
+    /// `--ca-cert`, named in the hint when the CA's certificate does not
+    /// chain to it.
+    ca_cert: Option<PathBuf>,
     token: Option<String>,
     session: Option<crate::tools::login::Credential>,
 }
@@ -600,6 +603,7 @@ impl Client {
             host,
             port,
             tls,
+            ca_cert: args.ca_cert.clone(),
             token,
         })
     }
@@ -669,7 +673,12 @@ impl Client {
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
                     .map_err(|e| CliError::Usage(format!("--url host: {e}")))?;
-                let stream = tls.connect(name, tcp).await.map_err(|e| transport(&e))?;
+                let stream = tls.connect(name, tcp).await.map_err(|e| {
+                    match handshake_hint(&e, self.ca_cert.as_deref()) {
+                        Some(hint) => CliError::Transport(format!("{}: {hint}", self.authority)),
+                        None => transport(&e),
+                    }
+                })?;
                 send(stream, request).await.map_err(|e| transport(&e))?
             }
             None => send(tcp, request).await.map_err(|e| transport(&e))?,
@@ -707,6 +716,26 @@ where
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     sender.send_request(request).await
+}
+
+/// What to do about a refused server certificate, in the words the
+/// connector uses (the troubleshooting page has an entry for each).
+fn handshake_hint(e: &std::io::Error, ca_cert: Option<&Path>) -> Option<String> {
+    use rustls::CertificateError as C;
+    let rustls::Error::InvalidCertificate(cert) = e.get_ref()?.downcast_ref::<rustls::Error>()?
+    else {
+        return None;
+    };
+    let file = ca_cert.map_or_else(|| "--ca-cert".to_owned(), |p| p.display().to_string());
+    match cert {
+        C::UnknownIssuer | C::BadSignature => Some(format!(
+            "the CA's certificate does not chain to the root in {file} (--ca-cert): check that the file is the CA's data_dir/ca.pem"
+        )),
+        C::NotValidForName | C::NotValidForNameContext { .. } => Some(format!(
+            "{cert}: dial a name the CA's server certificate names, or add it to the CA's [tls] server_names"
+        )),
+        _ => None,
+    }
 }
 
 /// A TLS connector trusting only the root(s) in `pem`.
