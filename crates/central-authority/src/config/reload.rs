@@ -16,9 +16,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::state::authority::Authority;
+use crate::state::authority::{Authority, TrustError};
 use crate::state::counters::Metrics;
 use crate::trust::audit::{Actor, AdminAction, Outcome};
+use crate::trust::tls::Material;
 
 /// The file's current content and its hash, if it can be read.
 async fn current(path: &Path) -> Option<(Vec<u8>, u64)> {
@@ -102,6 +103,35 @@ pub fn reload(authority: &Authority, path: &Path, trigger: &str) -> bool {
     apply(authority, path, trigger, Config::load(path))
 }
 
+/// Applies a reloaded configuration together with the TLS material its
+/// `[tls]` names (files read again; a generated server certificate issued
+/// again): the material is loaded first, and a configuration whose
+/// material cannot be loaded is not applied at all (the running policy and
+/// material stay). Returns the new server certificate's serial (`None`
+/// without TLS).
+fn apply_with_material(
+    authority: &Authority,
+    config: Config,
+) -> Result<Option<String>, TrustError> {
+    let material = match authority.tls() {
+        Some(_) => {
+            // The data directory and the listen addresses take effect at
+            // the next start: the running ones name the material.
+            let running = authority.snapshot();
+            let running = running.settings();
+            Some(Material::load(
+                &running.data_dir,
+                &config.settings.tls,
+                &running.listen_hosts(),
+                config.settings.connector_cert_validity,
+            )?)
+        }
+        None => None,
+    };
+    authority.apply(config);
+    Ok(authority.install_material(material))
+}
+
 /// Applies `loaded` (the config read from `path`), or logs why not.
 fn apply(
     authority: &Authority,
@@ -115,7 +145,7 @@ fn apply(
     // whole reload, like an invalid configuration.
     let outcome = loaded
         .map_err(|e| e.messages())
-        .and_then(|config| authority.reload(config).map_err(|e| vec![e.to_string()]));
+        .and_then(|config| apply_with_material(authority, config).map_err(|e| vec![e.to_string()]));
     let (applied, detail) = match outcome {
         Ok(serial) => {
             Metrics::count(&authority.metrics().reloads, "applied");

@@ -186,6 +186,12 @@ pub struct Limits {
 }
 
 impl Settings {
+    /// The addresses the two listeners bind, which the generated server
+    /// certificate names.
+    pub fn listen_hosts(&self) -> [std::net::IpAddr; 2] {
+        [self.grpc_listen.ip(), self.http_listen.ip()]
+    }
+
     /// The limits policy validation enforces with these settings.
     pub fn policy_limits(&self) -> policy::Limits {
         policy::Limits {

@@ -141,7 +141,13 @@ impl Authority {
                 source,
             })?;
         let tls = if tls {
-            let material = crate::trust::tls::Material::load(&config.settings, &config.settings)?;
+            let settings = &config.settings;
+            let material = crate::trust::tls::Material::load(
+                &settings.data_dir,
+                &settings.tls,
+                &settings.listen_hosts(),
+                settings.connector_cert_validity,
+            )?;
             Some(crate::trust::tls::Tls::new(material))
         } else {
             None

@@ -20,8 +20,7 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::state::authority::{Authority, TrustError};
+use crate::state::authority::Authority;
 use crate::state::clock::now_ms;
 use crate::state::registry::Outbound;
 use crate::store::StoreError;
@@ -105,25 +104,14 @@ fn trusts(pki: &Pki, root: &str) -> bool {
 }
 
 impl Authority {
-    /// Applies a reloaded configuration together with the TLS material its
-    /// `[tls]` names (files read again; a generated server certificate
-    /// issued again): the material is loaded first, and a configuration
-    /// whose material cannot be loaded is not applied at all (the running
-    /// policy and material stay). When the trusted roots change, every
-    /// session learns the new ones, and sessions on a root no longer
-    /// trusted end. Returns the new server certificate's serial (`None`
-    /// without TLS).
-    pub fn reload(&self, config: Config) -> Result<Option<String>, TrustError> {
-        let material = match self.tls() {
-            Some(_) => Some(Material::load(
-                self.snapshot().settings(),
-                &config.settings,
-            )?),
-            None => None,
-        };
-        self.apply(config);
+    /// Puts `material`, loaded for a reloaded configuration, in force (new
+    /// handshakes get it, connections open before keep theirs). When the
+    /// trusted roots change, every session learns the new ones, and
+    /// sessions on a root no longer trusted end. Returns the new server
+    /// certificate's serial (`None` without TLS).
+    pub fn install_material(&self, material: Option<Material>) -> Option<String> {
         let (Some(tls), Some(material)) = (self.tls(), material) else {
-            return Ok(None);
+            return None;
         };
         let serial = material.pki.server_serial();
         let old = tls.replace(material);
@@ -135,7 +123,7 @@ impl Authority {
             );
         }
         self.retrust(&old.pki, &tls.current().pki);
-        Ok(serial)
+        serial
     }
 
     /// After a reload from `old` to `new` material: when the roots changed,

@@ -6,13 +6,16 @@
 //!
 //! Owner of its state (the material in force).
 
+use std::net::IpAddr;
+use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::state::sync::{read, write};
-use crate::trust::pki::Pki;
+use crate::trust::pki::{Pki, TlsSources};
 
 /// ALPN of the gRPC listener.
 const ALPN_GRPC: &[&[u8]] = &[b"h2"];
@@ -39,22 +42,17 @@ pub struct Material {
 }
 
 impl Material {
-    /// The material `next`'s `[tls]` names (its files read, a server
-    /// certificate issued when it names none), in the data directory and
-    /// for the listen addresses of `running` (which a reload does not
-    /// change).
+    /// The material `sources` name (their files read, a server
+    /// certificate issued when they name none), in `data_dir` and for the
+    /// listen addresses `listen_hosts` (which a reload does not change).
     pub fn load(
-        running: &crate::config::Settings,
-        next: &crate::config::Settings,
+        data_dir: &Path,
+        sources: &TlsSources,
+        listen_hosts: &[IpAddr],
+        validity: Duration,
     ) -> Result<Material, MaterialError> {
-        let hosts = [running.grpc_listen.ip(), running.http_listen.ip()];
-        let pki = Pki::load(
-            &running.data_dir,
-            &next.tls,
-            &hosts,
-            next.connector_cert_validity,
-        )
-        .map_err(|e| MaterialError(e.to_string()))?;
+        let pki = Pki::load(data_dir, sources, listen_hosts, validity)
+            .map_err(|e| MaterialError(e.to_string()))?;
         Material::new(pki)
     }
 
