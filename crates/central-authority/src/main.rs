@@ -18,7 +18,8 @@ struct Cli {
     /// `[server] data_dir`.
     #[arg(long, env = "REACH_DATA_DIR", global = true)]
     data_dir: Option<PathBuf>,
-    /// Log format.
+    /// Log format: `text` (colour codes only on a terminal) or `json` (one
+    /// object per line). `RUST_LOG` filters (default `info`).
     #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -86,6 +87,13 @@ enum LogFormat {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    if build_info::docs::reference_requested() {
+        print!(
+            "{}",
+            build_info::docs::reference(&Cli::command().name("central-authority"))
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(dir) = build_info::docs::requested() {
         build_info::docs::write(Cli::command().name("central-authority"), &dir)?;
         return Ok(ExitCode::SUCCESS);

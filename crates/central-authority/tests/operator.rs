@@ -293,6 +293,21 @@ async fn the_cli_with_another_cas_root_names_the_file_to_fix() {
     other.stop().await;
 }
 
+/// The book's command-line reference is the binary's own.
+#[tokio::test]
+async fn the_books_command_reference_is_the_binarys() {
+    let (code, out, err) = run(strings(&["--generate-reference"])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("#### `central-authority api health`"), "{out}");
+    test_support::flags::check_generated(
+        &root_dir().join("book/src/cli.md"),
+        "central-authority commands",
+        &out,
+        "cargo test -p central-authority --test operator the_books_command_reference",
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ`.
 fn is_rfc3339_utc(s: &str) -> bool {
     let b = s.as_bytes();

@@ -58,48 +58,59 @@ pub struct Config {
     /// per address, each verifying the server certificate against the
     /// name. Repeat the flag (or separate URLs with commas in `REACH_CA`)
     /// for replicas under several names.
-    #[arg(long, env = "REACH_CA", required = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "REACH_CA",
+        value_name = "URL",
+        required = true,
+        value_delimiter = ','
+    )]
     pub ca: Vec<String>,
 
     /// How often the `--ca` names are resolved again, in seconds (also after
     /// any lost session): sessions are opened to new addresses and closed
     /// to addresses that went away.
-    #[arg(long, env = "REACH_CA_RESOLVE_INTERVAL_S", default_value_t = 30,
+    #[arg(long, env = "REACH_CA_RESOLVE_INTERVAL_S", value_name = "S", default_value_t = 30,
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub ca_resolve_interval_s: u32,
 
     /// PEM file with the CA's root certificate, which the connector trusts
     /// (the CA writes it to `ca.pem` in its data directory).
-    #[arg(long, env = "REACH_CA_CERT")]
+    #[arg(long, env = "REACH_CA_CERT", value_name = "PATH")]
     pub ca_cert: Option<PathBuf>,
 
     /// Where the connector keeps its private key and enrolled certificate.
     /// Without an enrollment there, the connector enrolls on start.
-    #[arg(long, env = "REACH_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    #[arg(long, env = "REACH_STATE_DIR", value_name = "PATH", default_value = DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 
     /// This connector's name, unique in the deployment.
-    #[arg(long, env = "REACH_NAME")]
+    #[arg(long, env = "REACH_NAME", value_name = "NAME")]
     pub name: String,
 
     /// The connector group this connector belongs to.
-    #[arg(long, env = "REACH_GROUP")]
+    #[arg(long, env = "REACH_GROUP", value_name = "GROUP")]
     pub group: String,
 
     /// File holding the group's provisioning key (surrounding whitespace is
     /// ignored). Alternatively set `REACH_PROVISIONING_KEY`.
-    #[arg(long, env = "REACH_PROVISIONING_KEY_FILE")]
+    #[arg(long, env = "REACH_PROVISIONING_KEY_FILE", value_name = "PATH")]
     pub provisioning_key_file: Option<PathBuf>,
 
     /// The group's provisioning key itself. Prefer the environment variable
     /// or `--provisioning-key-file`: command lines are visible to every user
     /// of the host.
-    #[arg(long, env = "REACH_PROVISIONING_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REACH_PROVISIONING_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub provisioning_key: Option<ProvisioningKey>,
 
     /// DNS server (`ADDR:PORT`) to resolve application names with, instead
     /// of the system configuration (/etc/resolv.conf).
-    #[arg(long, env = "REACH_DNS_SERVER")]
+    #[arg(long, env = "REACH_DNS_SERVER", value_name = "ADDR:PORT")]
     pub dns_server: Option<SocketAddr>,
 
     /// Seconds after a name's answer expired during which its last known
@@ -107,19 +118,19 @@ pub struct Config {
     /// (timeouts, SERVFAIL; never after NXDOMAIN), with the DNS error shown
     /// beside the results (serve-stale, RFC 8767). 0 turns it off: the
     /// application is Down from the first failed lookup.
-    #[arg(long, env = "REACH_DNS_STALE_GRACE_S", default_value_t = 300,
+    #[arg(long, env = "REACH_DNS_STALE_GRACE_S", value_name = "S", default_value_t = 300,
           value_parser = clap::value_parser!(u32).range(0..=86_400))]
     pub dns_stale_grace_s: u32,
 
     /// Most checks started per second, over all segments (smoothly paced).
     /// The CA may override it.
-    #[arg(long, env = "REACH_CHECKS_PER_SECOND", default_value_t = 20,
+    #[arg(long, env = "REACH_CHECKS_PER_SECOND", value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub checks_per_second: u32,
 
     /// Timeout of one probe (TCP handshake or ICMP echo), in milliseconds.
     /// The CA may override it.
-    #[arg(long, env = "REACH_CHECK_TIMEOUT_MS", default_value_t = 1000,
+    #[arg(long, env = "REACH_CHECK_TIMEOUT_MS", value_name = "MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=600_000))]
     pub check_timeout_ms: u32,
 
@@ -127,14 +138,14 @@ pub struct Config {
     /// is clamped to this (with a warning), so a compromised or
     /// misconfigured CA cannot turn the connector into a fast scanner.
     /// `--checks-per-second`, when higher, raises it to that.
-    #[arg(long, env = "REACH_MAX_CHECKS_PER_SECOND", default_value_t = 20,
+    #[arg(long, env = "REACH_MAX_CHECKS_PER_SECOND", value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_checks_per_second: u32,
 
     /// Ceiling on the CA's `check_timeout_ms` (a higher value is clamped,
     /// with a warning): long timeouts hold sockets open on the watched
     /// networks.
-    #[arg(long, env = "REACH_MAX_CHECK_TIMEOUT_MS", default_value_t = 10_000,
+    #[arg(long, env = "REACH_MAX_CHECK_TIMEOUT_MS", value_name = "MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(1..=600_000))]
     pub max_check_timeout_ms: u32,
 
@@ -142,25 +153,34 @@ pub struct Config {
     /// (`10.0.0.0/8,fd00::/8`). An address outside them is never probed,
     /// whatever the policy says (explicit IPs, DNS answers, subnet members):
     /// it is reported down as "not allowed". No restriction when absent.
-    #[arg(long, env = "REACH_ALLOW_NETWORKS", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "REACH_ALLOW_NETWORKS",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
     pub allow_networks: Vec<IpNet>,
 
     /// Most checks in flight at once (bounds sockets and memory; slow
     /// timeouts never stall the pace below this).
-    #[arg(long, env = "REACH_MAX_IN_FLIGHT", default_value_t = 256,
+    #[arg(long, env = "REACH_MAX_IN_FLIGHT", value_name = "N", default_value_t = 256,
           value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_in_flight: u32,
 
-    /// ICMP socket for UDP-port checks.
+    /// ICMP socket for UDP-port checks: `auto` a raw socket when permitted
+    /// (CAP_NET_RAW), else an unprivileged one, else none; `off` never
+    /// sends ICMP. Without ICMP, UDP ports are checked by the TCP fallback
+    /// alone (a warning says so at start).
     #[arg(long, env = "REACH_ICMP", value_enum, default_value_t = IcmpPreference::Auto)]
     pub icmp: IcmpPreference,
 
     /// Address to serve Prometheus metrics on (`/metrics`), e.g.
     /// `127.0.0.1:9464`. No metrics endpoint when absent.
-    #[arg(long, env = "REACH_METRICS_LISTEN")]
+    #[arg(long, env = "REACH_METRICS_LISTEN", value_name = "ADDR:PORT")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Log format.
+    /// Log format: `text` (colour codes only on a terminal) or `json` (one
+    /// object per line). `RUST_LOG` filters (default `info`).
     #[arg(long, env = "REACH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
@@ -169,7 +189,7 @@ pub struct Config {
     /// it for no new access, and keeps its sessions, checks and reports
     /// meanwhile; then it stops. A second signal stops it at once. 0 stops
     /// at once. Keep it below the service manager's stop timeout.
-    #[arg(long, env = "REACH_DRAIN_SECONDS", default_value_t = DEFAULT_DRAIN_SECONDS,
+    #[arg(long, env = "REACH_DRAIN_SECONDS", value_name = "S", default_value_t = DEFAULT_DRAIN_SECONDS,
           value_parser = clap::value_parser!(u32).range(0..=3600))]
     pub drain_seconds: u32,
 }
@@ -318,6 +338,22 @@ impl Default for Ceilings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The book's flag table is these flags, as clap parses them.
+    #[test]
+    fn the_books_flag_table_is_the_code() {
+        use clap::CommandFactory;
+        let page =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../book/src/connector.md");
+        let table = build_info::docs::flag_table(&Config::command(), false);
+        test_support::flags::check_generated(
+            &page,
+            "connector-agent flags",
+            &table,
+            "cargo test -p connector-agent --lib config::tests::the_books_flag_table_is_the_code",
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    }
 
     #[test]
     fn debug_never_shows_the_provisioning_key() {

@@ -17,6 +17,7 @@ pub mod browser;
 pub mod caps;
 pub mod delay;
 pub mod dns;
+pub mod flags;
 pub mod http;
 pub mod net;
 pub mod poll;
