@@ -206,6 +206,37 @@ pub const ENTRIES: &[Entry] = &[
     e("segments", "check_ca_file", "path", Absent("no verification"), None, "PEM, 1+ certificates; `tls`, `https` only", "Roots the server's certificate is verified with (sent to connectors)."),
 ];
 
+/// The keys a reload does not change (`*`: the whole section): they are
+/// read once, at start, and a reload that changes them logs that they take
+/// effect at the next start. The reference's "Applies" column is made from
+/// this list.
+pub const RESTART_ONLY: &[(&str, &str)] = &[
+    ("server", "grpc_listen"),
+    ("server", "http_listen"),
+    ("server", "data_dir"),
+    ("store", "*"),
+    ("replica", "*"),
+    ("tls", "enabled"),
+    ("tls", "handshake_timeout_ms"),
+    ("limits", "max_concurrent_streams"),
+    ("limits", "max_connections"),
+    ("limits", "first_byte_timeout_ms"),
+    ("limits", "idle_timeout_ms"),
+    ("limits", "header_timeout_ms"),
+    ("limits", "body_timeout_ms"),
+    ("limits", "http_max_connections_per_source"),
+    ("limits", "grpc_max_connections"),
+    ("limits", "grpc_max_connections_per_source"),
+    ("limits", "grpc_max_connection_age_s"),
+];
+
+/// Whether a reload leaves `section`.`key` as it was at start.
+pub fn restart_only(section: &str, key: &str) -> bool {
+    RESTART_ONLY
+        .iter()
+        .any(|(s, k)| *s == section && (*k == "*" || *k == key))
+}
+
 /// The reference as Markdown (the book's `configuration.md`).
 pub fn markdown() -> String {
     let mut out = String::from(
@@ -216,10 +247,10 @@ pub fn markdown() -> String {
          `central-authority check-config ca.toml` lists every problem at once. \
          Unknown keys are errors. Edits are picked up without a restart (the file, \
          and the certificate and key files `[tls]` names, are polled; `kill -HUP` \
-         also reloads): all but the listen addresses, `data_dir`, `[store]`, \
-         `[replica]`, `[tls] enabled` and `handshake_timeout_ms` and the \
-         listeners' connection limits, which a reload logs as taking effect at \
-         the next start. `deploy/examples/ca.toml` shows every key below.\n\n\
+         also reloads), but for the keys whose Applies column says *restart*: \
+         those are read once, at start, and a reload that changes them logs that \
+         they take effect at the next start. `deploy/examples/ca.toml` shows every \
+         key below.\n\n\
          The connector has no configuration file: its flags and environment \
          variables are listed by `connector-agent --help` and its man page.\n",
     );
@@ -230,17 +261,22 @@ pub fn markdown() -> String {
         };
         let _ = write!(
             out,
-            "\n## `{header}`\n\n{}\n\n| Key | Type | Default | Allowed | Description |\n|---|---|---|---|---|\n",
+            "\n## `{header}`\n\n{}\n\n| Key | Type | Default | Allowed | Applies | Description |\n|---|---|---|---|---|---|\n",
             s.about
         );
         for entry in ENTRIES.iter().filter(|e| e.section == s.name) {
             let _ = writeln!(
                 out,
-                "| `{}` | {} | {} | {} | {} |",
+                "| `{}` | {} | {} | {} | {} | {} |",
                 entry.key,
                 entry.ty,
                 default_text(entry.default),
                 allowed_text(entry),
+                if restart_only(entry.section, entry.key) {
+                    "restart"
+                } else {
+                    "reload"
+                },
                 entry.about
             );
         }
@@ -272,6 +308,19 @@ fn allowed_text(entry: &Entry) -> String {
 mod tests {
     use std::collections::BTreeSet;
     use std::path::Path;
+
+    /// Every restart-only entry names a key or section of the reference.
+    #[test]
+    fn every_restart_only_key_exists() {
+        for (section, key) in super::RESTART_ONLY {
+            assert!(
+                super::ENTRIES
+                    .iter()
+                    .any(|e| e.section == *section && (*key == "*" || e.key == *key)),
+                "[{section}] {key} is listed restart-only but is no key"
+            );
+        }
+    }
 
     use super::super::{Config, ConfigError, Problem, file};
     use super::*;

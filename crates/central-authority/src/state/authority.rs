@@ -572,7 +572,7 @@ impl Authority {
 /// Carries over from the settings in force (`a`) those a reload cannot
 /// change (`b` is the new configuration's): the data directory, whether
 /// TLS is on, the store, replica id and listener limits are taken once, at
-/// start (the `[tls]` files are read again by `Authority::reload`). Warns
+/// start (the `[tls]` files are read again by `config::reload`). Warns
 /// when the new file changes them.
 fn keep_restart_settings(a: &crate::config::Settings, b: &mut crate::config::Settings) {
     // The data directory and the listeners are opened once, at start.
