@@ -237,12 +237,16 @@ async fn session_cookie(b: &Browser) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|c| c["name"] == "reach_session")
-        .unwrap_or_else(|| panic!("no session cookie in {cookies}"));
+        .find(|c| c["name"] == "__Host-reach_session")
+        .unwrap_or_else(|| panic!("no __Host- session cookie in {cookies}"));
+    assert_eq!(c["path"], "/", "{c}");
     assert_eq!(c["httpOnly"], true, "{c}");
     assert_eq!(c["secure"], true, "{c}");
     assert_eq!(c["sameSite"], "Lax", "{c}");
-    format!("reach_session={}", c["value"].as_str().expect("value"))
+    format!(
+        "__Host-reach_session={}",
+        c["value"].as_str().expect("value")
+    )
 }
 
 async fn get_status(http: &reqwest::Client, url: &str, cookie: &str) -> (u16, Value) {

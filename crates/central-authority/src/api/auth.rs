@@ -5,7 +5,12 @@
 //! who is signed in (and the session's CSRF token).
 //!
 //! A session is a random id in a cookie (`Secure`, `HttpOnly`,
-//! `SameSite=Lax`, `Path=/`, ending with the session); the store keeps its
+//! `SameSite=Lax`, `Path=/`, no `Domain`, ending with the session) named
+//! `__Host-reach_session` over HTTPS, so no sibling host or plain-HTTP page
+//! can set or shadow it; a CA serving plain HTTP (loopback, for trying it
+//! out) names it `reach_session`, as a browser refuses a `__Host-` cookie
+//! there. The sign-in's binding cookie follows the same rule
+//! (`__Host-reach_login`, `reach_login`). The store keeps its
 //! SHA-256 with the person, their scopes and its end, so every replica
 //! honours it and a sign-out on one is a sign-out on all. A request that
 //! changes state with the cookie must also carry the session's CSRF token
@@ -28,10 +33,37 @@ use crate::trust::oidc::{Pending, ProviderConfig};
 
 type Shared = Arc<Authority>;
 
-/// The session cookie.
-pub const SESSION_COOKIE: &str = "reach_session";
-/// The cookie binding a sign-in to the browser that started it.
-const LOGIN_COOKIE: &str = "reach_login";
+/// The session cookie over HTTPS.
+pub const SESSION_COOKIE: &str = "__Host-reach_session";
+/// The session cookie of a CA serving plain HTTP (a browser refuses a
+/// `__Host-` cookie there).
+pub const PLAIN_SESSION_COOKIE: &str = "reach_session";
+/// The cookie binding a sign-in to the browser that started it (HTTPS).
+const LOGIN_COOKIE: &str = "__Host-reach_login";
+/// [`LOGIN_COOKIE`] on plain HTTP.
+const PLAIN_LOGIN_COOKIE: &str = "reach_login";
+
+/// The session cookie's name for a CA serving HTTPS (`https`) or not.
+pub fn session_cookie_name(https: bool) -> &'static str {
+    if https {
+        SESSION_COOKIE
+    } else {
+        PLAIN_SESSION_COOKIE
+    }
+}
+
+fn login_cookie_name(https: bool) -> &'static str {
+    if https {
+        LOGIN_COOKIE
+    } else {
+        PLAIN_LOGIN_COOKIE
+    }
+}
+
+/// Whether the CA serves HTTPS (its listeners have the CA's TLS).
+fn https(a: &Authority) -> bool {
+    a.pki().is_some()
+}
 /// The header carrying a cookie session's CSRF token.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a sign-in may take at the provider.
@@ -80,7 +112,7 @@ fn csrf_of(id: &str) -> String {
 /// cookie; an error when it is unknown, revoked or over, or the store
 /// cannot tell.
 pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Session, AuthError>> {
-    let id = cookie(headers, SESSION_COOKIE)?.to_owned();
+    let id = cookie(headers, session_cookie_name(https(a)))?.to_owned();
     let hash = crate::trust::pki::sha256_hex(id.as_bytes());
     let now = crate::state::clock::now_ms();
     let found = a.blocking(move |a| a.store().session(&hash)).await;
@@ -156,14 +188,15 @@ pub async fn authorize_session(
 }
 
 /// `Set-Cookie` of the session `id` for `max_age_s` (0: remove it).
-fn session_cookie(id: &str, max_age_s: i64) -> String {
-    format!("{SESSION_COOKIE}={id}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}")
+fn session_cookie(https: bool, id: &str, max_age_s: i64) -> String {
+    let name = session_cookie_name(https);
+    format!("{name}={id}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}")
 }
 
-fn login_cookie(state: &str, max_age_s: i64) -> String {
-    format!(
-        "{LOGIN_COOKIE}={state}; Path=/auth; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}"
-    )
+/// `Set-Cookie` of the sign-in binding: `Path=/`, as `__Host-` requires.
+fn login_cookie(https: bool, state: &str, max_age_s: i64) -> String {
+    let name = login_cookie_name(https);
+    format!("{name}={state}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={max_age_s}")
 }
 
 /// A small HTML page (a refusal or a failure) with `status`.
@@ -343,7 +376,11 @@ pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Resp
         _ => return store_down(),
     }
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, url)]).into_response();
-    if let Ok(v) = HeaderValue::from_str(&login_cookie(&pending.state, LOGIN_TTL_MS / 1000)) {
+    if let Ok(v) = HeaderValue::from_str(&login_cookie(
+        https(&a),
+        &pending.state,
+        LOGIN_TTL_MS / 1000,
+    )) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
@@ -381,7 +418,7 @@ pub async fn callback(
     let (Some(code), Some(state)) = (q.code, q.state) else {
         return fail("the provider's answer has no code or state".into());
     };
-    let bound = cookie(&headers, LOGIN_COOKIE)
+    let bound = cookie(&headers, login_cookie_name(https(&a)))
         .is_some_and(|c| crate::trust::auth::Secret::new(c).matches(state.as_bytes()));
     if !bound {
         return fail("this sign-in was not started in this browser (or it took over 10 minutes); sign in again".into());
@@ -492,7 +529,11 @@ async fn open_session(
     }
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
     let h = r.headers_mut();
-    for c in [session_cookie(&id, lifetime_ms / 1000), login_cookie("", 0)] {
+    let tls = https(a);
+    for c in [
+        session_cookie(tls, &id, lifetime_ms / 1000),
+        login_cookie(tls, "", 0),
+    ] {
         if let Ok(v) = HeaderValue::from_str(&c) {
             h.append(header::SET_COOKIE, v);
         }
@@ -543,7 +584,7 @@ pub async fn logout(
         }
     }
     let mut r = axum::Json(json!({ "signed_out": session.is_some() })).into_response();
-    if let Ok(v) = HeaderValue::from_str(&session_cookie("", 0)) {
+    if let Ok(v) = HeaderValue::from_str(&session_cookie(https(&a), "", 0)) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
@@ -584,7 +625,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; reach_session=abc; b=2"),
+            HeaderValue::from_static("a=1; __Host-reach_session=abc; b=2"),
         );
         assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
         assert_eq!(cookie(&h, "c"), None);

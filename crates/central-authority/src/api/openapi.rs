@@ -1436,8 +1436,8 @@ pub fn document() -> Value {
                 "type": "http", "scheme": "bearer",
                 "description": "an API token from `[[api_tokens]]`; the scopes an operation needs are listed in its security requirement",
             }, "session": {
-                "type": "apiKey", "in": "cookie", "name": "reach_session",
-                "description": "a person's session after signing in (`GET /auth/login`), with the scopes their roles map to (`[[oidc]] roles`); POST and DELETE also need the session's CSRF token in `X-CSRF-Token` (`GET /auth/session`). HTTP only, never gRPC.",
+                "type": "apiKey", "in": "cookie", "name": "__Host-reach_session",
+                "description": "a person's session (named `reach_session` when the CA serves plain HTTP, where browsers refuse `__Host-` cookies) after signing in (`GET /auth/login`), with the scopes their roles map to (`[[oidc]] roles`); POST and DELETE also need the session's CSRF token in `X-CSRF-Token` (`GET /auth/session`). HTTP only, never gRPC.",
             }},
         },
     })

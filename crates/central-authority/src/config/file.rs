@@ -262,6 +262,8 @@ pub(super) struct OidcSection {
     pub(super) roles: std::collections::BTreeMap<String, Vec<String>>,
     #[serde(default = "default_session_lifetime_s")]
     pub(super) session_lifetime_s: u64,
+    #[serde(default = "default_keys_refresh_s")]
+    pub(super) keys_refresh_s: u64,
 }
 
 fn default_oidc_scopes() -> Vec<String> {
@@ -274,6 +276,10 @@ fn default_roles_claim() -> String {
 
 fn default_session_lifetime_s() -> u64 {
     28_800
+}
+
+fn default_keys_refresh_s() -> u64 {
+    3600
 }
 
 #[derive(Debug, Deserialize)]

@@ -11,6 +11,9 @@ use crate::trust::oidc::ProviderConfig;
 
 /// Shortest and longest session a sign-in may open (seconds).
 pub(super) const SESSION_LIFETIME_S: (u64, u64) = (300, 604_800);
+/// Shortest and longest use of a provider's keys before fetching them
+/// again (seconds).
+pub(super) const KEYS_REFRESH_S: (u64, u64) = (60, 86_400);
 
 /// The checked providers; each problem is added to `problems`.
 pub(super) fn providers(
@@ -56,6 +59,14 @@ pub(super) fn providers(
                 format!("must be {lo}..={hi}, got {}", o.session_lifetime_s),
             );
         }
+        let (lo, hi) = KEYS_REFRESH_S;
+        if !(lo..=hi).contains(&o.keys_refresh_s) {
+            setting(
+                problems,
+                format!("{subject}.keys_refresh_s"),
+                format!("must be {lo}..={hi}, got {}", o.keys_refresh_s),
+            );
+        }
         if problems.len() == before {
             out.push(ProviderConfig {
                 name: o.name.clone(),
@@ -68,6 +79,7 @@ pub(super) fn providers(
                 roles_claim: o.roles_claim.clone(),
                 roles,
                 session_lifetime_ms: o.session_lifetime_s.saturating_mul(1000),
+                keys_refresh_ms: o.keys_refresh_s.saturating_mul(1000),
             });
         }
     }

@@ -649,7 +649,11 @@ impl Client {
             request = request
                 .header(
                     hyper::header::COOKIE,
-                    format!("reach_session={}", s.credential),
+                    format!(
+                        "{}={}",
+                        crate::api::auth::session_cookie_name(self.tls.is_some()),
+                        s.credential
+                    ),
                 )
                 .header("x-csrf-token", &s.csrf_token);
         }

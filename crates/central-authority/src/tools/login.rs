@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(300);
 pub struct Credential {
     /// The `--url` it was issued for.
     pub url: String,
-    /// The session id (sent as the `reach_session` cookie).
+    /// The session id (sent as the session cookie).
     pub credential: String,
     /// The session's CSRF token (sent as `X-CSRF-Token` on state changes).
     pub csrf_token: String,

@@ -6,8 +6,10 @@
 //! `ca_file` when one is set and following no redirects.
 //!
 //! The provider's metadata (with its JWKS) is fetched on first use and
-//! kept; an ID token signed with a key it does not hold makes it fetch
-//! the JWKS again once (the provider rotated its keys).
+//! kept; its JWKS is fetched again once `keys_refresh_s` has passed (a
+//! key the provider withdrew, as after a compromise, stops verifying
+//! within that time), and an ID token signed with a key it does not hold
+//! makes it fetch the JWKS again at once (the provider rotated its keys).
 //!
 //! A person's scopes come from the ID token's roles claim (`roles_claim`,
 //! a dotted path such as `realm_access.roles`) mapped by `roles`.
@@ -51,6 +53,8 @@ pub struct ProviderConfig {
     pub roles: Vec<(String, Vec<Scope>)>,
     /// How long a session lasts (ms).
     pub session_lifetime_ms: u64,
+    /// How long its JWKS is used before it is fetched again (ms).
+    pub keys_refresh_ms: u64,
 }
 
 /// Why a sign-in failed (shown on the refusal page, logged).
@@ -134,10 +138,13 @@ pub struct HttpFailure(String);
 /// Largest answer read from the provider.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 
+/// A provider's metadata and when its JWKS was fetched (Unix ms).
+type Known = (CoreProviderMetadata, i64);
+
 /// The providers' metadata as discovered (per provider name and issuer).
 #[derive(Debug, Default)]
 pub struct Providers {
-    discovered: Mutex<HashMap<(String, String), CoreProviderMetadata>>,
+    discovered: Mutex<HashMap<(String, String), Known>>,
 }
 
 impl Providers {
@@ -210,13 +217,28 @@ impl Providers {
         p: &ProviderConfig,
         refresh_keys: bool,
     ) -> Result<CoreProviderMetadata, SignInError> {
+        self.metadata_at(p, refresh_keys, crate::state::clock::now_ms())
+            .await
+    }
+
+    /// [`Self::metadata`] at `now_ms`: a JWKS fetched `keys_refresh_ms`
+    /// or longer ago is fetched again.
+    async fn metadata_at(
+        &self,
+        p: &ProviderConfig,
+        refresh_keys: bool,
+        now_ms: i64,
+    ) -> Result<CoreProviderMetadata, SignInError> {
         let key = (p.name.clone(), p.issuer.clone());
         let known = self.lock().get(&key).cloned();
         let http = http_client(p)?;
         let provider = |e: String| SignInError::Provider(e);
+        let refresh_ms = i64::try_from(p.keys_refresh_ms).unwrap_or(i64::MAX);
         let metadata = match known {
-            Some(m) if !refresh_keys => return Ok(m),
-            Some(m) => {
+            Some((m, at)) if !refresh_keys && now_ms.saturating_sub(at) < refresh_ms => {
+                return Ok(m);
+            }
+            Some((m, _)) => {
                 let keys = CoreJsonWebKeySet::fetch_async(m.jwks_uri(), &http)
                     .await
                     .map_err(|e| provider(format!("fetching its keys (JWKS): {e}")))?;
@@ -232,11 +254,11 @@ impl Providers {
                     })?
             }
         };
-        self.lock().insert(key, metadata.clone());
+        self.lock().insert(key, (metadata.clone(), now_ms));
         Ok(metadata)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), CoreProviderMetadata>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Known>> {
         self.discovered
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -51,6 +51,7 @@ fn provider() -> ProviderConfig {
         roles_claim: "groups".into(),
         roles: vec![("reach-admins".into(), vec![Scope::Admin])],
         session_lifetime_ms: 3_600_000,
+        keys_refresh_ms: 3_600_000,
     }
 }
 
@@ -184,4 +185,86 @@ fn wrong_audience_issuer_nonce_or_unknown_key_are_refused() {
             SignatureVerificationError::NoMatchingKey
         ))
     ));
+}
+
+/// A JWKS endpoint on loopback serving the public half of key `kid` (which
+/// `set` changes), and its URL.
+async fn jwks_server(
+    kid: &str,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<String>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let serving = std::sync::Arc::new(std::sync::Mutex::new(kid.to_owned()));
+    let shared = serving.clone();
+    let app = axum::Router::new().route(
+        "/jwks",
+        axum::routing::get(move || {
+            let kid = shared.lock().expect("kid").clone();
+            async move {
+                use openidconnect::PrivateSigningKey as _;
+                let set = CoreJsonWebKeySet::new(vec![key(&kid).as_verification_key()]);
+                axum::Json(serde_json::to_value(set).expect("jwks"))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let url = format!("http://{}/jwks", listener.local_addr().expect("address"));
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, serving, task)
+}
+
+/// A key the provider withdrew stops verifying once `keys_refresh_ms`
+/// has passed since the JWKS was fetched, without any unknown key id to
+/// trigger a fetch; before that the kept JWKS is used as it is.
+#[tokio::test]
+async fn provider_keys_are_fetched_again_on_their_schedule() {
+    let (url, serving, server) = jwks_server("k1").await;
+    let p = provider();
+    let kept = metadata("k1").set_jwks_uri(openidconnect::JsonWebKeySetUrl::new(url).expect("url"));
+    let providers = Providers::default();
+    let t0 = 1_000_000_000_000;
+    providers
+        .lock()
+        .insert((p.name.clone(), p.issuer.clone()), (kept, t0));
+    // The provider withdraws k1 and signs with k2 from now on.
+    *serving.lock().expect("kid") = "k2".to_owned();
+    let old = signed("k1", serde_json::json!({}));
+    let parsed: RolesIdToken = old.parse().expect("a JWT");
+    let nonce = Nonce::new("n1".into());
+
+    let soon = t0 + i64::try_from(p.keys_refresh_ms).expect("ms") - 1;
+    let m = providers.metadata_at(&p, false, soon).await.expect("kept");
+    assert!(
+        verify(&p, m, &parsed, &nonce).is_ok(),
+        "within the refresh time"
+    );
+
+    let due = t0 + i64::try_from(p.keys_refresh_ms).expect("ms");
+    let m = providers
+        .metadata_at(&p, false, due)
+        .await
+        .expect("fetched");
+    assert!(
+        matches!(
+            verify(&p, m, &parsed, &nonce),
+            Err(ClaimsVerificationError::SignatureVerification(
+                SignatureVerificationError::NoMatchingKey
+            ))
+        ),
+        "a withdrawn key must stop verifying once the keys are due"
+    );
+    // Fetched at `due`: kept again until the next refresh.
+    *serving.lock().expect("kid") = "k1".to_owned();
+    let m = providers
+        .metadata_at(&p, false, due + 1)
+        .await
+        .expect("kept");
+    assert!(verify(&p, m, &parsed, &nonce).is_err(), "kept k2 only");
+    server.abort();
 }
