@@ -560,7 +560,7 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
         "newest first: {v}"
     );
 
-    // Filters and paging.
+    // Filters and paging (each read before is an `audit.read` entry).
     let (_, v) = web
         .get_json(
             "/api/v1/audit?actor=root&action=connector.revoke&target=c1",
@@ -569,11 +569,11 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
         .await;
     assert_eq!(v["total"], 1, "{v}");
     let (_, v) = web
-        .get_json("/api/v1/audit?per_page=2&page=3", Some(ADMIN_TOKEN))
+        .get_json("/api/v1/audit?per_page=2&page=4", Some(ADMIN_TOKEN))
         .await;
     assert_eq!(
         (v["pages"].clone(), v["entries"][0]["actor"]["name"].clone()),
-        (3.into(), "root".into()),
+        (4.into(), "root".into()),
         "{v}"
     );
     let (_, v) = web
@@ -592,11 +592,22 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
         "{v}"
     );
 
-    // Only admins read it.
+    // Only admins read it; a refused read is an entry too.
     let (s, v) = web.get_json("/api/v1/audit", Some(READ_TOKEN)).await;
     assert_eq!(
         (s, v["error"]["reason"].clone()),
         (403, "forbidden".into()),
+        "{v}"
+    );
+    let (_, v) = web
+        .get_json("/api/v1/audit?action=audit.read", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(
+        (
+            v["entries"][0]["actor"]["name"].clone(),
+            v["entries"][0]["outcome"].clone()
+        ),
+        ("ops".into(), "refused".into()),
         "{v}"
     );
 
@@ -627,6 +638,68 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("403: forbidden"), "{err}");
     drop(c1);
+    ca.stop().await;
+}
+
+/// Reads of the audit trail are entries of it (who, with which query), and
+/// an admin action or a read whose entry the store cannot write is
+/// answered as failed (503 `audit_unavailable`), never done in silence:
+/// here the CA's own SQLite database refuses every new audit row.
+#[tokio::test]
+async fn reads_of_the_trail_are_recorded_and_an_unrecordable_action_fails() {
+    let ca = Ca::start(&config()).await;
+    let web = ca.web();
+    let (s, v) = web
+        .get_json("/api/v1/audit?action=connector.revoke", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = web.get_json("/api/v1/audit", Some(ADMIN_TOKEN)).await;
+    assert_eq!(s, 200, "{v}");
+    let read = &v["entries"][0];
+    assert_eq!(
+        (
+            read["actor"]["kind"].clone(),
+            read["actor"]["name"].clone(),
+            read["action"].clone(),
+            read["outcome"].clone(),
+            read["detail"].clone()
+        ),
+        (
+            "token".into(),
+            "root".into(),
+            "audit.read".into(),
+            "ok".into(),
+            "action=connector.revoke".into()
+        ),
+        "{v}"
+    );
+
+    // The store refuses audit rows from now on (as a full or broken
+    // table would); everything else it still writes.
+    let db = rusqlite::Connection::open(ca.data_dir.join("reach.db")).expect("the CA's database");
+    db.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    db.execute_batch(
+        "CREATE TRIGGER no_audit BEFORE INSERT ON admin_audit
+         BEGIN SELECT RAISE(ABORT, 'the audit trail cannot be written'); END;",
+    )
+    .expect("trigger");
+    let (s, body) = web
+        .send_raw(
+            "POST",
+            "/api/v1/provisioning_keys/dc-west/revoke",
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+            "",
+        )
+        .await;
+    assert_eq!(s, 503, "{body}");
+    assert!(body.contains("audit_unavailable"), "{body}");
+    let (s, v) = web.get_json("/api/v1/audit", Some(ADMIN_TOKEN)).await;
+    assert_eq!(
+        (s, v["error"]["reason"].clone()),
+        (503, "audit_unavailable".into()),
+        "{v}"
+    );
     ca.stop().await;
 }
 

@@ -11,7 +11,8 @@
 //! gRPC credential; a sign-out on one
 //! replica is refused on another sharing the store; a reader cannot act as
 //! admin; a person without a mapped role gets the refusal page; a provider
-//! that rotated its signing key is followed (JWKS fetched again); a
+//! that rotated its signing key is followed (JWKS fetched again); sign-ins,
+//! refused ones too, are audited with provider and subject; a
 //! hostile `next` (tab, newline, backslash, encoded forms) leaves the
 //! browser on the CA after signing in.
 
@@ -29,6 +30,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// The `oidc-provider` version the tests run (npm).
 const OIDC_PROVIDER_VERSION: &str = "9.6.1";
 const CLIENT_SECRET: &str = "client-secret-0123456789";
+/// An admin token, to read the audit trail.
+const ADMIN_TOKEN: &str = "tok-admin-0123456789";
 const GROUPS: &str =
     r#"{"alice":["staff","reach-admins"],"bob":["reach-readers"],"carol":["staff"]}"#;
 
@@ -121,6 +124,11 @@ impl Op {
 fn config(ca_port: u16, op_port: u16) -> central_authority::Config {
     let oidc = format!(
         r#"
+[[api_tokens]]
+name = "root"
+token = "{ADMIN_TOKEN}"
+scopes = ["admin"]
+
 [[oidc]]
 name = "corp"
 issuer = "http://127.0.0.1:{op_port}"
@@ -297,7 +305,7 @@ async fn a_person_signs_in_acts_in_their_name_and_signs_out_on_every_replica() {
     let entry = &audit["entries"][0];
     assert_eq!(
         entry["actor"],
-        json!({"kind": "person", "name": "alice"}),
+        json!({"kind": "person", "name": "alice", "provider": "corp", "subject": "alice"}),
         "{audit}"
     );
     assert_eq!(entry["outcome"], "not_found", "{audit}");
@@ -387,6 +395,35 @@ async fn roles_decide_what_a_person_may_do_and_rotated_keys_are_fetched() {
     .await;
     assert!(text_of(&b, "reason").await.contains("carol"));
     b.close().await;
+
+    // Both sign-ins are in the audit trail: bob's, and carol's refused,
+    // each with the provider and subject besides the user name.
+    let (s, v) = ca
+        .web()
+        .get_json("/api/v1/audit?action=session.sign_in", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let seen: Vec<(Value, Value, Value)> = v["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].clone(),
+                e["target"].clone(),
+                e["outcome"].clone(),
+            )
+        })
+        .collect();
+    let person = |n: &str| json!({"kind": "person", "name": n, "provider": "corp", "subject": n});
+    assert_eq!(
+        seen,
+        [
+            (person("carol"), json!("corp"), json!("refused")),
+            (person("bob"), json!("corp"), json!("ok")),
+        ],
+        "{v}"
+    );
 
     // The provider restarts with a new signing key: the CA, holding the
     // old key set, fetches it again and bob signs in.

@@ -28,8 +28,9 @@ use serde_json::json;
 
 use crate::state::authority::Authority;
 use crate::store::{LoginRecord, SessionRecord};
+use crate::trust::audit::{Actor, AdminAction, Outcome};
 use crate::trust::auth::{AuthError, Scope};
-use crate::trust::oidc::{Pending, ProviderConfig};
+use crate::trust::oidc::{Pending, ProviderConfig, SignInError};
 
 type Shared = Arc<Authority>;
 
@@ -74,6 +75,10 @@ const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
 pub struct Session {
     /// Who.
     pub person: String,
+    /// Through which provider (`[[oidc]] name`).
+    pub provider: String,
+    /// Their subject (`sub`) there.
+    pub subject: String,
     /// What their roles grant.
     pub scopes: Vec<Scope>,
     /// SHA-256 of the session id (what the store keys it by).
@@ -129,6 +134,8 @@ pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Sessio
         {
             Ok(Session {
                 person: r.person,
+                provider: r.provider,
+                subject: r.subject,
                 scopes: r
                     .scopes
                     .split_whitespace()
@@ -448,6 +455,10 @@ pub async fn callback(
         Ok(person) => person,
         Err(e) => {
             tracing::warn!(provider = %p.name, error = %e, "sign-in refused");
+            let nobody = Actor::unknown("sign-in");
+            if !refused_sign_in(&a, nobody, &p.name, source, e.to_string()).await {
+                return store_down();
+            }
             return fail(e.to_string());
         }
     };
@@ -455,6 +466,15 @@ pub async fn callback(
         Ok(person) => open_session(&a, &p, person, &login.next, source).await,
         Err(e) => {
             tracing::warn!(provider = %p.name, error = %e, "sign-in refused");
+            let who = match &e {
+                SignInError::NoRole { name, subject, .. } => {
+                    Actor::person(name.clone(), p.name.clone(), subject.clone())
+                }
+                _ => Actor::unknown("sign-in"),
+            };
+            if !refused_sign_in(&a, who, &p.name, source, e.to_string()).await {
+                return store_down();
+            }
             page(
                 StatusCode::FORBIDDEN,
                 "No access",
@@ -462,6 +482,31 @@ pub async fn callback(
             )
         }
     }
+}
+
+/// Records a refused sign-in at `provider` (`session.sign_in`, `refused`,
+/// why as the detail); false when the trail cannot be written.
+async fn refused_sign_in(
+    a: &Shared,
+    who: Actor,
+    provider: &str,
+    source: Option<std::net::IpAddr>,
+    why: String,
+) -> bool {
+    let provider = provider.to_owned();
+    let recorded = a
+        .blocking(move |a| {
+            a.audit(&AdminAction {
+                actor: &who,
+                source,
+                action: "session.sign_in",
+                target: &provider,
+                outcome: Outcome::Refused,
+                detail: why,
+            })
+        })
+        .await;
+    matches!(recorded, Some(Ok(())))
 }
 
 /// Stores a new session for `person` and answers with its cookie and a
@@ -484,6 +529,7 @@ async fn open_session(
         id_sha256: crate::trust::pki::sha256_hex(id.as_bytes()),
         person: person.name.clone(),
         provider: p.name.clone(),
+        subject: person.subject.clone(),
         scopes: person
             .scopes
             .iter()
@@ -496,23 +542,24 @@ async fn open_session(
     };
     let detail = format!("scopes: {}", record.scopes);
     let provider = p.name.clone();
-    let name = person.name.clone();
+    let who = Actor::person(person.name.clone(), p.name.clone(), person.subject.clone());
     let stored = a
         .blocking(move |a| {
             let r = a.store().create_session(&record);
-            a.audit(&crate::trust::audit::AdminAction {
-                actor: &crate::trust::audit::Actor::person(name),
+            let recorded = a.audit(&AdminAction {
+                actor: &who,
                 source,
                 action: "session.sign_in",
                 target: &provider,
                 outcome: if r.is_ok() {
-                    crate::trust::audit::Outcome::Ok
+                    Outcome::Ok
                 } else {
-                    crate::trust::audit::Outcome::Failed
+                    Outcome::Failed
                 },
                 detail,
             });
-            r
+            // Unrecorded, the session is never handed out.
+            r.and(recorded)
         })
         .await;
     if !matches!(stored, Some(Ok(()))) {
@@ -564,19 +611,21 @@ pub async fn logout(
         let done = a
             .blocking(move |a| {
                 let r = a.store().revoke_session(&s.id_sha256, now);
-                a.audit(&crate::trust::audit::AdminAction {
-                    actor: &crate::trust::audit::Actor::person(s.person.clone()),
+                let recorded = a.audit(&AdminAction {
+                    actor: &Actor::person(s.person.clone(), s.provider.clone(), s.subject.clone()),
                     source,
                     action: "session.sign_out",
                     target: "",
                     outcome: if r.is_ok() {
-                        crate::trust::audit::Outcome::Ok
+                        Outcome::Ok
                     } else {
-                        crate::trust::audit::Outcome::Failed
+                        Outcome::Failed
                     },
                     detail: String::new(),
                 });
-                r
+                // The session ends either way; an unrecorded sign-out is
+                // not answered as done.
+                r.and_then(|ended| recorded.map(|()| ended))
             })
             .await;
         if !matches!(done, Some(Ok(_))) {
@@ -732,6 +781,8 @@ mod tests {
     fn mutations_need_the_sessions_csrf_token() {
         let s = Session {
             person: "alice".into(),
+            provider: "corp".into(),
+            subject: "1".into(),
             scopes: vec![Scope::Admin],
             id_sha256: String::new(),
             csrf: csrf_of("id"),

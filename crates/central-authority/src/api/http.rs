@@ -524,29 +524,25 @@ impl FromRequestParts<Shared> for Caller {
         use crate::trust::audit::Actor;
         use crate::trust::auth::{AuthError, Scope};
         let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
-        let session =
-            crate::api::auth::authorize_session(a, &parts.method, &parts.headers, Scope::Admin)
-                .await;
-        match session {
-            Some(Ok(s)) => {
-                return Ok(Caller {
-                    actor: Actor::person(s.person),
-                    source,
-                    refused: None,
-                });
-            }
-            Some(Err(AuthError::PersonMissingScope { person, scope })) => {
-                return Ok(Caller {
-                    actor: Actor::person(person.clone()),
-                    source,
-                    refused: Some(ApiError::Auth(AuthError::PersonMissingScope {
-                        person,
-                        scope,
-                    })),
-                });
-            }
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
+        // A person's session cookie, when no token is sent.
+        let session = match parts.headers.contains_key(header::AUTHORIZATION) {
+            true => None,
+            false => crate::api::auth::session_of(a, &parts.headers).await,
+        };
+        if let Some(s) = session {
+            let s = s?;
+            crate::api::auth::check_csrf(&parts.method, &parts.headers, &s)?;
+            let refused = (!s.allows(Scope::Admin)).then(|| {
+                ApiError::Auth(AuthError::PersonMissingScope {
+                    person: s.person.clone(),
+                    scope: Scope::Admin.as_str(),
+                })
+            });
+            return Ok(Caller {
+                actor: Actor::person(s.person, s.provider, s.subject),
+                source,
+                refused,
+            });
         }
         let header = parts
             .headers
@@ -602,6 +598,9 @@ enum Acted {
     /// application without a connector): nothing changed; the answer, and
     /// why for the audit entry (`refused`).
     Declined(Response, String),
+    /// A read (of the audit trail): the answer, and the entry's detail
+    /// (the query, not the answer).
+    Read(serde_json::Value, String),
 }
 
 /// Why an audited action was not done.
@@ -612,6 +611,8 @@ enum NotDone {
     Declined(Box<Response>),
     /// The store failed.
     Store(crate::store::StoreError),
+    /// The audit trail could not record it.
+    Trail,
 }
 
 /// [`audited`] for an action that may also be declined (`Acted::Declined`,
@@ -641,6 +642,7 @@ async fn audited_as(
                         let detail = v.to_string();
                         (Ok(Some(v)), Outcome::Ok, detail)
                     }
+                    Ok(Acted::Read(v, query)) => (Ok(Some(v)), Outcome::Ok, query),
                     Ok(Acted::NotFound) => (Ok(None), Outcome::NotFound, String::new()),
                     Ok(Acted::Declined(answer, why)) => (
                         Err(NotDone::Declined(Box::new(answer))),
@@ -653,7 +655,7 @@ async fn audited_as(
                     }
                 },
             };
-            a.audit(&AdminAction {
+            let recorded = a.audit(&AdminAction {
                 actor: &actor,
                 source,
                 action,
@@ -661,7 +663,8 @@ async fn audited_as(
                 outcome,
                 detail,
             });
-            result
+            // No action stands unrecorded: without its entry it fails.
+            recorded.map_err(|_| NotDone::Trail).and(result)
         })
         .await;
     match done {
@@ -671,6 +674,7 @@ async fn audited_as(
         // A store that does not answer is 503 `store_unavailable`, any
         // other database failure 500 (`storage` logs either).
         Some(Err(NotDone::Store(e))) => Err(storage(e)),
+        Some(Err(NotDone::Trail)) => Err(trail_unavailable()),
         None => Err(shutting_down()),
     }
 }
@@ -1142,17 +1146,27 @@ fn audit_query(q: AuditQuery) -> Result<(crate::store::AuditFilter, u64, u32), A
 }
 
 /// `GET /api/v1/audit`: the audit trail of admin actions, newest first.
+/// The read is itself an entry (`audit.read`, its query as the detail),
+/// recorded once the page is read; a refused one too.
 async fn audit(
     State(a): State<Shared>,
-    _: RequireScope<scope::Admin>,
+    caller: Caller,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
     Query(q): Query<AuditQuery>,
 ) -> Response {
     let (filter, page, per_page) = match audit_query(q) {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
-    match admin(&a, move |a| a.audit_page(&filter, page, per_page)).await {
-        Ok(page) => axum::Json(page).into_response(),
+    let query = raw.unwrap_or_default();
+    let read = audited_as(&a, caller, "audit.read", String::new(), move |a| {
+        let page = a.audit_page(&filter, page, per_page)?;
+        let answer = serde_json::to_value(page).unwrap_or_default();
+        Ok(Acted::Read(answer, query))
+    })
+    .await;
+    match read {
+        Ok(page) => axum::Json(page.unwrap_or_default()).into_response(),
         Err(response) => response,
     }
 }
@@ -1391,6 +1405,17 @@ fn storage(e: crate::store::StoreError) -> Response {
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
         "the CA's database failed; see its log",
+        None,
+    )
+}
+
+/// The answer to an action the audit trail could not record (503
+/// `audit_unavailable`; `Authority::audit` logged the failure).
+pub(crate) fn trail_unavailable() -> Response {
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "audit_unavailable",
+        "the audit trail could not record this action, so it is answered as failed; the CA's log says what it came to and why the trail failed",
         None,
     )
 }

@@ -37,6 +37,9 @@ pub fn document_text() -> &'static str {
     &TEXT
 }
 
+/// What 503 `audit_unavailable` means.
+const AUDIT_UNAVAILABLE: &str = "the audit trail could not record the action (its store refused the row): the action is answered as failed, never done unrecorded in silence; what it came to is in the CA's log";
+
 /// Every reason an error answer (`{"error":{"reason","message"}}`) can
 /// carry, with its HTTP status.
 pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
@@ -91,6 +94,7 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
         ),
         ("internal", 500, "the CA's database failed (see its log)"),
         ("unavailable", 503, "the CA is shutting down"),
+        ("audit_unavailable", 503, AUDIT_UNAVAILABLE),
         (
             "store_unavailable",
             503,
@@ -1216,7 +1220,7 @@ fn api_operations() -> Vec<Op> {
             spec: json!({
                 "operationId": "listAudit",
                 "summary": "The audit trail of admin actions, newest first, paged",
-                "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, drain, undrain, delete; provisioning key revoke; configuration reload) with its time, actor (`token` by its configured name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`; an unknown token is not recorded. Kept `[audit] retention_s` (default one year), shared by every replica.",
+                "description": "Every admin action (connector disable, enable, revoke, allow-reenroll, drain, undrain, delete; provisioning key revoke; configuration reload, with the API tokens, connector groups and segments it added or removed by name; sign-ins, refused ones included, and sign-outs; reads of this trail, `audit.read`, this one recorded after it is read) with its time, actor (`token` by its configured name; `person` by the provider's user name; `system` for a reload, named by its trigger), source address, target and outcome (`ok`, `not_found`, `refused`, `failed`). A token without the `admin` scope that tries an action is recorded as `refused`. An action whose entry cannot be written answers 503 `audit_unavailable`. Kept `[audit] retention_s` (default one year), shared by every replica.",
                 "tags": ["admin"],
                 "parameters": [
                     query_param("since", false, "Unix ms or RFC 3339"),
@@ -1374,8 +1378,8 @@ fn error_responses() -> Value {
             "a request body that is not `application/json`"),
         "Throttled": throttled,
         "Internal": response(&["internal"], "the CA's database failed"),
-        "Unavailable": response(&["unavailable", "store_unavailable"],
-            "the CA is shutting down, or its store does not answer (nothing was changed)"),
+        "Unavailable": response(&["unavailable", "store_unavailable", "audit_unavailable"],
+            "the CA is shutting down, or its store does not answer (nothing was changed), or the audit trail could not record the action"),
         "NotReady": response(&["unavailable", "warming_up"],
             "the health table is still warming up after a start, or the CA is shutting down"),
     })

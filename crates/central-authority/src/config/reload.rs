@@ -8,7 +8,9 @@
 //! certificate issued anew); an invalid one, or one whose TLS material
 //! cannot be loaded, is refused with every error logged and the running
 //! policy and material stay. Either way the reload is an entry in the audit
-//! trail (`config.reload`, actor `system`: the trigger).
+//! trail (`config.reload`, actor `system`: the trigger), naming the API
+//! tokens, connector groups and segments an applied one added or removed
+//! (names only, never a token).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -140,6 +142,10 @@ fn apply(
     loaded: Result<Config, crate::config::ConfigError>,
 ) -> bool {
     let segments = loaded.as_ref().map_or(0, |c| c.policy.segments.len());
+    let changed = loaded
+        .as_ref()
+        .map(|new| changes(&authority.snapshot().config, new))
+        .unwrap_or_default();
     // The TLS material the new file names is loaded with it: a file that
     // cannot be read or a key that is not its certificate's refuses the
     // whole reload, like an invalid configuration.
@@ -150,10 +156,14 @@ fn apply(
         Ok(serial) => {
             Metrics::count(&authority.metrics().reloads, "applied");
             tracing::info!(trigger, path = %path.display(), segments, server_certificate = serial.as_deref().unwrap_or("-"), "configuration reloaded");
-            let detail = match serial {
+            let mut detail = match serial {
                 Some(serial) => format!("segments={segments} server_certificate={serial}"),
                 None => format!("segments={segments}"),
             };
+            if !changed.is_empty() {
+                detail.push(' ');
+                detail.push_str(&changed);
+            }
             (true, detail)
         }
         Err(messages) => {
@@ -169,7 +179,10 @@ fn apply(
         }
     };
     let target = path.display().to_string();
-    authority.audit(&AdminAction {
+    // The reload has taken effect before its entry is written (its detail
+    // is what it did); an entry that cannot be written is an error in the
+    // log (`audit`), the one trace left.
+    let _unrecorded_is_logged = authority.audit(&AdminAction {
         actor: &Actor::system(trigger),
         source: None,
         action: "config.reload",
@@ -182,6 +195,44 @@ fn apply(
         detail,
     });
     applied
+}
+
+/// What `new` adds to and removes from `old`, by name (never a secret):
+/// `tokens+=[a] tokens-=[b] groups+=[…] groups-=[…] segments+=[…]
+/// segments-=[…]`, each only when not empty.
+fn changes(old: &Config, new: &Config) -> String {
+    fn names<'a>(v: impl Iterator<Item = &'a str>) -> std::collections::BTreeSet<&'a str> {
+        v.collect()
+    }
+    let pairs = [
+        (
+            "tokens",
+            names(old.tokens.iter().map(|t| t.name.as_str())),
+            names(new.tokens.iter().map(|t| t.name.as_str())),
+        ),
+        (
+            "groups",
+            names(old.policy.connector_groups.iter().map(|g| g.name.as_str())),
+            names(new.policy.connector_groups.iter().map(|g| g.name.as_str())),
+        ),
+        (
+            "segments",
+            names(old.policy.segments.iter().map(|g| g.name.as_str())),
+            names(new.policy.segments.iter().map(|g| g.name.as_str())),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (what, before, after) in pairs {
+        let added: Vec<&str> = after.difference(&before).copied().collect();
+        let removed: Vec<&str> = before.difference(&after).copied().collect();
+        if !added.is_empty() {
+            out.push(format!("{what}+=[{}]", added.join(",")));
+        }
+        if !removed.is_empty() {
+            out.push(format!("{what}-=[{}]", removed.join(",")));
+        }
+    }
+    out.join(" ")
 }
 
 /// Watches for SIGHUP and file changes until `stop` turns true. The file's
@@ -271,14 +322,78 @@ mod tests {
             "SIGHUP",
             crate::Config::from_toml(text, base)
         ));
+        // Tokens, groups and segments added and removed are named.
+        let token = |n: &str| {
+            format!(
+                "[[api_tokens]]\nname = \"{n}\"\ntoken = \"secret-of-{n}\"\nscopes = [\"read\"]\n"
+            )
+        };
+        let group = |n: &str| {
+            format!(
+                "[[connector_groups]]\nname = \"{n}\"\nprovisioning_key = \"key-of-{n}-0123456789\"\n"
+            )
+        };
+        let segment = |n: &str, g: &str| {
+            format!(
+                "[[segments]]\nname = \"{n}\"\napplications = [\"{n}.test.reach\"]\ntcp_ports = [\"443\"]\nconnector_groups = [\"{g}\"]\n"
+            )
+        };
+        let before = format!(
+            "{text}{}{}{}{}",
+            token("ops"),
+            token("ci"),
+            group("east"),
+            segment("jira", "east")
+        );
+        let after = format!(
+            "{text}{}{}{}{}",
+            token("ops"),
+            token("grafana"),
+            group("west"),
+            segment("wiki", "west")
+        );
+        assert!(super::apply(
+            &a,
+            path,
+            "SIGHUP",
+            crate::Config::from_toml(&before, base)
+        ));
+        assert!(super::apply(
+            &a,
+            path,
+            "SIGHUP",
+            crate::Config::from_toml(&after, base)
+        ));
+        let (entries, _) = a
+            .store()
+            .audit(&crate::store::AuditFilter::default(), 1, 0)
+            .expect("read");
+        let detail = &entries[0].detail;
+        for part in [
+            "tokens+=[grafana]",
+            "tokens-=[ci]",
+            "groups+=[west]",
+            "groups-=[east]",
+            "segments+=[wiki]",
+            "segments-=[jira]",
+        ] {
+            assert!(detail.contains(part), "{part}: {detail}");
+        }
+        assert!(!detail.contains("secret-of"), "no secret: {detail}");
+        assert!(super::apply(
+            &a,
+            path,
+            "SIGHUP",
+            crate::Config::from_toml(text, base)
+        ));
         let bad = crate::Config::from_toml("[audit]\nretention_s = 1\n", base);
         assert!(!super::apply(&a, path, "file change", bad));
         let (entries, total) = a
             .store()
             .audit(&crate::store::AuditFilter::default(), 10, 0)
             .expect("read");
-        assert_eq!(total, 2);
-        let shown: Vec<(&str, &str, &str, &str, &str)> = entries
+        assert_eq!(total, 5);
+        let shown: Vec<(&str, &str, &str, &str, &str)> = entries[..2]
             .iter()
             .map(|r| {
                 (

@@ -822,6 +822,10 @@ pub struct AuditRecord {
     pub outcome: String,
     /// More words on the outcome (may be empty).
     pub detail: String,
+    /// A person's OpenID provider (its `[[oidc]] name`); empty for others.
+    pub provider: String,
+    /// A person's subject (`sub`) at that provider; empty for others.
+    pub subject: String,
 }
 
 /// A person's session (`auth_sessions`), as stored.
@@ -841,6 +845,8 @@ pub struct SessionRecord {
     pub expires_ms: i64,
     /// When it was revoked (signed out), Unix ms.
     pub revoked_ms: Option<i64>,
+    /// The person's subject (`sub`) at the provider.
+    pub subject: String,
 }
 
 /// A sign-in on its way through the provider (`auth_logins`).
@@ -1932,6 +1938,8 @@ mod suite {
             target: target.into(),
             outcome: "ok".into(),
             detail: String::new(),
+            provider: String::new(),
+            subject: String::new(),
         }
     }
 
@@ -1946,6 +1954,7 @@ mod suite {
             created_ms: 1_000,
             expires_ms: 9_000,
             revoked_ms: None,
+            subject: "248289761001".into(),
         };
         a.create_session(&session).expect("create");
         assert_eq!(b.session("s1").expect("read"), Some(session.clone()));
@@ -1987,7 +1996,10 @@ mod suite {
     pub(super) fn audit_is_shared_filtered_paged_and_pruned(a: &Store, b: &Store) {
         a.record_audit(&audited(1_000, "root", "connector.revoke", "c1"))
             .expect("recorded");
-        let mut refused = audited(2_000, "ops", "connector.disable", "c2");
+        let mut refused = audited(2_000, "alice", "connector.disable", "c2");
+        refused.actor_kind = "person".into();
+        refused.provider = "corp".into();
+        refused.subject = "248289761001".into();
         refused.outcome = "not_found".into();
         refused.detail = "no enrolled connector \"c2\"".into();
         b.record_audit(&refused).expect("recorded");
@@ -2020,7 +2032,7 @@ mod suite {
             action: Some("connector.disable".into()),
             ..Default::default()
         });
-        assert_eq!((total, page[0].actor.as_str()), (1, "ops"));
+        assert_eq!((total, page[0].actor.as_str()), (1, "alice"));
         assert_eq!(a.prune_audit(2_000).expect("pruned"), 1);
         let (page, total) = b.audit(&AuditFilter::default(), 10, 0).expect("read");
         assert_eq!(total, 3);

@@ -305,6 +305,15 @@ CREATE TABLE connector_drains (
 -- the old root. Certificates recorded before stay NULL: not the new root's.
 ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
 "#,
+    r#"
+-- Version 15: the audit trail names a person by their OpenID provider and
+-- subject (`sub`) besides the user name the provider gave, as two
+-- providers may each have an "alice"; empty for tokens and the CA itself.
+-- A session keeps its person's subject for the actions they take.
+ALTER TABLE admin_audit ADD COLUMN provider TEXT NOT NULL DEFAULT '';
+ALTER TABLE admin_audit ADD COLUMN subject TEXT NOT NULL DEFAULT '';
+ALTER TABLE auth_sessions ADD COLUMN subject TEXT NOT NULL DEFAULT '';
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -1183,8 +1192,8 @@ impl PgStore {
             client
                 .execute(
                     "INSERT INTO admin_audit
-                         (at_ms, actor_kind, actor, source, action, target, outcome, detail)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                         (at_ms, actor_kind, actor, source, action, target, outcome, detail, provider, subject)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     &[
                         &r.at_ms,
                         &r.actor_kind,
@@ -1194,6 +1203,8 @@ impl PgStore {
                         &r.target,
                         &r.outcome,
                         &r.detail,
+                        &r.provider,
+                        &r.subject,
                     ],
                 )
                 .await?;
@@ -1215,7 +1226,7 @@ impl PgStore {
                 &client,
                 &format!("SELECT COUNT(*) FROM admin_audit{filter}"),
                 &format!(
-                    "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+                    "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail, provider, subject
                      FROM admin_audit{filter} ORDER BY at_ms DESC, seq DESC LIMIT {limit} OFFSET {offset}"
                 ),
                 values,
@@ -1228,6 +1239,8 @@ impl PgStore {
                     target: r.get(5),
                     outcome: r.get(6),
                     detail: r.get(7),
+                    provider: r.get(8),
+                    subject: r.get(9),
                 },
             )
             .await
@@ -1406,8 +1419,8 @@ impl PgStore {
             client
                 .execute(
                     "INSERT INTO auth_sessions
-                         (id_sha256, person, provider, scopes, created_ms, expires_ms)
-                     VALUES ($1, $2, $3, $4, $5, $6)",
+                         (id_sha256, person, provider, scopes, created_ms, expires_ms, subject)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
                     &[
                         &r.id_sha256,
                         &r.person,
@@ -1415,6 +1428,7 @@ impl PgStore {
                         &r.scopes,
                         &r.created_ms,
                         &r.expires_ms,
+                        &r.subject,
                     ],
                 )
                 .await?;
@@ -1427,7 +1441,7 @@ impl PgStore {
             let client = self.client().await?;
             let row = client
                 .query_opt(
-                    "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms
+                    "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms, subject
                      FROM auth_sessions WHERE id_sha256 = $1",
                     &[&id_sha256],
                 )
@@ -1440,6 +1454,7 @@ impl PgStore {
                 created_ms: r.get(4),
                 expires_ms: r.get(5),
                 revoked_ms: r.get(6),
+                subject: r.get(7),
             }))
         })
     }

@@ -221,6 +221,15 @@ CREATE TABLE connector_drains (
 -- the old root. Certificates recorded before stay NULL: not the new root's.
 ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
 "#,
+    r#"
+-- Version 15: the audit trail names a person by their OpenID provider and
+-- subject (`sub`) besides the user name the provider gave, as two
+-- providers may each have an "alice"; empty for tokens and the CA itself.
+-- A session keeps its person's subject for the actions they take.
+ALTER TABLE admin_audit ADD COLUMN provider TEXT NOT NULL DEFAULT '';
+ALTER TABLE admin_audit ADD COLUMN subject TEXT NOT NULL DEFAULT '';
+ALTER TABLE auth_sessions ADD COLUMN subject TEXT NOT NULL DEFAULT '';
+"#,
 ];
 
 /// A history row's first nine columns (the status and the address
@@ -1198,8 +1207,8 @@ impl SqliteStore {
     pub(crate) fn record_audit(&self, r: &AuditRecord) -> Result<(), StoreError> {
         let conn = lock(&self.conn);
         conn.execute(
-            "INSERT INTO admin_audit (at_ms, actor_kind, actor, source, action, target, outcome, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO admin_audit (at_ms, actor_kind, actor, source, action, target, outcome, detail, provider, subject)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 r.at_ms,
                 r.actor_kind,
@@ -1208,7 +1217,9 @@ impl SqliteStore {
                 r.action,
                 r.target,
                 r.outcome,
-                r.detail
+                r.detail,
+                r.provider,
+                r.subject
             ],
         )?;
         Ok(())
@@ -1227,7 +1238,7 @@ impl SqliteStore {
             &lock(&self.conn),
             &format!("SELECT COUNT(*) FROM admin_audit{filter}"),
             &format!(
-                "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail
+                "SELECT at_ms, actor_kind, actor, source, action, target, outcome, detail, provider, subject
                  FROM admin_audit{filter} ORDER BY at_ms DESC, rowid DESC LIMIT {limit} OFFSET {offset}"
             ),
             values,
@@ -1241,6 +1252,8 @@ impl SqliteStore {
                     target: r.get(5)?,
                     outcome: r.get(6)?,
                     detail: r.get(7)?,
+                    provider: r.get(8)?,
+                    subject: r.get(9)?,
                 })
             },
         )
@@ -1367,9 +1380,9 @@ impl SqliteStore {
             params![r.created_ms],
         )?;
         conn.execute(
-            "INSERT INTO auth_sessions (id_sha256, person, provider, scopes, created_ms, expires_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![r.id_sha256, r.person, r.provider, r.scopes, r.created_ms, r.expires_ms],
+            "INSERT INTO auth_sessions (id_sha256, person, provider, scopes, created_ms, expires_ms, subject)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![r.id_sha256, r.person, r.provider, r.scopes, r.created_ms, r.expires_ms, r.subject],
         )?;
         Ok(())
     }
@@ -1379,7 +1392,7 @@ impl SqliteStore {
         let conn = lock(&self.conn);
         Ok(conn
             .query_row(
-                "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms
+                "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms, subject
                  FROM auth_sessions WHERE id_sha256 = ?1",
                 params![id_sha256],
                 |r| {
@@ -1391,6 +1404,7 @@ impl SqliteStore {
                         created_ms: r.get(4)?,
                         expires_ms: r.get(5)?,
                         revoked_ms: r.get(6)?,
+                        subject: r.get(7)?,
                     })
                 },
             )

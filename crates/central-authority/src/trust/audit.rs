@@ -23,6 +23,9 @@ pub enum ActorKind {
     Person,
     /// The CA itself (a configuration reload on SIGHUP or a file change).
     System,
+    /// Nobody known: a request with an unknown or throttled token, or a
+    /// sign-in that failed before the provider named the person.
+    Unknown,
 }
 
 impl ActorKind {
@@ -32,6 +35,7 @@ impl ActorKind {
             ActorKind::Token => "token",
             ActorKind::Person => "person",
             ActorKind::System => "system",
+            ActorKind::Unknown => "unknown",
         }
     }
 }
@@ -41,32 +45,52 @@ impl ActorKind {
 pub struct Actor {
     /// What kind of identity.
     pub kind: ActorKind,
-    /// Its name (a token's configured name, never the token).
+    /// Its name (a token's configured name, never the token; a person's
+    /// `preferred_username` as their provider gave it).
     pub name: String,
+    /// A person's provider (`[[oidc]] name`); empty for the others.
+    pub provider: String,
+    /// A person's subject (`sub`) at that provider, which, unlike the
+    /// name, no other account there or at another provider shares.
+    pub subject: String,
 }
 
 impl Actor {
     /// An API token by its configured name.
     pub fn token(name: impl Into<String>) -> Actor {
-        Actor {
-            kind: ActorKind::Token,
-            name: name.into(),
-        }
+        Actor::named(ActorKind::Token, name.into())
     }
 
-    /// A signed-in person by their user name.
-    pub fn person(name: impl Into<String>) -> Actor {
+    /// A signed-in person: their user name, provider and subject.
+    pub fn person(
+        name: impl Into<String>,
+        provider: impl Into<String>,
+        subject: impl Into<String>,
+    ) -> Actor {
         Actor {
             kind: ActorKind::Person,
             name: name.into(),
+            provider: provider.into(),
+            subject: subject.into(),
         }
     }
 
     /// The CA itself, acting on `trigger` (`SIGHUP`, `file change`).
     pub fn system(trigger: impl Into<String>) -> Actor {
+        Actor::named(ActorKind::System, trigger.into())
+    }
+
+    /// Nobody known (`what`: how they tried, e.g. `unknown token`).
+    pub fn unknown(what: impl Into<String>) -> Actor {
+        Actor::named(ActorKind::Unknown, what.into())
+    }
+
+    fn named(kind: ActorKind, name: String) -> Actor {
         Actor {
-            kind: ActorKind::System,
-            name: trigger.into(),
+            kind,
+            name,
+            provider: String::new(),
+            subject: String::new(),
         }
     }
 }
@@ -107,7 +131,8 @@ pub struct AdminAction<'a> {
     /// What: `connector.disable`, `connector.enable`, `connector.revoke`,
     /// `connector.allow-reenroll`, `connector.drain`, `connector.undrain`,
     /// `connector.delete`,
-    /// `provisioning_key.revoke`, `config.reload`.
+    /// `provisioning_key.revoke`, `config.reload`, `audit.read`,
+    /// `session.sign_in`, `session.sign_out`.
     pub action: &'a str,
     /// On what: a connector name, a connector group, the config file.
     pub target: &'a str,
@@ -136,6 +161,8 @@ impl AdminAction<'_> {
             target: bounded(self.target),
             outcome: self.outcome.as_str().to_owned(),
             detail: bounded(&self.detail),
+            provider: self.actor.provider.clone(),
+            subject: bounded(&self.actor.subject),
         }
     }
 }
@@ -144,12 +171,21 @@ impl AdminAction<'_> {
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ActorView {
     /// `token` (an API token by its configured name), `person` (a
-    /// signed-in person) or `system` (the CA itself: a configuration
-    /// reload).
+    /// signed-in person), `system` (the CA itself: a configuration
+    /// reload) or `unknown` (an unknown or throttled token; a sign-in
+    /// refused before the provider named the person).
     pub kind: String,
-    /// The token's configured name, the person's user name, or what
-    /// triggered the CA (`SIGHUP`, `file change`).
+    /// The token's configured name, the person's user name (their
+    /// provider's `preferred_username`, else email, else subject), or what
+    /// triggered the CA (`SIGHUP`, `file change`), or how an unknown
+    /// caller tried (`unknown`).
     pub name: String,
+    /// A person's OpenID provider (`[[oidc]] name`); `null` for others.
+    pub provider: Option<String>,
+    /// A person's subject (`sub`) at that provider: who they are, where
+    /// `name` may be shared by accounts of two providers; `null` for
+    /// others.
+    pub subject: Option<String>,
 }
 
 /// One audit entry as `GET /api/v1/audit` shows it.
@@ -164,7 +200,10 @@ pub struct AuditEntryView {
     /// What was done: `connector.disable`, `connector.enable`,
     /// `connector.revoke`, `connector.allow-reenroll`, `connector.drain`,
     /// `connector.undrain`, `connector.delete`,
-    /// `provisioning_key.revoke`, `config.reload`.
+    /// `provisioning_key.revoke`, `config.reload` (the detail names the
+    /// API tokens, connector groups and segments it added or removed),
+    /// `audit.read` (a read of this trail; the detail is its query),
+    /// `session.sign_in` (also refused ones), `session.sign_out`.
     pub action: String,
     /// What it was done to: a connector, a connector group, the config file.
     pub target: String,
@@ -183,6 +222,8 @@ impl From<AuditRecord> for AuditEntryView {
             actor: ActorView {
                 kind: r.actor_kind,
                 name: r.actor,
+                provider: (!r.provider.is_empty()).then_some(r.provider),
+                subject: (!r.subject.is_empty()).then_some(r.subject),
             },
             source: (!r.source.is_empty()).then_some(r.source),
             action: r.action,
@@ -210,13 +251,17 @@ pub struct AuditPage {
 
 impl Authority {
     /// Records `action` now: one log line (target `audit`) and a row in the
-    /// store. A store failure is logged; the action itself stands.
-    pub fn audit(&self, action: &AdminAction<'_>) {
+    /// store. A store that cannot write the row is an error the caller
+    /// answers with (an admin action, a sign-in or a read of the trail
+    /// is then answered as failed): the trail has no silent gaps.
+    pub fn audit(&self, action: &AdminAction<'_>) -> Result<(), StoreError> {
         let r = action.record(now_ms());
         tracing::info!(
             target: "audit",
             actor_kind = %r.actor_kind,
             actor = %r.actor,
+            provider = %r.provider,
+            subject = %r.subject,
             source = %r.source,
             action = %r.action,
             target = %r.target,
@@ -224,9 +269,9 @@ impl Authority {
             detail = %r.detail,
             "admin action"
         );
-        if let Err(e) = self.store().record_audit(&r) {
-            tracing::error!(error = %e, action = %r.action, "audit trail: recording failed");
-        }
+        self.store().record_audit(&r).inspect_err(|e| {
+            tracing::error!(error = %e, action = %r.action, outcome = %r.outcome, "audit trail: recording failed; the action is answered as failed");
+        })
     }
 
     /// One page (from 1) of the audit trail matching `filter`.
@@ -291,7 +336,8 @@ mod tests {
                 target: "c1",
                 outcome: Outcome::NotFound,
                 detail: "x".repeat(2000),
-            });
+            })
+            .expect("recorded");
         });
         let text = String::from_utf8(captured.0.lock().expect("buffer").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();

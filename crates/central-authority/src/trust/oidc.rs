@@ -71,6 +71,8 @@ pub enum SignInError {
     NoRole {
         /// Who.
         name: String,
+        /// Their subject.
+        subject: String,
         /// The roles claim.
         claim: String,
     },
@@ -114,6 +116,8 @@ pub struct Pending {
 pub struct Person {
     /// `preferred_username`, else `email`, else `sub`.
     pub name: String,
+    /// `sub`: who they are at the provider (the name may be shared).
+    pub subject: String,
     /// The scopes the roles grant.
     pub scopes: Vec<Scope>,
 }
@@ -311,6 +315,7 @@ fn verify(
     let values = claim_values(&claims.additional_claims().0, &p.roles_claim);
     Ok(Person {
         name,
+        subject: claims.subject().as_str().to_owned(),
         scopes: scopes_for(&p.roles, &values),
     })
 }
@@ -321,6 +326,7 @@ pub fn admitted(p: &ProviderConfig, person: Person) -> Result<Person, SignInErro
     if person.scopes.is_empty() {
         return Err(SignInError::NoRole {
             name: person.name,
+            subject: person.subject,
             claim: p.roles_claim.clone(),
         });
     }
