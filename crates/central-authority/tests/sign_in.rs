@@ -14,7 +14,8 @@
 //! that rotated its signing key is followed (JWKS fetched again); sign-ins,
 //! refused ones too, are audited with provider and subject; a
 //! hostile `next` (tab, newline, backslash, encoded forms) leaves the
-//! browser on the CA after signing in.
+//! browser on the CA after signing in; the CLI's sign-in brings a
+//! one-time code, not the session, to its listener.
 
 mod common;
 
@@ -531,6 +532,36 @@ async fn the_cli_signs_a_person_in_through_the_browser_and_out() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+
+    // The browser ended on the CLI's listener with a one-time code, never
+    // the credential; the code, used by the CLI, is good no more.
+    let held: Value =
+        serde_json::from_str(&std::fs::read_to_string(&credential).expect("read")).expect("json");
+    let secret = held["credential"].as_str().expect("credential").to_owned();
+    let last = b
+        .eval("return location.href", json!([]))
+        .await
+        .expect("the browser's URL");
+    let last = last.as_str().expect("a URL").to_owned();
+    assert!(last.starts_with("http://127.0.0.1:"), "{last}");
+    assert!(!last.contains(&secret), "the session is in the URL: {last}");
+    assert!(!last.contains("credential"), "{last}");
+    let parsed = url::Url::parse(&last).expect("URL");
+    let query: std::collections::HashMap<_, _> = parsed.query_pairs().into_owned().collect();
+    let http = https(&ca.root());
+    let again = http
+        .post(format!("https://{}/auth/cli", ca.http))
+        .json(&json!({"code": query["code"], "state": query["state"]}))
+        .send()
+        .await
+        .expect("exchange again");
+    let status = again.status().as_u16();
+    let body: Value = again.json().await.unwrap_or(Value::Null);
+    assert_eq!(
+        (status, body["error"]["reason"].clone()),
+        (403, json!("invalid_code")),
+        "{body}"
+    );
     b.close().await;
 
     // The credential acts in alice's name.

@@ -1,6 +1,8 @@
 //! People's sign-in over HTTP (`trust::oidc` runs the protocol):
 //! `GET /auth/login` sends the browser to the OpenID provider,
-//! `GET /auth/callback` takes it back and opens a session,
+//! `GET /auth/callback` takes it back and opens a session (for the CLI:
+//! a one-time code its loopback listener receives and exchanges with
+//! `POST /auth/cli`),
 //! `POST /auth/logout` ends it, `GET /auth/session` tells the dashboard
 //! who is signed in (and the session's CSRF token).
 //!
@@ -258,6 +260,12 @@ pub struct LoginQuery {
 
 /// Longest a CLI credential lasts (ms).
 const CLI_LIFETIME_MS: i64 = 60 * 60 * 1000;
+/// How long the one-time code the browser carries to the CLI may be
+/// exchanged (ms): the CLI does it at once.
+pub const CLI_CODE_TTL_MS: i64 = 60 * 1000;
+/// What marks a stored sign-in record as a CLI code (`next`), followed by
+/// the session's end (Unix ms).
+const CLI_CODE: &str = "cli-code:";
 
 /// Where a sign-in returns: `cli:PORT:STATE` for the CLI, else a path.
 fn destination(q: &LoginQuery) -> Result<String, &'static str> {
@@ -433,6 +441,10 @@ pub async fn callback(
     let hash = crate::trust::pki::sha256_hex(state.as_bytes());
     let now = crate::state::clock::now_ms();
     let login = match a.blocking(move |a| a.store().take_login(&hash, now)).await {
+        // A CLI code is no sign-in state.
+        Some(Ok(Some(l))) if l.next.starts_with(CLI_CODE) => {
+            return fail("this sign-in expired or was used already; sign in again".into());
+        }
         Some(Ok(Some(l))) => l,
         Some(Ok(None)) => {
             return fail("this sign-in expired or was used already; sign in again".into());
@@ -566,13 +578,7 @@ async fn open_session(
         return store_down();
     }
     if let Some((port, state)) = cli {
-        // To the CLI's loopback listener; no cookie in this browser.
-        let to = format!(
-            "http://127.0.0.1:{port}/?credential={id}&csrf_token={}&expires_at={}&state={state}",
-            csrf_of(&id),
-            now.saturating_add(lifetime_ms)
-        );
-        return (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response();
+        return to_cli(a, id, port, state, now.saturating_add(lifetime_ms), now).await;
     }
     let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
     let h = r.headers_mut();
@@ -586,6 +592,132 @@ async fn open_session(
         }
     }
     r
+}
+
+/// The redirect to the CLI's loopback listener on `port` with a one-time
+/// code for session `id`, never the session (a URL stays in the browser's
+/// history); no cookie in this browser.
+async fn to_cli(
+    a: &Shared,
+    id: String,
+    port: &str,
+    state: &str,
+    expires_ms: i64,
+    now: i64,
+) -> Response {
+    let code = crate::trust::pki::hex(&rand::random::<[u8; 32]>());
+    let (c, st) = (code.clone(), state.to_owned());
+    let put = a
+        .blocking(move |a| issue_cli_code(a, &c, &st, &id, expires_ms, now))
+        .await;
+    if !matches!(put, Some(Ok(()))) {
+        return store_down();
+    }
+    let to = format!("http://127.0.0.1:{port}/?code={code}&state={state}");
+    (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response()
+}
+
+/// Stores `code`, exchangeable once within [`CLI_CODE_TTL_MS`] of `now_ms`
+/// by the CLI that sent `state`, for the session `id` ending at
+/// `expires_ms`. The store keeps the code's SHA-256 only; the session id
+/// waits in the row until the exchange deletes it (or it expires).
+pub fn issue_cli_code(
+    a: &Authority,
+    code: &str,
+    state: &str,
+    id: &str,
+    expires_ms: i64,
+    now_ms: i64,
+) -> Result<(), crate::store::StoreError> {
+    a.store().put_login(
+        &LoginRecord {
+            state_sha256: crate::trust::pki::sha256_hex(code.as_bytes()),
+            provider: String::new(),
+            verifier: id.to_owned(),
+            nonce: crate::trust::pki::sha256_hex(state.as_bytes()),
+            next: format!("{CLI_CODE}{expires_ms}"),
+            expires_ms: now_ms.saturating_add(CLI_CODE_TTL_MS),
+        },
+        now_ms,
+    )
+}
+
+/// What a CLI code is exchanged for.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CliCredential {
+    /// The session id (the session cookie's value).
+    pub credential: String,
+    /// Its CSRF token.
+    pub csrf_token: String,
+    /// When the session ends, Unix ms.
+    pub expires_at: i64,
+}
+
+/// The credential `code` stands for, taken (a second exchange finds
+/// nothing): `None` when it is unknown, used, past its lifetime at
+/// `now_ms`, or not issued to the CLI that sent `state`.
+pub fn exchange_cli_code(
+    a: &Authority,
+    code: &str,
+    state: &str,
+    now_ms: i64,
+) -> Result<Option<CliCredential>, crate::store::StoreError> {
+    let hash = crate::trust::pki::sha256_hex(code.as_bytes());
+    let Some(r) = a.store().take_login(&hash, now_ms)? else {
+        return Ok(None);
+    };
+    let state_hash = crate::trust::pki::sha256_hex(state.as_bytes());
+    let ends = r.next.strip_prefix(CLI_CODE).and_then(|e| e.parse().ok());
+    Ok(match ends {
+        Some(expires_at)
+            if crate::trust::auth::Secret::new(r.nonce).matches(state_hash.as_bytes()) =>
+        {
+            Some(CliCredential {
+                csrf_token: csrf_of(&r.verifier),
+                credential: r.verifier,
+                expires_at,
+            })
+        }
+        _ => None,
+    })
+}
+
+/// `POST /auth/cli` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CliExchange {
+    code: String,
+    state: String,
+}
+
+/// `POST /auth/cli`: the CLI exchanges the one-time code its loopback
+/// listener received (with its `state`) for its credential.
+pub async fn cli_exchange(State(a): State<Shared>, body: axum::body::Bytes) -> Response {
+    let q: CliExchange = match serde_json::from_slice(&body) {
+        Ok(q) => q,
+        Err(e) => {
+            return crate::api::body::error_body(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                &format!("expected {{\"code\", \"state\"}}: {e}"),
+                None,
+            );
+        }
+    };
+    let now = crate::state::clock::now_ms();
+    match a
+        .blocking(move |a| exchange_cli_code(a, &q.code, &q.state, now))
+        .await
+    {
+        Some(Ok(Some(c))) => axum::Json(c).into_response(),
+        Some(Ok(None)) => crate::api::body::error_body(
+            StatusCode::FORBIDDEN,
+            "invalid_code",
+            "this sign-in code is unknown, used already, over a minute old, or not this terminal's; run `api login` again",
+            None,
+        ),
+        _ => crate::error::ApiError::StoreUnavailable.into_response(),
+    }
 }
 
 /// `POST /auth/logout`: revokes the session (on every replica) and
@@ -775,6 +907,46 @@ mod tests {
         assert!(destination(&q(Some(4000), Some("short"))).is_err());
         assert!(destination(&q(Some(4000), Some("abcdefghijklmnop&x=1"))).is_err());
         assert!(destination(&q(Some(0), Some(state))).is_err());
+    }
+
+    /// A CLI code is exchanged once, only within its lifetime, and only by
+    /// the CLI whose state it was issued for.
+    #[test]
+    fn cli_codes_are_single_use_short_lived_and_bound_to_the_cli() {
+        let config = crate::Config::from_toml(
+            "[server]\nallow_short_secrets = true\n",
+            std::path::Path::new("."),
+        )
+        .expect("valid");
+        let a = Authority::with_trust(config, None, crate::store::Store::in_memory().expect("db"));
+        let t0 = 1_000_000;
+        issue_cli_code(&a, "code-1", "state-1", "session-1", t0 + 3_600_000, t0).expect("put");
+        assert_eq!(
+            exchange_cli_code(&a, "code-1", "state-2", t0 + 1).expect("read"),
+            None,
+            "another terminal's state"
+        );
+        issue_cli_code(&a, "code-1", "state-1", "session-1", t0 + 3_600_000, t0).expect("put");
+        let got = exchange_cli_code(&a, "code-1", "state-1", t0 + 1).expect("read");
+        assert_eq!(
+            got,
+            Some(CliCredential {
+                credential: "session-1".into(),
+                csrf_token: csrf_of("session-1"),
+                expires_at: t0 + 3_600_000,
+            })
+        );
+        assert_eq!(
+            exchange_cli_code(&a, "code-1", "state-1", t0 + 2).expect("read"),
+            None,
+            "used once already"
+        );
+        issue_cli_code(&a, "code-2", "state-1", "session-2", t0 + 3_600_000, t0).expect("put");
+        assert_eq!(
+            exchange_cli_code(&a, "code-2", "state-1", t0 + CLI_CODE_TTL_MS + 1).expect("read"),
+            None,
+            "past its lifetime"
+        );
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/auth/login", get(crate::api::auth::login))
         .route("/auth/callback", get(crate::api::auth::callback))
         .route("/auth/logout", post(crate::api::auth::logout))
+        .route("/auth/cli", post(crate::api::auth::cli_exchange))
         .route("/auth/session", get(crate::api::auth::session))
         .with_state(authority)
 }

@@ -1282,7 +1282,7 @@ fn auth_ops() -> Vec<Op> {
             spec: json!({
                 "operationId": "signInCallback",
                 "summary": "The provider's redirect back: verifies the ID token, maps roles, opens the session",
-                "description": "Sets the session cookie (`Secure; HttpOnly; SameSite=Lax`, `[[oidc]] session_lifetime_s`). A person whose roles claim maps to no scope gets a 403 page.",
+                "description": "Sets the session cookie (`__Host-reach_session`: `Secure; HttpOnly; SameSite=Lax; Path=/`, `[[oidc]] session_lifetime_s`). For a sign-in the CLI started, sets no cookie and redirects to its loopback listener with a one-time `code` (and its `state`) that it exchanges with `POST /auth/cli`. A person whose roles claim maps to no scope gets a 403 page.",
                 "tags": ["sign-in"],
                 "parameters": [
                     {"name": "code", "in": "query", "required": false, "schema": {"type": "string"}},
@@ -1316,6 +1316,29 @@ fn session_ops() -> Vec<Op> {
                     "content": {"application/json": {"schema": {"type": "object",
                         "properties": {"signed_out": {"type": "boolean"}}}, "example": {"signed_out": true}}}},
                     "401": error_ref("Unauthorized")},
+            }),
+        },
+        Op {
+            method: "post",
+            path: "/auth/cli",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signInCliExchange",
+                "summary": "The CLI exchanges the one-time code its loopback listener received for its credential",
+                "description": "The code is good once, for a minute, and only with the `state` of the CLI that started the sign-in (`cli_state`); the credential (a session of at most an hour) is never in a URL.",
+                "tags": ["sign-in"],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": false, "required": ["code", "state"],
+                    "properties": {"code": {"type": "string"}, "state": {"type": "string"}}}}}},
+                "responses": {"200": {"description": "the credential",
+                    "content": {"application/json": {"schema": {"type": "object",
+                        "properties": {"credential": {"type": "string"}, "csrf_token": {"type": "string"},
+                            "expires_at": {"type": "integer", "description": "Unix ms"}}},
+                        "example": {"credential": "9f1c…", "csrf_token": "2b63…", "expires_at": 1_764_003_600_000u64}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "403": {"description": "the code is unknown, used, over a minute old or not this CLI's (reason `invalid_code`)",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "503": error_ref("Unavailable")},
             }),
         },
         Op {

@@ -269,7 +269,23 @@ async fn login(
     announce: impl FnOnce(&str),
 ) -> Result<(String, u8), CliError> {
     let path = credential_path(args)?;
-    let c = crate::tools::login::login(&args.url, provider, port, &path, announce)
+    let client = Client::new(args)?;
+    let exchange = |code: String, state: String| async move {
+        let body = json!({"code": code, "state": state});
+        let v = client
+            .call("POST", "/auth/cli", Some(body))
+            .await
+            .and_then(Answer::ok)
+            .map_err(|e| format!("exchanging the sign-in code: {e}"))?;
+        serde_json::from_value::<crate::tools::login::Credential>(json!({
+            "url": "",
+            "credential": v["credential"],
+            "csrf_token": v["csrf_token"],
+            "expires_at": v["expires_at"],
+        }))
+        .map_err(|e| format!("the CA's answer to the sign-in code: {e}"))
+    };
+    let c = crate::tools::login::login(&args.url, provider, port, &path, announce, exchange)
         .await
         .map_err(CliError::Transport)?;
     let who = Client::new(args)?.get("/auth/session").await?;

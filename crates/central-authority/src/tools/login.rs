@@ -2,9 +2,12 @@
 //! listens on 127.0.0.1 (a free port unless `--port`), the person opens
 //! the CA's `/auth/login?cli_port=…&cli_state=…` in a browser and signs in
 //! with the OpenID provider; the CA sends the browser back to the loopback
-//! listener with a short-lived credential (a session of at most an hour),
-//! which is kept in a file only its owner can read (0600) and sent as the
-//! session cookie (with its CSRF token) by later commands.
+//! listener with a one-time code (usable once, for a minute, with this
+//! CLI's state), which the CLI exchanges with `POST /auth/cli` for a
+//! short-lived credential (a session of at most an hour): the credential
+//! is never in a URL, so never in the browser's history. It is kept in a
+//! file only its owner can read (0600) and sent as the session cookie
+//! (with its CSRF token) by later commands.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -50,13 +53,17 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// Runs the sign-in: `announce` gets the URL to open; returns the
 /// credential once the browser brings it back, after storing it in `path`.
-pub async fn login(
+pub async fn login<Exchanged>(
     url: &str,
     provider: Option<&str>,
     port: u16,
     path: &Path,
     announce: impl FnOnce(&str),
-) -> Result<Credential, String> {
+    exchange: impl FnOnce(String, String) -> Exchanged,
+) -> Result<Credential, String>
+where
+    Exchanged: Future<Output = Result<Credential, String>>,
+{
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
@@ -72,9 +79,10 @@ pub async fn login(
         open.push_str(&format!("&provider={encoded}"));
     }
     announce(&open);
-    let got = tokio::time::timeout(WAIT, receive(&listener, &state))
+    let code = tokio::time::timeout(WAIT, receive(&listener, &state))
         .await
         .map_err(|_| format!("no sign-in came back within {WAIT:?}"))??;
+    let got = exchange(code, state).await?;
     let credential = Credential {
         url: url.to_owned(),
         ..got
@@ -88,9 +96,9 @@ pub async fn login(
 }
 
 /// Serves the loopback listener until a request brings `state` back with
-/// a credential.
-async fn receive(listener: &tokio::net::TcpListener, state: &str) -> Result<Credential, String> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Credential>(1);
+/// a code.
+async fn receive(listener: &tokio::net::TcpListener, state: &str) -> Result<String, String> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
     loop {
         let (tcp, _) = tokio::select! {
             got = rx.recv() => return got.ok_or_else(|| "the listener stopped".to_owned()),
@@ -100,7 +108,7 @@ async fn receive(listener: &tokio::net::TcpListener, state: &str) -> Result<Cred
         let state = state.to_owned();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let found = credential_of(req.uri().query().unwrap_or(""), &state);
+                let found = code_of(req.uri().query().unwrap_or(""), &state);
                 let tx = tx.clone();
                 async move {
                     let text = match found {
@@ -123,27 +131,20 @@ async fn receive(listener: &tokio::net::TcpListener, state: &str) -> Result<Cred
     }
 }
 
-/// The credential in a loopback request's `query`, if it carries `state`.
-fn credential_of(query: &str, state: &str) -> Option<Credential> {
-    let mut c = Credential {
-        url: String::new(),
-        credential: String::new(),
-        csrf_token: String::new(),
-        expires_at: 0,
-    };
+/// The code in a loopback request's `query`, if it carries `state`.
+fn code_of(query: &str, state: &str) -> Option<String> {
+    let mut code = String::new();
     let mut state_ok = false;
     for (k, v) in openidconnect::url::form_urlencoded::parse(query.as_bytes()) {
         match &*k {
-            "credential" => c.credential = v.into_owned(),
-            "csrf_token" => c.csrf_token = v.into_owned(),
-            "expires_at" => c.expires_at = v.parse().unwrap_or(0),
+            "code" => code = v.into_owned(),
             "state" => {
                 state_ok = crate::trust::auth::Secret::new(v.into_owned()).matches(state.as_bytes())
             }
             _ => {}
         }
     }
-    (state_ok && !c.credential.is_empty() && !c.csrf_token.is_empty()).then_some(c)
+    (state_ok && !code.is_empty()).then_some(code)
 }
 
 #[cfg(test)]
@@ -152,13 +153,9 @@ mod tests {
 
     #[test]
     fn only_this_terminals_state_is_taken() {
-        let q = "credential=abc&csrf_token=def&expires_at=5&state=s1";
-        let c = credential_of(q, "s1").expect("taken");
-        assert_eq!(
-            (c.credential.as_str(), c.csrf_token.as_str(), c.expires_at),
-            ("abc", "def", 5)
-        );
-        assert!(credential_of(q, "s2").is_none());
-        assert!(credential_of("state=s1&csrf_token=x", "s1").is_none());
+        let q = "code=abc&state=s1";
+        assert_eq!(code_of(q, "s1").as_deref(), Some("abc"));
+        assert!(code_of(q, "s2").is_none());
+        assert!(code_of("state=s1", "s1").is_none());
     }
 }
