@@ -180,11 +180,13 @@ pub struct ActorView {
     /// triggered the CA (`SIGHUP`, `file change`), or how an unknown
     /// caller tried (`unknown`).
     pub name: String,
-    /// A person's OpenID provider (`[[oidc]] name`); `null` for others.
+    /// A person's OpenID provider (`[[oidc]] name`); absent for others.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// A person's subject (`sub`) at that provider: who they are, where
-    /// `name` may be shared by accounts of two providers; `null` for
+    /// `name` may be shared by accounts of two providers; absent for
     /// others.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
 }
 
