@@ -641,12 +641,13 @@ async fn admin_actions_are_audited_with_actor_source_and_outcome() {
     ca.stop().await;
 }
 
-/// Reads of the audit trail are entries of it (who, with which query), and
+/// Reads of the audit trail are entries of it (who, with which query),
+/// admin requests with unknown tokens are counted per source and minute, and
 /// an admin action or a read whose entry the store cannot write is
 /// answered as failed (503 `audit_unavailable`), never done in silence:
 /// here the CA's own SQLite database refuses every new audit row.
 #[tokio::test]
-async fn reads_of_the_trail_are_recorded_and_an_unrecordable_action_fails() {
+async fn reads_of_the_trail_and_unknown_tokens_are_recorded_and_an_unrecordable_action_fails() {
     let ca = Ca::start(&config()).await;
     let web = ca.web();
     let (s, v) = web
@@ -670,6 +671,39 @@ async fn reads_of_the_trail_are_recorded_and_an_unrecordable_action_fails() {
             "audit.read".into(),
             "ok".into(),
             "action=connector.revoke".into()
+        ),
+        "{v}"
+    );
+
+    // Admin requests with unknown tokens: one entry per source and minute,
+    // with the count.
+    for _ in 0..3 {
+        let (s, body) = web
+            .send_raw(
+                "POST",
+                "/api/v1/connectors/c1/disable",
+                &[("authorization", "Bearer not-a-token-0123456789")],
+                "",
+            )
+            .await;
+        assert_eq!(s, 401, "{body}");
+    }
+    let (_, v) = web
+        .get_json("/api/v1/audit?action=token.refused", Some(ADMIN_TOKEN))
+        .await;
+    let refused = &v["entries"][0];
+    assert_eq!(
+        (
+            v["total"].clone(),
+            refused["actor"]["kind"].clone(),
+            refused["source"].clone(),
+            refused["detail"].clone()
+        ),
+        (
+            1.into(),
+            "unknown".into(),
+            "127.0.0.1".into(),
+            "refusals: 3".into()
         ),
         "{v}"
     );

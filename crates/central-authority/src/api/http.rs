@@ -510,7 +510,8 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
 /// from where. A token without the `admin` scope is let through with its
 /// refusal, so the handler records the refused action before it answers
 /// 403; no, malformed, unknown or throttled tokens are rejected here
-/// (nobody to attribute the attempt to).
+/// (nobody to attribute the attempt to: the last three are counted per
+/// source and minute, `refused_token`).
 #[derive(Debug)]
 pub struct Caller {
     actor: crate::trust::audit::Actor,
@@ -558,7 +559,15 @@ impl FromRequestParts<Shared> for Caller {
                     refused: Some(ApiError::Auth(AuthError::MissingScope { token, scope })),
                 });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                if matches!(
+                    e,
+                    AuthError::UnknownToken | AuthError::Malformed | AuthError::Throttled { .. }
+                ) {
+                    refused_token(a, source).await;
+                }
+                return Err(e.into());
+            }
         }
         let state = a.snapshot();
         let name = crate::trust::auth::bearer(&state.config.tokens, header, Scope::Admin)?;
@@ -567,6 +576,21 @@ impl FromRequestParts<Shared> for Caller {
             source,
             refused: None,
         })
+    }
+}
+
+/// Counts an admin request refused for an unknown, malformed or throttled
+/// token in the audit trail: one `token.refused` entry per source and
+/// minute with the count (the throttle bounds how many come). The request
+/// is refused either way; a count the store cannot write is logged.
+async fn refused_token(a: &Shared, source: Option<std::net::IpAddr>) {
+    let source = source.map(|s| s.to_string()).unwrap_or_default();
+    let minute = crate::state::clock::now_ms() / 60_000 * 60_000;
+    let counted = a
+        .blocking(move |a| a.store().count_refusal(&source, minute))
+        .await;
+    if let Some(Err(e)) = counted {
+        tracing::error!(error = %e, "audit trail: a refused token could not be counted");
     }
 }
 

@@ -397,7 +397,7 @@ struct Calls([AtomicU64; CALLS.len()]);
 
 /// The store's calls, as `each!` names them (a call missing here does not
 /// compile: `call_index` fails at compile time).
-const CALLS: [&str; 38] = [
+const CALLS: [&str; 39] = [
     "address_events",
     "allow_reenroll",
     "audit",
@@ -405,6 +405,7 @@ const CALLS: [&str; 38] = [
     "certificate_history",
     "certificates",
     "connectors",
+    "count_refusal",
     "create_session",
     "delete_connector",
     "disabled_connectors",
@@ -1250,6 +1251,14 @@ impl Store {
         each!(self, s => s.prune_audit(before_ms))
     }
 
+    /// Counts one admin request refused for an unknown, malformed or
+    /// throttled token from `source` in the minute starting `minute_ms`:
+    /// one `token.refused` entry per source and minute, its detail
+    /// `refusals: N`.
+    pub fn count_refusal(&self, source: &str, minute_ms: i64) -> Result<(), StoreError> {
+        each!(self, s => s.count_refusal(source, minute_ms))
+    }
+
     /// Records a person's new session (and forgets the ended ones).
     pub fn create_session(&self, r: &SessionRecord) -> Result<(), StoreError> {
         each!(self, s => s.create_session(r))
@@ -2037,6 +2046,44 @@ mod suite {
         let (page, total) = b.audit(&AuditFilter::default(), 10, 0).expect("read");
         assert_eq!(total, 3);
         assert!(page.iter().all(|r| r.at_ms >= 2_000), "{page:?}");
+        // Refusals of unknown tokens: one entry per source and minute.
+        for (store, source, minute) in [
+            (a, "192.0.2.1", 60_000),
+            (b, "192.0.2.1", 60_000),
+            (a, "192.0.2.1", 60_000),
+            (a, "192.0.2.2", 60_000),
+            (b, "192.0.2.1", 120_000),
+        ] {
+            store.count_refusal(source, minute).expect("counted");
+        }
+        let (page, total) = by(AuditFilter {
+            action: Some("token.refused".into()),
+            ..Default::default()
+        });
+        let seen: Vec<(i64, &str, &str, &str)> = page
+            .iter()
+            .map(|r| {
+                (
+                    r.at_ms,
+                    r.source.as_str(),
+                    r.actor_kind.as_str(),
+                    r.detail.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(total, 3, "{seen:?}");
+        assert!(
+            seen.contains(&(60_000, "192.0.2.1", "unknown", "refusals: 3")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&(60_000, "192.0.2.2", "unknown", "refusals: 1")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&(120_000, "192.0.2.1", "unknown", "refusals: 1")),
+            "{seen:?}"
+        );
     }
 }
 

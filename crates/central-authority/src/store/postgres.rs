@@ -1212,6 +1212,30 @@ impl PgStore {
         })
     }
 
+    pub(crate) fn count_refusal(&self, source: &str, minute_ms: i64) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "UPDATE admin_audit SET detail = 'refusals: ' || (substr(detail, 11)::BIGINT + 1)
+                     WHERE at_ms = $1 AND action = 'token.refused' AND source = $2",
+                    &[&minute_ms, &source],
+                )
+                .await?;
+            if n == 0 {
+                client
+                    .execute(
+                        "INSERT INTO admin_audit
+                             (at_ms, actor_kind, actor, source, action, target, outcome, detail)
+                         VALUES ($1, 'unknown', 'unknown token', $2, 'token.refused', '', 'refused', 'refusals: 1')",
+                        &[&minute_ms, &source],
+                    )
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
     pub(crate) fn audit(
         &self,
         f: &AuditFilter,

@@ -1259,6 +1259,25 @@ impl SqliteStore {
         )
     }
 
+    /// One more refusal of an unknown token from `source` in the minute
+    /// `minute_ms` (`Store::count_refusal`).
+    pub(crate) fn count_refusal(&self, source: &str, minute_ms: i64) -> Result<(), StoreError> {
+        let conn = lock(&self.conn);
+        let n = conn.execute(
+            "UPDATE admin_audit SET detail = 'refusals: ' || (CAST(substr(detail, 11) AS INTEGER) + 1)
+             WHERE at_ms = ?1 AND action = 'token.refused' AND source = ?2",
+            params![minute_ms, source],
+        )?;
+        if n == 0 {
+            conn.execute(
+                "INSERT INTO admin_audit (at_ms, actor_kind, actor, source, action, target, outcome, detail)
+                 VALUES (?1, 'unknown', 'unknown token', ?2, 'token.refused', '', 'refused', 'refusals: 1')",
+                params![minute_ms, source],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Deletes the audit trail from before `before_ms`; returns how many
     /// went.
     pub(crate) fn prune_audit(&self, before_ms: i64) -> Result<usize, StoreError> {

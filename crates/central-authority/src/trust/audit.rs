@@ -205,7 +205,10 @@ pub struct AuditEntryView {
     /// `provisioning_key.revoke`, `config.reload` (the detail names the
     /// API tokens, connector groups and segments it added or removed),
     /// `audit.read` (a read of this trail; the detail is its query),
-    /// `session.sign_in` (also refused ones), `session.sign_out`.
+    /// `session.sign_in` (also refused ones), `session.sign_out`,
+    /// `token.refused` (admin requests with an unknown, malformed or
+    /// throttled token: one entry per source and minute, detail
+    /// `refusals: N`).
     pub action: String,
     /// What it was done to: a connector, a connector group, the config file.
     pub target: String,
