@@ -467,9 +467,9 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// 32 random hex digits (the test's secrets).
+/// 64 random hex digits, 256 bits (the test's secrets).
 fn random_hex() -> Result<String> {
-    let mut bytes = [0u8; 16];
+    let mut bytes = [0u8; 32];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -687,7 +687,7 @@ fn bench(extra: &[String]) -> Result<()> {
 /// The Python tools `schemathesis` installs into its venv, pinned.
 const PYTHON_TOOLS: &[&str] = &["schemathesis==4.32.5", "openapi-spec-validator==0.9.0"];
 /// The API token the schemathesis run sends (scope `admin`: every route).
-const SCHEMATHESIS_TOKEN: &str = "schemathesis-admin-token-0123456789";
+const SCHEMATHESIS_TOKEN: &str = "schemathesis-admin-token-cgCWHB9pWXI0g22V9TbFrf1U";
 
 /// `cargo xtask schemathesis [SECONDS]`: validates `docs/openapi.json` with
 /// openapi-spec-validator, starts a CA (debug build) on loopback with a

@@ -329,7 +329,7 @@ fn the_configmap_passes_check_config() {
         std::fs::create_dir_all(at.parent().expect("a directory")).expect("scratch directory");
         std::fs::write(
             &at,
-            format!("stand-in-for-{secret}-{key}-0123456789abcdef\n"),
+            format!("stand-in-for-{secret}-{key}-EPHdus4dS4b2hqY4nP466TOp\n"),
         )
         .expect("write a stand-in");
     }

@@ -16,7 +16,7 @@ use crate::target_dir;
 
 /// The connector group of the run, its provisioning key and the connector.
 const GROUP: &str = "dc-east";
-const GROUP_KEY: &str = "schemathesis-key-east-0123456789";
+const GROUP_KEY: &str = "schemathesis-key-east-B0osmy39tFGyyrktfUA4bq08";
 const CONNECTOR: &str = "schemathesis-connector-1";
 
 /// A CA, a connector and an application, stopped on drop.

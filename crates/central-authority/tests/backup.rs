@@ -24,7 +24,7 @@ use common::{Http, KEY_EAST, READ_TOKEN, eventually, scratch_dir, spawn_agent};
 use test_support::{Postgres, Segment, TcpApp, book, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_central-authority");
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 /// Kills the CA process when the test ends, however it ends.
 struct CaProcess(Child);

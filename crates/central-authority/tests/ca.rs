@@ -86,8 +86,7 @@ async fn reports_are_accepted_only_for_the_groups_applications() {
 #[tokio::test]
 async fn a_reconnecting_connector_replaces_its_old_session() {
     // Session ids are shown to administrators only.
-    let admin =
-        "[[api_tokens]]\nname = \"root\"\ntoken = \"tok-admin-0123456789\"\nscopes = [\"admin\"]\n";
+    let admin = "[[api_tokens]]\nname = \"root\"\ntoken = \"tok-admin-PlQ7jmHXY1X2oyup1UokZXlp\"\nscopes = [\"admin\"]\n";
     let ca = Ca::start(&config_text("", "", admin)).await;
     let http = ca.web();
     let (mut old, w1) = connect(&ca, "east-1", "dc-east").await;
@@ -110,7 +109,10 @@ async fn a_reconnecting_connector_replaces_its_old_session() {
     }
     assert!(old.next().await.is_none(), "old stream is closed");
     let (_, v) = http
-        .get_json("/api/v1/connectors", Some("tok-admin-0123456789"))
+        .get_json(
+            "/api/v1/connectors",
+            Some("tok-admin-PlQ7jmHXY1X2oyup1UokZXlp"),
+        )
         .await;
     let conns = v["connectors"].as_array().expect("connectors");
     assert_eq!(conns.len(), 1);

@@ -15,7 +15,7 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use tokio::sync::watch;
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 fn config() -> String {
     config_text(

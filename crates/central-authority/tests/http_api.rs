@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 fn config() -> String {
     config_text(

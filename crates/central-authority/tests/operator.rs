@@ -86,7 +86,7 @@ strategy = "neareast"
 
 [[connector_groups]]
 name = "g"
-provisioning_key = "key-g-0123456789abcdef"
+provisioning_key = "key-g-apjEflVWTVON4JdN7kpnu3DA"
 
 [[segments]]
 name = "big"
@@ -131,7 +131,7 @@ async fn check_config_warns_when_the_ca_listens_beyond_loopback_without_server_n
     let config = |listen: &str, tls: &str| {
         format!(
             "[server]\ngrpc_listen = \"{listen}:7443\"\nhttp_listen = \"{listen}:7480\"\n{tls}\n\
-             [[connector_groups]]\nname = \"default\"\nprovisioning_key = \"key-default-0123456789abcdef\"\n"
+             [[connector_groups]]\nname = \"default\"\nprovisioning_key = \"key-default-aflNB8KzhbV0KCB5ZEUBtjWA\"\n"
         )
     };
     let check = |name: &str, text: String| {
@@ -227,7 +227,7 @@ async fn the_books_demo_commands_work_against_the_demo_config() {
         &ca.target(),
         "demo-connector-1",
         "demo",
-        "demo-provisioning-key-loopback-only",
+        "demo-key-TxzGXOgRdffgQ2jA0xNgDJE7gsFbGpnAvivlYImmkYS",
     )
     .await
     .expect("the demo connector enrolls");
@@ -326,13 +326,13 @@ async fn cli_prints_dates_wildcard_ports_and_takes_json_anywhere() {
     let ca = Ca::start(&config_text(
         "",
         "discovery_timeout_ms = 400",
-        "[[api_tokens]]\nname = \"root\"\ntoken = \"tok-admin-0123456789\"\nscopes = [\"admin\"]\n",
+        "[[api_tokens]]\nname = \"root\"\ntoken = \"tok-admin-PlQ7jmHXY1X2oyup1UokZXlp\"\nscopes = [\"admin\"]\n",
     ))
     .await;
     enroll(&ca.target(), "c1", "dc-east", KEY_EAST)
         .await
         .expect("enroll");
-    let flags = api_flags(&ca, "tok-admin-0123456789");
+    let flags = api_flags(&ca, "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp");
     let with = |more: &[&str]| {
         let mut args = flags.clone();
         args.extend(strings(more));

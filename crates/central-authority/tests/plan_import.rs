@@ -31,11 +31,11 @@ data_dir = "must-not-exist"
 
 [[connector_groups]]
 name = "dc-east"
-provisioning_key = "key-east-0123456789"
+provisioning_key = "key-east-B0osmy39tFGyyrktfUA4bq08"
 
 [[connector_groups]]
 name = "dc-west"
-provisioning_key = "key-west-0123456789"
+provisioning_key = "key-west-xJdfkuf189GgDwSbDpdZ9av8"
 "#;
 
 /// `GROUPS` with dc-west asking for A records only.
@@ -47,11 +47,11 @@ data_dir = "must-not-exist"
 
 [[connector_groups]]
 name = "dc-east"
-provisioning_key = "key-east-0123456789"
+provisioning_key = "key-east-B0osmy39tFGyyrktfUA4bq08"
 
 [[connector_groups]]
 name = "dc-west"
-provisioning_key = "key-west-0123456789"
+provisioning_key = "key-west-xJdfkuf189GgDwSbDpdZ9av8"
 dns_resolution = "ipv4"
 "#;
 

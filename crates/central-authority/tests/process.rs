@@ -32,7 +32,7 @@ fn check_config_lists_every_error_and_exits_non_zero() {
         &own,
         std::fs::read_to_string(example)
             .expect("read the example")
-            .replace("change-me", "0123456789abcdef"),
+            .replace("change-me", "Wd3kR9vQx2LmZ7pT4nYc8sHb"),
     )
     .expect("write");
     let ok = Command::new(BIN)

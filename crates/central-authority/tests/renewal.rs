@@ -14,7 +14,7 @@ use common::*;
 use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 /// The default config with an admin token and a `[tls]` section.
 fn config(tls: &str) -> String {

@@ -17,7 +17,7 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 const SERVICE_NAME: &str = "ca.reach.test";
 
 /// A replica's config: the common policy (dc-west's key usable once), an
@@ -611,7 +611,7 @@ async fn a_database_outage_leaves_every_replica_serving() {
 }
 
 /// dc-east's key after a rotation.
-const KEY_EAST_ROTATED: &str = "key-east-rotated-0123456789";
+const KEY_EAST_ROTATED: &str = "key-east-rotated-oqp4fcNQEgNexGKqPreKSK96";
 
 /// The common policy without TLS, on its own SQLite file.
 fn plain_config() -> String {

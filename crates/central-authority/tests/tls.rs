@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use protocol::v1;
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 /// A root the test holds (what clients trust and what issues the CA's
 /// server certificates and connector certificates).

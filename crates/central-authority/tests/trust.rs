@@ -12,7 +12,7 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const ADMIN_TOKEN: &str = "tok-admin-0123456789";
+const ADMIN_TOKEN: &str = "tok-admin-PlQ7jmHXY1X2oyup1UokZXlp";
 
 fn admin_token() -> String {
     format!("[[api_tokens]]\nname = \"root\"\ntoken = \"{ADMIN_TOKEN}\"\nscopes = [\"admin\"]\n")

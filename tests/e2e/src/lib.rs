@@ -35,7 +35,7 @@ pub use procs::{Proc, bin_dir, out_dir};
 pub use test_support::{DnsServer, TcpApp, UdpApp, max_in_window, retry};
 
 /// The API token every scenario's CA accepts (scopes access, read, admin).
-pub const TOKEN: &str = "e2e-token-0123456789";
+pub const TOKEN: &str = "e2e-token-16k7POB64F4rZAEJTzOfts19";
 
 /// A reqwest builder whose TLS runs on rustls with the ring provider
 /// (installed once as the process default).
@@ -341,7 +341,7 @@ impl Replica<'_> {
 
 /// The provisioning key scenarios use for group `g`.
 pub fn group_key(g: &str) -> String {
-    format!("key-for-{g}-0123456789abcdef")
+    format!("key-for-{g}-pnoYuIzp7FkwOGf6Exgeq6G1")
 }
 
 impl Ca {

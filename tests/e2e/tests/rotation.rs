@@ -655,7 +655,7 @@ async fn compromised_key_and_root() -> Result<()> {
             "the revoked key enrolls nobody"
         );
         // 2. A new key in the file, every replica reloaded.
-        let new_key = "key-for-g-after-the-leak-0123456789";
+        let new_key = "key-for-g-after-the-leak-bTryrvnXQ0gLBbJxZybBOAGB";
         std::fs::write(&key_file, new_key)?;
         ca.proc.signal("HUP")?;
         retry(Duration::from_secs(10), || async {

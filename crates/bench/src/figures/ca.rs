@@ -15,11 +15,11 @@ use tonic::transport::Channel;
 use crate::servers::Server;
 
 /// API token of the benchmark configuration (all scopes).
-pub const TOKEN: &str = "bench-token-0123456789";
+pub const TOKEN: &str = "bench-token-dyAkDDkgcOjZeFDgUDsDveA3";
 /// The one connector group.
 pub const GROUP: &str = "bench";
 /// Its provisioning key.
-pub const KEY: &str = "bench-provisioning-key";
+pub const KEY: &str = "bench-provisioning-key-EPHdus4dS4b2hqY4nP466TOp";
 /// The application access benchmarks ask for.
 pub const APP_HOST: &str = "app.bench.test";
 /// Its port.

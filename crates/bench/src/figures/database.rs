@@ -144,7 +144,7 @@ const PUBLISHED: Duration = Duration::from_secs(11);
 /// The enrollment CA's group (its key allows any number of enrollments).
 const ENROLL_GROUP: &str = "db-enroll";
 /// Its provisioning key.
-const ENROLL_KEY: &str = "db-enroll-provisioning-key";
+const ENROLL_KEY: &str = "db-enroll-provisioning-key-pnoYuIzp7FkwOGf6Exgeq6G1";
 
 /// The `k`-th application of the flapping segment (127.22.x.y).
 fn flap_host(k: usize) -> String {

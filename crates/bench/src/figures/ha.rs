@@ -90,7 +90,7 @@ pub const SPECS: &[Spec] = &[
 /// `ingest` segment the simulated connectors report on).
 const HA_GROUP: &str = "ha";
 /// Its provisioning key.
-const HA_KEY: &str = "ha-bench-provisioning-key";
+const HA_KEY: &str = "ha-bench-provisioning-key-16k7POB64F4rZAEJTzOfts19";
 /// The real connector's segment.
 const SEGMENT: &str = "ha";
 /// Report interval of the segment: every target is checked once a second.

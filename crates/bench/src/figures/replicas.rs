@@ -193,7 +193,7 @@ fn revoke_groups(trials: usize) -> String {
 }
 
 fn revoke_key(k: usize) -> String {
-    format!("revoke-{k}-provisioning-key")
+    format!("revoke-{k}-provisioning-key-bTryrvnXQ0gLBbJxZybBOAGB")
 }
 
 /// Measures (quick: 150 connectors).

@@ -83,7 +83,7 @@ fn group(g: usize) -> String {
 }
 
 fn key(g: usize) -> String {
-    format!("site-provisioning-key-{g:05}")
+    format!("site-provisioning-key-{g:05}-nRf8MKQ2SU5DDJ0PprU0WC5O")
 }
 
 /// The CA's configuration: TLS, and `groups` groups with a segment each.

@@ -48,8 +48,8 @@ pub(super) struct ServerSection {
     pub(super) public_names: Vec<String>,
     pub(super) reload_poll_ms: u64,
     pub(super) data_dir: Option<PathBuf>,
-    /// Tests only: accept API tokens and provisioning keys shorter than
-    /// 16 characters.
+    /// Tests only: accept API tokens and provisioning keys estimated under
+    /// 64 bits.
     pub(super) allow_short_secrets: bool,
 }
 

@@ -380,7 +380,7 @@ mod tests {
     const MINIMAL: &str = r#"
         [[connector_groups]]
         name = "dc-east"
-        provisioning_key = "k-east-0123456789"
+        provisioning_key = "k-east-SPN7GC8UwIT4NmlyZDirxbgy"
 
         [[segments]]
         name = "jira"
@@ -435,8 +435,8 @@ mod tests {
     fn a_group_location_is_read_and_checked() {
         let with = |location: &str| {
             MINIMAL.replace(
-                "provisioning_key = \"k-east-0123456789\"",
-                &format!("provisioning_key = \"k-east-0123456789\"\n{location}"),
+                "provisioning_key = \"k-east-SPN7GC8UwIT4NmlyZDirxbgy\"",
+                &format!("provisioning_key = \"k-east-SPN7GC8UwIT4NmlyZDirxbgy\"\n{location}"),
             )
         };
         let c = Config::from_toml(
@@ -591,11 +591,11 @@ mod tests {
         let text = r#"
             [[api_tokens]]
             name = "ops"
-            token = "s3cret-api-token"
+            token = "s3cret-api-token-PlQ7jmHXY1X2oyup1Uok"
             scopes = ["read"]
             [[connector_groups]]
             name = "dc-east"
-            provisioning_key = "s3cret-group-key"
+            provisioning_key = "s3cret-group-key-FPycc3enZejaBMAXzGEL"
         "#;
         let c = Config::from_toml(text, Path::new(".")).expect("valid");
         let shown = format!("{c:?}");
@@ -642,7 +642,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("reach-ca-modes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");
         for (file, mode) in [("open-token", 0o644), ("closed-key", 0o600)] {
-            std::fs::write(dir.join(file), "a-long-enough-secret\n").expect("write");
+            std::fs::write(
+                dir.join(file),
+                "a-long-enough-secret-x2ngUZsYLeJOhbAo3s2g\n",
+            )
+            .expect("write");
             std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(mode))
                 .expect("chmod");
         }
@@ -666,7 +670,7 @@ mod tests {
     fn secrets_from_files_and_overrides() {
         let dir = std::env::temp_dir().join(format!("reach-ca-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");
-        std::fs::write(dir.join("key"), "from-file-0123456789\n").expect("write");
+        std::fs::write(dir.join("key"), "from-file-oqp4fcNQEgNexGKqPreKSK96\n").expect("write");
         let text = r#"
             [health]
             on_access_window_s = 1800
@@ -682,8 +686,12 @@ mod tests {
         "#;
         let c = Config::from_toml(text, &dir).expect("valid");
         assert_eq!(c.settings.on_access_window, Duration::from_millis(2000));
-        assert!(c.group_keys["g"].matches(b"from-file-0123456789"));
-        assert!(c.tokens[0].secret.matches(b"from-file-0123456789"));
+        assert!(c.group_keys["g"].matches(b"from-file-oqp4fcNQEgNexGKqPreKSK96"));
+        assert!(
+            c.tokens[0]
+                .secret
+                .matches(b"from-file-oqp4fcNQEgNexGKqPreKSK96")
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -772,7 +780,7 @@ mod tests {
             connector_message_burst = 0
             [[connector_groups]]
             name = "g"
-            provisioning_key = "k-0123456789abcdef"
+            provisioning_key = "k-DmYStD7TW9CYc4cdPkm9zUgy"
             max_uses = 0
         "#;
         let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
@@ -839,30 +847,57 @@ mod tests {
         assert!(Config::from_toml(ok, Path::new(".")).is_ok());
     }
 
+    /// Guessable secrets are refused whatever their length: repeats,
+    /// sequences, dictionary and project words, dates, and what the
+    /// shipped configurations carry; 256 random bits pass.
     #[test]
-    fn secrets_shorter_than_16_characters_are_refused_unless_allowed_for_tests() {
-        let text = r#"
-            [[api_tokens]]
-            name = "ops"
-            token = "fifteen-chars-x"
-            scopes = ["read"]
-            [[connector_groups]]
-            name = "g"
-            provisioning_key = "sixteen-chars-xx"
-        "#;
-        let err = Config::from_toml(text, Path::new(".")).expect_err("short token");
-        let messages = err.messages();
-        assert_eq!(messages.len(), 1, "{messages:?}");
-        assert!(
-            messages[0].starts_with("api_tokens \"ops\": token has 15 characters"),
-            "{messages:?}"
-        );
-        assert!(
-            !messages[0].contains("fifteen"),
-            "the secret is never shown"
-        );
-        let allowed = format!("[server]\nallow_short_secrets = true\n{text}");
-        Config::from_toml(&allowed, Path::new(".")).expect("allowed for tests");
+    fn weak_secrets_are_refused_by_estimated_strength_unless_allowed_for_tests() {
+        for weak in [
+            "reach-admin-2024-x",
+            "aaaaaaaaaaaaaaaaaaaaaaaa",
+            "abcdefghijklmnopqrstuvwxyz",
+            "tok-admin-0123456789",
+            "key-east-0123456789",
+            "correct-horse-battery",
+            "ops-token-2026-12-07",
+            "fifteen-chars-x",
+            "demo-token-loopback-only",
+            "qwertyuiopasdfghjkl",
+        ] {
+            let bits = secrets::estimated_bits(weak, "ops");
+            assert!(bits < secrets::MIN_SECRET_BITS, "{weak}: {bits}");
+            let text = format!(
+                "[[api_tokens]]\nname = \"ops\"\ntoken = {weak:?}\nscopes = [\"read\"]\n\
+                 [[connector_groups]]\nname = \"g\"\nprovisioning_key = {weak:?}\n"
+            );
+            let err = Config::from_toml(&text, Path::new(".")).expect_err(weak);
+            let messages = err.messages();
+            assert_eq!(messages.len(), 2, "{weak}: {messages:?}");
+            assert!(
+                messages[0].starts_with("api_tokens \"ops\": token is too weak: about ")
+                    && messages[1].starts_with(
+                        "connector_groups \"g\": provisioning_key is too weak: about "
+                    )
+                    && messages
+                        .iter()
+                        .all(|m| m.contains("`openssl rand -base64 32`")),
+                "{messages:?}"
+            );
+            assert!(!err.to_string().contains(weak), "the secret is never shown");
+            let allowed = format!("[server]\nallow_short_secrets = true\n{text}");
+            Config::from_toml(&allowed, Path::new(".")).expect("allowed for tests");
+        }
+        // What `openssl rand -base64 32` and `-hex 32` print pass.
+        for strong in [
+            "P8mHrP0rMQ4HNusbB1qRAsDTZEUvdhbEPmOKC4RY2Ds=",
+            "3f9c2a7e41b05d68a1c4e9f7b2d30a563f9c2a7e41b05d68a1c4e9f7b2d30a56",
+        ] {
+            let bits = secrets::estimated_bits(strong, "g");
+            assert!(bits >= secrets::MIN_SECRET_BITS, "{strong}: {bits}");
+            let text =
+                format!("[[connector_groups]]\nname = \"g\"\nprovisioning_key = {strong:?}\n");
+            Config::from_toml(&text, Path::new(".")).unwrap_or_else(|e| panic!("{strong}: {e}"));
+        }
     }
 
     #[test]
@@ -891,7 +926,7 @@ mod tests {
             assert_eq!(parse_utc(wrong), None, "{wrong:?} was accepted");
         }
         let err = Config::from_toml(
-            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k-0123456789abcdef\"\nexpires_at = \"2027-02-31\"",
+            "[[connector_groups]]\nname = \"g\"\nprovisioning_key = \"k-DmYStD7TW9CYc4cdPkm9zUgy\"\nexpires_at = \"2027-02-31\"",
             Path::new("."),
         )
         .expect_err("invalid");
@@ -919,7 +954,7 @@ mod tests {
             provisioning_key = "container-key-dc-east-change-me"
         "#;
         let err = Config::from_toml(shipped, Path::new(".")).expect_err("placeholders");
-        let fix = "replace it with a secret of your own, e.g. `openssl rand -hex 32`";
+        let fix = "replace it with a secret of your own, e.g. `openssl rand -base64 32`";
         assert_eq!(
             err.messages(),
             [
@@ -966,7 +1001,7 @@ mod tests {
         // Secrets of one's own pass, words that merely resemble the
         // placeholders too.
         for own in [
-            "changes-me-not-0123456789",
+            "changes-me-not-PKuqddLCxMAexq3zY44ibGNs",
             "3f9c2a7e41b05d68a1c4e9f7b2d30a56",
         ] {
             let text = format!("[[connector_groups]]\nname = \"g\"\nprovisioning_key = {own:?}\n");
@@ -987,7 +1022,7 @@ mod tests {
             !messages.is_empty() && messages.iter().all(|m| m.contains("is a placeholder")),
             "{messages:?}"
         );
-        let own = text.replace("change-me", "0123456789abcdef");
+        let own = text.replace("change-me", "3UZEX391VWCxHwwJ+MKXXMLNY4BJqQLw3yrQ");
         let c = Config::load_bytes(&path, own.as_bytes())
             .unwrap_or_else(|e| panic!("{}", e.messages().join("\n")));
         assert!(!c.policy.segments.is_empty());

@@ -20,9 +20,49 @@ pub struct KeyPolicy {
     /// SHA-256 of the key (what the database stores and counts by).
     pub key_sha256: String,
 }
-/// Shortest API token or provisioning key accepted: with guesses throttled
-/// per source (`trust::throttle`), 16 random characters are out of reach.
-pub const MIN_SECRET_CHARS: usize = 16;
+/// Least estimated strength of an API token or provisioning key, in bits.
+/// A valid token is never throttled (`trust::throttle` refuses wrong
+/// guesses only), so what makes guessing hopeless is the secret itself:
+/// 2^64 guesses are out of reach at any rate the CA can answer.
+pub const MIN_SECRET_BITS: f64 = 64.0;
+
+/// What a secret is made of for the fix in the messages: 256 random bits.
+pub const MAKE_A_SECRET: &str = "`openssl rand -base64 32`";
+
+/// Words of the project's own an attacker tries first (zxcvbn's user
+/// inputs): a secret built from them is as weak as one from a dictionary.
+const PROJECT_WORDS: &[&str] = &[
+    "reach",
+    "central",
+    "authority",
+    "connector",
+    "admin",
+    "access",
+    "read",
+    "token",
+    "key",
+    "provisioning",
+    "group",
+    "demo",
+    "container",
+    "secret",
+    "password",
+    "loopback",
+];
+
+/// The estimated strength of `value` in bits: log2 of zxcvbn's guess
+/// count (it knows repeats, sequences, keyboard walks, dictionary words and
+/// dates), with the project's words and `name` as a dictionary too. zxcvbn
+/// counts in a saturating `u64`, so the estimate tops out at exactly 64:
+/// "64" reads "64 or more".
+pub fn estimated_bits(value: &str, name: &str) -> f64 {
+    let mut words: Vec<&str> = PROJECT_WORDS.to_vec();
+    if !name.is_empty() {
+        words.push(name);
+    }
+    // `u64::MAX as f64` rounds to 2^64: a saturated count is 64.0 bits.
+    (zxcvbn::zxcvbn(value, &words).guesses() as f64).log2()
+}
 
 /// The placeholders the project's shipped configurations carry in place of
 /// secrets (`change-me` in the container image's and the examples'
@@ -57,11 +97,12 @@ impl<'de> serde::Deserialize<'de> for Secret {
 }
 
 /// Reads a secret given inline or in a file (exactly one of the two), not
-/// a shipped placeholder, at least [`MIN_SECRET_CHARS`] long unless
-/// `short_ok` (tests only: `[server] allow_short_secrets`).
+/// a shipped placeholder, of at least [`MIN_SECRET_BITS`] unless
+/// `short_ok` (tests only: `[server] allow_short_secrets`). `name` is the
+/// token's or group's name (a secret made of it is guessed first).
 fn secret(
     problems: &mut Vec<Problem>,
-    subject: &str,
+    (subject, name): (&str, &str),
     (inline_name, inline): (&str, Option<&Secret>),
     (file_name, file): (&str, Option<&PathBuf>),
     base: &Path,
@@ -116,25 +157,47 @@ fn secret(
             subject,
             format!(
                 "{source} a placeholder (it contains {shown:?}): replace it with a secret \
-                 of your own, e.g. `openssl rand -hex 32`"
+                 of your own, e.g. {MAKE_A_SECRET}"
             ),
         );
         return None;
     }
-    let chars = value.char_count();
-    if chars < MIN_SECRET_CHARS && !short_ok {
-        // The length only, never the value.
-        setting(
-            problems,
-            subject,
-            format!(
-                "{inline_name} has {chars} characters; at least {MIN_SECRET_CHARS} are required \
-                 (`[server] allow_short_secrets = true` lifts this, for tests only)"
-            ),
-        );
+    if !short_ok && weak(problems, subject, &value, name, (source, inline.is_some())) {
         return None;
     }
     Some(value)
+}
+
+/// Whether `value` is estimated under [`MIN_SECRET_BITS`] (then reported
+/// as a problem of `subject`, with the estimate only, never the value).
+/// `source` says where it came from, and whether inline.
+fn weak(
+    problems: &mut Vec<Problem>,
+    subject: &str,
+    value: &Secret,
+    name: &str,
+    (source, inline): (String, bool),
+) -> bool {
+    let bits = estimated_bits(value.expose(), name);
+    if bits >= MIN_SECRET_BITS {
+        return false;
+    }
+    let held = if inline {
+        source
+    } else {
+        format!("{source} a secret")
+    };
+    setting(
+        problems,
+        subject,
+        format!(
+            "{held} too weak: about {bits:.0} bits against a guesser who tries repeats, \
+             sequences, words and dates first; at least {MIN_SECRET_BITS:.0} are required: \
+             make one with {MAKE_A_SECRET} (`[server] allow_short_secrets = true` lifts \
+             this, for tests only)"
+        ),
+    );
+    true
 }
 
 /// The `[[api_tokens]]`, each with a name, scopes and a secret, no two
@@ -174,7 +237,7 @@ pub(super) fn api_tokens(
         }
         let Some(secret) = secret(
             problems,
-            &subject,
+            (&subject, &t.name),
             ("token", t.token.as_ref()),
             ("token_file", t.token_file.as_ref()),
             base,
@@ -273,7 +336,7 @@ pub(super) fn group_keys(
         };
         if let Some(key) = secret(
             problems,
-            &subject,
+            (&subject, &g.name),
             ("provisioning_key", g.provisioning_key.as_ref()),
             ("provisioning_key_file", g.provisioning_key_file.as_ref()),
             base,

@@ -702,7 +702,7 @@ mod bounded {
         max_windows_per_connector = 1000
         [[connector_groups]]
         name = "g"
-        provisioning_key = "k-0123456789abcdef"
+        provisioning_key = "k-DmYStD7TW9CYc4cdPkm9zUgy"
         [[segments]]
         name = "wild"
         applications = ["*.wild.test"]
@@ -851,7 +851,7 @@ mod opened_by_access {
         on_access_window_s = 30
         [[connector_groups]]
         name = "g"
-        provisioning_key = "k-0123456789abcdef"
+        provisioning_key = "k-DmYStD7TW9CYc4cdPkm9zUgy"
         [[segments]]
         name = "wild"
         applications = ["*.wild.test"]

@@ -280,7 +280,7 @@ pub(crate) fn one_segment(port: u16) -> PolicyState {
         r#"
         [[connector_groups]]
         name = "g"
-        provisioning_key = "k-0123456789abcdef"
+        provisioning_key = "k-DmYStD7TW9CYc4cdPkm9zUgy"
         [[segments]]
         name = "s"
         applications = ["app.test"]

@@ -891,7 +891,7 @@ mod tests {
         let mut text = String::new();
         for g in groups {
             text.push_str(&format!(
-                "[[connector_groups]]\nname = \"{g}\"\nprovisioning_key = \"key-{g}-0123456789\"\n\n"
+                "[[connector_groups]]\nname = \"{g}\"\nprovisioning_key = \"key-{g}-08gPIV6uy46OSKO9TebGwYc7\"\n\n"
             ));
         }
         text.push_str(&imported.toml("fixture.json").expect("toml"));

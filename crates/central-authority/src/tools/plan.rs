@@ -253,10 +253,10 @@ mod tests {
 {health}
 [[connector_groups]]
 name = "dc-east"
-provisioning_key = "k-east-0123456789"
+provisioning_key = "k-east-SPN7GC8UwIT4NmlyZDirxbgy"
 [[connector_groups]]
 name = "dc-west"
-provisioning_key = "k-west-0123456789"
+provisioning_key = "k-west-w33vx75meVgGbFFyR4aO2Frz"
 {segments}"#
         );
         Config::from_toml(&text, Path::new("."))

@@ -26,10 +26,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 #[allow(unused_imports)]
 pub use test_support::{HttpsClient, Segment, eventually};
 
-pub const KEY_EAST: &str = "key-east-0123456789";
-pub const KEY_WEST: &str = "key-west-0123456789";
-pub const ACCESS_TOKEN: &str = "tok-access-0123456789";
-pub const READ_TOKEN: &str = "tok-read-0123456789";
+pub const KEY_EAST: &str = "key-east-B0osmy39tFGyyrktfUA4bq08";
+pub const KEY_WEST: &str = "key-west-xJdfkuf189GgDwSbDpdZ9av8";
+pub const ACCESS_TOKEN: &str = "tok-access-FPycc3enZejaBMAXzGELmRmD";
+pub const READ_TOKEN: &str = "tok-read-x2ngUZsYLeJOhbAo3s2gPemM";
 
 /// A config with two groups and a segment of each mode; `extra` is
 /// appended (more segments or sections must not repeat the ones here).

@@ -151,7 +151,7 @@ async fn main() -> Result<()> {
         ],
         &[(
             "REACH_PROVISIONING_KEY",
-            "demo-provisioning-key-loopback-only".into(),
+            "demo-key-TxzGXOgRdffgQ2jA0xNgDJE7gsFbGpnAvivlYImmkYS".into(),
         )],
         &dir,
     )?;
@@ -161,7 +161,7 @@ async fn main() -> Result<()> {
     println!("  dashboard:  https://127.0.0.1:7480/  (TLS with the CA's own root: {cacert})");
     println!("  health API: curl --cacert {cacert} https://127.0.0.1:7480/api/v1/health");
     println!(
-        "  access:     curl --cacert {cacert} -H 'Authorization: Bearer demo-token-loopback-only' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' https://127.0.0.1:7480/api/v1/access"
+        "  access:     curl --cacert {cacert} -H 'Authorization: Bearer demo-EMFhYetP89OwAbiVQCajjTO6BFf1lnK1vd4WVoyMBfb' -d '{{\"host\":\"intranet.demo.test\",\"protocol\":\"tcp\",\"port\":8080}}' -H 'content-type: application/json' https://127.0.0.1:7480/api/v1/access"
     );
     println!("  logs:       {}/", dir.display());
     println!("Ctrl-C (or SIGTERM) stops everything.");
