@@ -164,24 +164,7 @@ async fn ca_and_op() -> (Ca, Op) {
 
 /// An HTTPS client trusting the CA's root, following no redirects.
 fn https(root_pem: &str) -> reqwest::Client {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
-        roots.add(c.expect("root")).expect("root");
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("tls")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
+    https_from(root_pem, None)
 }
 
 /// Signs `user` in through the provider's login form, starting at the
@@ -670,4 +653,87 @@ async fn after_sign_in_a_hostile_next_leaves_the_browser_on_the_ca() {
     b.close().await;
     ca.stop().await;
     op.stop().await;
+}
+
+/// `GET /auth/login` needs no credential and keeps a store row for ten
+/// minutes per call: a source gets `login_per_source_per_minute` of them,
+/// the whole CA `login_per_second` (burst ten times that), whatever the
+/// number of sources; beyond, 429 with `Retry-After` and no row.
+#[tokio::test]
+async fn sign_ins_started_are_throttled_per_source_and_bounded_in_all() {
+    let ca_port = test_support::net::free_port().expect("port");
+    let op = Op::start(
+        0,
+        &format!("https://127.0.0.1:{ca_port}/auth/callback"),
+        "k1",
+    )
+    .await;
+    let mut c = config(ca_port, op.port);
+    c.settings.limits.login_per_source_per_minute = 3;
+    c.settings.limits.login_per_second = 1;
+    let ca = Ca::start_tls_at(c, ([127, 0, 0, 1], ca_port).into()).await;
+    let login = format!("https://127.0.0.1:{ca_port}/auth/login");
+    let status = |last: u8| {
+        let login = login.clone();
+        let root = ca.root();
+        async move {
+            let client = https_from(&root, Some([127, 0, 0, last].into()));
+            let r = client.get(&login).send().await.expect("GET /auth/login");
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            (r.status().as_u16(), retry)
+        }
+    };
+    // One source: three sign-ins, then refused until one refills (20 s).
+    for _ in 0..3 {
+        assert_eq!(status(1).await.0, 303);
+    }
+    let (code, retry) = status(1).await;
+    assert_eq!((code, retry.as_deref()), (429, Some("20")));
+    // Many sources, each within its own allowance: the whole CA's burst of
+    // ten (three taken) and one a second after it are the bound.
+    let began = std::time::Instant::now();
+    let mut started = 0u64;
+    for last in 2..=9 {
+        for _ in 0..3 {
+            match status(last).await {
+                (303, _) => started += 1,
+                (429, Some(_)) => {}
+                other => panic!("from 127.0.0.{last}: {other:?}"),
+            }
+        }
+    }
+    let bound = 7 + began.elapsed().as_secs() + 1;
+    assert!(
+        started <= bound && started < 24,
+        "{started} sign-ins started from 8 sources (bound {bound})"
+    );
+    ca.stop().await;
+    op.stop().await;
+}
+
+/// [`https`] from the local address `local`, if given.
+fn https_from(root_pem: &str, local: Option<std::net::IpAddr>) -> reqwest::Client {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
+        roots.add(c.expect("root")).expect("root");
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(local)
+        .build()
+        .expect("client")
 }

@@ -357,8 +357,14 @@ fn decodes_to_one_path(path: &str) -> bool {
     false
 }
 
-/// `GET /auth/login`: to the provider's sign-in page.
-pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Response {
+/// `GET /auth/login`: to the provider's sign-in page. Each call keeps a
+/// store row for ten minutes, so calls are throttled per source and in all
+/// (`[limits] login_per_source_per_minute`, `login_per_second`).
+pub async fn login(
+    State(a): State<Shared>,
+    peer: Option<axum::Extension<crate::api::listen::Peer>>,
+    Query(q): Query<LoginQuery>,
+) -> Response {
     let Some(p) = provider(&a, q.provider.as_deref()) else {
         return page(
             StatusCode::NOT_FOUND,
@@ -366,6 +372,19 @@ pub async fn login(State(a): State<Shared>, Query(q): Query<LoginQuery>) -> Resp
             "This CA has no such OpenID provider ([[oidc]] in its configuration); use an API token.",
         );
     };
+    let source = peer.map(|p| p.0.0.ip());
+    if let Err(refused) = a.failed(crate::state::limits::Guarded::Login, source) {
+        let mut r = page(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Sign-in failed",
+            "Too many sign-ins were started; retry in a minute.",
+        );
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(refused.retry_after_s),
+        );
+        return r;
+    }
     let next = match destination(&q) {
         Ok(n) => n,
         Err(m) => return page(StatusCode::BAD_REQUEST, "Sign-in failed", m),

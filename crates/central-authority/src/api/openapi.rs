@@ -1271,7 +1271,7 @@ fn auth_ops() -> Vec<Op> {
                     {"name": "next", "in": "query", "required": false, "description": "a path of this CA to return to, with its query and fragment (default `/`); one with a control character, whitespace or backslash anywhere, or whose path resolves or percent-decodes to another host, returns to `/`", "schema": {"type": "string"}},
                 ],
                 "responses": {"303": redirect("the provider's authorization endpoint"),
-                    "404": page("no such provider"), "502": page("the provider could not be reached"),
+                    "404": page("no such provider"), "429": page("too many sign-ins started from this source or in all (`Retry-After`)"), "502": page("the provider could not be reached"),
                     "503": page("the store does not answer")},
             }),
         },

@@ -121,6 +121,11 @@ pub(super) struct LimitsSection {
     pub(super) grpc_max_connection_age_s: u64,
     pub(super) connector_entries_per_second: u32,
     pub(super) connector_entries_burst: u32,
+    pub(super) throttle_ipv4_prefix: u8,
+    pub(super) throttle_ipv6_prefix: u8,
+    pub(super) throttle_max_sources: usize,
+    pub(super) login_per_source_per_minute: u32,
+    pub(super) login_per_second: u32,
 }
 
 impl Default for LimitsSection {
@@ -140,6 +145,11 @@ impl Default for LimitsSection {
             grpc_max_connection_age_s: 86_400,
             connector_entries_per_second: 2000,
             connector_entries_burst: 10_000,
+            throttle_ipv4_prefix: 32,
+            throttle_ipv6_prefix: 64,
+            throttle_max_sources: 65_536,
+            login_per_source_per_minute: 10,
+            login_per_second: 5,
         }
     }
 }

@@ -183,6 +183,23 @@ pub struct Limits {
     /// Burst above that rate (default 10,000; a full-state report is always
     /// taken, and may leave the session in debt).
     pub connector_entries_burst: u32,
+    /// Failed tokens, enrollments and sign-ins are counted per network of
+    /// this many bits of an IPv4 source (`throttle_ipv4_prefix`, default
+    /// 32)…
+    pub throttle_ipv4_prefix: u8,
+    /// …and of an IPv6 one (`throttle_ipv6_prefix`, default 64: a /64 is
+    /// one subscriber's).
+    pub throttle_ipv6_prefix: u8,
+    /// Sources each throttle keeps apart (`throttle_max_sources`, default
+    /// 65,536); beyond it new sources share one allowance.
+    pub throttle_max_sources: usize,
+    /// Sign-ins one source may start per minute
+    /// (`login_per_source_per_minute`, default 10, all at once).
+    pub login_per_source_per_minute: u32,
+    /// Sign-ins the whole CA starts per second (`login_per_second`,
+    /// default 5, burst ten times that): each keeps a store row for ten
+    /// minutes, so at most ~3,000 are alive.
+    pub login_per_second: u32,
 }
 
 impl Settings {
@@ -389,6 +406,11 @@ fn limits(l: &LimitsSection) -> Limits {
         grpc_max_connection_age: Duration::from_secs(l.grpc_max_connection_age_s),
         connector_entries_per_second: l.connector_entries_per_second,
         connector_entries_burst: l.connector_entries_burst,
+        throttle_ipv4_prefix: l.throttle_ipv4_prefix,
+        throttle_ipv6_prefix: l.throttle_ipv6_prefix,
+        throttle_max_sources: l.throttle_max_sources,
+        login_per_source_per_minute: l.login_per_source_per_minute,
+        login_per_second: l.login_per_second,
     }
 }
 
@@ -725,5 +747,41 @@ fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
         "limits.connector_entries_burst",
         l.connector_entries_burst,
         1..=10_000_000,
+    );
+    throttle_rules(l, problems);
+}
+
+/// `[limits]`' throttle keys: prefixes within their family, every bound at
+/// least 1.
+fn throttle_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
+    range(
+        problems,
+        "limits.throttle_ipv4_prefix",
+        l.throttle_ipv4_prefix,
+        8..=32,
+    );
+    range(
+        problems,
+        "limits.throttle_ipv6_prefix",
+        l.throttle_ipv6_prefix,
+        32..=128,
+    );
+    range(
+        problems,
+        "limits.throttle_max_sources",
+        l.throttle_max_sources,
+        1..=10_000_000,
+    );
+    range(
+        problems,
+        "limits.login_per_source_per_minute",
+        l.login_per_source_per_minute,
+        1..=10_000,
+    );
+    range(
+        problems,
+        "limits.login_per_second",
+        l.login_per_second,
+        1..=10_000,
     );
 }

@@ -62,6 +62,8 @@ pub struct Authority {
     token_throttle: crate::state::limits::Throttle,
     /// Failed enrollments (provisioning key guessing), per source address.
     enroll_throttle: crate::state::limits::Throttle,
+    /// Sign-ins started, per source address and in all.
+    login_throttle: crate::state::limits::Throttle,
     /// Renewals per connector.
     renew_limit: crate::state::limits::RenewLimit,
     /// This process's id among the replicas sharing the store (set once
@@ -162,7 +164,7 @@ impl Authority {
     ) -> Self {
         let window = config.settings.on_access_window;
         let gap = config.settings.access_forward_interval;
-        let quotas = crate::state::limits::Quotas::DEFAULT;
+        let (quotas, login) = crate::state::limits::Quotas::of(&config.settings.limits);
         let fresh = fresh_secret();
         let secret = store
             .shared_secret(crate::state::access_ids::SECRET_NAME, &fresh)
@@ -180,6 +182,7 @@ impl Authority {
             stream_tickets: crate::state::tickets::StreamTickets::default(),
             token_throttle: crate::state::limits::Throttle::new(quotas),
             enroll_throttle: crate::state::limits::Throttle::new(quotas),
+            login_throttle: crate::state::limits::Throttle::new(login),
             renew_limit: crate::state::limits::RenewLimit::new(),
             policy: RwLock::new(Arc::new(PolicyState::new(config))),
             registry: Registry::default(),
@@ -303,6 +306,7 @@ impl Authority {
         match what {
             crate::state::limits::Guarded::Token => &self.token_throttle,
             crate::state::limits::Guarded::Enrollment => &self.enroll_throttle,
+            crate::state::limits::Guarded::Login => &self.login_throttle,
         }
     }
 

@@ -1,7 +1,8 @@
-//! Rate limits on attempts, with their state: failed bearer tokens and
-//! failed enrollments per source address ([`Throttle`]) and renewals per
-//! connector ([`RenewLimit`]). `trust::throttle` and `trust::renew` consult
-//! them; `Authority` holds one of each.
+//! Rate limits on attempts, with their state: failed bearer tokens, failed
+//! enrollments and sign-ins started per source ([`Throttle`]; a source is
+//! an IPv4 address or an IPv6 /64, at most `max_sources` of them apart) and
+//! renewals per connector ([`RenewLimit`]). `trust::throttle` and
+//! `trust::renew` consult them; `Authority` holds them.
 //!
 //! Throttling of guesses counts failures only: an attempt is always
 //! evaluated first (a constant-time compare), so a valid token or key is
@@ -15,7 +16,7 @@
 //! touches a valid attempt.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -36,6 +37,9 @@ pub enum Guarded {
     Token,
     /// Connector enrollments (provisioning keys).
     Enrollment,
+    /// Sign-ins started (`GET /auth/login`): each writes a store row, so
+    /// every call counts, not only failures.
+    Login,
 }
 
 impl Guarded {
@@ -44,6 +48,7 @@ impl Guarded {
         match self {
             Guarded::Token => "token",
             Guarded::Enrollment => "enrollment",
+            Guarded::Login => "login",
         }
     }
 }
@@ -78,6 +83,14 @@ pub struct Quotas {
     pub global_per_second: u32,
     /// …with this burst.
     pub global_burst: u32,
+    /// Addresses are counted by their network of this many bits: IPv4…
+    pub ipv4_prefix: u8,
+    /// …and IPv6 (a /64 is one subscriber's: a host has as many addresses
+    /// in it as it likes).
+    pub ipv6_prefix: u8,
+    /// Sources the throttle keeps apart; beyond it new sources share one
+    /// allowance, so a spray of addresses cannot grow the table.
+    pub max_sources: usize,
 }
 
 impl Quotas {
@@ -90,7 +103,54 @@ impl Quotas {
         source_period: Duration::from_secs(6),
         global_per_second: 20,
         global_burst: 100,
+        ipv4_prefix: 32,
+        ipv6_prefix: 64,
+        max_sources: 65_536,
     };
+}
+
+impl Quotas {
+    /// The failed attempts' quotas and the sign-ins' of `[limits]`.
+    pub fn of(limits: &crate::config::Limits) -> (Quotas, Quotas) {
+        let keyed = Quotas {
+            ipv4_prefix: limits.throttle_ipv4_prefix,
+            ipv6_prefix: limits.throttle_ipv6_prefix,
+            max_sources: limits.throttle_max_sources,
+            ..Quotas::DEFAULT
+        };
+        let per_minute = limits.login_per_source_per_minute.max(1);
+        let login = Quotas {
+            source_burst: per_minute,
+            source_period: Duration::from_secs(60) / per_minute,
+            global_per_second: limits.login_per_second,
+            global_burst: limits.login_per_second.saturating_mul(10),
+            ..keyed
+        };
+        (keyed, login)
+    }
+}
+
+/// `source`'s network of `ipv4_prefix` or `ipv6_prefix` bits (an
+/// IPv4-mapped IPv6 address as IPv4): what the throttle counts by.
+pub fn network(source: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> IpAddr {
+    let v4 = |a: Ipv4Addr| {
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(ipv4_prefix.min(32)))
+            .unwrap_or(0);
+        IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+    };
+    match source {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(mapped) => v4(mapped),
+            None => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(ipv6_prefix.min(128)))
+                    .unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        },
+    }
 }
 
 type Keyed<C> =
@@ -129,6 +189,11 @@ pub struct Throttle<C: Clock = DefaultClock> {
     global: Direct<C>,
     /// Throttled sources' log lines (one per source per `LOG_EVERY`).
     logs: Mutex<HashMap<IpAddr, LogState<C::Instant>>>,
+    /// The sources (networks) with an allowance of their own, with their
+    /// last attempt: at most `max_sources`.
+    admitted: Mutex<HashMap<IpAddr, C::Instant>>,
+    /// How a source is keyed and how many are kept apart.
+    quotas: Quotas,
 }
 
 impl<C: Clock> std::fmt::Debug for Throttle<C> {
@@ -150,6 +215,10 @@ impl Throttle<DefaultClock> {
 /// listener, as in unit tests) share this key.
 const UNKNOWN_SOURCE: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
+/// Sources beyond `max_sources` share this key (`::`, no source's
+/// network: the unspecified address never sends).
+const OVERFLOW: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+
 /// Whole seconds in `wait`, rounded up, at least one.
 fn whole_seconds(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
@@ -169,7 +238,26 @@ impl<C: Clock + Clone> Throttle<C> {
             global: RateLimiter::direct_with_clock(global, clock.clone()),
             clock,
             logs: Mutex::new(HashMap::new()),
+            admitted: Mutex::new(HashMap::new()),
+            quotas,
         }
+    }
+
+    /// The key `source` is counted under: its network, if it has an
+    /// allowance or the table has room for one; else the shared one.
+    fn key(&self, source: IpAddr, now: C::Instant) -> IpAddr {
+        let q = &self.quotas;
+        let net = network(source, q.ipv4_prefix, q.ipv6_prefix);
+        let mut admitted = lock(&self.admitted);
+        if let Some(last) = admitted.get_mut(&net) {
+            *last = now;
+            return net;
+        }
+        if admitted.len() < q.max_sources {
+            admitted.insert(net, now);
+            return net;
+        }
+        OVERFLOW
     }
 
     /// Counts a failed attempt from `source` (a success is never counted
@@ -178,7 +266,7 @@ impl<C: Clock + Clone> Throttle<C> {
     /// retry delay. Only failures within a source's allowance count
     /// towards the whole CA's.
     pub fn failed(&self, source: Option<IpAddr>) -> Result<(), Refusal> {
-        let source = source.unwrap_or(UNKNOWN_SOURCE);
+        let source = self.key(source.unwrap_or(UNKNOWN_SOURCE), self.clock.now());
         let (scope, not_until) = match self.source.check_key(&source) {
             Err(not_until) => (Refused::Source, not_until),
             Ok(()) => match self.global.check() {
@@ -218,6 +306,10 @@ impl<C: Clock + Clone> Throttle<C> {
         self.source.retain_recent();
         self.source.shrink_to_fit();
         let now = self.clock.now();
+        // A source quiet for as long as its allowance takes to refill has
+        // nothing left to remember (what governor forgets too).
+        let full = self.quotas.source_period * self.quotas.source_burst.max(1);
+        lock(&self.admitted).retain(|_, last| now < *last + full.into());
         let mut due = Vec::new();
         lock(&self.logs).retain(|source, state| {
             if now < state.next_at {
@@ -234,9 +326,10 @@ impl<C: Clock + Clone> Throttle<C> {
         due
     }
 
-    /// Sources the throttle remembers (tests: the map stays bounded).
+    /// Sources the throttle remembers (tests: the maps stay bounded):
+    /// governor's map holds admitted sources and the shared key only.
     pub fn tracked(&self) -> usize {
-        self.source.len() + lock(&self.logs).len()
+        self.source.len().max(lock(&self.admitted).len()) + lock(&self.logs).len()
     }
 }
 
@@ -327,6 +420,7 @@ mod tests {
             source_period: Duration::from_secs(10),
             global_per_second: 1,
             global_burst: 5,
+            ..Quotas::DEFAULT
         }
     }
 
@@ -456,6 +550,89 @@ mod tests {
         t.retain_recent();
         assert_eq!(t.tracked(), 0);
         assert_eq!(t.failed(ip(7)), Ok(()));
+    }
+
+    /// One host's many IPv6 addresses (its /64) are one source; the
+    /// prefix lengths are the operator's.
+    #[test]
+    fn an_ipv6_64_is_one_source_and_the_prefixes_are_configurable() {
+        let clock = FakeRelativeClock::default();
+        let t = Throttle::with_clock(quotas(), clock.clone());
+        let v6 = |s: &str| Some(s.parse::<IpAddr>().expect("address"));
+        for host in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:aaaa::3"] {
+            assert_eq!(t.failed(v6(host)), Ok(()), "{host}");
+        }
+        let refused = t.failed(v6("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        assert_eq!(refused.map_err(|r| r.scope), Err(Refused::Source));
+        assert_eq!(t.failed(v6("2001:db8:1:3::1")), Ok(()), "another /64");
+        // IPv4-mapped is IPv4; IPv4 is per address by default.
+        assert_eq!(
+            network(v6("::ffff:10.1.2.3").unwrap(), 32, 64),
+            v6("10.1.2.3").unwrap()
+        );
+        assert_eq!(
+            network(v6("10.1.2.3").unwrap(), 24, 64),
+            v6("10.1.2.0").unwrap()
+        );
+        assert_eq!(
+            network(v6("2001:db8::1").unwrap(), 32, 128),
+            v6("2001:db8::1").unwrap()
+        );
+        let per_24 = Throttle::with_clock(
+            Quotas {
+                ipv4_prefix: 24,
+                ..quotas()
+            },
+            clock,
+        );
+        for last in 1..=3 {
+            assert_eq!(per_24.failed(ip(last)), Ok(()));
+        }
+        assert!(per_24.failed(ip(200)).is_err(), "the same /24");
+    }
+
+    /// A spray from a /48 (65,536 /64s, several addresses each) keeps the
+    /// table at its cap; beyond it the new sources share one allowance,
+    /// while a source admitted before keeps its own.
+    #[test]
+    fn a_spray_from_a_48_keeps_the_table_bounded() {
+        let clock = FakeRelativeClock::default();
+        let t = Throttle::with_clock(
+            Quotas {
+                global_per_second: 1_000_000,
+                global_burst: 1_000_000,
+                max_sources: 1_000,
+                ..quotas()
+            },
+            clock.clone(),
+        );
+        let early = Some("2001:db8:ffff::1".parse::<IpAddr>().expect("address"));
+        assert_eq!(t.failed(early), Ok(()));
+        let (mut refused, mut admitted) = (0u32, 0u32);
+        for subnet in 0..=u16::MAX {
+            for host in [1u16, 0x8000] {
+                let a = Ipv6Addr::new(0x2001, 0xdb8, 0x1, subnet, host, 0, 0, 7);
+                match t.failed(Some(IpAddr::V6(a))) {
+                    Ok(()) => admitted += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        assert!(t.tracked() <= 1_000 + 2, "{} tracked", t.tracked());
+        // 999 /64s got an allowance of their own (both their addresses
+        // pass), the rest share one: its burst of three.
+        assert_eq!(
+            (admitted, refused),
+            (999 * 2 + 3, 131_072 - 999 * 2 - 3),
+            "admitted, refused"
+        );
+        assert_eq!(t.failed(early), Ok(()), "an admitted source keeps its own");
+        // Once the spray stops and the allowances refill, the table empties.
+        clock.advance(Duration::from_secs(120));
+        t.retain_recent();
+        clock.advance(Duration::from_secs(60));
+        t.retain_recent();
+        assert_eq!(t.tracked(), 0);
     }
 
     #[test]

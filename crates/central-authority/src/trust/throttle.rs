@@ -58,7 +58,7 @@ impl Authority {
     /// Logs the throttled sources that went quiet with refusals not yet
     /// logged (called by housekeeping with `retain_recent`).
     pub fn flush_throttle_logs(&self) {
-        for what in [Guarded::Token, Guarded::Enrollment] {
+        for what in [Guarded::Token, Guarded::Enrollment, Guarded::Login] {
             for (source, count) in self.throttle(what).retain_recent() {
                 tracing::warn!(
                     what = what.as_str(),
