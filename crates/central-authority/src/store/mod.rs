@@ -507,6 +507,11 @@ pub struct StoreStatus {
     pub checked_at: i64,
     /// What that means for this replica.
     pub message: &'static str,
+    /// What is wrong with the link to the database, if anything (plain
+    /// text to a host off loopback: `sslmode=disable`, `allow` or `prefer`
+    /// given for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl Watched {
@@ -1017,6 +1022,10 @@ impl Store {
                 "the store answers"
             } else {
                 "the store (database) does not answer: this replica still decides access; enrollment, renewal, new connector sessions and admin changes are refused until it is back"
+            },
+            warning: match &self.backend {
+                Backend::Sqlite(_) => None,
+                Backend::Postgres(p) => p.link_warning(),
             },
         }
     }
@@ -2419,7 +2428,9 @@ fn postgres_standing_is_read_again_only_after_an_announcement() {
 }
 
 /// PostgreSQL only: `sslmode` is honoured (`require` refuses a server
-/// without TLS, naming why) and bad URLs are named.
+/// without TLS, naming the mode) and bad URLs are named; without one, a
+/// host off loopback or a root means TLS, and plain text to a host off
+/// loopback, asked for, is warned about in the store's status.
 #[cfg(test)]
 #[test]
 fn postgres_sslmode_is_honoured_and_bad_urls_are_named() {
@@ -2436,7 +2447,55 @@ fn postgres_sslmode_is_honoured_and_bad_urls_are_named() {
     let Err(e) = open(required) else {
         panic!("a server without TLS is refused under sslmode=require")
     };
-    assert!(e.to_string().contains("TLS"), "{e}");
+    assert!(
+        e.to_string().contains("TLS") && e.to_string().contains("sslmode=require"),
+        "{e}"
+    );
+    // The server answers on loopback under the name `db.example`
+    // (`hostaddr`): a host off loopback by its URL.
+    let named = url.replace("127.0.0.1", "db.example") + "&hostaddr=127.0.0.1";
+    let Err(e) = open(
+        named
+            .replace("sslmode=disable&", "")
+            .replace("?sslmode=disable", "?"),
+    ) else {
+        panic!("a host off loopback without sslmode gets require")
+    };
+    assert!(e.to_string().contains("sslmode=require"), "{e}");
+    let plain = open(named).expect("sslmode=disable, asked for");
+    let warning = plain
+        .status()
+        .warning
+        .expect("plain text off loopback is warned about");
+    assert!(
+        warning.contains("plain text") && warning.contains("sslmode=disable"),
+        "{warning}"
+    );
+    drop(plain);
+    let local = open(url.clone()).expect("loopback, plain text");
+    assert_eq!(local.status().warning, None);
+    drop(local);
+    // A root given without sslmode means verify-full, on loopback too.
+    let key = rcgen::KeyPair::generate().expect("key");
+    let root = rcgen::CertificateParams::new(vec!["db.example".to_owned()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("root");
+    let root_file = std::env::temp_dir().join(format!(
+        "reach-pg-root-{}-{}.pem",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::write(&root_file, root.pem()).expect("root");
+    let rooted = url.replace(
+        "sslmode=disable",
+        &format!("sslrootcert={}", root_file.display()),
+    );
+    let Err(e) = open(rooted) else {
+        panic!("sslrootcert without sslmode is verify-full: no plain text")
+    };
+    assert!(e.to_string().contains("sslmode=verify-full"), "{e}");
+    let _ = std::fs::remove_file(&root_file);
     let Err(e) = open(url.replace("sslmode=disable", "sslmode=sometimes")) else {
         panic!("an unknown sslmode is refused")
     };
@@ -2500,6 +2559,14 @@ fn postgres_tls_verify_full_works_and_a_wrong_root_is_refused() {
         })
     };
     let store = open(with_root(&good)).expect("verify-full with the server's root");
+    store.ping().expect("answers over TLS");
+    drop(store);
+    // The root alone (no sslmode) means verify-full.
+    let by_default = url.replace(
+        "sslmode=disable",
+        &format!("sslrootcert={}", good.display()),
+    );
+    let store = open(by_default).expect("verify-full by default with a root");
     store.ping().expect("answers over TLS");
     assert!(store.connectors().expect("db").is_empty());
     let Err(e) = open(with_root(&wrong)) else {
