@@ -688,8 +688,13 @@ async fn audited_as(
                 outcome,
                 detail,
             });
-            // No action stands unrecorded: without its entry it fails.
-            recorded.map_err(|_| NotDone::Trail).and(result)
+            // No action stands unrecorded: without its entry a done action
+            // is answered as failed. One that was not done keeps its own
+            // answer (a store that does not answer fails the entry too).
+            match result {
+                Ok(v) => recorded.map(|()| v).map_err(|_| NotDone::Trail),
+                Err(not_done) => Err(not_done),
+            }
         })
         .await;
     match done {
