@@ -15,7 +15,12 @@
 //! refused ones too, are audited with provider and subject; a
 //! hostile `next` (tab, newline, backslash, encoded forms) leaves the
 //! browser on the CA after signing in; the CLI's sign-in brings a
-//! one-time code, not the session, to its listener.
+//! one-time code, not the session, to its listener; a person removed at
+//! the provider, or whose groups change, loses access within
+//! `revalidate_s`, and a changed role mapping applies at the next request;
+//! an administrator lists sessions and ends one (API and CLI), and its next
+//! request is refused; a sign-out at the provider ends the CA's session by
+//! back-channel logout, and its logout token sent again is refused.
 
 mod common;
 
@@ -77,6 +82,9 @@ fn oidc_provider() -> PathBuf {
 struct Op {
     port: u16,
     child: tokio::process::Child,
+    /// Where the CA's root goes (the provider trusts it for back-channel
+    /// logouts).
+    ca_file: PathBuf,
 }
 
 impl Op {
@@ -84,11 +92,17 @@ impl Op {
     /// a CA whose callback is `redirect`.
     async fn start(port: u16, redirect: &str, kid: &str) -> Op {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/op.mjs");
+        let ca_file = scratch_dir("op").join("ca.pem");
         let mut child = tokio::process::Command::new("node")
             .arg(&script)
             .env("OP_MODULE", oidc_provider())
             .env("OP_PORT", port.to_string())
             .env("OP_REDIRECT", redirect)
+            .env(
+                "OP_BACKCHANNEL",
+                redirect.replace("/auth/callback", "/auth/backchannel-logout"),
+            )
+            .env("OP_CA_FILE", &ca_file)
             .env("OP_SECRET", CLIENT_SECRET)
             .env("OP_KID", kid)
             .env("OP_GROUPS", GROUPS)
@@ -113,7 +127,22 @@ impl Op {
         };
         // Drained, so the provider never writes to a closed pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Op { port, child }
+        Op {
+            port,
+            child,
+            ca_file,
+        }
+    }
+
+    /// Changes `user`'s groups at the provider (`None`: removes them).
+    async fn set_groups(&self, user: &str, groups: Option<&[&str]>) {
+        let r = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/_test/groups", self.port))
+            .json(&json!({ "user": user, "groups": groups }))
+            .send()
+            .await
+            .expect("the provider's test endpoint");
+        assert!(r.status().is_success(), "{}", r.status());
     }
 
     async fn stop(mut self) {
@@ -137,6 +166,7 @@ client_id = "reach"
 client_secret = "{CLIENT_SECRET}"
 redirect_url = "https://127.0.0.1:{ca_port}/auth/callback"
 scopes = ["profile", "groups"]
+revalidate_s = 1
 
 [oidc.roles]
 "reach-admins" = ["admin"]
@@ -162,6 +192,7 @@ async fn ca_and_op() -> (Ca, Op) {
     )
     .await;
     let ca = Ca::start_tls_at(config(ca_port, op.port), ([127, 0, 0, 1], ca_port).into()).await;
+    std::fs::write(&op.ca_file, ca.root()).expect("the CA's root for the provider");
     (ca, op)
 }
 
@@ -558,6 +589,35 @@ async fn the_cli_signs_a_person_in_through_the_browser_and_out() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("person:alice"), "{out}");
 
+    // `api sessions` lists bob's browser session; `api sessions end ID`
+    // ends it, and bob's next request is refused.
+    let (bob_browser, bob) = signed_in(&ca, "bob").await;
+    let (code, out, err) = cli(flags(&["sessions", "--json"])).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    let id = v["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["person"] == "bob")
+        .and_then(|s| s["id"].as_str())
+        .unwrap_or_else(|| panic!("no session of bob in {v}"))
+        .to_owned();
+    let (code, out, err) = cli(flags(&["sessions"])).await;
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{id} not listed: {out}"));
+    assert!(line.contains("bob") && line.contains("read"), "{out}");
+    assert!(out.contains("alice"), "{out}");
+    let (code, out, err) = cli(flags(&["sessions", "end", &id])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ended"), "{out}");
+    let read = format!("https://{}/api/v1/connectors", ca.http);
+    assert_eq!(get_status(&https(&ca.root()), &read, &bob).await.0, 401);
+    bob_browser.close().await;
+
     // `api logout` revokes it and removes the file.
     let (code, _, err) = cli(flags(&["logout"])).await;
     assert_eq!(code, 0, "{err}");
@@ -718,6 +778,79 @@ async fn sign_ins_started_are_throttled_per_source_and_bounded_in_all() {
     op.stop().await;
 }
 
+/// A signed-in person's cookie, in a browser of its own (kept open).
+async fn signed_in(ca: &Ca, user: &str) -> (Browser, String) {
+    let b = Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("chromium");
+    sign_in(&b, ca, user).await;
+    eventually(&format!("the dashboard names {user}"), || async {
+        text_of(&b, "signed-in-as").await == user
+    })
+    .await;
+    let cookie = session_cookie(&b).await;
+    (b, cookie)
+}
+
+#[tokio::test]
+async fn a_person_removed_or_regrouped_at_the_provider_loses_access_within_the_interval() {
+    let (ca, op) = ca_and_op().await;
+    let http = https(&ca.root());
+    let base = format!("https://{}", ca.http);
+    let (b, cookie) = signed_in(&ca, "alice").await;
+    let audit = format!("{base}/api/v1/audit");
+    let read = format!("{base}/api/v1/connectors");
+    assert_eq!(get_status(&http, &audit, &cookie).await.0, 200);
+
+    // Moved out of the admin group: a reader at a request after the
+    // interval (the provider's refreshed ID token says so).
+    op.set_groups("alice", Some(&["reach-readers"])).await;
+    eventually("alice is no admin any more", || async {
+        get_status(&http, &audit, &cookie).await.0 == 403
+    })
+    .await;
+    assert_eq!(get_status(&http, &read, &cookie).await.0, 200);
+
+    // The CA's role mapping changes: it applies at the next request.
+    let mapped = |roles: Vec<(String, Vec<central_authority::trust::auth::Scope>)>| {
+        let mut c = config(ca.http.port(), op.port);
+        c.settings.data_dir = ca.data_dir.clone();
+        c.oidc[0].roles = roles;
+        c
+    };
+    let original = config(ca.http.port(), op.port).oidc[0].roles.clone();
+    use central_authority::trust::auth::Scope;
+    ca.authority
+        .apply(mapped(vec![("reach-readers".into(), vec![Scope::Admin])]));
+    assert_eq!(get_status(&http, &audit, &cookie).await.0, 200);
+    ca.authority.apply(mapped(original));
+    assert_eq!(get_status(&http, &audit, &cookie).await.0, 403);
+
+    // Removed at the provider: the refresh is refused and the session ends.
+    op.set_groups("alice", None).await;
+    eventually("alice's session ended", || async {
+        get_status(&http, &read, &cookie).await.0 == 401
+    })
+    .await;
+    b.close().await;
+
+    // Back as an admin, alice finds the CA's record of it.
+    op.set_groups("alice", Some(&["reach-admins"])).await;
+    let (b, cookie) = signed_in(&ca, "alice").await;
+    let (s, v) = get_status(&http, &format!("{audit}?action=session.end"), &cookie).await;
+    assert_eq!(s, 200, "{v}");
+    let entry = &v["entries"][0];
+    assert_eq!(
+        entry["actor"],
+        json!({"kind": "system", "name": "oidc:corp"}),
+        "{v}"
+    );
+    assert_eq!(entry["target"], "alice", "{v}");
+    b.close().await;
+    ca.stop().await;
+    op.stop().await;
+}
+
 /// [`https`] from the local address `local`, if given.
 fn https_from(root_pem: &str, local: Option<std::net::IpAddr>) -> reqwest::Client {
     use rustls::pki_types::CertificateDer;
@@ -739,4 +872,128 @@ fn https_from(root_pem: &str, local: Option<std::net::IpAddr>) -> reqwest::Clien
         .local_address(local)
         .build()
         .expect("client")
+}
+
+#[tokio::test]
+async fn an_admin_ends_a_session_and_its_next_request_is_refused() {
+    let (ca, op) = ca_and_op().await;
+    let http = https(&ca.root());
+    let base = format!("https://{}", ca.http);
+    let (admin_browser, alice) = signed_in(&ca, "alice").await;
+    let (bob_browser, bob) = signed_in(&ca, "bob").await;
+    let read = format!("{base}/api/v1/connectors");
+    assert_eq!(get_status(&http, &read, &bob).await.0, 200);
+
+    // A reader may not list sessions; an admin sees both.
+    let sessions = format!("{base}/api/v1/sessions");
+    assert_eq!(get_status(&http, &sessions, &bob).await.0, 403);
+    let (s, v) = get_status(&http, &sessions, &alice).await;
+    assert_eq!(s, 200, "{v}");
+    let list = v["sessions"].as_array().expect("sessions");
+    let of = |who: &str| {
+        list.iter()
+            .find(|s| s["person"] == who)
+            .unwrap_or_else(|| panic!("no session of {who} in {v}"))
+            .clone()
+    };
+    assert_eq!(of("alice")["scopes"], json!(["admin"]), "{v}");
+    assert_eq!(of("bob")["scopes"], json!(["read"]), "{v}");
+    let id = of("bob")["id"].as_str().expect("id").to_owned();
+
+    // Ending it takes the session's CSRF token, like every change.
+    let (_, session) = get_status(&http, &format!("{base}/auth/session"), &alice).await;
+    let csrf = session["csrf_token"].as_str().expect("csrf").to_owned();
+    let end = |id: String| {
+        http.delete(format!("{sessions}/{id}"))
+            .header("cookie", &alice)
+            .header("x-csrf-token", &csrf)
+            .send()
+    };
+    let r = end(id.clone()).await.expect("delete");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(get_status(&http, &read, &bob).await.0, 401);
+    let r = end(id.clone()).await.expect("delete again");
+    assert_eq!(r.status().as_u16(), 404);
+
+    let (_, v) = get_status(
+        &http,
+        &format!("{base}/api/v1/audit?action=session.end"),
+        &alice,
+    )
+    .await;
+    let entry = &v["entries"][0];
+    assert_eq!(
+        (&entry["actor"]["kind"], &entry["actor"]["name"]),
+        (&json!("person"), &json!("alice")),
+        "{v}"
+    );
+    assert_eq!(entry["actor"]["provider"], "corp", "{v}");
+    assert_eq!(entry["target"], id, "{v}");
+    assert_eq!(entry["outcome"], "not_found", "{v}");
+    assert_eq!(v["entries"][1]["outcome"], "ok", "{v}");
+    admin_browser.close().await;
+    bob_browser.close().await;
+    ca.stop().await;
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn a_sign_out_at_the_provider_ends_the_session_by_back_channel_logout() {
+    let (ca, op) = ca_and_op().await;
+    let http = https(&ca.root());
+    let read = format!("https://{}/api/v1/connectors", ca.http);
+    let (b, cookie) = signed_in(&ca, "alice").await;
+    let (bob_browser, bob) = signed_in(&ca, "bob").await;
+    assert_eq!(get_status(&http, &read, &cookie).await.0, 200);
+
+    // Alice signs out at the provider, in her browser.
+    b.goto(&format!("http://127.0.0.1:{}/session/end", op.port))
+        .await
+        .expect("to the provider's sign-out");
+    eventually("the provider's sign-out page", || async {
+        b.eval(
+            "const y = document.querySelector('button[name=logout]');
+             if (!y) return false; y.click(); return true;",
+            json!([]),
+        )
+        .await
+        .ok()
+            == Some(json!(true))
+    })
+    .await;
+    eventually("alice's session ended by the provider", || async {
+        get_status(&http, &read, &cookie).await.0 == 401
+    })
+    .await;
+    // Bob's session is another provider session: it stands.
+    assert_eq!(get_status(&http, &read, &bob).await.0, 200);
+
+    // The same logout token sent again is refused (its jti was seen).
+    let sent = reqwest::get(format!("http://127.0.0.1:{}/_test/last-logout", op.port))
+        .await
+        .expect("the provider's test endpoint")
+        .text()
+        .await
+        .expect("body");
+    assert!(sent.starts_with("logout_token="), "{sent}");
+    let replay = http
+        .post(format!("https://{}/auth/backchannel-logout", ca.http))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(sent)
+        .send()
+        .await
+        .expect("replay");
+    assert_eq!(replay.status().as_u16(), 400);
+    let body: Value = replay.json().await.expect("json");
+    assert_eq!(body["error"], "invalid_request", "{body}");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .is_some_and(|d| d.contains("used already")),
+        "{body}"
+    );
+    b.close().await;
+    bob_browser.close().await;
+    ca.stop().await;
+    op.stop().await;
 }

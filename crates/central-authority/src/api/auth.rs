@@ -124,29 +124,21 @@ pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Sessio
     let now = crate::state::clock::now_ms();
     let found = a.blocking(move |a| a.store().session(&hash)).await;
     Some(match found {
-        // A provider taken out of the configuration ends its sessions.
-        Some(Ok(Some(r)))
-            if r.revoked_ms.is_none()
-                && r.expires_ms > now
-                && a.snapshot()
-                    .config
-                    .oidc
-                    .iter()
-                    .any(|p| p.name == r.provider) =>
-        {
-            Ok(Session {
-                person: r.person,
-                provider: r.provider,
-                subject: r.subject,
-                scopes: r
-                    .scopes
-                    .split_whitespace()
-                    .filter_map(|s| s.parse().ok())
-                    .collect(),
-                id_sha256: r.id_sha256,
-                csrf: csrf_of(&id),
-                expires_ms: r.expires_ms,
-            })
+        // Its provider's word and the role mapping decide (`api::sessions`).
+        Some(Ok(Some(r))) if r.revoked_ms.is_none() && r.expires_ms > now => {
+            match crate::api::sessions::standing(a, &id, r).await {
+                Ok(Some((r, scopes))) => Ok(Session {
+                    person: r.person,
+                    provider: r.provider,
+                    subject: r.subject,
+                    scopes,
+                    id_sha256: r.id_sha256,
+                    csrf: csrf_of(&id),
+                    expires_ms: r.expires_ms,
+                }),
+                Ok(None) => Err(AuthError::SessionEnded),
+                Err(e) => Err(e),
+            }
         }
         Some(Ok(_)) => Err(AuthError::SessionEnded),
         Some(Err(_)) | None => Err(AuthError::Unavailable),
@@ -570,6 +562,13 @@ async fn open_session(
         created_ms: now,
         expires_ms: now.saturating_add(lifetime_ms),
         revoked_ms: None,
+        sid: person.sid.clone(),
+        roles: Some(serde_json::Value::from(person.roles.clone()).to_string()),
+        checked_ms: now,
+        refresh_sealed: person
+            .credential
+            .as_ref()
+            .and_then(|c| crate::api::sessions::seal(&id, &c.to_text())),
     };
     let detail = format!("scopes: {}", record.scopes);
     let provider = p.name.clone();

@@ -13,6 +13,11 @@
 //! `Sec-Fetch-Site` check refuses what a browser marks as cross-origin even
 //! when no body is sent. Clients that send no `Origin` (curl, scripts, the
 //! `api` CLI) are not browsers acting for another site and pass.
+//!
+//! One exception: the OpenID provider's back-channel logout (`POST
+//! /auth/backchannel-logout`) is a form, as its spec says; it changes
+//! nothing a cookie authorizes (its own signed token decides), so a form
+//! body is taken there.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
@@ -211,6 +216,15 @@ pub fn verdict(
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
     let content_type = headers.get(header::CONTENT_TYPE);
+    if *method == Method::POST
+        && uri.path() == crate::api::sessions::BACKCHANNEL_PATH
+        && content_type.is_some_and(|v| {
+            v.as_bytes()
+                .starts_with(b"application/x-www-form-urlencoded")
+        })
+    {
+        return Ok(());
+    }
     if has_body || (changes_state && content_type.is_some()) {
         let shown = content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         if !shown.as_deref().is_some_and(is_json) {

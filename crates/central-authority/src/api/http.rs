@@ -52,6 +52,7 @@ use crate::api::body::{
 use crate::api::dashboard as assets;
 use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
 use crate::api::listing::MAX_EVENTS_PER_PAGE;
+use crate::api::sessions::backchannel_logout;
 use crate::error::ApiError;
 use crate::state::authority::Authority;
 use crate::state::warmup::Warmth;
@@ -107,6 +108,9 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/auth/logout", post(crate::api::auth::logout))
         .route("/auth/cli", post(crate::api::auth::cli_exchange))
         .route("/auth/session", get(crate::api::auth::session))
+        .route("/auth/backchannel-logout", post(backchannel_logout))
+        .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/sessions/{id}", delete(end_session))
         .with_state(authority)
 }
 
@@ -1788,6 +1792,67 @@ async fn delete_connector(
             StatusCode::NOT_FOUND,
             "not_found",
             &format!("no enrolled connector {shown:?}"),
+            None,
+        ),
+        Err(response) => response,
+    }
+}
+
+/// `GET /api/v1/sessions`: people's live sessions, newest first, with
+/// the scopes their roles map to now.
+async fn sessions(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
+    let now = crate::state::clock::now_ms();
+    let records = match admin(&a, move |a| a.store().sessions(now)).await {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let providers = a.snapshot().config.oidc.clone();
+    let rows: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let scopes: Vec<&str> = providers
+                .iter()
+                .find(|p| p.name == r.provider)
+                .map(|p| crate::api::sessions::scopes_of(p, r))
+                .unwrap_or_default()
+                .iter()
+                .map(|s| s.as_str())
+                .collect();
+            json!({
+                "id": r.id_sha256,
+                "person": r.person,
+                "provider": r.provider,
+                "subject": r.subject,
+                "scopes": scopes,
+                "created_at": r.created_ms,
+                "expires_at": r.expires_ms,
+                "checked_at": r.checked_ms,
+            })
+        })
+        .collect();
+    axum::Json(json!({ "sessions": rows })).into_response()
+}
+
+/// `DELETE /api/v1/sessions/{id}`: ends a person's session on every
+/// replica (audited `session.end`).
+async fn end_session(State(a): State<Shared>, Path(id): Path<String>, caller: Caller) -> Response {
+    let shown: String = id.chars().take(128).collect();
+    let target = shown.clone();
+    let now = crate::state::clock::now_ms();
+    let done = audited(&a, caller, "session.end", target, move |a| {
+        let Some(r) = a.store().session(&id)? else {
+            return Ok(None);
+        };
+        let ended = a.store().revoke_session(&id, now)?;
+        Ok(ended.then(|| json!({ "id": id, "person": r.person, "ended": true })))
+    })
+    .await;
+    match done {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no live session {shown:?}"),
             None,
         ),
         Err(response) => response,

@@ -12,4 +12,5 @@ pub mod listing;
 pub mod metrics;
 pub mod openapi;
 pub mod schema;
+pub mod sessions;
 pub mod views;

@@ -1297,7 +1297,100 @@ fn auth_ops() -> Vec<Op> {
         },
     ];
     ops.extend(session_ops());
+    ops.extend(people_session_ops());
     ops
+}
+
+/// Administrators' view of people's sessions, and the provider's
+/// back-channel logout (`api::sessions`).
+fn people_session_ops() -> Vec<Op> {
+    use crate::trust::auth::Scope::Admin;
+    let session = json!({"type": "object", "properties": {
+        "id": {"type": "string", "description": "SHA-256 (hex) of the session id; not a credential"},
+        "person": {"type": "string"}, "provider": {"type": "string"},
+        "subject": {"type": "string", "description": "the person's `sub` at the provider (empty for a session a 0.1.0 CA opened)"},
+        "scopes": {"type": "array", "items": {"type": "string"}, "description": "what the person's roles map to now"},
+        "created_at": {"type": "integer", "description": "Unix ms"},
+        "expires_at": {"type": "integer", "description": "Unix ms"},
+        "checked_at": {"type": "integer", "description": "Unix ms: when the provider last confirmed it"}}});
+    let example = json!({"id": "5f1c…", "person": "alice", "provider": "corp",
+        "subject": "248289761001", "scopes": ["admin"], "created_at": 1_764_000_000_000u64,
+        "expires_at": 1_764_028_800_000u64, "checked_at": 1_764_000_300_000u64});
+    vec![
+        Op {
+            method: "get",
+            path: "/api/v1/sessions",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "listSessions",
+                "summary": "People's live sessions, newest first",
+                "description": "Every replica's: sessions are kept in the store. Each is confirmed with its provider every `[[oidc]] revalidate_s` at its next request; `scopes` are its roles claim's values mapped by the roles as configured now.",
+                "tags": ["admin"],
+                "responses": {
+                    "200": {"description": "the live sessions",
+                        "content": {"application/json": {"schema": {"type": "object", "properties": {
+                            "sessions": {"type": "array", "items": session}}},
+                            "example": {"sessions": [example]}}}},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "delete",
+            path: "/api/v1/sessions/{id}",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "endSession",
+                "summary": "End a person's session on every replica; its next request is refused (401)",
+                "description": "Recorded in the audit trail (`session.end`), also when refused or not found.",
+                "tags": ["admin"],
+                "parameters": [{"name": "id", "in": "path", "required": true,
+                    "description": "the session's `id` from `GET /api/v1/sessions`",
+                    "schema": {"type": "string"}}],
+                "responses": {
+                    "200": {"description": "ended",
+                        "content": {"application/json": {"schema": {"type": "object", "properties": {
+                            "id": {"type": "string"}, "person": {"type": "string"}, "ended": {"type": "boolean"}}},
+                            "example": {"id": "5f1c…", "person": "bob", "ended": true}}}},
+                    "404": {"description": "no such live session (reason `not_found`)",
+                        "content": json_body("Error", json!({"error": {"reason": "not_found",
+                            "message": "no live session \"x\""}}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        backchannel_op(),
+    ]
+}
+
+/// `POST /auth/backchannel-logout` (`api::sessions`).
+fn backchannel_op() -> Op {
+    Op {
+        method: "post",
+        path: "/auth/backchannel-logout",
+        auth: Auth::None,
+        spec: json!({
+            "operationId": "backchannelLogout",
+            "summary": "OpenID Connect Back-Channel Logout 1.0: the provider ends a person's sessions",
+            "description": "Register `https://CA/auth/backchannel-logout` as the client's `backchannel_logout_uri` at the provider. The logout token must be signed with a key of the provider's JWKS, name this CA's client id in `aud`, be recent (`iat`), carry the back-channel logout event and `sid` or `sub`, and no `nonce`; its `jti` is accepted once. Ends the sessions of the provider session `sid`, else every session of `sub`.",
+            "tags": ["sign-in"],
+            "requestBody": {"required": true, "content": {"application/x-www-form-urlencoded": {
+                "schema": {"type": "object", "required": ["logout_token"],
+                    "properties": {"logout_token": {"type": "string", "description": "a signed JWT"}}}}}},
+            "responses": {
+                "200": {"description": "valid; its sessions ended",
+                    "content": {"application/json": {"schema": {"type": "object", "properties": {
+                        "sessions_ended": {"type": "integer"}}}, "example": {"sessions_ended": 1}}}},
+                "400": {"description": "refused (`invalid_request`), with why",
+                    "content": {"application/json": {"schema": {"type": "object", "properties": {
+                        "error": {"type": "string"}, "error_description": {"type": "string"}}},
+                        "example": {"error": "invalid_request", "error_description": "this logout token was used already (jti)"}}}},
+                "503": error_ref("Unavailable"),
+            },
+        }),
+    }
 }
 
 /// Signing out and who is signed in (`api::auth`).

@@ -274,6 +274,8 @@ pub(super) struct OidcSection {
     pub(super) session_lifetime_s: u64,
     #[serde(default = "default_keys_refresh_s")]
     pub(super) keys_refresh_s: u64,
+    #[serde(default = "default_revalidate_s")]
+    pub(super) revalidate_s: u64,
 }
 
 fn default_oidc_scopes() -> Vec<String> {
@@ -290,6 +292,10 @@ fn default_session_lifetime_s() -> u64 {
 
 fn default_keys_refresh_s() -> u64 {
     3600
+}
+
+fn default_revalidate_s() -> u64 {
+    300
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,6 +14,9 @@ pub(super) const SESSION_LIFETIME_S: (u64, u64) = (300, 604_800);
 /// Shortest and longest use of a provider's keys before fetching them
 /// again (seconds).
 pub(super) const KEYS_REFRESH_S: (u64, u64) = (60, 86_400);
+/// Shortest and longest interval between a session's re-validations with
+/// its provider (seconds).
+pub(super) const REVALIDATE_S: (u64, u64) = (1, 86_400);
 
 /// The checked providers; each problem is added to `problems`.
 pub(super) fn providers(
@@ -67,6 +70,14 @@ pub(super) fn providers(
                 format!("must be {lo}..={hi}, got {}", o.keys_refresh_s),
             );
         }
+        let (lo, hi) = REVALIDATE_S;
+        if !(lo..=hi).contains(&o.revalidate_s) {
+            setting(
+                problems,
+                format!("{subject}.revalidate_s"),
+                format!("must be {lo}..={hi}, got {}", o.revalidate_s),
+            );
+        }
         if problems.len() == before {
             out.push(ProviderConfig {
                 name: o.name.clone(),
@@ -80,6 +91,7 @@ pub(super) fn providers(
                 roles,
                 session_lifetime_ms: o.session_lifetime_s.saturating_mul(1000),
                 keys_refresh_ms: o.keys_refresh_s.saturating_mul(1000),
+                revalidate_ms: o.revalidate_s.saturating_mul(1000),
             });
         }
     }
@@ -186,6 +198,7 @@ roles = { "reach-admins" = ["admin"] }
         let c = Config::from_toml(ok, std::path::Path::new("/tmp")).expect("valid");
         assert_eq!(c.oidc[0].roles_claim, "groups");
         assert_eq!(c.oidc[0].session_lifetime_ms, 28_800_000);
+        assert_eq!(c.oidc[0].revalidate_ms, 300_000);
 
         let bad = r#"
 [[oidc]]
@@ -197,6 +210,7 @@ client_secret_file = "b"
 redirect_url = "https://ca.example.com/auth/callback"
 roles = { "x" = ["write"] }
 session_lifetime_s = 60
+revalidate_s = 0
 
 [[oidc]]
 name = "corp"
@@ -211,6 +225,7 @@ redirect_url = "http://[::1]:7480/auth/callback"
             "oidc \"corp\": set either client_secret or client_secret_file",
             "oidc \"corp\".roles.\"x\": unknown scope \"write\"",
             "oidc \"corp\".session_lifetime_s: must be 300..=604800",
+            "oidc \"corp\".revalidate_s: must be 1..=86400, got 0",
             "oidc \"corp\": name is used by another provider",
             "oidc \"corp\".roles: is empty",
         ] {

@@ -186,6 +186,7 @@ pub const ENTRIES: &[Entry] = &[
     e("oidc", "roles", "table", Value("{}"), None, "`{ \"role\" = [scopes] }`", "Each claim value and the scopes (`read`, `access`, `admin`) it grants; a person with none is refused."),
     e("oidc", "session_lifetime_s", "integer", Value("28800"), None, "300–604800", "How long a sign-in lasts (the cookie and the stored session)."),
     e("oidc", "keys_refresh_s", "integer", Value("3600"), None, "60–86400", "How long the provider's signing keys (JWKS) are used before they are fetched again (a key the provider withdrew stops verifying); an unknown key id fetches them at once."),
+    e("oidc", "revalidate_s", "integer", Value("300"), None, "1–86400", "How often a session is confirmed with the provider (refresh token, else userinfo) at its next request; a refusal ends it, and the roles it returns apply."),
     e("connector_groups", "name", "string", Absent("required"), None, "unique", "The group's name."),
     e("connector_groups", "provisioning_key", "string", Absent("one of the key settings"), None, "64+ bits estimated (`openssl rand -base64 32`); not a placeholder (`change-me`, `REPLACE-ME`)", "The key connectors enroll with."),
     e("connector_groups", "provisioning_key_file", "path", Absent("one of the key settings"), None, "", "File holding it."),

@@ -397,13 +397,14 @@ struct Calls([AtomicU64; CALLS.len()]);
 
 /// The store's calls, as `each!` names them (a call missing here does not
 /// compile: `call_index` fails at compile time).
-const CALLS: [&str; 39] = [
+const CALLS: [&str; 44] = [
     "address_events",
     "allow_reenroll",
     "audit",
     "certificate",
     "certificate_history",
     "certificates",
+    "claim_session_check",
     "connectors",
     "count_refusal",
     "create_session",
@@ -417,6 +418,7 @@ const CALLS: [&str; 39] = [
     "is_disabled",
     "key_revoked",
     "key_usage",
+    "logout_token_once",
     "ping",
     "prune_audit",
     "prune_events",
@@ -431,8 +433,11 @@ const CALLS: [&str; 39] = [
     "revoke_after_grace",
     "revoke_certificates",
     "revoke_key",
+    "revoke_provider_sessions",
     "revoke_session",
     "session",
+    "session_refreshed",
+    "sessions",
     "set_disabled",
     "shared_secret",
     "take_login",
@@ -853,6 +858,15 @@ pub struct SessionRecord {
     pub revoked_ms: Option<i64>,
     /// The person's subject (`sub`) at the provider.
     pub subject: String,
+    /// The provider's session id (`sid`), when its ID token had one.
+    pub sid: Option<String>,
+    /// The roles claim's values, a JSON array of strings (mapped to scopes
+    /// at each request).
+    pub roles: Option<String>,
+    /// When the provider last confirmed the session, Unix ms.
+    pub checked_ms: i64,
+    /// The refresh token, sealed with a key only the session id gives.
+    pub refresh_sealed: Option<String>,
 }
 
 /// A sign-in on its way through the provider (`auth_logins`).
@@ -1276,6 +1290,59 @@ impl Store {
     /// The session whose id hashes to `id_sha256`, revoked or not.
     pub fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
         each!(self, s => s.session(id_sha256))
+    }
+
+    /// The live sessions (neither revoked nor over at `now_ms`), newest
+    /// first.
+    pub fn sessions(&self, now_ms: i64) -> Result<Vec<SessionRecord>, StoreError> {
+        each!(self, s => s.sessions(now_ms))
+    }
+
+    /// Claims the re-validation of a session whose last check is
+    /// `seen_checked_ms`: true for one caller across replicas, which then
+    /// asks the provider.
+    pub fn claim_session_check(
+        &self,
+        id_sha256: &str,
+        seen_checked_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.claim_session_check(id_sha256, seen_checked_ms, now_ms))
+    }
+
+    /// What a re-validation learnt: the roles claim's values and the
+    /// (rotated) sealed refresh token.
+    pub fn session_refreshed(
+        &self,
+        id_sha256: &str,
+        roles: &str,
+        refresh_sealed: Option<&str>,
+    ) -> Result<(), StoreError> {
+        each!(self, s => s.session_refreshed(id_sha256, roles, refresh_sealed))
+    }
+
+    /// Revokes the live sessions of `provider` with provider session `sid`
+    /// (or, without one, of subject `sub`); how many.
+    pub fn revoke_provider_sessions(
+        &self,
+        provider: &str,
+        sid: Option<&str>,
+        sub: Option<&str>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        each!(self, s => s.revoke_provider_sessions(provider, sid, sub, now_ms))
+    }
+
+    /// Records logout token `jti` of `provider` until `expires_ms`; false
+    /// when it was seen already (a replay).
+    pub fn logout_token_once(
+        &self,
+        provider: &str,
+        jti: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.logout_token_once(provider, jti, expires_ms, now_ms))
     }
 
     /// Revokes a session on every replica; whether it was live.
@@ -1973,6 +2040,10 @@ mod suite {
             expires_ms: 9_000,
             revoked_ms: None,
             subject: "248289761001".into(),
+            sid: Some("sid-1".into()),
+            roles: Some(r#"["reach-admins"]"#.into()),
+            checked_ms: 1_000,
+            refresh_sealed: Some("sealed-1".into()),
         };
         a.create_session(&session).expect("create");
         assert_eq!(b.session("s1").expect("read"), Some(session.clone()));
@@ -1992,6 +2063,68 @@ mod suite {
         };
         b.create_session(&later).expect("create");
         assert_eq!(a.session("s1").expect("read"), None);
+        assert_eq!(
+            a.sessions(10_500).expect("list"),
+            std::slice::from_ref(&later)
+        );
+
+        // One replica wins a re-validation; what it learnt is shared.
+        assert!(a.claim_session_check("s2", 1_000, 11_000).expect("claim"));
+        assert!(!b.claim_session_check("s2", 1_000, 11_001).expect("lost"));
+        b.session_refreshed("s2", r#"["reach-readers"]"#, Some("sealed-2"))
+            .expect("refreshed");
+        b.session_refreshed("s2", r#"["reach-readers"]"#, None)
+            .expect("refreshed, no new token");
+        let seen = a.session("s2").expect("read").expect("there");
+        assert_eq!(
+            (
+                seen.checked_ms,
+                seen.roles.as_deref(),
+                seen.refresh_sealed.as_deref()
+            ),
+            (11_000, Some(r#"["reach-readers"]"#), Some("sealed-2"))
+        );
+
+        // A back-channel logout names the provider's session, or the subject.
+        let third = SessionRecord {
+            id_sha256: "s3".into(),
+            sid: None,
+            ..later.clone()
+        };
+        a.create_session(&third).expect("create");
+        assert_eq!(
+            b.revoke_provider_sessions("other", Some("sid-1"), None, 12_000)
+                .expect("revoke"),
+            0
+        );
+        assert_eq!(
+            b.revoke_provider_sessions("corp", Some("sid-1"), None, 12_000)
+                .expect("revoke"),
+            1
+        );
+        assert_eq!(a.sessions(12_000).expect("list"), [third]);
+        assert_eq!(
+            a.revoke_provider_sessions("corp", None, Some("248289761001"), 12_000)
+                .expect("revoke"),
+            1
+        );
+        assert!(a.sessions(12_000).expect("list").is_empty());
+        assert!(
+            a.logout_token_once("corp", "j1", 20_000, 12_000)
+                .expect("once")
+        );
+        assert!(
+            !b.logout_token_once("corp", "j1", 20_000, 12_000)
+                .expect("replay")
+        );
+        assert!(
+            b.logout_token_once("other", "j1", 20_000, 12_000)
+                .expect("another provider")
+        );
+        assert!(
+            b.logout_token_once("corp", "j1", 30_000, 21_000)
+                .expect("expired, forgotten")
+        );
 
         let login = LoginRecord {
             state_sha256: "st".into(),

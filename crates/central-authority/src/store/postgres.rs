@@ -314,7 +314,47 @@ ALTER TABLE admin_audit ADD COLUMN provider TEXT NOT NULL DEFAULT '';
 ALTER TABLE admin_audit ADD COLUMN subject TEXT NOT NULL DEFAULT '';
 ALTER TABLE auth_sessions ADD COLUMN subject TEXT NOT NULL DEFAULT '';
 "#,
+    r#"
+-- Version 16: sessions re-validated with their provider. The provider's
+-- session id (back-channel logout names it or the subject), the roles
+-- claim's values (mapped to scopes at each request), when the provider last
+-- confirmed the session, and its refresh token sealed with a key derived
+-- from the session id (which the store never holds). Logout tokens' ids are
+-- kept until they expire, so none is accepted twice. Sessions opened before
+-- keep NULLs and end at their first re-validation.
+ALTER TABLE auth_sessions ADD COLUMN sid TEXT;
+ALTER TABLE auth_sessions ADD COLUMN roles TEXT;
+ALTER TABLE auth_sessions ADD COLUMN checked_ms BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE auth_sessions ADD COLUMN refresh_sealed TEXT;
+CREATE TABLE auth_logout_tokens (
+    provider   TEXT NOT NULL,
+    jti        TEXT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    PRIMARY KEY (provider, jti)
+);
+"#,
 ];
+
+/// The columns [`session_row`] reads, in its order.
+const SESSION_COLUMNS: &str = "id_sha256, person, provider, scopes, created_ms, expires_ms, \
+     revoked_ms, subject, sid, roles, checked_ms, refresh_sealed";
+
+fn session_row(r: &tokio_postgres::Row) -> SessionRecord {
+    SessionRecord {
+        id_sha256: r.get(0),
+        person: r.get(1),
+        provider: r.get(2),
+        scopes: r.get(3),
+        created_ms: r.get(4),
+        expires_ms: r.get(5),
+        revoked_ms: r.get(6),
+        subject: r.get(7),
+        sid: r.get(8),
+        roles: r.get(9),
+        checked_ms: r.get(10),
+        refresh_sealed: r.get(11),
+    }
+}
 
 /// A history row's first nine columns (the status and the address
 /// history select them alike).
@@ -1564,8 +1604,9 @@ impl PgStore {
             client
                 .execute(
                     "INSERT INTO auth_sessions
-                         (id_sha256, person, provider, scopes, created_ms, expires_ms, subject)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                         (id_sha256, person, provider, scopes, created_ms, expires_ms,
+                          subject, sid, roles, checked_ms, refresh_sealed)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                     &[
                         &r.id_sha256,
                         &r.person,
@@ -1574,6 +1615,10 @@ impl PgStore {
                         &r.created_ms,
                         &r.expires_ms,
                         &r.subject,
+                        &r.sid,
+                        &r.roles,
+                        &r.checked_ms,
+                        &r.refresh_sealed,
                     ],
                 )
                 .await?;
@@ -1586,21 +1631,113 @@ impl PgStore {
             let client = self.client().await?;
             let row = client
                 .query_opt(
-                    "SELECT id_sha256, person, provider, scopes, created_ms, expires_ms, revoked_ms, subject
-                     FROM auth_sessions WHERE id_sha256 = $1",
+                    &format!("SELECT {SESSION_COLUMNS} FROM auth_sessions WHERE id_sha256 = $1"),
                     &[&id_sha256],
                 )
                 .await?;
-            Ok(row.map(|r| SessionRecord {
-                id_sha256: r.get(0),
-                person: r.get(1),
-                provider: r.get(2),
-                scopes: r.get(3),
-                created_ms: r.get(4),
-                expires_ms: r.get(5),
-                revoked_ms: r.get(6),
-                subject: r.get(7),
-            }))
+            Ok(row.as_ref().map(session_row))
+        })
+    }
+
+    pub(crate) fn sessions(&self, now_ms: i64) -> Result<Vec<SessionRecord>, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM auth_sessions
+                         WHERE revoked_ms IS NULL AND expires_ms > $1 ORDER BY created_ms DESC"
+                    ),
+                    &[&now_ms],
+                )
+                .await?;
+            Ok(rows.iter().map(session_row).collect())
+        })
+    }
+
+    pub(crate) fn claim_session_check(
+        &self,
+        id_sha256: &str,
+        seen_checked_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "UPDATE auth_sessions SET checked_ms = $3
+                     WHERE id_sha256 = $1 AND checked_ms = $2",
+                    &[&id_sha256, &seen_checked_ms, &now_ms],
+                )
+                .await?;
+            Ok(n > 0)
+        })
+    }
+
+    pub(crate) fn session_refreshed(
+        &self,
+        id_sha256: &str,
+        roles: &str,
+        refresh_sealed: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE auth_sessions
+                     SET roles = $2, refresh_sealed = COALESCE($3, refresh_sealed)
+                     WHERE id_sha256 = $1",
+                    &[&id_sha256, &roles, &refresh_sealed],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn revoke_provider_sessions(
+        &self,
+        provider: &str,
+        sid: Option<&str>,
+        sub: Option<&str>,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            Ok(client
+                .execute(
+                    "UPDATE auth_sessions SET revoked_ms = $4
+                     WHERE provider = $1 AND revoked_ms IS NULL
+                       AND (($2::TEXT IS NOT NULL AND sid = $2)
+                            OR ($2::TEXT IS NULL AND subject = $3))",
+                    &[&provider, &sid, &sub, &now_ms],
+                )
+                .await?)
+        })
+    }
+
+    pub(crate) fn logout_token_once(
+        &self,
+        provider: &str,
+        jti: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.block(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "DELETE FROM auth_logout_tokens WHERE expires_ms < $1",
+                    &[&now_ms],
+                )
+                .await?;
+            let n = client
+                .execute(
+                    "INSERT INTO auth_logout_tokens (provider, jti, expires_ms) VALUES ($1, $2, $3)
+                     ON CONFLICT (provider, jti) DO NOTHING",
+                    &[&provider, &jti, &expires_ms],
+                )
+                .await?;
+            Ok(n > 0)
         })
     }
 

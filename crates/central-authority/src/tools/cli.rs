@@ -150,6 +150,24 @@ pub enum ApiCommand {
         #[command(subcommand)]
         action: KeyAction,
     },
+    /// People's signed-in sessions on every replica (`GET
+    /// /api/v1/sessions`, scope `admin`), or end one.
+    Sessions {
+        /// End one (without: list them).
+        #[command(subcommand)]
+        action: Option<SessionAction>,
+    },
+}
+
+/// Actions on a person's session.
+#[derive(Debug, Subcommand)]
+pub enum SessionAction {
+    /// End a session on every replica (`DELETE /api/v1/sessions/ID`): its
+    /// next request is refused.
+    End {
+        /// The session's ID, as `api sessions` lists it.
+        id: String,
+    },
 }
 
 /// Admin actions on one connector.
@@ -356,6 +374,7 @@ pub async fn run_with(
             let v = client.call("POST", &path, None).await?.ok()?;
             Ok((render(args.json, &v, fields_line), EXIT_OK))
         }
+        ApiCommand::Sessions { action } => sessions(args, &client, action.as_ref()).await,
         command @ ApiCommand::Audit { .. } => {
             let v = client.get(&audit_path(command)).await?;
             Ok((render(args.json, &v, audit_table), EXIT_OK))
@@ -376,6 +395,25 @@ pub async fn run_with(
             let v = if refused { answer.body } else { answer.ok()? };
             let code = if refused { EXIT_REFUSED } else { EXIT_OK };
             Ok((render(args.json, &v, access_text), code))
+        }
+    }
+}
+
+/// `api sessions`: the list, or `end ID`'s one `key=value` line.
+async fn sessions(
+    args: &ApiArgs,
+    client: &Client,
+    action: Option<&SessionAction>,
+) -> Result<(String, u8), CliError> {
+    match action {
+        None => {
+            let v = client.get("/api/v1/sessions").await?;
+            Ok((render(args.json, &v, sessions_table), EXIT_OK))
+        }
+        Some(SessionAction::End { id }) => {
+            let path = format!("/api/v1/sessions/{}", encode(id));
+            let v = client.call("DELETE", &path, None).await?.ok()?;
+            Ok((render(args.json, &v, fields_line), EXIT_OK))
         }
     }
 }
@@ -1099,6 +1137,42 @@ fn keys_table(v: &Value) -> String {
             "REVOKED_AT",
             "LAST_USED_AT",
             "USABLE",
+        ],
+        &rows,
+    )
+}
+
+/// People's sessions: one line each, the ID to end it with first.
+fn sessions_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(v, "sessions")
+        .iter()
+        .map(|s| {
+            let scopes: Vec<String> = s["scopes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(cell)
+                .collect();
+            vec![
+                cell(&s["id"]),
+                cell(&s["person"]),
+                cell(&s["provider"]),
+                scopes.join(","),
+                time_cell(&s["created_at"]),
+                time_cell(&s["expires_at"]),
+                time_cell(&s["checked_at"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "PERSON",
+            "PROVIDER",
+            "SCOPES",
+            "CREATED_AT",
+            "EXPIRES_AT",
+            "CHECKED_AT",
         ],
         &rows,
     )

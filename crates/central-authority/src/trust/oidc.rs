@@ -13,6 +13,12 @@
 //!
 //! A person's scopes come from the ID token's roles claim (`roles_claim`,
 //! a dotted path such as `realm_access.roles`) mapped by `roles`.
+//!
+//! A session is confirmed with the provider again every `revalidate_s`
+//! ([`Providers::revalidate`]): with the refresh token when the provider
+//! issued one (its answer's ID token, else userinfo, gives the roles as
+//! they are now), else userinfo with the access token. A refusal ends the
+//! session; a provider that cannot be reached leaves it as it was.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,8 +29,8 @@ use openidconnect::core::{
 };
 use openidconnect::{
     AdditionalClaims, AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret,
-    CsrfToken, IdToken, IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl,
-    SignatureVerificationError, TokenResponse as _,
+    CsrfToken, IdToken, IssuerUrl, Nonce, OAuth2TokenResponse as _, PkceCodeChallenge,
+    PkceCodeVerifier, RedirectUrl, SignatureVerificationError, TokenResponse as _,
 };
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +61,9 @@ pub struct ProviderConfig {
     pub session_lifetime_ms: u64,
     /// How long its JWKS is used before it is fetched again (ms).
     pub keys_refresh_ms: u64,
+    /// How long the provider's word on a session holds before it is asked
+    /// again (ms).
+    pub revalidate_ms: u64,
 }
 
 /// Why a sign-in failed (shown on the refusal page, logged).
@@ -120,6 +129,55 @@ pub struct Person {
     pub subject: String,
     /// The scopes the roles grant.
     pub scopes: Vec<Scope>,
+    /// The provider's session id (`sid`), if the ID token has one.
+    pub sid: Option<String>,
+    /// The roles claim's values.
+    pub roles: Vec<String>,
+    /// What the session is re-validated with.
+    pub credential: Option<Credential>,
+}
+
+/// A token the provider gave that re-validates a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// A refresh token (the token endpoint).
+    Refresh(String),
+    /// An access token (the userinfo endpoint, while it lives).
+    Access(String),
+}
+
+impl Credential {
+    /// `refresh:TOKEN` or `access:TOKEN`, what is sealed.
+    pub fn to_text(&self) -> String {
+        match self {
+            Credential::Refresh(t) => format!("refresh:{t}"),
+            Credential::Access(t) => format!("access:{t}"),
+        }
+    }
+
+    /// The inverse of [`Credential::to_text`].
+    pub fn from_text(text: &str) -> Option<Credential> {
+        match text.split_once(':')? {
+            ("refresh", t) => Some(Credential::Refresh(t.to_owned())),
+            ("access", t) => Some(Credential::Access(t.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// The provider's word on a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It stands: the roles claim's values now, and the credential to use
+    /// next (`None`: the one held).
+    Confirmed {
+        /// The roles claim's values.
+        roles: Vec<String>,
+        /// A new (rotated) credential.
+        credential: Option<Credential>,
+    },
+    /// Refused: why.
+    Refused(String),
 }
 
 /// Every claim beyond the standard ones, to read the roles claim from.
@@ -200,18 +258,129 @@ impl Providers {
             .parse()
             .map_err(|e| SignInError::Token(format!("not a JWT: {e}")))?;
         let nonce = Nonce::new(pending.nonce.clone());
-        let verified = match verify(p, metadata, &id_token, &nonce) {
+        let mut person = self.verified(p, metadata, &id_token, &nonce).await?;
+        person.credential = Some(match token.refresh_token() {
+            Some(r) => Credential::Refresh(r.secret().clone()),
+            None => Credential::Access(token.access_token().secret().clone()),
+        });
+        Ok(person)
+    }
+
+    /// `id_token` verified with `metadata`'s keys, or with the JWKS
+    /// fetched again when it names a key this CA has not seen (the
+    /// provider rotated its keys).
+    async fn verified<N: openidconnect::NonceVerifier + Copy>(
+        &self,
+        p: &ProviderConfig,
+        metadata: CoreProviderMetadata,
+        id_token: &RolesIdToken,
+        nonce: N,
+    ) -> Result<Person, SignInError> {
+        let verified = match verify(p, metadata, id_token, nonce) {
             Err(ClaimsVerificationError::SignatureVerification(
                 SignatureVerificationError::NoMatchingKey,
             )) => {
-                // Signed with a key this CA has not seen: the provider
-                // rotated its keys. Fetch them again, once.
                 let metadata = self.metadata(p, true).await?;
-                verify(p, metadata, &id_token, &nonce)
+                verify(p, metadata, id_token, nonce)
             }
             other => other,
         };
         verified.map_err(|e| SignInError::Token(error_chain(&e)))
+    }
+
+    /// Asks the provider whether the session of `subject` holding
+    /// `credential` stands, and with which roles.
+    pub async fn revalidate(
+        &self,
+        p: &ProviderConfig,
+        subject: &str,
+        credential: &Credential,
+    ) -> Result<Verdict, SignInError> {
+        let metadata = self.metadata(p, false).await?;
+        let token = match credential {
+            Credential::Access(t) => {
+                return self.userinfo(p, metadata, t, subject, None).await;
+            }
+            Credential::Refresh(t) => t,
+        };
+        let http = http_client(p)?;
+        let refresh = openidconnect::RefreshToken::new(token.clone());
+        let client = client(p, metadata.clone())?;
+        let answer = client
+            .exchange_refresh_token(&refresh)
+            .map_err(|e| SignInError::Provider(e.to_string()))?
+            .request_async(&http)
+            .await;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(openidconnect::RequestTokenError::ServerResponse(r)) => {
+                return Ok(Verdict::Refused(format!(
+                    "the token endpoint refused the refresh token: {r}"
+                )));
+            }
+            Err(e) => return Err(SignInError::Provider(error_chain(&e))),
+        };
+        let next = answer
+            .refresh_token()
+            .map(|r| Credential::Refresh(r.secret().clone()));
+        let Some(raw) = answer.id_token().map(ToString::to_string) else {
+            let access = answer.access_token().secret().clone();
+            return self.userinfo(p, metadata, &access, subject, next).await;
+        };
+        let id_token: RolesIdToken = raw
+            .parse()
+            .map_err(|e| SignInError::Token(format!("not a JWT: {e}")))?;
+        // A refreshed ID token carries the sign-in's nonce or none.
+        let any_nonce = |_: Option<&Nonce>| -> Result<(), String> { Ok(()) };
+        let person = self.verified(p, metadata, &id_token, any_nonce).await?;
+        if person.subject != subject {
+            return Ok(Verdict::Refused(format!(
+                "the refreshed ID token names subject {:?}, not the session's",
+                person.subject
+            )));
+        }
+        Ok(Verdict::Confirmed {
+            roles: person.roles,
+            credential: next,
+        })
+    }
+
+    /// The userinfo endpoint's word on `subject` with `access_token`.
+    async fn userinfo(
+        &self,
+        p: &ProviderConfig,
+        metadata: CoreProviderMetadata,
+        access_token: &str,
+        subject: &str,
+        next: Option<Credential>,
+    ) -> Result<Verdict, SignInError> {
+        let http = http_client(p)?;
+        let client = client(p, metadata)?;
+        let request = client
+            .user_info(
+                openidconnect::AccessToken::new(access_token.to_owned()),
+                Some(openidconnect::SubjectIdentifier::new(subject.to_owned())),
+            )
+            .map_err(|e| SignInError::Provider(format!("userinfo: {e}")))?;
+        let claims: Result<openidconnect::UserInfoClaims<OtherClaims, CoreGenderClaim>, _> =
+            request.request_async(&http).await;
+        use openidconnect::UserInfoError as E;
+        match claims {
+            Ok(c) => Ok(Verdict::Confirmed {
+                roles: claim_values(&c.additional_claims().0, &p.roles_claim),
+                credential: next,
+            }),
+            Err(E::Response(status, _, _)) if status.is_client_error() => Ok(Verdict::Refused(
+                format!("the userinfo endpoint refused the access token ({status})"),
+            )),
+            Err(E::ClaimsVerification(e)) => {
+                Ok(Verdict::Refused(format!("userinfo: {}", error_chain(&e))))
+            }
+            Err(e) => Err(SignInError::Provider(format!(
+                "userinfo: {}",
+                error_chain(&e)
+            ))),
+        }
     }
 
     /// The provider's metadata, discovered on first use; `refresh_keys`:
@@ -297,7 +466,7 @@ fn verify(
     p: &ProviderConfig,
     metadata: CoreProviderMetadata,
     id_token: &RolesIdToken,
-    nonce: &Nonce,
+    nonce: impl openidconnect::NonceVerifier,
 ) -> Result<Person, ClaimsVerificationError> {
     let client = CoreClient::from_provider_metadata(
         metadata,
@@ -312,11 +481,15 @@ fn verify(
         .map(|u| u.as_str().to_owned())
         .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
         .unwrap_or_else(|| claims.subject().as_str().to_owned());
-    let values = claim_values(&claims.additional_claims().0, &p.roles_claim);
+    let other = &claims.additional_claims().0;
+    let values = claim_values(other, &p.roles_claim);
     Ok(Person {
         name,
         subject: claims.subject().as_str().to_owned(),
         scopes: scopes_for(&p.roles, &values),
+        sid: other.get("sid").and_then(|s| s.as_str()).map(str::to_owned),
+        roles: values,
+        credential: None,
     })
 }
 
@@ -474,6 +647,9 @@ fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, SignInError
         .with_root_certificates(roots)
         .with_no_client_auth())
 }
+
+mod logout;
+pub use logout::{BACKCHANNEL_EVENT, Logout};
 
 #[cfg(test)]
 mod tests;

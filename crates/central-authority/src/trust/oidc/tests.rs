@@ -52,6 +52,7 @@ fn provider() -> ProviderConfig {
         roles: vec![("reach-admins".into(), vec![Scope::Admin])],
         session_lifetime_ms: 3_600_000,
         keys_refresh_ms: 3_600_000,
+        revalidate_ms: 300_000,
     }
 }
 
@@ -267,4 +268,118 @@ async fn provider_keys_are_fetched_again_on_their_schedule() {
         .expect("kept");
     assert!(verify(&p, m, &parsed, &nonce).is_err(), "kept k2 only");
     server.abort();
+}
+
+/// A logout token signed with key `kid`, with `claims` over valid ones
+/// (`null` removes one).
+fn logout_token(kid: &str, claims: serde_json::Value) -> String {
+    use base64::Engine as _;
+    use openidconnect::PrivateSigningKey as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut all = serde_json::json!({
+        "iss": ISSUER, "aud": "reach", "sub": "u1", "sid": "s1", "jti": "j1",
+        "iat": now_s(), "exp": now_s() + 120,
+        "events": {BACKCHANNEL_EVENT: {}},
+    });
+    for (k, v) in claims.as_object().expect("object") {
+        if v.is_null() {
+            all.as_object_mut().expect("object").remove(k);
+        } else {
+            all[k] = v.clone();
+        }
+    }
+    let header = serde_json::json!({"alg": "RS256", "kid": kid, "typ": "logout+jwt"});
+    let signed = format!(
+        "{}.{}",
+        b64.encode(header.to_string()),
+        b64.encode(all.to_string())
+    );
+    let signature = key(kid)
+        .sign(
+            &CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha256,
+            signed.as_bytes(),
+        )
+        .expect("signed");
+    format!("{signed}.{}", b64.encode(signature))
+}
+
+fn check_logout(token: &str) -> Result<Logout, String> {
+    let jwt = logout::Jwt::parse(token)?;
+    jwt.verify(&metadata("k1"))?;
+    logout::claims(&provider(), &jwt.claims, crate::state::clock::now_ms())
+}
+
+#[test]
+fn a_valid_logout_token_names_the_provider_session() {
+    let l = check_logout(&logout_token("k1", serde_json::json!({}))).expect("valid");
+    assert_eq!(
+        (
+            l.provider.as_str(),
+            l.sid.as_deref(),
+            l.sub.as_deref(),
+            l.jti.as_str()
+        ),
+        ("corp", Some("s1"), Some("u1"), "j1")
+    );
+    assert!(l.remember_until_ms > crate::state::clock::now_ms());
+    let sub_only = logout_token("k1", serde_json::json!({"sid": null}));
+    assert_eq!(check_logout(&sub_only).expect("valid").sid, None);
+}
+
+#[test]
+fn logout_tokens_are_refused_as_the_spec_says() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let refused = |claims: serde_json::Value, why: &str| {
+        let token = logout_token("k1", claims.clone());
+        let e = check_logout(&token).expect_err(&format!("{claims} is refused"));
+        assert!(e.contains(why), "{claims}: {e}");
+    };
+    refused(serde_json::json!({"aud": "someone-else"}), "aud");
+    refused(serde_json::json!({"iss": "https://evil.test.reach"}), "iss");
+    refused(serde_json::json!({"iat": null}), "no iat");
+    refused(serde_json::json!({"iat": now_s() - 3600}), "iat");
+    refused(serde_json::json!({"iat": now_s() + 3600}), "iat");
+    refused(serde_json::json!({"exp": now_s() - 1}), "expired");
+    refused(serde_json::json!({"events": null}), "events");
+    refused(
+        serde_json::json!({"events": {"http://schemas.openid.net/event/other": {}}}),
+        "events",
+    );
+    refused(
+        serde_json::json!({"events": {BACKCHANNEL_EVENT: "x"}}),
+        "events",
+    );
+    refused(serde_json::json!({"nonce": "n1"}), "nonce");
+    refused(
+        serde_json::json!({"sid": null, "sub": null}),
+        "neither sid nor sub",
+    );
+    refused(serde_json::json!({"jti": null}), "no jti");
+
+    // The signature: another key id, a changed payload, no signature.
+    let other = logout_token("k2", serde_json::json!({}));
+    assert!(
+        check_logout(&other)
+            .expect_err("unknown key")
+            .contains("no key")
+    );
+    let token = logout_token("k1", serde_json::json!({}));
+    let parts: Vec<&str> = token.split('.').collect();
+    let payload = String::from_utf8(b64.decode(parts[1]).expect("b64")).expect("utf-8");
+    let forged = payload.replace("\"s1\"", "\"s2\"");
+    assert_ne!(payload, forged);
+    let tampered = format!("{}.{}.{}", parts[0], b64.encode(forged), parts[2]);
+    assert!(
+        check_logout(&tampered)
+            .expect_err("tampered")
+            .contains("signature")
+    );
+    let header = b64.encode(r#"{"alg":"none"}"#);
+    let unsigned = format!("{header}.{}.", parts[1]);
+    assert!(
+        check_logout(&unsigned)
+            .expect_err("unsigned")
+            .contains("alg none")
+    );
 }
