@@ -216,8 +216,8 @@ pub fn verdict(
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
     let content_type = headers.get(header::CONTENT_TYPE);
-    if *method == Method::POST
-        && uri.path() == crate::api::sessions::BACKCHANNEL_PATH
+    // Any method: the router answers the others 405.
+    if uri.path() == crate::api::sessions::BACKCHANNEL_PATH
         && content_type.is_some_and(|v| {
             v.as_bytes()
                 .starts_with(b"application/x-www-form-urlencoded")
