@@ -92,11 +92,7 @@ pub fn error_reasons() -> Vec<(&'static str, u16, &'static str)> {
             429,
             "a failed token over its source address's allowance of failures; retry after `Retry-After` seconds (a valid token is never throttled)",
         ),
-        (
-            "invalid_code",
-            403,
-            "(`POST /auth/cli`) the sign-in code is unknown, used already, over a minute old, or not this terminal's",
-        ),
+        ("invalid_code", 403, "a sign-in code refused (`/auth/cli`)"),
         ("internal", 500, "the CA's database failed (see its log)"),
         ("unavailable", 503, "the CA is shutting down"),
         ("audit_unavailable", 503, AUDIT_UNAVAILABLE),
