@@ -182,15 +182,25 @@ revalidate_s = 1
     c
 }
 
+/// A loopback port for the CA, held bound while the provider (which must
+/// name it) starts, so no other test's listener takes it meanwhile; the
+/// caller drops the listener just before the CA binds the port.
+fn reserve_port() -> (std::net::TcpListener, u16) {
+    let hold = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a loopback port");
+    let port = hold.local_addr().expect("its address").port();
+    (hold, port)
+}
+
 /// A CA and its provider, started together.
 async fn ca_and_op() -> (Ca, Op) {
-    let ca_port = test_support::net::free_port().expect("port");
+    let (hold, ca_port) = reserve_port();
     let op = Op::start(
         0,
         &format!("https://127.0.0.1:{ca_port}/auth/callback"),
         "k1",
     )
     .await;
+    drop(hold);
     let ca = Ca::start_tls_at(config(ca_port, op.port), ([127, 0, 0, 1], ca_port).into()).await;
     std::fs::write(&op.ca_file, ca.root()).expect("the CA's root for the provider");
     (ca, op)
@@ -724,13 +734,14 @@ async fn after_sign_in_a_hostile_next_leaves_the_browser_on_the_ca() {
 /// number of sources; beyond, 429 with `Retry-After` and no row.
 #[tokio::test]
 async fn sign_ins_started_are_throttled_per_source_and_bounded_in_all() {
-    let ca_port = test_support::net::free_port().expect("port");
+    let (hold, ca_port) = reserve_port();
     let op = Op::start(
         0,
         &format!("https://127.0.0.1:{ca_port}/auth/callback"),
         "k1",
     )
     .await;
+    drop(hold);
     let mut c = config(ca_port, op.port);
     c.settings.limits.login_per_source_per_minute = 3;
     c.settings.limits.login_per_second = 1;
