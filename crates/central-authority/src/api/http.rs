@@ -1443,6 +1443,20 @@ fn storage(e: crate::store::StoreError) -> Response {
     )
 }
 
+/// The answer to admin work that names a target: its body as JSON, 404
+/// `not_found` saying `missing` when there was no such target, or the
+/// refusal the work was answered with.
+fn found_or_404<T: serde::Serialize>(
+    done: Result<Option<T>, Response>,
+    missing: impl AsRef<str>,
+) -> Response {
+    match done {
+        Ok(Some(body)) => axum::Json(body).into_response(),
+        Ok(None) => error_body(StatusCode::NOT_FOUND, "not_found", missing.as_ref(), None),
+        Err(response) => response,
+    }
+}
+
 /// The answer to an action the audit trail could not record (503
 /// `audit_unavailable`; `Authority::audit` logged the failure).
 pub(crate) fn trail_unavailable() -> Response {
@@ -1493,16 +1507,10 @@ async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
 
 /// `GET /api/v1/root`: where a rotation of the issuing root stands.
 async fn root(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
-    match admin(&a, Authority::root_status).await {
-        Ok(Some(status)) => axum::Json(status).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this CA runs without TLS ([tls] enabled = false): it has no roots",
-            None,
-        ),
-        Err(response) => response,
-    }
+    found_or_404(
+        admin(&a, Authority::root_status).await,
+        "this CA runs without TLS ([tls] enabled = false): it has no roots",
+    )
 }
 
 async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
@@ -1530,19 +1538,13 @@ async fn revoke_key(
         },
     )
     .await;
-    match done {
-        Ok(Some(body)) => axum::Json(body).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!(
-                "no connector group {:?}",
-                group.chars().take(128).collect::<String>()
-            ),
-            None,
+    found_or_404(
+        done,
+        format!(
+            "no connector group {:?}",
+            group.chars().take(128).collect::<String>()
         ),
-        Err(response) => response,
-    }
+    )
 }
 
 async fn connector_action(
@@ -1602,16 +1604,7 @@ async fn connector_action(
             );
         }
     };
-    match result {
-        Ok(Some(body)) => axum::Json(body).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no enrolled connector {shown:?}"),
-            None,
-        ),
-        Err(response) => response,
-    }
+    found_or_404(result, format!("no enrolled connector {shown:?}"))
 }
 
 /// The actions of `POST /api/v1/connectors/{name}/{action}`.
@@ -1712,16 +1705,10 @@ async fn undrain_connector(
 /// The answer of a drain or undrain: its fields, or 404 for a connector
 /// this CA does not know.
 fn admin_answer(done: Result<Option<serde_json::Value>, Response>, shown: &str) -> Response {
-    match done {
-        Ok(Some(body)) => axum::Json(body).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no connector {shown:?} (enrolled, or connected since this CA started)"),
-            None,
-        ),
-        Err(response) => response,
-    }
+    found_or_404(
+        done,
+        format!("no connector {shown:?} (enrolled, or connected since this CA started)"),
+    )
 }
 
 /// `?without=` of `GET /api/v1/whatif`.
@@ -1786,16 +1773,7 @@ async fn delete_connector(
         })
     })
     .await;
-    match done {
-        Ok(Some(body)) => axum::Json(body).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no enrolled connector {shown:?}"),
-            None,
-        ),
-        Err(response) => response,
-    }
+    found_or_404(done, format!("no enrolled connector {shown:?}"))
 }
 
 /// `GET /api/v1/sessions`: people's live sessions, newest first, with
@@ -1806,7 +1784,8 @@ async fn sessions(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Res
         Ok(r) => r,
         Err(response) => return response,
     };
-    let providers = a.snapshot().config.oidc.clone();
+    let snapshot = a.snapshot();
+    let providers = &snapshot.config.oidc;
     let rows: Vec<serde_json::Value> = records
         .iter()
         .map(|r| {
@@ -1847,16 +1826,7 @@ async fn end_session(State(a): State<Shared>, Path(id): Path<String>, caller: Ca
         Ok(ended.then(|| json!({ "id": id, "person": r.person, "ended": true })))
     })
     .await;
-    match done {
-        Ok(Some(body)) => axum::Json(body).into_response(),
-        Ok(None) => error_body(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no live session {shown:?}"),
-            None,
-        ),
-        Err(response) => response,
-    }
+    found_or_404(done, format!("no live session {shown:?}"))
 }
 
 async fn dashboard() -> Response {
