@@ -469,7 +469,7 @@ impl Authority {
                     }
                 }
             }
-            if self.send_access(&name, &tx, wk, now, now) {
+            if self.send_access(&name, &tx, wk, now, now, caps) {
                 if forced {
                     rechecking.push(name.clone());
                 }
@@ -480,8 +480,8 @@ impl Authority {
     }
 
     /// Sends connector `name` an `AccessEvent` for the access to `wk` at
-    /// `accessed`, renewing the CA's window on success. Returns whether it
-    /// was queued.
+    /// `accessed`, renewing the CA's window on success (under `caps` if it
+    /// ended since it was claimed). Returns whether it was queued.
     fn send_access(
         &self,
         name: &str,
@@ -489,6 +489,7 @@ impl Authority {
         wk: WindowKey,
         accessed: Instant,
         now: Instant,
+        caps: Caps,
     ) -> bool {
         let ago = now.saturating_duration_since(accessed);
         // The access's wall time names it for every replica (`state::access_ids`).
@@ -504,7 +505,12 @@ impl Authority {
             })),
         };
         if tx.try_send(Ok(event)).is_ok() {
-            self.on_access().forwarded(wk, accessed);
+            if let Err(limit) = self.on_access().forwarded(wk.clone(), accessed, caps) {
+                // Its window ended since the claim and its place is taken:
+                // the connector checks it for this access alone.
+                Metrics::count(&self.metrics().windows_refused, "access");
+                tracing::debug!(connector = %name, app = %wk.0, "window not reopened: {} reached", limit.setting());
+            }
             self.metrics().access_events_forwarded.inc();
             true
         } else {
@@ -530,12 +536,13 @@ impl Authority {
                 .or_default()
                 .push((key, accessed));
         }
+        let caps = self.snapshot().settings().window_caps();
         let senders = self
             .registry()
             .senders(by_connector.keys().map(String::as_str));
         for (name, tx) in senders {
             for (key, accessed) in by_connector.remove(&name).unwrap_or_default() {
-                self.send_access(&name, &tx, (key, name.clone()), accessed, now);
+                self.send_access(&name, &tx, (key, name.clone()), accessed, now, caps);
             }
         }
     }

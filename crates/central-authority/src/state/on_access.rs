@@ -56,14 +56,6 @@ pub(crate) struct Caps {
     pub(crate) segment: usize,
 }
 
-impl Caps {
-    /// No cap (a renewal of a window that holds its place already).
-    const NONE: Caps = Caps {
-        connector: usize::MAX,
-        segment: usize::MAX,
-    };
-}
-
 /// Which cap refused a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Limit {
@@ -355,13 +347,20 @@ impl OnAccess {
     }
 
     /// The access at `accessed` was forwarded (or renewed): starts or
-    /// renews the window to end a window after it.
-    pub(crate) fn forwarded(&self, wk: WindowKey, accessed: Instant) {
+    /// renews the window to end a window after it. A window that holds its
+    /// place (`claim_forward` took it, or it is a renewal) always does; one
+    /// that ended since its claim (it ran out, the connector stopped, its
+    /// send failed) opens again only under `caps`, since its place may be
+    /// another's by now. Returns the cap that refused it, if one did.
+    pub(crate) fn forwarded(
+        &self,
+        wk: WindowKey,
+        accessed: Instant,
+        caps: Caps,
+    ) -> Result<(), Limit> {
         let mut inner = lock(&self.inner);
         inner.claimed.remove(&wk);
-        // Uncapped: `claim_forward` took the window's place (or a renewal
-        // renews a window that holds one).
-        let _ = inner.open(wk, accessed, Caps::NONE);
+        inner.open(wk, accessed, caps)
     }
 
     /// The renewals owed at `now` (accesses held back by coalescing whose
@@ -495,7 +494,7 @@ mod tests {
         let k = wk("a.lab.test");
         let secs = Duration::from_secs;
         assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
-        o.forwarded(k.clone(), t0);
+        o.forwarded(k.clone(), t0, CAP).expect("forwarded");
         // Accesses at 10 s and 59 s are coalesced.
         for at in [secs(10), secs(59)] {
             assert_eq!(o.claim_forward(&k, t0 + at, CAP), Claim::Coalesced);
@@ -505,7 +504,7 @@ mod tests {
         let due = o.due_renewals(t0 + secs(60));
         assert_eq!(due, vec![(k.clone(), t0 + secs(59))]);
         for (k, at) in due {
-            o.forwarded(k, at);
+            o.forwarded(k, at, CAP).expect("forwarded");
         }
         let end = t0 + secs(59) + window;
         assert!(o.is_live(&k.0, &k.1, end - Duration::from_millis(1)));
@@ -520,7 +519,7 @@ mod tests {
         let t0 = Instant::now();
         let k = wk("a.lab.test");
         assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
-        o.forwarded(k.clone(), t0);
+        o.forwarded(k.clone(), t0, CAP).expect("forwarded");
         assert_eq!(
             o.claim_forward(&k, t0 + Duration::from_millis(1500), CAP),
             Claim::Coalesced
@@ -539,7 +538,7 @@ mod tests {
         let t0 = Instant::now();
         let k = wk("a.lab.test");
         assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
-        o.forwarded(k.clone(), t0);
+        o.forwarded(k.clone(), t0, CAP).expect("forwarded");
         assert_eq!(
             o.claim_forward(&k, t0 + Duration::from_secs(1), CAP),
             Claim::Coalesced
@@ -557,7 +556,7 @@ mod tests {
         for i in 0..N {
             let k = wk(&format!("h{i}.lab.test"));
             assert_eq!(o.claim_forward(&k, t0, CAP), Claim::Forward);
-            o.forwarded(k, t0);
+            o.forwarded(k, t0, CAP).expect("forwarded");
         }
         let extra = wk("extra.lab.test");
         let full = Limit::Connector;
@@ -608,10 +607,135 @@ mod tests {
         assert_eq!(o.count("c1"), (N - 1) as u64);
         assert_eq!(o.claim_forward(&extra, t0, CAP), Claim::Forward);
         // A sent one that later fails to renew keeps its window.
-        o.forwarded(keys[1].clone(), t0);
+        o.forwarded(keys[1].clone(), t0, CAP).expect("forwarded");
         o.forward_failed(&keys[1]);
         assert!(o.is_live(&keys[1].0, "c1", t0));
         assert_eq!(o.count("c1"), N as u64);
+    }
+
+    /// A window that ends between the claim and the send (it ran out, the
+    /// connector said it stopped) gave its place to another: confirming
+    /// the send opens it again only under the caps.
+    #[test]
+    fn a_window_that_ended_before_its_send_reopens_only_under_the_cap() {
+        let window = Duration::from_secs(10);
+        let o = OnAccess::new(window, Duration::from_secs(1));
+        let caps = Caps {
+            connector: 1,
+            segment: usize::MAX,
+        };
+        let t0 = Instant::now();
+        let (a, b) = (wk("a.lab.test"), wk("b.lab.test"));
+        assert_eq!(o.claim_forward(&a, t0, caps), Claim::Forward);
+        o.forwarded(a.clone(), t0, caps)
+            .expect("a's window holds its place");
+        // A renewal of a is claimed (its window holds its place) ...
+        let later = t0 + Duration::from_secs(9);
+        assert_eq!(o.claim_forward(&a, later, caps), Claim::Forward);
+        // ... its window runs out, and b takes the place ...
+        assert_eq!(o.expire(t0 + window), vec![a.clone()]);
+        assert_eq!(o.claim_forward(&b, t0 + window, caps), Claim::Forward);
+        o.forwarded(b.clone(), t0 + window, caps)
+            .expect("b claimed");
+        // ... so a's late confirmation finds the cap reached.
+        assert_eq!(o.forwarded(a.clone(), later, caps), Err(Limit::Connector));
+        assert_eq!(o.count("c1"), 1);
+        assert!(!o.is_live(&a.0, "c1", t0 + window));
+        // The same after the connector said it stopped checking.
+        o.end(&b);
+        assert_eq!(o.claim_forward(&a, t0 + window, caps), Claim::Forward);
+        assert_eq!(
+            o.claim_forward(&b, t0 + window, caps),
+            Claim::Full(Limit::Connector)
+        );
+        o.end(&a);
+        assert_eq!(o.claim_forward(&b, t0 + window, caps), Claim::Forward);
+        assert_eq!(o.forwarded(a, t0 + window, caps), Err(Limit::Connector));
+        o.forwarded(b, t0 + window, caps).expect("b claimed");
+        assert_eq!(o.count("c1"), 1);
+    }
+
+    /// Many threads claiming, confirming, failing, adopting, ending and
+    /// expiring windows at once never hold more than the caps, and the
+    /// counts the caps are checked against stay a true count.
+    #[test]
+    fn the_caps_are_exact_under_concurrency() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        use std::sync::Arc;
+
+        use rand::RngExt;
+        let caps = Caps {
+            connector: 16,
+            segment: 24,
+        };
+        let window = Duration::from_millis(40);
+        let o = Arc::new(OnAccess::new(window, Duration::from_millis(1)));
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..8u64)
+            .map(|_| {
+                let o = Arc::clone(&o);
+                std::thread::spawn(move || {
+                    let mut rng = rand::rng();
+                    for i in 0..20_000u64 {
+                        let now = t0 + Duration::from_millis(i / 10);
+                        let k = wk_in(
+                            ["s1", "s2"][rng.random_range(0..2)],
+                            &format!("h{}.lab.test", rng.random_range(0..40)),
+                            ["c1", "c2"][rng.random_range(0..2)],
+                        );
+                        match rng.random_range(0..10) {
+                            0 | 1 => o.end(&k),
+                            2 => drop(o.adopt(k, Some(now), now, caps)),
+                            3 => drop(o.adopt(k, None, now, caps)),
+                            4 => drop(o.expire(now)),
+                            _ => {
+                                if o.claim_forward(&k, now, caps) == Claim::Forward {
+                                    if rng.random_range(0..8) == 0 {
+                                        o.forward_failed(&k);
+                                    } else {
+                                        let _ = o.forwarded(k, now, caps);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let watcher = {
+            let (o, stop) = (Arc::clone(&o), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut worst = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let inner = lock(&o.inner);
+                    for n in inner.per_connector.values() {
+                        worst = worst.max(*n);
+                    }
+                    drop(inner);
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                worst
+            })
+        };
+        for w in workers {
+            w.join().expect("worker");
+        }
+        stop.store(true, Ordering::Relaxed);
+        let worst = watcher.join().expect("watcher");
+        assert!(worst <= caps.connector, "{worst} windows on one connector");
+        let inner = lock(&o.inner);
+        let mut per_connector: HashMap<String, usize> = HashMap::new();
+        let mut per_segment: HashMap<String, usize> = HashMap::new();
+        for (key, c) in inner.windows.keys() {
+            *per_connector.entry(c.clone()).or_default() += 1;
+            *per_segment.entry(key.segment.clone()).or_default() += 1;
+        }
+        assert_eq!(per_connector, inner.per_connector);
+        assert_eq!(per_segment, inner.per_segment);
+        assert!(per_connector.values().all(|n| *n <= caps.connector));
+        assert!(per_segment.values().all(|n| *n <= caps.segment));
     }
 
     /// Windows are capped per segment too, all its connectors
@@ -629,7 +753,7 @@ mod tests {
         let flood = ["a", "b", "c"].map(|h| wk_in("wild", &format!("{h}.wild.test"), "c1"));
         for k in &flood[..2] {
             assert_eq!(o.claim_forward(k, t0, caps), Claim::Forward);
-            o.forwarded(k.clone(), t0);
+            o.forwarded(k.clone(), t0, caps).expect("forwarded");
         }
         // The segment's third window, on another connector, by a report.
         let on_c2 = wk_in("wild", "c.wild.test", "c2");
@@ -652,15 +776,16 @@ mod tests {
             o.claim_forward(&flood[0], t0 + Duration::from_secs(20), caps),
             Claim::Forward
         );
-        o.forwarded(flood[0].clone(), t0 + Duration::from_secs(20));
+        o.forwarded(flood[0].clone(), t0 + Duration::from_secs(20), caps)
+            .expect("forwarded");
         // Another segment on the same connectors still gets its windows.
         let other = wk_in("lab", "x.lab.test", "c1");
         assert_eq!(o.claim_forward(&other, t0, caps), Claim::Forward);
-        o.forwarded(other, t0);
+        o.forwarded(other, t0, caps).expect("forwarded");
         // An ended window frees the segment's place.
         o.end(&on_c2);
         assert_eq!(o.claim_forward(&flood[2], t0, caps), Claim::Forward);
-        o.forwarded(flood[2].clone(), t0);
+        o.forwarded(flood[2].clone(), t0, caps).expect("forwarded");
         assert_eq!(o.count("c1"), 4);
         assert_eq!(o.expire(t0 + window).len(), 3);
         assert_eq!(o.expire(t0 + Duration::from_secs(20) + window).len(), 1);
@@ -1104,7 +1229,7 @@ mod opened_by_access {
         assert!(!o.is_live(&other.0, "c1", t0));
         assert!(o.is_unsolicited(&other.0, "c1", t0));
         assert_eq!(o.count("c1"), 2, "it holds a place under the cap");
-        o.forwarded(other.clone(), t0);
+        o.forwarded(other.clone(), t0, CAPS).expect("forwarded");
         assert!(o.is_live(&other.0, "c1", t0));
         assert!(!o.is_unsolicited(&other.0, "c1", t0));
         assert_eq!(o.count("c1"), 2);
