@@ -18,6 +18,7 @@ pub mod matching;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod roster;
 pub mod select;
 pub mod status;
 pub mod validate;
@@ -42,6 +43,7 @@ pub use plan::{
     BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
 };
 pub use report::ApplicationReport;
+pub use roster::{Roster, RosterCounts};
 pub use select::{
     Candidate, CandidateNote, Decision, EXPLAINED_CANDIDATES, Eligibility, Explanation,
     LocationUse, Proximity, RTT_WEIGHT, RefusalReason, Tolerance, UserLocationNote, Verdict,

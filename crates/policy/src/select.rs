@@ -497,6 +497,26 @@ impl<'a> Eligibility<'a> {
         }
     }
 
+    /// The rule for a strategy and mode that measure no distance (every
+    /// one but `nearest` over a measured segment), from what a `Roster`
+    /// keeps counted: the group strategy's eligible `groups` in first-seen
+    /// order, and whether the user's location counts (`location`).
+    pub(crate) fn unmeasured(
+        mode: HealthReporting,
+        strategy: Strategy,
+        groups: Vec<&'a str>,
+        location: LocationUse<'a>,
+    ) -> Self {
+        Eligibility {
+            mode,
+            strategy,
+            groups,
+            nearest: None,
+            places: Vec::new(),
+            location,
+        }
+    }
+
     /// Whether and why `c` may be chosen.
     #[inline]
     pub fn verdict(&self, c: &Candidate) -> Verdict {
@@ -806,12 +826,7 @@ pub fn explain_owned(
         .iter()
         .map(|g| (*g).to_owned())
         .collect();
-    let user_location = proximity.user.map(|u| UserLocationNote {
-        latitude: u.latitude(),
-        longitude: u.longitude(),
-        used: location == LocationUse::Used,
-        reason: location.reason(),
-    });
+    let user_location = user_location_note(proximity, location);
     let candidates_total = candidates.len();
     let candidates_eligible = verdicts.iter().filter(|v| v.is_eligible()).count();
     let candidates_connected = verdicts
@@ -846,6 +861,19 @@ pub fn explain_owned(
         eligible_groups,
         user_location,
     }
+}
+
+/// The user's location in an explanation, when the request names one.
+pub(crate) fn user_location_note(
+    proximity: Proximity,
+    location: LocationUse<'_>,
+) -> Option<UserLocationNote> {
+    proximity.user.map(|u| UserLocationNote {
+        latitude: u.latitude(),
+        longitude: u.longitude(),
+        used: location == LocationUse::Used,
+        reason: location.reason(),
+    })
 }
 
 /// Which candidates an explanation lists: every one up to
@@ -883,7 +911,7 @@ fn listed(verdicts: &[Verdict], chosen: Option<usize>) -> Vec<bool> {
 }
 
 /// One listed candidate's note, apart from what moves out of it.
-struct Judged {
+pub(crate) struct Judged {
     status: Status,
     eligible: bool,
     reason: String,
@@ -892,8 +920,26 @@ struct Judged {
     score: Option<Duration>,
 }
 
+impl Judged {
+    /// The note of `c`, judged so, its names copied.
+    pub(crate) fn note(self, c: &Candidate) -> CandidateNote {
+        CandidateNote {
+            connector: c.connector.clone(),
+            group: c.group.clone(),
+            connected: c.connected,
+            status: self.status,
+            eligible: self.eligible,
+            reason: self.reason,
+            rtt: c.rtt,
+            distance_km: self.distance_km,
+            user_rtt: self.user_rtt,
+            score: self.score,
+        }
+    }
+}
+
 /// The note of `c`, judged `verdict` under `eligibility`.
-fn judge(eligibility: &Eligibility<'_>, c: &Candidate, verdict: Verdict) -> Judged {
+pub(crate) fn judge(eligibility: &Eligibility<'_>, c: &Candidate, verdict: Verdict) -> Judged {
     let used = eligibility.location_use() == LocationUse::Used;
     let nearest =
         eligibility.strategy == Strategy::Nearest && eligibility.mode != HealthReporting::None;

@@ -1,0 +1,616 @@
+//! A segment's candidates kept indexed by state, so a decision and its
+//! explanation cost what they list, not the size of the groups.
+//!
+//! A `Roster` holds the candidates in candidate order (group order, then
+//! name) and, for each state a candidate can be in (not connected, drained,
+//! or connected with a status), the sorted indices of the candidates in it.
+//! An update (`set_status`, `set_link`) moves one index between two of
+//! those lists, so every count is a list's length, always equal to a
+//! recount (`recount`).
+//!
+//! `select_with` and `explain` follow `select::select_with` and
+//! `select::explain_owned` exactly: with the same random numbers they
+//! choose the same candidate and explain it the same, but they find the
+//! k-th eligible candidate by binary search over the state lists, count
+//! by their lengths, and read only the candidates they list.
+//!
+//! The `nearest` strategy over a measured segment ranks by RTT, which
+//! changes with every report: it judges every candidate
+//! (`select::select_with`), as it does over a slice.
+
+use std::ops::Range;
+#[cfg(test)]
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rand::{Rng, RngExt};
+
+use crate::model::HealthReporting;
+use crate::select::{
+    self, Candidate, Decision, EXPLAINED_CANDIDATES, Eligibility, Explanation, LocationUse,
+    Proximity, RefusalReason, Strategy, judge, user_location_note,
+};
+use crate::status::Status;
+
+/// The state a candidate is counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    NotConnected = 0,
+    Drained = 1,
+    Up = 2,
+    Unhealthy = 3,
+    Down = 4,
+    Unknown = 5,
+}
+
+const CLASSES: usize = 6;
+
+impl Class {
+    fn of(c: &Candidate) -> Class {
+        match c.status {
+            _ if !c.connected => Class::NotConnected,
+            _ if c.drained => Class::Drained,
+            Status::Up => Class::Up,
+            Status::Unhealthy => Class::Unhealthy,
+            Status::Down => Class::Down,
+            Status::Unknown => Class::Unknown,
+        }
+    }
+}
+
+/// Connected, not drained: may carry access in a `none` segment.
+const LIVE: &[Class] = &[Class::Up, Class::Unhealthy, Class::Down, Class::Unknown];
+/// Reachable (healthy strategy) in a measured segment.
+const REACHABLE: &[Class] = &[Class::Up, Class::Unhealthy];
+/// Not Down (group strategy, in an eligible group) in a measured segment.
+const NOT_DOWN: &[Class] = &[Class::Up, Class::Unhealthy, Class::Unknown];
+/// Connected, drained or not.
+const CONNECTED: &[Class] = &[
+    Class::Drained,
+    Class::Up,
+    Class::Unhealthy,
+    Class::Down,
+    Class::Unknown,
+];
+
+/// How many of a roster's candidates are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RosterCounts {
+    /// Without a live session.
+    pub not_connected: usize,
+    /// Connected and drained.
+    pub drained: usize,
+    /// Connected, not drained, reporting Up.
+    pub up: usize,
+    /// … Unhealthy.
+    pub unhealthy: usize,
+    /// … Down.
+    pub down: usize,
+    /// … Unknown (no current result).
+    pub unknown: usize,
+}
+
+/// A segment's candidates, indexed by state (see the module).
+#[derive(Debug)]
+pub struct Roster {
+    members: Vec<Candidate>,
+    class: Vec<Class>,
+    /// Per `Class`, the indices of its members, ascending.
+    by_class: [Vec<usize>; CLASSES],
+    /// Distinct group names, in first-seen order.
+    groups: Vec<String>,
+    /// Runs of consecutive members of one group (index into `groups`),
+    /// in candidate order.
+    runs: Vec<(Range<usize>, usize)>,
+    /// Members read, for the tests that a decision reads what it lists.
+    #[cfg(test)]
+    touched: AtomicUsize,
+}
+
+impl Roster {
+    /// Indexes `candidates`, in candidate order.
+    pub fn new(candidates: Vec<Candidate>) -> Self {
+        let class: Vec<Class> = candidates.iter().map(Class::of).collect();
+        let mut by_class: [Vec<usize>; CLASSES] = Default::default();
+        for (i, c) in class.iter().enumerate() {
+            by_class[*c as usize].push(i);
+        }
+        let mut groups: Vec<String> = Vec::new();
+        let mut runs = Vec::new();
+        let mut start = 0;
+        for i in 1..=candidates.len() {
+            if i < candidates.len() && candidates[i].group == candidates[start].group {
+                continue;
+            }
+            let name = &candidates[start].group;
+            let g = groups.iter().position(|g| g == name).unwrap_or_else(|| {
+                groups.push(name.clone());
+                groups.len() - 1
+            });
+            runs.push((start..i, g));
+            start = i;
+        }
+        Roster {
+            members: candidates,
+            class,
+            by_class,
+            groups,
+            runs,
+            #[cfg(test)]
+            touched: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many candidates there are.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Candidate `i`.
+    pub fn get(&self, i: usize) -> Option<&Candidate> {
+        (i < self.len()).then(|| self.member(i))
+    }
+
+    /// Every candidate, in candidate order.
+    pub fn candidates(&self) -> &[Candidate] {
+        #[cfg(test)]
+        self.touched.fetch_add(self.len(), Ordering::Relaxed);
+        &self.members
+    }
+
+    fn member(&self, i: usize) -> &Candidate {
+        #[cfg(test)]
+        self.touched.fetch_add(1, Ordering::Relaxed);
+        &self.members[i]
+    }
+
+    /// Sets candidate `i`'s status; false when there is no such candidate.
+    pub fn set_status(&mut self, i: usize, status: Status) -> bool {
+        self.update(i, |c| c.status = status)
+    }
+
+    /// Sets whether candidate `i` is connected and drained; false when
+    /// there is no such candidate.
+    pub fn set_link(&mut self, i: usize, connected: bool, drained: bool) -> bool {
+        self.update(i, |c| {
+            c.connected = connected;
+            c.drained = drained;
+        })
+    }
+
+    /// Sets candidate `i`'s smoothed RTT; false when there is no such
+    /// candidate.
+    pub fn set_rtt(&mut self, i: usize, rtt: Option<Duration>) -> bool {
+        self.update(i, |c| c.rtt = rtt)
+    }
+
+    /// Applies `f` to candidate `i` and moves it to its new state's list.
+    fn update(&mut self, i: usize, f: impl FnOnce(&mut Candidate)) -> bool {
+        let Some(c) = self.members.get_mut(i) else {
+            return false;
+        };
+        f(c);
+        let (old, new) = (self.class[i], Class::of(c));
+        if old != new {
+            let from = &mut self.by_class[old as usize];
+            if let Ok(at) = from.binary_search(&i) {
+                from.remove(at);
+            }
+            let to = &mut self.by_class[new as usize];
+            if let Err(at) = to.binary_search(&i) {
+                to.insert(at, i);
+            }
+            self.class[i] = new;
+        }
+        true
+    }
+
+    /// The counts, as kept.
+    pub fn counts(&self) -> RosterCounts {
+        let n = |c: Class| self.by_class[c as usize].len();
+        RosterCounts {
+            not_connected: n(Class::NotConnected),
+            drained: n(Class::Drained),
+            up: n(Class::Up),
+            unhealthy: n(Class::Unhealthy),
+            down: n(Class::Down),
+            unknown: n(Class::Unknown),
+        }
+    }
+
+    /// The counts, recounted from every candidate.
+    pub fn recount(&self) -> RosterCounts {
+        let mut n = RosterCounts::default();
+        for c in &self.members {
+            *match Class::of(c) {
+                Class::NotConnected => &mut n.not_connected,
+                Class::Drained => &mut n.drained,
+                Class::Up => &mut n.up,
+                Class::Unhealthy => &mut n.unhealthy,
+                Class::Down => &mut n.down,
+                Class::Unknown => &mut n.unknown,
+            } += 1;
+        }
+        n
+    }
+
+    /// How many members of `classes` lie in `range`.
+    fn count_in(&self, range: &Range<usize>, classes: &[Class]) -> usize {
+        classes
+            .iter()
+            .map(|c| {
+                let list = &self.by_class[*c as usize];
+                list.partition_point(|i| *i < range.end) - list.partition_point(|i| *i < range.start)
+            })
+            .sum()
+    }
+
+    /// The index of the `k`-th member (from 0, in candidate order) of
+    /// `classes` in `range`; there must be more than `k`.
+    fn nth_in(&self, range: &Range<usize>, classes: &[Class], k: usize) -> usize {
+        let (mut lo, mut hi) = (range.start, range.end.saturating_sub(1));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.count_in(&(range.start..mid + 1), classes) > k {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// Who may be chosen (in an eligible group, for the group strategy).
+    fn pool(mode: HealthReporting, strategy: Strategy) -> &'static [Class] {
+        match strategy {
+            _ if mode == HealthReporting::None => LIVE,
+            Strategy::Group => NOT_DOWN,
+            Strategy::Healthy | Strategy::Nearest => REACHABLE,
+        }
+    }
+
+    /// Group strategy: the groups with a reachable member, in first-seen
+    /// order.
+    fn eligible_groups(&self, mode: HealthReporting) -> Vec<usize> {
+        let reachable = if mode == HealthReporting::None {
+            LIVE
+        } else {
+            REACHABLE
+        };
+        let mut out = Vec::new();
+        for (run, g) in &self.runs {
+            if !out.contains(g) && self.count_in(run, reachable) > 0 {
+                out.push(*g);
+            }
+        }
+        out
+    }
+
+    /// The ranges the pool is drawn from: all, or `group`'s runs.
+    fn ranges(&self, group: Option<usize>) -> Vec<Range<usize>> {
+        match group {
+            None => vec![0..self.len()],
+            Some(g) => self
+                .runs
+                .iter()
+                .filter(|(_, of)| *of == g)
+                .map(|(run, _)| run.clone())
+                .collect(),
+        }
+    }
+
+    /// As `select::refusal`: judged over the connected, undrained.
+    fn refusal(&self, mode: HealthReporting) -> RefusalReason {
+        let n = self.counts();
+        let live = n.up + n.unhealthy + n.down + n.unknown;
+        if live == 0 {
+            if n.drained > 0 {
+                RefusalReason::AllDrained
+            } else {
+                RefusalReason::NoConnector
+            }
+        } else if mode != HealthReporting::None && n.down == live {
+            RefusalReason::AllDown
+        } else {
+            RefusalReason::NoHealthReport
+        }
+    }
+
+    /// `select::select_with` over the roster: the same decision for the
+    /// same random numbers, reading no candidate (but for `nearest` over a
+    /// measured segment, which judges them all).
+    pub fn select_with<R: Rng + ?Sized>(
+        &self,
+        mode: HealthReporting,
+        strategy: Strategy,
+        proximity: impl Into<Proximity>,
+        rng: &mut R,
+    ) -> Decision {
+        if measures_distance(mode, strategy) {
+            return select::select_with(self.candidates(), mode, strategy, proximity, rng);
+        }
+        let group = match strategy {
+            Strategy::Group => {
+                let groups = self.eligible_groups(mode);
+                if groups.is_empty() {
+                    return Decision::Refused(self.refusal(mode));
+                }
+                Some(groups[rng.random_range(0..groups.len())])
+            }
+            Strategy::Healthy | Strategy::Nearest => None,
+        };
+        let pool = Self::pool(mode, strategy);
+        let ranges = self.ranges(group);
+        let n: usize = ranges.iter().map(|r| self.count_in(r, pool)).sum();
+        if n == 0 {
+            return Decision::Refused(self.refusal(mode));
+        }
+        let mut k = rng.random_range(0..n);
+        for range in &ranges {
+            let here = self.count_in(range, pool);
+            if k < here {
+                return Decision::Selected {
+                    index: self.nth_in(range, pool, k),
+                };
+            }
+            k -= here;
+        }
+        Decision::Refused(self.refusal(mode))
+    }
+
+    /// `select::explain_owned` over the roster, the chosen candidate
+    /// `chosen`: the same explanation, reading only the candidates it
+    /// lists (but for `nearest` over a measured segment).
+    pub fn explain(
+        &self,
+        chosen: Option<usize>,
+        mode: HealthReporting,
+        strategy: Strategy,
+        proximity: impl Into<Proximity>,
+    ) -> Explanation {
+        let proximity = proximity.into();
+        if measures_distance(mode, strategy) {
+            let all = self.candidates().to_vec();
+            return select::explain_owned(all, chosen, mode, strategy, proximity);
+        }
+        let groups = match strategy {
+            Strategy::Group => self.eligible_groups(mode),
+            Strategy::Healthy | Strategy::Nearest => Vec::new(),
+        };
+        let location = match proximity.user {
+            None => LocationUse::NotGiven,
+            Some(_) if strategy != Strategy::Nearest => LocationUse::OtherStrategy(strategy),
+            Some(_) => LocationUse::NothingMeasured,
+        };
+        let names = groups.iter().map(|g| self.groups[*g].as_str()).collect();
+        let eligibility = Eligibility::unmeasured(mode, strategy, names, location);
+        let pool = Self::pool(mode, strategy);
+        let in_pool = |g: usize| strategy != Strategy::Group || groups.contains(&g);
+        let candidates_eligible = self
+            .runs
+            .iter()
+            .filter(|(_, g)| in_pool(*g))
+            .map(|(run, _)| self.count_in(run, pool))
+            .sum();
+        let notes = self
+            .listed(chosen, pool, in_pool)
+            .into_iter()
+            .map(|i| {
+                let c = self.member(i);
+                judge(&eligibility, c, eligibility.verdict(c)).note(c)
+            })
+            .collect();
+        Explanation {
+            strategy,
+            mode,
+            candidates: notes,
+            candidates_total: self.len(),
+            candidates_eligible,
+            candidates_connected: self.len() - self.counts().not_connected,
+            eligible_groups: groups.iter().map(|g| self.groups[*g].clone()).collect(),
+            user_location: user_location_note(proximity, location),
+        }
+    }
+
+    /// Which candidates an explanation lists, ascending, as
+    /// `select::listed` ranks them: the chosen one, then eligible ones
+    /// (`pool` in groups `in_pool` admits), then connected, then the rest.
+    fn listed(
+        &self,
+        chosen: Option<usize>,
+        pool: &[Class],
+        in_pool: impl Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        if self.len() <= EXPLAINED_CANDIDATES {
+            return (0..self.len()).collect();
+        }
+        let mut keep: Vec<usize> = chosen.filter(|i| *i < self.len()).into_iter().collect();
+        let others: Vec<Class> = CONNECTED
+            .iter()
+            .copied()
+            .filter(|c| !pool.contains(c))
+            .collect();
+        for (run, g) in &self.runs {
+            if in_pool(*g) {
+                self.take(run, pool, chosen, &mut keep);
+            }
+        }
+        for (run, g) in &self.runs {
+            let classes = if in_pool(*g) { &others[..] } else { CONNECTED };
+            self.take(run, classes, chosen, &mut keep);
+        }
+        for (run, _) in &self.runs {
+            self.take(run, &[Class::NotConnected], chosen, &mut keep);
+        }
+        keep.sort_unstable();
+        keep
+    }
+
+    /// Appends to `keep`, until it lists `EXPLAINED_CANDIDATES`, the
+    /// members of `classes` in `run` in candidate order, but `chosen`.
+    fn take(&self, run: &Range<usize>, classes: &[Class], chosen: Option<usize>, keep: &mut Vec<usize>) {
+        let mut heads: Vec<&[usize]> = classes
+            .iter()
+            .map(|c| {
+                let list = &self.by_class[*c as usize];
+                let from = list.partition_point(|i| *i < run.start);
+                let to = list.partition_point(|i| *i < run.end);
+                &list[from..to]
+            })
+            .collect();
+        while keep.len() < EXPLAINED_CANDIDATES {
+            let Some(next) = heads
+                .iter_mut()
+                .filter(|h| !h.is_empty())
+                .min_by_key(|h| h[0])
+            else {
+                return;
+            };
+            let i = next[0];
+            *next = &next[1..];
+            if Some(i) != chosen {
+                keep.push(i);
+            }
+        }
+    }
+}
+
+/// Whether the decision ranks by distance: `nearest` over a measured
+/// segment.
+fn measures_distance(mode: HealthReporting, strategy: Strategy) -> bool {
+    strategy == Strategy::Nearest && mode != HealthReporting::None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    use super::*;
+
+    /// `n` connected candidates in four groups of consecutive names, a
+    /// quarter Down, every tenth not connected, every 25th drained.
+    fn group(n: usize) -> Vec<Candidate> {
+        (0..n)
+            .map(|i| Candidate {
+                connector: format!("c{i:05}"),
+                group: format!("g{}", i * 4 / n),
+                connected: i % 10 != 9,
+                drained: i % 25 == 24,
+                status: if i % 4 == 3 { Status::Down } else { Status::Up },
+                rtt: None,
+                location: None,
+            })
+            .collect()
+    }
+
+    const UNMEASURED: [(HealthReporting, Strategy); 5] = [
+        (HealthReporting::Continuous, Strategy::Healthy),
+        (HealthReporting::OnAccess, Strategy::Group),
+        (HealthReporting::None, Strategy::Healthy),
+        (HealthReporting::None, Strategy::Nearest),
+        (HealthReporting::None, Strategy::Group),
+    ];
+
+    #[test]
+    fn a_decision_in_a_group_of_ten_thousand_reads_what_it_lists() {
+        let roster = Roster::new(group(10_000));
+        let mut rng = SmallRng::seed_from_u64(1);
+        for (mode, strategy) in UNMEASURED {
+            for _ in 0..20 {
+                roster.touched.store(0, Ordering::Relaxed);
+                let chosen = match roster.select_with(mode, strategy, Proximity::default(), &mut rng)
+                {
+                    Decision::Selected { index } => Some(index),
+                    Decision::Refused(r) => panic!("refused: {r}"),
+                };
+                let explanation = roster.explain(chosen, mode, strategy, Proximity::default());
+                assert_eq!(explanation.candidates.len(), EXPLAINED_CANDIDATES);
+                assert_eq!(explanation.candidates_total, 10_000);
+                let read = roster.touched.load(Ordering::Relaxed);
+                assert!(
+                    read <= EXPLAINED_CANDIDATES,
+                    "{mode:?}/{strategy:?} read {read} candidates to list {EXPLAINED_CANDIDATES}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn counts_follow_updates_and_equal_a_recount() {
+        let mut roster = Roster::new(group(400));
+        let mut rng = SmallRng::seed_from_u64(3);
+        let statuses = [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown];
+        for _ in 0..5_000 {
+            let i = rng.random_range(0..roster.len());
+            if rng.random_bool(0.7) {
+                roster.set_status(i, statuses[rng.random_range(0..4)]);
+            } else {
+                roster.set_link(i, rng.random_bool(0.8), rng.random_bool(0.2));
+            }
+            assert_eq!(roster.counts(), roster.recount());
+        }
+        assert!(!roster.set_status(roster.len(), Status::Up));
+    }
+
+    /// Writers change results while readers decide and count: every
+    /// reader sees counts equal to a recount, and the end state's too.
+    #[test]
+    fn counts_stay_exact_under_concurrent_result_updates() {
+        let roster = Arc::new(RwLock::new(Roster::new(group(2_000))));
+        let writers: Vec<_> = (0..4u64)
+            .map(|seed| {
+                let roster = Arc::clone(&roster);
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(seed);
+                    let statuses = [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown];
+                    for _ in 0..5_000 {
+                        let mut r = roster.write().expect("not poisoned");
+                        let i = rng.random_range(0..r.len());
+                        r.set_status(i, statuses[rng.random_range(0..4)]);
+                        if rng.random_bool(0.1) {
+                            r.set_link(i, rng.random_bool(0.9), rng.random_bool(0.1));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2u64)
+            .map(|seed| {
+                let roster = Arc::clone(&roster);
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(100 + seed);
+                    for _ in 0..500 {
+                        let r = roster.read().expect("not poisoned");
+                        assert_eq!(r.counts(), r.recount());
+                        let chosen = match r.select_with(
+                            HealthReporting::Continuous,
+                            Strategy::Healthy,
+                            Proximity::default(),
+                            &mut rng,
+                        ) {
+                            Decision::Selected { index } => Some(index),
+                            Decision::Refused(_) => None,
+                        };
+                        let e = r.explain(chosen, HealthReporting::Continuous, Strategy::Healthy, Proximity::default());
+                        let n = r.recount();
+                        assert_eq!(e.candidates_eligible, n.up + n.unhealthy);
+                        assert_eq!(e.candidates_connected, r.len() - n.not_connected);
+                    }
+                })
+            })
+            .collect();
+        for t in writers.into_iter().chain(readers) {
+            t.join().expect("thread finished");
+        }
+        let r = roster.read().expect("not poisoned");
+        assert_eq!(r.counts(), r.recount());
+    }
+}
