@@ -1,7 +1,8 @@
 //! Criterion benchmarks of `policy`'s access-path hot spots: connector
 //! selection (healthy, nearest, group) with 10, 100 and 1,000 candidates (nearest also with
 //! the user's location at 100), a decision's explanation among 32 and
-//! 10,000 candidates, and request matching against 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
+//! 10,000 candidates (over a slice and from a `Roster`), a whole decision
+//! from a `Roster` of 32 and 10,000, and request matching against 10 and 10,000 segments. `cargo xtask bench` reads their estimates.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use policy::{
     AppEntry, Candidate, HealthReporting, Host, Location, PortRange, Protocol, Proximity, Request,
-    Segment, SegmentIndex, Status, Strategy, Tolerance, explain_owned, select, select_with,
+    Roster, Segment, SegmentIndex, Status, Strategy, Tolerance, explain_owned, select, select_with,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -201,9 +202,50 @@ fn bench_explain(c: &mut Criterion) {
                 BatchSize::LargeInput,
             );
         });
+        // The same decision's explanation from a `Roster` (kept indexed as
+        // results change, so built outside the timing).
+        let roster = Roster::new(cands.clone());
+        group.bench_with_input(BenchmarkId::new("roster", n), &roster, |b, roster| {
+            b.iter(|| {
+                roster.explain(
+                    Some(n / 2),
+                    HealthReporting::Continuous,
+                    Strategy::Healthy,
+                    Tolerance::default(),
+                )
+            });
+        });
     }
     group.finish();
 }
 
-criterion_group!(benches, bench_select, bench_explain, bench_matching);
+/// A whole decision (choice and explanation) from a `Roster` of 32 and
+/// 10,000 candidates, healthy strategy.
+fn bench_roster(c: &mut Criterion) {
+    let mut group = c.benchmark_group("roster");
+    let mut rng = SmallRng::seed_from_u64(7);
+    for n in [32usize, 10_000] {
+        let roster = Roster::new(candidates(n));
+        group.bench_with_input(BenchmarkId::new("decision", n), &roster, |b, roster| {
+            b.iter(|| {
+                let (mode, strategy) = (HealthReporting::Continuous, Strategy::Healthy);
+                let chosen =
+                    match roster.select_with(mode, strategy, Tolerance::default(), &mut rng) {
+                        policy::Decision::Selected { index } => Some(index),
+                        policy::Decision::Refused(_) => None,
+                    };
+                roster.explain(chosen, mode, strategy, Tolerance::default())
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_select,
+    bench_explain,
+    bench_roster,
+    bench_matching
+);
 criterion_main!(benches);

@@ -18,7 +18,6 @@
 //! changes with every report: it judges every candidate
 //! (`select::select_with`), as it does over a slice.
 
-use std::ops::Range;
 #[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -90,18 +89,22 @@ pub struct RosterCounts {
     pub unknown: usize,
 }
 
+/// Per `Class`, the indices of its members, ascending.
+type Lists = [Vec<usize>; CLASSES];
+
 /// A segment's candidates, indexed by state (see the module).
 #[derive(Debug)]
 pub struct Roster {
     members: Vec<Candidate>,
     class: Vec<Class>,
-    /// Per `Class`, the indices of its members, ascending.
-    by_class: [Vec<usize>; CLASSES],
+    /// Each member's group (index into `groups`).
+    group_of: Vec<usize>,
     /// Distinct group names, in first-seen order.
     groups: Vec<String>,
-    /// Runs of consecutive members of one group (index into `groups`),
-    /// in candidate order.
-    runs: Vec<(Range<usize>, usize)>,
+    /// Every member by state.
+    by_class: Lists,
+    /// Each group's members by state.
+    by_group: Vec<Lists>,
     /// Members read, for the tests that a decision reads what it lists.
     #[cfg(test)]
     touched: AtomicUsize,
@@ -110,32 +113,34 @@ pub struct Roster {
 impl Roster {
     /// Indexes `candidates`, in candidate order.
     pub fn new(candidates: Vec<Candidate>) -> Self {
-        let class: Vec<Class> = candidates.iter().map(Class::of).collect();
-        let mut by_class: [Vec<usize>; CLASSES] = Default::default();
-        for (i, c) in class.iter().enumerate() {
-            by_class[*c as usize].push(i);
-        }
         let mut groups: Vec<String> = Vec::new();
-        let mut runs = Vec::new();
-        let mut start = 0;
-        for i in 1..=candidates.len() {
-            if i < candidates.len() && candidates[i].group == candidates[start].group {
-                continue;
-            }
-            let name = &candidates[start].group;
-            let g = groups.iter().position(|g| g == name).unwrap_or_else(|| {
-                groups.push(name.clone());
-                groups.len() - 1
-            });
-            runs.push((start..i, g));
-            start = i;
+        let mut by_class = Lists::default();
+        let mut by_group: Vec<Lists> = Vec::new();
+        let mut class = Vec::with_capacity(candidates.len());
+        let mut group_of = Vec::with_capacity(candidates.len());
+        for (i, c) in candidates.iter().enumerate() {
+            // Groups are few: a search beats hashing every name.
+            let g = match groups.iter().rposition(|g| *g == c.group) {
+                Some(g) => g,
+                None => {
+                    groups.push(c.group.clone());
+                    by_group.push(Lists::default());
+                    groups.len() - 1
+                }
+            };
+            let k = Class::of(c);
+            by_class[k as usize].push(i);
+            by_group[g][k as usize].push(i);
+            class.push(k);
+            group_of.push(g);
         }
         Roster {
             members: candidates,
             class,
-            by_class,
+            group_of,
             groups,
-            runs,
+            by_class,
+            by_group,
             #[cfg(test)]
             touched: AtomicUsize::new(0),
         }
@@ -189,7 +194,7 @@ impl Roster {
         self.update(i, |c| c.rtt = rtt)
     }
 
-    /// Applies `f` to candidate `i` and moves it to its new state's list.
+    /// Applies `f` to candidate `i` and moves it to its new state's lists.
     fn update(&mut self, i: usize, f: impl FnOnce(&mut Candidate)) -> bool {
         let Some(c) = self.members.get_mut(i) else {
             return false;
@@ -197,13 +202,16 @@ impl Roster {
         f(c);
         let (old, new) = (self.class[i], Class::of(c));
         if old != new {
-            let from = &mut self.by_class[old as usize];
-            if let Ok(at) = from.binary_search(&i) {
-                from.remove(at);
-            }
-            let to = &mut self.by_class[new as usize];
-            if let Err(at) = to.binary_search(&i) {
-                to.insert(at, i);
+            let g = self.group_of[i];
+            for lists in [&mut self.by_class, &mut self.by_group[g]] {
+                let from = &mut lists[old as usize];
+                if let Ok(at) = from.binary_search(&i) {
+                    from.remove(at);
+                }
+                let to = &mut lists[new as usize];
+                if let Err(at) = to.binary_search(&i) {
+                    to.insert(at, i);
+                }
             }
             self.class[i] = new;
         }
@@ -239,32 +247,6 @@ impl Roster {
         n
     }
 
-    /// How many members of `classes` lie in `range`.
-    fn count_in(&self, range: &Range<usize>, classes: &[Class]) -> usize {
-        classes
-            .iter()
-            .map(|c| {
-                let list = &self.by_class[*c as usize];
-                list.partition_point(|i| *i < range.end) - list.partition_point(|i| *i < range.start)
-            })
-            .sum()
-    }
-
-    /// The index of the `k`-th member (from 0, in candidate order) of
-    /// `classes` in `range`; there must be more than `k`.
-    fn nth_in(&self, range: &Range<usize>, classes: &[Class], k: usize) -> usize {
-        let (mut lo, mut hi) = (range.start, range.end.saturating_sub(1));
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.count_in(&(range.start..mid + 1), classes) > k {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo
-    }
-
     /// Who may be chosen (in an eligible group, for the group strategy).
     fn pool(mode: HealthReporting, strategy: Strategy) -> &'static [Class] {
         match strategy {
@@ -274,34 +256,25 @@ impl Roster {
         }
     }
 
-    /// Group strategy: the groups with a reachable member, in first-seen
-    /// order.
+    /// Group strategy: the groups with a reachable member, in the order
+    /// of their first reachable member.
     fn eligible_groups(&self, mode: HealthReporting) -> Vec<usize> {
         let reachable = if mode == HealthReporting::None {
             LIVE
         } else {
             REACHABLE
         };
-        let mut out = Vec::new();
-        for (run, g) in &self.runs {
-            if !out.contains(g) && self.count_in(run, reachable) > 0 {
-                out.push(*g);
-            }
-        }
-        out
-    }
-
-    /// The ranges the pool is drawn from: all, or `group`'s runs.
-    fn ranges(&self, group: Option<usize>) -> Vec<Range<usize>> {
-        match group {
-            None => vec![0..self.len()],
-            Some(g) => self
-                .runs
-                .iter()
-                .filter(|(_, of)| *of == g)
-                .map(|(run, _)| run.clone())
-                .collect(),
-        }
+        let mut firsts: Vec<(usize, usize)> = self
+            .by_group
+            .iter()
+            .enumerate()
+            .filter_map(|(g, lists)| {
+                let first = reachable.iter().filter_map(|c| lists[*c as usize].first());
+                Some((*first.min()?, g))
+            })
+            .collect();
+        firsts.sort_unstable();
+        firsts.into_iter().map(|(_, g)| g).collect()
     }
 
     /// As `select::refusal`: judged over the connected, undrained.
@@ -334,33 +307,24 @@ impl Roster {
         if measures_distance(mode, strategy) {
             return select::select_with(self.candidates(), mode, strategy, proximity, rng);
         }
-        let group = match strategy {
+        let lists = match strategy {
             Strategy::Group => {
                 let groups = self.eligible_groups(mode);
                 if groups.is_empty() {
                     return Decision::Refused(self.refusal(mode));
                 }
-                Some(groups[rng.random_range(0..groups.len())])
+                &self.by_group[groups[rng.random_range(0..groups.len())]]
             }
-            Strategy::Healthy | Strategy::Nearest => None,
+            Strategy::Healthy | Strategy::Nearest => &self.by_class,
         };
-        let pool = Self::pool(mode, strategy);
-        let ranges = self.ranges(group);
-        let n: usize = ranges.iter().map(|r| self.count_in(r, pool)).sum();
+        let pool = of(lists, Self::pool(mode, strategy));
+        let n: usize = pool.iter().map(|l| l.len()).sum();
         if n == 0 {
             return Decision::Refused(self.refusal(mode));
         }
-        let mut k = rng.random_range(0..n);
-        for range in &ranges {
-            let here = self.count_in(range, pool);
-            if k < here {
-                return Decision::Selected {
-                    index: self.nth_in(range, pool, k),
-                };
-            }
-            k -= here;
+        Decision::Selected {
+            index: nth(&pool, rng.random_range(0..n), self.len()),
         }
-        Decision::Refused(self.refusal(mode))
     }
 
     /// `select::explain_owned` over the roster, the chosen candidate
@@ -379,26 +343,24 @@ impl Roster {
             return select::explain_owned(all, chosen, mode, strategy, proximity);
         }
         let groups = match strategy {
-            Strategy::Group => self.eligible_groups(mode),
-            Strategy::Healthy | Strategy::Nearest => Vec::new(),
+            Strategy::Group => Some(self.eligible_groups(mode)),
+            Strategy::Healthy | Strategy::Nearest => None,
         };
         let location = match proximity.user {
             None => LocationUse::NotGiven,
             Some(_) if strategy != Strategy::Nearest => LocationUse::OtherStrategy(strategy),
             Some(_) => LocationUse::NothingMeasured,
         };
-        let names = groups.iter().map(|g| self.groups[*g].as_str()).collect();
-        let eligibility = Eligibility::unmeasured(mode, strategy, names, location);
-        let pool = Self::pool(mode, strategy);
-        let in_pool = |g: usize| strategy != Strategy::Group || groups.contains(&g);
-        let candidates_eligible = self
-            .runs
+        let names: Vec<&str> = groups
             .iter()
-            .filter(|(_, g)| in_pool(*g))
-            .map(|(run, _)| self.count_in(run, pool))
-            .sum();
+            .flatten()
+            .map(|g| self.groups[*g].as_str())
+            .collect();
+        let eligible_groups = names.iter().map(|g| (*g).to_owned()).collect();
+        let eligibility = Eligibility::unmeasured(mode, strategy, names, location);
+        let [eligible, connected] = self.ranks(Self::pool(mode, strategy), groups.as_deref());
         let notes = self
-            .listed(chosen, pool, in_pool)
+            .listed(chosen, [&eligible, &connected])
             .into_iter()
             .map(|i| {
                 let c = self.member(i);
@@ -410,72 +372,92 @@ impl Roster {
             mode,
             candidates: notes,
             candidates_total: self.len(),
-            candidates_eligible,
+            candidates_eligible: eligible.iter().map(|l| l.len()).sum(),
             candidates_connected: self.len() - self.counts().not_connected,
-            eligible_groups: groups.iter().map(|g| self.groups[*g].clone()).collect(),
+            eligible_groups,
             user_location: user_location_note(proximity, location),
         }
     }
 
-    /// Which candidates an explanation lists, ascending, as
-    /// `select::listed` ranks them: the chosen one, then eligible ones
-    /// (`pool` in groups `in_pool` admits), then connected, then the rest.
-    fn listed(
-        &self,
-        chosen: Option<usize>,
-        pool: &[Class],
-        in_pool: impl Fn(usize) -> bool,
-    ) -> Vec<usize> {
-        if self.len() <= EXPLAINED_CANDIDATES {
-            return (0..self.len()).collect();
-        }
-        let mut keep: Vec<usize> = chosen.filter(|i| *i < self.len()).into_iter().collect();
+    /// The lists of the eligible (`pool`, in `groups` if the strategy
+    /// names them) and of the connected but not eligible.
+    fn ranks(&self, pool: &[Class], groups: Option<&[usize]>) -> [Vec<&[usize]>; 2] {
         let others: Vec<Class> = CONNECTED
             .iter()
             .copied()
             .filter(|c| !pool.contains(c))
             .collect();
-        for (run, g) in &self.runs {
-            if in_pool(*g) {
-                self.take(run, pool, chosen, &mut keep);
+        let Some(eligible) = groups else {
+            return [of(&self.by_class, pool), of(&self.by_class, &others)];
+        };
+        let mut rank = [Vec::new(), Vec::new()];
+        for (g, lists) in self.by_group.iter().enumerate() {
+            if eligible.contains(&g) {
+                rank[0].extend(of(lists, pool));
+                rank[1].extend(of(lists, &others));
+            } else {
+                rank[1].extend(of(lists, CONNECTED));
             }
         }
-        for (run, g) in &self.runs {
-            let classes = if in_pool(*g) { &others[..] } else { CONNECTED };
-            self.take(run, classes, chosen, &mut keep);
+        rank
+    }
+
+    /// Which candidates an explanation lists, ascending, as
+    /// `select::listed` ranks them: all up to `EXPLAINED_CANDIDATES`,
+    /// else the chosen one, then the eligible and connected of `ranks`,
+    /// then the rest.
+    fn listed(&self, chosen: Option<usize>, ranks: [&[&[usize]]; 2]) -> Vec<usize> {
+        if self.len() <= EXPLAINED_CANDIDATES {
+            return (0..self.len()).collect();
         }
-        for (run, _) in &self.runs {
-            self.take(run, &[Class::NotConnected], chosen, &mut keep);
+        let mut keep: Vec<usize> = chosen.filter(|i| *i < self.len()).into_iter().collect();
+        let rest = [&self.by_class[Class::NotConnected as usize][..]];
+        for lists in [ranks[0], ranks[1], &rest[..]] {
+            take(lists, chosen, &mut keep);
         }
         keep.sort_unstable();
         keep
     }
+}
 
-    /// Appends to `keep`, until it lists `EXPLAINED_CANDIDATES`, the
-    /// members of `classes` in `run` in candidate order, but `chosen`.
-    fn take(&self, run: &Range<usize>, classes: &[Class], chosen: Option<usize>, keep: &mut Vec<usize>) {
-        let mut heads: Vec<&[usize]> = classes
-            .iter()
-            .map(|c| {
-                let list = &self.by_class[*c as usize];
-                let from = list.partition_point(|i| *i < run.start);
-                let to = list.partition_point(|i| *i < run.end);
-                &list[from..to]
-            })
-            .collect();
-        while keep.len() < EXPLAINED_CANDIDATES {
-            let Some(next) = heads
-                .iter_mut()
-                .filter(|h| !h.is_empty())
-                .min_by_key(|h| h[0])
-            else {
-                return;
-            };
-            let i = next[0];
-            *next = &next[1..];
-            if Some(i) != chosen {
-                keep.push(i);
-            }
+/// The lists of `classes` among `lists`.
+fn of<'a>(lists: &'a Lists, classes: &[Class]) -> Vec<&'a [usize]> {
+    classes.iter().map(|c| &lists[*c as usize][..]).collect()
+}
+
+/// The `k`-th (from 0) smallest index among the disjoint ascending
+/// `lists`, whose indices are below `len`; there must be more than `k`.
+fn nth(lists: &[&[usize]], k: usize, len: usize) -> usize {
+    let at_most =
+        |v: usize| -> usize { lists.iter().map(|l| l.partition_point(|i| *i <= v)).sum() };
+    let (mut lo, mut hi) = (0, len.saturating_sub(1));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if at_most(mid) > k {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// Appends to `keep`, until it holds `EXPLAINED_CANDIDATES`, the indices
+/// of the disjoint ascending `lists` in ascending order, but `chosen`.
+fn take(lists: &[&[usize]], chosen: Option<usize>, keep: &mut Vec<usize>) {
+    let mut heads = lists.to_vec();
+    while keep.len() < EXPLAINED_CANDIDATES {
+        let Some(next) = heads
+            .iter_mut()
+            .filter(|h| !h.is_empty())
+            .min_by_key(|h| h[0])
+        else {
+            return;
+        };
+        let i = next[0];
+        *next = &next[1..];
+        if Some(i) != chosen {
+            keep.push(i);
         }
     }
 }
@@ -526,11 +508,11 @@ mod tests {
         for (mode, strategy) in UNMEASURED {
             for _ in 0..20 {
                 roster.touched.store(0, Ordering::Relaxed);
-                let chosen = match roster.select_with(mode, strategy, Proximity::default(), &mut rng)
-                {
-                    Decision::Selected { index } => Some(index),
-                    Decision::Refused(r) => panic!("refused: {r}"),
-                };
+                let chosen =
+                    match roster.select_with(mode, strategy, Proximity::default(), &mut rng) {
+                        Decision::Selected { index } => Some(index),
+                        Decision::Refused(r) => panic!("refused: {r}"),
+                    };
                 let explanation = roster.explain(chosen, mode, strategy, Proximity::default());
                 assert_eq!(explanation.candidates.len(), EXPLAINED_CANDIDATES);
                 assert_eq!(explanation.candidates_total, 10_000);
@@ -599,7 +581,12 @@ mod tests {
                             Decision::Selected { index } => Some(index),
                             Decision::Refused(_) => None,
                         };
-                        let e = r.explain(chosen, HealthReporting::Continuous, Strategy::Healthy, Proximity::default());
+                        let e = r.explain(
+                            chosen,
+                            HealthReporting::Continuous,
+                            Strategy::Healthy,
+                            Proximity::default(),
+                        );
                         let n = r.recount();
                         assert_eq!(e.candidates_eligible, n.up + n.unhealthy);
                         assert_eq!(e.candidates_connected, r.len() - n.not_connected);

@@ -58,8 +58,11 @@ fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
     })
 }
 
-/// An update: (candidate, new status, or a new link state).
-fn updates() -> impl Strategy<Value = Vec<(usize, Status, Option<(bool, bool)>)>> {
+/// An update: a candidate's index, its new status, or instead its new
+/// link state (connected, drained).
+type Update = (usize, Status, Option<(bool, bool)>);
+
+fn updates() -> impl Strategy<Value = Vec<Update>> {
     prop::collection::vec(
         (
             0usize..200,
@@ -153,7 +156,11 @@ fn the_rosters_choice_is_uniform_among_the_reachable() {
             group: format!("g{}", i / 250),
             connected: true,
             drained: false,
-            status: if i % 25 == 0 { Status::Up } else { Status::Down },
+            status: if i % 25 == 0 {
+                Status::Up
+            } else {
+                Status::Down
+            },
             rtt: None,
             location: None,
         })
