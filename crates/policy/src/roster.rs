@@ -477,13 +477,14 @@ mod tests {
 
     use super::*;
 
-    /// `n` connected candidates in four groups of consecutive names, a
-    /// quarter Down, every tenth not connected, every 25th drained.
-    fn group(n: usize) -> Vec<Candidate> {
+    /// `n` connected candidates in four groups, a quarter Down, every
+    /// tenth not connected, every 25th drained; the groups one after the
+    /// other, or `interleaved` (member `i` in group `i % 4`).
+    fn group(n: usize, interleaved: bool) -> Vec<Candidate> {
         (0..n)
             .map(|i| Candidate {
                 connector: format!("c{i:05}"),
-                group: format!("g{}", i * 4 / n),
+                group: format!("g{}", if interleaved { i % 4 } else { i * 4 / n }),
                 connected: i % 10 != 9,
                 drained: i % 25 == 24,
                 status: if i % 4 == 3 { Status::Down } else { Status::Up },
@@ -503,9 +504,12 @@ mod tests {
 
     #[test]
     fn a_decision_in_a_group_of_ten_thousand_reads_what_it_lists() {
-        let roster = Roster::new(group(10_000));
         let mut rng = SmallRng::seed_from_u64(1);
-        for (mode, strategy) in UNMEASURED {
+        for ((mode, strategy), interleaved) in UNMEASURED
+            .into_iter()
+            .zip([false, true].into_iter().cycle())
+        {
+            let roster = Roster::new(group(10_000, interleaved));
             for _ in 0..20 {
                 roster.touched.store(0, Ordering::Relaxed);
                 let chosen =
@@ -527,7 +531,7 @@ mod tests {
 
     #[test]
     fn counts_follow_updates_and_equal_a_recount() {
-        let mut roster = Roster::new(group(400));
+        let mut roster = Roster::new(group(400, false));
         let mut rng = SmallRng::seed_from_u64(3);
         let statuses = [Status::Up, Status::Unhealthy, Status::Down, Status::Unknown];
         for _ in 0..5_000 {
@@ -546,7 +550,7 @@ mod tests {
     /// reader sees counts equal to a recount, and the end state's too.
     #[test]
     fn counts_stay_exact_under_concurrent_result_updates() {
-        let roster = Arc::new(RwLock::new(Roster::new(group(2_000))));
+        let roster = Arc::new(RwLock::new(Roster::new(group(2_000, true))));
         let writers: Vec<_> = (0..4u64)
             .map(|seed| {
                 let roster = Arc::clone(&roster);
