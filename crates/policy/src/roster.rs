@@ -105,9 +105,21 @@ pub struct Roster {
     by_class: Lists,
     /// Each group's members by state.
     by_group: Vec<Lists>,
-    /// Members read, for the tests that a decision reads what it lists.
-    #[cfg(test)]
-    touched: AtomicUsize,
+    /// Members read (counted in tests only).
+    reads: Reads,
+}
+
+/// How many members a roster has read: counted in the tests that a
+/// decision reads what it lists; nothing outside tests.
+#[derive(Debug, Default)]
+struct Reads(#[cfg(test)] AtomicUsize);
+
+impl Reads {
+    #[inline]
+    fn add(&self, _n: usize) {
+        #[cfg(test)]
+        self.0.fetch_add(_n, Ordering::Relaxed);
+    }
 }
 
 impl Roster {
@@ -141,8 +153,7 @@ impl Roster {
             groups,
             by_class,
             by_group,
-            #[cfg(test)]
-            touched: AtomicUsize::new(0),
+            reads: Reads::default(),
         }
     }
 
@@ -163,14 +174,12 @@ impl Roster {
 
     /// Every candidate, in candidate order.
     pub fn candidates(&self) -> &[Candidate] {
-        #[cfg(test)]
-        self.touched.fetch_add(self.len(), Ordering::Relaxed);
+        self.reads.add(self.len());
         &self.members
     }
 
     fn member(&self, i: usize) -> &Candidate {
-        #[cfg(test)]
-        self.touched.fetch_add(1, Ordering::Relaxed);
+        self.reads.add(1);
         &self.members[i]
     }
 
@@ -511,7 +520,7 @@ mod tests {
         {
             let roster = Roster::new(group(10_000, interleaved));
             for _ in 0..20 {
-                roster.touched.store(0, Ordering::Relaxed);
+                roster.reads.0.store(0, Ordering::Relaxed);
                 let chosen =
                     match roster.select_with(mode, strategy, Proximity::default(), &mut rng) {
                         Decision::Selected { index } => Some(index),
@@ -520,7 +529,7 @@ mod tests {
                 let explanation = roster.explain(chosen, mode, strategy, Proximity::default());
                 assert_eq!(explanation.candidates.len(), EXPLAINED_CANDIDATES);
                 assert_eq!(explanation.candidates_total, 10_000);
-                let read = roster.touched.load(Ordering::Relaxed);
+                let read = roster.reads.0.load(Ordering::Relaxed);
                 assert!(
                     read <= EXPLAINED_CANDIDATES,
                     "{mode:?}/{strategy:?} read {read} candidates to list {EXPLAINED_CANDIDATES}"
