@@ -71,6 +71,7 @@ pub fn heartbeat(marker: u32) -> v1::ConnectorMessage {
                 rate_limit: 20,
             }),
             replicas: None,
+            status: None,
         })),
     }
 }

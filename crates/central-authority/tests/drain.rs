@@ -40,6 +40,7 @@ fn keepalive(conn: &Conn) -> tokio::task::JoinHandle<()> {
                 kind: Some(v1::connector_message::Kind::Heartbeat(v1::Heartbeat {
                     load: Some(v1::CheckLoad::default()),
                     replicas: None,
+                    status: None,
                 })),
             };
             if tx.send(beat).await.is_err() {

@@ -190,6 +190,16 @@ impl Assignments {
         }
     }
 
+    /// The applications the connector serves: the entries of every
+    /// segment of the followed session's assignment.
+    pub fn applications(&self) -> u32 {
+        let state = self.lock();
+        let count: usize = Self::followed(&state)
+            .map(|(_, m)| m.segments.iter().map(|s| s.applications.len()).sum())
+            .unwrap_or(0);
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+
     /// How the replicas look from session `id` (for its heartbeat).
     pub fn view(&self, id: u64) -> v1::ReplicaAttachment {
         let state = self.lock();

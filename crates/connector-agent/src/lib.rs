@@ -87,6 +87,8 @@ pub mod resolver;
 pub mod retry;
 pub mod schedule;
 pub mod session;
+pub mod status;
+pub mod traffic;
 pub mod trust;
 pub mod wire;
 

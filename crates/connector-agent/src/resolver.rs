@@ -224,6 +224,8 @@ pub struct Resolver {
     lookups: Arc<Semaphore>,
     ttl: TtlBounds,
     stale_grace: Duration,
+    /// The `--dns-server`, when given.
+    server: Option<SocketAddr>,
 }
 
 impl Resolver {
@@ -241,7 +243,39 @@ impl Resolver {
             lookups: Arc::new(Semaphore::new(MAX_CONCURRENT_LOOKUPS)),
             ttl,
             stale_grace: DEFAULT_STALE_GRACE,
+            server,
         })
+    }
+
+    /// The DNS servers lookups go to, as `IP` or `IP:PORT` (port 53 left
+    /// out): the `--dns-server`, else the system's as the resolver read
+    /// them (/etc/resolv.conf on Unix; read again on each call). Empty
+    /// (with a debug log) when the system's cannot be read.
+    pub fn servers(&self) -> Vec<String> {
+        let show = |addr: SocketAddr| match addr.port() {
+            53 => addr.ip().to_string(),
+            _ => addr.to_string(),
+        };
+        if let Some(addr) = self.server {
+            return vec![show(addr)];
+        }
+        match hickory_resolver::system_conf::read_system_conf() {
+            Ok((config, _)) => {
+                let mut out: Vec<String> = Vec::new();
+                for ns in config.name_servers() {
+                    let port = ns.connections.first().map_or(53, |c| c.port);
+                    let shown = show(SocketAddr::new(ns.ip, port));
+                    if !out.contains(&shown) {
+                        out.push(shown);
+                    }
+                }
+                out
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the system's DNS servers");
+                Vec::new()
+            }
+        }
     }
 
     /// Which records lookups ask for from now on: only A (`Ipv4`), only

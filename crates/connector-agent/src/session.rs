@@ -37,6 +37,8 @@ use crate::options::{Credentials, Parts, SessionOptions};
 use crate::outbox::{BATCH_WINDOW, Outbox};
 use crate::retry::{backoff_within, error_chain, stopped};
 use crate::schedule::inbox::Inbox;
+use crate::status::StatusMeter;
+use crate::traffic::{CountingConnector, Traffic};
 
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -84,11 +86,13 @@ pub struct Handover {
     opened: Option<Opened>,
 }
 
-/// An open session: outbound queue, inbound stream, the CA's Welcome.
+/// An open session: outbound queue, inbound stream, the CA's Welcome, the
+/// bytes its connection carried.
 type Opened = (
     mpsc::Sender<Encoded>,
     Streaming<AuthorityMessage>,
     v1::Welcome,
+    Traffic,
 );
 
 /// Session ids for [`Assignments`]: one per session, kept across a move to
@@ -357,9 +361,9 @@ async fn session(
     let opened = match opened {
         Some(o) => o,
         None => {
-            let (out, mut inbound) = open(target, options, parts).await?;
+            let (out, mut inbound, traffic) = open(target, options, parts).await?;
             let welcome = expect_welcome(&mut inbound).await?;
-            (out, inbound, welcome)
+            (out, inbound, welcome, traffic)
         }
     };
     *attempt = 0;
@@ -378,6 +382,8 @@ struct Live {
     /// Whether (and until when) the connector drains, as this session
     /// last told its CA replica.
     draining: watch::Receiver<Option<std::time::Instant>>,
+    /// The bytes its connection carried.
+    traffic: Traffic,
 }
 
 /// Takes in the CA's `Welcome` (its assignment and limits), subscribes to
@@ -388,7 +394,7 @@ async fn welcomed(
     id: u64,
     options: &SessionOptions,
     parts: &Parts,
-    (out, inbound, welcome): Opened,
+    (out, inbound, welcome, traffic): Opened,
 ) -> Result<Live, SessionError> {
     parts.metrics.sessions.inc();
     tracing::info!(ca = %target.label(), session = %welcome.session_id, segments = welcome.segments.len(), "connected to the CA");
@@ -415,6 +421,7 @@ async fn welcomed(
         inbox,
         heartbeat,
         draining,
+        traffic,
     })
 }
 
@@ -450,9 +457,11 @@ async fn exchange(
         inbox,
         mut heartbeat,
         mut draining,
+        traffic,
     } = live;
     let mut ticker = tokio::time::interval(heartbeat);
     let mut rate = RateMeter::new(parts.pacer.stats().started);
+    let mut meter = StatusMeter::new();
     loop {
         // The inbox wakes this task only when its results start to wait,
         // are awaited or make a full report (not for every round the
@@ -485,7 +494,8 @@ async fn exchange(
                 }
             }
             _ = ticker.tick() => {
-                send(&out, ToCa::Heartbeat(heartbeat_message(parts, id, &mut rate))).await?;
+                let beat = heartbeat_message(parts, id, &mut rate, &mut meter, &traffic);
+                send(&out, ToCa::Heartbeat(beat)).await?;
             }
             Ok(()) = draining.changed() => {
                 if let Some(drain) = drain_message(&mut draining) {
@@ -531,9 +541,9 @@ async fn move_to(
     next.renewals = None;
     next.credentials = Credentials::Certificate(enrollment.clone());
     let opened = async {
-        let (out, mut inbound) = open(target, &next, parts).await?;
+        let (out, mut inbound, traffic) = open(target, &next, parts).await?;
         let welcome = expect_welcome(&mut inbound).await?;
-        Ok::<_, SessionError>((out, inbound, welcome))
+        Ok::<_, SessionError>((out, inbound, welcome, traffic))
     }
     .await;
     match opened {
@@ -553,12 +563,13 @@ async fn move_to(
 
 /// Connects to the CA (mutual TLS with the enrolled certificate, or plain
 /// text with the provisioning key in metadata), queues `Hello` and opens
-/// the `Connect` stream: the outbound queue and the inbound stream.
+/// the `Connect` stream: the outbound queue, the inbound stream and the
+/// connection's byte counts.
 async fn open(
     target: &CaTarget,
     options: &SessionOptions,
     parts: &Parts,
-) -> Result<(mpsc::Sender<Encoded>, Streaming<AuthorityMessage>), SessionError> {
+) -> Result<(mpsc::Sender<Encoded>, Streaming<AuthorityMessage>, Traffic), SessionError> {
     let tls = match &options.credentials {
         Credentials::Certificate(enrollment) => Some(enrollment.tls()),
         Credentials::ProvisioningKey(_) => None,
@@ -570,7 +581,10 @@ async fn open(
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10));
-    let channel = endpoint.connect().await?;
+    let traffic = Traffic::default();
+    let channel = endpoint
+        .connect_with_connector(CountingConnector::new(traffic.clone()))
+        .await?;
     // The generated client's `connect`, with a codec that sends messages
     // already encoded (reports share their entries' encodings across
     // replicas: `crate::wire`).
@@ -610,7 +624,7 @@ async fn open(
         .streaming(request, path, protocol::compose::RawCodec)
         .await?
         .into_inner();
-    Ok((out, inbound))
+    Ok((out, inbound, traffic))
 }
 
 /// The connector's `Hello`: its identity, version and what it can do.
@@ -767,8 +781,22 @@ impl RateMeter {
     }
 }
 
-/// The heartbeat: the scheduler's load and the pacer's figures.
-fn heartbeat_message(parts: &Parts, id: u64, rate: &mut RateMeter) -> v1::Heartbeat {
+/// The heartbeat: the scheduler's load and the pacer's figures, how the
+/// replicas look, and the connector's status.
+fn heartbeat_message(
+    parts: &Parts,
+    id: u64,
+    rate: &mut RateMeter,
+    meter: &mut StatusMeter,
+    traffic: &Traffic,
+) -> v1::Heartbeat {
+    let status = v1::ConnectorStatus {
+        applications: parts.assignments.applications(),
+        dns_resolvers: parts.resolver.servers(),
+        bytes_sent: traffic.sent(),
+        bytes_received: traffic.received(),
+        ..meter.measure()
+    };
     let stats = parts.pacer.stats();
     let load = parts.scheduler.load();
     v1::Heartbeat {
@@ -782,6 +810,7 @@ fn heartbeat_message(parts: &Parts, id: u64, rate: &mut RateMeter) -> v1::Heartb
             rate_limit: stats.rate,
         }),
         replicas: Some(parts.assignments.view(id)),
+        status: Some(status),
     }
 }
 

@@ -228,6 +228,7 @@ impl StateMetrics {
         let mut registry = Registry::with_prefix("reach_ca");
         register_applications(&mut registry, applications);
         register_connectors(&mut registry, connectors);
+        register_connector_status(&mut registry, connectors);
         let budget: Gauge = Gauge::default();
         budget.set(i64::try_from(check_budget).unwrap_or(i64::MAX));
         registry.register(
@@ -490,6 +491,103 @@ fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
     );
 }
 
+/// Labels of `reach_ca_connector_info`: a connector's software and
+/// platform as its heartbeats report them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectorInfoLabels {
+    /// Connector name.
+    pub connector: String,
+    /// Its connector group.
+    pub group: String,
+    /// Its software version.
+    pub version: String,
+    /// Its operating system.
+    pub os: String,
+    /// Its CPU architecture.
+    pub arch: String,
+}
+
+/// The gauges of each connected connector's own status (its latest
+/// heartbeat's `ConnectorStatus`), `{connector,group}` like the other
+/// per-connector gauges: one series per connector and gauge, so as many
+/// series as connectors. The version and platform are labels of one
+/// `reach_ca_connector_info` series per connector (its value 1), never of
+/// the figures, and the DNS servers and route interface are not exported
+/// (free text: the API shows them). A disconnected connector's status is
+/// history and has no series; nor has a connector that sends none.
+fn register_connector_status(registry: &mut Registry, connectors: &[ConnectorView]) {
+    type F64 = Family<ConnectorLabels, Gauge<f64, AtomicU64>>;
+    let info = Family::<ConnectorInfoLabels, Gauge>::default();
+    let int = || Family::<ConnectorLabels, Gauge>::default();
+    let (started, booted, rss, total, available, apps, sent, received) =
+        (int(), int(), int(), int(), int(), int(), int(), int());
+    let (process_cpu, host_cpu) = (F64::default(), F64::default());
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for c in connectors.iter().filter(|c| c.connected && !c.disabled) {
+        let Some(s) = &c.status else { continue };
+        let labels = ConnectorLabels {
+            connector: c.name.clone(),
+            group: c.group.clone(),
+        };
+        info.get_or_create(&ConnectorInfoLabels {
+            connector: c.name.clone(),
+            group: c.group.clone(),
+            version: s.version.clone(),
+            os: s.os.clone(),
+            arch: s.arch.clone(),
+        })
+        .set(1);
+        if let Some(t) = s.process_started_at {
+            started.get_or_create(&labels).set(t.div_euclid(1000));
+        }
+        if let Some(t) = s.host_booted_at {
+            booted.get_or_create(&labels).set(t.div_euclid(1000));
+        }
+        process_cpu
+            .get_or_create(&labels)
+            .set(s.process_cpu_percent);
+        host_cpu.get_or_create(&labels).set(s.host_cpu_percent);
+        rss.get_or_create(&labels)
+            .set(signed(s.process_memory_bytes));
+        total
+            .get_or_create(&labels)
+            .set(signed(s.host_memory_total_bytes));
+        available
+            .get_or_create(&labels)
+            .set(signed(s.host_memory_available_bytes));
+        apps.get_or_create(&labels).set(i64::from(s.applications));
+        sent.get_or_create(&labels).set(signed(s.bytes_sent));
+        received.get_or_create(&labels).set(signed(s.bytes_received));
+    }
+    for (name, help, family) in [
+        ("connector_process_start_timestamp_seconds", "When the connector's process started, Unix seconds (its heartbeat)", started),
+        ("connector_host_boot_timestamp_seconds", "When the connector's host booted, Unix seconds (its heartbeat)", booted),
+        ("connector_process_memory_bytes", "Resident memory of the connector's process", rss),
+        ("connector_host_memory_total_bytes", "Memory of the connector's host", total),
+        ("connector_host_memory_available_bytes", "Memory of the connector's host available without swapping", available),
+        ("connector_applications", "Applications the connector serves (entries of its assignment's segments)", apps),
+        ("connector_sent_bytes", "Bytes the connector sent to this CA replica over its current session's connection", sent),
+        ("connector_received_bytes", "Bytes the connector received from this CA replica over its current session's connection", received),
+    ] {
+        registry.register(name, help, family);
+    }
+    registry.register(
+        "connector_process_cpu_percent",
+        "CPU the connector's process used over its last heartbeat interval, percent of one core",
+        process_cpu,
+    );
+    registry.register(
+        "connector_host_cpu_percent",
+        "Busy share of the connector's host's CPUs over its last heartbeat interval, percent of all cores",
+        host_cpu,
+    );
+    registry.register(
+        "connector_info",
+        "1 per connected connector, its software version and platform as labels (from its heartbeat)",
+        info,
+    );
+}
+
 /// The end of the validity of the first certificate in `pem`, Unix seconds.
 fn not_after_unix_seconds(pem: &str) -> Option<i64> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
@@ -523,6 +621,7 @@ mod tests {
                 rate_limit: 20,
             }),
             replicas: None,
+            status: None,
             connected_since: None,
             last_seen: Some(1_700_000_000_500),
             enrolled: true,

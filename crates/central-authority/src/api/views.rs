@@ -260,6 +260,11 @@ pub struct ConnectorView {
     /// How the connector sees the CA replicas it reports to (its latest
     /// heartbeat to this replica); `None` before one arrived.
     pub replicas: Option<ReplicasView>,
+    /// Its software, host and resource use, from its latest heartbeat of
+    /// its latest session (admin only: omitted otherwise, and before a
+    /// heartbeat with a status arrived, as from connectors that send none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<StatusView>,
     /// When the live session started, Unix ms.
     pub connected_since: Option<u64>,
     /// When the CA last heard from it, Unix ms.
@@ -433,6 +438,73 @@ pub struct LoadView {
     pub in_flight: u32,
     /// The connector's rate limit.
     pub rate_limit: u32,
+}
+
+/// A connector's own status (`v1::ConnectorStatus`, sanitized). Figures
+/// the connector could not measure are 0 or empty; times it could not
+/// tell are null.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct StatusView {
+    /// When the CA received it (the heartbeat), Unix ms.
+    pub reported_at: u64,
+    /// Software version as the connector reports it.
+    pub version: String,
+    /// Operating system (`linux`, ...).
+    pub os: String,
+    /// CPU architecture (`x86_64`, `aarch64`, ...).
+    pub arch: String,
+    /// When its process started, Unix ms (connector's clock).
+    pub process_started_at: Option<i64>,
+    /// When its host booted, Unix ms (connector's clock).
+    pub host_booted_at: Option<i64>,
+    /// CPU its process used over its last heartbeat interval, percent of
+    /// one core.
+    pub process_cpu_percent: f64,
+    /// Busy share of the host's CPUs over that interval, percent of all
+    /// cores.
+    pub host_cpu_percent: f64,
+    /// Its process's resident memory, bytes.
+    pub process_memory_bytes: u64,
+    /// The host's memory, bytes.
+    pub host_memory_total_bytes: u64,
+    /// The host's memory available without swapping, bytes.
+    pub host_memory_available_bytes: u64,
+    /// Applications it serves (entries of its assignment's segments).
+    pub applications: u32,
+    /// Interface of its host's IPv4 default route.
+    pub default_route_interface: String,
+    /// DNS servers it resolves with (`IP` or `IP:PORT`), at most 8.
+    pub dns_resolvers: Vec<String>,
+    /// Bytes it sent to this CA replica over its session's connection.
+    pub bytes_sent: u64,
+    /// Bytes it received from this CA replica over that connection.
+    pub bytes_received: u64,
+}
+
+impl StatusView {
+    /// The view of `s` (already sanitized by the registry), received at
+    /// `at`.
+    pub fn of(s: &v1::ConnectorStatus, at: std::time::SystemTime) -> Self {
+        let known = |t: i64| (t > 0).then_some(t);
+        StatusView {
+            reported_at: unix_ms(at),
+            version: s.version.clone(),
+            os: s.os.clone(),
+            arch: s.arch.clone(),
+            process_started_at: known(s.process_start_unix_ms),
+            host_booted_at: known(s.host_boot_unix_ms),
+            process_cpu_percent: s.process_cpu_percent,
+            host_cpu_percent: s.host_cpu_percent,
+            process_memory_bytes: s.process_memory_bytes,
+            host_memory_total_bytes: s.host_memory_total_bytes,
+            host_memory_available_bytes: s.host_memory_available_bytes,
+            applications: s.applications,
+            default_route_interface: s.default_route_interface.clone(),
+            dns_resolvers: s.dns_resolvers.clone(),
+            bytes_sent: s.bytes_sent,
+            bytes_received: s.bytes_received,
+        }
+    }
 }
 
 /// How a connector attached to several CA replicas sees them (one session
@@ -945,6 +1017,7 @@ impl Authority {
             check_budget: budget,
             load: e.load.as_ref().map(LoadView::from),
             replicas: e.replicas.as_ref().map(ReplicasView::from),
+            status: e.status.as_ref().map(|(s, at)| StatusView::of(s, *at)),
             connected_since: e.connected_since.map(unix_ms),
             last_seen: e.last_seen.map(unix_ms),
             enrolled: false,
@@ -1012,6 +1085,7 @@ impl Authority {
                         check_budget: budget,
                         load: None,
                         replicas: None,
+                        status: None,
                         connected_since: None,
                         last_seen: None,
                         enrolled: false,
@@ -1242,11 +1316,13 @@ impl ApplicationView {
 
 impl ConnectorView {
     /// The view for a caller without the `admin` scope: session id,
-    /// version and certificate serial are what an attacker would use to
-    /// target one connector, so only administrators see them.
+    /// version, status (platform, DNS servers, ...) and certificate serial
+    /// are what an attacker would use to target one connector, so only
+    /// administrators see them.
     pub fn without_admin_fields(mut self) -> Self {
         self.session_id = None;
         self.version = String::new();
+        self.status = None;
         self.certificate_serial = None;
         self
     }

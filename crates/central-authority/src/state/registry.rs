@@ -99,6 +99,9 @@ pub(crate) struct ConnectorEntry {
     pub load: Option<v1::CheckLoad>,
     /// How the connector sees the CA replicas (its latest heartbeat).
     pub replicas: Option<v1::ReplicaAttachment>,
+    /// Its software, host and resource use (its latest heartbeat of this
+    /// session, sanitized: [`sanitize_status`]) and when it arrived.
+    pub status: Option<(Box<v1::ConnectorStatus>, SystemTime)>,
     /// Checks per second from the connector's Hello (0 = not stated).
     pub stated_rate: u32,
     pub connected_since: Option<SystemTime>,
@@ -289,6 +292,7 @@ impl Registry {
                 session: None,
                 load: None,
                 replicas: None,
+                status: None,
                 stated_rate: 0,
                 connected_since: None,
                 last_seen: None,
@@ -313,6 +317,7 @@ impl Registry {
         entry.trust_bundle = hello.capabilities.as_ref().is_some_and(|c| c.trust_bundle);
         entry.load = None;
         entry.replicas = None;
+        entry.status = None;
         entry.connected_since = Some(SystemTime::now());
         entry.last_seen = Some(SystemTime::now());
         tracing::info!(
@@ -571,11 +576,17 @@ impl Registry {
         heartbeat: v1::Heartbeat,
         live: u64,
     ) {
-        let v1::Heartbeat { load, replicas } = heartbeat;
+        let v1::Heartbeat {
+            load,
+            replicas,
+            status,
+        } = heartbeat;
+        let status = status.map(|s| (Box::new(sanitize_status(s)), wall));
         lock(&self.conns).update(name, |e| {
             e.last_seen = Some(wall);
             e.load = load;
             e.replicas = replicas;
+            e.status = status;
             let group = state.group_checks(&e.group);
             update_estimate(state, name, e, group + live, wall);
         });
@@ -748,6 +759,34 @@ pub fn sanitize_version(raw: &str) -> String {
         .collect()
 }
 
+/// Most DNS servers of a `ConnectorStatus` the CA keeps.
+pub const MAX_STATUS_RESOLVERS: usize = 8;
+
+/// A heartbeat's `ConnectorStatus` as the CA keeps and shows it: every
+/// string as [`sanitize_version`] makes it, at most
+/// [`MAX_STATUS_RESOLVERS`] DNS servers, CPU figures that are not finite
+/// or negative as 0 (unknown).
+pub fn sanitize_status(mut s: v1::ConnectorStatus) -> v1::ConnectorStatus {
+    for text in [
+        &mut s.version,
+        &mut s.os,
+        &mut s.arch,
+        &mut s.default_route_interface,
+    ] {
+        *text = sanitize_version(text);
+    }
+    s.dns_resolvers.truncate(MAX_STATUS_RESOLVERS);
+    for r in &mut s.dns_resolvers {
+        *r = sanitize_version(r);
+    }
+    for cpu in [&mut s.process_cpu_percent, &mut s.host_cpu_percent] {
+        if !cpu.is_finite() || *cpu < 0.0 {
+            *cpu = 0.0;
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -836,6 +875,7 @@ mod tests {
                 ..Default::default()
             }),
             replicas: None,
+            status: None,
         };
         let seven = Duration::from_secs(7);
         registry.heartbeat(&state, "a", SystemTime::now(), beat(7.0), 0);

@@ -531,6 +531,7 @@ impl Conn {
                 kind: Some(In::Heartbeat(v1::Heartbeat {
                     load: Some(load),
                     replicas: None,
+                    status: None,
                 })),
             })
             .await
