@@ -910,6 +910,75 @@ function loadChart(s, budget) {
   return lineChart(s, s.checks_per_cycle, { label: `${s.connector} checks per cycle`, unit: '', line: budget });
 }
 
+// A byte count for people: 1.5 MB, 320 kB, 12 B.
+function bytes(n) {
+  if (!n) return '0 B';
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  const i = Math.min(units.length - 1, Math.floor(Math.log10(n) / 3));
+  return `${(n / 10 ** (3 * i)).toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+// A duration since a Unix ms time: "3 d 4 h", "5 h 2 min", "12 min".
+function since(ms) {
+  const m = Math.max(0, Math.floor((Date.now() - ms) / 60000));
+  if (m >= 1440) return `${Math.floor(m / 1440)} d ${Math.floor((m % 1440) / 60)} h`;
+  if (m >= 60) return `${Math.floor(m / 60)} h ${m % 60} min`;
+  return `${m} min`;
+}
+
+// A connector's version: from its Hello, else its status (both shown to
+// administrators only).
+function versionOf(c) {
+  return c.version || (c.status && c.status.version) || '';
+}
+
+// Per group, its connectors' versions with their counts, most common first.
+function groupVersions(list) {
+  const by = new Map();
+  for (const c of list) {
+    const v = versionOf(c);
+    if (!v) continue;
+    if (!by.has(c.group)) by.set(c.group, new Map());
+    const counts = by.get(c.group);
+    counts.set(v, (counts.get(v) || 0) + 1);
+  }
+  const out = new Map();
+  for (const [g, counts] of by) {
+    out.set(g, [...counts].sort((a, b) => (b[1] - a[1]) || b[0].localeCompare(a[0], undefined, { numeric: true })));
+  }
+  return out;
+}
+
+// The version cell: the version, marked when its group runs more than one
+// (the group's versions on hover) and it is not the group's most common.
+function versionCell(c, versions) {
+  const v = versionOf(c);
+  if (!v) return h('span', { class: 'muted', title: 'shown to administrators' }, '—');
+  const group = versions.get(c.group) || [];
+  if (group.length < 2) return h('span', { 'data-version': v }, v);
+  const listed = group.map(([x, n]) => `${x} ×${n}`).join(', ');
+  const odd = group[0][0] !== v;
+  return h('span', { class: odd ? 'version-skew' : 'version-mixed', 'data-version': v, 'data-skew': String(odd),
+    title: `group ${c.group} runs ${listed}` }, odd ? `⚠ ${v}` : v,
+  h('div', { class: 'muted' }, `group: ${listed}`));
+}
+
+// A connector's host and process, from its latest heartbeat (null from a
+// connector that sends none, and for callers who are not administrators).
+function hostCell(c) {
+  const s = c.status;
+  if (!s) return h('span', { class: 'muted' }, '—');
+  const mem = s.host_memory_total_bytes
+    ? `${bytes(s.host_memory_total_bytes - s.host_memory_available_bytes)} of ${bytes(s.host_memory_total_bytes)}` : '—';
+  const text = [
+    `${s.os || '?'}/${s.arch || '?'}, ${s.applications} applications`,
+    h('div', {}, `process: up ${s.process_started_at ? since(s.process_started_at) : '—'}, CPU ${s.process_cpu_percent.toFixed(1)} %, ${bytes(s.process_memory_bytes)}`),
+    h('div', {}, `host: up ${s.host_booted_at ? since(s.host_booted_at) : '—'}, CPU ${s.host_cpu_percent.toFixed(1)} %, memory ${mem}`),
+    h('div', { class: 'muted' }, `route ${s.default_route_interface || '—'}, DNS ${s.dns_resolvers.join(' ') || '—'}, ↑ ${bytes(s.bytes_sent)} ↓ ${bytes(s.bytes_received)}`),
+  ];
+  return h('div', { class: 'host', 'data-applications': s.applications }, lastSeen(c, ''), text);
+}
+
 function connectorsPage() {
   const q = new URLSearchParams(location.search);
   // Each connector's load series (GET /api/v1/load), read once a minute.
@@ -942,7 +1011,11 @@ function connectorsPage() {
       const over = list.filter((c) => c.connected && c.over_budget).length;
       const connected = list.filter((c) => c.connected).length;
       const drainedCount = list.filter((c) => c.drained).length;
+      const versions = groupVersions(list);
+      const skewed = [...versions].filter(([, vs]) => vs.length > 1);
       document.getElementById('connector-overview').replaceChildren(h('div', { class: 'card' },
+        skewed.length ? h('p', { class: 'version-skew', role: 'status', 'data-skewed-groups': skewed.map(([g]) => g).join(' ') },
+          '⚠ versions differ within ', skewed.map(([g, vs]) => `${g} (${vs.map(([x, n]) => `${x} ×${n}`).join(', ')})`).join('; ')) : '',
         h('div', { class: 'counts' },
           countLink('All', 'unknown', total, '/connectors'),
           countLink('Connected', 'up', connected, '/connectors?state=connected'),
@@ -965,16 +1038,17 @@ function connectorsPage() {
         h('td', {}, c.name, c.disabled ? h('span', { class: 'muted' }, ' (disabled)') : '', drained(c)),
         h('td', {}, c.group),
         h('td', {}, session(c)),
-        h('td', {}, c.version || h('span', { class: 'muted', title: 'shown to administrators' }, '—')),
+        h('td', {}, versionCell(c, versions)),
         h('td', {}, checkLoad(c, budget)),
         h('td', { class: 'load-chart', 'data-connector': c.name }),
         h('td', {}, c.load ? lastSeen(c, `${c.load.checks_per_second.toFixed(1)} of ${c.load.rate_limit} checks/s, queue ${c.load.queue_depth}`) : h('span', { class: 'muted' }, '—')),
-        h('td', { class: soon ? 'expiring' : '' }, expires ? when(expires) : h('span', { class: 'muted' }, '—')));
+        h('td', { class: soon ? 'expiring' : '' }, expires ? when(expires) : h('span', { class: 'muted' }, '—')),
+        h('td', {}, hostCell(c)));
       }));
-      if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 8, class: 'muted' }, 'No connector.')));
+      if (!list.length) tbody.append(h('tr', {}, h('td', { colSpan: 9, class: 'muted' }, 'No connector.')));
       drawSeries();
     } catch (e) {
-      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 8, class: 'error' }, `Cannot load: ${e.message}`)));
+      tbody.replaceChildren(h('tr', {}, h('td', { colSpan: 9, class: 'error' }, `Cannot load: ${e.message}`)));
     }
   };
   load();

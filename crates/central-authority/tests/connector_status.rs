@@ -75,14 +75,26 @@ async fn the_real_agents_status_is_listed_for_administrators() {
     assert_eq!(status["os"], std::env::consts::OS, "{status}");
     assert_eq!(status["arch"], std::env::consts::ARCH, "{status}");
     assert_eq!(status["applications"], 4, "{status}");
-    assert_eq!(status["dns_resolvers"], serde_json::json!(["127.0.0.1:5399"]));
+    assert_eq!(
+        status["dns_resolvers"],
+        serde_json::json!(["127.0.0.1:5399"])
+    );
     if cfg!(target_os = "linux") {
         // The agent runs in this process: its start is this process's.
         let started = status["process_started_at"].as_i64().expect("a start time");
         let booted = status["host_booted_at"].as_i64().expect("a boot time");
-        assert!(booted > 0 && booted <= started && started <= now_ms(), "{status}");
-        assert!(status["process_memory_bytes"].as_u64() > Some(0), "{status}");
-        assert!(status["host_memory_total_bytes"].as_u64() > Some(0), "{status}");
+        assert!(
+            booted > 0 && booted <= started && started <= now_ms(),
+            "{status}"
+        );
+        assert!(
+            status["process_memory_bytes"].as_u64() > Some(0),
+            "{status}"
+        );
+        assert!(
+            status["host_memory_total_bytes"].as_u64() > Some(0),
+            "{status}"
+        );
     }
 
     // Not for readers: the platform and DNS servers target a connector.
@@ -105,7 +117,10 @@ async fn the_real_agents_status_is_listed_for_administrators() {
         info.as_str(),
         r#"reach_ca_connector_applications{connector="st-1",group="dc-west"} 4"#,
     ] {
-        assert!(metrics.lines().any(|l| l == line), "no `{line}` in\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in\n{metrics}"
+        );
     }
     assert!(
         metrics.contains(r#"reach_ca_connector_sent_bytes{connector="st-1",group="dc-west"} "#),

@@ -256,7 +256,8 @@ mod tests {
         MemAvailable:    4019488 kB\n\
         Buffers:          100000 kB\n";
 
-    const STATUS: &str = "Name:\tconnector-agent\nVmPeak:\t  300000 kB\nVmRSS:\t   20480 kB\nThreads:\t9\n";
+    const STATUS: &str =
+        "Name:\tconnector-agent\nVmPeak:\t  300000 kB\nVmRSS:\t   20480 kB\nThreads:\t9\n";
 
     const ROUTE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
         wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n\
@@ -356,7 +357,10 @@ mod tests {
         }
         let second = meter.measure();
         assert_eq!(first.version, env!("CARGO_PKG_VERSION"));
-        assert_eq!((first.os.as_str(), first.arch.as_str()), ("linux", std::env::consts::ARCH));
+        assert_eq!(
+            (first.os.as_str(), first.arch.as_str()),
+            ("linux", std::env::consts::ARCH)
+        );
         let now_ms = i64::try_from(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -364,7 +368,10 @@ mod tests {
                 .as_millis(),
         )
         .expect("fits");
-        assert!(first.host_boot_unix_ms > 0 && first.host_boot_unix_ms < now_ms, "{first:?}");
+        assert!(
+            first.host_boot_unix_ms > 0 && first.host_boot_unix_ms < now_ms,
+            "{first:?}"
+        );
         assert!(
             first.process_start_unix_ms >= first.host_boot_unix_ms
                 && first.process_start_unix_ms <= now_ms + 1000,
@@ -378,6 +385,9 @@ mod tests {
         );
         assert_eq!(first.process_cpu_percent, 0.0, "no interval yet");
         assert!(second.process_cpu_percent > 0.0, "{second:?}");
-        assert!((0.0..=100.0).contains(&second.host_cpu_percent), "{second:?}");
+        assert!(
+            (0.0..=100.0).contains(&second.host_cpu_percent),
+            "{second:?}"
+        );
     }
 }

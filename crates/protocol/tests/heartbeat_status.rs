@@ -69,7 +69,8 @@ fn every_status_field_survives_a_round_trip() {
     let message = v1::ConnectorMessage {
         kind: Some(v1::connector_message::Kind::Heartbeat(beat)),
     };
-    let decoded = v1::ConnectorMessage::decode(message.encode_to_vec().as_slice()).expect("decodes");
+    let decoded =
+        v1::ConnectorMessage::decode(message.encode_to_vec().as_slice()).expect("decodes");
     assert_eq!(decoded, message);
     // Each field is on the wire: a status with one field changed encodes
     // differently.

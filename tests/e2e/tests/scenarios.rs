@@ -2621,3 +2621,72 @@ async fn s20_drain() -> Result<()> {
     })
     .await
 }
+
+/// The connector's status, as its real process reports it in heartbeats:
+/// `GET /api/v1/connectors` shows the connector's version, its process's
+/// start (within this scenario: the process the harness started), the
+/// applications it serves, its DNS server and the bytes its session
+/// carried both ways; `/metrics` has its info series.
+#[tokio::test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+async fn s37_connector_status() -> Result<()> {
+    let sc = Scenario::new("s37_connector_status", 37)?;
+    sc.run(LIMIT, |sc| async move {
+        let a1 = sc.ip(1, 1);
+        let _dns = DnsServer::start(sc.dns(), "reach.test", &[("app.reach.test", a1)]).await?;
+        let _server = TcpApp::start((a1, 8080).into()).await?;
+        let mut cfg = ca_config_head(&sc, &["g"], "", "healthy");
+        cfg += &Segment::new("app")
+            .apps(["app.reach.test", &a1.to_string()])
+            .tcp(["8080"])
+            .groups(["g"])
+            .toml();
+        let ca = Ca::start(&sc, &cfg).await?;
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
+        let before = now_ms();
+        let _c1 = Connector::start(&sc, &ca, "c1", "g", &[])?;
+        let app = App::new("app", "app.reach.test", "tcp", 8080);
+        wait_status(&ca, &app, "c1", "up", Duration::from_secs(15)).await?;
+        let status = retry(Duration::from_secs(10), || async {
+            let list = ca.get("/api/v1/connectors").await?;
+            let c1 = list["connectors"]
+                .as_array()
+                .and_then(|a| a.iter().find(|c| c["name"] == "c1"))
+                .context("c1 listed")?;
+            let s = c1["status"].clone();
+            ensure!(
+                s["bytes_sent"].as_u64() > Some(0) && s["bytes_received"].as_u64() > Some(0),
+                "no traffic counted yet: {c1}"
+            );
+            Ok(s)
+        })
+        .await?;
+        let after = now_ms();
+        ensure!(status["version"] == env!("CARGO_PKG_VERSION"), "{status}");
+        ensure!(status["applications"] == 2, "{status}");
+        ensure!(
+            status["dns_resolvers"] == serde_json::json!([sc.dns().to_string()]),
+            "{status}"
+        );
+        let started = status["process_started_at"]
+            .as_i64()
+            .context("a process start time")?;
+        // The boot time is whole seconds: a start may read up to 1 s early.
+        ensure!(
+            before - 1500 <= started && started <= after,
+            "c1 started at {started}, outside [{before}, {after}]: {status}"
+        );
+        let metrics = ca.get_text("/metrics").await?;
+        let info = format!(
+            r#"reach_ca_connector_info{{connector="c1",group="g",version="{}","#,
+            env!("CARGO_PKG_VERSION")
+        );
+        ensure!(metrics.contains(&info), "no {info} in\n{metrics}");
+        Ok(())
+    })
+    .await
+}

@@ -114,7 +114,7 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <nav id="history-pager" class="pager" aria-label="History pages"></nav>"#;
 
 const CONNECTORS_BODY: &str = r#"<section id="connector-overview" class="overview" aria-label="Connectors overview"></section>
-<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Load, last day</th><th scope="col">Rate</th><th scope="col">Certificate expires</th></tr></thead><tbody></tbody></table>"#;
+<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Load, last day</th><th scope="col">Rate</th><th scope="col">Certificate expires</th><th scope="col">Host</th></tr></thead><tbody></tbody></table>"#;
 
 /// The HTML of `page`.
 pub fn html(page: Page) -> String {

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::api::listing::Row;
-use crate::api::views::{ConnectorView, RowFilter};
+use crate::api::views::{ConnectorView, RowFilter, StatusView};
 use crate::state::authority::Authority;
 
 /// The exposition `/metrics` serves: the CA's counters plus the state
@@ -491,6 +491,73 @@ fn register_connectors(registry: &mut Registry, connectors: &[ConnectorView]) {
     );
 }
 
+/// How an integer gauge reads a connector's status (`None`: no series).
+type Int = fn(&StatusView) -> Option<i64>;
+/// How a float gauge reads it.
+type Float = fn(&StatusView) -> f64;
+
+/// A byte count as a gauge value.
+fn signed_gauge(n: u64) -> Option<i64> {
+    Some(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The integer gauges of a connector's status: name, help, value.
+const STATUS_INTS: [(&str, &str, Int); 8] = [
+    (
+        "connector_process_start_timestamp_seconds",
+        "When the connector's process started, Unix seconds (its heartbeat)",
+        |s| s.process_started_at.map(|t| t.div_euclid(1000)),
+    ),
+    (
+        "connector_host_boot_timestamp_seconds",
+        "When the connector's host booted, Unix seconds (its heartbeat)",
+        |s| s.host_booted_at.map(|t| t.div_euclid(1000)),
+    ),
+    (
+        "connector_process_memory_bytes",
+        "Resident memory of the connector's process",
+        |s| signed_gauge(s.process_memory_bytes),
+    ),
+    (
+        "connector_host_memory_total_bytes",
+        "Memory of the connector's host",
+        |s| signed_gauge(s.host_memory_total_bytes),
+    ),
+    (
+        "connector_host_memory_available_bytes",
+        "Memory of the connector's host available without swapping",
+        |s| signed_gauge(s.host_memory_available_bytes),
+    ),
+    (
+        "connector_applications",
+        "Applications the connector serves (entries of its assignment's segments)",
+        |s| Some(i64::from(s.applications)),
+    ),
+    (
+        "connector_sent_bytes",
+        "Bytes the connector sent to this CA replica over its current session's connection",
+        |s| signed_gauge(s.bytes_sent),
+    ),
+    (
+        "connector_received_bytes",
+        "Bytes the connector received from this CA replica over its current session's connection",
+        |s| signed_gauge(s.bytes_received),
+    ),
+];
+/// The float gauges of a connector's status: name, help, value.
+const STATUS_FLOATS: [(&str, &str, Float); 2] = [
+    (
+        "connector_process_cpu_percent",
+        "CPU the connector's process used over its last heartbeat interval, percent of one core",
+        |s| s.process_cpu_percent,
+    ),
+    (
+        "connector_host_cpu_percent",
+        "Busy share of the connector's host's CPUs over its last heartbeat interval, percent of all cores",
+        |s| s.host_cpu_percent,
+    ),
+];
+
 /// Labels of `reach_ca_connector_info`: a connector's software and
 /// platform as its heartbeats report them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -516,13 +583,11 @@ pub struct ConnectorInfoLabels {
 /// (free text: the API shows them). A disconnected connector's status is
 /// history and has no series; nor has a connector that sends none.
 fn register_connector_status(registry: &mut Registry, connectors: &[ConnectorView]) {
-    type F64 = Family<ConnectorLabels, Gauge<f64, AtomicU64>>;
     let info = Family::<ConnectorInfoLabels, Gauge>::default();
-    let int = || Family::<ConnectorLabels, Gauge>::default();
-    let (started, booted, rss, total, available, apps, sent, received) =
-        (int(), int(), int(), int(), int(), int(), int(), int());
-    let (process_cpu, host_cpu) = (F64::default(), F64::default());
-    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let int_families: Vec<Family<ConnectorLabels, Gauge>> =
+        STATUS_INTS.iter().map(|_| Family::default()).collect();
+    let float_families: Vec<Family<ConnectorLabels, Gauge<f64, AtomicU64>>> =
+        STATUS_FLOATS.iter().map(|_| Family::default()).collect();
     for c in connectors.iter().filter(|c| c.connected && !c.disabled) {
         let Some(s) = &c.status else { continue };
         let labels = ConnectorLabels {
@@ -537,50 +602,21 @@ fn register_connector_status(registry: &mut Registry, connectors: &[ConnectorVie
             arch: s.arch.clone(),
         })
         .set(1);
-        if let Some(t) = s.process_started_at {
-            started.get_or_create(&labels).set(t.div_euclid(1000));
+        for ((_, _, read), family) in STATUS_INTS.iter().zip(&int_families) {
+            if let Some(v) = read(s) {
+                family.get_or_create(&labels).set(v);
+            }
         }
-        if let Some(t) = s.host_booted_at {
-            booted.get_or_create(&labels).set(t.div_euclid(1000));
+        for ((_, _, read), family) in STATUS_FLOATS.iter().zip(&float_families) {
+            family.get_or_create(&labels).set(read(s));
         }
-        process_cpu
-            .get_or_create(&labels)
-            .set(s.process_cpu_percent);
-        host_cpu.get_or_create(&labels).set(s.host_cpu_percent);
-        rss.get_or_create(&labels)
-            .set(signed(s.process_memory_bytes));
-        total
-            .get_or_create(&labels)
-            .set(signed(s.host_memory_total_bytes));
-        available
-            .get_or_create(&labels)
-            .set(signed(s.host_memory_available_bytes));
-        apps.get_or_create(&labels).set(i64::from(s.applications));
-        sent.get_or_create(&labels).set(signed(s.bytes_sent));
-        received.get_or_create(&labels).set(signed(s.bytes_received));
     }
-    for (name, help, family) in [
-        ("connector_process_start_timestamp_seconds", "When the connector's process started, Unix seconds (its heartbeat)", started),
-        ("connector_host_boot_timestamp_seconds", "When the connector's host booted, Unix seconds (its heartbeat)", booted),
-        ("connector_process_memory_bytes", "Resident memory of the connector's process", rss),
-        ("connector_host_memory_total_bytes", "Memory of the connector's host", total),
-        ("connector_host_memory_available_bytes", "Memory of the connector's host available without swapping", available),
-        ("connector_applications", "Applications the connector serves (entries of its assignment's segments)", apps),
-        ("connector_sent_bytes", "Bytes the connector sent to this CA replica over its current session's connection", sent),
-        ("connector_received_bytes", "Bytes the connector received from this CA replica over its current session's connection", received),
-    ] {
-        registry.register(name, help, family);
+    for ((name, help, _), family) in STATUS_INTS.iter().zip(int_families) {
+        registry.register(*name, *help, family);
     }
-    registry.register(
-        "connector_process_cpu_percent",
-        "CPU the connector's process used over its last heartbeat interval, percent of one core",
-        process_cpu,
-    );
-    registry.register(
-        "connector_host_cpu_percent",
-        "Busy share of the connector's host's CPUs over its last heartbeat interval, percent of all cores",
-        host_cpu,
-    );
+    for ((name, help, _), family) in STATUS_FLOATS.iter().zip(float_families) {
+        registry.register(*name, *help, family);
+    }
     registry.register(
         "connector_info",
         "1 per connected connector, its software version and platform as labels (from its heartbeat)",
