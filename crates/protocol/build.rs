@@ -23,6 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The rpc is named `Connect`, which would clash with the generated
         // `Client::connect(endpoint)` helper; clients use `Client::new(channel)`.
         .build_transport(false)
+        // Boxed: inline, it would make every `ConnectorMessage` as large as
+        // the status (a heartbeat's optional part).
+        .boxed(".reach.v1.Heartbeat.status")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -810,7 +810,7 @@ fn heartbeat_message(
             rate_limit: stats.rate,
         }),
         replicas: Some(parts.assignments.view(id)),
-        status: Some(status),
+        status: Some(Box::new(status)),
     }
 }
 

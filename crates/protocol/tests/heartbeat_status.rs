@@ -64,7 +64,7 @@ fn every_status_field_survives_a_round_trip() {
     let beat = v1::Heartbeat {
         load: Some(load()),
         replicas: Some(replicas()),
-        status: Some(status()),
+        status: Some(Box::new(status())),
     };
     let message = v1::ConnectorMessage {
         kind: Some(v1::connector_message::Kind::Heartbeat(beat)),
@@ -101,7 +101,7 @@ fn a_reader_without_status_skips_it() {
     let new = v1::Heartbeat {
         load: Some(load()),
         replicas: Some(replicas()),
-        status: Some(status()),
+        status: Some(Box::new(status())),
     };
     let bytes = new.encode_to_vec();
     let old = HeartbeatBeforeStatus::decode(bytes.as_slice()).expect("decodes");

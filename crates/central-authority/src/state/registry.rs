@@ -581,7 +581,7 @@ impl Registry {
             replicas,
             status,
         } = heartbeat;
-        let status = status.map(|s| (Box::new(sanitize_status(s)), wall));
+        let status = status.map(|s| (Box::new(sanitize_status(*s)), wall));
         lock(&self.conns).update(name, |e| {
             e.last_seen = Some(wall);
             e.load = load;
