@@ -2082,3 +2082,82 @@ return [...document.querySelectorAll('#app-connectors li.address')].map((li) => 
         panic!("{e:#}");
     }
 }
+
+/// What the connectors page shows of each connector's version and the
+/// overview's line naming groups whose versions differ.
+const VERSION_CELLS: &str = r#"
+const rows = [...document.querySelectorAll('#connectors tr[data-connector]')];
+const line = document.querySelector('#connector-overview [data-skewed-groups]');
+return {
+  versions: Object.fromEntries(rows.map((tr) => {
+    const v = tr.cells[3].querySelector('[data-version]');
+    return [tr.dataset.connector, v ? [v.dataset.version, v.dataset.skew || null] : null];
+  })),
+  skewed: line ? line.dataset.skewedGroups : null,
+};
+"#;
+
+/// Version skew at a glance: to an administrator, a group whose connectors
+/// run different versions is named above the table, and a connector whose
+/// version is not its group's most common one is marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connectors_page_marks_versions_that_differ_within_a_group() {
+    test_support::browser::available().expect("headless Chromium for the dashboard test");
+    const ADMIN: &str = "tok-admin-Hq5TzV8nLw3cR1xP7bYk0eJd";
+    let text = config_text("", "", "").replacen(
+        "[server]\n",
+        "[server]\nanonymous_read = true\n",
+        1,
+    ) + &format!(
+        "\n[[api_tokens]]\nname = \"root\"\ntoken = \"{ADMIN}\"\nscopes = [\"admin\"]\n\n[tls]\nenabled = false\n"
+    );
+    let ca = Ca::start_plain(&text).await;
+    let base = format!("http://{}", ca.http);
+    let b = test_support::browser::Browser::start(&scratch_dir("chromium"))
+        .await
+        .expect("Chromium starts");
+    let result: anyhow::Result<()> = async {
+        let mut conns = Vec::new();
+        for (name, version) in [
+            ("east-1", "0.2.0"),
+            ("east-2", "0.1.9"),
+            ("east-3", "0.2.0"),
+        ] {
+            let mut c = open_plain_with(ca.grpc, name, KEY_EAST, false).await?;
+            let mut h = hello(name, "dc-east");
+            if let Some(v1::connector_message::Kind::Hello(hello)) = h.kind.as_mut() {
+                version.clone_into(&mut hello.version);
+            }
+            c.tx.send(h).await?;
+            anyhow::ensure!(matches!(c.next().await, Some(Out::Welcome(_))));
+            conns.push(c);
+        }
+        b.goto(&format!("{base}/connectors")).await?;
+        b.eval(
+            "sessionStorage.setItem('reach.token', arguments[0]); location.reload(); return true;",
+            serde_json::json!([ADMIN]),
+        )
+        .await?;
+        tab_wait(
+            &b,
+            VERSION_CELLS,
+            serde_json::json!([]),
+            "east-2 marked",
+            |v| {
+                v["skewed"] == "dc-east"
+                    && v["versions"]["east-1"] == serde_json::json!(["0.2.0", "false"])
+                    && v["versions"]["east-2"] == serde_json::json!(["0.1.9", "true"])
+                    && v["versions"]["east-3"] == serde_json::json!(["0.2.0", "false"])
+            },
+        )
+        .await?;
+        drop(conns);
+        Ok(())
+    }
+    .await;
+    b.close().await;
+    ca.stop().await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
