@@ -6,7 +6,9 @@
 //! dist`). The date honours
 //! `SOURCE_DATE_EPOCH` (reproducible builds); outside a git checkout (a
 //! container build's context has no `.git`) the commit is
-//! `REACH_GIT_COMMIT`, or `unknown`.
+//! `REACH_GIT_COMMIT`, or `unknown`. [`hints`] holds the hints both
+//! binaries print with an error an operator can fix, each naming its
+//! Troubleshooting heading.
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 #[cfg(feature = "docs")]
 pub mod docs;
+pub mod hints;
 
 /// Emits the cargo instructions of a build script: `REACH_VERSION` for
 /// the crate being built (read it with `env!("REACH_VERSION")`), and when

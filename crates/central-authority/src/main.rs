@@ -129,7 +129,11 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             e.messages().iter().for_each(|m| eprintln!("error: {m}"));
-            eprintln!("{}: configuration is invalid", path.display());
+            eprintln!(
+                "{}: configuration is invalid; {}",
+                path.display(),
+                build_info::hints::see(build_info::hints::CONFIG)
+            );
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -216,7 +220,11 @@ fn load_or_report(path: &Path) -> Result<Config, Vec<String>> {
     Config::load(path).map_err(|e| {
         let messages = e.messages();
         messages.iter().for_each(|m| eprintln!("error: {m}"));
-        eprintln!("{}: configuration is invalid", path.display());
+        eprintln!(
+            "{}: configuration is invalid; {}",
+            path.display(),
+            build_info::hints::see(build_info::hints::CONFIG)
+        );
         messages
     })
 }

@@ -100,7 +100,8 @@ impl Prober {
                 Err(e) => tracing::warn!(
                     error = %e,
                     "no ICMP socket (raw or unprivileged) can be opened: UDP ports are \
-                     checked by the TCP fallback alone"
+                     checked by the TCP fallback alone; {}",
+                    build_info::hints::see(build_info::hints::ICMP)
                 ),
             }
             match open_icmp(ICMP::V6, hint) {

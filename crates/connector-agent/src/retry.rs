@@ -58,12 +58,7 @@ fn name_hint(error: &str) -> Option<String> {
         .and_then(|(_, rest)| rest.strip_prefix('"')?.split_once('"'))
         .map(|(name, _)| name)
         .filter(|name| !name.is_empty());
-    Some(match name {
-        Some(name) => format!(
-            "the CA's server certificate does not name \"{name}\", the name this connector dials (--ca): add \"{name}\" to [tls] server_names on the CA and restart it, or dial a name the certificate carries"
-        ),
-        None => "the CA's server certificate does not name the host this connector dials (--ca): add that name to [tls] server_names on the CA and restart it, or dial a name the certificate carries".to_owned(),
-    })
+    Some(build_info::hints::name(name, "--ca"))
 }
 
 /// The certificate does not chain to the root in `--ca-cert`.
@@ -76,13 +71,7 @@ fn chain_hint(error: &str, ca_cert: Option<&std::path::Path>) -> Option<String> 
     ]
     .iter()
     .any(|m| error.contains(m));
-    untrusted.then(|| match ca_cert {
-        Some(path) => format!(
-            "the CA's certificate does not chain to the root in {} (--ca-cert): check that the file is the CA's data_dir/ca.pem",
-            path.display()
-        ),
-        None => "the CA's certificate does not chain to the trusted root: check --ca-cert (the CA's data_dir/ca.pem)".to_owned(),
-    })
+    untrusted.then(|| build_info::hints::chain(ca_cert))
 }
 
 /// An error with its sources (tonic's transport errors say only
@@ -155,7 +144,10 @@ mod tests {
     fn an_untrusted_ca_certificate_names_the_file() {
         let path = std::path::Path::new("/etc/reach/ca.pem");
         let hint = tls_hint("invalid peer certificate: UnknownIssuer", Some(path));
-        assert!(hint.is_some_and(|h| h.contains("/etc/reach/ca.pem")));
+        let hint = hint.expect("a hint");
+        assert!(hint.contains("/etc/reach/ca.pem"), "{hint}");
+        let see = build_info::hints::see(build_info::hints::CHAIN);
+        assert!(hint.ends_with(&see), "{hint}");
         assert_eq!(tls_hint("connection refused", Some(path)), None);
     }
 
@@ -170,6 +162,8 @@ mod tests {
             "{hint}"
         );
         assert!(!hint.contains("ca.pem"), "not the root's fault: {hint}");
+        let see = build_info::hints::see(build_info::hints::NAME);
+        assert!(hint.ends_with(&see), "{hint}");
         let by_name = "invalid peer certificate: certificate not valid for name \"reach-ca.example.test\"; certificate is only valid for DnsName(\"localhost\")";
         let hint = tls_hint(by_name, None).expect("a hint");
         assert!(

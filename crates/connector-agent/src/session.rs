@@ -210,8 +210,9 @@ fn after_loss(
                 %ca,
                 reason = %message,
                 retry_in_s = delay.as_secs(),
-                "the CA refuses this connector's release ({}): upgrade the CA or this connector as the reason says; until then it asks again every few minutes",
-                protocol::release::RELEASE
+                "the CA refuses this connector's release ({}): upgrade the CA or this connector as the reason says; until then it asks again every few minutes; {}",
+                protocol::release::RELEASE,
+                build_info::hints::see(build_info::hints::RELEASE)
             );
             delay
         }
@@ -222,8 +223,9 @@ fn after_loss(
                 %ca,
                 reason = %message,
                 retry_in_s = delay.as_secs(),
-                "re-enrollment needed: the CA no longer accepts this connector's certificate (revoked, or the connector was deleted). Run `connector-agent enroll` with the same flags and the group's provisioning key on this host, then start the connector again; the CA refuses a name that still holds a valid certificate until an admin runs `central-authority api connectors allow-reenroll {}`",
-                options.identity.name
+                "re-enrollment needed: the CA no longer accepts this connector's certificate (revoked, or the connector was deleted). Run `connector-agent enroll` with the same flags and the group's provisioning key on this host, then start the connector again; the CA refuses a name that still holds a valid certificate until an admin runs `central-authority api connectors allow-reenroll {}`; {}",
+                options.identity.name,
+                build_info::hints::see(build_info::hints::REENROLL)
             );
             delay
         }

@@ -1643,6 +1643,65 @@ mod tests {
         out
     }
 
+    /// The `.rs` files under `dir`, read.
+    fn sources(dir: std::path::PathBuf) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut dirs = vec![dir];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("src dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(std::fs::read_to_string(&path).expect("read"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every heading of the Troubleshooting page is reached from what a
+    /// binary says: an HTTP error reason it answers (the heading names the
+    /// status and the reason), or a hint of `build_info::hints` that the
+    /// connector's or the CA's source prints.
+    #[test]
+    fn every_troubleshooting_heading_is_reached_from_a_hint_or_an_error_reason() {
+        use build_info::hints;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let page = std::fs::read_to_string(root.join("book/src/troubleshooting.md"))
+            .expect("book/src/troubleshooting.md");
+        let reasons = error_reasons();
+        let code: Vec<String> = ["crates/central-authority/src", "crates/connector-agent/src"]
+            .into_iter()
+            .flat_map(|d| sources(root.join(d)))
+            .collect();
+        // How the source names each hint's heading.
+        let uses = [
+            (hints::CHAIN, "hints::chain("),
+            (hints::NAME, "hints::name("),
+            (hints::REENROLL, "hints::REENROLL"),
+            (hints::RELEASE, "hints::RELEASE"),
+            (hints::ICMP, "hints::ICMP"),
+            (hints::CONFIG, "hints::CONFIG"),
+        ];
+        assert_eq!(uses.len(), hints::HEADINGS.len(), "a hint without its use");
+        let headings: Vec<&str> = page.lines().filter_map(|l| l.strip_prefix("## ")).collect();
+        assert!(headings.len() >= 8, "too few headings: {headings:?}");
+        for heading in headings {
+            let by_reason = reasons.iter().any(|(reason, status, _)| {
+                let mut words = heading.split([' ', ',']);
+                words.next() == Some(&status.to_string()) && words.any(|w| w == *reason)
+            });
+            let by_hint = uses
+                .iter()
+                .any(|(h, call)| *h == heading && code.iter().any(|text| text.contains(call)));
+            assert!(
+                by_reason || by_hint,
+                "troubleshooting.md's \"{heading}\" is reached from no hint a binary prints (build_info::hints) and names no error reason with its status"
+            );
+        }
+    }
+
     #[test]
     fn every_route_is_documented_and_nothing_else() {
         let routes = routes_in_source();

@@ -732,7 +732,7 @@ impl Client {
                 let name = rustls::pki_types::ServerName::try_from(self.host.clone())
                     .map_err(|e| CliError::Usage(format!("--url host: {e}")))?;
                 let stream = tls.connect(name, tcp).await.map_err(|e| {
-                    match handshake_hint(&e, self.ca_cert.as_deref()) {
+                    match handshake_hint(&e, &self.host, self.ca_cert.as_deref()) {
                         Some(hint) => CliError::Transport(format!("{}: {hint}", self.authority)),
                         None => transport(&e),
                     }
@@ -776,21 +776,20 @@ where
     sender.send_request(request).await
 }
 
-/// What to do about a refused server certificate, in the words the
-/// connector uses (the troubleshooting page has an entry for each).
-fn handshake_hint(e: &std::io::Error, ca_cert: Option<&Path>) -> Option<String> {
+/// What to do about a refused server certificate `host` presented, in
+/// the connector's words (`build_info::hints`: each names its
+/// troubleshooting entry).
+fn handshake_hint(e: &std::io::Error, host: &str, ca_cert: Option<&Path>) -> Option<String> {
     use rustls::CertificateError as C;
     let rustls::Error::InvalidCertificate(cert) = e.get_ref()?.downcast_ref::<rustls::Error>()?
     else {
         return None;
     };
-    let file = ca_cert.map_or_else(|| "--ca-cert".to_owned(), |p| p.display().to_string());
     match cert {
-        C::UnknownIssuer | C::BadSignature => Some(format!(
-            "the CA's certificate does not chain to the root in {file} (--ca-cert): check that the file is the CA's data_dir/ca.pem"
-        )),
+        C::UnknownIssuer | C::BadSignature => Some(build_info::hints::chain(ca_cert)),
         C::NotValidForName | C::NotValidForNameContext { .. } => Some(format!(
-            "{cert}: dial a name the CA's server certificate names, or add it to the CA's [tls] server_names"
+            "{cert}: {}",
+            build_info::hints::name(Some(host), "--url")
         )),
         _ => None,
     }
