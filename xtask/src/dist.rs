@@ -8,6 +8,7 @@
 //! book says (`restore`), upgrades them to a newer package, purges them and
 //! checks the machine is as it was). The Debian details are in `debian`.
 
+mod admin;
 mod restore;
 
 use std::io::Read;
@@ -294,6 +295,9 @@ fn footprint() -> Vec<String> {
     for (what, cmd, args) in [
         ("user reach", "getent", &["passwd", "reach"][..]),
         ("group reach", "getent", &["group", "reach"][..]),
+        ("group reach-admin", "getent", &["group", admin::GROUP][..]),
+        ("user reach-pt-admin", "getent", &["passwd", admin::ADMIN][..]),
+        ("user reach-pt-other", "getent", &["passwd", admin::OTHER][..]),
     ] {
         if Command::new(cmd)
             .args(args)
@@ -578,7 +582,7 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     // As an operator copies a public certificate to another host: readable
-    // by all (the CA keeps its own copy 0600).
+    // by all (the CA's own copy is for reach-admin, 0640).
     std::fs::copy(root, connector_root)?;
     std::fs::set_permissions(
         connector_root,
@@ -600,6 +604,7 @@ fn exercise(work: &Path, installed_at: Instant) -> Result<()> {
         up.as_secs_f64()
     );
     route_access(far, &api)?;
+    admin::check(ca_host, &api, "connector-1")?;
     std::fs::write(
         work.join("install-to-up.txt"),
         format!("{:.1}\n", up.as_secs_f64()),

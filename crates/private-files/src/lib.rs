@@ -6,7 +6,8 @@
 //! **Invariant:** a file is never written in place and never through a
 //! name someone else could have planted: the content goes to a fresh,
 //! uniquely named temporary file opened with `create_new` (a planted file
-//! or symlink is refused, not followed) and mode 0600, is synced, renamed
+//! or symlink is refused, not followed) and mode 0600 (0640 for a public
+//! file its group may read), is synced, renamed
 //! over the target, and the directory is synced so the rename survives a
 //! crash.
 
@@ -20,6 +21,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// only (see the crate's invariant). On failure the temporary file is
 /// removed and the target is left as it was.
 pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    write_atomic_mode(path, text, 0o600)
+}
+
+/// [`write_atomic`] of a public file (a certificate) that its group may
+/// read too: mode 0640 whatever the umask, the group the directory gives
+/// (a set-group-ID directory's own).
+pub fn write_atomic_group_readable(path: &Path, text: &str) -> std::io::Result<()> {
+    write_atomic_mode(path, text, 0o640)
+}
+
+fn write_atomic_mode(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -42,6 +54,13 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     }
     let written = (|| {
         let mut f = options.open(&tmp)?;
+        #[cfg(unix)]
+        if mode != 0o600 {
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -68,16 +87,19 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     builder.create(dir)
 }
 
-/// A warning when the secret file at `path` is readable by group or
-/// others (`None` when it is not, or cannot be inspected).
+/// A warning when the secret file at `path` is readable by others or
+/// writable by anyone but its owner (`None` when it is not, or cannot be
+/// inspected). Its group may read it: a secret shared with the group an
+/// operator chose (the Debian package's `reach-admin` reads the admin
+/// token).
 pub fn loose_permissions(path: &Path) -> Option<String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then(|| {
+        (mode & 0o027 != 0).then(|| {
             format!(
-                "secret file {} is readable by group or others (mode {mode:04o}); chmod 600 it",
+                "secret file {} is readable by others or writable by group or others (mode {mode:04o}); chmod 600 it (640 to share it with its group)",
                 path.display()
             )
         })
@@ -114,6 +136,15 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let warning = loose_permissions(&file).expect("a warning");
         assert!(warning.contains("mode 0644"), "{warning}");
+        for (shared, warned) in [(0o640, false), (0o440, false), (0o660, true), (0o604, true)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(shared))
+                .expect("chmod");
+            assert_eq!(loose_permissions(&file).is_some(), warned, "{shared:o}");
+        }
+        // A public file for the group: 0640 whatever the umask.
+        let public = dir.join("ca.pem");
+        write_atomic_group_readable(&public, "cert").expect("written");
+        assert_eq!(mode(&public), 0o640);
         // Rewritten: the new file is 0600 again, whatever the old one was.
         write_atomic(&file, "two").expect("rewritten");
         assert_eq!(std::fs::read_to_string(&file).expect("read"), "two");

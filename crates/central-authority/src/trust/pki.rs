@@ -297,7 +297,14 @@ impl Pki {
         let (cert, key) = generate_root()?;
         // Key first: a crash in between leaves no certificate without key.
         write_atomic(&key_path, &key)?;
-        write_atomic(&cert_path, &cert)?;
+        // Public: the data directory's group may read it (the Debian
+        // package's `reach-admin`, for `api --ca-cert`).
+        private_files::write_atomic_group_readable(&cert_path, &cert).map_err(|source| {
+            PkiError::Io {
+                path: cert_path.clone(),
+                source,
+            }
+        })?;
         tracing::info!(path = %cert_path.display(), "generated the CA's root certificate");
         Ok((cert, key))
     }
@@ -734,7 +741,13 @@ mod tests {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(&data).expect("list") {
             let path = entry.expect("entry").path();
-            assert_eq!(mode(&path), 0o600, "{}", path.display());
+            // The root certificate is public: its group may read it.
+            let want = if path.ends_with(ROOT_CERT_FILE) {
+                0o640
+            } else {
+                0o600
+            };
+            assert_eq!(mode(&path), want, "{}", path.display());
             names.push(
                 path.file_name()
                     .expect("name")
