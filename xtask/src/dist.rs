@@ -296,8 +296,16 @@ fn footprint() -> Vec<String> {
         ("user reach", "getent", &["passwd", "reach"][..]),
         ("group reach", "getent", &["group", "reach"][..]),
         ("group reach-admin", "getent", &["group", admin::GROUP][..]),
-        ("user reach-pt-admin", "getent", &["passwd", admin::ADMIN][..]),
-        ("user reach-pt-other", "getent", &["passwd", admin::OTHER][..]),
+        (
+            "user reach-pt-admin",
+            "getent",
+            &["passwd", admin::ADMIN][..],
+        ),
+        (
+            "user reach-pt-other",
+            "getent",
+            &["passwd", admin::OTHER][..],
+        ),
     ] {
         if Command::new(cmd)
             .args(args)

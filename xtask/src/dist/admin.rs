@@ -49,7 +49,9 @@ fn as_user(host: &TestHost, user: &str, program: &str, args: &[&str]) -> Result<
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .current_dir("/")
         .stdin(Stdio::null());
-    let out = cmd.output().with_context(|| format!("running {program} as {user}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {program} as {user}"))?;
     Ok((
         out.status.success(),
         format!(
@@ -101,7 +103,9 @@ pub fn check(host: &TestHost, api: &str, expect: &str) -> Result<()> {
     }
     let (ok, said) = as_user(host, OTHER, "/usr/bin/central-authority", &api_args)?;
     if ok || !said.contains(TOKEN) {
-        bail!("`central-authority api` as {OTHER} (not in {GROUP}) did not fail on the token:\n{said}");
+        bail!(
+            "`central-authority api` as {OTHER} (not in {GROUP}) did not fail on the token:\n{said}"
+        );
     }
     for (user, file) in [(OTHER, TOKEN), (ADMIN, KEY), (OTHER, KEY)] {
         let (ok, said) = as_user(host, user, "head", &["-c", "1", file])?;

@@ -165,7 +165,7 @@ impl Authority {
                 tracing::debug!(host = %request.host, port, connector = %s.connector, "access selected")
             }
             Err(r) => {
-                tracing::info!(host = %request.host, port, reason = %r.reason, message = %r.message, "access refused")
+                tracing::info!(host = %request.host, port, reason = %r.reason, detail = %r.message, "access refused")
             }
         }
         Ok(outcome)
