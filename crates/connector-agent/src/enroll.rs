@@ -194,7 +194,8 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), EnrollError> {
 pub use private_files::{create_private_dir, loose_permissions};
 
 /// Warnings about the connector's secret files (`--provisioning-key-file`
-/// and the enrolled key in `state_dir`) that group or others can read.
+/// and the enrolled key in `state_dir`) that others can read or anyone
+/// but the owner can write.
 pub fn secret_file_warnings(provisioning_key_file: Option<&Path>, state_dir: &Path) -> Vec<String> {
     provisioning_key_file
         .map(Path::to_owned)
@@ -597,13 +598,16 @@ mod owner_only_files {
         assert!(secret_file_warnings(None, &dir).is_empty());
         let key_file = root.join("group.key");
         std::fs::write(&key_file, "k").expect("write");
+        // Its group may read it (an operator's share); others may not.
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        assert!(secret_file_warnings(Some(&key_file), &dir).is_empty());
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         std::fs::set_permissions(dir.join(KEY_FILE), std::fs::Permissions::from_mode(0o604))
             .expect("chmod");
         let warnings = secret_file_warnings(Some(&key_file), &dir);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
-            warnings[0].contains("group.key") && warnings[0].contains("0640"),
+            warnings[0].contains("group.key") && warnings[0].contains("0644"),
             "{warnings:?}"
         );
         assert!(

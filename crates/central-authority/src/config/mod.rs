@@ -53,7 +53,7 @@ pub struct Config {
     pub content_hash: u64,
     /// Things to warn about at start that do not stop the CA: secret files
     /// (`token_file`, `provisioning_key_file`, `client_secret_file`, `[tls]` key files) readable
-    /// by group or others.
+    /// by others or writable by anyone but their owner.
     pub warnings: Vec<String>,
 }
 
@@ -266,8 +266,8 @@ fn with_ca_files(mut segments: Vec<SegmentSpec>, base: &Path) -> Vec<SegmentSpec
     segments
 }
 
-/// A warning for every secret file the config names that group or others
-/// can read.
+/// A warning for every secret file the config names that others can read
+/// or anyone but its owner can write.
 fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
     let tokens = file.api_tokens.iter().filter_map(|t| t.token_file.as_ref());
     let keys = file
