@@ -442,6 +442,8 @@ struct EntryBudget {
     burst: f64,
     tokens: f64,
     at: Instant,
+    /// The latest refusal's receive time and the end of its `retry_after`.
+    refused: Option<(Instant, Instant)>,
 }
 
 impl EntryBudget {
@@ -451,6 +453,21 @@ impl EntryBudget {
             burst: f64::from(burst.max(1)),
             tokens: f64::from(burst.max(1)),
             at: now,
+            refused: None,
+        }
+    }
+
+    /// Whether a report received at `now` comes before the `retry_after`
+    /// of the session's latest refusal, in a later receive batch than the
+    /// refusal (a report already sent when the refusal went out shares its
+    /// batch or follows at once; the contract asks to wait from receipt).
+    fn early(&mut self, now: Instant) -> bool {
+        match self.refused {
+            Some((at, until)) if now < until => now > at,
+            _ => {
+                self.refused = None;
+                false
+            }
         }
     }
 
@@ -651,9 +668,13 @@ impl Receiver<'_> {
             ),
             Inbound::Decoded(_) => return true,
         };
+        if self.entries.early(now) {
+            self.authority.metrics().reports_early.inc();
+        }
         let Err(wait) = self.entries.take(entries, full_state, now) else {
             return true;
         };
+        self.entries.refused = Some((now, now + wait));
         self.authority.metrics().reports_deferred.inc();
         let refusal = v1::AuthorityMessage {
             kind: Some(Out::FlowControl(v1::FlowControl {
@@ -846,6 +867,20 @@ mod tests {
             b.take(1, false, t0 + Duration::from_millis(600)),
             Err(Duration::from_millis(510))
         );
+    }
+
+    #[test]
+    fn a_report_before_the_retry_time_of_a_refusal_is_early() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = EntryBudget::new(100, 50, t0);
+        assert!(!b.early(t0));
+        b.refused = Some((t0, t0 + ms(100)));
+        // The refused report's own receive batch is not early.
+        assert!(!b.early(t0));
+        assert!(b.early(t0 + ms(99)));
+        assert!(!b.early(t0 + ms(100)));
+        assert!(!b.early(t0 + ms(50)), "a wait that passed is forgotten");
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub struct Metrics {
     /// Connector reports refused with `FlowControl` (over the session's
     /// entry limit; the connector sends them again, nothing is lost).
     pub reports_deferred: Counter,
+    /// Connector reports received before the `retry_after_ms` of their
+    /// session's latest `FlowControl` had passed (a connector that does not
+    /// wait as the contract asks).
+    pub reports_early: Counter,
     /// Enrollments by outcome (`enrolled` or the refusal).
     pub enrollments: Family<OutcomeLabel, Counter>,
     /// Connector sessions refused at authentication, by reason.
@@ -92,6 +96,7 @@ impl Default for Metrics {
             reloads: Family::default(),
             messages_rate_limited: Counter::default(),
             reports_deferred: Counter::default(),
+            reports_early: Counter::default(),
             enrollments: Family::default(),
             sessions_refused: Family::default(),
             throttled: Family::default(),
@@ -130,6 +135,11 @@ impl Metrics {
             "reports_deferred",
             "Connector reports refused with flow control (re-sent by the connector)",
             self.reports_deferred.clone(),
+        );
+        self.registry.register(
+            "reports_early",
+            "Connector reports received before the retry_after_ms of their session's latest flow control",
+            self.reports_early.clone(),
         );
         self.registry.register(
             "enrollments",
