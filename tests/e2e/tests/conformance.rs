@@ -97,17 +97,21 @@ fn a_connector_over_the_rate_fails_rate_limit() -> Result<()> {
     judged(
         broken(231, "too-fast")?,
         "rate-limit",
-        &["enrollment", "every-address", "tcp-handshake"],
+        &["enrollment", "every-address", "tcp-handshake", "renewal"],
     )
 }
 
+/// Renewing as it should (`Renew` calls while the replicas are away
+/// included) and reconnecting with backoff, this connector passes
+/// `renewal` and `reconnect-backoff`: neither renewals nor TLS handshakes
+/// count as session attempts.
 #[test]
 #[ignore = "end-to-end: run with `cargo xtask e2e`"]
 fn a_connector_that_skips_an_address_fails_every_address() -> Result<()> {
     judged(
         broken(232, "skip-address")?,
         "every-address",
-        &["enrollment", "rate-limit"],
+        &["enrollment", "rate-limit", "renewal", "reconnect-backoff"],
     )
 }
 
@@ -117,6 +121,38 @@ fn a_connector_that_ignores_flow_control_fails_flow_control() -> Result<()> {
     judged(
         broken(233, "ignore-flow-control")?,
         "flow-control",
-        &["enrollment", "every-address", "rate-limit"],
+        &["enrollment", "every-address", "rate-limit", "renewal"],
+    )
+}
+
+/// The refused entries are dropped, not sent again: some applications never
+/// have a result. Renewing as this connector does passes `renewal`.
+#[test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+fn a_connector_that_drops_refused_entries_fails_flow_control() -> Result<()> {
+    judged(
+        broken(235, "drop-refused")?,
+        "flow-control",
+        &["enrollment", "every-address", "rate-limit", "renewal"],
+    )
+}
+
+/// The certificate expires and the connector enrolls again with the
+/// provisioning key: the CA issued it a new certificate, but not by `Renew`.
+#[test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+fn a_connector_that_lets_its_certificate_expire_fails_renewal() -> Result<()> {
+    judged(
+        broken(234, "let-expire")?,
+        "renewal",
+        &[
+            "enrollment",
+            "every-address",
+            "tcp-handshake",
+            "rate-limit",
+            "report-interval",
+            "flow-control",
+            "reconnect-backoff",
+        ],
     )
 }

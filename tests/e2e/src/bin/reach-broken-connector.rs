@@ -6,18 +6,33 @@
 //!   round at once, a round every 300 ms);
 //! - `--fault skip-address`: checks only the first address a name resolves to;
 //! - `--fault ignore-flow-control`: sends a refused report again at once,
-//!   over and over, instead of waiting `retry_after_ms`.
+//!   over and over, instead of waiting `retry_after_ms`;
+//! - `--fault drop-refused`: drops the entries of a refused report instead
+//!   of sending them again;
+//! - `--fault let-expire`: never renews; when its certificate has expired
+//!   (and the CA ended the session) it enrolls again with the provisioning
+//!   key.
 //!
-//! Otherwise it enrolls with a CSR, holds one session (to the first address
-//! of the CA's name), answers pings, heartbeats, checks continuous segments'
-//! TCP ports by handshake at the imposed rate and reports in batches no
-//! larger than `max_report_entries`. It does not renew, attach to further
-//! replicas, ping or follow on-access windows: the kit fails those rules
-//! too, and its tests assert only the rule each fault breaks and rules the
-//! connector does follow.
+//! Otherwise it enrolls with a CSR, renews at two thirds of the
+//! certificate's lifetime (`Renew`, then a new session on the renewed
+//! certificate), holds one session (to the first address of the CA's
+//! name) and opens it again with backoff (0.5 s doubling to 8 s) after any
+//! disconnect (at once, enrolling again, when its certificate expired),
+//! sends its latest results as the full state of every new session,
+//! answers pings, heartbeats (with its round's duration as the
+//! cycle time), checks continuous segments' TCP ports by handshake and UDP
+//! ports by a TCP connection (a reset proves the host reachable) at the
+//! imposed rate, and reports after each round in batches no larger than
+//! `max_report_entries`, sending a refused one again after
+//! `retry_after_ms`. It does not ping, attach to further replicas or
+//! follow on-access windows: the kit fails those rules too, and its tests
+//! assert only the rule each fault breaks and rules the connector does
+//! follow.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -36,7 +51,13 @@ enum Fault {
     TooFast,
     SkipAddress,
     IgnoreFlowControl,
+    DropRefused,
+    LetExpire,
 }
+
+/// First wait before opening a session again; it doubles up to `BACKOFF_MAX`.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(8);
 
 /// A connector that breaks one rule on purpose.
 #[derive(Debug, Parser)]
@@ -76,9 +97,130 @@ async fn main() -> Result<()> {
         .context("the CA's name has no address")?;
     let root = std::fs::read_to_string(&args.ca_cert)?;
     let target = (&host, SocketAddr::new(ip, port), root.as_str());
-    let (cert, key_pem) = enroll(target, &args, &key).await?;
-    let channel = channel(target, Some(Identity::from_pem(cert, key_pem))).await?;
-    session(channel, &args, &resolver).await
+    let mut cert = enroll_until(target, &args, &key).await;
+    let mut backoff = BACKOFF_MIN;
+    let carried = Carried::default();
+    loop {
+        if Instant::now() >= cert.not_after {
+            cert = enroll_until(target, &args, &key).await;
+        }
+        let opened = Instant::now();
+        let renewing = async {
+            if args.fault == Fault::LetExpire {
+                return std::future::pending().await;
+            }
+            tokio::time::sleep_until(cert.renew_at.into()).await;
+            renew_until(target, &cert).await
+        };
+        let ended = tokio::select! {
+            r = attached(target, &cert, &args, &resolver, &carried) => r,
+            renewed = renewing => match renewed {
+                // The old session closes here; the next opens on the new one.
+                Some(renewed) => {
+                    cert = renewed;
+                    continue;
+                }
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = ended {
+            eprintln!("session ended: {e:#}");
+        }
+        if opened.elapsed() > Duration::from_secs(10) {
+            backoff = BACKOFF_MIN;
+        }
+        // An expired certificate ended the session: enroll again at once.
+        if Instant::now() >= cert.not_after {
+            continue;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// What outlives a session: the latest round's duration (sent in
+/// heartbeats as the cycle time) and results (the next session's full
+/// state).
+#[derive(Default)]
+struct Carried {
+    cycle_ms: Arc<AtomicU64>,
+    latest: std::sync::Mutex<Vec<v1::ApplicationHealth>>,
+}
+
+/// The client certificate, its key and when to renew it.
+struct Cert {
+    cert_pem: String,
+    key_pem: String,
+    not_after: Instant,
+    renew_at: Instant,
+}
+
+impl Cert {
+    fn new(r: v1::EnrollResponse, key_pem: String) -> Self {
+        let now_ms = unix_ms();
+        let left = Duration::from_millis(u64::try_from(r.not_after_unix_ms - now_ms).unwrap_or(0));
+        let now = Instant::now();
+        Cert {
+            cert_pem: r.certificate_pem,
+            key_pem,
+            not_after: now + left,
+            renew_at: now + left * 2 / 3,
+        }
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::from_pem(&self.cert_pem, &self.key_pem)
+    }
+}
+
+/// Enrolls with the provisioning key, retrying with backoff.
+async fn enroll_until(target: Target<'_>, args: &Args, key: &str) -> Cert {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        match enroll(target, args, key).await {
+            Ok(cert) => return cert,
+            Err(e) => eprintln!("enrollment failed: {e:#}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Renews `cert`, retrying with backoff until it expires.
+async fn renew_until(target: Target<'_>, cert: &Cert) -> Option<Cert> {
+    let mut backoff = BACKOFF_MIN;
+    while Instant::now() < cert.not_after {
+        match renew(target, cert).await {
+            Ok(renewed) => return Some(renewed),
+            Err(e) => eprintln!("renewal failed: {e:#}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+    None
+}
+
+async fn renew(target: Target<'_>, cert: &Cert) -> Result<Cert> {
+    let (csr, key_pem) = csr(None)?;
+    let channel = channel(target, Some(cert.identity())).await?;
+    let r = v1::enrollment_client::EnrollmentClient::new(channel)
+        .renew(v1::RenewRequest { csr_pem: csr })
+        .await
+        .context("renew")?
+        .into_inner();
+    Ok(Cert::new(r, key_pem))
+}
+
+/// One session on `cert`, until it ends.
+async fn attached(
+    target: Target<'_>,
+    cert: &Cert,
+    args: &Args,
+    resolver: &TokioResolver,
+    carried: &Carried,
+) -> Result<()> {
+    let channel = channel(target, Some(cert.identity())).await?;
+    session(channel, args, resolver, carried).await
 }
 
 fn resolver(dns: SocketAddr) -> Result<TokioResolver> {
@@ -110,13 +252,23 @@ async fn channel(target: Target<'_>, id: Option<Identity>) -> Result<Channel> {
         .await?)
 }
 
-async fn enroll(target: Target<'_>, args: &Args, key: &str) -> Result<(String, String)> {
+/// A new key pair and a CSR for it (naming `name` when given).
+fn csr(name: Option<&str>) -> Result<(String, String)> {
     let pair = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, args.name.as_str());
-    let csr = params.serialize_request(&pair)?.pem()?;
+    if let Some(name) = name {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+    }
+    Ok((
+        params.serialize_request(&pair)?.pem()?,
+        pair.serialize_pem(),
+    ))
+}
+
+async fn enroll(target: Target<'_>, args: &Args, key: &str) -> Result<Cert> {
+    let (csr, key_pem) = csr(Some(&args.name))?;
     let r = v1::enrollment_client::EnrollmentClient::new(channel(target, None).await?)
         .enroll(v1::EnrollRequest {
             name: args.name.clone(),
@@ -127,7 +279,7 @@ async fn enroll(target: Target<'_>, args: &Args, key: &str) -> Result<(String, S
         .await
         .context("enroll")?
         .into_inner();
-    Ok((r.certificate_pem, pair.serialize_pem()))
+    Ok(Cert::new(r, key_pem))
 }
 
 /// What the session learnt from `Welcome`.
@@ -137,7 +289,14 @@ struct Assignment {
     max_entries: usize,
 }
 
-async fn session(channel: Channel, args: &Args, resolver: &TokioResolver) -> Result<()> {
+/// One session over `channel`, opened with a full state of the latest
+/// results.
+async fn session(
+    channel: Channel,
+    args: &Args,
+    resolver: &TokioResolver,
+    carried: &Carried,
+) -> Result<()> {
     let (tx, rx) = mpsc::channel(64);
     let mut inbound = v1::connector_session_client::ConnectorSessionClient::new(channel)
         .connect(ReceiverStream::new(rx))
@@ -171,9 +330,13 @@ async fn session(channel: Channel, args: &Args, resolver: &TokioResolver) -> Res
         max_entries: usize::try_from(settings.max_report_entries.max(1))?,
     };
     let heartbeat = Duration::from_millis(settings.heartbeat_interval_ms.max(100));
+    full_state(&tx, carried).await?;
+    let cycle_ms = &carried.cycle_ms;
     let (events_tx, mut events) = mpsc::channel(64);
+    let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
     let pongs = tx.clone();
     tokio::spawn(async move {
+        let _ended = ended_tx;
         while let Ok(Some(m)) = inbound.message().await {
             match m.kind {
                 Some(Out::Ping(p)) => {
@@ -188,30 +351,82 @@ async fn session(channel: Channel, args: &Args, resolver: &TokioResolver) -> Res
             }
         }
     });
-    let beats = tx.clone();
-    tokio::spawn(async move {
+    let beats = (tx.clone(), cycle_ms.clone());
+    let beating = tokio::spawn(async move {
         loop {
             tokio::time::sleep(heartbeat).await;
-            let beat = In::Heartbeat(v1::Heartbeat::default());
-            if beats.send(message(beat)).await.is_err() {
+            let cycle = beats.1.load(Ordering::Relaxed) as f64 / 1000.0;
+            let beat = In::Heartbeat(v1::Heartbeat {
+                load: Some(v1::CheckLoad {
+                    cycle_seconds: cycle,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            if beats.0.send(message(beat)).await.is_err() {
                 return;
             }
         }
     });
-    let mut sequence = 0;
-    loop {
-        let results = round(&assignment, args.fault, resolver).await;
-        for chunk in results.chunks(assignment.max_entries) {
-            sequence += 1;
-            send(&tx, chunk, sequence, args.fault, &mut events).await?;
+    let rounds = async {
+        let mut sequence = 0;
+        loop {
+            let started = Instant::now();
+            let results = round(&assignment, args.fault, resolver).await;
+            if let Ok(mut latest) = carried.latest.lock() {
+                latest.clone_from(&results);
+            }
+            for chunk in results.chunks(assignment.max_entries) {
+                sequence += 1;
+                send(&tx, chunk, sequence, args.fault, &mut events).await?;
+            }
+            let pause = if args.fault == Fault::TooFast {
+                300
+            } else {
+                1000
+            };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            cycle_ms.store(took, Ordering::Relaxed);
         }
-        let pause = if args.fault == Fault::TooFast {
-            300
-        } else {
-            1000
-        };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+    };
+    let result: Result<()> = tokio::select! {
+        r = rounds => r,
+        _ = ended => Err(anyhow::anyhow!("the CA ended the session")),
+    };
+    beating.abort();
+    result
+}
+
+/// The full state after a (re)connect: the latest results with their
+/// ages; nothing before the first round (an empty one would turn every
+/// application Unknown).
+async fn full_state(tx: &mpsc::Sender<v1::ConnectorMessage>, carried: &Carried) -> Result<()> {
+    let latest = carried.latest.lock().map(|l| l.clone()).unwrap_or_default();
+    if latest.is_empty() {
+        return Ok(());
     }
+    let now = unix_ms();
+    let applications = latest
+        .into_iter()
+        .map(|mut a| {
+            a.age_ms = u64::try_from(now - a.checked_at_unix_ms).unwrap_or(0);
+            a
+        })
+        .collect();
+    let report = v1::HealthReport {
+        applications,
+        full_state: true,
+        sequence: 0,
+    };
+    tx.send(message(In::Report(report))).await?;
+    Ok(())
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn message(kind: In) -> v1::ConnectorMessage {
@@ -237,6 +452,9 @@ async fn send(
         // The CA answers a refusal at once; silence means it took the report.
         match tokio::time::timeout(Duration::from_millis(200), refusals.recv()).await {
             Ok(Some(f)) if f.sequence == sequence => {
+                if fault == Fault::DropRefused {
+                    return Ok(());
+                }
                 if fault != Fault::IgnoreFlowControl {
                     tokio::time::sleep(Duration::from_millis(f.retry_after_ms)).await;
                 }
@@ -261,8 +479,12 @@ async fn round(
         }
         for host in &segment.applications {
             let addrs = addresses(host, fault, resolver).await;
-            for range in &segment.tcp_ports {
-                for port in range.start..=range.end {
+            let ports = [
+                (&segment.tcp_ports, v1::Protocol::Tcp),
+                (&segment.udp_ports, v1::Protocol::Udp),
+            ];
+            for (ranges, protocol) in ports {
+                for port in ranges.iter().flat_map(|r| r.start..=r.end) {
                     let Ok(port) = u16::try_from(port) else {
                         continue;
                     };
@@ -271,9 +493,10 @@ async fn round(
                         if fault != Fault::TooFast {
                             tokio::time::sleep(pace).await;
                         }
-                        results.push(check(SocketAddr::new(*ip, port)).await);
+                        let udp = protocol == v1::Protocol::Udp;
+                        results.push(check(SocketAddr::new(*ip, port), udp).await);
                     }
-                    out.push(entry(&segment.name, host, port, results));
+                    out.push(entry(&segment.name, host, protocol, port, results));
                 }
             }
         }
@@ -295,12 +518,18 @@ async fn addresses(host: &str, fault: Fault, resolver: &TokioResolver) -> Vec<Ip
     all
 }
 
-async fn check(addr: SocketAddr) -> v1::AddressResult {
+/// A TCP handshake; for a UDP port the TCP fallback alone (no ICMP echo),
+/// where a reset proves the host reachable too.
+async fn check(addr: SocketAddr, udp: bool) -> v1::AddressResult {
     let start = std::time::Instant::now();
-    let up = matches!(
-        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await,
-        Ok(Ok(_))
-    );
+    let up =
+        match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+            .await
+        {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => udp && e.kind() == std::io::ErrorKind::ConnectionRefused,
+            Err(_) => false,
+        };
     v1::AddressResult {
         address: addr.ip().to_string(),
         status: if up {
@@ -308,7 +537,11 @@ async fn check(addr: SocketAddr) -> v1::AddressResult {
         } else {
             v1::HealthStatus::Down
         } as i32,
-        method: v1::CheckMethod::Tcp as i32,
+        method: if udp {
+            v1::CheckMethod::TcpFallback
+        } else {
+            v1::CheckMethod::Tcp
+        } as i32,
         rtt_us: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
         failure: if up {
             v1::FailureKind::Unspecified
@@ -323,6 +556,7 @@ async fn check(addr: SocketAddr) -> v1::AddressResult {
 fn entry(
     segment: &str,
     host: &str,
+    protocol: v1::Protocol,
     port: u16,
     results: Vec<v1::AddressResult>,
 ) -> v1::ApplicationHealth {
@@ -333,7 +567,7 @@ fn entry(
         app: Some(v1::ApplicationKey {
             segment: segment.to_owned(),
             host: host.to_owned(),
-            protocol: v1::Protocol::Tcp as i32,
+            protocol: protocol as i32,
             port: u32::from(port),
         }),
         status: if up {

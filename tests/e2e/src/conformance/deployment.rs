@@ -31,8 +31,11 @@ pub const INTERVAL: Duration = Duration::from_secs(2);
 pub const WINDOW: Duration = Duration::from_secs(5);
 /// Connector certificate lifetime: renewal falls inside the watch.
 pub const CERT_VALIDITY_S: u64 = 30;
-/// Report entries per second the CA takes, and the burst.
-const ENTRIES: (u32, u32) = (5, 8);
+/// Report entries per second the CA takes, and the burst: a burst under
+/// the 11 applications' full state (which leaves the session in debt), so
+/// that a connector sends at the budget's edge after every session it
+/// opens and some of its reports are refused.
+pub const ENTRIES: (u32, u32) = (5, 8);
 /// Ports where the applications listen.
 pub const OPEN_PORTS: [u16; 4] = [8080, 8081, 8082, 8083];
 /// A port in the segment where nothing listens.
@@ -111,7 +114,8 @@ impl Deployment {
         Ok(deployment)
     }
 
-    fn data_dir(&self) -> PathBuf {
+    /// The replicas' shared data directory (root, server certificate).
+    pub fn data_dir(&self) -> PathBuf {
         self.sc.dir.join("ca-data")
     }
 

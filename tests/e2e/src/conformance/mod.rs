@@ -8,10 +8,14 @@
 //! What is measured where: check rates and addresses at the applications
 //! (every accepted connection is a completed three-way handshake), ICMP
 //! echo requests by a raw socket, sessions, results and certificates
-//! through both replicas' HTTP APIs, refused reports through the CA's
-//! `reach_ca_reports_deferred_total`, reconnect attempts by listeners that
-//! take the replicas' gRPC addresses while the replicas are down.
+//! through both replicas' HTTP APIs, enrollments and renewals through
+//! `reach_ca_enrollments_total`, refused reports and reports sent before
+//! their retry time through `reach_ca_reports_deferred_total` and
+//! `reach_ca_reports_early_total`, reconnect attempts by listeners that
+//! take the replicas' gRPC addresses while the replicas are down and count
+//! the `Connect` streams that say `Hello` there.
 
+mod away;
 mod deployment;
 mod icmp;
 mod judge;
@@ -88,7 +92,7 @@ pub const RULES: [(&str, &str); 11] = [
     ),
     (
         "renewal",
-        "renews its certificate before it expires and keeps reporting on the new one",
+        "renews its certificate (Renew, not a new enrollment) before it expires and keeps reporting on the new one",
     ),
     (
         "replicas",
@@ -96,7 +100,7 @@ pub const RULES: [(&str, &str); 11] = [
     ),
     (
         "reconnect-backoff",
-        "reconnects after the CA goes away, with backoff (no tight loop), and reports in full",
+        "reconnects after the CA goes away, with backoff between session attempts (no tight loop), and reports in full",
     ),
 ];
 
