@@ -3,11 +3,12 @@
 //! the shared data directory) and gRPC, and counts what the
 //! `reconnect-backoff` rule names: attempts to open a `Connect` session, a
 //! `Connect` stream whose first message is `Hello`, as a CA sees them. A
-//! TLS handshake, an HTTP/2 connection, `Enroll` or `Renew` (answered
-//! UNIMPLEMENTED: the CA is away) and a stream that never says `Hello` are
-//! not session attempts and are not counted. Every session is refused with
-//! UNAVAILABLE after its `Hello`, as a CA whose store does not answer
-//! refuses it.
+//! TLS handshake, an HTTP/2 connection, `Enroll` or `Renew` and a stream
+//! that never says `Hello` are not session attempts and are not counted.
+//! Everything is refused with UNAVAILABLE, as a CA whose store does not
+//! answer refuses it: every session after its `Hello`, every `Enroll` and
+//! `Renew` (a connector retries them; an answer no CA gives, such as
+//! UNIMPLEMENTED, would tell it that retrying cannot help).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,6 +54,7 @@ impl Away {
                 .add_service(v1::connector_session_server::ConnectorSessionServer::new(
                     counter,
                 ))
+                .add_service(v1::enrollment_server::EnrollmentServer::new(Unavailable))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = stopped.await;
                 })
@@ -123,6 +125,31 @@ impl v1::connector_session_server::ConnectorSession for Counter {
     }
 }
 
+/// `Enroll` and `Renew` while the CA is away: UNAVAILABLE, what a CA whose
+/// store does not answer says (the connector retries).
+struct Unavailable;
+
+fn away() -> Status {
+    Status::unavailable("the CA is away (reach-conformance takes the replicas away)")
+}
+
+#[tonic::async_trait]
+impl v1::enrollment_server::Enrollment for Unavailable {
+    async fn enroll(
+        &self,
+        _: Request<v1::EnrollRequest>,
+    ) -> Result<Response<v1::EnrollResponse>, Status> {
+        Err(away())
+    }
+
+    async fn renew(
+        &self,
+        _: Request<v1::RenewRequest>,
+    ) -> Result<Response<v1::EnrollResponse>, Status> {
+        Err(away())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,8 +177,9 @@ mod tests {
     }
 
     /// What `reconnect-backoff` counts: only `Connect` streams that say
-    /// `Hello`. Connections (TLS handshakes), `Renew` calls and a stream
-    /// that ends without `Hello` are not session attempts.
+    /// `Hello`. Connections (TLS handshakes), `Renew` and `Enroll` calls
+    /// (answered UNAVAILABLE) and a stream that ends without `Hello` are
+    /// not session attempts.
     #[tokio::test]
     async fn counts_connect_streams_that_say_hello_only() -> Result<()> {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -160,14 +188,26 @@ mod tests {
         let addr = probe.local_addr()?;
         drop(probe);
         let away = Away::start(addr, &cert, &key).await?;
-        // Three connections, one of them renewing.
+        // Three connections, then one renewing and one enrolling.
         for _ in 0..3 {
             drop(channel(addr, &root).await?);
         }
         let renewal = v1::enrollment_client::EnrollmentClient::new(channel(addr, &root).await?)
             .renew(v1::RenewRequest::default())
             .await;
-        assert!(renewal.is_err(), "the CA is away: a renewal fails");
+        // As from a CA whose store does not answer: retry (UNIMPLEMENTED
+        // would say retrying cannot help, and a connector stops).
+        assert_eq!(
+            renewal.err().map(|s| s.code()),
+            Some(tonic::Code::Unavailable)
+        );
+        let enrollment = v1::enrollment_client::EnrollmentClient::new(channel(addr, &root).await?)
+            .enroll(v1::EnrollRequest::default())
+            .await;
+        assert_eq!(
+            enrollment.err().map(|s| s.code()),
+            Some(tonic::Code::Unavailable)
+        );
         let mut session =
             v1::connector_session_client::ConnectorSessionClient::new(channel(addr, &root).await?);
         // A stream that ends before Hello.
