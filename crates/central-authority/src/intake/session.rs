@@ -442,8 +442,54 @@ struct EntryBudget {
     burst: f64,
     tokens: f64,
     at: Instant,
-    /// The latest refusal's receive time and the end of its `retry_after`.
-    refused: Option<(Instant, Instant)>,
+    /// The latest refusal.
+    refused: Option<Refusal>,
+}
+
+/// A refused report: when it was received, the end of its `retry_after`,
+/// and its applications ([`app_id`]).
+#[derive(Debug)]
+struct Refusal {
+    at: Instant,
+    until: Instant,
+    apps: Vec<u64>,
+}
+
+/// An application of a report, as [`EntryBudget::early`] compares them.
+fn app_id(segment: &str, host: &str, protocol: &str, port: u32) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (segment, host, protocol, port).hash(&mut h);
+    h.finish()
+}
+
+/// The applications of a report ([`app_id`]).
+fn report_apps(message: &mut Inbound<'_>) -> Vec<u64> {
+    match message {
+        Inbound::Scanned(report) => report
+            .entries
+            .iter_mut()
+            .map(|e| {
+                let protocol = e.protocol.as_str();
+                app_id(e.segment, e.host.as_str(), protocol, u32::from(e.port))
+            })
+            .collect(),
+        Inbound::Decoded(v1::ConnectorMessage {
+            kind: Some(In::Report(report)),
+        }) => report
+            .applications
+            .iter()
+            .filter_map(|a| a.app.as_ref())
+            .map(|k| {
+                let protocol = match v1::Protocol::try_from(k.protocol) {
+                    Ok(v1::Protocol::Udp) => "udp",
+                    _ => "tcp",
+                };
+                app_id(&k.segment, &k.host, protocol, k.port)
+            })
+            .collect(),
+        Inbound::Decoded(_) => Vec::new(),
+    }
 }
 
 impl EntryBudget {
@@ -457,13 +503,17 @@ impl EntryBudget {
         }
     }
 
-    /// Whether a report received at `now` comes before the `retry_after`
-    /// of the session's latest refusal, in a later receive batch than the
-    /// refusal (a report already sent when the refusal went out shares its
-    /// batch or follows at once; the contract asks to wait from receipt).
-    fn early(&mut self, now: Instant) -> bool {
-        match self.refused {
-            Some((at, until)) if now < until => now > at,
+    /// Whether a report of `apps` received at `now` sends a refused
+    /// application again before the `retry_after` of the session's latest
+    /// refusal: it carries an application of the refused report and came
+    /// in a later receive batch. A report the connector sent before the
+    /// refusal reached it (in flight, or read in the refusal's batch or
+    /// the next) carries other applications: a connector keeps one
+    /// result per application pending and sends a refused one again only
+    /// when it learns of the refusal.
+    fn early(&mut self, now: Instant, apps: &[u64]) -> bool {
+        match &self.refused {
+            Some(r) if now < r.until => now > r.at && apps.iter().any(|a| r.apps.contains(a)),
             _ => {
                 self.refused = None;
                 false
@@ -623,7 +673,7 @@ impl<'a> Receiver<'a> {
                 },
             };
             if self.cap.admit(self.authority, self.identity)
-                && self.within_budget(&inbound_message, now)
+                && self.within_budget(&mut inbound_message, now)
             {
                 self.authority.handle(
                     self.identity,
@@ -656,7 +706,7 @@ impl Receiver<'_> {
     /// Whether `message` fits the session's entry limit; a report that does
     /// not is refused with `FlowControl` (the connector keeps its entries
     /// and sends them again after `retry_after_ms`).
-    fn within_budget(&mut self, message: &Inbound<'_>, now: Instant) -> bool {
+    fn within_budget(&mut self, message: &mut Inbound<'_>, now: Instant) -> bool {
         let (entries, full_state, sequence) = match message {
             Inbound::Scanned(report) => (report.entries.len(), report.full_state, report.sequence),
             Inbound::Decoded(v1::ConnectorMessage {
@@ -668,13 +718,18 @@ impl Receiver<'_> {
             ),
             Inbound::Decoded(_) => return true,
         };
-        if self.entries.early(now) {
+        let apps = report_apps(message);
+        if self.entries.early(now, &apps) {
             self.authority.metrics().reports_early.inc();
         }
         let Err(wait) = self.entries.take(entries, full_state, now) else {
             return true;
         };
-        self.entries.refused = Some((now, now + wait));
+        self.entries.refused = Some(Refusal {
+            at: now,
+            until: now + wait,
+            apps,
+        });
         self.authority.metrics().reports_deferred.inc();
         let refusal = v1::AuthorityMessage {
             kind: Some(Out::FlowControl(v1::FlowControl {
@@ -870,17 +925,32 @@ mod tests {
     }
 
     #[test]
-    fn a_report_before_the_retry_time_of_a_refusal_is_early() {
+    fn a_refused_application_sent_before_the_retry_time_is_early() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut b = EntryBudget::new(100, 50, t0);
-        assert!(!b.early(t0));
-        b.refused = Some((t0, t0 + ms(100)));
+        let (a, b) = (
+            app_id("s", "a.example", "tcp", 80),
+            app_id("s", "b.example", "tcp", 80),
+        );
+        assert_ne!(a, app_id("s", "a.example", "udp", 80));
+        let mut budget = EntryBudget::new(100, 50, t0);
+        assert!(!budget.early(t0, &[a]));
+        budget.refused = Some(Refusal {
+            at: t0,
+            until: t0 + ms(100),
+            apps: vec![a],
+        });
         // The refused report's own receive batch is not early.
-        assert!(!b.early(t0));
-        assert!(b.early(t0 + ms(99)));
-        assert!(!b.early(t0 + ms(100)));
-        assert!(!b.early(t0 + ms(50)), "a wait that passed is forgotten");
+        assert!(!budget.early(t0, &[a]));
+        // Another application's report, sent before the refusal arrived.
+        assert!(!budget.early(t0 + ms(1), &[b]));
+        assert!(budget.early(t0 + ms(1), &[b, a]));
+        assert!(budget.early(t0 + ms(99), &[a]));
+        assert!(!budget.early(t0 + ms(100), &[a]));
+        assert!(
+            !budget.early(t0 + ms(50), &[a]),
+            "a wait that passed is forgotten"
+        );
     }
 
     #[test]

@@ -67,9 +67,10 @@ pub struct Metrics {
     /// Connector reports refused with `FlowControl` (over the session's
     /// entry limit; the connector sends them again, nothing is lost).
     pub reports_deferred: Counter,
-    /// Connector reports received before the `retry_after_ms` of their
-    /// session's latest `FlowControl` had passed (a connector that does not
-    /// wait as the contract asks).
+    /// Connector reports that sent an application of their session's
+    /// latest refused report again before that `FlowControl`'s
+    /// `retry_after_ms` had passed (a connector that does not wait as the
+    /// contract asks).
     pub reports_early: Counter,
     /// Enrollments by outcome (`enrolled` or the refusal).
     pub enrollments: Family<OutcomeLabel, Counter>,
@@ -138,7 +139,7 @@ impl Metrics {
         );
         self.registry.register(
             "reports_early",
-            "Connector reports received before the retry_after_ms of their session's latest flow control",
+            "Connector reports that sent a refused application again before the retry_after_ms of their session's latest flow control",
             self.reports_early.clone(),
         );
         self.registry.register(
