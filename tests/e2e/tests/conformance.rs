@@ -156,3 +156,15 @@ fn a_connector_that_lets_its_certificate_expire_fails_renewal() -> Result<()> {
         ],
     )
 }
+
+/// Opening a session again at once after it failed, over and over: more
+/// session attempts while the replicas are away than backoff makes.
+#[test]
+#[ignore = "end-to-end: run with `cargo xtask e2e`"]
+fn a_connector_without_backoff_fails_reconnect_backoff() -> Result<()> {
+    judged(
+        broken(236, "no-backoff")?,
+        "reconnect-backoff",
+        &["enrollment", "every-address", "rate-limit", "renewal"],
+    )
+}

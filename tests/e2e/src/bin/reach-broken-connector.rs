@@ -12,6 +12,8 @@
 //! - `--fault let-expire`: never renews; when its certificate has expired
 //!   (and the CA ended the session) it enrolls again with the provisioning
 //!   key.
+//! - `--fault no-backoff`: opens a session again 20 ms after it ended,
+//!   however often that fails (a tight loop).
 //!
 //! Otherwise it enrolls with a CSR, renews at two thirds of the
 //! certificate's lifetime (`Renew`, then a new session on the renewed
@@ -23,8 +25,9 @@
 //! cycle time), checks continuous segments' TCP ports by handshake and UDP
 //! ports by a TCP connection (a reset proves the host reachable) at the
 //! imposed rate, and reports after each round in batches no larger than
-//! `max_report_entries`, sending a refused one again after
-//! `retry_after_ms`. It does not ping, attach to further replicas or
+//! `max_report_entries`, each after the CA's answer to the one before,
+//! sending a refused one again after `retry_after_ms` (also one refused
+//! late, by a CA that was paused). It does not ping, attach to further replicas or
 //! follow on-access windows: the kit fails those rules too, and its tests
 //! assert only the rule each fault breaks and rules the connector does
 //! follow.
@@ -53,6 +56,7 @@ enum Fault {
     IgnoreFlowControl,
     DropRefused,
     LetExpire,
+    NoBackoff,
 }
 
 /// First wait before opening a session again; it doubles up to `BACKOFF_MAX`.
@@ -131,6 +135,10 @@ async fn main() -> Result<()> {
         }
         // An expired certificate ended the session: enroll again at once.
         if Instant::now() >= cert.not_after {
+            continue;
+        }
+        if args.fault == Fault::NoBackoff {
+            tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         }
         tokio::time::sleep(backoff).await;
@@ -370,6 +378,7 @@ async fn session(
     });
     let rounds = async {
         let mut sequence = 0;
+        let mut recent = Recent::default();
         loop {
             let started = Instant::now();
             let results = round(&assignment, args.fault, resolver).await;
@@ -378,14 +387,21 @@ async fn session(
             }
             for chunk in results.chunks(assignment.max_entries) {
                 sequence += 1;
-                send(&tx, chunk, sequence, args.fault, &mut events).await?;
+                let report = (sequence, chunk.to_vec());
+                send(&tx, Some(report), args.fault, &mut events, &mut recent).await?;
             }
             let pause = if args.fault == Fault::TooFast {
                 300
             } else {
                 1000
             };
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+            // A refusal that comes late (the CA was paused) is answered
+            // while the connector waits for its next round.
+            let next = tokio::time::Instant::now() + Duration::from_millis(pause);
+            while let Ok(Some(f)) = tokio::time::timeout_at(next, events.recv()).await {
+                let again = refused(f, args.fault, &recent).await;
+                send(&tx, again, args.fault, &mut events, &mut recent).await?;
+            }
             let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             cycle_ms.store(took, Ordering::Relaxed);
         }
@@ -433,32 +449,70 @@ fn message(kind: In) -> v1::ConnectorMessage {
     v1::ConnectorMessage { kind: Some(kind) }
 }
 
-/// Sends one report; on `FlowControl` sends it again, after `retry_after_ms`
-/// unless the fault says otherwise.
+/// Reports sent lately, by sequence: a refusal that comes late (the CA was
+/// paused) still finds its report.
+#[derive(Default)]
+struct Recent(std::collections::VecDeque<(u64, Vec<v1::ApplicationHealth>)>);
+
+impl Recent {
+    fn keep(&mut self, sequence: u64, entries: &[v1::ApplicationHealth]) {
+        self.0.retain(|(s, _)| *s != sequence);
+        self.0.push_back((sequence, entries.to_vec()));
+        if self.0.len() > 64 {
+            self.0.pop_front();
+        }
+    }
+
+    fn get(&self, sequence: u64) -> Option<Vec<v1::ApplicationHealth>> {
+        self.0
+            .iter()
+            .find(|(s, _)| *s == sequence)
+            .map(|(_, e)| e.clone())
+    }
+}
+
+/// What to do about refusal `f`: the refused report to send again, after
+/// `retry_after_ms` unless the fault says otherwise (none when the fault
+/// drops it, or it is not one of the recent reports).
+async fn refused(
+    f: v1::FlowControl,
+    fault: Fault,
+    recent: &Recent,
+) -> Option<(u64, Vec<v1::ApplicationHealth>)> {
+    let entries = recent.get(f.sequence)?;
+    if fault == Fault::DropRefused {
+        return None;
+    }
+    if fault != Fault::IgnoreFlowControl {
+        tokio::time::sleep(Duration::from_millis(f.retry_after_ms)).await;
+    }
+    Some((f.sequence, entries))
+}
+
+/// Sends `report` (if any) and waits for the CA's answer: on `FlowControl`
+/// sends the refused report again (this one, or an earlier one refused
+/// late), as [`refused`] says.
 async fn send(
     tx: &mpsc::Sender<v1::ConnectorMessage>,
-    entries: &[v1::ApplicationHealth],
-    sequence: u64,
+    report: Option<(u64, Vec<v1::ApplicationHealth>)>,
     fault: Fault,
     refusals: &mut mpsc::Receiver<v1::FlowControl>,
+    recent: &mut Recent,
 ) -> Result<()> {
+    let mut next = report;
     for _ in 0..200 {
-        let report = v1::HealthReport {
-            applications: entries.to_vec(),
-            full_state: false,
-            sequence,
-        };
-        tx.send(message(In::Report(report))).await?;
+        if let Some((sequence, entries)) = next.take() {
+            recent.keep(sequence, &entries);
+            let report = v1::HealthReport {
+                applications: entries,
+                full_state: false,
+                sequence,
+            };
+            tx.send(message(In::Report(report))).await?;
+        }
         // The CA answers a refusal at once; silence means it took the report.
         match tokio::time::timeout(Duration::from_millis(200), refusals.recv()).await {
-            Ok(Some(f)) if f.sequence == sequence => {
-                if fault == Fault::DropRefused {
-                    return Ok(());
-                }
-                if fault != Fault::IgnoreFlowControl {
-                    tokio::time::sleep(Duration::from_millis(f.retry_after_ms)).await;
-                }
-            }
+            Ok(Some(f)) => next = refused(f, fault, recent).await,
             _ => return Ok(()),
         }
     }

@@ -31,11 +31,21 @@ pub const INTERVAL: Duration = Duration::from_secs(2);
 pub const WINDOW: Duration = Duration::from_secs(5);
 /// Connector certificate lifetime: renewal falls inside the watch.
 pub const CERT_VALIDITY_S: u64 = 30;
-/// Report entries per second the CA takes, and the burst: a burst under
-/// the 11 applications' full state (which leaves the session in debt), so
-/// that a connector sends at the budget's edge after every session it
-/// opens and some of its reports are refused.
-pub const ENTRIES: (u32, u32) = (5, 8);
+/// Report entries per second the CA takes, and the burst: a rate well
+/// above what the checks produce (16 checks at 4 per second make 11
+/// results in 4 s), so that a backlog drains at once, and a burst under
+/// what they produce in `PAUSE` (so that the reports a paused replica
+/// receives at once exceed it and some are refused) and under the 11
+/// applications' full state (which leaves the session in debt).
+pub const ENTRIES: (u32, u32) = (10, 3);
+/// How often the connector sends a heartbeat: the CA closes a session idle
+/// for three of them, far longer than `PAUSE`.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long the kit stops (SIGSTOP) the first replica once during the
+/// watch: the connector's reports of that time reach it at once when it
+/// goes on, more than its entry budget takes, and it refuses some with
+/// `FlowControl`, however exactly the connector paces itself.
+pub const PAUSE: Duration = Duration::from_secs(2);
 /// Ports where the applications listen.
 pub const OPEN_PORTS: [u16; 4] = [8080, 8081, 8082, 8083];
 /// A port in the segment where nothing listens.
@@ -187,7 +197,7 @@ discovery_timeout_ms = 3000
 [health]
 on_access_window_ms = {window}
 access_forward_interval_ms = 1000
-heartbeat_interval_ms = 1000
+heartbeat_interval_ms = {heartbeat}
 checks_per_second = {RATE}
 warmup_ms = 0
 
@@ -208,6 +218,7 @@ max_uses = 5
             eps = ENTRIES.0,
             burst = ENTRIES.1,
             window = WINDOW.as_millis(),
+            heartbeat = HEARTBEAT.as_millis(),
             key = group_key(GROUP),
         )
     }

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::away::Away;
 use super::deployment::{
-    ACCESS_PORT, APP_NAME, CLOSED_PORT, Deployment, ENTRIES, INTERVAL, NAME, OPEN_PORTS, RATE,
-    UDP_PORT, WINDOW,
+    ACCESS_PORT, APP_NAME, CERT_VALIDITY_S, CLOSED_PORT, Deployment, ENTRIES, INTERVAL, NAME,
+    OPEN_PORTS, PAUSE, RATE, UDP_PORT, WINDOW,
 };
 use super::{Options, RULES, Verdict};
 use crate::{App, Ca, find_app, max_in_window};
@@ -21,8 +21,16 @@ const FIRST_SESSION: Duration = Duration::from_secs(30);
 const FIRST_RESULTS: Duration = Duration::from_secs(15);
 /// When, after the first session, the kit accesses the on-access application.
 const ACCESS_AT: Duration = Duration::from_secs(6);
+/// When, after the first session, the kit pauses the first replica
+/// (`PAUSE`): after the access window, before the certificate's renewal
+/// (at two thirds of its 30 s, less a tenth).
+const PAUSE_AT: Duration = Duration::from_secs(12);
 /// How long the replicas stay away in the reconnect test.
 const AWAY: Duration = Duration::from_secs(10);
+/// The certificate validity the connector's certificate must have left
+/// when the replicas go away: more than they stay away and take to come
+/// back, so that the rule judges reconnecting, not an expiry while away.
+const VALID_WHILE_AWAY: Duration = Duration::from_secs(22);
 /// Most attempts to open a session per replica address while it is away:
 /// a connector with backoff makes a handful, a tight loop hundreds.
 const MAX_ATTEMPTS_AWAY: usize = 20;
@@ -44,6 +52,8 @@ struct Watch {
     /// provisioning key) and by `Renew`, from `reach_ca_enrollments_total`.
     enrolled: Option<f64>,
     renewed: Option<f64>,
+    /// Whether the kit paused the first replica (else why not).
+    paused: Option<Result<(), String>>,
     /// The access: when, HTTP status, the connector it named.
     access: Option<(Instant, u16, String)>,
     /// Whether the second replica listed a session of the connector.
@@ -53,8 +63,8 @@ struct Watch {
     seen: BTreeMap<String, BTreeSet<String>>,
     /// Reports the replicas refused with `FlowControl`, per replica.
     deferred: Vec<Option<f64>>,
-    /// Reports the replicas received before the `retry_after_ms` of their
-    /// session's latest refusal, per replica.
+    /// Reports that sent a refused application again before the
+    /// `retry_after_ms` of their session's latest refusal, per replica.
     early: Vec<Option<f64>>,
     /// How long the watch lasted.
     watched: Duration,
@@ -192,6 +202,9 @@ async fn watch(d: &Deployment, options: &Options, session: Instant) -> Watch {
                 w.access = Some((at, status, named));
             }
         }
+        if w.paused.is_none() && now >= PAUSE_AT {
+            w.paused = Some(pause(d).await);
+        }
         if let Ok(health) = d.replicas[0].get("/api/v1/health").await {
             let statuses: Vec<Option<String>> =
                 apps.iter().map(|a| status_of(&health, a)).collect();
@@ -250,6 +263,15 @@ async fn watch(d: &Deployment, options: &Options, session: Instant) -> Watch {
     }
     w.watched = session.elapsed();
     w
+}
+
+/// Stops the first replica for `PAUSE` and lets it go on: what the
+/// connector sent meanwhile reaches it at once.
+async fn pause(d: &Deployment) -> Result<(), String> {
+    let proc = &d.replicas[0].proc;
+    proc.signal("STOP").map_err(|e| format!("{e:#}"))?;
+    tokio::time::sleep(PAUSE).await;
+    proc.signal("CONT").map_err(|e| format!("{e:#}"))
 }
 
 /// The verdicts judged from the watch, in [`RULES`] order after enrollment.
@@ -410,12 +432,11 @@ fn on_access(d: &Deployment, w: &Watch) -> Verdict {
     )
 }
 
-/// No report came before the `retry_after_ms` of its session's latest
-/// refusal, and the refused results were stored after all: every
-/// application had a result and none went stale. The kit's entry budget is
-/// below the full state, so a connector sending at its edge is refused now
-/// and then; one that paces itself to the advertised budget exactly may
-/// never be, and then resending is not exercised (the evidence says so).
+/// Reports were refused (the kit provokes it: it pauses the first replica
+/// for `PAUSE`, and the reports of that time exceed the entry budget when
+/// they arrive at once), none sent a refused application again before the
+/// `retry_after_ms` of its session's latest refusal, and the refused results were stored after
+/// all: every application had a result and none went stale.
 fn flow_control(w: &Watch) -> Verdict {
     let (Some(deferred), Some(early)) = (
         w.deferred.iter().copied().sum::<Option<f64>>(),
@@ -428,16 +449,21 @@ fn flow_control(w: &Watch) -> Verdict {
         );
     };
     let lost = w.all_results.is_none() || !w.stale.is_empty();
+    let paused = match &w.paused {
+        Some(Ok(())) => format!("the first replica paused {PAUSE:?}"),
+        Some(Err(e)) => format!("the first replica could not be paused ({e})"),
+        None => "the first replica was not paused (the watch ended first)".to_owned(),
+    };
     rule(
         "flow-control",
-        early == 0.0 && !lost,
+        deferred > 0.0 && early == 0.0 && !lost,
         format!(
-            "{deferred} reports refused with FlowControl in {:.0} s (entry budget {}/s, burst {}{}), {early} reports sent before the retry_after_ms of a refusal{}",
+            "{paused}; {deferred} reports refused with FlowControl in {:.0} s (entry budget {}/s, burst {}){}, {early} reports sent a refused application again before the retry_after_ms of its refusal{}",
             w.watched.as_secs_f64(),
             ENTRIES.0,
             ENTRIES.1,
             if deferred == 0.0 {
-                ": the connector stayed within it, resending was not exercised"
+                ": none refused, so resending was not judged (a connector that sent nothing while the replica was paused)"
             } else {
                 ""
             },
@@ -502,10 +528,43 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .ok()
 }
 
-/// Takes the replicas away, counts the connector's attempts to open a
-/// session at their addresses (`away`), brings them back and waits for
-/// full reports.
+/// Waits (at most one certificate lifetime) until the connector's current
+/// certificate is valid for `VALID_WHILE_AWAY` more: a connector renews at
+/// about two thirds of the lifetime, so one that renews has such a
+/// certificate soon. Without it, the certificate could expire while the
+/// replicas are away, and only enrolling again with the provisioning key
+/// (which the rule does not ask for) would bring the connector back. How
+/// long it waited, or why not.
+async fn certificate_outlasting_away(d: &Deployment) -> String {
+    let start = Instant::now();
+    let limit = Duration::from_secs(CERT_VALIDITY_S + 5);
+    loop {
+        let left = connector_row(&d.replicas[0])
+            .await
+            .and_then(|row| row["certificate_not_after"].as_i64())
+            .map(|at| at - i64::try_from(unix_ms()).unwrap_or(i64::MAX));
+        let wanted = i64::try_from(VALID_WHILE_AWAY.as_millis()).unwrap_or(i64::MAX);
+        if left.is_some_and(|ms| ms >= wanted) {
+            return format!(
+                "the replicas went away {:.1} s after the watch, on a certificate valid {:.0} s more",
+                start.elapsed().as_secs_f64(),
+                left.unwrap_or(0) as f64 / 1000.0
+            );
+        }
+        if start.elapsed() > limit {
+            return format!(
+                "no certificate valid {VALID_WHILE_AWAY:?} more within {limit:?} (left: {left:?} ms): the replicas went away anyway"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Takes the replicas away (once the connector's certificate outlasts
+/// that), counts the connector's attempts to open a session at their
+/// addresses (`away`), brings them back and waits for full reports.
 async fn reconnect(d: &mut Deployment) -> Result<Verdict> {
+    let waited = certificate_outlasting_away(d).await;
     for ca in &mut d.replicas {
         ca.proc.stop().await;
     }
@@ -552,7 +611,7 @@ async fn reconnect(d: &mut Deployment) -> Result<Verdict> {
         "reconnect-backoff",
         bounded && retried && whole.is_ok(),
         format!(
-            "{counts:?} attempts to open a session (Connect streams with Hello; {streams} streams in all) at the replicas' addresses in {AWAY:?} away (at most {MAX_ATTEMPTS_AWAY} each); {}",
+            "{waited}; {counts:?} attempts to open a session (Connect streams with Hello; {streams} streams in all) at the replicas' addresses in {AWAY:?} away (at most {MAX_ATTEMPTS_AWAY} each); {}",
             match whole {
                 Ok(()) => format!(
                     "every application fresh again {:.1} s after the replicas were restarted",

@@ -11,9 +11,11 @@
 //! through both replicas' HTTP APIs, enrollments and renewals through
 //! `reach_ca_enrollments_total`, refused reports and reports sent before
 //! their retry time through `reach_ca_reports_deferred_total` and
-//! `reach_ca_reports_early_total`, reconnect attempts by listeners that
-//! take the replicas' gRPC addresses while the replicas are down and count
-//! the `Connect` streams that say `Hello` there.
+//! `reach_ca_reports_early_total` (refusals provoked by stopping the first
+//! replica for a moment: the reports of that time reach it at once),
+//! reconnect attempts by listeners that take the replicas' gRPC addresses
+//! while the replicas are down and count the `Connect` streams that say
+//! `Hello` there.
 
 mod away;
 mod deployment;
