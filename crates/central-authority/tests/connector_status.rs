@@ -2,7 +2,8 @@
 //! real connector agent's heartbeats fill `status` of `GET
 //! /api/v1/connectors` (its version, its process's start, the applications
 //! it serves, the bytes its session carried) and the per-connector gauges;
-//! only administrators see it; a heartbeat without a status (a connector
+//! `ListConnectors` over gRPC carries the same; only administrators see
+//! it; a heartbeat without a status (a connector
 //! written before the field) is still taken, and shows none.
 
 mod common;
@@ -100,6 +101,40 @@ async fn the_real_agents_status_is_listed_for_administrators() {
     // Not for readers: the platform and DNS servers target a connector.
     let read = listed(&ca, "st-1", READ_TOKEN).await.expect("listed");
     assert!(read.get("status").is_none(), "{read}");
+
+    // gRPC `ListConnectors` carries the same status, to administrators only.
+    let wire = |token: &'static str| {
+        let ca = &ca;
+        async move {
+            let mut req = tonic::Request::new(v1::ListConnectorsRequest {});
+            req.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("ascii"),
+            );
+            v1::health_query_client::HealthQueryClient::new(ca.channel().await)
+                .list_connectors(req)
+                .await
+                .expect("listed")
+                .into_inner()
+                .connectors
+                .into_iter()
+                .find(|c| c.name == "st-1")
+                .expect("st-1 listed")
+        }
+    };
+    let admin = wire(ADMIN_TOKEN).await;
+    let on_wire = admin.status.as_ref().expect("a status over gRPC");
+    assert_eq!(on_wire.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(on_wire.os, std::env::consts::OS);
+    assert_eq!(on_wire.applications, 4);
+    assert!(
+        on_wire.bytes_sent > 0 && on_wire.bytes_received > 0,
+        "{on_wire:?}"
+    );
+    assert!(on_wire.process_start_unix_ms > 0, "{on_wire:?}");
+    assert!(admin.status_received_unix_ms > 0, "{admin:?}");
+    let reader = wire(READ_TOKEN).await;
+    assert_eq!((reader.status, reader.status_received_unix_ms), (None, 0));
 
     // Gauges per connector, the version as a label of the info series.
     let (code, metrics) = ca

@@ -507,6 +507,30 @@ impl StatusView {
     }
 }
 
+impl StatusView {
+    /// The wire form (`v1::ConnectorStatus`): a time it could not tell
+    /// is 0 again.
+    pub fn to_wire(&self) -> v1::ConnectorStatus {
+        v1::ConnectorStatus {
+            version: self.version.clone(),
+            os: self.os.clone(),
+            arch: self.arch.clone(),
+            process_start_unix_ms: self.process_started_at.unwrap_or(0),
+            host_boot_unix_ms: self.host_booted_at.unwrap_or(0),
+            process_cpu_percent: self.process_cpu_percent,
+            host_cpu_percent: self.host_cpu_percent,
+            process_memory_bytes: self.process_memory_bytes,
+            host_memory_total_bytes: self.host_memory_total_bytes,
+            host_memory_available_bytes: self.host_memory_available_bytes,
+            applications: self.applications,
+            default_route_interface: self.default_route_interface.clone(),
+            dns_resolvers: self.dns_resolvers.clone(),
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+        }
+    }
+}
+
 /// How a connector attached to several CA replicas sees them (one session
 /// per replica; see the connector's `follow` module for the rule).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -1361,6 +1385,11 @@ impl ConnectorView {
                 assignment_hash: r.assignment_hash.clone(),
                 followed_assignment_hash: r.followed_assignment_hash.clone(),
             }),
+            status: self.status.as_ref().map(StatusView::to_wire),
+            status_received_unix_ms: self
+                .status
+                .as_ref()
+                .map_or(0, |s| i64::try_from(s.reported_at).unwrap_or(i64::MAX)),
         }
     }
 }
