@@ -452,7 +452,7 @@ struct EntryBudget {
 struct Refusal {
     at: Instant,
     until: Instant,
-    apps: Vec<u64>,
+    apps: std::collections::HashSet<u64>,
 }
 
 /// An application of a report, as [`EntryBudget::early`] compares them.
@@ -512,8 +512,19 @@ impl EntryBudget {
     /// result per application pending and sends a refused one again only
     /// when it learns of the refusal.
     fn early(&mut self, now: Instant, apps: &[u64]) -> bool {
+        self.awaits_retry(now)
+            && self
+                .refused
+                .as_ref()
+                .is_some_and(|r| apps.iter().any(|a| r.apps.contains(a)))
+    }
+
+    /// Whether a report received at `now` comes before the `retry_after`
+    /// of the session's latest refusal, in a later receive batch (only
+    /// then can it be [`early`](Self::early)); forgets a wait that passed.
+    fn awaits_retry(&mut self, now: Instant) -> bool {
         match &self.refused {
-            Some(r) if now < r.until => now > r.at && apps.iter().any(|a| r.apps.contains(a)),
+            Some(r) if now < r.until => now > r.at,
             _ => {
                 self.refused = None;
                 false
@@ -718,9 +729,15 @@ impl Receiver<'_> {
             ),
             Inbound::Decoded(_) => return true,
         };
-        let apps = report_apps(message);
-        if self.entries.early(now, &apps) {
-            self.authority.metrics().reports_early.inc();
+        // A report's applications are read only while a refusal awaits its
+        // retry, or when this report is refused: not for every report taken.
+        let mut apps = None;
+        if self.entries.awaits_retry(now) {
+            let read = report_apps(message);
+            if self.entries.early(now, &read) {
+                self.authority.metrics().reports_early.inc();
+            }
+            apps = Some(read);
         }
         let Err(wait) = self.entries.take(entries, full_state, now) else {
             return true;
@@ -728,7 +745,10 @@ impl Receiver<'_> {
         self.entries.refused = Some(Refusal {
             at: now,
             until: now + wait,
-            apps,
+            apps: apps
+                .unwrap_or_else(|| report_apps(message))
+                .into_iter()
+                .collect(),
         });
         self.authority.metrics().reports_deferred.inc();
         let refusal = v1::AuthorityMessage {
@@ -938,7 +958,7 @@ mod tests {
         budget.refused = Some(Refusal {
             at: t0,
             until: t0 + ms(100),
-            apps: vec![a],
+            apps: [a].into(),
         });
         // The refused report's own receive batch is not early.
         assert!(!budget.early(t0, &[a]));
