@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::state::health::{Report, Reports};
-use crate::state::on_access::{Caps, Claim, WindowKey};
+use crate::state::on_access::{Caps, Claim, Limit, WindowKey};
 use crate::state::policy_state::PolicyState;
 
 /// A user request as the APIs receive it.
@@ -463,8 +463,7 @@ impl Authority {
                     Claim::Full(limit) => {
                         // Bounded state: this connector (or segment) checks
                         // enough applications on access already.
-                        Metrics::count(&self.metrics().windows_refused, "access");
-                        tracing::debug!(connector = %name, app = %key, "access not forwarded: {} reached", limit.setting());
+                        self.window_refused(&name, key, limit, "access not forwarded");
                         continue;
                     }
                 }
@@ -477,6 +476,13 @@ impl Authority {
             }
         }
         (sent, rechecking)
+    }
+
+    /// Counts and logs an on-access window for `name` and `key` that
+    /// `limit` refused (`what` became of the access).
+    fn window_refused(&self, name: &str, key: &AppKey, limit: Limit, what: &str) {
+        Metrics::count(&self.metrics().windows_refused, "access");
+        tracing::debug!(connector = %name, app = %key, "{what}: {} reached", limit.setting());
     }
 
     /// Sends connector `name` an `AccessEvent` for the access to `wk` at
@@ -508,8 +514,7 @@ impl Authority {
             if let Err(limit) = self.on_access().forwarded(wk.clone(), accessed, caps) {
                 // Its window ended since the claim and its place is taken:
                 // the connector checks it for this access alone.
-                Metrics::count(&self.metrics().windows_refused, "access");
-                tracing::debug!(connector = %name, app = %wk.0, "window not reopened: {} reached", limit.setting());
+                self.window_refused(name, &wk.0, limit, "window not reopened");
             }
             self.metrics().access_events_forwarded.inc();
             true
