@@ -581,7 +581,10 @@ impl Registry {
             replicas,
             status,
         } = heartbeat;
-        let status = status.map(|s| (Box::new(sanitize_status(*s)), wall));
+        let status = status.map(|mut s| {
+            sanitize_status(&mut s);
+            (s, wall)
+        });
         lock(&self.conns).update(name, |e| {
             e.last_seen = Some(wall);
             e.load = load;
@@ -762,11 +765,11 @@ pub fn sanitize_version(raw: &str) -> String {
 /// Most DNS servers of a `ConnectorStatus` the CA keeps.
 pub const MAX_STATUS_RESOLVERS: usize = 8;
 
-/// A heartbeat's `ConnectorStatus` as the CA keeps and shows it: every
+/// Makes a heartbeat's `ConnectorStatus` what the CA keeps and shows: every
 /// string as [`sanitize_version`] makes it, at most
 /// [`MAX_STATUS_RESOLVERS`] DNS servers, CPU figures that are not finite
 /// or negative as 0 (unknown).
-pub fn sanitize_status(mut s: v1::ConnectorStatus) -> v1::ConnectorStatus {
+pub fn sanitize_status(s: &mut v1::ConnectorStatus) {
     for text in [
         &mut s.version,
         &mut s.os,
@@ -784,7 +787,6 @@ pub fn sanitize_status(mut s: v1::ConnectorStatus) -> v1::ConnectorStatus {
             *cpu = 0.0;
         }
     }
-    s
 }
 
 #[cfg(test)]
