@@ -5,6 +5,12 @@
 //!
 //! # How it works
 //!
+//! The modules are grouped by what they do: [`checks`] (what touches an
+//! application), [`schedule`] (when), [`send`] (reports on their way out),
+//! [`ca`] (reaching, trusting and enrolling with the CA) and [`session`]
+//! (one stream per replica and what they share); [`config`], [`retry`],
+//! [`metrics`] and [`resolver`] are leaves every group may use.
+//!
 //! - [`enroll`]: on first start the connector makes a key pair and CSR and
 //!   calls `Enrollment.Enroll` with its group's provisioning key; the signed
 //!   client certificate and its key stay in `--state-dir`.
@@ -14,7 +20,7 @@
 //!   Every report goes to every session; [`follow`] decides whose
 //!   assignment is in force when replicas disagree (the session connected
 //!   longest).
-//! - [`session`]: one gRPC `ConnectorSession.Connect` stream to a CA replica,
+//! - [`session::stream`]: one gRPC `ConnectorSession.Connect` stream to a CA replica,
 //!   mutual TLS with that certificate (only against a CA run with
 //!   `[tls] enabled = false`, for local experiments, an `http://` URL and
 //!   the provisioning key in `x-reach-provisioning-key` metadata instead).
@@ -25,10 +31,10 @@
 //!   check load go back. A lost session is re-established with exponential
 //!   backoff ([`retry`]: 0.5 s doubling to 30 s, full jitter) while checks
 //!   go on. What every session shares is in [`options`].
-//! - [`report`]: one application's report, a `policy::ApplicationReport`
+//! - [`send::report`]: one application's report, a `policy::ApplicationReport`
 //!   from the round that made it to the bytes, encoded once for every
-//!   replica's session; [`outbox`] batches and paces a session's reports,
-//!   [`wire`] sends them.
+//!   replica's session; [`send::outbox`] batches and paces a session's reports,
+//!   [`send::wire`] sends them.
 //! - [`schedule`] (pure, time passed in) and [`schedule::task`] (the task
 //!   that drives it, handle [`schedule::Scheduler`]): per
 //!   segment mode — `continuous` applications are checked every report
@@ -43,13 +49,13 @@
 //!   every port and segment; failures become Down with the resolver's reason,
 //!   except that a transient one (timeout, SERVFAIL) keeps the last known
 //!   addresses in use for `--dns-stale-grace-s` with the error beside them.
-//! - [`pacer`]: every check starts here — governor-paced at
+//! - [`checks::pacer`]: every check starts here — governor-paced at
 //!   `--checks-per-second` on an ideal timeline (so 6,000 checks take 300 s,
 //!   not 301.5 s), `--max-in-flight` concurrent, the check an access
 //!   triggered first, periodic on-access re-checks and continuous checks
 //!   sharing the rest 1:1, one probe per (address, protocol, port) however
 //!   many segments share it.
-//! - [`probe`]: TCP handshake; ICMP echo via one surge-ping client per
+//! - [`checks::probe`]: TCP handshake; ICMP echo via one surge-ping client per
 //!   address family (raw socket, else unprivileged, else none with one
 //!   warning); UDP ports = ICMP, then a TCP fallback that counts a
 //!   handshake or a reset as reachable.
@@ -70,27 +76,15 @@
 
 #![forbid(unsafe_code)]
 
-pub mod appcheck;
-pub mod attach;
+pub mod ca;
+pub mod checks;
 pub mod config;
-pub mod dial;
-pub mod enroll;
-pub mod follow;
 pub mod metrics;
-pub mod options;
-pub mod outbox;
-pub mod pacer;
-pub mod probe;
-pub mod renewal;
-pub mod report;
 pub mod resolver;
 pub mod retry;
 pub mod schedule;
+pub mod send;
 pub mod session;
-pub mod status;
-pub mod traffic;
-pub mod trust;
-pub mod wire;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -99,6 +93,10 @@ use std::time::Duration;
 
 pub use config::{Command, Config, IcmpPreference, LogFormat};
 use tokio::sync::watch;
+
+use ca::{dial, enroll, renewal, trust};
+use checks::{pacer, probe};
+use session::{attach, follow, options};
 
 /// Why the connector could not start.
 #[derive(Debug, thiserror::Error)]

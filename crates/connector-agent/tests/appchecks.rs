@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::{Pacer, Priority};
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{Pacer, Priority};
-use connector_agent::probe::Prober;
 use policy::{AddressResult, AppCheck, CheckKind, CheckTarget, FailureKind, Host, Protocol};
 use test_support::{Certs, WebApp};
 

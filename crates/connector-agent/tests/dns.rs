@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::Pacer;
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::Pacer;
-use connector_agent::probe::Prober;
 use connector_agent::resolver::{Resolver, TtlBounds};
 use connector_agent::schedule::Scheduler;
 use test_support::dns::Mode;

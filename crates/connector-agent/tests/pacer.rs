@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::{AllowNetworks, Pacer, Priority};
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{AllowNetworks, Pacer, Priority};
-use connector_agent::probe::Prober;
 use policy::{CheckTarget, FailureKind, Protocol};
 use test_support::{Blackhole, eventually, listeners};
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use connector_agent::IcmpPreference;
-use connector_agent::probe::{IcmpMode, Prober};
+use connector_agent::checks::probe::{IcmpMode, Prober};
 use connector_agent::resolver::{Resolver, TtlBounds};
 use policy::{CheckTarget, FailureKind, Method, Protocol};
 use test_support::{Blackhole, DnsServer, closed_port, listeners};

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::{Pacer, Priority};
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{Pacer, Priority};
-use connector_agent::probe::Prober;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;

@@ -18,8 +18,8 @@
 //!   a quarter of PostgreSQL's samples; and on WAL files ready for reuse
 //!   (`PgStats::recycle_wal`), as a server in service has.
 //! - **Per enrollment and per renewal**: a second CA (TLS, its own fresh
-//!   database) enrolled into by `connector_agent::enroll::enroll` and
-//!   renewed by `connector_agent::enroll::renew` (the connector's own
+//!   database) enrolled into by `connector_agent::ca::enroll::enroll` and
+//!   renewed by `connector_agent::ca::enroll::renew` (the connector's own
 //!   calls), sequentially; each window ends with the CA's connections
 //!   ended, so PostgreSQL has published their counts.
 //!
@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use connector_agent::dial::{CaTarget, CaUrl};
-use connector_agent::enroll;
+use connector_agent::ca::dial::{CaTarget, CaUrl};
+use connector_agent::ca::enroll;
 use futures::{StreamExt, TryStreamExt};
 use protocol::v1;
 use rand::seq::index::sample;
@@ -592,7 +592,7 @@ async fn root(dir: &Path) -> Result<String> {
 async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let n = mode.pick(20usize, 200);
     let (server, dir) = ca::start_text(&config(url, true)).await?;
-    let ca_pem = connector_agent::trust::Trust::fixed(&root(&dir).await?);
+    let ca_pem = connector_agent::ca::trust::Trust::fixed(&root(&dir).await?);
     let stats = PgStats::connect(url).await?;
     let target = CaTarget {
         url: CaUrl::parse(&format!("https://{}", server.grpc)).map_err(|e| anyhow!(e))?,
@@ -629,7 +629,7 @@ async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
     let renewed = Work::between(&s2, &s3);
     let setup = |what: &str, w: &Work| {
         format!(
-            "{n} {what} in sequence by the connector's own calls (connector_agent::enroll: key \
+            "{n} {what} in sequence by the connector's own calls (connector_agent::ca::enroll: key \
              pair, CSR, TLS to the CA, state files written) on a TLS CA with its own fresh \
              PostgreSQL database and no sessions; window {} (the CA's replica heartbeat \
              included), the CA's connections ended at its end so PostgreSQL published their \
@@ -654,7 +654,7 @@ async fn enrollments(mode: Mode, url: &str) -> Result<Vec<Figure>> {
 /// One enrollment as `connector-agent enroll` makes it, into `states/name`.
 async fn enroll_one(
     target: &CaTarget,
-    ca_pem: &connector_agent::trust::Trust,
+    ca_pem: &connector_agent::ca::trust::Trust,
     states: &Path,
     name: &str,
 ) -> Result<PathBuf> {

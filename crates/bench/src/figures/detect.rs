@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use connector_agent::outbox::BATCH_WINDOW;
+use connector_agent::send::outbox::BATCH_WINDOW;
 use connector_agent::{Config, IcmpPreference};
 use protocol::v1;
 use protocol::v1::access_decision::Outcome;

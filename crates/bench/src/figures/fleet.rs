@@ -1,5 +1,5 @@
 //! Simulated connectors attached to every CA replica as `connector-agent`
-//! attaches (`connector_agent::attach`): one session per replica, each
+//! attaches (`connector_agent::session::attach`): one session per replica, each
 //! reconnecting on its own after it ends, with full-jitter backoff held to
 //! `connector_agent::retry::REPLICA_BACKOFF_MAX`. A session sends `Hello`,
 //! one report of the `web` application Up, then heartbeats (spread over

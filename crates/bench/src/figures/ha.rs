@@ -549,9 +549,9 @@ pub struct ChecksReport {
 /// targets on `PORT` every second at most `RATE` checks/s; after a second
 /// of warm-up, prints its CPU and checks over `SECONDS` as one JSON line.
 pub async fn checks_child(port: u16, targets: usize, rate: u32, seconds: f64) -> Result<()> {
+    use connector_agent::checks::pacer::Pacer;
+    use connector_agent::checks::probe::Prober;
     use connector_agent::metrics::Metrics;
-    use connector_agent::pacer::Pacer;
-    use connector_agent::probe::Prober;
     use connector_agent::resolver::{Resolver, TtlBounds};
     use connector_agent::schedule::Scheduler;
     let metrics = Metrics::new();

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::{Pacer, Priority};
+use connector_agent::checks::probe::{IcmpMode, Prober};
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{Pacer, Priority};
-use connector_agent::probe::{IcmpMode, Prober};
 use policy::{CheckTarget, Method, Protocol};
 use surge_ping::{Client, ICMP, PingIdentifier, PingSequence};
 

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::Pacer;
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::Pacer;
-use connector_agent::probe::Prober;
 use connector_agent::resolver::{Resolver, TtlBounds};
 use connector_agent::schedule::Scheduler;
 use policy::{AppEntry, HealthReporting, PortRange, Segment};

@@ -1,6 +1,6 @@
 //! Start-up at scale: a CA (TLS, the default SQLite store) whose policy has
 //! 100,000 applications and whose store holds 10,000 connectors enrolled
-//! through the real `Enroll` RPC (`connector_agent::enroll::enroll`). The
+//! through the real `Enroll` RPC (`connector_agent::ca::enroll::enroll`). The
 //! sites are small, as deployments at this scale are: two connectors per
 //! connector group, each group with its own segment of 20 applications.
 //! The CA is killed and started again on the same data directory; every
@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use connector_agent::dial::{CaTarget, CaUrl};
-use connector_agent::enroll::{self, Enrollment};
+use connector_agent::ca::dial::{CaTarget, CaUrl};
+use connector_agent::ca::enroll::{self, Enrollment};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{Semaphore, watch};
 use tonic::transport::Endpoint;
@@ -129,7 +129,7 @@ async fn enroll_one(
     let g = i / PER_GROUP;
     enroll::enroll(
         target,
-        &connector_agent::trust::Trust::fixed(ca_pem),
+        &connector_agent::ca::trust::Trust::fixed(ca_pem),
         &dir,
         &name,
         &group(g),

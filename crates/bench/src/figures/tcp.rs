@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use connector_agent::IcmpPreference;
+use connector_agent::checks::pacer::{Pacer, Priority};
+use connector_agent::checks::probe::Prober;
 use connector_agent::metrics::Metrics;
-use connector_agent::pacer::{Pacer, Priority};
-use connector_agent::probe::Prober;
 use policy::{CheckTarget, Protocol};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 

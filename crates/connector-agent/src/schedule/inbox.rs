@@ -3,7 +3,7 @@
 //!
 //! The scheduler finishes a check round every few milliseconds, while a
 //! session sends at most one batched report per `BATCH_WINDOW` (see
-//! [`crate::outbox`]). A channel woke every session for every round (one
+//! [`crate::send::outbox`]). A channel woke every session for every round (one
 //! task wake-up, timer re-arm and, across worker threads, one futex wake
 //! per round and replica): the cost of an extra replica grew with the check
 //! rate. The inbox wakes its session only when the session has something to
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::report::Outgoing;
+use crate::send::report::Outgoing;
 
 #[derive(Debug, Default)]
 struct State {

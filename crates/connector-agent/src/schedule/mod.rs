@@ -16,8 +16,8 @@ use policy::{
     cycle_time, plan_checks,
 };
 
-use crate::pacer::{CONTINUOUS_WEIGHT, ON_ACCESS_WEIGHT};
-use crate::report::{Outgoing, unix_ms};
+use crate::checks::pacer::{CONTINUOUS_WEIGHT, ON_ACCESS_WEIGHT};
+use crate::send::report::{Outgoing, unix_ms};
 
 pub mod inbox;
 pub mod task;

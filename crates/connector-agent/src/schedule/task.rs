@@ -15,10 +15,10 @@ use tokio::time::Instant;
 
 use super::inbox::{Inbox, InboxSender, inbox};
 use super::{Action, Round, Schedule};
+use crate::checks::pacer::{Completion, CompletionSender, Pacer, Priority};
 use crate::metrics::Metrics;
-use crate::pacer::{Completion, CompletionSender, Pacer, Priority};
-use crate::report::Outgoing;
 use crate::resolver::Resolver;
+use crate::send::report::Outgoing;
 
 /// Load figures the heartbeat reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -12,14 +12,14 @@ use policy::Segment;
 use protocol::v1;
 use tokio::sync::watch;
 
+use crate::ca::enroll::Enrollment;
+use crate::checks::pacer::Pacer;
+use crate::checks::probe::Prober;
 use crate::config::{Ceilings, ProvisioningKey};
-use crate::enroll::Enrollment;
-use crate::follow::Assignments;
 use crate::metrics::Metrics;
-use crate::pacer::Pacer;
-use crate::probe::Prober;
 use crate::resolver::Resolver;
 use crate::schedule::{DEFAULT_WINDOW, Scheduler};
+use crate::session::follow::Assignments;
 
 /// Who the connector is: the name and group its `Hello` states (and, with
 /// TLS, its certificate already proves).

@@ -1,11 +1,11 @@
 //! Attaching to every CA replica: the connector holds one session per
-//! address the `--ca` names resolve to (see [`crate::dial`] for how a
+//! address the `--ca` names resolve to (see [`crate::ca::dial`] for how a
 //! replica is found and verified). The names are resolved again every
 //! `--ca-resolve-interval-s` and after any lost session: sessions open to
 //! new addresses and close to addresses that went away; while a name does
 //! not resolve, its sessions stay as they are.
 //!
-//! The sessions share one scheduler and one pacer (see [`crate::session`]):
+//! The sessions share one scheduler and one pacer (see [`crate::session::stream`]):
 //! more replicas mean more reports sent, never more checks.
 
 use std::collections::BTreeMap;
@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use crate::dial::{CaTarget, CaUrl, Dialer};
-use crate::options::{Parts, SessionOptions};
+use crate::ca::dial::{CaTarget, CaUrl, Dialer};
 use crate::retry::{REPLICA_BACKOFF_MAX, stopped};
-use crate::session;
+use crate::session::options::{Parts, SessionOptions};
+use crate::session::stream;
 
 /// Default of `--ca-resolve-interval-s`.
 pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -115,7 +115,7 @@ fn reconcile(
         }
         tracing::info!(ca = %target.label(), "attaching to a CA replica");
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(session::run(
+        let task = tokio::spawn(stream::run(
             target.clone(),
             options,
             parts.clone(),

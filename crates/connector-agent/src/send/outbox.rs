@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::AppKey;
 use protocol::v1;
 
-use crate::report::{Entry, Outgoing};
-use crate::wire::Report;
+use crate::send::report::{Entry, Outgoing};
+use crate::send::wire::Report;
 
 /// Longest a result waits before it is sent: results produced within it go
 /// out together.
@@ -305,7 +305,7 @@ mod tests {
                 rtt: Duration::from_millis(1),
                 failure: None,
             }],
-            checked_at_unix_ms: crate::report::unix_ms(SystemTime::now()),
+            checked_at_unix_ms: crate::send::report::unix_ms(SystemTime::now()),
             dns_error: None,
             expired: false,
             age: Duration::ZERO,

@@ -1,5 +1,5 @@
 //! The `Connect` stream's outbound side: a `HealthReport` assembled from
-//! entries already encoded ([`crate::report`]: each report's encoding is
+//! entries already encoded ([`crate::send::report`]: each report's encoding is
 //! shared by every replica's session, its `age_ms` written per send, with
 //! `protocol::compose`), sent as they are by `protocol::compose::RawCodec`;
 //! every other message is encoded with prost ([`encode`]).
@@ -8,7 +8,7 @@ use prost::Message;
 use protocol::compose::ReportWriter;
 use protocol::v1;
 
-use crate::report::Entry;
+use crate::send::report::Entry;
 
 /// A `HealthReport` ready to send.
 #[derive(Clone, Debug)]

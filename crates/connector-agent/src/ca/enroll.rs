@@ -7,7 +7,7 @@
 //!
 //! Before the certificate expires, [`renew`] exchanges it for a new one
 //! over a new key (`Enrollment.Renew`, mutual TLS with the current
-//! certificate, no provisioning key); see [`crate::renewal`] for when.
+//! certificate, no provisioning key); see [`crate::ca::renewal`] for when.
 //!
 //! State directory files: `connector.key` (PKCS#8 PEM, mode 0600),
 //! `connector.pem` (the certificate) and `identity` (name, group, serial,
@@ -24,10 +24,10 @@ use protocol::v1;
 use protocol::v1::enrollment_client::EnrollmentClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
+use crate::ca::dial::{CaTarget, Dialer};
+use crate::ca::trust::Trust;
 use crate::config::ProvisioningKey;
-use crate::dial::{CaTarget, Dialer};
 use crate::retry::error_chain;
-use crate::trust::Trust;
 
 /// The key file in the state directory.
 pub const KEY_FILE: &str = "connector.key";

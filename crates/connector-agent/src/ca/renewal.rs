@@ -14,9 +14,9 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::sync::watch;
 
+use crate::ca::dial::Dialer;
+use crate::ca::enroll::{self, Enrollment};
 use crate::config::ProvisioningKey;
-use crate::dial::Dialer;
-use crate::enroll::{self, Enrollment};
 use crate::retry::{backoff, stopped};
 
 /// Fraction of the lifetime after which a certificate is renewed.
@@ -42,7 +42,7 @@ pub fn renew_at(issued_ms: i64, not_after_ms: i64, rng: &mut impl rand::Rng) -> 
 
 /// When to renew certificate `serial` scheduled for `at_ms`: earlier when
 /// the CA asked for it (an ask about another certificate is moot).
-pub fn due(at_ms: i64, ask: Option<&crate::trust::RenewAsk>, serial: &str) -> i64 {
+pub fn due(at_ms: i64, ask: Option<&crate::ca::trust::RenewAsk>, serial: &str) -> i64 {
     match ask {
         Some(a) if a.serial == serial => a.at_ms.min(at_ms),
         _ => at_ms,
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_cas_ask_brings_renewal_forward_for_its_certificate_only() {
-        let ask = |serial: &str, at_ms| crate::trust::RenewAsk {
+        let ask = |serial: &str, at_ms| crate::ca::trust::RenewAsk {
             serial: serial.into(),
             at_ms,
         };

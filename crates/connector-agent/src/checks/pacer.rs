@@ -25,8 +25,8 @@ use policy::{AddressResult, CheckTarget, Failure, FailureKind};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::checks::probe::{Prober, not_run};
 use crate::metrics::Metrics;
-use crate::probe::{Prober, not_run};
 
 /// The networks the connector may probe (`--allow-networks`); empty means
 /// no restriction.

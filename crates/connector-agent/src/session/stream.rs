@@ -1,4 +1,4 @@
-//! A session with one CA replica (see [`crate::attach`] for how the
+//! A session with one CA replica (see [`crate::session::attach`] for how the
 //! connector holds one per replica): one `Connect` stream at a time over mutual TLS
 //! with the enrolled certificate (or, only against a CA run with
 //! `[tls] enabled = false`, plain text with the provisioning key in
@@ -6,7 +6,7 @@
 //! pings answered, health reports (batched and paced by the [`Outbox`],
 //! re-sent when the CA answers `FlowControl`) and heartbeats sent, and on any
 //! disconnect a reconnect with exponential backoff and full jitter while
-//! checks go on. A renewed certificate (from [`crate::renewal`]) moves the
+//! checks go on. A renewed certificate (from [`crate::ca::renewal`]) moves the
 //! session over: a new session with it is opened first, the old one closed
 //! once the CA welcomed the new one (the CA replaces a connector's session
 //! with its newer one), and the checks never stop.
@@ -14,7 +14,7 @@
 //! Every session subscribes to the one scheduler when it is welcomed (its
 //! full state first, then every report) and has its own [`Outbox`], since
 //! each replica flow-controls its own session. Its assignment goes to
-//! [`crate::follow`], which decides whether it is the one in force; access
+//! [`crate::session::follow`], which decides whether it is the one in force; access
 //! events from any session are honoured.
 
 use std::sync::Arc;
@@ -31,14 +31,14 @@ use tonic::Streaming;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
-use crate::dial::{CaTarget, CaUrl};
-use crate::enroll::Enrollment;
-use crate::options::{Credentials, Parts, SessionOptions};
-use crate::outbox::{BATCH_WINDOW, Outbox};
+use crate::ca::dial::{CaTarget, CaUrl};
+use crate::ca::enroll::Enrollment;
+use crate::ca::traffic::{CountingConnector, Traffic};
 use crate::retry::{backoff_within, error_chain, stopped};
 use crate::schedule::inbox::Inbox;
-use crate::status::StatusMeter;
-use crate::traffic::{CountingConnector, Traffic};
+use crate::send::outbox::{BATCH_WINDOW, Outbox};
+use crate::session::options::{Credentials, Parts, SessionOptions};
+use crate::session::status::StatusMeter;
 
 /// Default heartbeat interval when the CA sends none.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -342,7 +342,7 @@ fn heartbeat_interval(settings: Option<&v1::ConnectorSettings>) -> Duration {
 }
 
 async fn send(out: &mpsc::Sender<Encoded>, kind: ToCa) -> Result<(), SessionError> {
-    out.send(crate::wire::encode(kind))
+    out.send(crate::send::wire::encode(kind))
         .await
         .map_err(|_| SessionError::Closed)
 }
@@ -589,7 +589,7 @@ async fn open(
         .await?;
     // The generated client's `connect`, with a codec that sends messages
     // already encoded (reports share their entries' encodings across
-    // replicas: `crate::wire`).
+    // replicas: `crate::send::wire`).
     let mut client = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(protocol::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(protocol::MAX_MESSAGE_BYTES);
@@ -638,7 +638,7 @@ fn hello(options: &SessionOptions, parts: &Parts) -> v1::Hello {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         release: protocol::release::RELEASE.to_owned(),
         capabilities: Some(v1::Capabilities {
-            icmp: icmp != crate::probe::IcmpMode::None,
+            icmp: icmp != crate::checks::probe::IcmpMode::None,
             icmp_mode: icmp.as_str().to_owned(),
             checks_per_second: options.checks_per_second,
             trust_bundle: true,
@@ -740,7 +740,7 @@ fn trust_bundle(bundle: v1::TrustBundle, options: &SessionOptions) {
         enrollment.trust.ask_renewal(
             &enrollment.serial,
             Duration::from_millis(bundle.renew_within_ms),
-            crate::enroll::now_ms(),
+            crate::ca::enroll::now_ms(),
             &mut rand::rng(),
         );
     }

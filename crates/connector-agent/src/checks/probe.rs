@@ -51,7 +51,7 @@ pub struct Prober {
     /// host must differ in them or their replies collide.
     next_id: AtomicU32,
     /// The application-level checks targets refer to.
-    checks: std::sync::Mutex<crate::appcheck::Registry>,
+    checks: std::sync::Mutex<crate::checks::appcheck::Registry>,
 }
 
 struct IcmpClient(Client);

@@ -196,7 +196,7 @@ mod tests {
 
     use policy::{AddressResult, Method, Protocol, Status as Health};
 
-    use crate::wire::Report;
+    use crate::send::wire::Report;
 
     fn outgoing(host: &str, checked: Option<Instant>, access_id: bool) -> Outgoing {
         let key = AppKey {

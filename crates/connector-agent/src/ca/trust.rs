@@ -8,7 +8,7 @@
 //! and wins, and the bundle is dropped.
 //!
 //! A bundle may also ask for the certificate to be renewed (a rotation
-//! switched the issuing root): the ask reaches [`crate::renewal`], which
+//! switched the issuing root): the ask reaches [`crate::ca::renewal`], which
 //! renews at the moment asked unless its own time comes first.
 
 use std::path::{Path, PathBuf};
