@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod housekeeping;
 pub mod intake;
+pub mod logstream;
 pub mod replicas;
 pub mod state;
 pub mod store;
@@ -131,6 +132,9 @@ pub async fn run_with(
         )
     };
     authority.set_replica_id(me.id.clone());
+    authority
+        .log_stream()
+        .start(me.id.clone(), &authority.snapshot().config.log_receivers);
     // The drains in force before the first session can register.
     if let Some(Err(e)) = authority.blocking(Authority::refresh_drains).await {
         tracing::warn!(error = %e, "cannot read the drained connectors from the store");
@@ -157,6 +161,7 @@ pub async fn run_with(
             stopped(rx).await;
             closer.close_all_sessions("central authority is shutting down");
             closer.history().close();
+            closer.log_stream().stop();
         }
     };
     let grpc = api::grpc::serve(authority.clone(), grpc, grpc_stop);

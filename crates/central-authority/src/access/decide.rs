@@ -152,14 +152,18 @@ impl Authority {
             .ok_or_else(|| {
                 ApiError::InvalidRequest(format!("port {} is outside 1-65535", request.port))
             })?;
+        let mut matched = None;
         let outcome = self
-            .decide(host, request.protocol, port, user_location)
+            .decide(host, request.protocol, port, user_location, &mut matched)
             .await;
         self.metrics()
             .count_decision(outcome.decision.as_ref().err().map(|r| r.reason));
-        self.metrics()
-            .decision_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let total = started.elapsed();
+        self.metrics().decision_seconds.observe(total.as_secs_f64());
+        if self.log_stream().wants(crate::logstream::Kind::Access) {
+            let matched = matched.map_or(total, |m| m.duration_since(started));
+            self.emit_access(&request, &outcome, (matched, total));
+        }
         match &outcome.decision {
             Ok(s) => {
                 tracing::debug!(host = %request.host, port, connector = %s.connector, "access selected")
@@ -177,6 +181,7 @@ impl Authority {
         protocol: Protocol,
         port: u16,
         user: Option<Location>,
+        matched: &mut Option<Instant>,
     ) -> AccessOutcome {
         let state = self.snapshot();
         let mut explanation = ExplanationView::new(state.settings().strategy);
@@ -185,7 +190,9 @@ impl Authority {
             protocol,
             port,
         };
-        let segment = match matched_segment(&state, &request, &mut explanation) {
+        let found = matched_segment(&state, &request, &mut explanation);
+        *matched = Some(Instant::now());
+        let segment = match found {
             Ok(segment) => segment,
             Err(refusal) => {
                 return AccessOutcome {
@@ -250,6 +257,52 @@ impl Authority {
             key,
             &state,
         )
+    }
+
+    /// The decision to the log receivers that take access records: the
+    /// request, segment, selection, candidates counted, reason and the
+    /// time to match and to select (`timings`: matched, total).
+    fn emit_access(
+        &self,
+        request: &AccessRequest,
+        outcome: &AccessOutcome,
+        (matched, total): (std::time::Duration, std::time::Duration),
+    ) {
+        use crate::logstream::{Field, Kind, Record};
+        let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let e = &outcome.explanation;
+        let mut r = Record::new(
+            Kind::Access,
+            u64::try_from(crate::state::clock::now_ms()).unwrap_or(0),
+        )
+        .text(Field::RequestId, format!("{:016x}", rand::random::<u64>()))
+        .text(Field::Host, request.host.as_str())
+        .int(Field::Port, u64::from(request.port))
+        .text(Field::Protocol, request.protocol.as_str())
+        .text(Field::Segment, e.segment.clone().unwrap_or_default());
+        r = match &outcome.decision {
+            Ok(s) => r
+                .text(Field::Decision, "allowed")
+                .text(Field::Connector, s.connector.as_str())
+                .text(Field::Group, s.group.as_str()),
+            Err(refusal) => r
+                .text(Field::Decision, "refused")
+                .text(Field::Group, e.chosen_group.clone().unwrap_or_default())
+                .text(
+                    Field::Reason,
+                    format!("{}: {}", refusal.reason, refusal.message),
+                ),
+        };
+        if let Some(s) = &e.selection {
+            r = r
+                .int(Field::CandidatesHealthy, s.candidates_eligible as u64)
+                .int(Field::CandidatesTotal, s.candidates_total as u64);
+        }
+        self.log_stream().emit(
+            r.int(Field::MatchUs, us(matched))
+                .int(Field::SelectUs, us(total.saturating_sub(matched)))
+                .int(Field::TotalUs, us(total)),
+        );
     }
 
     /// On-access discovery: nothing is reachable yet, so wait (up to the

@@ -89,6 +89,7 @@ fn routes(authority: Arc<Authority>) -> Router {
         .route("/api/v1/load", get(load))
         .route("/api/v1/replicas", get(replicas))
         .route("/api/v1/root", get(root))
+        .route("/api/v1/log_receivers", get(log_receivers))
         .route("/api/v1/access", post(access))
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
@@ -1502,6 +1503,21 @@ async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Resp
         "store": a.store().status(),
         "replicas": replicas,
     }))
+    .into_response()
+}
+
+/// `GET /api/v1/log_receivers`: this replica's log receivers and their
+/// state.
+async fn log_receivers(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
+    axum::Json(crate::api::openapi::LogReceiversBody {
+        replica: a.replica_id().map(str::to_owned),
+        log_receivers: a
+            .log_stream()
+            .states()
+            .into_iter()
+            .map(crate::api::openapi::LogReceiverView::from)
+            .collect(),
+    })
     .into_response()
 }
 

@@ -369,6 +369,66 @@ pub struct ProvisioningKeysBody {
     pub provisioning_keys: Vec<crate::trust::enroll::KeyView>,
 }
 
+/// `GET /api/v1/log_receivers`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogReceiversBody {
+    /// This replica's id (each replica streams its own records).
+    pub replica: Option<String>,
+    /// Every `[[log_receivers]]` entry in force, in configuration order.
+    pub log_receivers: Vec<LogReceiverView>,
+}
+
+/// One log receiver's state on the replica that answered.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogReceiverView {
+    /// Its `name`.
+    pub name: String,
+    /// Its `destination` as configured.
+    pub destination: String,
+    /// `json`, `syslog`, `csv` or `tsv`.
+    pub format: String,
+    /// The record types it takes.
+    pub types: Vec<String>,
+    /// Whether its connection (a file: the file) is open.
+    pub connected: bool,
+    /// Bytes of its spool on disk.
+    pub spool_bytes: u64,
+    /// Records in its spool not yet counted as taken.
+    pub spool_records: u64,
+    /// Records written to it since this replica started (a record sent
+    /// again after a broken connection counts again).
+    pub sent_total: u64,
+    /// Records dropped since this replica started: its queue or its spool
+    /// was full.
+    pub dropped_total: u64,
+    /// The last error (connection, TLS, spool), if any.
+    pub last_error: Option<String>,
+    /// When that was, Unix ms.
+    pub last_error_unix_ms: Option<u64>,
+    /// When a record was last written to it, Unix ms (null: never).
+    pub last_sent_unix_ms: Option<u64>,
+}
+
+impl From<crate::logstream::ReceiverState> for LogReceiverView {
+    fn from(s: crate::logstream::ReceiverState) -> Self {
+        let (last_error, last_error_unix_ms) = s.last_error.unzip();
+        LogReceiverView {
+            name: s.name,
+            destination: s.destination,
+            format: s.format.as_str().to_owned(),
+            types: s.types.iter().map(|k| k.as_str().to_owned()).collect(),
+            connected: s.connected,
+            spool_bytes: s.spool_bytes,
+            spool_records: s.spool_records,
+            sent_total: s.sent_total,
+            dropped_total: s.dropped_queue + s.dropped_spool,
+            last_error,
+            last_error_unix_ms,
+            last_sent_unix_ms: (s.last_sent_unix_ms > 0).then_some(s.last_sent_unix_ms),
+        }
+    }
+}
+
 /// `POST /api/v1/provisioning_keys/{group}/revoke`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct KeyRevokedBody {
@@ -462,6 +522,7 @@ fn schemas() -> Vec<(String, RefOr<Schema>)> {
     add::<crate::api::body::SelectedBody>(&mut out);
     add::<ErrorBody>(&mut out);
     add::<ReplicasBody>(&mut out);
+    add::<LogReceiversBody>(&mut out);
     add::<ProvisioningKeysBody>(&mut out);
     add::<KeyRevokedBody>(&mut out);
     add::<ConnectorActionBody>(&mut out);
@@ -923,6 +984,26 @@ fn api_operations() -> Vec<Op> {
                             "policy_hash": "3f2a…", "live": true, "this": true}]}))},
                     "500": error_ref("Internal"),
                     "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        Op {
+            method: "get",
+            path: "/api/v1/log_receivers",
+            auth: Auth::Scope(Admin),
+            spec: json!({
+                "operationId": "listLogReceivers",
+                "summary": "The log receivers (`[[log_receivers]]`) this replica streams to: connection, spool, records sent and dropped, last error",
+                "description": "Each replica streams the records it wrote itself (its access decisions, the transitions it appended to the history, its sessions' connector status, its audit entries) to every receiver, so each replica answers for its own streams. Counters start at 0 when the replica starts; a record sent again after a broken connection counts again.",
+                "tags": ["operations"],
+                "responses": {
+                    "200": {"description": "every receiver in force, in configuration order",
+                        "content": json_body("LogReceiversBody", json!({"replica": "ca-1", "log_receivers": [{
+                            "name": "siem", "destination": "tls://siem.example:6514", "format": "syslog",
+                            "types": ["connector_status", "health", "access", "audit"],
+                            "connected": true, "spool_bytes": 4096, "spool_records": 12,
+                            "sent_total": 1520, "dropped_total": 0, "last_error": null,
+                            "last_error_unix_ms": null, "last_sent_unix_ms": 1_764_000_005_000u64}]}))},
                 },
             }),
         },

@@ -37,6 +37,8 @@ pub(super) struct FileConfig {
     pub(super) connector_groups: Vec<GroupSection>,
     #[serde(default)]
     pub(super) segments: Vec<SegmentSpec>,
+    #[serde(default)]
+    pub(super) log_receivers: Vec<ReceiverSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -382,3 +384,48 @@ fn leave_out_value(value: &mut toml::de::DeValue<'_>, span: &std::ops::Range<usi
         _ => false,
     }
 }
+
+/// `[[log_receivers]]`: where records stream to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReceiverSection {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) destination: String,
+    #[serde(default = "default_receiver_format")]
+    pub(super) format: String,
+    pub(super) types: Option<Vec<String>>,
+    pub(super) root_file: Option<PathBuf>,
+    pub(super) server_name: Option<String>,
+    pub(super) client_cert_file: Option<PathBuf>,
+    pub(super) client_key_file: Option<PathBuf>,
+    #[serde(default = "default_spool_bytes")]
+    pub(super) spool_bytes: u64,
+    pub(super) file_max_bytes: Option<u64>,
+    pub(super) file_keep: Option<u32>,
+    #[serde(default)]
+    pub(super) filter: ReceiverFilterSection,
+}
+
+/// `[log_receivers.filter]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct ReceiverFilterSection {
+    pub(super) groups: Vec<String>,
+    pub(super) segments: Vec<String>,
+    pub(super) statuses: Vec<String>,
+}
+
+fn default_receiver_format() -> String {
+    "json".to_owned()
+}
+
+/// 64 MiB.
+pub(super) fn default_spool_bytes() -> u64 {
+    64 << 20
+}
+
+/// 100 MiB.
+pub(super) const DEFAULT_FILE_MAX_BYTES: u64 = 100 << 20;
+/// Rotated files kept by default.
+pub(super) const DEFAULT_FILE_KEEP: u32 = 5;

@@ -10,10 +10,12 @@
 //! - `settings`: the runtime [`Settings`] and the rules for them;
 //! - `secrets`: API tokens, provisioning keys and their use limits;
 //! - `oidc`: the OpenID providers people sign in with;
+//! - `receivers`: the log receivers records stream to;
 //! - `reference`: every key documented, generating the book's reference.
 
 mod file;
 mod oidc;
+mod receivers;
 pub mod reference;
 pub mod reload;
 mod secrets;
@@ -44,6 +46,8 @@ pub struct Config {
     pub tokens: Vec<ApiToken>,
     /// OpenID providers people sign in with (`[[oidc]]`).
     pub oidc: Vec<crate::trust::oidc::ProviderConfig>,
+    /// The log receivers (`[[log_receivers]]`).
+    pub log_receivers: Vec<crate::logstream::ReceiverSpec>,
     /// Provisioning key per connector group.
     pub group_keys: HashMap<String, Secret>,
     /// Use limits of each group's key.
@@ -209,6 +213,7 @@ impl Config {
         let short_ok = file.server.allow_short_secrets;
         let tokens = secrets::api_tokens(&file.api_tokens, base, short_ok, &mut problems);
         let oidc = oidc::providers(&file.oidc, base, &mut problems);
+        let log_receivers = receivers::receivers(&file.log_receivers, base, &mut problems);
         let group_keys = secrets::group_keys(&file.connector_groups, base, short_ok, &mut problems);
         let key_policies =
             secrets::key_policies(&file.connector_groups, &group_keys, &mut problems);
@@ -243,6 +248,7 @@ impl Config {
                 policy,
                 tokens,
                 oidc,
+                log_receivers,
                 group_keys,
                 key_policies,
                 content_hash: content_hash(text.as_bytes()),
@@ -281,9 +287,14 @@ fn secret_file_warnings(file: &FileConfig, base: &Path) -> Vec<String> {
         .oidc
         .iter()
         .filter_map(|o| o.client_secret_file.as_ref());
+    let receivers = file
+        .log_receivers
+        .iter()
+        .filter_map(|r| r.client_key_file.as_ref());
     tokens
         .chain(keys)
         .chain(oidc)
+        .chain(receivers)
         .chain(tls)
         .filter_map(|p| private_files::loose_permissions(&base.join(p)))
         .collect()

@@ -57,6 +57,8 @@ struct Opened {
     credential: Credential,
     /// `Store::announced` just before the authentication read the store.
     announced: Option<u64>,
+    /// The connector's address.
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// What `Connect` answers with.
@@ -120,6 +122,7 @@ impl SessionService {
         };
         let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
         let authority = self.authority.clone();
+        let peer = request.remote_addr();
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let name = identity.name.clone();
@@ -127,6 +130,7 @@ impl SessionService {
                 identity,
                 credential,
                 announced,
+                peer,
             };
             if let Err(e) = run_session(&authority, opened, inbound, tx.clone()).await {
                 tracing::warn!(connector = %name, error = %e, "session ended with an error");
@@ -243,6 +247,7 @@ async fn run_session(
         identity,
         credential,
         announced,
+        peer,
     } = opened;
     let (cert, key) = match credential {
         Credential::Cert(cert) => (Some(cert), None),
@@ -291,6 +296,7 @@ async fn run_session(
         return Err(e.into());
     }
     authority.register(&identity, &hello, id)?;
+    authority.log_connector(&identity.name, "connected", peer);
     authority.announce_trust(&identity.name, &out, cert.as_ref());
     let result = Receiver::new(authority, &identity, out)
         .run(&mut inbound, &kill, expiry(cert.as_ref()))
@@ -865,11 +871,13 @@ impl Authority {
                 let live = self.on_access().count(&identity.name);
                 self.registry()
                     .heartbeat(&self.snapshot(), &identity.name, wall, hb, live);
+                self.log_connector(&identity.name, "heartbeat", None);
             }
             Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
             Some(In::Drain(d)) => {
                 self.seen(identity, wall, seen_ms);
                 self.self_drain(&identity.name, d.drain_ms);
+                self.log_connector(&identity.name, "drained", None);
             }
             Some(In::Hello(_)) => {
                 self.seen(identity, wall, seen_ms);

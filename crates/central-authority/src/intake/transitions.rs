@@ -155,6 +155,49 @@ pub async fn run(authority: Arc<Authority>, stop: impl Future<Output = ()>) {
     }
 }
 
+/// The transitions this replica appended to the stored history, to the
+/// log receivers that take health records: a transition every replica saw
+/// is appended by one of them only (the store skips the copies), so it is
+/// streamed once. Hidden segments' transitions are left out, as in the
+/// live stream.
+fn emit_health(authority: &Authority, appended: &[EventRecord]) {
+    use crate::logstream::{Field, Kind, Record};
+    let stream = authority.log_stream();
+    if appended.is_empty() || !stream.wants(Kind::Health) {
+        return;
+    }
+    let groups: std::collections::HashMap<String, String> = authority
+        .registry()
+        .list(|name, e| (name.to_owned(), e.group.clone()))
+        .into_iter()
+        .collect();
+    let state = authority.snapshot();
+    for e in appended {
+        let hidden = state
+            .policy()
+            .segment(&e.segment)
+            .is_none_or(|s| s.client_hostname_validation);
+        if hidden {
+            continue;
+        }
+        stream.emit(
+            Record::new(Kind::Health, u64::try_from(e.at_ms).unwrap_or(0))
+                .text(Field::Application, e.host.as_str())
+                .text(Field::Protocol, e.protocol.as_str())
+                .int(Field::Port, u64::try_from(e.port).unwrap_or(0))
+                .text(Field::Segment, e.segment.as_str())
+                .text(
+                    Field::Group,
+                    groups.get(&e.connector).cloned().unwrap_or_default(),
+                )
+                .text(Field::Connector, e.connector.as_str())
+                .text(Field::From, e.from.as_str())
+                .text(Field::To, e.to.as_str())
+                .text(Field::Reason, e.cause.as_str()),
+        );
+    }
+}
+
 /// Appends `records` to the stored history, and the address changes the
 /// table noted meanwhile to the address history (off the async workers).
 async fn store(authority: &Arc<Authority>, records: Vec<EventRecord>) {
@@ -167,7 +210,7 @@ async fn store(authority: &Arc<Authority>, records: Vec<EventRecord>) {
     let stored = authority
         .blocking(move |a| {
             let events = if records.is_empty() {
-                Ok(())
+                Ok(Vec::new())
             } else {
                 a.store().record_events(&records)
             };
@@ -180,8 +223,9 @@ async fn store(authority: &Arc<Authority>, records: Vec<EventRecord>) {
         })
         .await;
     if let Some((events, addresses)) = stored {
-        if let Err(e) = events {
-            tracing::error!(error = %e, "status history: transitions not stored");
+        match events {
+            Ok(appended) => emit_health(authority, &appended),
+            Err(e) => tracing::error!(error = %e, "status history: transitions not stored"),
         }
         if let Err(e) = addresses {
             tracing::error!(error = %e, "address history: changes not stored");

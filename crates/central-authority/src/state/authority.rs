@@ -75,6 +75,8 @@ pub struct Authority {
     oidc: crate::trust::oidc::Providers,
     /// Readiness until the health table is warm after the start.
     warmup: crate::state::warmup::Warmup,
+    /// The log receivers records stream to.
+    log_stream: crate::logstream::LogStream,
     /// When housekeeping last swept every result of the table (`None`:
     /// not yet in this process).
     swept: std::sync::Mutex<Option<Instant>>,
@@ -175,6 +177,7 @@ impl Authority {
                 fresh.to_vec()
             });
         Authority {
+            log_stream: crate::logstream::LogStream::new(&config.settings.data_dir),
             access_ids: crate::state::access_ids::AccessIds::new(&secret),
             tls,
             store,
@@ -247,6 +250,11 @@ impl Authority {
     /// reports).
     pub(crate) fn access_ids(&self) -> &crate::state::access_ids::AccessIds {
         &self.access_ids
+    }
+
+    /// The log receivers.
+    pub fn log_stream(&self) -> &crate::logstream::LogStream {
+        &self.log_stream
     }
 
     /// This replica's id, once `run` set it.
@@ -404,6 +412,43 @@ impl Authority {
     pub(crate) fn close_session(&self, name: &str, session: LiveSession, reason: &str) {
         self.end_stream(name, session, reason);
         self.forget_connector(name, UnknownCause::Disconnected);
+        self.log_connector(name, "disconnected", None);
+    }
+
+    /// A `connector_status` record of `name` for `event` to the log
+    /// receivers. A session's own events (connected, disconnected) are
+    /// this replica's; a heartbeat or drain every replica receives is
+    /// written by the replica whose session the connector follows.
+    pub(crate) fn log_connector(
+        &self,
+        name: &str,
+        event: &str,
+        address: Option<std::net::SocketAddr>,
+    ) {
+        use crate::logstream::Kind;
+        if !self.log_stream.wants(Kind::ConnectorStatus) {
+            return;
+        }
+        let Some(view) = self.registry.log_view(name) else {
+            return;
+        };
+        let own = matches!(event, "connected" | "disconnected");
+        if !own && !view.followed {
+            return;
+        }
+        let status = match event {
+            "disconnected" => "offline",
+            _ if view.draining || event == "drained" => "draining",
+            _ => "online",
+        };
+        self.log_stream
+            .emit(crate::logstream::record::connector_status(
+                u64::try_from(crate::state::clock::now_ms()).unwrap_or(0),
+                (name, &view.group),
+                (event, status),
+                view.status.as_ref(),
+                address,
+            ));
     }
 
     /// Ends a session that a newer session of the same connector replaced
@@ -480,6 +525,7 @@ impl Authority {
         let new = Arc::new(PolicyState::new(config));
         let old = std::mem::replace(&mut *write(&self.policy), new.clone());
         self.policy_version.fetch_add(1, Ordering::Release);
+        self.log_stream.reconfigure(&new.config.log_receivers);
         let settings = new.settings();
         if old.settings().grpc_listen != settings.grpc_listen
             || old.settings().http_listen != settings.http_listen

@@ -71,6 +71,20 @@ pub(crate) struct SelfDrain {
     pub until_ms: Option<i64>,
 }
 
+/// A connector as its `connector_status` log records show it
+/// (`Registry::log_view`).
+#[derive(Clone, Debug)]
+pub(crate) struct LogView {
+    /// Its group.
+    pub group: String,
+    /// What its latest heartbeat said of it.
+    pub status: Option<v1::ConnectorStatus>,
+    /// Whether its session drains.
+    pub draining: bool,
+    /// Whether this replica writes its records seen by every replica.
+    pub followed: bool,
+}
+
 /// A live session as the reconcile sees it (`Registry::live_sessions`).
 #[derive(Clone, Debug)]
 pub(crate) struct LiveRef {
@@ -453,6 +467,19 @@ impl Registry {
                 None => false,
             })
             .unwrap_or(false)
+    }
+
+    /// What a `connector_status` log record says of `name` besides its
+    /// event: its group, latest status, whether its session drains, and
+    /// whether its latest heartbeat said it follows this replica's session
+    /// (or said nothing of replicas).
+    pub(crate) fn log_view(&self, name: &str) -> Option<LogView> {
+        lock(&self.conns).map.get(name).map(|e| LogView {
+            group: e.group.clone(),
+            status: e.status.as_ref().map(|(s, _)| (**s).clone()),
+            draining: e.session.as_ref().is_some_and(|s| s.draining.is_some()),
+            followed: e.replicas.as_ref().is_none_or(|r| r.follows_this_session),
+        })
     }
 
     /// Whether the registry knows `name` (it connected since the CA

@@ -1213,8 +1213,10 @@ impl Store {
         each!(self, s => s.connectors())
     }
 
-    /// Appends status transitions to the history, in one transaction.
-    pub fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+    /// Appends status transitions to the history, in one transaction; the
+    /// ones this call appended (a transition another replica appended
+    /// first is a copy, skipped).
+    pub fn record_events(&self, events: &[EventRecord]) -> Result<Vec<EventRecord>, StoreError> {
         each!(self, s => s.record_events(events))
     }
 

@@ -1226,15 +1226,19 @@ impl PgStore {
         Ok(revoked)
     }
 
-    pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+    pub(crate) fn record_events(
+        &self,
+        events: &[EventRecord],
+    ) -> Result<Vec<EventRecord>, StoreError> {
         self.record(events)
     }
 
     /// Appends the rows of `events` not yet recorded, in one writer's turn
-    /// (the status and the address history alike).
-    fn record<R: Appended>(&self, events: &[R]) -> Result<(), StoreError> {
+    /// (the status and the address history alike); the rows this turn
+    /// appended (not those another replica appended first).
+    fn record<R: Appended + Clone>(&self, events: &[R]) -> Result<Vec<R>, StoreError> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.block(async {
             let mut ends = R::ends(self).lock().await;
@@ -1261,7 +1265,7 @@ impl PgStore {
             };
             tx.commit().await?;
             settle(&mut ends, written, &last, checkpoint);
-            Ok(())
+            Ok(rows.into_iter().cloned().collect())
         })
     }
 
@@ -1295,7 +1299,7 @@ impl PgStore {
         &self,
         events: &[AddressEventRecord],
     ) -> Result<(), StoreError> {
-        self.record(events)
+        self.record(events).map(drop)
     }
 
     /// One page of the address history matching `f`, newest first.
@@ -2705,17 +2709,25 @@ mod tests {
         // Another replica, started now: the checkpoint (c1 down at seq 4)
         // and the row after it (c2 down).
         let b = super::super::postgres_store(&url);
-        b.record_events(&[
-            event(3_001, "a.test", "c1", "down"),
-            event(3_001, "a.test", "c2", "down"),
-            event(3_001, "a.test", "c3", "up"),
-            event(3_002, "a.test", "c3", "down"),
-        ])
-        .expect("recorded");
-        assert_eq!(total(&b), 6, "three copies skipped, c3's change kept");
-        // And the first replica reads the second's row before its own.
-        a.record_events(&[event(3_003, "a.test", "c3", "down")])
+        let appended = b
+            .record_events(&[
+                event(3_001, "a.test", "c1", "down"),
+                event(3_001, "a.test", "c2", "down"),
+                event(3_001, "a.test", "c3", "up"),
+                event(3_002, "a.test", "c3", "down"),
+            ])
             .expect("recorded");
+        assert_eq!(total(&b), 6, "three copies skipped, c3's change kept");
+        assert_eq!(
+            appended,
+            [event(3_002, "a.test", "c3", "down")],
+            "the rows it appended, the ones a log receiver is sent"
+        );
+        // And the first replica reads the second's row before its own.
+        let copy = a
+            .record_events(&[event(3_003, "a.test", "c3", "down")])
+            .expect("recorded");
+        assert!(copy.is_empty(), "{copy:?}");
         assert_eq!(total(&a), 6, "a copy of the second replica's row");
 
         // Pruned by the first; the second then records c1 afresh.

@@ -1019,9 +1019,12 @@ impl SqliteStore {
     }
 
     /// Appends status transitions to the history, in one transaction.
-    pub(crate) fn record_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+    pub(crate) fn record_events(
+        &self,
+        events: &[EventRecord],
+    ) -> Result<Vec<EventRecord>, StoreError> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut conn = lock(&self.conn);
         let mut known = lock(&self.latest);
@@ -1079,7 +1082,7 @@ impl SqliteStore {
             }
         }
         known.version = Some(version);
-        Ok(())
+        Ok(rows.into_iter().cloned().collect())
     }
 
     /// Appends the `rows` not yet in the history (in chunks of
@@ -1779,10 +1782,14 @@ mod tests {
         assert_eq!(latest_lookups(&a), first + 1, "read again after a prune");
         // The other replica records c1 going up; this one's copy of it,
         // a moment later, is the same transition.
-        b.record_events(&[flap(3_000, "c1", "up")])
+        let appended = b
+            .record_events(&[flap(3_000, "c1", "up")])
             .expect("recorded");
-        a.record_events(&[flap(3_007, "c1", "up")])
+        assert_eq!(appended, [flap(3_000, "c1", "up")], "b appended it");
+        let copy = a
+            .record_events(&[flap(3_007, "c1", "up")])
             .expect("recorded");
+        assert!(copy.is_empty(), "a copy is not appended: {copy:?}");
         assert_eq!(latest_lookups(&a), first + 2, "read again after b wrote");
         let (rows, total) = a.events(&EventFilter::default(), 10, 0).expect("read");
         assert_eq!(

@@ -274,9 +274,33 @@ impl Authority {
             detail = %r.detail,
             "admin action"
         );
+        self.emit_audit(&r);
         self.store().record_audit(&r).inspect_err(|e| {
             tracing::error!(error = %e, action = %r.action, outcome = %r.outcome, "audit trail: recording failed; the action is answered as failed");
         })
+    }
+
+    /// The action to the log receivers that take audit records.
+    fn emit_audit(&self, r: &AuditRecord) {
+        use crate::logstream::{Field, Kind, Record};
+        let stream = self.log_stream();
+        if !stream.wants(Kind::Audit) {
+            return;
+        }
+        let actor = if r.provider.is_empty() {
+            format!("{} {}", r.actor_kind, r.actor)
+        } else {
+            format!("{} {} ({})", r.actor_kind, r.actor, r.provider)
+        };
+        stream.emit(
+            Record::new(Kind::Audit, u64::try_from(r.at_ms).unwrap_or(0))
+                .text(Field::Actor, actor)
+                .text(Field::Action, r.action.as_str())
+                .text(Field::Target, r.target.as_str())
+                .text(Field::Outcome, r.outcome.as_str())
+                .text(Field::Source, r.source.as_str())
+                .text(Field::Detail, r.detail.as_str()),
+        );
     }
 
     /// One page (from 1) of the audit trail matching `filter`.
