@@ -276,3 +276,123 @@ fn tls_destination(
         client,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::Config;
+    use crate::logstream::{Destination, Format, Kind};
+
+    fn messages(receivers: &str) -> Vec<String> {
+        match Config::from_toml(receivers, Path::new("/etc/reach")) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.messages(),
+        }
+    }
+
+    fn one(receiver: &str) -> String {
+        let all = messages(&format!("[[log_receivers]]\nname = \"siem\"\n{receiver}\n"));
+        assert_eq!(all.len(), 1, "{receiver}: {all:?}");
+        all[0].clone()
+    }
+
+    #[test]
+    fn a_receiver_is_read_with_its_defaults() {
+        let c = Config::from_toml(
+            "[[log_receivers]]\nname = \"siem\"\ndestination = \"tcp://[::1]:6514\"\n\
+             [[log_receivers]]\nname = \"file\"\ndestination = \"file:///var/log/reach.tsv\"\n\
+             format = \"tsv\"\ntypes = [\"audit\", \"access\"]\nfile_keep = 2\n\
+             filter = { statuses = [\"refused\"] }\n",
+            Path::new("."),
+        )
+        .expect("valid");
+        let [siem, file] = &c.log_receivers[..] else {
+            panic!("{:?}", c.log_receivers)
+        };
+        assert_eq!(
+            siem.destination,
+            Destination::Tcp {
+                host: "::1".into(),
+                port: 6514
+            }
+        );
+        assert_eq!(
+            (siem.format, &siem.types[..], siem.spool_bytes),
+            (Format::Json, &Kind::ALL[..], 64 << 20)
+        );
+        assert_eq!(
+            file.destination,
+            Destination::File {
+                path: "/var/log/reach.tsv".into()
+            }
+        );
+        assert_eq!(file.types, [Kind::Access, Kind::Audit]);
+        assert_eq!((file.file_max_bytes, file.file_keep), (100 << 20, 2));
+        assert_eq!(file.filter.statuses, ["refused"]);
+    }
+
+    #[test]
+    fn each_mistake_names_the_receiver_and_the_key() {
+        assert_eq!(
+            one("destination = \"udp://siem:514\""),
+            "log_receivers \"siem\".destination: unknown scheme \"udp\" (expected tcp://host:port, tls://host:port or file:///path)"
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem\""),
+            "log_receivers \"siem\".destination: names no port"
+        );
+        assert_eq!(
+            one("destination = \"tls://siem:6514\""),
+            "log_receivers \"siem\".root_file: is required for a tls:// destination"
+        );
+        assert_eq!(
+            one(
+                "destination = \"tls://siem:6514\"\nroot_file = \"r.pem\"\nclient_cert_file = \"c.pem\""
+            ),
+            "log_receivers \"siem\".client_cert_file: client_cert_file and client_key_file go together"
+        );
+        assert!(
+            one("destination = \"tls://siem:6514\"\nroot_file = \"/nonexistent/r.pem\"")
+                .starts_with("log_receivers \"siem\": root_file /nonexistent/r.pem: "),
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem:514\"\nroot_file = \"r.pem\""),
+            "log_receivers \"siem\".root_file: is for tls:// destinations only"
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem:514\"\nfile_keep = 3"),
+            "log_receivers \"siem\".file_keep: is for file:// destinations only"
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem:514\"\nformat = \"cef\""),
+            "log_receivers \"siem\".format: unknown format \"cef\" (expected \"json\", \"syslog\", \"csv\" or \"tsv\")"
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem:514\"\ntypes = [\"user_activity\"]"),
+            "log_receivers \"siem\".types: unknown type \"user_activity\" (expected \"connector_status\", \"health\", \"access\" or \"audit\")"
+        );
+        assert_eq!(
+            one("destination = \"tcp://siem:514\"\nspool_bytes = 1000"),
+            "log_receivers \"siem\".spool_bytes: must be at least 65536"
+        );
+        assert_eq!(
+            one("destination = \"file:///var/log/\""),
+            "log_receivers \"siem\".destination: names no file (file:///path)"
+        );
+        let twice = messages(
+            "[[log_receivers]]\nname = \"siem\"\ndestination = \"tcp://a:1\"\n\
+             [[log_receivers]]\nname = \"siem\"\ndestination = \"tcp://b:1\"\n",
+        );
+        assert_eq!(
+            twice,
+            ["log_receivers \"siem\".name: is used by another log receiver"]
+        );
+        let bad_name =
+            messages("[[log_receivers]]\nname = \"SIEM 1\"\ndestination = \"tcp://a:1\"\n");
+        assert_eq!(
+            bad_name,
+            ["log_receivers \"SIEM 1\".name: must be 1 to 64 of a-z, 0-9, _ and -"]
+        );
+    }
+}

@@ -70,6 +70,7 @@ pub const SECTIONS: &[Section] = &[
     Section { name: "oidc", shape: Shape::Array, about: "OpenID providers people sign in with (the dashboard, `api login`)." },
     Section { name: "connector_groups", shape: Shape::Array, about: "Groups of connectors and their provisioning keys." },
     Section { name: "segments", shape: Shape::Array, about: "Applications, their ports and how their health is known." },
+    Section { name: "log_receivers", shape: Shape::Array, about: "SIEM receivers the CA streams connector status, health transitions, access decisions and audit records to (Log streaming)." },
 ];
 
 const fn e(
@@ -211,6 +212,18 @@ pub const ENTRIES: &[Entry] = &[
     e("segments", "check_path", "string", Absent("`/`"), None, "starts with `/`; `http`, `https` only", "The path of the check's `GET`."),
     e("segments", "check_expect", "string", Absent("`200-399`"), None, "`200,204,300-399` within 100-599; `http`, `https` only", "The statuses that count as Up."),
     e("segments", "check_ca_file", "path", Absent("no verification"), None, "PEM, 1+ certificates; `tls`, `https` only", "Roots the server's certificate is verified with (sent to connectors)."),
+    e("log_receivers", "name", "string", Absent("required"), None, "unique, 1-64 of `a-z0-9_-`", "The receiver's name (its spool is `<data_dir>/log-spool/<name>/`)."),
+    e("log_receivers", "destination", "string", Absent("required"), None, "`tcp://host:port`, `tls://host:port`, `file:///path`", "Where records go."),
+    e("log_receivers", "format", "string", Value(r#""json""#), None, "`json`, `syslog`, `csv`, `tsv`", "JSON lines, RFC 5424 syslog (octet-counted on tcp/tls), or csv/tsv with a header."),
+    e("log_receivers", "types", "array of strings", Absent("all four"), None, "`connector_status`, `health`, `access`, `audit`", "The record types it takes."),
+    e("log_receivers", "root_file", "path", Absent("required for `tls://`"), None, "PEM", "Roots the receiver's certificate is verified with."),
+    e("log_receivers", "server_name", "string", Absent("the destination's host"), None, "`tls://` only", "The name the receiver's certificate must carry."),
+    e("log_receivers", "client_cert_file", "path", Absent("none"), None, "PEM; with `client_key_file`", "The CA's client certificate, for a receiver that asks for one."),
+    e("log_receivers", "client_key_file", "path", Absent("none"), None, "PEM; with `client_cert_file`", "Its key (not readable by others)."),
+    e("log_receivers", "spool_bytes", "integer", Value("67108864"), None, "65536 or more", "The spool's bound on disk; records past it are dropped and counted."),
+    e("log_receivers", "file_max_bytes", "integer", Absent("104857600 (100 MiB)"), None, "4096 or more; `file://` only", "The file is rotated to `path.1` at this size."),
+    e("log_receivers", "file_keep", "integer", Absent("5"), None, "`file://` only", "Rotated files kept (`path.1` … `path.N`)."),
+    e("log_receivers", "filter", "table", Absent("none"), None, "`{ groups = [], segments = [], statuses = [] }`", "Only records of these connector groups, segments and statuses (connector `status`, health `to`, access `decision`, audit `outcome`); an empty list or a record without the field passes."),
 ];
 
 /// The keys a reload does not change (`*`: the whole section): they are

@@ -19,6 +19,8 @@ pub mod format;
 pub mod record;
 pub mod sender;
 pub mod spool;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};

@@ -306,8 +306,10 @@ async fn to_file(
     if size == 0 {
         buf.extend(format::header(spec.format).unwrap_or_default());
     }
+    // Batches small beside the rotation size, so files end near it.
+    let most = usize::try_from(spec.file_max_bytes / 4).map_or(BATCH_BYTES, |m| m.min(BATCH_BYTES));
     loop {
-        let (first, batch) = match reader.read(pos, BATCH_BYTES) {
+        let (first, batch) = match reader.read(pos, most) {
             Ok(b) => b,
             Err(e) => return End::Broken(format!("cannot read the spool: {e}")),
         };
