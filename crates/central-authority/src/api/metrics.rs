@@ -161,6 +161,7 @@ impl StateMetrics {
         )
         .with_store(authority.store().status().up)
         .with_store_calls(&authority.store().calls())
+        .with_log_receivers(&authority.log_stream().states())
         .with_app_certificates(
             &app_certificates(authority),
             crate::state::clock::now_ms() / 1000,
@@ -273,6 +274,58 @@ impl StateMetrics {
         self
     }
 
+    /// Adds the log receivers' series: records sent and dropped (by
+    /// reason), spool bytes and whether each is connected.
+    fn with_log_receivers(mut self, receivers: &[crate::logstream::ReceiverState]) -> Self {
+        use prometheus_client::metrics::counter::Counter;
+        let sent = Family::<ReceiverLabel, Counter>::default();
+        let dropped = Family::<DroppedLabels, Counter>::default();
+        let spool = Family::<ReceiverLabel, Gauge>::default();
+        let connected = Family::<ReceiverLabel, Gauge>::default();
+        for r in receivers {
+            let label = ReceiverLabel {
+                receiver: r.name.clone(),
+            };
+            sent.get_or_create(&label).inc_by(r.sent_total);
+            for (reason, n) in [
+                ("queue_full", r.dropped_queue),
+                ("spool_full", r.dropped_spool),
+            ] {
+                dropped
+                    .get_or_create(&DroppedLabels {
+                        receiver: r.name.clone(),
+                        reason: reason.to_owned(),
+                    })
+                    .inc_by(n);
+            }
+            spool
+                .get_or_create(&label)
+                .set(signed_gauge(r.spool_bytes).unwrap_or(i64::MAX));
+            connected.get_or_create(&label).set(i64::from(r.connected));
+        }
+        self.registry.register(
+            "log_records_sent",
+            "Records this replica wrote to each log receiver since it started (a record sent again after a broken connection counts again)",
+            sent,
+        );
+        self.registry.register(
+            "log_records_dropped",
+            "Records this replica dropped for a log receiver since it started: queue_full (its queue of 16384 records was full) or spool_full (its spool on disk was full or could not be written)",
+            dropped,
+        );
+        self.registry.register(
+            "log_spool_bytes",
+            "Bytes of each log receiver's spool on disk",
+            spool,
+        );
+        self.registry.register(
+            "log_receiver_connected",
+            "Whether each log receiver's connection (a file receiver: its file) is open",
+            connected,
+        );
+        self
+    }
+
     /// Adds `reach_ca_store_up`: whether the store answered this replica's
     /// last call.
     fn with_store(mut self, up: bool) -> Self {
@@ -303,6 +356,19 @@ struct AppCertificateLabels {
     port: u16,
     connector: String,
     address: String,
+}
+
+/// Label of the log receivers' series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReceiverLabel {
+    receiver: String,
+}
+
+/// Labels of `reach_ca_log_records_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DroppedLabels {
+    receiver: String,
+    reason: String,
 }
 
 /// Label of `reach_ca_store_calls_total`.
