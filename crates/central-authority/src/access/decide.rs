@@ -152,16 +152,16 @@ impl Authority {
             .ok_or_else(|| {
                 ApiError::InvalidRequest(format!("port {} is outside 1-65535", request.port))
             })?;
-        let mut matched = None;
         let outcome = self
-            .decide(host, request.protocol, port, user_location, &mut matched)
+            .decide(host, request.protocol, port, user_location)
             .await;
         self.metrics()
             .count_decision(outcome.decision.as_ref().err().map(|r| r.reason));
         let total = started.elapsed();
         self.metrics().decision_seconds.observe(total.as_secs_f64());
         if self.log_stream().wants(crate::logstream::Kind::Access) {
-            let matched = matched.map_or(total, |m| m.duration_since(started));
+            let matched =
+                (outcome.explanation.matched_at).map_or(total, |m| m.duration_since(started));
             self.emit_access(&request, &outcome, (matched, total));
         }
         match &outcome.decision {
@@ -181,7 +181,6 @@ impl Authority {
         protocol: Protocol,
         port: u16,
         user: Option<Location>,
-        matched: &mut Option<Instant>,
     ) -> AccessOutcome {
         let state = self.snapshot();
         let mut explanation = ExplanationView::new(state.settings().strategy);
@@ -190,9 +189,7 @@ impl Authority {
             protocol,
             port,
         };
-        let found = matched_segment(&state, &request, &mut explanation);
-        *matched = Some(Instant::now());
-        let segment = match found {
+        let segment = match matched_segment(&state, &request, &mut explanation) {
             Ok(segment) => segment,
             Err(refusal) => {
                 return AccessOutcome {
@@ -691,9 +688,20 @@ fn strategy_of(state: &PolicyState, segment: &Segment) -> Strategy {
     segment.strategy.unwrap_or(state.settings().strategy)
 }
 
+/// `segment_of`, noting in `explanation` when the match was made.
+fn matched_segment<'s>(
+    state: &'s PolicyState,
+    request: &Request,
+    explanation: &mut ExplanationView,
+) -> Result<&'s Segment, Refusal> {
+    let found = segment_of(state, request, explanation);
+    explanation.matched_at = Some(Instant::now());
+    found
+}
+
 /// The segment a request falls under, or the refusal when there is none
 /// (or it lacks the port); notes the match in `explanation` either way.
-fn matched_segment<'s>(
+fn segment_of<'s>(
     state: &'s PolicyState,
     request: &Request,
     explanation: &mut ExplanationView,

@@ -26,6 +26,9 @@ pub struct ExplanationView {
     pub discovery_waited: bool,
     /// How long it waited, in milliseconds.
     pub discovery_ms: u64,
+    /// When the request was matched to a segment (or found none): the
+    /// access log record's `match_us` ends there. Not shown.
+    pub matched_at: Option<std::time::Instant>,
 }
 
 impl ExplanationView {
@@ -40,6 +43,7 @@ impl ExplanationView {
             forwarded_to: Vec::new(),
             discovery_waited: false,
             discovery_ms: 0,
+            matched_at: None,
         }
     }
 }

@@ -251,21 +251,32 @@ async fn to_stream(
         progressed = true;
         stats.sent(batch.len() as u64);
         marks.push_back((pos, written));
-        let mut taken = None;
-        while let Some(&(next, at)) = marks.front() {
-            if written - at < window {
-                break;
-            }
-            taken = Some(next);
-            marks.pop_front();
-        }
-        if let Some(taken) = taken
+        if let Some(taken) = taken(&mut marks, written, window)
             && let Err(e) = spool.confirm(taken, false)
         {
             return End::Broken(format!("cannot keep the spool's position: {e}"));
         }
         stats.spool_usage(spool.usage());
     }
+}
+
+/// The record every record before which is counted as taken: the last
+/// batch end that `window` bytes or more followed (its mark and older ones
+/// leave `marks`).
+fn taken(
+    marks: &mut std::collections::VecDeque<(u64, u64)>,
+    written: u64,
+    window: u64,
+) -> Option<u64> {
+    let mut taken = None;
+    while let Some(&(next, at)) = marks.front() {
+        if written - at < window {
+            break;
+        }
+        taken = Some(next);
+        marks.pop_front();
+    }
+    taken
 }
 
 fn broken(progressed: bool, why: String) -> End {
