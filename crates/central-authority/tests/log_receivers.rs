@@ -90,7 +90,22 @@ async fn a_real_ca_streams_every_record_type_and_a_reload_adds_a_receiver() {
 
     // A connector: connected, then a heartbeat.
     let (conn, _) = connect(&ca, "east-1", "dc-east").await;
-    conn.heartbeat(v1_load()).await;
+    // Heartbeats every interval, as a connector sends them.
+    let beat = conn.tx.clone();
+    let beating = tokio::spawn(async move {
+        let heartbeat = || protocol::v1::ConnectorMessage {
+            kind: Some(protocol::v1::connector_message::Kind::Heartbeat(
+                protocol::v1::Heartbeat {
+                    load: Some(protocol::v1::CheckLoad::default()),
+                    replicas: None,
+                    status: None,
+                },
+            )),
+        };
+        while beat.send(heartbeat()).await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
     let connected = arrives("east-1 connected", &records, |r| {
         r["type"] == "connector_status" && r["event"] == "connected"
     })
@@ -200,6 +215,17 @@ async fn a_real_ca_streams_every_record_type_and_a_reload_adds_a_receiver() {
         .get_json("/api/v1/log_receivers", Some(READ_TOKEN))
         .await;
     assert_eq!(code, 403);
+    // And so does the CLI.
+    let out = cli(&ca, &["log-receivers"]).await;
+    let line = out.lines().nth(1).unwrap_or_default();
+    assert!(out.starts_with("NAME"), "{out}");
+    assert!(
+        line.starts_with("siem")
+            && line.contains(&format!("tcp://127.0.0.1:{port}"))
+            && line.contains(" json ")
+            && line.contains(" yes "),
+        "{out}"
+    );
 
     // A reload adds a receiver of audit records only.
     let (second_port, second) = receiver().await;
@@ -234,10 +260,38 @@ async fn a_real_ca_streams_every_record_type_and_a_reload_adds_a_receiver() {
         again["seq"].as_u64() > Some(*seqs.last().expect("seqs")),
         "{again}"
     );
+    beating.abort();
     drop(conn);
     ca.stop().await;
 }
 
-fn v1_load() -> protocol::v1::CheckLoad {
-    protocol::v1::CheckLoad::default()
+/// `central-authority api ARGS` against `ca` with the admin token: its
+/// output (it must exit 0).
+async fn cli(ca: &Ca, args: &[&str]) -> String {
+    let dir = scratch_dir("log-receivers-cli");
+    let cert = dir.join("ca.pem");
+    std::fs::write(&cert, ca.root()).expect("write root");
+    let token = dir.join("token");
+    std::fs::write(&token, format!("{ADMIN_TOKEN}\n")).expect("write token");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_central-authority"));
+    cmd.arg("api")
+        .args(["--url", &format!("https://{}", ca.http)])
+        .arg("--ca-cert")
+        .arg(&cert)
+        .arg("--token-file")
+        .arg(&token)
+        .args(args)
+        .env_remove("REACH_API_TOKEN")
+        .env_remove("REACH_API_URL");
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .expect("run central-authority");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }

@@ -144,6 +144,10 @@ pub enum ApiCommand {
     /// the trusted roots, the phase, the connectors still on the old root
     /// and those that do not keep the trust bundle, and what to do next.
     Root,
+    /// The log receivers this replica streams records to (`GET
+    /// /api/v1/log_receivers`, scope `admin`): connected, spool, sent,
+    /// dropped, last error.
+    LogReceivers,
     /// Provisioning keys (scope `admin`).
     Keys {
         /// What to do.
@@ -360,6 +364,10 @@ pub async fn run_with(
         ApiCommand::Root => {
             let v = client.get("/api/v1/root").await?;
             Ok((render(args.json, &v, root_text), EXIT_OK))
+        }
+        ApiCommand::LogReceivers => {
+            let v = client.get("/api/v1/log_receivers").await?;
+            Ok((render(args.json, &v, receivers_table), EXIT_OK))
         }
         ApiCommand::Keys {
             action: KeyAction::List,
@@ -1136,6 +1144,40 @@ fn keys_table(v: &Value) -> String {
             "REVOKED_AT",
             "LAST_USED_AT",
             "USABLE",
+        ],
+        &rows,
+    )
+}
+
+/// The log receivers: one line each, the last error last.
+fn receivers_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = items(v, "log_receivers")
+        .iter()
+        .map(|r| {
+            vec![
+                cell(&r["name"]),
+                cell(&r["destination"]),
+                cell(&r["format"]),
+                if r["connected"] == true { "yes" } else { "no" }.to_owned(),
+                format!("{}/{}", cell(&r["spool_records"]), cell(&r["spool_bytes"])),
+                cell(&r["sent_total"]),
+                cell(&r["dropped_total"]),
+                time_cell(&r["last_sent_unix_ms"]),
+                cell(&r["last_error"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "DESTINATION",
+            "FORMAT",
+            "CONNECTED",
+            "SPOOL_RECORDS/BYTES",
+            "SENT",
+            "DROPPED",
+            "LAST_SENT",
+            "LAST_ERROR",
         ],
         &rows,
     )
