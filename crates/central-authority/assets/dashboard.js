@@ -979,6 +979,31 @@ function hostCell(c) {
   return h('div', { class: 'host', 'data-applications': s.applications }, lastSeen(c, ''), text);
 }
 
+// The log receivers this replica streams to (administrators only: the
+// section stays hidden for others).
+async function loadReceivers() {
+  const section = document.getElementById('log-receivers-section');
+  let body;
+  try {
+    body = await getJSON('/api/v1/log_receivers');
+  } catch (e) {
+    section.hidden = true;
+    return;
+  }
+  const list = body.log_receivers || [];
+  section.hidden = list.length === 0;
+  document.querySelector('#log-receivers tbody').replaceChildren(...list.map((r) =>
+    h('tr', { 'data-receiver': r.name, 'data-connected': String(r.connected) },
+      h('td', {}, r.name),
+      h('td', {}, r.destination),
+      h('td', {}, r.format),
+      h('td', { class: r.connected ? 'up' : 'down' }, r.connected ? 'yes' : 'no'),
+      h('td', {}, `${r.spool_records}, ${r.spool_bytes} B`),
+      h('td', {}, String(r.sent_total)),
+      h('td', { class: r.dropped_total ? 'down' : '' }, String(r.dropped_total)),
+      h('td', {}, r.last_error ? `${r.last_error} (${when(r.last_error_unix_ms)})` : h('span', { class: 'muted' }, '—')))));
+}
+
 function connectorsPage() {
   const q = new URLSearchParams(location.search);
   // Each connector's load series (GET /api/v1/load), read once a minute.
@@ -1052,6 +1077,8 @@ function connectorsPage() {
     }
   };
   load();
+  loadReceivers();
+  setInterval(loadReceivers, 10000);
   loadSeries();
   setInterval(loadSeries, 60000);
   // Sessions show in transitions (a disconnect turns its applications

@@ -114,7 +114,9 @@ const APP_BODY: &str = r#"<p><a href="/" id="back">← Applications</a></p>
 <nav id="history-pager" class="pager" aria-label="History pages"></nav>"#;
 
 const CONNECTORS_BODY: &str = r#"<section id="connector-overview" class="overview" aria-label="Connectors overview"></section>
-<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Load, last day</th><th scope="col">Rate</th><th scope="col">Certificate expires</th><th scope="col">Host</th></tr></thead><tbody></tbody></table>"#;
+<table id="connectors" class="list"><thead><tr><th scope="col">Connector</th><th scope="col">Group</th><th scope="col">Session</th><th scope="col">Version</th><th scope="col">Check load (budget)</th><th scope="col">Load, last day</th><th scope="col">Rate</th><th scope="col">Certificate expires</th><th scope="col">Host</th></tr></thead><tbody></tbody></table>
+<section id="log-receivers-section" aria-label="Log receivers" hidden><h2>Log receivers</h2>
+<table id="log-receivers" class="list"><thead><tr><th scope="col">Receiver</th><th scope="col">Destination</th><th scope="col">Format</th><th scope="col">Connected</th><th scope="col">Spool (records, bytes)</th><th scope="col">Sent</th><th scope="col">Dropped</th><th scope="col">Last error</th></tr></thead><tbody></tbody></table></section>"#;
 
 /// The HTML of `page`.
 pub fn html(page: Page) -> String {
