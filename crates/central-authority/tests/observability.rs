@@ -377,7 +377,16 @@ fn used(dashboard: &str, alerts: &str) -> BTreeSet<String> {
 async fn exercised_ca_exposition() -> (String, String) {
     let dir = scratch_dir("observability");
     let path = dir.join("ca.toml");
-    std::fs::write(&path, default_config()).expect("write");
+    // A log receiver (the log streaming families), a file.
+    let receiver = format!(
+        "\n[[log_receivers]]\nname = \"file\"\ndestination = \"file://{}\"\n",
+        dir.join("records.json").display()
+    );
+    std::fs::write(
+        &path,
+        config_text("", "discovery_timeout_ms = 400", &receiver),
+    )
+    .expect("write");
     let ca = Ca::start_file(&path).await;
     let http = ca.web();
     // Enrolls (enrollments), connects, reports (reports, state gauges) and
@@ -412,7 +421,11 @@ async fn exercised_ca_exposition() -> (String, String) {
     assert!(refused.is_err(), "a session without a certificate opened");
     // An access decision and a configuration reload.
     let _ = http.access("jira.test.reach", "tcp", 80).await;
-    std::fs::write(&path, config_text("heartbeat_interval_ms = 4321", "", "")).expect("write");
+    std::fs::write(
+        &path,
+        config_text("heartbeat_interval_ms = 4321", "", &receiver),
+    )
+    .expect("write");
     let text = scrape_until(&http, "every family has a sample", |m| {
         [
             "reach_ca_sessions_refused_total{",
