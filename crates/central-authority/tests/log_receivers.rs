@@ -295,3 +295,62 @@ async fn cli(ca: &Ca, args: &[&str]) -> String {
     );
     text
 }
+
+/// A heartbeat every replica receives is written by the replica whose
+/// session the connector follows: one that says it follows another
+/// replica's session writes no record; one that follows this session does,
+/// with the connector's status, and so does its drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_followed_replica_writes_a_connectors_heartbeat() {
+    use protocol::v1;
+    let (port, records) = receiver().await;
+    let ca = Ca::start(&config(&json_receiver("siem", port, ""))).await;
+    let (conn, _) = connect(&ca, "east-1", "dc-east").await;
+    let heartbeat = |follows: bool, version: &str| v1::ConnectorMessage {
+        kind: Some(v1::connector_message::Kind::Heartbeat(v1::Heartbeat {
+            load: Some(v1::CheckLoad::default()),
+            replicas: Some(v1::ReplicaAttachment {
+                sessions: 2,
+                assignments: 1,
+                follows_this_session: follows,
+                agrees_with_followed: true,
+                ..Default::default()
+            }),
+            status: Some(Box::new(v1::ConnectorStatus {
+                version: version.to_owned(),
+                os: "linux".to_owned(),
+                applications: 3,
+                ..Default::default()
+            })),
+        })),
+    };
+    for _ in 0..3 {
+        conn.tx
+            .send(heartbeat(false, "elsewhere"))
+            .await
+            .expect("send");
+    }
+    conn.tx
+        .send(heartbeat(true, "followed"))
+        .await
+        .expect("send");
+    let followed = arrives("the followed heartbeat", &records, |r| {
+        r["event"] == "heartbeat"
+    })
+    .await;
+    assert_eq!(followed["version"], "followed", "{followed}");
+    assert_eq!(followed["os"], "linux", "{followed}");
+    assert_eq!(followed["applications"], 3, "{followed}");
+    assert_eq!(followed["status"], "online", "{followed}");
+    conn.drain(0).await;
+    let drained = arrives("the drain", &records, |r| r["event"] == "drained").await;
+    assert_eq!(drained["status"], "draining", "{drained}");
+    assert!(
+        first(&records, |r| r["version"] == "elsewhere").is_none(),
+        "a heartbeat another replica writes was written here"
+    );
+    drop(conn);
+    let gone = arrives("the disconnect", &records, |r| r["event"] == "disconnected").await;
+    assert_eq!(gone["status"], "offline", "{gone}");
+    ca.stop().await;
+}
