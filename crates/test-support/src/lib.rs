@@ -6,8 +6,10 @@
 //! loopback ports, a builder for segments in both their config (TOML) and
 //! wire (protobuf) forms, a web application with test certificates for
 //! application-level checks, and checks of what the machine permits (ICMP
-//! sockets, IPv6 loopback) that fail naming what is missing, and the book's
-//! procedures read from book/src as the tests run them.
+//! sockets, IPv6 loopback) that fail naming what is missing, the book's
+//! procedures read from book/src as the tests run them, and the log
+//! receivers a SIEM runs (a real rsyslogd over TLS, a TCP JSON-lines
+//! receiver).
 //!
 //! A dev-dependency of the shipped crates; never a dependency of them.
 
@@ -23,6 +25,7 @@ pub mod net;
 pub mod poll;
 pub mod postgres;
 pub mod segment;
+pub mod siem;
 pub mod web;
 
 pub use apps::{Blackhole, TcpApp, UdpApp, closed_port, listeners, max_in_window};
@@ -33,4 +36,5 @@ pub use net::free_port;
 pub use poll::{eventually, retry};
 pub use postgres::Postgres;
 pub use segment::Segment;
+pub use siem::{JsonReceiver, Rsyslog};
 pub use web::{Certs, WebApp};
