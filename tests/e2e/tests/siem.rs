@@ -130,7 +130,8 @@ fn is_rfc3339_ms(t: &str) -> bool {
 
 /// The fields each type must carry (besides `type`, `time`, `replica`,
 /// `seq`), as the book documents them; `connector_status` heartbeats also
-/// carry the connector's own status (`heartbeat_fields`).
+/// carry the connector's own status (`HEARTBEAT_FIELDS`), its `connected`
+/// event the session's peer address.
 fn required(kind: &str, r: &Value) -> &'static [&'static str] {
     match kind {
         "connector_status" => &["connector", "group", "event", "status"],
@@ -188,7 +189,6 @@ const HEARTBEAT_FIELDS: &[&str] = &[
     "applications",
     "bytes_to_ca",
     "bytes_from_ca",
-    "address",
 ];
 
 /// One JSON record checked against the documented fields and values.
@@ -206,6 +206,10 @@ fn check_json(r: &Value) -> Result<()> {
     let mut want = required(kind, r).to_vec();
     if kind == "connector_status" && r["event"] == "heartbeat" {
         want.extend(HEARTBEAT_FIELDS);
+    }
+    if kind == "connector_status" && r["event"] == "connected" {
+        // The session's peer.
+        want.push("address");
     }
     let missing: Vec<_> = want.iter().filter(|f| r.get(**f).is_none()).collect();
     ensure!(missing.is_empty(), "{kind} without {missing:?}: {r}");
@@ -331,6 +335,14 @@ fn check_all(siem: &[Parsed], lake: &[Value]) -> Result<()> {
     );
     ensure!(syslog_types.len() == 4, "rsyslog has {syslog_types:?} only");
     ensure!(compared > 0, "no access record in both receivers yet");
+    let event = |e: &str| {
+        lake.iter()
+            .any(|r| r["type"] == "connector_status" && r["event"] == e)
+    };
+    ensure!(
+        event("heartbeat") && event("connected"),
+        "no heartbeat or connected event yet"
+    );
     let to = |to: &str| lake.iter().any(|r| r["type"] == "health" && r["to"] == to);
     ensure!(
         to("down") && to("up"),
@@ -433,9 +445,12 @@ async fn outage(ca: &Ca, siem: &mut Rsyslog) -> Result<Vec<(bool, u64, u64)>> {
     Ok(samples)
 }
 
-/// After the load: waits until both receivers have every record (the
-/// spools empty, rsyslog's numbers without gaps up to the JSON receiver's
-/// last), then compares them. Returns (records at rsyslog, duplicates).
+/// After the load: waits until both receivers have every record (both
+/// connected, rsyslog's numbers without gaps up to the JSON receiver's
+/// last), then compares them. (The spool keeps a record until 8 MiB more
+/// went out after it, in case a broken connection lost it: at this volume
+/// it empties only by sending again.) Returns (messages at rsyslog,
+/// duplicates among them).
 async fn delivered(
     ca: &Ca,
     siem: &Rsyslog,
@@ -445,10 +460,7 @@ async fn delivered(
     let (siem_seqs, lake_records) = retry(Duration::from_secs(60), || async {
         for name in ["siem", "lake"] {
             let r = receiver(ca, name).await?;
-            ensure!(
-                r["connected"] == true && r["spool_records"] == 0,
-                "{name}: {r}"
-            );
+            ensure!(r["connected"] == true, "{name}: {r}");
             ensure!(r["dropped_total"] == 0, "{name} dropped records: {r}");
         }
         let lake_records = lake.records();
