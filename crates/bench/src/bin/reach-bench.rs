@@ -29,7 +29,7 @@ enum Cmd {
         /// Only these groups (comma-separated): policy, tcp, appcheck, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
         /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm,
-        /// database, startup.
+        /// database, startup, replicas, logstream.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -182,6 +182,7 @@ async fn run(
             "database" => figures::database::run(mode).await,
             "startup" => figures::startup::run(mode).await,
             "replicas" => figures::replicas::run(mode).await,
+            "logstream" => figures::logstream::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {

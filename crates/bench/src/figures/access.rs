@@ -59,11 +59,11 @@ const CONCURRENCY: usize = 64;
 const CONNECTORS: usize = 4;
 
 /// A closed loop's result.
-struct ClosedLoop {
+pub(crate) struct ClosedLoop {
     /// Decisions per second.
-    rate: f64,
+    pub(crate) rate: f64,
     /// Sorted latencies.
-    lat: Vec<Duration>,
+    pub(crate) lat: Vec<Duration>,
     /// Per request: its task, when it started (from the loop's start) and
     /// its latency.
     timeline: Vec<(usize, Duration, Duration)>,
@@ -100,7 +100,7 @@ async fn finish_closed(
 
 /// Closed loop: `CONCURRENCY` tasks over `channels` for `run`; returns
 /// decisions/s and sorted latencies.
-async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<ClosedLoop> {
+pub(crate) async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<ClosedLoop> {
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -127,14 +127,14 @@ async fn grpc_closed(channels: &[Channel], run: Duration) -> Result<ClosedLoop> 
 }
 
 /// An open-loop run's sorted latencies and the CPU it took.
-struct OpenLoop {
+pub(crate) struct OpenLoop {
     /// Sorted latencies.
-    lat: Vec<Duration>,
+    pub(crate) lat: Vec<Duration>,
     /// Each answered request's release time (from the loop's start) and
     /// latency, in release order.
     timeline: Vec<(Duration, Duration)>,
     /// Server CPU over wall time (1.0 = one core busy).
-    server_cores: f64,
+    pub(crate) server_cores: f64,
     /// Load generator CPU (this process) over wall time.
     client_cores: f64,
     /// What the server's threads did meanwhile, per answered request.
@@ -226,7 +226,7 @@ impl std::fmt::Display for Failures {
 /// microseconds of jitter) and hands each request to the runtime; latency
 /// runs from that hand-off to the answer, so the client runtime's
 /// scheduling delay is counted.
-async fn grpc_open(
+pub(crate) async fn grpc_open(
     side: &str,
     channels: &[Channel],
     server: Option<u32>,

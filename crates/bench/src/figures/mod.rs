@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod ha;
 pub mod icmp;
 pub mod ingest;
+pub mod logstream;
 pub mod memory;
 pub mod onaccess;
 pub mod pacing;
@@ -85,6 +86,7 @@ pub const GROUPS: &[&str] = &[
     "database",
     "startup",
     "replicas",
+    "logstream",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -115,6 +117,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "database" => database::SPECS,
         "startup" => startup::SPECS,
         "replicas" => replicas::SPECS,
+        "logstream" => logstream::SPECS,
         _ => &[],
     }
 }

@@ -1,0 +1,256 @@
+//! Log streaming's cost. Two CAs of the `access` setup (104 segments, four
+//! simulated connectors reporting the application Up): one without log
+//! receivers, one with a json receiver over TCP whose destination nobody
+//! listens on (a receiver outage: every record goes to its spool). Access
+//! p99 in alternating open-loop trials on both. Then a closed loop fills
+//! the spool further, a TCP JSON receiver that only counts lines starts
+//! on the destination, and the CA's sender streams the spool into it:
+//! records per second it takes, and the CA's CPU per record (the emit side
+//! from the trials, the CA with a receiver less the one without, over the
+//! records spooled; the send side over the drain; CPU from the CA's
+//! threads' `schedstat`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::Spec;
+use super::access;
+use super::ca::{self, CaSetup};
+use crate::Mode;
+use crate::report::{Figure, Goal};
+use crate::servers::Server;
+use crate::sim;
+use crate::stats::{median_of, ms, per_trial, quantile};
+use crate::sys;
+
+/// The figures.
+pub const SPECS: &[Spec] = &[
+    Spec {
+        name: "logstream_outage_access_p99_ms",
+        unit: "ms",
+        goal: Goal::RatioAtMost { ratio: 1.1 },
+    },
+    Spec {
+        name: "logstream_records_per_s",
+        unit: "records/s",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "logstream_cpu_us_per_record",
+        unit: "µs CPU",
+        goal: Goal::Info,
+    },
+];
+
+/// Channels of each open loop.
+const CHANNELS: usize = 4;
+
+/// A CA under access load with its simulated connectors and channels.
+struct Side {
+    server: Server,
+    channels: Vec<tonic::transport::Channel>,
+    sims: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Side {
+    async fn start(text: &str) -> Result<Side> {
+        let (server, _dir) = ca::start_text(text).await?;
+        let sims = access::connectors(&server).await?;
+        let channels = sim::channels(&server.grpc_url(), CHANNELS).await?;
+        ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
+            let ch = channels[0].clone();
+            async move {
+                Ok(ca::selected(
+                    &ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?,
+                ))
+            }
+        })
+        .await?;
+        Ok(Side {
+            server,
+            channels,
+            sims,
+        })
+    }
+
+    /// One open-loop trial: the run and the CA's CPU time over it.
+    async fn trial(&self, rate: f64, run: Duration) -> Result<(access::OpenLoop, Duration)> {
+        let pid = self.server.pid();
+        let cpu0 = sys::thread_times(pid);
+        let open = access::grpc_open("log", &self.channels, pid, rate, run).await?;
+        Ok((open, cpu0.until(&sys::thread_times(pid)).cpu))
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        for t in &self.sims {
+            t.abort();
+        }
+    }
+}
+
+/// The receiver `lake` as `GET /api/v1/log_receivers` shows it.
+async fn lake(server: &Server) -> Result<serde_json::Value> {
+    let body = ca::get_json(
+        &reqwest::Client::new(),
+        &format!("http://{}", server.http),
+        "/api/v1/log_receivers",
+    )
+    .await?;
+    body["log_receivers"]
+        .as_array()
+        .and_then(|l| l.iter().find(|r| r["name"] == "lake"))
+        .cloned()
+        .with_context(|| format!("no receiver lake in {body}"))
+}
+
+/// A number of the receiver's state.
+fn count(r: &serde_json::Value, key: &str) -> Result<u64> {
+    r[key].as_u64().with_context(|| format!("no {key} in {r}"))
+}
+
+/// What the drain measured.
+struct Drain {
+    /// Records taken.
+    records: u64,
+    /// From the first byte to the last record.
+    took: Duration,
+    /// The CA's CPU over the drain.
+    cpu: Duration,
+}
+
+/// Starts a counting JSON receiver on `port` and waits until it has taken
+/// `want` records; the rate is timed from its first byte.
+async fn drain(server: &Server, port: u16, want: u64) -> Result<Drain> {
+    let rx = test_support::JsonReceiver::counting(([127, 0, 0, 1], port).into()).await?;
+    let pid = server.pid();
+    let t0 = Instant::now();
+    // The sender reconnects with backoff (up to 30 s after a long outage).
+    let (first, cpu0) = loop {
+        if rx.bytes() > 0 {
+            break (Instant::now(), sys::thread_times(pid));
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            bail!("the CA did not connect to the receiver within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let at_first = rx.count();
+    loop {
+        if rx.count() >= want {
+            break;
+        }
+        if first.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "the receiver took {} of {want} records in 120 s",
+                rx.count()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(Drain {
+        records: rx.count() - at_first,
+        took: first.elapsed(),
+        cpu: cpu0.until(&sys::thread_times(pid)).cpu,
+    })
+}
+
+/// `pairs` pairs of open-loop trials alternating between `sides` (second,
+/// first, first, second, …; both up): each side's runs and CA CPU in all.
+async fn trials(
+    sides: [&Side; 2],
+    rate: f64,
+    run: Duration,
+    pairs: usize,
+) -> Result<[(Vec<access::OpenLoop>, Duration); 2]> {
+    let mut out = [(Vec::new(), Duration::ZERO), (Vec::new(), Duration::ZERO)];
+    for i in 0..pairs {
+        for k in [(i + 1) % 2, i % 2] {
+            let (open, cpu) = sides[k].trial(rate, run).await?;
+            out[k].0.push(open);
+            out[k].1 += cpu;
+        }
+    }
+    Ok(out)
+}
+
+/// Measures (quick: 1,000 decisions/s, one 0.5-s pair; full: 5,000/s, five
+/// 3-s pairs).
+pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
+    let rate = mode.pick(1000.0, 5000.0);
+    let trial = mode.pick(Duration::from_millis(500), Duration::from_secs(3));
+    let port = test_support::free_port()?;
+    let plain_text = ca::config_text(&CaSetup::default());
+    let logged_text = format!(
+        "{plain_text}\n[[log_receivers]]\nname = \"lake\"\ndestination = \
+         \"tcp://127.0.0.1:{port}\"\nformat = \"json\"\nspool_bytes = {}\n",
+        1u64 << 30
+    );
+    let plain = Side::start(&plain_text).await?;
+    let logged = Side::start(&logged_text).await?;
+    plain.trial(rate, Duration::from_millis(200)).await?;
+    logged.trial(rate, Duration::from_millis(200)).await?;
+    let before = count(&lake(&logged.server).await?, "spool_records")?;
+    let [(with, cpu_with), (without, cpu_without)] =
+        trials([&logged, &plain], rate, trial, mode.pick(1, 5)).await?;
+    let state = lake(&logged.server).await?;
+    if state["connected"] != false {
+        bail!("the receiver's destination is taken: {state}");
+    }
+    let spooled = count(&state, "spool_records")? - before;
+    let emit_us = cpu_with.saturating_sub(cpu_without).as_secs_f64() * 1e6 / spooled.max(1) as f64;
+    // More records for the drain: a closed loop as fast as the CA decides.
+    access::grpc_closed(
+        &logged.channels,
+        mode.pick(Duration::from_secs(1), Duration::from_secs(8)),
+    )
+    .await?;
+    let state = lake(&logged.server).await?;
+    let (in_spool, dropped) = (
+        count(&state, "spool_records")?,
+        count(&state, "dropped_total")?,
+    );
+    let d = drain(&logged.server, port, in_spool).await?;
+    drop((plain, logged));
+    let p99 = |r: &access::OpenLoop| ms(quantile(&r.lat, 0.99));
+    let send_us = d.cpu.as_secs_f64() * 1e6 / d.records.max(1) as f64;
+    let per_s = d.records as f64 / d.took.as_secs_f64();
+    Ok(vec![
+        SPECS[0].figure(
+            median_of(&with, p99),
+            Some(median_of(&without, p99)),
+            format!(
+                "Access/Resolve open loop at {rate:.0}/s, {} alternating trials (median; outage {}, \
+                 none {}); value: a CA whose json receiver is down (records spooled: {spooled}), \
+                 baseline: the same CA without receivers; CA CPU in cores {:.2} vs {:.2}",
+                with.len(),
+                per_trial(&with, p99),
+                per_trial(&without, p99),
+                median_of(&with, |r| r.server_cores),
+                median_of(&without, |r| r.server_cores),
+            ),
+        ),
+        SPECS[1].figure(
+            per_s,
+            None,
+            format!(
+                "{} records (json, {in_spool} in the spool, {dropped} dropped while it filled) \
+                 streamed from the spool to a TCP receiver counting lines, in {:.0} ms from its \
+                 first byte",
+                d.records,
+                d.took.as_secs_f64() * 1000.0
+            ),
+        ),
+        SPECS[2].figure(
+            emit_us + send_us,
+            None,
+            format!(
+                "emit (record built, formatted, spooled: CA CPU with the receiver less without, \
+                 over the {spooled} records of the trials) {emit_us:.2} µs + send (CA CPU over \
+                 the drain / records) {send_us:.2} µs"
+            ),
+        ),
+    ])
+}
