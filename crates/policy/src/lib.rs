@@ -51,6 +51,7 @@ pub use select::{
 };
 pub use status::{
     AddressResult, Failure, FailureKind, Method, Status, application_status, effective_status,
+    stale_limit,
 };
 pub use validate::{
     DEFAULT_MIN_SUBNET_PREFIX_V4, DEFAULT_MIN_SUBNET_PREFIX_V6, GroupSpec, Limits, PolicySpec,

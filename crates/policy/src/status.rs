@@ -190,6 +190,18 @@ pub fn application_status(results: &[AddressResult], dns_failed: bool) -> Status
     }
 }
 
+/// How old a result may be before `effective_status` calls it Unknown
+/// (it is, once older than this).
+pub fn stale_limit(
+    report_interval: Duration,
+    stale_after_intervals: u32,
+    cycle: Duration,
+) -> Duration {
+    report_interval
+        .saturating_mul(stale_after_intervals)
+        .saturating_add(cycle)
+}
+
 /// The status the CA acts on: a report older than `stale_after_intervals`
 /// report intervals plus the connector's cycle time is Unknown. A report
 /// exactly at that age is still current. The limit saturates instead of
@@ -201,10 +213,7 @@ pub fn effective_status(
     stale_after_intervals: u32,
     cycle: Duration,
 ) -> Status {
-    let limit = report_interval
-        .saturating_mul(stale_after_intervals)
-        .saturating_add(cycle);
-    if age > limit {
+    if age > stale_limit(report_interval, stale_after_intervals, cycle) {
         Status::Unknown
     } else {
         reported

@@ -217,6 +217,26 @@ impl Authority {
         let mut changes = self.subscribe();
         changes.borrow_and_update();
         let now = Instant::now();
+        if mode != HealthReporting::OnAccess
+            && let Some((decision, selection)) = self.decide_on_roster(
+                &state,
+                segment,
+                &key,
+                (mode, strategy, proximity),
+                now,
+                &mut rand::rng(),
+            )
+        {
+            return finish(
+                explanation,
+                decision,
+                selection,
+                strategy,
+                segment,
+                key,
+                &state,
+            );
+        }
         let mut candidates = self.candidates(&state, segment, &key, now);
         let mut decision = self.pick(&candidates, mode, strategy, proximity);
         let mut rechecking = Vec::new();
@@ -635,7 +655,7 @@ fn matched<'r>(reports: &'r Reports, candidates: &[Candidate]) -> Vec<(usize, &'
 /// segment's mode, the strategy and the user's proximity), with its
 /// explanation completed.
 fn outcome(
-    mut explanation: ExplanationView,
+    explanation: ExplanationView,
     decision: Decision,
     candidates: Vec<Candidate>,
     how: (HealthReporting, Strategy, Proximity),
@@ -656,9 +676,30 @@ fn outcome(
         ),
         Decision::Refused(reason) => (None, Err(reason)),
     };
-    explanation.selection = Some(policy::explain_owned(
-        candidates, chosen, mode, strategy, proximity,
-    ));
+    let selection = policy::explain_owned(candidates, chosen, mode, strategy, proximity);
+    finish(
+        explanation,
+        decision,
+        selection,
+        strategy,
+        segment,
+        key,
+        state,
+    )
+}
+
+/// The outcome of a choice (connector and group) or refusal made under
+/// `strategy`, explained by `selection`.
+fn finish(
+    mut explanation: ExplanationView,
+    decision: Result<(String, String), RefusalReason>,
+    selection: policy::Explanation,
+    strategy: Strategy,
+    segment: &Segment,
+    key: AppKey,
+    state: &PolicyState,
+) -> AccessOutcome {
+    explanation.selection = Some(selection);
     match decision {
         Ok((connector, group)) => {
             if strategy == Strategy::Group {

@@ -5,3 +5,4 @@
 pub mod decide;
 pub mod drain;
 pub mod explain;
+pub mod roster;

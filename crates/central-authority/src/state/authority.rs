@@ -44,6 +44,8 @@ pub struct Authority {
     registry: Registry,
     health: HealthTable,
     on_access: OnAccess,
+    /// The candidates of the applications decided on, kept indexed.
+    rosters: crate::state::rosters::Rosters,
     /// Bumped whenever the health table or the connector set changes; access
     /// requests waiting for on-access discovery watch it.
     changes: watch::Sender<u64>,
@@ -191,6 +193,7 @@ impl Authority {
             registry: Registry::default(),
             health: HealthTable::default(),
             on_access: OnAccess::new(window, gap),
+            rosters: crate::state::rosters::Rosters::default(),
             changes: watch::channel(0).0,
             metrics: Metrics::default(),
             next_session: AtomicU64::new(1),
@@ -239,6 +242,11 @@ impl Authority {
     /// The readiness warm-up after the start.
     pub(crate) fn warmup(&self) -> &crate::state::warmup::Warmup {
         &self.warmup
+    }
+
+    /// The rosters of the applications decided on.
+    pub(crate) fn rosters(&self) -> &crate::state::rosters::Rosters {
+        &self.rosters
     }
 
     /// The on-access windows and coalescing.
@@ -543,6 +551,7 @@ impl Authority {
             });
         self.health
             .retain(|key, _, report| app_allowed(&new, &report.group, key).is_ok());
+        self.rosters.clear();
 
         let mut updates = Vec::new();
         let closed = self.registry.close_where(|name, group, tx| {

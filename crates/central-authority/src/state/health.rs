@@ -179,6 +179,93 @@ struct AppRecord {
     transitions: VecDeque<Transition>,
     /// Every address the connectors' answers have had.
     addresses: AddressBook,
+    /// The writes a roster follows (`HealthTable::facts`).
+    writes: Writes,
+}
+
+/// The writes to one application's reports, for a roster that follows it
+/// (`state::rosters`): once a roster read the record (`watched`), every
+/// write notes its connector, numbered; the oldest are dropped past a
+/// bound (a roster behind them reads every report again).
+#[derive(Debug, Default)]
+struct Writes {
+    /// The record's identity: a record removed and made again is another.
+    id: u64,
+    /// Set under a read lock by the roster's first reading.
+    watched: std::sync::atomic::AtomicBool,
+    seq: u64,
+    /// Every write numbered above `floor` is in `log`.
+    floor: u64,
+    log: Vec<(u64, Arc<str>)>,
+}
+
+impl Writes {
+    /// Notes a write of `connector`'s report (`reports`: how many the
+    /// application has, which bounds the log).
+    fn note(&mut self, connector: &Arc<str>, reports: usize) {
+        if !self.watched.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        self.seq += 1;
+        self.log.push((self.seq, Arc::clone(connector)));
+        if self.log.len() > reports.saturating_mul(2).saturating_add(64) {
+            let cut = self.log.len() / 2;
+            self.floor = self.log[cut - 1].0;
+            self.log.drain(..cut);
+        }
+    }
+
+    fn at(&self) -> FactsAt {
+        FactsAt {
+            record: self.id,
+            seq: self.seq,
+        }
+    }
+}
+
+/// What a roster reads of one connector's report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fact {
+    /// The status as stored.
+    pub status: Status,
+    /// When the check behind it ran.
+    pub checked_at: Instant,
+    /// The smoothed RTT.
+    pub rtt: Option<Duration>,
+}
+
+impl Fact {
+    fn of(r: &Report) -> Fact {
+        Fact {
+            status: r.status,
+            checked_at: r.checked_at,
+            rtt: r.rtt,
+        }
+    }
+}
+
+/// Where a roster's reading of an application's reports stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FactsAt {
+    record: u64,
+    seq: u64,
+}
+
+/// An application's reports as a roster reads them.
+#[derive(Debug)]
+pub(crate) enum Facts {
+    /// No connector reported it.
+    Absent,
+    /// Every connector's report, in name order.
+    All {
+        at: FactsAt,
+        reports: Vec<(Arc<str>, Fact)>,
+    },
+    /// The reports written since the reading asked about (`None`: removed).
+    Changed {
+        at: FactsAt,
+        changed: Vec<(Arc<str>, Option<Fact>)>,
+    },
 }
 
 /// The connectors' latest reports for one application, in name order.
@@ -355,6 +442,8 @@ impl AppRecord {
         report.addresses.clear();
         report.dns_error = None;
         report.unknown_cause = Some(cause);
+        self.writes
+            .note(&self.reports.names[i], self.reports.reports.len());
         published.push((key.clone(), t.clone()));
         self.push(t, keep);
     }
@@ -504,12 +593,12 @@ impl ShardMap {
     }
 
     /// Adds `key`, which the shard does not hold, with an empty record.
-    fn insert_new(&mut self, hash: u64, key: AppKey, hasher: &Hasher) -> &mut AppRecord {
-        let entry = self
-            .entries
-            .insert_unique(hash, (key, AppRecord::default()), |(k, _)| {
-                hasher.hash_one(k as &dyn KeyLike)
-            });
+    fn insert_new(&mut self, hash: u64, key: AppKey, hasher: &Hasher, id: u64) -> &mut AppRecord {
+        let mut record = AppRecord::default();
+        record.writes.id = id;
+        let entry = self.entries.insert_unique(hash, (key, record), |(k, _)| {
+            hasher.hash_one(k as &dyn KeyLike)
+        });
         &mut entry.into_mut().1
     }
 
@@ -556,6 +645,9 @@ impl ShardMap {
         let mut gone: Vec<(u64, Arc<str>)> = Vec::new();
         for (key, record) in self.entries.iter_mut() {
             let removed = record.reports.retain(|c, r| !remove(key, c, r));
+            for c in &removed {
+                record.writes.note(c, record.reports.len());
+            }
             if !removed.is_empty() {
                 let hash = hasher.hash_one(&*key as &dyn KeyLike);
                 gone.extend(removed.into_iter().map(|c| (hash, c)));
@@ -591,6 +683,8 @@ pub struct HealthTable {
     /// Address changes not yet taken by `take_address_changes` (the
     /// address history), likewise.
     address_outbox: std::sync::Mutex<Vec<(AppKey, SystemTime, AddressChange)>>,
+    /// Numbers the records (`Writes::id`).
+    records: std::sync::atomic::AtomicU64,
 }
 
 impl Default for HealthTable {
@@ -600,6 +694,7 @@ impl Default for HealthTable {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             outbox: std::sync::Mutex::default(),
             address_outbox: std::sync::Mutex::default(),
+            records: std::sync::atomic::AtomicU64::new(1),
         }
     }
 }
@@ -687,6 +782,7 @@ impl HealthTable {
                 }
             };
             record.follow(i, connector, sample.is_some(), wall_ms, &mut changes);
+            record.writes.note(connector, record.reports.len());
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
             }
@@ -697,7 +793,12 @@ impl HealthTable {
         // known application, not two (each compares the key's strings).
         let (before, published, old) = match apps.find_mut(hash, &key) {
             Some(record) => store(record),
-            None => store(apps.insert_new(hash, key.to_key(), &self.hasher)),
+            None => {
+                let id = self
+                    .records
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                store(apps.insert_new(hash, key.to_key(), &self.hasher, id))
+            }
         };
         if before.is_none() {
             // The connector's first report of the application.
@@ -843,6 +944,44 @@ impl HealthTable {
             self.publish(published);
         }
         changed
+    }
+
+    /// `key`'s reports for a roster that read them at `since`: those
+    /// written since, or all when it read another record, missed dropped
+    /// writes or read none. The record notes its writes from here on.
+    pub(crate) fn facts(&self, key: &AppKey, since: Option<FactsAt>) -> Facts {
+        let (shard, hash) = self.shard(key);
+        let apps = read(shard);
+        let Some(r) = apps.find(hash, key) else {
+            return Facts::Absent;
+        };
+        let w = &r.writes;
+        let at = w.at();
+        match since {
+            Some(s)
+                if s.record == w.id
+                    && s.seq >= w.floor
+                    && w.watched.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                let from = w.log.partition_point(|(seq, _)| *seq <= s.seq);
+                let changed = w.log[from..]
+                    .iter()
+                    .map(|(_, c)| (Arc::clone(c), r.reports.get(c).map(Fact::of)))
+                    .collect();
+                Facts::Changed { at, changed }
+            }
+            _ => {
+                w.watched.store(true, std::sync::atomic::Ordering::Relaxed);
+                let reports = r
+                    .reports
+                    .names
+                    .iter()
+                    .zip(&r.reports.reports)
+                    .map(|(c, rep)| (Arc::clone(c), Fact::of(rep)))
+                    .collect();
+                Facts::All { at, reports }
+            }
+        }
     }
 
     /// Every connector's stored status and check time (`Report::checked_at`)

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod on_access;
 pub mod policy_state;
 pub mod registry;
+pub mod rosters;
 pub mod series;
 pub mod sync;
 pub mod tickets;

@@ -238,6 +238,69 @@ struct Conns {
     /// connector (those not in `map` too: an entry made later takes its
     /// drain from here).
     drains: HashMap<String, DrainRecord>,
+    /// What changed in `groups`, for the rosters (`links`).
+    log: LinkLog,
+}
+
+/// The changes to the groups' members a roster follows (`Registry::links`):
+/// a count of membership changes (a connector joins, leaves or changes
+/// group: the roster is built again), and each change of a member's link,
+/// numbered, the oldest dropped past a bound (a roster behind them is
+/// built again).
+#[derive(Debug, Default)]
+struct LinkLog {
+    members: u64,
+    seq: u64,
+    /// Every link change numbered above `floor` is in `changed`.
+    floor: u64,
+    changed: std::collections::VecDeque<(u64, String)>,
+}
+
+impl LinkLog {
+    /// Notes that `name`'s link changed.
+    fn changed(&mut self, name: &str) {
+        self.seq += 1;
+        self.changed.push_back((self.seq, name.to_owned()));
+        if self.changed.len() > LINK_LOG_MAX {
+            let cut = self.changed.len() / 2;
+            self.floor = self.changed[cut - 1].0;
+            self.changed.drain(..cut);
+        }
+    }
+
+    fn at(&self) -> LinksAt {
+        LinksAt {
+            members: self.members,
+            seq: self.seq,
+        }
+    }
+}
+
+/// Most link changes the log keeps: 10,000 connectors' heartbeats (each
+/// may change a cycle) for half a minute between two decisions.
+const LINK_LOG_MAX: usize = 1 << 16;
+
+/// Where a roster's reading of the groups' members stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LinksAt {
+    members: u64,
+    seq: u64,
+}
+
+/// The members of a segment's groups as a roster reads them.
+#[derive(Debug)]
+pub(crate) enum Links {
+    /// Every member, per group (in the order asked), by name.
+    All {
+        at: LinksAt,
+        groups: Vec<Vec<(String, Link)>>,
+    },
+    /// The members whose link changed since the reading asked about: name,
+    /// group and link.
+    Changed {
+        at: LinksAt,
+        changed: Vec<(String, String, Link)>,
+    },
 }
 
 impl Conns {
@@ -248,7 +311,7 @@ impl Conns {
     fn update<R>(&mut self, name: &str, f: impl FnOnce(&mut ConnectorEntry) -> R) -> Option<R> {
         let e = self.map.get_mut(name)?;
         let r = f(e);
-        relink(&mut self.groups, name, e);
+        relink(&mut self.groups, &mut self.log, name, e);
         Some(r)
     }
 }
@@ -318,6 +381,7 @@ impl Registry {
             && let Some(old) = conns.groups.get_mut(&entry.group)
         {
             old.remove(name);
+            conns.log.members += 1;
             if old.is_empty() {
                 conns.groups.remove(&entry.group);
             }
@@ -343,11 +407,17 @@ impl Registry {
             "connector connected"
         );
         let replaced = entry.session.replace(session);
-        conns
+        let link = entry.link();
+        let before = conns
             .groups
             .entry(group.to_owned())
             .or_default()
-            .insert(name.to_owned(), entry.link());
+            .insert(name.to_owned(), link);
+        match before {
+            None => conns.log.members += 1,
+            Some(old) if old != link => conns.log.changed(name),
+            Some(_) => {}
+        }
         Ok(replaced)
     }
 
@@ -399,6 +469,7 @@ impl Registry {
             && let Some(members) = conns.groups.get_mut(&e.group)
         {
             members.remove(name);
+            conns.log.members += 1;
             if members.is_empty() {
                 conns.groups.remove(&e.group);
             }
@@ -422,7 +493,7 @@ impl Registry {
             let now = drains.get(name);
             if e.drain.as_ref() != now {
                 e.drain = now.cloned();
-                relink(&mut conns.groups, name, e);
+                relink(&mut conns.groups, &mut conns.log, name, e);
             }
         }
         conns.drains = drains;
@@ -437,7 +508,7 @@ impl Registry {
         let name = drain.connector.clone();
         if let Some(e) = conns.map.get_mut(&name) {
             e.drain = Some(drain.clone());
-            relink(&mut conns.groups, &name, e);
+            relink(&mut conns.groups, &mut conns.log, &name, e);
         }
         conns.drains.insert(name, drain);
     }
@@ -450,7 +521,7 @@ impl Registry {
         conns.drains.remove(name);
         if let Some(e) = conns.map.get_mut(name) {
             e.drain = None;
-            relink(&mut conns.groups, name, e);
+            relink(&mut conns.groups, &mut conns.log, name, e);
         }
     }
 
@@ -500,7 +571,7 @@ impl Registry {
         let mut closed = Vec::new();
         for (name, e) in conns.map.iter_mut() {
             if let Some(s) = e.disconnect() {
-                relink(&mut conns.groups, name, e);
+                relink(&mut conns.groups, &mut conns.log, name, e);
                 closed.push((name.clone(), s));
             }
         }
@@ -523,7 +594,7 @@ impl Registry {
             if let Some(why) = reason(name, &entry.group, &session.tx)
                 && let Some(s) = entry.disconnect()
             {
-                relink(&mut conns.groups, name, entry);
+                relink(&mut conns.groups, &mut conns.log, name, entry);
                 closed.push((name.clone(), s, why));
             }
         }
@@ -546,7 +617,7 @@ impl Registry {
                     kept.push((name.clone(), s.tx.clone(), root));
                 }
             } else if let Some(s) = entry.disconnect() {
-                relink(&mut conns.groups, name, entry);
+                relink(&mut conns.groups, &mut conns.log, name, entry);
                 closed.push((name.clone(), s));
             }
         }
@@ -636,7 +707,7 @@ impl Registry {
         for (name, e) in conns.map.iter_mut() {
             let estimated = state.group_checks(&e.group) + live.get(name).copied().unwrap_or(0);
             update_estimate(state, name, e, estimated, wall);
-            relink(&mut conns.groups, name, e);
+            relink(&mut conns.groups, &mut conns.log, name, e);
         }
     }
 
@@ -696,6 +767,41 @@ impl Registry {
             .collect()
     }
 
+    /// The members of `groups` for a roster that read them at `since`:
+    /// those whose link changed since, or all when their membership
+    /// changed, the changes it missed were dropped, or it read none.
+    pub(crate) fn links(&self, groups: &[String], since: Option<LinksAt>) -> Links {
+        let conns = lock(&self.conns);
+        let log = &conns.log;
+        let at = log.at();
+        match since {
+            Some(s) if s.members == log.members && s.seq >= log.floor => {
+                let from = log.changed.partition_point(|(seq, _)| *seq <= s.seq);
+                let mut changed = Vec::new();
+                for (_, name) in log.changed.range(from..) {
+                    let Some(e) = conns.map.get(name) else {
+                        continue;
+                    };
+                    if groups.contains(&e.group) {
+                        changed.push((name.clone(), e.group.clone(), e.link()));
+                    }
+                }
+                Links::Changed { at, changed }
+            }
+            _ => Links::All {
+                at,
+                groups: groups
+                    .iter()
+                    .map(|g| {
+                        conns.groups.get(g).map_or_else(Vec::new, |m| {
+                            m.iter().map(|(n, l)| (n.clone(), *l)).collect()
+                        })
+                    })
+                    .collect(),
+            },
+        }
+    }
+
     /// The outbound channels of those of `names` that have a live session.
     pub(crate) fn senders<'a>(
         &self,
@@ -723,9 +829,18 @@ impl Registry {
 
 /// Copies `e`'s link (connector `name`) into its group's members, after
 /// whatever may have changed it.
-fn relink(groups: &mut HashMap<String, BTreeMap<String, Link>>, name: &str, e: &ConnectorEntry) {
+fn relink(
+    groups: &mut HashMap<String, BTreeMap<String, Link>>,
+    log: &mut LinkLog,
+    name: &str,
+    e: &ConnectorEntry,
+) {
     if let Some(link) = groups.get_mut(&e.group).and_then(|m| m.get_mut(name)) {
-        *link = e.link();
+        let new = e.link();
+        if *link != new {
+            *link = new;
+            log.changed(name);
+        }
     }
 }
 

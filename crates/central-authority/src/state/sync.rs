@@ -6,9 +6,9 @@
 //! Only the owners of CA state lock anything, through these helpers or
 //! directly (the list is the Architecture Invariant on lock owners in
 //! ARCHITECTURE.md: `state::authority`, `state::health`, `state::limits`,
-//! `state::on_access`, `state::registry`, `state::tickets`, `state::warmup`,
-//! `store::sqlite`, `store::postgres`, `api::listen`, `trust::oidc`,
-//! `trust::tls`); everyone else goes through their APIs.
+//! `state::on_access`, `state::registry`, `state::rosters`, `state::tickets`,
+//! `state::warmup`, `store::sqlite`, `store::postgres`, `api::listen`,
+//! `trust::oidc`, `trust::tls`); everyone else goes through their APIs.
 //! The helpers lock on their callers' behalf: this module owns no lock.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
