@@ -60,8 +60,7 @@ impl Authority {
             let decided = self.rosters().decide(
                 key,
                 (state, segment),
-                ticket,
-                (facts, links),
+                (ticket, facts, links),
                 now,
                 (rules, &judge),
                 |roster| {
@@ -182,7 +181,7 @@ mod tests {
             },
         );
         let hello = v1::Hello::default();
-        let group = if i % 3 == 0 { "b" } else { "a" };
+        let group = if i.is_multiple_of(3) { "b" } else { "a" };
         let arrival = Arrival {
             name: &name,
             group,
@@ -298,7 +297,7 @@ mod tests {
             let mut rostered = 0;
             for n in 0..400u64 {
                 step(&a, &keys, &mut rng, &mut now, &mut id);
-                if n % 3 != 0 {
+                if !n.is_multiple_of(3) {
                     continue;
                 }
                 for (segment, key) in segments.iter().zip(&keys) {

@@ -278,7 +278,7 @@ impl Rosters {
         })
     }
 
-    /// Applies what a decision read with `ticket` (`facts` and `links`) at
+    /// Applies what a decision read with a ticket (`facts` and `links`) at
     /// `now` to `key`'s roster and runs `decide` on it, under its lock
     /// (`decide` takes no lock); `None` when another decision applied
     /// changes since `ticket`, or the roster must be built again (the
@@ -288,8 +288,7 @@ impl Rosters {
         &self,
         key: &AppKey,
         (state, segment): (&Arc<PolicyState>, &Segment),
-        ticket: Ticket,
-        (facts, links): (Facts, Links),
+        (ticket, facts, links): (Ticket, Facts, Links),
         now: Instant,
         (rules, judge): (Rules, Judge<'_>),
         decide: impl FnOnce(&Roster) -> R,
