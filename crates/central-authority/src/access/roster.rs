@@ -325,4 +325,70 @@ mod tests {
             assert!(rostered > 0);
         }
     }
+
+    /// The answer through `resolve` (on the roster) after each change: a
+    /// transition to Down, a drain, its end, a disconnection and a stale
+    /// result each move the choice, or refuse, as the slice would.
+    #[tokio::test]
+    async fn each_change_moves_the_next_answer() {
+        use crate::access::decide::AccessRequest;
+        let a = authority();
+        let state = a.snapshot();
+        let segment = &state.policy().segments[0];
+        let key = key(segment);
+        let answer = async |a: &Authority| {
+            let request = AccessRequest {
+                host: "h.test".into(),
+                protocol: Protocol::Tcp,
+                port: 80,
+            };
+            let outcome = a.resolve(request).await.expect("a usable request");
+            outcome.decision.map(|s| s.connector).map_err(|r| r.reason)
+        };
+        let set = |i: usize, status: Status, age: Duration| {
+            let now = Instant::now();
+            let report = Report {
+                group: "a".into(),
+                status,
+                addresses: Default::default(),
+                dns_error: None,
+                received_at: now,
+                checked_at: now.checked_sub(age).expect("after the clock's start"),
+                received_wall: SystemTime::now(),
+                checked_at_unix_ms: 0,
+                unknown_cause: None,
+                rtt: None,
+            };
+            a.health()
+                .record(key.clone(), &format!("c{i:02}"), report, 4);
+        };
+        for (i, id) in [(1, 1), (2, 2)] {
+            connect(&a, i, id);
+            set(i, Status::Up, Duration::ZERO);
+        }
+        let both = ["c01".to_owned(), "c02".to_owned()];
+        let first = answer(&a).await.expect("selected");
+        assert!(both.contains(&first));
+        set(1, Status::Down, Duration::ZERO);
+        for _ in 0..8 {
+            assert_eq!(answer(&a).await, Ok("c02".to_owned()), "c01 is Down");
+        }
+        a.registry().drained(DrainRecord {
+            connector: "c02".into(),
+            since_ms: 1,
+            actor_kind: "token".into(),
+            actor: "t".into(),
+        });
+        assert_eq!(answer(&a).await, Err(policy::RefusalReason::AllDown));
+        a.registry().undrained("c02");
+        assert_eq!(answer(&a).await, Ok("c02".to_owned()));
+        assert!(a.registry().close("c02").is_some());
+        a.forget_connector("c02", UnknownCause::Disconnected);
+        assert_eq!(answer(&a).await, Err(policy::RefusalReason::AllDown));
+        set(1, Status::Up, Duration::ZERO);
+        assert_eq!(answer(&a).await, Ok("c01".to_owned()));
+        // Older than 3 intervals of 1 s and the cycle: stale, Unknown.
+        set(1, Status::Up, Duration::from_secs(600));
+        assert_eq!(answer(&a).await, Err(policy::RefusalReason::NoHealthReport));
+    }
 }
