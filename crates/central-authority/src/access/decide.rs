@@ -217,25 +217,11 @@ impl Authority {
         let mut changes = self.subscribe();
         changes.borrow_and_update();
         let now = Instant::now();
-        if mode != HealthReporting::OnAccess
-            && let Some((decision, selection)) = self.decide_on_roster(
-                &state,
-                segment,
-                &key,
-                (mode, strategy, proximity),
-                now,
-                &mut rand::rng(),
-            )
-        {
-            return finish(
-                explanation,
-                decision,
-                selection,
-                strategy,
-                segment,
-                key,
-                &state,
-            );
+        let how = (mode, strategy, proximity);
+        let rostered = (mode != HealthReporting::OnAccess)
+            .then(|| self.decide_on_roster(&state, segment, &key, how, now, &mut rand::rng()));
+        if let Some(decided) = rostered.flatten() {
+            return finish(explanation, decided, strategy, segment, key, &state);
         }
         let mut candidates = self.candidates(&state, segment, &key, now);
         let mut decision = self.pick(&candidates, mode, strategy, proximity);
@@ -265,15 +251,7 @@ impl Authority {
             explanation.discovery_ms =
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
-        outcome(
-            explanation,
-            decision,
-            candidates,
-            (mode, strategy, proximity),
-            segment,
-            key,
-            &state,
-        )
+        outcome(explanation, decision, candidates, how, segment, key, &state)
     }
 
     /// The decision to the log receivers that take access records: the
@@ -679,8 +657,7 @@ fn outcome(
     let selection = policy::explain_owned(candidates, chosen, mode, strategy, proximity);
     finish(
         explanation,
-        decision,
-        selection,
+        (decision, selection),
         strategy,
         segment,
         key,
@@ -689,11 +666,10 @@ fn outcome(
 }
 
 /// The outcome of a choice (connector and group) or refusal made under
-/// `strategy`, explained by `selection`.
+/// `strategy`, and its explanation.
 fn finish(
     mut explanation: ExplanationView,
-    decision: Result<(String, String), RefusalReason>,
-    selection: policy::Explanation,
+    (decision, selection): crate::access::roster::Decided,
     strategy: Strategy,
     segment: &Segment,
     key: AppKey,

@@ -725,6 +725,12 @@ impl HealthTable {
         (self.shard_of(hash), hash)
     }
 
+    /// A new record's id (`Writes::id`).
+    fn next_id(&self) -> u64 {
+        self.records
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stores `report` as `connector`'s latest for `key`; returns the
     /// previous status (Unknown when there was none).
     pub fn record(&self, key: AppKey, connector: &str, report: Report, keep: usize) -> Status {
@@ -793,12 +799,7 @@ impl HealthTable {
         // known application, not two (each compares the key's strings).
         let (before, published, old) = match apps.find_mut(hash, &key) {
             Some(record) => store(record),
-            None => {
-                let id = self
-                    .records
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                store(apps.insert_new(hash, key.to_key(), &self.hasher, id))
-            }
+            None => store(apps.insert_new(hash, key.to_key(), &self.hasher, self.next_id())),
         };
         if before.is_none() {
             // The connector's first report of the application.
