@@ -227,6 +227,18 @@ fn log_start(authority: &Authority, grpc: &TcpListener, http: &TcpListener) {
     for warning in &state.config.warnings {
         tracing::warn!("{warning}");
     }
+    if let Some(cap) = api::listen::somaxconn() {
+        let limits = &state.settings().limits;
+        let listeners = [
+            ("HTTP", "max_connections", limits.max_connections),
+            ("gRPC", "grpc_max_connections", limits.grpc_max_connections),
+        ];
+        for (what, key, limit) in listeners {
+            if let Some(w) = api::listen::backlog_warning(what, key, limit, cap) {
+                tracing::warn!("{w}");
+            }
+        }
+    }
     if authority.pki().is_none() {
         tracing::warn!(
             "TLS is off ([tls] enabled = false): connectors authenticate with provisioning keys in plain text; use this for local experiments only"

@@ -151,9 +151,11 @@ async fn main() -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (grpc, http) = (config.settings.grpc_listen, config.settings.http_listen);
-    let grpc = central_authority::api::listen::bind(grpc)
+    let limits = &config.settings.limits;
+    use central_authority::api::listen::{backlog, bind};
+    let grpc = bind(grpc, backlog(limits.grpc_max_connections))
         .with_context(|| format!("binding gRPC on {grpc}"))?;
-    let http = central_authority::api::listen::bind(http)
+    let http = bind(http, backlog(limits.max_connections))
         .with_context(|| format!("binding HTTP on {http}"))?;
     central_authority::run(config, grpc, http, central_authority::terminated()).await?;
     Ok(ExitCode::SUCCESS)

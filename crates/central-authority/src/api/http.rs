@@ -50,7 +50,7 @@ use crate::api::body::{
     refusal_status,
 };
 use crate::api::dashboard as assets;
-use crate::api::listen::{Admission, Deadlines, Handshaking, JsonErrors, Ticket};
+use crate::api::listen::{Acceptor, Deadlines, Handshaking, JsonErrors, Ticket};
 use crate::api::listing::MAX_EVENTS_PER_PAGE;
 use crate::api::sessions::backchannel_logout;
 use crate::error::ApiError;
@@ -125,7 +125,8 @@ const MAX_HEADER_BYTES: u32 = 16 * 1024;
 ///
 /// Against a hostile crowd: at most `[limits] max_connections` open, at
 /// most `http_max_connections_per_source` from one address (more are closed
-/// at once); when full, the connection idle longest gives way to a new one;
+/// at once); when full, the connections idle longest give way to those
+/// waiting, as many at once as wait (`listen::Acceptor`);
 /// a connection must send its first byte within `first_byte_timeout` (then
 /// finish TLS within the handshake timeout, then send its first byte of
 /// HTTP within `first_byte_timeout` again), HTTP/1 headers within
@@ -154,39 +155,37 @@ pub async fn serve(
         limits: limits.clone(),
     };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let admission = Admission::new(limits.http_max_connections_per_source);
+    let acceptor = Acceptor::new(
+        listener,
+        limits.max_connections,
+        limits.http_max_connections_per_source,
+    );
     let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let Some(permit) = slot(&slots, &admission, &mut shutdown).await else {
-            break;
-        };
-        let (tcp, peer) = tokio::select! {
+    'accepting: loop {
+        let batch = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::debug!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            batch = acceptor.next() => batch,
         };
-        let Some(ticket) = admission.admit(peer.ip()) else {
-            tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed");
-            continue;
-        };
-        let ticket = Arc::new(ticket);
-        let _ = tcp.set_nodelay(true);
-        let server = server.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _permit = permit;
-            server.connection(tcp, peer, ticket, watcher).await;
-        });
+        for (tcp, peer, ticket) in batch.accepted {
+            // Full: a connection asked to close makes room.
+            let permit = tokio::select! {
+                _ = &mut shutdown => break 'accepting,
+                permit = acceptor.slot() => match permit {
+                    Some(p) => p,
+                    None => break 'accepting,
+                },
+            };
+            let ticket = Arc::new(ticket);
+            let _ = tcp.set_nodelay(true);
+            let server = server.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let _permit = permit;
+                server.connection(tcp, peer, ticket, watcher).await;
+            });
+        }
     }
-    drop(listener);
+    drop(acceptor);
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
@@ -212,29 +211,6 @@ fn connection_builder(limits: &crate::config::Limits) -> Builder<TokioExecutor> 
         .max_pending_accept_reset_streams(Some(20))
         .max_local_error_reset_streams(Some(100));
     builder
-}
-
-/// A connection slot, waiting for one when all are taken; `None` when the
-/// CA stops meanwhile. Full: the connection idle longest (silent,
-/// mid-handshake, or between requests) gives way, so new clients are not
-/// locked out.
-async fn slot(
-    slots: &Arc<tokio::sync::Semaphore>,
-    admission: &Arc<Admission>,
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    if let Ok(p) = slots.clone().try_acquire_owned() {
-        return Some(p);
-    }
-    // One per new connection. Batches of 8 halved the wait of a user
-    // behind a crowd in the accept queue, but the crowd's faster churn
-    // overflowed the kernel's SYN queue and 0.2-2 % of new users were
-    // reset.
-    admission.evict_oldest_idle();
-    tokio::select! {
-        _ = shutdown => None,
-        p = slots.clone().acquire_owned() => p.ok(),
-    }
 }
 
 /// What every connection of the HTTP listener is served with.
@@ -333,7 +309,7 @@ async fn tls_handshake(
             _ => return Err("no first byte in time".to_owned()),
         }
         // Each byte of the handshake keeps it from counting as idle
-        // (`Admission::evict_oldest_idle`).
+        // (`Admission::evict_idle`).
         let tcp = Handshaking::new(tcp, ticket.clone());
         acceptor.accept(tcp).await.map_err(|e| e.to_string())
     })

@@ -102,26 +102,38 @@ impl Admission {
         })
     }
 
-    /// Asks the connection that has been idle longest to close (to make
-    /// room for a new one); `false` when every connection is busy (or
-    /// already asked).
-    pub fn evict_oldest_idle(&self) -> bool {
+    /// Asks the `n` connections idle longest to close (to make room for
+    /// as many new ones), in one scan of the open connections; returns how
+    /// many were asked (fewer when the rest are busy or already asked).
+    /// Connections admitted at or after `young` (those of the batch that
+    /// needs the room) are left alone.
+    pub fn evict_idle(&self, n: usize, young: Option<&Ticket>) -> usize {
+        if n == 0 {
+            return 0;
+        }
         let inner = lock(&self.inner);
-        let oldest = inner
+        let bound = young.map_or(u64::MAX, |t| t.id);
+        let mut idle: Vec<(u64, &Arc<Conn>)> = inner
             .open
-            .values()
-            .filter(|c| {
-                c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Relaxed)
+            .iter()
+            .filter(|(id, c)| {
+                **id < bound
+                    && c.in_flight.load(Ordering::Acquire) == 0
+                    && !c.evicted.load(Ordering::Relaxed)
             })
-            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
-        let Some(conn) = oldest else {
-            return false;
-        };
-        conn.evicted.store(true, Ordering::Relaxed);
-        // `notify_one` keeps the signal if the connection is not waiting
-        // on it yet.
-        conn.evict.notify_one();
-        true
+            .map(|(_, c)| (c.idle_since.load(Ordering::Relaxed), c))
+            .collect();
+        if idle.len() > n {
+            idle.select_nth_unstable_by_key(n, |(since, _)| *since);
+            idle.truncate(n);
+        }
+        for (_, conn) in &idle {
+            conn.evicted.store(true, Ordering::Relaxed);
+            // `notify_one` keeps the signal if the connection is not
+            // waiting on it yet.
+            conn.evict.notify_one();
+        }
+        idle.len()
     }
 
     /// Open connections from `source` (tests).
@@ -587,19 +599,49 @@ impl AsyncWrite for Admitted {
     forward_writes!();
 }
 
-/// How many connections the kernel holds for a listener before it accepts
-/// them (`listen(2)`'s backlog; the kernel caps it at
-/// `net.core.somaxconn`, 4096 by default since Linux 5.4).
+/// The least backlog a listener asks for (`listen(2)`'s backlog: how
+/// many connections the kernel holds for it before it accepts them).
+/// `tokio::net::TcpListener::bind` asks for 128, as the standard library
+/// does: when the HTTPS listener is full and a crowd of idle connections
+/// waits to be accepted, a queue of 128 overflows and the kernel drops new
+/// connections' SYNs, which a client retries only after a second.
 pub const LISTEN_BACKLOG: u32 = 4096;
 
-/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`], as both of
-/// the CA's listeners are bound. `tokio::net::TcpListener::bind` asks for
-/// 128, as the standard library does: when the HTTPS listener is full and
-/// a crowd of idle connections waits to be accepted, a queue of 128
-/// overflows and the kernel drops new connections' SYNs, which a client
-/// retries only after a second; a queue longer than the crowd keeps a new
-/// user's connection in line instead.
-pub fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// The backlog of a listener that serves at most `limit` connections at
+/// once: at least [`LISTEN_BACKLOG`], and room for as many waiting as it
+/// serves (a crowd as large as the limit waits in line, not in SYN
+/// retries).
+pub fn backlog(limit: usize) -> u32 {
+    u32::try_from(limit).unwrap_or(u32::MAX).max(LISTEN_BACKLOG)
+}
+
+/// The kernel's cap on every listener's backlog (`net.core.somaxconn`);
+/// `None` where it cannot be read.
+pub fn somaxconn() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// The warning for a listener (`what`, its connection limit `key` =
+/// `limit`) whose backlog the kernel's cap `somaxconn` cuts below that
+/// limit; `None` when it does not.
+pub fn backlog_warning(what: &str, key: &str, limit: usize, somaxconn: u32) -> Option<String> {
+    let limit_u32 = u32::try_from(limit).unwrap_or(u32::MAX);
+    (somaxconn < limit_u32).then(|| {
+        format!(
+            "net.core.somaxconn is {somaxconn}, below [limits] {key} = {limit}: the {what} \
+             listener's backlog is cut to {somaxconn}, and past it new connections' SYNs are \
+             dropped (retried after a second); raise it with `sysctl -w \
+             net.core.somaxconn={}`",
+            backlog(limit)
+        )
+    })
+}
+
+/// A listener on `addr` with a backlog of `backlog` (see [`backlog`]), as
+/// both of the CA's listeners are bound.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -607,7 +649,91 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
+    socket.listen(backlog)
+}
+
+/// The HTTPS listener's accepting side: at most `max` connections open at
+/// once, at most `per_source` from one address; full, idle connections
+/// give way to new ones.
+///
+/// Each wake of the listener takes every connection waiting in the
+/// kernel's queue (up to `max`) and asks as many idle connections to close
+/// as the batch lacks free slots for, in one scan. One eviction per accept
+/// made a new user wait behind the whole queue, one eviction and one
+/// wake-up at a time: on a slow host long enough for the queue to overflow
+/// into dropped SYNs.
+#[derive(Debug)]
+pub struct Acceptor {
+    listener: tokio::net::TcpListener,
+    slots: Arc<tokio::sync::Semaphore>,
+    admission: Arc<Admission>,
+    max: usize,
+}
+
+/// The connections one wake of the listener took ([`Acceptor::next`]).
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// Each admitted connection, with its peer and ticket.
+    pub accepted: Vec<(tokio::net::TcpStream, SocketAddr, Ticket)>,
+    /// Idle connections asked to close to make room for them.
+    pub evicted: usize,
+}
+
+impl Acceptor {
+    /// Accepts on `listener`.
+    pub fn new(listener: tokio::net::TcpListener, max: usize, per_source: usize) -> Self {
+        Acceptor {
+            listener,
+            slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
+            admission: Admission::new(per_source),
+            max: max.max(1),
+        }
+    }
+
+    /// Waits for a connection, takes with it every other one waiting,
+    /// admits each (one over its source's cap is closed at once) and asks
+    /// idle connections to close for those without a free slot. Accept
+    /// errors (out of file descriptors) back off and keep accepting.
+    pub async fn next(&self) -> Batch {
+        use futures::FutureExt as _;
+        let mut raw = Vec::new();
+        while raw.is_empty() {
+            match self.listener.accept().await {
+                Ok(a) => raw.push(a),
+                Err(e) => {
+                    tracing::debug!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        // The rest of the queue, without waiting.
+        while raw.len() < self.max {
+            match self.listener.accept().now_or_never() {
+                Some(Ok(a)) => raw.push(a),
+                Some(Err(_)) | None => break,
+            }
+        }
+        let mut batch = Batch::default();
+        for (tcp, peer) in raw {
+            match self.admission.admit(peer.ip()) {
+                Some(ticket) => batch.accepted.push((tcp, peer, ticket)),
+                None => tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed"),
+            }
+        }
+        let short = batch
+            .accepted
+            .len()
+            .saturating_sub(self.slots.available_permits());
+        let first = batch.accepted.first().map(|(_, _, t)| t);
+        batch.evicted = self.admission.evict_idle(short, first);
+        batch
+    }
+
+    /// A slot for one connection of a batch: at once when one is free,
+    /// else when a connection (one asked to close, mostly) closes.
+    pub async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().acquire_owned().await.ok()
+    }
 }
 
 /// The gRPC listener's accepted connections: at most `max` open at once
@@ -738,7 +864,7 @@ mod tests {
             "net.core.somaxconn is {somaxconn}: this test needs more than 200 \
              (`sysctl net.core.somaxconn=4096`) to tell the backlogs apart"
         );
-        let listener = bind((A, 0).into()).expect("bind");
+        let listener = bind((A, 0).into(), backlog(1)).expect("bind");
         let addr = listener.local_addr().expect("address");
         let mut clients = Vec::new();
         for i in 0..n {
@@ -754,6 +880,101 @@ mod tests {
         }
         assert_eq!(clients.len(), n);
         drop(listener);
+    }
+
+    /// The backlog is never under the default and grows with the limit;
+    /// a kernel cap under the limit is warned about, naming both.
+    #[test]
+    fn the_backlog_follows_the_connection_limit() {
+        assert_eq!(backlog(1024), LISTEN_BACKLOG);
+        assert_eq!(backlog(20_000), 20_000);
+        assert_eq!(backlog(usize::MAX), u32::MAX);
+        assert_eq!(backlog_warning("HTTP", "max_connections", 1024, 4096), None);
+        let w = backlog_warning("HTTP", "max_connections", 1024, 128).expect("warned");
+        assert!(
+            w.contains("somaxconn is 128") && w.contains("max_connections = 1024"),
+            "{w}"
+        );
+    }
+
+    /// The listen queue's length of the listener on `port` (its
+    /// `rx_queue` in /proc/net/tcp: connections handshaken, not accepted).
+    fn accept_queue(port: u16) -> usize {
+        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+        let local = format!(":{port:04X}");
+        table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() > 4 && f[1].ends_with(&local) && f[3] == "0A")
+            .and_then(|f| f[4].split(':').nth(1).map(str::to_owned))
+            .and_then(|rx| usize::from_str_radix(&rx, 16).ok())
+            .expect("the listener in /proc/net/tcp")
+    }
+
+    /// Holds an accepted connection as the HTTPS server does: until the
+    /// listener asks it to close.
+    fn hold(tcp: tokio::net::TcpStream, ticket: Ticket, permit: tokio::sync::OwnedSemaphorePermit) {
+        tokio::spawn(async move {
+            ticket.evicted().await;
+            drop((tcp, permit, ticket));
+        });
+    }
+
+    /// A listener full of idle connections and a burst of `K` waiting:
+    /// one wake takes all `K` and asks the `K` idle longest to close, so
+    /// every one of them gets its slot with no further accept (one
+    /// eviction per accept left all but one waiting in the kernel's
+    /// queue, each behind a wake-up of its own).
+    #[tokio::test]
+    async fn a_burst_at_the_limit_is_taken_and_makes_room_in_one_wake() {
+        const LIMIT: usize = 16;
+        const K: usize = 8;
+        let listener = bind((A, 0).into(), backlog(LIMIT)).expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let acceptor = Acceptor::new(listener, LIMIT, 1_000);
+        let mut crowd = Vec::new();
+        while crowd.len() < LIMIT {
+            crowd.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+            let batch = acceptor.next().await;
+            for (tcp, _, ticket) in batch.accepted {
+                let permit = acceptor.slot().await.expect("a free slot");
+                hold(tcp, ticket, permit);
+            }
+        }
+        assert_eq!(acceptor.slots.available_permits(), 0, "full");
+        let mut burst = Vec::new();
+        for _ in 0..K {
+            burst.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+        }
+        // Every one of the burst handshaken and queued before the wake.
+        while accept_queue(addr.port()) < K {
+            tokio::task::yield_now().await;
+        }
+        let batch = acceptor.next().await;
+        assert_eq!(batch.accepted.len(), K, "the whole queue in one wake");
+        assert_eq!(batch.evicted, K, "as many idle connections asked to close");
+        for (tcp, _, ticket) in batch.accepted {
+            let permit = tokio::time::timeout(Duration::from_secs(10), acceptor.slot())
+                .await
+                .expect("a slot from an evicted connection")
+                .expect("open");
+            hold(tcp, ticket, permit);
+        }
+        // The K idle longest were the ones closed.
+        for (i, c) in crowd.iter_mut().take(K).enumerate() {
+            let mut buf = [0u8; 1];
+            let read = tokio::time::timeout(
+                Duration::from_secs(10),
+                tokio::io::AsyncReadExt::read(c, &mut buf),
+            )
+            .await;
+            assert!(
+                matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+                "connection {i} closed: {read:?}"
+            );
+        }
+        assert_eq!(acceptor.slots.available_permits(), 0, "full again");
     }
 
     #[test]
@@ -778,15 +999,15 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1));
         let young = Arc::new(a.admit(B).expect("admitted"));
         let _request = busy.busy();
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 1);
         tokio::time::timeout(Duration::from_secs(1), old.evicted())
             .await
             .expect("the oldest idle connection is asked to close");
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 1);
         tokio::time::timeout(Duration::from_secs(1), young.evicted())
             .await
             .expect("then the next idle one");
-        assert!(!a.evict_oldest_idle(), "the busy one stays");
+        assert_eq!(a.evict_idle(1, None), 0, "the busy one stays");
     }
 
     /// One after another: the idle longest first, never a busy one, never
@@ -803,7 +1024,7 @@ mod tests {
             .collect();
         let _request = tickets[1].busy();
         for i in [0, 2, 3] {
-            assert!(a.evict_oldest_idle());
+            assert_eq!(a.evict_idle(1, None), 1);
             tokio::time::timeout(Duration::from_secs(1), tickets[i].evicted())
                 .await
                 .unwrap_or_else(|_| panic!("connection {i} is among the oldest idle"));
@@ -817,9 +1038,9 @@ mod tests {
             );
         }
         for _ in 0..6 {
-            assert!(a.evict_oldest_idle(), "the rest but the busy one");
+            assert_eq!(a.evict_idle(1, None), 1, "the rest but the busy one");
         }
-        assert!(!a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 0);
     }
 
     /// Idle means silent: a connection that moves bytes through its
@@ -842,7 +1063,7 @@ mod tests {
         client.write_all(b"x").await.expect("write");
         let mut buf = [0u8; 1];
         s.read_exact(&mut buf).await.expect("read");
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 1);
         tokio::time::timeout(Duration::from_secs(1), silent.evicted())
             .await
             .expect("the silent one gives way although it opened later");
@@ -856,11 +1077,11 @@ mod tests {
         let second = Arc::new(a.admit(B).expect("admitted"));
         std::thread::sleep(Duration::from_millis(1));
         drop(first.busy());
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 1);
         tokio::time::timeout(Duration::from_secs(1), second.evicted())
             .await
             .expect("the one idle since it opened gives way first");
-        assert!(a.evict_oldest_idle());
+        assert_eq!(a.evict_idle(1, None), 1);
         tokio::time::timeout(Duration::from_secs(1), first.evicted())
             .await
             .expect("then the one whose request ended");
