@@ -174,10 +174,13 @@ pub async fn serve_ca(config: &Path) -> Result<()> {
     let base = config.parent().unwrap_or_else(|| Path::new("."));
     let config = central_authority::Config::from_toml(&text, base)
         .map_err(|e| anyhow!("invalid CA config: {}", e.messages().join("; ")))?;
-    // Bound as the CA's binary binds them (`listen::bind`'s backlog).
+    // Bound as the CA's binary binds them (`listen::bind`, each backlog
+    // its listener's connection limit).
     let loopback: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
-    let grpc = central_authority::api::listen::bind(loopback)?;
-    let http = central_authority::api::listen::bind(loopback)?;
+    let limits = &config.settings.limits;
+    use central_authority::api::listen::{backlog, bind};
+    let grpc = bind(loopback, backlog(limits.grpc_max_connections))?;
+    let http = bind(loopback, backlog(limits.max_connections))?;
     announce(&grpc, &http)?;
     central_authority::run(config, grpc, http, stdin_closed()).await?;
     Ok(())
