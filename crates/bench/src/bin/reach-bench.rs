@@ -29,7 +29,7 @@ enum Cmd {
         /// Only these groups (comma-separated): policy, tcp, appcheck, icmp, dns,
         /// pacing, memory, ingest, batching, access, cold, detect, scale,
         /// onaccess, starve, dashboard, sizes, spray, events, burst, ha, storm,
-        /// database, startup, replicas, logstream.
+        /// database, startup, replicas, logstream, peers.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// criterion's output directory (`$CARGO_TARGET_DIR/criterion`).
@@ -183,6 +183,7 @@ async fn run(
             "startup" => figures::startup::run(mode).await,
             "replicas" => figures::replicas::run(mode).await,
             "logstream" => figures::logstream::run(mode).await,
+            "peers" => figures::peers::run(mode).await,
             _ => Err(anyhow!("the driver does not know how to run group {group}")),
         };
         let figures = match result {

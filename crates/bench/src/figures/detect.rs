@@ -175,7 +175,7 @@ const BACKLOG: i32 = 1024;
 
 /// A loopback application server that records when it last accepted a
 /// check, and can stop answering (a full accept queue) without closing.
-struct AppServer {
+pub(crate) struct AppServer {
     addr: SocketAddr,
     last_accept: Arc<Mutex<Option<Instant>>>,
     listener: Option<Arc<TcpListener>>,
@@ -186,7 +186,7 @@ struct AppServer {
 }
 
 impl AppServer {
-    fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
         AppServer {
             addr,
             last_accept: Arc::new(Mutex::new(None)),
@@ -197,7 +197,7 @@ impl AppServer {
     }
 
     /// Listens on `addr` and accepts; returns when the socket listens.
-    fn start(&mut self) -> Result<()> {
+    pub(crate) fn start(&mut self) -> Result<()> {
         let socket = TcpSocket::new_v4()?;
         socket.set_reuseaddr(true)?;
         socket
@@ -246,7 +246,7 @@ impl AppServer {
     /// Stops answering: no more accepts, the backlog cut to 0 and the
     /// queue filled from `FILLER` until a handshake hangs. Returns the
     /// instant the queue was full (the last handshake that completed).
-    async fn stop_answering(&mut self) -> Result<Instant> {
+    pub(crate) async fn stop_answering(&mut self) -> Result<Instant> {
         self.pause().await;
         let listener = self.listener.clone().context("not listening")?;
         socket2::SockRef::from(&*listener).listen(0)?;
@@ -280,7 +280,7 @@ impl AppServer {
     }
 
     /// Closes the listening socket.
-    async fn close(&mut self) {
+    pub(crate) async fn close(&mut self) {
         self.pause().await;
         self.listener = None;
         self.held.clear();

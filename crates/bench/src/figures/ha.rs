@@ -172,7 +172,7 @@ impl Drop for Targets {
 }
 
 /// Whether `base`'s `GET /api/v1/connectors` lists `name` as connected.
-async fn connected(http: &reqwest::Client, base: &str, name: &str) -> Result<bool> {
+pub(crate) async fn connected(http: &reqwest::Client, base: &str, name: &str) -> Result<bool> {
     let v = ca::get_json(http, base, "/api/v1/connectors").await?;
     Ok(v["connectors"].as_array().is_some_and(|list| {
         list.iter()
@@ -189,7 +189,7 @@ fn tls_client(root: &Path) -> Result<reqwest::Client> {
         .build()?)
 }
 
-fn scratch(what: &str) -> Result<PathBuf> {
+pub(crate) fn scratch(what: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir()
         .join(format!("reach-bench-{}", std::process::id()))
         .join(what);
@@ -383,7 +383,7 @@ fn checks_in(text: &str) -> u64 {
 }
 
 /// The `connector-agent` binary built next to `reach-bench`.
-fn agent_binary() -> Result<PathBuf> {
+pub(crate) fn agent_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating reach-bench")?;
     let path = exe.with_file_name("connector-agent");
     if !path.exists() {
@@ -522,7 +522,7 @@ async fn callgrind_control(flag: &str, pid: u32) -> Result<()> {
 }
 
 /// The agent's checks so far, from its `/metrics` at `url`.
-async fn scrape_checks(http: &reqwest::Client, url: &str) -> Result<u64> {
+pub(crate) async fn scrape_checks(http: &reqwest::Client, url: &str) -> Result<u64> {
     let text = http
         .get(url)
         .send()

@@ -25,6 +25,7 @@ pub mod logstream;
 pub mod memory;
 pub mod onaccess;
 pub mod pacing;
+pub mod peers;
 pub mod replicas;
 pub mod scale;
 pub mod sizes;
@@ -87,6 +88,7 @@ pub const GROUPS: &[&str] = &[
     "startup",
     "replicas",
     "logstream",
+    "peers",
 ];
 
 /// The specs of a group (for the missing-figure fallback).
@@ -118,6 +120,7 @@ pub fn specs(group: &str) -> &'static [Spec] {
         "startup" => startup::SPECS,
         "replicas" => replicas::SPECS,
         "logstream" => logstream::SPECS,
+        "peers" => peers::SPECS,
         _ => &[],
     }
 }
