@@ -20,6 +20,7 @@ const IDS: &[&str] = &[
     "match/segments/10000",
     "explain/healthy/32",
     "explain/healthy/10000",
+    "explain/roster/10000",
 ];
 
 /// A criterion output directory with an estimate for every id.
