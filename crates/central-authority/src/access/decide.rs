@@ -22,6 +22,7 @@ use crate::state::counters::Metrics;
 use crate::state::health::{Report, Reports};
 use crate::state::on_access::{Caps, Claim, Limit, WindowKey};
 use crate::state::policy_state::PolicyState;
+use crate::state::rosters;
 
 /// A user request as the APIs receive it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -401,27 +402,12 @@ impl Authority {
         key: &AppKey,
         now: Instant,
     ) -> Vec<Candidate> {
-        let mut out = Vec::new();
-        let mut links = Vec::new();
         // Each group's candidates, in name order.
-        let mut runs = Vec::with_capacity(segment.connector_groups.len());
-        for group in &segment.connector_groups {
-            let location = state.policy().group(group).and_then(|g| g.location);
-            let start = out.len();
-            for (name, link) in self.registry().members(group) {
-                out.push(Candidate {
-                    connector: name,
-                    group: group.clone(),
-                    connected: link.connected,
-                    drained: link.drained,
-                    status: Status::Unknown,
-                    rtt: None,
-                    location,
-                });
-                links.push(link);
-            }
-            runs.push(start..out.len());
-        }
+        let members = segment
+            .connector_groups
+            .iter()
+            .map(|group| self.registry().members(group));
+        let (mut out, links, runs) = rosters::unjudged(state, segment, members);
         // On-access: whose window is live (its own lock, so before the
         // health table's).
         let live: Vec<bool> = if segment.health_reporting == HealthReporting::OnAccess {

@@ -156,31 +156,17 @@ impl Kept {
     /// Builds the roster from every member (`groups`, in `segment`'s group
     /// order), none judged yet.
     fn build(&mut self, state: &PolicyState, segment: &Segment, groups: Vec<Vec<(String, Link)>>) {
-        let mut candidates = Vec::new();
+        let (candidates, links, runs) = unjudged(state, segment, groups);
         self.inputs.clear();
-        self.runs.clear();
         self.stale_at.clear();
-        for (group, members) in segment.connector_groups.iter().zip(groups) {
-            let location = state.policy().group(group).and_then(|g| g.location);
-            let start = candidates.len();
-            for (name, link) in members {
-                candidates.push(Candidate {
-                    connector: name,
-                    group: group.clone(),
-                    connected: link.connected,
-                    drained: link.drained,
-                    status: Status::Unknown,
-                    rtt: None,
-                    location,
-                });
-                self.inputs.push(Inputs {
-                    link,
-                    fact: None,
-                    stale_at: None,
-                });
-            }
-            self.runs.push((group.clone(), start..candidates.len()));
-        }
+        self.inputs.extend(links.into_iter().map(|link| Inputs {
+            link,
+            fact: None,
+            stale_at: None,
+        }));
+        self.runs.clear();
+        self.runs
+            .extend(segment.connector_groups.iter().cloned().zip(runs));
         self.roster = Roster::new(candidates);
     }
 
@@ -342,4 +328,36 @@ impl Rosters {
         map.kept.clear();
         map.members = 0;
     }
+}
+
+/// Every member of `segment`'s groups (`groups`, one list per group in the
+/// segment's order) as a candidate not judged yet: Unknown, no RTT, its
+/// group's location. Returns the candidates, each one's link, and the
+/// range each group's members take.
+pub(crate) fn unjudged(
+    state: &PolicyState,
+    segment: &Segment,
+    groups: impl IntoIterator<Item = Vec<(String, Link)>>,
+) -> (Vec<Candidate>, Vec<Link>, Vec<Range<usize>>) {
+    let mut candidates = Vec::new();
+    let mut links = Vec::new();
+    let mut runs = Vec::with_capacity(segment.connector_groups.len());
+    for (group, members) in segment.connector_groups.iter().zip(groups) {
+        let location = state.policy().group(group).and_then(|g| g.location);
+        let start = candidates.len();
+        for (name, link) in members {
+            candidates.push(Candidate {
+                connector: name,
+                group: group.clone(),
+                connected: link.connected,
+                drained: link.drained,
+                status: Status::Unknown,
+                rtt: None,
+                location,
+            });
+            links.push(link);
+        }
+        runs.push(start..candidates.len());
+    }
+    (candidates, links, runs)
 }
