@@ -389,6 +389,25 @@ async fn http_trial(base: &str, pid: Option<u32>, run: Duration) -> Result<HttpT
     })
 }
 
+/// Starts the simulated connectors on `server` and opens the access
+/// channels, once a decision selects a connector.
+pub(crate) async fn serving(
+    server: &Server,
+) -> Result<(Vec<tokio::task::JoinHandle<()>>, Vec<Channel>)> {
+    let sims = connectors(server).await?;
+    let channels = sim::channels(&server.grpc_url(), CHANNELS).await?;
+    ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
+        let ch = channels[0].clone();
+        async move {
+            Ok(ca::selected(
+                &ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?,
+            ))
+        }
+    })
+    .await?;
+    Ok((sims, channels))
+}
+
 /// Connects `CONNECTORS` simulated connectors that report the application
 /// Up and keep their sessions alive; returns their tasks.
 pub(crate) async fn connectors(server: &Server) -> Result<Vec<tokio::task::JoinHandle<()>>> {
@@ -429,17 +448,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     std::fs::create_dir_all(&dir)?;
 
     let ca_server = ca::start(&CaSetup::default()).await?;
-    let sims = connectors(&ca_server).await?;
-    let channels = sim::channels(&ca_server.grpc_url(), CHANNELS).await?;
-    ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
-        let ch = channels[0].clone();
-        async move {
-            Ok(ca::selected(
-                &ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?,
-            ))
-        }
-    })
-    .await?;
+    let (sims, channels) = serving(&ca_server).await?;
     // The CA's real answers, for the bare servers to send back.
     let decision = ca::resolve(channels[0].clone(), ca::APP_HOST, ca::APP_PORT).await?;
     let decision_path = dir.join("decision.pb");

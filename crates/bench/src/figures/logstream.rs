@@ -20,7 +20,6 @@ use super::ca::{self, CaSetup};
 use crate::Mode;
 use crate::report::{Figure, Goal};
 use crate::servers::Server;
-use crate::sim;
 use crate::stats::{median_of, ms, per_trial, quantile};
 use crate::sys;
 
@@ -43,9 +42,6 @@ pub const SPECS: &[Spec] = &[
     },
 ];
 
-/// Channels of each open loop.
-const CHANNELS: usize = 4;
-
 /// A CA under access load with its simulated connectors and channels.
 struct Side {
     server: Server,
@@ -56,17 +52,7 @@ struct Side {
 impl Side {
     async fn start(text: &str) -> Result<Side> {
         let (server, _dir) = ca::start_text(text).await?;
-        let sims = access::connectors(&server).await?;
-        let channels = sim::channels(&server.grpc_url(), CHANNELS).await?;
-        ca::wait_until(Duration::from_secs(10), "a selectable connector", || {
-            let ch = channels[0].clone();
-            async move {
-                Ok(ca::selected(
-                    &ca::resolve(ch, ca::APP_HOST, ca::APP_PORT).await?,
-                ))
-            }
-        })
-        .await?;
+        let (sims, channels) = access::serving(&server).await?;
         Ok(Side {
             server,
             channels,
