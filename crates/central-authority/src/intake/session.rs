@@ -452,8 +452,13 @@ struct EntryBudget {
     refused: Option<Refusal>,
 }
 
-/// A refused report: when it was received, the end of its `retry_after`,
-/// and its applications ([`app_id`]).
+/// How long after a refusal a report carrying a refused application is
+/// still taken as sent before the connector read the refusal.
+const IN_FLIGHT: Duration = Duration::from_millis(100);
+
+/// Refused reports: when the first of a chain was received (a refusal
+/// while an earlier one's `retry_after` runs continues the chain), the end
+/// of the latest one's `retry_after`, and their applications ([`app_id`]).
 #[derive(Debug)]
 struct Refusal {
     at: Instant,
@@ -510,13 +515,14 @@ impl EntryBudget {
     }
 
     /// Whether a report of `apps` received at `now` sends a refused
-    /// application again before the `retry_after` of the session's latest
-    /// refusal: it carries an application of the refused report and came
-    /// in a later receive batch. A report the connector sent before the
-    /// refusal reached it (in flight, or read in the refusal's batch or
-    /// the next) carries other applications: a connector keeps one
-    /// result per application pending and sends a refused one again only
-    /// when it learns of the refusal.
+    /// application again before the `retry_after` of the session's
+    /// refusals: it carries an application of a refused report and came
+    /// more than [`IN_FLIGHT`] after the first refusal of the chain. A
+    /// report received sooner may have been sent before the refusal
+    /// reached the connector (a paused CA reads what queued meanwhile in
+    /// several batches, and a connector's next round names the same
+    /// applications); a connector that ignores the refusal sends again and
+    /// again until it is taken, past that allowance.
     fn early(&mut self, now: Instant, apps: &[u64]) -> bool {
         self.awaits_retry(now)
             && self
@@ -526,14 +532,34 @@ impl EntryBudget {
     }
 
     /// Whether a report received at `now` comes before the `retry_after`
-    /// of the session's latest refusal, in a later receive batch (only
-    /// then can it be [`early`](Self::early)); forgets a wait that passed.
+    /// of the session's latest refusal, past [`IN_FLIGHT`] after the first
+    /// refusal of the chain (only then can it be [`early`](Self::early));
+    /// forgets a wait that passed.
     fn awaits_retry(&mut self, now: Instant) -> bool {
         match &self.refused {
-            Some(r) if now < r.until => now > r.at,
+            Some(r) if now < r.until => now > r.at + IN_FLIGHT,
             _ => {
                 self.refused = None;
                 false
+            }
+        }
+    }
+
+    /// Records a report of `apps` refused at `now` for `wait`: a refusal
+    /// while an earlier one's wait runs continues its chain.
+    fn refuse(&mut self, now: Instant, wait: Duration, apps: Vec<u64>) {
+        let until = now + wait;
+        match &mut self.refused {
+            Some(r) if now < r.until => {
+                r.until = until;
+                r.apps.extend(apps);
+            }
+            _ => {
+                self.refused = Some(Refusal {
+                    at: now,
+                    until,
+                    apps: apps.into_iter().collect(),
+                });
             }
         }
     }
@@ -748,14 +774,8 @@ impl Receiver<'_> {
         let Err(wait) = self.entries.take(entries, full_state, now) else {
             return true;
         };
-        self.entries.refused = Some(Refusal {
-            at: now,
-            until: now + wait,
-            apps: apps
-                .unwrap_or_else(|| report_apps(message))
-                .into_iter()
-                .collect(),
-        });
+        let apps = apps.unwrap_or_else(|| report_apps(message));
+        self.entries.refuse(now, wait, apps);
         self.authority.metrics().reports_deferred.inc();
         let refusal = v1::AuthorityMessage {
             kind: Some(Out::FlowControl(v1::FlowControl {
@@ -965,20 +985,55 @@ mod tests {
         assert!(!budget.early(t0, &[a]));
         budget.refused = Some(Refusal {
             at: t0,
-            until: t0 + ms(100),
+            until: t0 + ms(300),
             apps: [a].into(),
         });
-        // The refused report's own receive batch is not early.
+        // The refused report's own receive batch is not early, nor is a
+        // report received within the refusal's flight.
         assert!(!budget.early(t0, &[a]));
-        // Another application's report, sent before the refusal arrived.
-        assert!(!budget.early(t0 + ms(1), &[b]));
-        assert!(budget.early(t0 + ms(1), &[b, a]));
-        assert!(budget.early(t0 + ms(99), &[a]));
-        assert!(!budget.early(t0 + ms(100), &[a]));
+        assert!(!budget.early(t0 + IN_FLIGHT, &[a]));
+        // Another application's report.
+        assert!(!budget.early(t0 + ms(101), &[b]));
+        assert!(budget.early(t0 + ms(101), &[b, a]));
+        assert!(budget.early(t0 + ms(299), &[a]));
+        assert!(!budget.early(t0 + ms(300), &[a]));
         assert!(
-            !budget.early(t0 + ms(50), &[a]),
+            !budget.early(t0 + ms(150), &[a]),
             "a wait that passed is forgotten"
         );
+    }
+
+    /// A connector that sends a refused report again at once, over and
+    /// over, is refused each time within the first refusal's flight; the
+    /// chain keeps its start, so the resends past the flight are early.
+    #[test]
+    fn resending_at_once_again_and_again_is_early_past_the_flight() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let a = app_id("s", "a.example", "tcp", 80);
+        let mut budget = EntryBudget::new(10, 3, t0);
+        assert_eq!(budget.take(3, false, t0), Ok(()));
+        let mut early = 0;
+        for i in 1..=250 {
+            let now = t0 + ms(i);
+            if budget.awaits_retry(now) && budget.early(now, &[a]) {
+                early += 1;
+            }
+            match budget.take(3, false, now) {
+                Ok(()) => break,
+                Err(wait) => budget.refuse(now, wait, vec![a]),
+            }
+        }
+        assert!(early > 100, "{early} resends counted early");
+        // One refusal, and the report sent again after its wait: not early.
+        let t1 = t0 + ms(10_000);
+        let mut budget = EntryBudget::new(10, 3, t1);
+        assert_eq!(budget.take(3, false, t1), Ok(()));
+        let Err(wait) = budget.take(3, false, t1) else {
+            panic!("an empty bucket took a report");
+        };
+        budget.refuse(t1, wait, vec![a]);
+        assert!(!budget.early(t1 + wait, &[a]));
     }
 
     #[test]
