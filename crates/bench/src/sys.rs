@@ -104,6 +104,28 @@ impl ThreadTimes {
     }
 }
 
+/// CPU time of a process's live threads whose name (`comm`) starts with
+/// `prefix`; zero when none can be read.
+pub fn named_thread_cpu(pid: Option<u32>, prefix: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(proc_path(pid, "task")) else {
+        return Duration::ZERO;
+    };
+    let mut cpu = Duration::ZERO;
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let named = std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.starts_with(prefix));
+        if !named {
+            continue;
+        }
+        if let Ok(stat) = std::fs::read_to_string(dir.join("schedstat"))
+            && let Some(Ok(ns)) = stat.split_whitespace().next().map(str::parse::<u64>)
+        {
+            cpu += Duration::from_nanos(ns);
+        }
+    }
+    cpu
+}
+
 /// [`ThreadTimes`] of a process's live threads (a thread that ended takes
 /// its time along: for processes whose threads live as long as they do,
 /// such as a tokio runtime's workers); zero when it cannot be read.

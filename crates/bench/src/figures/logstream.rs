@@ -42,6 +42,9 @@ pub const SPECS: &[Spec] = &[
     },
 ];
 
+/// The name of a receiver's spooler thread starts with this.
+const SPOOLER: &str = "log-spool-";
+
 /// A CA under access load with its simulated connectors and channels.
 struct Side {
     server: Server,
@@ -60,12 +63,15 @@ impl Side {
         })
     }
 
-    /// One open-loop trial: the run and the CA's CPU time over it.
-    async fn trial(&self, rate: f64, run: Duration) -> Result<(access::OpenLoop, Duration)> {
+    /// One open-loop trial: the run, the CA's CPU time over it and its
+    /// spooler threads' share.
+    async fn trial(&self, rate: f64, run: Duration) -> Result<(access::OpenLoop, [Duration; 2])> {
         let pid = self.server.pid();
-        let cpu0 = sys::thread_times(pid);
+        let (cpu0, spool0) = (sys::thread_times(pid), sys::named_thread_cpu(pid, SPOOLER));
         let open = access::grpc_open("log", &self.channels, pid, rate, run).await?;
-        Ok((open, cpu0.until(&sys::thread_times(pid)).cpu))
+        let cpu = cpu0.until(&sys::thread_times(pid)).cpu;
+        let spool = sys::named_thread_cpu(pid, SPOOLER).saturating_sub(spool0);
+        Ok((open, [cpu, spool]))
     }
 }
 
@@ -143,20 +149,19 @@ async fn drain(server: &Server, port: u16, want: u64) -> Result<Drain> {
     })
 }
 
+/// One side's trials: its runs, the CA's CPU and its spoolers' CPU in all.
+type Trials = (Vec<access::OpenLoop>, Duration, Duration);
+
 /// `pairs` pairs of open-loop trials alternating between `sides` (second,
-/// first, first, second, …; both up): each side's runs and CA CPU in all.
-async fn trials(
-    sides: [&Side; 2],
-    rate: f64,
-    run: Duration,
-    pairs: usize,
-) -> Result<[(Vec<access::OpenLoop>, Duration); 2]> {
-    let mut out = [(Vec::new(), Duration::ZERO), (Vec::new(), Duration::ZERO)];
+/// first, first, second, …; both up).
+async fn trials(sides: [&Side; 2], rate: f64, run: Duration, pairs: usize) -> Result<[Trials; 2]> {
+    let mut out: [Trials; 2] = Default::default();
     for i in 0..pairs {
         for k in [(i + 1) % 2, i % 2] {
-            let (open, cpu) = sides[k].trial(rate, run).await?;
+            let (open, [cpu, spool]) = sides[k].trial(rate, run).await?;
             out[k].0.push(open);
             out[k].1 += cpu;
+            out[k].2 += spool;
         }
     }
     Ok(out)
@@ -179,14 +184,16 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     plain.trial(rate, Duration::from_millis(200)).await?;
     logged.trial(rate, Duration::from_millis(200)).await?;
     let before = count(&lake(&logged.server).await?, "spool_records")?;
-    let [(with, cpu_with), (without, cpu_without)] =
+    let [(with, cpu_with, spooler), (without, cpu_without, _)] =
         trials([&logged, &plain], rate, trial, mode.pick(1, 5)).await?;
     let state = lake(&logged.server).await?;
     if state["connected"] != false {
         bail!("the receiver's destination is taken: {state}");
     }
     let spooled = count(&state, "spool_records")? - before;
-    let emit_us = cpu_with.saturating_sub(cpu_without).as_secs_f64() * 1e6 / spooled.max(1) as f64;
+    let per_record = |cpu: Duration| cpu.as_secs_f64() * 1e6 / spooled.max(1) as f64;
+    let emit_us = per_record(cpu_with.saturating_sub(cpu_without));
+    let spooler_us = per_record(spooler);
     // More records for the drain: a closed loop as fast as the CA decides.
     access::grpc_closed(
         &logged.channels,
@@ -234,8 +241,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             None,
             format!(
                 "emit (record built, formatted, spooled: CA CPU with the receiver less without, \
-                 over the {spooled} records of the trials) {emit_us:.2} µs + send (CA CPU over \
-                 the drain / records) {send_us:.2} µs"
+                 over the {spooled} records of the trials) {emit_us:.2} µs, of which the spooler \
+                 thread {spooler_us:.2} µs; send (CA CPU over the drain / records) {send_us:.2} µs"
             ),
         ),
     ])
