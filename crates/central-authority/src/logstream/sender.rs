@@ -23,6 +23,9 @@ use super::{Destination, ReceiverSpec, Stats};
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(30));
 /// How long a connection (with the TLS handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long after a connection a receiver may still refuse it before the
+/// first record goes out.
+const SETTLE: Duration = Duration::from_millis(200);
 /// A receiver that takes nothing this long is reconnected.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most bytes of messages written at once.
@@ -200,8 +203,21 @@ async fn to_stream(
         },
         () = stopped(stop) => return End::Stopped,
     };
-    stats.set_connected(true);
     let (mut rd, mut wr) = tokio::io::split(stream);
+    let mut scratch = [0u8; 512];
+    // A receiver that refuses the connection says so right after it: a
+    // TLS 1.3 server checks the client certificate after the handshake
+    // completed on the client's side and answers with an alert.
+    tokio::select! {
+        r = rd.read(&mut scratch) => match r {
+            Ok(0) => return End::Failed("the receiver closed the connection at once".to_owned()),
+            Ok(_) => {}
+            Err(e) => return End::Failed(format!("the receiver refused the connection: {e}")),
+        },
+        () = tokio::time::sleep(SETTLE) => {}
+        () = stopped(stop) => return End::Stopped,
+    }
+    stats.set_connected(true);
     let mut buf = format::header(spec.format).unwrap_or_default();
     let spool = reader.spool().clone();
     let window = resend_window(spec.spool_bytes);
@@ -210,7 +226,6 @@ async fn to_stream(
     // its end; a batch leaves once `window` bytes followed it.
     let mut marks = std::collections::VecDeque::new();
     let mut written = 0u64;
-    let mut scratch = [0u8; 512];
     let mut progressed = false;
     loop {
         let (first, batch) = match reader.read(pos, BATCH_BYTES) {

@@ -201,6 +201,129 @@ async fn a_tls_receiver_gets_octet_counted_syslog() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A TLS receiver that asks for a client certificate: the receiver given
+/// its client pair is verified against the receiver's root and streams; the
+/// one without is refused by the receiver and shows the error, with its
+/// records kept in the spool.
+#[tokio::test]
+async fn a_tls_receiver_that_asks_for_a_client_certificate_gets_the_configured_one() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = temp("mtls");
+    let root_key = KeyPair::generate().unwrap();
+    let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
+    root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let root_cert = root.clone().self_signed(&root_key).unwrap();
+    let issuer = Issuer::new(root, root_key);
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert, key)
+    };
+    let (server, server_key) = leaf("siem.test");
+    let (client, client_key) = leaf("ca-replica.test");
+    let root_file = dir.join("root.pem");
+    std::fs::write(&root_file, root_cert.pem()).unwrap();
+    let (cert_file, key_file) = (dir.join("client.pem"), dir.join("client.key"));
+    std::fs::write(&cert_file, client.pem()).unwrap();
+    std::fs::write(&key_file, client_key.serialize_pem()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root_cert.der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![server.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let url = format!("tls://127.0.0.1:{port}");
+    let tls = |client| Destination::Tls {
+        host: "127.0.0.1".into(),
+        port,
+        root_file: root_file.clone(),
+        server_name: "siem.test".into(),
+        client,
+    };
+    let stream = LogStream::new(&dir);
+    stream.start(
+        "r1".into(),
+        &[
+            spec(
+                "paired",
+                &url,
+                tls(Some((cert_file, key_file))),
+                Format::Json,
+            ),
+            spec("bare", &url, tls(None), Format::Json),
+        ],
+    );
+    for n in 0..20 {
+        stream.emit(audit(n));
+    }
+    let mut verified = None;
+    let mut refused = 0;
+    while verified.is_none() || refused == 0 {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let Ok(mut tls) = acceptor.accept(tcp).await else {
+            refused += 1;
+            continue;
+        };
+        let presented = tls.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+        let mut lines = BufReader::new(&mut tls).lines();
+        let mut got = 0;
+        while got < 20 {
+            let line = lines.next_line().await.unwrap().unwrap();
+            assert!(line.contains("\"type\":\"audit\""), "{line}");
+            got += 1;
+        }
+        verified = presented;
+    }
+    let verified = verified.unwrap();
+    assert_eq!(
+        verified[0].as_ref(),
+        client.der().as_ref(),
+        "the configured client certificate"
+    );
+    // Bounded only against a hang: the sender reads the refusal's alert.
+    let mut states = stream.states();
+    for _ in 0..500 {
+        if states[0].sent_total == 20 && states[1].last_error.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        states = stream.states();
+    }
+    assert_eq!(states[0].sent_total, 20);
+    assert!(!states[1].connected);
+    assert_eq!(states[1].sent_total, 0);
+    assert_eq!(states[1].spool_records, 20, "kept for when it is let in");
+    let error = states[1]
+        .last_error
+        .clone()
+        .map(|(e, _)| e)
+        .unwrap_or_default();
+    assert!(
+        error.contains("refused the connection"),
+        "the refusal is shown: {error:?}"
+    );
+    stream.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn rows(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
