@@ -205,17 +205,8 @@ async fn to_stream(
     };
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut scratch = [0u8; 512];
-    // A receiver that refuses the connection says so right after it: a
-    // TLS 1.3 server checks the client certificate after the handshake
-    // completed on the client's side and answers with an alert.
-    tokio::select! {
-        r = rd.read(&mut scratch) => match r {
-            Ok(0) => return End::Failed("the receiver closed the connection at once".to_owned()),
-            Ok(_) => {}
-            Err(e) => return End::Failed(format!("the receiver refused the connection: {e}")),
-        },
-        () = tokio::time::sleep(SETTLE) => {}
-        () = stopped(stop) => return End::Stopped,
+    if let Some(end) = settle(&mut rd, &mut scratch, stop).await {
+        return end;
     }
     stats.set_connected(true);
     let mut buf = format::header(spec.format).unwrap_or_default();
@@ -272,6 +263,26 @@ async fn to_stream(
             return End::Broken(format!("cannot keep the spool's position: {e}"));
         }
         stats.spool_usage(spool.usage());
+    }
+}
+
+/// Waits [`SETTLE`] for a receiver to refuse a connection: one that does
+/// says so right after it (a TLS 1.3 server checks the client certificate
+/// after the handshake completed on the client's side and answers with an
+/// alert). `None` when it did not.
+async fn settle(
+    rd: &mut (impl AsyncRead + Unpin),
+    scratch: &mut [u8],
+    stop: &mut watch::Receiver<bool>,
+) -> Option<End> {
+    tokio::select! {
+        r = rd.read(scratch) => match r {
+            Ok(0) => Some(End::Failed("the receiver closed the connection at once".to_owned())),
+            Ok(_) => None,
+            Err(e) => Some(End::Failed(format!("the receiver refused the connection: {e}"))),
+        },
+        () = tokio::time::sleep(SETTLE) => None,
+        () = stopped(stop) => Some(End::Stopped),
     }
 }
 
