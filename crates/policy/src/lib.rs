@@ -40,7 +40,8 @@ pub use model::{
     Segment, Strategy, closest, did_you_mean,
 };
 pub use plan::{
-    BudgetEstimate, CheckTarget, cycle_time, estimate_budget, estimated_checks, plan_checks,
+    BudgetEstimate, CheckTarget, DEFAULT_CHECKS_PER_SECOND, cycle_time, effective_rate,
+    estimate_budget, estimated_checks, plan_checks,
 };
 pub use report::ApplicationReport;
 pub use roster::{Roster, RosterCounts};

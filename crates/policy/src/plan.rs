@@ -1,5 +1,6 @@
 //! Check planning: which (address, protocol, port) targets a segment needs,
-//! how many checks a cycle holds, and how long a cycle takes at a rate limit.
+//! how many checks a cycle holds, the check rate a connector runs at, and
+//! how long a cycle takes at that rate.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -74,6 +75,27 @@ pub fn cycle_time(checks: u64, checks_per_second: u32) -> Duration {
     let rate = u64::from(checks_per_second.max(1));
     Duration::from_secs(checks / rate)
         + Duration::from_nanos((checks % rate) * 1_000_000_000 / rate)
+}
+
+/// A connector's check rate when nothing states one: the default of its
+/// `--checks-per-second` and of the CA's `assumed_checks_per_second`.
+pub const DEFAULT_CHECKS_PER_SECOND: u32 = 20;
+
+/// The checks per second a connector runs at, by the rule
+/// `ConnectorSettings.checks_per_second` states: the CA's `imposed` rate
+/// when it imposes one (not 0), held to the connector's `ceiling`
+/// (`--max-checks-per-second`) where the caller knows it; else the
+/// connector's own, the first of `own` that is not 0 (what is known of
+/// it, most certain first); else [`DEFAULT_CHECKS_PER_SECOND`].
+pub fn effective_rate(imposed: u32, ceiling: Option<u32>, own: &[u32]) -> u32 {
+    match imposed {
+        0 => own
+            .iter()
+            .copied()
+            .find(|r| *r > 0)
+            .unwrap_or(DEFAULT_CHECKS_PER_SECOND),
+        n => ceiling.map_or(n, |c| n.min(c)),
+    }
 }
 
 /// A connector's estimated load against the check budget.
@@ -232,6 +254,24 @@ mod tests {
                     (u64::MAX % u64::from(u32::MAX)) * 1_000_000_000 / u64::from(u32::MAX)
                 )
         );
+    }
+
+    #[test]
+    fn the_effective_rate_is_the_imposed_one_held_to_the_ceiling_else_the_connectors_own() {
+        // Imposed: it holds, up to the ceiling where one is known.
+        assert_eq!(effective_rate(50, None, &[10]), 50);
+        assert_eq!(effective_rate(15, Some(20), &[10]), 15);
+        assert_eq!(effective_rate(20, Some(20), &[10]), 20);
+        assert_eq!(effective_rate(10_000, Some(20), &[10]), 20);
+        // Unset (0): the first known rate of the connector's own, in order.
+        assert_eq!(effective_rate(0, Some(20), &[10]), 10);
+        assert_eq!(effective_rate(0, None, &[0, 12, 30]), 12);
+        assert_eq!(effective_rate(0, None, &[7, 12]), 7);
+        // The ceiling bounds only what the CA imposes, not the own rate.
+        assert_eq!(effective_rate(0, Some(20), &[50]), 50);
+        // Nothing known: the default.
+        assert_eq!(effective_rate(0, None, &[0, 0]), DEFAULT_CHECKS_PER_SECOND);
+        assert_eq!(effective_rate(0, Some(5), &[]), DEFAULT_CHECKS_PER_SECOND);
     }
 
     #[test]

@@ -856,15 +856,12 @@ fn update_estimate(
 ) {
     let s = state.settings();
     let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
-    let rate = [
-        s.connector_checks_per_second,
+    let own = [
         e.load.as_ref().map_or(0, |l| l.rate_limit),
         e.stated_rate,
         s.assumed_checks_per_second,
-    ]
-    .into_iter()
-    .find(|r| *r > 0)
-    .unwrap_or(20);
+    ];
+    let rate = policy::effective_rate(s.connector_checks_per_second, None, &own);
     let was = e.estimate.over_budget;
     e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
     e.load_series.record(

@@ -18,13 +18,12 @@ pub const ADDRESSES_PER_FQDN: u64 = 1;
 /// The assumptions the CA itself would make for a connector of this config
 /// that has not reported yet: the imposed rate, else the assumed one.
 pub fn params(settings: &Settings) -> PlanParams {
-    let rate = if settings.connector_checks_per_second > 0 {
-        settings.connector_checks_per_second
-    } else {
-        settings.assumed_checks_per_second
-    };
     PlanParams {
-        checks_per_second: rate,
+        checks_per_second: policy::effective_rate(
+            settings.connector_checks_per_second,
+            None,
+            &[settings.assumed_checks_per_second],
+        ),
         check_budget: settings.check_budget,
         addresses_per_fqdn: ADDRESSES_PER_FQDN,
     }

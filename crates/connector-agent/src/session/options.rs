@@ -144,10 +144,11 @@ pub fn effective_limits(
     options: &SessionOptions,
 ) -> (u32, Duration, bool) {
     let ceilings = options.ceilings;
-    let rate = match ca_checks_per_second {
-        0 => options.checks_per_second,
-        n => n.min(ceilings.checks_per_second),
-    };
+    let rate = policy::effective_rate(
+        ca_checks_per_second,
+        Some(ceilings.checks_per_second),
+        &[options.checks_per_second],
+    );
     let timeout = match ca_check_timeout_ms {
         0 => options.check_timeout,
         ms => Duration::from_millis(u64::from(ms)).min(ceilings.check_timeout),
