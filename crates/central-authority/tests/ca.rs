@@ -335,6 +335,51 @@ async fn every_refusal_reason_is_reachable() {
     ca.stop().await;
 }
 
+/// A port outside 1-65535 is refused alike through HTTP and gRPC: the same
+/// `invalid_request` and the same message, before any decision is made.
+#[tokio::test]
+async fn a_bad_port_is_refused_alike_over_http_and_grpc() {
+    let ca = Ca::start(&default_config()).await;
+    let http = ca.web();
+    let mut client = v1::access_client::AccessClient::new(ca.channel().await);
+    for port in [0, 65_536, 70_000, u32::MAX] {
+        let (s, v) = http.access("jira.test.reach", "tcp", port).await;
+        assert_eq!((s, &v["error"]["reason"]), (400, &"invalid_request".into()));
+        let message = format!("port {port} is outside 1-65535");
+        assert_eq!(v["error"]["message"], message.as_str(), "{v}");
+        let req = with_access_token(v1::AccessRequest {
+            host: "jira.test.reach".into(),
+            protocol: v1::Protocol::Tcp as i32,
+            port,
+            user_location: None,
+        });
+        let e = client.resolve(req).await.expect_err("refused");
+        assert_eq!(
+            (e.code(), e.message()),
+            (tonic::Code::InvalidArgument, message.as_str())
+        );
+    }
+    // Over HTTP a port may also be negative or not a whole number.
+    for (port, shown) in [
+        (serde_json::json!(-1), "-1"),
+        (serde_json::json!(80.5), "80.5"),
+    ] {
+        let body = serde_json::json!({"host": "jira.test.reach", "protocol": "tcp", "port": port});
+        let (s, text) = http
+            .send("POST", "/api/v1/access", Some(ACCESS_TOKEN), Some(body))
+            .await;
+        assert_eq!(s, 400, "{text}");
+        assert!(
+            text.contains(&format!("port {shown} is outside 1-65535")),
+            "{text}"
+        );
+    }
+    // Both are refusals of the request, not decisions: none is counted.
+    let (_, metrics) = http.send("GET", "/metrics", Some(READ_TOKEN), None).await;
+    assert!(!metrics.contains("reach_ca_decisions_total{"), "{metrics}");
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn on_access_discovery_waits_for_the_first_reachable_report() {
     let ca = Ca::start(&config_text("", "discovery_timeout_ms = 3000", "")).await;

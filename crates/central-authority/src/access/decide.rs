@@ -130,6 +130,21 @@ fn request_host(host: &str) -> Result<Host, ApiError> {
     Host::parse(host.trim()).map_err(|e| ApiError::InvalidRequest(format!("host {e}")))
 }
 
+/// An access request's port, checked: 1-65535, else `invalid_request`.
+/// The one check of it, which both APIs' requests pass (`resolve_from`, and
+/// the HTTP body as it is parsed).
+pub(crate) fn access_port(port: i64) -> Result<u16, ApiError> {
+    u16::try_from(port)
+        .ok()
+        .filter(|p| *p >= 1)
+        .ok_or_else(|| port_outside(port))
+}
+
+/// The refusal of a port that is not one, quoting it as the request gave it.
+pub(crate) fn port_outside(port: impl std::fmt::Display) -> ApiError {
+    ApiError::InvalidRequest(format!("port {port} is outside 1-65535"))
+}
+
 impl Authority {
     /// Resolves one access request. Refusals are answers; errors mean the
     /// request was unusable.
@@ -147,12 +162,7 @@ impl Authority {
     ) -> Result<AccessOutcome, ApiError> {
         let started = Instant::now();
         let host = request_host(&request.host)?;
-        let port = u16::try_from(request.port)
-            .ok()
-            .filter(|p| *p >= 1)
-            .ok_or_else(|| {
-                ApiError::InvalidRequest(format!("port {} is outside 1-65535", request.port))
-            })?;
+        let port = access_port(i64::from(request.port))?;
         let outcome = self
             .decide(host, request.protocol, port, user_location)
             .await;

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::access::decide::{AccessRequest, Refusal};
+use crate::access::decide::{AccessRequest, Refusal, access_port, port_outside};
 use crate::api::body::{
     AccessBody, ApplicationBody, ConnectorsBody, HealthBody, LoadBody, SelectedBody, error_body,
     refusal_status,
@@ -1251,10 +1251,8 @@ pub(crate) fn parse_access_body(
             .map(|f| f as i64)
     });
     let port = integral
-        .and_then(|p| u32::try_from(p).ok())
-        .ok_or_else(|| {
-            ApiError::InvalidRequest(format!("port {} is outside 1-65535", body.port))
-        })?;
+        .ok_or_else(|| port_outside(&body.port))
+        .and_then(access_port)?;
     let user_location = body
         .user_location
         .map(|l| Location::new(l.latitude, l.longitude))
@@ -1264,7 +1262,7 @@ pub(crate) fn parse_access_body(
         AccessRequest {
             host: body.host,
             protocol,
-            port,
+            port: u32::from(port),
         },
         user_location,
     ))
