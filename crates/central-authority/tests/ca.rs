@@ -930,6 +930,42 @@ async fn over_budget_connectors_are_flagged() {
     ca.stop().await;
 }
 
+/// The CA imposes 50 checks a second, and the connector's pacer runs at
+/// the 10 its own ceiling allows (the heartbeat's `rate_limit`): the CA's
+/// estimate of its cycle is at 10 a second, the rate it runs at.
+#[tokio::test]
+async fn the_cycle_estimate_is_at_the_rate_the_connector_reports() {
+    let ca = Ca::start(&config_text("checks_per_second = 50", "", "")).await;
+    let http = ca.web();
+    let (east, _) = connect(&ca, "east-1", "dc-east").await;
+    let cycle = || async {
+        let (_, v) = http.get_json("/api/v1/connectors", Some(READ_TOKEN)).await;
+        v["connectors"][0]["cycle_seconds"].as_f64()
+    };
+    // 3 checks at the imposed 50 a second.
+    eventually("an estimate at the imposed rate", || async {
+        cycle().await == Some(0.06)
+    })
+    .await;
+    let beat = v1::ConnectorMessage {
+        kind: Some(v1::connector_message::Kind::Heartbeat(v1::Heartbeat {
+            load: Some(v1::CheckLoad {
+                checks_per_cycle: 3,
+                rate_limit: 10,
+                ..Default::default()
+            }),
+            replicas: None,
+            status: None,
+        })),
+    };
+    east.tx.send(beat).await.expect("heartbeat");
+    eventually("an estimate at the reported rate", || async {
+        cycle().await == Some(0.3)
+    })
+    .await;
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn grpc_health_and_reflection_are_served() {
     let ca = Ca::start(&default_config()).await;

@@ -856,12 +856,12 @@ fn update_estimate(
 ) {
     let s = state.settings();
     let reported = e.load.as_ref().map_or(0, |l| u64::from(l.checks_per_cycle));
-    let own = [
-        e.load.as_ref().map_or(0, |l| l.rate_limit),
-        e.stated_rate,
-        s.assumed_checks_per_second,
-    ];
-    let rate = policy::effective_rate(s.connector_checks_per_second, None, &own);
+    // The heartbeat's `rate_limit` is the rate its pacer runs at: the
+    // imposed one held to the connector's ceiling, or its own.
+    let running = e.load.as_ref().map_or(0, |l| l.rate_limit);
+    let own = [running, e.stated_rate, s.assumed_checks_per_second];
+    let ceiling = (running > 0).then_some(running);
+    let rate = policy::effective_rate(s.connector_checks_per_second, ceiling, &own);
     let was = e.estimate.over_budget;
     e.estimate = policy::estimate_budget(estimated.max(reported), rate, s.check_budget);
     e.load_series.record(
