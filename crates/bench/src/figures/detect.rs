@@ -25,8 +25,11 @@
 //! applications run side by side and split in two halves: one half stops
 //! answering once (detection), the other starts not answering and answers
 //! once (recovery, from the Down its first check found), so the figure
-//! takes about one interval, not forty. Quick mode runs both plans small,
-//! with a 2-s interval standing in for the 60-s one.
+//! takes about one interval, not forty. A third plan fails its 1-s
+//! applications by refusing instead (the listening socket closed, every
+//! SYN reset), measured apart: each check fails at once, so its bound
+//! holds with the timeout to spare. Quick mode runs the plans small, with
+//! a 2-s interval standing in for the 60-s one.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -71,6 +74,10 @@ struct Plan {
     /// and half recovery only (from a server that was never up), so the
     /// plan takes one interval instead of two.
     split: bool,
+    /// The server fails by refusing (its listening socket closed: every
+    /// SYN is answered with a reset, each check fails at once) rather than
+    /// by no longer answering.
+    refuse: bool,
 }
 
 impl Plan {
@@ -144,6 +151,26 @@ pub const SPECS: &[Spec] = &[
         unit: "s",
         goal: Goal::Info,
     },
+    Spec {
+        name: "detect_refused_max_ms_1s",
+        unit: "ms",
+        goal: Goal::AtMost { limit: BOUND_1S_MS },
+    },
+    Spec {
+        name: "detect_refused_p50_ms_1s",
+        unit: "ms",
+        goal: Goal::Info,
+    },
+    Spec {
+        name: "detect_refused_recovery_max_ms_1s",
+        unit: "ms",
+        goal: Goal::AtMost { limit: BOUND_1S_MS },
+    },
+    Spec {
+        name: "detect_refused_recovery_p50_ms_1s",
+        unit: "ms",
+        goal: Goal::Info,
+    },
 ];
 
 const PLAN_1S: Plan = Plan {
@@ -154,6 +181,14 @@ const PLAN_1S: Plan = Plan {
     octet: 1,
     segment: "detect-1s",
     split: false,
+    refuse: false,
+};
+
+const PLAN_1S_REFUSED: Plan = Plan {
+    octet: 3,
+    segment: "detect-1s-refused",
+    refuse: true,
+    ..PLAN_1S
 };
 
 const PLAN_60S: Plan = Plan {
@@ -164,6 +199,7 @@ const PLAN_60S: Plan = Plan {
     octet: 2,
     segment: "detect-60s",
     split: true,
+    refuse: false,
 };
 
 /// The address the driver fills accept queues from, so the listeners can
@@ -390,7 +426,12 @@ async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Res
             Instant::now(),
         );
         tokio::time::sleep_until(stop_at.into()).await;
-        let stopped = server.stop_answering().await?;
+        let stopped = if plan.refuse {
+            server.close().await;
+            Instant::now()
+        } else {
+            server.stop_answering().await?
+        };
         let seen = poll_until(&ch, server.addr, plan.poll, limit, all_down).await?;
         out.down.push(seen - stopped);
         if plan.split {
@@ -406,7 +447,12 @@ async fn cycles(plan: Plan, k: usize, mut server: AppServer, ch: Channel) -> Res
             Instant::now() + Duration::from_millis(1),
         );
         tokio::time::sleep_until(start_at.into()).await;
-        let started = server.answer()?;
+        let started = if plan.refuse {
+            server.start()?;
+            Instant::now()
+        } else {
+            server.answer()?
+        };
         let routed = poll_until(&ch, server.addr, plan.poll, limit, ca::selected).await?;
         out.up.push(routed - started);
         since = started;
@@ -455,8 +501,13 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
                 apps: 4,
                 ..PLAN_60S
             },
+            Plan {
+                apps: 3,
+                cycles: 1,
+                ..PLAN_1S_REFUSED
+            },
         ],
-        Mode::Full => vec![PLAN_1S, PLAN_60S],
+        Mode::Full => vec![PLAN_1S, PLAN_60S, PLAN_1S_REFUSED],
     };
     // One port for every application: a free one on the first address.
     let port = {
@@ -515,7 +566,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     drop(ca_server);
 
     let mut figures = Vec::new();
-    for (i, plan) in [PLAN_1S, PLAN_60S].iter().enumerate() {
+    for (i, plan) in [PLAN_1S, PLAN_60S, PLAN_1S_REFUSED].iter().enumerate() {
         let specs = &SPECS[i * 4..i * 4 + 4];
         let mine: Vec<_> = results
             .iter()
@@ -546,7 +597,8 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
         let p = mine[0].0;
         // The 1-s plan's figures in ms, the 60-s plan's in s (also when a
         // shorter interval stands in for it in quick mode).
-        let unit = |d: Duration| if i == 0 { ms(d) } else { d.as_secs_f64() };
+        let in_ms = plan.segment != PLAN_60S.segment;
+        let unit = |d: Duration| if in_ms { ms(d) } else { d.as_secs_f64() };
         let bound = p.bound();
         let failed = if errors.is_empty() {
             String::new()
@@ -590,19 +642,31 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
             unit(max_down),
             None,
             format!(
-                "largest time from a server no longer answering (accept queue full, SYNs \
-                 dropped: each check times out) to the CA answering all_down ({:.1}% of the \
-                 bound; min {:.3} s); {common}",
+                "largest time from a server {} to the CA answering all_down ({:.1}% of the \
+                 bound; min {:.3} s; all, ms: {}); {common}",
+                if p.refuse {
+                    "refusing (listening socket closed: each SYN reset, each check fails at once)"
+                } else {
+                    "no longer answering (accept queue full, SYNs dropped: each check times out)"
+                },
                 max_down.as_secs_f64() * 100.0 / bound.as_secs_f64(),
                 quantile(&down, 0.0).as_secs_f64(),
+                down.iter()
+                    .map(|d| format!("{:.0}", ms(*d)))
+                    .collect::<Vec<_>>()
+                    .join(" "),
             ),
         ));
         figures.push(specs[1].figure(
             unit(quantile(&down, 0.5)),
             None,
             format!(
-                "median of the same detections (half an interval plus the check timeout \
-                 expected); {common}"
+                "median of the same detections (half an interval{} expected); {common}",
+                if p.refuse {
+                    ""
+                } else {
+                    " plus the check timeout"
+                }
             ),
         ));
         figures.push(specs[2].figure(
