@@ -243,7 +243,7 @@ async fn trials(sides: [&Side; 2], rate: f64, run: Duration, pairs: usize) -> Re
     Ok(out)
 }
 
-/// Measures (quick: 1,000 decisions/s, one 0.5-s pair; full: 5,000/s, five
+/// Measures (quick: 1,000 decisions/s, one 0.5-s pair; full: 5,000/s, nine
 /// 3-s pairs).
 pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     let rate = mode.pick(1000.0, 5000.0);
@@ -261,7 +261,7 @@ pub async fn run(mode: Mode) -> Result<Vec<Figure>> {
     logged.trial(rate, Duration::from_millis(200)).await?;
     let before = count(&lake(&logged.server).await?, "spool_records")?;
     let [(with, cpu_with, spooler), (without, cpu_without, _)] =
-        trials([&logged, &plain], rate, trial, mode.pick(1, 5)).await?;
+        trials([&logged, &plain], rate, trial, mode.pick(1, 9)).await?;
     let state = lake(&logged.server).await?;
     if state["connected"] != false {
         bail!("the receiver's destination is taken: {state}");
