@@ -11,6 +11,7 @@ pub mod access;
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod ground;
 pub mod housekeeping;
 pub mod intake;
 pub mod logstream;
@@ -274,7 +275,7 @@ async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
                 if audit_pruned.is_none_or(|t| t.elapsed() >= housekeeping::AUDIT_PRUNE_EVERY) {
                     audit_pruned = Some(Instant::now());
                     let pruned = hk
-                        .blocking(|a| housekeeping::prune_audit(a, crate::state::clock::now_ms()))
+                        .blocking(|a| housekeeping::prune_audit(a, crate::ground::clock::now_ms()))
                         .await;
                     if let Some(Err(e)) = pruned {
                         tracing::error!(error = %e, "audit trail: pruning failed");

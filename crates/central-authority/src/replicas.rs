@@ -83,7 +83,7 @@ impl Me {
         Me {
             id,
             addresses,
-            started_ms: crate::state::clock::now_ms(),
+            started_ms: crate::ground::clock::now_ms(),
         }
     }
 }
@@ -118,7 +118,7 @@ pub fn policy_hash(state: &PolicyState) -> String {
     state
         .hash_with(|state| {
             let digest =
-                crate::trust::pki::sha256_hex(format!("{:?}", state.config.policy).as_bytes());
+                crate::ground::digest::sha256_hex(format!("{:?}", state.config.policy).as_bytes());
             digest.chars().take(16).collect()
         })
         .to_owned()
@@ -151,7 +151,7 @@ impl Authority {
                 return 0;
             }
         };
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         // One key lookup per (group, key) of key-authenticated sessions.
         let mut keys: HashMap<(String, String), Result<(), AuthError>> = HashMap::new();
         let mut closed = 0;
@@ -209,7 +209,7 @@ impl Authority {
 
     /// Records this replica's heartbeat.
     pub fn replica_heartbeat(&self, me: &Me) -> Result<(), StoreError> {
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         let record = ReplicaRecord {
             id: me.id.clone(),
             addresses: me.addresses.clone(),
@@ -224,7 +224,7 @@ impl Authority {
 
     /// Every replica the store knows (`this` marks `me`).
     pub fn replicas(&self, me: Option<&str>) -> Result<Vec<ReplicaView>, StoreError> {
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         Ok(self
             .store()
             .replicas()?

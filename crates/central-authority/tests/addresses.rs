@@ -99,7 +99,7 @@ async fn an_address_that_leaves_the_answer_is_remembered() {
         assert!(e["left"].is_null(), "{before}");
         assert_eq!(e["connector"], "east-1", "{before}");
     }
-    let removed_at = central_authority::state::clock::now_ms();
+    let removed_at = central_authority::ground::clock::now_ms();
     dns.remove(HOST, leaving).await.expect("removes the record");
     let after = wait_for("127.0.31.2 left", Duration::from_secs(20), || async {
         let v = answer().await;

@@ -279,7 +279,7 @@ impl Authority {
         let e = &outcome.explanation;
         let mut r = Record::new(
             Kind::Access,
-            u64::try_from(crate::state::clock::now_ms()).unwrap_or(0),
+            u64::try_from(crate::ground::clock::now_ms()).unwrap_or(0),
         )
         .text(Field::RequestId, format!("{:016x}", rand::random::<u64>()))
         .text(Field::Host, request.host.as_str())

@@ -22,8 +22,8 @@ use std::time::Instant;
 use policy::{AppKey, HealthReporting, Protocol, Segment};
 use serde::Serialize;
 
+use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::now_ms;
 use crate::state::registry::{ConnSnaps, SelfDrain};
 use crate::store::{DrainRecord, StoreError};
 use crate::trust::audit::Actor;
@@ -90,12 +90,12 @@ pub struct WhatIfApplication {
     /// (the row stands for all of them).
     pub host: Option<String>,
     /// Its protocol (null with `host`).
-    #[schema(schema_with = crate::api::schema::nullable_protocol)]
+    #[schema(schema_with = crate::ground::schema::nullable_protocol)]
     pub protocol: Option<Protocol>,
     /// Its port (null with `host`).
     pub port: Option<u16>,
     /// The segment's health reporting mode.
-    #[schema(schema_with = crate::api::schema::health_reporting)]
+    #[schema(schema_with = crate::ground::schema::health_reporting)]
     pub health_reporting: HealthReporting,
     /// The connectors taken away that carry it now (healthy, undrained),
     /// by name.

@@ -112,7 +112,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// The CSRF token of session id `id`.
 fn csrf_of(id: &str) -> String {
-    crate::trust::pki::sha256_hex(format!("reach-csrf:{id}").as_bytes())
+    crate::ground::digest::sha256_hex(format!("reach-csrf:{id}").as_bytes())
 }
 
 /// The session the request's cookie names: `None` without a session
@@ -120,8 +120,8 @@ fn csrf_of(id: &str) -> String {
 /// cannot tell.
 pub async fn session_of(a: &Shared, headers: &HeaderMap) -> Option<Result<Session, AuthError>> {
     let id = cookie(headers, session_cookie_name(https(a)))?.to_owned();
-    let hash = crate::trust::pki::sha256_hex(id.as_bytes());
-    let now = crate::state::clock::now_ms();
+    let hash = crate::ground::digest::sha256_hex(id.as_bytes());
+    let now = crate::ground::clock::now_ms();
     let found = a.blocking(move |a| a.store().session(&hash)).await;
     Some(match found {
         // Its provider's word and the role mapping decide (`api::sessions`).
@@ -151,7 +151,7 @@ pub fn check_csrf(method: &Method, headers: &HeaderMap, s: &Session) -> Result<(
         return Ok(());
     }
     let sent = headers.get(CSRF_HEADER).map(HeaderValue::as_bytes);
-    let ok = sent.is_some_and(|t| crate::trust::auth::Secret::new(s.csrf.clone()).matches(t));
+    let ok = sent.is_some_and(|t| crate::ground::secret::Secret::new(s.csrf.clone()).matches(t));
     if ok { Ok(()) } else { Err(AuthError::Csrf) }
 }
 
@@ -388,9 +388,9 @@ pub async fn login(
             return page(StatusCode::BAD_GATEWAY, "Sign-in failed", &e.to_string());
         }
     };
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let record = LoginRecord {
-        state_sha256: crate::trust::pki::sha256_hex(pending.state.as_bytes()),
+        state_sha256: crate::ground::digest::sha256_hex(pending.state.as_bytes()),
         provider: p.name.clone(),
         verifier: pending.verifier.clone(),
         nonce: pending.nonce.clone(),
@@ -445,12 +445,12 @@ pub async fn callback(
         return fail("the provider's answer has no code or state".into());
     };
     let bound = cookie(&headers, login_cookie_name(https(&a)))
-        .is_some_and(|c| crate::trust::auth::Secret::new(c).matches(state.as_bytes()));
+        .is_some_and(|c| crate::ground::secret::Secret::new(c).matches(state.as_bytes()));
     if !bound {
         return fail("this sign-in was not started in this browser (or it took over 10 minutes); sign in again".into());
     }
-    let hash = crate::trust::pki::sha256_hex(state.as_bytes());
-    let now = crate::state::clock::now_ms();
+    let hash = crate::ground::digest::sha256_hex(state.as_bytes());
+    let now = crate::ground::clock::now_ms();
     let login = match a.blocking(move |a| a.store().take_login(&hash, now)).await {
         // A CLI code is no sign-in state.
         Some(Ok(Some(l))) if l.next.starts_with(CLI_CODE) => {
@@ -541,15 +541,15 @@ async fn open_session(
     next: &str,
     source: Option<std::net::IpAddr>,
 ) -> Response {
-    let id = crate::trust::pki::hex(&rand::random::<[u8; 32]>());
-    let now = crate::state::clock::now_ms();
+    let id = crate::ground::digest::hex(&rand::random::<[u8; 32]>());
+    let now = crate::ground::clock::now_ms();
     let cli = next.strip_prefix("cli:").and_then(|r| r.split_once(':'));
     let mut lifetime_ms = i64::try_from(p.session_lifetime_ms).unwrap_or(i64::MAX);
     if cli.is_some() {
         lifetime_ms = lifetime_ms.min(CLI_LIFETIME_MS);
     }
     let record = SessionRecord {
-        id_sha256: crate::trust::pki::sha256_hex(id.as_bytes()),
+        id_sha256: crate::ground::digest::sha256_hex(id.as_bytes()),
         person: person.name.clone(),
         provider: p.name.clone(),
         subject: person.subject.clone(),
@@ -623,7 +623,7 @@ async fn to_cli(
     expires_ms: i64,
     now: i64,
 ) -> Response {
-    let code = crate::trust::pki::hex(&rand::random::<[u8; 32]>());
+    let code = crate::ground::digest::hex(&rand::random::<[u8; 32]>());
     let (c, st) = (code.clone(), state.to_owned());
     let put = a
         .blocking(move |a| issue_cli_code(a, &c, &st, &id, expires_ms, now))
@@ -649,10 +649,10 @@ pub fn issue_cli_code(
 ) -> Result<(), crate::store::StoreError> {
     a.store().put_login(
         &LoginRecord {
-            state_sha256: crate::trust::pki::sha256_hex(code.as_bytes()),
+            state_sha256: crate::ground::digest::sha256_hex(code.as_bytes()),
             provider: String::new(),
             verifier: id.to_owned(),
-            nonce: crate::trust::pki::sha256_hex(state.as_bytes()),
+            nonce: crate::ground::digest::sha256_hex(state.as_bytes()),
             next: format!("{CLI_CODE}{expires_ms}"),
             expires_ms: now_ms.saturating_add(CLI_CODE_TTL_MS),
         },
@@ -680,15 +680,15 @@ pub fn exchange_cli_code(
     state: &str,
     now_ms: i64,
 ) -> Result<Option<CliCredential>, crate::store::StoreError> {
-    let hash = crate::trust::pki::sha256_hex(code.as_bytes());
+    let hash = crate::ground::digest::sha256_hex(code.as_bytes());
     let Some(r) = a.store().take_login(&hash, now_ms)? else {
         return Ok(None);
     };
-    let state_hash = crate::trust::pki::sha256_hex(state.as_bytes());
+    let state_hash = crate::ground::digest::sha256_hex(state.as_bytes());
     let ends = r.next.strip_prefix(CLI_CODE).and_then(|e| e.parse().ok());
     Ok(match ends {
         Some(expires_at)
-            if crate::trust::auth::Secret::new(r.nonce).matches(state_hash.as_bytes()) =>
+            if crate::ground::secret::Secret::new(r.nonce).matches(state_hash.as_bytes()) =>
         {
             Some(CliCredential {
                 csrf_token: csrf_of(&r.verifier),
@@ -722,7 +722,7 @@ pub async fn cli_exchange(State(a): State<Shared>, body: axum::body::Bytes) -> R
             );
         }
     };
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     match a
         .blocking(move |a| exchange_cli_code(a, &q.code, &q.state, now))
         .await
@@ -757,7 +757,7 @@ pub async fn logout(
         }
         let s = s.clone();
         let source = peer.map(|p| p.0.0.ip());
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         let done = a
             .blocking(move |a| {
                 let r = a.store().revoke_session(&s.id_sha256, now);

@@ -115,10 +115,10 @@ pub(crate) struct LoadBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct AccessBody {
     /// The host the user asked for (FQDN or IP).
-    #[schema(schema_with = crate::api::schema::request_host)]
+    #[schema(schema_with = crate::ground::schema::request_host)]
     pub(crate) host: String,
     /// `tcp` or `udp`.
-    #[schema(schema_with = crate::api::schema::protocol)]
+    #[schema(schema_with = crate::ground::schema::protocol)]
     pub(crate) protocol: String,
     /// 1-65535 (an integral number such as `80.0` is accepted: JSON
     /// Schema counts it as an integer).

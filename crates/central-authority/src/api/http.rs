@@ -566,7 +566,7 @@ impl FromRequestParts<Shared> for Caller {
 /// is refused either way; a count the store cannot write is logged.
 async fn refused_token(a: &Shared, source: Option<std::net::IpAddr>) {
     let source = source.map(|s| s.to_string()).unwrap_or_default();
-    let minute = crate::state::clock::now_ms() / 60_000 * 60_000;
+    let minute = crate::ground::clock::now_ms() / 60_000 * 60_000;
     let counted = a
         .blocking(move |a| a.store().count_refusal(&source, minute))
         .await;
@@ -1769,7 +1769,7 @@ async fn delete_connector(
 /// `GET /api/v1/sessions`: people's live sessions, newest first, with
 /// the scopes their roles map to now.
 async fn sessions(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let records = match admin(&a, move |a| a.store().sessions(now)).await {
         Ok(r) => r,
         Err(response) => return response,
@@ -1807,7 +1807,7 @@ async fn sessions(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Res
 async fn end_session(State(a): State<Shared>, Path(id): Path<String>, caller: Caller) -> Response {
     let shown: String = id.chars().take(128).collect();
     let target = shown.clone();
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let done = audited(&a, caller, "session.end", target, move |a| {
         let Some(r) = a.store().session(&id)? else {
             return Ok(None);
@@ -1840,7 +1840,7 @@ fn warmth(a: &Authority, now: Instant) -> Result<Warmth, crate::store::StoreErro
     }
     let state = a.snapshot();
     let policy = state.policy();
-    let wall = crate::state::clock::now_ms();
+    let wall = crate::ground::clock::now_ms();
     let known = a.store().connectors()?;
     let expected = known.iter().filter(|c| {
         c.enrolled_ms < warmup.started_ms()

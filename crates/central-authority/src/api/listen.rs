@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// Connection accounting of one listener.
 ///

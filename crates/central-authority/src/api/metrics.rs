@@ -164,7 +164,7 @@ impl StateMetrics {
         .with_log_receivers(&authority.log_stream().states())
         .with_app_certificates(
             &app_certificates(authority),
-            crate::state::clock::now_ms() / 1000,
+            crate::ground::clock::now_ms() / 1000,
             authority.snapshot().settings().certificate_warn,
         )
     }

@@ -11,6 +11,5 @@ pub mod listen;
 pub mod listing;
 pub mod metrics;
 pub mod openapi;
-pub mod schema;
 pub mod sessions;
 pub mod views;

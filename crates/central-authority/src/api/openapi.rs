@@ -25,7 +25,7 @@ use utoipa::openapi::{RefOr, path::ParameterIn};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use crate::access::explain::ExplanationView;
-use crate::api::schema::*;
+use crate::ground::schema::*;
 
 /// The document, rendered once (pretty JSON, keys sorted, newline at the end).
 pub fn document_text() -> &'static str {

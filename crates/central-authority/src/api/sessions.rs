@@ -49,7 +49,7 @@ pub async fn standing(
     let Some(p) = provider else {
         return Ok(None);
     };
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let every = i64::try_from(p.revalidate_ms).unwrap_or(i64::MAX);
     if now.saturating_sub(r.checked_ms) >= every && !revalidate(a, &p, id, &mut r, now).await? {
         return Ok(None);
@@ -135,7 +135,7 @@ async fn revalidate(
 async fn end(a: &Shared, r: &SessionRecord, provider: &str, why: String) -> Result<(), AuthError> {
     tracing::info!(person = %r.person, provider, reason = %why, "session ended: the provider refused it");
     let (hash, person) = (r.id_sha256.clone(), r.person.clone());
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let provider = provider.to_owned();
     let done = a
         .blocking(move |a| {
@@ -234,7 +234,7 @@ pub async fn backchannel_logout(State(a): State<Shared>, body: axum::body::Bytes
         return refuse("no logout_token".into());
     };
     let providers = a.snapshot().config.oidc.clone();
-    let now = crate::state::clock::now_ms();
+    let now = crate::ground::clock::now_ms();
     let logout = match a.oidc().logout_token(&providers, &token, now).await {
         Ok(l) => l,
         Err(why) => return refuse(format!("the logout token was refused: {why}")),

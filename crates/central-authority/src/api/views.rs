@@ -10,11 +10,33 @@ use protocol::v1;
 use serde::Serialize;
 
 use crate::api::listing::Row;
+use crate::ground::clock::unix_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::unix_ms;
 use crate::state::health::{Report, Transition, UnknownCause};
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{ConnSnap, ConnSnaps};
+
+/// The schema of why a connector's status is unknown.
+fn unknown_cause() -> utoipa::openapi::schema::Object {
+    use UnknownCause as C;
+    let mut values: Vec<String> = [
+        C::Disconnected,
+        C::WindowExpired,
+        C::Stale,
+        C::NotInFullState,
+        C::Reported,
+        C::Unsolicited,
+    ]
+    .iter()
+    .map(|c| c.as_str().to_owned())
+    .collect();
+    values.push("no_report".to_owned());
+    crate::ground::schema::string_enum(
+        values,
+        "why the status is unknown (null when it is not)",
+        true,
+    )
+}
 
 /// One connector's view of one application.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -24,12 +46,12 @@ pub struct ConnectorHealthView {
     /// Its group.
     pub group: String,
     /// Effective status.
-    #[schema(schema_with = crate::api::schema::status)]
+    #[schema(schema_with = crate::ground::schema::status)]
     pub status: Status,
     /// Why it is Unknown, when it is (`disconnected`, `stale`,
     /// `window_expired`, `not_in_full_state`, `reported`, `unsolicited`,
     /// `no_report`).
-    #[schema(schema_with = crate::api::schema::unknown_cause)]
+    #[schema(schema_with = unknown_cause)]
     pub unknown_cause: Option<&'static str>,
     /// When the CA received the latest report, Unix milliseconds.
     pub reported_at: Option<u64>,
@@ -58,10 +80,10 @@ pub struct AddressView {
     /// The address.
     pub address: String,
     /// `up` or `down`.
-    #[schema(schema_with = crate::api::schema::address_status)]
+    #[schema(schema_with = crate::ground::schema::address_status)]
     pub status: Status,
     /// `tcp`, `icmp` or `tcp_fallback`.
-    #[schema(schema_with = crate::api::schema::method)]
+    #[schema(schema_with = crate::ground::schema::method)]
     pub method: Method,
     /// Round-trip time in milliseconds (`null` when the check failed).
     #[serde(rename = "rtt_ms", serialize_with = "millis")]
@@ -70,7 +92,7 @@ pub struct AddressView {
     /// Why it failed (`"refused: connection refused"`), `null` when it did not.
     pub error: Option<String>,
     /// The failure kind alone (`timeout`, `refused`, `unreachable`, `dns`, `other`).
-    #[schema(schema_with = crate::api::schema::failure)]
+    #[schema(schema_with = crate::ground::schema::failure)]
     pub failure: Option<policy::FailureKind>,
     /// Why the segment's application-level check (`check` = `tls`, `http`,
     /// `https`) failed after the TCP handshake (`"http 503"`, `"tls:
@@ -156,13 +178,13 @@ pub struct TransitionView {
     /// Connector.
     pub connector: String,
     /// Before.
-    #[schema(schema_with = crate::api::schema::status)]
+    #[schema(schema_with = crate::ground::schema::status)]
     pub from: Status,
     /// After.
-    #[schema(schema_with = crate::api::schema::status)]
+    #[schema(schema_with = crate::ground::schema::status)]
     pub to: Status,
     /// Why.
-    #[schema(schema_with = crate::api::schema::transition_cause)]
+    #[schema(schema_with = crate::ground::schema::transition_cause)]
     pub cause: &'static str,
 }
 
@@ -174,15 +196,15 @@ pub struct ApplicationView {
     /// Host (FQDN or IP).
     pub host: String,
     /// Protocol.
-    #[schema(schema_with = crate::api::schema::protocol)]
+    #[schema(schema_with = crate::ground::schema::protocol)]
     pub protocol: Protocol,
     /// Port.
     pub port: u16,
     /// Health reporting mode of the segment.
-    #[schema(schema_with = crate::api::schema::health_reporting)]
+    #[schema(schema_with = crate::ground::schema::health_reporting)]
     pub health_reporting: HealthReporting,
     /// Overall status: the best over its connectors.
-    #[schema(schema_with = crate::api::schema::status)]
+    #[schema(schema_with = crate::ground::schema::status)]
     pub status: Status,
     /// Per connector of the segment's groups.
     pub connectors: Vec<ConnectorHealthView>,
@@ -313,7 +335,7 @@ pub struct AddressHistoryView {
     /// The address.
     pub address: String,
     /// Its latest result, `up` or `down` (also once it left: its last).
-    #[schema(schema_with = crate::api::schema::address_status)]
+    #[schema(schema_with = crate::ground::schema::address_status)]
     pub status: Status,
     /// When a connector's answer first had it (again, after it left and
     /// came back), Unix ms.
@@ -391,7 +413,7 @@ pub struct CertificateView {
     pub grace_until: Option<i64>,
     /// `current` (the newest valid one), `grace` (superseded, still
     /// accepted until `grace_until`), `revoked` or `expired`.
-    #[schema(schema_with = crate::api::schema::certificate_state)]
+    #[schema(schema_with = crate::ground::schema::certificate_state)]
     pub state: &'static str,
 }
 
@@ -919,7 +941,7 @@ impl Authority {
                 Vec::new()
             } else {
                 let warn = state.settings().certificate_warn;
-                let now_s = crate::state::clock::now_ms() / 1000;
+                let now_s = crate::ground::clock::now_ms() / 1000;
                 r.addresses
                     .iter()
                     .map(|a| AddressView::at(a, now_s, warn))
@@ -1060,7 +1082,7 @@ impl Authority {
         self.add_enrolled(&mut out, budget, &drains);
         match self.store().certificate_history(CERTIFICATES_SHOWN) {
             Ok(mut history) => {
-                let now = crate::state::clock::now_ms();
+                let now = crate::ground::clock::now_ms();
                 for view in &mut out {
                     let current = view.certificate_serial.as_deref();
                     view.certificates = history

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use policy::SegmentSpec;
 use serde::Deserialize;
 
-use crate::trust::auth::Secret;
+use crate::ground::secret::Secret;
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]

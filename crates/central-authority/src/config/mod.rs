@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 use policy::{GroupSpec, Policy, PolicySpec, SegmentSpec, ValidationError};
 
-use crate::trust::auth::{ApiToken, Secret};
+use crate::ground::secret::Secret;
+use crate::trust::auth::ApiToken;
 use file::FileConfig;
 pub use secrets::{KeyPolicy, parse_utc};
 pub use settings::{Limits, Settings};

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use super::file::OidcSection;
 use super::{Problem, setting};
-use crate::trust::auth::{Scope, Secret};
+use crate::ground::secret::Secret;
+use crate::trust::auth::Scope;
 use crate::trust::oidc::ProviderConfig;
 
 /// Shortest and longest session a sign-in may open (seconds).

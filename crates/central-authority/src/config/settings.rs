@@ -445,7 +445,7 @@ fn store_rules(
             Some(f) => {
                 let full = base.join(f);
                 match std::fs::read_to_string(&full) {
-                    Ok(v) => Some(crate::trust::auth::Secret::new(v).trimmed()),
+                    Ok(v) => Some(crate::ground::secret::Secret::new(v).trimmed()),
                     Err(e) => {
                         setting(
                             problems,
@@ -458,7 +458,7 @@ fn store_rules(
             }
             None => std::env::var(STORE_PASSWORD_ENV)
                 .ok()
-                .map(|p| crate::trust::auth::Secret::new(p).trimmed()),
+                .map(|p| crate::ground::secret::Secret::new(p).trimmed()),
         };
         return Some(StoreLocation::Postgres {
             url: url.to_owned(),

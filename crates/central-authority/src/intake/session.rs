@@ -321,7 +321,7 @@ fn expiry(cert: Option<&SessionCert>) -> Option<tokio::time::Instant> {
     cert.map(|c| {
         let left = c
             .not_after_ms
-            .saturating_sub(crate::state::clock::now_ms())
+            .saturating_sub(crate::ground::clock::now_ms())
             .max(0);
         tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
     })

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::ground::clock::unix_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::unix_ms;
 use crate::state::history::{EventPage, EventView};
 use crate::store::{AddressEventRecord, EventFilter, EventRecord};
 

@@ -23,12 +23,12 @@ use protocol::v1::authority_message::Kind as Out;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::ground::sync::{lock, read, write};
 use crate::state::counters::Metrics;
 use crate::state::health::{HealthTable, UnknownCause};
 use crate::state::on_access::OnAccess;
 use crate::state::policy_state::{PolicyState, app_allowed};
 use crate::state::registry::{Link, LiveSession, Outbound, Registry};
-use crate::state::sync::{lock, read, write};
 use crate::store::Store;
 
 /// A connector's assignment: its segments and settings on the wire.
@@ -201,7 +201,7 @@ impl Authority {
             replica_id: std::sync::OnceLock::new(),
             warmup: crate::state::warmup::Warmup::new(
                 Instant::now(),
-                crate::state::clock::now_ms(),
+                crate::ground::clock::now_ms(),
             ),
             swept: std::sync::Mutex::new(None),
             oidc: crate::trust::oidc::Providers::default(),
@@ -451,7 +451,7 @@ impl Authority {
         };
         self.log_stream
             .emit(crate::logstream::record::connector_status(
-                u64::try_from(crate::state::clock::now_ms()).unwrap_or(0),
+                u64::try_from(crate::ground::clock::now_ms()).unwrap_or(0),
                 (name, &view.group),
                 (event, status),
                 view.status.as_ref(),

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant, SystemTime};
 use policy::{AddressResult, AppKey, HostRef, Protocol, Status};
 use serde::Serialize;
 
+use crate::ground::clock::unix_ms;
+use crate::ground::sync::{read, write};
 use crate::state::addresses::{AddressBook, AddressChange};
-use crate::state::clock::unix_ms;
 use crate::state::series::{Merge, RttSeries};
-use crate::state::sync::{read, write};
 
 /// Why a connector's status for an application is Unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -821,7 +821,7 @@ impl HealthTable {
 
     /// Queues transitions for `take_transitions`.
     fn publish(&self, transitions: impl IntoIterator<Item = (AppKey, Transition)>) {
-        let mut outbox = crate::state::sync::lock(&self.outbox);
+        let mut outbox = crate::ground::sync::lock(&self.outbox);
         outbox.extend(transitions);
         if outbox.len() > OUTBOX_CAP {
             let excess = outbox.len() - OUTBOX_CAP;
@@ -835,13 +835,13 @@ impl HealthTable {
 
     /// Every transition since the last call, oldest first.
     pub fn take_transitions(&self) -> Vec<(AppKey, Transition)> {
-        std::mem::take(&mut *crate::state::sync::lock(&self.outbox))
+        std::mem::take(&mut *crate::ground::sync::lock(&self.outbox))
     }
 
     /// Queues address changes of `key` seen at `at` for
     /// `take_address_changes` (bounded as the transitions' outbox is).
     fn publish_addresses(&self, key: AppKey, at: SystemTime, changes: Vec<AddressChange>) {
-        let mut outbox = crate::state::sync::lock(&self.address_outbox);
+        let mut outbox = crate::ground::sync::lock(&self.address_outbox);
         outbox.extend(changes.into_iter().map(|c| (key.clone(), at, c)));
         if outbox.len() > OUTBOX_CAP {
             let excess = outbox.len() - OUTBOX_CAP;
@@ -855,13 +855,13 @@ impl HealthTable {
 
     /// Whether address changes wait for `take_address_changes`.
     pub fn has_address_changes(&self) -> bool {
-        !crate::state::sync::lock(&self.address_outbox).is_empty()
+        !crate::ground::sync::lock(&self.address_outbox).is_empty()
     }
 
     /// Every address change since the last call, oldest first, with when
     /// the CA saw it.
     pub fn take_address_changes(&self) -> Vec<(AppKey, SystemTime, AddressChange)> {
-        std::mem::take(&mut *crate::state::sync::lock(&self.address_outbox))
+        std::mem::take(&mut *crate::ground::sync::lock(&self.address_outbox))
     }
 
     /// Sets every entry for which `decide` names a cause to Unknown (entries

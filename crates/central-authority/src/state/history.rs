@@ -18,8 +18,8 @@ use policy::{AppKey, Protocol, Status};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::ground::clock::unix_ms;
 use crate::state::addresses::AddressChange;
-use crate::state::clock::unix_ms;
 use crate::state::health::Transition;
 use crate::store::{AddressEventRecord, EventRecord};
 

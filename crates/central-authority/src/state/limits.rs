@@ -28,7 +28,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use crate::error::RenewError;
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// What a throttle guards (the `what` label of `reach_ca_throttled_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

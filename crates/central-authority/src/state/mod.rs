@@ -5,7 +5,6 @@
 pub mod access_ids;
 pub mod addresses;
 pub mod authority;
-pub mod clock;
 pub mod counters;
 pub mod health;
 pub mod history;
@@ -15,6 +14,5 @@ pub mod policy_state;
 pub mod registry;
 pub mod rosters;
 pub mod series;
-pub mod sync;
 pub mod tickets;
 pub mod warmup;

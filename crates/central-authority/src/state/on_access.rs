@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use policy::{AccessWindows, AppKey, Coalescer};
 
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// An on-access window or coalescing key: (application, connector).
 pub(crate) type WindowKey = (AppKey, String);

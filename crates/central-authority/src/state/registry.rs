@@ -29,10 +29,10 @@ use policy::BudgetEstimate;
 use protocol::v1;
 use tokio::sync::{Notify, mpsc};
 
-use crate::state::clock::unix_ms;
+use crate::ground::clock::unix_ms;
+use crate::ground::sync::lock;
 use crate::state::policy_state::PolicyState;
 use crate::state::series::{LoadSeries, Merge};
-use crate::state::sync::lock;
 use crate::store::DrainRecord;
 
 /// The sending half of a session's outbound stream.

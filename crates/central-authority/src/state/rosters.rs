@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use policy::{AppKey, Candidate, Roster, Segment, Status};
 
+use crate::ground::sync::lock;
 use crate::state::health::{Fact, Facts, FactsAt};
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{Link, Links, LinksAt};
-use crate::state::sync::lock;
 
 /// Most members all rosters hold together (about 200 bytes each); past it,
 /// decisions on applications without a roster build their slice.

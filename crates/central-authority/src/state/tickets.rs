@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// How long a stream ticket may wait before it is used.
 pub const TICKET_TTL: Duration = Duration::from_secs(30);
@@ -47,7 +47,7 @@ impl StreamTickets {
         let bytes: [u8; 32] = rand::random();
         let ticket: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         issued.insert(
-            crate::trust::pki::sha256_hex(ticket.as_bytes()),
+            crate::ground::digest::sha256_hex(ticket.as_bytes()),
             now + TICKET_TTL,
         );
         Ok(ticket)
@@ -56,7 +56,7 @@ impl StreamTickets {
     /// Whether `ticket` was issued, is unused and unexpired at `now`; it is
     /// used up either way.
     pub fn redeem(&self, ticket: &str, now: Instant) -> bool {
-        let digest = crate::trust::pki::sha256_hex(ticket.as_bytes());
+        let digest = crate::ground::digest::sha256_hex(ticket.as_bytes());
         lock(&self.issued)
             .remove(&digest)
             .is_some_and(|until| until > now)

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// How many of the connectors still awaited a not-ready answer names.
 pub const NAMED_AT_MOST: usize = 10;

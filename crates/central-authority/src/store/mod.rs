@@ -51,7 +51,7 @@ pub enum StoreLocation {
         /// The password, from `[store] password_file` or the
         /// `REACH_STORE_PASSWORD` environment variable, when the URL has
         /// none.
-        password: Option<crate::trust::auth::Secret>,
+        password: Option<crate::ground::secret::Secret>,
     },
 }
 
@@ -521,7 +521,7 @@ pub struct StoreStatus {
 
 impl Watched {
     fn new() -> Watched {
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         Watched {
             up: true.into(),
             since_ms: now.into(),
@@ -537,7 +537,7 @@ impl Watched {
             // The database answered, with an error.
             Err(_) => true,
         };
-        let now = crate::state::clock::now_ms();
+        let now = crate::ground::clock::now_ms();
         self.checked_ms.store(now, Relaxed);
         if self.up.swap(up, Relaxed) == up {
             return;

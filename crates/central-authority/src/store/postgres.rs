@@ -40,9 +40,9 @@ use super::{
     LoginRecord, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError,
     fresh_rows,
 };
-use crate::state::clock::now_ms;
-use crate::state::sync::lock;
-use crate::trust::auth::Secret;
+use crate::ground::clock::now_ms;
+use crate::ground::secret::Secret;
+use crate::ground::sync::lock;
 
 /// The channel changes that may end sessions are announced on.
 const CHANNEL: &str = "reach_trust";

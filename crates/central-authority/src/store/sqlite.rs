@@ -18,7 +18,7 @@ use super::{
     LoginRecord, NewCertificate, RenewRefusal, Renewal, ReplicaRecord, SessionRecord, StoreError,
     fresh_rows,
 };
-use crate::state::sync::lock;
+use crate::ground::sync::lock;
 
 /// Schema migrations, in order. Never edit one that has shipped; add more.
 const MIGRATIONS: &[&str] = &[

@@ -38,7 +38,7 @@ impl Credential {
     pub fn load(path: &Path, url: &str) -> Option<Credential> {
         let text = std::fs::read_to_string(path).ok()?;
         let c: Credential = serde_json::from_str(&text).ok()?;
-        (c.url == url && c.expires_at > crate::state::clock::now_ms()).then_some(c)
+        (c.url == url && c.expires_at > crate::ground::clock::now_ms()).then_some(c)
     }
 }
 
@@ -68,7 +68,7 @@ where
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    let state = crate::trust::pki::hex(&rand::random::<[u8; 16]>());
+    let state = crate::ground::digest::hex(&rand::random::<[u8; 16]>());
     let mut open = format!(
         "{}/auth/login?cli_port={port}&cli_state={state}",
         url.trim_end_matches('/')
@@ -139,7 +139,8 @@ fn code_of(query: &str, state: &str) -> Option<String> {
         match &*k {
             "code" => code = v.into_owned(),
             "state" => {
-                state_ok = crate::trust::auth::Secret::new(v.into_owned()).matches(state.as_bytes())
+                state_ok =
+                    crate::ground::secret::Secret::new(v.into_owned()).matches(state.as_bytes())
             }
             _ => {}
         }

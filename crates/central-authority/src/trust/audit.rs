@@ -10,8 +10,8 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
+use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::now_ms;
 use crate::store::{AuditFilter, AuditRecord, StoreError};
 
 /// What kind of identity acted.

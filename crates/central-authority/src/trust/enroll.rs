@@ -26,8 +26,8 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::error::EnrollError;
+use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::now_ms;
 use crate::state::counters::Metrics;
 use crate::store::{CertRecord, NewCertificate, StoreError};
 use crate::trust::auth::{AuthError, check_connector_name};
@@ -245,7 +245,7 @@ impl Authority {
         // serial, byte for byte: names and serial alone could be copied
         // into another certificate. Constant time, like every secret
         // comparison.
-        let presented = crate::trust::pki::sha256_hex(leaf.as_ref());
+        let presented = crate::ground::digest::sha256_hex(leaf.as_ref());
         let same_cert: bool =
             subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), record.fingerprint.as_bytes())
                 .into();

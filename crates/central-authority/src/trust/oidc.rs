@@ -34,7 +34,8 @@ use openidconnect::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::trust::auth::{Scope, Secret};
+use crate::ground::secret::Secret;
+use crate::trust::auth::Scope;
 
 /// One `[[oidc]]` provider, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -390,7 +391,7 @@ impl Providers {
         p: &ProviderConfig,
         refresh_keys: bool,
     ) -> Result<CoreProviderMetadata, SignInError> {
-        self.metadata_at(p, refresh_keys, crate::state::clock::now_ms())
+        self.metadata_at(p, refresh_keys, crate::ground::clock::now_ms())
             .await
     }
 

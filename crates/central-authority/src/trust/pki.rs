@@ -18,6 +18,7 @@ use rcgen::{
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 
+use crate::ground::digest::{hex, sha256_hex};
 use crate::trust::host::HostIdentity;
 
 /// The URI SAN prefix of connector certificates.
@@ -113,16 +114,6 @@ pub struct Issued {
 /// The identity URI of a connector.
 pub fn identity_uri(group: &str, name: &str) -> String {
     format!("{IDENTITY_PREFIX}{group}/connector/{name}")
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// SHA-256, lower-case hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
 }
 
 fn unix_ms(t: SystemTime) -> i64 {

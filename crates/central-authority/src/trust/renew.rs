@@ -14,8 +14,8 @@ use protocol::v1;
 use tonic::{Request, Response, Status};
 
 use crate::error::RenewError;
+use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::now_ms;
 use crate::state::counters::Metrics;
 use crate::store::{Renewal, StoreError};
 use crate::trust::auth::AuthError;

@@ -20,8 +20,8 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
 
+use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
-use crate::state::clock::now_ms;
 use crate::state::registry::Outbound;
 use crate::store::StoreError;
 use crate::trust::enroll::SessionCert;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::state::sync::{read, write};
+use crate::ground::sync::{read, write};
 use crate::trust::pki::{Pki, TlsSources};
 
 /// ALPN of the gRPC listener.

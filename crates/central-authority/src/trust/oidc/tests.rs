@@ -83,7 +83,7 @@ fn metadata(kid: &str) -> CoreProviderMetadata {
 }
 
 fn now_s() -> i64 {
-    crate::state::clock::now_ms() / 1000
+    crate::ground::clock::now_ms() / 1000
 }
 
 /// An ID token signed with key `kid`, with `claims` over the defaults.
@@ -306,7 +306,7 @@ fn logout_token(kid: &str, claims: serde_json::Value) -> String {
 fn check_logout(token: &str) -> Result<Logout, String> {
     let jwt = logout::Jwt::parse(token)?;
     jwt.verify(&metadata("k1"))?;
-    logout::claims(&provider(), &jwt.claims, crate::state::clock::now_ms())
+    logout::claims(&provider(), &jwt.claims, crate::ground::clock::now_ms())
 }
 
 #[test]
@@ -321,7 +321,7 @@ fn a_valid_logout_token_names_the_provider_session() {
         ),
         ("corp", Some("s1"), Some("u1"), "j1")
     );
-    assert!(l.remember_until_ms > crate::state::clock::now_ms());
+    assert!(l.remember_until_ms > crate::ground::clock::now_ms());
     let sub_only = logout_token("k1", serde_json::json!({"sid": null}));
     assert_eq!(check_logout(&sub_only).expect("valid").sid, None);
 }

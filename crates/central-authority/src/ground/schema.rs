@@ -95,28 +95,6 @@ pub fn address_status() -> Object {
     )
 }
 
-/// Why a connector's status is unknown.
-pub fn unknown_cause() -> Object {
-    use crate::state::health::UnknownCause as C;
-    let mut values: Vec<String> = [
-        C::Disconnected,
-        C::WindowExpired,
-        C::Stale,
-        C::NotInFullState,
-        C::Reported,
-        C::Unsolicited,
-    ]
-    .iter()
-    .map(|c| c.as_str().to_owned())
-    .collect();
-    values.push("no_report".to_owned());
-    string_enum(
-        values,
-        "why the status is unknown (null when it is not)",
-        true,
-    )
-}
-
 /// Why a status changed.
 pub fn transition_cause() -> Object {
     ObjectBuilder::new()
