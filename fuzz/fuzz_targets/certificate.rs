@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = central_authority::trust::pki::identity_of(data);
+    let _ = central_authority::credentials::pki::identity_of(data);
 });

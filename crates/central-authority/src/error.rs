@@ -5,8 +5,8 @@ use protocol::WireError;
 use protocol::release::Incompatible;
 use tonic::Code;
 
+use crate::credentials::auth::AuthError;
 use crate::store::{EnrollRefusal, RenewRefusal};
-use crate::trust::auth::AuthError;
 
 /// Why a connector session ended abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -453,4 +453,48 @@ impl From<RenewError> for tonic::Status {
     fn from(e: RenewError) -> Self {
         tonic::Status::new(e.code(), e.to_string())
     }
+}
+
+/// Why the CA's trust state could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// Certificates or keys.
+    #[error("TLS material: {0}")]
+    Pki(#[from] crate::credentials::pki::PkiError),
+    /// Certificates and keys that cannot serve TLS.
+    #[error("TLS material: {0}")]
+    Material(#[from] crate::credentials::tls::MaterialError),
+    /// The database.
+    #[error("store {location}: {source}")]
+    Store {
+        /// The database file or URL (without its password).
+        location: String,
+        /// Why.
+        source: crate::store::StoreError,
+    },
+    /// The data directory.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Why the CA stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("HTTP server: {0}")]
+    Http(#[source] std::io::Error),
+    /// The reflection service could not be built.
+    #[error("gRPC reflection: {0}")]
+    Reflection(String),
+    /// The data directory, database or certificates could not be opened.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
 }

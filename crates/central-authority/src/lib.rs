@@ -10,11 +10,13 @@
 pub mod access;
 pub mod api;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod ground;
 pub mod housekeeping;
 pub mod intake;
 pub mod logstream;
+pub mod reload;
 pub mod replicas;
 pub mod state;
 pub mod store;
@@ -28,27 +30,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::{Config, ConfigError, Settings};
-pub use state::authority::{Authority, TrustError};
+pub use error::{RunError, TrustError};
+pub use state::authority::Authority;
 
 /// How often housekeeping (window expiry, staleness, load estimates) runs.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(500);
-
-/// Why the CA stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
-    Grpc(#[from] tonic::transport::Error),
-    /// The HTTP server failed.
-    #[error("HTTP server: {0}")]
-    Http(#[source] std::io::Error),
-    /// The reflection service could not be built.
-    #[error("gRPC reflection: {0}")]
-    Reflection(String),
-    /// The data directory, database or certificates could not be opened.
-    #[error(transparent)]
-    Trust(#[from] TrustError),
-}
 
 /// Sets up `tracing` for the binary: `RUST_LOG` filters (default `info`),
 /// text (coloured only on a terminal) or JSON lines on stderr.
@@ -113,7 +99,7 @@ pub async fn run_with(
     log_start(&authority, &grpc, &http);
     let state = authority.snapshot();
     if let Some(path) = state.config.path.clone() {
-        tokio::spawn(config::reload::watch_config(
+        tokio::spawn(reload::watch_config(
             authority.clone(),
             path,
             stop_rx.clone(),

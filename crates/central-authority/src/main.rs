@@ -139,11 +139,11 @@ async fn main() -> anyhow::Result<ExitCode> {
     };
     if cli.command.is_some() {
         let s = &config.settings;
-        if let Some(warning) = central_authority::trust::pki::beyond_loopback_warning(
+        if let Some(warning) = central_authority::credentials::pki::beyond_loopback_warning(
             s.tls_enabled,
             &s.tls,
             &[s.grpc_listen, s.http_listen],
-            central_authority::trust::host::HostIdentity::of_this_host,
+            central_authority::credentials::host::HostIdentity::of_this_host,
         ) {
             eprintln!("warning: {warning}");
         }

@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::credentials::auth::AuthError;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
 use crate::store::{CertRecord, ReplicaRecord, StoreError};
-use crate::trust::auth::AuthError;
 
 /// Certificate records by serial, and the disabled connectors' names.
 type Standings = (HashMap<String, CertRecord>, HashSet<String>);

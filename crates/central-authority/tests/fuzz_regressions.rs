@@ -37,7 +37,7 @@ fn wire_inputs_never_panic() {
 #[test]
 fn certificate_inputs_never_panic() {
     for (path, data) in inputs("certificate") {
-        let r = central_authority::trust::pki::identity_of(&data);
+        let r = central_authority::credentials::pki::identity_of(&data);
         if path.ends_with("seed-connector-cert.der") {
             let id = r.expect("the seed is a real connector certificate");
             assert_eq!((id.name.as_str(), id.group.as_str()), ("c1", "g"));
@@ -51,9 +51,9 @@ fn csr_inputs_never_panic() {
     // one the same way here and fail naming why, so the replay cannot pass
     // without issuing anything; the seed must give a certificate.
     let dir = std::env::temp_dir().join(format!("reach-csr-replay-{}", std::process::id()));
-    let pki = central_authority::trust::pki::Pki::load(
+    let pki = central_authority::credentials::pki::Pki::load(
         &dir,
-        &central_authority::trust::pki::TlsSources::default(),
+        &central_authority::credentials::pki::TlsSources::default(),
         &[],
         std::time::Duration::from_secs(86_400),
     )

@@ -241,7 +241,7 @@ async fn a_certificate_renews_only_the_connector_it_names() {
             .expect("pem")
             .to_vec()
     };
-    let id = central_authority::trust::pki::identity_of(&der).expect("identity");
+    let id = central_authority::credentials::pki::identity_of(&der).expect("identity");
     assert_eq!((id.name.as_str(), id.group.as_str()), ("east-a", "dc-east"));
     assert_eq!(
         connector(&ca, "east-a").await["certificate_serial"],

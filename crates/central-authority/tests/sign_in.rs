@@ -823,14 +823,14 @@ async fn a_person_removed_or_regrouped_at_the_provider_loses_access_within_the_i
     assert_eq!(get_status(&http, &read, &cookie).await.0, 200);
 
     // The CA's role mapping changes: it applies at the next request.
-    let mapped = |roles: Vec<(String, Vec<central_authority::trust::auth::Scope>)>| {
+    let mapped = |roles: Vec<(String, Vec<central_authority::credentials::auth::Scope>)>| {
         let mut c = config(ca.http.port(), op.port);
         c.settings.data_dir = ca.data_dir.clone();
         c.oidc[0].roles = roles;
         c
     };
     let original = config(ca.http.port(), op.port).oidc[0].roles.clone();
-    use central_authority::trust::auth::Scope;
+    use central_authority::credentials::auth::Scope;
     ca.authority
         .apply(mapped(vec![("reach-readers".into(), vec![Scope::Admin])]));
     assert_eq!(get_status(&http, &audit, &cookie).await.0, 200);

@@ -54,7 +54,7 @@ const HOST_SYNTAX_ALLOWED: &[(&str, &str, &str)] = &[
         "a probe result's resolved address: an IP address from the wire, not a host, checked where all wire input is",
     ),
     (
-        "crates/central-authority/src/trust/auth.rs",
+        "crates/central-authority/src/credentials/auth.rs",
         "scheme.eq_ignore_ascii_case(\"bearer\")",
         "the HTTP authentication scheme",
     ),

@@ -239,7 +239,7 @@ impl Authority {
         let mut rechecking = Vec::new();
         if mode == HealthReporting::OnAccess {
             let all_down = decision == Decision::Refused(RefusalReason::AllDown);
-            let caps = state.settings().window_caps();
+            let caps = Caps::of(state.settings());
             (explanation.forwarded_to, rechecking) =
                 self.forward_on_access(segment, &key, &candidates, all_down, caps, now);
         }
@@ -585,7 +585,7 @@ impl Authority {
                 .or_default()
                 .push((key, accessed));
         }
-        let caps = self.snapshot().settings().window_caps();
+        let caps = Caps::of(self.snapshot().settings());
         let senders = self
             .registry()
             .senders(by_connector.keys().map(String::as_str));

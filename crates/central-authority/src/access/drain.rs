@@ -284,7 +284,7 @@ impl Authority {
                 }
                 None => (None, raw),
             };
-            if let Err(e) = crate::trust::auth::check_connector_name(name) {
+            if let Err(e) = crate::credentials::auth::check_connector_name(name) {
                 return Ok(Err(WithoutError::Invalid(format!(
                     "{:?}: {e}",
                     name.chars().take(140).collect::<String>()

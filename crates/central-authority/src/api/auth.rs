@@ -1,4 +1,4 @@
-//! People's sign-in over HTTP (`trust::oidc` runs the protocol):
+//! People's sign-in over HTTP (`credentials::oidc` runs the protocol):
 //! `GET /auth/login` sends the browser to the OpenID provider,
 //! `GET /auth/callback` takes it back and opens a session (for the CLI:
 //! a one-time code its loopback listener receives and exchanges with
@@ -28,11 +28,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::credentials::auth::{AuthError, Scope};
+use crate::credentials::oidc::{Pending, ProviderConfig, SignInError};
 use crate::state::authority::Authority;
 use crate::store::{LoginRecord, SessionRecord};
 use crate::trust::audit::{Actor, AdminAction, Outcome};
-use crate::trust::auth::{AuthError, Scope};
-use crate::trust::oidc::{Pending, ProviderConfig, SignInError};
 
 type Shared = Arc<Authority>;
 
@@ -485,7 +485,7 @@ pub async fn callback(
             return fail(e.to_string());
         }
     };
-    match crate::trust::oidc::admitted(&p, person) {
+    match crate::credentials::oidc::admitted(&p, person) {
         Ok(person) => open_session(&a, &p, person, &login.next, source).await,
         Err(e) => {
             tracing::warn!(provider = %p.name, error = %e, "sign-in refused");
@@ -537,7 +537,7 @@ async fn refused_sign_in(
 async fn open_session(
     a: &Shared,
     p: &ProviderConfig,
-    person: crate::trust::oidc::Person,
+    person: crate::credentials::oidc::Person,
     next: &str,
     source: Option<std::net::IpAddr>,
 ) -> Response {

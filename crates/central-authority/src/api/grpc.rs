@@ -12,10 +12,10 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
 use crate::access::decide::AccessRequest;
+use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 use crate::intake::session::SessionService;
 use crate::state::authority::Authority;
-use crate::trust::auth::Scope;
 
 /// Checks the `authorization` metadata for `scope` (`auth::authorize`).
 /// Guesses are throttled per source address (`trust::throttle`).
@@ -218,7 +218,7 @@ pub async fn serve(
     authority: Arc<Authority>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), crate::RunError> {
+) -> Result<(), crate::error::RunError> {
     let settings = authority.snapshot().settings().clone();
     let limits = &settings.limits;
     // Capped in total and per source address (`listen`).
@@ -256,19 +256,19 @@ pub async fn serve(
 async fn services(
     authority: &Arc<Authority>,
     mut builder: tonic::transport::Server,
-) -> Result<tonic::transport::server::Router, crate::RunError> {
+) -> Result<tonic::transport::server::Router, crate::error::RunError> {
     let max = protocol::MAX_MESSAGE_BYTES;
     let health_service = health_service().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+        .map_err(|e| crate::error::RunError::Reflection(e.to_string()))?;
     // The same descriptors under the older `v1alpha` name: grpcio-reflection
     // and older grpcurl speak only that.
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(protocol::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .map_err(|e| crate::RunError::Reflection(e.to_string()))?;
+        .map_err(|e| crate::error::RunError::Reflection(e.to_string()))?;
     // Reflection lists every service and message: reconnaissance, so it
     // needs a `read` token (or `anonymous_read`) like the health query. The
     // standard health service stays open: load balancers probe it without

@@ -136,7 +136,7 @@ pub async fn serve(
     authority: Arc<Authority>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), crate::RunError> {
+) -> Result<(), crate::error::RunError> {
     let settings = authority.snapshot().settings().clone();
     let limits = settings.limits.clone();
     // With TLS, each connection's handshake takes the configuration in
@@ -437,7 +437,7 @@ pub struct RequireScope<S>(PhantomData<S>);
 
 /// The scopes as types, for [`RequireScope`].
 pub mod scope {
-    use crate::trust::auth::Scope;
+    use crate::credentials::auth::Scope;
 
     /// A scope as a type.
     pub trait Required: Send + Sync + 'static {
@@ -504,8 +504,8 @@ impl FromRequestParts<Shared> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, a: &Shared) -> Result<Self, ApiError> {
+        use crate::credentials::auth::{AuthError, Scope};
         use crate::trust::audit::Actor;
-        use crate::trust::auth::{AuthError, Scope};
         let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
         // A person's session cookie, when no token is sent.
         let session = match parts.headers.contains_key(header::AUTHORIZATION) {
@@ -551,7 +551,7 @@ impl FromRequestParts<Shared> for Caller {
             }
         }
         let state = a.snapshot();
-        let name = crate::trust::auth::bearer(&state.config.tokens, header, Scope::Admin)?;
+        let name = crate::credentials::auth::bearer(&state.config.tokens, header, Scope::Admin)?;
         Ok(Caller {
             actor: Actor::token(name),
             source,
@@ -1189,12 +1189,12 @@ async fn caller_is_admin(a: &Shared, headers: &axum::http::HeaderMap) -> bool {
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     match crate::api::auth::session_of(a, headers).await {
-        Some(Ok(s)) if header.is_none() => s.allows(crate::trust::auth::Scope::Admin),
-        _ => crate::trust::auth::authorize(
+        Some(Ok(s)) if header.is_none() => s.allows(crate::credentials::auth::Scope::Admin),
+        _ => crate::credentials::auth::authorize(
             &a.snapshot().config.tokens,
             false,
             header,
-            crate::trust::auth::Scope::Admin,
+            crate::credentials::auth::Scope::Admin,
         )
         .is_ok(),
     }

@@ -542,7 +542,7 @@ pub enum Auth {
     /// No token (load balancers, the document itself).
     None,
     /// A token with this scope (`admin` grants every scope).
-    Scope(crate::trust::auth::Scope),
+    Scope(crate::credentials::auth::Scope),
 }
 
 /// One documented operation.
@@ -669,7 +669,7 @@ pub fn operations() -> Vec<Op> {
 
 /// The API's, the dashboard's and the operations' routes.
 fn api_operations() -> Vec<Op> {
-    use crate::trust::auth::Scope::{Access, Admin, Read};
+    use crate::credentials::auth::Scope::{Access, Admin, Read};
     let health_params: Vec<Value> =
         crate::api::listing::RawQuery::into_params(|| Some(ParameterIn::Query))
             .into_iter()
@@ -1386,7 +1386,7 @@ fn auth_ops() -> Vec<Op> {
 /// Administrators' view of people's sessions, and the provider's
 /// back-channel logout (`api::sessions`).
 fn people_session_ops() -> Vec<Op> {
-    use crate::trust::auth::Scope::Admin;
+    use crate::credentials::auth::Scope::Admin;
     let session = json!({"type": "object", "properties": {
         "id": {"type": "string", "description": "SHA-256 (hex) of the session id; not a credential"},
         "person": {"type": "string"}, "provider": {"type": "string"},

@@ -1,7 +1,7 @@
 //! People's sessions kept true to their provider (`api::auth` opens them):
 //! a session's scopes are its roles claim's values mapped by the
 //! provider's `roles` as configured at each request; every `revalidate_s`
-//! its next request asks the provider again (`trust::oidc`), and a refusal
+//! its next request asks the provider again (`credentials::oidc`), and a refusal
 //! ends it on every replica. `POST /auth/backchannel-logout` takes the
 //! provider's logout token (OpenID Connect Back-Channel Logout 1.0) and
 //! ends the sessions it names.
@@ -19,10 +19,10 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::json;
 
+use crate::credentials::auth::{AuthError, Scope};
+use crate::credentials::oidc::{Credential, ProviderConfig, Verdict};
 use crate::state::authority::Authority;
 use crate::store::SessionRecord;
-use crate::trust::auth::{AuthError, Scope};
-use crate::trust::oidc::{Credential, ProviderConfig, Verdict};
 
 type Shared = Arc<Authority>;
 
@@ -68,7 +68,7 @@ pub fn scopes_of(p: &ProviderConfig, r: &SessionRecord) -> Vec<Scope> {
         .as_deref()
         .and_then(|j| serde_json::from_str(j).ok())
         .unwrap_or_default();
-    crate::trust::oidc::scopes_for(&p.roles, &roles)
+    crate::credentials::oidc::scopes_for(&p.roles, &roles)
 }
 
 /// Asks the provider about session `r` (one replica and request does, the
@@ -256,7 +256,7 @@ pub async fn backchannel_logout(State(a): State<Shared>, body: axum::body::Bytes
 /// many; `None` for a replay.
 fn logged_out(
     a: &Authority,
-    l: &crate::trust::oidc::Logout,
+    l: &crate::credentials::oidc::Logout,
     now: i64,
 ) -> Result<Option<u64>, crate::store::StoreError> {
     if !a

@@ -17,7 +17,6 @@ mod file;
 mod oidc;
 mod receivers;
 pub mod reference;
-pub mod reload;
 mod secrets;
 mod settings;
 
@@ -28,8 +27,8 @@ use std::path::{Path, PathBuf};
 
 use policy::{GroupSpec, Policy, PolicySpec, SegmentSpec, ValidationError};
 
+use crate::credentials::auth::ApiToken;
 use crate::ground::secret::Secret;
-use crate::trust::auth::ApiToken;
 use file::FileConfig;
 pub use secrets::{KeyPolicy, parse_utc};
 pub use settings::{Limits, Settings};
@@ -46,7 +45,7 @@ pub struct Config {
     /// API tokens.
     pub tokens: Vec<ApiToken>,
     /// OpenID providers people sign in with (`[[oidc]]`).
-    pub oidc: Vec<crate::trust::oidc::ProviderConfig>,
+    pub oidc: Vec<crate::credentials::oidc::ProviderConfig>,
     /// The log receivers (`[[log_receivers]]`).
     pub log_receivers: Vec<crate::logstream::ReceiverSpec>,
     /// Provisioning key per connector group.

@@ -1,14 +1,14 @@
 //! `[[oidc]]`: the OpenID providers people sign in with, checked into
-//! `trust::oidc::ProviderConfig`s.
+//! `credentials::oidc::ProviderConfig`s.
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use super::file::OidcSection;
 use super::{Problem, setting};
+use crate::credentials::auth::Scope;
+use crate::credentials::oidc::ProviderConfig;
 use crate::ground::secret::Secret;
-use crate::trust::auth::Scope;
-use crate::trust::oidc::ProviderConfig;
 
 /// Shortest and longest session a sign-in may open (seconds).
 pub(super) const SESSION_LIFETIME_S: (u64, u64) = (300, 604_800);
@@ -102,7 +102,7 @@ pub(super) fn providers(
 /// An `https` URL, or `http` to a loopback address (a provider on the
 /// same host, as in tests): tokens never cross a network in the clear.
 fn check_url(problems: &mut Vec<Problem>, subject: &str, key: &str, url: &str) {
-    match crate::trust::oidc::check_url(url) {
+    match crate::credentials::oidc::check_url(url) {
         Ok(()) => {}
         Err(m) => setting(problems, format!("{subject}.{key}"), m),
     }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::file::{GroupSection, TokenSection};
 use super::{Problem, range, setting};
+use crate::credentials::auth::{ApiToken, Scope};
 use crate::ground::secret::Secret;
-use crate::trust::auth::{ApiToken, Scope};
 
 /// How a group's provisioning key may be used (`[[connector_groups]]`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -109,7 +109,7 @@ pub struct Settings {
     /// for benchmarks and local experiments only.
     pub tls_enabled: bool,
     /// TLS material (`[tls]`).
-    pub tls: crate::trust::pki::TlsSources,
+    pub tls: crate::credentials::pki::TlsSources,
     /// Validity of issued connector certificates
     /// (`[tls] connector_cert_days`, default 365).
     pub connector_cert_validity: Duration,
@@ -222,14 +222,6 @@ impl Settings {
     /// heartbeat intervals.
     pub fn idle_timeout(&self) -> Duration {
         (self.heartbeat_interval * 3).max(Duration::from_secs(1))
-    }
-
-    /// The on-access window caps.
-    pub(crate) fn window_caps(&self) -> crate::state::on_access::Caps {
-        crate::state::on_access::Caps {
-            connector: self.max_windows_per_connector,
-            segment: self.max_windows_per_segment,
-        }
     }
 }
 /// The settings `file` asks for, or `None` with every problem added to
@@ -375,9 +367,9 @@ fn replica_rules(r: &ReplicaSection, problems: &mut Vec<Problem>) {
 }
 
 /// `[tls]`'s files (relative to the config file's directory `base`).
-fn tls_sources(t: &TlsSection, base: &Path) -> crate::trust::pki::TlsSources {
+fn tls_sources(t: &TlsSection, base: &Path) -> crate::credentials::pki::TlsSources {
     let path = |p: &PathBuf| base.join(p);
-    crate::trust::pki::TlsSources {
+    crate::credentials::pki::TlsSources {
         cert_file: t.cert_file.as_ref().map(path),
         key_file: t.key_file.as_ref().map(path),
         issuer_cert_file: t.issuer_cert_file.as_ref().map(path),

@@ -8,7 +8,7 @@
 //! ARCHITECTURE.md: `state::authority`, `state::health`, `state::limits`,
 //! `state::on_access`, `state::registry`, `state::rosters`, `state::tickets`,
 //! `state::warmup`, `store::sqlite`, `store::postgres`, `api::listen`,
-//! `trust::oidc`, `trust::tls`); everyone else goes through their APIs.
+//! `credentials::oidc`, `credentials::tls`); everyone else goes through their APIs.
 //! The helpers lock on their callers' behalf: this module owns no lock.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

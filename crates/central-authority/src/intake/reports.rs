@@ -20,7 +20,7 @@ use crate::error::ReportError;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::state::health::{KeyRef, Report, TableKey, UnknownCause};
-use crate::state::on_access::Adoption;
+use crate::state::on_access::{Adoption, Caps};
 use crate::state::policy_state::{PolicyState, app_allowed_parts};
 use crate::trust::identity::Identity;
 
@@ -334,7 +334,7 @@ impl Authority {
             // opened them; keep the rest as unsolicited entries.
             match self
                 .on_access()
-                .adopt(wk, accessed, now, settings.window_caps())
+                .adopt(wk, accessed, now, Caps::of(settings))
             {
                 Adoption::Live => (false, true),
                 Adoption::Adopted => (true, true),

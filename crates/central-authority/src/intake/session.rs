@@ -25,12 +25,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::Bytes;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
+use crate::credentials::auth::AuthError;
 use crate::error::SessionError;
 use crate::intake::reports::Intake;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{Arrival, LiveSession, Outbound};
-use crate::trust::auth::AuthError;
 use crate::trust::enroll::SessionCert;
 use crate::trust::identity::Identity;
 

@@ -23,6 +23,7 @@ use protocol::v1::authority_message::Kind as Out;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::error::TrustError;
 use crate::ground::sync::{lock, read, write};
 use crate::state::counters::Metrics;
 use crate::state::health::{HealthTable, UnknownCause};
@@ -53,7 +54,7 @@ pub struct Authority {
     next_session: AtomicU64,
     /// The CA's certificates and the listeners' TLS configurations in
     /// force; `None` when it runs without TLS.
-    tls: Option<crate::trust::tls::Tls>,
+    tls: Option<crate::credentials::tls::Tls>,
     /// Enrolled connectors, certificates, key uses.
     store: Store,
     /// The live stream of status transitions.
@@ -74,7 +75,7 @@ pub struct Authority {
     /// Issues and verifies on-access ids with the key the replicas share.
     access_ids: crate::state::access_ids::AccessIds,
     /// The OpenID providers' discovered metadata (people's sign-in).
-    oidc: crate::trust::oidc::Providers,
+    oidc: crate::credentials::oidc::Providers,
     /// Readiness until the health table is warm after the start.
     warmup: crate::state::warmup::Warmup,
     /// The log receivers records stream to.
@@ -95,33 +96,6 @@ const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// one before).
 fn fresh_secret() -> [u8; crate::state::access_ids::SECRET_BYTES] {
     rand::random()
-}
-
-/// Why the CA's trust state could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum TrustError {
-    /// Certificates or keys.
-    #[error("TLS material: {0}")]
-    Pki(#[from] crate::trust::pki::PkiError),
-    /// Certificates and keys that cannot serve TLS.
-    #[error("TLS material: {0}")]
-    Material(#[from] crate::trust::tls::MaterialError),
-    /// The database.
-    #[error("store {location}: {source}")]
-    Store {
-        /// The database file or URL (without its password).
-        location: String,
-        /// Why.
-        source: crate::store::StoreError,
-    },
-    /// The data directory.
-    #[error("data directory {path}: {source}")]
-    DataDir {
-        /// The directory.
-        path: std::path::PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
 }
 
 impl Authority {
@@ -148,13 +122,13 @@ impl Authority {
             })?;
         let tls = if tls {
             let settings = &config.settings;
-            let material = crate::trust::tls::Material::load(
+            let material = crate::credentials::tls::Material::load(
                 &settings.data_dir,
                 &settings.tls,
                 &settings.listen_hosts(),
                 settings.connector_cert_validity,
             )?;
-            Some(crate::trust::tls::Tls::new(material))
+            Some(crate::credentials::tls::Tls::new(material))
         } else {
             None
         };
@@ -163,7 +137,7 @@ impl Authority {
 
     pub(crate) fn with_trust(
         config: Config,
-        tls: Option<crate::trust::tls::Tls>,
+        tls: Option<crate::credentials::tls::Tls>,
         store: Store,
     ) -> Self {
         let window = config.settings.on_access_window;
@@ -204,23 +178,23 @@ impl Authority {
                 crate::ground::clock::now_ms(),
             ),
             swept: std::sync::Mutex::new(None),
-            oidc: crate::trust::oidc::Providers::default(),
+            oidc: crate::credentials::oidc::Providers::default(),
         }
     }
 
     /// The OpenID providers people sign in with, as discovered.
-    pub fn oidc(&self) -> &crate::trust::oidc::Providers {
+    pub fn oidc(&self) -> &crate::credentials::oidc::Providers {
         &self.oidc
     }
 
     /// The CA's certificates in force (`None` without TLS).
-    pub fn pki(&self) -> Option<Arc<crate::trust::pki::Pki>> {
+    pub fn pki(&self) -> Option<Arc<crate::credentials::pki::Pki>> {
         self.tls.as_ref().map(|t| t.current().pki.clone())
     }
 
     /// The TLS material in force and the listeners' configurations (`None`
     /// without TLS).
-    pub fn tls(&self) -> Option<&crate::trust::tls::Tls> {
+    pub fn tls(&self) -> Option<&crate::credentials::tls::Tls> {
         self.tls.as_ref()
     }
 
@@ -631,7 +605,7 @@ impl Authority {
 /// Carries over from the settings in force (`a`) those a reload cannot
 /// change (`b` is the new configuration's): the data directory, whether
 /// TLS is on, the store, replica id and listener limits are taken once, at
-/// start (the `[tls]` files are read again by `config::reload`). Warns
+/// start (the `[tls]` files are read again by `reload`). Warns
 /// when the new file changes them.
 fn keep_restart_settings(a: &crate::config::Settings, b: &mut crate::config::Settings) {
     // The data directory and the listeners are opened once, at start.

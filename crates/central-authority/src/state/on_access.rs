@@ -56,6 +56,16 @@ pub(crate) struct Caps {
     pub(crate) segment: usize,
 }
 
+impl Caps {
+    /// The caps `settings` sets.
+    pub(crate) fn of(settings: &crate::config::Settings) -> Caps {
+        Caps {
+            connector: settings.max_windows_per_connector,
+            segment: settings.max_windows_per_segment,
+        }
+    }
+}
+
 /// Which cap refused a window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Limit {

@@ -21,8 +21,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::Config;
+use crate::credentials::pki::{ROOT_CERT_FILE, ROOT_KEY_FILE};
 use crate::store::StoreLocation;
-use crate::trust::pki::{ROOT_CERT_FILE, ROOT_KEY_FILE};
 
 /// The database file's name in a backup (and in a data directory).
 pub const DATABASE_FILE: &str = "reach.db";

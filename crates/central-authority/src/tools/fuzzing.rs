@@ -3,7 +3,7 @@
 //! a `Config` or a `ConfigError`, never a panic. Kept here so that the fuzz
 //! target and the test that replays its stored inputs
 //! (`fuzz/regressions/config`) run the same code. (The `certificate` target
-//! is `trust::pki::identity_of` alone; `wire_policy` is
+//! is `credentials::pki::identity_of` alone; `wire_policy` is
 //! `protocol::fuzzing::wire_policy`.) `csr` and `http_bodies` are the two
 //! parsers reachable without authentication besides the TLS handshake:
 //! certificate issuance from an enrollment's CSR, and the HTTP API's JSON
@@ -25,12 +25,13 @@ pub fn config(data: &[u8]) {
 /// generated once per process in a temporary directory. Any input must give
 /// a certificate or a `PkiError`, never a panic.
 pub fn csr(data: &[u8]) {
-    static PKI: std::sync::OnceLock<Option<crate::trust::pki::Pki>> = std::sync::OnceLock::new();
+    static PKI: std::sync::OnceLock<Option<crate::credentials::pki::Pki>> =
+        std::sync::OnceLock::new();
     let pki = PKI.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("reach-fuzz-csr-{}", std::process::id()));
-        crate::trust::pki::Pki::load(
+        crate::credentials::pki::Pki::load(
             &dir,
-            &crate::trust::pki::TlsSources::default(),
+            &crate::credentials::pki::TlsSources::default(),
             &[],
             std::time::Duration::from_secs(86_400),
         )

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::trust::pki::{PkiError, ROOT_CERT_FILE, ROOT_KEY_FILE};
+use crate::credentials::pki::{PkiError, ROOT_CERT_FILE, ROOT_KEY_FILE};
 
 /// What `new-root` wrote.
 #[derive(Debug)]
@@ -37,11 +37,11 @@ pub fn run(out: &Path) -> Result<NewRoot, PkiError> {
         path: out.to_owned(),
         source,
     })?;
-    let (cert_pem, key_pem) = crate::trust::pki::generate_root()?;
+    let (cert_pem, key_pem) = crate::credentials::pki::generate_root()?;
     // Key first: a crash in between leaves no certificate without key.
-    crate::trust::pki::write_atomic(&key, &key_pem)?;
-    crate::trust::pki::write_atomic(&cert, &cert_pem)?;
-    let fingerprint = crate::trust::pki::pem_fingerprint(&cert_pem).unwrap_or_default();
+    crate::credentials::pki::write_atomic(&key, &key_pem)?;
+    crate::credentials::pki::write_atomic(&cert, &cert_pem)?;
+    let fingerprint = crate::credentials::pki::pem_fingerprint(&cert_pem).unwrap_or_default();
     Ok(NewRoot {
         cert,
         key,
@@ -58,7 +58,7 @@ mod tests {
         let made = super::run(&dir).expect("made");
         let pem = std::fs::read_to_string(&made.cert).expect("cert");
         assert_eq!(
-            crate::trust::pki::pem_fingerprint(&pem).as_deref(),
+            crate::credentials::pki::pem_fingerprint(&pem).as_deref(),
             Some(made.fingerprint.as_str())
         );
         assert_eq!(made.fingerprint.len(), 64);

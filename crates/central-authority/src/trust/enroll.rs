@@ -25,14 +25,14 @@ use protocol::v1::enrollment_server::Enrollment;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use crate::credentials::auth::{AuthError, check_connector_name};
+use crate::credentials::pki::PkiError;
 use crate::error::EnrollError;
 use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::store::{CertRecord, NewCertificate, StoreError};
-use crate::trust::auth::{AuthError, check_connector_name};
 use crate::trust::identity::Identity;
-use crate::trust::pki::PkiError;
 
 /// The `Enrollment` gRPC service.
 #[derive(Clone, Debug)]
@@ -220,8 +220,8 @@ impl Authority {
         let leaf = certs
             .and_then(|c| c.first())
             .ok_or(AuthError::NoClientCertificate)?;
-        let id =
-            crate::trust::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+        let id = crate::credentials::pki::identity_of(leaf.as_ref())
+            .map_err(AuthError::BadCertificate)?;
         // TLS verified the chain against the roots in force at the
         // handshake; a connection from before a reload that removed a root
         // is checked against the roots in force now.
@@ -677,9 +677,9 @@ mod tests {
     fn the_presented_certificate_must_match_the_stored_fingerprint() {
         let dir = std::env::temp_dir().join(format!("reach-trust-fp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let pki = crate::trust::pki::Pki::load(
+        let pki = crate::credentials::pki::Pki::load(
             &dir,
-            &crate::trust::pki::TlsSources::default(),
+            &crate::credentials::pki::TlsSources::default(),
             &[],
             std::time::Duration::from_secs(86_400),
         )

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tonic::metadata::MetadataMap;
 
+use crate::credentials::auth::{AuthError, check_connector_name};
 use crate::state::authority::Authority;
-use crate::trust::auth::{AuthError, check_connector_name};
 
 /// Who a session belongs to, from its (authenticated) metadata.
 #[derive(Clone, Debug)]

@@ -13,13 +13,13 @@ use std::time::Duration;
 use protocol::v1;
 use tonic::{Request, Response, Status};
 
+use crate::credentials::auth::AuthError;
+use crate::credentials::pki::PkiError;
 use crate::error::RenewError;
 use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::store::{Renewal, StoreError};
-use crate::trust::auth::AuthError;
-use crate::trust::pki::PkiError;
 
 /// A completed renewal.
 #[derive(Debug)]
@@ -80,8 +80,8 @@ impl Authority {
         let leaf = certs
             .and_then(|c| c.first())
             .ok_or(AuthError::NoClientCertificate)?;
-        let id =
-            crate::trust::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+        let id = crate::credentials::pki::identity_of(leaf.as_ref())
+            .map_err(AuthError::BadCertificate)?;
         // A connection from before a reload that removed its root renews
         // nothing.
         if pki.root_of(leaf.as_ref()).is_none() {

@@ -20,13 +20,13 @@ use protocol::v1;
 use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
 
+use crate::credentials::pki::{Phase, Pki, RootRole};
+use crate::credentials::tls::Material;
 use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
 use crate::state::registry::Outbound;
 use crate::store::StoreError;
 use crate::trust::enroll::SessionCert;
-use crate::trust::pki::{Phase, Pki, RootRole};
-use crate::trust::tls::Material;
 
 /// The reason a session on a certificate of a root no longer trusted ends.
 const UNTRUSTED: &str = "certificate from a root this CA no longer trusts: enroll again";

@@ -5,10 +5,10 @@
 
 use std::net::IpAddr;
 
+use crate::credentials::auth::{AuthError, Scope, authorize};
 use crate::state::authority::Authority;
 use crate::state::counters::ThrottleLabel;
 use crate::state::limits::{Guarded, Refusal};
-use crate::trust::auth::{AuthError, Scope, authorize};
 
 impl Authority {
     /// Counts a failed attempt at `what` from `source`. `Err` when it is

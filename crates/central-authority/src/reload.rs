@@ -18,10 +18,11 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::state::authority::{Authority, TrustError};
+use crate::credentials::tls::Material;
+use crate::error::TrustError;
+use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::trust::audit::{Actor, AdminAction, Outcome};
-use crate::trust::tls::Material;
 
 /// The file's current content and its hash, if it can be read.
 async fn current(path: &Path) -> Option<(Vec<u8>, u64)> {

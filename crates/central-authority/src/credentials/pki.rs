@@ -18,8 +18,8 @@ use rcgen::{
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 
+use crate::credentials::host::HostIdentity;
 use crate::ground::digest::{hex, sha256_hex};
-use crate::trust::host::HostIdentity;
 
 /// The URI SAN prefix of connector certificates.
 pub const IDENTITY_PREFIX: &str = "spiffe://reach/group/";

@@ -34,8 +34,8 @@ use openidconnect::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::credentials::auth::Scope;
 use crate::ground::secret::Secret;
-use crate::trust::auth::Scope;
 
 /// One `[[oidc]]` provider, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::credentials::pki::{Pki, TlsSources};
 use crate::ground::sync::{read, write};
-use crate::trust::pki::{Pki, TlsSources};
 
 /// ALPN of the gRPC listener.
 const ALPN_GRPC: &[&[u8]] = &[b"h2"];
@@ -174,12 +174,12 @@ mod tests {
             std::fs::write(&p, text).expect("write");
             p
         };
-        let sources = |key: &str| crate::trust::pki::TlsSources {
+        let sources = |key: &str| crate::credentials::pki::TlsSources {
             cert_file: Some(write("server.pem", &cert_a)),
             key_file: Some(write("server.key", key)),
             ..Default::default()
         };
-        let load = |s: &crate::trust::pki::TlsSources| {
+        let load = |s: &crate::credentials::pki::TlsSources| {
             Pki::load(
                 &dir.join("data"),
                 s,
@@ -195,7 +195,7 @@ mod tests {
             "{refused}"
         );
         std::fs::write(dir.join("server.pem"), "garbage").expect("write");
-        let refused = Material::new(load(&crate::trust::pki::TlsSources {
+        let refused = Material::new(load(&crate::credentials::pki::TlsSources {
             cert_file: Some(dir.join("server.pem")),
             key_file: Some(dir.join("server.key")),
             ..Default::default()

@@ -137,7 +137,7 @@ pub enum AuthError {
     NoClientCertificate,
     /// The certificate names no connector.
     #[error("{0}")]
-    BadCertificate(crate::trust::pki::IdentityError),
+    BadCertificate(crate::credentials::pki::IdentityError),
     /// The CA has no record of this certificate.
     #[error("certificate {0} is not one this CA issued and recorded")]
     UnknownCertificate(String),
