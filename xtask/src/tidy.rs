@@ -16,6 +16,8 @@
 //!   workspace member, and each such section names every top-level module of
 //!   that crate in backticks.
 //! - No import circle inside any crate (`graph`).
+//! - Every import points down the floors a crate's code-map section lists
+//!   (`layers`).
 //! - No function over 80 lines in a shipped crate, but the data tables
 //!   named with a reason (`length`).
 //! - Only the central-authority modules ARCHITECTURE.md lists take locks;
@@ -37,6 +39,7 @@ use crate::root;
 mod docs;
 mod graph;
 mod invariants;
+mod layers;
 mod length;
 
 /// A broken rule at `file:line` (line 0: the file or directory as a whole).

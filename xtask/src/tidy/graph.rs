@@ -70,9 +70,22 @@ fn relative_paths(line: &str, children: &BTreeSet<&str>) -> Vec<Vec<String>> {
     out
 }
 
-/// The module graphs of one crate's `src/` (relative paths under `src`), by
-/// crate root (`""`, `bin/x`).
-fn module_graphs(src: &Path, sources: &[Source]) -> BTreeMap<String, Graph> {
+/// Every module path written in one crate root's non-test code: (from,
+/// to, file, line) for each path, in file and line order. `to` is the
+/// longest prefix of the path that is a module (the crate root `[]` for a
+/// name the root holds); paths to the module itself are left out, those
+/// to its ancestors kept. A `pub use` in the crate root (the crate's
+/// public face) is no path.
+pub(super) struct Edge {
+    pub(super) from: ModulePath,
+    pub(super) to: ModulePath,
+    pub(super) file: PathBuf,
+    pub(super) line: usize,
+}
+
+/// The module paths of one crate's `src/` (relative paths under `src`), by
+/// crate root (`""`, `bin/x`): see `Edge`.
+pub(super) fn module_edges(src: &Path, sources: &[Source]) -> BTreeMap<String, Vec<Edge>> {
     let located: Vec<(String, ModulePath, &Source)> = sources
         .iter()
         .filter_map(|s| {
@@ -88,58 +101,92 @@ fn module_graphs(src: &Path, sources: &[Source]) -> BTreeMap<String, Graph> {
             .or_default()
             .insert(module.clone());
     }
-    let mut graphs: BTreeMap<String, Graph> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<Edge>> = BTreeMap::new();
     for (root, me, source) in &located {
-        let known = &modules[root];
-        let graph = graphs.entry(root.clone()).or_default();
-        graph.edges.entry(me.clone()).or_default();
-        let children: BTreeSet<&str> = known
-            .iter()
-            .filter(|m| m.len() == me.len() + 1 && m.starts_with(me))
-            .filter_map(|m| m.last().map(String::as_str))
-            .collect();
-        let mut paths: Vec<(Vec<String>, usize)> = Vec::new();
-        for u in uses(&source.code) {
-            if u.public && me.is_empty() {
-                continue;
+        let edges = out.entry(root.clone()).or_default();
+        for (to, line) in paths_of(me, source, &modules[root]) {
+            if to != *me {
+                edges.push(Edge {
+                    from: me.clone(),
+                    to,
+                    file: source.path.clone(),
+                    line,
+                });
             }
-            paths.extend(u.paths.into_iter().map(|p| (p.segments, u.line)));
         }
-        for (n, line) in &source.code {
-            paths.extend(relative_paths(line, &children).into_iter().map(|p| (p, *n)));
+    }
+    out
+}
+
+/// The modules that `source` (module `me`, among `known`) names, each
+/// with its line, in line order.
+fn paths_of(
+    me: &ModulePath,
+    source: &Source,
+    known: &BTreeSet<ModulePath>,
+) -> Vec<(ModulePath, usize)> {
+    let children: BTreeSet<&str> = known
+        .iter()
+        .filter(|m| m.len() == me.len() + 1 && m.starts_with(me))
+        .filter_map(|m| m.last().map(String::as_str))
+        .collect();
+    let mut paths: Vec<(Vec<String>, usize)> = Vec::new();
+    for u in uses(&source.code) {
+        if u.public && me.is_empty() {
+            continue;
         }
-        for (segments, line) in paths {
-            let Some(first) = segments.first() else {
-                continue;
-            };
-            let (base, rest): (ModulePath, &[String]) = match first.as_str() {
-                "crate" => (Vec::new(), &segments[1..]),
-                "super" | "self" => {
-                    let mut base = me.clone();
-                    let mut rest = &segments[..];
-                    while let Some(word) = rest.first() {
-                        match word.as_str() {
-                            "super" => {
-                                base.pop();
-                            }
-                            "self" => {}
-                            _ => break,
+        paths.extend(u.paths.into_iter().map(|p| (p.segments, u.line)));
+    }
+    for (n, line) in &source.code {
+        paths.extend(relative_paths(line, &children).into_iter().map(|p| (p, *n)));
+    }
+    paths.sort_by_key(|(_, line)| *line);
+    let mut out = Vec::new();
+    for (segments, line) in paths {
+        let Some(first) = segments.first() else {
+            continue;
+        };
+        let (base, rest): (ModulePath, &[String]) = match first.as_str() {
+            "crate" => (Vec::new(), &segments[1..]),
+            "super" | "self" => {
+                let mut base = me.clone();
+                let mut rest = &segments[..];
+                while let Some(word) = rest.first() {
+                    match word.as_str() {
+                        "super" => {
+                            base.pop();
                         }
-                        rest = &rest[1..];
+                        "self" => {}
+                        _ => break,
                     }
-                    (base, rest)
+                    rest = &rest[1..];
                 }
-                child if children.contains(child) => (me.clone(), &segments[..]),
-                _ => continue,
-            };
-            let target = resolve(known, &base, rest).unwrap_or(base);
-            if target != *me && !me.starts_with(&target) {
+                (base, rest)
+            }
+            child if children.contains(child) => (me.clone(), &segments[..]),
+            _ => continue,
+        };
+        out.push((resolve(known, &base, rest).unwrap_or(base), line));
+    }
+    out
+}
+
+/// The module graphs of one crate's `src/` (relative paths under `src`), by
+/// crate root (`""`, `bin/x`): `module_edges` without the paths to a
+/// module's ancestors, each edge at the first place it is written.
+fn module_graphs(src: &Path, sources: &[Source]) -> BTreeMap<String, Graph> {
+    let mut graphs: BTreeMap<String, Graph> = BTreeMap::new();
+    for (root, edges) in module_edges(src, sources) {
+        let graph = graphs.entry(root).or_default();
+        for e in edges {
+            graph.edges.entry(e.from.clone()).or_default();
+            if !e.from.starts_with(&e.to) {
                 graph
                     .edges
-                    .entry(me.clone())
+                    .entry(e.from)
                     .or_default()
-                    .entry(target)
-                    .or_insert_with(|| (source.path.clone(), line));
+                    .entry(e.to)
+                    .or_insert((e.file, e.line));
             }
         }
     }
