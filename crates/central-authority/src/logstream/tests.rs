@@ -324,6 +324,55 @@ async fn a_tls_receiver_that_asks_for_a_client_certificate_gets_the_configured_o
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The nice value of this process's threads whose name starts with
+/// `prefix` (`/proc/self/task/*/stat`, field 19).
+fn nice_of_threads(prefix: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The fields after the parenthesised name, which may hold spaces.
+        let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+        if let Some(nice) = after.split_whitespace().nth(16) {
+            out.push(nice.parse().unwrap());
+        }
+    }
+    out
+}
+
+/// A receiver's spooler runs below the decisions' priority: its work waits
+/// in the queue, a decision does not.
+#[tokio::test]
+async fn the_spooler_thread_yields_to_decisions() {
+    let dir = temp("nice");
+    let stream = LogStream::new(&dir);
+    let url = "tcp://127.0.0.1:9".to_owned();
+    let tcp = Destination::Tcp {
+        host: "127.0.0.1".into(),
+        port: 9,
+    };
+    stream.start("r1".into(), &[spec("nicely", &url, tcp, Format::Json)]);
+    let mut nice = Vec::new();
+    // Bounded only against a hang: the spooler starts after the spool opens.
+    for _ in 0..500 {
+        nice = nice_of_threads("log-spool-nice");
+        if !nice.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(nice, vec![i64::from(SPOOLER_NICE)]);
+    assert!(
+        nice_of_threads("tokio-runtime").iter().all(|n| *n == 0),
+        "only the spooler"
+    );
+    stream.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn rows(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()
