@@ -95,7 +95,10 @@ pub const CONTINUOUS_WEIGHT: u32 = 1;
 /// check first, always; otherwise weighted round robin between periodic
 /// on-access re-checks and continuous checks, so that neither class can
 /// starve the other (an idle class's turns go to the other: the rate is
-/// never left unused while anything waits).
+/// never left unused while anything waits). Continuous checks start in the
+/// order of their deadlines (a check is due by its round's start plus its
+/// report interval), ties first come first served: a 1-s application's
+/// check does not wait behind a burst of checks that have a minute to go.
 ///
 /// Entries may be stale (the check already started from another queue, or
 /// finished): the caller says which are still waiting, and stale entries
@@ -104,7 +107,10 @@ pub const CONTINUOUS_WEIGHT: u32 = 1;
 pub struct Lanes<T> {
     triggered: VecDeque<T>,
     on_access: VecDeque<T>,
-    continuous: VecDeque<T>,
+    continuous: std::collections::BinaryHeap<Due<T>>,
+    /// Numbers continuous entries, for first come first served among equal
+    /// deadlines.
+    pushed: u64,
     /// Position in the round-robin cycle of
     /// `ON_ACCESS_WEIGHT + CONTINUOUS_WEIGHT` turns; on-access first.
     turn: u32,
@@ -115,54 +121,105 @@ impl<T> Default for Lanes<T> {
         Lanes {
             triggered: VecDeque::new(),
             on_access: VecDeque::new(),
-            continuous: VecDeque::new(),
+            continuous: std::collections::BinaryHeap::new(),
+            pushed: 0,
             turn: 0,
         }
     }
 }
 
+/// A continuous check and its deadline; the heap's greatest is the one
+/// due first (then pushed first).
+#[derive(Debug)]
+struct Due<T> {
+    deadline: Instant,
+    seq: u64,
+    item: T,
+}
+
+impl<T> Due<T> {
+    fn key(&self) -> (std::cmp::Reverse<Instant>, std::cmp::Reverse<u64>) {
+        (
+            std::cmp::Reverse(self.deadline),
+            std::cmp::Reverse(self.seq),
+        )
+    }
+}
+
+impl<T> PartialEq for Due<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<T> Eq for Due<T> {}
+
+impl<T> PartialOrd for Due<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Due<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
 impl<T> Lanes<T> {
-    /// Queues `item` in the lane of `priority`.
+    /// Queues `item` in the lane of `priority`; a continuous one due now.
     pub fn push(&mut self, priority: Priority, item: T) {
+        self.push_due(priority, item, Instant::now());
+    }
+
+    /// Queues `item` in the lane of `priority`; a continuous one ordered by
+    /// `deadline`.
+    pub fn push_due(&mut self, priority: Priority, item: T, deadline: Instant) {
         match priority {
             Priority::Triggered => self.triggered.push_back(item),
             Priority::OnAccess => self.on_access.push_back(item),
-            Priority::Continuous => self.continuous.push_back(item),
+            Priority::Continuous => {
+                self.pushed += 1;
+                self.continuous.push(Due {
+                    deadline,
+                    seq: self.pushed,
+                    item,
+                });
+            }
         }
     }
 
     /// The next item to start, skipping those `waiting` says are stale.
     pub fn pop(&mut self, waiting: impl Fn(&T) -> bool) -> Option<T> {
-        for lane in [
-            &mut self.triggered,
-            &mut self.on_access,
-            &mut self.continuous,
-        ] {
+        for lane in [&mut self.triggered, &mut self.on_access] {
             while lane.front().is_some_and(|t| !waiting(t)) {
                 lane.pop_front();
             }
+        }
+        while self.continuous.peek().is_some_and(|d| !waiting(&d.item)) {
+            self.continuous.pop();
         }
         if let Some(item) = self.triggered.pop_front() {
             return Some(item);
         }
         let cycle = ON_ACCESS_WEIGHT + CONTINUOUS_WEIGHT;
         let on_access_turn = self.turn < ON_ACCESS_WEIGHT;
-        let lane = match (self.on_access.is_empty(), self.continuous.is_empty()) {
+        let on_access = match (self.on_access.is_empty(), self.continuous.is_empty()) {
             (true, true) => return None,
-            (false, true) => &mut self.on_access,
-            (true, false) => &mut self.continuous,
+            (false, true) => true,
+            (true, false) => false,
             // Both wait: the turn decides, and only then does it advance
             // (a class alone is not "using up" the other's turns).
             (false, false) => {
                 self.turn = (self.turn + 1) % cycle;
-                if on_access_turn {
-                    &mut self.on_access
-                } else {
-                    &mut self.continuous
-                }
+                on_access_turn
             }
         };
-        lane.pop_front()
+        if on_access {
+            self.on_access.pop_front()
+        } else {
+            self.continuous.pop().map(|d| d.item)
+        }
     }
 }
 
@@ -368,6 +425,8 @@ struct Pending {
     triggered: bool,
     started: bool,
     enqueued: Instant,
+    /// The earliest deadline a waiter gave (continuous checks).
+    deadline: Instant,
 }
 
 /// The hasher of the pacer's maps: foldhash, randomly seeded per process
@@ -552,7 +611,8 @@ impl Pacer {
         max_age: Duration,
     ) -> (AddressResult, Option<Instant>) {
         let (tx, rx) = oneshot::channel();
-        if let Err(result) = self.enqueue(target, priority, max_age, Waiter::Once(tx)) {
+        let waiter = Waiter::Once(tx);
+        if let Err(result) = self.enqueue(target, priority, max_age, waiter, Instant::now()) {
             return (result, None);
         }
         match rx.await {
@@ -577,12 +637,35 @@ impl Pacer {
         round: u64,
         index: u32,
     ) -> Option<AddressResult> {
+        self.submit_by(
+            target,
+            priority,
+            max_age,
+            tx,
+            (round, index),
+            Instant::now(),
+        )
+    }
+
+    /// Like `submit`, for a check due by `deadline` (a continuous round's
+    /// start plus its report interval): continuous checks start in the
+    /// order of their deadlines. `tag` is the round and the index.
+    pub fn submit_by(
+        &self,
+        target: CheckTarget,
+        priority: Priority,
+        max_age: Duration,
+        tx: &CompletionSender,
+        (round, index): (u64, u32),
+        deadline: Instant,
+    ) -> Option<AddressResult> {
         let waiter = Waiter::Sink {
             tx: tx.clone(),
             round,
             index,
         };
-        self.enqueue(target, priority, max_age, waiter).err()
+        self.enqueue(target, priority, max_age, waiter, deadline)
+            .err()
     }
 
     /// Queues `target` for `waiter` (joining a queued or running check of
@@ -593,6 +676,7 @@ impl Pacer {
         priority: Priority,
         max_age: Duration,
         waiter: Waiter,
+        deadline: Instant,
     ) -> Result<(), AddressResult> {
         // The one gate for `--allow-networks`: every check, whichever
         // entry point it came through, passes here before it can start.
@@ -616,6 +700,11 @@ impl Pacer {
                 if priority == Priority::Triggered && !p.triggered && !p.started {
                     p.triggered = true;
                     q.lanes.push(Priority::Triggered, target);
+                } else if priority == Priority::Continuous && !p.started && deadline < p.deadline {
+                    // Due sooner for this waiter: queued again by the
+                    // earlier deadline (the later entry goes stale).
+                    p.deadline = deadline;
+                    q.lanes.push_due(Priority::Continuous, target, deadline);
                 }
             }
             None => {
@@ -626,9 +715,10 @@ impl Pacer {
                         triggered: priority == Priority::Triggered,
                         started: false,
                         enqueued: Instant::now(),
+                        deadline,
                     },
                 );
-                q.lanes.push(priority, target);
+                q.lanes.push_due(priority, target, deadline);
                 q.waiting += 1;
                 self.inner.metrics.queue_depth.set(q.waiting as i64);
                 self.inner.work.notify_one();
@@ -983,6 +1073,28 @@ mod tests {
         assert_eq!(lanes.pop(waiting), Some(3));
         assert_eq!(lanes.pop(waiting), Some(11));
         assert_eq!(lanes.pop(waiting), None);
+    }
+
+    /// Continuous checks start by deadline, ties in the order they came: a
+    /// check of a 1-s application goes ahead of a burst of 60-s ones queued
+    /// before it.
+    #[test]
+    fn continuous_checks_start_by_deadline() {
+        let t0 = Instant::now();
+        let mut lanes = Lanes::default();
+        for id in 0..40u32 {
+            lanes.push_due(Priority::Continuous, id, t0 + Duration::from_secs(60));
+        }
+        lanes.push_due(Priority::Continuous, 100, t0 + Duration::from_secs(1));
+        lanes.push_due(Priority::Continuous, 101, t0 + Duration::from_secs(1));
+        assert_eq!(lanes.pop(|_| true), Some(100));
+        assert_eq!(lanes.pop(|_| true), Some(101));
+        let rest: Vec<u32> = std::iter::from_fn(|| lanes.pop(|_| true)).collect();
+        assert_eq!(
+            rest,
+            (0..40).collect::<Vec<_>>(),
+            "ties first come first served"
+        );
     }
 
     #[test]

@@ -346,6 +346,9 @@ struct InFlight {
     results: Vec<(u32, AddressResult)>,
     /// The DNS error when the round checks stale addresses.
     stale_dns: Option<String>,
+    /// When its checks are due: its start plus its report interval (the
+    /// pacer starts continuous checks in the order of their deadlines).
+    deadline: Instant,
 }
 
 /// The rounds in progress, by generation.
@@ -407,7 +410,9 @@ impl Flights {
         let ip = key.host.ip();
         let host = ip.is_none().then(|| key.host.clone());
         // A TCP port's application-level check (the segment's `check`).
-        let check = match (key.protocol, schedule.segment(&key.segment)) {
+        let segment = schedule.segment(&key.segment);
+        let interval = segment.map_or(Duration::from_secs(60), |s| s.report_interval);
+        let check = match (key.protocol, segment) {
             (policy::Protocol::Tcp, Some(segment)) => self
                 .runner
                 .pacer
@@ -423,6 +428,7 @@ impl Flights {
                 remaining: 0,
                 results: Vec::new(),
                 stale_dns: None,
+                deadline: Instant::now() + interval,
             },
         );
         if let Some(ip) = ip {
@@ -494,10 +500,14 @@ impl Flights {
                 port: round.key.port,
                 check: round.check,
             };
-            let reused = self
-                .runner
-                .pacer
-                .submit(target, priority, max_age, &self.done, generation, index);
+            let reused = self.runner.pacer.submit_by(
+                target,
+                priority,
+                max_age,
+                &self.done,
+                (generation, index),
+                round.deadline,
+            );
             if let Some(result) = reused {
                 round.results.push((index, result));
                 round.remaining -= 1;
