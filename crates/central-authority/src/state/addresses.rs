@@ -34,6 +34,10 @@ pub struct AddressEntry {
     pub last_seen_ms: i64,
     /// The connector whose result that was.
     pub last_connector: Arc<str>,
+    /// The result the address history's last change of it ended with
+    /// (Unknown before it appeared and once it left): a result the status
+    /// history showed instead leaves it behind `status`.
+    shown: Status,
     /// The connectors whose latest answer has it.
     present: Present,
 }
@@ -118,12 +122,24 @@ pub struct AddressChange {
     pub address: IpAddr,
     /// The connector whose report showed the change.
     pub connector: Arc<str>,
-    /// Its result before (Unknown before it appeared).
+    /// Its result as the address history last showed it (Unknown before
+    /// it appeared).
     pub from: Status,
     /// Its result after (Unknown once it left).
     pub to: Status,
     /// `appeared`, `report` (its result changed) or `left`.
     pub cause: &'static str,
+}
+
+/// Whether a report's address results are all the address history needs
+/// to show, or its connector's status change already shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusRow {
+    /// The connector's status of the application changed with this report:
+    /// the status history has a row for it.
+    Written,
+    /// It did not.
+    None,
 }
 
 /// An application's addresses, in the order they first appeared.
@@ -142,18 +158,23 @@ impl AddressBook {
     /// in it is present for that connector with its result; each address
     /// that connector had and this answer lacks leaves its answer (and
     /// the application, when no other connector's answer has it). Empty
-    /// `results` change nothing. Each address that appeared, changed
-    /// result or left is pushed to `changes`.
+    /// `results` change nothing. Pushed to `changes` (the address
+    /// history): each address that appeared or left, and each result that
+    /// differs from the one its history last showed, unless `status` says
+    /// the status history has this report's row and the answer is this one
+    /// address (that row shows its result: docs/decisions.md).
     pub fn record(
         &mut self,
         connector: &Arc<str>,
         results: &[AddressResult],
         at_ms: i64,
+        status: StatusRow,
         changes: &mut Vec<AddressChange>,
     ) {
         if results.is_empty() {
             return;
         }
+        let shown_by_status = status == StatusRow::Written && results.len() == 1;
         for r in results {
             let status = if r.reachable {
                 Status::Up
@@ -169,14 +190,15 @@ impl AddressBook {
             if appeared {
                 e.appeared_ms = at_ms;
             }
-            if appeared || e.status != status {
+            if appeared || (e.shown != status && !shown_by_status) {
                 changes.push(AddressChange {
                     address: e.address,
                     connector: Arc::clone(connector),
-                    from: if appeared { Status::Unknown } else { e.status },
+                    from: if appeared { Status::Unknown } else { e.shown },
                     to: status,
                     cause: if appeared { "appeared" } else { "report" },
                 });
+                e.shown = status;
             }
             e.status = status;
             e.last_seen_ms = at_ms;
@@ -194,7 +216,7 @@ impl AddressBook {
                 changes.push(AddressChange {
                     address: e.address,
                     connector: Arc::clone(connector),
-                    from: e.status,
+                    from: std::mem::replace(&mut e.shown, Status::Unknown),
                     to: Status::Unknown,
                     cause: "left",
                 });
@@ -237,6 +259,7 @@ impl AddressBook {
             status: Status::Unknown,
             last_seen_ms: at_ms,
             last_connector: Arc::clone(connector),
+            shown: Status::Unknown,
             present: Present::Few(Vec::new()),
         });
         self.entries.len() - 1
@@ -281,16 +304,22 @@ mod tests {
         let mut b = AddressBook::default();
         let mut changes = Vec::new();
         for c in &names {
-            b.record(c, &[result(1, true)], 1_000, &mut changes);
+            b.record(c, &[result(1, true)], 1_000, StatusRow::None, &mut changes);
         }
         // The same names again, as new sessions' copies: nobody is added.
         for c in &names {
             let copy: Arc<str> = Arc::from(&**c);
-            b.record(&copy, &[result(1, true)], 2_000, &mut changes);
+            b.record(
+                &copy,
+                &[result(1, true)],
+                2_000,
+                StatusRow::None,
+                &mut changes,
+            );
         }
         assert_eq!(changes.len(), 1, "appeared once: {changes:?}");
         for (i, c) in names.iter().enumerate() {
-            b.record(c, &[result(2, true)], 3_000, &mut changes);
+            b.record(c, &[result(2, true)], 3_000, StatusRow::None, &mut changes);
             let left = summary(&b)[0].2;
             if i + 1 < names.len() {
                 assert_eq!(
@@ -322,9 +351,16 @@ mod tests {
             &c,
             &[result(1, true), result(2, false)],
             1_000,
+            StatusRow::None,
             &mut changes,
         );
-        b.record(&c, &[result(1, true), result(3, true)], 2_000, &mut changes);
+        b.record(
+            &c,
+            &[result(1, true), result(3, true)],
+            2_000,
+            StatusRow::None,
+            &mut changes,
+        );
         assert_eq!(
             summary(&b),
             [
@@ -333,9 +369,9 @@ mod tests {
                 (3, 2_000, None, Status::Up),
             ]
         );
-        b.record(&c, &[], 3_000, &mut changes);
+        b.record(&c, &[], 3_000, StatusRow::None, &mut changes);
         assert_eq!(summary(&b)[1], (2, 1_000, Some(2_000), Status::Down));
-        b.record(&c, &[result(2, true)], 4_000, &mut changes);
+        b.record(&c, &[result(2, true)], 4_000, StatusRow::None, &mut changes);
         assert_eq!(
             summary(&b),
             [
@@ -367,6 +403,157 @@ mod tests {
         );
     }
 
+    /// What the address history shows of one address, in order: (last
+    /// octet, from, to, cause).
+    fn shown(changes: &[AddressChange]) -> Vec<(u8, Status, Status, &'static str)> {
+        changes
+            .iter()
+            .map(|c| match c.address {
+                IpAddr::V4(v4) => (v4.octets()[3], c.from, c.to, c.cause),
+                IpAddr::V6(_) => (0, c.from, c.to, c.cause),
+            })
+            .collect()
+    }
+
+    /// An application with one address at each connector, its status
+    /// flipping with that address's result at one connector while another
+    /// still reaches it (the ingest stream): every flip is a status
+    /// history row, and the address history shows only that the address
+    /// appeared. A result no status change shows (the status held by
+    /// damping) and the results of an answer of several addresses are
+    /// shown, each from the result the history last showed.
+    #[test]
+    fn a_flip_the_status_history_shows_is_not_shown_twice() {
+        use Status::{Down, Unknown, Up};
+        let (c1, c2): (Arc<str>, Arc<str>) = (Arc::from("c1"), Arc::from("c2"));
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        b.record(
+            &c1,
+            &[result(1, true)],
+            1_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        b.record(
+            &c2,
+            &[result(1, true)],
+            1_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        for round in 0..10_i64 {
+            let at = 2_000 + round * 1_000;
+            b.record(
+                &c1,
+                &[result(1, false)],
+                at,
+                StatusRow::Written,
+                &mut changes,
+            );
+            b.record(
+                &c2,
+                &[result(1, true)],
+                at + 100,
+                StatusRow::None,
+                &mut changes,
+            );
+            b.record(
+                &c1,
+                &[result(1, true)],
+                at + 500,
+                StatusRow::Written,
+                &mut changes,
+            );
+        }
+        assert_eq!(shown(&changes), [(1, Unknown, Up, "appeared")]);
+        // The book's latest result is still every report's.
+        b.record(
+            &c1,
+            &[result(1, false)],
+            20_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        assert_eq!(summary(&b)[0].3, Down);
+        assert_eq!(changes.len(), 1);
+        // c1's status held (damping): the history shows the result, from
+        // Up, the result it last showed.
+        b.record(
+            &c1,
+            &[result(1, false)],
+            21_000,
+            StatusRow::None,
+            &mut changes,
+        );
+        assert_eq!(shown(&changes[1..]), [(1, Up, Down, "report")]);
+        b.record(
+            &c1,
+            &[result(1, true)],
+            22_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        // Two addresses: the status does not say which changed.
+        b.record(
+            &c1,
+            &[result(1, false), result(2, true)],
+            23_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        assert_eq!(
+            shown(&changes[2..]),
+            [(2, Unknown, Up, "appeared")],
+            "address 1 was last shown Down"
+        );
+        b.record(
+            &c1,
+            &[result(1, true), result(2, true)],
+            24_000,
+            StatusRow::Written,
+            &mut changes,
+        );
+        assert_eq!(shown(&changes[3..]), [(1, Down, Up, "report")]);
+    }
+
+    /// Whatever the reports, the changes of each address form a chain: the
+    /// first from Unknown, each from the result the one before ended with,
+    /// none to the result it comes from. The store relies on it: a row
+    /// ending with the result its address's history ends with is another
+    /// replica's copy (`store::fresh_rows`).
+    #[test]
+    fn each_addresses_changes_form_a_chain() {
+        let names: Vec<Arc<str>> = (0..3).map(|i| Arc::from(format!("c{i}"))).collect();
+        let mut b = AddressBook::default();
+        let mut changes = Vec::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for at in 0..5_000_i64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let c = &names[(x % 3) as usize];
+            let n = (x >> 8) % 4;
+            let results: Vec<_> = (0..n)
+                .map(|k| result(1 + ((x >> (10 + k)) % 3) as u8, (x >> (20 + k)) & 1 == 0))
+                .collect();
+            let status = if (x >> 30) & 1 == 0 {
+                StatusRow::Written
+            } else {
+                StatusRow::None
+            };
+            b.record(c, &results, at, status, &mut changes);
+        }
+        let mut last: std::collections::HashMap<IpAddr, Status> = Default::default();
+        for c in &changes {
+            let before = last.insert(c.address, c.to).unwrap_or(Status::Unknown);
+            assert_eq!(c.from, before, "{c:?}");
+            assert_ne!(c.from, c.to, "{c:?}");
+        }
+        assert!(changes.iter().any(|c| c.cause == "report"));
+        assert!(changes.iter().any(|c| c.cause == "left"));
+    }
+
     /// An address leaves the application only when it left every
     /// connector's answer.
     #[test]
@@ -374,12 +561,36 @@ mod tests {
         let (c1, c2): (Arc<str>, Arc<str>) = (Arc::from("c1"), Arc::from("c2"));
         let mut b = AddressBook::default();
         let mut changes = Vec::new();
-        b.record(&c1, &[result(1, true)], 1_000, &mut changes);
-        b.record(&c2, &[result(1, false)], 1_500, &mut changes);
-        b.record(&c1, &[result(2, true)], 2_000, &mut changes);
+        b.record(
+            &c1,
+            &[result(1, true)],
+            1_000,
+            StatusRow::None,
+            &mut changes,
+        );
+        b.record(
+            &c2,
+            &[result(1, false)],
+            1_500,
+            StatusRow::None,
+            &mut changes,
+        );
+        b.record(
+            &c1,
+            &[result(2, true)],
+            2_000,
+            StatusRow::None,
+            &mut changes,
+        );
         assert_eq!(summary(&b)[0], (1, 1_000, None, Status::Down));
         assert_eq!(&*b.entries()[0].last_connector, "c2");
-        b.record(&c2, &[result(2, true)], 3_000, &mut changes);
+        b.record(
+            &c2,
+            &[result(2, true)],
+            3_000,
+            StatusRow::None,
+            &mut changes,
+        );
         assert_eq!(summary(&b)[0], (1, 1_000, Some(3_000), Status::Down));
     }
 
@@ -391,7 +602,13 @@ mod tests {
         let mut b = AddressBook::default();
         let mut changes = Vec::new();
         for i in 0..40_u8 {
-            b.record(&c, &[result(i, true)], i64::from(i) * 1_000, &mut changes);
+            b.record(
+                &c,
+                &[result(i, true)],
+                i64::from(i) * 1_000,
+                StatusRow::None,
+                &mut changes,
+            );
         }
         let kept = summary(&b);
         assert_eq!(kept.len(), MAX_ADDRESSES);

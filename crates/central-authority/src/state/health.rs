@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::ground::clock::unix_ms;
 use crate::ground::sync::{read, write};
-use crate::state::addresses::{AddressBook, AddressChange};
+use crate::state::addresses::{AddressBook, AddressChange, StatusRow};
 use crate::state::series::{Merge, RttSeries};
 
 /// Why a connector's status for an application is Unknown.
@@ -403,20 +403,23 @@ impl AppRecord {
     /// What the report just stored in slot `i` of `connector` at `wall_ms`
     /// (Unix ms) adds to the series and the address book: its smoothed RTT
     /// when it had a reachable result (`sampled`), and its addresses (each
-    /// change pushed to `changes`).
+    /// change the address history shows pushed to `changes`; `status`:
+    /// whether the report changed the connector's status).
     fn follow(
         &mut self,
         i: usize,
         connector: &Arc<str>,
         sampled: bool,
         wall_ms: i64,
+        status: StatusRow,
         changes: &mut Vec<AddressChange>,
     ) {
         if let (true, Some(rtt)) = (sampled, self.reports.reports[i].rtt) {
             self.reports.record_rtt(i, wall_ms, rtt);
         }
         let stored = &self.reports.reports[i].addresses;
-        self.addresses.record(connector, stored, wall_ms, changes);
+        self.addresses
+            .record(connector, stored, wall_ms, status, changes);
     }
 
     /// Turns the report in slot `i` Unknown for `cause` (it was not),
@@ -787,7 +790,19 @@ impl HealthTable {
                     (at, None, change, None)
                 }
             };
-            record.follow(i, connector, sample.is_some(), wall_ms, &mut changes);
+            let status = if change.is_some() {
+                StatusRow::Written
+            } else {
+                StatusRow::None
+            };
+            record.follow(
+                i,
+                connector,
+                sample.is_some(),
+                wall_ms,
+                status,
+                &mut changes,
+            );
             record.writes.note(connector, record.reports.len());
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
