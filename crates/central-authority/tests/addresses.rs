@@ -212,3 +212,107 @@ async fn an_address_that_leaves_the_answer_is_remembered() {
     dns.stop().await;
     ca.stop().await;
 }
+
+/// The address history of `jira.test.reach`'s `address` (`*`: every
+/// address), newest first: (address, from, to, cause, connector) of each
+/// row, and how many rows there are.
+async fn address_rows(http: &Http, address: &str) -> (Vec<[String; 5]>, u64) {
+    let path = format!("/api/v1/events?app=jira/jira.test.reach/tcp/80&address={address}");
+    let (s, v) = http.get_json(&path, Some(READ_TOKEN)).await;
+    assert_eq!(s, 200, "{v}");
+    let text = |e: &serde_json::Value, k: &str| e[k].as_str().unwrap_or("").to_owned();
+    let rows = v["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| ["address", "from", "to", "cause", "connector"].map(|k| text(e, k)))
+        .collect();
+    (rows, v["total"].as_u64().unwrap_or(0))
+}
+
+/// `jira.test.reach` answers one address at two connectors. east-1's
+/// result flips ten times down and up, each flip a change of east-1's
+/// status (a status history row), while east-2 keeps reaching it: the
+/// address history shows only that the address appeared, as the status
+/// history shows each flip. With two addresses in east-1's answer its
+/// status no longer says which changed, and the address history shows
+/// each result, from the one it last showed; the address that leaves the
+/// answer leaves the history too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flip_the_status_history_shows_is_not_an_address_row() {
+    let ca = Ca::start(&default_config()).await;
+    let (east1, _) = connect(&ca, "east-1", "dc-east").await;
+    let (east2, _) = connect(&ca, "east-2", "dc-east").await;
+    let http = ca.web();
+    let (one, two) = ("127.0.0.21", "127.0.0.22");
+    let jira = |up: &[&str], down: &[&str]| vec![app("jira", "jira.test.reach", 80, up, down)];
+    east1.report(jira(&[one], &[]), false).await;
+    east2.report(jira(&[one], &[]), false).await;
+    for _ in 0..10 {
+        east1.report(jira(&[], &[one]), false).await;
+        east2.report(jira(&[one], &[]), false).await;
+        east1.report(jira(&[one], &[]), false).await;
+    }
+    let statuses = || async {
+        let (s, v) = http
+            .get_json(
+                "/api/v1/events?app=jira/jira.test.reach/tcp/80",
+                Some(READ_TOKEN),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    // Each connector's first result, and twenty flips of east-1.
+    wait_for("the flips stored", Duration::from_secs(10), || async {
+        let v = statuses().await;
+        (v["total"] == 22, v)
+    })
+    .await;
+    let row = |address: &str, from: &str, to: &str, cause: &str| {
+        [address, from, to, cause, "east-1"].map(str::to_owned)
+    };
+    let (rows, total) = address_rows(&http, one).await;
+    assert_eq!(total, 1, "{rows:?}");
+    assert_eq!(
+        rows[0][1..4],
+        ["unknown", "up", "appeared"].map(str::to_owned)
+    );
+    // east-1 answers two addresses (Unhealthy), both up (Up), then one.
+    east1.report(jira(&[two], &[one]), false).await;
+    east1.report(jira(&[one, two], &[]), false).await;
+    east1.report(jira(&[one], &[]), false).await;
+    wait_for(
+        "the second address stored",
+        Duration::from_secs(10),
+        || async {
+            let (rows, total) = address_rows(&http, "*").await;
+            (total == 5, serde_json::json!(rows))
+        },
+    )
+    .await;
+    let (rows, _) = address_rows(&http, one).await;
+    assert_eq!(
+        rows[..2],
+        [
+            row(one, "down", "up", "report"),
+            row(one, "up", "down", "report")
+        ],
+        "{rows:?}"
+    );
+    let (rows, _) = address_rows(&http, two).await;
+    assert_eq!(
+        rows,
+        [
+            row(two, "up", "unknown", "left"),
+            row(two, "unknown", "up", "appeared")
+        ]
+    );
+    // Unhealthy and Up again; the last report changed no status.
+    wait_for("the statuses stored", Duration::from_secs(10), || async {
+        let v = statuses().await;
+        (v["total"] == 24, v)
+    })
+    .await;
+    ca.stop().await;
+}
