@@ -333,6 +333,16 @@ CREATE TABLE auth_logout_tokens (
     PRIMARY KEY (provider, jti)
 );
 "#,
+    r#"
+-- Version 17: the address history listed through one index, by
+-- application and address: a listing of one application, or of one of
+-- its addresses (the dashboard's), walks it; `address_events_by_time`
+-- serves the prune and a listing across applications. A row goes into
+-- two indexes instead of three.
+DROP INDEX address_events_by_address;
+DROP INDEX address_events_by_app;
+CREATE INDEX address_events_by_app ON address_events(host_hash, port, address_hash, at_ms);
+"#,
 ];
 
 /// The columns [`session_row`] reads, in its order.
@@ -2840,40 +2850,48 @@ mod tests {
                     address: address.map(str::to_owned),
                     ..EventFilter::default()
                 };
-            for (history, filter, index, column) in [
+            for (history, filter, index, columns) in [
                 (
                     super::History::STATUSES,
                     by(Some("app-7.test"), None, None),
                     "health_events_by_app",
-                    "host",
+                    &["host"][..],
                 ),
                 (
                     super::History::STATUSES,
                     by(None, Some("s7"), None),
                     "health_events_by_segment",
-                    "segment",
+                    &["segment"],
                 ),
                 (
                     super::History::ADDRESSES,
                     by(Some("app-7.test"), None, None),
                     "address_events_by_app",
-                    "host",
+                    &["host"],
                 ),
                 (
                     super::History::ADDRESSES,
-                    by(None, None, Some("10.0.7.1")),
-                    "address_events_by_address",
-                    "address",
+                    by(Some("app-7.test"), None, Some("10.0.7.1")),
+                    "address_events_by_app",
+                    &["host", "address"],
                 ),
             ] {
                 let (_, rows, values) = history.listing(&filter, 100, 0);
-                let [super::EventValue::Text(value)] = values.as_slice() else {
-                    panic!("one text value: {rows}");
-                };
-                let found = client.query(&rows, &[value]).await.expect("listed");
+                let texts: Vec<&String> = values
+                    .iter()
+                    .map(|v| match v {
+                        super::EventValue::Text(t) => t,
+                        super::EventValue::Int(_) => panic!("text values only: {rows}"),
+                    })
+                    .collect();
+                let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = texts
+                    .iter()
+                    .map(|t| *t as &(dyn tokio_postgres::types::ToSql + Sync))
+                    .collect();
+                let found = client.query(&rows, &params).await.expect("listed");
                 assert!(!found.is_empty(), "{rows}");
                 let plan: Vec<String> = client
-                    .query(&format!("EXPLAIN {rows}"), &[value])
+                    .query(&format!("EXPLAIN {rows}"), &params)
                     .await
                     .expect("explained")
                     .iter()
@@ -2881,10 +2899,88 @@ mod tests {
                     .collect();
                 let plan = plan.join("\n");
                 assert!(plan.contains(&format!(" {index}")), "{plan}");
-                assert!(plan.contains(&format!("({column}_hash = ")), "{plan}");
-                assert!(plan.contains(&format!("({column} = ")), "{plan}");
+                for column in columns {
+                    assert!(plan.contains(&format!("{column}_hash = ")), "{plan}");
+                    assert!(plan.contains(&format!("({column} = ")), "{plan}");
+                }
                 assert!(!plan.contains("Seq Scan"), "{plan}");
             }
+        });
+    }
+
+    /// Version 17 leaves a version-16 database's address history listed
+    /// as it was, by application and address and across applications,
+    /// through two indexes.
+    #[test]
+    fn a_version_16_address_history_stays_listed() {
+        let url = test_support::Postgres::shared()
+            .fresh_database()
+            .expect("database");
+        let rt = runtime();
+        rt.block_on(async {
+            let client = connect(&url).await;
+            let mut schema = String::new();
+            for m in &super::MIGRATIONS[..16] {
+                schema.push_str(m);
+            }
+            client.batch_execute(&schema).await.expect("schema");
+            client
+                .batch_execute(
+                    "CREATE TABLE reach_schema (version BIGINT NOT NULL);
+                     INSERT INTO reach_schema (version) VALUES (16);
+                     INSERT INTO address_events (at_ms, segment, host, protocol, port, address,
+                                                 connector, from_status, to_status, cause)
+                     VALUES (1, 's', 'a.test', 'tcp', 80, '10.0.0.1', 'c1', 'unknown', 'up',
+                             'appeared'),
+                            (2, 's', 'a.test', 'tcp', 80, '10.0.0.1', 'c1', 'up', 'down',
+                             'report'),
+                            (3, 's', 'b.test', 'tcp', 80, '10.0.0.1', 'c1', 'unknown', 'up',
+                             'appeared');",
+                )
+                .await
+                .expect("v16 rows");
+        });
+        let store = super::super::postgres_store(&url);
+        let listed = |f: EventFilter| {
+            let (rows, total) = store.address_events(&f, 10, 0).expect("listed");
+            let at: Vec<i64> = rows.iter().map(|r| r.event.at_ms).collect();
+            (at, total)
+        };
+        let address = || Some("10.0.0.1".to_owned());
+        let app = EventFilter {
+            host: Some("a.test".into()),
+            port: Some(80),
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(app), (vec![2, 1], 2));
+        let everywhere = EventFilter {
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(everywhere), (vec![3, 2, 1], 3));
+        drop(store);
+        rt.block_on(async {
+            let client = connect(&url).await;
+            let indexes: Vec<String> = client
+                .query(
+                    "SELECT indexname::TEXT FROM pg_indexes
+                     WHERE tablename = 'address_events' ORDER BY indexname",
+                    &[],
+                )
+                .await
+                .expect("indexes")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(
+                indexes,
+                [
+                    "address_events_by_app",
+                    "address_events_by_time",
+                    "address_events_pkey"
+                ]
+            );
         });
     }
 }

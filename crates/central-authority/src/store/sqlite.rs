@@ -249,6 +249,16 @@ CREATE TABLE auth_logout_tokens (
     PRIMARY KEY (provider, jti)
 );
 "#,
+    r#"
+-- Version 17: the address history listed through one index, by
+-- application and address: a listing of one application, or of one of
+-- its addresses (the dashboard's), walks it; `address_events_by_time`
+-- serves the prune and a listing across applications. A row goes into
+-- two indexes instead of three.
+DROP INDEX address_events_by_address;
+DROP INDEX address_events_by_app;
+CREATE INDEX address_events_by_app ON address_events(host, port, address, at_ms);
+"#,
 ];
 
 /// The columns [`session_row`] reads, in its order.
@@ -1691,43 +1701,84 @@ mod tests {
         );
     }
 
-    /// The address history of one address (`/api/v1/events?address=`) is
-    /// read through its index too.
+    /// The address history is read through an index in every listing:
+    /// of one application's address (the dashboard's `/api/v1/events?app=…
+    /// &address=`), in the order of the index by application and address;
+    /// of every address of one application, through its first columns and
+    /// sorting that application's rows only; across applications, the page
+    /// walks the index by time and the count the index by application.
     #[test]
-    fn address_events_by_address_use_an_index() {
-        let f = EventFilter {
-            address: Some("10.0.0.1".into()),
+    fn address_events_use_an_index() {
+        let app = |address: &str| EventFilter {
+            segment: Some("jira".into()),
+            host: Some("jira.test".into()),
+            protocol: Some("tcp".into()),
+            port: Some(80),
+            address: Some(address.into()),
             hidden_segments: vec!["secret".into()],
             ..EventFilter::default()
         };
-        let (filter, _) = f.to_sql(|n| format!("?{n}"));
+        let everywhere = EventFilter {
+            address: Some("10.0.0.1".into()),
+            ..EventFilter::default()
+        };
+        let by_app = "INDEX address_events_by_app (host=? AND port=?";
+        for (f, count, page, sorts) in [
+            (app("10.0.0.1"), by_app, by_app, false),
+            (app("*"), by_app, by_app, true),
+            (
+                everywhere,
+                "INDEX address_events_by_app",
+                "INDEX address_events_by_time",
+                false,
+            ),
+        ] {
+            let (filter, _) = f.to_sql(|n| format!("?{n}"));
+            let count_plan = plan_of(&address_events_count_sql(&filter));
+            assert!(
+                count_plan.iter().any(|s| s.contains(count)),
+                "{count_plan:?}"
+            );
+            let page_plan = plan_of(&address_events_page_sql(&filter, 50, 0));
+            assert!(page_plan.iter().any(|s| s.contains(page)), "{page_plan:?}");
+            assert_eq!(
+                page_plan.iter().any(|s| s.contains("TEMP B-TREE")),
+                sorts,
+                "{page_plan:?}"
+            );
+        }
+        let (filter, _) = app("10.0.0.1").to_sql(|n| format!("?{n}"));
         assert_uses_index(
             [
                 address_events_count_sql(&filter),
                 address_events_page_sql(&filter, 50, 0),
             ],
-            "INDEX address_events_by_address (address=?",
+            "INDEX address_events_by_app (host=? AND port=? AND address=?",
         );
+    }
+
+    /// The steps of `sql`'s `EXPLAIN QUERY PLAN` on an empty store.
+    fn plan_of(sql: &str) -> Vec<String> {
+        let store = SqliteStore::in_memory().expect("store");
+        let conn = lock(&store.conn);
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("plan");
+        let n = stmt.parameter_count();
+        stmt.query_map(
+            rusqlite::params_from_iter(std::iter::repeat_n("jira", n)),
+            |r| r.get::<_, String>(3),
+        )
+        .expect("plan rows")
+        .collect::<Result<_, _>>()
+        .expect("plan rows")
     }
 
     /// Each of `queries` is planned through `index` (a step of its `EXPLAIN
     /// QUERY PLAN` names it) and sorts nothing in a temporary tree.
     fn assert_uses_index(queries: [String; 2], index: &str) {
-        let store = SqliteStore::in_memory().expect("store");
-        let conn = lock(&store.conn);
         for sql in queries {
-            let mut stmt = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .expect("plan");
-            let n = stmt.parameter_count();
-            let plan: Vec<String> = stmt
-                .query_map(
-                    rusqlite::params_from_iter(std::iter::repeat_n("jira", n)),
-                    |r| r.get::<_, String>(3),
-                )
-                .expect("plan rows")
-                .collect::<Result<_, _>>()
-                .expect("plan rows");
+            let plan = plan_of(&sql);
             assert!(
                 plan.iter().any(|step| step.contains(index)),
                 "{sql}: {plan:?}"
@@ -1884,6 +1935,64 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .expect("version");
         assert_eq!(version, MIGRATIONS.len() as i64);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Version 17 leaves a version-16 file's address history listed as it
+    /// was, by application, by address and across applications, through
+    /// two indexes.
+    #[test]
+    fn a_version_16_address_history_stays_listed() {
+        let dir = std::env::temp_dir().join(format!("reach-store-v16-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("reach.db");
+        {
+            let conn = Connection::open(&path).expect("db");
+            for m in &MIGRATIONS[..16] {
+                conn.execute_batch(m).expect("schema");
+            }
+            conn.pragma_update(None, "user_version", 16)
+                .expect("version");
+            conn.execute_batch(
+                "INSERT INTO address_events VALUES
+                     (1, 's', 'a.test', 'tcp', 80, '10.0.0.1', 'c1', 'unknown', 'up', 'appeared'),
+                     (2, 's', 'a.test', 'tcp', 80, '10.0.0.1', 'c1', 'up', 'down', 'report'),
+                     (3, 's', 'b.test', 'tcp', 80, '10.0.0.1', 'c1', 'unknown', 'up', 'appeared');",
+            )
+            .expect("v16 rows");
+        }
+        let s = SqliteStore::open(&path).expect("migrated");
+        let listed = |f: EventFilter| {
+            let (rows, total) = s.address_events(&f, 10, 0).expect("listed");
+            let at: Vec<i64> = rows.iter().map(|r| r.event.at_ms).collect();
+            (at, total)
+        };
+        let address = || Some("10.0.0.1".to_owned());
+        let app = EventFilter {
+            host: Some("a.test".into()),
+            port: Some(80),
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(app), (vec![2, 1], 2));
+        let everywhere = EventFilter {
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(everywhere), (vec![3, 2, 1], 3));
+        let indexes: Vec<String> = lock(&s.conn)
+            .prepare(
+                "SELECT name FROM sqlite_master
+                 WHERE type = 'index' AND tbl_name = 'address_events' ORDER BY name",
+            )
+            .expect("indexes")
+            .query_map([], |r| r.get(0))
+            .expect("indexes")
+            .collect::<Result<_, _>>()
+            .expect("indexes");
+        assert_eq!(indexes, ["address_events_by_app", "address_events_by_time"]);
+        drop(s);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
