@@ -914,7 +914,7 @@ fn api_operations() -> Vec<Op> {
                     query_param("protocol", false, "tcp or udp"),
                     query_param("port", false, "0-65535"),
                     query_param("connector", false, "connector name"),
-                    query_param("address", false, "the address history instead: changes of this IP address of the application (appeared, its result changed, left), or `*` for every address"),
+                    query_param("address", false, "the address history instead: changes of this IP address of the application (appeared, its result changed where the status history does not show it, left), or `*` for every address"),
                     query_param("since", false, "Unix ms or RFC 3339"),
                     query_param("until", false, "Unix ms or RFC 3339"),
                     query_param("page", false, "page from 1"),

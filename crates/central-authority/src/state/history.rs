@@ -57,8 +57,9 @@ pub struct EventView {
     /// `reported`); in the address history `appeared`, `report` or `left`.
     pub cause: String,
     /// In the address history (`GET /api/v1/events?address=`): the
-    /// address whose result changed (`from`/`to` are its results, Unknown
-    /// before it appeared and once it left). Absent in the status history.
+    /// address whose result changed (`from` is the result the address
+    /// history last showed, Unknown before it appeared; `to` its result,
+    /// Unknown once it left). Absent in the status history.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
 }

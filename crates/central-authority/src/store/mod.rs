@@ -599,13 +599,15 @@ pub struct EventRecord {
 }
 
 /// One change of one address of an application (it appeared in a
-/// connector's answer, its result changed, or it left every connector's
-/// answer), as stored in the address history.
+/// connector's answer, its result changed where the status history does
+/// not show it, or it left every connector's answer), as stored in the
+/// address history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AddressEventRecord {
     /// The change: `connector` is the one whose report showed it, `from`
-    /// and `to` the address's result before and after (`unknown` before it
-    /// appeared and once it left), `cause` `appeared`, `report` or `left`.
+    /// the result the address history last showed (`unknown` before it
+    /// appeared), `to` the result after (`unknown` once it left), `cause`
+    /// `appeared`, `report` or `left`.
     pub event: EventRecord,
     /// The address, in its normal text form.
     pub address: String,
