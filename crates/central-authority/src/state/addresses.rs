@@ -142,6 +142,17 @@ pub enum StatusRow {
     None,
 }
 
+impl StatusRow {
+    /// `Written` when the report `changed` the connector's status.
+    pub fn after(changed: bool) -> StatusRow {
+        if changed {
+            StatusRow::Written
+        } else {
+            StatusRow::None
+        }
+    }
+}
+
 /// An application's addresses, in the order they first appeared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressBook {

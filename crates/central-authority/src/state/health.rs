@@ -790,19 +790,8 @@ impl HealthTable {
                     (at, None, change, None)
                 }
             };
-            let status = if change.is_some() {
-                StatusRow::Written
-            } else {
-                StatusRow::None
-            };
-            record.follow(
-                i,
-                connector,
-                sample.is_some(),
-                wall_ms,
-                status,
-                &mut changes,
-            );
+            let row = StatusRow::after(change.is_some());
+            record.follow(i, connector, sample.is_some(), wall_ms, row, &mut changes);
             record.writes.note(connector, record.reports.len());
             if let Some(t) = &change {
                 record.push(t.clone(), keep);
