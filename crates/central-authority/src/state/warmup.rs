@@ -10,8 +10,8 @@
 //! coming and going later is ordinary operation, not a warm-up.
 //!
 //! This module only keeps the state and decides; the caller (`/readyz`
-//! in `api::http`) reads the expected connectors from the store and passes
-//! the time in.
+//! in `api::http::operations`) reads the expected connectors from the
+//! store and passes the time in.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
