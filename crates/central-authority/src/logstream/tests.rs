@@ -115,16 +115,23 @@ async fn a_tcp_receiver_that_closes_mid_stream_gets_every_record_in_order() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A TLS receiver verified against its root, in RFC 5424 with octet
-/// counting; a second receiver filtered to refusals gets none of these.
-#[tokio::test]
-async fn a_tls_receiver_gets_octet_counted_syslog() {
+/// A receiver's TLS side on loopback: a root in `dir/root.pem`, a
+/// certificate for `siem.test` it issued, and, with `client_auth`, the
+/// demand for a client certificate from that root.
+struct TlsReceiver {
+    root_file: PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    listener: TcpListener,
+    port: u16,
+}
+
+async fn tls_receiver(dir: &Path, client_auth: bool) -> TlsReceiver {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let dir = temp("tls");
     let root_key = KeyPair::generate().unwrap();
     let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
     root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let root_pem = root.clone().self_signed(&root_key).unwrap().pem();
+    let root_cert = root.clone().self_signed(&root_key).unwrap();
     let issuer = Issuer::new(root, root_key);
     let server_key = KeyPair::generate().unwrap();
     let server = CertificateParams::new(vec!["siem.test".to_owned()])
@@ -132,21 +139,51 @@ async fn a_tls_receiver_gets_octet_counted_syslog() {
         .signed_by(&server_key, &issuer)
         .unwrap();
     let root_file = dir.join("root.pem");
-    std::fs::write(&root_file, root_pem).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![server.der().clone()],
-        rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap(),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    std::fs::write(&root_file, root_cert.pem()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = if client_auth {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(root_cert.der().clone()).unwrap();
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = builder
+        .with_single_cert(
+            vec![server.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap(),
+        )
+        .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    TlsReceiver {
+        root_file,
+        issuer,
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        listener,
+        port,
+    }
+}
+
+/// A TLS receiver verified against its root, in RFC 5424 with octet
+/// counting; a second receiver filtered to refusals gets none of these.
+#[tokio::test]
+async fn a_tls_receiver_gets_octet_counted_syslog() {
+    let dir = temp("tls");
+    let TlsReceiver {
+        root_file,
+        acceptor,
+        listener,
+        port,
+        ..
+    } = tls_receiver(&dir, false).await;
     let url = format!("tls://127.0.0.1:{port}");
     let tls = Destination::Tls {
         host: "127.0.0.1".into(),
@@ -207,49 +244,22 @@ async fn a_tls_receiver_gets_octet_counted_syslog() {
 /// records kept in the spool.
 #[tokio::test]
 async fn a_tls_receiver_that_asks_for_a_client_certificate_gets_the_configured_one() {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let dir = temp("mtls");
-    let root_key = KeyPair::generate().unwrap();
-    let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
-    root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let root_cert = root.clone().self_signed(&root_key).unwrap();
-    let issuer = Issuer::new(root, root_key);
-    let leaf = |name: &str| {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec![name.to_owned()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        (cert, key)
-    };
-    let (server, server_key) = leaf("siem.test");
-    let (client, client_key) = leaf("ca-replica.test");
-    let root_file = dir.join("root.pem");
-    std::fs::write(&root_file, root_cert.pem()).unwrap();
+    let TlsReceiver {
+        root_file,
+        issuer,
+        acceptor,
+        listener,
+        port,
+    } = tls_receiver(&dir, true).await;
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let client = rcgen::CertificateParams::new(vec!["ca-replica.test".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &issuer)
+        .unwrap();
     let (cert_file, key_file) = (dir.join("client.pem"), dir.join("client.key"));
     std::fs::write(&cert_file, client.pem()).unwrap();
     std::fs::write(&key_file, client_key.serialize_pem()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(root_cert.der().clone()).unwrap();
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![server.der().clone()],
-            rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).unwrap(),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     let url = format!("tls://127.0.0.1:{port}");
     let tls = |client| Destination::Tls {
         host: "127.0.0.1".into(),
