@@ -1421,6 +1421,32 @@ mod suite {
         }
     }
 
+    /// What a version-16 address history lists once migrated (rows 1 and 2
+    /// of `a.test:80`, 3 of `b.test:80`, all of 10.0.0.1): by application
+    /// and address, and by address across applications, newest first.
+    pub(super) fn version_16_address_rows_are_listed(
+        list: impl Fn(&EventFilter) -> Result<(Vec<AddressEventRecord>, u64), StoreError>,
+    ) {
+        let listed = |f: EventFilter| {
+            let (rows, total) = list(&f).expect("listed");
+            let at: Vec<i64> = rows.iter().map(|r| r.event.at_ms).collect();
+            (at, total)
+        };
+        let address = || Some("10.0.0.1".to_owned());
+        let app = EventFilter {
+            host: Some("a.test".into()),
+            port: Some(80),
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(app), (vec![2, 1], 2));
+        let everywhere = EventFilter {
+            address: address(),
+            ..EventFilter::default()
+        };
+        assert_eq!(listed(everywhere), (vec![3, 2, 1], 3));
+    }
+
     pub(super) fn a_shared_secret_is_created_once(a: &Store, b: &Store) {
         let first = a.shared_secret("access", &[1; 32]).expect("db");
         assert_eq!(first, vec![1; 32]);

@@ -2941,24 +2941,7 @@ mod tests {
                 .expect("v16 rows");
         });
         let store = super::super::postgres_store(&url);
-        let listed = |f: EventFilter| {
-            let (rows, total) = store.address_events(&f, 10, 0).expect("listed");
-            let at: Vec<i64> = rows.iter().map(|r| r.event.at_ms).collect();
-            (at, total)
-        };
-        let address = || Some("10.0.0.1".to_owned());
-        let app = EventFilter {
-            host: Some("a.test".into()),
-            port: Some(80),
-            address: address(),
-            ..EventFilter::default()
-        };
-        assert_eq!(listed(app), (vec![2, 1], 2));
-        let everywhere = EventFilter {
-            address: address(),
-            ..EventFilter::default()
-        };
-        assert_eq!(listed(everywhere), (vec![3, 2, 1], 3));
+        super::super::suite::version_16_address_rows_are_listed(|f| store.address_events(f, 10, 0));
         drop(store);
         rt.block_on(async {
             let client = connect(&url).await;

@@ -1963,24 +1963,7 @@ mod tests {
             .expect("v16 rows");
         }
         let s = SqliteStore::open(&path).expect("migrated");
-        let listed = |f: EventFilter| {
-            let (rows, total) = s.address_events(&f, 10, 0).expect("listed");
-            let at: Vec<i64> = rows.iter().map(|r| r.event.at_ms).collect();
-            (at, total)
-        };
-        let address = || Some("10.0.0.1".to_owned());
-        let app = EventFilter {
-            host: Some("a.test".into()),
-            port: Some(80),
-            address: address(),
-            ..EventFilter::default()
-        };
-        assert_eq!(listed(app), (vec![2, 1], 2));
-        let everywhere = EventFilter {
-            address: address(),
-            ..EventFilter::default()
-        };
-        assert_eq!(listed(everywhere), (vec![3, 2, 1], 3));
+        super::super::suite::version_16_address_rows_are_listed(|f| s.address_events(f, 10, 0));
         let indexes: Vec<String> = lock(&s.conn)
             .prepare(
                 "SELECT name FROM sqlite_master
