@@ -1,12 +1,16 @@
-//! The configuration file's shapes as serde reads them: one struct per
-//! TOML table, with the defaults operators get when they leave a field out.
-//! No rules here; `settings` and `secrets` check what these hold.
+//! The configuration file's shapes as serde reads them: one `section!`
+//! per TOML table, each key declared once with its type, default, bounds,
+//! allowed values, whether a reload applies it and its line in the
+//! reference. Rules beyond bounds are in `settings`, `secrets`, `oidc` and
+//! `receivers`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use policy::SegmentSpec;
 use serde::Deserialize;
 
+use super::declare::{KeyType, lo, section, within};
 use crate::ground::secret::Secret;
 
 /// The file as written.
@@ -41,282 +45,394 @@ pub(super) struct FileConfig {
     pub(super) log_receivers: Vec<ReceiverSection>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct ServerSection {
-    pub(super) grpc_listen: String,
-    pub(super) http_listen: String,
-    pub(super) anonymous_read: bool,
-    pub(super) public_names: Vec<String>,
-    pub(super) reload_poll_ms: u64,
-    pub(super) data_dir: Option<PathBuf>,
-    /// Tests only: accept API tokens and provisioning keys estimated under
-    /// 64 bits.
-    pub(super) allow_short_secrets: bool,
+section! {
+    /// `[server]`: listen addresses, the data directory, reloads.
+    struct ServerSection in "server" {
+        grpc_listen: String = value("127.0.0.1:7443".into()),
+            bounds None, values "host:port", Restart,
+            "Connector sessions, access and health gRPC services (TLS).";
+        http_listen: String = value("127.0.0.1:7480".into()),
+            bounds None, values "host:port", Restart,
+            "Dashboard, JSON API and metrics (HTTPS).";
+        anonymous_read: bool = value(false),
+            bounds None, values "", Reload,
+            "Dashboard and GET APIs need no token (demos only).";
+        public_names: Vec<String> = value(Vec::new()),
+            bounds None, values "host[:port]", Reload,
+            "Names the HTTPS API is reached by; other Host headers get 400 (empty: any).";
+        reload_poll_ms: u64 = value(1000),
+            bounds lo(10), values "", Reload,
+            "How often the file is checked for changes (SIGHUP also reloads).";
+        data_dir: Option<PathBuf> = absent("`reach-ca-data` next to the file"),
+            bounds None, values "", Restart,
+            "Database and generated certificates.";
+        allow_short_secrets: bool = value(false),
+            bounds None, values "", Reload,
+            "Tests only: accept guessable tokens and keys (estimated under 64 bits).";
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct TlsSection {
-    pub(super) enabled: Option<bool>,
-    pub(super) cert_file: Option<PathBuf>,
-    pub(super) key_file: Option<PathBuf>,
-    pub(super) issuer_cert_file: Option<PathBuf>,
-    pub(super) issuer_key_file: Option<PathBuf>,
-    pub(super) next_root_file: Option<PathBuf>,
-    pub(super) previous_root_file: Option<PathBuf>,
-    pub(super) server_names: Vec<String>,
-    pub(super) connector_cert_days: Option<u32>,
-    pub(super) connector_cert_validity_s: Option<u64>,
-    pub(super) renewal_grace_s: Option<u64>,
-    pub(super) handshake_timeout_ms: Option<u64>,
-}
-
-/// `[store]`: where the CA keeps its enrolled state.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct StoreSection {
-    /// Absent: `reach.db` in the data directory. `postgres://…`: a
-    /// PostgreSQL database; `sqlite:PATH`: another SQLite file. Read into a
+section! {
+    /// `[store]`: where the CA keeps its enrolled state. `url` is read into a
     /// `Secret`, since a URL may carry a password.
-    pub(super) url: Option<Secret>,
-    pub(super) password_file: Option<PathBuf>,
+    struct StoreSection in "store" {
+        url: Option<Secret> = absent("SQLite `reach.db` in `data_dir`"),
+            bounds None, values "`postgres://…` or `sqlite:PATH`", Restart,
+            "The store; one PostgreSQL database for several replicas.";
+        password_file: Option<PathBuf> = absent("`REACH_STORE_PASSWORD`, else the URL's"),
+            bounds None, values "", Restart,
+            "File holding the PostgreSQL password.";
+    }
 }
 
-/// `[replica]`: how this CA process names itself among replicas.
+section! {
+    /// `[replica]`: how this CA process names itself among replicas.
+    struct ReplicaSection in "replica" {
+        id: Option<String> = absent("host name and gRPC port"),
+            bounds None, values "1-128 characters, no commas", Restart,
+            "This replica's name (GET /api/v1/replicas).";
+        advertise: Vec<String> = value(Vec::new()),
+            bounds None, values "host:port", Restart,
+            "Addresses other replicas and connectors reach it by (empty: the listen addresses).";
+    }
+}
+
+section! {
+    /// `[audit]`: the audit trail of admin actions.
+    struct AuditSection in "audit" {
+        retention_s: u64 = value(365 * 24 * 3600),
+            bounds within(60, 315_360_000), values "", Reload,
+            "How long audit entries are kept; pruned hourly.";
+    }
+}
+
+section! {
+    /// `[tls]`: certificates of both listeners and of connectors.
+    struct TlsSection in "tls" {
+        enabled: bool = value(true),
+            bounds None, values "", Restart,
+            "Serve TLS on both listeners.";
+        cert_file: Option<PathBuf> = absent("a server certificate the CA issues itself"),
+            bounds None, values "with `key_file`", Reload,
+            "Your own server certificate chain (PEM).";
+        key_file: Option<PathBuf> = absent("generated"),
+            bounds None, values "with `cert_file`", Reload,
+            "Its private key (PEM).";
+        issuer_cert_file: Option<PathBuf> = absent("`data_dir/ca.pem`, generated on first start"),
+            bounds None, values "with `issuer_key_file`", Reload,
+            "Your own CA for connector certificates.";
+        issuer_key_file: Option<PathBuf> = absent("generated"),
+            bounds None, values "with `issuer_cert_file`", Reload,
+            "Its private key.";
+        next_root_file: Option<PathBuf> = absent("none"),
+            bounds None, values "not with `previous_root_file`", Reload,
+            "Root rotation, introduce: a new root (PEM) trusted and announced to connectors beside the issuing one.";
+        previous_root_file: Option<PathBuf> = absent("none"),
+            bounds None, values "not with `next_root_file`", Reload,
+            "Root rotation, switch: the root that issued before, still trusted and announced until it is retired.";
+        server_names: Vec<String> = value(Vec::new()),
+            bounds None, values "", Reload,
+            "Names connectors dial that the generated server certificate does not carry by itself (a DNS alias, a load balancer, a NAT address). It carries localhost, 127.0.0.1, ::1 and each listen address; for 0.0.0.0 or :: the host's name, FQDN and interface addresses instead.";
+        connector_cert_days: u32 = value(365),
+            bounds within(1, 3650), values "", Reload,
+            "Connector certificate lifetime; connectors renew at about 2/3 of it.";
+        connector_cert_validity_s: Option<u64> = absent("`connector_cert_days`"),
+            bounds within(3, 315_360_000), values "", Reload,
+            "Finer lifetime in seconds (tests); wins over the days.";
+        renewal_grace_s: u64 = value(300),
+            bounds within(1, 604_800), values "", Reload,
+            "A renewed connector's old certificate stays valid this long.";
+        handshake_timeout_ms: u64 = value(10_000),
+            bounds within(100, 120_000), values "", Restart,
+            "TLS handshake deadline.";
+    }
+}
+
+section! {
+    /// `[limits]`: bounds on what one peer may cost the CA.
+    struct LimitsSection in "limits" {
+        max_concurrent_streams: u32 = value(64),
+            bounds lo(1), values "", Restart,
+            "HTTP/2 streams per connection.";
+        max_connections: usize = value(1024),
+            bounds lo(1), values "", Restart,
+            "Open HTTP connections.";
+        connector_messages_per_second: u32 = value(200),
+            bounds lo(1), values "", Reload,
+            "Messages per connector session, any kind; excess dropped.";
+        connector_message_burst: u32 = value(400),
+            bounds lo(1), values "", Reload,
+            "Burst of the above.";
+        first_byte_timeout_ms: u64 = value(5_000),
+            bounds within(100, 600_000), values "", Restart,
+            "A new connection's first byte (and, after TLS, its first HTTP byte).";
+        idle_timeout_ms: u64 = value(60_000),
+            bounds within(100, 600_000), values "", Restart,
+            "HTTP connection without traffic and no request in flight.";
+        header_timeout_ms: u64 = value(10_000),
+            bounds within(100, 600_000), values "", Restart,
+            "HTTP/1 request headers.";
+        body_timeout_ms: u64 = value(10_000),
+            bounds within(100, 600_000), values "", Restart,
+            "Request body.";
+        http_max_connections_per_source: usize = value(64),
+            bounds lo(1), values "", Restart,
+            "HTTP connections per source address.";
+        grpc_max_connections: usize = value(4096),
+            bounds lo(1), values "", Restart,
+            "Open gRPC connections.";
+        grpc_max_connections_per_source: usize = value(256),
+            bounds lo(1), values "", Restart,
+            "gRPC connections per source address (connectors behind one NAT share one).";
+        grpc_max_connection_age_s: u64 = value(86_400),
+            bounds within(1, 31_536_000), values "", Restart,
+            "GOAWAY at this age, closed a minute later; connectors reconnect.";
+        connector_entries_per_second: u32 = value(2000),
+            bounds within(1, 10_000_000), values "", Reload,
+            "Report entries per session; beyond it FlowControl, re-sent.";
+        connector_entries_burst: u32 = value(10_000),
+            bounds within(1, 10_000_000), values "", Reload,
+            "Burst of the above.";
+        throttle_ipv4_prefix: u8 = value(32),
+            bounds within(8, 32), values "", Reload,
+            "Failed tokens, enrollments and sign-ins are counted per IPv4 network of this many bits.";
+        throttle_ipv6_prefix: u8 = value(64),
+            bounds within(32, 128), values "", Reload,
+            "The same for IPv6 (a /64 is one subscriber's).";
+        throttle_max_sources: usize = value(65_536),
+            bounds within(1, 10_000_000), values "", Reload,
+            "Sources each throttle keeps apart; beyond it new sources share one allowance.";
+        login_per_source_per_minute: u32 = value(10),
+            bounds within(1, 10_000), values "", Reload,
+            "Sign-ins (`GET /auth/login`) one source may start per minute.";
+        login_per_second: u32 = value(5),
+            bounds within(1, 10_000), values "", Reload,
+            "Sign-ins the whole CA starts per second (burst ten times that); each keeps a store row for ten minutes.";
+    }
+}
+
+section! {
+    /// `[selection]`: how a connector is chosen for an access.
+    struct SelectionSection in "selection" {
+        strategy: String = value("healthy".into()),
+            bounds None, values "`healthy`, `group`, `nearest`", Reload,
+            "Default strategy; segments may choose their own.";
+        discovery_timeout_ms: u64 = value(3000),
+            bounds within(1, 60_000), values "", Reload,
+            "How long an access waits for on-access discovery.";
+        nearest_tolerance_percent: u32 = value(20),
+            bounds within(0, 1000), values "", Reload,
+            "`nearest`: draw among connectors within this % of the best smoothed RTT…";
+        nearest_tolerance_ms: u64 = value(2),
+            bounds within(0, 60_000), values "", Reload,
+            "…or within this many ms, whichever margin is larger.";
+    }
+}
+
+section! {
+    /// `[health]`: windows, rates, retention.
+    struct HealthSection in "health" {
+        on_access_window_s: u64 = value(1800),
+            bounds lo(1), values "", Reload,
+            "How long an accessed application stays checked.";
+        on_access_window_ms: Option<u64> = absent("`on_access_window_s`"),
+            bounds lo(1), values "", Reload,
+            "Finer window in ms (tests); wins over the seconds.";
+        stale_after_intervals: u32 = value(3),
+            bounds lo(1), values "", Reload,
+            "A report older than this many intervals is stale (Unknown).";
+        check_budget: u64 = value(6000),
+            bounds lo(1), values "", Reload,
+            "Warn above this many checks per connector cycle.";
+        heartbeat_interval_ms: u64 = value(5000),
+            bounds lo(10), values "", Reload,
+            "Heartbeat interval imposed on connectors.";
+        access_forward_interval_ms: Option<u64> = absent("min(60000, window/4)"),
+            bounds lo(1), values "shorter than the window", Reload,
+            "At most one access forward per application and connector this often.";
+        checks_per_second: u32 = value(0),
+            bounds within(0, 100_000), values "0: the connector's own", Reload,
+            "Check rate imposed on connectors.";
+        check_timeout_ms: u32 = value(0),
+            bounds within(0, 600_000), values "0: the connector's own", Reload,
+            "Check timeout imposed on connectors.";
+        assumed_checks_per_second: u32 = value(20),
+            bounds lo(1), values "", Reload,
+            "Connector check rate `check-config` plans with.";
+        transitions_kept: usize = value(20),
+            bounds None, values "", Reload,
+            "Status transitions kept per application and connector.";
+        min_subnet_prefix_v4: u8 = value(policy::DEFAULT_MIN_SUBNET_PREFIX_V4),
+            bounds within(1, 32), values "", Reload,
+            "Refuse subnet entries wider than this (0.0.0.0/0 always).";
+        min_subnet_prefix_v6: u8 = value(policy::DEFAULT_MIN_SUBNET_PREFIX_V6),
+            bounds within(1, 128), values "", Reload,
+            "Same for IPv6 (::/0 always).";
+        on_access_retention_s: u64 = value(3600),
+            bounds within(0, 31_536_000), values "", Reload,
+            "Ended on-access entries are listed (Unknown) this long, then removed.";
+        max_windows_per_connector: usize = value(10_000),
+            bounds within(1, 10_000_000), values "", Reload,
+            "Live on-access windows per connector; beyond it refused and counted.";
+        max_windows_per_segment: usize = value(5_000),
+            bounds within(1, 10_000_000), values "", Reload,
+            "Live on-access windows per segment.";
+        history_retention_s: u64 = value(7 * 24 * 3600),
+            bounds within(60, 31_536_000), values "", Reload,
+            "How long health history is kept.";
+        certificate_warn_days: u64 = value(14),
+            bounds within(0, 3650), values "", Reload,
+            "Warn (no status change) when a checked TLS certificate expires within this many days.";
+        warmup_ms: u64 = value(30_000),
+            bounds within(0, 3_600_000), values "", Reload,
+            "After start, Unknown rather than Down until connectors have reported.";
+    }
+}
+
+section! {
+    /// `[[api_tokens]]`: a bearer token; `token` is read straight into a
+    /// `Secret` so that `Debug` of the file never shows it.
+    struct TokenSection in "api_tokens" {
+        name: String = absent("required"),
+            bounds None, values "unique", Reload,
+            "Who the token belongs to (audit trail).";
+        token: Option<Secret> = absent("one of `token`, `token_file`"),
+            bounds None, values "64+ bits estimated (`openssl rand -base64 32`); not a placeholder (`change-me`, `REPLACE-ME`)", Reload,
+            "The bearer token.";
+        token_file: Option<PathBuf> = absent("one of `token`, `token_file`"),
+            bounds None, values "", Reload,
+            "File holding it (not readable by others).";
+        scopes: Vec<String> = value(Vec::new()),
+            bounds None, values "`access`, `read`, `admin`", Reload,
+            "What it may do; `admin` disables, revokes, deletes.";
+    }
+}
+
+section! {
+    /// `[[oidc]]`: an OpenID provider people sign in with.
+    struct OidcSection in "oidc" {
+        name: String = absent("required"),
+            bounds None, values "unique", Reload,
+            "The provider's name (`/auth/login?provider=`; the first is the default).";
+        issuer: String = absent("required"),
+            bounds None, values "https URL (http only on loopback)", Reload,
+            "The issuer; its `/.well-known/openid-configuration` is read on first sign-in.";
+        client_id: String = absent("required"),
+            bounds None, values "", Reload,
+            "The CA's client id at the provider.";
+        client_secret: Option<Secret> = absent("none: a public client (PKCE alone)"),
+            bounds None, values "", Reload,
+            "The client secret.";
+        client_secret_file: Option<PathBuf> = absent("none"),
+            bounds None, values "", Reload,
+            "File holding it, instead of `client_secret`.";
+        redirect_url: String = absent("required"),
+            bounds None, values "`https://CA/auth/callback`", Reload,
+            "Where the provider sends the browser back (registered at the provider).";
+        scopes: Vec<String> = value(vec!["profile".to_owned(), "email".to_owned()]),
+            bounds None, values "", Reload,
+            "Scopes asked for besides `openid` (add the one that releases the roles claim).";
+        ca_file: Option<PathBuf> = absent("the system's roots"),
+            bounds None, values "PEM", Reload,
+            "Roots trusted for the provider's TLS.";
+        roles_claim: String = value("groups".to_owned()),
+            bounds None, values "claim name or dotted path", Reload,
+            "The ID token claim holding the person's groups or roles (`realm_access.roles` for Keycloak realm roles).";
+        roles: BTreeMap<String, Vec<String>> = value(BTreeMap::new()),
+            bounds None, values "`{ \"role\" = [scopes] }`", Reload,
+            "Each claim value and the scopes (`read`, `access`, `admin`) it grants; a person with none is refused.";
+        session_lifetime_s: u64 = value(28_800),
+            bounds within(300, 604_800), values "", Reload,
+            "How long a sign-in lasts (the cookie and the stored session).";
+        keys_refresh_s: u64 = value(3600),
+            bounds within(60, 86_400), values "", Reload,
+            "How long the provider's signing keys (JWKS) are used before they are fetched again (a key the provider withdrew stops verifying); an unknown key id fetches them at once.";
+        revalidate_s: u64 = value(300),
+            bounds within(1, 86_400), values "", Reload,
+            "How often a session is confirmed with the provider (refresh token, else userinfo) at its next request; a refusal ends it, and the roles it returns apply.";
+    }
+}
+
+section! {
+    /// `[[connector_groups]]`: a group of connectors and its provisioning key.
+    struct GroupSection in "connector_groups" {
+        name: String = absent("required"),
+            bounds None, values "unique", Reload,
+            "The group's name.";
+        provisioning_key: Option<Secret> = absent("one of the key settings"),
+            bounds None, values "64+ bits estimated (`openssl rand -base64 32`); not a placeholder (`change-me`, `REPLACE-ME`)", Reload,
+            "The key connectors enroll with.";
+        provisioning_key_file: Option<PathBuf> = absent("one of the key settings"),
+            bounds None, values "", Reload,
+            "File holding it.";
+        max_uses: u32 = value(10),
+            bounds lo(1), values "", Reload,
+            "Enrollments the key allows.";
+        expires_at: Option<String> = absent("never"),
+            bounds None, values "`YYYY-MM-DD` or RFC 3339 UTC", Reload,
+            "When the key stops working.";
+        dns_resolution: Option<String> = absent("`dual`"),
+            bounds None, values "`ipv4`, `ipv6`, `dual`", Reload,
+            "Which address records its connectors resolve.";
+        location: Option<policy::LocationSpec> = absent("none"),
+            bounds None, values "`{ latitude, longitude }` degrees", Reload,
+            "Where its connectors are, for `nearest` with a user's location.";
+    }
+}
+
+section! {
+    /// `[[log_receivers]]`: where records stream to.
+    struct ReceiverSection in "log_receivers" {
+        name: String = absent("required"),
+            bounds None, values "unique, 1-64 of `a-z0-9_-`", Reload,
+            "The receiver's name (its spool is `<data_dir>/log-spool/<name>/`).";
+        destination: String = absent("required"),
+            bounds None, values "`tcp://host:port`, `tls://host:port`, `file:///path`", Reload,
+            "Where records go.";
+        format: String = value("json".to_owned()),
+            bounds None, values "`json`, `syslog`, `csv`, `tsv`", Reload,
+            "JSON lines, RFC 5424 syslog (octet-counted on tcp/tls), or csv/tsv with a header.";
+        types: Option<Vec<String>> = absent("all four"),
+            bounds None, values "`connector_status`, `health`, `access`, `audit`", Reload,
+            "The record types it takes.";
+        root_file: Option<PathBuf> = absent("required for `tls://`"),
+            bounds None, values "PEM", Reload,
+            "Roots the receiver's certificate is verified with.";
+        server_name: Option<String> = absent("the destination's host"),
+            bounds None, values "`tls://` only", Reload,
+            "The name the receiver's certificate must carry.";
+        client_cert_file: Option<PathBuf> = absent("none"),
+            bounds None, values "PEM; with `client_key_file`", Reload,
+            "The CA's client certificate, for a receiver that asks for one.";
+        client_key_file: Option<PathBuf> = absent("none"),
+            bounds None, values "PEM; with `client_cert_file`", Reload,
+            "Its key (not readable by others).";
+        spool_bytes: u64 = value(64 << 20),
+            bounds lo(65_536), values "", Reload,
+            "The spool's bound on disk; records past it are dropped and counted.";
+        file_max_bytes: Option<u64> = absent("104857600 (100 MiB)"),
+            bounds lo(4096), values "`file://` only", Reload,
+            "The file is rotated to `path.1` at this size.";
+        file_keep: Option<u32> = absent("5"),
+            bounds None, values "`file://` only", Reload,
+            "Rotated files kept (`path.1` … `path.N`).";
+        filter: ReceiverFilterSection = absent("none"),
+            bounds None, values "`{ groups = [], segments = [], statuses = [] }`", Reload,
+            "Only records of these connector groups, segments and statuses (connector `status`, health `to`, access `decision`, audit `outcome`); an empty list or a record without the field passes.";
+    }
+}
+
+/// `[log_receivers.filter]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(super) struct ReplicaSection {
-    pub(super) id: Option<String>,
-    pub(super) advertise: Vec<String>,
+pub(super) struct ReceiverFilterSection {
+    pub(super) groups: Vec<String>,
+    pub(super) segments: Vec<String>,
+    pub(super) statuses: Vec<String>,
 }
 
-/// `[audit]`: the audit trail of admin actions.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct AuditSection {
-    pub(super) retention_s: u64,
-}
-
-impl Default for AuditSection {
-    fn default() -> Self {
-        AuditSection {
-            retention_s: 365 * 24 * 3600,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct LimitsSection {
-    pub(super) max_concurrent_streams: u32,
-    pub(super) max_connections: usize,
-    pub(super) connector_messages_per_second: u32,
-    pub(super) connector_message_burst: u32,
-    pub(super) first_byte_timeout_ms: u64,
-    pub(super) idle_timeout_ms: u64,
-    pub(super) header_timeout_ms: u64,
-    pub(super) body_timeout_ms: u64,
-    pub(super) http_max_connections_per_source: usize,
-    pub(super) grpc_max_connections: usize,
-    pub(super) grpc_max_connections_per_source: usize,
-    pub(super) grpc_max_connection_age_s: u64,
-    pub(super) connector_entries_per_second: u32,
-    pub(super) connector_entries_burst: u32,
-    pub(super) throttle_ipv4_prefix: u8,
-    pub(super) throttle_ipv6_prefix: u8,
-    pub(super) throttle_max_sources: usize,
-    pub(super) login_per_source_per_minute: u32,
-    pub(super) login_per_second: u32,
-}
-
-impl Default for LimitsSection {
-    fn default() -> Self {
-        LimitsSection {
-            max_concurrent_streams: 64,
-            max_connections: 1024,
-            connector_messages_per_second: 200,
-            connector_message_burst: 400,
-            first_byte_timeout_ms: 5_000,
-            idle_timeout_ms: 60_000,
-            header_timeout_ms: 10_000,
-            body_timeout_ms: 10_000,
-            http_max_connections_per_source: 64,
-            grpc_max_connections: 4096,
-            grpc_max_connections_per_source: 256,
-            grpc_max_connection_age_s: 86_400,
-            connector_entries_per_second: 2000,
-            connector_entries_burst: 10_000,
-            throttle_ipv4_prefix: 32,
-            throttle_ipv6_prefix: 64,
-            throttle_max_sources: 65_536,
-            login_per_source_per_minute: 10,
-            login_per_second: 5,
-        }
-    }
-}
-
-impl Default for ServerSection {
-    fn default() -> Self {
-        ServerSection {
-            grpc_listen: "127.0.0.1:7443".into(),
-            http_listen: "127.0.0.1:7480".into(),
-            anonymous_read: false,
-            public_names: Vec::new(),
-            reload_poll_ms: 1000,
-            data_dir: None,
-            allow_short_secrets: false,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct SelectionSection {
-    pub(super) strategy: String,
-    pub(super) discovery_timeout_ms: u64,
-    pub(super) nearest_tolerance_percent: u32,
-    pub(super) nearest_tolerance_ms: u64,
-}
-
-impl Default for SelectionSection {
-    fn default() -> Self {
-        SelectionSection {
-            strategy: "healthy".into(),
-            discovery_timeout_ms: 3000,
-            nearest_tolerance_percent: 20,
-            nearest_tolerance_ms: 2,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct HealthSection {
-    pub(super) on_access_window_s: u64,
-    pub(super) on_access_window_ms: Option<u64>,
-    pub(super) stale_after_intervals: u32,
-    pub(super) check_budget: u64,
-    pub(super) heartbeat_interval_ms: u64,
-    /// Default: `settings::default_forward_interval` of the window.
-    pub(super) access_forward_interval_ms: Option<u64>,
-    pub(super) checks_per_second: u32,
-    pub(super) check_timeout_ms: u32,
-    pub(super) assumed_checks_per_second: u32,
-    pub(super) transitions_kept: usize,
-    pub(super) min_subnet_prefix_v4: u8,
-    pub(super) min_subnet_prefix_v6: u8,
-    pub(super) on_access_retention_s: u64,
-    pub(super) max_windows_per_connector: usize,
-    pub(super) max_windows_per_segment: usize,
-    pub(super) history_retention_s: u64,
-    pub(super) warmup_ms: u64,
-    /// Warn about a TLS certificate expiring within this many days.
-    pub(super) certificate_warn_days: u64,
-}
-
-impl Default for HealthSection {
-    fn default() -> Self {
-        HealthSection {
-            on_access_window_s: 1800,
-            on_access_window_ms: None,
-            stale_after_intervals: 3,
-            check_budget: 6000,
-            heartbeat_interval_ms: 5000,
-            access_forward_interval_ms: None,
-            checks_per_second: 0,
-            check_timeout_ms: 0,
-            assumed_checks_per_second: 20,
-            transitions_kept: 20,
-            min_subnet_prefix_v4: policy::DEFAULT_MIN_SUBNET_PREFIX_V4,
-            min_subnet_prefix_v6: policy::DEFAULT_MIN_SUBNET_PREFIX_V6,
-            on_access_retention_s: 3600,
-            max_windows_per_connector: 10_000,
-            max_windows_per_segment: 5_000,
-            history_retention_s: 7 * 24 * 3600,
-            warmup_ms: 30_000,
-            certificate_warn_days: 14,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct TokenSection {
-    pub(super) name: String,
-    /// Read straight into a `Secret` so that `Debug` of the file never
-    /// shows it.
-    pub(super) token: Option<Secret>,
-    pub(super) token_file: Option<PathBuf>,
-    #[serde(default)]
-    pub(super) scopes: Vec<String>,
-}
-
-/// `[[oidc]]`: an OpenID provider people sign in with.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct OidcSection {
-    pub(super) name: String,
-    #[serde(default)]
-    pub(super) issuer: String,
-    #[serde(default)]
-    pub(super) client_id: String,
-    pub(super) client_secret: Option<Secret>,
-    pub(super) client_secret_file: Option<PathBuf>,
-    #[serde(default)]
-    pub(super) redirect_url: String,
-    #[serde(default = "default_oidc_scopes")]
-    pub(super) scopes: Vec<String>,
-    pub(super) ca_file: Option<PathBuf>,
-    #[serde(default = "default_roles_claim")]
-    pub(super) roles_claim: String,
-    #[serde(default)]
-    pub(super) roles: std::collections::BTreeMap<String, Vec<String>>,
-    #[serde(default = "default_session_lifetime_s")]
-    pub(super) session_lifetime_s: u64,
-    #[serde(default = "default_keys_refresh_s")]
-    pub(super) keys_refresh_s: u64,
-    #[serde(default = "default_revalidate_s")]
-    pub(super) revalidate_s: u64,
-}
-
-fn default_oidc_scopes() -> Vec<String> {
-    vec!["profile".to_owned(), "email".to_owned()]
-}
-
-fn default_roles_claim() -> String {
-    "groups".to_owned()
-}
-
-fn default_session_lifetime_s() -> u64 {
-    28_800
-}
-
-fn default_keys_refresh_s() -> u64 {
-    3600
-}
-
-fn default_revalidate_s() -> u64 {
-    300
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct GroupSection {
-    pub(super) name: String,
-    pub(super) provisioning_key: Option<Secret>,
-    pub(super) provisioning_key_file: Option<PathBuf>,
-    #[serde(default)]
-    pub(super) max_uses: Option<u32>,
-    #[serde(default)]
-    pub(super) expires_at: Option<String>,
-    /// `ipv4`, `ipv6` or `dual` (default).
-    #[serde(default)]
-    pub(super) dns_resolution: Option<String>,
-    /// `{ latitude, longitude }` in degrees: where its connectors are, for
-    /// `nearest` with a user's location (optional).
-    #[serde(default)]
-    pub(super) location: Option<policy::LocationSpec>,
+impl KeyType for ReceiverFilterSection {
+    const TOML: &'static str = "table";
 }
 
 /// The most field errors one read reports (each costs one more pass).
@@ -383,46 +499,6 @@ fn leave_out_value(value: &mut toml::de::DeValue<'_>, span: &std::ops::Range<usi
         }
         _ => false,
     }
-}
-
-/// `[[log_receivers]]`: where records stream to.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ReceiverSection {
-    pub(super) name: String,
-    #[serde(default)]
-    pub(super) destination: String,
-    #[serde(default = "default_receiver_format")]
-    pub(super) format: String,
-    pub(super) types: Option<Vec<String>>,
-    pub(super) root_file: Option<PathBuf>,
-    pub(super) server_name: Option<String>,
-    pub(super) client_cert_file: Option<PathBuf>,
-    pub(super) client_key_file: Option<PathBuf>,
-    #[serde(default = "default_spool_bytes")]
-    pub(super) spool_bytes: u64,
-    pub(super) file_max_bytes: Option<u64>,
-    pub(super) file_keep: Option<u32>,
-    #[serde(default)]
-    pub(super) filter: ReceiverFilterSection,
-}
-
-/// `[log_receivers.filter]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct ReceiverFilterSection {
-    pub(super) groups: Vec<String>,
-    pub(super) segments: Vec<String>,
-    pub(super) statuses: Vec<String>,
-}
-
-fn default_receiver_format() -> String {
-    "json".to_owned()
-}
-
-/// 64 MiB.
-pub(super) fn default_spool_bytes() -> u64 {
-    64 << 20
 }
 
 /// 100 MiB.

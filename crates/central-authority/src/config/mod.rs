@@ -6,13 +6,16 @@
 //! is added, never renamed; most keys beyond the core policy are knobs that
 //! let tests shorten time.
 //!
-//! - `file`: the TOML shapes serde reads, with their defaults;
+//! - `declare`: how a section is declared, each key once (type, default,
+//!   bounds, allowed values, reload or restart, its reference line);
+//! - `file`: the sections of the file, declared;
 //! - `settings`: the runtime [`Settings`] and the rules for them;
 //! - `secrets`: API tokens, provisioning keys and their use limits;
 //! - `oidc`: the OpenID providers people sign in with;
 //! - `receivers`: the log receivers records stream to;
 //! - `reference`: every key documented, generating the book's reference.
 
+mod declare;
 mod file;
 mod oidc;
 mod receivers;
@@ -812,7 +815,7 @@ mod tests {
                 "tls.handshake_timeout_ms: 99 is out of range (100-120000)",
                 "limits.max_concurrent_streams: must be at least 1",
                 "limits.max_connections: must be at least 1",
-                "limits.connector_messages_per_second: rate and burst must be at least 1",
+                "limits.connector_message_burst: must be at least 1",
                 "connector_groups \"g\".max_uses: must be at least 1",
             ]
         );

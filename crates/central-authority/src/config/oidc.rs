@@ -10,15 +10,6 @@ use crate::credentials::auth::Scope;
 use crate::credentials::oidc::ProviderConfig;
 use crate::ground::secret::Secret;
 
-/// Shortest and longest session a sign-in may open (seconds).
-pub(super) const SESSION_LIFETIME_S: (u64, u64) = (300, 604_800);
-/// Shortest and longest use of a provider's keys before fetching them
-/// again (seconds).
-pub(super) const KEYS_REFRESH_S: (u64, u64) = (60, 86_400);
-/// Shortest and longest interval between a session's re-validations with
-/// its provider (seconds).
-pub(super) const REVALIDATE_S: (u64, u64) = (1, 86_400);
-
 /// The checked providers; each problem is added to `problems`.
 pub(super) fn providers(
     sections: &[OidcSection],
@@ -55,30 +46,7 @@ pub(super) fn providers(
                 .ok()
         });
         let roles = roles(problems, &subject, o);
-        let (lo, hi) = SESSION_LIFETIME_S;
-        if !(lo..=hi).contains(&o.session_lifetime_s) {
-            setting(
-                problems,
-                format!("{subject}.session_lifetime_s"),
-                format!("must be {lo}..={hi}, got {}", o.session_lifetime_s),
-            );
-        }
-        let (lo, hi) = KEYS_REFRESH_S;
-        if !(lo..=hi).contains(&o.keys_refresh_s) {
-            setting(
-                problems,
-                format!("{subject}.keys_refresh_s"),
-                format!("must be {lo}..={hi}, got {}", o.keys_refresh_s),
-            );
-        }
-        let (lo, hi) = REVALIDATE_S;
-        if !(lo..=hi).contains(&o.revalidate_s) {
-            setting(
-                problems,
-                format!("{subject}.revalidate_s"),
-                format!("must be {lo}..={hi}, got {}", o.revalidate_s),
-            );
-        }
+        o.check_bounds(&subject, problems);
         if problems.len() == before {
             out.push(ProviderConfig {
                 name: o.name.clone(),
@@ -225,8 +193,8 @@ redirect_url = "http://[::1]:7480/auth/callback"
             "oidc \"corp\".client_id: is empty",
             "oidc \"corp\": set either client_secret or client_secret_file",
             "oidc \"corp\".roles.\"x\": unknown scope \"write\"",
-            "oidc \"corp\".session_lifetime_s: must be 300..=604800",
-            "oidc \"corp\".revalidate_s: must be 1..=86400, got 0",
+            "oidc \"corp\".session_lifetime_s: 60 is out of range (300-604800)",
+            "oidc \"corp\".revalidate_s: 0 is out of range (1-86400)",
             "oidc \"corp\": name is used by another provider",
             "oidc \"corp\".roles: is empty",
         ] {

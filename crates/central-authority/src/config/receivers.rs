@@ -7,10 +7,7 @@ use std::path::Path;
 use crate::logstream::{Destination, Filter, Format, Kind, ReceiverSpec};
 
 use super::file::{DEFAULT_FILE_KEEP, DEFAULT_FILE_MAX_BYTES, ReceiverSection};
-use super::{Problem, range, setting};
-
-/// The smallest spool a receiver may have.
-const MIN_SPOOL_BYTES: u64 = 64 << 10;
+use super::{Problem, setting};
 
 /// The receivers of the file; problems go to `problems`.
 pub(super) fn receivers(
@@ -58,15 +55,7 @@ pub(super) fn receivers(
         }
         let types = kinds(r, &subject, problems);
         let destination = destination(r, &subject, base, problems);
-        range(
-            problems,
-            &format!("{subject}.spool_bytes"),
-            r.spool_bytes,
-            MIN_SPOOL_BYTES..,
-        );
-        if let Some(max) = r.file_max_bytes {
-            range(problems, &format!("{subject}.file_max_bytes"), max, 4096..);
-        }
+        r.check_bounds(&subject, problems);
         if let (Some(destination), Some(format), true) =
             (destination, format, problems.len() == before)
         {

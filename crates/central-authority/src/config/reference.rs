@@ -1,10 +1,14 @@
 //! The configuration reference: one row per key of `ca.toml` (section, key,
-//! type, default, allowed values, what it does). The book's
-//! `configuration.md` is generated from it; tests hold it to the parser
-//! (`file`'s serde shapes and defaults, `settings`' bounds) and to
-//! `deploy/examples/ca.toml`, so none of the three drifts silently.
+//! type, default, allowed values, reload or restart, what it does), made
+//! from each section's declaration in `file` (the segments' rows from
+//! `policy::SegmentSpec`'s). The book's `configuration.md` is generated from
+//! it; tests hold it to the parser (serde's keys and defaults, the bounds
+//! enforced) and to `deploy/examples/ca.toml`.
 
 use std::fmt::Write as _;
+
+pub use super::declare::{Applies, Entry, KeyDefault};
+use super::file;
 
 /// How a section is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,35 +30,6 @@ pub struct Section {
     pub about: &'static str,
 }
 
-/// A key's default.
-#[derive(Clone, Copy, Debug)]
-pub enum KeyDefault {
-    /// A TOML value equal to what serde fills in when the key is absent
-    /// (a test checks it).
-    Value(&'static str),
-    /// No literal default: what absence means.
-    Absent(&'static str),
-}
-
-/// One key.
-#[derive(Clone, Copy, Debug)]
-pub struct Entry {
-    /// Its section.
-    pub section: &'static str,
-    /// Its name.
-    pub key: &'static str,
-    /// Its TOML type.
-    pub ty: &'static str,
-    /// Its default.
-    pub default: KeyDefault,
-    /// Inclusive numeric bounds the CA enforces (`None` upper: unbounded).
-    pub bounds: Option<(u64, Option<u64>)>,
-    /// Allowed values or form, when not just bounds.
-    pub values: &'static str,
-    /// What it does.
-    pub about: &'static str,
-}
-
 /// Every section, in the order the reference lists them.
 #[rustfmt::skip]
 pub const SECTIONS: &[Section] = &[
@@ -73,188 +48,67 @@ pub const SECTIONS: &[Section] = &[
     Section { name: "log_receivers", shape: Shape::Array, about: "SIEM receivers the CA streams connector status, health transitions, access decisions and audit records to (Log streaming)." },
 ];
 
-const fn e(
-    section: &'static str,
-    key: &'static str,
-    ty: &'static str,
-    default: KeyDefault,
-    bounds: Option<(u64, Option<u64>)>,
-    values: &'static str,
-    about: &'static str,
-) -> Entry {
-    Entry {
-        section,
+/// Every key of every section, in the reference's order.
+pub fn entries() -> Vec<Entry> {
+    SECTIONS
+        .iter()
+        .flat_map(|s| match s.name {
+            "server" => file::ServerSection::entries(),
+            "store" => file::StoreSection::entries(),
+            "replica" => file::ReplicaSection::entries(),
+            "audit" => file::AuditSection::entries(),
+            "tls" => file::TlsSection::entries(),
+            "limits" => file::LimitsSection::entries(),
+            "selection" => file::SelectionSection::entries(),
+            "health" => file::HealthSection::entries(),
+            "api_tokens" => file::TokenSection::entries(),
+            "oidc" => file::OidcSection::entries(),
+            "connector_groups" => file::GroupSection::entries(),
+            "segments" => segment_entries(),
+            "log_receivers" => file::ReceiverSection::entries(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// `[[segments]]`' keys. Their shape is `policy::SegmentSpec`, which the
+/// policy crate declares for the connector and `check-config` alike; the
+/// rows are held to it by `every_sections_keys_are_the_ones_serde_accepts`
+/// and `documented_defaults_are_what_the_parser_fills_in`. A reload applies
+/// every one.
+#[rustfmt::skip]
+fn segment_entries() -> Vec<Entry> {
+    let value = |v: &str| KeyDefault::Value(v.to_owned());
+    let absent = KeyDefault::Absent;
+    let segment = |key, ty, default, values, about| Entry {
+        section: "segments",
         key,
         ty,
         default,
-        bounds,
+        bounds: None,
         values,
+        applies: Applies::Reload,
         about,
-    }
-}
-
-use KeyDefault::{Absent, Value};
-
-const fn lo(n: u64) -> Option<(u64, Option<u64>)> {
-    Some((n, None))
-}
-
-const fn within(a: u64, b: u64) -> Option<(u64, Option<u64>)> {
-    Some((a, Some(b)))
-}
-
-/// Every key of every section.
-#[rustfmt::skip]
-pub const ENTRIES: &[Entry] = &[
-    e("server", "grpc_listen", "string", Value("\"127.0.0.1:7443\""), None, "host:port", "Connector sessions, access and health gRPC services (TLS)."),
-    e("server", "http_listen", "string", Value("\"127.0.0.1:7480\""), None, "host:port", "Dashboard, JSON API and metrics (HTTPS)."),
-    e("server", "anonymous_read", "bool", Value("false"), None, "", "Dashboard and GET APIs need no token (demos only)."),
-    e("server", "public_names", "array of strings", Value("[]"), None, "host[:port]", "Names the HTTPS API is reached by; other Host headers get 400 (empty: any)."),
-    e("server", "reload_poll_ms", "integer", Value("1000"), lo(10), "", "How often the file is checked for changes (SIGHUP also reloads)."),
-    e("server", "data_dir", "path", Absent("`reach-ca-data` next to the file"), None, "", "Database and generated certificates."),
-    e("server", "allow_short_secrets", "bool", Value("false"), None, "", "Tests only: accept guessable tokens and keys (estimated under 64 bits)."),
-    e("store", "url", "string", Absent("SQLite `reach.db` in `data_dir`"), None, "`postgres://…` or `sqlite:PATH`", "The store; one PostgreSQL database for several replicas."),
-    e("store", "password_file", "path", Absent("`REACH_STORE_PASSWORD`, else the URL's"), None, "", "File holding the PostgreSQL password."),
-    e("replica", "id", "string", Absent("host name and gRPC port"), None, "1-128 characters, no commas", "This replica's name (GET /api/v1/replicas)."),
-    e("replica", "advertise", "array of strings", Value("[]"), None, "host:port", "Addresses other replicas and connectors reach it by (empty: the listen addresses)."),
-    e("audit", "retention_s", "integer", Value("31536000"), within(60, 315_360_000), "", "How long audit entries are kept; pruned hourly."),
-    e("tls", "enabled", "bool", Absent("true"), None, "", "Serve TLS on both listeners."),
-    e("tls", "cert_file", "path", Absent("a server certificate the CA issues itself"), None, "with `key_file`", "Your own server certificate chain (PEM)."),
-    e("tls", "key_file", "path", Absent("generated"), None, "with `cert_file`", "Its private key (PEM)."),
-    e("tls", "issuer_cert_file", "path", Absent("`data_dir/ca.pem`, generated on first start"), None, "with `issuer_key_file`", "Your own CA for connector certificates."),
-    e("tls", "issuer_key_file", "path", Absent("generated"), None, "with `issuer_cert_file`", "Its private key."),
-    e("tls", "next_root_file", "path", Absent("none"), None, "not with `previous_root_file`", "Root rotation, introduce: a new root (PEM) trusted and announced to connectors beside the issuing one."),
-    e("tls", "previous_root_file", "path", Absent("none"), None, "not with `next_root_file`", "Root rotation, switch: the root that issued before, still trusted and announced until it is retired."),
-    e("tls", "server_names", "array of strings", Value("[]"), None, "", "Names connectors dial that the generated server certificate does not carry by itself (a DNS alias, a load balancer, a NAT address). It carries localhost, 127.0.0.1, ::1 and each listen address; for 0.0.0.0 or :: the host's name, FQDN and interface addresses instead."),
-    e("tls", "connector_cert_days", "integer", Absent("365"), within(1, 3650), "", "Connector certificate lifetime; connectors renew at about 2/3 of it."),
-    e("tls", "connector_cert_validity_s", "integer", Absent("`connector_cert_days`"), within(3, 315_360_000), "", "Finer lifetime in seconds (tests); wins over the days."),
-    e("tls", "renewal_grace_s", "integer", Absent("300"), within(1, 604_800), "", "A renewed connector's old certificate stays valid this long."),
-    e("tls", "handshake_timeout_ms", "integer", Absent("10000"), within(100, 120_000), "", "TLS handshake deadline."),
-    e("limits", "max_concurrent_streams", "integer", Value("64"), lo(1), "", "HTTP/2 streams per connection."),
-    e("limits", "max_connections", "integer", Value("1024"), lo(1), "", "Open HTTP connections."),
-    e("limits", "connector_messages_per_second", "integer", Value("200"), lo(1), "", "Messages per connector session, any kind; excess dropped."),
-    e("limits", "connector_message_burst", "integer", Value("400"), None, "at least 1", "Burst of the above."),
-    e("limits", "first_byte_timeout_ms", "integer", Value("5000"), within(100, 600_000), "", "A new connection's first byte (and, after TLS, its first HTTP byte)."),
-    e("limits", "idle_timeout_ms", "integer", Value("60000"), within(100, 600_000), "", "HTTP connection without traffic and no request in flight."),
-    e("limits", "header_timeout_ms", "integer", Value("10000"), within(100, 600_000), "", "HTTP/1 request headers."),
-    e("limits", "body_timeout_ms", "integer", Value("10000"), within(100, 600_000), "", "Request body."),
-    e("limits", "http_max_connections_per_source", "integer", Value("64"), lo(1), "", "HTTP connections per source address."),
-    e("limits", "grpc_max_connections", "integer", Value("4096"), lo(1), "", "Open gRPC connections."),
-    e("limits", "grpc_max_connections_per_source", "integer", Value("256"), lo(1), "", "gRPC connections per source address (connectors behind one NAT share one)."),
-    e("limits", "grpc_max_connection_age_s", "integer", Value("86400"), within(1, 31_536_000), "", "GOAWAY at this age, closed a minute later; connectors reconnect."),
-    e("limits", "connector_entries_per_second", "integer", Value("2000"), within(1, 10_000_000), "", "Report entries per session; beyond it FlowControl, re-sent."),
-    e("limits", "connector_entries_burst", "integer", Value("10000"), within(1, 10_000_000), "", "Burst of the above."),
-    e("limits", "throttle_ipv4_prefix", "integer", Value("32"), within(8, 32), "", "Failed tokens, enrollments and sign-ins are counted per IPv4 network of this many bits."),
-    e("limits", "throttle_ipv6_prefix", "integer", Value("64"), within(32, 128), "", "The same for IPv6 (a /64 is one subscriber's)."),
-    e("limits", "throttle_max_sources", "integer", Value("65536"), within(1, 10_000_000), "", "Sources each throttle keeps apart; beyond it new sources share one allowance."),
-    e("limits", "login_per_source_per_minute", "integer", Value("10"), within(1, 10_000), "", "Sign-ins (`GET /auth/login`) one source may start per minute."),
-    e("limits", "login_per_second", "integer", Value("5"), within(1, 10_000), "", "Sign-ins the whole CA starts per second (burst ten times that); each keeps a store row for ten minutes."),
-    e("selection", "strategy", "string", Value("\"healthy\""), None, "`healthy`, `group`, `nearest`", "Default strategy; segments may choose their own."),
-    e("selection", "discovery_timeout_ms", "integer", Value("3000"), within(1, 60_000), "", "How long an access waits for on-access discovery."),
-    e("selection", "nearest_tolerance_percent", "integer", Value("20"), within(0, 1000), "", "`nearest`: draw among connectors within this % of the best smoothed RTT…"),
-    e("selection", "nearest_tolerance_ms", "integer", Value("2"), within(0, 60_000), "", "…or within this many ms, whichever margin is larger."),
-    e("health", "on_access_window_s", "integer", Value("1800"), lo(1), "", "How long an accessed application stays checked."),
-    e("health", "on_access_window_ms", "integer", Absent("`on_access_window_s`"), None, "", "Finer window in ms (tests); wins over the seconds."),
-    e("health", "stale_after_intervals", "integer", Value("3"), lo(1), "", "A report older than this many intervals is stale (Unknown)."),
-    e("health", "check_budget", "integer", Value("6000"), lo(1), "", "Warn above this many checks per connector cycle."),
-    e("health", "heartbeat_interval_ms", "integer", Value("5000"), lo(10), "", "Heartbeat interval imposed on connectors."),
-    e("health", "access_forward_interval_ms", "integer", Absent("min(60000, window/4)"), lo(1), "shorter than the window", "At most one access forward per application and connector this often."),
-    e("health", "checks_per_second", "integer", Value("0"), within(0, 100_000), "0: the connector's own", "Check rate imposed on connectors."),
-    e("health", "check_timeout_ms", "integer", Value("0"), within(0, 600_000), "0: the connector's own", "Check timeout imposed on connectors."),
-    e("health", "assumed_checks_per_second", "integer", Value("20"), lo(1), "", "Connector check rate `check-config` plans with."),
-    e("health", "transitions_kept", "integer", Value("20"), None, "", "Status transitions kept per application and connector."),
-    e("health", "min_subnet_prefix_v4", "integer", Value("8"), within(1, 32), "", "Refuse subnet entries wider than this (0.0.0.0/0 always)."),
-    e("health", "min_subnet_prefix_v6", "integer", Value("8"), within(1, 128), "", "Same for IPv6 (::/0 always)."),
-    e("health", "on_access_retention_s", "integer", Value("3600"), within(0, 31_536_000), "", "Ended on-access entries are listed (Unknown) this long, then removed."),
-    e("health", "max_windows_per_connector", "integer", Value("10000"), within(1, 10_000_000), "", "Live on-access windows per connector; beyond it refused and counted."),
-    e("health", "max_windows_per_segment", "integer", Value("5000"), within(1, 10_000_000), "", "Live on-access windows per segment."),
-    e("health", "history_retention_s", "integer", Value("604800"), within(60, 31_536_000), "", "How long health history is kept."),
-    e("health", "certificate_warn_days", "integer", Value("14"), within(0, 3650), "", "Warn (no status change) when a checked TLS certificate expires within this many days."),
-    e("health", "warmup_ms", "integer", Value("30000"), within(0, 3_600_000), "", "After start, Unknown rather than Down until connectors have reported."),
-    e("api_tokens", "name", "string", Absent("required"), None, "unique", "Who the token belongs to (audit trail)."),
-    e("api_tokens", "token", "string", Absent("one of `token`, `token_file`"), None, "64+ bits estimated (`openssl rand -base64 32`); not a placeholder (`change-me`, `REPLACE-ME`)", "The bearer token."),
-    e("api_tokens", "token_file", "path", Absent("one of `token`, `token_file`"), None, "", "File holding it (not readable by others)."),
-    e("api_tokens", "scopes", "array of strings", Value("[]"), None, "`access`, `read`, `admin`", "What it may do; `admin` disables, revokes, deletes."),
-    e("oidc", "name", "string", Absent("required"), None, "unique", "The provider's name (`/auth/login?provider=`; the first is the default)."),
-    e("oidc", "issuer", "string", Absent("required"), None, "https URL (http only on loopback)", "The issuer; its `/.well-known/openid-configuration` is read on first sign-in."),
-    e("oidc", "client_id", "string", Absent("required"), None, "", "The CA's client id at the provider."),
-    e("oidc", "client_secret", "string", Absent("none: a public client (PKCE alone)"), None, "", "The client secret."),
-    e("oidc", "client_secret_file", "path", Absent("none"), None, "", "File holding it, instead of `client_secret`."),
-    e("oidc", "redirect_url", "string", Absent("required"), None, "`https://CA/auth/callback`", "Where the provider sends the browser back (registered at the provider)."),
-    e("oidc", "scopes", "array of strings", Value(r#"["profile", "email"]"#), None, "", "Scopes asked for besides `openid` (add the one that releases the roles claim)."),
-    e("oidc", "ca_file", "path", Absent("the system's roots"), None, "PEM", "Roots trusted for the provider's TLS."),
-    e("oidc", "roles_claim", "string", Value(r#""groups""#), None, "claim name or dotted path", "The ID token claim holding the person's groups or roles (`realm_access.roles` for Keycloak realm roles)."),
-    e("oidc", "roles", "table", Value("{}"), None, "`{ \"role\" = [scopes] }`", "Each claim value and the scopes (`read`, `access`, `admin`) it grants; a person with none is refused."),
-    e("oidc", "session_lifetime_s", "integer", Value("28800"), None, "300–604800", "How long a sign-in lasts (the cookie and the stored session)."),
-    e("oidc", "keys_refresh_s", "integer", Value("3600"), None, "60–86400", "How long the provider's signing keys (JWKS) are used before they are fetched again (a key the provider withdrew stops verifying); an unknown key id fetches them at once."),
-    e("oidc", "revalidate_s", "integer", Value("300"), None, "1–86400", "How often a session is confirmed with the provider (refresh token, else userinfo) at its next request; a refusal ends it, and the roles it returns apply."),
-    e("connector_groups", "name", "string", Absent("required"), None, "unique", "The group's name."),
-    e("connector_groups", "provisioning_key", "string", Absent("one of the key settings"), None, "64+ bits estimated (`openssl rand -base64 32`); not a placeholder (`change-me`, `REPLACE-ME`)", "The key connectors enroll with."),
-    e("connector_groups", "provisioning_key_file", "path", Absent("one of the key settings"), None, "", "File holding it."),
-    e("connector_groups", "max_uses", "integer", Absent("10"), None, "", "Enrollments the key allows."),
-    e("connector_groups", "expires_at", "string", Absent("never"), None, "`YYYY-MM-DD` or RFC 3339 UTC", "When the key stops working."),
-    e("connector_groups", "dns_resolution", "string", Absent("`dual`"), None, "`ipv4`, `ipv6`, `dual`", "Which address records its connectors resolve."),
-    e("connector_groups", "location", "table", Absent("none"), None, "`{ latitude, longitude }` degrees", "Where its connectors are, for `nearest` with a user's location."),
-    e("segments", "name", "string", Absent("required"), None, "unique", "The segment's name."),
-    e("segments", "applications", "array of strings", Value("[]"), None, "FQDN, IP, `*.wildcard`, CIDR", "The applications it covers."),
-    e("segments", "tcp_ports", "array of strings", Value("[]"), None, "`80`, `8000-8100`", "TCP ports and ranges."),
-    e("segments", "udp_ports", "array of strings", Value("[]"), None, "`53`, `5000-5100`", "UDP ports and ranges."),
-    e("segments", "health_reporting", "string", Absent("`continuous`"), None, "`continuous`, `on_access`, `none`", "How health is known."),
-    e("segments", "report_interval_s", "integer", Absent("60"), None, "", "Report interval."),
-    e("segments", "report_interval_ms", "integer", Absent("`report_interval_s`"), None, "", "Finer interval in ms (tests, demos); wins."),
-    e("segments", "multimatch", "bool", Value("false"), None, "", "Inclusive matching."),
-    e("segments", "client_hostname_validation", "bool", Value("false"), None, "", "Hide from the health dashboard and API."),
-    e("segments", "connector_groups", "array of strings", Value("[]"), None, "group names", "Groups serving the segment."),
-    e("segments", "rise", "integer", Absent("1"), None, "", "Flap damping: reachable results in a row before Up."),
-    e("segments", "fall", "integer", Absent("1"), None, "", "Flap damping: failed results in a row before Down."),
-    e("segments", "strategy", "string", Absent("`[selection] strategy`"), None, "`healthy`, `group`, `nearest`", "This segment's selection strategy."),
-    e("segments", "check", "string", Absent("`tcp`"), None, "`tcp`, `tls`, `http`, `https`", "What a TCP port's check does after the handshake (UDP ports: as always)."),
-    e("segments", "check_path", "string", Absent("`/`"), None, "starts with `/`; `http`, `https` only", "The path of the check's `GET`."),
-    e("segments", "check_expect", "string", Absent("`200-399`"), None, "`200,204,300-399` within 100-599; `http`, `https` only", "The statuses that count as Up."),
-    e("segments", "check_ca_file", "path", Absent("no verification"), None, "PEM, 1+ certificates; `tls`, `https` only", "Roots the server's certificate is verified with (sent to connectors)."),
-    e("log_receivers", "name", "string", Absent("required"), None, "unique, 1-64 of `a-z0-9_-`", "The receiver's name (its spool is `<data_dir>/log-spool/<name>/`)."),
-    e("log_receivers", "destination", "string", Absent("required"), None, "`tcp://host:port`, `tls://host:port`, `file:///path`", "Where records go."),
-    e("log_receivers", "format", "string", Value(r#""json""#), None, "`json`, `syslog`, `csv`, `tsv`", "JSON lines, RFC 5424 syslog (octet-counted on tcp/tls), or csv/tsv with a header."),
-    e("log_receivers", "types", "array of strings", Absent("all four"), None, "`connector_status`, `health`, `access`, `audit`", "The record types it takes."),
-    e("log_receivers", "root_file", "path", Absent("required for `tls://`"), None, "PEM", "Roots the receiver's certificate is verified with."),
-    e("log_receivers", "server_name", "string", Absent("the destination's host"), None, "`tls://` only", "The name the receiver's certificate must carry."),
-    e("log_receivers", "client_cert_file", "path", Absent("none"), None, "PEM; with `client_key_file`", "The CA's client certificate, for a receiver that asks for one."),
-    e("log_receivers", "client_key_file", "path", Absent("none"), None, "PEM; with `client_cert_file`", "Its key (not readable by others)."),
-    e("log_receivers", "spool_bytes", "integer", Value("67108864"), None, "65536 or more", "The spool's bound on disk; records past it are dropped and counted."),
-    e("log_receivers", "file_max_bytes", "integer", Absent("104857600 (100 MiB)"), None, "4096 or more; `file://` only", "The file is rotated to `path.1` at this size."),
-    e("log_receivers", "file_keep", "integer", Absent("5"), None, "`file://` only", "Rotated files kept (`path.1` … `path.N`)."),
-    e("log_receivers", "filter", "table", Absent("none"), None, "`{ groups = [], segments = [], statuses = [] }`", "Only records of these connector groups, segments and statuses (connector `status`, health `to`, access `decision`, audit `outcome`); an empty list or a record without the field passes."),
-];
-
-/// The keys a reload does not change (`*`: the whole section): they are
-/// read once, at start, and a reload that changes them logs that they take
-/// effect at the next start. The reference's "Applies" column is made from
-/// this list.
-pub const RESTART_ONLY: &[(&str, &str)] = &[
-    ("server", "grpc_listen"),
-    ("server", "http_listen"),
-    ("server", "data_dir"),
-    ("store", "*"),
-    ("replica", "*"),
-    ("tls", "enabled"),
-    ("tls", "handshake_timeout_ms"),
-    ("limits", "max_concurrent_streams"),
-    ("limits", "max_connections"),
-    ("limits", "first_byte_timeout_ms"),
-    ("limits", "idle_timeout_ms"),
-    ("limits", "header_timeout_ms"),
-    ("limits", "body_timeout_ms"),
-    ("limits", "http_max_connections_per_source"),
-    ("limits", "grpc_max_connections"),
-    ("limits", "grpc_max_connections_per_source"),
-    ("limits", "grpc_max_connection_age_s"),
-];
-
-/// Whether a reload leaves `section`.`key` as it was at start.
-pub fn restart_only(section: &str, key: &str) -> bool {
-    RESTART_ONLY
-        .iter()
-        .any(|(s, k)| *s == section && (*k == "*" || *k == key))
+    };
+    vec![
+        segment("name", "string", absent("required"), "unique", "The segment's name."),
+        segment("applications", "array of strings", value("[]"), "FQDN, IP, `*.wildcard`, CIDR", "The applications it covers."),
+        segment("tcp_ports", "array of strings", value("[]"), "`80`, `8000-8100`", "TCP ports and ranges."),
+        segment("udp_ports", "array of strings", value("[]"), "`53`, `5000-5100`", "UDP ports and ranges."),
+        segment("health_reporting", "string", absent("`continuous`"), "`continuous`, `on_access`, `none`", "How health is known."),
+        segment("report_interval_s", "integer", absent("60"), "", "Report interval."),
+        segment("report_interval_ms", "integer", absent("`report_interval_s`"), "", "Finer interval in ms (tests, demos); wins."),
+        segment("multimatch", "bool", value("false"), "", "Inclusive matching."),
+        segment("client_hostname_validation", "bool", value("false"), "", "Hide from the health dashboard and API."),
+        segment("connector_groups", "array of strings", value("[]"), "group names", "Groups serving the segment."),
+        segment("rise", "integer", absent("1"), "", "Flap damping: reachable results in a row before Up."),
+        segment("fall", "integer", absent("1"), "", "Flap damping: failed results in a row before Down."),
+        segment("strategy", "string", absent("`[selection] strategy`"), "`healthy`, `group`, `nearest`", "This segment's selection strategy."),
+        segment("check", "string", absent("`tcp`"), "`tcp`, `tls`, `http`, `https`", "What a TCP port's check does after the handshake (UDP ports: as always)."),
+        segment("check_path", "string", absent("`/`"), "starts with `/`; `http`, `https` only", "The path of the check's `GET`."),
+        segment("check_expect", "string", absent("`200-399`"), "`200,204,300-399` within 100-599; `http`, `https` only", "The statuses that count as Up."),
+        segment("check_ca_file", "path", absent("no verification"), "PEM, 1+ certificates; `tls`, `https` only", "Roots the server's certificate is verified with (sent to connectors)."),
+    ]
 }
 
 /// The reference as Markdown (the book's `configuration.md`).
@@ -284,18 +138,17 @@ pub fn markdown() -> String {
             "\n## `{header}`\n\n{}\n\n| Key | Type | Default | Allowed | Applies | Description |\n|---|---|---|---|---|---|\n",
             s.about
         );
-        for entry in ENTRIES.iter().filter(|e| e.section == s.name) {
+        for entry in entries().iter().filter(|e| e.section == s.name) {
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {} | {} |",
                 entry.key,
                 entry.ty,
-                default_text(entry.default),
+                default_text(&entry.default),
                 allowed_text(entry),
-                if restart_only(entry.section, entry.key) {
-                    "restart"
-                } else {
-                    "reload"
+                match entry.applies {
+                    Applies::Restart => "restart",
+                    Applies::Reload => "reload",
                 },
                 entry.about
             );
@@ -304,10 +157,10 @@ pub fn markdown() -> String {
     out
 }
 
-fn default_text(d: KeyDefault) -> String {
+fn default_text(d: &KeyDefault) -> String {
     match d {
-        Value(v) => format!("`{v}`"),
-        Absent(a) => a.to_string(),
+        KeyDefault::Value(v) => format!("`{v}`"),
+        KeyDefault::Absent(a) => (*a).to_owned(),
     }
 }
 
@@ -328,19 +181,6 @@ fn allowed_text(entry: &Entry) -> String {
 mod tests {
     use std::collections::BTreeSet;
     use std::path::Path;
-
-    /// Every restart-only entry names a key or section of the reference.
-    #[test]
-    fn every_restart_only_key_exists() {
-        for (section, key) in super::RESTART_ONLY {
-            assert!(
-                super::ENTRIES
-                    .iter()
-                    .any(|e| e.section == *section && (*key == "*" || e.key == *key)),
-                "[{section}] {key} is listed restart-only but is no key"
-            );
-        }
-    }
 
     use super::super::{Config, ConfigError, Problem, file};
     use super::*;
@@ -387,7 +227,7 @@ mod tests {
     fn every_sections_keys_are_the_ones_serde_accepts() {
         for s in SECTIONS {
             let serde = expected_keys(&format!("{}zz_unknown = 1\n", opening(s)));
-            let ours: BTreeSet<String> = ENTRIES
+            let ours: BTreeSet<String> = entries()
                 .iter()
                 .filter(|e| e.section == s.name)
                 .map(|e| e.key.to_string())
@@ -399,8 +239,8 @@ mod tests {
     #[test]
     fn documented_defaults_are_what_the_parser_fills_in() {
         let mut checked = 0;
-        for entry in ENTRIES {
-            let Value(value) = entry.default else {
+        for entry in entries() {
+            let KeyDefault::Value(value) = &entry.default else {
                 continue;
             };
             let s = SECTIONS
@@ -437,14 +277,24 @@ mod tests {
             .any(|p| matches!(p, Problem::Setting { field: f, .. } if f == field))
     }
 
+    /// Every declared bound is enforced, at both ends, in every section
+    /// (an array's entry is named by its `name`).
     #[test]
     fn documented_bounds_are_the_ones_enforced() {
-        for entry in ENTRIES.iter().filter(|e| e.section != "segments") {
+        let mut checked = 0;
+        for entry in entries() {
             let Some((lo, hi)) = entry.bounds else {
                 continue;
             };
-            let field = format!("{}.{}", entry.section, entry.key);
-            let at = |v: u64| problems(&format!("[{}]\n{} = {v}\n", entry.section, entry.key));
+            let s = SECTIONS
+                .iter()
+                .find(|s| s.name == entry.section)
+                .expect("its section is listed");
+            let field = match s.shape {
+                Shape::Table => format!("{}.{}", entry.section, entry.key),
+                Shape::Array => format!("{} \"x\".{}", entry.section, entry.key),
+            };
+            let at = |v: u64| problems(&format!("{}{} = {v}\n", opening(s), entry.key));
             assert!(!names_field(&at(lo), &field), "{field} = {lo} refused");
             if lo > 0 {
                 assert!(
@@ -461,7 +311,9 @@ mod tests {
                     hi + 1
                 );
             }
+            checked += 1;
         }
+        assert!(checked > 50, "only {checked} bounds checked");
     }
 
     /// Keys each section of the example sets or shows commented out.
@@ -495,7 +347,7 @@ mod tests {
         let text = std::fs::read_to_string(root().join("deploy/examples/ca.toml"))
             .expect("read deploy/examples/ca.toml");
         let shown = example_keys(&text);
-        let missing: Vec<String> = ENTRIES
+        let missing: Vec<String> = entries()
             .iter()
             .filter(|e| !shown.contains(&(e.section.to_string(), e.key.to_string())))
             .map(|e| format!("{}.{}", e.section, e.key))

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::file::{GroupSection, TokenSection};
-use super::{Problem, range, setting};
+use super::{Problem, setting};
 use crate::credentials::auth::{ApiToken, Scope};
 use crate::ground::secret::Secret;
 
@@ -217,6 +217,7 @@ pub(super) fn api_tokens(
         } else {
             format!("api_tokens {:?}", t.name)
         };
+        t.check_bounds(&subject, problems);
         if t.name.is_empty() {
             setting(problems, &subject, "name is empty");
         } else if !names.insert(t.name.as_str()) {
@@ -289,8 +290,8 @@ pub(super) fn key_policies(
     let mut out = HashMap::new();
     for g in sections {
         let subject = format!("connector_groups {:?}", g.name);
-        let max_uses = g.max_uses.unwrap_or(10);
-        range(problems, &format!("{subject}.max_uses"), max_uses, 1..);
+        g.check_bounds(&subject, problems);
+        let max_uses = g.max_uses;
         let expires_ms = match &g.expires_at {
             None => None,
             Some(text) => match parse_utc(text) {

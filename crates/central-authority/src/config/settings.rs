@@ -12,7 +12,7 @@ use super::file::{
     FileConfig, HealthSection, LimitsSection, ReplicaSection, SelectionSection, ServerSection,
     StoreSection, TlsSection,
 };
-use super::{Problem, range, setting};
+use super::{Problem, setting};
 
 /// Runtime settings (everything in the file except policy and secrets).
 #[derive(Clone, Debug, PartialEq)]
@@ -234,20 +234,21 @@ pub(super) fn settings(
     let before = problems.len();
     let (grpc, http) = listen_addresses(&file.server, problems);
     let public_names = public_names(&file.server.public_names, problems);
-    range(
-        problems,
-        "server.reload_poll_ms",
-        file.server.reload_poll_ms,
-        10..,
-    );
+    file.server.check_bounds("server", problems);
+    file.store.check_bounds("store", problems);
+    file.replica.check_bounds("replica", problems);
+    file.audit.check_bounds("audit", problems);
+    file.selection.check_bounds("selection", problems);
+    file.health.check_bounds("health", problems);
+    file.tls.check_bounds("tls", problems);
+    file.limits.check_bounds("limits", problems);
     let s = &file.selection;
     let strategy = selection_rules(s, problems);
     let h = &file.health;
     let (window, forward) = health_rules(h, problems);
     let t = &file.tls;
-    let (validity, grace, handshake) = tls_rules(t, problems);
+    let validity = tls_rules(t, problems);
     let l = &file.limits;
-    limits_rules(l, problems);
     let path = |p: &PathBuf| base.join(p);
     let data_dir = file
         .server
@@ -256,12 +257,6 @@ pub(super) fn settings(
         .map_or_else(|| base.join("reach-ca-data"), path);
     let store = store_rules(&file.store, base, problems);
     replica_rules(&file.replica, problems);
-    range(
-        problems,
-        "audit.retention_s",
-        file.audit.retention_s,
-        60..=10 * 31_536_000,
-    );
     if problems.len() > before {
         return None;
     }
@@ -270,11 +265,11 @@ pub(super) fn settings(
         replica_id: file.replica.id.clone(),
         advertise: file.replica.advertise.clone(),
         data_dir,
-        tls_enabled: t.enabled.unwrap_or(true),
+        tls_enabled: t.enabled,
         tls: tls_sources(t, base),
         connector_cert_validity: validity,
-        renewal_grace: grace,
-        handshake_timeout: Duration::from_millis(handshake),
+        renewal_grace: Duration::from_secs(t.renewal_grace_s),
+        handshake_timeout: Duration::from_millis(t.handshake_timeout_ms),
         limits: limits(l),
         grpc_listen: grpc?,
         http_listen: http?,
@@ -327,30 +322,10 @@ fn public_names(names: &[String], problems: &mut Vec<Problem>) -> Vec<(String, O
 
 /// `[selection]`'s rules; the strategy when it is valid.
 fn selection_rules(s: &SelectionSection, problems: &mut Vec<Problem>) -> Option<Strategy> {
-    let strategy = s
-        .strategy
+    s.strategy
         .parse::<Strategy>()
         .map_err(|m| setting(problems, "selection.strategy", m))
-        .ok();
-    range(
-        problems,
-        "selection.discovery_timeout_ms",
-        s.discovery_timeout_ms,
-        1..=60_000,
-    );
-    range(
-        problems,
-        "selection.nearest_tolerance_percent",
-        u64::from(s.nearest_tolerance_percent),
-        0..=1000,
-    );
-    range(
-        problems,
-        "selection.nearest_tolerance_ms",
-        s.nearest_tolerance_ms,
-        0..=60_000,
-    );
-    strategy
+        .ok()
 }
 
 /// `[replica]`'s rules.
@@ -521,33 +496,10 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
         Some(ms) => Duration::from_millis(ms),
         None => Duration::from_secs(h.on_access_window_s),
     };
-    if window.is_zero() {
-        setting(
-            problems,
-            "health.on_access_window_s",
-            "must be greater than 0",
-        );
-    }
-    range(
-        problems,
-        "health.stale_after_intervals",
-        h.stale_after_intervals,
-        1..,
-    );
-    range(problems, "health.check_budget", h.check_budget, 1..);
-    range(
-        problems,
-        "health.heartbeat_interval_ms",
-        h.heartbeat_interval_ms,
-        10..,
-    );
     let forward = h.access_forward_interval_ms.unwrap_or_else(|| {
         u64::try_from(default_forward_interval(window).as_millis()).unwrap_or(u64::MAX)
     });
-    if range(problems, "health.access_forward_interval_ms", forward, 1..)
-        && Duration::from_millis(forward) >= window
-        && !window.is_zero()
-    {
+    if forward >= 1 && Duration::from_millis(forward) >= window && !window.is_zero() {
         setting(
             problems,
             "health.access_forward_interval_ms",
@@ -557,81 +509,12 @@ fn health_rules(h: &HealthSection, problems: &mut Vec<Problem>) -> (Duration, Du
             ),
         );
     }
-    range(
-        problems,
-        "health.assumed_checks_per_second",
-        h.assumed_checks_per_second,
-        1..,
-    );
-    health_bounds(h, problems);
     (window, Duration::from_millis(forward))
 }
 
-/// `[health]`'s plain bounds: subnet prefixes, the connector's own flags,
-/// retentions, warm-up and window caps.
-fn health_bounds(h: &HealthSection, problems: &mut Vec<Problem>) {
-    range(
-        problems,
-        "health.min_subnet_prefix_v4",
-        h.min_subnet_prefix_v4,
-        1..=32,
-    );
-    range(
-        problems,
-        "health.min_subnet_prefix_v6",
-        h.min_subnet_prefix_v6,
-        1..=128,
-    );
-    // The connector's own flags' bounds (`--checks-per-second`,
-    // `--check-timeout-ms`); 0 keeps the connector's own value.
-    range(
-        problems,
-        "health.checks_per_second",
-        h.checks_per_second,
-        0..=100_000,
-    );
-    range(
-        problems,
-        "health.check_timeout_ms",
-        h.check_timeout_ms,
-        0..=600_000,
-    );
-    range(
-        problems,
-        "health.on_access_retention_s",
-        h.on_access_retention_s,
-        0..=31_536_000,
-    );
-    range(
-        problems,
-        "health.history_retention_s",
-        h.history_retention_s,
-        60..=31_536_000,
-    );
-    range(problems, "health.warmup_ms", h.warmup_ms, 0..=3_600_000);
-    range(
-        problems,
-        "health.certificate_warn_days",
-        h.certificate_warn_days,
-        0..=3650,
-    );
-    range(
-        problems,
-        "health.max_windows_per_connector",
-        h.max_windows_per_connector,
-        1..=10_000_000,
-    );
-    range(
-        problems,
-        "health.max_windows_per_segment",
-        h.max_windows_per_segment,
-        1..=10_000_000,
-    );
-}
-
-/// `[tls]`: each certificate with its key; returns the connector
-/// certificate validity, the renewal grace and the handshake timeout in ms.
-fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (Duration, Duration, u64) {
+/// `[tls]`: each certificate with its key, one root rotation at a time;
+/// returns the connector certificate validity.
+fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> Duration {
     for (cert, key, field) in [
         (&t.cert_file, &t.key_file, "tls.cert_file"),
         (
@@ -657,123 +540,10 @@ fn tls_rules(t: &TlsSection, problems: &mut Vec<Problem>) -> (Duration, Duration
             "one root rotation at a time: finish the one of previous_root_file (remove it) before introducing another root",
         );
     }
-    let days = t.connector_cert_days.unwrap_or(365);
-    range(problems, "tls.connector_cert_days", days, 1..=3650);
     // The finer setting is for tests and short-lived deployments (a
     // lifetime of seconds shows renewal working); it wins when given.
-    let validity = match t.connector_cert_validity_s {
-        Some(s) => {
-            range(
-                problems,
-                "tls.connector_cert_validity_s",
-                s,
-                3..=3650 * 86_400,
-            );
-            Duration::from_secs(s)
-        }
-        None => Duration::from_secs(u64::from(days) * 86_400),
-    };
-    let grace = t.renewal_grace_s.unwrap_or(300);
-    range(problems, "tls.renewal_grace_s", grace, 1..=7 * 86_400);
-    let handshake = t.handshake_timeout_ms.unwrap_or(10_000);
-    range(
-        problems,
-        "tls.handshake_timeout_ms",
-        handshake,
-        100..=120_000,
-    );
-    (validity, Duration::from_secs(grace), handshake)
-}
-
-/// `[limits]`: every bound at least 1.
-fn limits_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
-    range(
-        problems,
-        "limits.max_concurrent_streams",
-        l.max_concurrent_streams,
-        1..,
-    );
-    range(problems, "limits.max_connections", l.max_connections, 1..);
-    for (field, ms) in [
-        ("limits.first_byte_timeout_ms", l.first_byte_timeout_ms),
-        ("limits.idle_timeout_ms", l.idle_timeout_ms),
-        ("limits.header_timeout_ms", l.header_timeout_ms),
-        ("limits.body_timeout_ms", l.body_timeout_ms),
-    ] {
-        range(problems, field, ms, 100..=600_000);
+    match t.connector_cert_validity_s {
+        Some(s) => Duration::from_secs(s),
+        None => Duration::from_secs(u64::from(t.connector_cert_days) * 86_400),
     }
-    for (field, n) in [
-        (
-            "limits.http_max_connections_per_source",
-            l.http_max_connections_per_source,
-        ),
-        ("limits.grpc_max_connections", l.grpc_max_connections),
-        (
-            "limits.grpc_max_connections_per_source",
-            l.grpc_max_connections_per_source,
-        ),
-    ] {
-        range(problems, field, n, 1..);
-    }
-    range(
-        problems,
-        "limits.grpc_max_connection_age_s",
-        l.grpc_max_connection_age_s,
-        1..=31_536_000,
-    );
-    if l.connector_messages_per_second == 0 || l.connector_message_burst == 0 {
-        setting(
-            problems,
-            "limits.connector_messages_per_second",
-            "rate and burst must be at least 1",
-        );
-    }
-    range(
-        problems,
-        "limits.connector_entries_per_second",
-        l.connector_entries_per_second,
-        1..=10_000_000,
-    );
-    range(
-        problems,
-        "limits.connector_entries_burst",
-        l.connector_entries_burst,
-        1..=10_000_000,
-    );
-    throttle_rules(l, problems);
-}
-
-/// `[limits]`' throttle keys: prefixes within their family, every bound at
-/// least 1.
-fn throttle_rules(l: &LimitsSection, problems: &mut Vec<Problem>) {
-    range(
-        problems,
-        "limits.throttle_ipv4_prefix",
-        l.throttle_ipv4_prefix,
-        8..=32,
-    );
-    range(
-        problems,
-        "limits.throttle_ipv6_prefix",
-        l.throttle_ipv6_prefix,
-        32..=128,
-    );
-    range(
-        problems,
-        "limits.throttle_max_sources",
-        l.throttle_max_sources,
-        1..=10_000_000,
-    );
-    range(
-        problems,
-        "limits.login_per_source_per_minute",
-        l.login_per_source_per_minute,
-        1..=10_000,
-    );
-    range(
-        problems,
-        "limits.login_per_second",
-        l.login_per_second,
-        1..=10_000,
-    );
 }
