@@ -821,6 +821,27 @@ mod tests {
         );
     }
 
+    /// An entry of a `[[…]]` section without its `name` is one more
+    /// problem, listed with the rest of the file's.
+    #[test]
+    fn an_entry_without_a_name_is_listed_with_the_other_problems() {
+        let text = r#"
+            [server]
+            reload_poll_ms = 9
+            [[api_tokens]]
+            token = "t-DmYStD7TW9CYc4cdPkm9zUgy"
+            scopes = ["read"]
+        "#;
+        let err = Config::from_toml(text, Path::new(".")).expect_err("invalid");
+        assert_eq!(
+            err.messages(),
+            [
+                "server.reload_poll_ms: must be at least 10",
+                "api_tokens #1: name is empty",
+            ]
+        );
+    }
+
     #[test]
     fn forwards_must_come_more_often_than_windows_lapse() {
         let text = r#"
