@@ -13,10 +13,7 @@ const MAX_LINES: usize = 80;
 /// Functions allowed to be longer: `crate::module::[Type::]fn` and why.
 /// Only pure data tables qualify (a list read top to bottom, no logic to
 /// split); every entry must still name a function over the limit.
-const LONG_FUNCTIONS_ALLOWED: &[(&str, &str)] = &[(
-    "central_authority::api::openapi::api_operations",
-    "the OpenAPI document's operations table: one literal entry per route, read top to bottom",
-)];
+const LONG_FUNCTIONS_ALLOWED: &[(&str, &str)] = &[];
 
 /// A function found in a file: its name with the item path inside the file
 /// (`Type::f` for a method), the line of its `fn`, and how many lines it

@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::api::route::{Auth, Op, Route, error_ref, route};
 use crate::credentials::auth::{AuthError, Scope};
 use crate::credentials::oidc::{Pending, ProviderConfig, SignInError};
 use crate::state::authority::Authority;
@@ -349,6 +350,42 @@ fn decodes_to_one_path(path: &str) -> bool {
     false
 }
 
+/// The document of an HTML page answered with `what`.
+fn page_doc(what: &str) -> serde_json::Value {
+    json!({"description": what,
+    "content": {"text/html": {"schema": {"type": "string"}}}})
+}
+
+/// The document of a redirect to `to`.
+fn redirect_doc(to: &str) -> serde_json::Value {
+    json!({"description": format!("redirect to {to}"),
+    "headers": {"Location": {"schema": {"type": "string"}}}})
+}
+
+/// `GET /auth/login`, served by `login`, and its document.
+pub(crate) fn login_route() -> Route {
+    route(
+        Op {
+            method: crate::api::route::Method::Get,
+            path: "/auth/login",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signIn",
+                "summary": "Sign in: to the OpenID provider (authorization code flow with PKCE)",
+                "tags": ["sign-in"],
+                "parameters": [
+                    {"name": "provider", "in": "query", "required": false, "description": "an `[[oidc]]` name (default: the first)", "schema": {"type": "string"}},
+                    {"name": "next", "in": "query", "required": false, "description": "a path of this CA to return to, with its query and fragment (default `/`); one with a control character, whitespace or backslash anywhere, or whose path resolves or percent-decodes to another host, returns to `/`", "schema": {"type": "string"}},
+                ],
+                "responses": {"303": redirect_doc("the provider's authorization endpoint"),
+                    "404": page_doc("no such provider"), "429": page_doc("too many sign-ins started from this source or in all (`Retry-After`)"), "502": page_doc("the provider could not be reached"),
+                    "503": page_doc("the store does not answer")},
+            }),
+        },
+        login,
+    )
+}
+
 /// `GET /auth/login`: to the provider's sign-in page. Each call keeps a
 /// store row for ten minutes, so calls are throttled per source and in all
 /// (`[limits] login_per_source_per_minute`, `login_per_second`).
@@ -427,6 +464,33 @@ pub struct CallbackQuery {
     state: Option<String>,
     error: Option<String>,
     error_description: Option<String>,
+}
+
+/// `GET /auth/callback`, served by `callback`, and its document.
+pub(crate) fn callback_route() -> Route {
+    route(
+        Op {
+            method: crate::api::route::Method::Get,
+            path: "/auth/callback",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signInCallback",
+                "summary": "The provider's redirect back: verifies the ID token, maps roles, opens the session",
+                "description": "Sets the session cookie (`__Host-reach_session`: `Secure; HttpOnly; SameSite=Lax; Path=/`, `[[oidc]] session_lifetime_s`). For a sign-in the CLI started, sets no cookie and redirects to its loopback listener with a one-time `code` (and its `state`) that it exchanges with `POST /auth/cli`. A person whose roles claim maps to no scope gets a 403 page.",
+                "tags": ["sign-in"],
+                "parameters": [
+                    {"name": "code", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "state", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "error", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "error_description", "in": "query", "required": false, "schema": {"type": "string"}},
+                ],
+                "responses": {"303": redirect_doc("the `next` path, signed in"),
+                    "403": page_doc("sign-in refused (no mapped role, a token that does not verify, a sign-in not started in this browser)"),
+                    "503": page_doc("the store does not answer")},
+            }),
+        },
+        callback,
+    )
 }
 
 /// `GET /auth/callback`: back from the provider; opens the session.
@@ -708,6 +772,36 @@ pub struct CliExchange {
     state: String,
 }
 
+/// `POST /auth/cli`, served by `cli_exchange`, and its document.
+pub(crate) fn cli_exchange_route() -> Route {
+    route(
+        Op {
+            method: crate::api::route::Method::Post,
+            path: "/auth/cli",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signInCliExchange",
+                "summary": "The CLI exchanges the one-time code its loopback listener received for its credential",
+                "description": "The code is good once, for a minute, and only with the `state` of the CLI that started the sign-in (`cli_state`); the credential (a session of at most an hour) is never in a URL.",
+                "tags": ["sign-in"],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": false, "required": ["code", "state"],
+                    "properties": {"code": {"type": "string"}, "state": {"type": "string"}}}}}},
+                "responses": {"200": {"description": "the credential",
+                    "content": {"application/json": {"schema": {"type": "object",
+                        "properties": {"credential": {"type": "string"}, "csrf_token": {"type": "string"},
+                            "expires_at": {"type": "integer", "description": "Unix ms"}}},
+                        "example": {"credential": "9f1c…", "csrf_token": "2b63…", "expires_at": 1_764_003_600_000u64}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "403": {"description": "the code is unknown, used, over a minute old or not this CLI's (reason `invalid_code`)",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "503": error_ref("Unavailable")},
+            }),
+        },
+        cli_exchange,
+    )
+}
+
 /// `POST /auth/cli`: the CLI exchanges the one-time code its loopback
 /// listener received (with its `state`) for its credential.
 pub async fn cli_exchange(State(a): State<Shared>, body: axum::body::Bytes) -> Response {
@@ -736,6 +830,28 @@ pub async fn cli_exchange(State(a): State<Shared>, body: axum::body::Bytes) -> R
         ),
         _ => crate::error::ApiError::StoreUnavailable.into_response(),
     }
+}
+
+/// `POST /auth/logout`, served by `logout`, and its document.
+pub(crate) fn logout_route() -> Route {
+    route(
+        Op {
+            method: crate::api::route::Method::Post,
+            path: "/auth/logout",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "signOut",
+                "summary": "Sign out: the session is revoked on every replica and its cookie removed",
+                "description": "Needs the session's `X-CSRF-Token`.",
+                "tags": ["sign-in"],
+                "responses": {"200": {"description": "signed out (`signed_out`: whether a session was open)",
+                    "content": {"application/json": {"schema": {"type": "object",
+                        "properties": {"signed_out": {"type": "boolean"}}}, "example": {"signed_out": true}}}},
+                    "401": error_ref("Unauthorized")},
+            }),
+        },
+        logout,
+    )
 }
 
 /// `POST /auth/logout`: revokes the session (on every replica) and
@@ -787,6 +903,32 @@ pub async fn logout(
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// `GET /auth/session`, served by `session`, and its document.
+pub(crate) fn session_route() -> Route {
+    route(
+        Op {
+            method: crate::api::route::Method::Get,
+            path: "/auth/session",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "whoAmI",
+                "summary": "Who is signed in with this browser's session cookie, and the session's CSRF token",
+                "tags": ["sign-in"],
+                "responses": {"200": {"description": "`person` null when nobody is signed in",
+                    "content": {"application/json": {"schema": {"type": "object", "properties": {
+                        "person": {"type": ["string", "null"]},
+                        "scopes": {"type": "array", "items": {"type": "string"}},
+                        "csrf_token": {"type": ["string", "null"]},
+                        "expires_at": {"type": ["integer", "null"], "description": "Unix ms"},
+                        "providers": {"type": "array", "items": {"type": "string"}}}},
+                        "example": {"person": "alice", "scopes": ["admin"], "csrf_token": "2b63…",
+                            "expires_at": 1_764_028_800_000u64, "providers": ["corp"]}}}}},
+            }),
+        },
+        session,
+    )
 }
 
 /// `GET /auth/session`: who is signed in with this browser's cookie

@@ -11,5 +11,6 @@ pub mod listen;
 pub mod listing;
 pub mod metrics;
 pub mod openapi;
+pub mod route;
 pub mod sessions;
 pub mod views;

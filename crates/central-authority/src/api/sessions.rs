@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::json;
 
+use crate::api::route::{Auth, Method, Op, Route, error_ref, route};
 use crate::credentials::auth::{AuthError, Scope};
 use crate::credentials::oidc::{Credential, ProviderConfig, Verdict};
 use crate::state::authority::Authority;
@@ -210,6 +211,37 @@ pub fn open(id: &str, sealed: &str) -> Option<String> {
         .open_in_place(nonce, ring::aead::Aad::from(AAD), &mut buf)
         .ok()?;
     String::from_utf8(plain.to_vec()).ok()
+}
+
+/// `POST /auth/backchannel-logout`, served by `backchannel_logout`, and its document.
+pub(crate) fn backchannel_logout_route() -> Route {
+    route(
+        Op {
+            method: Method::Post,
+            path: "/auth/backchannel-logout",
+            auth: Auth::None,
+            spec: json!({
+                "operationId": "backchannelLogout",
+                "summary": "OpenID Connect Back-Channel Logout 1.0: the provider ends a person's sessions",
+                "description": "Register `https://CA/auth/backchannel-logout` as the client's `backchannel_logout_uri` at the provider. The logout token must be signed with a key of the provider's JWKS, name this CA's client id in `aud`, be recent (`iat`), carry the back-channel logout event and `sid` or `sub`, and no `nonce`; its `jti` is accepted once. Ends the sessions of the provider session `sid`, else every session of `sub`.",
+                "tags": ["sign-in"],
+                "requestBody": {"required": true, "content": {"application/x-www-form-urlencoded": {
+                    "schema": {"type": "object", "required": ["logout_token"],
+                        "properties": {"logout_token": {"type": "string", "description": "a signed JWT"}}}}}},
+                "responses": {
+                    "200": {"description": "valid; its sessions ended",
+                        "content": {"application/json": {"schema": {"type": "object", "properties": {
+                            "sessions_ended": {"type": "integer"}}}, "example": {"sessions_ended": 1}}}},
+                    "400": {"description": "refused (`invalid_request`), with why",
+                        "content": {"application/json": {"schema": {"type": "object", "properties": {
+                            "error": {"type": "string"}, "error_description": {"type": "string"}}},
+                            "example": {"error": "invalid_request", "error_description": "this logout token was used already (jti)"}}}},
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        backchannel_logout,
+    )
 }
 
 /// `POST /auth/backchannel-logout`: the provider's logout token ends the

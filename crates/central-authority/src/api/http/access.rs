@@ -4,16 +4,91 @@
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use policy::Location;
+use policy::{Location, RefusalReason};
+use serde_json::{Value, json};
 
 use crate::access::decide::{AccessRequest, Refusal, access_port, port_outside};
 use crate::api::body::{AccessBody, SelectedBody, error_body, refusal_status};
+use crate::api::route::{Auth, Method, Op, Route, error_ref, json_body, route};
+use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 use crate::state::authority::Authority;
 
 use super::Shared;
 use super::extract::{RequireScope, scope};
 use super::respond::json_response;
+
+/// The example of an access granted.
+fn access_example() -> Value {
+    json!({
+        "connector": "c1", "group": "dc-east", "segment": "jira",
+        "explanation": {
+            "segment": "jira", "matched_entry": "jira.lanukcorp.com", "strategy": "nearest",
+            "mode": "continuous",
+            "candidates": [{"connector": "c1", "group": "dc-east", "connected": true,
+                            "status": "up", "eligible": true, "rtt_ms": 5.0,
+                            "distance_km": 477.9, "user_rtt_ms": 4.779, "score_ms": 9.779,
+                            "reason": "reports the application up; rtt 5.000 ms + 4.779 ms from the user (477.9 km) = score 9.779 ms is within the tolerance of the nearest (9.779 ms best, up to 11.779 ms): drawn at random among these"}],
+            "eligible_groups": [],
+            "user_location": {"latitude": 48.85, "longitude": 2.35, "used": true,
+                "reason": "used: each candidate's score is its rtt plus the round trip from the user to its group's location (1 ms per 100 km of great-circle distance)"},
+            "chosen_group": null, "forwarded_to": [],
+            "discovery_waited": false, "discovery_ms": 0,
+        },
+    })
+}
+
+/// A refusal's answer (`Error` with the explanation) for `reasons`, the
+/// first one in its example.
+fn refusal_response(reasons: &[RefusalReason], description: &str) -> Value {
+    let r = reasons[0];
+    let example = json!({"error": {"reason": r.as_str(),
+        "message": "no segment matches host \"nope.example\""}, "explanation": {
+        "segment": null, "matched_entry": null, "strategy": "healthy", "mode": null,
+        "candidates": [], "eligible_groups": [], "user_location": null, "chosen_group": null,
+        "forwarded_to": [], "discovery_waited": false, "discovery_ms": 0,
+    }});
+    json!({
+        "description": format!(
+            "{description} (reason {})",
+            reasons.iter().map(|r| format!("`{}`", r.as_str())).collect::<Vec<_>>().join(", ")
+        ),
+        "content": json_body("Error", example),
+    })
+}
+
+/// `POST /api/v1/access`, served by `access`, and its document.
+pub(super) fn access_route() -> Route {
+    route(
+        Op {
+            method: Method::Post,
+            path: "/api/v1/access",
+            auth: Auth::Scope(Scope::Access),
+            spec: json!({
+                "operationId": "resolveAccess",
+                "summary": "Select a connector for a user's request",
+                "description": "Matches the request to a segment and picks a connector that reports the application reachable (on-access segments: forwards the access and waits for discovery). A refusal is an answer with its reason and the explanation.",
+                "tags": ["access"],
+                "requestBody": {"required": true, "content": json_body("AccessBody",
+                    json!({"host": "jira.lanukcorp.com", "protocol": "tcp", "port": 80,
+                        "user_location": {"latitude": 48.85, "longitude": 2.35}}))},
+                "responses": {
+                    "200": {"description": "the selected connector",
+                        "content": json_body("SelectedBody", access_example())},
+                    "400": error_ref("InvalidRequest"),
+                    "403": refusal_response(&[RefusalReason::PortNotInSegment],
+                        "the deciding segment does not include the port; also `forbidden` and `cross_origin`"),
+                    "404": refusal_response(&[RefusalReason::NoSegment], "no segment matches"),
+                    "503": refusal_response(&[RefusalReason::NoConnector, RefusalReason::AllDown,
+                        RefusalReason::NoHealthReport, RefusalReason::DiscoveryTimeout,
+                        RefusalReason::AllDrained],
+                        "no connector can carry it; also `unavailable` while the CA shuts down"),
+                },
+            }),
+        },
+        access,
+    )
+}
 
 pub(super) async fn access(
     State(a): State<Shared>,

@@ -8,6 +8,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::body::error_body;
+use crate::api::route::{
+    Auth, Method, Op, Route, error_ref, json_body, name_param, not_found, route,
+};
+use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 
 use super::Shared;
@@ -19,6 +23,48 @@ use super::respond::{found_or_404, shutting_down, storage};
 #[derive(Debug, Deserialize)]
 pub(super) struct DrainQuery {
     force: Option<String>,
+}
+
+/// `POST /api/v1/connectors/{name}/drain`, served by `drain_connector`, and its document.
+pub(super) fn drain_connector_route() -> Route {
+    route(
+        Op {
+            method: Method::Post,
+            path: "/api/v1/connectors/{name}/drain",
+            auth: Auth::Scope(Scope::Admin),
+            spec: json!({
+                "operationId": "drainConnector",
+                "summary": "Drain a connector before maintenance: selected for no new access, on every replica",
+                "description": "The connector keeps its session and reports; access decisions skip it (reason `drained` in their explanations) and on-access accesses are no longer forwarded to it. The drain is kept in the store: in force on this replica at once, on the others within a second (on PostgreSQL at once). Refused with 409 `last_healthy_connector` when an application would be left without a healthy (Up or Unhealthy), undrained connector by this replica's health table, naming them, unless `force=true`. Draining a drained connector changes nothing (`already`). Recorded in the audit trail (`connector.drain`), also when refused.",
+                "tags": ["admin"],
+                "parameters": [
+                    name_param("name", "connector: enrolled, or connected since this CA started"),
+                    {"name": "force", "in": "query", "required": false,
+                     "description": "`true`: drain although applications are left without a healthy, undrained connector",
+                     "schema": {"type": "string", "enum": ["true", "false", ""]}},
+                ],
+                "responses": {
+                    "200": {"description": "drained",
+                        "content": json_body("DrainedBody", json!({"name": "c1", "drained": true,
+                            "already": false, "since": 1_764_000_000_000u64,
+                            "by": {"kind": "token", "name": "ops"}, "forced": false, "stranded": 0}))},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("connector"),
+                    "409": {"description": "not drained: applications would be left without a healthy, undrained connector (reason `last_healthy_connector`)",
+                        "content": json_body("DrainRefusedBody", json!({
+                            "error": {"reason": "last_healthy_connector",
+                                "message": "draining \"c1\" would leave 1 application(s) without a healthy, undrained connector: jira: jira.lanukcorp.com:80/tcp; force it (CLI --force, API ?force=true) to drain anyway"},
+                            "whatif": {"without": ["c1"], "stranded": 1, "hidden_stranded": 0,
+                                "applications": [{"segment": "jira", "host": "jira.lanukcorp.com",
+                                    "protocol": "tcp", "port": 80, "health_reporting": "continuous",
+                                    "losing": ["c1"], "left": [], "stranded": true}]}}))},
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        drain_connector,
+    )
 }
 
 /// `POST /api/v1/connectors/{name}/drain`: the connector is selected for
@@ -90,6 +136,33 @@ fn drain_refused(name: &str, whatif: crate::access::drain::WhatIfView) -> Acted 
     Acted::Declined(answer, message)
 }
 
+/// `POST /api/v1/connectors/{name}/undrain`, served by `undrain_connector`, and its document.
+pub(super) fn undrain_connector_route() -> Route {
+    route(
+        Op {
+            method: Method::Post,
+            path: "/api/v1/connectors/{name}/undrain",
+            auth: Auth::Scope(Scope::Admin),
+            spec: json!({
+                "operationId": "undrainConnector",
+                "summary": "End an administrator's drain of a connector, on every replica",
+                "description": "A connector's own drain while it shuts down ends with its session, not here. Recorded in the audit trail (`connector.undrain`).",
+                "tags": ["admin"],
+                "parameters": [name_param("name", "connector: enrolled, drained, or connected since this CA started")],
+                "responses": {
+                    "200": {"description": "not drained (any more)",
+                        "content": json_body("UndrainedBody",
+                            json!({"name": "c1", "drained": false, "was_drained": true}))},
+                    "404": not_found("connector"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        undrain_connector,
+    )
+}
+
 /// `POST /api/v1/connectors/{name}/undrain`: ends an administrator's
 /// drain on every replica.
 pub(super) async fn undrain_connector(
@@ -120,6 +193,44 @@ fn admin_answer(done: Result<Option<serde_json::Value>, Response>, shown: &str) 
 #[derive(Debug, Deserialize)]
 pub(super) struct WhatIfQuery {
     without: Option<String>,
+}
+
+/// `GET /api/v1/whatif`, served by `whatif`, and its document.
+pub(super) fn whatif_route() -> Route {
+    route(
+        Op {
+            method: Method::Get,
+            path: "/api/v1/whatif",
+            auth: Auth::Scope(Scope::Read),
+            spec: json!({
+                "operationId": "whatIf",
+                "summary": "Which applications would lose their last healthy connector without these connectors",
+                "description": "Changes nothing: the check to run before a maintenance window. `without` names connectors and connector groups (a group: every connector of it this replica knows), comma-separated; a name that is both says `connector:NAME` or `group:NAME`. An application counts when one of the named connectors carries it now: connected, undrained, Up or Unhealthy by this replica's health table (on-access applications while their window is live; a `none` segment's applications as one row, carried by every connected connector of its groups). Applications of segments with `client_hostname_validation = true` are listed only for callers with the `admin` scope, counted for everyone.",
+                "tags": ["connectors"],
+                "parameters": [
+                    {"name": "without", "in": "query", "required": true,
+                     "description": "connector or group names, comma-separated (at most 100)",
+                     "schema": {"type": "string", "pattern": "^((connector:|group:)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127})(,(connector:|group:)?[A-Za-z0-9_][A-Za-z0-9._-]{0,127})*$"}},
+                ],
+                "responses": {
+                    "200": {"description": "what taking them away would do",
+                        "content": json_body("WhatIfView", json!({"without": ["c1", "c2"],
+                            "stranded": 1, "hidden_stranded": 0, "applications": [
+                                {"segment": "jira", "host": "jira.lanukcorp.com", "protocol": "tcp",
+                                 "port": 80, "health_reporting": "continuous",
+                                 "losing": ["c1", "c2"], "left": [], "stranded": true},
+                                {"segment": "legacy", "host": null, "protocol": null, "port": null,
+                                 "health_reporting": "none", "losing": ["c1"], "left": ["c3"],
+                                 "stranded": false}]}))},
+                    "400": error_ref("InvalidRequest"),
+                    "404": not_found("connector or connector group"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        whatif,
+    )
 }
 
 /// `GET /api/v1/whatif?without=NAME[,NAME…]`: which applications would

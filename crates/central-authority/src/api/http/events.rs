@@ -4,8 +4,11 @@
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::json;
 
 use crate::api::listing::MAX_EVENTS_PER_PAGE;
+use crate::api::route::{Auth, Method, Op, Route, error_ref, or_empty, query_param, route};
+use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 
 use super::Shared;
@@ -155,6 +158,44 @@ pub(super) fn history_paging(
             })?,
     };
     Ok((page, per_page))
+}
+
+/// `GET /api/v1/events`, served by `events`, and its document.
+pub(super) fn events_route() -> Route {
+    route(
+        Op {
+            method: Method::Get,
+            path: "/api/v1/events",
+            auth: Auth::Scope(Scope::Read),
+            spec: json!({
+                "operationId": "listEvents",
+                "summary": "The status history: every transition, newest first, paged",
+                "tags": ["health"],
+                "parameters": [
+                    query_param("app", false, "segment/host/protocol/port in one (overrides those four)"),
+                    query_param("segment", false, "segment name"),
+                    query_param("host", false, "host (FQDN, IP, or the entry of a wildcard/subnet row)"),
+                    query_param("protocol", false, "tcp or udp"),
+                    query_param("port", false, "0-65535"),
+                    query_param("connector", false, "connector name"),
+                    query_param("address", false, "the address history instead: changes of this IP address of the application (appeared, its result changed where the status history does not show it, left), or `*` for every address"),
+                    query_param("since", false, "Unix ms or RFC 3339"),
+                    query_param("until", false, "Unix ms or RFC 3339"),
+                    query_param("page", false, "page from 1"),
+                    {"name": "per_page", "in": "query", "required": false, "description": "1-1000",
+                        "schema": or_empty(json!({"type": "integer", "minimum": 1, "maximum": crate::api::listing::MAX_EVENTS_PER_PAGE}))},
+                ],
+                "responses": {
+                    "200": {"description": "one page of transitions",
+                        "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "400": error_ref("InvalidRequest"),
+                    "500": error_ref("Internal"),
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        events,
+    )
 }
 
 /// `GET /api/v1/events`: the stored status history, newest first.

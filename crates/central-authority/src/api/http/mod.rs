@@ -28,10 +28,13 @@
 //!
 //! The serving machinery stands apart from the handlers: `serve` (the
 //! listener, its connection slots, the TLS handshake, the body read),
-//! `routes` (the router), `extract` (`RequireScope`, `Caller`), `respond`
-//! (shared answers) and `audited` (admin actions in the audit trail). The
-//! handlers are grouped by resource: `pages`, `health`, `stream`, `events`,
-//! `audit`, `access`, `connectors`, `drain`, `admin` and `operations`.
+//! `routes` (the router: the list of every route, which the OpenAPI
+//! document is made from too), `extract` (`RequireScope`, `Caller`),
+//! `respond` (shared answers) and `audited` (admin actions in the audit
+//! trail). The handlers are grouped by resource: `pages`, `health`,
+//! `stream`, `events`, `audit`, `access`, `connectors`, `drain`, `admin`
+//! and `operations`; each declares its routes next to its handlers, with
+//! their operations' documents (`api::route`).
 
 mod access;
 mod admin;
@@ -49,7 +52,7 @@ mod routes;
 mod serve;
 mod stream;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use crate::state::authority::Authority;
 
@@ -60,3 +63,11 @@ pub use routes::router;
 pub use serve::serve;
 
 type Shared = Arc<Authority>;
+
+/// The HTTP API's OpenAPI document, of every route the router serves
+/// (`routes`), rendered once (`api::openapi`): served at
+/// `/api/v1/openapi.json` and kept as `docs/openapi.json`.
+pub fn openapi_text() -> &'static str {
+    static TEXT: LazyLock<String> = LazyLock::new(|| crate::api::openapi::render(routes::ops()));
+    &TEXT
+}

@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::body::error_body;
+use crate::api::route::{Auth, Method, Op, Route, error_ref, route};
+use crate::credentials::auth::Scope;
 
 use super::Shared;
 use super::extract::{RequireScope, scope};
@@ -15,6 +17,29 @@ use super::extract::{RequireScope, scope};
 #[derive(Debug, Deserialize)]
 pub(super) struct StreamQuery {
     ticket: Option<String>,
+}
+
+/// `GET /api/v1/health/stream`, served by `health_stream`, and its document.
+pub(super) fn health_stream_route() -> Route {
+    route(
+        Op {
+            method: Method::Get,
+            path: "/api/v1/health/stream",
+            auth: Auth::Scope(Scope::Read),
+            spec: json!({
+                "operationId": "streamHealth",
+                "summary": "Status transitions as they happen (server-sent events)",
+                "description": "Events: `hello` (data `{\"version\", \"epoch\"}`: every transition numbered after `version` is in this stream; `epoch` is new in every CA process, so data read under another epoch (a restart, another replica) must be re-read whatever its version), `transition` (data: one entry of `GET /api/v1/events` plus `seq`, also the event id), `lagged` (this client fell behind: re-read the listing); a comment every 15 s keeps proxies from closing the stream. Ends when the CA shuts down. Auth: the read scope, or instead a one-time `ticket` from `POST /api/v1/health/stream/ticket` (for browsers: `EventSource` cannot send `Authorization`).",
+                "tags": ["health"],
+                "parameters": [{"name": "ticket", "in": "query", "required": false,
+                    "description": "a one-time stream ticket (64 hex digits; opens one stream within 30 s of its issue); replaces the bearer token",
+                    "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+            }),
+        },
+        health_stream,
+    )
 }
 
 /// `GET /api/v1/health/stream`: server-sent events, one `transition` per
@@ -83,6 +108,32 @@ pub(super) async fn health_stream(
         header::HeaderValue::from_static("no-cache"),
     );
     response
+}
+
+/// `POST /api/v1/health/stream/ticket`, served by `stream_ticket`, and its document.
+pub(super) fn stream_ticket_route() -> Route {
+    route(
+        Op {
+            method: Method::Post,
+            path: "/api/v1/health/stream/ticket",
+            auth: Auth::Scope(Scope::Read),
+            spec: json!({
+                "operationId": "streamTicket",
+                "summary": "A one-time ticket that opens the change stream (for browsers)",
+                "description": "Trades the read token for a ticket to put in `GET /api/v1/health/stream?ticket=`: 256 random bits, valid for one stream opened within 30 s, granting nothing else. At most 10,000 unused tickets exist at once (503 past that). The request body is ignored (send `{}` as `application/json`).",
+                "tags": ["health"],
+                "responses": {
+                    "200": {"description": "the ticket",
+                        "content": {"application/json": {"schema": {"type": "object",
+                            "required": ["ticket", "expires_in_ms"],
+                            "properties": {"ticket": {"type": "string"}, "expires_in_ms": {"type": "integer"}}},
+                            "example": {"ticket": "9f2c…", "expires_in_ms": 30000}}}},
+                    "503": error_ref("Unavailable"),
+                },
+            }),
+        },
+        stream_ticket,
+    )
 }
 
 /// `POST /api/v1/health/stream/ticket`: a one-time ticket for
