@@ -25,6 +25,7 @@
 //! missed notification and CA processes sharing one SQLite file.
 
 mod ends;
+mod migrations;
 mod postgres;
 mod rules;
 mod sqlite;

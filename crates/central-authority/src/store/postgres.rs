@@ -14,7 +14,8 @@
 //! `changes` when it commits; a dedicated connection `LISTEN`s and bumps
 //! `changes` on other replicas' notifications (and again after every
 //! reconnect, since notifications sent while it was away are lost).
-//! Migrations run at start under an advisory lock, so replicas starting
+//! Migrations (`MIGRATIONS`, the version in table `reach_schema`) run at
+//! start in one transaction under an advisory lock, so replicas starting
 //! together migrate once.
 
 use std::collections::{HashMap, HashSet};
@@ -33,6 +34,7 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, Row, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::ends::{Ends, LatestRow};
+use super::migrations::{Migration, migrations};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
@@ -47,303 +49,34 @@ use crate::ground::sync::lock;
 /// The channel changes that may end sessions are announced on.
 const CHANNEL: &str = "reach_trust";
 
-/// Schema migrations, in order. Never edit one that has shipped; add more.
+/// The schema steps, in order: `postgres/migrations/NNNN_<what>.sql`, all SQL
+/// (`store::migrations`). Never edit one that has shipped; add more.
 /// (The same tables as SQLite's, in PostgreSQL's types; `seq` orders
 /// certificates issued in the same millisecond, as SQLite's rowid does.)
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE connectors (
-    name        TEXT PRIMARY KEY,
-    grp         TEXT NOT NULL,
-    disabled    BOOLEAN NOT NULL DEFAULT FALSE,
-    enrolled_ms BIGINT NOT NULL,
-    changed_ms  BIGINT NOT NULL,
-    reenroll_until_ms BIGINT,
-    deleted_ms  BIGINT
+pub(super) const MIGRATIONS: &[Migration] = migrations!("postgres":
+    "0001_connectors_certificates_keys_replicas",
+    "0002_health_events",
+    "0003_shared_secrets",
+    "0004_health_events_latest_index",
+    "0005_health_latest",
+    "0006_admin_audit",
+    "0007_health_events_by_segment",
+    "0008_address_history",
+    "0009_auth_sessions_logins",
+    "0010_byte_collation_fillfactor",
+    "0011_history_ends",
+    "0012_text_hashes",
+    "0013_connector_drains",
+    "0014_certificate_root",
+    "0015_audit_subject",
+    "0016_session_revalidation",
+    "0017_address_events_by_app_address",
 );
-CREATE TABLE certificates (
-    serial      TEXT PRIMARY KEY,
-    seq         BIGSERIAL NOT NULL,
-    connector   TEXT NOT NULL REFERENCES connectors(name),
-    grp         TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    issued_ms   BIGINT NOT NULL,
-    not_after_ms BIGINT NOT NULL,
-    revoked_ms  BIGINT,
-    revoked_reason TEXT
-);
-CREATE INDEX certificates_by_connector ON certificates(connector);
-CREATE TABLE provisioning_keys (
-    grp         TEXT NOT NULL,
-    key_sha256  TEXT NOT NULL,
-    uses        BIGINT NOT NULL DEFAULT 0,
-    revoked_ms  BIGINT,
-    last_used_ms BIGINT,
-    PRIMARY KEY (grp, key_sha256)
-);
-CREATE TABLE certificate_grace (
-    serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
-    connector    TEXT NOT NULL,
-    superseded_ms BIGINT NOT NULL,
-    revoke_at_ms BIGINT NOT NULL
-);
-CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
-CREATE TABLE replicas (
-    id           TEXT PRIMARY KEY,
-    addresses    TEXT NOT NULL,
-    version      TEXT NOT NULL,
-    started_ms   BIGINT NOT NULL,
-    heartbeat_ms BIGINT NOT NULL,
-    policy_hash  TEXT NOT NULL
-);
-"#,
-    r#"
-CREATE TABLE health_events (
-    seq         BIGSERIAL PRIMARY KEY,
-    at_ms       BIGINT NOT NULL,
-    segment     TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    protocol    TEXT NOT NULL,
-    port        BIGINT NOT NULL,
-    connector   TEXT NOT NULL,
-    from_status TEXT NOT NULL,
-    to_status   TEXT NOT NULL,
-    cause       TEXT NOT NULL
-);
-CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
-CREATE INDEX health_events_by_time ON health_events(at_ms);
-"#,
-    r#"
-CREATE TABLE shared_secrets (
-    name  TEXT PRIMARY KEY,
-    value BYTEA NOT NULL
-);
-"#,
-    r#"
-CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol, seq);
-"#,
-    r#"
-CREATE TABLE health_latest (
-    host      TEXT NOT NULL,
-    port      BIGINT NOT NULL,
-    connector TEXT NOT NULL,
-    segment   TEXT NOT NULL,
-    protocol  TEXT NOT NULL,
-    to_status TEXT NOT NULL,
-    at_ms     BIGINT NOT NULL,
-    PRIMARY KEY (host, port, connector, segment, protocol)
-);
-INSERT INTO health_latest
-    SELECT DISTINCT ON (host, port, connector, segment, protocol)
-           host, port, connector, segment, protocol, to_status, at_ms
-    FROM health_events ORDER BY host, port, connector, segment, protocol, seq DESC;
-DROP INDEX health_events_latest;
-"#,
-    r#"
-CREATE TABLE admin_audit (
-    seq        BIGSERIAL PRIMARY KEY,
-    at_ms      BIGINT NOT NULL,
-    actor_kind TEXT NOT NULL,
-    actor      TEXT NOT NULL,
-    source     TEXT NOT NULL,
-    action     TEXT NOT NULL,
-    target     TEXT NOT NULL,
-    outcome    TEXT NOT NULL,
-    detail     TEXT NOT NULL
-);
-CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
-"#,
-    r#"
--- Version 7: the history of one segment (`/api/v1/events?segment=`),
--- newest first, read through an index instead of a scan of every row.
-CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
-"#,
-    r#"
--- Version 8: the address history (each address of an application: when
--- it appeared in a connector's answer, its result changes, when it left
--- every answer), kept as long as the status history, and the result each
--- address's history ends with, which new rows are compared with.
-CREATE TABLE address_events (
-    seq         BIGSERIAL PRIMARY KEY,
-    at_ms       BIGINT NOT NULL,
-    segment     TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    protocol    TEXT NOT NULL,
-    port        BIGINT NOT NULL,
-    address     TEXT NOT NULL,
-    connector   TEXT NOT NULL,
-    from_status TEXT NOT NULL,
-    to_status   TEXT NOT NULL,
-    cause       TEXT NOT NULL
-);
-CREATE INDEX address_events_by_address ON address_events(address, at_ms);
-CREATE INDEX address_events_by_app ON address_events(host, port, at_ms);
-CREATE INDEX address_events_by_time ON address_events(at_ms);
-CREATE TABLE address_latest (
-    host      TEXT NOT NULL,
-    port      BIGINT NOT NULL,
-    address   TEXT NOT NULL,
-    segment   TEXT NOT NULL,
-    protocol  TEXT NOT NULL,
-    to_status TEXT NOT NULL,
-    at_ms     BIGINT NOT NULL,
-    PRIMARY KEY (host, port, address, segment, protocol)
-);
-"#,
-    r#"
--- Version 9: people's sign-in. A session (its id's SHA-256, never the id)
--- and a sign-in on its way through the OpenID provider (its state's
--- SHA-256, the PKCE verifier and the nonce), shared by every replica.
-CREATE TABLE auth_sessions (
-    id_sha256  TEXT PRIMARY KEY,
-    person     TEXT NOT NULL,
-    provider   TEXT NOT NULL,
-    scopes     TEXT NOT NULL,
-    created_ms BIGINT NOT NULL,
-    expires_ms BIGINT NOT NULL,
-    revoked_ms BIGINT
-);
-CREATE TABLE auth_logins (
-    state_sha256 TEXT PRIMARY KEY,
-    provider     TEXT NOT NULL,
-    verifier     TEXT NOT NULL,
-    nonce        TEXT NOT NULL,
-    next         TEXT NOT NULL,
-    expires_ms   BIGINT NOT NULL
-);
-"#,
-    r#"
--- Version 10: the histories' indexed text compared as bytes, whatever
--- the database's locale: in a database created with C.UTF-8 (Debian's
--- cluster in a container) each comparison went through strcoll, and a
--- transition's lookups and index inserts cost about 35 % more than with
--- "C". For UTF-8 text the order is the same.
-ALTER TABLE health_events
-    ALTER COLUMN host TYPE TEXT COLLATE "C",
-    ALTER COLUMN segment TYPE TEXT COLLATE "C";
-ALTER TABLE health_latest
-    ALTER COLUMN host TYPE TEXT COLLATE "C",
-    ALTER COLUMN connector TYPE TEXT COLLATE "C",
-    ALTER COLUMN segment TYPE TEXT COLLATE "C",
-    ALTER COLUMN protocol TYPE TEXT COLLATE "C";
-ALTER TABLE address_events
-    ALTER COLUMN host TYPE TEXT COLLATE "C",
-    ALTER COLUMN address TYPE TEXT COLLATE "C";
-ALTER TABLE address_latest
-    ALTER COLUMN host TYPE TEXT COLLATE "C",
-    ALTER COLUMN address TYPE TEXT COLLATE "C",
-    ALTER COLUMN segment TYPE TEXT COLLATE "C",
-    ALTER COLUMN protocol TYPE TEXT COLLATE "C";
--- Half of every page of the latest tables left free, so that a
--- transition's new version of a row fits on the row's own page: a HOT
--- update, which adds no entry to the five-column primary key. With full
--- pages most updates moved their row and inserted a key (41 % HOT over
--- psql batches of 1,000 flips, 99 % now; 10.7 -> 6.3 us per update).
--- CLUSTER rewrites the rows already there with the free space.
-ALTER TABLE health_latest SET (fillfactor = 50);
-ALTER TABLE address_latest SET (fillfactor = 50);
-CLUSTER health_latest USING health_latest_pkey;
-CLUSTER address_latest USING address_latest_pkey;
-"#,
-    r#"
--- Version 11: the latest tables become a checkpoint of where each history
--- ends, written every few minutes instead of per transition (each replica
--- keeps the ends in memory and reads the rows appended after it last
--- looked). Per history: the `seq` the latest table holds the rows up to,
--- when it was written, and the latest prune's cutoff (each replica then
--- forgets the ends of rows before it). The tables were up to date until
--- now.
-CREATE TABLE history_ends (
-    name      TEXT PRIMARY KEY,
-    seq       BIGINT NOT NULL,
-    at_ms     BIGINT NOT NULL,
-    pruned_ms BIGINT NOT NULL
-);
-INSERT INTO history_ends (name, seq, at_ms, pruned_ms) VALUES
-    ('health', (SELECT COALESCE(max(seq), 0) FROM health_events),
-     (extract(epoch FROM now()) * 1000)::BIGINT, 0),
-    ('address', (SELECT COALESCE(max(seq), 0) FROM address_events),
-     (extract(epoch FROM now()) * 1000)::BIGINT, 0);
-"#,
-    r#"
--- Version 12: the histories' text keys indexed by their 64-bit hash
--- (hashtextextended, the hash PostgreSQL keeps stable for hash
--- partitions), kept beside each row: an index insert compares 8-byte
--- integers on its way down instead of texts (about 15 % less CPU per
--- row over psql batches of 1,000 rows). A listing names the hash and the
--- text, so rows whose texts share a hash are told apart.
-ALTER TABLE health_events
-    ADD COLUMN host_hash BIGINT GENERATED ALWAYS AS (hashtextextended(host, 0)) STORED,
-    ADD COLUMN segment_hash BIGINT GENERATED ALWAYS AS (hashtextextended(segment, 0)) STORED;
-DROP INDEX health_events_by_app;
-DROP INDEX health_events_by_segment;
-CREATE INDEX health_events_by_app ON health_events(host_hash, port, at_ms);
-CREATE INDEX health_events_by_segment ON health_events(segment_hash, at_ms);
-ALTER TABLE address_events
-    ADD COLUMN host_hash BIGINT GENERATED ALWAYS AS (hashtextextended(host, 0)) STORED,
-    ADD COLUMN address_hash BIGINT GENERATED ALWAYS AS (hashtextextended(address, 0)) STORED;
-DROP INDEX address_events_by_app;
-DROP INDEX address_events_by_address;
-CREATE INDEX address_events_by_app ON address_events(host_hash, port, at_ms);
-CREATE INDEX address_events_by_address ON address_events(address_hash, at_ms);
-"#,
-    r#"
--- Version 13: the connectors an administrator drained (selected for no
--- new access while they keep their sessions and reports), since when and
--- by whom. Any connector name: a CA without TLS drains connectors it knows
--- only by their sessions. Drains are announced on `reach_trust`.
-CREATE TABLE connector_drains (
-    connector  TEXT PRIMARY KEY,
-    since_ms   BIGINT NOT NULL,
-    actor_kind TEXT NOT NULL,
-    actor      TEXT NOT NULL
-);
-"#,
-    r#"
--- Version 14: the root that signed each certificate (its SHA-256), so that
--- a root rotation can tell which connectors still hold a certificate of
--- the old root. Certificates recorded before stay NULL: not the new root's.
-ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
-"#,
-    r#"
--- Version 15: the audit trail names a person by their OpenID provider and
--- subject (`sub`) besides the user name the provider gave, as two
--- providers may each have an "alice"; empty for tokens and the CA itself.
--- A session keeps its person's subject for the actions they take.
-ALTER TABLE admin_audit ADD COLUMN provider TEXT NOT NULL DEFAULT '';
-ALTER TABLE admin_audit ADD COLUMN subject TEXT NOT NULL DEFAULT '';
-ALTER TABLE auth_sessions ADD COLUMN subject TEXT NOT NULL DEFAULT '';
-"#,
-    r#"
--- Version 16: sessions re-validated with their provider. The provider's
--- session id (back-channel logout names it or the subject), the roles
--- claim's values (mapped to scopes at each request), when the provider last
--- confirmed the session, and its refresh token sealed with a key derived
--- from the session id (which the store never holds). Logout tokens' ids are
--- kept until they expire, so none is accepted twice. Sessions opened before
--- keep NULLs and end at their first re-validation.
-ALTER TABLE auth_sessions ADD COLUMN sid TEXT;
-ALTER TABLE auth_sessions ADD COLUMN roles TEXT;
-ALTER TABLE auth_sessions ADD COLUMN checked_ms BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE auth_sessions ADD COLUMN refresh_sealed TEXT;
-CREATE TABLE auth_logout_tokens (
-    provider   TEXT NOT NULL,
-    jti        TEXT NOT NULL,
-    expires_ms BIGINT NOT NULL,
-    PRIMARY KEY (provider, jti)
-);
-"#,
-    r#"
--- Version 17: the address history listed through one index, by
--- application and address: a listing of one application, or of one of
--- its addresses (the dashboard's), walks it; `address_events_by_time`
--- serves the prune and a listing across applications. A row goes into
--- two indexes instead of three.
-DROP INDEX address_events_by_address;
-DROP INDEX address_events_by_app;
-CREATE INDEX address_events_by_app ON address_events(host_hash, port, address_hash, at_ms);
-"#,
-];
+
+/// The schema version a migrated database is at: the number of the
+/// last file of `MIGRATIONS`.
+pub(super) const SCHEMA_VERSION: usize = 17;
+const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION);
 
 /// The columns [`session_row`] reads, in its order.
 const SESSION_COLUMNS: &str = "id_sha256, person, provider, scopes, created_ms, expires_ms, \
@@ -928,7 +661,7 @@ impl PgStore {
                 .await?;
         }
         let version = version.unwrap_or(0);
-        let known = MIGRATIONS.len();
+        let known = SCHEMA_VERSION;
         if version > known as i64 {
             return Err(StoreError::TooNew {
                 found: version,
@@ -936,7 +669,7 @@ impl PgStore {
             });
         }
         for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
-            tx.batch_execute(migration).await?;
+            tx.batch_execute(migration.sql).await?;
             tx.execute("UPDATE reach_schema SET version = $1", &[&((i + 1) as i64)])
                 .await?;
             tracing::info!(version = i + 1, "database migrated");
@@ -2921,7 +2654,7 @@ mod tests {
             let client = connect(&url).await;
             let mut schema = String::new();
             for m in &super::MIGRATIONS[..16] {
-                schema.push_str(m);
+                schema.push_str(m.sql);
             }
             client.batch_execute(&schema).await.expect("schema");
             client

@@ -3,7 +3,8 @@
 //! change is one `IMMEDIATE` transaction, so several CA processes sharing
 //! the file (on one host) serialise their writes through SQLite's lock.
 //! The schema is versioned with `PRAGMA user_version`; `MIGRATIONS[i]`
-//! takes it from version `i` to `i + 1`.
+//! takes it from version `i` to `i + 1`, each step in an `EXCLUSIVE`
+//! transaction of its own.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::migrations::{Migration, migrations};
 use super::rules::{self, KeyRow, NameClaim, NameRow};
 use super::{
     AddressEventRecord, AuditFilter, AuditRecord, CertHistory, CertRecord, ConnectorRecord,
@@ -20,246 +22,32 @@ use super::{
 };
 use crate::ground::sync::lock;
 
-/// Schema migrations, in order. Never edit one that has shipped; add more.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE connectors (
-    name        TEXT PRIMARY KEY,
-    grp         TEXT NOT NULL,
-    disabled    INTEGER NOT NULL DEFAULT 0,
-    enrolled_ms INTEGER NOT NULL,
-    changed_ms  INTEGER NOT NULL
+/// The schema steps, in order: `sqlite/migrations/NNNN_<what>.sql`, all SQL
+/// (`store::migrations`). Never edit one that has shipped; add more.
+pub(super) const MIGRATIONS: &[Migration] = migrations!("sqlite":
+    "0001_connectors_certificates_keys",
+    "0002_certificate_grace",
+    "0003_reenroll_and_delete",
+    "0004_replicas",
+    "0005_health_events",
+    "0006_shared_secrets",
+    "0007_health_events_latest_index",
+    "0008_health_latest",
+    "0009_admin_audit",
+    "0010_health_events_by_segment",
+    "0011_address_history",
+    "0012_auth_sessions_logins",
+    "0013_connector_drains",
+    "0014_certificate_root",
+    "0015_audit_subject",
+    "0016_session_revalidation",
+    "0017_address_events_by_app_address",
 );
-CREATE TABLE certificates (
-    serial      TEXT PRIMARY KEY,
-    connector   TEXT NOT NULL REFERENCES connectors(name),
-    grp         TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    issued_ms   INTEGER NOT NULL,
-    not_after_ms INTEGER NOT NULL,
-    revoked_ms  INTEGER,
-    revoked_reason TEXT
-);
-CREATE INDEX certificates_by_connector ON certificates(connector);
-CREATE TABLE provisioning_keys (
-    grp         TEXT NOT NULL,
-    key_sha256  TEXT NOT NULL,
-    uses        INTEGER NOT NULL DEFAULT 0,
-    revoked_ms  INTEGER,
-    last_used_ms INTEGER,
-    PRIMARY KEY (grp, key_sha256)
-);
-"#,
-    r#"
--- Version 2: renewed certificates' predecessors wait out their grace here.
-CREATE TABLE certificate_grace (
-    serial       TEXT PRIMARY KEY REFERENCES certificates(serial),
-    connector    TEXT NOT NULL,
-    superseded_ms INTEGER NOT NULL,
-    revoke_at_ms INTEGER NOT NULL
-);
-CREATE INDEX certificate_grace_by_time ON certificate_grace(revoke_at_ms);
-"#,
-    r#"
--- Version 3: a name with a valid certificate is re-enrolled only when an
--- administrator allowed it (once, until `reenroll_until_ms`); a deleted
--- connector's name is free (its certificates stay recorded, revoked).
-ALTER TABLE connectors ADD COLUMN reenroll_until_ms INTEGER;
-ALTER TABLE connectors ADD COLUMN deleted_ms INTEGER;
-"#,
-    r#"
--- Version 4: the CA replicas sharing this database, with their heartbeats.
-CREATE TABLE replicas (
-    id           TEXT PRIMARY KEY,
-    addresses    TEXT NOT NULL,
-    version      TEXT NOT NULL,
-    started_ms   INTEGER NOT NULL,
-    heartbeat_ms INTEGER NOT NULL,
-    policy_hash  TEXT NOT NULL
-);
-"#,
-    r#"
--- Version 5: the status history (every transition of one connector's
--- status for one application), kept for `[health] history_retention_s`.
--- Plain SQL types, valid in SQLite and PostgreSQL alike.
-CREATE TABLE health_events (
-    at_ms       BIGINT NOT NULL,
-    segment     TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    protocol    TEXT NOT NULL,
-    port        INTEGER NOT NULL,
-    connector   TEXT NOT NULL,
-    from_status TEXT NOT NULL,
-    to_status   TEXT NOT NULL,
-    cause       TEXT NOT NULL
-);
-CREATE INDEX health_events_by_app ON health_events(host, port, at_ms);
-CREATE INDEX health_events_by_time ON health_events(at_ms);
-"#,
-    r#"
--- Version 6: secrets every replica sharing the store uses (the key of
--- on-access ids), created once by whichever replica needs one first.
-CREATE TABLE shared_secrets (
-    name  TEXT PRIMARY KEY,
-    value BLOB NOT NULL
-);
-"#,
-    r#"
--- Version 7: the latest history row of one (application, connector), which
--- a new row is compared with (CA processes sharing the file each see every
--- transition; it is recorded once).
-CREATE INDEX health_events_latest ON health_events(host, port, connector, segment, protocol);
-"#,
-    r#"
--- Version 8: the status each (application, connector)'s history ends with,
--- one small row per key, which new rows are compared with. It replaces the
--- index of version 7 (an index entry per history row at a random place of
--- a growing tree: one 4-KiB page written per row under flapping).
-CREATE TABLE health_latest (
-    host      TEXT NOT NULL,
-    port      INTEGER NOT NULL,
-    connector TEXT NOT NULL,
-    segment   TEXT NOT NULL,
-    protocol  TEXT NOT NULL,
-    to_status TEXT NOT NULL,
-    at_ms     BIGINT NOT NULL,
-    PRIMARY KEY (host, port, connector, segment, protocol)
-) WITHOUT ROWID;
-INSERT OR REPLACE INTO health_latest
-    SELECT host, port, connector, segment, protocol, to_status, at_ms
-    FROM health_events ORDER BY rowid;
-DROP INDEX health_events_latest;
-"#,
-    r#"
--- Version 9: the audit trail of admin actions (who, from where, what, on
--- what, with what outcome), kept for `[audit] retention_s`.
-CREATE TABLE admin_audit (
-    at_ms      BIGINT NOT NULL,
-    actor_kind TEXT NOT NULL,
-    actor      TEXT NOT NULL,
-    source     TEXT NOT NULL,
-    action     TEXT NOT NULL,
-    target     TEXT NOT NULL,
-    outcome    TEXT NOT NULL,
-    detail     TEXT NOT NULL
-);
-CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
-"#,
-    r#"
--- Version 10: the history of one segment (`/api/v1/events?segment=`),
--- newest first, read through an index instead of a scan of every row.
-CREATE INDEX health_events_by_segment ON health_events(segment, at_ms);
-"#,
-    r#"
--- Version 11: the address history (each address of an application: when
--- it appeared in a connector's answer, its result changes, when it left
--- every answer), kept as long as the status history, and the result each
--- address's history ends with, which new rows are compared with.
-CREATE TABLE address_events (
-    at_ms       BIGINT NOT NULL,
-    segment     TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    protocol    TEXT NOT NULL,
-    port        INTEGER NOT NULL,
-    address     TEXT NOT NULL,
-    connector   TEXT NOT NULL,
-    from_status TEXT NOT NULL,
-    to_status   TEXT NOT NULL,
-    cause       TEXT NOT NULL
-);
-CREATE INDEX address_events_by_address ON address_events(address, at_ms);
-CREATE INDEX address_events_by_app ON address_events(host, port, at_ms);
-CREATE INDEX address_events_by_time ON address_events(at_ms);
-CREATE TABLE address_latest (
-    host      TEXT NOT NULL,
-    port      INTEGER NOT NULL,
-    address   TEXT NOT NULL,
-    segment   TEXT NOT NULL,
-    protocol  TEXT NOT NULL,
-    to_status TEXT NOT NULL,
-    at_ms     BIGINT NOT NULL,
-    PRIMARY KEY (host, port, address, segment, protocol)
-) WITHOUT ROWID;
-"#,
-    r#"
--- Version 12: people's sign-in. A session (its id's SHA-256, never the id)
--- and a sign-in on its way through the OpenID provider (its state's
--- SHA-256, the PKCE verifier and the nonce), shared by every replica.
-CREATE TABLE auth_sessions (
-    id_sha256  TEXT PRIMARY KEY,
-    person     TEXT NOT NULL,
-    provider   TEXT NOT NULL,
-    scopes     TEXT NOT NULL,
-    created_ms BIGINT NOT NULL,
-    expires_ms BIGINT NOT NULL,
-    revoked_ms BIGINT
-);
-CREATE TABLE auth_logins (
-    state_sha256 TEXT PRIMARY KEY,
-    provider     TEXT NOT NULL,
-    verifier     TEXT NOT NULL,
-    nonce        TEXT NOT NULL,
-    next         TEXT NOT NULL,
-    expires_ms   BIGINT NOT NULL
-);
-"#,
-    r#"
--- Version 13: the connectors an administrator drained (selected for no
--- new access while they keep their sessions and reports), since when and
--- by whom. Any connector name: a CA without TLS drains connectors it knows
--- only by their sessions.
-CREATE TABLE connector_drains (
-    connector  TEXT PRIMARY KEY,
-    since_ms   BIGINT NOT NULL,
-    actor_kind TEXT NOT NULL,
-    actor      TEXT NOT NULL
-);
-"#,
-    r#"
--- Version 14: the root that signed each certificate (its SHA-256), so that
--- a root rotation can tell which connectors still hold a certificate of
--- the old root. Certificates recorded before stay NULL: not the new root's.
-ALTER TABLE certificates ADD COLUMN root_sha256 TEXT;
-"#,
-    r#"
--- Version 15: the audit trail names a person by their OpenID provider and
--- subject (`sub`) besides the user name the provider gave, as two
--- providers may each have an "alice"; empty for tokens and the CA itself.
--- A session keeps its person's subject for the actions they take.
-ALTER TABLE admin_audit ADD COLUMN provider TEXT NOT NULL DEFAULT '';
-ALTER TABLE admin_audit ADD COLUMN subject TEXT NOT NULL DEFAULT '';
-ALTER TABLE auth_sessions ADD COLUMN subject TEXT NOT NULL DEFAULT '';
-"#,
-    r#"
--- Version 16: sessions re-validated with their provider. The provider's
--- session id (back-channel logout names it or the subject), the roles
--- claim's values (mapped to scopes at each request), when the provider last
--- confirmed the session, and its refresh token sealed with a key derived
--- from the session id (which the store never holds). Logout tokens' ids are
--- kept until they expire, so none is accepted twice. Sessions opened before
--- keep NULLs and end at their first re-validation.
-ALTER TABLE auth_sessions ADD COLUMN sid TEXT;
-ALTER TABLE auth_sessions ADD COLUMN roles TEXT;
-ALTER TABLE auth_sessions ADD COLUMN checked_ms BIGINT NOT NULL DEFAULT 0;
-ALTER TABLE auth_sessions ADD COLUMN refresh_sealed TEXT;
-CREATE TABLE auth_logout_tokens (
-    provider   TEXT NOT NULL,
-    jti        TEXT NOT NULL,
-    expires_ms BIGINT NOT NULL,
-    PRIMARY KEY (provider, jti)
-);
-"#,
-    r#"
--- Version 17: the address history listed through one index, by
--- application and address: a listing of one application, or of one of
--- its addresses (the dashboard's), walks it; `address_events_by_time`
--- serves the prune and a listing across applications. A row goes into
--- two indexes instead of three.
-DROP INDEX address_events_by_address;
-DROP INDEX address_events_by_app;
-CREATE INDEX address_events_by_app ON address_events(host, port, address, at_ms);
-"#,
-];
+
+/// The schema version a migrated database is at: the number of the
+/// last file of `MIGRATIONS`.
+pub(super) const SCHEMA_VERSION: usize = 17;
+const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION);
 
 /// The columns [`session_row`] reads, in its order.
 const SESSION_COLUMNS: &str = "id_sha256, person, provider, scopes, created_ms, expires_ms, \
@@ -668,7 +456,7 @@ impl SqliteStore {
         // Negative: KiB, an upper bound; pages are allocated as used.
         conn.pragma_update(None, "cache_size", -32_768)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        let known = MIGRATIONS.len();
+        let known = SCHEMA_VERSION;
         if version > known as i64 {
             return Err(StoreError::TooNew {
                 found: version,
@@ -677,7 +465,7 @@ impl SqliteStore {
         }
         for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-            tx.execute_batch(migration)?;
+            tx.execute_batch(migration.sql)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
             tx.commit()?;
             tracing::info!(version = i + 1, "database migrated");
@@ -1911,7 +1699,7 @@ mod tests {
         let path = dir.join("reach.db");
         {
             let conn = Connection::open(&path).expect("db");
-            conn.execute_batch(MIGRATIONS[0]).expect("v1 schema");
+            conn.execute_batch(MIGRATIONS[0].sql).expect("v1 schema");
             conn.pragma_update(None, "user_version", 1)
                 .expect("version");
             conn.execute_batch(
@@ -1934,7 +1722,7 @@ mod tests {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .expect("version");
-        assert_eq!(version, MIGRATIONS.len() as i64);
+        assert_eq!(version, SCHEMA_VERSION as i64);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1950,7 +1738,7 @@ mod tests {
         {
             let conn = Connection::open(&path).expect("db");
             for m in &MIGRATIONS[..16] {
-                conn.execute_batch(m).expect("schema");
+                conn.execute_batch(m.sql).expect("schema");
             }
             conn.pragma_update(None, "user_version", 16)
                 .expect("version");
@@ -1990,7 +1778,7 @@ mod tests {
         {
             let conn = Connection::open(&path).expect("db");
             for m in &MIGRATIONS[..7] {
-                conn.execute_batch(m).expect("schema");
+                conn.execute_batch(m.sql).expect("schema");
             }
             conn.pragma_update(None, "user_version", 7)
                 .expect("version");

@@ -1,0 +1,4 @@
+CREATE TABLE shared_secrets (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);

@@ -1,0 +1,12 @@
+CREATE TABLE admin_audit (
+    seq        BIGSERIAL PRIMARY KEY,
+    at_ms      BIGINT NOT NULL,
+    actor_kind TEXT NOT NULL,
+    actor      TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    outcome    TEXT NOT NULL,
+    detail     TEXT NOT NULL
+);
+CREATE INDEX admin_audit_by_time ON admin_audit(at_ms);
