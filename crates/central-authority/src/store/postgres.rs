@@ -672,7 +672,7 @@ impl PgStore {
             tx.batch_execute(migration.sql).await?;
             tx.execute("UPDATE reach_schema SET version = $1", &[&((i + 1) as i64)])
                 .await?;
-            tracing::info!(version = i + 1, "database migrated");
+            tracing::info!(version = i + 1, step = migration.file, "database migrated");
         }
         tx.commit().await?;
         Ok(())
