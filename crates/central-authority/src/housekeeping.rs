@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use policy::{AppKey, HealthReporting, Segment, Status};
 
+use crate::access;
 use crate::state::authority::Authority;
 use crate::state::health::UnknownCause;
 use crate::state::registry::ConnSnap;
@@ -22,7 +23,7 @@ use crate::state::registry::ConnSnap;
 /// and refreshes load estimates. The access path does not depend on it:
 /// effective statuses are computed when read.
 pub fn run_once(a: &Authority, now: Instant) {
-    a.renew_windows(now);
+    access::decide::renew_windows(a, now);
     let mut ended: HashMap<AppKey, HashSet<String>> = HashMap::new();
     for k in a.on_access().expire(now) {
         ended.entry(k.0).or_default().insert(k.1);

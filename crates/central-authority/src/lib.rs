@@ -123,7 +123,7 @@ pub async fn run_with(
         .log_stream()
         .start(me.id.clone(), &authority.snapshot().config.log_receivers);
     // The drains in force before the first session can register.
-    if let Some(Err(e)) = authority.blocking(Authority::refresh_drains).await {
+    if let Some(Err(e)) = authority.blocking(access::drain::refresh_drains).await {
         tracing::warn!(error = %e, "cannot read the drained connectors from the store");
     }
     tokio::spawn(replicas::run(

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::access;
 use crate::credentials::auth::AuthError;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
@@ -298,7 +299,7 @@ async fn reconcile_now(authority: &Arc<Authority>) {
         );
     }
     // An outage is logged once, by the store; the drains read last stand.
-    if let Some(Err(e)) = authority.blocking(Authority::refresh_drains).await
+    if let Some(Err(e)) = authority.blocking(access::drain::refresh_drains).await
         && !e.is_unavailable()
     {
         tracing::warn!(error = %e, "cannot read the drained connectors from the store");

@@ -8,6 +8,7 @@
 
 mod common;
 
+use central_authority::access;
 use std::time::Duration;
 
 use common::*;
@@ -1408,7 +1409,8 @@ async fn the_connectors_page_shows_drained_connectors() {
         // An administrator drains east-1 (as `POST …/drain` does).
         let a = std::sync::Arc::clone(&ca.authority);
         tokio::task::spawn_blocking(move || {
-            a.drain_connector(
+            access::drain::drain_connector(
+                &a,
                 "east-1",
                 &central_authority::trust::audit::Actor::token("ops"),
                 true,

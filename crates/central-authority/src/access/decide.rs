@@ -15,6 +15,7 @@ use protocol::v1::authority_message::Kind as Out;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::access;
 use crate::access::explain::ExplanationView;
 use crate::error::ApiError;
 use crate::state::authority::Authority;
@@ -145,454 +146,471 @@ pub(crate) fn port_outside(port: impl std::fmt::Display) -> ApiError {
     ApiError::InvalidRequest(format!("port {port} is outside 1-65535"))
 }
 
-impl Authority {
-    /// Resolves one access request. Refusals are answers; errors mean the
-    /// request was unusable.
-    pub async fn resolve(&self, request: AccessRequest) -> Result<AccessOutcome, ApiError> {
-        self.resolve_from(request, None).await
+/// Resolves one access request. Refusals are answers; errors mean the
+/// request was unusable.
+pub async fn resolve(
+    authority: &Authority,
+    request: AccessRequest,
+) -> Result<AccessOutcome, ApiError> {
+    resolve_from(authority, request, None).await
+}
+
+/// `resolve` for a user at `user_location`, when the caller knows it:
+/// the `nearest` strategy then adds the estimated round trip from there
+/// to each candidate's group (`policy::select`).
+pub async fn resolve_from(
+    authority: &Authority,
+    request: AccessRequest,
+    user_location: Option<Location>,
+) -> Result<AccessOutcome, ApiError> {
+    let started = Instant::now();
+    let host = request_host(&request.host)?;
+    let port = access_port(i64::from(request.port))?;
+    let outcome = decide(authority, host, request.protocol, port, user_location).await;
+    authority
+        .metrics()
+        .count_decision(outcome.decision.as_ref().err().map(|r| r.reason));
+    let total = started.elapsed();
+    authority
+        .metrics()
+        .decision_seconds
+        .observe(total.as_secs_f64());
+    if authority.log_stream().wants(crate::logstream::Kind::Access) {
+        let matched = (outcome.explanation.matched_at).map_or(total, |m| m.duration_since(started));
+        emit_access(authority, &request, &outcome, (matched, total));
     }
-
-    /// `resolve` for a user at `user_location`, when the caller knows it:
-    /// the `nearest` strategy then adds the estimated round trip from there
-    /// to each candidate's group (`policy::select`).
-    pub async fn resolve_from(
-        &self,
-        request: AccessRequest,
-        user_location: Option<Location>,
-    ) -> Result<AccessOutcome, ApiError> {
-        let started = Instant::now();
-        let host = request_host(&request.host)?;
-        let port = access_port(i64::from(request.port))?;
-        let outcome = self
-            .decide(host, request.protocol, port, user_location)
-            .await;
-        self.metrics()
-            .count_decision(outcome.decision.as_ref().err().map(|r| r.reason));
-        let total = started.elapsed();
-        self.metrics().decision_seconds.observe(total.as_secs_f64());
-        if self.log_stream().wants(crate::logstream::Kind::Access) {
-            let matched =
-                (outcome.explanation.matched_at).map_or(total, |m| m.duration_since(started));
-            self.emit_access(&request, &outcome, (matched, total));
+    match &outcome.decision {
+        Ok(s) => {
+            tracing::debug!(host = %request.host, port, connector = %s.connector, "access selected")
         }
-        match &outcome.decision {
-            Ok(s) => {
-                tracing::debug!(host = %request.host, port, connector = %s.connector, "access selected")
-            }
-            Err(r) => {
-                tracing::info!(host = %request.host, port, reason = %r.reason, detail = %r.message, "access refused")
-            }
+        Err(r) => {
+            tracing::info!(host = %request.host, port, reason = %r.reason, detail = %r.message, "access refused")
         }
-        Ok(outcome)
     }
+    Ok(outcome)
+}
 
-    async fn decide(
-        &self,
-        host: Host,
-        protocol: Protocol,
-        port: u16,
-        user: Option<Location>,
-    ) -> AccessOutcome {
-        let state = self.snapshot();
-        let mut explanation = ExplanationView::new(state.settings().strategy);
-        let request = Request {
-            host,
-            protocol,
-            port,
-        };
-        let segment = match matched_segment(&state, &request, &mut explanation) {
-            Ok(segment) => segment,
-            Err(refusal) => {
-                return AccessOutcome {
-                    decision: Err(refusal),
-                    explanation,
-                };
-            }
-        };
-        let mode = segment.health_reporting;
-        let strategy = strategy_of(&state, segment);
-        explanation.strategy = strategy;
-        let proximity = Proximity {
-            tolerance: state.settings().nearest_tolerance,
-            user,
-        };
-        let key = AppKey {
-            segment: segment.name.clone(),
-            host: request.host,
-            protocol,
-            port,
-        };
+async fn decide(
+    authority: &Authority,
+    host: Host,
+    protocol: Protocol,
+    port: u16,
+    user: Option<Location>,
+) -> AccessOutcome {
+    let state = authority.snapshot();
+    let mut explanation = ExplanationView::new(state.settings().strategy);
+    let request = Request {
+        host,
+        protocol,
+        port,
+    };
+    let segment = match matched_segment(&state, &request, &mut explanation) {
+        Ok(segment) => segment,
+        Err(refusal) => {
+            return AccessOutcome {
+                decision: Err(refusal),
+                explanation,
+            };
+        }
+    };
+    let mode = segment.health_reporting;
+    let strategy = strategy_of(&state, segment);
+    explanation.strategy = strategy;
+    let proximity = Proximity {
+        tolerance: state.settings().nearest_tolerance,
+        user,
+    };
+    let key = AppKey {
+        segment: segment.name.clone(),
+        host: request.host,
+        protocol,
+        port,
+    };
 
-        // Subscribe before looking, so no report between the look and the
-        // wait is missed.
-        let mut changes = self.subscribe();
-        changes.borrow_and_update();
-        let now = Instant::now();
-        let how = (mode, strategy, proximity);
-        let rostered = (mode != HealthReporting::OnAccess)
-            .then(|| self.decide_on_roster(&state, segment, &key, how, now, &mut rand::rng()));
-        if let Some(decided) = rostered.flatten() {
-            return finish(explanation, decided, strategy, segment, key, &state);
-        }
-        let mut candidates = self.candidates(&state, segment, &key, now);
-        let mut decision = self.pick(&candidates, mode, strategy, proximity);
-        let mut rechecking = Vec::new();
-        if mode == HealthReporting::OnAccess {
-            let all_down = decision == Decision::Refused(RefusalReason::AllDown);
-            let caps = Caps::of(state.settings());
-            (explanation.forwarded_to, rechecking) =
-                self.forward_on_access(segment, &key, &candidates, all_down, caps, now);
-        }
-        let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
-            || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
-        if mode == HealthReporting::OnAccess && waits {
-            let started = Instant::now();
-            (decision, candidates) = self
-                .discover(
-                    &state,
-                    segment,
-                    &key,
-                    proximity,
-                    changes,
-                    candidates,
-                    &rechecking,
-                )
-                .await;
-            explanation.discovery_waited = true;
-            explanation.discovery_ms =
-                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        }
-        outcome(explanation, decision, candidates, how, segment, key, &state)
-    }
-
-    /// The decision to the log receivers that take access records: the
-    /// request, segment, selection, candidates counted, reason and the
-    /// time to match and to select (`timings`: matched, total).
-    fn emit_access(
-        &self,
-        request: &AccessRequest,
-        outcome: &AccessOutcome,
-        (matched, total): (std::time::Duration, std::time::Duration),
-    ) {
-        use crate::logstream::{Field, Kind, Record};
-        let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let e = &outcome.explanation;
-        let mut r = Record::new(
-            Kind::Access,
-            u64::try_from(crate::ground::clock::now_ms()).unwrap_or(0),
+    // Subscribe before looking, so no report between the look and the
+    // wait is missed.
+    let mut changes = authority.subscribe();
+    changes.borrow_and_update();
+    let now = Instant::now();
+    let how = (mode, strategy, proximity);
+    let rostered = (mode != HealthReporting::OnAccess).then(|| {
+        access::roster::decide_on_roster(
+            authority,
+            &state,
+            segment,
+            &key,
+            how,
+            now,
+            &mut rand::rng(),
         )
-        .text(Field::RequestId, format!("{:016x}", rand::random::<u64>()))
-        .text(Field::Host, request.host.as_str())
-        .int(Field::Port, u64::from(request.port))
-        .text(Field::Protocol, request.protocol.as_str())
-        .text(Field::Segment, e.segment.clone().unwrap_or_default());
-        r = match &outcome.decision {
-            Ok(s) => r
-                .text(Field::Decision, "allowed")
-                .text(Field::Connector, s.connector.as_str())
-                .text(Field::Group, s.group.as_str()),
-            Err(refusal) => r
-                .text(Field::Decision, "refused")
-                .text(Field::Group, e.chosen_group.clone().unwrap_or_default())
-                .text(
-                    Field::Reason,
-                    format!("{}: {}", refusal.reason, refusal.message),
-                ),
-        };
-        if let Some(s) = &e.selection {
-            r = r
-                .int(Field::CandidatesHealthy, s.candidates_eligible as u64)
-                .int(Field::CandidatesTotal, s.candidates_total as u64);
-        }
-        self.log_stream().emit(
-            r.int(Field::MatchUs, us(matched))
-                .int(Field::SelectUs, us(total.saturating_sub(matched)))
-                .int(Field::TotalUs, us(total)),
-        );
+    });
+    if let Some(decided) = rostered.flatten() {
+        return finish(explanation, decided, strategy, segment, key, &state);
     }
+    let mut candidates = candidates(authority, &state, segment, &key, now);
+    let mut decision = pick(&candidates, mode, strategy, proximity);
+    let mut rechecking = Vec::new();
+    if mode == HealthReporting::OnAccess {
+        let all_down = decision == Decision::Refused(RefusalReason::AllDown);
+        let caps = Caps::of(state.settings());
+        (explanation.forwarded_to, rechecking) =
+            forward_on_access(authority, segment, &key, &candidates, all_down, caps, now);
+    }
+    let waits = decision == Decision::Refused(RefusalReason::NoHealthReport)
+        || (decision == Decision::Refused(RefusalReason::AllDown) && !rechecking.is_empty());
+    if mode == HealthReporting::OnAccess && waits {
+        let started = Instant::now();
+        (decision, candidates) = discover(
+            authority,
+            &state,
+            segment,
+            &key,
+            proximity,
+            changes,
+            candidates,
+            &rechecking,
+        )
+        .await;
+        explanation.discovery_waited = true;
+        explanation.discovery_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    }
+    outcome(explanation, decision, candidates, how, segment, key, &state)
+}
 
-    /// On-access discovery: nothing is reachable yet, so wait (up to the
-    /// discovery timeout) for reports that change that, re-selecting after
-    /// each. While re-checks of `rechecking` (connectors whose result was
-    /// Down) are unanswered, an all-Down decision waits too; once all are
-    /// answered (or at the deadline) it stands. Returns the decision and the
-    /// candidates it was made on (those seen last).
-    #[allow(clippy::too_many_arguments)] // the decision's inputs, as `decide` holds them
-    async fn discover(
-        &self,
-        state: &PolicyState,
-        segment: &Segment,
-        key: &AppKey,
-        proximity: Proximity,
-        mut changes: watch::Receiver<u64>,
-        mut candidates: Vec<Candidate>,
-        rechecking: &[String],
-    ) -> (Decision, Vec<Candidate>) {
-        let (mode, strategy) = (segment.health_reporting, strategy_of(state, segment));
-        let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
-        let pending = |this: &Self| {
-            rechecking
-                .iter()
-                .any(|c| this.on_access().recheck_pending(&(key.clone(), c.clone())))
-        };
-        let mut decision = self.pick(&candidates, mode, strategy, proximity);
-        loop {
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Err(_) | Ok(Err(_)) => {
-                    let decision = match decision {
-                        Decision::Refused(RefusalReason::NoHealthReport) => {
-                            Decision::Refused(RefusalReason::DiscoveryTimeout)
-                        }
-                        other => other,
-                    };
-                    return (decision, candidates);
-                }
-                Ok(Ok(())) => {
-                    changes.borrow_and_update();
-                    candidates = self.candidates(state, segment, key, Instant::now());
-                    decision = self.pick(&candidates, mode, strategy, proximity);
-                    match decision {
-                        Decision::Refused(RefusalReason::NoHealthReport) => continue,
-                        Decision::Refused(RefusalReason::AllDown) if pending(self) => continue,
-                        other => return (other, candidates),
+/// The decision to the log receivers that take access records: the
+/// request, segment, selection, candidates counted, reason and the
+/// time to match and to select (`timings`: matched, total).
+fn emit_access(
+    authority: &Authority,
+    request: &AccessRequest,
+    outcome: &AccessOutcome,
+    (matched, total): (std::time::Duration, std::time::Duration),
+) {
+    use crate::logstream::{Field, Kind, Record};
+    let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let e = &outcome.explanation;
+    let mut r = Record::new(
+        Kind::Access,
+        u64::try_from(crate::ground::clock::now_ms()).unwrap_or(0),
+    )
+    .text(Field::RequestId, format!("{:016x}", rand::random::<u64>()))
+    .text(Field::Host, request.host.as_str())
+    .int(Field::Port, u64::from(request.port))
+    .text(Field::Protocol, request.protocol.as_str())
+    .text(Field::Segment, e.segment.clone().unwrap_or_default());
+    r = match &outcome.decision {
+        Ok(s) => r
+            .text(Field::Decision, "allowed")
+            .text(Field::Connector, s.connector.as_str())
+            .text(Field::Group, s.group.as_str()),
+        Err(refusal) => r
+            .text(Field::Decision, "refused")
+            .text(Field::Group, e.chosen_group.clone().unwrap_or_default())
+            .text(
+                Field::Reason,
+                format!("{}: {}", refusal.reason, refusal.message),
+            ),
+    };
+    if let Some(s) = &e.selection {
+        r = r
+            .int(Field::CandidatesHealthy, s.candidates_eligible as u64)
+            .int(Field::CandidatesTotal, s.candidates_total as u64);
+    }
+    authority.log_stream().emit(
+        r.int(Field::MatchUs, us(matched))
+            .int(Field::SelectUs, us(total.saturating_sub(matched)))
+            .int(Field::TotalUs, us(total)),
+    );
+}
+
+/// On-access discovery: nothing is reachable yet, so wait (up to the
+/// discovery timeout) for reports that change that, re-selecting after
+/// each. While re-checks of `rechecking` (connectors whose result was
+/// Down) are unanswered, an all-Down decision waits too; once all are
+/// answered (or at the deadline) it stands. Returns the decision and the
+/// candidates it was made on (those seen last).
+#[allow(clippy::too_many_arguments)] // the decision's inputs, as `decide` holds them
+async fn discover(
+    authority: &Authority,
+    state: &PolicyState,
+    segment: &Segment,
+    key: &AppKey,
+    proximity: Proximity,
+    mut changes: watch::Receiver<u64>,
+    mut candidates: Vec<Candidate>,
+    rechecking: &[String],
+) -> (Decision, Vec<Candidate>) {
+    let (mode, strategy) = (segment.health_reporting, strategy_of(state, segment));
+    let deadline = tokio::time::Instant::now() + state.settings().discovery_timeout;
+    let pending = |this: &Authority| {
+        rechecking
+            .iter()
+            .any(|c| this.on_access().recheck_pending(&(key.clone(), c.clone())))
+    };
+    let mut decision = pick(&candidates, mode, strategy, proximity);
+    loop {
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Err(_) | Ok(Err(_)) => {
+                let decision = match decision {
+                    Decision::Refused(RefusalReason::NoHealthReport) => {
+                        Decision::Refused(RefusalReason::DiscoveryTimeout)
                     }
+                    other => other,
+                };
+                return (decision, candidates);
+            }
+            Ok(Ok(())) => {
+                changes.borrow_and_update();
+                candidates =
+                    access::decide::candidates(authority, state, segment, key, Instant::now());
+                decision = pick(&candidates, mode, strategy, proximity);
+                match decision {
+                    Decision::Refused(RefusalReason::NoHealthReport) => continue,
+                    Decision::Refused(RefusalReason::AllDown) if pending(authority) => continue,
+                    other => return (other, candidates),
                 }
             }
         }
     }
+}
 
-    /// The connected candidates whose latest result for `key` is Down or
-    /// older than the segment's report interval: an access re-checks them.
-    fn needs_recheck(
-        &self,
-        segment: &Segment,
-        key: &AppKey,
-        candidates: &[Candidate],
-        now: Instant,
-    ) -> Vec<String> {
-        let stale: HashSet<String> = self
-            .health()
-            .statuses(key)
-            .into_iter()
-            .filter(|(_, status, at)| {
-                *status == Status::Down
-                    || now.saturating_duration_since(*at) > segment.report_interval
-            })
-            .map(|(name, _, _)| name)
-            .collect();
+/// The connected candidates whose latest result for `key` is Down or
+/// older than the segment's report interval: an access re-checks them.
+fn needs_recheck(
+    authority: &Authority,
+    segment: &Segment,
+    key: &AppKey,
+    candidates: &[Candidate],
+    now: Instant,
+) -> Vec<String> {
+    let stale: HashSet<String> = authority
+        .health()
+        .statuses(key)
+        .into_iter()
+        .filter(|(_, status, at)| {
+            *status == Status::Down || now.saturating_duration_since(*at) > segment.report_interval
+        })
+        .map(|(name, _, _)| name)
+        .collect();
+    candidates
+        .iter()
+        .filter(|c| c.connected && !c.drained && stale.contains(&c.connector))
+        .map(|c| c.connector.clone())
+        .collect()
+}
+
+fn pick(
+    candidates: &[Candidate],
+    mode: HealthReporting,
+    strategy: Strategy,
+    proximity: Proximity,
+) -> Decision {
+    policy::select_with(candidates, mode, strategy, proximity, &mut rand::rng())
+}
+
+/// Every known connector of the segment's groups with its effective
+/// status for `key` and its group's location, in group order, then by
+/// name.
+///
+/// Called for every decision: the group's members come from the
+/// registry (its lock), then their results from the health table (the
+/// shard's read lock, nothing copied out), never both locks at once;
+/// each name is copied once, into its candidate.
+pub(crate) fn candidates(
+    authority: &Authority,
+    state: &PolicyState,
+    segment: &Segment,
+    key: &AppKey,
+    now: Instant,
+) -> Vec<Candidate> {
+    // Each group's candidates, in name order.
+    let members = segment
+        .connector_groups
+        .iter()
+        .map(|group| authority.registry().members(group));
+    let (mut out, links, runs) = rosters::unjudged(state, segment, members);
+    // On-access: whose window is live (its own lock, so before the
+    // health table's).
+    let live: Vec<bool> = if segment.health_reporting == HealthReporting::OnAccess {
+        out.iter()
+            .map(|c| authority.on_access().is_live(key, &c.connector, now))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    authority.health().inspect(key, |reports, _| {
+        for run in runs {
+            for (i, report) in matched(reports, &out[run.clone()]) {
+                let i = run.start + i;
+                let c = &mut out[i];
+                c.status = Authority::effective(
+                    state,
+                    segment,
+                    report.status,
+                    now.saturating_duration_since(report.checked_at),
+                    links.get(i).copied(),
+                    live.get(i).copied().unwrap_or(true),
+                )
+                .0;
+                c.rtt = report.rtt;
+            }
+        }
+    });
+    out
+}
+
+/// Forwards the access to the candidates' connectors (on-access
+/// segments). When nobody is reachable (`all_down`) but some
+/// connector's latest result is Down or old, it may have come back:
+/// those re-check now (even within the forward interval), and the
+/// decision waits for their answer before refusing. Returns the
+/// connectors forwarded to and those re-checking.
+fn forward_on_access(
+    authority: &Authority,
+    segment: &Segment,
+    key: &AppKey,
+    candidates: &[Candidate],
+    all_down: bool,
+    caps: Caps,
+    now: Instant,
+) -> (Vec<String>, Vec<String>) {
+    let recheck = if all_down {
+        needs_recheck(authority, segment, key, candidates, now)
+    } else {
+        Vec::new()
+    };
+    forward_access(authority, key, candidates, &recheck, caps, now)
+}
+
+/// Forwards an access to the connected candidates that are not drained
+/// (a drained connector carries no new access, so nobody waits for
+/// its check), at most once per
+/// `access_forward_interval` per (application, connector) (held-back
+/// accesses follow as a renewal, see `renew_windows`), and starts or
+/// renews the CA's own window for each forward; not to connectors with
+/// no room under `caps` (counted in `windows_refused`). Those in
+/// `recheck` get it regardless of the interval (a re-check; see
+/// `OnAccess`). Returns
+/// who got it, and who of those as a re-check.
+fn forward_access(
+    authority: &Authority,
+    key: &AppKey,
+    candidates: &[Candidate],
+    recheck: &[String],
+    caps: Caps,
+    now: Instant,
+) -> (Vec<String>, Vec<String>) {
+    let targets = authority.registry().senders(
         candidates
             .iter()
-            .filter(|c| c.connected && !c.drained && stale.contains(&c.connector))
-            .map(|c| c.connector.clone())
-            .collect()
-    }
-
-    fn pick(
-        &self,
-        candidates: &[Candidate],
-        mode: HealthReporting,
-        strategy: Strategy,
-        proximity: Proximity,
-    ) -> Decision {
-        policy::select_with(candidates, mode, strategy, proximity, &mut rand::rng())
-    }
-
-    /// Every known connector of the segment's groups with its effective
-    /// status for `key` and its group's location, in group order, then by
-    /// name.
-    ///
-    /// Called for every decision: the group's members come from the
-    /// registry (its lock), then their results from the health table (the
-    /// shard's read lock, nothing copied out), never both locks at once;
-    /// each name is copied once, into its candidate.
-    pub(crate) fn candidates(
-        &self,
-        state: &PolicyState,
-        segment: &Segment,
-        key: &AppKey,
-        now: Instant,
-    ) -> Vec<Candidate> {
-        // Each group's candidates, in name order.
-        let members = segment
-            .connector_groups
-            .iter()
-            .map(|group| self.registry().members(group));
-        let (mut out, links, runs) = rosters::unjudged(state, segment, members);
-        // On-access: whose window is live (its own lock, so before the
-        // health table's).
-        let live: Vec<bool> = if segment.health_reporting == HealthReporting::OnAccess {
-            out.iter()
-                .map(|c| self.on_access().is_live(key, &c.connector, now))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        self.health().inspect(key, |reports, _| {
-            for run in runs {
-                for (i, report) in matched(reports, &out[run.clone()]) {
-                    let i = run.start + i;
-                    let c = &mut out[i];
-                    c.status = Self::effective(
-                        state,
-                        segment,
-                        report.status,
-                        now.saturating_duration_since(report.checked_at),
-                        links.get(i).copied(),
-                        live.get(i).copied().unwrap_or(true),
-                    )
-                    .0;
-                    c.rtt = report.rtt;
+            .filter(|c| c.connected && !c.drained)
+            .map(|c| c.connector.as_str()),
+    );
+    let mut sent = Vec::new();
+    let mut rechecking = Vec::new();
+    for (name, tx) in targets {
+        let wk = (key.clone(), name.clone());
+        let forced = recheck.contains(&name) && authority.on_access().claim_recheck(&wk, now);
+        if !forced {
+            match authority.on_access().claim_forward(&wk, now, caps) {
+                Claim::Forward => {}
+                Claim::Coalesced => continue,
+                Claim::Full(limit) => {
+                    // Bounded state: this connector (or segment) checks
+                    // enough applications on access already.
+                    window_refused(authority, &name, key, limit, "access not forwarded");
+                    continue;
                 }
             }
-        });
-        out
-    }
-
-    /// Forwards the access to the candidates' connectors (on-access
-    /// segments). When nobody is reachable (`all_down`) but some
-    /// connector's latest result is Down or old, it may have come back:
-    /// those re-check now (even within the forward interval), and the
-    /// decision waits for their answer before refusing. Returns the
-    /// connectors forwarded to and those re-checking.
-    fn forward_on_access(
-        &self,
-        segment: &Segment,
-        key: &AppKey,
-        candidates: &[Candidate],
-        all_down: bool,
-        caps: Caps,
-        now: Instant,
-    ) -> (Vec<String>, Vec<String>) {
-        let recheck = if all_down {
-            self.needs_recheck(segment, key, candidates, now)
-        } else {
-            Vec::new()
-        };
-        self.forward_access(key, candidates, &recheck, caps, now)
-    }
-
-    /// Forwards an access to the connected candidates that are not drained
-    /// (a drained connector carries no new access, so nobody waits for
-    /// its check), at most once per
-    /// `access_forward_interval` per (application, connector) (held-back
-    /// accesses follow as a renewal, see `renew_windows`), and starts or
-    /// renews the CA's own window for each forward; not to connectors with
-    /// no room under `caps` (counted in `windows_refused`). Those in
-    /// `recheck` get it regardless of the interval (a re-check; see
-    /// `OnAccess`). Returns
-    /// who got it, and who of those as a re-check.
-    fn forward_access(
-        &self,
-        key: &AppKey,
-        candidates: &[Candidate],
-        recheck: &[String],
-        caps: Caps,
-        now: Instant,
-    ) -> (Vec<String>, Vec<String>) {
-        let targets = self.registry().senders(
-            candidates
-                .iter()
-                .filter(|c| c.connected && !c.drained)
-                .map(|c| c.connector.as_str()),
-        );
-        let mut sent = Vec::new();
-        let mut rechecking = Vec::new();
-        for (name, tx) in targets {
-            let wk = (key.clone(), name.clone());
-            let forced = recheck.contains(&name) && self.on_access().claim_recheck(&wk, now);
-            if !forced {
-                match self.on_access().claim_forward(&wk, now, caps) {
-                    Claim::Forward => {}
-                    Claim::Coalesced => continue,
-                    Claim::Full(limit) => {
-                        // Bounded state: this connector (or segment) checks
-                        // enough applications on access already.
-                        self.window_refused(&name, key, limit, "access not forwarded");
-                        continue;
-                    }
-                }
-            }
-            if self.send_access(&name, &tx, wk, now, now, caps) {
-                if forced {
-                    rechecking.push(name.clone());
-                }
-                sent.push(name);
-            }
         }
-        (sent, rechecking)
-    }
-
-    /// Counts and logs an on-access window for `name` and `key` that
-    /// `limit` refused (`what` became of the access).
-    fn window_refused(&self, name: &str, key: &AppKey, limit: Limit, what: &str) {
-        Metrics::count(&self.metrics().windows_refused, "access");
-        tracing::debug!(connector = %name, app = %key, "{what}: {} reached", limit.setting());
-    }
-
-    /// Sends connector `name` an `AccessEvent` for the access to `wk` at
-    /// `accessed`, renewing the CA's window on success (under `caps` if it
-    /// ended since it was claimed). Returns whether it was queued.
-    fn send_access(
-        &self,
-        name: &str,
-        tx: &crate::state::registry::Outbound,
-        wk: WindowKey,
-        accessed: Instant,
-        now: Instant,
-        caps: Caps,
-    ) -> bool {
-        let ago = now.saturating_duration_since(accessed);
-        // The access's wall time names it for every replica (`state::access_ids`).
-        let accessed_unix_ms = SystemTime::now()
-            .checked_sub(ago)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let event = v1::AuthorityMessage {
-            kind: Some(Out::Access(v1::AccessEvent {
-                app: Some(v1::ApplicationKey::from(&wk.0)),
-                accessed_ms_ago: u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
-                access_id: self.access_ids().issue(name, &wk.0, accessed_unix_ms),
-            })),
-        };
-        if tx.try_send(Ok(event)).is_ok() {
-            if let Err(limit) = self.on_access().forwarded(wk.clone(), accessed, caps) {
-                // Its window ended since the claim and its place is taken:
-                // the connector checks it for this access alone.
-                self.window_refused(name, &wk.0, limit, "window not reopened");
+        if send_access(authority, &name, &tx, wk, now, now, caps) {
+            if forced {
+                rechecking.push(name.clone());
             }
-            self.metrics().access_events_forwarded.inc();
-            true
-        } else {
-            tracing::warn!(connector = %name, app = %wk.0, "cannot forward access: connector's queue is full");
-            self.on_access().forward_failed(&wk);
-            false
+            sent.push(name);
         }
     }
+    (sent, rechecking)
+}
 
-    /// Sends the renewals coalescing owes at `now`: for every (application,
-    /// connector) whose accesses were held back and whose forward interval
-    /// has passed, one `AccessEvent` saying when the latest access was, so
-    /// the connector's window (and the CA's) ends a window after it.
-    pub(crate) fn renew_windows(&self, now: Instant) {
-        let due = self.on_access().due_renewals(now);
-        if due.is_empty() {
-            return;
+/// Counts and logs an on-access window for `name` and `key` that
+/// `limit` refused (`what` became of the access).
+fn window_refused(authority: &Authority, name: &str, key: &AppKey, limit: Limit, what: &str) {
+    Metrics::count(&authority.metrics().windows_refused, "access");
+    tracing::debug!(connector = %name, app = %key, "{what}: {} reached", limit.setting());
+}
+
+/// Sends connector `name` an `AccessEvent` for the access to `wk` at
+/// `accessed`, renewing the CA's window on success (under `caps` if it
+/// ended since it was claimed). Returns whether it was queued.
+fn send_access(
+    authority: &Authority,
+    name: &str,
+    tx: &crate::state::registry::Outbound,
+    wk: WindowKey,
+    accessed: Instant,
+    now: Instant,
+    caps: Caps,
+) -> bool {
+    let ago = now.saturating_duration_since(accessed);
+    // The access's wall time names it for every replica (`state::access_ids`).
+    let accessed_unix_ms = SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let event = v1::AuthorityMessage {
+        kind: Some(Out::Access(v1::AccessEvent {
+            app: Some(v1::ApplicationKey::from(&wk.0)),
+            accessed_ms_ago: u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
+            access_id: authority.access_ids().issue(name, &wk.0, accessed_unix_ms),
+        })),
+    };
+    if tx.try_send(Ok(event)).is_ok() {
+        if let Err(limit) = authority.on_access().forwarded(wk.clone(), accessed, caps) {
+            // Its window ended since the claim and its place is taken:
+            // the connector checks it for this access alone.
+            window_refused(authority, name, &wk.0, limit, "window not reopened");
         }
-        let mut by_connector: HashMap<String, Vec<(AppKey, Instant)>> = HashMap::new();
-        for ((key, connector), accessed) in due {
-            by_connector
-                .entry(connector)
-                .or_default()
-                .push((key, accessed));
-        }
-        let caps = Caps::of(self.snapshot().settings());
-        let senders = self
-            .registry()
-            .senders(by_connector.keys().map(String::as_str));
-        for (name, tx) in senders {
-            for (key, accessed) in by_connector.remove(&name).unwrap_or_default() {
-                self.send_access(&name, &tx, (key, name.clone()), accessed, now, caps);
-            }
+        authority.metrics().access_events_forwarded.inc();
+        true
+    } else {
+        tracing::warn!(connector = %name, app = %wk.0, "cannot forward access: connector's queue is full");
+        authority.on_access().forward_failed(&wk);
+        false
+    }
+}
+
+/// Sends the renewals coalescing owes at `now`: for every (application,
+/// connector) whose accesses were held back and whose forward interval
+/// has passed, one `AccessEvent` saying when the latest access was, so
+/// the connector's window (and the CA's) ends a window after it.
+pub(crate) fn renew_windows(authority: &Authority, now: Instant) {
+    let due = authority.on_access().due_renewals(now);
+    if due.is_empty() {
+        return;
+    }
+    let mut by_connector: HashMap<String, Vec<(AppKey, Instant)>> = HashMap::new();
+    for ((key, connector), accessed) in due {
+        by_connector
+            .entry(connector)
+            .or_default()
+            .push((key, accessed));
+    }
+    let caps = Caps::of(authority.snapshot().settings());
+    let senders = authority
+        .registry()
+        .senders(by_connector.keys().map(String::as_str));
+    for (name, tx) in senders {
+        for (key, accessed) in by_connector.remove(&name).unwrap_or_default() {
+            send_access(
+                authority,
+                &name,
+                &tx,
+                (key, name.clone()),
+                accessed,
+                now,
+                caps,
+            );
         }
     }
 }

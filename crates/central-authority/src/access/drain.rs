@@ -161,232 +161,237 @@ pub enum DrainAnswer {
 /// Most names one `without` takes.
 const MAX_WITHOUT_NAMES: usize = 100;
 
-impl Authority {
-    /// Reads the administrators' drains from the store into the registry
-    /// (wakes waiting decisions when they changed).
-    pub fn refresh_drains(&self) -> Result<(), StoreError> {
-        let drains = self.store().drains()?;
-        if self.registry().set_drains(drains) {
-            self.bump();
-        }
-        Ok(())
+/// Reads the administrators' drains from the store into the registry
+/// (wakes waiting decisions when they changed).
+pub fn refresh_drains(authority: &Authority) -> Result<(), StoreError> {
+    let drains = authority.store().drains()?;
+    if authority.registry().set_drains(drains) {
+        authority.bump();
     }
+    Ok(())
+}
 
-    /// Whether `name` is a connector this CA knows: one this replica has
-    /// seen, or one enrolled in the store.
-    fn knows_connector(&self, name: &str) -> Result<bool, StoreError> {
-        if self.registry().knows(name) {
-            return Ok(true);
-        }
-        Ok(self.store().connectors()?.iter().any(|c| c.name == name))
+/// Whether `name` is a connector this CA knows: one this replica has
+/// seen, or one enrolled in the store.
+fn knows_connector(authority: &Authority, name: &str) -> Result<bool, StoreError> {
+    if authority.registry().knows(name) {
+        return Ok(true);
     }
+    Ok(authority
+        .store()
+        .connectors()?
+        .iter()
+        .any(|c| c.name == name))
+}
 
-    /// Drains connector `name` for `actor` unless that leaves an
-    /// application without a healthy, undrained connector and `force` is
-    /// false. In force here at once; every replica reads it from the store.
-    pub fn drain_connector(
-        &self,
-        name: &str,
-        actor: &Actor,
-        force: bool,
-    ) -> Result<DrainAnswer, StoreError> {
-        if !self.knows_connector(name)? {
-            return Ok(DrainAnswer::NotFound);
-        }
-        let already = self.registry().drains().get(name).cloned();
-        let whatif = self.what_if(&BTreeSet::from([name.to_owned()]), true);
-        if whatif.stranded > 0 && !force && already.is_none() {
-            return Ok(DrainAnswer::Refused(whatif));
-        }
-        let record = self.store().drain(&DrainRecord {
-            connector: name.to_owned(),
-            since_ms: now_ms(),
-            actor_kind: actor.kind.as_str().to_owned(),
-            actor: actor.name.clone(),
-        })?;
-        self.registry().drained(record.clone());
-        self.bump();
+/// Drains connector `name` for `actor` unless that leaves an
+/// application without a healthy, undrained connector and `force` is
+/// false. In force here at once; every replica reads it from the store.
+pub fn drain_connector(
+    authority: &Authority,
+    name: &str,
+    actor: &Actor,
+    force: bool,
+) -> Result<DrainAnswer, StoreError> {
+    if !knows_connector(authority, name)? {
+        return Ok(DrainAnswer::NotFound);
+    }
+    let already = authority.registry().drains().get(name).cloned();
+    let whatif = what_if(authority, &BTreeSet::from([name.to_owned()]), true);
+    if whatif.stranded > 0 && !force && already.is_none() {
+        return Ok(DrainAnswer::Refused(whatif));
+    }
+    let record = authority.store().drain(&DrainRecord {
+        connector: name.to_owned(),
+        since_ms: now_ms(),
+        actor_kind: actor.kind.as_str().to_owned(),
+        actor: actor.name.clone(),
+    })?;
+    authority.registry().drained(record.clone());
+    authority.bump();
+    tracing::info!(
+        connector = name,
+        stranded = whatif.stranded,
+        "connector drained: selected for no new access"
+    );
+    Ok(DrainAnswer::Drained {
+        already: already.is_some(),
+        record,
+        whatif,
+    })
+}
+
+/// Ends an administrator's drain of `name`: `None` when no such
+/// connector is known, else whether it was drained.
+pub fn undrain_connector(authority: &Authority, name: &str) -> Result<Option<bool>, StoreError> {
+    let was = authority.store().undrain(name)?;
+    if !was && !knows_connector(authority, name)? {
+        return Ok(None);
+    }
+    authority.registry().undrained(name);
+    authority.bump();
+    if was {
+        tracing::info!(connector = name, "connector undrained");
+    }
+    Ok(Some(was))
+}
+
+/// Connector `name`'s live session drains itself (`v1::Drain`): it is
+/// selected for no new access until that session ends.
+pub(crate) fn self_drain(authority: &Authority, name: &str, drain_ms: u64) {
+    let since_ms = now_ms();
+    let until_ms = (drain_ms > 0)
+        .then(|| since_ms.saturating_add(i64::try_from(drain_ms).unwrap_or(i64::MAX)));
+    if authority
+        .registry()
+        .self_drain(name, SelfDrain { since_ms, until_ms })
+    {
+        authority.bump();
         tracing::info!(
             connector = name,
-            stranded = whatif.stranded,
-            "connector drained: selected for no new access"
+            drain_ms,
+            "connector drains itself before it stops: selected for no new access"
         );
-        Ok(DrainAnswer::Drained {
-            already: already.is_some(),
-            record,
-            whatif,
-        })
     }
+}
 
-    /// Ends an administrator's drain of `name`: `None` when no such
-    /// connector is known, else whether it was drained.
-    pub fn undrain_connector(&self, name: &str) -> Result<Option<bool>, StoreError> {
-        let was = self.store().undrain(name)?;
-        if !was && !self.knows_connector(name)? {
-            return Ok(None);
-        }
-        self.registry().undrained(name);
-        self.bump();
-        if was {
-            tracing::info!(connector = name, "connector undrained");
-        }
-        Ok(Some(was))
+/// The connectors `spec` names (comma-separated connector or group
+/// names, each optionally `connector:` or `group:`): a group stands
+/// for every connector of it this replica knows.
+pub fn resolve_without(
+    authority: &Authority,
+    spec: &str,
+) -> Result<Result<BTreeSet<String>, WithoutError>, StoreError> {
+    let names: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if names.iter().all(|n| n.is_empty()) {
+        return Ok(Err(WithoutError::Invalid(
+            "name a connector or connector group".into(),
+        )));
     }
-
-    /// Connector `name`'s live session drains itself (`v1::Drain`): it is
-    /// selected for no new access until that session ends.
-    pub(crate) fn self_drain(&self, name: &str, drain_ms: u64) {
-        let since_ms = now_ms();
-        let until_ms = (drain_ms > 0)
-            .then(|| since_ms.saturating_add(i64::try_from(drain_ms).unwrap_or(i64::MAX)));
-        if self
-            .registry()
-            .self_drain(name, SelfDrain { since_ms, until_ms })
-        {
-            self.bump();
-            tracing::info!(
-                connector = name,
-                drain_ms,
-                "connector drains itself before it stops: selected for no new access"
-            );
-        }
+    if names.len() > MAX_WITHOUT_NAMES {
+        return Ok(Err(WithoutError::Invalid(format!(
+            "{} names (at most {MAX_WITHOUT_NAMES})",
+            names.len()
+        ))));
     }
-
-    /// The connectors `spec` names (comma-separated connector or group
-    /// names, each optionally `connector:` or `group:`): a group stands
-    /// for every connector of it this replica knows.
-    pub fn resolve_without(
-        &self,
-        spec: &str,
-    ) -> Result<Result<BTreeSet<String>, WithoutError>, StoreError> {
-        let names: Vec<&str> = spec.split(',').map(str::trim).collect();
-        if names.iter().all(|n| n.is_empty()) {
-            return Ok(Err(WithoutError::Invalid(
-                "name a connector or connector group".into(),
-            )));
-        }
-        if names.len() > MAX_WITHOUT_NAMES {
-            return Ok(Err(WithoutError::Invalid(format!(
-                "{} names (at most {MAX_WITHOUT_NAMES})",
-                names.len()
-            ))));
-        }
-        let state = self.snapshot();
-        let mut out = BTreeSet::new();
-        for raw in names.into_iter().filter(|n| !n.is_empty()) {
-            let (kind, name) = match raw.split_once(':') {
-                Some((kind @ ("connector" | "group"), name)) => (Some(kind), name),
-                Some(_) => {
-                    return Ok(Err(WithoutError::Invalid(format!(
-                        "{:?}: a prefix is connector: or group:",
-                        raw.chars().take(140).collect::<String>()
-                    ))));
-                }
-                None => (None, raw),
-            };
-            if let Err(e) = crate::credentials::auth::check_connector_name(name) {
+    let state = authority.snapshot();
+    let mut out = BTreeSet::new();
+    for raw in names.into_iter().filter(|n| !n.is_empty()) {
+        let (kind, name) = match raw.split_once(':') {
+            Some((kind @ ("connector" | "group"), name)) => (Some(kind), name),
+            Some(_) => {
                 return Ok(Err(WithoutError::Invalid(format!(
-                    "{:?}: {e}",
-                    name.chars().take(140).collect::<String>()
+                    "{:?}: a prefix is connector: or group:",
+                    raw.chars().take(140).collect::<String>()
                 ))));
             }
-            let group = kind != Some("connector") && state.policy().has_group(name);
-            let connector = kind != Some("group") && self.knows_connector(name)?;
-            match (connector, group) {
-                (true, true) => return Ok(Err(WithoutError::Ambiguous(name.to_owned()))),
-                (true, false) => {
-                    out.insert(name.to_owned());
-                }
-                (false, true) => out.extend(self.registry().members(name).into_iter().map(|m| m.0)),
-                (false, false) => return Ok(Err(WithoutError::Unknown(name.to_owned()))),
-            }
-        }
-        Ok(Ok(out))
-    }
-
-    /// Which applications would lose healthy, undrained connectors if
-    /// `without` were gone, by this replica's health table (and, for
-    /// `none` segments, its connected connectors). Applications of hidden
-    /// segments (`client_hostname_validation`) are listed only when
-    /// `show_hidden`; they are counted either way.
-    pub fn what_if(&self, without: &BTreeSet<String>, show_hidden: bool) -> WhatIfView {
-        let state = self.snapshot();
-        let conns = self.registry().snapshot();
-        let now = Instant::now();
-        let mut rows = Vec::new();
-        for key in self.health().keys() {
-            let Some(segment) = state.policy().segment(&key.segment) else {
-                continue;
-            };
-            let healthy = self.healthy(&state, segment, &key, &conns, now);
-            rows.extend(row(segment, Some(&key), healthy, without));
-        }
-        for segment in &state.policy().segments {
-            if segment.health_reporting == HealthReporting::None {
-                let healthy = conns
-                    .iter()
-                    .filter(|(_, c)| c.connected && !c.drained && segment.served_by(&c.group))
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                rows.extend(row(segment, None, healthy, without));
-            }
-        }
-        let hidden = |r: &WhatIfApplication| {
-            state
-                .policy()
-                .segment(&r.segment)
-                .is_some_and(|s| s.client_hostname_validation)
+            None => (None, raw),
         };
-        let stranded = rows.iter().filter(|r| r.stranded).count();
-        let hidden_stranded = rows.iter().filter(|r| r.stranded && hidden(r)).count();
-        if !show_hidden {
-            rows.retain(|r| !hidden(r));
+        if let Err(e) = crate::credentials::auth::check_connector_name(name) {
+            return Ok(Err(WithoutError::Invalid(format!(
+                "{:?}: {e}",
+                name.chars().take(140).collect::<String>()
+            ))));
         }
-        rows.sort_by(|a, b| {
-            (!a.stranded, &a.segment, &a.host, a.protocol, a.port).cmp(&(
-                !b.stranded,
-                &b.segment,
-                &b.host,
-                b.protocol,
-                b.port,
-            ))
-        });
-        WhatIfView {
-            without: without.iter().cloned().collect(),
-            stranded,
-            hidden_stranded: if show_hidden { 0 } else { hidden_stranded },
-            applications: rows,
+        let group = kind != Some("connector") && state.policy().has_group(name);
+        let connector = kind != Some("group") && knows_connector(authority, name)?;
+        match (connector, group) {
+            (true, true) => return Ok(Err(WithoutError::Ambiguous(name.to_owned()))),
+            (true, false) => {
+                out.insert(name.to_owned());
+            }
+            (false, true) => {
+                out.extend(authority.registry().members(name).into_iter().map(|m| m.0))
+            }
+            (false, false) => return Ok(Err(WithoutError::Unknown(name.to_owned()))),
         }
     }
+    Ok(Ok(out))
+}
 
-    /// The connectors that carry `key` of `segment` now: connected,
-    /// undrained, of its groups, with a reachable effective status.
-    fn healthy(
-        &self,
-        state: &crate::state::policy_state::PolicyState,
-        segment: &Segment,
-        key: &AppKey,
-        conns: &ConnSnaps,
-        now: Instant,
-    ) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        for (name, status, checked) in self.health().statuses(key) {
-            let Some(c) = conns.get(&name) else {
-                continue;
-            };
-            if !c.connected || c.drained || !segment.served_by(&c.group) {
-                continue;
-            }
-            let live = segment.health_reporting != HealthReporting::OnAccess
-                || self.on_access().is_live(key, &name, now);
-            let age = now.saturating_duration_since(checked);
-            let (effective, _) = Self::effective(state, segment, status, age, Some(c.link()), live);
-            if effective.is_reachable() {
-                out.insert(name);
-            }
-        }
-        out
+/// Which applications would lose healthy, undrained connectors if
+/// `without` were gone, by this replica's health table (and, for
+/// `none` segments, its connected connectors). Applications of hidden
+/// segments (`client_hostname_validation`) are listed only when
+/// `show_hidden`; they are counted either way.
+pub fn what_if(authority: &Authority, without: &BTreeSet<String>, show_hidden: bool) -> WhatIfView {
+    let state = authority.snapshot();
+    let conns = authority.registry().snapshot();
+    let now = Instant::now();
+    let mut rows = Vec::new();
+    for key in authority.health().keys() {
+        let Some(segment) = state.policy().segment(&key.segment) else {
+            continue;
+        };
+        let healthy = healthy(authority, &state, segment, &key, &conns, now);
+        rows.extend(row(segment, Some(&key), healthy, without));
     }
+    for segment in &state.policy().segments {
+        if segment.health_reporting == HealthReporting::None {
+            let healthy = conns
+                .iter()
+                .filter(|(_, c)| c.connected && !c.drained && segment.served_by(&c.group))
+                .map(|(name, _)| name.clone())
+                .collect();
+            rows.extend(row(segment, None, healthy, without));
+        }
+    }
+    let hidden = |r: &WhatIfApplication| {
+        state
+            .policy()
+            .segment(&r.segment)
+            .is_some_and(|s| s.client_hostname_validation)
+    };
+    let stranded = rows.iter().filter(|r| r.stranded).count();
+    let hidden_stranded = rows.iter().filter(|r| r.stranded && hidden(r)).count();
+    if !show_hidden {
+        rows.retain(|r| !hidden(r));
+    }
+    rows.sort_by(|a, b| {
+        (!a.stranded, &a.segment, &a.host, a.protocol, a.port).cmp(&(
+            !b.stranded,
+            &b.segment,
+            &b.host,
+            b.protocol,
+            b.port,
+        ))
+    });
+    WhatIfView {
+        without: without.iter().cloned().collect(),
+        stranded,
+        hidden_stranded: if show_hidden { 0 } else { hidden_stranded },
+        applications: rows,
+    }
+}
+
+/// The connectors that carry `key` of `segment` now: connected,
+/// undrained, of its groups, with a reachable effective status.
+fn healthy(
+    authority: &Authority,
+    state: &crate::state::policy_state::PolicyState,
+    segment: &Segment,
+    key: &AppKey,
+    conns: &ConnSnaps,
+    now: Instant,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (name, status, checked) in authority.health().statuses(key) {
+        let Some(c) = conns.get(&name) else {
+            continue;
+        };
+        if !c.connected || c.drained || !segment.served_by(&c.group) {
+            continue;
+        }
+        let live = segment.health_reporting != HealthReporting::OnAccess
+            || authority.on_access().is_live(key, &name, now);
+        let age = now.saturating_duration_since(checked);
+        let (effective, _) =
+            Authority::effective(state, segment, status, age, Some(c.link()), live);
+        if effective.is_reachable() {
+            out.insert(name);
+        }
+    }
+    out
 }
 
 /// The row of an application (`key`; `None`: every application of a `none`

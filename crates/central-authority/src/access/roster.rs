@@ -26,66 +26,66 @@ pub(crate) type Decided = (Result<(String, String), RefusalReason>, Explanation)
 /// on the same roster applied theirs first, before it builds its slice.
 const TRIES: usize = 3;
 
-impl Authority {
-    /// The decision on `key`'s roster at `now` under `how` (the segment's
-    /// mode, the strategy, the user's proximity), drawing from `rng`; `None`
-    /// when there is no roster to decide on (too many kept, or decisions
-    /// on it raced this one `TRIES` times): the caller builds the slice.
-    pub(crate) fn decide_on_roster<R: Rng + ?Sized>(
-        &self,
-        state: &Arc<PolicyState>,
-        segment: &Segment,
-        key: &AppKey,
-        how: (HealthReporting, Strategy, Proximity),
-        now: Instant,
-        rng: &mut R,
-    ) -> Option<Decided> {
-        let (mode, strategy, proximity) = how;
-        let rules = Rules {
-            interval: segment.report_interval,
-            stale_after: state.settings().stale_after_intervals,
+/// The decision on `key`'s roster at `now` under `how` (the segment's
+/// mode, the strategy, the user's proximity), drawing from `rng`; `None`
+/// when there is no roster to decide on (too many kept, or decisions
+/// on it raced this one `TRIES` times): the caller builds the slice.
+pub(crate) fn decide_on_roster<R: Rng + ?Sized>(
+    authority: &Authority,
+    state: &Arc<PolicyState>,
+    segment: &Segment,
+    key: &AppKey,
+    how: (HealthReporting, Strategy, Proximity),
+    now: Instant,
+    rng: &mut R,
+) -> Option<Decided> {
+    let (mode, strategy, proximity) = how;
+    let rules = Rules {
+        interval: segment.report_interval,
+        stale_after: state.settings().stale_after_intervals,
+    };
+    let judge =
+        |stored, age, link| Authority::effective(state, segment, stored, age, Some(link), true).0;
+    for _ in 0..TRIES {
+        let ticket = authority.rosters().ticket(key, state)?;
+        let links = authority
+            .registry()
+            .links(&segment.connector_groups, ticket.links);
+        let since = match links {
+            Links::All { .. } => None,
+            Links::Changed { .. } => ticket.facts,
         };
-        let judge =
-            |stored, age, link| Self::effective(state, segment, stored, age, Some(link), true).0;
-        for _ in 0..TRIES {
-            let ticket = self.rosters().ticket(key, state)?;
-            let links = self
-                .registry()
-                .links(&segment.connector_groups, ticket.links);
-            let since = match links {
-                Links::All { .. } => None,
-                Links::Changed { .. } => ticket.facts,
-            };
-            let facts = self.health().facts(key, since);
-            let decided = self.rosters().decide(
-                key,
-                (state, segment),
-                (ticket, facts, links),
-                now,
-                (rules, &judge),
-                |roster| {
-                    let decision = roster.select_with(mode, strategy, proximity, &mut *rng);
-                    let (chosen, decision) = match decision {
-                        Decision::Selected { index } => {
-                            let c = roster.get(index);
-                            let names = c.map(|c| (c.connector.clone(), c.group.clone()));
-                            (Some(index), names.ok_or(RefusalReason::NoConnector))
-                        }
-                        Decision::Refused(reason) => (None, Err(reason)),
-                    };
-                    (decision, roster.explain(chosen, mode, strategy, proximity))
-                },
-            );
-            if decided.is_some() {
-                return decided;
-            }
+        let facts = authority.health().facts(key, since);
+        let decided = authority.rosters().decide(
+            key,
+            (state, segment),
+            (ticket, facts, links),
+            now,
+            (rules, &judge),
+            |roster| {
+                let decision = roster.select_with(mode, strategy, proximity, &mut *rng);
+                let (chosen, decision) = match decision {
+                    Decision::Selected { index } => {
+                        let c = roster.get(index);
+                        let names = c.map(|c| (c.connector.clone(), c.group.clone()));
+                        (Some(index), names.ok_or(RefusalReason::NoConnector))
+                    }
+                    Decision::Refused(reason) => (None, Err(reason)),
+                };
+                (decision, roster.explain(chosen, mode, strategy, proximity))
+            },
+        );
+        if decided.is_some() {
+            return decided;
         }
-        None
     }
+    None
 }
 
 #[cfg(test)]
 mod tests {
+    use super::decide_on_roster;
+    use crate::access;
     use std::sync::Arc;
     use std::time::{Duration, Instant, SystemTime};
 
@@ -231,7 +231,7 @@ mod tests {
         seed: u64,
     ) -> Decided {
         let (mode, strategy, proximity) = how;
-        let candidates = a.candidates(state, segment, key, now);
+        let candidates = access::decide::candidates(a, state, segment, key, now);
         let mut rng = SmallRng::seed_from_u64(seed);
         let (chosen, decision) =
             match policy::select_with(&candidates, mode, strategy, proximity, &mut rng) {
@@ -312,7 +312,7 @@ mod tests {
                     let pick = n * 31 + seed;
                     let slice = on_slice(&a, &state, segment, key, how, now, pick);
                     let mut r = SmallRng::seed_from_u64(pick);
-                    let kept = a.decide_on_roster(&state, segment, key, how, now, &mut r);
+                    let kept = decide_on_roster(&a, &state, segment, key, how, now, &mut r);
                     let kept = kept.expect("a roster decides");
                     assert_eq!(
                         kept, slice,
@@ -342,7 +342,9 @@ mod tests {
                 protocol: Protocol::Tcp,
                 port: 80,
             };
-            let outcome = a.resolve(request).await.expect("a usable request");
+            let outcome = access::decide::resolve(a, request)
+                .await
+                .expect("a usable request");
             outcome.decision.map(|s| s.connector).map_err(|r| r.reason)
         };
         let set = |i: usize, status: Status, age: Duration| {

@@ -11,6 +11,7 @@ use protocol::v1::health_query_server::{HealthQuery, HealthQueryServer};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
+use crate::access;
 use crate::access::decide::AccessRequest;
 use crate::credentials::auth::Scope;
 use crate::error::ApiError;
@@ -50,17 +51,16 @@ impl Access for AccessService {
             .map(|l| policy::Location::new(l.latitude, l.longitude))
             .transpose()
             .map_err(|e| ApiError::InvalidRequest(format!("user_location.{e}")))?;
-        let outcome = self
-            .authority
-            .resolve_from(
-                AccessRequest {
-                    host: r.host,
-                    protocol,
-                    port: r.port,
-                },
-                user_location,
-            )
-            .await?;
+        let outcome = access::decide::resolve_from(
+            &self.authority,
+            AccessRequest {
+                host: r.host,
+                protocol,
+                port: r.port,
+            },
+            user_location,
+        )
+        .await?;
         Ok(Response::new(outcome.into_wire()))
     }
 }

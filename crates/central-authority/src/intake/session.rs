@@ -25,6 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::Bytes;
 use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
+use crate::access;
 use crate::credentials::auth::AuthError;
 use crate::error::SessionError;
 use crate::intake::reports::Intake;
@@ -896,7 +897,7 @@ impl Authority {
             Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
             Some(In::Drain(d)) => {
                 self.seen(identity, wall, seen_ms);
-                self.self_drain(&identity.name, d.drain_ms);
+                access::drain::self_drain(self, &identity.name, d.drain_ms);
                 self.log_connector(&identity.name, "drained", None);
             }
             Some(In::Hello(_)) => {

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use policy::{Location, RefusalReason};
 use serde_json::{Value, json};
 
+use crate::access;
 use crate::access::decide::{AccessRequest, Refusal, access_port, port_outside};
 use crate::api::body::{AccessBody, SelectedBody, error_body, refusal_status};
 use crate::api::route::{Auth, Method, Op, Route, error_ref, json_body, route};
@@ -144,7 +145,7 @@ pub(crate) fn parse_access_body(
 
 async fn access_inner(a: &Authority, body: &[u8]) -> Result<Response, ApiError> {
     let (request, user_location) = parse_access_body(body)?;
-    let outcome = a.resolve_from(request, user_location).await?;
+    let outcome = access::decide::resolve_from(a, request, user_location).await?;
     Ok(match outcome.decision {
         Ok(s) => json_response(selected_json(&SelectedBody {
             connector: s.connector,

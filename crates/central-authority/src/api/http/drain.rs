@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::access;
 use crate::api::body::error_body;
 use crate::api::route::{
     Auth, Method, Op, Route, error_ref, json_body, name_param, not_found, route,
@@ -93,23 +94,25 @@ pub(super) async fn drain_connector(
     let shown: String = name.chars().take(128).collect();
     let (actor, body, target) = (caller.actor.clone(), shown.clone(), name.clone());
     let done = audited_as(&a, caller, "connector.drain", target, move |a| {
-        Ok(match a.drain_connector(&name, &actor, force)? {
-            DrainAnswer::NotFound => Acted::NotFound,
-            DrainAnswer::Refused(whatif) => drain_refused(&body, whatif),
-            DrainAnswer::Drained {
-                record,
-                already,
-                whatif,
-            } => Acted::Done(json!({
-                "name": body,
-                "drained": true,
-                "already": already,
-                "since": record.since_ms,
-                "by": {"kind": record.actor_kind, "name": record.actor},
-                "forced": force && whatif.stranded > 0,
-                "stranded": whatif.stranded,
-            })),
-        })
+        Ok(
+            match access::drain::drain_connector(a, &name, &actor, force)? {
+                DrainAnswer::NotFound => Acted::NotFound,
+                DrainAnswer::Refused(whatif) => drain_refused(&body, whatif),
+                DrainAnswer::Drained {
+                    record,
+                    already,
+                    whatif,
+                } => Acted::Done(json!({
+                    "name": body,
+                    "drained": true,
+                    "already": already,
+                    "since": record.since_ms,
+                    "by": {"kind": record.actor_kind, "name": record.actor},
+                    "forced": force && whatif.stranded > 0,
+                    "stranded": whatif.stranded,
+                })),
+            },
+        )
     })
     .await;
     admin_answer(done, &shown)
@@ -173,7 +176,7 @@ pub(super) async fn undrain_connector(
     let shown: String = name.chars().take(128).collect();
     let (body, target) = (shown.clone(), name.clone());
     let done = audited(&a, caller, "connector.undrain", target, move |a| {
-        a.undrain_connector(&name)
+        access::drain::undrain_connector(a, &name)
             .map(|was| was.map(|was| json!({"name": body, "drained": false, "was_drained": was})))
     })
     .await;
@@ -252,8 +255,8 @@ pub(super) async fn whatif(
     };
     let answer = a
         .blocking(move |a| {
-            a.resolve_without(&spec)
-                .map(|r| r.map(|without| a.what_if(&without, admin)))
+            access::drain::resolve_without(a, &spec)
+                .map(|r| r.map(|without| access::drain::what_if(a, &without, admin)))
         })
         .await;
     match answer {
