@@ -28,6 +28,7 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 use crate::access;
 use crate::credentials::auth::AuthError;
 use crate::error::SessionError;
+use crate::intake;
 use crate::intake::reports::Intake;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
@@ -296,7 +297,7 @@ async fn run_session(
         crate::state::counters::Metrics::count(&authority.metrics().sessions_refused, e.label());
         return Err(e.into());
     }
-    authority.register(&identity, &hello, id)?;
+    register(authority, &identity, &hello, id)?;
     authority.log_connector(&identity.name, "connected", peer);
     authority.announce_trust(&identity.name, &out, cert.as_ref());
     let result = Receiver::new(authority, &identity, out)
@@ -312,7 +313,7 @@ async fn run_session(
         Ok(()) => "session ended".to_owned(),
         Err(e) => e.to_string(),
     };
-    authority.end_session(&identity.name, id, &reason);
+    end_session(authority, &identity.name, id, &reason);
     result
 }
 
@@ -719,7 +720,8 @@ impl<'a> Receiver<'a> {
             if self.cap.admit(self.authority, self.identity)
                 && self.within_budget(&mut inbound_message, now)
             {
-                self.authority.handle(
+                handle(
+                    self.authority,
                     self.identity,
                     &self.state,
                     &mut inbound_message,
@@ -794,148 +796,148 @@ impl Receiver<'_> {
     }
 }
 
-impl Authority {
-    /// Registers pending stream `id` as a session after `Hello`: queues
-    /// `Welcome` first and replaces (and closes) an older session of the
-    /// same connector. Refused when the stream was closed while pending.
-    fn register(
-        &self,
-        identity: &Identity,
-        hello: &v1::Hello,
-        id: u64,
-    ) -> Result<(), SessionError> {
-        let arrival = Arrival {
-            name: &identity.name,
-            group: &identity.group,
-            hello,
-        };
-        let old = self
-            .registry()
-            .register(arrival, id, |session| {
-                let (segments, settings) = self.snapshot().assignment(&identity.group);
-                let count = segments.len();
-                let welcome = v1::AuthorityMessage {
-                    kind: Some(Out::Welcome(v1::Welcome {
-                        session_id: session.label.clone(),
-                        segments,
-                        settings: Some(settings),
-                    })),
-                };
-                // Nothing but a pending-close Shutdown (which makes this
-                // unreachable) is queued before, so this cannot fail for space.
-                let _ = session.tx.try_send(Ok(welcome));
-                count
-            })
-            .map_err(|_| SessionError::ClosedBeforeHello)?;
-        self.metrics().connectors_connected.inc();
-        if let Some(old) = old {
-            self.replace_session(&identity.name, old);
-        }
-        self.registry().estimate_one(
-            &self.snapshot(),
-            &identity.name,
-            self.on_access().count(&identity.name),
-            SystemTime::now(),
-        );
-        self.bump();
-        Ok(())
+/// Registers pending stream `id` as a session after `Hello`: queues
+/// `Welcome` first and replaces (and closes) an older session of the
+/// same connector. Refused when the stream was closed while pending.
+fn register(
+    authority: &Authority,
+    identity: &Identity,
+    hello: &v1::Hello,
+    id: u64,
+) -> Result<(), SessionError> {
+    let arrival = Arrival {
+        name: &identity.name,
+        group: &identity.group,
+        hello,
+    };
+    let old = authority
+        .registry()
+        .register(arrival, id, |session| {
+            let (segments, settings) = authority.snapshot().assignment(&identity.group);
+            let count = segments.len();
+            let welcome = v1::AuthorityMessage {
+                kind: Some(Out::Welcome(v1::Welcome {
+                    session_id: session.label.clone(),
+                    segments,
+                    settings: Some(settings),
+                })),
+            };
+            // Nothing but a pending-close Shutdown (which makes this
+            // unreachable) is queued before, so this cannot fail for space.
+            let _ = session.tx.try_send(Ok(welcome));
+            count
+        })
+        .map_err(|_| SessionError::ClosedBeforeHello)?;
+    authority.metrics().connectors_connected.inc();
+    if let Some(old) = old {
+        authority.replace_session(&identity.name, old);
     }
+    authority.registry().estimate_one(
+        &authority.snapshot(),
+        &identity.name,
+        authority.on_access().count(&identity.name),
+        SystemTime::now(),
+    );
+    authority.bump();
+    Ok(())
+}
 
-    /// Handles one message of a live session. The message is borrowed
-    /// (what the intake keeps is moved out of it): a scanned report's
-    /// entries are worked on where the scan put them, not copied from
-    /// frame to frame.
-    fn handle(
-        &self,
-        identity: &Identity,
-        state: &PolicyState,
-        message: &mut Inbound<'_>,
-        now: Instant,
-        wall: SystemTime,
-        seen_ms: &mut SeenMs,
-    ) {
-        let kind = match message {
-            Inbound::Scanned(report) => {
-                self.seen(identity, wall, seen_ms);
-                let full_state = report.full_state;
-                self.intake_entries(
-                    identity,
-                    state,
-                    Intake {
-                        full_state,
-                        rejected: 0,
-                    },
-                    report.entries.iter_mut(),
-                    now,
-                    wall,
-                );
-                if full_state {
-                    self.warmup().full_state(&identity.name);
-                }
-                return;
+/// Handles one message of a live session. The message is borrowed
+/// (what the intake keeps is moved out of it): a scanned report's
+/// entries are worked on where the scan put them, not copied from
+/// frame to frame.
+fn handle(
+    authority: &Authority,
+    identity: &Identity,
+    state: &PolicyState,
+    message: &mut Inbound<'_>,
+    now: Instant,
+    wall: SystemTime,
+    seen_ms: &mut SeenMs,
+) {
+    let kind = match message {
+        Inbound::Scanned(report) => {
+            seen(authority, identity, wall, seen_ms);
+            let full_state = report.full_state;
+            intake::reports::intake_entries(
+                authority,
+                identity,
+                state,
+                Intake {
+                    full_state,
+                    rejected: 0,
+                },
+                report.entries.iter_mut(),
+                now,
+                wall,
+            );
+            if full_state {
+                authority.warmup().full_state(&identity.name);
             }
-            Inbound::Decoded(message) => message.kind.take(),
-        };
-        match kind {
-            Some(In::Report(report)) => {
-                self.seen(identity, wall, seen_ms);
-                let full_state = report.full_state;
-                self.intake(identity, state, report, now, wall);
-                // Only once it is in the table: readiness may follow.
-                if full_state {
-                    self.warmup().full_state(&identity.name);
-                }
-            }
-            Some(In::Heartbeat(hb)) => {
-                // Only the sender's load changed: its estimate alone is
-                // recomputed (housekeeping refreshes every connector's).
-                let live = self.on_access().count(&identity.name);
-                self.registry()
-                    .heartbeat(&self.snapshot(), &identity.name, wall, hb, live);
-                self.log_connector(&identity.name, "heartbeat", None);
-            }
-            Some(In::Pong(_)) => self.seen(identity, wall, seen_ms),
-            Some(In::Drain(d)) => {
-                self.seen(identity, wall, seen_ms);
-                access::drain::self_drain(self, &identity.name, d.drain_ms);
-                self.log_connector(&identity.name, "drained", None);
-            }
-            Some(In::Hello(_)) => {
-                self.seen(identity, wall, seen_ms);
-                tracing::warn!(connector = %identity.name, "ignoring a second Hello");
-            }
-            None => {
-                self.seen(identity, wall, seen_ms);
-                tracing::debug!(connector = %identity.name, "ignoring an empty message");
-            }
-        }
-    }
-
-    /// Records that `identity` was heard from at `wall`. `last_seen` is
-    /// shown in milliseconds, so within the millisecond already written
-    /// (`seen_ms`) the registry is not locked again.
-    fn seen(&self, identity: &Identity, wall: SystemTime, seen_ms: &mut SeenMs) {
-        // A batch of messages shares one receive time: compared first.
-        if seen_ms.wall == Some(wall) {
             return;
         }
-        seen_ms.wall = Some(wall);
-        let ms = wall
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        if seen_ms.ms == Some(ms) {
-            return;
+        Inbound::Decoded(message) => message.kind.take(),
+    };
+    match kind {
+        Some(In::Report(report)) => {
+            seen(authority, identity, wall, seen_ms);
+            let full_state = report.full_state;
+            intake::reports::intake(authority, identity, state, report, now, wall);
+            // Only once it is in the table: readiness may follow.
+            if full_state {
+                authority.warmup().full_state(&identity.name);
+            }
         }
-        seen_ms.ms = Some(ms);
-        self.registry().seen(&identity.name, wall);
+        Some(In::Heartbeat(hb)) => {
+            // Only the sender's load changed: its estimate alone is
+            // recomputed (housekeeping refreshes every connector's).
+            let live = authority.on_access().count(&identity.name);
+            authority
+                .registry()
+                .heartbeat(&authority.snapshot(), &identity.name, wall, hb, live);
+            authority.log_connector(&identity.name, "heartbeat", None);
+        }
+        Some(In::Pong(_)) => seen(authority, identity, wall, seen_ms),
+        Some(In::Drain(d)) => {
+            seen(authority, identity, wall, seen_ms);
+            access::drain::self_drain(authority, &identity.name, d.drain_ms);
+            authority.log_connector(&identity.name, "drained", None);
+        }
+        Some(In::Hello(_)) => {
+            seen(authority, identity, wall, seen_ms);
+            tracing::warn!(connector = %identity.name, "ignoring a second Hello");
+        }
+        None => {
+            seen(authority, identity, wall, seen_ms);
+            tracing::debug!(connector = %identity.name, "ignoring an empty message");
+        }
     }
+}
 
-    /// Ends session `id` of `name` if it is still the live one (a replaced
-    /// session was already closed by its replacement).
-    fn end_session(&self, name: &str, id: u64, reason: &str) {
-        if let Some(session) = self.registry().end(name, id) {
-            self.close_session(name, session, reason);
-        }
+/// Records that `identity` was heard from at `wall`. `last_seen` is
+/// shown in milliseconds, so within the millisecond already written
+/// (`seen_ms`) the registry is not locked again.
+fn seen(authority: &Authority, identity: &Identity, wall: SystemTime, seen_ms: &mut SeenMs) {
+    // A batch of messages shares one receive time: compared first.
+    if seen_ms.wall == Some(wall) {
+        return;
+    }
+    seen_ms.wall = Some(wall);
+    let ms = wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    if seen_ms.ms == Some(ms) {
+        return;
+    }
+    seen_ms.ms = Some(ms);
+    authority.registry().seen(&identity.name, wall);
+}
+
+/// Ends session `id` of `name` if it is still the live one (a replaced
+/// session was already closed by its replacement).
+fn end_session(authority: &Authority, name: &str, id: u64, reason: &str) {
+    if let Some(session) = authority.registry().end(name, id) {
+        authority.close_session(name, session, reason);
     }
 }
 

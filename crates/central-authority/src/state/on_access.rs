@@ -945,7 +945,14 @@ mod bounded {
             ..Default::default()
         };
         let now = Instant::now();
-        a.intake(&identity, &a.snapshot(), report, now, SystemTime::now());
+        crate::intake::reports::intake(
+            &a,
+            &identity,
+            &a.snapshot(),
+            report,
+            now,
+            SystemTime::now(),
+        );
         assert!(a.health().len() <= CAP, "{}", a.health().len());
         assert_eq!(a.on_access().count("c1"), CAP as u64);
         assert_eq!(refused("report"), N as u64);
@@ -1065,7 +1072,8 @@ mod opened_by_access {
             applications: vec![entry],
             ..Default::default()
         };
-        a.intake(
+        crate::intake::reports::intake(
+            a,
             &identity,
             &a.snapshot(),
             report,
