@@ -16,6 +16,7 @@ use crate::access;
 use crate::state::authority::Authority;
 use crate::state::health::UnknownCause;
 use crate::state::registry::ConnSnap;
+use crate::trust;
 
 /// Periodic upkeep: sends the window renewals coalescing owes, ends
 /// on-access windows the CA tracks, turns stale reports Unknown
@@ -33,7 +34,7 @@ pub fn run_once(a: &Authority, now: Instant) {
         a.bump();
     }
     a.recompute_budgets();
-    a.flush_throttle_logs();
+    trust::throttle::flush_throttle_logs(a);
     a.renew_limit().retain_recent();
 }
 

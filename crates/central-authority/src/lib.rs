@@ -248,7 +248,7 @@ async fn keep_house(hk: Arc<Authority>, stop: impl Future<Output = ()>) {
                 housekeeping::run_once(&hk, Instant::now());
                 // A database write: off the async workers.
                 if hk.pki().is_some() {
-                    match hk.blocking(Authority::revoke_superseded).await {
+                    match hk.blocking(trust::renew::revoke_superseded).await {
                         Some(Err(e)) => if let Some(failures) = failing.failed(Instant::now()) {
                             tracing::error!(error = %e, failures, "cannot revoke superseded certificates");
                         },

@@ -22,6 +22,7 @@ use crate::credentials::tls::Material;
 use crate::error::TrustError;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
+use crate::trust;
 use crate::trust::audit::{Actor, AdminAction, Outcome};
 
 /// The file's current content and its hash, if it can be read.
@@ -132,7 +133,7 @@ fn apply_with_material(
         None => None,
     };
     authority.apply(config);
-    Ok(authority.install_material(material))
+    Ok(trust::rotation::install_material(authority, material))
 }
 
 /// Applies `loaded` (the config read from `path`), or logs why not.
@@ -183,18 +184,21 @@ fn apply(
     // The reload has taken effect before its entry is written (its detail
     // is what it did); an entry that cannot be written is an error in the
     // log (`audit`), the one trace left.
-    let _unrecorded_is_logged = authority.audit(&AdminAction {
-        actor: &Actor::system(trigger),
-        source: None,
-        action: "config.reload",
-        target: &target,
-        outcome: if applied {
-            Outcome::Ok
-        } else {
-            Outcome::Refused
+    let _unrecorded_is_logged = trust::audit::audit(
+        authority,
+        &AdminAction {
+            actor: &Actor::system(trigger),
+            source: None,
+            action: "config.reload",
+            target: &target,
+            outcome: if applied {
+                Outcome::Ok
+            } else {
+                Outcome::Refused
+            },
+            detail,
         },
-        detail,
-    });
+    );
     applied
 }
 

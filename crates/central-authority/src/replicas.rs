@@ -24,6 +24,7 @@ use crate::credentials::auth::AuthError;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
 use crate::store::{CertRecord, ReplicaRecord, StoreError};
+use crate::trust;
 
 /// Certificate records by serial, and the disabled connectors' names.
 type Standings = (HashMap<String, CertRecord>, HashSet<String>);
@@ -164,7 +165,7 @@ impl Authority {
                 None => match &s.key_sha256 {
                     Some(key) => keys
                         .entry((s.group.clone(), key.clone()))
-                        .or_insert_with(|| self.check_key_standing(&s.group, key))
+                        .or_insert_with(|| trust::enroll::check_key_standing(self, &s.group, key))
                         .clone(),
                     None => Ok(()),
                 }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use central_authority::trust;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -185,7 +186,7 @@ async fn renewal_needs_a_valid_certificate_of_this_ca() {
         .await
         .expect("enrolled");
     assert_eq!(
-        ca.authority.revoke_connector("east-1").expect("db"),
+        trust::enroll::revoke_connector(&ca.authority, "east-1").expect("db"),
         Some(1)
     );
     let e = renew(&t, &revoked, "east-1").await.expect_err("refused");
@@ -194,11 +195,7 @@ async fn renewal_needs_a_valid_certificate_of_this_ca() {
     let disabled = enroll(&t, "east-2", "dc-east", KEY_EAST)
         .await
         .expect("enrolled");
-    assert!(
-        ca.authority
-            .set_connector_disabled("east-2", true)
-            .expect("db")
-    );
+    assert!(trust::enroll::set_connector_disabled(&ca.authority, "east-2", true).expect("db"));
     let e = renew(&t, &disabled, "east-2").await.expect_err("refused");
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("disabled"), "{e:?}");
@@ -414,10 +411,10 @@ async fn renewing_in_a_loop_is_refused_after_the_burst() {
         .await
         .expect("enrolled");
     assert_eq!(
-        ca.authority.revoke_connector("east-1").expect("db"),
+        trust::enroll::revoke_connector(&ca.authority, "east-1").expect("db"),
         Some(1)
     );
-    assert!(ca.authority.allow_reenroll("east-1").expect("db"));
+    assert!(trust::enroll::allow_reenroll(&ca.authority, "east-1").expect("db"));
     let mut live = enroll(&t, "east-1", "dc-east", KEY_EAST)
         .await
         .expect("enrolled again");

@@ -9,6 +9,7 @@
 
 mod common;
 
+use central_authority::trust;
 use std::path::Path;
 use std::time::Duration;
 
@@ -622,7 +623,7 @@ fn plain_config() -> String {
 /// async workers, as the admin API does); whether the group had one.
 async fn revoke_key(ca: &Ca, group: &'static str) -> bool {
     let authority = ca.authority.clone();
-    tokio::task::spawn_blocking(move || authority.revoke_provisioning_key(group))
+    tokio::task::spawn_blocking(move || trust::enroll::revoke_provisioning_key(&authority, group))
         .await
         .expect("revoke task")
         .expect("store")

@@ -33,6 +33,7 @@ use crate::credentials::auth::{AuthError, Scope};
 use crate::credentials::oidc::{Pending, ProviderConfig, SignInError};
 use crate::state::authority::Authority;
 use crate::store::{LoginRecord, SessionRecord};
+use crate::trust;
 use crate::trust::audit::{Actor, AdminAction, Outcome};
 
 type Shared = Arc<Authority>;
@@ -402,7 +403,8 @@ pub async fn login(
         );
     };
     let source = peer.map(|p| p.0.0.ip());
-    if let Err(refused) = a.failed(crate::state::limits::Guarded::Login, source) {
+    if let Err(refused) = trust::throttle::failed(&a, crate::state::limits::Guarded::Login, source)
+    {
         let mut r = page(
             StatusCode::TOO_MANY_REQUESTS,
             "Sign-in failed",
@@ -583,14 +585,17 @@ async fn refused_sign_in(
     let provider = provider.to_owned();
     let recorded = a
         .blocking(move |a| {
-            a.audit(&AdminAction {
-                actor: &who,
-                source,
-                action: "session.sign_in",
-                target: &provider,
-                outcome: Outcome::Refused,
-                detail: why,
-            })
+            trust::audit::audit(
+                a,
+                &AdminAction {
+                    actor: &who,
+                    source,
+                    action: "session.sign_in",
+                    target: &provider,
+                    outcome: Outcome::Refused,
+                    detail: why,
+                },
+            )
         })
         .await;
     matches!(recorded, Some(Ok(())))
@@ -640,18 +645,21 @@ async fn open_session(
     let stored = a
         .blocking(move |a| {
             let r = a.store().create_session(&record);
-            let recorded = a.audit(&AdminAction {
-                actor: &who,
-                source,
-                action: "session.sign_in",
-                target: &provider,
-                outcome: if r.is_ok() {
-                    Outcome::Ok
-                } else {
-                    Outcome::Failed
+            let recorded = trust::audit::audit(
+                a,
+                &AdminAction {
+                    actor: &who,
+                    source,
+                    action: "session.sign_in",
+                    target: &provider,
+                    outcome: if r.is_ok() {
+                        Outcome::Ok
+                    } else {
+                        Outcome::Failed
+                    },
+                    detail,
                 },
-                detail,
-            });
+            );
             // Unrecorded, the session is never handed out.
             r.and(recorded)
         })
@@ -877,18 +885,25 @@ pub async fn logout(
         let done = a
             .blocking(move |a| {
                 let r = a.store().revoke_session(&s.id_sha256, now);
-                let recorded = a.audit(&AdminAction {
-                    actor: &Actor::person(s.person.clone(), s.provider.clone(), s.subject.clone()),
-                    source,
-                    action: "session.sign_out",
-                    target: "",
-                    outcome: if r.is_ok() {
-                        Outcome::Ok
-                    } else {
-                        Outcome::Failed
+                let recorded = trust::audit::audit(
+                    a,
+                    &AdminAction {
+                        actor: &Actor::person(
+                            s.person.clone(),
+                            s.provider.clone(),
+                            s.subject.clone(),
+                        ),
+                        source,
+                        action: "session.sign_out",
+                        target: "",
+                        outcome: if r.is_ok() {
+                            Outcome::Ok
+                        } else {
+                            Outcome::Failed
+                        },
+                        detail: String::new(),
                     },
-                    detail: String::new(),
-                });
+                );
                 // The session ends either way; an unrecorded sign-out is
                 // not answered as done.
                 r.and_then(|ended| recorded.map(|()| ended))

@@ -17,6 +17,7 @@ use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 use crate::intake::session::SessionService;
 use crate::state::authority::Authority;
+use crate::trust;
 
 /// Checks the `authorization` metadata for `scope` (`auth::authorize`).
 /// Guesses are throttled per source address (`trust::throttle`).
@@ -25,9 +26,13 @@ fn check<T>(authority: &Authority, request: &Request<T>, scope: Scope) -> Result
         .metadata()
         .get(protocol::metadata::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    authority
-        .authorize_from(request.remote_addr().map(|a| a.ip()), header, scope)
-        .map_err(|e| ApiError::from(e).into())
+    trust::throttle::authorize_from(
+        authority,
+        request.remote_addr().map(|a| a.ip()),
+        header,
+        scope,
+    )
+    .map_err(|e| ApiError::from(e).into())
 }
 
 /// The `Access` service.

@@ -24,6 +24,7 @@ use crate::credentials::auth::{AuthError, Scope};
 use crate::credentials::oidc::{Credential, ProviderConfig, Verdict};
 use crate::state::authority::Authority;
 use crate::store::SessionRecord;
+use crate::trust;
 
 type Shared = Arc<Authority>;
 
@@ -141,14 +142,17 @@ async fn end(a: &Shared, r: &SessionRecord, provider: &str, why: String) -> Resu
     let done = a
         .blocking(move |a| {
             let result = a.store().revoke_session(&hash, now);
-            let recorded = a.audit(&crate::trust::audit::AdminAction {
-                actor: &crate::trust::audit::Actor::system(format!("oidc:{provider}")),
-                source: None,
-                action: "session.end",
-                target: &person,
-                outcome: outcome(result.is_ok()),
-                detail: format!("session {hash}: {why}"),
-            });
+            let recorded = trust::audit::audit(
+                a,
+                &crate::trust::audit::AdminAction {
+                    actor: &crate::trust::audit::Actor::system(format!("oidc:{provider}")),
+                    source: None,
+                    action: "session.end",
+                    target: &person,
+                    outcome: outcome(result.is_ok()),
+                    detail: format!("session {hash}: {why}"),
+                },
+            );
             // The session is ended either way; unrecorded, the request is
             // answered as failed.
             result.and(recorded)
@@ -309,17 +313,20 @@ fn logged_out(
         (Some(sid), _) => format!("provider session {sid}"),
         (None, sub) => format!("subject {}", sub.as_deref().unwrap_or("")),
     };
-    let recorded = a.audit(&crate::trust::audit::AdminAction {
-        actor: &crate::trust::audit::Actor::system(format!("oidc:{}", l.provider)),
-        source: None,
-        action: "session.backchannel_logout",
-        target: &named,
-        outcome: outcome(result.is_ok()),
-        detail: match &result {
-            Ok(n) => format!("{n} sessions ended"),
-            Err(e) => e.to_string(),
+    let recorded = trust::audit::audit(
+        a,
+        &crate::trust::audit::AdminAction {
+            actor: &crate::trust::audit::Actor::system(format!("oidc:{}", l.provider)),
+            source: None,
+            action: "session.backchannel_logout",
+            target: &named,
+            outcome: outcome(result.is_ok()),
+            detail: match &result {
+                Ok(n) => format!("{n} sessions ended"),
+                Err(e) => e.to_string(),
+            },
         },
-    });
+    );
     result.and_then(|n| recorded.map(|()| Some(n)))
 }
 

@@ -33,6 +33,7 @@ use crate::intake::reports::Intake;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
 use crate::state::registry::{Arrival, LiveSession, Outbound};
+use crate::trust;
 use crate::trust::enroll::SessionCert;
 use crate::trust::identity::Identity;
 
@@ -96,7 +97,7 @@ impl SessionService {
             let certs = request.peer_certs();
             self.authority
                 .blocking(move |a| {
-                    a.authenticate_session_cert(certs.as_deref().map(Vec::as_slice))
+                    trust::enroll::authenticate_session_cert(a, certs.as_deref().map(Vec::as_slice))
                         .map(|(identity, cert)| (identity, Credential::Cert(cert)))
                 })
                 .await
@@ -104,7 +105,7 @@ impl SessionService {
             let metadata = request.metadata().clone();
             self.authority
                 .blocking(move |a| {
-                    a.authenticate_key(&metadata)
+                    trust::identity::authenticate_key(a, &metadata)
                         .map(|(identity, key)| (identity, Credential::Key(key)))
                 })
                 .await
@@ -299,7 +300,7 @@ async fn run_session(
     }
     register(authority, &identity, &hello, id)?;
     authority.log_connector(&identity.name, "connected", peer);
-    authority.announce_trust(&identity.name, &out, cert.as_ref());
+    trust::rotation::announce_trust(authority, &identity.name, &out, cert.as_ref());
     let result = Receiver::new(authority, &identity, out)
         .run(&mut inbound, &kill, expiry(cert.as_ref()))
         .await
@@ -348,11 +349,11 @@ async fn standing_at_hello(
     announced: Option<u64>,
 ) -> Result<(), AuthError> {
     if announced.is_some() && announced == authority.store().announced() {
-        return authority.check_standing_locally(identity, cert, key.as_deref());
+        return trust::enroll::check_standing_locally(authority, identity, cert, key.as_deref());
     }
     let (who, held) = (identity.clone(), cert.cloned());
     authority
-        .blocking(move |a| a.check_standing(&who, held.as_ref(), key.as_deref()))
+        .blocking(move |a| trust::enroll::check_standing(a, &who, held.as_ref(), key.as_deref()))
         .await
         .unwrap_or(Err(AuthError::Unavailable))
 }

@@ -254,72 +254,70 @@ pub struct AuditPage {
     pub pages: u64,
 }
 
-impl Authority {
-    /// Records `action` now: one log line (target `audit`) and a row in the
-    /// store. A store that cannot write the row is an error the caller
-    /// answers with (an admin action, a sign-in or a read of the trail
-    /// is then answered as failed): the trail has no silent gaps.
-    pub fn audit(&self, action: &AdminAction<'_>) -> Result<(), StoreError> {
-        let r = action.record(now_ms());
-        tracing::info!(
-            target: "audit",
-            actor_kind = %r.actor_kind,
-            actor = %r.actor,
-            provider = %r.provider,
-            subject = %r.subject,
-            source = %r.source,
-            action = %r.action,
-            target = %r.target,
-            outcome = %r.outcome,
-            detail = %r.detail,
-            "admin action"
-        );
-        self.emit_audit(&r);
-        self.store().record_audit(&r).inspect_err(|e| {
-            tracing::error!(error = %e, action = %r.action, outcome = %r.outcome, "audit trail: recording failed; the action is answered as failed");
-        })
-    }
+/// Records `action` now: one log line (target `audit`) and a row in the
+/// store. A store that cannot write the row is an error the caller
+/// answers with (an admin action, a sign-in or a read of the trail
+/// is then answered as failed): the trail has no silent gaps.
+pub fn audit(authority: &Authority, action: &AdminAction<'_>) -> Result<(), StoreError> {
+    let r = action.record(now_ms());
+    tracing::info!(
+        target: "audit",
+        actor_kind = %r.actor_kind,
+        actor = %r.actor,
+        provider = %r.provider,
+        subject = %r.subject,
+        source = %r.source,
+        action = %r.action,
+        target = %r.target,
+        outcome = %r.outcome,
+        detail = %r.detail,
+        "admin action"
+    );
+    emit_audit(authority, &r);
+    authority.store().record_audit(&r).inspect_err(|e| {
+        tracing::error!(error = %e, action = %r.action, outcome = %r.outcome, "audit trail: recording failed; the action is answered as failed");
+    })
+}
 
-    /// The action to the log receivers that take audit records.
-    fn emit_audit(&self, r: &AuditRecord) {
-        use crate::logstream::{Field, Kind, Record};
-        let stream = self.log_stream();
-        if !stream.wants(Kind::Audit) {
-            return;
-        }
-        let actor = if r.provider.is_empty() {
-            format!("{} {}", r.actor_kind, r.actor)
-        } else {
-            format!("{} {} ({})", r.actor_kind, r.actor, r.provider)
-        };
-        stream.emit(
-            Record::new(Kind::Audit, u64::try_from(r.at_ms).unwrap_or(0))
-                .text(Field::Actor, actor)
-                .text(Field::Action, r.action.as_str())
-                .text(Field::Target, r.target.as_str())
-                .text(Field::Outcome, r.outcome.as_str())
-                .text(Field::Source, r.source.as_str())
-                .text(Field::Detail, r.detail.as_str()),
-        );
+/// The action to the log receivers that take audit records.
+fn emit_audit(authority: &Authority, r: &AuditRecord) {
+    use crate::logstream::{Field, Kind, Record};
+    let stream = authority.log_stream();
+    if !stream.wants(Kind::Audit) {
+        return;
     }
+    let actor = if r.provider.is_empty() {
+        format!("{} {}", r.actor_kind, r.actor)
+    } else {
+        format!("{} {} ({})", r.actor_kind, r.actor, r.provider)
+    };
+    stream.emit(
+        Record::new(Kind::Audit, u64::try_from(r.at_ms).unwrap_or(0))
+            .text(Field::Actor, actor)
+            .text(Field::Action, r.action.as_str())
+            .text(Field::Target, r.target.as_str())
+            .text(Field::Outcome, r.outcome.as_str())
+            .text(Field::Source, r.source.as_str())
+            .text(Field::Detail, r.detail.as_str()),
+    );
+}
 
-    /// One page (from 1) of the audit trail matching `filter`.
-    pub fn audit_page(
-        &self,
-        filter: &AuditFilter,
-        page: u64,
-        per_page: u32,
-    ) -> Result<AuditPage, StoreError> {
-        let offset = page.saturating_sub(1).saturating_mul(u64::from(per_page));
-        let (records, total) = self.store().audit(filter, per_page, offset)?;
-        Ok(AuditPage {
-            entries: records.into_iter().map(AuditEntryView::from).collect(),
-            total,
-            page,
-            per_page,
-            pages: total.div_ceil(u64::from(per_page)).max(1),
-        })
-    }
+/// One page (from 1) of the audit trail matching `filter`.
+pub fn audit_page(
+    authority: &Authority,
+    filter: &AuditFilter,
+    page: u64,
+    per_page: u32,
+) -> Result<AuditPage, StoreError> {
+    let offset = page.saturating_sub(1).saturating_mul(u64::from(per_page));
+    let (records, total) = authority.store().audit(filter, per_page, offset)?;
+    Ok(AuditPage {
+        entries: records.into_iter().map(AuditEntryView::from).collect(),
+        total,
+        page,
+        per_page,
+        pages: total.div_ceil(u64::from(per_page)).max(1),
+    })
 }
 
 #[cfg(test)]
@@ -358,14 +356,17 @@ mod tests {
             .finish();
         let root = Actor::token("root");
         tracing::subscriber::with_default(subscriber, || {
-            a.audit(&AdminAction {
-                actor: &root,
-                source: Some(std::net::Ipv4Addr::new(192, 0, 2, 7).into()),
-                action: "connector.revoke",
-                target: "c1",
-                outcome: Outcome::NotFound,
-                detail: "x".repeat(2000),
-            })
+            audit(
+                &a,
+                &AdminAction {
+                    actor: &root,
+                    source: Some(std::net::Ipv4Addr::new(192, 0, 2, 7).into()),
+                    action: "connector.revoke",
+                    target: "c1",
+                    outcome: Outcome::NotFound,
+                    detail: "x".repeat(2000),
+                },
+            )
             .expect("recorded");
         });
         let text = String::from_utf8(captured.0.lock().expect("buffer").clone()).expect("utf-8");

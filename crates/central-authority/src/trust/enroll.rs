@@ -32,6 +32,7 @@ use crate::ground::clock::now_ms;
 use crate::state::authority::Authority;
 use crate::state::counters::Metrics;
 use crate::store::{CertRecord, NewCertificate, StoreError};
+use crate::trust;
 use crate::trust::identity::Identity;
 
 /// The `Enrollment` gRPC service.
@@ -61,7 +62,7 @@ impl Enrollment for EnrollmentService {
         // Signing and the database write run off the async workers.
         let enrolled = self
             .authority
-            .blocking(move |a| a.enroll(&r))
+            .blocking(move |a| enroll(a, &r))
             .await
             .unwrap_or(Err(EnrollError::Internal));
         match enrolled {
@@ -82,10 +83,11 @@ impl Enrollment for EnrollmentService {
                 // (`trust::throttle`); a valid key is never refused by it.
                 let e = match e {
                     EnrollError::NoTls | EnrollError::Internal => e,
-                    e => match self
-                        .authority
-                        .failed(crate::state::limits::Guarded::Enrollment, source)
-                    {
+                    e => match trust::throttle::failed(
+                        &self.authority,
+                        crate::state::limits::Guarded::Enrollment,
+                        source,
+                    ) {
                         Ok(()) => e,
                         Err(refused) => EnrollError::RateLimited {
                             retry_after_s: refused.retry_after_s,
@@ -145,369 +147,376 @@ pub struct KeyView {
     pub usable: bool,
 }
 
-impl Authority {
-    /// Checks an enrollment request and, if acceptable, signs and records a
-    /// client certificate.
-    pub fn enroll(&self, r: &v1::EnrollRequest) -> Result<v1::EnrollResponse, EnrollError> {
-        let pki = self.pki().ok_or(EnrollError::NoTls)?;
-        check_connector_name(&r.name)?;
-        let state = self.snapshot();
-        let unknown = || EnrollError::NoSuchGroup(r.group.chars().take(128).collect());
-        let key = state.config.group_keys.get(&r.group).ok_or_else(unknown)?;
-        let policy = state
-            .config
-            .key_policies
-            .get(&r.group)
-            .ok_or_else(unknown)?;
-        if !key.matches(r.provisioning_key.as_bytes()) {
-            return Err(AuthError::WrongKey(r.group.clone()).into());
-        }
-        let now = now_ms();
-        if policy.expires_ms.is_some_and(|e| now >= e) {
-            return Err(EnrollError::KeyExpired(r.group.clone()));
-        }
-        let issued = pki
-            .issue(&r.name, &r.group, &r.csr_pem)
-            .map_err(|e| match e {
-                PkiError::InvalidCsr(m) => EnrollError::Csr(format!("invalid CSR: {m}")),
-                other => {
-                    tracing::error!(error = %other, "cannot sign a client certificate");
-                    EnrollError::Internal
-                }
-            })?;
-        self.store()
-            .enroll(&NewCertificate {
-                name: &r.name,
-                group: &r.group,
-                key_sha256: &policy.key_sha256,
-                max_uses: policy.max_uses,
-                serial: &issued.serial,
-                fingerprint: &issued.fingerprint,
-                not_after_ms: issued.not_after_ms,
-                now_ms: now,
-                root_sha256: &issued.root,
-            })
-            .map_err(internal)??;
-        // A re-enrolled connector's old certificates were superseded: end a
-        // session (or a stream not yet registered) that still runs on one.
-        self.close_connector_streams(&r.name, "re-enrolled with a new certificate");
-        Ok(v1::EnrollResponse {
-            certificate_pem: issued.pem,
-            issuer_pem: pki.issuer_pem.clone(),
-            serial: issued.serial,
-            not_after_unix_ms: issued.not_after_ms,
-            identity_uri: issued.identity_uri,
-        })
+/// Checks an enrollment request and, if acceptable, signs and records a
+/// client certificate.
+pub fn enroll(
+    authority: &Authority,
+    r: &v1::EnrollRequest,
+) -> Result<v1::EnrollResponse, EnrollError> {
+    let pki = authority.pki().ok_or(EnrollError::NoTls)?;
+    check_connector_name(&r.name)?;
+    let state = authority.snapshot();
+    let unknown = || EnrollError::NoSuchGroup(r.group.chars().take(128).collect());
+    let key = state.config.group_keys.get(&r.group).ok_or_else(unknown)?;
+    let policy = state
+        .config
+        .key_policies
+        .get(&r.group)
+        .ok_or_else(unknown)?;
+    if !key.matches(r.provisioning_key.as_bytes()) {
+        return Err(AuthError::WrongKey(r.group.clone()).into());
     }
-
-    /// Authenticates a session by its client certificate: a reach identity
-    /// whose serial the CA issued, not revoked, of a connector that is not
-    /// disabled, in a group of the policy.
-    pub fn authenticate_cert(
-        &self,
-        certs: Option<&[impl AsRef<[u8]>]>,
-    ) -> Result<Identity, AuthError> {
-        self.authenticate_session_cert(certs)
-            .map(|(identity, _)| identity)
+    let now = now_ms();
+    if policy.expires_ms.is_some_and(|e| now >= e) {
+        return Err(EnrollError::KeyExpired(r.group.clone()));
     }
-
-    /// `authenticate_cert`, also returning the certificate the session
-    /// stands on (checked again at registration and ended at its expiry).
-    pub(crate) fn authenticate_session_cert(
-        &self,
-        certs: Option<&[impl AsRef<[u8]>]>,
-    ) -> Result<(Identity, SessionCert), AuthError> {
-        let leaf = certs
-            .and_then(|c| c.first())
-            .ok_or(AuthError::NoClientCertificate)?;
-        let id = crate::credentials::pki::identity_of(leaf.as_ref())
-            .map_err(AuthError::BadCertificate)?;
-        // TLS verified the chain against the roots in force at the
-        // handshake; a connection from before a reload that removed a root
-        // is checked against the roots in force now.
-        let root = match self.pki() {
-            Some(pki) => Some(
-                pki.root_of(leaf.as_ref())
-                    .map(|r| r.fingerprint.clone())
-                    .ok_or_else(|| AuthError::UntrustedRoot(id.serial.clone()))?,
-            ),
-            None => None,
-        };
-        let record = self
-            .store()
-            .certificate(&id.serial)
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot look up a certificate");
-                AuthError::Unavailable
-            })?
-            .ok_or_else(|| AuthError::UnknownCertificate(id.serial.clone()))?;
-        // The certificate presented must be the one issued under that
-        // serial, byte for byte: names and serial alone could be copied
-        // into another certificate. Constant time, like every secret
-        // comparison.
-        let presented = crate::ground::digest::sha256_hex(leaf.as_ref());
-        let same_cert: bool =
-            subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), record.fingerprint.as_bytes())
-                .into();
-        if record.connector != id.name || record.group != id.group || !same_cert {
-            return Err(AuthError::UnknownCertificate(id.serial));
-        }
-        if let Some((_, reason)) = record.revoked {
-            return Err(AuthError::CertificateRevoked {
-                serial: id.serial,
-                reason,
-            });
-        }
-        if record.disabled {
-            return Err(AuthError::ConnectorDisabled(id.name));
-        }
-        if record.not_after_ms <= now_ms() {
-            return Err(AuthError::CertificateExpired(id.serial));
-        }
-        if !self.snapshot().policy().has_group(&id.group) {
-            return Err(AuthError::UnknownGroup(id.group));
-        }
-        let cert = SessionCert {
-            serial: id.serial,
-            not_after_ms: record.not_after_ms,
-            root,
-        };
-        Ok((
-            Identity {
-                name: id.name.into(),
-                group: id.group.into(),
-            },
-            cert,
-        ))
-    }
-
-    /// Checks again, when a session registers (after `Hello`), what was
-    /// checked when its stream opened: its certificate (`None` for a
-    /// plain-text session) is not revoked or expired, or the provisioning
-    /// key that authenticated a plain-text session (its SHA-256,
-    /// `key_sha256`) is still its group's and not revoked; and the
-    /// connector is not disabled. Fails closed when the database cannot
-    /// answer.
-    pub(crate) fn check_standing(
-        &self,
-        identity: &Identity,
-        cert: Option<&SessionCert>,
-        key_sha256: Option<&str>,
-    ) -> Result<(), AuthError> {
-        if !self.snapshot().policy().has_group(&identity.group) {
-            return Err(AuthError::UnknownGroup(identity.group.to_string()));
-        }
-        let Some(cert) = cert else {
-            if let Some(key) = key_sha256 {
-                self.check_key_standing(&identity.group, key)?;
+    let issued = pki
+        .issue(&r.name, &r.group, &r.csr_pem)
+        .map_err(|e| match e {
+            PkiError::InvalidCsr(m) => EnrollError::Csr(format!("invalid CSR: {m}")),
+            other => {
+                tracing::error!(error = %other, "cannot sign a client certificate");
+                EnrollError::Internal
             }
-            return self.check_not_disabled(&identity.name);
-        };
-        self.check_root_trusted(cert)?;
-        let record = self.store().certificate(&cert.serial).map_err(|e| {
+        })?;
+    authority
+        .store()
+        .enroll(&NewCertificate {
+            name: &r.name,
+            group: &r.group,
+            key_sha256: &policy.key_sha256,
+            max_uses: policy.max_uses,
+            serial: &issued.serial,
+            fingerprint: &issued.fingerprint,
+            not_after_ms: issued.not_after_ms,
+            now_ms: now,
+            root_sha256: &issued.root,
+        })
+        .map_err(internal)??;
+    // A re-enrolled connector's old certificates were superseded: end a
+    // session (or a stream not yet registered) that still runs on one.
+    authority.close_connector_streams(&r.name, "re-enrolled with a new certificate");
+    Ok(v1::EnrollResponse {
+        certificate_pem: issued.pem,
+        issuer_pem: pki.issuer_pem.clone(),
+        serial: issued.serial,
+        not_after_unix_ms: issued.not_after_ms,
+        identity_uri: issued.identity_uri,
+    })
+}
+
+/// Authenticates a session by its client certificate: a reach identity
+/// whose serial the CA issued, not revoked, of a connector that is not
+/// disabled, in a group of the policy.
+pub fn authenticate_cert(
+    authority: &Authority,
+    certs: Option<&[impl AsRef<[u8]>]>,
+) -> Result<Identity, AuthError> {
+    authenticate_session_cert(authority, certs).map(|(identity, _)| identity)
+}
+
+/// `authenticate_cert`, also returning the certificate the session
+/// stands on (checked again at registration and ended at its expiry).
+pub(crate) fn authenticate_session_cert(
+    authority: &Authority,
+    certs: Option<&[impl AsRef<[u8]>]>,
+) -> Result<(Identity, SessionCert), AuthError> {
+    let leaf = certs
+        .and_then(|c| c.first())
+        .ok_or(AuthError::NoClientCertificate)?;
+    let id =
+        crate::credentials::pki::identity_of(leaf.as_ref()).map_err(AuthError::BadCertificate)?;
+    // TLS verified the chain against the roots in force at the
+    // handshake; a connection from before a reload that removed a root
+    // is checked against the roots in force now.
+    let root = match authority.pki() {
+        Some(pki) => Some(
+            pki.root_of(leaf.as_ref())
+                .map(|r| r.fingerprint.clone())
+                .ok_or_else(|| AuthError::UntrustedRoot(id.serial.clone()))?,
+        ),
+        None => None,
+    };
+    let record = authority
+        .store()
+        .certificate(&id.serial)
+        .map_err(|e| {
             tracing::error!(error = %e, "cannot look up a certificate");
             AuthError::Unavailable
-        })?;
-        cert_standing(record.as_ref(), &cert.serial, &identity.name, now_ms())
+        })?
+        .ok_or_else(|| AuthError::UnknownCertificate(id.serial.clone()))?;
+    // The certificate presented must be the one issued under that
+    // serial, byte for byte: names and serial alone could be copied
+    // into another certificate. Constant time, like every secret
+    // comparison.
+    let presented = crate::ground::digest::sha256_hex(leaf.as_ref());
+    let same_cert: bool =
+        subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), record.fingerprint.as_bytes()).into();
+    if record.connector != id.name || record.group != id.group || !same_cert {
+        return Err(AuthError::UnknownCertificate(id.serial));
     }
+    if let Some((_, reason)) = record.revoked {
+        return Err(AuthError::CertificateRevoked {
+            serial: id.serial,
+            reason,
+        });
+    }
+    if record.disabled {
+        return Err(AuthError::ConnectorDisabled(id.name));
+    }
+    if record.not_after_ms <= now_ms() {
+        return Err(AuthError::CertificateExpired(id.serial));
+    }
+    if !authority.snapshot().policy().has_group(&id.group) {
+        return Err(AuthError::UnknownGroup(id.group));
+    }
+    let cert = SessionCert {
+        serial: id.serial,
+        not_after_ms: record.not_after_ms,
+        root,
+    };
+    Ok((
+        Identity {
+            name: id.name.into(),
+            group: id.group.into(),
+        },
+        cert,
+    ))
+}
 
-    /// `check_standing` without the store, for a session whose stream was
-    /// authenticated against the store when nothing that may end sessions
-    /// has been announced since (`Store::announced` reads the same): that
-    /// read still holds. A change committed after it is announced, and the
-    /// reconcile the announcement starts closes the session (or, if it is
-    /// still registering then, the periodic one a second later). What this
-    /// replica decides alone is checked again: the group still exists, a
-    /// key-authenticated session's key is still its group's key here, a
-    /// certificate has not expired.
-    pub(crate) fn check_standing_locally(
-        &self,
-        identity: &Identity,
-        cert: Option<&SessionCert>,
-        key_sha256: Option<&str>,
-    ) -> Result<(), AuthError> {
-        let state = self.snapshot();
-        if !state.policy().has_group(&identity.group) {
-            return Err(AuthError::UnknownGroup(identity.group.to_string()));
+/// Checks again, when a session registers (after `Hello`), what was
+/// checked when its stream opened: its certificate (`None` for a
+/// plain-text session) is not revoked or expired, or the provisioning
+/// key that authenticated a plain-text session (its SHA-256,
+/// `key_sha256`) is still its group's and not revoked; and the
+/// connector is not disabled. Fails closed when the database cannot
+/// answer.
+pub(crate) fn check_standing(
+    authority: &Authority,
+    identity: &Identity,
+    cert: Option<&SessionCert>,
+    key_sha256: Option<&str>,
+) -> Result<(), AuthError> {
+    if !authority.snapshot().policy().has_group(&identity.group) {
+        return Err(AuthError::UnknownGroup(identity.group.to_string()));
+    }
+    let Some(cert) = cert else {
+        if let Some(key) = key_sha256 {
+            check_key_standing(authority, &identity.group, key)?;
         }
-        if let Some(cert) = cert {
-            if cert.not_after_ms <= now_ms() {
-                return Err(AuthError::CertificateExpired(cert.serial.clone()));
-            }
-            self.check_root_trusted(cert)?;
+        return check_not_disabled(authority, &identity.name);
+    };
+    check_root_trusted(authority, cert)?;
+    let record = authority.store().certificate(&cert.serial).map_err(|e| {
+        tracing::error!(error = %e, "cannot look up a certificate");
+        AuthError::Unavailable
+    })?;
+    cert_standing(record.as_ref(), &cert.serial, &identity.name, now_ms())
+}
+
+/// `check_standing` without the store, for a session whose stream was
+/// authenticated against the store when nothing that may end sessions
+/// has been announced since (`Store::announced` reads the same): that
+/// read still holds. A change committed after it is announced, and the
+/// reconcile the announcement starts closes the session (or, if it is
+/// still registering then, the periodic one a second later). What this
+/// replica decides alone is checked again: the group still exists, a
+/// key-authenticated session's key is still its group's key here, a
+/// certificate has not expired.
+pub(crate) fn check_standing_locally(
+    authority: &Authority,
+    identity: &Identity,
+    cert: Option<&SessionCert>,
+    key_sha256: Option<&str>,
+) -> Result<(), AuthError> {
+    let state = authority.snapshot();
+    if !state.policy().has_group(&identity.group) {
+        return Err(AuthError::UnknownGroup(identity.group.to_string()));
+    }
+    if let Some(cert) = cert {
+        if cert.not_after_ms <= now_ms() {
+            return Err(AuthError::CertificateExpired(cert.serial.clone()));
         }
-        match key_sha256 {
-            Some(key) => key_is_current(&state, &identity.group, key),
-            None => Ok(()),
+        check_root_trusted(authority, cert)?;
+    }
+    match key_sha256 {
+        Some(key) => key_is_current(&state, &identity.group, key),
+        None => Ok(()),
+    }
+}
+
+/// Whether a session authenticated by the provisioning key of `group`
+/// whose SHA-256 is `key_sha256` (metadata authentication) may go on:
+/// that key is still the group's key in this replica's configuration
+/// (a reload that replaced it ends the sessions it authenticated) and
+/// not revoked, on any replica. The key checked is the session's own,
+/// whichever key the group had when it was revoked. Fails closed when
+/// the store cannot answer.
+pub(crate) fn check_key_standing(
+    authority: &Authority,
+    group: &str,
+    key_sha256: &str,
+) -> Result<(), AuthError> {
+    key_is_current(&authority.snapshot(), group, key_sha256)?;
+    match authority.store().key_revoked(group, key_sha256) {
+        Ok(true) => Err(AuthError::KeyRevoked(group.to_owned())),
+        Ok(false) => Ok(()),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot look up whether a provisioning key is revoked");
+            Err(AuthError::Unavailable)
         }
     }
+}
 
-    /// Whether a session authenticated by the provisioning key of `group`
-    /// whose SHA-256 is `key_sha256` (metadata authentication) may go on:
-    /// that key is still the group's key in this replica's configuration
-    /// (a reload that replaced it ends the sessions it authenticated) and
-    /// not revoked, on any replica. The key checked is the session's own,
-    /// whichever key the group had when it was revoked. Fails closed when
-    /// the store cannot answer.
-    pub(crate) fn check_key_standing(
-        &self,
-        group: &str,
-        key_sha256: &str,
-    ) -> Result<(), AuthError> {
-        key_is_current(&self.snapshot(), group, key_sha256)?;
-        match self.store().key_revoked(group, key_sha256) {
-            Ok(true) => Err(AuthError::KeyRevoked(group.to_owned())),
-            Ok(false) => Ok(()),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot look up whether a provisioning key is revoked");
-                Err(AuthError::Unavailable)
-            }
+/// Whether the root `cert` was authenticated under is still trusted (a
+/// reload may have retired it since).
+fn check_root_trusted(authority: &Authority, cert: &SessionCert) -> Result<(), AuthError> {
+    let (Some(pki), Some(root)) = (authority.pki(), &cert.root) else {
+        return Ok(());
+    };
+    if pki.roots().iter().any(|r| &r.fingerprint == root) {
+        Ok(())
+    } else {
+        Err(AuthError::UntrustedRoot(cert.serial.clone()))
+    }
+}
+
+/// Refuses a connector an administrator disabled (also checked for
+/// plain-text sessions). Fails closed: when the database cannot answer,
+/// the connector is refused too.
+pub(crate) fn check_not_disabled(authority: &Authority, name: &str) -> Result<(), AuthError> {
+    match authority.store().is_disabled(name) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(AuthError::ConnectorDisabled(name.to_owned())),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot look up whether a connector is disabled");
+            Err(AuthError::Unavailable)
         }
     }
+}
 
-    /// Whether the root `cert` was authenticated under is still trusted (a
-    /// reload may have retired it since).
-    fn check_root_trusted(&self, cert: &SessionCert) -> Result<(), AuthError> {
-        let (Some(pki), Some(root)) = (self.pki(), &cert.root) else {
-            return Ok(());
+/// Disables (or enables) an enrolled connector. A disabled connector's
+/// session ends at once and it can neither reconnect nor re-enroll.
+/// `Ok(false)` when no such connector is enrolled.
+pub fn set_connector_disabled(
+    authority: &Authority,
+    name: &str,
+    disabled: bool,
+) -> Result<bool, StoreError> {
+    let found = authority.store().set_disabled(name, disabled, now_ms())?;
+    if found && disabled {
+        authority.close_connector_streams(name, "connector disabled by an administrator");
+    }
+    if found {
+        tracing::info!(connector = name, disabled, "connector state changed");
+    }
+    Ok(found)
+}
+
+/// Revokes every certificate of a connector and ends its session; it must
+/// enroll again (with a provisioning key) to reconnect. `Ok(None)` when
+/// no such connector is enrolled, else how many certificates were
+/// revoked.
+pub fn revoke_connector(authority: &Authority, name: &str) -> Result<Option<usize>, StoreError> {
+    let Some(n) =
+        authority
+            .store()
+            .revoke_certificates(name, "revoked by an administrator", now_ms())?
+    else {
+        return Ok(None);
+    };
+    if n > 0 {
+        authority.close_connector_streams(name, "certificate revoked by an administrator");
+        tracing::info!(connector = name, certificates = n, "certificates revoked");
+    }
+    Ok(Some(n))
+}
+
+/// Allows the next enrollment of `name` with its group's provisioning
+/// key although it holds a valid certificate (a host rebuilt without
+/// its key), once, within `REENROLL_WINDOW`. The certificate in use
+/// stays valid until that enrollment supersedes it. `Ok(false)` when no
+/// such connector is enrolled.
+pub fn allow_reenroll(authority: &Authority, name: &str) -> Result<bool, StoreError> {
+    let now = now_ms();
+    let until = now.saturating_add(i64::try_from(REENROLL_WINDOW.as_millis()).unwrap_or(i64::MAX));
+    let found = authority.store().allow_reenroll(name, until, now)?;
+    if found {
+        tracing::info!(
+            connector = name,
+            until_ms = until,
+            "re-enrollment allowed once"
+        );
+    }
+    Ok(found)
+}
+
+/// Deletes an enrolled connector: revokes its certificates, ends its
+/// session and pending streams, forgets it in the registry and frees
+/// its name (for any group). `Ok(None)` when no such connector is
+/// enrolled, else how many certificates were revoked.
+pub fn delete_connector(authority: &Authority, name: &str) -> Result<Option<usize>, StoreError> {
+    let Some(n) = authority.store().delete_connector(name, now_ms())? else {
+        return Ok(None);
+    };
+    authority.close_connector_streams(name, "connector deleted by an administrator");
+    authority.registry().forget(name);
+    // The store ended its drain with it.
+    authority.registry().undrained(name);
+    // Its (now Unknown) reports go too: the name may come back as
+    // another connector, in another group.
+    authority
+        .health()
+        .retain(|_, connector, _| connector != name);
+    authority.bump();
+    tracing::info!(connector = name, certificates = n, "connector deleted");
+    Ok(Some(n))
+}
+
+/// Revokes the current provisioning key of `group`; `Ok(false)` when the
+/// group has no key. Connectors already enrolled keep working; a new key
+/// in the config is a new, unrevoked key, and a key once revoked stays
+/// revoked if a reload brings it back. Sessions that the key itself
+/// authenticated (metadata authentication, `[tls] enabled = false`)
+/// end: here at once, on the other replicas at their next reconcile;
+/// streams it authenticated that have not registered yet are refused at
+/// registration (`check_standing` checks the session's own key).
+pub fn revoke_provisioning_key(authority: &Authority, group: &str) -> Result<bool, StoreError> {
+    let state = authority.snapshot();
+    let Some(policy) = state.config.key_policies.get(group) else {
+        return Ok(false);
+    };
+    authority
+        .store()
+        .revoke_key(group, &policy.key_sha256, now_ms())?;
+    tracing::info!(group, "provisioning key revoked");
+    authority.reconcile_sessions();
+    Ok(true)
+}
+
+/// Every group's current key: uses, limits, state.
+pub fn provisioning_keys(authority: &Authority) -> Result<Vec<KeyView>, StoreError> {
+    let state = authority.snapshot();
+    let now = now_ms();
+    let mut out = Vec::new();
+    for g in &state.policy().connector_groups {
+        let Some(p) = state.config.key_policies.get(&g.name) else {
+            continue;
         };
-        if pki.roots().iter().any(|r| &r.fingerprint == root) {
-            Ok(())
-        } else {
-            Err(AuthError::UntrustedRoot(cert.serial.clone()))
-        }
+        let u = authority.store().key_usage(&g.name, &p.key_sha256)?;
+        out.push(KeyView {
+            group: g.name.clone(),
+            uses: u.uses,
+            max_uses: p.max_uses,
+            expires_at: p.expires_ms,
+            revoked_at: u.revoked_ms,
+            last_used_at: u.last_used_ms,
+            usable: u.revoked_ms.is_none()
+                && u.uses < p.max_uses
+                && p.expires_ms.is_none_or(|e| now < e),
+        });
     }
-
-    /// Refuses a connector an administrator disabled (also checked for
-    /// plain-text sessions). Fails closed: when the database cannot answer,
-    /// the connector is refused too.
-    pub(crate) fn check_not_disabled(&self, name: &str) -> Result<(), AuthError> {
-        match self.store().is_disabled(name) {
-            Ok(false) => Ok(()),
-            Ok(true) => Err(AuthError::ConnectorDisabled(name.to_owned())),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot look up whether a connector is disabled");
-                Err(AuthError::Unavailable)
-            }
-        }
-    }
-
-    /// Disables (or enables) an enrolled connector. A disabled connector's
-    /// session ends at once and it can neither reconnect nor re-enroll.
-    /// `Ok(false)` when no such connector is enrolled.
-    pub fn set_connector_disabled(&self, name: &str, disabled: bool) -> Result<bool, StoreError> {
-        let found = self.store().set_disabled(name, disabled, now_ms())?;
-        if found && disabled {
-            self.close_connector_streams(name, "connector disabled by an administrator");
-        }
-        if found {
-            tracing::info!(connector = name, disabled, "connector state changed");
-        }
-        Ok(found)
-    }
-
-    /// Revokes every certificate of a connector and ends its session; it must
-    /// enroll again (with a provisioning key) to reconnect. `Ok(None)` when
-    /// no such connector is enrolled, else how many certificates were
-    /// revoked.
-    pub fn revoke_connector(&self, name: &str) -> Result<Option<usize>, StoreError> {
-        let Some(n) =
-            self.store()
-                .revoke_certificates(name, "revoked by an administrator", now_ms())?
-        else {
-            return Ok(None);
-        };
-        if n > 0 {
-            self.close_connector_streams(name, "certificate revoked by an administrator");
-            tracing::info!(connector = name, certificates = n, "certificates revoked");
-        }
-        Ok(Some(n))
-    }
-
-    /// Allows the next enrollment of `name` with its group's provisioning
-    /// key although it holds a valid certificate (a host rebuilt without
-    /// its key), once, within `REENROLL_WINDOW`. The certificate in use
-    /// stays valid until that enrollment supersedes it. `Ok(false)` when no
-    /// such connector is enrolled.
-    pub fn allow_reenroll(&self, name: &str) -> Result<bool, StoreError> {
-        let now = now_ms();
-        let until =
-            now.saturating_add(i64::try_from(REENROLL_WINDOW.as_millis()).unwrap_or(i64::MAX));
-        let found = self.store().allow_reenroll(name, until, now)?;
-        if found {
-            tracing::info!(
-                connector = name,
-                until_ms = until,
-                "re-enrollment allowed once"
-            );
-        }
-        Ok(found)
-    }
-
-    /// Deletes an enrolled connector: revokes its certificates, ends its
-    /// session and pending streams, forgets it in the registry and frees
-    /// its name (for any group). `Ok(None)` when no such connector is
-    /// enrolled, else how many certificates were revoked.
-    pub fn delete_connector(&self, name: &str) -> Result<Option<usize>, StoreError> {
-        let Some(n) = self.store().delete_connector(name, now_ms())? else {
-            return Ok(None);
-        };
-        self.close_connector_streams(name, "connector deleted by an administrator");
-        self.registry().forget(name);
-        // The store ended its drain with it.
-        self.registry().undrained(name);
-        // Its (now Unknown) reports go too: the name may come back as
-        // another connector, in another group.
-        self.health().retain(|_, connector, _| connector != name);
-        self.bump();
-        tracing::info!(connector = name, certificates = n, "connector deleted");
-        Ok(Some(n))
-    }
-
-    /// Revokes the current provisioning key of `group`; `Ok(false)` when the
-    /// group has no key. Connectors already enrolled keep working; a new key
-    /// in the config is a new, unrevoked key, and a key once revoked stays
-    /// revoked if a reload brings it back. Sessions that the key itself
-    /// authenticated (metadata authentication, `[tls] enabled = false`)
-    /// end: here at once, on the other replicas at their next reconcile;
-    /// streams it authenticated that have not registered yet are refused at
-    /// registration (`check_standing` checks the session's own key).
-    pub fn revoke_provisioning_key(&self, group: &str) -> Result<bool, StoreError> {
-        let state = self.snapshot();
-        let Some(policy) = state.config.key_policies.get(group) else {
-            return Ok(false);
-        };
-        self.store()
-            .revoke_key(group, &policy.key_sha256, now_ms())?;
-        tracing::info!(group, "provisioning key revoked");
-        self.reconcile_sessions();
-        Ok(true)
-    }
-
-    /// Every group's current key: uses, limits, state.
-    pub fn provisioning_keys(&self) -> Result<Vec<KeyView>, StoreError> {
-        let state = self.snapshot();
-        let now = now_ms();
-        let mut out = Vec::new();
-        for g in &state.policy().connector_groups {
-            let Some(p) = state.config.key_policies.get(&g.name) else {
-                continue;
-            };
-            let u = self.store().key_usage(&g.name, &p.key_sha256)?;
-            out.push(KeyView {
-                group: g.name.clone(),
-                uses: u.uses,
-                max_uses: p.max_uses,
-                expires_at: p.expires_ms,
-                revoked_at: u.revoked_ms,
-                last_used_at: u.last_used_ms,
-                usable: u.revoked_ms.is_none()
-                    && u.uses < p.max_uses
-                    && p.expires_ms.is_none_or(|e| now < e),
-            });
-        }
-        Ok(out)
-    }
+    Ok(out)
 }
 
 /// Whether `key_sha256` is still `group`'s provisioning key in `state`'s
@@ -616,15 +625,15 @@ mod tests {
                 not_after_ms: 0,
                 root: None,
             };
-            a.check_standing(&identity, Some(&cert), None)
+            check_standing(&a, &identity, Some(&cert), None)
         };
         assert_eq!(standing("c1"), Ok(()));
-        assert!(a.revoke_connector("c2").expect("db") == Some(1));
+        assert!(revoke_connector(&a, "c2").expect("db") == Some(1));
         assert!(matches!(
             standing("c2"),
             Err(AuthError::CertificateRevoked { .. })
         ));
-        assert!(a.set_connector_disabled("c3", true).expect("db"));
+        assert!(set_connector_disabled(&a, "c3", true).expect("db"));
         assert_eq!(
             standing("c3"),
             Err(AuthError::ConnectorDisabled("c3".into()))
@@ -656,17 +665,17 @@ mod tests {
         assert_eq!(store.enroll(&cert("c1")).expect("db"), Ok(()));
         assert_eq!(store.enroll(&cert("c2")).expect("db"), Ok(()));
         let a = authority(store);
-        assert!(a.set_connector_disabled("c1", true).expect("db"));
+        assert!(set_connector_disabled(&a, "c1", true).expect("db"));
         assert_eq!(
-            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            trust::identity::authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
             Err(AuthError::ConnectorDisabled("c1".into()))
         );
         assert_eq!(
-            a.authenticate(&metadata("c2", "k")).map(|i| i.name),
+            trust::identity::authenticate(&a, &metadata("c2", "k")).map(|i| i.name),
             Ok("c2".into())
         );
         assert_eq!(
-            a.authenticate(&metadata("c3", "k")).map(|i| i.name),
+            trust::identity::authenticate(&a, &metadata("c3", "k")).map(|i| i.name),
             Ok("c3".into())
         );
     }
@@ -715,9 +724,7 @@ mod tests {
             };
             assert_eq!(store.enroll(&record).expect("db"), Ok(()));
             let a = authority(store);
-            let result = a
-                .authenticate_cert(Some(&[der.clone()][..]))
-                .map(|i| i.name);
+            let result = authenticate_cert(&a, Some(&[der.clone()][..])).map(|i| i.name);
             if accepted {
                 assert_eq!(result, Ok("c1".into()));
             } else {
@@ -738,7 +745,7 @@ mod tests {
         // With the right key, but the CA cannot tell whether the connector
         // was disabled: it must not let it in.
         assert_eq!(
-            a.authenticate(&metadata("c1", "k")).map(|i| i.name),
+            trust::identity::authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
             Err(AuthError::Unavailable)
         );
     }

@@ -103,122 +103,125 @@ fn trusts(pki: &Pki, root: &str) -> bool {
     pki.roots().iter().any(|r| r.fingerprint == root)
 }
 
-impl Authority {
-    /// Puts `material`, loaded for a reloaded configuration, in force (new
-    /// handshakes get it, connections open before keep theirs). When the
-    /// trusted roots change, every session learns the new ones, and
-    /// sessions on a root no longer trusted end. Returns the new server
-    /// certificate's serial (`None` without TLS).
-    pub fn install_material(&self, material: Option<Material>) -> Option<String> {
-        let (Some(tls), Some(material)) = (self.tls(), material) else {
-            return None;
-        };
-        let serial = material.pki.server_serial();
-        let old = tls.replace(material);
-        if old.pki.server_serial() != serial {
-            tracing::info!(
-                serial = serial.as_deref().unwrap_or("?"),
-                old_serial = old.pki.server_serial().as_deref().unwrap_or("?"),
-                "server certificate replaced: new TLS handshakes get it, connections open before keep theirs"
-            );
-        }
-        self.retrust(&old.pki, &tls.current().pki);
-        serial
-    }
-
-    /// After a reload from `old` to `new` material: when the roots changed,
-    /// ends the sessions on a root `new` does not trust and sends every
-    /// other certificate session the new bundle.
-    fn retrust(&self, old: &Pki, new: &Pki) {
-        if old.bundle_pem() == new.bundle_pem() {
-            return;
-        }
-        let (closed, kept) = self.registry().sort_by_root(|root| trusts(new, root));
+/// Puts `material`, loaded for a reloaded configuration, in force (new
+/// handshakes get it, connections open before keep theirs). When the
+/// trusted roots change, every session learns the new ones, and
+/// sessions on a root no longer trusted end. Returns the new server
+/// certificate's serial (`None` without TLS).
+pub fn install_material(authority: &Authority, material: Option<Material>) -> Option<String> {
+    let (Some(tls), Some(material)) = (authority.tls(), material) else {
+        return None;
+    };
+    let serial = material.pki.server_serial();
+    let old = tls.replace(material);
+    if old.pki.server_serial() != serial {
         tracing::info!(
-            phase = ?new.phase(),
-            issuing = new.issuing_root(),
-            roots = new.roots().len(),
-            ended = closed.len(),
-            told = kept.len(),
-            "trusted roots changed: sessions told the new trust bundle"
+            serial = serial.as_deref().unwrap_or("?"),
+            old_serial = old.pki.server_serial().as_deref().unwrap_or("?"),
+            "server certificate replaced: new TLS handshakes get it, connections open before keep theirs"
         );
-        for (name, session) in closed {
-            self.close_session(&name, session, UNTRUSTED);
-        }
-        for (name, tx, root) in kept {
-            if tx.try_send(Ok(trust_bundle(new, Some(&root)))).is_err() {
-                self.close_connector(&name, "outbound queue full during a trust bundle update");
-            }
-        }
     }
+    retrust(authority, &old.pki, &tls.current().pki);
+    serial
+}
 
-    /// Tells the session of `name` just registered on `cert` the trust
-    /// bundle in force (after its `Welcome`; nothing for a plain-text
-    /// session). A reload between reading the material and registering may
-    /// have told the sessions it saw before this one: then the newer bundle
-    /// follows, and a root that reload stopped trusting ends the session.
-    pub(crate) fn announce_trust(&self, name: &str, tx: &Outbound, cert: Option<&SessionCert>) {
-        let (Some(tls), Some(root)) = (self.tls(), cert.map(|c| c.root.as_deref())) else {
-            return;
-        };
-        let sent = tls.current();
-        let _ = tx.try_send(Ok(trust_bundle(&sent.pki, root)));
-        let now = tls.current();
-        if !Arc::ptr_eq(&sent, &now) {
-            let _ = tx.try_send(Ok(trust_bundle(&now.pki, root)));
-        }
-        if let Some(root) = root
-            && !trusts(&now.pki, root)
-        {
-            self.close_connector(name, UNTRUSTED);
+/// After a reload from `old` to `new` material: when the roots changed,
+/// ends the sessions on a root `new` does not trust and sends every
+/// other certificate session the new bundle.
+fn retrust(authority: &Authority, old: &Pki, new: &Pki) {
+    if old.bundle_pem() == new.bundle_pem() {
+        return;
+    }
+    let (closed, kept) = authority.registry().sort_by_root(|root| trusts(new, root));
+    tracing::info!(
+        phase = ?new.phase(),
+        issuing = new.issuing_root(),
+        roots = new.roots().len(),
+        ended = closed.len(),
+        told = kept.len(),
+        "trusted roots changed: sessions told the new trust bundle"
+    );
+    for (name, session) in closed {
+        authority.close_session(&name, session, UNTRUSTED);
+    }
+    for (name, tx, root) in kept {
+        if tx.try_send(Ok(trust_bundle(new, Some(&root)))).is_err() {
+            authority.close_connector(&name, "outbound queue full during a trust bundle update");
         }
     }
+}
 
-    /// Where a root rotation stands: the roots, the phase, the enrolled
-    /// connectors still on the old root (from the store) and the connected
-    /// ones that do not keep the trust bundle. `None` without TLS.
-    pub fn root_status(&self) -> Result<Option<RootStatus>, StoreError> {
-        let Some(pki) = self.pki() else {
-            return Ok(None);
-        };
-        let phase = pki.phase();
-        let new_root = match phase {
-            Phase::Steady => None,
-            Phase::Introduce => pki.roots().get(1).map(|r| r.fingerprint.clone()),
-            Phase::Switch => Some(pki.issuing_root().to_owned()),
-        };
-        let now = now_ms();
-        let on_old_root = match &new_root {
-            None => Vec::new(),
-            Some(new_root) => self
-                .store()
-                .connectors()?
-                .into_iter()
-                .filter(|c| c.serial.is_some() && c.not_after_ms.is_some_and(|t| t > now))
-                .filter(|c| c.root_sha256.as_deref() != Some(new_root.as_str()))
-                .map(|c| Holdout {
-                    name: c.name,
-                    group: c.group,
-                    disabled: c.disabled,
-                    root: c.root_sha256,
-                    certificate_not_after: c.not_after_ms,
-                })
-                .collect(),
-        };
-        Ok(Some(RootStatus {
-            phase,
-            roots: pki
-                .roots()
-                .iter()
-                .map(|r| RootView {
-                    role: r.role,
-                    fingerprint: r.fingerprint.clone(),
-                    subject: r.subject.clone(),
-                    not_after: r.not_after_ms,
-                })
-                .collect(),
-            on_old_root,
-            without_trust_bundle: self.registry().without_trust_bundle(),
-        }))
+/// Tells the session of `name` just registered on `cert` the trust
+/// bundle in force (after its `Welcome`; nothing for a plain-text
+/// session). A reload between reading the material and registering may
+/// have told the sessions it saw before this one: then the newer bundle
+/// follows, and a root that reload stopped trusting ends the session.
+pub(crate) fn announce_trust(
+    authority: &Authority,
+    name: &str,
+    tx: &Outbound,
+    cert: Option<&SessionCert>,
+) {
+    let (Some(tls), Some(root)) = (authority.tls(), cert.map(|c| c.root.as_deref())) else {
+        return;
+    };
+    let sent = tls.current();
+    let _ = tx.try_send(Ok(trust_bundle(&sent.pki, root)));
+    let now = tls.current();
+    if !Arc::ptr_eq(&sent, &now) {
+        let _ = tx.try_send(Ok(trust_bundle(&now.pki, root)));
     }
+    if let Some(root) = root
+        && !trusts(&now.pki, root)
+    {
+        authority.close_connector(name, UNTRUSTED);
+    }
+}
+
+/// Where a root rotation stands: the roots, the phase, the enrolled
+/// connectors still on the old root (from the store) and the connected
+/// ones that do not keep the trust bundle. `None` without TLS.
+pub fn root_status(authority: &Authority) -> Result<Option<RootStatus>, StoreError> {
+    let Some(pki) = authority.pki() else {
+        return Ok(None);
+    };
+    let phase = pki.phase();
+    let new_root = match phase {
+        Phase::Steady => None,
+        Phase::Introduce => pki.roots().get(1).map(|r| r.fingerprint.clone()),
+        Phase::Switch => Some(pki.issuing_root().to_owned()),
+    };
+    let now = now_ms();
+    let on_old_root = match &new_root {
+        None => Vec::new(),
+        Some(new_root) => authority
+            .store()
+            .connectors()?
+            .into_iter()
+            .filter(|c| c.serial.is_some() && c.not_after_ms.is_some_and(|t| t > now))
+            .filter(|c| c.root_sha256.as_deref() != Some(new_root.as_str()))
+            .map(|c| Holdout {
+                name: c.name,
+                group: c.group,
+                disabled: c.disabled,
+                root: c.root_sha256,
+                certificate_not_after: c.not_after_ms,
+            })
+            .collect(),
+    };
+    Ok(Some(RootStatus {
+        phase,
+        roots: pki
+            .roots()
+            .iter()
+            .map(|r| RootView {
+                role: r.role,
+                fingerprint: r.fingerprint.clone(),
+                subject: r.subject.clone(),
+                not_after: r.not_after_ms,
+            })
+            .collect(),
+        on_old_root,
+        without_trust_bundle: authority.registry().without_trust_bundle(),
+    }))
 }

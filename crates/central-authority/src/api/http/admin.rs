@@ -2,6 +2,7 @@
 //! (`/api/v1/provisioning_keys`), people's sessions (`/api/v1/sessions`)
 //! and the log receivers' state (`/api/v1/log_receivers`).
 
+use crate::trust;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -42,7 +43,7 @@ pub(super) fn keys_route() -> Route {
 }
 
 pub(super) async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
-    match admin(&a, |a| a.provisioning_keys()).await {
+    match admin(&a, |a| trust::enroll::provisioning_keys(a)).await {
         Ok(keys) => axum::Json(json!({ "provisioning_keys": keys })).into_response(),
         Err(response) => response,
     }
@@ -86,8 +87,7 @@ pub(super) async fn revoke_key(
         "provisioning_key.revoke",
         group.clone(),
         move |a| {
-            a.revoke_provisioning_key(&revoke)
-                .map(|found| found.then_some(answer))
+            trust::enroll::revoke_provisioning_key(a, &revoke).map(|found| found.then_some(answer))
         },
     )
     .await;

@@ -10,6 +10,7 @@ use crate::api::route::{
 };
 use crate::credentials::auth::Scope;
 use crate::error::ApiError;
+use crate::trust;
 
 use super::Shared;
 use super::audited::{Acted, audited_as};
@@ -95,7 +96,7 @@ pub(super) async fn audit(
     };
     let query = raw.unwrap_or_default();
     let read = audited_as(&a, caller, "audit.read", String::new(), move |a| {
-        let page = a.audit_page(&filter, page, per_page)?;
+        let page = trust::audit::audit_page(a, &filter, page, per_page)?;
         let answer = serde_json::to_value(page).unwrap_or_default();
         Ok(Acted::Read(answer, query))
     })

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
 use crate::state::authority::Authority;
+use crate::trust;
 
 use super::Shared;
 use super::extract::Caller;
@@ -97,14 +98,17 @@ pub(super) async fn audited_as(
                     }
                 },
             };
-            let recorded = a.audit(&AdminAction {
-                actor: &actor,
-                source,
-                action,
-                target: &target,
-                outcome,
-                detail,
-            });
+            let recorded = trust::audit::audit(
+                a,
+                &AdminAction {
+                    actor: &actor,
+                    source,
+                    action,
+                    target: &target,
+                    outcome,
+                    detail,
+                },
+            );
             // No action stands unrecorded: without its entry a done action
             // is answered as failed. One that was not done keeps its own
             // answer (a store that does not answer fails the entry too).

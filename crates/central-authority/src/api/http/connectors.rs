@@ -13,6 +13,7 @@ use crate::api::route::{
 };
 use crate::credentials::auth::Scope;
 use crate::state::authority::Authority;
+use crate::trust;
 
 use super::Shared;
 use super::audited::audited;
@@ -143,28 +144,28 @@ pub(super) async fn connector_action(
         }
         "disable" => {
             audited(&a, caller, "connector.disable", target, move |a| {
-                a.set_connector_disabled(&name, true)
+                trust::enroll::set_connector_disabled(a, &name, true)
                     .map(|found| found.then(|| json!({ "name": body, "disabled": true })))
             })
             .await
         }
         "enable" => {
             audited(&a, caller, "connector.enable", target, move |a| {
-                a.set_connector_disabled(&name, false)
+                trust::enroll::set_connector_disabled(a, &name, false)
                     .map(|found| found.then(|| json!({ "name": body, "disabled": false })))
             })
             .await
         }
         "revoke" => {
             audited(&a, caller, "connector.revoke", target, move |a| {
-                a.revoke_connector(&name)
+                trust::enroll::revoke_connector(a, &name)
                     .map(|n| n.map(|n| json!({ "name": body, "certificates_revoked": n })))
             })
             .await
         }
         "allow-reenroll" => {
             audited(&a, caller, "connector.allow-reenroll", target, move |a| {
-                a.allow_reenroll(&name).map(|found| {
+                trust::enroll::allow_reenroll(a, &name).map(|found| {
                     found.then(|| {
                     json!({
                         "name": body,
@@ -227,7 +228,7 @@ pub(super) async fn delete_connector(
     let body = shown.clone();
     let target = name.clone();
     let done = audited(&a, caller, "connector.delete", target, move |a| {
-        a.delete_connector(&name).map(|n| {
+        trust::enroll::delete_connector(a, &name).map(|n| {
             n.map(|n| {
                 json!({
                     "name": body,

@@ -8,6 +8,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::error::ApiError;
+use crate::trust;
 
 use super::{Peer, Shared};
 
@@ -64,7 +65,7 @@ impl<S: scope::Required> FromRequestParts<Shared> for RequireScope<S> {
             .and_then(|v| v.to_str().ok());
         // Guesses are throttled per source address (`trust::throttle`).
         let source = parts.extensions.get::<Peer>().map(|p| p.0.ip());
-        a.authorize_from(source, header, S::SCOPE)?;
+        trust::throttle::authorize_from(a, source, header, S::SCOPE)?;
         Ok(RequireScope(PhantomData))
     }
 }
@@ -113,7 +114,7 @@ impl FromRequestParts<Shared> for Caller {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        match a.authorize_from(source, header, Scope::Admin) {
+        match trust::throttle::authorize_from(a, source, header, Scope::Admin) {
             Ok(()) => {}
             Err(AuthError::MissingScope { token, scope }) => {
                 return Ok(Caller {

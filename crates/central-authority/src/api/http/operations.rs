@@ -14,6 +14,7 @@ use crate::api::route::{Auth, Method, Op, Route, error_ref, json_body, route};
 use crate::credentials::auth::Scope;
 use crate::state::authority::Authority;
 use crate::state::warmup::Warmth;
+use crate::trust;
 
 use super::Shared;
 use super::extract::{RequireScope, scope};
@@ -321,7 +322,7 @@ pub(super) fn root_route() -> Route {
 /// `GET /api/v1/root`: where a rotation of the issuing root stands.
 pub(super) async fn root(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
     found_or_404(
-        admin(&a, Authority::root_status).await,
+        admin(&a, trust::rotation::root_status).await,
         "this CA runs without TLS ([tls] enabled = false): it has no roots",
     )
 }
