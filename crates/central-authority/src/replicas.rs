@@ -13,21 +13,16 @@
 //! state, and each builds its own health table from the reports its
 //! connectors send it.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::access;
-use crate::credentials::auth::AuthError;
 use crate::state::authority::Authority;
 use crate::state::policy_state::PolicyState;
-use crate::store::{CertRecord, ReplicaRecord, StoreError};
+use crate::store::{ReplicaRecord, StoreError};
 use crate::trust;
-
-/// Certificate records by serial, and the disabled connectors' names.
-type Standings = (HashMap<String, CertRecord>, HashSet<String>);
 
 /// How often a replica checks its live sessions against the store.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
@@ -130,119 +125,40 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl Authority {
-    /// Closes every live session the store no longer stands behind,
-    /// whichever replica changed it; returns how many. A session with a
-    /// client certificate: the certificate revoked, its connector disabled
-    /// or deleted, expired. A session authenticated by a provisioning key
-    /// (`[tls] enabled = false`): that very key revoked or no longer its
-    /// group's key here, or the connector disabled. When the store cannot answer, sessions are left
-    /// alone (they were admitted, and registration still fails closed).
-    pub fn reconcile_sessions(&self) -> usize {
-        let live = self.registry().live_sessions();
-        if live.is_empty() {
-            return 0;
-        }
-        let (records, disabled) = match self.standings(&live) {
-            Ok(found) => found,
-            Err(e) => {
-                // An outage is logged once, by the store.
-                if !e.is_unavailable() {
-                    tracing::warn!(error = %e, "cannot reconcile sessions with the store");
-                }
-                return 0;
-            }
-        };
-        let now = crate::ground::clock::now_ms();
-        // One key lookup per (group, key) of key-authenticated sessions.
-        let mut keys: HashMap<(String, String), Result<(), AuthError>> = HashMap::new();
-        let mut closed = 0;
-        for s in live {
-            let verdict = match &s.serial {
-                Some(serial) => {
-                    crate::trust::enroll::cert_standing(records.get(serial), serial, &s.name, now)
-                }
-                None => match &s.key_sha256 {
-                    Some(key) => keys
-                        .entry((s.group.clone(), key.clone()))
-                        .or_insert_with(|| trust::enroll::check_key_standing(self, &s.group, key))
-                        .clone(),
-                    None => Ok(()),
-                }
-                .and_then(|()| {
-                    if disabled.contains(&s.name) {
-                        Err(AuthError::ConnectorDisabled(s.name.clone()))
-                    } else {
-                        Ok(())
-                    }
-                }),
-            };
-            // The store not answering is no verdict on the session.
-            if let Err(e) = verdict
-                && !matches!(e, AuthError::Unavailable)
-                && let Some(session) = self.registry().end(&s.name, s.id)
-            {
-                self.close_session(&s.name, session, &e.to_string());
-                closed += 1;
-            }
-        }
-        closed
-    }
+/// Records this replica's heartbeat.
+pub fn replica_heartbeat(authority: &Authority, me: &Me) -> Result<(), StoreError> {
+    let now = crate::ground::clock::now_ms();
+    let record = ReplicaRecord {
+        id: me.id.clone(),
+        addresses: me.addresses.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_ms: me.started_ms,
+        heartbeat_ms: now,
+        policy_hash: policy_hash(&authority.snapshot()),
+    };
+    authority
+        .store()
+        .heartbeat(&record, now.saturating_sub(millis(FORGET_AFTER)))
+}
 
-    /// What the store says of `live` sessions, in one query each: the
-    /// records of their certificates, and (when any session is
-    /// key-authenticated) the disabled connectors (asking per session put a
-    /// query a second per session on the database: 10,000 a second at
-    /// 10,000 connectors).
-    fn standings(&self, live: &[crate::state::registry::LiveRef]) -> Result<Standings, StoreError> {
-        let serials: Vec<String> = live.iter().filter_map(|s| s.serial.clone()).collect();
-        let records = if serials.is_empty() {
-            HashMap::new()
-        } else {
-            self.store().certificates(&serials)?
-        };
-        let disabled = if live.iter().any(|s| s.serial.is_none()) {
-            self.store().disabled_connectors()?
-        } else {
-            HashSet::new()
-        };
-        Ok((records, disabled))
-    }
-
-    /// Records this replica's heartbeat.
-    pub fn replica_heartbeat(&self, me: &Me) -> Result<(), StoreError> {
-        let now = crate::ground::clock::now_ms();
-        let record = ReplicaRecord {
-            id: me.id.clone(),
-            addresses: me.addresses.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            started_ms: me.started_ms,
-            heartbeat_ms: now,
-            policy_hash: policy_hash(&self.snapshot()),
-        };
-        self.store()
-            .heartbeat(&record, now.saturating_sub(millis(FORGET_AFTER)))
-    }
-
-    /// Every replica the store knows (`this` marks `me`).
-    pub fn replicas(&self, me: Option<&str>) -> Result<Vec<ReplicaView>, StoreError> {
-        let now = crate::ground::clock::now_ms();
-        Ok(self
-            .store()
-            .replicas()?
-            .into_iter()
-            .map(|r| ReplicaView {
-                live: now.saturating_sub(r.heartbeat_ms) < millis(LIVE_WITHIN),
-                this: me == Some(r.id.as_str()),
-                id: r.id,
-                addresses: r.addresses,
-                version: r.version,
-                started_at: r.started_ms,
-                last_heartbeat: r.heartbeat_ms,
-                policy_hash: r.policy_hash,
-            })
-            .collect())
-    }
+/// Every replica the store knows (`this` marks `me`).
+pub fn replicas(authority: &Authority, me: Option<&str>) -> Result<Vec<ReplicaView>, StoreError> {
+    let now = crate::ground::clock::now_ms();
+    Ok(authority
+        .store()
+        .replicas()?
+        .into_iter()
+        .map(|r| ReplicaView {
+            live: now.saturating_sub(r.heartbeat_ms) < millis(LIVE_WITHIN),
+            this: me == Some(r.id.as_str()),
+            id: r.id,
+            addresses: r.addresses,
+            version: r.version,
+            started_at: r.started_ms,
+            last_heartbeat: r.heartbeat_ms,
+            policy_hash: r.policy_hash,
+        })
+        .collect())
 }
 
 /// Heartbeats and reconciles until `stop` resolves, then removes this
@@ -273,7 +189,7 @@ pub async fn run(authority: Arc<Authority>, me: Me, stop: impl Future<Output = (
                 let me = me.clone();
                 // It keeps the store's status fresh too; an outage is
                 // logged once, by the store.
-                if let Some(Err(e)) = authority.blocking(move |a| a.replica_heartbeat(&me)).await
+                if let Some(Err(e)) = authority.blocking(move |a| replica_heartbeat(a, &me)).await
                     && !e.is_unavailable()
                 {
                     tracing::warn!(error = %e, "cannot record this replica's heartbeat");
@@ -291,7 +207,7 @@ pub async fn run(authority: Arc<Authority>, me: Me, stop: impl Future<Output = (
 }
 
 async fn reconcile_now(authority: &Arc<Authority>) {
-    if let Some(closed) = authority.blocking(Authority::reconcile_sessions).await
+    if let Some(closed) = authority.blocking(trust::enroll::reconcile_sessions).await
         && closed > 0
     {
         tracing::info!(

@@ -9,6 +9,7 @@
 mod common;
 
 use central_authority::access;
+use central_authority::api;
 use std::time::Duration;
 
 use common::*;
@@ -1420,8 +1421,7 @@ async fn the_connectors_page_shows_drained_connectors() {
         // east-2 drains itself before it stops.
         east2.drain(60_000).await;
         eventually("east-2's drain arrived", || async {
-            ca.authority
-                .connectors()
+            api::views::connectors(&ca.authority)
                 .iter()
                 .any(|c| c.name == "east-2" && c.drained.is_some())
         })
@@ -1806,7 +1806,7 @@ async fn the_application_page_charts_the_smoothed_rtt_it_was_given() {
             protocol: policy::Protocol::Tcp,
             port: 80,
         };
-        let given = || serde_json::to_value(ca.authority.rtt_series(&key));
+        let given = || serde_json::to_value(api::views::rtt_series(&ca.authority, &key));
         eventually("three reports stored", || async {
             let v = given().unwrap_or_default();
             v.as_array().map_or(0, Vec::len) == 2
@@ -1885,7 +1885,7 @@ async fn the_connectors_page_charts_the_load_against_the_budget() {
             ..Default::default()
         })
         .await;
-        let given = || serde_json::to_value(ca.authority.load_series());
+        let given = || serde_json::to_value(api::views::load_series(&ca.authority));
         eventually("the heartbeat's load in the series", || async {
             given().unwrap_or_default()[0]["checks_per_cycle"]
                 .as_array()
@@ -1944,7 +1944,7 @@ async fn the_application_page_lists_addresses_that_left() {
             protocol: policy::Protocol::Tcp,
             port: 80,
         };
-        let given = || serde_json::to_value(ca.authority.address_history(&key));
+        let given = || serde_json::to_value(api::views::address_history(&ca.authority, &key));
         eventually("127.0.0.10 left", || async {
             given().unwrap_or_default()[1]["left"].is_i64()
         })

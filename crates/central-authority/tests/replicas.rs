@@ -9,6 +9,7 @@
 
 mod common;
 
+use central_authority::api;
 use central_authority::trust;
 use std::path::Path;
 use std::time::Duration;
@@ -743,9 +744,10 @@ async fn each_replica_checks_the_key_its_sessions_stand_on() {
     let closed = shut_down(&mut on_b, "p2 on B's revoked key").await;
     assert!(closed.reason.contains("revoked"), "{closed:?}");
     let authority = a.authority.clone();
-    let closed_on_a = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
-        .await
-        .expect("reconcile task");
+    let closed_on_a =
+        tokio::task::spawn_blocking(move || trust::enroll::reconcile_sessions(&authority))
+            .await
+            .expect("reconcile task");
     assert_eq!(closed_on_a, 0, "A's session stands on a key nobody revoked");
     let Err(e) = open_plain_with(a.grpc, "p3", KEY_EAST_ROTATED, true).await else {
         panic!("A does not take B's key")
@@ -861,20 +863,19 @@ async fn the_reconcile_ends_a_plain_session_of_a_connector_disabled_elsewhere() 
     )
     .await;
     let authority = ca.authority.clone();
-    let closed = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
+    let closed = tokio::task::spawn_blocking(move || trust::enroll::reconcile_sessions(&authority))
         .await
         .expect("reconcile task");
     assert_eq!(closed, 1, "p1's session, not p2's");
     let end = shut_down(&mut p1, "p1 disabled elsewhere").await;
     assert!(end.reason.contains("disabled"), "{end:?}");
     let authority = ca.authority.clone();
-    let again = tokio::task::spawn_blocking(move || authority.reconcile_sessions())
+    let again = tokio::task::spawn_blocking(move || trust::enroll::reconcile_sessions(&authority))
         .await
         .expect("reconcile task");
     assert_eq!(again, 0, "p2 stands");
     assert!(
-        ca.authority
-            .connectors()
+        api::views::connectors(&ca.authority)
             .iter()
             .any(|c| c.name == "p2" && c.connected),
         "p2 stays attached"

@@ -6,6 +6,7 @@
 
 mod common;
 
+use central_authority::api;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -186,8 +187,7 @@ fn load(
 
 /// The session id of connector `name` (admin view), if connected.
 fn session_of(ca: &Ca, name: &str) -> Option<String> {
-    ca.authority
-        .connectors()
+    api::views::connectors(&ca.authority)
         .into_iter()
         .find(|c| c.name == name && c.connected)
         .and_then(|c| c.session_id)

@@ -3,6 +3,7 @@
 
 mod common;
 
+use central_authority::api;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -29,7 +30,7 @@ fn fast() -> String {
 }
 
 fn fast_status(ca: &Ca) -> (Status, Option<&'static str>, Option<u64>) {
-    let apps = ca.authority.applications(Some("fast"));
+    let apps = api::views::applications(&ca.authority, Some("fast"));
     let Some(c) = apps.first().and_then(|a| a.connectors.first()) else {
         return (Status::Unknown, None, None);
     };
@@ -213,8 +214,7 @@ async fn every_result_of_2000_targets_at_500_checks_per_second_reaches_the_ca() 
     // 2,000 checks at 500/s take 4 s; allow a loaded machine 30 s.
     let deadline = Instant::now() + Duration::from_secs(30);
     let known = || {
-        ca.authority
-            .applications(Some("bulk"))
+        api::views::applications(&ca.authority, Some("bulk"))
             .iter()
             .filter(|a| a.status != Status::Unknown)
             .count()
@@ -252,7 +252,9 @@ async fn continuous_and_on_access_results_all_reach_the_ca_under_overload() {
     let (stop, agent) = bulk_agent(&ca, "overload-agent");
     let http = ca.web();
     eventually("the connector is connected", || async {
-        ca.authority.connectors().iter().any(|c| c.connected)
+        api::views::connectors(&ca.authority)
+            .iter()
+            .any(|c| c.connected)
     })
     .await;
     let accessed: Vec<(String, u32)> = (1..=200u32)
@@ -266,8 +268,7 @@ async fn continuous_and_on_access_results_all_reach_the_ca_under_overload() {
     }
     let deadline = Instant::now() + Duration::from_secs(40);
     let known = |segment: &str| {
-        ca.authority
-            .applications(Some(segment))
+        api::views::applications(&ca.authority, Some(segment))
             .iter()
             .filter(|a| a.connectors.iter().any(|c| c.status != Status::Unknown))
             .count()

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::access;
 use crate::access::decide::AccessRequest;
+use crate::api;
 use crate::credentials::auth::Scope;
 use crate::error::ApiError;
 use crate::intake::session::SessionService;
@@ -156,17 +157,20 @@ impl HealthQuery for HealthQueryService {
         let epoch = self.authority.history().epoch();
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let answer = if query.paging.is_none() {
-            let apps = self.authority.applications(segment);
+            let apps = api::views::applications(&self.authority, segment);
             let total = apps.len();
             (apps, total, 1, total.max(1), 1)
         } else {
-            let rows = self.authority.rows(&crate::api::views::RowFilter {
-                segment,
-                ..Default::default()
-            });
+            let rows = api::views::rows(
+                &self.authority,
+                &crate::api::views::RowFilter {
+                    segment,
+                    ..Default::default()
+                },
+            );
             let mut page = crate::api::listing::run(rows, &query);
             let rows = std::mem::take(&mut page.rows);
-            let apps = self.authority.views(rows.into_iter().map(|r| r.item));
+            let apps = api::views::views(&self.authority, rows.into_iter().map(|r| r.item));
             (apps, page.total, page.page, page.per_page, page.pages)
         };
         let (mut apps, total, page, per_page, pages) = answer;
@@ -179,7 +183,7 @@ impl HealthQuery for HealthQueryService {
             apps = self
                 .authority
                 .blocking(move |a| {
-                    a.note_unconnected(&mut apps);
+                    api::views::note_unconnected(a, &mut apps);
                     apps
                 })
                 .await
@@ -205,7 +209,7 @@ impl HealthQuery for HealthQueryService {
         // Enrolled connectors come from the database: off the async workers.
         let connectors = self
             .authority
-            .blocking(Authority::connectors)
+            .blocking(api::views::connectors)
             .await
             .ok_or(ApiError::ShuttingDown)?;
         Ok(Response::new(v1::ListConnectorsResponse {

@@ -15,6 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::api;
 use crate::api::listing::Row;
 use crate::api::views::{ConnectorView, RowFilter, StatusView};
 use crate::state::authority::Authority;
@@ -151,11 +152,11 @@ impl StateMetrics {
         // fire for them. The listing's rows (status without per-connector
         // views) are all a scrape needs: building every application's view
         // cost each scrape tens of milliseconds at 10,000 applications.
-        let mut applications = authority.rows(&RowFilter::default());
+        let mut applications = api::views::rows(authority, &RowFilter::default());
         applications.retain(|a| !a.noted);
         Self::from_views(
             &applications,
-            &authority.connectors(),
+            &api::views::connectors(authority),
             &certificates,
             authority.snapshot().settings().check_budget,
         )

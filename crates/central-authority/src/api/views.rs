@@ -645,515 +645,522 @@ struct Ctx {
     now: Instant,
 }
 
-impl Authority {
-    fn ctx(&self) -> Ctx {
-        Ctx {
-            state: self.snapshot(),
-            conns: self.registry().snapshot(),
-            now: Instant::now(),
-        }
+fn ctx(authority: &Authority) -> Ctx {
+    Ctx {
+        state: authority.snapshot(),
+        conns: authority.registry().snapshot(),
+        now: Instant::now(),
     }
+}
 
-    /// Every visible application (segments with client hostname validation
-    /// are hidden), optionally of one segment: every FQDN/IP × port of
-    /// continuous segments, plus every application any connector reported
-    /// (on-access). Sorted by segment, host, protocol, port.
-    pub fn applications(&self, segment_filter: Option<&str>) -> Vec<ApplicationView> {
-        let filter = RowFilter {
-            segment: segment_filter,
-            ..RowFilter::default()
+/// Every visible application (segments with client hostname validation
+/// are hidden), optionally of one segment: every FQDN/IP × port of
+/// continuous segments, plus every application any connector reported
+/// (on-access). Sorted by segment, host, protocol, port.
+pub fn applications(authority: &Authority, segment_filter: Option<&str>) -> Vec<ApplicationView> {
+    let filter = RowFilter {
+        segment: segment_filter,
+        ..RowFilter::default()
+    };
+    let ctx = ctx(authority);
+    let rows = rows_in(authority, &ctx, &filter);
+    views_in(authority, &ctx, rows.into_iter().map(|r| r.item))
+}
+
+/// The views of `items`, in their order (an application that vanished
+/// since its row was made is left out).
+pub fn views(
+    authority: &Authority,
+    items: impl IntoIterator<Item = RowItem>,
+) -> Vec<ApplicationView> {
+    views_in(authority, &ctx(authority), items)
+}
+
+/// The listing's rows of every visible application that passes
+/// `filter`, in the order of `applications`: status and latest change
+/// per application, without building its per-connector views (what
+/// makes a filtered page cheap at 10,000 applications).
+pub fn rows(authority: &Authority, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
+    rows_in(authority, &ctx(authority), filter)
+}
+
+fn rows_in(authority: &Authority, ctx: &Ctx, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
+    let policy = ctx.state.policy();
+    let segments: HashMap<&str, &Segment> = policy
+        .segments
+        .iter()
+        .filter(|s| filter.segment.is_none_or(|f| f == s.name))
+        .filter(|s| !s.client_hostname_validation)
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let keys = listed_keys(authority, &policy.segments, &segments);
+    let served = served_by_registry(ctx, &segments, filter);
+
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(segment) = segments.get(key.segment.as_str()) else {
+            continue;
         };
-        let ctx = self.ctx();
-        let rows = self.rows_in(&ctx, &filter);
-        self.views_in(&ctx, rows.into_iter().map(|r| r.item))
-    }
-
-    /// The views of `items`, in their order (an application that vanished
-    /// since its row was made is left out).
-    pub fn views(&self, items: impl IntoIterator<Item = RowItem>) -> Vec<ApplicationView> {
-        self.views_in(&self.ctx(), items)
-    }
-
-    /// The listing's rows of every visible application that passes
-    /// `filter`, in the order of `applications`: status and latest change
-    /// per application, without building its per-connector views (what
-    /// makes a filtered page cheap at 10,000 applications).
-    pub fn rows(&self, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
-        self.rows_in(&self.ctx(), filter)
-    }
-
-    fn rows_in(&self, ctx: &Ctx, filter: &RowFilter<'_>) -> Vec<Row<RowItem>> {
-        let policy = ctx.state.policy();
-        let segments: HashMap<&str, &Segment> = policy
-            .segments
-            .iter()
-            .filter(|s| filter.segment.is_none_or(|f| f == s.name))
-            .filter(|s| !s.client_hostname_validation)
-            .map(|s| (s.name.as_str(), s))
-            .collect();
-        let keys = self.listed_keys(&policy.segments, &segments);
-        let served = served_by_registry(ctx, &segments, filter);
-
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Some(segment) = segments.get(key.segment.as_str()) else {
-                continue;
-            };
-            let (group_ok, conn_ok) = served
-                .get(key.segment.as_str())
-                .copied()
-                .unwrap_or((false, false));
-            let unchecked = segment.health_reporting == HealthReporting::None;
-            if unchecked && (filter.group.is_some() || filter.connector.is_some()) {
-                // A `none` application lists no connector, so none matches.
+        let (group_ok, conn_ok) = served
+            .get(key.segment.as_str())
+            .copied()
+            .unwrap_or((false, false));
+        let unchecked = segment.health_reporting == HealthReporting::None;
+        if unchecked && (filter.group.is_some() || filter.connector.is_some()) {
+            // A `none` application lists no connector, so none matches.
+            continue;
+        }
+        let Some(summary) = summary(authority, ctx, segment, &key, filter) else {
+            // No report: only the registry's connectors count.
+            if !(group_ok && conn_ok) {
                 continue;
             }
-            let Some(summary) = self.summary(ctx, segment, &key, filter) else {
-                // No report: only the registry's connectors count.
-                if !(group_ok && conn_ok) {
-                    continue;
-                }
-                // The view's note: `none` is never checked, and an
-                // on-access application nobody accessed has no report.
-                let noted = segment.health_reporting != HealthReporting::Continuous;
-                out.push(row(
-                    &key,
-                    segment,
-                    Status::Unknown,
-                    0,
-                    noted,
-                    RowItem::App(key.clone()),
-                ));
-                continue;
-            };
-            if !(group_ok || summary.group_hit) || !(conn_ok || summary.connector_hit) {
-                continue;
-            }
-            let status = if unchecked {
-                Status::Unknown
-            } else {
-                summary.status
-            };
+            // The view's note: `none` is never checked, and an
+            // on-access application nobody accessed has no report.
+            let noted = segment.health_reporting != HealthReporting::Continuous;
             out.push(row(
                 &key,
                 segment,
-                status,
-                summary.changed,
-                unchecked,
+                Status::Unknown,
+                0,
+                noted,
                 RowItem::App(key.clone()),
             ));
-        }
-        if filter.group.is_none() && filter.connector.is_none() {
-            out.extend(entry_rows(&policy.segments, &segments));
-        }
-        out
-    }
-
-    /// The applications listed of the `shown` segments: every exact host ×
-    /// port of every mode (on-access ones nobody accessed and `none` ones
-    /// too, with a note), and whatever the health table holds.
-    fn listed_keys(&self, all: &[Segment], shown: &HashMap<&str, &Segment>) -> BTreeSet<AppKey> {
-        let mut keys: BTreeSet<AppKey> = BTreeSet::new();
-        for s in all {
-            if shown.contains_key(s.name.as_str()) && !listed_per_entry(s) {
-                keys.extend(s.applications());
-            }
-        }
-        keys.extend(
-            self.health()
-                .keys()
-                .into_iter()
-                .filter(|k| shown.contains_key(k.segment.as_str())),
-        );
-        keys
-    }
-
-    /// The overall status and latest change of `key` from its reports
-    /// (`None` when no connector reported it), and whether a reporting
-    /// connector passes the group / connector filter.
-    fn summary(
-        &self,
-        ctx: &Ctx,
-        segment: &Segment,
-        key: &AppKey,
-        filter: &RowFilter<'_>,
-    ) -> Option<Summary> {
-        let on_access = segment.health_reporting == HealthReporting::OnAccess;
-        // On-access windows are another lock: their reports are copied out
-        // and judged after the shard's lock is released.
-        let mut pending: Vec<(String, Status, Duration)> = Vec::new();
-        let mut summary = self.health().inspect(key, |reports, last| {
-            let mut best = Vec::with_capacity(reports.len());
-            let mut group_hit = false;
-            let mut connector_hit = false;
-            for (name, r) in reports {
-                let conn = ctx.conns.get(name);
-                // The group shown for a reporter: the registry's when it
-                // serves the segment, else the one it reported with.
-                let group = conn
-                    .filter(|c| segment.served_by(&c.group))
-                    .map_or(&*r.group, |c| c.group.as_str());
-                group_hit |= filter.group == Some(group);
-                connector_hit |= filter.connector == Some(name);
-                let age = ctx.now.saturating_duration_since(r.checked_at);
-                if on_access {
-                    pending.push((name.to_owned(), r.status, age));
-                } else {
-                    best.push(
-                        Self::effective(
-                            &ctx.state,
-                            segment,
-                            r.status,
-                            age,
-                            conn.map(ConnSnap::link),
-                            true,
-                        )
-                        .0,
-                    );
-                }
-            }
-            Summary {
-                status: Status::best(best),
-                changed: last.map_or(0, |t| unix_ms(t.at)),
-                group_hit,
-                connector_hit,
-            }
-        })?;
-        if on_access {
-            summary.status = Status::best(pending.into_iter().map(|(name, stored, age)| {
-                let live = self.on_access().is_live(key, &name, ctx.now);
-                let conn = ctx.conns.get(&name).map(ConnSnap::link);
-                Self::effective(&ctx.state, segment, stored, age, conn, live).0
-            }));
-        }
-        Some(summary)
-    }
-
-    fn views_in(
-        &self,
-        ctx: &Ctx,
-        items: impl IntoIterator<Item = RowItem>,
-    ) -> Vec<ApplicationView> {
-        let policy = ctx.state.policy();
-        items
-            .into_iter()
-            .filter_map(|item| match item {
-                RowItem::Entry(v) => Some(*v),
-                RowItem::App(key) => {
-                    let segment = policy.segment(&key.segment)?;
-                    Some(self.view(ctx, segment, key))
-                }
-            })
-            .collect()
-    }
-
-    /// The full view of one application.
-    fn view(&self, ctx: &Ctx, segment: &Segment, key: AppKey) -> ApplicationView {
-        let conns = &ctx.conns;
-        let (reports, transitions) = self.health().app(&key).unwrap_or_default();
-        // Every known connector of the segment's groups, plus any that
-        // reported (it may have changed group since).
-        let mut names: BTreeMap<&str, &str> = conns
-            .iter()
-            .filter(|(_, c)| segment.served_by(&c.group))
-            .map(|(n, c)| (n.as_str(), c.group.as_str()))
-            .collect();
-        for (n, r) in &reports {
-            names.entry(n).or_insert(&*r.group);
-        }
-        let mut connectors = Vec::new();
-        for (name, group) in names {
-            let view = match reports.get(name) {
-                Some(r) => self.reported_view(ctx, segment, &key, (name, group), r),
-                None => unreported_view(name, group, conns.get(name).is_some_and(|c| c.connected)),
-            };
-            connectors.push(view);
-        }
-        let note = match segment.health_reporting {
-            HealthReporting::Continuous => None,
-            HealthReporting::OnAccess => reports.is_empty().then_some("checked_on_access"),
-            HealthReporting::None => {
-                // Nothing is checked: per-connector Unknowns would only
-                // look like a fault.
-                connectors.clear();
-                Some("not_checked")
-            }
+            continue;
         };
-        ApplicationView {
-            note,
-            ports: None,
-            damping: DampingView::of(segment),
-            enrolled_unconnected: None,
-            status: Status::best(connectors.iter().map(|c| c.status)),
-            segment: key.segment,
-            host: key.host.into_string(),
-            protocol: key.protocol,
-            port: key.port,
-            health_reporting: segment.health_reporting,
-            connectors,
-            transitions: transitions.iter().map(transition_view).collect(),
+        if !(group_ok || summary.group_hit) || !(conn_ok || summary.connector_hit) {
+            continue;
         }
-    }
-
-    /// One connector's view of an application it reported on.
-    fn reported_view(
-        &self,
-        ctx: &Ctx,
-        segment: &Segment,
-        key: &AppKey,
-        (name, group): (&str, &str),
-        r: &Report,
-    ) -> ConnectorHealthView {
-        let (state, conns, now) = (&ctx.state, &ctx.conns, ctx.now);
-        let live = segment.health_reporting != HealthReporting::OnAccess
-            || self.on_access().is_live(key, name, now);
-        let age = now.saturating_duration_since(r.checked_at);
-        let (status, cause) = Self::effective(
-            state,
+        let status = if unchecked {
+            Status::Unknown
+        } else {
+            summary.status
+        };
+        out.push(row(
+            &key,
             segment,
-            r.status,
-            age,
-            conns.get(name).map(ConnSnap::link),
-            live,
-        );
-        // A result no verified access asked for is listed,
-        // with why no decision rests on it.
-        let cause = match cause {
-            Some(UnknownCause::WindowExpired)
-                if self.on_access().is_unsolicited(key, name, now) =>
-            {
-                Some(UnknownCause::Unsolicited)
-            }
-            other => other,
-        };
-        let cause = cause.or(r.unknown_cause);
-        ConnectorHealthView {
-            connector: name.to_owned(),
-            group: group.to_owned(),
             status,
-            unknown_cause: (status == Status::Unknown)
-                .then(|| cause.map_or("no_report", |c| c.as_str())),
-            reported_at: Some(unix_ms(r.received_wall)),
-            report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
-            checked_age_ms: Some(ms(age)),
-            checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
-            addresses: if status == Status::Unknown {
-                Vec::new()
-            } else {
-                let warn = state.settings().certificate_warn;
-                let now_s = crate::ground::clock::now_ms() / 1000;
-                r.addresses
-                    .iter()
-                    .map(|a| AddressView::at(a, now_s, warn))
-                    .collect()
-            },
-            dns_error: r.dns_error.clone(),
-            smoothed_rtt: r.rtt,
+            summary.changed,
+            unchecked,
+            RowItem::App(key.clone()),
+        ));
+    }
+    if filter.group.is_none() && filter.connector.is_none() {
+        out.extend(entry_rows(&policy.segments, &segments));
+    }
+    out
+}
+
+/// The applications listed of the `shown` segments: every exact host ×
+/// port of every mode (on-access ones nobody accessed and `none` ones
+/// too, with a note), and whatever the health table holds.
+fn listed_keys(
+    authority: &Authority,
+    all: &[Segment],
+    shown: &HashMap<&str, &Segment>,
+) -> BTreeSet<AppKey> {
+    let mut keys: BTreeSet<AppKey> = BTreeSet::new();
+    for s in all {
+        if shown.contains_key(s.name.as_str()) && !listed_per_entry(s) {
+            keys.extend(s.applications());
         }
     }
+    keys.extend(
+        authority
+            .health()
+            .keys()
+            .into_iter()
+            .filter(|k| shown.contains_key(k.segment.as_str())),
+    );
+    keys
+}
 
-    /// Sets `enrolled_unconnected` on the `views` that have no connector
-    /// (and no note): a CA that has just started knows no connector until
-    /// one attaches, while the store knows every enrolled one. Reads the
-    /// store once, and only when a view needs it.
-    pub fn note_unconnected(&self, views: &mut [ApplicationView]) {
-        if !views.iter().any(ApplicationView::lacks_connectors) {
+/// The overall status and latest change of `key` from its reports
+/// (`None` when no connector reported it), and whether a reporting
+/// connector passes the group / connector filter.
+fn summary(
+    authority: &Authority,
+    ctx: &Ctx,
+    segment: &Segment,
+    key: &AppKey,
+    filter: &RowFilter<'_>,
+) -> Option<Summary> {
+    let on_access = segment.health_reporting == HealthReporting::OnAccess;
+    // On-access windows are another lock: their reports are copied out
+    // and judged after the shard's lock is released.
+    let mut pending: Vec<(String, Status, Duration)> = Vec::new();
+    let mut summary = authority.health().inspect(key, |reports, last| {
+        let mut best = Vec::with_capacity(reports.len());
+        let mut group_hit = false;
+        let mut connector_hit = false;
+        for (name, r) in reports {
+            let conn = ctx.conns.get(name);
+            // The group shown for a reporter: the registry's when it
+            // serves the segment, else the one it reported with.
+            let group = conn
+                .filter(|c| segment.served_by(&c.group))
+                .map_or(&*r.group, |c| c.group.as_str());
+            group_hit |= filter.group == Some(group);
+            connector_hit |= filter.connector == Some(name);
+            let age = ctx.now.saturating_duration_since(r.checked_at);
+            if on_access {
+                pending.push((name.to_owned(), r.status, age));
+            } else {
+                best.push(
+                    Authority::effective(
+                        &ctx.state,
+                        segment,
+                        r.status,
+                        age,
+                        conn.map(ConnSnap::link),
+                        true,
+                    )
+                    .0,
+                );
+            }
+        }
+        Summary {
+            status: Status::best(best),
+            changed: last.map_or(0, |t| unix_ms(t.at)),
+            group_hit,
+            connector_hit,
+        }
+    })?;
+    if on_access {
+        summary.status = Status::best(pending.into_iter().map(|(name, stored, age)| {
+            let live = authority.on_access().is_live(key, &name, ctx.now);
+            let conn = ctx.conns.get(&name).map(ConnSnap::link);
+            Authority::effective(&ctx.state, segment, stored, age, conn, live).0
+        }));
+    }
+    Some(summary)
+}
+
+fn views_in(
+    authority: &Authority,
+    ctx: &Ctx,
+    items: impl IntoIterator<Item = RowItem>,
+) -> Vec<ApplicationView> {
+    let policy = ctx.state.policy();
+    items
+        .into_iter()
+        .filter_map(|item| match item {
+            RowItem::Entry(v) => Some(*v),
+            RowItem::App(key) => {
+                let segment = policy.segment(&key.segment)?;
+                Some(view(authority, ctx, segment, key))
+            }
+        })
+        .collect()
+}
+
+/// The full view of one application.
+fn view(authority: &Authority, ctx: &Ctx, segment: &Segment, key: AppKey) -> ApplicationView {
+    let conns = &ctx.conns;
+    let (reports, transitions) = authority.health().app(&key).unwrap_or_default();
+    // Every known connector of the segment's groups, plus any that
+    // reported (it may have changed group since).
+    let mut names: BTreeMap<&str, &str> = conns
+        .iter()
+        .filter(|(_, c)| segment.served_by(&c.group))
+        .map(|(n, c)| (n.as_str(), c.group.as_str()))
+        .collect();
+    for (n, r) in &reports {
+        names.entry(n).or_insert(&*r.group);
+    }
+    let mut connectors = Vec::new();
+    for (name, group) in names {
+        let view = match reports.get(name) {
+            Some(r) => reported_view(authority, ctx, segment, &key, (name, group), r),
+            None => unreported_view(name, group, conns.get(name).is_some_and(|c| c.connected)),
+        };
+        connectors.push(view);
+    }
+    let note = match segment.health_reporting {
+        HealthReporting::Continuous => None,
+        HealthReporting::OnAccess => reports.is_empty().then_some("checked_on_access"),
+        HealthReporting::None => {
+            // Nothing is checked: per-connector Unknowns would only
+            // look like a fault.
+            connectors.clear();
+            Some("not_checked")
+        }
+    };
+    ApplicationView {
+        note,
+        ports: None,
+        damping: DampingView::of(segment),
+        enrolled_unconnected: None,
+        status: Status::best(connectors.iter().map(|c| c.status)),
+        segment: key.segment,
+        host: key.host.into_string(),
+        protocol: key.protocol,
+        port: key.port,
+        health_reporting: segment.health_reporting,
+        connectors,
+        transitions: transitions.iter().map(transition_view).collect(),
+    }
+}
+
+/// One connector's view of an application it reported on.
+fn reported_view(
+    authority: &Authority,
+    ctx: &Ctx,
+    segment: &Segment,
+    key: &AppKey,
+    (name, group): (&str, &str),
+    r: &Report,
+) -> ConnectorHealthView {
+    let (state, conns, now) = (&ctx.state, &ctx.conns, ctx.now);
+    let live = segment.health_reporting != HealthReporting::OnAccess
+        || authority.on_access().is_live(key, name, now);
+    let age = now.saturating_duration_since(r.checked_at);
+    let (status, cause) = Authority::effective(
+        state,
+        segment,
+        r.status,
+        age,
+        conns.get(name).map(ConnSnap::link),
+        live,
+    );
+    // A result no verified access asked for is listed,
+    // with why no decision rests on it.
+    let cause = match cause {
+        Some(UnknownCause::WindowExpired)
+            if authority.on_access().is_unsolicited(key, name, now) =>
+        {
+            Some(UnknownCause::Unsolicited)
+        }
+        other => other,
+    };
+    let cause = cause.or(r.unknown_cause);
+    ConnectorHealthView {
+        connector: name.to_owned(),
+        group: group.to_owned(),
+        status,
+        unknown_cause: (status == Status::Unknown)
+            .then(|| cause.map_or("no_report", |c| c.as_str())),
+        reported_at: Some(unix_ms(r.received_wall)),
+        report_age_ms: Some(ms(now.saturating_duration_since(r.received_at))),
+        checked_age_ms: Some(ms(age)),
+        checked_at: (r.checked_at_unix_ms > 0).then_some(r.checked_at_unix_ms),
+        addresses: if status == Status::Unknown {
+            Vec::new()
+        } else {
+            let warn = state.settings().certificate_warn;
+            let now_s = crate::ground::clock::now_ms() / 1000;
+            r.addresses
+                .iter()
+                .map(|a| AddressView::at(a, now_s, warn))
+                .collect()
+        },
+        dns_error: r.dns_error.clone(),
+        smoothed_rtt: r.rtt,
+    }
+}
+
+/// Sets `enrolled_unconnected` on the `views` that have no connector
+/// (and no note): a CA that has just started knows no connector until
+/// one attaches, while the store knows every enrolled one. Reads the
+/// store once, and only when a view needs it.
+pub fn note_unconnected(authority: &Authority, views: &mut [ApplicationView]) {
+    if !views.iter().any(ApplicationView::lacks_connectors) {
+        return;
+    }
+    let records = match authority.store().connectors() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot list enrolled connectors");
             return;
         }
-        let records = match self.store().connectors() {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot list enrolled connectors");
-                return;
-            }
+    };
+    let state = authority.snapshot();
+    let policy = state.policy();
+    let conns = authority.registry().snapshot();
+    for v in views.iter_mut().filter(|v| v.lacks_connectors()) {
+        let Some(segment) = policy.segment(&v.segment) else {
+            continue;
         };
-        let state = self.snapshot();
-        let policy = state.policy();
-        let conns = self.registry().snapshot();
-        for v in views.iter_mut().filter(|v| v.lacks_connectors()) {
-            let Some(segment) = policy.segment(&v.segment) else {
-                continue;
-            };
-            let n = records
-                .iter()
-                .filter(|r| !r.disabled && segment.served_by(&r.group))
-                .filter(|r| !conns.get(&r.name).is_some_and(|c| c.connected))
-                .count();
-            v.enrolled_unconnected = (n > 0).then(|| u32::try_from(n).unwrap_or(u32::MAX));
-        }
-    }
-
-    /// Each connector's smoothed RTT to `key` over time, by connector
-    /// name; empty when none reported a reachable result.
-    pub fn rtt_series(&self, key: &AppKey) -> Vec<RttSeriesView> {
-        self.health()
-            .inspect(key, |reports, _| {
-                reports
-                    .iter()
-                    .filter_map(|(name, _)| {
-                        let v = reports
-                            .rtt_series(name)?
-                            .view(|us| f64::from(us) / 1000.0)?;
-                        Some(RttSeriesView {
-                            connector: name.to_owned(),
-                            start: v.start,
-                            interval_ms: v.interval_ms,
-                            rtt_ms: v.values,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Every address `key` has had (at most
-    /// `state::addresses::MAX_ADDRESSES`): those in an answer now first,
-    /// then those that left, latest first.
-    pub fn address_history(&self, key: &AppKey) -> Vec<AddressHistoryView> {
-        let book = self.health().address_book(key).unwrap_or_default();
-        let mut out: Vec<AddressHistoryView> = book
-            .entries()
+        let n = records
             .iter()
-            .map(|e| AddressHistoryView {
-                address: e.address.to_string(),
-                status: e.status,
-                appeared: e.appeared_ms,
-                left: e.left_ms,
-                last_seen: e.last_seen_ms,
-                connector: e.last_connector.to_string(),
-            })
-            .collect();
-        out.sort_by_key(|v| v.left.map_or(i64::MIN, |l| -l));
-        out
+            .filter(|r| !r.disabled && segment.served_by(&r.group))
+            .filter(|r| !conns.get(&r.name).is_some_and(|c| c.connected))
+            .count();
+        v.enrolled_unconnected = (n > 0).then(|| u32::try_from(n).unwrap_or(u32::MAX));
     }
+}
 
-    /// Each connector's check-load estimate over time, sorted by name.
-    pub fn load_series(&self) -> Vec<LoadSeriesView> {
-        let mut out: Vec<LoadSeriesView> = self
-            .registry()
-            .list(|name, e| {
-                e.load_series.view(|n| n).map(|v| LoadSeriesView {
-                    connector: name.to_owned(),
-                    start: v.start,
-                    interval_ms: v.interval_ms,
-                    checks_per_cycle: v.values,
+/// Each connector's smoothed RTT to `key` over time, by connector
+/// name; empty when none reported a reachable result.
+pub fn rtt_series(authority: &Authority, key: &AppKey) -> Vec<RttSeriesView> {
+    authority
+        .health()
+        .inspect(key, |reports, _| {
+            reports
+                .iter()
+                .filter_map(|(name, _)| {
+                    let v = reports
+                        .rtt_series(name)?
+                        .view(|us| f64::from(us) / 1000.0)?;
+                    Some(RttSeriesView {
+                        connector: name.to_owned(),
+                        start: v.start,
+                        interval_ms: v.interval_ms,
+                        rtt_ms: v.values,
+                    })
                 })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every address `key` has had (at most
+/// `state::addresses::MAX_ADDRESSES`): those in an answer now first,
+/// then those that left, latest first.
+pub fn address_history(authority: &Authority, key: &AppKey) -> Vec<AddressHistoryView> {
+    let book = authority.health().address_book(key).unwrap_or_default();
+    let mut out: Vec<AddressHistoryView> = book
+        .entries()
+        .iter()
+        .map(|e| AddressHistoryView {
+            address: e.address.to_string(),
+            status: e.status,
+            appeared: e.appeared_ms,
+            left: e.left_ms,
+            last_seen: e.last_seen_ms,
+            connector: e.last_connector.to_string(),
+        })
+        .collect();
+    out.sort_by_key(|v| v.left.map_or(i64::MIN, |l| -l));
+    out
+}
+
+/// Each connector's check-load estimate over time, sorted by name.
+pub fn load_series(authority: &Authority) -> Vec<LoadSeriesView> {
+    let mut out: Vec<LoadSeriesView> = authority
+        .registry()
+        .list(|name, e| {
+            e.load_series.view(|n| n).map(|v| LoadSeriesView {
+                connector: name.to_owned(),
+                start: v.start,
+                interval_ms: v.interval_ms,
+                checks_per_cycle: v.values,
             })
-            .into_iter()
-            .flatten()
-            .collect();
-        out.sort_by(|a, b| a.connector.cmp(&b.connector));
-        out
-    }
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    out.sort_by(|a, b| a.connector.cmp(&b.connector));
+    out
+}
 
-    /// Every known connector, sorted by name.
-    pub fn connectors(&self) -> Vec<ConnectorView> {
-        use crate::access::drain::DrainView;
-        let budget = self.snapshot().settings().check_budget;
-        let drains = self.registry().drains();
-        let mut out: Vec<ConnectorView> = self.registry().list(|name, e| ConnectorView {
-            name: name.to_owned(),
-            group: e.group.clone(),
-            connected: e.session.is_some(),
-            session_id: e.session.as_ref().map(|s| s.label.clone()),
-            version: e.version.clone(),
-            checks_per_cycle: e.estimate.checks_per_cycle,
-            cycle_seconds: e.estimate.cycle.as_secs_f64(),
-            over_budget: e.estimate.over_budget,
-            check_budget: budget,
-            load: e.load.as_ref().map(LoadView::from),
-            replicas: e.replicas.as_ref().map(ReplicasView::from),
-            status: e.status.as_ref().map(|(s, at)| StatusView::of(s, *at)),
-            connected_since: e.connected_since.map(unix_ms),
-            last_seen: e.last_seen.map(unix_ms),
-            enrolled: false,
-            enrolled_at: None,
-            disabled: false,
-            // An administrator's drain outlasts the session's own.
-            drained: e
-                .drain
-                .as_ref()
-                .map(DrainView::of_record)
-                .or_else(|| e.self_drain().map(|d| DrainView::of_session(name, d))),
-            certificate_serial: None,
-            certificate_not_after: None,
-            certificates: Vec::new(),
-        });
-        self.add_enrolled(&mut out, budget, &drains);
-        match self.store().certificate_history(CERTIFICATES_SHOWN) {
-            Ok(mut history) => {
-                let now = crate::ground::clock::now_ms();
-                for view in &mut out {
-                    let current = view.certificate_serial.as_deref();
-                    view.certificates = history
-                        .remove(&view.name)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|h| CertificateView::new(h, current, now))
-                        .collect();
-                }
+/// Every known connector, sorted by name.
+pub fn connectors(authority: &Authority) -> Vec<ConnectorView> {
+    use crate::access::drain::DrainView;
+    let budget = authority.snapshot().settings().check_budget;
+    let drains = authority.registry().drains();
+    let mut out: Vec<ConnectorView> = authority.registry().list(|name, e| ConnectorView {
+        name: name.to_owned(),
+        group: e.group.clone(),
+        connected: e.session.is_some(),
+        session_id: e.session.as_ref().map(|s| s.label.clone()),
+        version: e.version.clone(),
+        checks_per_cycle: e.estimate.checks_per_cycle,
+        cycle_seconds: e.estimate.cycle.as_secs_f64(),
+        over_budget: e.estimate.over_budget,
+        check_budget: budget,
+        load: e.load.as_ref().map(LoadView::from),
+        replicas: e.replicas.as_ref().map(ReplicasView::from),
+        status: e.status.as_ref().map(|(s, at)| StatusView::of(s, *at)),
+        connected_since: e.connected_since.map(unix_ms),
+        last_seen: e.last_seen.map(unix_ms),
+        enrolled: false,
+        enrolled_at: None,
+        disabled: false,
+        // An administrator's drain outlasts the session's own.
+        drained: e
+            .drain
+            .as_ref()
+            .map(DrainView::of_record)
+            .or_else(|| e.self_drain().map(|d| DrainView::of_session(name, d))),
+        certificate_serial: None,
+        certificate_not_after: None,
+        certificates: Vec::new(),
+    });
+    add_enrolled(authority, &mut out, budget, &drains);
+    match authority.store().certificate_history(CERTIFICATES_SHOWN) {
+        Ok(mut history) => {
+            let now = crate::ground::clock::now_ms();
+            for view in &mut out {
+                let current = view.certificate_serial.as_deref();
+                view.certificates = history
+                    .remove(&view.name)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|h| CertificateView::new(h, current, now))
+                    .collect();
             }
-            Err(e) => tracing::error!(error = %e, "cannot list certificates"),
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
+        Err(e) => tracing::error!(error = %e, "cannot list certificates"),
     }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
 
-    /// Marks the enrolled connectors of `out` enrolled, with their standing
-    /// and certificate, and adds those that never connected here (with
-    /// their drain, when `drains` has one).
-    fn add_enrolled(
-        &self,
-        out: &mut Vec<ConnectorView>,
-        budget: u64,
-        drains: &HashMap<String, crate::store::DrainRecord>,
-    ) {
-        let records = match self.store().connectors() {
-            Ok(records) => records,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot list enrolled connectors");
-                return;
+/// Marks the enrolled connectors of `out` enrolled, with their standing
+/// and certificate, and adds those that never connected here (with
+/// their drain, when `drains` has one).
+fn add_enrolled(
+    authority: &Authority,
+    out: &mut Vec<ConnectorView>,
+    budget: u64,
+    drains: &HashMap<String, crate::store::DrainRecord>,
+) {
+    let records = match authority.store().connectors() {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot list enrolled connectors");
+            return;
+        }
+    };
+    for r in records {
+        let at = match out.iter().position(|v| v.name == r.name) {
+            Some(at) => at,
+            None => {
+                out.push(ConnectorView {
+                    name: r.name.clone(),
+                    group: r.group.clone(),
+                    connected: false,
+                    session_id: None,
+                    version: String::new(),
+                    checks_per_cycle: 0,
+                    cycle_seconds: 0.0,
+                    over_budget: false,
+                    check_budget: budget,
+                    load: None,
+                    replicas: None,
+                    status: None,
+                    connected_since: None,
+                    last_seen: None,
+                    enrolled: false,
+                    disabled: false,
+                    drained: drains
+                        .get(&r.name)
+                        .map(crate::access::drain::DrainView::of_record),
+                    enrolled_at: None,
+                    certificate_serial: None,
+                    certificate_not_after: None,
+                    certificates: Vec::new(),
+                });
+                out.len() - 1
             }
         };
-        for r in records {
-            let at = match out.iter().position(|v| v.name == r.name) {
-                Some(at) => at,
-                None => {
-                    out.push(ConnectorView {
-                        name: r.name.clone(),
-                        group: r.group.clone(),
-                        connected: false,
-                        session_id: None,
-                        version: String::new(),
-                        checks_per_cycle: 0,
-                        cycle_seconds: 0.0,
-                        over_budget: false,
-                        check_budget: budget,
-                        load: None,
-                        replicas: None,
-                        status: None,
-                        connected_since: None,
-                        last_seen: None,
-                        enrolled: false,
-                        disabled: false,
-                        drained: drains
-                            .get(&r.name)
-                            .map(crate::access::drain::DrainView::of_record),
-                        enrolled_at: None,
-                        certificate_serial: None,
-                        certificate_not_after: None,
-                        certificates: Vec::new(),
-                    });
-                    out.len() - 1
-                }
-            };
-            let view = &mut out[at];
-            view.enrolled = true;
-            view.enrolled_at = Some(r.enrolled_ms);
-            view.disabled = r.disabled;
-            view.certificate_serial = r.serial;
-            view.certificate_not_after = r.not_after_ms;
-        }
+        let view = &mut out[at];
+        view.enrolled = true;
+        view.enrolled_at = Some(r.enrolled_ms);
+        view.disabled = r.disabled;
+        view.certificate_serial = r.serial;
+        view.certificate_not_after = r.not_after_ms;
     }
 }
 

@@ -1118,7 +1118,7 @@ mod opened_by_access {
             !routed(&a, "nobody.wild.test").await,
             "routed on a result no access asked for"
         );
-        let apps = a.applications(None);
+        let apps = crate::api::views::applications(&a, None);
         let app = apps
             .iter()
             .find(|v| v.host == "nobody.wild.test")

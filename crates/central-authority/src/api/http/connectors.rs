@@ -7,12 +7,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::api;
 use crate::api::body::{ConnectorsBody, LoadBody, error_body};
 use crate::api::route::{
     Auth, Method, Op, Route, error_ref, json_body, name_param, not_found, route,
 };
 use crate::credentials::auth::Scope;
-use crate::state::authority::Authority;
 use crate::trust;
 
 use super::Shared;
@@ -53,7 +53,7 @@ pub(super) async fn connectors(
 ) -> Response {
     let admin = caller_is_admin(&a, &headers).await;
     // Enrolled connectors come from the database: off the async workers.
-    match a.blocking(Authority::connectors).await {
+    match a.blocking(api::views::connectors).await {
         Some(connectors) => axum::Json(ConnectorsBody {
             connectors: connectors
                 .into_iter()
@@ -93,7 +93,7 @@ pub(super) fn load_route() -> Route {
 pub(super) async fn load(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
     axum::Json(LoadBody {
         check_budget: a.snapshot().settings().check_budget,
-        connectors: a.load_series(),
+        connectors: api::views::load_series(&a),
     })
     .into_response()
 }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use utoipa::IntoParams;
 use utoipa::openapi::path::ParameterIn;
 
+use crate::api;
 use crate::api::body::{ApplicationBody, HealthBody, error_body};
 use crate::api::route::{
     Auth, Method, Op, Route, error_ref, json_body, not_found, or_empty, query_param, query_schema,
@@ -16,7 +17,6 @@ use crate::api::route::{
 };
 use crate::credentials::auth::Scope;
 use crate::error::ApiError;
-use crate::state::authority::Authority;
 
 use super::Shared;
 use super::extract::{RequireScope, scope};
@@ -36,7 +36,7 @@ async fn noted_unconnected(
         return Some(views);
     }
     a.blocking(move |a| {
-        a.note_unconnected(&mut views);
+        api::views::note_unconnected(a, &mut views);
         views
     })
     .await
@@ -112,13 +112,19 @@ pub(super) async fn health(
     let version = a.history().version();
     let epoch = a.history().epoch_text();
     // Cheap rows first; views only for the page's rows.
-    let rows = a.rows(&crate::api::views::RowFilter {
-        segment: q.segment.as_deref(),
-        group: q.group.as_deref(),
-        connector: q.connector.as_deref(),
-    });
+    let rows = api::views::rows(
+        &a,
+        &crate::api::views::RowFilter {
+            segment: q.segment.as_deref(),
+            group: q.group.as_deref(),
+            connector: q.connector.as_deref(),
+        },
+    );
     let mut page = crate::api::listing::run(rows, &q);
-    let views = a.views(std::mem::take(&mut page.rows).into_iter().map(|r| r.item));
+    let views = api::views::views(
+        &a,
+        std::mem::take(&mut page.rows).into_iter().map(|r| r.item),
+    );
     let Some(mut views) = noted_unconnected(&a, views).await else {
         return shutting_down();
     };
@@ -217,26 +223,35 @@ pub(super) async fn application(
     // Read before the view: a transition after it shows in the stream.
     let version = a.history().version();
     let epoch = a.history().epoch_text();
-    let row = a
-        .rows(&crate::api::views::RowFilter {
+    let row = api::views::rows(
+        &a,
+        &crate::api::views::RowFilter {
             segment: Some(&segment),
             ..Default::default()
-        })
-        .into_iter()
-        .find(|r| r.host == host && r.protocol == protocol && r.port == port);
+        },
+    )
+    .into_iter()
+    .find(|r| r.host == host && r.protocol == protocol && r.port == port);
     let key = match row.as_ref().map(|r| &r.item) {
         Some(crate::api::views::RowItem::App(key)) => Some(key.clone()),
         _ => None,
     };
-    let views = row.map(|r| a.views([r.item])).unwrap_or_default();
+    let views = row
+        .map(|r| api::views::views(&a, [r.item]))
+        .unwrap_or_default();
     let Some(mut views) = noted_unconnected(&a, views).await else {
         return shutting_down();
     };
     match views.pop() {
         Some(application) => axum::Json(ApplicationBody {
             application,
-            rtt_series: key.as_ref().map(|k| a.rtt_series(k)).unwrap_or_default(),
-            address_history: key.map(|k| a.address_history(&k)).unwrap_or_default(),
+            rtt_series: key
+                .as_ref()
+                .map(|k| api::views::rtt_series(&a, k))
+                .unwrap_or_default(),
+            address_history: key
+                .map(|k| api::views::address_history(&a, &k))
+                .unwrap_or_default(),
             version,
             epoch,
         })
@@ -288,11 +303,11 @@ pub(super) fn overview_route() -> Route {
 /// `GET /api/v1/overview`: counts by status of every visible application
 /// and of the connectors.
 pub(super) async fn overview(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
-    let Some(connectors) = a.blocking(Authority::connectors).await else {
+    let Some(connectors) = a.blocking(api::views::connectors).await else {
         return shutting_down();
     };
     let version = a.history().version();
-    let rows = a.rows(&crate::api::views::RowFilter::default());
+    let rows = api::views::rows(&a, &crate::api::views::RowFilter::default());
     axum::Json(json!({
         "applications": crate::api::listing::Counts::of(rows.iter().map(|r| r.status)),
         "applications_total": rows.len(),

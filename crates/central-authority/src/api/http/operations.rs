@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::api::body::error_body;
 use crate::api::route::{Auth, Method, Op, Route, error_ref, json_body, route};
 use crate::credentials::auth::Scope;
+use crate::replicas;
 use crate::state::authority::Authority;
 use crate::state::warmup::Warmth;
 use crate::trust;
@@ -272,7 +273,7 @@ pub(super) fn replicas_route() -> Route {
 pub(super) async fn replicas(State(a): State<Shared>, _: RequireScope<scope::Read>) -> Response {
     // The store's state is what an administrator looks here for during an
     // outage: answered without the list when the store does not answer.
-    let replicas = match a.blocking(|a| a.replicas(a.replica_id())).await {
+    let replicas = match a.blocking(|a| replicas::replicas(a, a.replica_id())).await {
         Some(Ok(replicas)) => replicas,
         Some(Err(e)) if e.is_unavailable() => Vec::new(),
         Some(Err(e)) => return storage(e),
