@@ -184,7 +184,7 @@ fn apply(
     // The reload has taken effect before its entry is written (its detail
     // is what it did); an entry that cannot be written is an error in the
     // log (`audit`), the one trace left.
-    let _unrecorded_is_logged = trust::audit::audit(
+    let _unrecorded_is_logged = trust::audit::record(
         authority,
         &AdminAction {
             actor: &Actor::system(trigger),

@@ -3,7 +3,7 @@
 //! since the last decision and what the explanation lists, not every
 //! member of the segment's groups. On-access decisions forward the access
 //! to every connected candidate anyway, and build their slice
-//! (`Authority::candidates`).
+//! (`access::decide::candidates`).
 
 use std::sync::Arc;
 use std::time::Instant;

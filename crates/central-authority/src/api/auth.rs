@@ -585,7 +585,7 @@ async fn refused_sign_in(
     let provider = provider.to_owned();
     let recorded = a
         .blocking(move |a| {
-            trust::audit::audit(
+            trust::audit::record(
                 a,
                 &AdminAction {
                     actor: &who,
@@ -645,7 +645,7 @@ async fn open_session(
     let stored = a
         .blocking(move |a| {
             let r = a.store().create_session(&record);
-            let recorded = trust::audit::audit(
+            let recorded = trust::audit::record(
                 a,
                 &AdminAction {
                     actor: &who,
@@ -885,7 +885,7 @@ pub async fn logout(
         let done = a
             .blocking(move |a| {
                 let r = a.store().revoke_session(&s.id_sha256, now);
-                let recorded = trust::audit::audit(
+                let recorded = trust::audit::record(
                     a,
                     &AdminAction {
                         actor: &Actor::person(

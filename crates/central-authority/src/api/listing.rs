@@ -234,7 +234,7 @@ impl ListQuery {
 
     /// Whether `r` passes the filters judged on the row alone (mode and
     /// search); segment, group and connector are judged where the rows are
-    /// made (`Authority::rows`), since they need the registry.
+    /// made (`api::views::rows`), since they need the registry.
     fn keeps<T>(&self, r: &Row<T>) -> bool {
         self.mode.is_none_or(|m| m == r.mode)
             && self

@@ -142,7 +142,7 @@ async fn end(a: &Shared, r: &SessionRecord, provider: &str, why: String) -> Resu
     let done = a
         .blocking(move |a| {
             let result = a.store().revoke_session(&hash, now);
-            let recorded = trust::audit::audit(
+            let recorded = trust::audit::record(
                 a,
                 &crate::trust::audit::AdminAction {
                     actor: &crate::trust::audit::Actor::system(format!("oidc:{provider}")),
@@ -313,7 +313,7 @@ fn logged_out(
         (Some(sid), _) => format!("provider session {sid}"),
         (None, sub) => format!("subject {}", sub.as_deref().unwrap_or("")),
     };
-    let recorded = trust::audit::audit(
+    let recorded = trust::audit::record(
         a,
         &crate::trust::audit::AdminAction {
             actor: &crate::trust::audit::Actor::system(format!("oidc:{}", l.provider)),

@@ -364,7 +364,7 @@ pub struct LoadSeriesView {
     pub checks_per_cycle: Vec<Option<u32>>,
 }
 
-/// What `Authority::summary` finds in the health table for one application.
+/// What `summary` finds in the health table for one application.
 struct Summary {
     status: Status,
     changed: u64,
@@ -1302,7 +1302,7 @@ fn transition_view(t: &Transition) -> TransitionView {
 
 impl ApplicationView {
     /// Whether it is checked (no note) and lists no connector: the views
-    /// `Authority::note_unconnected` looks at.
+    /// `api::views::note_unconnected` looks at.
     pub fn lacks_connectors(&self) -> bool {
         self.note.is_none() && self.connectors.is_empty()
     }

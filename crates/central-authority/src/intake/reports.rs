@@ -35,7 +35,7 @@ const MAX_ACCESS_CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// Takes a health report decoded with prost (the route for every report
 /// `protocol::scan` does not read in place): each entry is converted on
 /// its own, a malformed one rejected, and the rest taken by
-/// [`Authority::intake_entries`] as views of the converted entries.
+/// [`intake_entries`] as views of the converted entries.
 pub(crate) fn intake(
     authority: &Authority,
     identity: &Identity,

@@ -15,7 +15,7 @@
 //!
 //! **Invariant:** a candidate's status in a roster is `Authority::effective`
 //! of its inputs at the decision's instant, as the slice of candidates a
-//! decision without a roster builds (`Authority::candidates`) holds it.
+//! decision without a roster builds (`access::decide::candidates`) holds it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

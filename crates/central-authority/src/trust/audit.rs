@@ -258,7 +258,7 @@ pub struct AuditPage {
 /// store. A store that cannot write the row is an error the caller
 /// answers with (an admin action, a sign-in or a read of the trail
 /// is then answered as failed): the trail has no silent gaps.
-pub fn audit(authority: &Authority, action: &AdminAction<'_>) -> Result<(), StoreError> {
+pub fn record(authority: &Authority, action: &AdminAction<'_>) -> Result<(), StoreError> {
     let r = action.record(now_ms());
     tracing::info!(
         target: "audit",
@@ -303,7 +303,7 @@ fn emit_audit(authority: &Authority, r: &AuditRecord) {
 }
 
 /// One page (from 1) of the audit trail matching `filter`.
-pub fn audit_page(
+pub fn page(
     authority: &Authority,
     filter: &AuditFilter,
     page: u64,
@@ -356,7 +356,7 @@ mod tests {
             .finish();
         let root = Actor::token("root");
         tracing::subscriber::with_default(subscriber, || {
-            audit(
+            record(
                 &a,
                 &AdminAction {
                     actor: &root,

@@ -96,7 +96,7 @@ pub(super) async fn audit(
     };
     let query = raw.unwrap_or_default();
     let read = audited_as(&a, caller, "audit.read", String::new(), move |a| {
-        let page = trust::audit::audit_page(a, &filter, page, per_page)?;
+        let page = trust::audit::page(a, &filter, page, per_page)?;
         let answer = serde_json::to_value(page).unwrap_or_default();
         Ok(Acted::Read(answer, query))
     })

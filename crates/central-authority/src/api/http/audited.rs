@@ -98,7 +98,7 @@ pub(super) async fn audited_as(
                     }
                 },
             };
-            let recorded = trust::audit::audit(
+            let recorded = trust::audit::record(
                 a,
                 &AdminAction {
                     actor: &actor,

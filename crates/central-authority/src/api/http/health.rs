@@ -22,7 +22,7 @@ use super::Shared;
 use super::extract::{RequireScope, scope};
 use super::respond::shutting_down;
 
-/// `views` with `enrolled_unconnected` set (`Authority::note_unconnected`,
+/// `views` with `enrolled_unconnected` set (`api::views::note_unconnected`,
 /// off the async workers: it reads the store), or as they are when none
 /// needs it; `None` when the runtime is shutting down.
 async fn noted_unconnected(

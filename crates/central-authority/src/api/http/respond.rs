@@ -71,7 +71,7 @@ pub(super) fn found_or_404<T: serde::Serialize>(
 }
 
 /// The answer to an action the audit trail could not record (503
-/// `audit_unavailable`; `Authority::audit` logged the failure).
+/// `audit_unavailable`; `trust::audit::record` logged the failure).
 pub(crate) fn trail_unavailable() -> Response {
     error_body(
         StatusCode::SERVICE_UNAVAILABLE,
