@@ -234,15 +234,8 @@ async fn decide(
     let now = Instant::now();
     let how = (mode, strategy, proximity);
     let rostered = (mode != HealthReporting::OnAccess).then(|| {
-        access::roster::decide_on_roster(
-            authority,
-            &state,
-            segment,
-            &key,
-            how,
-            now,
-            &mut rand::rng(),
-        )
+        let rng = &mut rand::rng();
+        access::roster::decide_on_roster(authority, &state, segment, &key, how, now, rng)
     });
     if let Some(decided) = rostered.flatten() {
         return finish(explanation, decided, strategy, segment, key, &state);
