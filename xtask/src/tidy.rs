@@ -23,6 +23,9 @@
 //! - Only the central-authority modules ARCHITECTURE.md lists take locks;
 //!   its gRPC statuses are made in one file; hand-written codecs only in
 //!   `protocol`; host syntax only in `policy` (`invariants`).
+//! - The central-authority's `Authority` is implemented only in
+//!   `state/authority.rs`; features are functions of their own modules
+//!   (`composition`).
 //!
 //! Test code is what `#[cfg(test)]` or `#[cfg(all(test, …))]` marks (the
 //! item after the attribute: an inline module, a function, an impl, or a
@@ -36,6 +39,7 @@ use std::path::{Path, PathBuf};
 
 use crate::root;
 
+mod composition;
 mod docs;
 mod graph;
 mod invariants;
