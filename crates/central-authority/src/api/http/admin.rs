@@ -43,7 +43,7 @@ pub(super) fn keys_route() -> Route {
 }
 
 pub(super) async fn keys(State(a): State<Shared>, _: RequireScope<scope::Admin>) -> Response {
-    match admin(&a, |a| trust::enroll::provisioning_keys(a)).await {
+    match admin(&a, trust::enroll::provisioning_keys).await {
         Ok(keys) => axum::Json(json!({ "provisioning_keys": keys })).into_response(),
         Err(response) => response,
     }
