@@ -105,7 +105,7 @@ impl SessionService {
             let metadata = request.metadata().clone();
             self.authority
                 .blocking(move |a| {
-                    trust::identity::authenticate_key(a, &metadata)
+                    trust::enroll::authenticate_key(a, &metadata)
                         .map(|(identity, key)| (identity, Credential::Key(key)))
                 })
                 .await

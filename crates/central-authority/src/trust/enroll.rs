@@ -24,6 +24,7 @@ use std::sync::Arc;
 use protocol::v1;
 use protocol::v1::enrollment_server::Enrollment;
 use serde::Serialize;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::credentials::auth::{AuthError, check_connector_name};
@@ -347,6 +348,51 @@ pub(crate) fn check_standing_locally(
         Some(key) => key_is_current(&state, &identity.group, key),
         None => Ok(()),
     }
+}
+
+/// Authenticates a connector from its metadata: a known group and that
+/// group's provisioning key (compared in constant time).
+pub fn authenticate(authority: &Authority, metadata: &MetadataMap) -> Result<Identity, AuthError> {
+    authenticate_key(authority, metadata).map(|(identity, _)| identity)
+}
+
+/// `authenticate`, also returning the SHA-256 of the key that
+/// authenticated the connector (the session stands on that key).
+pub(crate) fn authenticate_key(
+    authority: &Authority,
+    metadata: &MetadataMap,
+) -> Result<(Identity, String), AuthError> {
+    use protocol::metadata as md;
+    let get = |key: &'static str| {
+        metadata
+            .get(key)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .ok_or(AuthError::MissingMetadata(key))
+    };
+    let name = get(md::CONNECTOR)?;
+    let group = get(md::GROUP)?;
+    let key = get(md::PROVISIONING_KEY)?;
+    check_connector_name(name)?;
+    check_not_disabled(authority, name)?;
+    let state = authority.snapshot();
+    let expected = state
+        .config
+        .group_keys
+        .get(group)
+        .ok_or_else(|| AuthError::UnknownGroup(group.chars().take(128).collect()))?;
+    if !expected.matches(key.as_bytes()) {
+        return Err(AuthError::WrongKey(group.to_owned()));
+    }
+    let key_sha256 = expected.sha256();
+    check_key_standing(authority, group, &key_sha256)?;
+    Ok((
+        Identity {
+            name: name.into(),
+            group: group.into(),
+        },
+        key_sha256,
+    ))
 }
 
 /// Whether a session authenticated by the provisioning key of `group`
@@ -750,15 +796,15 @@ mod tests {
         let a = authority(store);
         assert!(set_connector_disabled(&a, "c1", true).expect("db"));
         assert_eq!(
-            trust::identity::authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
+            authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
             Err(AuthError::ConnectorDisabled("c1".into()))
         );
         assert_eq!(
-            trust::identity::authenticate(&a, &metadata("c2", "k")).map(|i| i.name),
+            authenticate(&a, &metadata("c2", "k")).map(|i| i.name),
             Ok("c2".into())
         );
         assert_eq!(
-            trust::identity::authenticate(&a, &metadata("c3", "k")).map(|i| i.name),
+            authenticate(&a, &metadata("c3", "k")).map(|i| i.name),
             Ok("c3".into())
         );
     }
@@ -828,7 +874,7 @@ mod tests {
         // With the right key, but the CA cannot tell whether the connector
         // was disabled: it must not let it in.
         assert_eq!(
-            trust::identity::authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
+            authenticate(&a, &metadata("c1", "k")).map(|i| i.name),
             Err(AuthError::Unavailable)
         );
     }
