@@ -5,7 +5,8 @@
 //! module is the thin async task that owns a `Schedule` and carries its
 //! actions out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant, SystemTime};
@@ -209,6 +210,11 @@ pub struct Schedule {
     segments: BTreeMap<String, Segment>,
     indexes: HashMap<String, SegmentIndex>,
     apps: HashMap<AppKey, App>,
+    /// When each application's next round or re-sent report is due: every
+    /// time either is set, it is pushed here, so `poll` and `next_wakeup`
+    /// read what is due, never every application. An entry whose time
+    /// has changed since is stale: `poll` drops it when its time comes.
+    timers: BinaryHeap<Reverse<(Instant, AppKey)>>,
     windows: AccessWindows<AppKey>,
     next_generation: u64,
     /// Changes whenever `load()`'s targets may have changed.
@@ -228,6 +234,7 @@ impl Schedule {
             segments: BTreeMap::new(),
             indexes: HashMap::new(),
             apps: HashMap::new(),
+            timers: BinaryHeap::new(),
             windows: AccessWindows::new(DEFAULT_WINDOW),
             next_generation: 1,
             targets_version: 0,
@@ -290,7 +297,59 @@ impl Schedule {
                 app.interval = interval;
             }
         }
+        self.timers = self
+            .apps
+            .iter()
+            .flat_map(|(key, app)| {
+                [app.due, app.report_due()]
+                    .into_iter()
+                    .flatten()
+                    .map(|at| Reverse((at, key.clone())))
+            })
+            .collect();
         self.poll(now)
+    }
+
+    /// Pushes `key`'s due times (its next round, its re-sent report) onto
+    /// the timers: called whenever either is set.
+    fn arm(&mut self, key: &AppKey) {
+        if let Some(app) = self.apps.get(key) {
+            for at in [app.due, app.report_due()].into_iter().flatten() {
+                self.timers.push(Reverse((at, key.clone())));
+            }
+        }
+    }
+
+    /// The applications whose timers are due at `now`, once each (stale
+    /// timers included: `poll` checks each against its application).
+    fn take_due(&mut self, now: Instant) -> Vec<AppKey> {
+        let mut keys = Vec::new();
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            if let Some(Reverse((_, key))) = self.timers.pop() {
+                keys.push(key);
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// Drops stale timers from the top, so the earliest one left is an
+    /// application's real due time (`next_wakeup`).
+    fn prune(&mut self) {
+        while let Some(Reverse((at, key))) = self.timers.peek() {
+            let live = self
+                .apps
+                .get(key)
+                .is_some_and(|app| app.due == Some(*at) || app.report_due() == Some(*at));
+            if live {
+                return;
+            }
+            self.timers.pop();
+        }
     }
 
     /// The assigned segment named `name`.
@@ -370,21 +429,27 @@ impl Schedule {
             return Ok(Vec::new());
         }
         self.windows.record(key.clone(), accessed);
-        match self.apps.entry(key) {
+        let armed = match self.apps.entry(key.clone()) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 let app = e.get_mut();
                 let not_up = app.last.as_ref().is_some_and(|r| r.status() != Status::Up);
-                if not_up && app.running.is_none() && app.due.is_none_or(|d| d > now) {
+                let recheck = not_up && app.running.is_none() && app.due.is_none_or(|d| d > now);
+                if recheck {
                     app.due = Some(now);
                     app.fresh = true;
                 }
                 app.note_access(id, accessed);
+                recheck
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.targets_version += 1;
                 e.insert(App::new(true, interval, now))
                     .note_access(id, accessed);
+                true
             }
+        };
+        if armed {
+            self.arm(&key);
         }
         Ok(self.poll(now))
     }
@@ -434,6 +499,7 @@ impl Schedule {
             actions.push(Action::Report(vec![Outgoing::checked(
                 report, now, awaited,
             )]));
+            self.arm(key);
         }
         actions.extend(self.poll(now));
         actions
@@ -451,22 +517,21 @@ impl Schedule {
             }
         }
         let mut resend = Vec::new();
-        // Only applications with something due now; the others would be
-        // passed over below anyway.
-        let mut keys: Vec<(&AppKey, bool)> = self
-            .apps
-            .iter()
-            .filter(|(_, app)| {
-                app.due.is_some_and(|due| due <= now)
-                    || (app.report_due().is_some_and(|due| due <= now) && app.last.is_some())
-            })
-            .map(|(k, app)| (k, app.on_access))
-            .collect();
+        // Only applications with something due now, from the timers.
+        let mut keys: Vec<(AppKey, bool)> = Vec::new();
+        for key in self.take_due(now) {
+            if let Some(app) = self.apps.get(&key)
+                && (app.due.is_some_and(|due| due <= now)
+                    || (app.report_due().is_some_and(|due| due <= now) && app.last.is_some()))
+            {
+                let on_access = app.on_access;
+                keys.push((key, on_access));
+            }
+        }
         // Deterministic order: on-access first (the queue gives them
         // priority anyway), then by key.
         keys.sort_unstable_by(|(a, a_on), (b, b_on)| (!a_on, a).cmp(&(!b_on, b)));
-        let keys: Vec<AppKey> = keys.into_iter().map(|(k, _)| k.clone()).collect();
-        for key in keys {
+        for (key, _) in keys {
             let Some(app) = self.apps.get_mut(&key) else {
                 continue;
             };
@@ -503,23 +568,21 @@ impl Schedule {
             {
                 app.last_report = Some(now);
                 resend.push(app.latest(&key, round));
+                self.arm(&key);
             }
         }
         expired.extend(resend);
         if !expired.is_empty() {
             actions.push(Action::Report(expired));
         }
+        self.prune();
         actions
     }
 
     /// When `poll` must run next, if ever.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        let apps = self
-            .apps
-            .values()
-            .flat_map(|a| [a.due, a.report_due()])
-            .flatten();
-        apps.chain(self.windows.next_expiry()).min()
+        let timer = self.timers.peek().map(|Reverse((at, _))| *at);
+        timer.into_iter().chain(self.windows.next_expiry()).min()
     }
 
     /// Every application with a result, for a `full_state` report.
@@ -741,6 +804,43 @@ mod tests {
         );
         let done = s.round_done(&k, next[0].1, down_round("10.0.0.1"), t0 + MIN);
         assert_eq!(reports(&done)[0].report.status, Status::Down);
+    }
+
+    /// The timers hold a few entries per application however many rounds
+    /// ran (stale ones are dropped as their time comes), and `poll` starts
+    /// exactly the applications that are due.
+    #[test]
+    fn timers_stay_a_few_per_application_over_many_rounds() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new();
+        let apps = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+        let mut running = checks(&s.apply(
+            vec![segment("web", &apps, &[80], "continuous", 60)],
+            DEFAULT_WINDOW,
+            t0,
+        ));
+        for n in 1..=500u32 {
+            assert_eq!(running.len(), apps.len(), "round {n}");
+            let now = t0 + MIN * n - MIN + Duration::from_millis(10);
+            for (k, generation) in std::mem::take(&mut running) {
+                let ip = k.host.to_string();
+                let round = if n % 3 == 0 {
+                    down_round(&ip)
+                } else {
+                    up_round(&ip)
+                };
+                running.extend(checks(&s.round_done(&k, generation, round, now)));
+            }
+            assert!(running.is_empty(), "nothing due before the interval ends");
+            assert_eq!(s.next_wakeup(), Some(t0 + MIN * n));
+            running = checks(&s.poll(t0 + MIN * n));
+            assert!(
+                s.timers.len() <= 3 * apps.len(),
+                "{} timers for {} applications after round {n}",
+                s.timers.len(),
+                apps.len()
+            );
+        }
     }
 
     #[test]
