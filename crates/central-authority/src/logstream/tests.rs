@@ -192,7 +192,20 @@ async fn a_tls_receiver_gets_octet_counted_syslog() {
         server_name: "siem.test".into(),
         client: None,
     };
-    let mut refusals = spec("refusals", &url, tls.clone(), Format::Syslog);
+    // The filtered receiver dials a listener of its own: on the same port
+    // its connection could be the one accepted below, which never carries
+    // a record.
+    let apart = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let apart_port = apart.local_addr().unwrap().port();
+    let apart_url = format!("tls://127.0.0.1:{apart_port}");
+    let apart_tls = Destination::Tls {
+        host: "127.0.0.1".into(),
+        port: apart_port,
+        root_file: root_file.clone(),
+        server_name: "siem.test".into(),
+        client: None,
+    };
+    let mut refusals = spec("refusals", &apart_url, apart_tls, Format::Syslog);
     refusals.filter.statuses = vec!["refused".into()];
     let stream = LogStream::new(&dir);
     stream.start(
