@@ -202,6 +202,12 @@ impl App {
             _ => None,
         }
     }
+
+    /// When `poll` has something to do for it: its next round and its
+    /// re-sent report, whichever are set (the schedule's timers).
+    fn wakes(&self) -> impl Iterator<Item = Instant> {
+        [self.due, self.report_due()].into_iter().flatten()
+    }
 }
 
 /// The scheduling state of one connector.
@@ -300,12 +306,7 @@ impl Schedule {
         self.timers = self
             .apps
             .iter()
-            .flat_map(|(key, app)| {
-                [app.due, app.report_due()]
-                    .into_iter()
-                    .flatten()
-                    .map(|at| Reverse((at, key.clone())))
-            })
+            .flat_map(|(key, app)| app.wakes().map(|at| Reverse((at, key.clone()))))
             .collect();
         self.poll(now)
     }
@@ -314,7 +315,7 @@ impl Schedule {
     /// the timers: called whenever either is set.
     fn arm(&mut self, key: &AppKey) {
         if let Some(app) = self.apps.get(key) {
-            for at in [app.due, app.report_due()].into_iter().flatten() {
+            for at in app.wakes() {
                 self.timers.push(Reverse((at, key.clone())));
             }
         }
@@ -344,7 +345,7 @@ impl Schedule {
             let live = self
                 .apps
                 .get(key)
-                .is_some_and(|app| app.due == Some(*at) || app.report_due() == Some(*at));
+                .is_some_and(|app| app.wakes().any(|wake| wake == *at));
             if live {
                 return;
             }
@@ -521,8 +522,7 @@ impl Schedule {
         let mut keys: Vec<(AppKey, bool)> = Vec::new();
         for key in self.take_due(now) {
             if let Some(app) = self.apps.get(&key)
-                && (app.due.is_some_and(|due| due <= now)
-                    || (app.report_due().is_some_and(|due| due <= now) && app.last.is_some()))
+                && app.wakes().any(|wake| wake <= now)
             {
                 let on_access = app.on_access;
                 keys.push((key, on_access));
