@@ -111,36 +111,33 @@ const READYZ_DESCRIPTION: &str = "After a start, not ready (`warming_up`) until 
 
 /// `GET /readyz`, served by `readyz`, and its document.
 pub(super) fn readyz_route() -> Route {
-    route(
-        Op {
-            method: Method::Get,
-            path: "/readyz",
-            auth: Auth::None,
-            spec: json!({
-                "operationId": "readyz",
-                "summary": "Readiness: `ok` while this replica decides access (policy loaded, health table warm)",
-                "description": READYZ_DESCRIPTION,
-                "tags": ["operations"],
-                "responses": {"200": {"description": "ready",
-                    "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"},
-                        "example": "ok\n"}}},
-                    "503": error_ref("NotReady")},
-            }),
-        },
-        readyz,
+    readiness_route(
+        "/readyz",
+        "readyz",
+        "Readiness: `ok` while this replica decides access (policy loaded, health table warm)",
     )
 }
 
 /// `GET /healthz`, served by `readyz`, and its document.
 pub(super) fn healthz_route() -> Route {
+    readiness_route(
+        "/healthz",
+        "healthz",
+        "`/readyz` under its older name (kept for existing probes)",
+    )
+}
+
+/// A readiness route at `path`, served by `readyz`: its document differs
+/// from the other's only by its id and summary.
+fn readiness_route(path: &'static str, id: &str, summary: &str) -> Route {
     route(
         Op {
             method: Method::Get,
-            path: "/healthz",
+            path,
             auth: Auth::None,
             spec: json!({
-                "operationId": "healthz",
-                "summary": "`/readyz` under its older name (kept for existing probes)",
+                "operationId": id,
+                "summary": summary,
                 "description": READYZ_DESCRIPTION,
                 "tags": ["operations"],
                 "responses": {"200": {"description": "ready",
