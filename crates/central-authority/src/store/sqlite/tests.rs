@@ -6,7 +6,8 @@ use super::history::{
     events_page_sql,
 };
 use super::*;
-use crate::store::{EnrollRefusal, EventFilter, EventRecord, NewCertificate};
+use crate::store::suite::cert;
+use crate::store::{EnrollRefusal, EventFilter, EventRecord};
 
 #[test]
 fn the_page_cache_holds_a_history_batch() {
@@ -220,20 +221,6 @@ fn a_large_batch_keeps_every_transition_in_order() {
         rows.iter()
             .all(|e| e.host == "a.test" && e.port == 80 && e.cause == "report")
     );
-}
-
-fn cert<'a>(name: &'a str, group: &'a str, serial: &'a str) -> NewCertificate<'a> {
-    NewCertificate {
-        name,
-        group,
-        key_sha256: "k1",
-        max_uses: 2,
-        serial,
-        fingerprint: "f",
-        not_after_ms: 10,
-        now_ms: 1,
-        root_sha256: "r",
-    }
 }
 
 #[test]
