@@ -28,47 +28,31 @@ pub struct Section {
     pub shape: Shape,
     /// One line on what it holds.
     pub about: &'static str,
+    /// Its keys' rows, from its declaration.
+    pub keys: fn() -> Vec<Entry>,
 }
 
 /// Every section, in the order the reference lists them.
 #[rustfmt::skip]
 pub const SECTIONS: &[Section] = &[
-    Section { name: "server", shape: Shape::Table, about: "Listen addresses, the data directory, reloads." },
-    Section { name: "store", shape: Shape::Table, about: "Where enrolled state lives: SQLite (default) or PostgreSQL." },
-    Section { name: "replica", shape: Shape::Table, about: "How this process names itself among replicas sharing the store." },
-    Section { name: "audit", shape: Shape::Table, about: "The audit trail of admin actions." },
-    Section { name: "tls", shape: Shape::Table, about: "Certificates of both listeners and of connectors." },
-    Section { name: "limits", shape: Shape::Table, about: "Bounds on what one peer may cost the CA." },
-    Section { name: "selection", shape: Shape::Table, about: "How a connector is chosen for an access." },
-    Section { name: "health", shape: Shape::Table, about: "Health checking: windows, rates, retention." },
-    Section { name: "api_tokens", shape: Shape::Array, about: "Bearer tokens for the HTTP and gRPC APIs." },
-    Section { name: "oidc", shape: Shape::Array, about: "OpenID providers people sign in with (the dashboard, `api login`)." },
-    Section { name: "connector_groups", shape: Shape::Array, about: "Groups of connectors and their provisioning keys." },
-    Section { name: "segments", shape: Shape::Array, about: "Applications, their ports and how their health is known." },
-    Section { name: "log_receivers", shape: Shape::Array, about: "SIEM receivers the CA streams connector status, health transitions, access decisions and audit records to (Log streaming)." },
+    Section { name: "server", shape: Shape::Table, about: "Listen addresses, the data directory, reloads.", keys: file::ServerSection::entries },
+    Section { name: "store", shape: Shape::Table, about: "Where enrolled state lives: SQLite (default) or PostgreSQL.", keys: file::StoreSection::entries },
+    Section { name: "replica", shape: Shape::Table, about: "How this process names itself among replicas sharing the store.", keys: file::ReplicaSection::entries },
+    Section { name: "audit", shape: Shape::Table, about: "The audit trail of admin actions.", keys: file::AuditSection::entries },
+    Section { name: "tls", shape: Shape::Table, about: "Certificates of both listeners and of connectors.", keys: file::TlsSection::entries },
+    Section { name: "limits", shape: Shape::Table, about: "Bounds on what one peer may cost the CA.", keys: file::LimitsSection::entries },
+    Section { name: "selection", shape: Shape::Table, about: "How a connector is chosen for an access.", keys: file::SelectionSection::entries },
+    Section { name: "health", shape: Shape::Table, about: "Health checking: windows, rates, retention.", keys: file::HealthSection::entries },
+    Section { name: "api_tokens", shape: Shape::Array, about: "Bearer tokens for the HTTP and gRPC APIs.", keys: file::TokenSection::entries },
+    Section { name: "oidc", shape: Shape::Array, about: "OpenID providers people sign in with (the dashboard, `api login`).", keys: file::OidcSection::entries },
+    Section { name: "connector_groups", shape: Shape::Array, about: "Groups of connectors and their provisioning keys.", keys: file::GroupSection::entries },
+    Section { name: "segments", shape: Shape::Array, about: "Applications, their ports and how their health is known.", keys: segment_entries },
+    Section { name: "log_receivers", shape: Shape::Array, about: "SIEM receivers the CA streams connector status, health transitions, access decisions and audit records to (Log streaming).", keys: file::ReceiverSection::entries },
 ];
 
 /// Every key of every section, in the reference's order.
 pub fn entries() -> Vec<Entry> {
-    SECTIONS
-        .iter()
-        .flat_map(|s| match s.name {
-            "server" => file::ServerSection::entries(),
-            "store" => file::StoreSection::entries(),
-            "replica" => file::ReplicaSection::entries(),
-            "audit" => file::AuditSection::entries(),
-            "tls" => file::TlsSection::entries(),
-            "limits" => file::LimitsSection::entries(),
-            "selection" => file::SelectionSection::entries(),
-            "health" => file::HealthSection::entries(),
-            "api_tokens" => file::TokenSection::entries(),
-            "oidc" => file::OidcSection::entries(),
-            "connector_groups" => file::GroupSection::entries(),
-            "segments" => segment_entries(),
-            "log_receivers" => file::ReceiverSection::entries(),
-            _ => Vec::new(),
-        })
-        .collect()
+    SECTIONS.iter().flat_map(|s| (s.keys)()).collect()
 }
 
 /// `[[segments]]`' keys. Their shape is `policy::SegmentSpec`, which the
@@ -138,7 +122,7 @@ pub fn markdown() -> String {
             "\n## `{header}`\n\n{}\n\n| Key | Type | Default | Allowed | Applies | Description |\n|---|---|---|---|---|---|\n",
             s.about
         );
-        for entry in entries().iter().filter(|e| e.section == s.name) {
+        for entry in &(s.keys)() {
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {} | {} |",
