@@ -195,6 +195,101 @@ async fn a_connection_silent_after_the_handshake_is_closed_after_the_first_byte_
     ca.stop().await;
 }
 
+/// How the server ended `s` within `within`: `Some(true)` reset, `Some(false)`
+/// closed (EOF), `None` still open.
+async fn ended_by_reset(s: &mut TcpStream, within: Duration) -> Option<bool> {
+    let mut buf = [0u8; 512];
+    tokio::time::timeout(within, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+#[tokio::test]
+async fn a_silent_crowd_over_the_limit_makes_no_connection_give_way() {
+    // Connections over the limit wait for their first byte without a
+    // slot: silent ones never evict, so a crowd that reopens what it loses
+    // cannot churn the listener; one that speaks still gets in.
+    let ca = Ca::start(&config("max_connections = 4")).await;
+    let mut seated = Vec::new();
+    for i in 0..4u8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
+        seated.push(connect_from(from, ca.http).await.expect("connect"));
+    }
+    let mut over = Vec::new();
+    for i in 0..8u8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 20 + i));
+        over.push(connect_from(from, ca.http).await.expect("connect"));
+    }
+    for (i, s) in seated.iter_mut().enumerate() {
+        let end = ended_by_reset(s, Duration::from_millis(300)).await;
+        assert_eq!(end, None, "connection {i} gave way to silent ones");
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "not answered: {answered:?}"
+    );
+    drop(over);
+    ca.stop().await;
+}
+
+#[tokio::test]
+async fn connections_given_up_for_silence_are_reset_not_closed() {
+    // Given way to a new client: reset, so a crowd that reopens what it
+    // loses leaves no TIME_WAIT on the CA and no long conntrack entries.
+    let ca = Ca::start(&config("max_connections = 4")).await;
+    let mut held = Vec::new();
+    for i in 0..4u8 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
+        held.push(connect_from(from, ca.http).await.expect("connect"));
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "not answered: {answered:?}"
+    );
+    let mut ends = Vec::new();
+    for s in &mut held {
+        ends.push(ended_by_reset(s, Duration::from_millis(500)).await);
+    }
+    assert!(
+        ends.contains(&Some(true)),
+        "none given way by a reset: {ends:?}"
+    );
+    assert!(
+        !ends.contains(&Some(false)),
+        "one given way by a FIN: {ends:?}"
+    );
+    ca.stop().await;
+
+    // Past the first-byte deadline: bare TCP, and after the TLS handshake.
+    let ca = Ca::start(&config("first_byte_timeout_ms = 300")).await;
+    let mut s = TcpStream::connect(ca.http).await.expect("connect");
+    assert_eq!(
+        ended_by_reset(&mut s, Duration::from_secs(5)).await,
+        Some(true)
+    );
+    let tcp = TcpStream::connect(ca.http).await.expect("connect");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&ca.root())));
+    let name = rustls::pki_types::ServerName::IpAddress(ca.http.ip().into());
+    let mut tls = tls.connect(name, tcp).await.expect("TLS handshake");
+    let mut buf = [0u8; 64];
+    let r = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await;
+    assert!(
+        matches!(&r, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a silent HTTPS connection was not reset: {r:?}"
+    );
+    ca.stop().await;
+}
+
 #[tokio::test]
 async fn one_source_gets_at_most_its_connection_cap_on_both_listeners() {
     let ca = Ca::start(&config(

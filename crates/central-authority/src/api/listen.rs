@@ -59,6 +59,12 @@ struct Conn {
     idle_since: AtomicU64,
     /// Asked to close already (not chosen again).
     evicted: AtomicBool,
+    /// Admitted without a slot, waiting for its first byte: it holds no
+    /// slot to give up, so it is never asked to.
+    waiting: AtomicBool,
+    /// Closed by the CA for silence (given way, or timed out): the TCP
+    /// stream is reset rather than closed ([`Accepted`]).
+    reset: AtomicBool,
 }
 
 impl Admission {
@@ -92,6 +98,8 @@ impl Admission {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(self.since_epoch(Instant::now())),
             evicted: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
+            reset: AtomicBool::new(false),
         });
         inner.open.insert(id, conn.clone());
         Some(Ticket {
@@ -104,22 +112,20 @@ impl Admission {
 
     /// Asks the `n` connections idle longest to close (to make room for
     /// as many new ones), in one scan of the open connections; returns how
-    /// many were asked (fewer when the rest are busy or already asked).
-    /// Connections admitted at or after `young` (those of the batch that
-    /// needs the room) are left alone.
-    pub fn evict_idle(&self, n: usize, young: Option<&Ticket>) -> usize {
+    /// many were asked (fewer when the rest are busy, waiting for a slot
+    /// or already asked).
+    pub fn evict_idle(&self, n: usize) -> usize {
         if n == 0 {
             return 0;
         }
         let inner = lock(&self.inner);
-        let bound = young.map_or(u64::MAX, |t| t.id);
         let mut idle: Vec<(u64, &Arc<Conn>)> = inner
             .open
             .iter()
-            .filter(|(id, c)| {
-                **id < bound
-                    && c.in_flight.load(Ordering::Acquire) == 0
+            .filter(|(_, c)| {
+                c.in_flight.load(Ordering::Acquire) == 0
                     && !c.evicted.load(Ordering::Relaxed)
+                    && !c.waiting.load(Ordering::Relaxed)
             })
             .map(|(_, c)| (c.idle_since.load(Ordering::Relaxed), c))
             .collect();
@@ -129,6 +135,7 @@ impl Admission {
         }
         for (_, conn) in &idle {
             conn.evicted.store(true, Ordering::Relaxed);
+            conn.reset.store(true, Ordering::Relaxed);
             // `notify_one` keeps the signal if the connection is not
             // waiting on it yet.
             conn.evict.notify_one();
@@ -179,6 +186,12 @@ impl Ticket {
     /// Whether a request is in flight.
     pub fn is_busy(&self) -> bool {
         self.conn.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Marks the connection as closed for silence: its stream is reset
+    /// when dropped ([`Accepted`]).
+    pub fn reset_on_close(&self) {
+        self.conn.reset.store(true, Ordering::Relaxed);
     }
 }
 
@@ -257,6 +270,7 @@ impl<S> Deadlines<S> {
             } else {
                 "no first byte in time"
             };
+            self.ticket.reset_on_close();
             return Poll::Ready(std::io::Error::new(std::io::ErrorKind::TimedOut, what));
         }
     }
@@ -542,6 +556,55 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
     }
 }
 
+/// An accepted HTTPS connection's TCP stream. Dropped after the CA gave
+/// up on the connection for silence (asked it to give way, or its first
+/// byte or an idle deadline passed: [`Ticket::reset_on_close`]), it is
+/// reset (`SO_LINGER` 0: an RST) rather than closed: no `TIME_WAIT` on the
+/// CA's side and a connection-tracking entry that expires in seconds, not
+/// minutes. A crowd reopening every connection it loses churns through
+/// thousands a second; closed with a FIN, each left a `TIME_WAIT` socket
+/// and a two-minute conntrack entry, the host's conntrack table filled
+/// (262,144 entries) and the kernel dropped new users' SYNs.
+#[derive(Debug)]
+pub struct Accepted {
+    io: tokio::net::TcpStream,
+    ticket: Arc<Ticket>,
+}
+
+impl Accepted {
+    /// Wraps `io`, admitted with `ticket`.
+    pub fn new(io: tokio::net::TcpStream, ticket: Arc<Ticket>) -> Self {
+        Accepted { io, ticket }
+    }
+
+    /// Receives data without taking it off the queue.
+    pub async fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.io.peek(buf).await
+    }
+}
+
+impl Drop for Accepted {
+    fn drop(&mut self) {
+        if self.ticket.conn.reset.load(Ordering::Relaxed) {
+            let _ = self.io.set_zero_linger();
+        }
+    }
+}
+
+impl AsyncRead for Accepted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Accepted {
+    forward_writes!();
+}
+
 /// A gRPC connection admitted by the accept loop: the TCP stream with its
 /// slot (global permit and per-source ticket), released when tonic drops
 /// the connection.
@@ -652,32 +715,30 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpLi
     socket.listen(backlog)
 }
 
-/// The HTTPS listener's accepting side: at most `max` connections open at
-/// once, at most `per_source` from one address; full, idle connections
-/// give way to new ones.
+/// The HTTPS listener's accepting side: at most `max` connections served
+/// at once (each holds a slot), at most `per_source` from one address, and
+/// as many as the listener's backlog ([`backlog`]) waiting for a slot.
 ///
-/// Each wake of the listener takes every connection waiting in the
-/// kernel's queue (up to `max`) and asks as many idle connections to close
-/// as the batch lacks free slots for, in one scan. One eviction per accept
-/// made a new user wait behind the whole queue, one eviction and one
-/// wake-up at a time: on a slow host long enough for the queue to overflow
-/// into dropped SYNs.
+/// A connection that finds every slot taken waits, holding none, for its
+/// first byte (within the first-byte timeout); only once it has spoken
+/// does the connection idle longest give way to it. A silent crowd larger
+/// than the limit therefore waits out its deadline instead of evicting
+/// itself in a loop: when every new silent connection evicted an idle one,
+/// a crowd of 2,200 reopening what it lost churned through 13,000
+/// connections a second, filled the host's connection-tracking table and
+/// the kernel dropped new users' SYNs (p99 of an access request 1-7 s).
+/// Each wake of the listener takes every connection in the kernel's queue.
 #[derive(Debug)]
 pub struct Acceptor {
     listener: tokio::net::TcpListener,
     slots: Arc<tokio::sync::Semaphore>,
+    waiting: Arc<tokio::sync::Semaphore>,
     admission: Arc<Admission>,
     max: usize,
 }
 
-/// The connections one wake of the listener took ([`Acceptor::next`]).
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// Each admitted connection, with its peer and ticket.
-    pub accepted: Vec<(tokio::net::TcpStream, SocketAddr, Ticket)>,
-    /// Idle connections asked to close to make room for them.
-    pub evicted: usize,
-}
+/// A connection taken by one wake of the listener, with its ticket.
+pub type Taken = (tokio::net::TcpStream, SocketAddr, Ticket);
 
 impl Acceptor {
     /// Accepts on `listener`.
@@ -685,16 +746,16 @@ impl Acceptor {
         Acceptor {
             listener,
             slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
+            waiting: Arc::new(tokio::sync::Semaphore::new(backlog(max) as usize)),
             admission: Admission::new(per_source),
             max: max.max(1),
         }
     }
 
-    /// Waits for a connection, takes with it every other one waiting,
-    /// admits each (one over its source's cap is closed at once) and asks
-    /// idle connections to close for those without a free slot. Accept
+    /// Waits for a connection, takes with it every other one waiting and
+    /// admits each (one over its source's cap is closed at once). Accept
     /// errors (out of file descriptors) back off and keep accepting.
-    pub async fn next(&self) -> Batch {
+    pub async fn next(&self) -> Vec<Taken> {
         use futures::FutureExt as _;
         let mut raw = Vec::new();
         while raw.is_empty() {
@@ -713,26 +774,57 @@ impl Acceptor {
                 Some(Err(_)) | None => break,
             }
         }
-        let mut batch = Batch::default();
+        let mut taken = Vec::with_capacity(raw.len());
         for (tcp, peer) in raw {
             match self.admission.admit(peer.ip()) {
-                Some(ticket) => batch.accepted.push((tcp, peer, ticket)),
+                Some(ticket) => taken.push((tcp, peer, ticket)),
                 None => tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed"),
             }
         }
-        let short = batch
-            .accepted
-            .len()
-            .saturating_sub(self.slots.available_permits());
-        let first = batch.accepted.first().map(|(_, _, t)| t);
-        batch.evicted = self.admission.evict_idle(short, first);
-        batch
+        taken
     }
 
-    /// A slot for one connection of a batch: at once when one is free,
-    /// else when a connection (one asked to close, mostly) closes.
-    pub async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.slots.clone().acquire_owned().await.ok()
+    /// A free slot, if there is one.
+    pub fn try_seat(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A place to wait for a slot in (for [`Acceptor::seat_once_heard`]),
+    /// marking `ticket` as waiting: when every place is taken, at once
+    /// when one frees (meanwhile new connections wait in the kernel's
+    /// queue).
+    pub async fn waiting_place(
+        &self,
+        ticket: &Ticket,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        ticket.conn.waiting.store(true, Ordering::Relaxed);
+        self.waiting.clone().acquire_owned().await.ok()
+    }
+
+    /// A slot for a waiting connection once it sends its first byte within
+    /// `first_byte`: the connection idle longest is asked to close when no
+    /// slot is free. `None` (the stream marked for a reset) when it stays
+    /// silent.
+    pub async fn seat_once_heard(
+        &self,
+        tcp: &Accepted,
+        ticket: &Ticket,
+        first_byte: Duration,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => {
+                ticket.reset_on_close();
+                return None;
+            }
+        }
+        if self.slots.available_permits() == 0 {
+            self.admission.evict_idle(1);
+        }
+        let slot = self.slots.clone().acquire_owned().await.ok()?;
+        ticket.conn.waiting.store(false, Ordering::Relaxed);
+        Some(slot)
     }
 }
 
@@ -921,60 +1013,106 @@ mod tests {
         });
     }
 
-    /// A listener full of idle connections and a burst of `K` waiting:
-    /// one wake takes all `K` and asks the `K` idle longest to close, so
-    /// every one of them gets its slot with no further accept (one
-    /// eviction per accept left all but one waiting in the kernel's
-    /// queue, each behind a wake-up of its own).
+    /// Reads `c` for `within`: whether the server closed it (EOF or reset).
+    async fn closed(c: &mut tokio::net::TcpStream, within: Duration) -> bool {
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(within, tokio::io::AsyncReadExt::read(c, &mut buf)).await;
+        matches!(read, Ok(Ok(0)) | Ok(Err(_)))
+    }
+
+    /// Takes one wake's `k` connections (all queued first).
+    async fn take(acceptor: &Acceptor, port: u16, k: usize) -> Vec<Taken> {
+        while accept_queue(port) < k {
+            tokio::task::yield_now().await;
+        }
+        let taken = acceptor.next().await;
+        assert_eq!(taken.len(), k, "the whole queue in one wake");
+        taken
+    }
+
+    /// A listener full of idle connections: a burst of `K` silent ones
+    /// waits without a slot and makes none give way, then is reset at its
+    /// first-byte deadline; a burst of `K` that speak makes the `K` idle
+    /// longest give way, and each gets a slot.
     #[tokio::test]
-    async fn a_burst_at_the_limit_is_taken_and_makes_room_in_one_wake() {
+    async fn only_a_connection_that_speaks_makes_an_idle_one_give_way() {
+        use tokio::io::AsyncWriteExt;
         const LIMIT: usize = 16;
         const K: usize = 8;
         let listener = bind((A, 0).into(), backlog(LIMIT)).expect("bind");
         let addr = listener.local_addr().expect("address");
-        let acceptor = Acceptor::new(listener, LIMIT, 1_000);
+        let acceptor = Arc::new(Acceptor::new(listener, LIMIT, 1_000));
         let mut crowd = Vec::new();
         while crowd.len() < LIMIT {
             crowd.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
-            let batch = acceptor.next().await;
-            for (tcp, _, ticket) in batch.accepted {
-                let permit = acceptor.slot().await.expect("a free slot");
-                hold(tcp, ticket, permit);
+            for (tcp, _, ticket) in acceptor.next().await {
+                hold(tcp, ticket, acceptor.try_seat().expect("a free slot"));
             }
         }
-        assert_eq!(acceptor.slots.available_permits(), 0, "full");
-        let mut burst = Vec::new();
+        assert!(acceptor.try_seat().is_none(), "full");
+        let wait = |tcp, ticket: Ticket, first_byte| {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let ticket = Arc::new(ticket);
+                let _place = acceptor.waiting_place(&ticket).await.expect("a place");
+                let tcp = Accepted::new(tcp, ticket.clone());
+                let slot = acceptor.seat_once_heard(&tcp, &ticket, first_byte).await;
+                (tcp, slot)
+            })
+        };
+
+        let mut silent = Vec::new();
         for _ in 0..K {
-            burst.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+            silent.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
         }
-        // Every one of the burst handshaken and queued before the wake.
-        while accept_queue(addr.port()) < K {
-            tokio::task::yield_now().await;
+        let mut waiters = Vec::new();
+        for (tcp, _, ticket) in take(&acceptor, addr.port(), K).await {
+            waiters.push(wait(tcp, ticket, Duration::from_millis(200)));
         }
-        let batch = acceptor.next().await;
-        assert_eq!(batch.accepted.len(), K, "the whole queue in one wake");
-        assert_eq!(batch.evicted, K, "as many idle connections asked to close");
-        for (tcp, _, ticket) in batch.accepted {
-            let permit = tokio::time::timeout(Duration::from_secs(10), acceptor.slot())
-                .await
-                .expect("a slot from an evicted connection")
-                .expect("open");
-            hold(tcp, ticket, permit);
+        for w in waiters {
+            let (_, slot) = w.await.expect("waiter");
+            assert!(slot.is_none(), "a silent connection got a slot");
         }
-        // The K idle longest were the ones closed.
-        for (i, c) in crowd.iter_mut().take(K).enumerate() {
-            let mut buf = [0u8; 1];
-            let read = tokio::time::timeout(
-                Duration::from_secs(10),
-                tokio::io::AsyncReadExt::read(c, &mut buf),
-            )
-            .await;
+        for (i, c) in crowd.iter_mut().enumerate() {
             assert!(
-                matches!(read, Ok(Ok(0)) | Ok(Err(_))),
-                "connection {i} closed: {read:?}"
+                !closed(c, Duration::from_millis(20)).await,
+                "{i} gave way to silence"
             );
         }
-        assert_eq!(acceptor.slots.available_permits(), 0, "full again");
+        for (i, c) in silent.iter_mut().enumerate() {
+            assert!(
+                closed(c, Duration::from_secs(5)).await,
+                "silent {i} still open"
+            );
+        }
+
+        let mut talkers = Vec::new();
+        for _ in 0..K {
+            let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            c.write_all(b"x").await.expect("write");
+            talkers.push(c);
+        }
+        let mut waiters = Vec::new();
+        for (tcp, _, ticket) in take(&acceptor, addr.port(), K).await {
+            waiters.push(wait(tcp, ticket, Duration::from_secs(10)));
+        }
+        let mut seated = Vec::new();
+        for w in waiters {
+            let (tcp, slot) = tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("seated in time")
+                .expect("waiter");
+            seated.push((tcp, slot.expect("a slot from an idle connection")));
+        }
+        // The K idle longest were the ones closed.
+        for (i, c) in crowd.iter_mut().enumerate() {
+            assert_eq!(
+                closed(c, Duration::from_millis(500)).await,
+                i < K,
+                "connection {i}"
+            );
+        }
+        assert!(acceptor.try_seat().is_none(), "full again");
     }
 
     #[test]
@@ -999,15 +1137,15 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1));
         let young = Arc::new(a.admit(B).expect("admitted"));
         let _request = busy.busy();
-        assert_eq!(a.evict_idle(1, None), 1);
+        assert_eq!(a.evict_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), old.evicted())
             .await
             .expect("the oldest idle connection is asked to close");
-        assert_eq!(a.evict_idle(1, None), 1);
+        assert_eq!(a.evict_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), young.evicted())
             .await
             .expect("then the next idle one");
-        assert_eq!(a.evict_idle(1, None), 0, "the busy one stays");
+        assert_eq!(a.evict_idle(1), 0, "the busy one stays");
     }
 
     /// One after another: the idle longest first, never a busy one, never
@@ -1024,7 +1162,7 @@ mod tests {
             .collect();
         let _request = tickets[1].busy();
         for i in [0, 2, 3] {
-            assert_eq!(a.evict_idle(1, None), 1);
+            assert_eq!(a.evict_idle(1), 1);
             tokio::time::timeout(Duration::from_secs(1), tickets[i].evicted())
                 .await
                 .unwrap_or_else(|_| panic!("connection {i} is among the oldest idle"));
@@ -1038,9 +1176,9 @@ mod tests {
             );
         }
         for _ in 0..6 {
-            assert_eq!(a.evict_idle(1, None), 1, "the rest but the busy one");
+            assert_eq!(a.evict_idle(1), 1, "the rest but the busy one");
         }
-        assert_eq!(a.evict_idle(1, None), 0);
+        assert_eq!(a.evict_idle(1), 0);
     }
 
     /// Idle means silent: a connection that moves bytes through its
@@ -1063,7 +1201,7 @@ mod tests {
         client.write_all(b"x").await.expect("write");
         let mut buf = [0u8; 1];
         s.read_exact(&mut buf).await.expect("read");
-        assert_eq!(a.evict_idle(1, None), 1);
+        assert_eq!(a.evict_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), silent.evicted())
             .await
             .expect("the silent one gives way although it opened later");
@@ -1077,11 +1215,11 @@ mod tests {
         let second = Arc::new(a.admit(B).expect("admitted"));
         std::thread::sleep(Duration::from_millis(1));
         drop(first.busy());
-        assert_eq!(a.evict_idle(1, None), 1);
+        assert_eq!(a.evict_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), second.evicted())
             .await
             .expect("the one idle since it opened gives way first");
-        assert_eq!(a.evict_idle(1, None), 1);
+        assert_eq!(a.evict_idle(1), 1);
         tokio::time::timeout(Duration::from_secs(1), first.evicted())
             .await
             .expect("then the one whose request ended");

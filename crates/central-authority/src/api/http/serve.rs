@@ -13,7 +13,7 @@ use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpListener;
 
 use crate::api::body::error_body;
-use crate::api::listen::{Acceptor, Deadlines, Handshaking, JsonErrors, Ticket};
+use crate::api::listen::{Accepted, Acceptor, Deadlines, Handshaking, JsonErrors, Ticket};
 use crate::state::authority::Authority;
 
 use super::Peer;
@@ -60,32 +60,48 @@ pub async fn serve(
         limits: limits.clone(),
     };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let acceptor = Acceptor::new(
+    let acceptor = Arc::new(Acceptor::new(
         listener,
         limits.max_connections,
         limits.http_max_connections_per_source,
-    );
+    ));
+    let first_byte = limits.first_byte_timeout;
     let mut shutdown = std::pin::pin!(shutdown);
     'accepting: loop {
-        let batch = tokio::select! {
+        let taken = tokio::select! {
             _ = &mut shutdown => break,
-            batch = acceptor.next() => batch,
+            taken = acceptor.next() => taken,
         };
-        for (tcp, peer, ticket) in batch.accepted {
-            // Full: a connection asked to close makes room.
-            let permit = tokio::select! {
-                _ = &mut shutdown => break 'accepting,
-                permit = acceptor.slot() => match permit {
-                    Some(p) => p,
-                    None => break 'accepting,
+        for (tcp, peer, ticket) in taken {
+            let _ = tcp.set_nodelay(true);
+            let ticket = Arc::new(ticket);
+            // Full: wait (holding no slot) for a place, then the first byte.
+            let place = match acceptor.try_seat() {
+                Some(slot) => Place::Seated(slot),
+                None => tokio::select! {
+                    _ = &mut shutdown => break 'accepting,
+                    place = acceptor.waiting_place(&ticket) => match place {
+                        Some(place) => Place::Waiting(place),
+                        None => break 'accepting,
+                    },
                 },
             };
-            let ticket = Arc::new(ticket);
-            let _ = tcp.set_nodelay(true);
-            let server = server.clone();
+            let tcp = Accepted::new(tcp, ticket.clone());
+            let (server, acceptor) = (server.clone(), acceptor.clone());
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let _permit = permit;
+                let _slot = match place {
+                    Place::Seated(slot) => slot,
+                    Place::Waiting(place) => {
+                        let Some(slot) = acceptor.seat_once_heard(&tcp, &ticket, first_byte).await
+                        else {
+                            tracing::debug!(%peer, "HTTPS: no first byte while waiting for a slot");
+                            return;
+                        };
+                        drop(place);
+                        slot
+                    }
+                };
                 server.connection(tcp, peer, ticket, watcher).await;
             });
         }
@@ -96,6 +112,13 @@ pub async fn serve(
         _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
     }
     Ok(())
+}
+
+/// Where an accepted connection is: holding a slot, or a place to wait
+/// for one.
+enum Place {
+    Seated(tokio::sync::OwnedSemaphorePermit),
+    Waiting(tokio::sync::OwnedSemaphorePermit),
 }
 
 /// HTTP/1.1 and HTTP/2 connection settings from the listener's limits.
@@ -135,7 +158,7 @@ impl Server {
     /// is on) until it ends, the CA stops or it gives way to a new one.
     async fn connection(
         self,
-        tcp: tokio::net::TcpStream,
+        tcp: Accepted,
         peer: std::net::SocketAddr,
         ticket: Arc<Ticket>,
         watcher: hyper_util::server::graceful::Watcher,
@@ -201,24 +224,36 @@ impl Server {
 /// `handshake`, both counted from accept. `None` (logged) when it failed.
 async fn tls_handshake(
     acceptor: &tokio_rustls::TlsAcceptor,
-    tcp: tokio::net::TcpStream,
+    tcp: Accepted,
     peer: std::net::SocketAddr,
     ticket: &Arc<Ticket>,
     first_byte: std::time::Duration,
     handshake: std::time::Duration,
-) -> Option<tokio_rustls::server::TlsStream<Handshaking<tokio::net::TcpStream>>> {
-    let handshaken = tokio::time::timeout(handshake, async {
+) -> Option<tokio_rustls::server::TlsStream<Handshaking<Accepted>>> {
+    let handshaking = async {
         let mut first = [0u8; 1];
         match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
             Ok(Ok(n)) if n > 0 => {}
-            _ => return Err("no first byte in time".to_owned()),
+            _ => {
+                ticket.reset_on_close();
+                return Err("no first byte in time".to_owned());
+            }
         }
         // Each byte of the handshake keeps it from counting as idle
         // (`Admission::evict_idle`).
         let tcp = Handshaking::new(tcp, ticket.clone());
         acceptor.accept(tcp).await.map_err(|e| e.to_string())
-    })
-    .await;
+    };
+    // Held here, so a handshake that runs out of time is marked for a
+    // reset before its stream drops.
+    let mut handshaking = std::pin::pin!(handshaking);
+    let handshaken = tokio::select! {
+        r = &mut handshaking => Ok(r),
+        () = tokio::time::sleep(handshake) => {
+            ticket.reset_on_close();
+            Err(())
+        }
+    };
     match handshaken {
         Ok(Ok(mut tls)) => {
             // `Deadlines` records movement from here.
