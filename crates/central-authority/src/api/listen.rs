@@ -717,7 +717,8 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpLi
 
 /// The HTTPS listener's accepting side: at most `max` connections served
 /// at once (each holds a slot), at most `per_source` from one address, and
-/// as many as the listener's backlog ([`backlog`]) waiting for a slot.
+/// as many as the listener's backlog ([`backlog`]) waiting for a slot
+/// ([`Seats`]).
 ///
 /// A connection that finds every slot taken waits, holding none, for its
 /// first byte (within the first-byte timeout); only once it has spoken
@@ -731,10 +732,17 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<tokio::net::TcpLi
 #[derive(Debug)]
 pub struct Acceptor {
     listener: tokio::net::TcpListener,
+    seats: Seats,
+    max: usize,
+}
+
+/// The slots and waiting places of an [`Acceptor`], for the tasks of the
+/// connections it took (which must not hold the listening socket open).
+#[derive(Clone, Debug)]
+pub struct Seats {
     slots: Arc<tokio::sync::Semaphore>,
     waiting: Arc<tokio::sync::Semaphore>,
     admission: Arc<Admission>,
-    max: usize,
 }
 
 /// A connection taken by one wake of the listener, with its ticket.
@@ -745,11 +753,18 @@ impl Acceptor {
     pub fn new(listener: tokio::net::TcpListener, max: usize, per_source: usize) -> Self {
         Acceptor {
             listener,
-            slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
-            waiting: Arc::new(tokio::sync::Semaphore::new(backlog(max) as usize)),
-            admission: Admission::new(per_source),
+            seats: Seats {
+                slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
+                waiting: Arc::new(tokio::sync::Semaphore::new(backlog(max) as usize)),
+                admission: Admission::new(per_source),
+            },
             max: max.max(1),
         }
+    }
+
+    /// Its slots and waiting places.
+    pub fn seats(&self) -> &Seats {
+        &self.seats
     }
 
     /// Waits for a connection, takes with it every other one waiting and
@@ -776,20 +791,22 @@ impl Acceptor {
         }
         let mut taken = Vec::with_capacity(raw.len());
         for (tcp, peer) in raw {
-            match self.admission.admit(peer.ip()) {
+            match self.seats.admission.admit(peer.ip()) {
                 Some(ticket) => taken.push((tcp, peer, ticket)),
                 None => tracing::debug!(%peer, "HTTPS: connection over the per-source cap closed"),
             }
         }
         taken
     }
+}
 
+impl Seats {
     /// A free slot, if there is one.
     pub fn try_seat(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
     }
 
-    /// A place to wait for a slot in (for [`Acceptor::seat_once_heard`]),
+    /// A place to wait for a slot in (for [`Seats::seat_once_heard`]),
     /// marking `ticket` as waiting: when every place is taken, at once
     /// when one frees (meanwhile new connections wait in the kernel's
     /// queue).
@@ -1041,22 +1058,26 @@ mod tests {
         const K: usize = 8;
         let listener = bind((A, 0).into(), backlog(LIMIT)).expect("bind");
         let addr = listener.local_addr().expect("address");
-        let acceptor = Arc::new(Acceptor::new(listener, LIMIT, 1_000));
+        let acceptor = Acceptor::new(listener, LIMIT, 1_000);
         let mut crowd = Vec::new();
         while crowd.len() < LIMIT {
             crowd.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
             for (tcp, _, ticket) in acceptor.next().await {
-                hold(tcp, ticket, acceptor.try_seat().expect("a free slot"));
+                hold(
+                    tcp,
+                    ticket,
+                    acceptor.seats().try_seat().expect("a free slot"),
+                );
             }
         }
-        assert!(acceptor.try_seat().is_none(), "full");
+        assert!(acceptor.seats().try_seat().is_none(), "full");
         let wait = |tcp, ticket: Ticket, first_byte| {
-            let acceptor = acceptor.clone();
+            let seats = acceptor.seats().clone();
             tokio::spawn(async move {
                 let ticket = Arc::new(ticket);
-                let _place = acceptor.waiting_place(&ticket).await.expect("a place");
+                let _place = seats.waiting_place(&ticket).await.expect("a place");
                 let tcp = Accepted::new(tcp, ticket.clone());
-                let slot = acceptor.seat_once_heard(&tcp, &ticket, first_byte).await;
+                let slot = seats.seat_once_heard(&tcp, &ticket, first_byte).await;
                 (tcp, slot)
             })
         };
@@ -1112,7 +1133,7 @@ mod tests {
                 "connection {i}"
             );
         }
-        assert!(acceptor.try_seat().is_none(), "full again");
+        assert!(acceptor.seats().try_seat().is_none(), "full again");
     }
 
     #[test]

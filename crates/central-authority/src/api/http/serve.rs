@@ -60,11 +60,14 @@ pub async fn serve(
         limits: limits.clone(),
     };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let acceptor = Arc::new(Acceptor::new(
+    let acceptor = Acceptor::new(
         listener,
         limits.max_connections,
         limits.http_max_connections_per_source,
-    ));
+    );
+    // What each connection's task holds: not the listening socket, which
+    // closes when the loop ends.
+    let seats = acceptor.seats().clone();
     let first_byte = limits.first_byte_timeout;
     let mut shutdown = std::pin::pin!(shutdown);
     'accepting: loop {
@@ -76,24 +79,24 @@ pub async fn serve(
             let _ = tcp.set_nodelay(true);
             let ticket = Arc::new(ticket);
             // Full: wait (holding no slot) for a place, then the first byte.
-            let place = match acceptor.try_seat() {
+            let place = match seats.try_seat() {
                 Some(slot) => Place::Seated(slot),
                 None => tokio::select! {
                     _ = &mut shutdown => break 'accepting,
-                    place = acceptor.waiting_place(&ticket) => match place {
+                    place = seats.waiting_place(&ticket) => match place {
                         Some(place) => Place::Waiting(place),
                         None => break 'accepting,
                     },
                 },
             };
             let tcp = Accepted::new(tcp, ticket.clone());
-            let (server, acceptor) = (server.clone(), acceptor.clone());
+            let (server, seats) = (server.clone(), seats.clone());
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let _slot = match place {
                     Place::Seated(slot) => slot,
                     Place::Waiting(place) => {
-                        let Some(slot) = acceptor.seat_once_heard(&tcp, &ticket, first_byte).await
+                        let Some(slot) = seats.seat_once_heard(&tcp, &ticket, first_byte).await
                         else {
                             tracing::debug!(%peer, "HTTPS: no first byte while waiting for a slot");
                             return;
