@@ -559,12 +559,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
 /// An accepted HTTPS connection's TCP stream. Dropped after the CA gave
 /// up on the connection for silence (asked it to give way, or its first
 /// byte or an idle deadline passed: [`Ticket::reset_on_close`]), it is
-/// reset (`SO_LINGER` 0: an RST) rather than closed: no `TIME_WAIT` on the
-/// CA's side and a connection-tracking entry that expires in seconds, not
-/// minutes. A crowd reopening every connection it loses churns through
-/// thousands a second; closed with a FIN, each left a `TIME_WAIT` socket
-/// and a two-minute conntrack entry, the host's conntrack table filled
-/// (262,144 entries) and the kernel dropped new users' SYNs.
+/// reset (`SO_LINGER` 0: an RST) rather than closed: no `TIME_WAIT` socket
+/// on the CA's side, and a connection-tracking entry that expires in
+/// seconds, not minutes. Against a crowd reopening whatever it lost, FINs
+/// overflowed the host's `TIME_WAIT` table (560,000 overflows in one run).
 #[derive(Debug)]
 pub struct Accepted {
     io: tokio::net::TcpStream,
