@@ -276,6 +276,20 @@ impl<S> Deadlines<S> {
     }
 }
 
+/// `AsyncRead`'s method, passed on to the wrapper's `io` field unchanged
+/// (wrappers that only hold a slot).
+macro_rules! forward_reads {
+    () => {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        }
+    };
+}
+
 /// `AsyncWrite`'s methods, each passed on to the wrapper's `io` field
 /// unchanged (wrappers that only watch reads, or only hold a slot).
 macro_rules! forward_writes {
@@ -575,9 +589,18 @@ impl Accepted {
         Accepted { io, ticket }
     }
 
-    /// Receives data without taking it off the queue.
-    pub async fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.io.peek(buf).await
+    /// Whether the peer sends its first byte within `within` (left
+    /// unread); when it does not, the stream is marked for a reset.
+    pub async fn heard_within(&self, within: Duration) -> bool {
+        let mut first = [0u8; 1];
+        let heard = matches!(
+            tokio::time::timeout(within, self.io.peek(&mut first)).await,
+            Ok(Ok(n)) if n > 0
+        );
+        if !heard {
+            self.ticket.reset_on_close();
+        }
+        heard
     }
 }
 
@@ -590,13 +613,7 @@ impl Drop for Accepted {
 }
 
 impl AsyncRead for Accepted {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
+    forward_reads!();
 }
 
 impl AsyncWrite for Accepted {
@@ -647,13 +664,7 @@ impl tonic::transport::server::Connected for Admitted {
 }
 
 impl AsyncRead for Admitted {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
+    forward_reads!();
 }
 
 impl AsyncWrite for Admitted {
@@ -823,22 +834,16 @@ impl Seats {
     pub async fn seat_once_heard(
         &self,
         tcp: &Accepted,
-        ticket: &Ticket,
         first_byte: Duration,
     ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let mut first = [0u8; 1];
-        match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => {
-                ticket.reset_on_close();
-                return None;
-            }
+        if !tcp.heard_within(first_byte).await {
+            return None;
         }
         if self.slots.available_permits() == 0 {
             self.admission.evict_idle(1);
         }
         let slot = self.slots.clone().acquire_owned().await.ok()?;
-        ticket.conn.waiting.store(false, Ordering::Relaxed);
+        tcp.ticket.conn.waiting.store(false, Ordering::Relaxed);
         Some(slot)
     }
 }
@@ -1075,7 +1080,7 @@ mod tests {
                 let ticket = Arc::new(ticket);
                 let _place = seats.waiting_place(&ticket).await.expect("a place");
                 let tcp = Accepted::new(tcp, ticket.clone());
-                let slot = seats.seat_once_heard(&tcp, &ticket, first_byte).await;
+                let slot = seats.seat_once_heard(&tcp, first_byte).await;
                 (tcp, slot)
             })
         };

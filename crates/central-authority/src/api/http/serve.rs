@@ -96,8 +96,7 @@ pub async fn serve(
                 let _slot = match place {
                     Place::Seated(slot) => slot,
                     Place::Waiting(place) => {
-                        let Some(slot) = seats.seat_once_heard(&tcp, &ticket, first_byte).await
-                        else {
+                        let Some(slot) = seats.seat_once_heard(&tcp, first_byte).await else {
                             tracing::debug!(%peer, "HTTPS: no first byte while waiting for a slot");
                             return;
                         };
@@ -234,13 +233,8 @@ async fn tls_handshake(
     handshake: std::time::Duration,
 ) -> Option<tokio_rustls::server::TlsStream<Handshaking<Accepted>>> {
     let handshaking = async {
-        let mut first = [0u8; 1];
-        match tokio::time::timeout(first_byte, tcp.peek(&mut first)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => {
-                ticket.reset_on_close();
-                return Err("no first byte in time".to_owned());
-            }
+        if !tcp.heard_within(first_byte).await {
+            return Err("no first byte in time".to_owned());
         }
         // Each byte of the handshake keeps it from counting as idle
         // (`Admission::evict_idle`).
