@@ -40,17 +40,44 @@ async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream
 
 /// Whether the server closed `s` within `within` (EOF or reset).
 async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    ended_by_reset(s, within).await.is_some()
+}
+
+/// How the server ended `s` within `within`: `Some(true)` reset, `Some(false)`
+/// closed (EOF), `None` still open.
+async fn ended_by_reset(s: &mut TcpStream, within: Duration) -> Option<bool> {
     let mut buf = [0u8; 512];
-    let r = tokio::time::timeout(within, async {
+    tokio::time::timeout(within, async {
         loop {
             match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) => return false,
                 Ok(_) => continue,
+                Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
             }
         }
     })
-    .await;
-    r.is_ok()
+    .await
+    .ok()
+}
+
+/// Silent TCP connections from `n` addresses, 127.0.1.`first` onwards.
+async fn silent_from_many(ca: &Ca, first: u8, n: u8) -> Vec<TcpStream> {
+    let mut held = Vec::new();
+    for i in 0..n {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, first + i));
+        held.push(connect_from(from, ca.http).await.expect("connect"));
+    }
+    held
+}
+
+/// Asserts that an access request from the friendly address is answered
+/// within 3 s, `while_` the crowd is held.
+async fn assert_answered(ca: &Ca, while_: &str) {
+    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, ca)).await;
+    assert!(
+        matches!(answered, Ok(Some(_))),
+        "access request not answered while {while_}: {answered:?}"
+    );
 }
 
 /// The first bytes of a TLS 1.2+ ClientHello record (the header and part of
@@ -143,11 +170,7 @@ async fn silent_and_half_handshaken_connections_do_not_lock_out_an_access_reques
     }
     // A fresh access request from another address is answered, well
     // before any of the held connections times out (10 s by default).
-    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
-    assert!(
-        matches!(answered, Ok(Some(_))),
-        "access request not answered while silent connections are held: {answered:?}"
-    );
+    assert_answered(&ca, "silent connections are held").await;
     drop(held);
     ca.stop().await;
 }
@@ -157,18 +180,8 @@ async fn silent_connections_from_many_addresses_give_way_to_a_new_client() {
     // Every per-source cap respected, yet more than the CA serves at once:
     // the connections idle longest give way to new ones.
     let ca = Ca::start(&config("max_connections = 16")).await;
-    let mut held = Vec::new();
-    for i in 0..24u8 {
-        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
-        if let Ok(s) = connect_from(from, ca.http).await {
-            held.push(s);
-        }
-    }
-    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
-    assert!(
-        matches!(answered, Ok(Some(_))),
-        "access request not answered while silent connections are held: {answered:?}"
-    );
+    let held = silent_from_many(&ca, 10, 24).await;
+    assert_answered(&ca, "silent connections are held").await;
     drop(held);
     ca.stop().await;
 }
@@ -195,48 +208,19 @@ async fn a_connection_silent_after_the_handshake_is_closed_after_the_first_byte_
     ca.stop().await;
 }
 
-/// How the server ended `s` within `within`: `Some(true)` reset, `Some(false)`
-/// closed (EOF), `None` still open.
-async fn ended_by_reset(s: &mut TcpStream, within: Duration) -> Option<bool> {
-    let mut buf = [0u8; 512];
-    tokio::time::timeout(within, async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) => return false,
-                Ok(_) => continue,
-                Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
-            }
-        }
-    })
-    .await
-    .ok()
-}
-
 #[tokio::test]
 async fn a_silent_crowd_over_the_limit_makes_no_connection_give_way() {
     // Connections over the limit wait for their first byte without a
     // slot: silent ones never evict, so a crowd that reopens what it loses
     // cannot churn the listener; one that speaks still gets in.
     let ca = Ca::start(&config("max_connections = 4")).await;
-    let mut seated = Vec::new();
-    for i in 0..4u8 {
-        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
-        seated.push(connect_from(from, ca.http).await.expect("connect"));
-    }
-    let mut over = Vec::new();
-    for i in 0..8u8 {
-        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 20 + i));
-        over.push(connect_from(from, ca.http).await.expect("connect"));
-    }
+    let mut seated = silent_from_many(&ca, 10, 4).await;
+    let over = silent_from_many(&ca, 20, 8).await;
     for (i, s) in seated.iter_mut().enumerate() {
         let end = ended_by_reset(s, Duration::from_millis(300)).await;
         assert_eq!(end, None, "connection {i} gave way to silent ones");
     }
-    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
-    assert!(
-        matches!(answered, Ok(Some(_))),
-        "not answered: {answered:?}"
-    );
+    assert_answered(&ca, "silent connections are held").await;
     drop(over);
     ca.stop().await;
 }
@@ -246,16 +230,8 @@ async fn connections_given_up_for_silence_are_reset_not_closed() {
     // Given way to a new client: reset, so a crowd that reopens what it
     // loses leaves no TIME_WAIT on the CA and no long conntrack entries.
     let ca = Ca::start(&config("max_connections = 4")).await;
-    let mut held = Vec::new();
-    for i in 0..4u8 {
-        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 10 + i));
-        held.push(connect_from(from, ca.http).await.expect("connect"));
-    }
-    let answered = tokio::time::timeout(Duration::from_secs(3), access_from(FRIENDLY, &ca)).await;
-    assert!(
-        matches!(answered, Ok(Some(_))),
-        "not answered: {answered:?}"
-    );
+    let mut held = silent_from_many(&ca, 10, 4).await;
+    assert_answered(&ca, "silent connections are held").await;
     let mut ends = Vec::new();
     for s in &mut held {
         ends.push(ended_by_reset(s, Duration::from_millis(500)).await);
