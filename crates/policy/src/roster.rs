@@ -3,16 +3,18 @@
 //!
 //! A `Roster` holds the candidates in candidate order (group order, then
 //! name) and, for each state a candidate can be in (not connected, drained,
-//! or connected with a status), the sorted indices of the candidates in it.
-//! An update (`set_status`, `set_link`) moves one index between two of
-//! those lists, so every count is a list's length, always equal to a
-//! recount (`recount`).
+//! or connected with a status), the set of the candidates in it: a bitset
+//! of their indices with its count. An update (`set_status`, `set_link`)
+//! moves one index between two of those sets, a bit cleared and a bit set
+//! (sorted lists of indices made each move shift up to the whole group:
+//! in a group of 10,000, moves were a quarter of a decision's CPU), so
+//! every count is a set's length, always equal to a recount (`recount`).
 //!
 //! `select_with` and `explain` follow `select::select_with` and
 //! `select::explain_owned` exactly: with the same random numbers they
 //! choose the same candidate and explain it the same, but they find the
-//! k-th eligible candidate by binary search over the state lists, count
-//! by their lengths, and read only the candidates they list.
+//! k-th eligible candidate by counting bits a word at a time, count by
+//! the sets' lengths, and read only the candidates they list.
 //!
 //! The `nearest` strategy over a measured segment ranks by RTT, which
 //! changes with every report: it judges every candidate
@@ -89,8 +91,85 @@ pub struct RosterCounts {
     pub unknown: usize,
 }
 
-/// Per `Class`, the indices of its members, ascending.
-type Lists = [Vec<usize>; CLASSES];
+/// Member indices: a bitset from `base` (a multiple of 64) and how many
+/// it holds. A group's set spans its members' indices only, so the groups
+/// of a roster in candidate order take a bit per member between them.
+#[derive(Clone, Debug, Default)]
+struct Set {
+    base: usize,
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Set {
+    /// Adds `i`; whether it was not there.
+    fn insert(&mut self, i: usize) -> bool {
+        if self.words.is_empty() {
+            self.base = i / 64 * 64;
+        } else if i < self.base {
+            let below = (self.base - i).div_ceil(64);
+            self.words.splice(0..0, std::iter::repeat_n(0, below));
+            self.base -= below * 64;
+        }
+        let w = (i - self.base) / 64;
+        if w >= self.words.len() {
+            self.words.resize(w + 1, 0);
+        }
+        let bit = 1u64 << (i % 64);
+        let added = self.words[w] & bit == 0;
+        self.words[w] |= bit;
+        self.len += usize::from(added);
+        added
+    }
+
+    /// Takes `i` out; whether it was there.
+    fn remove(&mut self, i: usize) -> bool {
+        let Some(word) = i
+            .checked_sub(self.base)
+            .and_then(|d| self.words.get_mut(d / 64))
+        else {
+            return false;
+        };
+        let bit = 1u64 << (i % 64);
+        let removed = *word & bit != 0;
+        *word &= !bit;
+        self.len -= usize::from(removed);
+        removed
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The bits of indices `64 * w` to `64 * w + 63`.
+    fn word(&self, w: usize) -> u64 {
+        (w * 64)
+            .checked_sub(self.base)
+            .and_then(|d| self.words.get(d / 64))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The words it spans: `64 * start` to `64 * end`.
+    fn span(&self) -> (usize, usize) {
+        (self.base / 64, self.base / 64 + self.words.len())
+    }
+
+    /// The indices, ascending.
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.words.iter().enumerate()).flat_map(|(w, word)| {
+            let (at, mut word) = (self.base + w * 64, *word);
+            std::iter::from_fn(move || {
+                let i = at + (word != 0).then_some(word)?.trailing_zeros() as usize;
+                word &= word - 1;
+                Some(i)
+            })
+        })
+    }
+}
+
+/// Per `Class`, its members.
+type Lists = [Set; CLASSES];
 
 /// A segment's candidates, indexed by state (see the module).
 #[derive(Debug)]
@@ -141,8 +220,8 @@ impl Roster {
                 }
             };
             let k = Class::of(c);
-            by_class[k as usize].push(i);
-            by_group[g][k as usize].push(i);
+            by_class[k as usize].insert(i);
+            by_group[g][k as usize].insert(i);
             class.push(k);
             group_of.push(g);
         }
@@ -213,14 +292,8 @@ impl Roster {
         if old != new {
             let g = self.group_of[i];
             for lists in [&mut self.by_class, &mut self.by_group[g]] {
-                let from = &mut lists[old as usize];
-                if let Ok(at) = from.binary_search(&i) {
-                    from.remove(at);
-                }
-                let to = &mut lists[new as usize];
-                if let Err(at) = to.binary_search(&i) {
-                    to.insert(at, i);
-                }
+                lists[old as usize].remove(i);
+                lists[new as usize].insert(i);
             }
             self.class[i] = new;
         }
@@ -278,8 +351,10 @@ impl Roster {
             .iter()
             .enumerate()
             .filter_map(|(g, lists)| {
-                let first = reachable.iter().filter_map(|c| lists[*c as usize].first());
-                Some((*first.min()?, g))
+                let first = reachable
+                    .iter()
+                    .filter_map(|c| lists[*c as usize].iter().next());
+                Some((first.min()?, g))
             })
             .collect();
         firsts.sort_unstable();
@@ -332,7 +407,7 @@ impl Roster {
             return Decision::Refused(self.refusal(mode));
         }
         Decision::Selected {
-            index: nth(&pool, rng.random_range(0..n), self.len()),
+            index: nth(&pool, rng.random_range(0..n)),
         }
     }
 
@@ -390,7 +465,7 @@ impl Roster {
 
     /// The lists of the eligible (`pool`, in `groups` if the strategy
     /// names them) and of the connected but not eligible.
-    fn ranks(&self, pool: &[Class], groups: Option<&[usize]>) -> [Vec<&[usize]>; 2] {
+    fn ranks(&self, pool: &[Class], groups: Option<&[usize]>) -> [Vec<&Set>; 2] {
         let others: Vec<Class> = CONNECTED
             .iter()
             .copied()
@@ -415,12 +490,12 @@ impl Roster {
     /// `select::listed` ranks them: all up to `EXPLAINED_CANDIDATES`,
     /// else the chosen one, then the eligible and connected of `ranks`,
     /// then the rest.
-    fn listed(&self, chosen: Option<usize>, ranks: [&[&[usize]]; 2]) -> Vec<usize> {
+    fn listed(&self, chosen: Option<usize>, ranks: [&[&Set]; 2]) -> Vec<usize> {
         if self.len() <= EXPLAINED_CANDIDATES {
             return (0..self.len()).collect();
         }
         let mut keep: Vec<usize> = chosen.filter(|i| *i < self.len()).into_iter().collect();
-        let rest = [&self.by_class[Class::NotConnected as usize][..]];
+        let rest = [&self.by_class[Class::NotConnected as usize]];
         for lists in [ranks[0], ranks[1], &rest[..]] {
             take(lists, chosen, &mut keep);
         }
@@ -429,46 +504,70 @@ impl Roster {
     }
 }
 
-/// The lists of `classes` among `lists`.
-fn of<'a>(lists: &'a Lists, classes: &[Class]) -> Vec<&'a [usize]> {
-    classes.iter().map(|c| &lists[*c as usize][..]).collect()
+/// The sets of `classes` among `lists`.
+fn of<'a>(lists: &'a Lists, classes: &[Class]) -> Vec<&'a Set> {
+    classes.iter().map(|c| &lists[*c as usize]).collect()
 }
 
-/// The `k`-th (from 0) smallest index among the disjoint ascending
-/// `lists`, whose indices are below `len`; there must be more than `k`.
-fn nth(lists: &[&[usize]], k: usize, len: usize) -> usize {
-    let at_most =
-        |v: usize| -> usize { lists.iter().map(|l| l.partition_point(|i| *i <= v)).sum() };
-    let (mut lo, mut hi) = (0, len.saturating_sub(1));
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if at_most(mid) > k {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    lo
+/// Each word the disjoint `sets` span between them, as the union of
+/// theirs, ascending, with its number: for a few sets (one state's, one
+/// group's), read a word at a time.
+fn union_words<'a>(sets: &'a [&'a Set]) -> impl Iterator<Item = (usize, u64)> + 'a {
+    let start = sets.iter().map(|s| s.span().0).min().unwrap_or(0);
+    let end = sets.iter().map(|s| s.span().1).max().unwrap_or(0);
+    (start..end).map(move |w| (w, sets.iter().fold(0, |u, s| u | s.word(w))))
 }
+
+/// The `k`-th (from 0) smallest index among the disjoint `sets` (the
+/// few of one pool); there must be more than `k` (else the end of their
+/// last word).
+fn nth(sets: &[&Set], mut k: usize) -> usize {
+    let mut last = 0;
+    for (w, mut word) in union_words(sets) {
+        let n = word.count_ones() as usize;
+        if k < n {
+            for _ in 0..k {
+                word &= word - 1;
+            }
+            return w * 64 + word.trailing_zeros() as usize;
+        }
+        k -= n;
+        last = w * 64 + 63;
+    }
+    last
+}
+
+/// Sets `take` reads word by word, as their union; past this many (the
+/// states of many groups) it reads each set apart and merges.
+const FEW_SETS: usize = 8;
 
 /// Appends to `keep`, until it holds `EXPLAINED_CANDIDATES`, the indices
-/// of the disjoint ascending `lists` in ascending order, but `chosen`.
-fn take(lists: &[&[usize]], chosen: Option<usize>, keep: &mut Vec<usize>) {
-    let mut heads = lists.to_vec();
-    while keep.len() < EXPLAINED_CANDIDATES {
-        let Some(next) = heads
-            .iter_mut()
-            .filter(|h| !h.is_empty())
-            .min_by_key(|h| h[0])
-        else {
-            return;
-        };
-        let i = next[0];
-        *next = &next[1..];
-        if Some(i) != chosen {
-            keep.push(i);
+/// of the disjoint `sets` in ascending order, but `chosen`. Each set is
+/// read only as far as it is taken.
+fn take(sets: &[&Set], chosen: Option<usize>, keep: &mut Vec<usize>) {
+    let want = EXPLAINED_CANDIDATES.saturating_sub(keep.len());
+    let mut found = Vec::with_capacity(want);
+    if sets.len() <= FEW_SETS {
+        for (w, mut word) in union_words(sets) {
+            while word != 0 && found.len() < want {
+                let i = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                if Some(i) != chosen {
+                    found.push(i);
+                }
+            }
+            if found.len() == want {
+                break;
+            }
         }
+    } else {
+        for set in sets {
+            found.extend(set.iter().filter(|i| Some(*i) != chosen).take(want));
+        }
+        found.sort_unstable();
+        found.truncate(want);
     }
+    keep.extend(found);
 }
 
 /// Whether the decision ranks by distance: `nearest` over a measured
@@ -510,6 +609,50 @@ mod tests {
         (HealthReporting::None, Strategy::Nearest),
         (HealthReporting::None, Strategy::Group),
     ];
+
+    #[test]
+    fn a_set_keeps_its_indices_and_count_wherever_they_fall() {
+        let mut set = Set::default();
+        // The first index sets the base; those below it move it down.
+        for i in [130, 7, 200, 64, 130] {
+            set.insert(i);
+        }
+        assert_eq!(set.iter().collect::<Vec<_>>(), [7, 64, 130, 200]);
+        assert_eq!(set.len(), 4);
+        assert!(set.remove(64));
+        assert!(!set.remove(64), "removed twice");
+        assert!(!set.remove(3) && !set.remove(5_000), "never there");
+        assert_eq!(set.len(), 3);
+        let other = Set {
+            base: 128,
+            words: vec![0b1010],
+            len: 2,
+        };
+        // 7, 129, 130, 131, 200 between them.
+        let both = [&set, &other];
+        let ks: Vec<usize> = (0..5).map(|k| nth(&both, k)).collect();
+        assert_eq!(ks, [7, 129, 130, 131, 200]);
+        let mut keep = vec![130];
+        take(&both, Some(130), &mut keep);
+        assert_eq!(keep, [130, 7, 129, 131, 200]);
+        // Past `FEW_SETS` sets (the states of many groups), each is read
+        // apart and merged: the same order.
+        let empty = Set::default();
+        let singles: Vec<Set> = [200, 131, 7, 129, 130]
+            .into_iter()
+            .map(|i| {
+                let mut one = Set::default();
+                one.insert(i);
+                one
+            })
+            .collect();
+        let many: Vec<&Set> = (singles.iter())
+            .chain(std::iter::repeat_n(&empty, FEW_SETS))
+            .collect();
+        let mut merged = vec![130];
+        take(&many, Some(130), &mut merged);
+        assert_eq!(merged, keep);
+    }
 
     #[test]
     fn a_decision_in_a_group_of_ten_thousand_reads_what_it_lists() {
