@@ -33,7 +33,9 @@ fn audit_query(q: AuditQuery) -> Result<(crate::store::AuditFilter, u64, u32), A
     let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let (page, per_page) = history_paging(q.page, q.per_page)?;
     let filter = crate::store::AuditFilter {
-        since_ms: given(q.since)
+        // Empty is no bound, as the document says; anything else,
+        // whitespace too, is a time or refused.
+        since_ms: (q.since.filter(|s| !s.is_empty()))
             .map(|v| parse_time("since", &v))
             .transpose()?,
         action: given(q.action),
@@ -104,5 +106,39 @@ pub(super) async fn audit(
     match read {
         Ok(page) => axum::Json(page.unwrap_or_default()).into_response(),
         Err(response) => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AuditQuery, audit_query};
+    use crate::error::ApiError;
+
+    fn since(v: &str) -> AuditQuery {
+        AuditQuery {
+            since: Some(v.to_owned()),
+            action: None,
+            target: None,
+            actor: None,
+            page: None,
+            per_page: None,
+        }
+    }
+
+    #[test]
+    fn since_is_empty_a_time_or_refused_whitespace_too() {
+        let ms = |v: &str| audit_query(since(v)).map(|(f, _, _)| f.since_ms);
+        assert_eq!(ms("").ok(), Some(None));
+        assert_eq!(ms("1796697691036").ok(), Some(Some(1_796_697_691_036)));
+        assert_eq!(
+            ms("2026-12-08T00:00:00Z").ok(),
+            Some(Some(1_796_688_000_000))
+        );
+        for bad in ["\n", " ", "yesterday"] {
+            match ms(bad) {
+                Err(ApiError::InvalidRequest(m)) => assert!(m.starts_with("since:"), "{m}"),
+                other => panic!("since={bad:?} gave {other:?}"),
+            }
+        }
     }
 }
