@@ -277,7 +277,7 @@ impl<S> Deadlines<S> {
 }
 
 /// `AsyncRead`'s method, passed on to the wrapper's `io` field unchanged
-/// (wrappers that only hold a slot).
+/// (wrappers that only hold a slot, or only rewrite what is written).
 macro_rules! forward_reads {
     () => {
         fn poll_read(
@@ -403,13 +403,7 @@ fn json_error_head(buf: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
+    forward_reads!();
 }
 
 impl<S: AsyncWrite + Unpin> JsonErrors<S> {
