@@ -102,8 +102,8 @@ struct Set {
 }
 
 impl Set {
-    /// Adds `i`; whether it was not there.
-    fn insert(&mut self, i: usize) -> bool {
+    /// Adds `i`.
+    fn insert(&mut self, i: usize) {
         if self.words.is_empty() {
             self.base = i / 64 * 64;
         } else if i < self.base {
@@ -116,10 +116,8 @@ impl Set {
             self.words.resize(w + 1, 0);
         }
         let bit = 1u64 << (i % 64);
-        let added = self.words[w] & bit == 0;
+        self.len += usize::from(self.words[w] & bit == 0);
         self.words[w] |= bit;
-        self.len += usize::from(added);
-        added
     }
 
     /// Takes `i` out; whether it was there.
